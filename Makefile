@@ -1,0 +1,50 @@
+# CRAFT-MD. `make leaderboard` is the main job; `make test` runs the test suite.
+# Both install what they need into .venv first (from the package registries).
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Where the pinned upstream source is: a .tar.gz, an unpacked folder or a URL.
+# Empty: $$CRAFTMD_SOURCE, else ../shared/sources/craft-md-<commit>.tar.gz, else upstream's URL.
+SOURCE ?=
+DATA_OUT ?= out/data
+RELEASES_OUT ?= out/releases
+LEADERBOARD_OUT ?= leaderboard
+SOURCE_ARG := $(if $(SOURCE),--source $(SOURCE),)
+
+.PHONY: help install build ingest leaderboard test browser bench clean
+
+help:
+	@echo "make leaderboard  build the dataset, ingest upstream results, grade, analyse, write the page ($(LEADERBOARD_OUT)/index.html)"
+	@echo "make build        build the Hugging Face dataset into DATA_OUT=$(DATA_OUT)"
+	@echo "make test         run the test suite"
+	@echo "make bench        run the benchmarks in bench/"
+
+$(VENV)/.installed: pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c requirements.lock -e '.[test]'
+	@touch $@
+
+install: $(VENV)/.installed
+
+build: install
+	$(BIN)/craftmd build $(SOURCE_ARG) --out $(DATA_OUT) --overwrite
+
+leaderboard: install
+	$(BIN)/craftmd leaderboard $(SOURCE_ARG) --data $(DATA_OUT) --releases $(RELEASES_OUT) --out $(LEADERBOARD_OUT)
+
+# The page test drives Debian's headless Chromium; install it when it is missing and we may.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; } || \
+	  echo "warning: chromium not installed; the page test will fail" >&2
+
+test: install browser
+	$(BIN)/python -m pytest
+
+bench: install
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf out $(LEADERBOARD_OUT) .pytest_cache

@@ -1,0 +1,7 @@
+"""Subcommands of craftmd.analysis (registered by craftmd.cli)."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    """Add this room's subcommands to the `craftmd` parser."""

@@ -1,0 +1,57 @@
+"""The ``craftmd`` command: a thin layer, one subcommand per job.
+
+Each room registers its subcommands in its own ``cli.py`` (``register(subparsers)``);
+a subcommand's handler parses nothing itself and calls one function of its room.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from craftmd import CraftMDError, __version__
+
+ROOMS = (
+    "craftmd.dataset_builder.cli",
+    "craftmd.generation.cli",
+    "craftmd.scoring.cli",
+    "craftmd.analysis.cli",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="craftmd",
+        description=(
+            "CRAFT-MD: build the benchmark dataset from the pinned upstream source, generate or "
+            "ingest model conversations into frozen releases, grade them, and regenerate the "
+            "leaderboard. Each subcommand has its own --help."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"craftmd {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for room in ROOMS:
+        importlib.import_module(room).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result = args.func(args)
+    except CraftMDError as exc:
+        if args.debug:
+            raise
+        print(f"craftmd {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"craftmd {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""Reading a built CRAFT-MD dataset folder (what ``craftmd build --out DIR`` writes).
+
+The folder is a Hugging Face dataset repo: ``{config}/{split}-00000-of-00001.parquet``
+per config plus a ``README.md`` card. ``datasets.load_dataset(DIR, CONFIG)`` reads it;
+inside the package we read the parquet directly (same bytes, no arrow cache).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from craftmd import CraftMDError
+
+SPLIT = "test"
+TEXT_CONFIGS = ("medqa_usmle", "derm_public", "derm_private", "all")
+CONFIGS = TEXT_CONFIGS + ("nejm_image", "diagnoses")
+
+
+def config_file(dataset_dir: Path | str, config: str, split: str = SPLIT) -> Path:
+    return Path(dataset_dir) / config / f"{split}-00000-of-00001.parquet"
+
+
+def load_config(dataset_dir: Path | str, config: str = "all") -> pl.DataFrame:
+    """One config of a built dataset as a polars DataFrame."""
+    if config not in CONFIGS:
+        raise CraftMDError(f"unknown config {config!r}; known: {', '.join(CONFIGS)}")
+    path = config_file(dataset_dir, config)
+    if not path.exists():
+        raise CraftMDError(f"{dataset_dir}: no config {config!r} (expected {path}); run `craftmd build` first")
+    return pl.read_parquet(path)

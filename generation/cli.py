@@ -1,0 +1,7 @@
+"""Subcommands of craftmd.generation (registered by craftmd.cli)."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    """Add this room's subcommands to the `craftmd` parser."""

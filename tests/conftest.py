@@ -1,0 +1,40 @@
+"""Shared fixtures: the pinned source, a dataset built from it, and upstream releases.
+
+Each is made once per test session from ../shared/sources (or $CRAFTMD_SOURCE).
+Rooms add their own fixtures in their test modules; fixtures used by several rooms
+live here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from craftmd.source import Source, default_location
+
+
+@pytest.fixture(scope="session")
+def source() -> Source:
+    loc = default_location()
+    if loc.startswith("http"):
+        pytest.fail("the pinned source is not beside the checkout (../shared/sources); set CRAFTMD_SOURCE")
+    return Source(loc)
+
+
+@pytest.fixture(scope="session")
+def dataset_dir(source, tmp_path_factory):
+    """The full dataset built from the pinned source (all configs)."""
+    from craftmd.dataset_builder.build import build_dataset
+
+    out = tmp_path_factory.mktemp("dataset") / "data"
+    build_dataset(source, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def releases_dir(source, dataset_dir, tmp_path_factory):
+    """Every upstream model ingested into a frozen, graded release."""
+    from craftmd.generation.ingest import ingest
+
+    out = tmp_path_factory.mktemp("releases")
+    ingest(source, dataset_dir, out)
+    return out
