@@ -1,0 +1,94 @@
+"""The request cache: every request and what the model said, on disk, forever.
+
+The cache *is* the record of what a model said: it never expires, and a re-run over a
+full cache makes no call. One SQLite file, WAL journal, one row per request committed
+as soon as the answer arrives, so a run killed with ``kill -9`` loses at most the calls
+in flight. Only answers worth keeping are stored (``ok`` and ``refusal``); errors are
+retried by the next run. API keys never reach it: the key is built from the provider,
+the model, the messages and the sampling settings only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from pathlib import Path
+
+from craftmd import CraftMDError
+
+from .models.base import Completion, Message, Sampling
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS requests (
+    key TEXT PRIMARY KEY,
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    request TEXT NOT NULL,     -- JSON: messages and sampling
+    response TEXT NOT NULL     -- JSON: the Completion
+)
+"""
+
+
+def canonical(obj) -> str:
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def request_key(provider: str, model: str, messages: list[Message], sampling: Sampling) -> str:
+    """sha256 over provider, model, messages and sampling (canonical JSON)."""
+    payload = canonical({"provider": provider, "model": model, "messages": messages, "sampling": sampling.to_dict()})
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+class RequestCache:
+    """A SQLite request cache, safe for concurrent asyncio tasks, threads and processes."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")  # durable against a killed process
+            self._db.execute(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise CraftMDError(f"{self.path}: not a usable request cache ({exc})") from None
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Completion | None:
+        with self._lock:
+            row = self._db.execute("SELECT response FROM requests WHERE key = ?", (key,)).fetchone()
+        return Completion.from_dict(json.loads(row[0])) if row else None
+
+    def put(self, key: str, provider: str, model: str, messages: list[Message], sampling: Sampling, completion: Completion) -> None:
+        request = canonical({"messages": messages, "sampling": sampling.to_dict()})
+        with self._lock:
+            self._db.execute(
+                "INSERT OR IGNORE INTO requests (key, provider, model, request, response) VALUES (?, ?, ?, ?, ?)",
+                (key, provider, model, request, canonical(completion.to_dict())),
+            )
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT count(*) FROM requests").fetchone()[0]
+
+    def requests(self) -> list[dict]:
+        """Every cached request as {provider, model, messages, sampling, response}."""
+        with self._lock:
+            rows = self._db.execute("SELECT provider, model, request, response FROM requests ORDER BY key").fetchall()
+        out = []
+        for provider, model, req, resp in rows:
+            r = json.loads(req)
+            out.append({"provider": provider, "model": model, **r, "response": json.loads(resp)})
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> RequestCache:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

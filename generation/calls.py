@@ -1,0 +1,169 @@
+"""Calling a model: cache first, bounded concurrency, capped retries, counters.
+
+``Caller(model, cache)`` is the one door every request goes through. A cached answer
+is returned without a call. Otherwise the request waits for a slot (a semaphore of
+``concurrency``), and a transient failure (429, 5xx, timeout, dropped connection) is
+retried with exponential backoff and full jitter, at most ``max_retries`` times; then
+it is recorded as a failure (status ``error``), never retried forever. A refusal or a
+content-filter block is an answer (status ``refusal``) and is cached as such.
+
+For a provider that batches (``model.batches``, vLLM offline), requests arriving from
+concurrent tasks are gathered for a moment and sent as one ``chat_many`` call, so every
+active conversation's next turn goes to the engine together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+
+from .cache import RequestCache, request_key
+from .models.base import ChatModel, Completion, Message, Sampling, TransientError
+
+
+@dataclass
+class Counters:
+    calls: int = 0  # requests answered by the model (not the cache)
+    cache_hits: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    retries: int = 0
+    failures: int = 0  # requests that ended as status error
+    refusals: int = 0
+    in_flight: int = 0
+    peak_in_flight: int = 0
+    batches: list[int] = field(default_factory=list)
+
+
+class Caller:
+    def __init__(
+        self,
+        model: ChatModel,
+        cache: RequestCache | None,
+        *,
+        concurrency: int = 8,
+        max_retries: int = 6,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        seed: int = 0,
+    ):
+        self.model = model
+        self.cache = cache
+        self.concurrency = concurrency
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.counters = Counters()
+        self._rng = random.Random(seed)  # jitter only; never affects what is generated
+        self._sem: asyncio.Semaphore | None = None
+        self._pending: dict[str, asyncio.Future] = {}  # identical requests in flight share one call
+        self._queue: list[tuple[list[Message], Sampling, asyncio.Future]] = []
+        self._flush: asyncio.Task | None = None
+        self._batch_lock: asyncio.Lock | None = None
+
+    # Counters, readable as attributes (calls, cache_hits, tokens_in, tokens_out, retries, failures).
+    def __getattr__(self, name):
+        counters = self.__dict__.get("counters")
+        if counters is not None and name in Counters.__dataclass_fields__:
+            return getattr(counters, name)
+        raise AttributeError(name)
+
+    async def __call__(self, messages: list[Message], sampling: Sampling) -> Completion:
+        key = request_key(self.model.provider, self.model.model, messages, sampling)
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.counters.cache_hits += 1
+                return hit
+        if key in self._pending:
+            return await asyncio.shield(self._pending[key])
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[key] = fut
+        try:
+            result = await (self._batched(messages, sampling) if self.model.batches else self._single(messages, sampling))
+            if result.status in ("ok", "refusal") and self.cache is not None:
+                self.cache.put(key, self.model.provider, self.model.model, messages, sampling, result)
+            fut.set_result(result)
+            return result
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # mark retrieved
+            raise
+        finally:
+            del self._pending[key]
+
+    def _account(self, c: Completion) -> None:
+        self.counters.tokens_in += c.tokens_in
+        self.counters.tokens_out += c.tokens_out
+        if c.status == "error":
+            self.counters.failures += 1
+        else:
+            self.counters.calls += 1
+            if c.status == "refusal":
+                self.counters.refusals += 1
+
+    async def _single(self, messages: list[Message], sampling: Sampling) -> Completion:
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.concurrency)
+        attempt = 0
+        while True:
+            async with self._sem:
+                self.counters.in_flight += 1
+                self.counters.peak_in_flight = max(self.counters.peak_in_flight, self.counters.in_flight)
+                try:
+                    result = await self.model.chat(messages, sampling)
+                    error = None
+                except TransientError as exc:
+                    error = str(exc)
+                finally:
+                    self.counters.in_flight -= 1
+            if error is None:
+                self._account(result)
+                return result
+            if attempt >= self.max_retries:
+                result = Completion(None, "error", None, error=f"gave up after {attempt + 1} attempts: {error}"[:500])
+                self._account(result)
+                return result
+            attempt += 1
+            self.counters.retries += 1
+            # Exponential backoff with full jitter, capped.
+            await asyncio.sleep(self._rng.uniform(0, min(self.max_backoff, self.backoff * 2 ** (attempt - 1))))
+
+    async def _batched(self, messages: list[Message], sampling: Sampling) -> Completion:
+        fut = asyncio.get_running_loop().create_future()
+        self._queue.append((messages, sampling, fut))
+        if self._flush is None or self._flush.done():
+            self._flush = asyncio.ensure_future(self._flush_soon())
+        return await fut
+
+    async def _flush_soon(self) -> None:
+        if self._batch_lock is None:
+            self._batch_lock = asyncio.Lock()
+        async with self._batch_lock:  # one engine call at a time; meanwhile the next batch gathers
+            # Let every runnable task reach its next request before sending the batch.
+            idle = 0
+            while idle < 3:
+                n = len(self._queue)
+                await asyncio.sleep(0)
+                idle = idle + 1 if len(self._queue) == n else 0
+            batch, self._queue = self._queue, []
+            self._flush = None  # requests from now on start the next batch
+            await self._send(batch)
+
+    async def _send(self, batch) -> None:
+        self.counters.batches.append(len(batch))
+        self.counters.in_flight += len(batch)
+        self.counters.peak_in_flight = max(self.counters.peak_in_flight, self.counters.in_flight)
+        try:
+            results = await self.model.chat_many([m for m, _, _ in batch], [s for _, s, _ in batch])
+        except BaseException as exc:
+            for _, _, f in batch:
+                if not f.done():
+                    f.set_exception(exc)
+            raise
+        finally:
+            self.counters.in_flight -= len(batch)
+        for (_, _, f), r in zip(batch, results):
+            self._account(r)
+            f.set_result(r)
