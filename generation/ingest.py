@@ -1,0 +1,341 @@
+"""Upstream results -> frozen releases.
+
+Each upstream ``results/<model>/case_<n>.json`` folder of the pinned source becomes a
+release ``OUT/<model>/`` (see :mod:`craftmd.release`), read once through
+:class:`craftmd.source.Source` and written atomically:
+
+* ``conversations``: the recorded doctor-patient conversation of every trial, as the
+  doctor saw it (the patient speaks as ``user``), text only: GPT-4V's messages carry
+  base64 images, whose text parts are kept and image bytes dropped (``with_image``
+  marks those rows); the summary, the number of doctor turns and how it ended.
+* ``answers``: vignette / multiturn / singleturn / summarized x ``mcq4`` / ``frq`` per
+  trial. A missing answer (``missing``) or one that is not a string (``non_text``)
+  stays a row with a null response, counted in the manifest, never dropped.
+* ``grades``: the MCQ rules ``paper`` and ``strict`` (:mod:`craftmd.scoring.mcq`) on
+  ``mcq4``, and upstream's recorded GPT-4 grader labels on ``frq`` as the grader
+  ``upstream-gpt4`` (1 correct, 0 wrong, -1 no diagnosis). The NEJM Image Challenge
+  cases (``gpt4v``) have no choices in the source, so their MCQ answers are kept but
+  not graded by rule; the manifest says so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+from tqdm import tqdm
+
+from craftmd import CraftMDError
+from craftmd.dataset import config_file, load_config
+from craftmd.release import Manifest, read_release, sha256_file, write_release
+from craftmd.scoring.mcq import grade_mcq
+from craftmd.source import Source
+
+#: Bump when what ingest writes changes; a release of another version is re-ingested.
+INGEST_VERSION = 1
+UPSTREAM_SETTINGS = ("vignette", "multiturn", "singleturn", "summarized")
+UPSTREAM_FORMATS = {"mcq": "mcq4", "frq": "frq"}
+PATIENT_AND_GRADER = "openai/gpt-4-1106-preview"
+
+
+@dataclass(frozen=True)
+class UpstreamModel:
+    release: str  # upstream's folder name, the release id
+    model: str  # provider/model
+    display: str  # the name the paper uses
+    with_image: bool = False  # NEJM Image Challenge cases, image shown to the doctor
+
+
+UPSTREAM_MODELS = {
+    m.release: m
+    for m in (
+        UpstreamModel("gpt4_1106", "openai/gpt-4-1106-preview", "GPT-4"),
+        UpstreamModel("gpt3_1106", "openai/gpt-3.5-turbo-1106", "GPT-3.5"),
+        UpstreamModel("mistral-v1", "mistralai/Mistral-7B-Instruct-v0.1", "Mistral-v1"),
+        UpstreamModel("mistral-v2", "mistralai/Mistral-7B-Instruct-v0.2", "Mistral-v2"),
+        UpstreamModel("llama2-7b", "meta-llama/Llama-2-7b-chat-hf", "LLaMA-2-7b"),
+        UpstreamModel("gpt4v", "openai/gpt-4-vision-preview", "GPT-4V", with_image=True),
+    )
+}
+_FILE = re.compile(r"^results/([^/]+)/(case_\d+)\.json$")
+
+
+def _text(content) -> tuple[str, bool]:
+    """Message content -> (text, had_image). Content parts keep their text, drop images."""
+    if isinstance(content, str):
+        return content, False
+    if isinstance(content, list):
+        texts, image = [], False
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text":
+                texts.append(str(part.get("text", "")))
+            elif isinstance(part, dict) and part.get("type") == "image_url":
+                image = True
+        return "\n".join(texts), image
+    return "" if content is None else str(content), False
+
+
+def _ended(messages: list[dict]) -> str:
+    """How a recorded conversation stopped: the doctor gave a diagnosis, stopped asking, or ran out of turns."""
+    last = next((m["content"] for m in reversed(messages) if m["role"] == "assistant"), None)
+    if last is None:
+        return "no_question"
+    if "final diagnosis" in last.lower():
+        return "final_diagnosis"
+    if "?" not in last:
+        return "no_question"
+    return "max_turns"
+
+
+class _Release:
+    """Columns of one release, filled file by file."""
+
+    def __init__(self, spec: UpstreamModel, cases: dict[str, tuple[list[str], str]]):
+        self.spec = spec
+        self.cases = cases
+        self.conv = {k: [] for k in ("case_id", "trial", "messages", "summary", "n_turns", "ended")}
+        self.ans = {k: [] for k in ("case_id", "trial", "setting", "format", "response", "status")}
+        self.grd = {k: [] for k in ("case_id", "trial", "setting", "format", "grader", "resolved", "resolved_kind", "correct", "detail")}
+        self.n_files = 0
+        self.images_dropped = 0
+        self.status_by_cell: dict[str, Counter] = {}
+
+    def _grade(self, case_id, trial, setting, fmt, grader, resolved, kind, correct, detail=None):
+        g = self.grd
+        g["case_id"].append(case_id)
+        g["trial"].append(trial)
+        g["setting"].append(setting)
+        g["format"].append(fmt)
+        g["grader"].append(grader)
+        g["resolved"].append(resolved)
+        g["resolved_kind"].append(kind)
+        g["correct"].append(correct)
+        g["detail"].append(detail)
+
+    def add(self, path: str, case_id: str, data: bytes) -> None:
+        try:
+            d = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise CraftMDError(f"{path}: not valid JSON ({exc})") from None
+        if not isinstance(d, dict) or d.get("case_id", case_id) != case_id:
+            raise CraftMDError(f"{path}: case_id {d.get('case_id') if isinstance(d, dict) else None!r} does not match the file name")
+        if self.spec.with_image:  # NEJM Image Challenge case ids: no choices in the source
+            choices, answer = None, None
+        elif case_id in self.cases:
+            choices, answer = self.cases[case_id]
+        else:
+            raise CraftMDError(f"{path}: {case_id} is not a case of the dataset")
+        paper_answer = d.get("correct_ans") if isinstance(d.get("correct_ans"), str) else answer
+        trials = sorted(int(k.split("_")[1]) for k in d if re.fullmatch(r"trial_\d+", k))
+        if not trials:
+            raise CraftMDError(f"{path}: no trial_<n> entries")
+        self.n_files += 1
+        for t in trials:
+            rec = d[f"trial_{t}"]
+            if not isinstance(rec, dict):
+                raise CraftMDError(f"{path}: trial_{t} is not an object")
+            self._conversation(path, case_id, t, rec)
+            for setting in UPSTREAM_SETTINGS:
+                for key, fmt in UPSTREAM_FORMATS.items():
+                    raw = rec.get(f"{setting}_{key}")
+                    if isinstance(raw, str) and raw.strip():
+                        response, status = raw, "ok"
+                    elif raw is None or isinstance(raw, str):
+                        response, status = None, "missing"
+                    else:
+                        response, status = None, "non_text"
+                    a = self.ans
+                    a["case_id"].append(case_id)
+                    a["trial"].append(t)
+                    a["setting"].append(setting)
+                    a["format"].append(fmt)
+                    a["response"].append(response)
+                    a["status"].append(status)
+                    self.status_by_cell.setdefault(f"{setting}/{fmt}", Counter())[status] += 1
+                    if fmt == "mcq4":
+                        if choices:  # the NEJM image cases have none: not gradable by rule
+                            for rule in ("paper", "strict"):
+                                target = paper_answer if rule == "paper" else answer
+                                resolved, kind, correct = grade_mcq(response, choices, target, rule)
+                                self._grade(case_id, t, setting, fmt, rule, resolved, kind, correct)
+                    else:
+                        self._upstream_frq(case_id, t, setting, rec)
+
+    def _upstream_frq(self, case_id: str, t: int, setting: str, rec: dict) -> None:
+        ev = rec.get(f"evaluation_{setting}_frq")
+        ex = rec.get(f"extracted_ans_{setting}_frq")
+        ex = ex if isinstance(ex, str) else None
+        if ev == -1 or ev is None or ex is None or ex.strip().lower() == "none":
+            kind, resolved = "none", None
+        elif ex.strip().lower() == "multiple":
+            kind, resolved = "multiple", None
+        else:
+            kind, resolved = "single", ex
+        detail = json.dumps({"evaluation": ev, "extracted_ans": ex}, ensure_ascii=False, sort_keys=True)
+        self._grade(case_id, t, setting, "frq", "upstream-gpt4", resolved, kind, ev == 1, detail)
+
+    def _conversation(self, path: str, case_id: str, t: int, rec: dict) -> None:
+        msgs = rec.get("multiturn_conversation")
+        if msgs is None:
+            return
+        if not isinstance(msgs, list):
+            raise CraftMDError(f"{path}: trial_{t}.multiturn_conversation is not a list of messages")
+        out = []
+        for m in msgs:
+            if not isinstance(m, dict) or "role" not in m:
+                raise CraftMDError(f"{path}: trial_{t}.multiturn_conversation has a malformed message")
+            text, image = _text(m.get("content"))
+            self.images_dropped += image
+            out.append({"role": str(m["role"]), "content": text})
+        summary = rec.get("summarized_conversation")
+        c = self.conv
+        c["case_id"].append(case_id)
+        c["trial"].append(t)
+        c["messages"].append(out)
+        c["summary"].append(summary if isinstance(summary, str) else None)
+        c["n_turns"].append(sum(m["role"] == "assistant" for m in out))
+        c["ended"].append(_ended(out))
+
+    def tables(self) -> dict[str, pa.Table]:
+        img = self.spec.with_image
+        out = {}
+        for name, cols in (("conversations", self.conv), ("answers", self.ans), ("grades", self.grd)):
+            n = len(cols["case_id"])
+            cols = dict(cols, with_image=[img] * n)
+            if name == "conversations":
+                cols["conversation"] = ["standard"] * n
+            out[name] = pa.table(cols)
+        return out
+
+    def manifest(self, source: Source, dataset_sha: str | None) -> Manifest:
+        status = Counter()
+        for c in self.status_by_cell.values():
+            status.update(c)
+        not_ok = {cell: dict(sorted((k, v) for k, v in c.items() if k != "ok")) for cell, c in sorted(self.status_by_cell.items())}
+        not_ok = {cell: v for cell, v in not_ok.items() if v}
+        graders: dict[str, dict] = {}
+        for g, ok in zip(self.grd["grader"], self.grd["correct"]):
+            e = graders.setdefault(g, {"rows": 0, "correct": 0})
+            e["rows"] += 1
+            e["correct"] += bool(ok)
+        notes = {
+            "display_name": self.spec.display,
+            "upstream_folder": f"results/{self.spec.release}/",
+            "ingest_version": INGEST_VERSION,
+            "answers": "Missing or non-text upstream answers are kept as rows with a null response and status "
+            "missing / non_text; every grader counts them wrong.",
+            "mcq": "paper: the correct choice's text (upstream's correct_ans, exactly as recorded) appears in the "
+            "answer, case-insensitively. strict: the answer resolves to exactly one of the four choices.",
+            "frq": "upstream-gpt4: the GPT-4 grader labels recorded upstream (evaluation_*_frq: 1 correct, 0 wrong, "
+            "-1 no diagnosis), with its extracted diagnosis as resolved.",
+            "models": "patient-AI and grader-AI as described in the paper (GPT-4-1106-preview).",
+            "dataset_all_sha256": dataset_sha,
+        }
+        if self.spec.with_image:
+            notes["mcq"] = ("The NEJM Image Challenge cases carry no answer choices in the source, so the MCQ "
+                            "answers are kept but cannot be graded by rule; only FRQ is graded.")
+            notes["coverage"] = "Only 33 of the 76 GPT-4V result files are in the pinned source."
+            notes["images"] = f"{self.images_dropped} image parts dropped from the messages (base64 bytes); text kept."
+            if graders.get("upstream-gpt4", {}).get("correct", 1) == 0:
+                notes["frq_labels"] = "Every recorded upstream-gpt4 label in these files is 0."
+        return Manifest(
+            release=self.spec.release,
+            kind="upstream",
+            model=self.spec.model,
+            source=source.describe(),
+            models={"doctor": self.spec.model, "patient": PATIENT_AND_GRADER, "grader": PATIENT_AND_GRADER},
+            counts={
+                "cases": self.n_files,
+                "conversations": len(self.conv["case_id"]),
+                "answers": len(self.ans["case_id"]),
+                "answers_by_status": dict(sorted(status.items())),
+                "answers_not_ok": not_ok,
+                "grades": dict(sorted(graders.items())),
+            },
+            notes=notes,
+        )
+
+
+def _valid_existing(path: Path, source: Source, dataset_sha: str | None) -> bool:
+    """An already-ingested release of this source, ingest version and dataset."""
+    try:
+        rel = read_release(path)
+    except CraftMDError:
+        return False
+    m = rel.manifest
+    return (
+        m.kind == "upstream"
+        and m.source.get("content_sha256") == source.content_sha256
+        and m.notes.get("ingest_version") == INGEST_VERSION
+        and m.notes.get("dataset_all_sha256") == dataset_sha
+        and rel.has("grades")
+    )
+
+
+def ingest(
+    source: Source,
+    dataset_dir: Path | str,
+    out_dir: Path | str,
+    models: list[str] | None = None,
+    progress: bool = True,
+    *,
+    overwrite: bool = False,
+    skip_existing: bool = False,
+) -> list[Path]:
+    """Ingest upstream ``results/<model>/`` folders into releases ``out_dir/<model>/``.
+
+    ``models`` defaults to every upstream model. An existing release is an error unless
+    ``overwrite`` (replace it) or ``skip_existing`` (keep it when it is a valid ingest of
+    the same source and dataset; re-ingest it otherwise). Returns the release paths.
+    """
+    out_dir = Path(out_dir)
+    models = list(UPSTREAM_MODELS) if models is None else list(models)
+    unknown = [m for m in models if m not in UPSTREAM_MODELS]
+    if unknown:
+        raise CraftMDError(f"unknown upstream model(s) {unknown}; known: {', '.join(UPSTREAM_MODELS)}")
+    all_file = config_file(dataset_dir, "all")
+    dataset_sha = sha256_file(all_file) if all_file.exists() else None
+    ds = load_config(dataset_dir, "all")
+    cases = {r["case_id"]: (list(r["choices"]), r["answer"]) for r in ds.select("case_id", "choices", "answer").iter_rows(named=True)}
+
+    todo, paths = [], {}
+    for m in models:
+        dest = out_dir / m
+        paths[m] = dest
+        if dest.exists():
+            if skip_existing and _valid_existing(dest, source, dataset_sha):
+                continue
+            if not (overwrite or skip_existing):
+                raise CraftMDError(f"{dest} exists (pass --overwrite to replace it)")
+        todo.append(m)
+    if not todo:
+        return [paths[m] for m in models]
+
+    expected = {m: len(source.pinned([f"results/{m}/*.json"])) for m in todo}
+    builders = {m: _Release(UPSTREAM_MODELS[m], cases) for m in todo}
+    bar = tqdm(total=sum(expected.values()), desc="ingest", unit="file", disable=not progress, file=None)
+    try:
+        for f in source.iter_files([f"results/{m}/*.json" for m in todo]):
+            match = _FILE.match(f.path)
+            if not match:
+                continue
+            m, case_id = match.groups()
+            b = builders[m]
+            b.add(f.path, case_id, f.data)
+            bar.update(1)
+            if b.n_files == expected[m]:
+                bar.set_postfix_str(f"writing {m}")
+                write_release(paths[m], b.manifest(source, dataset_sha), b.tables(), overwrite=True)
+                del builders[m]
+    finally:
+        bar.close()
+    if builders:  # iter_files raises on a missing pinned file; this guards a pin/source mismatch
+        raise CraftMDError(f"incomplete upstream results for {sorted(builders)}")
+    return [paths[m] for m in models]
+
+
+__all__ = ["ingest", "UPSTREAM_MODELS", "INGEST_VERSION"]
