@@ -1,0 +1,146 @@
+"""The paper's expert figures, recomputed from upstream's annotation files.
+
+``results/expert_annotations/`` of the pinned source holds:
+
+* ``validation_clinicalllm_patientai_d1.xlsx`` and ``_d2.xlsx`` — two dermatologists'
+  yes/no answers, one sheet per model (GPT-4, GPT-3.5, LLaMA2, Mistral-v2), Q1 "is it
+  possible to reach one most likely diagnosis based on the conversation?", Q2 "does the
+  conversation cover all the key information in the vignette (excluding physical exam and
+  lab results)?", Q3 "is the patient-LLM using medical terminology?"; each rated 30
+  conversations per model, 15 of them in common;
+* ``validation_clinicallm_patientai_tiebreak_d3.xlsx`` — a third dermatologist's answers
+  where the two disagreed;
+* ``validation_graderai.csv`` — per Dermatology case (columns ``case_0..case_316`` = the
+  Dermatology cases of ``data/usmle_and_derm_dataset.csv`` in file order), the GPT-4
+  grader's extracted vignette-FRQ answers per trial, the correct answer, and
+  ``dermatologist_accuracy``: how many of the 5 trials a dermatologist judged correct.
+
+All four go through :func:`craftmd.scoring.review.read_review_files` and
+:func:`~craftmd.scoring.review.summarise`, the code path of ``craftmd review import``, with
+Q1→``doctor_one_dx``, Q2→``doctor_history``, Q3→``patient_terminology``. The grader's
+per-trial verdicts are the recorded ``evaluation_vignette_frq`` labels of
+``results/gpt4_1106``.
+
+The published grader–dermatologist agreement, 93.35 %, is reproduced exactly by
+``1 − Σ|grader's correct trials − dermatologist's count| / (5 × cases)`` over the 310 cases
+with a count (1,447 of 1,550 trials): the per-trial agreement when trials are matched
+as favourably as the counts allow (see ``review.grader_count_agreement``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+from craftmd import CraftMDError
+
+ANNOTATIONS = "results/expert_annotations/"
+#: Rater order: the two dermatologists, then the tie-breaker.
+AGENT_FILES = (
+    ANNOTATIONS + "validation_clinicalllm_patientai_d1.xlsx",
+    ANNOTATIONS + "validation_clinicalllm_patientai_d2.xlsx",
+    ANNOTATIONS + "validation_clinicallm_patientai_tiebreak_d3.xlsx",
+)
+GRADER_FILE = ANNOTATIONS + "validation_graderai.csv"
+DATASET_CSV = "data/usmle_and_derm_dataset.csv"
+GRADER_RESULTS = "results/gpt4_1106/{case_id}.json"
+#: Upstream sheet name -> upstream results folder (release id of the ingested model).
+SHEET_RELEASES = {"GPT-4": "gpt4_1106", "GPT-3.5": "gpt3_1106", "LLaMA2": "llama2-7b", "Mistral-v2": "mistral-v2"}
+PUBLISHED_GRADER_AGREEMENT_PCT = 93.35
+
+
+def _dataset_frame(data: bytes):
+    import polars as pl
+
+    try:
+        return pl.read_csv(io.BytesIO(data), infer_schema_length=0)
+    except pl.exceptions.PolarsError as exc:
+        raise CraftMDError(f"{DATASET_CSV}: unreadable ({exc})") from None
+
+
+def upstream_derm_cases(source, data: bytes | None = None) -> list[tuple[str, str]]:
+    """(case_id, answer) of the source's Dermatology cases, in file order."""
+    import polars as pl
+
+    df = _dataset_frame(data if data is not None else source.read(DATASET_CSV))
+    derm = df.filter(pl.col("category") == "Dermatology").select("case_id", "answer")
+    return [(c, a) for c, a in derm.iter_rows()]
+
+
+def upstream_grader_labels(source, case_ids: list[str]) -> dict[tuple[str, int], dict]:
+    """(case_id, trial) -> {correct, extracted}: GPT-4's recorded vignette-FRQ verdicts."""
+    paths = {GRADER_RESULTS.format(case_id=c): c for c in case_ids}
+    labels: dict[tuple[str, int], dict] = {}
+    for f in source.iter_files(sorted(paths)):
+        case_id = paths[f.path]
+        try:
+            rec = json.loads(f.data)
+        except json.JSONDecodeError as exc:
+            raise CraftMDError(f"{f.path}: unreadable JSON ({exc})") from None
+        for t in range(5):
+            trial = rec.get(f"trial_{t}") or {}
+            ev = trial.get("evaluation_vignette_frq")
+            ex = trial.get("extracted_ans_vignette_frq")
+            labels[(case_id, t)] = {"correct": ev == 1, "extracted": ex if isinstance(ex, str) else None}
+    return labels
+
+
+def upstream_expert_results(source) -> dict:
+    """Every expert figure recomputed from the pinned source (the ``review import`` path)."""
+    from craftmd.scoring.review import read_review_files, summarise
+
+    files = source.read_files([*AGENT_FILES, GRADER_FILE, DATASET_CSV])
+    derm = upstream_derm_cases(source, files[DATASET_CSV])
+    known = set(_dataset_frame(files[DATASET_CSV])["case_id"].to_list())
+    blobs = [(p.rsplit("/", 1)[1], files[p]) for p in (*AGENT_FILES, GRADER_FILE)]
+    inp = read_review_files(blobs, known_case_ids=known, derm_cases=derm)
+    labels = upstream_grader_labels(source, [c.case_id for c in inp.counts])
+    results = summarise(inp, labels)
+    results["source"] = source.describe()
+    results["sheet_releases"] = SHEET_RELEASES
+    results["published"] = {"grader_agreement_pct": PUBLISHED_GRADER_AGREEMENT_PCT}
+    return results
+
+
+def upstream_expert_audit(source) -> dict:
+    """The audit dict of the recomputed expert figures (for the leaderboard)."""
+    from craftmd.scoring.review import review_audit
+
+    res = upstream_expert_results(source)
+    gc = res["grader_counts"]
+    kappa = {r["question"]: r["kappa"] for r in res["interrater"] if r["model"] == "all"}
+    share = {(r["model"], r["question"]): r["share_pct"] for r in res["shares"]}
+    models = sorted({r["model"] for r in res["shares"] if r["model"] != "all"})
+    intro = (
+        f"Recomputed from the dermatologists' annotations published with CRAFT-MD (commit {res['source']['commit'][:12]}). "
+        f"**Grader-AI vs dermatologists**: {gc['agreement_pct']} % agreement over {gc['cases']} dermatology cases × 5 trials "
+        f"(vignette, free response; published {PUBLISHED_GRADER_AGREEMENT_PCT} %), defined as 1 − Σ|grader's correct trials − "
+        f"dermatologist's count| / (5 × cases); counts equal in {gc['count_equal_pct']} % of cases; Spearman ρ = {gc['spearman_rho']}. "
+        f"**Conversations** (two dermatologists, 15 shared per model, a third breaking ties): "
+        + "; ".join(
+            f"{m}: one diagnosis possible {share.get((m, 'doctor_one_dx'))} %, key history covered "
+            f"{share.get((m, 'doctor_history'))} %, patient-AI used medical terms {share.get((m, 'patient_terminology'))} %"
+            for m in models
+        )
+        + ". Inter-rater Cohen's kappa: "
+        + ", ".join(f"{q} {k}" for q, k in kappa.items())
+        + ". Upstream's sheets ask no separate question on the patient-AI's completeness or grounding; "
+        "Q2 (key information covered) measures the completeness of the conversation as a whole."
+    )
+    return review_audit(res, audit_id="expert-upstream", title="Expert validation (paper's annotations, recomputed)", intro=intro)
+
+
+def write_upstream_expert_audit(source, audits_dir) -> "Path":  # noqa: F821
+    from pathlib import Path
+
+    from craftmd.scoring.review import _atomic_write
+
+    audit = upstream_expert_audit(source)
+    d = Path(audits_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{audit['id']}.json"
+    _atomic_write(path, (json.dumps(audit, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode())
+    return path
+
+
+__all__ = ["upstream_expert_audit", "upstream_expert_results", "upstream_derm_cases", "upstream_grader_labels", "write_upstream_expert_audit"]

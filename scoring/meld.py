@@ -1,0 +1,416 @@
+"""MELD: does a model know the benchmark's vignettes by heart?
+
+The paper's contamination check (Extended Data Fig. 1c): each vignette is cut in two,
+the model is given the first half with the prompt in ``prompts/meld.txt`` ("... Generate
+the second half of the case vignette ... Generate only {word_count} words.") and its
+completion is compared with the true second half. A case whose completion is at least
+:data:`THRESHOLD` similar to the truth is flagged as likely memorised.
+
+Definitions (each lives here, once):
+
+* **split** ``chars`` (default, the paper's rule): cut at the space nearest to the
+  character midpoint of the vignette (ties go to the earlier space); ``words``: the first
+  ``floor(n/2)`` whitespace-separated words. Both halves are stripped.
+* **word count** sent to the model: the number of whitespace-separated words of the
+  first half (the paper's choice; the halves are about equal).
+* **similarity**: ``1 - Levenshtein.distance(truth, completion) / max(len(truth),
+  len(completion))`` over characters (python-Levenshtein), i.e. one minus the
+  length-normalised edit distance the paper computed. Not ``Levenshtein.ratio``, which
+  normalises an insert/delete distance by the sum of the lengths. Two empty strings
+  are 1.0. A failed request (status != ok) has no similarity and is never flagged; it
+  is counted as failed in the summary.
+
+``run_meld`` writes a folder (atomically) with ``similarities.parquet``, ``summary.json``
+and ``similarity_hist.png``; :func:`meld_audit` turns it into the leaderboard's audit dict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import Levenshtein
+import polars as pl
+
+from craftmd import CraftMDError
+
+PROMPT_FILE = Path(__file__).resolve().parent / "prompts" / "meld.txt"
+THRESHOLD = 0.95
+SPLITS = ("chars", "words")
+#: The per-source configs; ``all`` would repeat them.
+DEFAULT_CONFIGS = ("medqa_usmle", "derm_public", "derm_private")
+SIMILARITY_DEFINITION = "1 - Levenshtein.distance(truth, completion) / max(len(truth), len(completion))"
+
+SIMILARITIES = "similarities.parquet"
+SUMMARY = "summary.json"
+FIGURE = "similarity_hist.png"
+
+
+# -- the pure parts ---------------------------------------------------------------
+def count_words(text: str) -> int:
+    """Whitespace-separated words."""
+    return len(text.split())
+
+
+def split_halves(text: str, how: str = "chars") -> tuple[str, str]:
+    """The vignette's first and second half (see the module doc for the two rules)."""
+    if how == "words":
+        words = text.split()
+        k = len(words) // 2
+        return " ".join(words[:k]), " ".join(words[k:])
+    if how != "chars":
+        raise CraftMDError(f"unknown MELD split {how!r}; use one of {', '.join(SPLITS)}")
+    mid = len(text) // 2
+    after = text.find(" ", mid)
+    before = text.rfind(" ", 0, mid)
+    forward = after if after != -1 else len(text)
+    backward = before if before != -1 else 0
+    cut = forward if (forward - mid) < (mid - backward) else backward
+    return text[:cut].strip(), text[cut:].strip()
+
+
+def similarity(truth: str, completion: str) -> float:
+    """One minus the character edit distance normalised by the longer string."""
+    longest = max(len(truth), len(completion))
+    if longest == 0:
+        return 1.0
+    return 1.0 - Levenshtein.distance(truth, completion) / longest
+
+
+def prompt_template() -> str:
+    try:
+        return PROMPT_FILE.read_text(encoding="utf-8").rstrip("\n")
+    except OSError as exc:
+        raise CraftMDError(f"cannot read the MELD prompt {PROMPT_FILE}: {exc}") from None
+
+
+def prompt_sha256() -> str:
+    return hashlib.sha256(PROMPT_FILE.read_bytes()).hexdigest()
+
+
+def meld_prompt(first_half: str, word_count: int, template: str | None = None) -> str:
+    return (template or prompt_template()).format(word_count=word_count, first_half=first_half)
+
+
+@dataclass(frozen=True)
+class MeldCase:
+    case_id: str
+    config: str
+    first_half: str
+    second_half: str
+    word_count: int
+
+    def messages(self, template: str, role: str = "system") -> list[dict]:
+        return [{"role": role, "content": meld_prompt(self.first_half, self.word_count, template)}]
+
+
+def meld_cases(
+    dataset_dir: Path | str,
+    configs: tuple[str, ...] | list[str] = DEFAULT_CONFIGS,
+    cases: list[str] | None = None,
+    limit: int | None = None,
+    split: str = "chars",
+) -> list[MeldCase]:
+    """The cases of ``configs`` (optionally only ``cases``, or the first ``limit`` per config), halved."""
+    from craftmd.dataset import TEXT_CONFIGS, load_config
+    from craftmd.release import case_number
+
+    if split not in SPLITS:
+        raise CraftMDError(f"unknown MELD split {split!r}; use one of {', '.join(SPLITS)}")
+    bad = [c for c in configs if c not in TEXT_CONFIGS]
+    if bad:
+        raise CraftMDError(f"MELD needs text configs; {bad} is not one of {', '.join(TEXT_CONFIGS)}")
+    if limit is not None and limit < 1:
+        raise CraftMDError("--limit must be at least 1")
+    wanted = set(cases) if cases else None
+    out: list[MeldCase] = []
+    seen: set[str] = set()
+    for config in configs:
+        df = load_config(dataset_dir, config).select("case_id", "vignette")
+        rows = sorted(df.iter_rows(), key=lambda r: case_number(r[0]))
+        if wanted is not None:
+            rows = [r for r in rows if r[0] in wanted]
+        if limit is not None:
+            rows = rows[:limit]
+        for case_id, vignette in rows:
+            if not vignette or not vignette.strip():
+                raise CraftMDError(f"{config}/{case_id}: empty vignette")
+            first, second = split_halves(vignette, split)
+            out.append(MeldCase(case_id, config, first, second, count_words(first)))
+            seen.add(case_id)
+    if wanted is not None:
+        unknown = sorted(wanted - seen, key=case_number)
+        if unknown:
+            more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+            raise CraftMDError(f"case {unknown[0]}{more} is not in configs {list(configs)}")
+    if not out:
+        raise CraftMDError("no cases to test")
+    return out
+
+
+# -- running ----------------------------------------------------------------------
+async def _complete_all(caller, cases: list[MeldCase], template: str, sampling, role: str, progress: bool):
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(cases), desc="meld", unit="case", disable=not progress, file=None)
+
+    async def one(c: MeldCase):
+        try:
+            return await caller(c.messages(template, role), sampling)
+        finally:
+            bar.update(1)
+
+    try:
+        return await asyncio.gather(*(one(c) for c in cases))
+    finally:
+        bar.close()
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")
+
+
+def _write_outputs(tmp: Path, table: pl.DataFrame, summary: dict, threshold: float) -> None:
+    table.write_parquet(tmp / SIMILARITIES, compression="zstd", compression_level=9, statistics=True)
+    (tmp / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    plot_histogram(table, tmp / FIGURE, summary["model"], threshold)
+
+
+def plot_histogram(table: pl.DataFrame, path: Path, model: str, threshold: float = THRESHOLD) -> None:
+    """Similarity histogram per config with the flagging threshold (cf. Extended Data Fig. 1c)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    bins = np.linspace(0.0, 1.0, 41)
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=120)
+    ok = table.filter(pl.col("similarity").is_not_null())
+    configs = sorted(ok["config"].unique().to_list())
+    data = [ok.filter(pl.col("config") == c)["similarity"].to_numpy() for c in configs]
+    if data:
+        ax.hist(data, bins=bins, stacked=True, label=configs, edgecolor="white", linewidth=0.4)
+    ax.axvline(threshold, color="black", linestyle="--", linewidth=1)
+    ax.text(threshold, ax.get_ylim()[1] * 0.95, f" {threshold:.2f}", ha="left", va="top", fontsize=8)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("similarity of completion to the true second half (1 − normalised edit distance)")
+    ax.set_ylabel("cases")
+    ax.set_title(f"MELD: {model}", fontsize=10)
+    if configs:
+        ax.legend(fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata={"Software": None})
+    plt.close(fig)
+
+
+def summarise(table: pl.DataFrame, threshold: float = THRESHOLD) -> dict:
+    """Per config and overall: cases, failures, flagged count and share, similarity mean/median/max."""
+
+    def stats(df: pl.DataFrame) -> dict:
+        ok = df.filter(pl.col("similarity").is_not_null())
+        n_ok = ok.height
+        flagged = int(df["flagged"].sum())
+        sims = ok["similarity"]
+        return {
+            "n": df.height,
+            "n_ok": n_ok,
+            "n_failed": df.height - n_ok,
+            "n_flagged": flagged,
+            "share_flagged": round(flagged / n_ok, 6) if n_ok else None,
+            "mean_similarity": round(float(sims.mean()), 6) if n_ok else None,
+            "median_similarity": round(float(sims.median()), 6) if n_ok else None,
+            "max_similarity": round(float(sims.max()), 6) if n_ok else None,
+        }
+
+    per = {c: stats(table.filter(pl.col("config") == c)) for c in sorted(table["config"].unique().to_list())}
+    return {"configs": per, "overall": stats(table)}
+
+
+def run_meld(
+    dataset_dir: Path | str,
+    model: str,
+    out: Path | str,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    configs: tuple[str, ...] | list[str] = DEFAULT_CONFIGS,
+    cases: list[str] | None = None,
+    limit: int | None = None,
+    cache: Path | str | None = None,
+    split: str = "chars",
+    role: str = "system",
+    temperature: float = 0.0,
+    max_tokens: int = 1024,
+    seed: int = 0,
+    concurrency: int = 8,
+    threshold: float = THRESHOLD,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> Path:
+    """Run MELD for ``model`` over the dataset and write the result folder ``out`` atomically."""
+    from craftmd.generation.cache import RequestCache
+    from craftmd.generation.calls import Caller
+    from craftmd.generation.models import Sampling, get_model
+
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
+    if role not in ("system", "user"):
+        raise CraftMDError(f"--role must be system or user, not {role!r}")
+    if not 0.0 < threshold <= 1.0:
+        raise CraftMDError(f"threshold {threshold} must be in (0, 1]")
+    todo = meld_cases(dataset_dir, tuple(configs), cases, limit, split)
+    template = prompt_template()
+    sampling = Sampling(temperature=temperature, top_p=1.0, max_tokens=max_tokens, seed=seed)
+    chat = get_model(model, base_url=base_url, api_key=api_key)
+    request_cache = RequestCache(Path(cache)) if cache else None
+    caller = Caller(chat, request_cache, concurrency=concurrency)
+
+    async def go():
+        try:
+            await chat.check()
+            return await _complete_all(caller, todo, template, sampling, role, progress)
+        finally:
+            await chat.aclose()
+
+    try:
+        completions = asyncio.run(go())
+    finally:
+        if request_cache is not None:
+            request_cache.close()
+    rows = []
+    for c, comp in zip(todo, completions):
+        ok = comp.status == "ok" and isinstance(comp.text, str)
+        sim = similarity(c.second_half, comp.text) if ok else None
+        rows.append(
+            {
+                "case_id": c.case_id,
+                "config": c.config,
+                "word_count": c.word_count,
+                "first_half": c.first_half,
+                "second_half": c.second_half,
+                "completion": comp.text if ok else None,
+                "status": comp.status if comp.status != "ok" or ok else "error",
+                "error": comp.error,
+                "similarity": sim,
+                "flagged": bool(sim is not None and sim >= threshold),
+            }
+        )
+    schema = {
+        "case_id": pl.String, "config": pl.String, "word_count": pl.Int32, "first_half": pl.String,
+        "second_half": pl.String, "completion": pl.String, "status": pl.String, "error": pl.String,
+        "similarity": pl.Float64, "flagged": pl.Boolean,
+    }  # fmt: skip
+    table = pl.DataFrame(rows, schema=schema)
+    summary = {
+        "model": chat.name,
+        "prompt": {"file": "scoring/prompts/meld.txt", "sha256": prompt_sha256(), "role": role},
+        "sampling": sampling.to_dict(),
+        "split": split,
+        "word_count": "whitespace-separated words of the first half",
+        "similarity": SIMILARITY_DEFINITION,
+        "threshold": threshold,
+        "calls": {k: getattr(caller, k, None) for k in ("calls", "cache_hits", "retries", "failures", "tokens_in", "tokens_out")},
+        **summarise(table, threshold),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        _write_outputs(tmp, table, summary, threshold)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+# -- the leaderboard's view ------------------------------------------------------------
+def read_summary(meld_dir: Path | str) -> dict:
+    path = Path(meld_dir) / SUMMARY
+    if not path.exists():
+        raise CraftMDError(f"{meld_dir}: not a MELD run (no {SUMMARY}); run `craftmd meld` first")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise CraftMDError(f"{path}: unreadable ({exc})") from None
+
+
+def meld_audit(meld_dir: Path | str) -> dict:
+    """The audit dict of one MELD run (figure path relative to ``meld_dir``)."""
+    s = read_summary(meld_dir)
+    model = s["model"]
+    rows = []
+    for name, st in [*sorted(s["configs"].items()), ("all", s["overall"])]:
+        share = st["share_flagged"]
+        rows.append([
+            name, st["n"], st["n_failed"], st["n_flagged"],
+            None if share is None else round(100 * share, 2),
+            st["mean_similarity"], st["max_similarity"],
+        ])  # fmt: skip
+    o = s["overall"]
+    share = "n/a" if o["share_flagged"] is None else f"{100 * o['share_flagged']:.2f} %"
+    desc = (
+        f"Contamination check (MELD) of **{model}**: given the first half of each vignette and asked to "
+        f"write the second half, the model's completion is compared with the true second half. "
+        f"Similarity = {s['similarity']}; a case with similarity ≥ {s['threshold']} is flagged as likely memorised. "
+        f"{o['n_flagged']} of {o['n_ok']} cases flagged ({share}); {o['n_failed']} requests failed. "
+        f"Split rule: {s['split']}; prompt sha256 {s['prompt']['sha256'][:12]}; sampling {json.dumps(s['sampling'], sort_keys=True)}."
+    )
+    figures = [FIGURE] if (Path(meld_dir) / FIGURE).exists() else []
+    return {
+        "id": f"meld-{_slug(model)}",
+        "title": f"Contamination (MELD): {model}",
+        "description": desc,
+        "tables": [{
+            "name": "Cases flagged as likely memorised, per config",
+            "columns": ["config", "cases", "failed", "flagged", "flagged %", "mean similarity", "max similarity"],
+            "rows": rows,
+        }],  # fmt: skip
+        "figures": figures,
+    }
+
+
+def write_meld_audit(meld_dir: Path | str, audits_dir: Path | str) -> Path:
+    """Write ``<audits_dir>/<id>.json`` with its figure copied beside it as ``<id>.png``."""
+    audit = meld_audit(meld_dir)
+    audits_dir = Path(audits_dir)
+    audits_dir.mkdir(parents=True, exist_ok=True)
+    if audit["figures"]:
+        fig = f"{audit['id']}.png"
+        _atomic_bytes(audits_dir / fig, (Path(meld_dir) / audit["figures"][0]).read_bytes())
+        audit["figures"] = [fig]
+    path = audits_dir / f"{audit['id']}.json"
+    _atomic_bytes(path, (json.dumps(audit, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode())
+    return path
+
+
+def _atomic_bytes(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+__all__ = [
+    "THRESHOLD", "count_words", "split_halves", "similarity", "meld_prompt", "meld_cases",
+    "run_meld", "summarise", "meld_audit", "write_meld_audit", "plot_histogram",
+]  # fmt: skip
