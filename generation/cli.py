@@ -2,6 +2,77 @@
 
 from __future__ import annotations
 
+import argparse
+import sys
+from pathlib import Path
+
+from craftmd import CraftMDError
+from craftmd.release import FORMATS, SETTINGS
+
+
+def _price(text: str) -> tuple[float, float]:
+    try:
+        a, b = (float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected IN,OUT in USD per million tokens, e.g. 2.5,10") from None
+    return a, b
+
+
+def _list(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
 
 def register(sub) -> None:
     """Add this room's subcommands to the `craftmd` parser."""
+    p = sub.add_parser(
+        "generate",
+        help="run the CRAFT-MD conversations and questions for a model and write a release",
+        description=(
+            "Interview every selected case with a doctor model and a patient-AI (the paper's protocol), pose the "
+            "questions of every experiment, and write a release (conversations.parquet, answers.parquet, manifest.json). "
+            "Models are PROVIDER/MODEL: openai/<model> (any OpenAI-compatible server: --base-url or OPENAI_BASE_URL, "
+            "key from OPENAI_API_KEY) or vllm/<model-or-path> (vLLM offline engine, batched). Every request is cached "
+            "(--cache), so a killed run resumes and a re-run makes no call."
+        ),
+    )
+    p.add_argument("--dataset", required=True, type=Path, metavar="DIR", help="a built dataset folder (craftmd build --out DIR)")
+    p.add_argument("--config", default="all", help="dataset config to draw cases from (default: all; nejm_image for the image cases)")
+    p.add_argument("--cases", type=_list, metavar="ID,ID,...", help="only these case ids (of --config)")
+    p.add_argument("--trials", type=int, default=1, help="trials per case (the paper ran 5); trial t samples with seed S+t")
+    p.add_argument("--doctor", required=True, metavar="PROVIDER/MODEL", help="the model under test")
+    p.add_argument("--patient", required=True, metavar="PROVIDER/MODEL", help="the patient-AI")
+    p.add_argument("--summarizer", metavar="PROVIDER/MODEL", help="the conversation summarizer (default: the patient model)")
+    p.add_argument("--base-url", help="OpenAI-compatible server for openai/ models (default: OPENAI_BASE_URL or OpenAI)")
+    p.add_argument("--concurrency", type=int, default=32, help="requests in flight per model (default 32)")
+    p.add_argument("--experiments", type=_list, metavar="LIST",
+                   help=f"settings and/or formats to run, comma-separated (default all). settings: {', '.join(SETTINGS)}; "
+                        f"formats: {', '.join(FORMATS)}")
+    p.add_argument("--max-turns", type=int, default=60, help="most doctor turns in a conversation (default 60; upstream's longest had 59)")
+    p.add_argument("--seed", type=int, default=0, help="base sampling seed (default 0)")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature for every agent (default 1.0, the API default)")
+    p.add_argument("--max-tokens", type=int, default=512, help="most tokens per reply (default 512)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for one reply before retrying (default 120)")
+    p.add_argument("--max-retries", type=int, default=6, help="retries of a failed call before it is recorded as an error (default 6)")
+    p.add_argument("--price", type=_price, metavar="IN,OUT", help="USD per million input,output tokens, for the cost in the summary")
+    p.add_argument("--cache", type=Path, metavar="PATH", help="request cache (default $CRAFTMD_CACHE/requests.sqlite, else ~/.cache/craftmd/requests.sqlite)")
+    p.add_argument("--prompt-set", default="craftmd-v1", help="prompt set folder under generation/prompts (default craftmd-v1)")
+    p.add_argument("--out", required=True, type=Path, metavar="RELEASE_DIR", help="the release folder to write")
+    p.add_argument("--overwrite", action="store_true", help="replace RELEASE_DIR if it exists")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_generate)
+
+
+def run_generate(args) -> int:
+    from .engine import GenerateSpec, generate
+
+    if args.base_url and not args.base_url.startswith(("http://", "https://")):
+        raise CraftMDError(f"--base-url {args.base_url!r} is not an http(s) URL")
+    report = generate(GenerateSpec(
+        dataset=args.dataset, out=args.out, doctor=args.doctor, patient=args.patient, summarizer=args.summarizer,
+        config=args.config, cases=args.cases, trials=args.trials, experiments=args.experiments, max_turns=args.max_turns,
+        seed=args.seed, temperature=args.temperature, max_tokens=args.max_tokens, base_url=args.base_url,
+        concurrency=args.concurrency, timeout=args.timeout, max_retries=args.max_retries, price=args.price,
+        cache=args.cache, prompt_set=args.prompt_set, overwrite=args.overwrite, progress=not args.no_progress,
+    ))
+    print(report.summary(), file=sys.stderr)
+    return 0

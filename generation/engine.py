@@ -1,0 +1,432 @@
+"""``craftmd generate``: run the CRAFT-MD experiments for a model and write a release.
+
+One job per (case, trial, image flag): the standard conversation, the history-only
+conversation where the exam set-ups ask for it, the summary, and every selected
+(setting, format) question. Jobs run side by side under asyncio; inside a job the
+turns of a conversation run in order and the questions that only need the case run
+at once. Every request goes through a :class:`~craftmd.generation.calls.Caller`
+(cache, bounded concurrency, capped retries), so a killed run resumes without
+repeating a finished call and a re-run over a full cache writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+from tqdm import tqdm
+
+from craftmd import CraftMDError
+from craftmd.dataset import TEXT_CONFIGS, config_file, load_config
+from craftmd.release import ANSWERS_SCHEMA, CONVERSATIONS_SCHEMA, FORMATS, SETTINGS, Manifest, write_release
+
+from .cache import RequestCache
+from .calls import Caller
+from .models import ChatModel, Completion, Sampling, get_model, split_name
+from .protocol import DEFAULT_PROMPT_SET, Case, Conversation, PromptSet, Protocol
+
+CONVERSATION_SETTINGS = ("multiturn", "singleturn", "summarized", "multiturn_plus_exam")
+EXAM_SETTINGS = ("exam", "multiturn_no_exam", "multiturn_plus_exam")
+IMAGE_SETTINGS = ("vignette", "multiturn", "singleturn", "summarized")  # what nejm_image cases allow
+IMAGE_FORMATS = ("frq", "top3")  # no 4-choice options, and its diagnoses are not in the text set's list
+AGENTS = ("doctor", "patient", "summarizer")
+
+
+def default_cache() -> Path:
+    """``$CRAFTMD_CACHE/requests.sqlite`` (default ``~/.cache/craftmd``), beside the source download cache."""
+    from craftmd.source import cache_dir
+
+    return cache_dir() / "requests.sqlite"
+
+
+@dataclass
+class GenerateSpec:
+    dataset: Path
+    out: Path
+    doctor: str
+    patient: str
+    summarizer: str | None = None
+    config: str = "all"
+    cases: list[str] | None = None
+    trials: int = 1
+    experiments: list[str] | None = None
+    max_turns: int = 60
+    seed: int = 0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 512
+    base_url: str | None = None
+    api_key: str | None = None  # used for the calls, never recorded
+    concurrency: int = 32
+    timeout: float = 120.0
+    max_retries: int = 6
+    backoff: float = 0.5
+    price: tuple[float, float] | None = None  # USD per million tokens in, out
+    cache: Path | None = None
+    prompt_set: str = DEFAULT_PROMPT_SET
+    overwrite: bool = False
+    progress: bool = True
+
+
+@dataclass
+class Tally:
+    requests: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    refusals: int = 0
+    failures: int = 0
+
+    def add(self, c: Completion) -> None:
+        self.requests += 1
+        self.tokens_in += c.tokens_in
+        self.tokens_out += c.tokens_out
+        self.refusals += c.status == "refusal"
+        self.failures += c.status == "error"
+
+
+@dataclass
+class GenerateReport:
+    path: Path
+    conversations: int
+    answers: int
+    answer_status: dict
+    tallies: dict[str, Tally]
+    calls: int
+    cache_hits: int
+    retries: int
+    failures: int
+    peak_in_flight: int
+    wall_s: float
+    cost: float | None = None
+    batches: list[int] = field(default_factory=list)
+
+    def summary(self) -> str:
+        tin = sum(t.tokens_in for t in self.tallies.values())
+        tout = sum(t.tokens_out for t in self.tallies.values())
+        lines = [
+            f"release      {self.path}",
+            f"produced     {self.conversations} conversations, {self.answers} answers "
+            + "(" + ", ".join(f"{k} {v}" for k, v in sorted(self.answer_status.items())) + ")",
+            f"this run     {self.calls} calls, {self.cache_hits} from cache, {self.retries} retries, "
+            f"{self.failures} failures, peak {self.peak_in_flight} in flight, {self.wall_s:.1f} s",
+            "tokens       agent        requests    in            out",
+        ]
+        for agent, t in self.tallies.items():
+            lines.append(f"             {agent:<12} {t.requests:>8}    {t.tokens_in:>12,}  {t.tokens_out:>12,}")
+        lines.append(f"             {'total':<12} {sum(t.requests for t in self.tallies.values()):>8}    {tin:>12,}  {tout:>12,}")
+        if self.cost is not None:
+            lines.append(f"cost         ${self.cost:,.2f} at the given price per million tokens (all agents, whole release)")
+        return "\n".join(lines)
+
+
+# --- input ------------------------------------------------------------------------------
+def parse_experiments(names: list[str] | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``multiturn,frq`` → (settings, formats); a name may be a setting, a format or setting:format."""
+    if not names:
+        return SETTINGS, FORMATS
+    settings, formats = [], []
+    for raw in names:
+        for part in raw.split(":"):
+            part = part.strip()
+            if part in SETTINGS:
+                settings.append(part)
+            elif part in FORMATS:
+                formats.append(part)
+            else:
+                raise CraftMDError(f"unknown experiment {part!r}; settings: {', '.join(SETTINGS)}; formats: {', '.join(FORMATS)}")
+    keep = lambda xs, order: tuple(x for x in order if x in xs)  # noqa: E731
+    return keep(settings, SETTINGS) or SETTINGS, keep(formats, FORMATS) or FORMATS
+
+
+def load_cases(dataset: Path, config: str, ids: list[str] | None) -> tuple[list[Case], str]:
+    """The selected cases and a sha256 of the dataset file they come from."""
+    df = load_config(dataset, config)
+    if config == "diagnoses":
+        raise CraftMDError("the diagnoses config holds options, not cases; pick a case config")
+    if ids:
+        known = set(df["case_id"].to_list())
+        unknown = [i for i in ids if i not in known]
+        if unknown:
+            raise CraftMDError(f"unknown case id(s) in config {config!r}: {', '.join(unknown[:5])}")
+        df = df.filter(pl.col("case_id").is_in(ids))
+    cases = []
+    for r in df.iter_rows(named=True):
+        img = r.get("image")
+        cases.append(
+            Case(
+                case_id=r["case_id"],
+                source=r.get("source") or config,
+                specialty=r.get("specialty"),
+                vignette=r["vignette"],
+                question=r.get("question") or "",
+                choices=tuple(r.get("choices") or ()),
+                history=r.get("history"),
+                physical_exam=r.get("physical_exam") or "",
+                image=img.get("bytes") if isinstance(img, dict) else img,
+            )
+        )
+    from craftmd.release import case_number, sha256_file
+
+    cases.sort(key=lambda c: case_number(c.case_id))
+    return cases, sha256_file(config_file(dataset, config))
+
+
+def load_diagnoses(dataset: Path) -> list[str]:
+    try:
+        df = load_config(dataset, "diagnoses")
+    except CraftMDError:
+        return []
+    return [d for d in df["diagnosis"].to_list() if d]
+
+
+# --- the run ----------------------------------------------------------------------------
+class Engine:
+    def __init__(self, spec: GenerateSpec):
+        self.spec = spec
+        self.settings, self.formats = parse_experiments(spec.experiments)
+        for agent in AGENTS:
+            name = getattr(spec, agent)
+            if name:
+                split_name(name)
+        if spec.trials < 1:
+            raise CraftMDError("--trials must be at least 1")
+        if spec.max_turns < 1:
+            raise CraftMDError("--max-turns must be at least 1")
+        if spec.concurrency < 1:
+            raise CraftMDError("--concurrency must be at least 1")
+        if Path(spec.out).exists() and not spec.overwrite:
+            raise CraftMDError(f"{spec.out} exists (pass --overwrite to replace it)")
+        self.prompts = PromptSet(spec.prompt_set)
+        self.protocol = Protocol(self.prompts, spec.max_turns)
+        self.cases, self.dataset_sha = load_cases(Path(spec.dataset), spec.config, spec.cases)
+        if not self.cases:
+            raise CraftMDError(f"no cases selected from config {spec.config!r}")
+        self.many = load_diagnoses(Path(spec.dataset)) if "mcq_many" in self.formats else []
+        self.agent_names = {"doctor": spec.doctor, "patient": spec.patient, "summarizer": spec.summarizer or spec.patient}
+        self.tallies = {a: Tally() for a in AGENTS}
+        self.answer_tally = Tally()
+
+    # which experiments a case allows
+    def plan(self, case: Case, with_image: bool) -> list[tuple[str, str]]:
+        image_case = case.source == "nejm_image"
+        out = []
+        for s in self.settings:
+            if image_case and s not in IMAGE_SETTINGS:
+                continue
+            if s in EXAM_SETTINGS and not (case.has_exam and case.history):
+                continue
+            for f in self.formats:
+                if image_case and f not in IMAGE_FORMATS:
+                    continue
+                if f == "mcq4" and len(case.choices) != 4:
+                    continue
+                if f == "mcq_many" and not self.many:
+                    continue
+                out.append((s, f))
+        return out
+
+    def jobs(self) -> list[tuple[Case, int, bool]]:
+        out = []
+        for case in self.cases:
+            flags = (False, True) if case.source == "nejm_image" and case.image is not None else (False,)
+            for trial in range(self.spec.trials):
+                for flag in flags:
+                    if self.plan(case, flag):
+                        out.append((case, trial, flag))
+        return out
+
+    async def _open_models(self) -> dict[str, ChatModel]:
+        models: dict[str, ChatModel] = {}
+        for name in dict.fromkeys(self.agent_names.values()):
+            models[name] = get_model(name, base_url=self.spec.base_url, api_key=self.spec.api_key, timeout=self.spec.timeout)
+        for m in models.values():
+            await m.check()
+        return models
+
+    def sampling(self, trial: int) -> Sampling:
+        s = self.spec
+        return Sampling(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, seed=s.seed + trial)
+
+    def _agent_call(self, agent: str):
+        caller = self.callers[self.agent_names[agent]]
+        tally = self.tallies[agent]
+
+        async def call(messages, sampling):
+            c = await caller(messages, sampling)
+            tally.add(c)
+            return c
+
+        return call
+
+    async def run_job(self, case: Case, trial: int, with_image: bool) -> tuple[list[dict], list[dict]]:
+        plan = self.plan(case, with_image)
+        need = {s for s, _ in plan}
+        sampling = self.sampling(trial)
+        doctor, patient, summarizer = (self._agent_call(a) for a in AGENTS)
+        answers: list[dict] = []
+        conversations: list[dict] = []
+
+        async def ask(setting: str, fmt: str, conv: Conversation | None = None, summary: str | None = None,
+                      blocked: str | None = None) -> None:
+            row = {"case_id": case.case_id, "trial": trial, "setting": setting, "format": fmt, "with_image": with_image}
+            if blocked:  # the conversation or summary this question needs failed
+                answers.append({**row, "response": None, "status": blocked})
+                return
+            msgs = self.protocol.question_messages(case, setting, fmt, with_image, conv=conv, summary=summary, many_options=self.many)
+            c = await doctor(msgs, sampling)
+            self.answer_tally.add(c)
+            answers.append({**row, "response": c.text if c.status == "ok" else None, "status": c.status})
+
+        def record(kind: str, conv: Conversation, summary: str | None) -> None:
+            conversations.append({
+                "case_id": case.case_id, "trial": trial, "conversation": kind, "with_image": with_image,
+                "messages": conv.record(), "summary": summary, "n_turns": conv.n_turns, "ended": conv.ended,
+            })
+
+        async def standard() -> None:
+            conv = await self.protocol.converse(case, case.vignette, with_image, doctor, patient, sampling, sampling)
+            failed = conv.ended if conv.ended in ("refusal", "error") else None
+            summary, summary_failed = None, failed
+            if "summarized" in need and not failed:
+                c = await summarizer(self.protocol.summarizer_messages(conv), sampling)
+                summary = c.text.strip() if c.status == "ok" else None
+                summary_failed = None if c.status == "ok" else c.status
+            record("standard", conv, summary)
+            tasks = []
+            for s, f in plan:
+                if s == "summarized":
+                    tasks.append(ask(s, f, summary=summary, blocked=summary_failed))
+                elif s == "singleturn":  # needs only the patient's first answer
+                    tasks.append(ask(s, f, conv=conv, blocked=None if len(conv.turns) >= 2 else conv.ended))
+                elif s in ("multiturn", "multiturn_plus_exam"):
+                    tasks.append(ask(s, f, conv=conv, blocked=failed))
+            await asyncio.gather(*tasks)
+
+        async def no_exam() -> None:
+            conv = await self.protocol.converse(case, case.history, with_image, doctor, patient, sampling, sampling)
+            record("no_exam", conv, None)
+            failed = conv.ended if conv.ended in ("refusal", "error") else None
+            await asyncio.gather(*(ask(s, f, conv=conv, blocked=failed) for s, f in plan if s == "multiturn_no_exam"))
+
+        work = [ask(s, f) for s, f in plan if s in ("vignette", "exam")]
+        if need & set(CONVERSATION_SETTINGS):
+            work.append(standard())
+        if "multiturn_no_exam" in need:
+            work.append(no_exam())
+        await asyncio.gather(*work)
+        return conversations, answers
+
+    async def run(self) -> GenerateReport:
+        spec = self.spec
+        start = time.monotonic()
+        jobs = self.jobs()
+        models = await self._open_models()  # fails here, before any chat call, on a bad server or model
+        cache = RequestCache(spec.cache or default_cache())
+        self.callers = {
+            name: Caller(m, cache, concurrency=spec.concurrency, max_retries=spec.max_retries, backoff=spec.backoff, seed=spec.seed)
+            for name, m in models.items()
+        }
+        batching = any(m.batches for m in models.values())
+        limit = asyncio.Semaphore(max(spec.concurrency * 2, 256 if batching else 1))
+        conversations: list[dict] = []
+        answers: list[dict] = []
+        bar = tqdm(total=len(jobs), unit="conv", desc="generate", disable=not spec.progress, file=sys.stderr, dynamic_ncols=True)
+
+        def postfix() -> None:
+            cs = [c.counters for c in self.callers.values()]
+            bar.set_postfix_str(
+                f"calls={sum(c.calls for c in cs)} cached={sum(c.cache_hits for c in cs)} "
+                f"tok_in={sum(c.tokens_in for c in cs):,} tok_out={sum(c.tokens_out for c in cs):,} "
+                f"retries={sum(c.retries for c in cs)} fail={sum(c.failures for c in cs)}",
+                refresh=False,
+            )
+
+        async def one(job) -> None:
+            async with limit:
+                conv_rows, answer_rows = await self.run_job(*job)
+            conversations.extend(conv_rows)
+            answers.extend(answer_rows)
+            postfix()
+            bar.update(1)
+
+        async def ticker() -> None:
+            while True:
+                await asyncio.sleep(0.5)
+                postfix()
+                bar.refresh()
+
+        tick = asyncio.ensure_future(ticker())
+        try:
+            await asyncio.gather(*(one(j) for j in jobs))
+        finally:
+            tick.cancel()
+            bar.close()
+            for m in models.values():
+                await m.aclose()
+            cache.close()
+
+        path = write_release(spec.out, self.manifest(jobs), {
+            "conversations": pa.Table.from_pylist(conversations, CONVERSATIONS_SCHEMA),
+            "answers": pa.Table.from_pylist(answers, ANSWERS_SCHEMA),
+        }, overwrite=spec.overwrite)
+        cs = [c.counters for c in self.callers.values()]
+        status: dict[str, int] = {}
+        for a in answers:
+            status[a["status"]] = status.get(a["status"], 0) + 1
+        cost = None
+        if spec.price:
+            tin = sum(t.tokens_in for t in self.tallies.values())
+            tout = sum(t.tokens_out for t in self.tallies.values())
+            cost = (tin * spec.price[0] + tout * spec.price[1]) / 1e6
+        return GenerateReport(
+            path=path, conversations=len(conversations), answers=len(answers), answer_status=status,
+            tallies=self.tallies, calls=sum(c.calls for c in cs), cache_hits=sum(c.cache_hits for c in cs),
+            retries=sum(c.retries for c in cs), failures=sum(c.failures for c in cs),
+            peak_in_flight=max((c.peak_in_flight for c in cs), default=0), wall_s=time.monotonic() - start, cost=cost,
+            batches=[b for c in cs for b in c.batches],
+        )
+
+    def manifest(self, jobs) -> Manifest:
+        spec = self.spec
+        per_agent = {**Sampling(spec.temperature, spec.top_p, spec.max_tokens, spec.seed).to_dict(), "seed_rule": "seed + trial"}
+        sampling = {a: dict(per_agent) for a in AGENTS}
+        ids = hashlib.sha256("\n".join(c.case_id for c in self.cases).encode()).hexdigest()
+        return Manifest(
+            release=Path(spec.out).name,
+            kind="generated",
+            model=spec.doctor,
+            source={"dataset_config": spec.config, "dataset_sha256": self.dataset_sha, "case_ids_sha256": ids, "cases": len(self.cases)},
+            prompt_set=self.prompts.describe(),
+            sampling=sampling,
+            seed=spec.seed,
+            models=dict(self.agent_names),
+            counts={
+                "cases": len(self.cases),
+                "trials": spec.trials,
+                "jobs": len(jobs),
+                "requests": {a: t.requests for a, t in self.tallies.items()},
+                "tokens_in": {a: t.tokens_in for a, t in self.tallies.items()},
+                "tokens_out": {a: t.tokens_out for a, t in self.tallies.items()},
+                "refusals": sum(t.refusals for t in self.tallies.values()),
+                "failures": sum(t.failures for t in self.tallies.values()),
+            },
+            notes={
+                "settings": list(self.settings),
+                "formats": list(self.formats),
+                "max_turns": spec.max_turns,
+                "providers": {a: split_name(n)[0] for a, n in self.agent_names.items()},
+                "protocol": "CRAFT-MD (Johri et al., Nature Medicine 2025); see the prompt set's README for verbatim vs reconstructed prompts",
+            },
+        )
+
+
+def generate(spec: GenerateSpec) -> GenerateReport:
+    """Validate everything (one-line errors, nothing written), run, write the release."""
+    engine = Engine(spec)
+    return asyncio.run(engine.run())

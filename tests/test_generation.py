@@ -1,0 +1,404 @@
+"""The generation engine, offline: the real openai client against tests/loopback.py.
+
+A tiny dataset is made from the pinned source (a few sampled cases with their recorded
+GPT-4 trial-0 conversations, and one NEJM image case whose image comes from the
+recorded GPT-4V messages). The loopback responder replays the recorded doctor and
+patient turns, keyed by the conversation so far, so the engine must send exactly
+upstream's doctor prompt and turn order to reproduce the conversations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import random
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from craftmd import CraftMDError
+from craftmd.cli import main as cli_main
+from craftmd.generation.cache import RequestCache
+from craftmd.generation.calls import Caller
+from craftmd.generation.engine import GenerateSpec, generate
+from craftmd.generation.models import Sampling, VLLMModel, get_model
+from craftmd.release import read_release
+
+sys.path.insert(0, str(Path(__file__).parent))
+from loopback import LoopbackServer  # noqa: E402
+
+N_TEXT_CASES = 4
+CSV_SPECIALTY = {  # the dataset's names for the four categories the CSV spells differently
+    "Cardiovascular System": "Cardiology",
+    "Gastrointestinal System": "Gastroenterology",
+    "Infectious Diseases": "Infectious Disease",
+    "Renal and Genitourinary System": "Urology and Nephrology",
+}
+
+
+# --- a tiny dataset from the pinned source ----------------------------------------------
+def _split_exam(vignette: str) -> tuple[str, str]:
+    """Test-only history/exam split: sentences about the examination go to the exam."""
+    sentences = re.split(r"(?<=\.)\s+", vignette.strip())
+    exam = [s for s in sentences if re.search(r"exam|temperature|pulse|blood pressure", s, re.I)]
+    history = [s for s in sentences if s not in exam]
+    return " ".join(history), " ".join(exam)
+
+
+@pytest.fixture(scope="module")
+def upstream(source):
+    """Recorded trial-0 data of a few sampled text cases and one NEJM image case."""
+    names = source.pinned(["results/gpt4_1106/*.json"])
+    files = source.read_files(["data/usmle_and_derm_dataset.csv", "results/gpt4_1106/*.json", "results/gpt4v/case_1.json"])
+    rng = random.Random(5)
+    records = {}
+    short = [n for n in names if 6 <= len(json.loads(files[n])["trial_0"]["multiturn_conversation"]) <= 14]
+    firsts = set()
+    # Always include an "Other" case and a CSV-renamed specialty, so the prompt's specialty mapping is exercised.
+    csv = pl.read_csv(files["data/usmle_and_derm_dataset.csv"])
+    cats = dict(zip(csv["case_id"].to_list(), csv["category"].to_list()))
+    want = {"Other": 1, "Cardiovascular System": 1, "Dermatology": 1}
+    for n in sorted(short, key=lambda _: rng.random()):
+        d = json.loads(files[n])
+        cat = cats[d["case_id"]]
+        first = d["trial_0"]["multiturn_conversation"][2]["content"]
+        if first in firsts:
+            continue
+        if want.get(cat, 0) > 0 or (len(records) >= sum(1 for v in want.values() if v == 0) + sum(want.values()) and len(records) < N_TEXT_CASES):
+            want[cat] = want.get(cat, 1) - 1
+            firsts.add(first)
+            records[d["case_id"]] = d
+        if len(records) >= N_TEXT_CASES:
+            break
+    nejm = json.loads(files["results/gpt4v/case_1.json"])
+    return {"csv": csv, "text": records, "nejm": nejm}
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset(upstream, tmp_path_factory):
+    out = tmp_path_factory.mktemp("gen") / "data"
+    csv = upstream["csv"].filter(pl.col("case_id").is_in(list(upstream["text"])))
+    rows = []
+    for r in csv.iter_rows(named=True):
+        rec = upstream["text"][r["case_id"]]
+        vignette = rec["case_vignette"].strip()
+        history, exam = _split_exam(vignette)
+        choices = [r[f"choice_{i}"] for i in range(1, 5)]
+        rows.append({
+            "case_id": r["case_id"], "source": {"MedQA_USMLE": "medqa_usmle", "dermatology_public": "derm_public",
+                                               "dermatology_private": "derm_private"}[r["dataset"]],
+            "specialty": CSV_SPECIALTY.get(r["category"], r["category"]), "vignette": vignette,
+            "question": rec["question"], "choices": choices, "answer": r["answer"], "answer_index": choices.index(r["answer"]),
+            "task_type": "diagnosis", "history": history, "physical_exam": exam, "single_dx": None,
+            "content_sha256": hashlib.sha256(vignette.encode()).hexdigest(),
+        })
+    (out / "all").mkdir(parents=True)
+    pl.DataFrame(rows).write_parquet(out / "all" / "test-00000-of-00001.parquet")
+    diagnoses = sorted({c for r in rows for c in r["choices"]})
+    (out / "diagnoses").mkdir()
+    pl.DataFrame({"diagnosis": diagnoses, "count": [1] * len(diagnoses)}).write_parquet(out / "diagnoses" / "test-00000-of-00001.parquet")
+    nejm = upstream["nejm"]
+    url = nejm["trial_0"]["multiturn_conversation"][0]["content"][1]["image_url"]["url"]
+    image = base64.b64decode(url.split(",", 1)[1])
+    (out / "nejm_image").mkdir()
+    pl.DataFrame([{
+        "case_id": nejm["case_id"], "image": {"bytes": image, "path": None}, "vignette": nejm["case_vignette"].strip(),
+        "question": nejm["question"], "answer": nejm["correct_ans"], "choices": [], "specialty": None, "source": "nejm_image",
+    }]).write_parquet(out / "nejm_image" / "test-00000-of-00001.parquet")
+    return out
+
+
+# --- the replaying responder --------------------------------------------------------------
+def _text(content) -> str:
+    return content if isinstance(content, str) else " ".join(p.get("text", "") for p in content if p.get("type") == "text")
+
+
+class Replay:
+    """Answers doctor and patient turns from recorded conversations; anything else deterministically."""
+
+    def __init__(self, records: dict[str, dict], csv: pl.DataFrame):
+        self.convs = {cid: d["trial_0"]["multiturn_conversation"] for cid, d in records.items()}
+        self.vignettes = {cid: d["case_vignette"].strip() for cid, d in records.items()}
+        self.by_first = {c[2]["content"]: cid for cid, c in self.convs.items()}
+        self.mismatches: list[str] = []
+
+    def __call__(self, req: dict) -> str | None:
+        msgs = req["messages"]
+        system = _text(msgs[0]["content"])
+        last = _text(msgs[-1]["content"])
+        if system.startswith("You are an AI doctor") and len(msgs) >= 3 and msgs[-1]["role"] == "user" and msgs[1]["role"] == "assistant" and not last.startswith("Stop asking"):
+            cid = self.by_first.get(msgs[2]["content"])
+            if cid is None:
+                return self.other(req)
+            rec = self.convs[cid]
+            if system != rec[0]["content"]:
+                self.mismatches.append(cid)
+                raise ValueError(f"{cid}: doctor prompt differs from upstream")
+            n = len(msgs)
+            assert [(m["role"], m["content"]) for m in msgs[1:]] == [(m["role"], m["content"]) for m in rec[1:n]], "turns differ"
+            return rec[n]["content"]
+        if system.startswith("You are a patient"):
+            cid = next((c for c, v in self.vignettes.items() if v in system), None)
+            if cid is None:
+                return "I don't know."
+            rec = self.convs[cid]
+            flipped = [{"role": "assistant" if m["role"] == "user" else "user", "content": m["content"]} for m in msgs[1:]]
+            assert flipped == rec[1:1 + len(flipped)], "patient view differs"
+            return rec[1 + len(flipped)]["content"]
+        return self.other(req)
+
+    @staticmethod
+    def other(req: dict) -> str:
+        h = hashlib.sha256(json.dumps(req["messages"], sort_keys=True).encode()).hexdigest()[:8]
+        system = _text(req["messages"][0]["content"])
+        if system.startswith("You are a patient"):
+            return f"I feel unwell ({h})."
+        if "summarize" in system:
+            return f"The patient reports feeling unwell ({h})."
+        if system.startswith("You are an AI doctor") and not _text(req["messages"][-1]["content"]).startswith("Stop asking") and req["messages"][-1]["role"] == "user" and len(req["messages"]) < 9:
+            return f"Do you have a fever ({h})?"
+        if system.startswith("You are an AI doctor") and req["messages"][-1]["role"] == "user" and not _text(req["messages"][-1]["content"]).startswith("Stop asking") and len(req["messages"]) >= 9 and "Answer the question" not in system:
+            return f"**Final Diagnosis:** Something ({h})"
+        return f"**Final Diagnosis:** Diagnosis {h}"
+
+
+@pytest.fixture(scope="module")
+def replay(upstream):
+    return Replay(upstream["text"], upstream["csv"])
+
+
+def spec(dataset, out, url, cache, **kw) -> GenerateSpec:
+    base = dict(dataset=dataset, out=out, doctor="openai/loopback", patient="openai/loopback", base_url=url, cache=cache,
+                trials=1, progress=False, timeout=5.0, backoff=0.01, concurrency=16)
+    base.update(kw)
+    return GenerateSpec(**base)
+
+
+def release_bytes(path: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(path).iterdir())}
+
+
+# --- tests ------------------------------------------------------------------------------
+def test_reproduces_upstream_gpt4_conversations_turn_for_turn(tiny_dataset, upstream, replay, tmp_path):
+    with LoopbackServer(replay) as server:
+        report = generate(spec(tiny_dataset, tmp_path / "rel", server.base_url, tmp_path / "c.sqlite", experiments=["multiturn", "frq"]))
+        log = list(server.log)
+    assert not replay.mismatches
+    conv = read_release(report.path).table("conversations").to_pylist()
+    assert len(conv) == len(upstream["text"]) == N_TEXT_CASES
+    for row in conv:
+        rec = upstream["text"][row["case_id"]]["trial_0"]["multiturn_conversation"]
+        assert row["messages"] == [{"role": m["role"], "content": m["content"]} for m in rec]
+        assert row["n_turns"] == sum(m["role"] == "assistant" for m in rec)
+        assert row["ended"] == ("final_diagnosis" if "Final Diagnosis" in rec[-1]["content"] else "no_question")
+    # The multiturn question is asked after the conversation without its final-diagnosis turn.
+    questions = [r["messages"] for r in log if _text(r["messages"][-1]["content"]).startswith("Stop asking")]
+    assert len(questions) == N_TEXT_CASES
+    for q in questions:
+        cid = replay.by_first[q[2]["content"]]
+        assert q[:-1] == upstream["text"][cid]["trial_0"]["multiturn_conversation"][:-1]
+        assert upstream["text"][cid]["question"].strip() in q[-1]["content"]
+    answers = read_release(report.path).table("answers").to_pylist()
+    assert {(a["setting"], a["format"], a["status"]) for a in answers} == {("multiturn", "frq", "ok")}
+
+
+def test_every_experiment_and_image_variants(tiny_dataset, replay, tmp_path):
+    with LoopbackServer(replay) as server:
+        text = generate(spec(tiny_dataset, tmp_path / "text", server.base_url, tmp_path / "c.sqlite", trials=2))
+        nejm = generate(spec(tiny_dataset, tmp_path / "nejm", server.base_url, tmp_path / "c.sqlite", config="nejm_image"))
+        log = list(server.log)
+    ans = read_release(text.path).table("answers").to_pylist()
+    got = {(a["setting"], a["format"]) for a in ans}
+    assert got == {(s, f) for s in ("vignette", "multiturn", "singleturn", "summarized", "exam", "multiturn_no_exam", "multiturn_plus_exam")
+                   for f in ("mcq4", "mcq_many", "frq", "top3")}
+    assert all(a["status"] == "ok" and a["response"] for a in ans)
+    assert {a["trial"] for a in ans} == {0, 1}
+    conv = read_release(text.path).table("conversations").to_pylist()
+    assert {c["conversation"] for c in conv} == {"standard", "no_exam"}
+    assert all(c["summary"] for c in conv if c["conversation"] == "standard" and c["trial"] == 0)
+    # The history-only patient never sees the exam; the plus-exam question carries it.
+    no_exam_prompts = [_text(r["messages"][0]["content"]) for r in log if _text(r["messages"][0]["content"]).startswith("You are a patient")]
+    assert any("Physical examination" not in p for p in no_exam_prompts)
+    plus = [r for r in log if "Physical examination findings:" in _text(r["messages"][-1]["content"]) and r["messages"][-1]["content"].startswith("Stop asking")]
+    assert plus
+    # Image cases: no mcq4/mcq_many, with and without the image, the image sent as a content part.
+    nans = read_release(nejm.path).table("answers").to_pylist()
+    assert {a["format"] for a in nans} == {"frq", "top3"}
+    assert {a["with_image"] for a in nans} == {True, False}
+    assert {a["setting"] for a in nans} == {"vignette", "multiturn", "singleturn", "summarized"}
+    with_image = [r for r in log if any(isinstance(m["content"], list) and any(p.get("type") == "image_url" for p in m["content"]) for m in r["messages"])]
+    assert with_image and all(r["messages"][0]["content"].endswith("An image is also provided to help your diagnosis.") for r in with_image)
+    nconv = read_release(nejm.path).table("conversations").to_pylist()
+    assert any("<image>" in m["content"] for c in nconv if c["with_image"] for m in c["messages"])
+    manifest = read_release(text.path).manifest
+    assert manifest.kind == "generated" and manifest.prompt_set["name"] == "craftmd-v1" and len(manifest.prompt_set["sha256"]) == 64
+    assert manifest.models == {"doctor": "openai/loopback", "patient": "openai/loopback", "summarizer": "openai/loopback"}
+    assert manifest.counts["tokens_in"]["doctor"] > 0
+
+
+def test_faults_give_the_same_release_and_full_cache_makes_no_call(tiny_dataset, replay, tmp_path):
+    exp = ["vignette", "multiturn", "summarized", "mcq4", "frq"]
+    with LoopbackServer(replay) as clean:
+        a = generate(spec(tiny_dataset, tmp_path / "a" / "rel", clean.base_url, tmp_path / "a.sqlite", experiments=exp))
+    with LoopbackServer(replay, error_rate=0.2, slow_rate=0.1, slow_delay=0.2, timeout_delay=0.6, seed=3) as faulty:
+        b = generate(spec(tiny_dataset, tmp_path / "b" / "rel", faulty.base_url, tmp_path / "b.sqlite", experiments=exp, timeout=0.4))
+        assert set(faulty.faults) >= {"429", "500", "timeout", "drop"} and b.retries > 0
+        assert b.failures == 0
+        assert faulty.calls > faulty.served
+        again = generate(spec(tiny_dataset, tmp_path / "c" / "rel", faulty.base_url, tmp_path / "b.sqlite", experiments=exp))
+        assert again.calls == 0 and again.cache_hits > 0
+        served_after = faulty.served
+    assert release_bytes(a.path) == release_bytes(b.path) == release_bytes(again.path)
+    assert served_after == faulty.served
+
+
+def test_kill_and_resume_repeats_no_finished_call(tiny_dataset, replay, tmp_path):
+    exp = ["multiturn", "singleturn", "frq"]
+    cache = tmp_path / "kill.sqlite"
+    with LoopbackServer(replay) as clean:
+        ref = generate(spec(tiny_dataset, tmp_path / "ref" / "rel", clean.base_url, tmp_path / "ref.sqlite", experiments=exp))
+        total = clean.served
+    with LoopbackServer(replay, latency=0.05) as server:
+        cmd = [sys.executable, "-m", "craftmd.cli", "generate", "--dataset", str(tiny_dataset), "--doctor", "openai/loopback",
+               "--patient", "openai/loopback", "--base-url", server.base_url, "--cache", str(cache), "--experiments", ",".join(exp),
+               "--concurrency", "2", "--no-progress", "--out", str(tmp_path / "killed" / "rel")]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.time() + 30
+        cached = 0
+        while time.time() < deadline and cached < total // 2:
+            time.sleep(0.05)
+            if cache.exists():
+                try:
+                    with sqlite3.connect(cache) as db:
+                        cached = db.execute("SELECT count(*) FROM requests").fetchone()[0]
+                except sqlite3.OperationalError:
+                    pass
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert 0 < cached < total, "the run should be killed mid-way"
+        assert not (tmp_path / "killed" / "rel").exists()
+        with RequestCache(cache) as c:
+            done = {json.dumps(r["messages"], sort_keys=True) for r in c.requests()}
+        before = len(server.log)
+        resumed = generate(spec(tiny_dataset, tmp_path / "ref2" / "rel", server.base_url, cache, experiments=exp))
+        after = [json.dumps(r["messages"], sort_keys=True) for r in server.log[before:]]
+    assert len(done) >= cached
+    assert not done & set(after), "a call finished before the kill was made again"
+    assert resumed.cache_hits >= len(done)
+    assert release_bytes(ref.path).keys() == release_bytes(resumed.path).keys()
+    for name in ("conversations.parquet", "answers.parquet"):
+        assert pq.read_table(ref.path / name).equals(pq.read_table(resumed.path / name))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--cases", "case_999999"], "unknown case id"),
+        (["--config", "nonesuch"], "unknown config"),
+        (["--experiments", "multiturn,essay"], "unknown experiment 'essay'"),
+        (["--doctor", "openai/not-served"], "does not serve 'not-served'"),
+        (["--base-url", "http://127.0.0.1:9/v1"], "cannot reach"),
+        (["--doctor", "gpt-4"], "expected PROVIDER/MODEL"),
+    ],
+)
+def test_bad_input_is_one_line_before_any_call(tiny_dataset, replay, tmp_path, capsys, args, message):
+    with LoopbackServer(replay) as server:
+        argv = ["generate", "--dataset", str(tiny_dataset), "--doctor", "openai/loopback", "--patient", "openai/loopback",
+                "--base-url", server.base_url, "--cache", str(tmp_path / "c.sqlite"), "--out", str(tmp_path / "rel"), "--no-progress"]
+        for i in range(0, len(args), 2):  # later flags override earlier ones
+            argv += args[i:i + 2]
+        assert cli_main(argv) == 2
+        assert server.calls == 0
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "rel").exists() and not (tmp_path / "c.sqlite").exists()
+
+
+def test_refusal_is_recorded_not_retried(tmp_path):
+    with LoopbackServer(lambda req: None) as server:
+        async def go():
+            model = get_model("openai/loopback", base_url=server.base_url)
+            caller = Caller(model, RequestCache(tmp_path / "c.sqlite"), backoff=0.01)
+            c = await caller([{"role": "user", "content": "hi"}], Sampling())
+            again = await caller([{"role": "user", "content": "hi"}], Sampling())
+            await model.aclose()
+            return c, again, caller
+        c, again, caller = asyncio.run(go())
+    assert c.status == "refusal" and c.finish_reason == "content_filter" and again == c
+    assert server.calls == 1 and caller.retries == 0 and caller.cache_hits == 1
+
+
+def test_retries_are_capped_and_failures_recorded(tmp_path):
+    with LoopbackServer(lambda req: "x", error_rate=1.0, error_kinds=("500",)) as server:
+        async def go():
+            model = get_model("openai/loopback", base_url=server.base_url)
+            caller = Caller(model, RequestCache(tmp_path / "c.sqlite"), max_retries=3, backoff=0.001)
+            c = await caller([{"role": "user", "content": "hi"}], Sampling())
+            await model.aclose()
+            return c, caller
+        c, caller = asyncio.run(go())
+    assert c.status == "error" and "4 attempts" in c.error
+    assert server.calls == 4 and caller.retries == 3 and caller.failures == 1
+    assert len(RequestCache(tmp_path / "c.sqlite")) == 0  # errors are not the record; the next run retries
+
+
+# --- vLLM path: batching logic with a fake engine (no torch) --------------------------------
+class _Out:
+    def __init__(self, text, prompt_len):
+        self.prompt_token_ids = list(range(prompt_len))
+        self.outputs = [type("Gen", (), {"text": text, "token_ids": list(range(len(text.split()))), "finish_reason": "stop"})()]
+
+
+class FakeLLM:
+    """Stands in for vllm.LLM: ``chat(list_of_messages, list_of_params, use_tqdm=False)``."""
+
+    def __init__(self, responder):
+        self.responder = responder
+        self.batches: list[int] = []
+
+    def chat(self, batch, params, use_tqdm=True):
+        assert isinstance(batch, list) and len(params) == len(batch)
+        assert all(p["max_tokens"] == 512 for p in params)  # explicit max_tokens, never vLLM's 16
+        self.batches.append(len(batch))
+        return [_Out(self.responder({"messages": m, "model": "fake"}), len(json.dumps(m).split())) for m in batch]
+
+
+def test_vllm_provider_batches_every_active_conversation(tiny_dataset, replay, tmp_path, monkeypatch):
+    import craftmd.generation.models as models
+
+    fake = FakeLLM(replay)
+    monkeypatch.setitem(models._VLLM_ENGINES, "fake", VLLMModel("fake", llm=fake, sampling_params=dict))
+    exp = ["multiturn", "frq"]
+    r = generate(spec(tiny_dataset, tmp_path / "v" / "rel", None, tmp_path / "v.sqlite", doctor="vllm/fake", patient="vllm/fake", experiments=exp))
+    longest = max(c["n_turns"] for c in read_release(r.path).table("conversations").to_pylist())
+    requests = sum(t.requests for t in r.tallies.values())
+    assert sum(fake.batches) == requests
+    # one engine call per turn of the longest conversation (doctor + patient turns, and the question), not per request
+    assert len(fake.batches) <= 2 * longest + 1 < requests
+    assert max(fake.batches) == N_TEXT_CASES
+    with LoopbackServer(replay) as server:
+        o = generate(spec(tiny_dataset, tmp_path / "o" / "rel", server.base_url, tmp_path / "o.sqlite", experiments=exp))
+    a, b = read_release(r.path), read_release(o.path)
+    assert a.table("conversations").equals(b.table("conversations")) and a.table("answers").equals(b.table("answers"))
+
+
+def test_vllm_missing_is_one_clear_error():
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        model = VLLMModel("some/model")
+        with pytest.raises(CraftMDError, match="need vLLM"):
+            asyncio.run(model.check())
+    else:  # pragma: no cover - on a GPU machine with vLLM
+        pytest.skip("vLLM is installed here")
