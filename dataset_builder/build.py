@@ -1,0 +1,345 @@
+"""Build the CRAFT-MD Hugging Face dataset from the pinned upstream source.
+
+``build_dataset(source, out)`` reads the pinned files once (verified by content),
+turns every case into a typed record with the pure functions of
+:mod:`craftmd.dataset_builder.transform`, and writes ``out`` as a Hugging Face
+dataset repo::
+
+    OUT/
+      README.md                         card: YAML configs + features, licence, citation, provenance
+      build_manifest.json               version, source, file sha256s
+      build_report.md                   counts, split check, MedQA filter recall
+      {config}/test-00000-of-00001.parquet
+
+Everything is written into a temporary sibling folder that replaces ``out`` only at
+the end, so a failed build leaves nothing (or the previous build) at ``out``. The same
+source and builder version give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
+from datasets import DatasetInfo
+from datasets.info import DatasetInfosDict
+from datasets.splits import SplitDict, SplitInfo
+from huggingface_hub import DatasetCardData
+from tqdm.auto import tqdm
+
+from craftmd import CraftMDError, __version__
+from craftmd.cards.render import render_card
+from craftmd.dataset_builder import medqa as M
+from craftmd.dataset_builder import transform as T
+from craftmd.dataset_builder import upstream as U
+from craftmd.dataset_builder.report import BuildReport, SplitCheck
+from craftmd.dataset_builder.schema import CONFIGS, FEATURES, Case, ImageCase
+from craftmd.dataset import config_file
+from craftmd.source import Source
+
+SPLIT = "test"
+MANIFEST = "build_manifest.json"
+REPORT = "build_report.md"
+CARD = "README.md"
+PARQUET_OPTIONS = dict(compression="zstd", compression_level=9, use_dictionary=True, write_statistics=True)
+CONFIG_DOC = {
+    "medqa_usmle": "MedQA-USMLE diagnosis vignettes",
+    "derm_public": "dermatology cases from public online question banks",
+    "derm_private": "dermatology cases written by board-certified dermatologists",
+    "all": "all text cases (the three above)",
+    "nejm_image": "NEJM Image Challenge cases with their image (no answer choices)",
+    "diagnoses": "distinct answers of the text cases, with counts",
+}
+SINGLE_DX_DOC = (
+    "the dermatologists' quality-control label of the vignette "
+    "(`results/expert_annotations/case_vignette_qc.csv`): true when the answer is the only possible "
+    "diagnosis or, if not, still the single most likely one; false when neither; null where not "
+    "annotated (every MedQA case). The file's `public_caseNN` is `case_{NN-1}` and `private_caseNN` is "
+    "`case_{NN+99}`, the CSV's order of the derm cases. (The per-conversation question Q1 of the "
+    "`validation_clinicalllm_patientai_*.xlsx` sheets judges conversations, not vignettes, and is not used.)"
+)
+SPLIT_DOC = (
+    "The question is the last sentence of the upstream text when it ends with \"?\"; the rest is the "
+    "vignette. The dermatology cases carry no question and are asked \"{q}\", as upstream. "
+    "A premise clause that states a measured value before the question word (\"If the likelihood ratio "
+    "... is 0.04, what is ...\") stays with the vignette. MedQA stems that end with \":\" instead of \"?\" "
+    "stay in the vignette, as upstream did. `build_report.md` lists every case where the vignette differs "
+    "from upstream's own split."
+).format(q=T.DEFAULT_QUESTION)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_version(version: str) -> str:
+    if not re.fullmatch(r"\d+\.\d+\.\d+([.-]?[0-9A-Za-z.]+)?", version):
+        raise CraftMDError(f"version {version!r} is not X.Y.Z")
+    return version
+
+
+# ---------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------
+
+
+def read_source(source: Source, progress: bool = True) -> dict:
+    """Everything the builder needs from the source, parsed, in one verified pass."""
+    wanted = source.pinned(U.PATTERNS)
+    got: dict = {"rows": None, "qc": None, "refs": {}, "images": [], "multi_image": []}
+    with tqdm(total=len(wanted), desc="reading source", unit="file", disable=not progress, file=sys.stderr) as bar:
+        for f in source.iter_files(U.PATTERNS, progress=bar):
+            if f.path == U.CASES_CSV:
+                got["rows"] = U.parse_cases(f.path, f.data)
+            elif f.path == U.QC_CSV:
+                got["qc"] = U.parse_qc(f.path, f.data)
+            elif f.path.startswith("results/gpt4_1106/"):
+                ref = U.parse_reference(f.path, f.data)
+                got["refs"][ref.case_id] = ref
+            elif f.path.startswith("results/gpt4v/"):
+                case, distinct = U.parse_image_case(f.path, f.data)
+                got["images"].append(case)
+                if distinct > 1:
+                    got["multi_image"].append(case.case_id)
+    return got
+
+
+# ---------------------------------------------------------------------------
+# Checks against upstream
+# ---------------------------------------------------------------------------
+
+
+def split_check(cases: list[tuple[Case, str | None]], refs: dict[str, U.Reference], texts: dict[str, str]) -> SplitCheck:
+    """Compare each vignette with upstream's ``case_vignette``; explain each difference."""
+    check = SplitCheck()
+    for case, raw_q in cases:
+        ref = refs.get(case.case_id)
+        if ref is None:
+            continue
+        check.compared += 1
+        if T.normalize_ws(case.vignette) == T.normalize_ws(ref.vignette):
+            check.agreeing += 1
+            continue
+        text = texts[case.case_id]
+        if ref.question == T.DEFAULT_QUESTION and raw_q is not None:
+            why = "upstream did not split off the final question (the text ends with whitespace after it)"
+        elif ref.question.replace("  ", " of the following ") not in (raw_q or "") and ref.question in text.replace(
+            "of the following", ""
+        ):
+            why = "upstream took an earlier question inside the vignette (a quoted remark) for the question"
+        else:
+            why = "upstream split the question sentence at another place"
+        check.disagreements.append(
+            {"case_id": case.case_id, "ours_question": raw_q or T.DEFAULT_QUESTION, "upstream_question": ref.question, "why": why}
+        )
+    return check
+
+
+def diagnoses(cases: list[Case]) -> list[dict]:
+    """Distinct answers (ignoring case and spacing), each in its most frequent spelling, with counts."""
+    spellings: dict[str, Counter] = {}
+    for c in cases:
+        key = T.normalize_ws(c.answer).casefold()
+        spellings.setdefault(key, Counter())[T.normalize_ws(c.answer)] += 1
+    rows = []
+    for key in sorted(spellings):
+        counts = spellings[key]
+        best = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+        rows.append({"diagnosis": best, "count": sum(counts.values())})
+    return rows
+
+
+# ---------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------
+
+
+def write_config(root: Path, config: str, rows: list[dict]) -> Path:
+    path = config_file(root, config, SPLIT)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    schema = FEATURES[config].arrow_schema
+    table = pa.Table.from_pylist(rows, schema=schema)
+    pq.write_table(table, path, row_group_size=100 if config == "nejm_image" else 10_000, **PARQUET_OPTIONS)
+    return path
+
+
+def card_text(version: str, source: dict, rows: dict[str, int], sizes: dict[str, int]) -> str:
+    data = DatasetCardData(
+        language=["en"],
+        license="mit",
+        pretty_name="CRAFT-MD",
+        task_categories=["question-answering", "text-generation"],
+        tags=["medical", "clinical-reasoning", "diagnosis", "conversational", "benchmark"],
+        size_categories=["1K<n<10K"],
+    )
+    infos = {}
+    for c in CONFIGS:
+        splits = SplitDict()
+        splits.add(SplitInfo(name=SPLIT, num_bytes=sizes[c], num_examples=rows[c]))
+        infos[c] = DatasetInfo(features=FEATURES[c], config_name=c, splits=splits)
+    DatasetInfosDict(infos).to_dataset_card_data(data)
+    data["configs"] = [
+        {"config_name": c, "data_files": [{"split": SPLIT, "path": f"{c}/{SPLIT}-00000-of-00001.parquet"}]} for c in CONFIGS
+    ]
+    context = {
+        "version": version,
+        "config_table": "\n".join(f"| `{c}` | {rows[c]:,} | {CONFIG_DOC[c]} |" for c in CONFIGS),
+        "load_path": "path/to/this/folder (or ORG/NAME on the Hub)",
+        "aliases": "; ".join(f"{a} → {b}" for a, b in T.SPECIALTY_ALIASES.items()),
+        "default_question": T.DEFAULT_QUESTION,
+        "task_types": ", ".join(f"`{t}`" for t in T.TASK_TYPES),
+        "single_dx_doc": SINGLE_DX_DOC,
+        "nejm_rows": rows["nejm_image"],
+        "split_doc": SPLIT_DOC,
+        "source_location": source["location"],
+        "source_commit": source["commit"],
+        "source_content_sha256": source["content_sha256"],
+    }
+    return render_card("dataset_card", context, data)
+
+
+def _replace(tmp: Path, out: Path) -> None:
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+
+
+# ---------------------------------------------------------------------------
+# The build
+# ---------------------------------------------------------------------------
+
+
+def build_dataset(
+    source: Source,
+    out: Path | str,
+    *,
+    version: str | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    medqa: Path | str | None = None,
+) -> BuildReport:
+    """Build every config into ``out`` (atomically) and return the report.
+
+    ``medqa``: a MedQA JSONL file; its items picked by the MedQA rule replace the
+    upstream MedQA cases in ``medqa_usmle`` and ``all``.
+    """
+    started = time.perf_counter()
+    out = Path(out)
+    version = check_version(version or __version__)
+    if out.exists() and not overwrite:
+        raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
+    if out.exists() and not (out / MANIFEST).exists() and any(out.iterdir()):
+        raise CraftMDError(f"{out} exists and is not a built dataset (no {MANIFEST}); refusing to replace it")
+    medqa_items = M.read_jsonl(medqa) if medqa is not None else None
+
+    got = read_source(source, progress)
+    if got["rows"] is None or got["qc"] is None:
+        raise CraftMDError(f"source {source.location}: missing {U.CASES_CSV if got['rows'] is None else U.QC_CSV}")
+    rows: list[U.UpstreamRow] = got["rows"]
+    built = [U.build_case(r, got["qc"]) for r in rows]
+    texts = {r.case_id: r.text for r in rows}
+    texts_answer = {r.case_id: r.answer for r in rows}
+    check = split_check(built, got["refs"], texts)
+    renamed = [
+        f"{c.case_id} ({T.normalize_ws(texts_answer[c.case_id])} → {c.answer})"
+        for c, _ in built
+        if T.normalize_ws(texts_answer[c.case_id]).casefold() != c.answer.casefold()
+    ]
+    colon = [c.case_id for c, q in built if q is None and c.source == "medqa_usmle" and texts[c.case_id].rstrip().endswith(":")]
+    upstream_medqa = {r.case_id: r.text for r in rows if T.map_source(r.dataset) == "medqa_usmle"}
+    recall = M.recall_on(upstream_medqa)
+    reasons = Counter(M.select(t).reason for t in upstream_medqa.values())
+
+    cases = [c for c, _ in built]
+    medqa_file = None
+    if medqa_items is not None:
+        picks, file_reasons = M.pick(medqa_items)
+        cases = [c for c in cases if c.source != "medqa_usmle"] + picks
+        medqa_file = {"path": Path(medqa).name, "items": len(medqa_items), "picked": len(picks), "reasons": file_reasons}
+    cases.sort(key=Case.sort_key)
+    images: list[ImageCase] = sorted(got["images"], key=lambda c: (int(c.case_id.rsplit("_", 1)[-1]), c.case_id))
+
+    table_rows = {
+        "medqa_usmle": [c.row() for c in cases if c.source == "medqa_usmle"],
+        "derm_public": [c.row() for c in cases if c.source == "derm_public"],
+        "derm_private": [c.row() for c in cases if c.source == "derm_private"],
+        "all": [c.row() for c in cases],
+        "nejm_image": [c.row() for c in images],
+        "diagnoses": diagnoses(cases),
+    }
+    counts = {c: len(table_rows[c]) for c in CONFIGS}
+    source_info = source.describe()
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        files: dict[str, dict] = {}
+        for c in tqdm(CONFIGS, desc="writing configs", unit="config", disable=not progress, file=sys.stderr):
+            path = write_config(tmp, c, table_rows[c])
+            files[path.relative_to(tmp).as_posix()] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+        sizes = {c: files[f"{c}/{SPLIT}-00000-of-00001.parquet"]["bytes"] for c in CONFIGS}
+        (tmp / CARD).write_text(card_text(version, source_info, counts, sizes), encoding="utf-8")
+        files[CARD] = {"sha256": sha256_file(tmp / CARD), "bytes": (tmp / CARD).stat().st_size}
+        report = BuildReport(
+            out=out,
+            version=version,
+            source=source_info,
+            rows=counts,
+            by_source=dict(Counter(c.source for c in cases).most_common()),
+            by_specialty=dict(sorted(Counter(c.specialty or "(none)" for c in cases).items(), key=lambda kv: (-kv[1], kv[0]))),
+            by_task_type=dict(sorted(Counter(c.task_type for c in cases).items(), key=lambda kv: (-kv[1], kv[0]))),
+            single_dx={str(k).lower() if k is not None else "null": v for k, v in Counter(c.single_dx for c in cases).most_common()},
+            split=check,
+            medqa_rule={
+                "picks": recall.picks,
+                "kept": recall.kept,
+                "recall": recall.recall,
+                "dropped": recall.dropped,
+                "reasons": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
+            },
+            colon_stems=colon,
+            answers_renamed=renamed,
+            nejm={"rows": len(images), "multi_image": sorted(got["multi_image"])},
+            medqa_file=medqa_file,
+            files=dict(files),
+        )
+        (tmp / REPORT).write_text(report.to_markdown(), encoding="utf-8")
+        files[REPORT] = {"sha256": sha256_file(tmp / REPORT), "bytes": (tmp / REPORT).stat().st_size}
+        manifest = {
+            "name": "craftmd",
+            "version": version,
+            "builder": {"package": "craftmd", "version": __version__, "pyarrow": pa.__version__, "datasets": datasets.__version__},
+            "source": source_info,
+            "configs": counts,
+            "split": SPLIT,
+            "medqa_file": medqa_file,
+            "question_split_agreement": round(check.agreement, 6),
+            "medqa_rule_recall": round(recall.recall, 6),
+            "files": dict(sorted(files.items())),
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+        _replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    report.seconds = time.perf_counter() - started
+    return report

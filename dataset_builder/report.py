@@ -1,0 +1,134 @@
+"""The build report: what a build produced and how it compares with upstream."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class SplitCheck:
+    """Our vignettes against upstream's own split (results/gpt4_1106 ``case_vignette``)."""
+
+    compared: int = 0
+    agreeing: int = 0
+    disagreements: list[dict] = field(default_factory=list)  # case_id, ours, upstream, question
+
+    @property
+    def agreement(self) -> float:
+        return self.agreeing / self.compared if self.compared else 0.0
+
+
+@dataclass
+class BuildReport:
+    out: Path
+    version: str
+    source: dict
+    rows: dict[str, int]
+    by_source: dict[str, int]
+    by_specialty: dict[str, int]
+    by_task_type: dict[str, int]
+    single_dx: dict[str, int]
+    split: SplitCheck
+    medqa_rule: dict  # picks, kept, recall, dropped [(case_id, reason, question)], reasons
+    colon_stems: list[str]  # cases whose question stem ends with ":" (kept in the vignette, as upstream)
+    nejm: dict  # rows, multi_image [case_id]
+    answers_renamed: list[str] = field(default_factory=list)  # answers matched to a choice through a synonym
+    medqa_file: dict | None = None  # {path, items, picked, reasons} for a --medqa build
+    files: dict[str, dict] = field(default_factory=dict)  # relative path -> {sha256, bytes}
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        """A few lines for the terminal."""
+        lines = [
+            f"built CRAFT-MD dataset {self.version} from {self.source['location']} "
+            f"(commit {self.source['commit'][:12]}, content {self.source['content_sha256'][:12]}) in {self.seconds:.1f} s",
+            "rows: " + ", ".join(f"{c} {n:,}" for c, n in self.rows.items()),
+            f"question split agrees with upstream on {self.split.agreeing:,}/{self.split.compared:,} cases "
+            f"({100 * self.split.agreement:.2f} %); {len(self.split.disagreements)} listed in build_report.md",
+            f"MedQA rule recall on the upstream picks: {self.medqa_rule['kept']:,}/{self.medqa_rule['picks']:,} "
+            f"({100 * self.medqa_rule['recall']:.2f} %)",
+        ]
+        if self.medqa_file:
+            lines.append(
+                f"medqa_usmle from {self.medqa_file['path']}: {self.medqa_file['picked']:,} of {self.medqa_file['items']:,} items picked"
+            )
+        return "\n".join(lines)
+
+    def to_markdown(self) -> str:
+        def table(title: str, counts: dict, head=("value", "rows")) -> list[str]:
+            out = [f"### {title}", "", f"| {head[0]} | {head[1]} |", "|---|---:|"]
+            out += [f"| {k} | {v:,} |" for k, v in counts.items()]
+            return out + [""]
+
+        s = self.split
+        md = [
+            f"# Build report: CRAFT-MD dataset {self.version}",
+            "",
+            f"- Source: `{self.source['location']}`, commit `{self.source['commit']}`, content sha256 `{self.source['content_sha256']}`",
+            f"- Builder: craftmd {self.version}",
+            "",
+            "## Counts",
+            "",
+        ]
+        md += table("Rows per config", self.rows, ("config", "rows"))
+        md += table("Text cases per source", self.by_source, ("source", "cases"))
+        md += table("Text cases per specialty", self.by_specialty, ("specialty", "cases"))
+        md += table("Text cases per task type", self.by_task_type, ("task type", "cases"))
+        md += table("single_dx (dermatologists' QC label)", self.single_dx, ("single_dx", "cases"))
+        if self.answers_renamed:
+            md += [
+                "Answers written as a synonym of their choice (the choice's text is used): " + ", ".join(self.answers_renamed),
+                "",
+            ]
+        md += [
+            "## Question split",
+            "",
+            f"Our `vignette` equals upstream's `case_vignette` (results/gpt4_1106, whitespace normalised) for "
+            f"**{s.agreeing:,} of {s.compared:,} cases ({100 * s.agreement:.2f} %)**. The cases that differ:",
+            "",
+            "| case | our question sentence | upstream's question | why |",
+            "|---|---|---|---|",
+        ]
+        for d in s.disagreements:
+            md.append(f"| {d['case_id']} | {_cell(d['ours_question'])} | {_cell(d['upstream_question'])} | {_cell(d['why'])} |")
+        md += [
+            "",
+            f"{len(self.colon_stems)} MedQA cases end with a stem closed by \":\" instead of a question mark; as upstream, "
+            "the stem stays in the vignette and the case is asked the default question: "
+            + ", ".join(self.colon_stems),
+            "",
+            "## MedQA filter",
+            "",
+            f"The rule (`craftmd.dataset_builder.medqa.select`) keeps **{self.medqa_rule['kept']:,} of the "
+            f"{self.medqa_rule['picks']:,} upstream picks (recall {100 * self.medqa_rule['recall']:.2f} %)**. "
+            "Verdicts on the picks:",
+            "",
+        ]
+        md += [f"- {reason}: {n:,}" for reason, n in self.medqa_rule["reasons"].items()]
+        md += ["", "Every pick it drops:", "", "| case | reason | question |", "|---|---|---|"]
+        md += [f"| {cid} | {reason} | {_cell(q)} |" for cid, reason, q in self.medqa_rule["dropped"]]
+        if self.medqa_file:
+            md += [
+                "",
+                f"### `--medqa {self.medqa_file['path']}`",
+                "",
+                f"{self.medqa_file['picked']:,} of {self.medqa_file['items']:,} items picked; verdicts:",
+                "",
+            ]
+            md += [f"- {reason}: {n:,}" for reason, n in self.medqa_file["reasons"].items()]
+        md += [
+            "",
+            "## NEJM image cases",
+            "",
+            f"{self.nejm['rows']} GPT-4V result files, one image each (decoded from the first image of the recorded messages).",
+        ]
+        if self.nejm["multi_image"]:
+            md.append("Files whose trials carry more than one distinct image (the first is used): " + ", ".join(self.nejm["multi_image"]))
+        md += ["", "## Files", "", "| file | bytes | sha256 |", "|---|---:|---|"]
+        md += [f"| {p} | {f['bytes']:,} | `{f['sha256']}` |" for p, f in self.files.items()]
+        return "\n".join(md) + "\n"
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
