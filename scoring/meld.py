@@ -32,6 +32,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -318,9 +319,11 @@ def run_meld(
         "word_count": "whitespace-separated words of the first half",
         "similarity": SIMILARITY_DEFINITION,
         "threshold": threshold,
-        "calls": {k: getattr(caller, k, None) for k in ("calls", "cache_hits", "retries", "failures", "tokens_in", "tokens_out")},
         **summarise(table, threshold),
     }
+    if progress:  # counters differ between a fresh run and a cached rerun, so they stay out of summary.json
+        counts = ", ".join(f"{k} {getattr(caller, k)}" for k in ("calls", "cache_hits", "retries", "failures", "tokens_in", "tokens_out"))
+        print(f"meld: {counts}", file=sys.stderr)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
