@@ -1,0 +1,383 @@
+"""The offline FRQ grader: judges a free-text diagnosis without any model.
+
+Two steps, as the paper's grader-AI does them:
+
+1. :meth:`OfflineGrader.extract` pulls the diagnosis out of a free-text answer
+   (``**Final Diagnosis:** X``, ``The most likely diagnosis is X``, a bare ``X.``),
+   drops trailing explanations and hedges, and says whether the answer names one
+   diagnosis (``single``), several alternatives (``multiple``) or none (``none``:
+   empty, a refusal, "not possible to diagnose").
+2. :meth:`OfflineGrader.equivalent` compares that diagnosis with the correct answer
+   after normalisation (case, accents, punctuation, possessives, British spellings,
+   "disease"/"syndrome"/"disorder"), abbreviations and synonyms from the versioned
+   table ``scoring/data/synonyms.tsv``, and word order. The subtype rule of the paper:
+   an answer *more general* than the correct one counts (``lymphoma`` for
+   ``Hodgkin lymphoma``); one *more specific* does not (``Hodgkin lymphoma`` for
+   ``lymphoma``), except for qualifiers of course or severity (``acute``,
+   ``chronic``, ``severe``, ...) which do not make a different disease.
+
+The table is data, reviewed by hand and built from the training cases only (see
+``scoring/data/README.md``); nothing is learnt at run time. ``multiple`` and ``none``
+always grade as wrong.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import re
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from craftmd import CraftMDError
+
+TABLE_VERSION = "1"
+#: What an answer more specific than the correct one gets: "qualifiers" (the paper's rule:
+#: wrong, unless the extra words only qualify course/severity/side) or "count" (right).
+SPECIFIC_POLICIES = ("qualifiers", "count")
+DATA = Path(__file__).resolve().parent / "data"
+
+#: Words that carry no identity of the disease (dropped before comparison).
+STOPWORDS = frozenset(
+    "a an the of in on to for with without by from at as due its their his her this that is are be "
+    "disease diseases syndrome syndromes disorder disorders condition type form variant "
+    "likely possible probable probably possibly suspected presumed presumptive most suggestive "
+    "consistent compatible".split()
+)
+#: Qualifiers of course, severity, side or extent: adding one does not make an answer a subtype.
+NEUTRAL = frozenset(
+    "acute chronic subacute severe mild moderate bilateral unilateral left right recurrent "
+    "early late new onset uncomplicated complicated simple active ongoing persistent "
+    "worsening progressive mild-moderate episode episodic exacerbation flare".split()
+)
+#: One-word answers too generic to count as "more general" than a named disease.
+GENERIC = frozenset(
+    "infection infectious inflammation inflammatory tumor tumour cancer malignancy neoplasm mass lesion "
+    "carcinoma disease syndrome disorder deficiency injury trauma failure insufficiency cyst "
+    "reaction dysfunction abnormality anomaly toxicity poisoning rash eruption pain fever "
+    "virus viral bacterial fungal allergy allergic cell acid".split()
+)
+
+_BRITISH = [
+    (re.compile(r"haem"), "hem"),
+    (re.compile(r"aem"), "em"),
+    (re.compile(r"oedem"), "edem"),
+    (re.compile(r"oesophag"), "esophag"),
+    (re.compile(r"oestr"), "estr"),
+    (re.compile(r"naev"), "nev"),
+    (re.compile(r"tumour"), "tumor"),
+    (re.compile(r"paed"), "ped"),
+    (re.compile(r"coel"), "cel"),
+    (re.compile(r"diarrhoea"), "diarrhea"),
+    (re.compile(r"ischaem"), "ischem"),
+    (re.compile(r"leukaem"), "leukem"),
+    (re.compile(r"sulph"), "sulf"),
+]
+
+
+def _fold(text: str) -> str:
+    """Lower case, accents off, quotes straightened, possessives dropped, punctuation to spaces."""
+    t = unicodedata.normalize("NFKD", text)
+    t = "".join(c for c in t if not unicodedata.combining(c)).lower()
+    t = t.replace("\u2019", "'").replace("\u2018", "'").replace("`", "'")
+    t = re.sub(r"(\w)'s\b", r"\1", t)
+    t = re.sub(r"(\w)s'(?=\s|$)", r"\1s", t)
+    # "non-Hodgkin", "post-traumatic", "anti-TTG": a prefix is part of its word.
+    t = re.sub(r"\b(non|anti|post|pre|para|pseudo|hypo|hyper|sub|intra|extra|inter|peri|poly|neuro|co|re)[\s-]+(?=[a-z])", r"\1", t)
+    for pat, rep in _BRITISH:
+        t = pat.sub(rep, t)
+    t = re.sub(r"[^a-z0-9+]+", " ", t)
+    return " ".join(t.split())
+
+
+def _stem(word: str) -> str:
+    """Plural to singular for the few endings that matter in disease names."""
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 4 and word.endswith(("ses", "xes")) and not word.endswith(("oses", "ases")):
+        return word[:-2]
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is", "as", "os", "ys")):
+        return word[:-1]
+    return word
+
+
+@dataclass(frozen=True)
+class SynonymTable:
+    """Phrase -> canonical phrase (folded), plus the table's own hash for the record."""
+
+    canon: dict[str, str]
+    broader: dict[str, frozenset[str]]  # canonical -> canonical terms it is a subtype of
+    sha256: str
+    rows: int
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> SynonymTable:
+        if path is None:
+            ref = resources.files("craftmd.scoring") / "data" / "synonyms.tsv"
+            raw = ref.read_bytes()
+            where = "scoring/data/synonyms.tsv"
+        else:
+            raw = Path(path).read_bytes()
+            where = str(path)
+        canon: dict[str, str] = {}
+        broader: dict[str, set[str]] = {}
+        rows = 0
+        reader = csv.reader(raw.decode("utf-8").splitlines(), delimiter="\t")
+        for n, row in enumerate(reader, 1):
+            if not row or row[0].startswith("#") or row[0] == "term":
+                continue
+            if len(row) < 3:
+                raise CraftMDError(f"{where}:{n}: expected term<TAB>canonical<TAB>relation")
+            term, target, relation = _fold(row[0]), _fold(row[1]), row[2].strip()
+            if not term or not target:
+                raise CraftMDError(f"{where}:{n}: empty term")
+            rows += 1
+            if relation in ("synonym", "abbreviation", "spelling"):
+                canon[term] = target
+            elif relation in ("subtype", "accepted"):
+                # subtype: term is a kind of target, so target (more general) counts for term.
+                # accepted: for the correct answer term, the grader-AI accepted target (training cases).
+                broader.setdefault(term, set()).add(target)
+            else:
+                raise CraftMDError(f"{where}:{n}: unknown relation {relation!r} (synonym|abbreviation|spelling|subtype|accepted)")
+        # Resolve chains (a -> b -> c) once, so lookups are one step.
+        for term in list(canon):
+            seen = {term}
+            t = canon[term]
+            while t in canon and t not in seen:
+                seen.add(t)
+                t = canon[t]
+            canon[term] = t
+        return cls(canon, {k: frozenset(v) for k, v in broader.items()}, hashlib.sha256(raw).hexdigest(), rows)
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """What the answer names: the diagnosis text (or None) and its kind."""
+
+    diagnosis: str | None
+    kind: str  # single | multiple | none
+    alternatives: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class OfflineGrade:
+    resolved: str | None
+    resolved_kind: str
+    correct: bool
+    detail: str  # JSON
+
+
+# --- extraction -----------------------------------------------------------------
+_FINAL = re.compile(r"final\s+diagnosis\s*(?:is|would\s+be|:)?\s*:?", re.I)
+_MARKERS = [
+    re.compile(
+        r"\bdiagnosis(?:\s+(?:for|of|in)\s+(?:this|the|her|his)\s+(?:patient|case|child|woman|man|infant|boy|girl)(?:'s)?"
+        r"(?:\s+(?:condition|symptoms|presentation))?)?"
+        r"(?:\s+based\s+on\s+[^.:\n]{0,160}?)?"
+        r"\s*(?:,\s*)?(?:is|would\s+be|could\s+be|appears\s+to\s+be|seems\s+to\s+be|is\s+likely(?:\s+to\s+be)?|:)\s*:?",
+        re.I,
+    ),
+    re.compile(r"\b(?:diagnosis\s+of|diagnosed\s+with|likely\s+to\s+be|most\s+likely\s+(?:has|have|cause\s+is|due\s+to))\s+", re.I),
+    re.compile(
+        r"\b(?:suggest|suggests|suggestive\s+of|indicate|indicates|indicative\s+of|point\s+to|points\s+to|consistent\s+with"
+        r"|compatible\s+with|suffering\s+from|suffers\s+from|cause\s+of\s+(?:his|her|the|their)\s+symptoms\s+is)\s+",
+        re.I,
+    ),
+]
+_NONE_PAT = re.compile(
+    r"^(?:none|n/?a|unknown|unclear|undetermined|inconclusive|no\s+(?:definitive\s+|specific\s+|clear\s+|final\s+)?diagnosis\b"
+    r"|not\s+(?:possible|able|enough|determined|applicable)|cannot|can't|can\s+not|unable|insufficient|i\s+(?:am|'m)\s+(?:sorry|unable|not)"
+    r"|i\s+apologi|sorry|further\s+(?:information|evaluation|testing|tests|investigation|workup)|more\s+information|additional\s+information"
+    r"|undiagnosed|no\s+(?:current\s+)?(?:medical|acute|significant|abnormal)|as\s+an\s+ai|you\s+have\s+not|please\s+provide)",
+    re.I,
+)
+_LEAD = re.compile(
+    r"^(?:(?:is|are|was|be|a|an|the|of|as|likely|most\s+likely|probably|possibly|possible|probable|suspected|presumed|presumptive"
+    r"|clinically|that|this\s+is|it\s+is|diagnosis\s+of|diagnosed\s+with|a\s+case\s+of|case\s+of|consistent\s+with|suggestive\s+of"
+    r"|compatible\s+with|potential|atypical\s+presentation\s+of|a\s+form\s+of|form\s+of|type\s+of)(?:\s+|$)|[:\-]\s*)+",
+    re.I,
+)
+_CUT = re.compile(
+    r"(?:\.\s|\.$|;|:|\n|,\s+(?:a|an|the)\s|\s(?:a|an)\s+(?:common|rare|type|form|condition|complication|side|disorder|severe|serious|chronic|benign|group)\b|\s\((?:note|see|this|these|based|likely|possibly|probably|most|if|given|due)\b|\s[-\u2013\u2014]\s|\s\(if\b|,\s*(?:which|likely|possibly|probably|based|given|as|due|secondary|caused|with\s+possible"
+    r"|and\s+(?:further|additional)|although|though|but|however|considering|in\s+(?:a|the|this)|most|specifically)\b"
+    r"|\s(?:based\s+on|due\s+to|secondary\s+to|caused\s+by|because|given|considering|as\s+(?:evidenced|indicated|suggested|a\s+result)"
+    r"|in\s+(?:a|this|the)\s+(?:patient|child|woman|man|setting|context)|which|that\s+(?:is|was|has|may)|associated\s+with|resulting\s+from|leading\s+to"
+    r"|following|after|triggered|related\s+to|induced\s+by|from\s+(?:a|an|the)|is\s+(?:a|the|likely|most|suspected|characterized))\b)",
+    re.I,
+)
+_MULTI = re.compile(r"\s(?:or|vs\.?|versus|and/or)\s|/|\bdifferential\b|\beither\b|\brule\s+out\b|\br/o\b", re.I)
+_WITH = re.compile(r"\s(?:with|and|plus|complicated\s+by|accompanied\s+by|along\s+with)\s", re.I)
+_SITE = re.compile(r"\s(?:of|in|on|involving|affecting)\s+(?:the|both|his|her|a|an)\s", re.I)
+_ALSO = re.compile(r"\s(?:also\s+known\s+as|also\s+called|aka|a\.k\.a\.|known\s+as|such\s+as|specifically|likely|namely|eg|or)\s", re.I)
+_PAREN = re.compile(r"\(([^()]*)\)")
+_MD = re.compile(r"[*_#`>]+")
+_ENUM = re.compile(r"^\s*(?:\d+[.)]|[-\u2022*])\s+", re.M)
+
+
+def _first_clause(text: str) -> str:
+    # Keep "(...)" intact while cutting: mask dots/colons inside parentheses.
+    masked = re.sub(r"\([^()]*\)", lambda m: "(" + "x" * (len(m.group(0)) - 2) + ")", text)
+    m = _CUT.search(masked)
+    return text[: m.start()] if m else text
+
+
+def extract(response: str | None) -> Extraction:
+    """Pull the diagnosis out of a free-text answer (see the module doc)."""
+    if response is None or not response.strip():
+        return Extraction(None, "none")
+    text = _MD.sub("", response).strip()
+    text = re.sub(r"\be\.g\.|\bi\.e\.", "eg", text)
+    text = re.sub(r"\b(vs|st|dr|no|type)\.", r"\1", text, flags=re.I)
+    found = None
+    m = _FINAL.search(text)
+    if m and text[m.end():].strip():
+        found = text[m.end():]
+    else:  # the earliest of the other markers
+        hits = [m for pat in _MARKERS for m in [pat.search(text)] if m and text[m.end():].strip()]
+        if hits:
+            found = text[min(hits, key=lambda m: m.start()).end():]
+    body = found if found is not None else text
+    body = body.strip()
+    # The first non-empty line; an enumerated list starts on the next line.
+    lines = [ln for ln in body.splitlines() if ln.strip()]
+    if not lines:
+        return Extraction(None, "none")
+    first = lines[0].strip()
+    if _ENUM.match(first) or (first.endswith(":") and len(lines) > 1):
+        items = [ln for ln in lines if _ENUM.match(ln)]
+        if len(items) > 1:
+            return Extraction(None, "multiple", tuple(_ENUM.sub("", i).strip() for i in items[:5]))
+        first = _ENUM.sub("", items[0] if items else lines[1]).strip()
+    first = _LEAD.sub("", first).strip()
+    if not first or _NONE_PAT.match(first):
+        return Extraction(None, "none")
+    clause = _first_clause(first).strip(" ,.;:-")
+    clause = _LEAD.sub("", clause).strip(" ,.;:-")
+    if not clause or _NONE_PAT.match(clause):
+        return Extraction(None, "none")
+    outside = _PAREN.sub(" ", clause)
+    if _MULTI.search(outside):
+        parts = [p.strip(" ,.") for p in re.split(r"\s(?:or|vs\.?|versus|and/or)\s|/", outside, flags=re.I) if p.strip(" ,.")]
+        return Extraction(clause, "multiple", tuple(parts))
+    return Extraction(clause, "single")
+
+
+# --- equivalence ----------------------------------------------------------------
+class OfflineGrader:
+    """Grades free-text answers against the correct diagnosis, with no model."""
+
+    name = "offline"
+
+    def __init__(self, table: SynonymTable | Path | None = None, *, specific: str = "qualifiers"):
+        if specific not in SPECIFIC_POLICIES:
+            raise CraftMDError(f"unknown subtype policy {specific!r}; one of {SPECIFIC_POLICIES}")
+        self.specific = specific
+        self.table = table if isinstance(table, SynonymTable) else SynonymTable.load(table)
+        self._phrases = sorted(self.table.canon, key=lambda p: (-len(p.split()), p))
+        self._phrase_re = (
+            re.compile(r"\b(?:" + "|".join(re.escape(p) for p in self._phrases) + r")\b") if self._phrases else None
+        )
+        self._tokens = lru_cache(maxsize=None)(self._tokens_uncached)
+        self._accept: dict[str, set[str]] = {}
+        for term, targets in self.table.broader.items():
+            self._accept.setdefault(self.canonical(term), set()).update(self.canonical(t) for t in targets)
+        self._grade = lru_cache(maxsize=None)(self._grade_uncached)
+
+    @property
+    def version(self) -> dict:
+        return {"name": "offline", "table_version": TABLE_VERSION, "table_sha256": self.table.sha256, "table_rows": self.table.rows}
+
+    # Normal form of a phrase: folded, synonyms replaced (longest first), stemmed, stopwords out.
+    def canonical(self, phrase: str) -> str:
+        t = _fold(phrase)
+        t = " ".join(_stem(w) for w in t.split())
+        if self._phrase_re is not None:
+            t = self._phrase_re.sub(lambda m: self.table.canon[m.group(0)], t)
+        return t
+
+    def _tokens_uncached(self, phrase: str) -> frozenset[str]:
+        canon = self.canonical(phrase)
+        words = [_stem(w) for w in canon.split()]
+        toks = frozenset(w for w in words if w not in STOPWORDS)
+        return toks or frozenset(words)
+
+    def _variants(self, text: str, *, answer: bool) -> list[str]:
+        """Phrases a text may stand for: itself, without/inside its parentheses, its main part."""
+        out: list[str] = []
+
+        def add(p: str) -> None:
+            p = p.strip(" ,.;:-")
+            if p and p not in out:
+                out.append(p)
+
+        add(text)
+        bare = _PAREN.sub(" ", text)
+        add(bare)
+        for inner in _PAREN.findall(text):
+            add(inner)
+        for part in _ALSO.split(bare):
+            add(part)
+        if answer:
+            # "anorexia nervosa - purging type", "x, y": the head before a dash or comma.
+            for sep in (" - ", ", ", ": "):
+                if sep in bare:
+                    add(bare.split(sep, 1)[0])
+        else:
+            # "renal cell carcinoma with hematuria": the main diagnosis before "with/and".
+            head = _WITH.split(bare, maxsplit=1)[0]
+            add(head)
+            # "squamous cell carcinoma of the foot": the disease without its site.
+            add(_SITE.split(head, maxsplit=1)[0])
+        return out
+
+    def _same(self, dx: frozenset[str], ans: frozenset[str]) -> bool:
+        if dx == ans:
+            return True
+        if dx < ans:  # the answer is more general than the correct one: counts, unless only a generic word
+            rest = dx - NEUTRAL
+            return bool(rest) and not rest <= GENERIC
+        if ans < dx:  # more specific: counts only when the extra words are course/severity qualifiers
+            return self.specific == "count" or (dx - ans) <= NEUTRAL
+        return False
+
+    def equivalent(self, diagnosis: str, answer: str) -> bool:
+        """True when ``diagnosis`` names the correct ``answer`` (synonym, same, or more general)."""
+        dxs = self._variants(diagnosis, answer=False)
+        anss = self._variants(answer, answer=True)
+        dtoks = [self._tokens(d) for d in dxs]
+        for a in anss:
+            atoks = self._tokens(a)
+            if any(self._same(d, atoks) for d in dtoks):
+                return True
+            accepted = self._accept.get(self.canonical(a))
+            if accepted and any(self.canonical(d) in accepted for d in dxs):
+                return True
+        return False
+
+    def _grade_uncached(self, response: str | None, answer: str) -> OfflineGrade:
+        ex = extract(response)
+        correct = ex.kind == "single" and ex.diagnosis is not None and self.equivalent(ex.diagnosis, answer)
+        detail = json.dumps(
+            {"extracted": ex.diagnosis, "kind": ex.kind, "alternatives": list(ex.alternatives)},
+            ensure_ascii=False,
+            sort_keys=True,
+        )
+        resolved = ex.diagnosis if ex.kind == "single" else (ex.diagnosis if ex.kind == "multiple" else None)
+        return OfflineGrade(resolved, ex.kind, bool(correct), detail)
+
+    def grade(self, response: str | None, answer: str) -> OfflineGrade:
+        """Grade one free-text answer against the correct answer."""
+        return self._grade(response, answer)
+
+
+@lru_cache(maxsize=1)
+def default_grader() -> OfflineGrader:
+    return OfflineGrader()
+
+
+__all__ = ["OfflineGrader", "OfflineGrade", "Extraction", "SynonymTable", "extract", "default_grader"]
