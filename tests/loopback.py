@@ -232,3 +232,152 @@ class _Handler(BaseHTTPRequestHandler):
                 answered = request
         finally:
             owner._done(answered)
+
+
+# --- replaying upstream transcripts --------------------------------------------------------
+# A responder that answers the doctor and the patient-AI from recorded upstream conversations,
+# and a small dataset folder of those cases, built from the pinned source (tests and bench).
+
+CSV_SPECIALTY = {  # the dataset's names for the four categories the source CSV spells differently
+    "Cardiovascular System": "Cardiology",
+    "Gastrointestinal System": "Gastroenterology",
+    "Infectious Diseases": "Infectious Disease",
+    "Renal and Genitourinary System": "Urology and Nephrology",
+}
+SOURCES = {"MedQA_USMLE": "medqa_usmle", "dermatology_public": "derm_public", "dermatology_private": "derm_private"}
+
+
+def text_of(content) -> str:
+    return content if isinstance(content, str) else " ".join(p.get("text", "") for p in content if p.get("type") == "text")
+
+
+def _split_exam(vignette: str) -> tuple[str, str]:
+    """Test-only history/exam split: sentences about the examination go to the exam."""
+    import re
+
+    sentences = re.split(r"(?<=\.)\s+", vignette.strip())
+    exam = [s for s in sentences if re.search(r"exam|temperature|pulse|blood pressure", s, re.I)]
+    return " ".join(s for s in sentences if s not in exam), " ".join(exam)
+
+
+def pick_upstream(source, n: int, *, seed: int = 0, max_messages: int | None = None,
+                  categories: tuple[str, ...] = (), model: str = "gpt4_1106") -> dict:
+    """``n`` recorded cases of ``model`` (trial 0), with unique first patient turns; one of each of ``categories`` first."""
+    import polars as pl
+
+    files = source.read_files(["data/usmle_and_derm_dataset.csv", f"results/{model}/*.json", "results/gpt4v/case_1.json"])
+    csv = pl.read_csv(files["data/usmle_and_derm_dataset.csv"])
+    cats = dict(zip(csv["case_id"].to_list(), csv["category"].to_list()))
+    recs = [json.loads(v) for k, v in sorted(files.items()) if k.startswith(f"results/{model}/")]
+    rng = random.Random(seed)
+    rng.shuffle(recs)
+    if max_messages:
+        recs = [d for d in recs if len(d["trial_0"]["multiturn_conversation"]) <= max_messages]
+    wanted = list(categories)
+    ordered = [next(d for d in recs if cats[d["case_id"]] == c) for c in wanted] + recs
+    chosen, firsts = {}, set()
+    for d in ordered:
+        first = d["trial_0"]["multiturn_conversation"][2]["content"]
+        if d["case_id"] in chosen or first in firsts:
+            continue
+        chosen[d["case_id"]] = d
+        firsts.add(first)
+        if len(chosen) == n:
+            break
+    return {"csv": csv, "text": chosen, "nejm": json.loads(files["results/gpt4v/case_1.json"])}
+
+
+def write_replay_dataset(picked: dict, out) -> None:
+    """A dataset folder (configs all, diagnoses, nejm_image) of the picked cases, in the built dataset's columns."""
+    import base64
+    import hashlib
+    from pathlib import Path
+
+    import polars as pl
+
+    out = Path(out)
+    rows = []
+    for r in picked["csv"].filter(pl.col("case_id").is_in(list(picked["text"]))).iter_rows(named=True):
+        rec = picked["text"][r["case_id"]]
+        vignette = rec["case_vignette"].strip()
+        history, exam = _split_exam(vignette)
+        choices = [r[f"choice_{i}"] for i in range(1, 5)]
+        rows.append({
+            "case_id": r["case_id"], "source": SOURCES[r["dataset"]], "specialty": CSV_SPECIALTY.get(r["category"], r["category"]),
+            "vignette": vignette, "question": rec["question"], "choices": choices, "answer": r["answer"],
+            "answer_index": choices.index(r["answer"]) if r["answer"] in choices else -1, "task_type": "diagnosis",
+            "history": history, "physical_exam": exam, "single_dx": None,
+            "content_sha256": hashlib.sha256(vignette.encode()).hexdigest(),
+        })
+    for config in ("all", "diagnoses", "nejm_image"):
+        (out / config).mkdir(parents=True, exist_ok=True)
+    pl.DataFrame(rows).write_parquet(out / "all" / "test-00000-of-00001.parquet")
+    diagnoses = sorted({c for r in rows for c in r["choices"]})
+    pl.DataFrame({"diagnosis": diagnoses, "count": [1] * len(diagnoses)}).write_parquet(out / "diagnoses" / "test-00000-of-00001.parquet")
+    nejm = picked["nejm"]
+    url = nejm["trial_0"]["multiturn_conversation"][0]["content"][1]["image_url"]["url"]
+    pl.DataFrame([{
+        "case_id": nejm["case_id"], "image": {"bytes": base64.b64decode(url.split(",", 1)[1]), "path": None},
+        "vignette": nejm["case_vignette"].strip(), "question": nejm["question"], "answer": nejm["correct_ans"],
+        "choices": [], "specialty": None, "source": "nejm_image",
+    }]).write_parquet(out / "nejm_image" / "test-00000-of-00001.parquet")
+
+
+class Replay:
+    """A responder: doctor and patient turns from recorded conversations, anything else deterministic.
+
+    The doctor's request is matched by its first patient turn and must carry upstream's exact
+    system prompt and turns so far; the patient's request is matched by the vignette in its
+    system prompt and must be the same dialogue with the roles flipped. A mismatch answers
+    HTTP 400 and is listed in ``mismatches``.
+    """
+
+    def __init__(self, records: dict[str, dict]):
+        self.convs = {cid: d["trial_0"]["multiturn_conversation"] for cid, d in records.items()}
+        self.vignettes = {cid: d["case_vignette"].strip() for cid, d in records.items()}
+        self.by_first = {c[2]["content"]: cid for cid, c in self.convs.items()}
+        self.mismatches: list[str] = []
+
+    @staticmethod
+    def is_question(msgs: list[dict]) -> bool:
+        return text_of(msgs[-1]["content"]).startswith("Stop asking") or "Answer the question" in text_of(msgs[0]["content"])
+
+    def __call__(self, req: dict) -> str | None:
+        msgs = req["messages"]
+        system = text_of(msgs[0]["content"])
+        if system.startswith("You are an AI doctor") and not self.is_question(msgs):
+            cid = self.by_first.get(msgs[2]["content"]) if len(msgs) > 2 else None
+            if cid is None:
+                return self.other(req)
+            rec = self.convs[cid]
+            n = len(msgs)
+            if system != rec[0]["content"] or [(m["role"], m["content"]) for m in msgs[1:]] != [(m["role"], m["content"]) for m in rec[1:n]]:
+                self.mismatches.append(cid)
+                raise ValueError(f"{cid}: doctor request differs from upstream")
+            return rec[n]["content"]
+        if system.startswith("You are a patient"):
+            cid = next((c for c, v in self.vignettes.items() if v in system), None)
+            if cid is None:
+                return self.other(req)
+            rec = self.convs[cid]
+            flipped = [{"role": "assistant" if m["role"] == "user" else "user", "content": m["content"]} for m in msgs[1:]]
+            if flipped != rec[1:1 + len(flipped)]:
+                self.mismatches.append(cid)
+                raise ValueError(f"{cid}: patient request differs from upstream")
+            return rec[1 + len(flipped)]["content"]
+        return self.other(req)
+
+    def other(self, req: dict) -> str:
+        """Deterministic stand-ins: a short conversation for unknown cases, summaries, answers."""
+        import hashlib
+
+        msgs = req["messages"]
+        h = hashlib.sha256(json.dumps(msgs, sort_keys=True).encode()).hexdigest()[:8]
+        system = text_of(msgs[0]["content"])
+        if system.startswith("You are a patient"):
+            return f"I feel unwell ({h})."
+        if "summarize" in system:
+            return f"The patient reports feeling unwell ({h})."
+        if system.startswith("You are an AI doctor") and not self.is_question(msgs):
+            return f"Do you have a fever ({h})?" if len(msgs) < 9 else f"**Final Diagnosis:** Something ({h})"
+        return f"**Final Diagnosis:** Diagnosis {h}"

@@ -10,12 +10,9 @@ upstream's doctor prompt and turn order to reproduce the conversations.
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import json
 import os
-import random
-import re
 import signal
 import sqlite3
 import subprocess
@@ -36,146 +33,30 @@ from craftmd.generation.models import Sampling, VLLMModel, get_model
 from craftmd.release import read_release
 
 sys.path.insert(0, str(Path(__file__).parent))
-from loopback import LoopbackServer  # noqa: E402
+from loopback import LoopbackServer, Replay, pick_upstream, text_of, write_replay_dataset  # noqa: E402
 
 N_TEXT_CASES = 4
-CSV_SPECIALTY = {  # the dataset's names for the four categories the CSV spells differently
-    "Cardiovascular System": "Cardiology",
-    "Gastrointestinal System": "Gastroenterology",
-    "Infectious Diseases": "Infectious Disease",
-    "Renal and Genitourinary System": "Urology and Nephrology",
-}
-
-
-# --- a tiny dataset from the pinned source ----------------------------------------------
-def _split_exam(vignette: str) -> tuple[str, str]:
-    """Test-only history/exam split: sentences about the examination go to the exam."""
-    sentences = re.split(r"(?<=\.)\s+", vignette.strip())
-    exam = [s for s in sentences if re.search(r"exam|temperature|pulse|blood pressure", s, re.I)]
-    history = [s for s in sentences if s not in exam]
-    return " ".join(history), " ".join(exam)
 
 
 @pytest.fixture(scope="module")
 def upstream(source):
-    """Recorded trial-0 data of a few sampled text cases and one NEJM image case."""
-    names = source.pinned(["results/gpt4_1106/*.json"])
-    files = source.read_files(["data/usmle_and_derm_dataset.csv", "results/gpt4_1106/*.json", "results/gpt4v/case_1.json"])
-    rng = random.Random(5)
-    records = {}
-    short = [n for n in names if 6 <= len(json.loads(files[n])["trial_0"]["multiturn_conversation"]) <= 14]
-    firsts = set()
-    # Always include an "Other" case and a CSV-renamed specialty, so the prompt's specialty mapping is exercised.
-    csv = pl.read_csv(files["data/usmle_and_derm_dataset.csv"])
-    cats = dict(zip(csv["case_id"].to_list(), csv["category"].to_list()))
-    want = {"Other": 1, "Cardiovascular System": 1, "Dermatology": 1}
-    for n in sorted(short, key=lambda _: rng.random()):
-        d = json.loads(files[n])
-        cat = cats[d["case_id"]]
-        first = d["trial_0"]["multiturn_conversation"][2]["content"]
-        if first in firsts:
-            continue
-        if want.get(cat, 0) > 0 or (len(records) >= sum(1 for v in want.values() if v == 0) + sum(want.values()) and len(records) < N_TEXT_CASES):
-            want[cat] = want.get(cat, 1) - 1
-            firsts.add(first)
-            records[d["case_id"]] = d
-        if len(records) >= N_TEXT_CASES:
-            break
-    nejm = json.loads(files["results/gpt4v/case_1.json"])
-    return {"csv": csv, "text": records, "nejm": nejm}
+    """Recorded GPT-4 trial-0 data of a few sampled text cases (an "Other" and a renamed specialty among them)."""
+    return pick_upstream(source, N_TEXT_CASES, seed=5, max_messages=14, categories=("Other", "Cardiovascular System", "Dermatology"))
 
 
 @pytest.fixture(scope="module")
 def tiny_dataset(upstream, tmp_path_factory):
     out = tmp_path_factory.mktemp("gen") / "data"
-    csv = upstream["csv"].filter(pl.col("case_id").is_in(list(upstream["text"])))
-    rows = []
-    for r in csv.iter_rows(named=True):
-        rec = upstream["text"][r["case_id"]]
-        vignette = rec["case_vignette"].strip()
-        history, exam = _split_exam(vignette)
-        choices = [r[f"choice_{i}"] for i in range(1, 5)]
-        rows.append({
-            "case_id": r["case_id"], "source": {"MedQA_USMLE": "medqa_usmle", "dermatology_public": "derm_public",
-                                               "dermatology_private": "derm_private"}[r["dataset"]],
-            "specialty": CSV_SPECIALTY.get(r["category"], r["category"]), "vignette": vignette,
-            "question": rec["question"], "choices": choices, "answer": r["answer"], "answer_index": choices.index(r["answer"]),
-            "task_type": "diagnosis", "history": history, "physical_exam": exam, "single_dx": None,
-            "content_sha256": hashlib.sha256(vignette.encode()).hexdigest(),
-        })
-    (out / "all").mkdir(parents=True)
-    pl.DataFrame(rows).write_parquet(out / "all" / "test-00000-of-00001.parquet")
-    diagnoses = sorted({c for r in rows for c in r["choices"]})
-    (out / "diagnoses").mkdir()
-    pl.DataFrame({"diagnosis": diagnoses, "count": [1] * len(diagnoses)}).write_parquet(out / "diagnoses" / "test-00000-of-00001.parquet")
-    nejm = upstream["nejm"]
-    url = nejm["trial_0"]["multiturn_conversation"][0]["content"][1]["image_url"]["url"]
-    image = base64.b64decode(url.split(",", 1)[1])
-    (out / "nejm_image").mkdir()
-    pl.DataFrame([{
-        "case_id": nejm["case_id"], "image": {"bytes": image, "path": None}, "vignette": nejm["case_vignette"].strip(),
-        "question": nejm["question"], "answer": nejm["correct_ans"], "choices": [], "specialty": None, "source": "nejm_image",
-    }]).write_parquet(out / "nejm_image" / "test-00000-of-00001.parquet")
+    write_replay_dataset(upstream, out)
     return out
-
-
-# --- the replaying responder --------------------------------------------------------------
-def _text(content) -> str:
-    return content if isinstance(content, str) else " ".join(p.get("text", "") for p in content if p.get("type") == "text")
-
-
-class Replay:
-    """Answers doctor and patient turns from recorded conversations; anything else deterministically."""
-
-    def __init__(self, records: dict[str, dict], csv: pl.DataFrame):
-        self.convs = {cid: d["trial_0"]["multiturn_conversation"] for cid, d in records.items()}
-        self.vignettes = {cid: d["case_vignette"].strip() for cid, d in records.items()}
-        self.by_first = {c[2]["content"]: cid for cid, c in self.convs.items()}
-        self.mismatches: list[str] = []
-
-    def __call__(self, req: dict) -> str | None:
-        msgs = req["messages"]
-        system = _text(msgs[0]["content"])
-        last = _text(msgs[-1]["content"])
-        if system.startswith("You are an AI doctor") and len(msgs) >= 3 and msgs[-1]["role"] == "user" and msgs[1]["role"] == "assistant" and not last.startswith("Stop asking"):
-            cid = self.by_first.get(msgs[2]["content"])
-            if cid is None:
-                return self.other(req)
-            rec = self.convs[cid]
-            if system != rec[0]["content"]:
-                self.mismatches.append(cid)
-                raise ValueError(f"{cid}: doctor prompt differs from upstream")
-            n = len(msgs)
-            assert [(m["role"], m["content"]) for m in msgs[1:]] == [(m["role"], m["content"]) for m in rec[1:n]], "turns differ"
-            return rec[n]["content"]
-        if system.startswith("You are a patient"):
-            cid = next((c for c, v in self.vignettes.items() if v in system), None)
-            if cid is None:
-                return "I don't know."
-            rec = self.convs[cid]
-            flipped = [{"role": "assistant" if m["role"] == "user" else "user", "content": m["content"]} for m in msgs[1:]]
-            assert flipped == rec[1:1 + len(flipped)], "patient view differs"
-            return rec[1 + len(flipped)]["content"]
-        return self.other(req)
-
-    @staticmethod
-    def other(req: dict) -> str:
-        h = hashlib.sha256(json.dumps(req["messages"], sort_keys=True).encode()).hexdigest()[:8]
-        system = _text(req["messages"][0]["content"])
-        if system.startswith("You are a patient"):
-            return f"I feel unwell ({h})."
-        if "summarize" in system:
-            return f"The patient reports feeling unwell ({h})."
-        if system.startswith("You are an AI doctor") and not _text(req["messages"][-1]["content"]).startswith("Stop asking") and req["messages"][-1]["role"] == "user" and len(req["messages"]) < 9:
-            return f"Do you have a fever ({h})?"
-        if system.startswith("You are an AI doctor") and req["messages"][-1]["role"] == "user" and not _text(req["messages"][-1]["content"]).startswith("Stop asking") and len(req["messages"]) >= 9 and "Answer the question" not in system:
-            return f"**Final Diagnosis:** Something ({h})"
-        return f"**Final Diagnosis:** Diagnosis {h}"
 
 
 @pytest.fixture(scope="module")
 def replay(upstream):
-    return Replay(upstream["text"], upstream["csv"])
+    return Replay(upstream["text"])
+
+
+_text = text_of
 
 
 def spec(dataset, out, url, cache, **kw) -> GenerateSpec:
@@ -402,3 +283,27 @@ def test_vllm_missing_is_one_clear_error():
             asyncio.run(model.check())
     else:  # pragma: no cover - on a GPU machine with vLLM
         pytest.skip("vLLM is installed here")
+
+
+def test_on_the_built_dataset_reproduces_upstream_and_serves_image_cases(dataset_dir, upstream, replay, tmp_path):
+    """The same replay through helper A's real dataset: its specialties, questions, splits and images."""
+    import polars as pl
+
+    from craftmd.dataset import load_config
+
+    ids = sorted(upstream["text"])
+    built = load_config(dataset_dir, "all").filter(pl.col("case_id").is_in(ids))
+    same = [r["case_id"] for r in built.iter_rows(named=True) if r["vignette"].strip() == upstream["text"][r["case_id"]]["case_vignette"].strip()]
+    assert same, "the built vignettes should match upstream's split for these cases"
+    with LoopbackServer(replay) as server:
+        r = generate(spec(dataset_dir, tmp_path / "rel", server.base_url, tmp_path / "c.sqlite", cases=ids,
+                          experiments=["multiturn", "multiturn_no_exam", "exam", "mcq4", "mcq_many", "frq"]))
+        n = generate(spec(dataset_dir, tmp_path / "nejm", server.base_url, tmp_path / "c.sqlite", config="nejm_image",
+                          cases=["case_1"], experiments=["vignette", "frq"]))
+    assert not replay.mismatches
+    conv = {c["case_id"]: c for c in read_release(r.path).table("conversations").to_pylist() if c["conversation"] == "standard"}
+    for cid in same:
+        assert conv[cid]["messages"] == upstream["text"][cid]["trial_0"]["multiturn_conversation"]
+    ans = read_release(r.path).table("answers").to_pylist()
+    assert {a["format"] for a in ans} == {"mcq4", "mcq_many", "frq"} and all(a["status"] == "ok" for a in ans)
+    assert {(a["setting"], a["with_image"]) for a in read_release(n.path).table("answers").to_pylist()} == {("vignette", False), ("vignette", True)}
