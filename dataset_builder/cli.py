@@ -1,7 +1,109 @@
-"""Subcommands of craftmd.dataset_builder (registered by craftmd.cli)."""
+"""Subcommands of craftmd.dataset_builder (registered by craftmd.cli): build, publish, pin."""
 
 from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
 
 
 def register(sub) -> None:
     """Add this room's subcommands to the `craftmd` parser."""
+    p = sub.add_parser(
+        "build",
+        help="build the Hugging Face dataset from the pinned upstream source",
+        description=(
+            "Build the CRAFT-MD dataset (configs medqa_usmle, derm_public, derm_private, all, nejm_image, "
+            "diagnoses) from the pinned upstream release, verified file by file against "
+            "dataset_builder/pin/<commit>.sha256. Writes parquet per config, a README.md card, "
+            "build_manifest.json and build_report.md into --out, atomically; any bad input stops the "
+            "build with one line and leaves nothing at --out."
+        ),
+    )
+    p.add_argument(
+        "--source",
+        metavar="PATH_OR_URL",
+        help="the upstream release: a .tar.gz, an unpacked folder or an http(s) URL "
+        "(default: $CRAFTMD_SOURCE, else ../shared/sources/craft-md-<commit>.tar.gz, else upstream's URL)",
+    )
+    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="where to write the dataset folder")
+    p.add_argument("--version", dest="data_version", metavar="X.Y.Z", help="dataset version (default: the package version)")
+    p.add_argument(
+        "--medqa",
+        type=Path,
+        metavar="FILE.jsonl",
+        help="build medqa_usmle from this MedQA JSONL file, keeping the items the MedQA rule picks",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing build at --out (atomically)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=_build)
+
+    p = sub.add_parser(
+        "publish",
+        help="upload a built dataset folder to the Hugging Face Hub and tag its version",
+        description=(
+            "Create the dataset repo ORG/NAME on the Hugging Face Hub (if needed), upload the folder written "
+            "by `craftmd build` as one commit, and tag it (default tag: v<version> from build_manifest.json). "
+            "Needs a token (--token, $HF_TOKEN or `hf auth login`) and network; --dry-run only prints the plan."
+        ),
+    )
+    p.add_argument("dir", type=Path, metavar="DIR", help="the dataset folder (what `craftmd build --out` wrote)")
+    p.add_argument("--repo", required=True, metavar="ORG/NAME", help="the dataset repo on the Hub")
+    p.add_argument("--revision", metavar="vX.Y.Z", help="tag to create (default: v<version of the build>)")
+    p.add_argument("--dry-run", action="store_true", help="print the upload plan (files, sizes, repo, tag) and stop")
+    p.add_argument("--token", help="Hugging Face token (default: $HF_TOKEN or the stored login)")
+    p.set_defaults(func=_publish)
+
+    p = sub.add_parser(
+        "pin",
+        help="(maintainers) regenerate the source pin from an unpacked upstream release",
+        description=(
+            "Write dataset_builder/pin/<commit>.sha256: the sha256 of every data/, results/, LICENSE and "
+            "README.md file of an unpacked upstream release. Run it only when moving to a new upstream commit."
+        ),
+    )
+    p.add_argument("unpacked", type=Path, metavar="DIR", help="the unpacked release (its top folder)")
+    p.add_argument("--commit", required=True, help="the upstream commit the folder is")
+    p.add_argument("--dest", type=Path, help="where to write (default: the package's pin folder)")
+    p.set_defaults(func=_pin)
+
+
+def _build(args: argparse.Namespace) -> int:
+    from craftmd.dataset_builder.build import build_dataset
+    from craftmd.source import Source
+
+    report = build_dataset(
+        Source(args.source),
+        args.out,
+        version=args.data_version,
+        overwrite=args.overwrite,
+        progress=not args.quiet,
+        medqa=args.medqa,
+    )
+    print(report.summary())
+    print(f'dataset written to {args.out}; load it with datasets.load_dataset("{args.out}", "medqa_usmle")')
+    return 0
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from craftmd.dataset_builder.publish import publish
+
+    plan = publish(args.dir, args.repo, revision=args.revision, dry_run=args.dry_run, token=args.token)
+    if args.dry_run:
+        print(plan.describe())
+        print("dry run: nothing uploaded")
+    else:
+        print(f"published {len(plan.files)} files to https://huggingface.co/datasets/{plan.repo}, tagged {plan.revision}")
+    return 0
+
+
+def _pin(args: argparse.Namespace) -> int:
+    from craftmd import CraftMDError
+    from craftmd.source import PIN_DIR, write_pin
+
+    if not (args.unpacked / "data").is_dir():
+        raise CraftMDError(f"{args.unpacked}: not an unpacked CRAFT-MD release (no data/ folder)")
+    dest = args.dest or PIN_DIR / f"{args.commit}.sha256"
+    n = write_pin(args.unpacked, args.commit, dest)
+    print(f"pinned {n} files of commit {args.commit} in {dest}", file=sys.stdout)
+    return 0

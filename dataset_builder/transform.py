@@ -75,18 +75,34 @@ _ABBREV = r"(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bvs\.)(?<!\be\.g\.
 _BOUNDARY = re.compile(_ABBREV + r"(?<=[.?!])([\"”’')\]]*)[ \t]+(?=[A-Z0-9\"“(])|\n+")
 
 
-def sentences(text: str) -> list[str]:
-    """Split text into sentences (stripped, non-empty), keeping their punctuation."""
-    out, start = [], 0
+def _segments(text: str) -> list[tuple[str, str]]:
+    """``(sentence, separator before it)``; the separator is "\n" after a line break, else " "."""
+    out, start, sep = [], 0, ""
     for m in _BOUNDARY.finditer(text):
         end = m.start() + len(m.group(1) or "")
         piece = text[start:end].strip()
         if piece:
-            out.append(piece)
+            out.append((piece, sep))
+        sep = "\n" if "\n" in m.group(0) else " "
         start = m.end()
     tail = text[start:].strip()
     if tail:
-        out.append(tail)
+        out.append((tail, sep))
+    return out
+
+
+def sentences(text: str) -> list[str]:
+    """Split text into sentences (stripped, non-empty), keeping their punctuation."""
+    return [s for s, _ in _segments(text)]
+
+
+def _join(parts: list[tuple[str, str]]) -> str:
+    """Join segments; a line break where the source had one or the previous piece has no end mark."""
+    out = ""
+    for i, (s, sep) in enumerate(parts):
+        if i:
+            out += "\n" if sep == "\n" or not re.search(r"[.?!:]['\"”’)\]]*$", out) else " "
+        out += s
     return out
 
 
@@ -281,14 +297,15 @@ def split_history_exam(vignette: str) -> tuple[str, str]:
     """``(history, physical_exam)``: the vignette's sentences, each kept in order.
 
     The first sentence (who presents, with what) is always history. A sentence goes
-    to the examination when :func:`is_exam_sentence` says so. ``physical_exam`` is
-    ``""`` when no sentence qualifies.
+    to the examination when :func:`is_exam_sentence` says so. Sentences are joined by
+    a space, or by a line break where the vignette had one (lab tables stay tables).
+    ``physical_exam`` is ``""`` when no sentence qualifies.
     """
-    parts = sentences(vignette)
+    parts = _segments(vignette)
     history, exam = [], []
-    for i, s in enumerate(parts):
-        (exam if i > 0 and is_exam_sentence(s) else history).append(s)
-    return " ".join(history), " ".join(exam)
+    for i, seg in enumerate(parts):
+        (exam if i > 0 and is_exam_sentence(seg[0]) else history).append(seg)
+    return _join(history), _join(exam)
 
 
 # ---------------------------------------------------------------------------
