@@ -67,16 +67,24 @@ def upstream_derm_cases(source, data: bytes | None = None) -> list[tuple[str, st
     return [(c, a) for c, a in derm.iter_rows()]
 
 
-def upstream_grader_labels(source, case_ids: list[str]) -> dict[tuple[str, int], dict]:
-    """(case_id, trial) -> {correct, extracted}: GPT-4's recorded vignette-FRQ verdicts."""
-    paths = {GRADER_RESULTS.format(case_id=c): c for c in case_ids}
+def upstream_grader_labels(source, case_ids: list[str], files: dict[str, bytes] | None = None) -> dict[tuple[str, int], dict]:
+    """(case_id, trial) -> {correct, extracted}: GPT-4's recorded vignette-FRQ verdicts.
+
+    ``files`` may hold the results files already read (path -> bytes); otherwise they are
+    read from ``source`` in one pass (one glob, not one pattern per case: matching hundreds
+    of patterns against the pin costs more than the pass).
+    """
+    if files is None:
+        files = source.read_files([GRADER_RESULTS.format(case_id="case_*")])
     labels: dict[tuple[str, int], dict] = {}
-    for f in source.iter_files(sorted(paths)):
-        case_id = paths[f.path]
+    for case_id in case_ids:
+        path = GRADER_RESULTS.format(case_id=case_id)
+        if path not in files:
+            raise CraftMDError(f"the source has no {path}")
         try:
-            rec = json.loads(f.data)
+            rec = json.loads(files[path])
         except json.JSONDecodeError as exc:
-            raise CraftMDError(f"{f.path}: unreadable JSON ({exc})") from None
+            raise CraftMDError(f"{path}: unreadable JSON ({exc})") from None
         for t in range(5):
             trial = rec.get(f"trial_{t}") or {}
             ev = trial.get("evaluation_vignette_frq")
@@ -89,12 +97,12 @@ def upstream_expert_results(source) -> dict:
     """Every expert figure recomputed from the pinned source (the ``review import`` path)."""
     from craftmd.scoring.review import read_review_files, summarise
 
-    files = source.read_files([*AGENT_FILES, GRADER_FILE, DATASET_CSV])
+    files = source.read_files([*AGENT_FILES, GRADER_FILE, DATASET_CSV, GRADER_RESULTS.format(case_id="case_*")])
     derm = upstream_derm_cases(source, files[DATASET_CSV])
     known = set(_dataset_frame(files[DATASET_CSV])["case_id"].to_list())
     blobs = [(p.rsplit("/", 1)[1], files[p]) for p in (*AGENT_FILES, GRADER_FILE)]
     inp = read_review_files(blobs, known_case_ids=known, derm_cases=derm)
-    labels = upstream_grader_labels(source, [c.case_id for c in inp.counts])
+    labels = upstream_grader_labels(source, [c.case_id for c in inp.counts], files)
     results = summarise(inp, labels)
     results["source"] = source.describe()
     results["sheet_releases"] = SHEET_RELEASES
@@ -102,11 +110,11 @@ def upstream_expert_results(source) -> dict:
     return results
 
 
-def upstream_expert_audit(source) -> dict:
-    """The audit dict of the recomputed expert figures (for the leaderboard)."""
+def upstream_expert_audit(source, results: dict | None = None) -> dict:
+    """The audit dict of the recomputed expert figures (for the leaderboard); ``results`` if already computed."""
     from craftmd.scoring.review import review_audit
 
-    res = upstream_expert_results(source)
+    res = results if results is not None else upstream_expert_results(source)
     gc = res["grader_counts"]
     kappa = {r["question"]: r["kappa"] for r in res["interrater"] if r["model"] == "all"}
     share = {(r["model"], r["question"]): r["share_pct"] for r in res["shares"]}

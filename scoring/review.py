@@ -962,14 +962,13 @@ def import_review(
     if dataset_dir is not None:
         known = set(load_config(dataset_dir, "all")["case_id"].to_list())
     needs_source = any(_detect(n, d)[0] == "upstream-grader" for n, d in blobs)
-    derm = None
-    src = None
+    derm = src = None
     if needs_source:
         from craftmd.scoring.expert import upstream_derm_cases
         from craftmd.source import Source
 
         src = source if source is not None else Source()
-        derm = upstream_derm_cases(src)
+        derm = upstream_derm_cases(src)  # validate the sheets before the long read of the grader's results
     inp = read_review_files(blobs, known_case_ids=known, derm_cases=derm)
     labels = None
     if inp.counts:
