@@ -1,10 +1,93 @@
-"""Subcommands of craftmd.scoring (registered by craftmd.cli)."""
+"""Subcommands of craftmd.scoring (registered by craftmd.cli): grade, validate, score,
+plus the audits' meld and review (helper E's :mod:`craftmd.scoring.audit_cli`).
+
+Each handler parses nothing itself and calls one function of the room.
+"""
 
 from __future__ import annotations
 
 
+def _grade(args):
+    from craftmd.scoring.grade import grade_cli
+
+    return grade_cli(args)
+
+
+def _validate(args):
+    from craftmd.scoring.submission import validate_cli
+
+    return validate_cli(args)
+
+
+def _score(args):
+    from craftmd.scoring.submission import score_cli
+
+    return score_cli(args)
+
+
+def register_grading(sub) -> None:
+    g = sub.add_parser(
+        "grade",
+        help="grade a release's answers (MCQ rules, offline FRQ grader, LLM grader-AI)",
+        description=(
+            "Add or replace graders' rows in RELEASE/grades.parquet (the release is rewritten atomically). "
+            "Graders: paper and strict (the two MCQ rules, on mcq4 and mcq_many), offline (the offline FRQ "
+            "grader, no model needed), llm:PROVIDER/MODEL (the paper's two-step grader-AI, e.g. llm:openai/gpt-4o "
+            "or llm:vllm/Qwen/Qwen2.5-7B-Instruct). Missing answers grade as wrong."
+        ),
+    )
+    g.add_argument("release", help="release folder (has manifest.json and answers.parquet)")
+    g.add_argument("--data", required=True, help="built dataset folder (craftmd build --out)")
+    g.add_argument("--grader", action="append", required=True, metavar="NAME",
+                   help="paper | strict | offline | llm:PROVIDER/MODEL (repeatable)")  # fmt: skip
+    g.add_argument("--base-url", help="OpenAI-compatible server for the LLM grader (e.g. a vllm serve endpoint)")
+    g.add_argument("--cache", help="request cache (SQLite) for the LLM grader; reruns answer from it")
+    g.add_argument("--quiet", action="store_true", help="no progress bars")
+    g.set_defaults(func=_grade)
+
+    v = sub.add_parser(
+        "validate",
+        help="check a submission file (JSONL or parquet) without grading it",
+        description=(
+            "Check every row of SUBMISSION against the submission schema (craftmd score --schema) and the "
+            "dataset: UTF-8, JSON, required fields and types, known case/setting/format, no duplicates, response "
+            "size. Lists every problem (up to 20) with its line; exit status 2 when there is any. Reports the "
+            "cases left unanswered (they would be scored as wrong)."
+        ),
+    )
+    v.add_argument("submission", help="submission file (.jsonl or .parquet)")
+    v.add_argument("--dataset", required=True, help="built dataset folder (craftmd build --out)")
+    v.add_argument("--config", default="all", help="dataset config the submission answers (default: all)")
+    v.set_defaults(func=_validate)
+
+    s = sub.add_parser(
+        "score",
+        help="validate, grade and score a submission into a release and a scores file",
+        description=(
+            "Validate SUBMISSION (nothing is written if it fails), grade it (default graders: paper and strict for "
+            "MCQ answers, offline for FRQ; --grader to choose), and write OUT/submission-<model>/ (a release of kind "
+            "submission; copy it into the releases folder to show it on the leaderboard) and OUT/scores.json / "
+            "scores.csv (accuracy with 95%% bootstrap CIs per setting, format, grader and specialty). Unanswered "
+            "cases are scored as wrong. --schema prints the submission format's JSON Schema."
+        ),
+    )
+    s.add_argument("submission", nargs="?", help="submission file (.jsonl or .parquet)")
+    s.add_argument("--schema", action="store_true", help="print the submission JSON Schema and exit")
+    s.add_argument("--dataset", help="built dataset folder (craftmd build --out)")
+    s.add_argument("--model", help="name of the submitted model (e.g. acme/med-7b)")
+    s.add_argument("--out", help="output folder")
+    s.add_argument("--config", default="all", help="dataset config the submission answers (default: all)")
+    s.add_argument("--grader", action="append", metavar="NAME", help="paper | strict | offline | llm:PROVIDER/MODEL (repeatable)")
+    s.add_argument("--base-url", help="OpenAI-compatible server for an LLM grader")
+    s.add_argument("--cache", help="request cache (SQLite) for an LLM grader")
+    s.add_argument("--overwrite", action="store_true", help="replace an earlier result in --out")
+    s.add_argument("--quiet", action="store_true", help="no progress bars")
+    s.set_defaults(func=_score)
+
+
 def register(sub) -> None:
     """Add this room's subcommands to the `craftmd` parser."""
+    register_grading(sub)
     from craftmd.scoring.audit_cli import register_audits  # meld, review (helper E)
 
     register_audits(sub)

@@ -1,0 +1,176 @@
+"""How far the offline FRQ grader agrees with the recorded GPT-4 grader-AI.
+
+Agreement is measured on every recorded FRQ answer of the upstream releases: per model
+and setting, the share of answers both graders call the same (accuracy) and Cohen's
+kappa (:func:`statsmodels.stats.inter_rater.cohens_kappa`), which corrects for the
+agreement that most answers being wrong gives for free.
+
+The held-out set is fixed: every ``derm_private`` case and every other case whose
+number is divisible by 5. The synonym table and rules of the offline grader were built
+from the other (training) cases only; figures are reported for both parts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from statsmodels.stats.inter_rater import cohens_kappa
+
+from craftmd import CraftMDError
+from craftmd.release import case_number, find_releases
+
+REFERENCE = "upstream-gpt4"
+GRADER = "offline"
+AUDIT_ID = "grader_agreement"
+
+
+def held_out(case_id: str, source: str | None) -> bool:
+    """The fixed held-out rule: derm_private cases, and case numbers divisible by 5."""
+    return source == "derm_private" or case_number(case_id) % 5 == 0
+
+
+def kappa(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Cohen's kappa of two boolean label vectors (None when undefined: one class only)."""
+    a = np.asarray(a, bool)
+    b = np.asarray(b, bool)
+    table = np.array([[np.sum(~a & ~b), np.sum(~a & b)], [np.sum(a & ~b), np.sum(a & b)]], float)
+    pe = (table.sum(0) * table.sum(1)).sum() / table.sum() ** 2 if table.sum() else 1.0
+    if table.sum() == 0 or pe >= 1.0:
+        return None
+    return float(cohens_kappa(table, return_results=False))
+
+
+def paired_labels(releases_dir: Path | str, grader: str = GRADER, reference: str = REFERENCE) -> pl.DataFrame:
+    """One row per recorded FRQ answer graded by both: model, case_id, setting, held_out, ref, pred."""
+    frames = []
+    for rel in find_releases(releases_dir):
+        if not rel.has("grades"):
+            continue
+        g = pl.from_arrow(rel.table("grades")).filter(pl.col("format") == "frq")
+        ref = g.filter(pl.col("grader") == reference).select("case_id", "trial", "setting", "with_image", pl.col("correct").alias("ref"))
+        pred = g.filter(pl.col("grader") == grader).select("case_id", "trial", "setting", "with_image", pl.col("correct").alias("pred"))
+        if ref.is_empty() or pred.is_empty():
+            continue
+        j = ref.join(pred, on=["case_id", "trial", "setting", "with_image"], how="inner")
+        frames.append(j.with_columns(model=pl.lit(rel.id)))
+    if not frames:
+        return pl.DataFrame(schema={"model": pl.Utf8, "case_id": pl.Utf8, "trial": pl.Int16, "setting": pl.Utf8,
+                                    "with_image": pl.Boolean, "ref": pl.Boolean, "pred": pl.Boolean, "split": pl.Utf8})  # fmt: skip
+    df = pl.concat(frames, how="vertical_relaxed")
+    return df
+
+
+def _split(df: pl.DataFrame, sources: dict[str, str] | None) -> pl.DataFrame:
+    src = sources or {}
+    return df.with_columns(
+        split=pl.Series([("held-out" if held_out(c, None if w else src.get(c)) else "train") for c, w in df.select("case_id", "with_image").iter_rows()], dtype=pl.Utf8)
+    )
+
+
+def agreement_table(df: pl.DataFrame) -> list[dict]:
+    """Rows of model x setting x split (plus 'all' rollups): n, agreement, kappa, rates."""
+    rows = []
+
+    def add(model: str, setting: str, split: str, sub: pl.DataFrame) -> None:
+        if sub.is_empty():
+            return
+        a, b = sub["ref"].to_numpy(), sub["pred"].to_numpy()
+        k = kappa(a, b)
+        rows.append(
+            {
+                "model": model,
+                "setting": setting,
+                "split": split,
+                "n": sub.height,
+                "agreement": round(float(np.mean(a == b)), 4),
+                "kappa": None if k is None else round(k, 4),
+                "reference_correct": round(float(np.mean(a)), 4),
+                "offline_correct": round(float(np.mean(b)), 4),
+            }
+        )
+
+    models = sorted(df["model"].unique().to_list())
+    for split in ("train", "held-out"):
+        part = df.filter(pl.col("split") == split)
+        text = part.filter(~pl.col("with_image"))
+        add("all text models", "all", split, text)
+        for m in models:
+            pm = part.filter(pl.col("model") == m)
+            add(m, "all", split, pm)
+            for s in sorted(pm["setting"].unique().to_list()):
+                add(m, s, split, pm.filter(pl.col("setting") == s))
+    return rows
+
+
+def case_sources(dataset_dir: Path | str | None) -> dict[str, str]:
+    if dataset_dir is None:
+        return {}
+    from craftmd.dataset import load_config
+
+    ds = load_config(dataset_dir, "all").select("case_id", "source")
+    return dict(ds.iter_rows())
+
+
+def grader_agreement_audit(releases_dir: Path | str, dataset_dir: Path | str | None = None) -> dict:
+    """The audit dict (id, title, description, tables, figures) the leaderboard renders.
+
+    ``dataset_dir`` gives each case's source (the held-out rule needs derm_private); when
+    omitted, the built dataset is looked for beside the releases folder (``../data``, as
+    ``make leaderboard`` lays them out).
+    """
+    releases_dir = Path(releases_dir)
+    if dataset_dir is None:
+        for cand in (releases_dir.parent / "data",):
+            if (cand / "all").is_dir():
+                dataset_dir = cand
+                break
+    if dataset_dir is None:
+        raise CraftMDError(f"grader agreement: no dataset beside {releases_dir}; pass dataset_dir (the held-out rule needs each case's source)")
+    df = paired_labels(releases_dir)
+    if df.is_empty():
+        raise CraftMDError(f"grader agreement: no release under {releases_dir} has both {REFERENCE} and {GRADER} FRQ grades")
+    df = _split(df, case_sources(dataset_dir))
+    rows = agreement_table(df)
+    cols = ["model", "setting", "split", "n", "agreement", "kappa", "reference_correct", "offline_correct"]
+    overall = {r["split"]: r for r in rows if r["model"] == "all text models"}
+    desc = (
+        "Free-response (FRQ) answers are graded by the paper's GPT-4 grader-AI (recorded upstream, grader "
+        "`upstream-gpt4`) and by this package's offline grader (`offline`: normalisation, abbreviations, "
+        "synonyms and the subtype rule from a versioned table, no model). The table gives, per model and "
+        "setting, how often the two agree and Cohen's kappa (chance-corrected; most answers are wrong, so "
+        "raw agreement flatters). The held-out cases (all derm_private cases and every case whose number is "
+        "divisible by 5) were not used to build the offline grader's table or rules. "
+    )
+    if "held-out" in overall:
+        h = overall["held-out"]
+        desc += f"Held-out, all text models: agreement {h['agreement']:.3f}, kappa {h['kappa']}. "
+    if "train" in overall:
+        t = overall["train"]
+        desc += f"Training: agreement {t['agreement']:.3f}, kappa {t['kappa']}. "
+    desc += (
+        "GPT-4V's recorded labels are all 0 (even for exact matches), so its kappa is undefined and it is "
+        "left out of the 'all text models' rows."
+    )
+    return {
+        "id": AUDIT_ID,
+        "title": "FRQ grader agreement: offline grader vs the recorded GPT-4 grader-AI",
+        "description": desc,
+        "tables": [{"name": "Agreement per model, setting and split", "columns": cols, "rows": [[r[c] for c in cols] for r in rows]}],
+        "figures": [],
+    }
+
+
+def write_audit(releases_dir: Path | str, audits_dir: Path | str, dataset_dir: Path | str | None = None) -> Path:
+    audit = grader_agreement_audit(releases_dir, dataset_dir)
+    out = Path(audits_dir) / f"{AUDIT_ID}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(audit, indent=2, sort_keys=True) + "\n")
+    tmp.replace(out)
+    return out
+
+
+__all__ = ["grader_agreement_audit", "write_audit", "agreement_table", "paired_labels", "held_out", "kappa"]

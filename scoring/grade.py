@@ -1,0 +1,186 @@
+"""Grade a release's answers: add or replace graders' rows in its ``grades.parquet``.
+
+Graders (names as in ``grades.grader``):
+
+* ``paper``, ``strict``: the two MCQ rules of :func:`craftmd.scoring.mcq.grade_mcq`, on
+  ``mcq4`` (the case's four choices) and ``mcq_many`` (every diagnosis of the dataset's
+  ``diagnoses`` config). NEJM image cases have no choices and are not graded by rule.
+* ``offline``: the offline FRQ grader (:mod:`craftmd.scoring.offline`), on ``frq``.
+* ``llm:<provider/model>``: the paper's two-step grader-AI (:mod:`craftmd.scoring.llm_grader`), on ``frq``.
+
+Every answer row of a graded format gets a grade row; a missing or non-text answer
+grades as wrong (``resolved_kind`` none). The release is rewritten atomically
+(:func:`craftmd.release.write_release`), its manifest recording each grader.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+from tqdm import tqdm
+
+from craftmd import CraftMDError
+from craftmd.dataset import config_file, load_config
+from craftmd.release import GRADES_SCHEMA, read_release, write_release
+
+MCQ_RULES = ("paper", "strict")
+MCQ_FORMATS = ("mcq4", "mcq_many")
+FRQ_FORMATS = ("frq",)
+RESERVED = ("upstream-gpt4",)
+
+
+def check_graders(graders: list[str]) -> list[str]:
+    """Validate grader names; returns them de-duplicated, in order."""
+    if not graders:
+        raise CraftMDError("no grader given (paper, strict, offline, llm:PROVIDER/MODEL)")
+    out = []
+    for g in graders:
+        if g in RESERVED:
+            raise CraftMDError(f"grader {g!r} is the recorded upstream label; it cannot be re-run")
+        if g in MCQ_RULES or g == "offline":
+            pass
+        elif g.startswith("llm:"):
+            from craftmd.scoring.llm_grader import parse_grader_name
+
+            parse_grader_name(g)
+        else:
+            raise CraftMDError(f"unknown grader {g!r}; known: paper, strict, offline, llm:PROVIDER/MODEL")
+        if g not in out:
+            out.append(g)
+    return out
+
+
+def load_cases(dataset_dir: Path | str) -> tuple[dict[tuple[str, bool], tuple[list[str], str]], list[str]]:
+    """``{(case_id, with_image): (choices, answer)}`` and the many-choice option list."""
+    cases: dict[tuple[str, bool], tuple[list[str], str]] = {}
+    ds = load_config(dataset_dir, "all").select("case_id", "choices", "answer")
+    for cid, ch, ans in ds.iter_rows():
+        cases[(cid, False)] = (list(ch or []), ans)
+    if config_file(dataset_dir, "nejm_image").exists():
+        nj = pl.read_parquet(config_file(dataset_dir, "nejm_image"), columns=["case_id", "answer"])
+        for cid, ans in nj.iter_rows():
+            cases[(cid, True)] = ([], ans)
+    many: list[str] = []
+    if config_file(dataset_dir, "diagnoses").exists():
+        many = load_config(dataset_dir, "diagnoses")["diagnosis"].to_list()
+    return cases, many
+
+
+def grade_answers(
+    answers: pl.DataFrame,
+    dataset_dir: Path | str,
+    graders: list[str],
+    *,
+    base_url: str | None = None,
+    cache=None,
+    progress: bool = True,
+) -> tuple[pa.Table, dict]:
+    """Grade answer rows (the release's answers schema) -> (grades table, per-grader record)."""
+    graders = check_graders(graders)
+    cases, many = load_cases(dataset_dir)
+    unknown = sorted({c for c, w in answers.select("case_id", "with_image").iter_rows() if (c, w) not in cases})
+    if unknown:
+        more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+        raise CraftMDError(f"answer for case {unknown[0]}{more} not in the dataset at {dataset_dir}")
+    cols = {f.name: [] for f in GRADES_SCHEMA}
+    records: dict[str, dict] = {}
+
+    def emit(row: dict, grader: str, resolved, kind: str, correct: bool, detail: str | None) -> None:
+        for k in ("case_id", "trial", "setting", "format", "with_image"):
+            cols[k].append(row[k])
+        cols["grader"].append(grader)
+        cols["resolved"].append(resolved)
+        cols["resolved_kind"].append(kind)
+        cols["correct"].append(bool(correct))
+        cols["detail"].append(detail)
+
+    mcq = answers.filter(pl.col("format").is_in(MCQ_FORMATS)).to_dicts()
+    frq = answers.filter(pl.col("format").is_in(FRQ_FORMATS)).to_dicts()
+    for g in graders:
+        if g in MCQ_RULES:
+            from craftmd.scoring.mcq import grade_mcq
+
+            n = 0
+            for row in tqdm(mcq, desc=f"grade {g}", unit="answer", disable=not progress or not mcq):
+                choices, answer = cases[(row["case_id"], row["with_image"])]
+                if row["format"] == "mcq_many":
+                    if not many:
+                        raise CraftMDError(f"{dataset_dir}: no 'diagnoses' config, needed to grade mcq_many answers")
+                    choices = many
+                if not choices:  # NEJM image cases: no options, not gradable by rule
+                    continue
+                resolved, kind, correct = grade_mcq(row["response"], choices, answer, g)
+                emit(row, g, resolved, kind, correct, None)
+                n += 1
+            records[g] = {"rule": g, "graded": n}
+        elif g == "offline":
+            from craftmd.scoring.offline import default_grader
+
+            og = default_grader()
+            for row in tqdm(frq, desc="grade offline", unit="answer", disable=not progress or not frq):
+                _, answer = cases[(row["case_id"], row["with_image"])]
+                r = og.grade(row["response"], answer)
+                emit(row, g, r.resolved, r.resolved_kind, r.correct, r.detail)
+            records[g] = dict(og.version, graded=len(frq))
+        else:
+            from craftmd.scoring.llm_grader import LLMGrader, parse_grader_name
+
+            lg = LLMGrader(parse_grader_name(g), base_url=base_url, cache=cache)
+            pairs = [(row["response"], cases[(row["case_id"], row["with_image"])][1]) for row in frq]
+            results = lg.grade_many(pairs, progress=progress)
+            for row, r in zip(frq, results):
+                emit(row, g, r.resolved, r.resolved_kind, r.correct, r.detail)
+            records[g] = dict(lg.record(), graded=len(frq), failures=sum(r.failed for r in results))
+    return pa.table(cols, schema=GRADES_SCHEMA), records
+
+
+def grade_release(
+    release_dir: Path | str,
+    dataset_dir: Path | str,
+    graders: list[str],
+    *,
+    base_url: str | None = None,
+    cache=None,
+    progress: bool = True,
+) -> Path:
+    """Add (or replace) ``graders``' rows in the release's grades; rewrite it atomically."""
+    release_dir = Path(release_dir)
+    rel = read_release(release_dir)
+    graders = check_graders(graders)
+    answers = pl.from_arrow(rel.table("answers"))
+    new, records = grade_answers(answers, dataset_dir, graders, base_url=base_url, cache=cache, progress=progress)
+    tables = {"answers": rel.table("answers")}
+    if rel.has("conversations"):
+        tables["conversations"] = rel.table("conversations")
+    if rel.has("grades"):
+        old = rel.table("grades")
+        keep = old.filter(pc.invert(pc.is_in(old.column("grader"), pa.array(graders))))
+        new = pa.concat_tables([keep.cast(GRADES_SCHEMA), new])
+    tables["grades"] = new
+    m = rel.manifest
+    notes = dict(m.notes)
+    recorded = dict(notes.get("graders", {}))
+    for g, info in records.items():
+        recorded[g] = info
+    notes["graders"] = dict(sorted(recorded.items()))
+    m.notes = notes
+    per: dict[str, dict] = {}
+    for g, ok in zip(new.column("grader").to_pylist(), new.column("correct").to_pylist()):
+        e = per.setdefault(g, {"rows": 0, "correct": 0})
+        e["rows"] += 1
+        e["correct"] += bool(ok)
+    m.counts = dict(m.counts, grades=dict(sorted(per.items())))
+    return write_release(release_dir, m, tables, overwrite=True)
+
+
+def grade_cli(args) -> int:
+    out = grade_release(args.release, args.data, args.grader, base_url=args.base_url, cache=args.cache, progress=not args.quiet)
+    print(json.dumps({"release": str(out), "graders": args.grader}))
+    return 0
+
+
+__all__ = ["grade_release", "grade_answers", "check_graders", "load_cases", "MCQ_RULES"]
