@@ -187,6 +187,7 @@ def _write_outputs(tmp: Path, table: pl.DataFrame, summary: dict, threshold: flo
 def plot_histogram(table: pl.DataFrame, path: Path, model: str, threshold: float = THRESHOLD) -> None:
     """Similarity histogram per config with the flagging threshold (cf. Extended Data Fig. 1c)."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -201,6 +202,7 @@ def plot_histogram(table: pl.DataFrame, path: Path, model: str, threshold: float
         ax.hist(data, bins=bins, stacked=True, label=configs, edgecolor="white", linewidth=0.4)
     ax.axvline(threshold, color="black", linestyle="--", linewidth=1)
     ax.text(threshold, ax.get_ylim()[1] * 0.95, f" {threshold:.2f}", ha="left", va="top", fontsize=8)
+    ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_xlim(0, 1)
     ax.set_xlabel("similarity of completion to the true second half (1 − normalised edit distance)")
     ax.set_ylabel("cases")

@@ -923,7 +923,15 @@ def release_case_labels(release_dir, grader: str = "upstream-gpt4", setting: str
     )
     if g.height == 0:
         raise CraftMDError(f"release {rel.id}: no {setting}/{fmt} grades by grader {grader!r}")
-    return {(r["case_id"], int(r["trial"])): {"correct": bool(r["correct"]), "extracted": r["resolved"]} for r in g.iter_rows(named=True)}
+    def extracted(r) -> str | None:  # the grader's raw extraction where its detail keeps it ("none", "multiple")
+        try:
+            d = json.loads(r["detail"]) if r["detail"] else {}
+        except json.JSONDecodeError:
+            d = {}
+        x = d.get("extracted_ans") if isinstance(d, dict) else None
+        return x if isinstance(x, str) else r["resolved"]
+
+    return {(r["case_id"], int(r["trial"])): {"correct": bool(r["correct"]), "extracted": extracted(r)} for r in g.iter_rows(named=True)}
 
 
 def write_results(out: Path, audit: dict, table) -> Path:
