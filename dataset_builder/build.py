@@ -267,7 +267,6 @@ def build_dataset(
     colon = [c.case_id for c, q in built if q is None and c.source == "medqa_usmle" and texts[c.case_id].rstrip().endswith(":")]
     upstream_medqa = {r.case_id: r.text for r in rows if T.map_source(r.dataset) == "medqa_usmle"}
     recall = M.recall_on(upstream_medqa)
-    reasons = Counter(M.select(t).reason for t in upstream_medqa.values())
 
     cases = [c for c, _ in built]
     medqa_file = None
@@ -278,11 +277,12 @@ def build_dataset(
     cases.sort(key=Case.sort_key)
     images: list[ImageCase] = sorted(got["images"], key=lambda c: (int(c.case_id.rsplit("_", 1)[-1]), c.case_id))
 
+    all_rows = [c.row() for c in cases]
     table_rows = {
-        "medqa_usmle": [c.row() for c in cases if c.source == "medqa_usmle"],
-        "derm_public": [c.row() for c in cases if c.source == "derm_public"],
-        "derm_private": [c.row() for c in cases if c.source == "derm_private"],
-        "all": [c.row() for c in cases],
+        "medqa_usmle": [r for r in all_rows if r["source"] == "medqa_usmle"],
+        "derm_public": [r for r in all_rows if r["source"] == "derm_public"],
+        "derm_private": [r for r in all_rows if r["source"] == "derm_private"],
+        "all": all_rows,
         "nejm_image": [c.row() for c in images],
         "diagnoses": diagnoses(cases),
     }
@@ -314,7 +314,7 @@ def build_dataset(
                 "kept": recall.kept,
                 "recall": recall.recall,
                 "dropped": recall.dropped,
-                "reasons": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
+                "reasons": recall.reasons,
             },
             colon_stems=colon,
             answers_renamed=renamed,

@@ -143,6 +143,7 @@ class Recall:
     picks: int
     kept: int
     dropped: list[tuple[str, str, str]]  # (case_id, reason, question)
+    reasons: dict[str, int]  # verdict reason -> picks
 
     @property
     def recall(self) -> float:
@@ -151,10 +152,12 @@ class Recall:
 
 def recall_on(texts: dict[str, str]) -> Recall:
     """The rule's recall on upstream's picks (case_id -> CSV text), each drop listed."""
-    dropped = []
+    dropped, reasons = [], {}
     for cid, text in texts.items():
         v = select(text)
+        reasons[v.reason] = reasons.get(v.reason, 0) + 1
         if not v.keep:
             _, raw_q = T.split_question(text, colon_stems=True)
             dropped.append((cid, v.reason, T.clean_question(raw_q)))
-    return Recall(len(texts), len(texts) - len(dropped), dropped)
+    reasons = dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+    return Recall(len(texts), len(texts) - len(dropped), dropped, reasons)

@@ -7,7 +7,7 @@ builder writes them with the :data:`FEATURES` of their config, so
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from datasets import Features, Image, List, Value
 
@@ -73,7 +73,7 @@ class Case:
     single_dx: bool | None
 
     def row(self) -> dict:
-        d = asdict(self)
+        d = {f: getattr(self, f) for f in self.__dataclass_fields__}
         d["choices"] = list(self.choices)
         d["content_sha256"] = content_sha256(d)
         return d
