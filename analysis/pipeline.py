@@ -1,0 +1,214 @@
+"""From releases to tables, and from the pinned source to the leaderboard.
+
+:func:`analyse` reads releases (never writes them) and writes ``OUT/tables/*.csv``;
+:func:`leaderboard` runs build -> ingest -> grade -> analyse -> audits -> page.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from craftmd import CraftMDError
+from craftmd.release import Release, find_releases
+
+from . import runner
+from .bootstrap import DEFAULT_B, DEFAULT_SEED
+from .stats import bootstrap_tables
+
+TABLES = ("accuracy", "pvalues", "answer_status", "mcq_rule_gap", "releases")
+
+
+@dataclass
+class Analysis:
+    """Everything the page and figures need, as polars frames."""
+
+    accuracy: pl.DataFrame
+    pvalues: pl.DataFrame
+    answer_status: pl.DataFrame
+    mcq_rule_gap: pl.DataFrame
+    releases: pl.DataFrame  # release, kind, model, display, notes (JSON text)
+    timings: dict = field(default_factory=dict)
+    B: int = DEFAULT_B
+    seed: int = DEFAULT_SEED
+
+
+def _releases_frame(releases: list[Release]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "release": [r.id for r in releases],
+            "kind": [r.manifest.kind for r in releases],
+            "model": [r.manifest.model for r in releases],
+            "display": [r.manifest.notes.get("display_name") or r.id for r in releases],
+            "notes": [json.dumps(r.manifest.notes, sort_keys=True, ensure_ascii=False) for r in releases],
+            "counts": [json.dumps(r.manifest.counts, sort_keys=True, ensure_ascii=False) for r in releases],
+            "source": [json.dumps(r.manifest.source, sort_keys=True, ensure_ascii=False) for r in releases],
+        }
+    )
+
+
+def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> Analysis:
+    """Run the named queries over the releases and add bootstrap CIs and tests."""
+    t0 = time.perf_counter()
+    releases = [r for r in find_releases(releases_dir) if r.has("grades")]
+    if not releases:
+        raise CraftMDError(f"no graded release under {releases_dir}")
+    con = runner.connect(releases, dataset_dir)
+    runner.materialize(con, "trial_grades")
+    runner.materialize(con, "case_groups")
+    case_groups = pl.from_arrow(runner.run(con, "case_groups"))
+    accuracy = pl.from_arrow(runner.run(con, "accuracy"))
+    comparisons = pl.from_arrow(runner.run(con, "comparisons"))
+    status = pl.from_arrow(runner.run(con, "answer_status"))
+    gap = pl.from_arrow(runner.run(con, "mcq_rule_gap"))
+    t1 = time.perf_counter()
+    acc, pv = bootstrap_tables(case_groups, accuracy, comparisons, B=B, seed=seed)
+    t2 = time.perf_counter()
+    return Analysis(acc, pv, status, gap, _releases_frame(releases), {"sql_s": t1 - t0, "bootstrap_s": t2 - t1}, B, seed)
+
+
+def write_tables(a: Analysis, out: Path) -> list[Path]:
+    tables = out / "tables"
+    tables.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in TABLES:
+        df = getattr(a, name)
+        if name == "releases":
+            df = df.drop("notes", "counts", "source")
+        path = tables / f"{name}.csv"
+        df.write_csv(path)
+        written.append(path)
+    return written
+
+
+def analyse(releases_dir: Path | str, dataset_dir: Path | str, out_dir: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, figures: bool = True) -> Analysis:
+    """Tables (and figures) of every graded release under ``releases_dir`` into ``out_dir``."""
+    out = Path(out_dir)
+    a = compute(releases_dir, dataset_dir, B=B, seed=seed)
+    write_tables(a, out)
+    if figures:
+        from .figures import write_figures
+
+        t = time.perf_counter()
+        write_figures(a, out / "figures")
+        a.timings["figures_s"] = time.perf_counter() - t
+    return a
+
+
+# -- the whole job -----------------------------------------------------------------------------
+
+
+def _say(msg: str) -> None:
+    print(f"[leaderboard] {msg}", file=sys.stderr, flush=True)
+
+
+def _dataset_current(data: Path, source) -> bool:
+    """A built dataset from this source (its card names the source's content hash)."""
+    from craftmd.dataset import config_file
+
+    if not all(config_file(data, c).exists() for c in ("all",)):
+        return False
+    card = data / "README.md"
+    return card.exists() and source.content_sha256 in card.read_text(errors="replace")
+
+
+def _grade_fn():
+    try:
+        from craftmd.scoring.grade import grade_release  # helper D's grader
+    except ImportError:
+        return None
+    return grade_release
+
+
+def read_audits(audits_dir: Path | None) -> list[dict]:
+    """Every ``*.json`` audit dict in ``audits_dir`` (sorted by file name)."""
+    if audits_dir is None or not Path(audits_dir).is_dir():
+        return []
+    audits = []
+    for f in sorted(Path(audits_dir).glob("*.json")):
+        try:
+            d = json.loads(f.read_text())
+        except json.JSONDecodeError as exc:
+            raise CraftMDError(f"{f}: not valid JSON ({exc})") from None
+        if not isinstance(d, dict) or not {"id", "title"} <= d.keys():
+            raise CraftMDError(f"{f}: an audit needs at least 'id' and 'title'")
+        d.setdefault("description", "")
+        d.setdefault("tables", [])
+        d.setdefault("figures", [])
+        d["_dir"] = str(Path(audits_dir).resolve())
+        audits.append(d)
+    return audits
+
+
+def leaderboard(
+    *,
+    source=None,
+    data: Path | str,
+    releases: Path | str,
+    out: Path | str,
+    audits: Path | str | None = None,
+    graders: list[str] | None = None,
+    B: int = DEFAULT_B,
+    seed: int = DEFAULT_SEED,
+    progress: bool = True,
+) -> Path:
+    """build -> ingest -> grade -> analyse -> audits -> page. Returns the page's path."""
+    from craftmd.generation.ingest import ingest
+    from craftmd.source import Source
+
+    from .page import write_page
+
+    data, releases, out = Path(data), Path(releases), Path(out)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "index.html").exists())):
+        raise CraftMDError(f"{out} exists and is not a leaderboard folder; choose another --out")
+    t0 = time.perf_counter()
+    src = source if isinstance(source, Source) else Source(source)
+
+    if _dataset_current(data, src):
+        _say(f"dataset: {data} is current")
+    else:
+        from craftmd.dataset_builder.build import build_dataset
+
+        _say(f"dataset: building into {data}")
+        build_dataset(src, data, overwrite=True, progress=progress)
+
+    _say(f"ingest: upstream results into {releases}")
+    ingest(src, data, releases, progress=progress, skip_existing=True)
+
+    grade = _grade_fn()
+    graders = ["offline"] if graders is None else graders
+    if grade is None or not graders:
+        _say("grade: no extra grader available; using the recorded grades")
+    else:
+        for r in find_releases(releases):
+            _say(f"grade: {r.id} with {', '.join(graders)}")
+            grade(r.path, data, graders, progress=progress)
+
+    _say("analyse: accuracy, bootstrap CIs, paired tests")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        a = analyse(releases, data, tmp, B=B, seed=seed)
+        audit_dicts = read_audits(Path(audits) if audits else None)
+        _say(f"page: {len(audit_dicts)} audit(s)")
+        write_page(a, tmp, audit_dicts)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.replace(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    page = out / "index.html"
+    _say(f"done in {time.perf_counter() - t0:.0f} s")
+    print(f"leaderboard written: {page.resolve()}")
+    return page
+
+
+__all__ = ["analyse", "compute", "write_tables", "leaderboard", "read_audits", "Analysis"]

@@ -1,0 +1,119 @@
+"""A thin runner for the named SQL files in ``analysis/sql``.
+
+:func:`connect` opens an in-memory DuckDB and registers the inputs as views, by name:
+
+* ``releases``: one row per release (``release``, ``kind``, ``model``, ``display``);
+* ``answers``, ``grades``, ``conversations``: every release's parquet, with a ``release`` column;
+* ``cases``: the built dataset's case metadata (``case_id``, ``with_image``, ``source``,
+  ``specialty``, ``single_dx``): the ``all`` config, plus ``nejm_image`` (``with_image`` true);
+* ``setting_order``: the settings in :data:`craftmd.release.SETTINGS` order.
+
+:func:`run` executes ``sql/<name>.sql`` and returns an arrow table; :func:`materialize`
+keeps a query's result as a table of that name, for later queries to read.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from craftmd import CraftMDError
+from craftmd.dataset import config_file
+from craftmd.release import SETTINGS, Release, find_releases
+
+SQL_DIR = Path(str(resources.files("craftmd.analysis") / "sql"))
+
+
+def query_names() -> list[str]:
+    return sorted(p.stem for p in SQL_DIR.glob("*.sql"))
+
+
+def sql_text(name: str) -> str:
+    path = SQL_DIR / f"{name}.sql"
+    if not path.exists():
+        raise CraftMDError(f"no analysis query named {name!r}; known: {', '.join(query_names())}")
+    return path.read_text()
+
+
+def _lit(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def _union(releases: list[Release], table: str) -> str | None:
+    parts = [
+        f"select {_lit(Path(r.id))} as release, * from read_parquet({_lit(r.path / f'{table}.parquet')})"
+        for r in releases
+        if r.has(table)
+    ]
+    return " union all by name ".join(parts) if parts else None
+
+
+def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with the releases and the dataset registered as views."""
+    if not isinstance(releases, list):
+        releases = find_releases(releases)
+    if not releases:
+        raise CraftMDError("no releases to analyse")
+    con = duckdb.connect(":memory:")
+    if threads:
+        con.execute(f"set threads = {int(threads)}")
+    rel = pa.table(
+        {
+            "release": [r.id for r in releases],
+            "kind": [r.manifest.kind for r in releases],
+            "model": [r.manifest.model for r in releases],
+            "display": [r.manifest.notes.get("display_name") or r.id for r in releases],
+        }
+    )
+    con.register("releases_arrow", rel)
+    con.execute("create view releases as select * from releases_arrow")
+    order = pa.table({"setting": list(SETTINGS), "position": list(range(len(SETTINGS)))})
+    con.register("setting_order_arrow", order)
+    con.execute("create view setting_order as select * from setting_order_arrow")
+    for table in ("answers", "grades", "conversations"):
+        body = _union(releases, table)
+        if body is None and table == "grades":
+            raise CraftMDError("no release has grades.parquet; grade the releases first")
+        if body is not None:
+            con.execute(f"create view {table} as {body}")
+    con.execute(f"create view cases as {_cases_sql(dataset_dir)}")
+    return con
+
+
+def _cases_sql(dataset_dir: Path | str) -> str:
+    text = config_file(dataset_dir, "all")
+    if not text.exists():
+        raise CraftMDError(f"{dataset_dir}: no config 'all' (expected {text}); run `craftmd build` first")
+    parts = [
+        "select case_id, false as with_image, source, specialty, single_dx::boolean as single_dx "
+        f"from read_parquet({_lit(text)})"
+    ]
+    nejm = config_file(dataset_dir, "nejm_image")
+    if nejm.exists():
+        parts.append(
+            "select case_id, true as with_image, source, specialty::varchar as specialty, null::boolean as single_dx "
+            f"from read_parquet({_lit(nejm)})"
+        )
+    return " union all ".join(parts)
+
+
+def run(con: duckdb.DuckDBPyConnection, name: str) -> pa.Table:
+    """Run ``sql/<name>.sql`` and return its result."""
+    try:
+        return con.sql(sql_text(name)).to_arrow_table()
+    except duckdb.Error as exc:
+        raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
+
+
+def materialize(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Keep ``sql/<name>.sql``'s result as table ``name`` for the queries that read it."""
+    try:
+        con.execute(f"create or replace temp table {name} as {sql_text(name)}")
+    except duckdb.Error as exc:
+        raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
+
+
+__all__ = ["connect", "run", "materialize", "query_names", "sql_text"]

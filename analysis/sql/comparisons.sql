@@ -1,0 +1,80 @@
+-- comparisons: the paired tests to run, with McNemar's 2x2 counts on paired trials.
+-- Family 'setting': two settings of one model (same format, grader, group).
+-- Family 'model': two models in one setting (same format, grader, group).
+-- Trials pair on (case, trial); only trials present on both sides count. Pairs are formed
+-- per case first, then summed over each group's cases.
+with
+trial_grades as (
+    select release, grader, setting, format, with_image, case_id, trial, correct from trial_grades
+),
+cases as (
+    select case_id, with_image, source, specialty, single_dx from cases
+),
+setting_order as (
+    select setting, position from setting_order
+),
+t as (
+    select tg.*, o.position
+    from trial_grades as tg
+    join setting_order as o using (setting)
+),
+setting_pairs as (
+    select
+        'setting' as family, a.release as model, null::varchar as setting, a.format, a.grader, a.with_image,
+        a.setting as a, b.setting as b, a.position as pa, a.case_id, a.correct as ca, b.correct as cb
+    from t as a
+    join t as b
+        on a.release = b.release and a.grader = b.grader and a.format = b.format
+        and a.with_image = b.with_image and a.case_id = b.case_id and a.trial = b.trial
+        and a.position < b.position
+),
+model_pairs as (
+    select
+        'model' as family, null::varchar as model, a.setting, a.format, a.grader, a.with_image,
+        a.release as a, b.release as b, a.position as pa, a.case_id, a.correct as ca, b.correct as cb
+    from t as a
+    join t as b
+        on a.setting = b.setting and a.grader = b.grader and a.format = b.format
+        and a.with_image = b.with_image and a.case_id = b.case_id and a.trial = b.trial
+        and a.release < b.release
+),
+per_case as (
+    select
+        family, model, setting, format, grader, with_image, a, b, pa, case_id,
+        count(*)::integer as n_trials,
+        count(*) filter (where ca and cb)::integer as n11,
+        count(*) filter (where ca and not cb)::integer as n10,
+        count(*) filter (where not ca and cb)::integer as n01,
+        count(*) filter (where not ca and not cb)::integer as n00
+    from (select * from setting_pairs union all select * from model_pairs)
+    group by all
+),
+membership as (
+    select case_id, with_image, 'specialty' as group_by, specialty as "group" from cases where specialty is not null
+    union all
+    select case_id, with_image, 'dataset', source from cases where source is not null
+    union all
+    select case_id, with_image, 'single_dx', 'all' from cases where single_dx
+    union all
+    select case_id, with_image, 'single_dx', source from cases where single_dx and source is not null
+),
+grouped as (
+    select p.*, 'all' as group_by, 'all' as "group" from per_case as p
+    union all
+    select p.*, m.group_by, m."group" from per_case as p join membership as m using (case_id, with_image)
+),
+final as (
+    select
+        family, model, setting, format, grader, with_image, group_by, "group", a, b,
+        min(pa) as pa,
+        count(*)::integer as n_cases,
+        sum(n_trials)::integer as n_trials,
+        sum(n11)::integer as n11,
+        sum(n10)::integer as n10,
+        sum(n01)::integer as n01,
+        sum(n00)::integer as n00
+    from grouped
+    group by all
+)
+select * exclude (pa) from final
+order by family, model, setting, format, grader, with_image, group_by, "group", pa, a, b

@@ -1,0 +1,129 @@
+"""Accuracy with bootstrap CIs and paired tests, from the named queries' results.
+
+SQL does the grouping and counting (``case_groups``, ``accuracy``, ``comparisons``);
+this module adds what SQL does not do well: the bootstrap (:mod:`.bootstrap`),
+McNemar's test (statsmodels) and the Holm-Bonferroni adjustment (statsmodels).
+"""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import polars as pl
+from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.multitest import multipletests
+
+from .bootstrap import DEFAULT_B, DEFAULT_SEED, Resampler, paired_p, scale
+
+CELL = ["release", "grader", "setting", "format", "with_image", "group_by", "group"]
+ACCURACY_COLUMNS = ["model", "setting", "format", "grader", "group_by", "group", "n_cases", "accuracy", "ci_low", "ci_high", "with_image", "kind"]
+PVALUE_COLUMNS = ["model", "format", "grader", "group_by", "group", "a", "b", "diff", "p_value", "p_adjusted", "test", "family", "setting", "with_image", "n_cases"]
+FAMILY = ["family", "model", "setting", "format", "grader", "with_image", "group_by", "group", "test"]
+DECIMALS = 6
+#: McNemar's exact (binomial) test below this many discordant pairs, chi-square with continuity correction above.
+MCNEMAR_EXACT_BELOW = 25
+
+
+def _cells(case_groups: pl.DataFrame) -> tuple[dict[tuple, tuple[np.ndarray, np.ndarray]], int]:
+    """Cell key -> (case numbers, integer case scores) and the scale ``L`` (scores = numerators / L)."""
+    L = scale(case_groups["n_trials"].to_numpy())
+    num = (case_groups["n_correct"].to_numpy().astype(np.int64) * (L // case_groups["n_trials"].to_numpy())).astype(np.int64)
+    cases = case_groups["case_number"].to_numpy()
+    bounds = (
+        case_groups.select(CELL).with_row_index("i").group_by(CELL, maintain_order=True).agg(pl.col("i").first().alias("start"), pl.len().alias("n"))
+    )
+    out = {}
+    for row in bounds.iter_rows():
+        *key, start, n = row
+        out[tuple(key)] = (cases[start : start + n], num[start : start + n])
+    return out, L
+
+
+def bootstrap_tables(
+    case_groups: pl.DataFrame,
+    accuracy: pl.DataFrame,
+    comparisons: pl.DataFrame,
+    *,
+    B: int = DEFAULT_B,
+    seed: int = DEFAULT_SEED,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``(accuracy with CIs, p-values)``: see the module doc and :data:`ACCURACY_COLUMNS`, :data:`PVALUE_COLUMNS`."""
+    cells, L = _cells(case_groups)
+    R = Resampler(B=B, seed=seed)
+    handles = {key: R.add(num) for key, (_, num) in cells.items()}
+
+    pairs = []  # (row index, handle a, handle b, observed sum, n); handle b None: a is the difference column
+    for i, r in enumerate(comparisons.iter_rows(named=True)):
+        if r["family"] == "setting":
+            ka = (r["model"], r["grader"], r["a"], r["format"], r["with_image"], r["group_by"], r["group"])
+            kb = (r["model"], r["grader"], r["b"], r["format"], r["with_image"], r["group_by"], r["group"])
+        else:
+            ka = (r["a"], r["grader"], r["setting"], r["format"], r["with_image"], r["group_by"], r["group"])
+            kb = (r["b"], r["grader"], r["setting"], r["format"], r["with_image"], r["group_by"], r["group"])
+        if ka not in cells or kb not in cells:
+            continue
+        (ca, na), (cb, nb) = cells[ka], cells[kb]
+        if len(ca) == len(cb) and np.array_equal(ca, cb):
+            # Same cases in the same order: the resampled sums of a - b are those of a minus those of b.
+            pairs.append((i, handles[ka], handles[kb], int(na.sum() - nb.sum()), len(ca)))
+            continue
+        _, ia, ib = np.intersect1d(ca, cb, assume_unique=True, return_indices=True)  # paired on common cases
+        if len(ia) == 0:
+            continue
+        d = na[ia] - nb[ib]
+        pairs.append((i, R.add(d), None, int(d.sum()), len(d)))
+    R.run()
+
+    # Accuracy with CIs.
+    lo, hi = [], []
+    for key in accuracy.select(["model", "grader", "setting", "format", "with_image", "group_by", "group"]).iter_rows():
+        h = handles[key]
+        a, b = R.quantiles(h)
+        lo.append(a / (R.n(h) * L))
+        hi.append(b / (R.n(h) * L))
+    acc = accuracy.with_columns(pl.Series("ci_low", lo), pl.Series("ci_high", hi)).with_columns(
+        pl.col("accuracy", "ci_low", "ci_high").round(DECIMALS)
+    )
+    acc = acc.select(ACCURACY_COLUMNS).sort(["model", "format", "grader", "setting", "with_image", "group_by", "group"])
+
+    # P-values: paired bootstrap and McNemar, Holm within each family.
+    rows = []
+    comp = comparisons.to_dicts()
+    for i, ha, hb, obs, n in pairs:
+        r = comp[i]
+        sums = R.resampled(ha) if hb is None else R.resampled(ha) - R.resampled(hb)
+        base = {k: r[k] for k in ("family", "model", "setting", "format", "grader", "with_image", "group_by", "group", "a", "b")}
+        diff = round(obs / (n * L), DECIMALS)
+        rows.append({**base, "n_cases": n, "diff": diff, "p_value": paired_p(sums, obs), "test": "paired-bootstrap"})
+        n10, n01 = r["n10"], r["n01"]
+        if n10 + n01 == 0:
+            p = 1.0
+        else:
+            res = mcnemar([[r["n11"], n10], [n01, r["n00"]]], exact=n10 + n01 < MCNEMAR_EXACT_BELOW, correction=True)
+            p = float(res.pvalue)
+        trial_diff = round((n10 - n01) / r["n_trials"], DECIMALS) if r["n_trials"] else 0.0
+        rows.append({**base, "n_cases": r["n_cases"], "diff": trial_diff, "p_value": min(p, 1.0), "test": "mcnemar"})
+    schema = {
+        "family": pl.String, "model": pl.String, "setting": pl.String, "format": pl.String, "grader": pl.String,
+        "with_image": pl.Boolean, "group_by": pl.String, "group": pl.String, "a": pl.String, "b": pl.String,
+        "n_cases": pl.Int64, "diff": pl.Float64, "p_value": pl.Float64, "test": pl.String,
+    }
+    pv = pl.DataFrame(rows, schema=schema)
+    adjusted = np.empty(pv.height)
+    if pv.height:
+        fam = pv.select(FAMILY).with_row_index("i").group_by(FAMILY, maintain_order=True).agg(pl.col("i"))
+        pvals = pv["p_value"].to_numpy()
+        # statsmodels' Holm path calls gc.collect() on every call; freezing the objects that
+        # already exist keeps each of those collections cheap (seconds -> milliseconds here).
+        gc.freeze()
+        try:
+            for idx in fam["i"].to_list():
+                adjusted[idx] = multipletests(pvals[idx], method="holm")[1]
+        finally:
+            gc.unfreeze()
+    pv = pv.with_columns(pl.Series("p_adjusted", adjusted)).select(PVALUE_COLUMNS)
+    return acc, pv
+
+
+__all__ = ["bootstrap_tables", "ACCURACY_COLUMNS", "PVALUE_COLUMNS"]

@@ -1,0 +1,108 @@
+"""What the page and the figures show, looked up from an analysis' tables.
+
+Which FRQ grader stands behind a model's free-response figures is decided here, once:
+the first of :data:`FRQ_GRADER_PREFERENCE` that graded the release (the recorded GPT-4
+labels for upstream releases, then an LLM grader-AI, then the offline grader).
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+
+UPSTREAM_SETTINGS = ("vignette", "multiturn", "singleturn", "summarized")
+SETTING_LABELS = {
+    "vignette": "Vignette",
+    "multiturn": "Multi-turn",
+    "singleturn": "Single-turn",
+    "summarized": "Summarized",
+    "exam": "Exam only",
+    "multiturn_no_exam": "Multi-turn, no exam",
+    "multiturn_plus_exam": "Multi-turn + exam",
+}
+SETTING_NOTES = {
+    "vignette": "The whole case vignette is given to the model at once, then the question is asked: the exam-style setting.",
+    "multiturn": "The model, as doctor, interviews a patient-AI that holds the vignette, one question at a time; the "
+    "question is then asked about the conversation (its final-diagnosis turn removed). The paper's recommended measure.",
+    "singleturn": "Only the patient's first turn (the presenting complaint) is given.",
+    "summarized": "A third-person summary of the patient's side of the conversation is given instead of the dialogue.",
+}
+FORMAT_LABELS = {"mcq4": "MCQ (4 choices)", "mcq_many": "MCQ (many choices)", "frq": "FRQ", "top3": "Top-3"}
+MCQ_PRIMARY = "paper"
+
+
+def frq_rank(grader: str) -> int:
+    if grader == "upstream-gpt4":
+        return 0
+    if grader.startswith("llm:"):
+        return 1
+    if grader == "offline":
+        return 2
+    return 3
+
+
+class View:
+    def __init__(self, a):
+        self.a = a
+        acc = a.accuracy
+        self._acc = {
+            (r["model"], r["setting"], r["format"], r["grader"], r["with_image"], r["group_by"], r["group"]): r
+            for r in acc.iter_rows(named=True)
+        }
+        rel = a.releases
+        self.release_info = {r["release"]: r for r in rel.iter_rows(named=True)}
+        # FRQ grader per (release, with_image)
+        self.frq_grader: dict[tuple[str, bool], str] = {}
+        frq = acc.filter(pl.col("format") == "frq", pl.col("group_by") == "all").select("model", "with_image", "grader").unique()
+        for m, img, g in sorted(frq.iter_rows(), key=lambda t: (t[0], t[1], frq_rank(t[2]), t[2])):
+            self.frq_grader.setdefault((m, img), g)
+        text_models = sorted({m for (m, img) in self.frq_grader if not img} | set(
+            acc.filter(~pl.col("with_image"))["model"].unique().to_list()))
+        self.models = sorted(text_models, key=lambda m: (-self._lead(m), self.display(m)))
+        self.image_models = sorted({r["model"] for r in acc.filter(pl.col("with_image")).iter_rows(named=True)})
+        sp = acc.filter(pl.col("group_by") == "specialty", ~pl.col("with_image"))
+        self._n_spec = {r["group"]: r["n_cases"] for r in sp.iter_rows(named=True)}
+        self.specialties = sorted(self._n_spec, key=lambda s: (s == "Other", s))
+        self.frq_graders_all = sorted(acc.filter(pl.col("format") == "frq")["grader"].unique().to_list(), key=lambda g: (frq_rank(g), g))
+
+    def _lead(self, m: str) -> float:
+        r = self.cell(m, "multiturn", "frq")
+        return r["accuracy"] if r else -1.0
+
+    def display(self, m: str) -> str:
+        info = self.release_info.get(m)
+        return info["display"] if info else m
+
+    def kind(self, m: str) -> str:
+        info = self.release_info.get(m)
+        return info["kind"] if info else ""
+
+    def notes(self, m: str) -> dict:
+        info = self.release_info.get(m)
+        return json.loads(info["notes"]) if info else {}
+
+    def counts(self, m: str) -> dict:
+        info = self.release_info.get(m)
+        return json.loads(info["counts"]) if info else {}
+
+    def grader_for(self, m: str, fmt: str, with_image: bool = False) -> str | None:
+        if fmt == "frq":
+            return self.frq_grader.get((m, with_image))
+        return MCQ_PRIMARY
+
+    def cell(self, m, setting, fmt, grader=None, with_image=False, group_by="all", group="all") -> dict | None:
+        g = grader or self.grader_for(m, fmt, with_image)
+        if g is None:
+            return None
+        return self._acc.get((m, setting, fmt, g, with_image, group_by, group))
+
+    def n_cases(self, specialty: str) -> int:
+        return self._n_spec.get(specialty, 0)
+
+    @staticmethod
+    def format_label(fmt: str) -> str:
+        return FORMAT_LABELS.get(fmt, fmt)
+
+
+__all__ = ["View", "SETTING_LABELS", "SETTING_NOTES", "UPSTREAM_SETTINGS", "FORMAT_LABELS"]
