@@ -286,12 +286,14 @@ _HISTORY = re.compile(
     r"denies|denied|endorses?|endorsed|describes?|history of|past medical history|"
     r"medical history|family history|presents?|presented|comes|came|is brought|was brought|"
     r"admits|recalls|mentions|tells|worried|concerned|"
-    r"has (had|been)|had been|takes|took|smokes|drinks|works|lives|was diagnosed|has a history)\b",
+    r"has (had|been)|had been|takes|took|smokes|drinks|works|lives|was diagnosed|has a history|"
+    r"claims?|claimed|feeling|for the (past|last)|over the (past|last|course)|ago|started|began|since)\b",
 )
 _STRONG_EXAM = re.compile(
     r"\b(physical exam\w*|on exam\w*|exam(ination)? (shows|reveals|demonstrates|is|was|of|findings)|"
     r"examination|vital signs|temperature is|pulse is|blood pressure is|laboratory (studies|tests|findings|results|evaluation)|"
-    r"biopsy|ct|mri|x-?ray|ultrasound|radiograph\w*|photograph|is shown|are shown|"
+    r"biopsy|ct|mri|x-?ray|ultrasound|radiograph\w*|photograph|is shown|are shown|ecg|ekg|"
+    r"on palpation|to palpation|palpated|auscultation|(is|are|was|were) (positive|negative)|(positive|negative) for|"
     r"\d+\s*(mm ?hg|/min|°[cf]|mg/dl|g/dl|meq/l|mmol/l|/mm3|u/l|%))\b",
 )
 
