@@ -199,7 +199,7 @@ def card_text(version: str, source: dict, rows: dict[str, int], sizes: dict[str,
     context = {
         "version": version,
         "config_table": "\n".join(f"| `{c}` | {rows[c]:,} | {CONFIG_DOC[c]} |" for c in CONFIGS),
-        "load_path": "path/to/this/folder (or ORG/NAME on the Hub)",
+        "load_path": "ORG/NAME",
         "aliases": "; ".join(f"{a} → {b}" for a, b in T.SPECIALTY_ALIASES.items()),
         "default_question": T.DEFAULT_QUESTION,
         "task_types": ", ".join(f"`{t}`" for t in T.TASK_TYPES),

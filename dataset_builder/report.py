@@ -76,6 +76,12 @@ class BuildReport:
         md += table("Text cases per specialty", self.by_specialty, ("specialty", "cases"))
         md += table("Text cases per task type", self.by_task_type, ("task type", "cases"))
         md += table("single_dx (dermatologists' QC label)", self.single_dx, ("single_dx", "cases"))
+        md += [
+            "`single_dx` comes from `results/expert_annotations/case_vignette_qc.csv` (one row per derm vignette): "
+            "true when the answer is the only possible diagnosis, or else still the single most likely one; false "
+            "when neither; null for MedQA (not annotated).",
+            "",
+        ]
         if self.answers_renamed:
             md += [
                 "Answers written as a synonym of their choice (the choice's text is used): " + ", ".join(self.answers_renamed),
