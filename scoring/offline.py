@@ -96,6 +96,10 @@ def _fold(text: str) -> str:
 
 def _stem(word: str) -> str:
     """Plural to singular for the few endings that matter in disease names."""
+    if len(word) > 5 and word.endswith("oses"):  # keratoses -> keratosis
+        return word[:-2] + "is"
+    if len(word) > 4 and word.endswith("mas"):  # lipomas, xanthelasmas
+        return word[:-1]
     if len(word) > 4 and word.endswith("ies"):
         return word[:-3] + "y"
     if len(word) > 4 and word.endswith(("ses", "xes")) and not word.endswith(("oses", "ases")):
@@ -303,7 +307,8 @@ class OfflineGrader:
     def _tokens_uncached(self, phrase: str) -> frozenset[str]:
         canon = self.canonical(phrase)
         words = [_stem(w) for w in canon.split()]
-        toks = frozenset(w for w in words if w not in STOPWORDS)
+        # "a" is an article at the start, a subtype after a name ("hepatitis a", "hemophilia a").
+        toks = frozenset(w for i, w in enumerate(words) if w not in STOPWORDS or (w == "a" and i > 0 and words[i - 1] != "of"))
         return toks or frozenset(words)
 
     def _variants(self, text: str, *, answer: bool) -> list[str]:

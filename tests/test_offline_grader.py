@@ -1,0 +1,177 @@
+"""The offline FRQ grader: extraction, equivalence rules, its table's provenance, and its
+agreement with the recorded GPT-4 grader-AI on every recorded FRQ answer."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+
+import polars as pl
+import pytest
+
+from craftmd.release import find_releases
+from craftmd.scoring.agreement import grader_agreement_audit, held_out
+from craftmd.scoring.offline import OfflineGrader, SynonymTable, _fold, extract
+
+#: The held-out kappa this grader reaches (measured 0.778; see bench/bench_grading.py).
+HELD_OUT_KAPPA_GOAL = 0.77
+TRAIN_KAPPA_GOAL = 0.83
+
+
+@pytest.fixture(scope="module")
+def grader() -> OfflineGrader:
+    return OfflineGrader()
+
+
+@pytest.mark.parametrize(
+    "response, diagnosis, kind",
+    [
+        ("**Final Diagnosis:** Acute paronychia.", "Acute paronychia", "single"),
+        ("Final Diagnosis: Optic Neuritis", "Optic Neuritis", "single"),
+        ("The final diagnosis is likely psoriasis.", "psoriasis", "single"),
+        ("The most likely diagnosis is a pulmonary embolism.", "pulmonary embolism", "single"),
+        (" Based on the patient's symptoms, the most likely diagnosis is savant syndrome.", "savant syndrome", "single"),
+        ("Asthma. The symptoms described, including wheezing, are consistent with asthma.", "Asthma", "single"),
+        ("Appendicitis. This condition is characterized by severe abdominal pain", "Appendicitis", "single"),
+        ("Celiac disease - Positive serologic tests for anti-tTG", "Celiac disease", "single"),
+        ("Hemophilia A", "Hemophilia A", "single"),
+        ("**Final Diagnosis:** Cradle Cap or Seborrheic Dermatitis.", None, "multiple"),
+        ("Final Diagnosis: Flu or COVID-19. Further testing is needed.", None, "multiple"),
+        ("Possible diagnoses:\n1. Eczema\n2. Psoriasis\n3. Tinea", None, "multiple"),
+        ("**Final Diagnosis:** It is not possible to provide a definitive diagnosis without more information.", None, "none"),
+        ("I apologize, but I cannot provide a diagnosis.", None, "none"),
+        ("Final Diagnosis: None.", None, "none"),
+        ("", None, "none"),
+        (None, None, "none"),
+    ],
+)
+def test_extract(response, diagnosis, kind):
+    ex = extract(response)
+    assert ex.kind == kind
+    if diagnosis is not None:
+        assert ex.diagnosis.lower() == diagnosis.lower()
+
+
+@pytest.mark.parametrize(
+    "diagnosis, answer, correct",
+    [
+        # The paper's five examples (results/expert_annotations/validation_graderai.csv).
+        ("eczema", "onychomycosis", False),
+        ("toe nail fungus", "onychomycosis", True),
+        ("wart", "verruca vulgaris", True),
+        ("lymphoma", "hodgkin's lymphoma", True),  # more general: counts
+        ("hodgkin's lymphoma", "lymphoma", False),  # more specific: does not
+        # Normalisation: case, punctuation, possessives, accents, disease/syndrome, plurals, British spelling.
+        ("Sjögren's syndrome", "Primary Sjogren’s syndrome", True),
+        ("Alzheimer's disease", "Alzheimer disease", True),
+        ("Kaposi's Sarcoma", "Kaposi sarcoma", True),
+        ("Xanthelasmas", "Xanthelasma", True),
+        ("Pigmented naevus", "Pigmented nevus", True),
+        ("Haemophilia", "Hemophilia", True),
+        # Abbreviations and synonyms from the table, word order.
+        ("ADHD", "Attention deficit hyperactivity disorder", True),
+        ("Attention-deficit/hyperactivity disorder (ADHD)", "Attention deficit hyperactivity disorder", True),
+        ("Chronic Obstructive Pulmonary Disease (COPD)", "COPD", True),
+        ("Papillary carcinoma of the thyroid", "Papillary thyroid carcinoma", True),
+        ("Chilblains (pernio)", "Perniosis", True),
+        ("Bell's palsy", "Idiopathic facial paralysis", True),
+        # Qualifiers of course and severity do not make a subtype.
+        ("Acute pancreatitis", "Pancreatitis", True),
+        # Not the same disease.
+        ("Non-Hodgkin lymphoma", "Hodgkin lymphoma", False),
+        ("Hodgkin lymphoma", "Non-Hodgkin lymphoma", False),
+        ("Hypothyroidism", "Hyperthyroidism", False),
+        ("Infection", "Urinary tract infection", False),  # too generic to count as "more general"
+        ("Contact dermatitis", "Atopic dermatitis", False),
+    ],
+)
+def test_equivalent(grader, diagnosis, answer, correct):
+    assert grader.equivalent(diagnosis, answer) is correct
+
+
+def test_grade_multiple_and_none_are_wrong(grader):
+    assert not grader.grade("Final Diagnosis: Psoriasis or eczema", "Psoriasis").correct
+    assert grader.grade("Final Diagnosis: Psoriasis or eczema", "Psoriasis").resolved_kind == "multiple"
+    g = grader.grade(None, "Psoriasis")
+    assert (g.correct, g.resolved_kind, g.resolved) == (False, "none", None)
+    assert grader.grade("**Final Diagnosis:** Psoriasis vulgaris", "Psoriasis vulgaris").correct
+
+
+def test_subtype_policy_is_a_choice(grader):
+    assert not grader.equivalent("Hemophilia A", "Hemophilia")
+    assert OfflineGrader(specific="count").equivalent("Hemophilia A", "Hemophilia")
+
+
+def test_table_loads_and_rejects_bad_rows(tmp_path):
+    t = SynonymTable.load()
+    assert t.rows > 400 and len(t.sha256) == 64
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("term\tcanonical\trelation\nfoo\tbar\tcousin\n")
+    with pytest.raises(Exception, match="unknown relation 'cousin'"):
+        SynonymTable.load(bad)
+
+
+def test_table_comes_from_training_cases_only(dataset_dir):
+    """Every 'accepted' row is keyed by the answer of some training case (none from held-out only)."""
+    from craftmd.dataset import load_config
+
+    ds = load_config(dataset_dir, "all").select("case_id", "source", "answer")
+    train = {_fold(a) for c, s, a in ds.iter_rows() if not held_out(c, s)}
+    held_only = {_fold(a) for c, s, a in ds.iter_rows() if held_out(c, s)} - train
+    from importlib import resources
+
+    text = (resources.files("craftmd.scoring") / "data" / "synonyms.tsv").read_text(encoding="utf-8")
+    rows = [r for r in csv.reader(text.splitlines(), delimiter="\t") if r and not r[0].startswith("#") and r[0] != "term"]
+    accepted = [r for r in rows if r[2] == "accepted"]
+    assert len(accepted) > 100
+    grader = OfflineGrader()
+    train_canon = {grader.canonical(a) for a in train}
+    held_canon = {grader.canonical(a) for a in held_only}
+    for term, _, _, *_ in accepted:
+        c = grader.canonical(term)
+        assert c in train_canon or _fold(term) in train, f"accepted row {term!r} is not the answer of a training case"
+        assert c not in held_canon or c in train_canon
+
+
+def test_held_out_rule():
+    assert held_out("case_10", "medqa_usmle") and held_out("case_3", "derm_private")
+    assert not held_out("case_11", "medqa_usmle") and not held_out("case_3", "derm_public")
+
+
+@pytest.fixture(scope="module")
+def graded_releases(releases_dir, dataset_dir, tmp_path_factory):
+    """A copy of the upstream releases with the offline grader's rows added."""
+    from craftmd.scoring.grade import grade_release
+
+    out = tmp_path_factory.mktemp("offline_graded")
+    for rel in find_releases(releases_dir):
+        shutil.copytree(rel.path, out / rel.path.name)
+        grade_release(out / rel.path.name, dataset_dir, ["offline"], progress=False)
+    return out
+
+
+def test_offline_rows_cover_every_frq_answer(graded_releases):
+    for rel in find_releases(graded_releases):
+        g = pl.from_arrow(rel.table("grades"))
+        a = pl.from_arrow(rel.table("answers")).filter(pl.col("format") == "frq")
+        off = g.filter(pl.col("grader") == "offline")
+        assert off.height == a.height
+        missing = a.filter(pl.col("status") != "ok").select("case_id", "trial", "setting")
+        if missing.height:
+            wrong = off.join(missing, on=["case_id", "trial", "setting"])
+            assert not wrong["correct"].any() and set(wrong["resolved_kind"]) == {"none"}
+        assert rel.manifest.notes["graders"]["offline"]["table_sha256"] == SynonymTable.load().sha256
+
+
+def test_agreement_with_recorded_gpt4_grader(graded_releases, dataset_dir):
+    audit = grader_agreement_audit(graded_releases, dataset_dir)
+    table = audit["tables"][0]
+    rows = [dict(zip(table["columns"], r)) for r in table["rows"]]
+    overall = {r["split"]: r for r in rows if r["model"] == "all text models"}
+    assert overall["held-out"]["n"] + overall["train"]["n"] == 5 * 2004 * 5 * 4  # every recorded text FRQ answer
+    assert overall["held-out"]["kappa"] >= HELD_OUT_KAPPA_GOAL
+    assert overall["train"]["kappa"] >= TRAIN_KAPPA_GOAL
+    assert overall["held-out"]["agreement"] > 0.92
+    per_model = [r for r in rows if r["setting"] == "all" and r["split"] == "held-out" and r["model"] not in ("all text models", "gpt4v")]
+    assert len(per_model) == 5 and all(r["kappa"] >= 0.7 for r in per_model)
+    assert {"id", "title", "description", "tables", "figures"} <= audit.keys()
