@@ -121,16 +121,16 @@ def upstream_expert_audit(source, results: dict | None = None) -> dict:
     models = sorted({r["model"] for r in res["shares"] if r["model"] != "all"})
     intro = (
         f"Recomputed from the dermatologists' annotations published with CRAFT-MD (commit {res['source']['commit'][:12]}). "
-        f"**Grader-AI vs dermatologists**: {gc['agreement_pct']} % agreement over {gc['cases']} dermatology cases × 5 trials "
+        f"\n\nGrader-AI vs dermatologists: {gc['agreement_pct']} % agreement over {gc['cases']} dermatology cases × 5 trials "
         f"(vignette, free response; published {PUBLISHED_GRADER_AGREEMENT_PCT} %), defined as 1 − Σ|grader's correct trials − "
         f"dermatologist's count| / (5 × cases); counts equal in {gc['count_equal_pct']} % of cases; Spearman ρ = {gc['spearman_rho']}. "
-        f"**Conversations** (two dermatologists, 15 shared per model, a third breaking ties): "
+        f"\n\nConversations (two dermatologists, 15 shared per model, a third breaking ties): "
         + "; ".join(
             f"{m}: one diagnosis possible {share.get((m, 'doctor_one_dx'))} %, key history covered "
             f"{share.get((m, 'doctor_history'))} %, patient-AI used medical terms {share.get((m, 'patient_terminology'))} %"
             for m in models
         )
-        + ". Inter-rater Cohen's kappa: "
+        + ".\n\nInter-rater Cohen's kappa (first vs second dermatologist, 60 shared conversations): "
         + ", ".join(f"{q} {k}" for q, k in kappa.items())
         + ". Upstream's sheets ask no separate question on the patient-AI's completeness or grounding; "
         "Q2 (key information covered) measures the completeness of the conversation as a whole."

@@ -20,6 +20,11 @@ Definitions (each lives here, once):
   are 1.0. A failed request (status != ok) has no similarity and is never flagged; it
   is counted as failed in the summary.
 
+The text halved is the dataset's ``vignette`` column (the question sentence removed, as
+the benchmark shows it), of the per-source configs (``medqa_usmle``, ``derm_public``,
+``derm_private``) unless ``configs`` says otherwise. The prompt is sent as a single
+system message, as the paper did (``role="user"`` for chat templates that need a user turn).
+
 ``run_meld`` writes a folder (atomically) with ``similarities.parquet``, ``summary.json``
 and ``similarity_hist.png``; :func:`meld_audit` turns it into the leaderboard's audit dict.
 """
@@ -369,7 +374,7 @@ def meld_audit(meld_dir: Path | str) -> dict:
     o = s["overall"]
     share = "n/a" if o["share_flagged"] is None else f"{100 * o['share_flagged']:.2f} %"
     desc = (
-        f"Contamination check (MELD) of **{model}**: given the first half of each vignette and asked to "
+        f"Contamination check (MELD) of {model}: given the first half of each vignette and asked to "
         f"write the second half, the model's completion is compared with the true second half. "
         f"Similarity = {s['similarity']}; a case with similarity ≥ {s['threshold']} is flagged as likely memorised. "
         f"{o['n_flagged']} of {o['n_ok']} cases flagged ({share}); {o['n_failed']} requests failed. "

@@ -885,8 +885,8 @@ def review_audit(results: dict, *, audit_id: str = "expert-review", title: str =
             "columns": ["metric", "value"],
             "rows": [[k, v] for k, v in gc.items()],
         })  # fmt: skip
-    qs = "; ".join(f"**{k}**: {v}" for k, v in results.get("questions", {}).items())
-    desc = " ".join(x for x in (intro, f"Questions — {qs}." if qs else "") if x)
+    qs = "; ".join(f"{k}: {v}" for k, v in results.get("questions", {}).items())
+    desc = "\n\n".join(x for x in (intro, f"Questions — {qs}" if qs else "") if x)
     return {"id": audit_id, "title": title, "description": desc, "tables": tables, "figures": [], "data": results}
 
 
