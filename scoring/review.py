@@ -223,13 +223,14 @@ def sample_review_rows(releases, dataset_dir, n: int, seed: int, grader: str | N
         raise CraftMDError("--n must be at least 1")
     cases = load_config(dataset_dir, "all").select("case_id", "source", "vignette", "answer", "single_dx")
     by_case = {r["case_id"]: r for r in cases.iter_rows(named=True)}
-    rows, keys = [], []
+    rows, keys, skipped = [], [], []
     for rel in releases:
         conv = pl.from_arrow(rel.table("conversations")).filter(
             (pl.col("conversation") == "standard") & ~pl.col("with_image")
         )
         if conv.height == 0:
-            raise CraftMDError(f"release {rel.id}: no standard text conversations to review")
+            skipped.append(rel.id)  # e.g. an image-only release
+            continue
         ans = pl.from_arrow(rel.table("answers")).filter(
             (pl.col("setting") == "multiturn") & (pl.col("format") == "frq") & ~pl.col("with_image")
         )
@@ -283,6 +284,8 @@ def sample_review_rows(releases, dataset_dir, n: int, seed: int, grader: str | N
                     "review_id": rid, "release": rel.id, "case_id": cid, "trial": trial,
                     "grader": gname or "", "grader_correct": "" if v is None else ("yes" if v else "no"),
                 })  # fmt: skip
+    if not rows:
+        raise CraftMDError(f"no standard text conversations to review in release(s) {', '.join(skipped)}")
     return rows, keys
 
 
