@@ -496,11 +496,16 @@ def _read_craftmd(name: str, stem: str, wb, inp: ReviewInput, problems: _Problem
             continue
         k = key.get(rid, {})
         trial = k.get("trial") or (_cell_text(cells[col["trial"]]) if "trial" in col else None)
+        try:
+            trial_n = int(float(trial)) if trial not in (None, "") else None
+        except ValueError:
+            problems.add(f"{name} [{REVIEW_SHEET}] row {rn}: trial {trial!r} is not a number")
+            continue
         unit = Unit(
             rid,
             _cell_text(cells[col["model"]]),
             _cell_text(cells[col["case_id"]]),
-            int(float(trial)) if trial not in (None, "") else None,
+            trial_n,
             _cell_text(cells[col["dataset"]]) if "dataset" in col else None,
         )
         prev = inp.units.get(rid)
