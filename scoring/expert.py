@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 from craftmd import CraftMDError
 
@@ -138,9 +139,8 @@ def upstream_expert_audit(source, results: dict | None = None) -> dict:
     return review_audit(res, audit_id="expert-upstream", title="Expert validation (paper's annotations, recomputed)", intro=intro)
 
 
-def write_upstream_expert_audit(source, audits_dir) -> "Path":  # noqa: F821
-    from pathlib import Path
-
+def write_upstream_expert_audit(source, audits_dir) -> Path:
+    """Write ``<audits_dir>/expert-upstream.json`` (what ``craftmd review upstream --out`` does)."""
     from craftmd.scoring.review import _atomic_write
 
     audit = upstream_expert_audit(source)
