@@ -110,13 +110,26 @@ def _say(msg: str) -> None:
 
 
 def _dataset_current(data: Path, source) -> bool:
-    """A built dataset from this source (its card names the source's content hash)."""
-    from craftmd.dataset import config_file
+    """A built dataset of this source whose files still match its build manifest."""
+    from craftmd.release import sha256_file
 
-    if not all(config_file(data, c).exists() for c in ("all",)):
+    mf = data / "build_manifest.json"
+    if not mf.exists():
         return False
-    card = data / "README.md"
-    return card.exists() and source.content_sha256 in card.read_text(errors="replace")
+    try:
+        manifest = json.loads(mf.read_text())
+    except json.JSONDecodeError:
+        return False
+    if source.content_sha256 not in json.dumps(manifest):
+        return False
+    files = manifest.get("files", {})
+    if "all/test-00000-of-00001.parquet" not in files:
+        return False
+    for rel, info in files.items():
+        f = data / rel
+        if not f.exists() or sha256_file(f) != info.get("sha256"):
+            return False
+    return True
 
 
 def _grade_fn():

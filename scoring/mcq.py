@@ -89,7 +89,7 @@ def _strict(response: str, choices: tuple[str, ...]) -> list[int]:
         spans = []
         m = _FINAL_SPAN.search(low)
         if m:
-            spans.append(re.split(r"[\n.;(]| or | and ", m.group(1).strip(), maxsplit=1)[0])
+            spans.append(re.split(r"[\n.;(]", m.group(1).strip(), maxsplit=1)[0])
         spans.append(low.split("\n", 1)[0])
         for span in spans:
             narrowed = _named(_normalise(span), choices)

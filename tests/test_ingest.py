@@ -1,0 +1,128 @@
+"""Upstream results -> frozen releases: what a user of a release relies on."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from craftmd import CraftMDError
+from craftmd.generation.ingest import UPSTREAM_MODELS, ingest
+from craftmd.release import ANSWER_STATUS, ENDINGS, find_releases, read_release
+
+TEXT_MODELS = [m for m, spec in UPSTREAM_MODELS.items() if not spec.with_image]
+
+
+@pytest.fixture(scope="module")
+def releases(releases_dir):
+    return {r.id: r for r in find_releases(releases_dir)}
+
+
+def _t(release, name):
+    return pl.from_arrow(release.table(name))
+
+
+def test_every_upstream_model_becomes_a_graded_upstream_release(releases):
+    assert sorted(releases) == sorted(UPSTREAM_MODELS)
+    for rid, r in releases.items():
+        assert r.manifest.kind == "upstream"
+        assert r.manifest.model == UPSTREAM_MODELS[rid].model
+        assert r.manifest.source["commit"] == "3bb2737d4fae5d64694d38456f878c2c5d35576a"
+        assert r.has("conversations") and r.has("answers") and r.has("grades")
+        read_release(r.path, verify=True)  # file hashes match the manifest
+
+
+@pytest.mark.parametrize("model", TEXT_MODELS)
+def test_no_answer_is_dropped_and_missing_ones_are_counted(releases, model):
+    r = releases[model]
+    answers = _t(r, "answers")
+    # 2,004 cases x 5 trials x 4 settings x 2 formats, whatever upstream recorded
+    assert answers.height == 2004 * 5 * 4 * 2
+    assert answers["case_id"].n_unique() == 2004
+    assert set(answers["status"].unique()) <= set(ANSWER_STATUS)
+    bad = answers.filter(pl.col("status") != "ok")
+    assert bad["response"].null_count() == bad.height  # null response whenever not ok
+    assert answers.filter(pl.col("status") == "ok")["response"].null_count() == 0
+    counts = r.manifest.counts["answers_by_status"]
+    assert sum(counts.values()) == answers.height
+    assert counts.get("ok", 0) == answers.height - bad.height
+
+
+def test_known_missing_and_non_text_answers_are_recorded(releases):
+    # llama2-7b lacks three trial-level answers; gpt3_1106 stores some answers as lists
+    llama = releases["llama2-7b"].manifest.counts["answers_by_status"]
+    assert llama.get("missing", 0) >= 6
+    gpt3 = releases["gpt3_1106"].manifest.counts["answers_by_status"]
+    assert gpt3.get("non_text", 0) > 0
+
+
+@pytest.mark.parametrize("model", TEXT_MODELS)
+def test_every_answer_is_graded_and_a_missing_answer_is_wrong(releases, model):
+    r = releases[model]
+    answers = _t(r, "answers")
+    grades = _t(r, "grades")
+    key = ["case_id", "trial", "setting", "format", "with_image"]
+    for grader, fmt in (("paper", "mcq4"), ("strict", "mcq4"), ("upstream-gpt4", "frq")):
+        g = grades.filter(pl.col("grader") == grader)
+        a = answers.filter(pl.col("format") == fmt)
+        assert g.height == a.height
+        joined = a.join(g, on=key, how="left")
+        assert joined["correct"].null_count() == 0
+        assert not joined.filter(pl.col("status") != "ok")["correct"].any()
+
+
+def test_upstream_grader_labels_are_kept(source, releases):
+    data = json.loads(source.read("results/gpt4_1106/case_1.json"))
+    g = _t(releases["gpt4_1106"], "grades").filter(pl.col("grader") == "upstream-gpt4", pl.col("case_id") == "case_1")
+    for t in range(5):
+        for s in ("vignette", "multiturn", "singleturn", "summarized"):
+            row = g.filter(pl.col("trial") == t, pl.col("setting") == s).row(0, named=True)
+            ev = data[f"trial_{t}"][f"evaluation_{s}_frq"]
+            assert row["correct"] == (ev == 1)
+            assert json.loads(row["detail"])["evaluation"] == ev
+            ex = data[f"trial_{t}"][f"extracted_ans_{s}_frq"]
+            if ex in ("none", "multiple") or ev == -1:
+                assert row["resolved_kind"] in ("none", "multiple") and row["resolved"] is None
+            else:
+                assert row["resolved"] == ex and row["resolved_kind"] == "single"
+
+
+def test_conversations_are_the_doctors_view(releases):
+    conv = _t(releases["gpt4_1106"], "conversations")
+    assert conv.height == 2004 * 5
+    assert set(conv["ended"].unique()) <= set(ENDINGS)
+    first = conv.filter(pl.col("case_id") == "case_1", pl.col("trial") == 0).row(0, named=True)
+    roles = [m["role"] for m in first["messages"]]
+    assert roles[0] == "system" and roles[1] == "assistant" and roles[2] == "user"
+    assert first["n_turns"] == roles.count("assistant")
+    assert first["summary"]
+
+
+def test_gpt4v_keeps_text_drops_image_bytes_and_is_not_graded_by_mcq_rule(releases):
+    r = releases["gpt4v"]
+    conv = _t(r, "conversations")
+    assert conv["with_image"].all()
+    text = json.dumps(conv["messages"].to_list())
+    assert "base64" not in text and "image_url" not in text
+    assert "An image is also provided" in text  # the text part of the system message is kept
+    grades = _t(r, "grades")
+    assert set(grades["grader"].unique()) == {"upstream-gpt4"}
+    assert "no answer choices" in r.manifest.notes["mcq"]
+    assert _t(r, "answers").filter(pl.col("format") == "mcq4").height == 33 * 5 * 4
+
+
+def test_ingest_is_deterministic_and_refuses_to_overwrite(source, dataset_dir, releases_dir, tmp_path):
+    out = tmp_path / "again"
+    ingest(source, dataset_dir, out, models=["gpt4v"], progress=False)
+    a = json.loads((releases_dir / "gpt4v" / "manifest.json").read_text())
+    b = json.loads((out / "gpt4v" / "manifest.json").read_text())
+    for name in ("answers.parquet", "conversations.parquet"):
+        assert a["files"][name] == b["files"][name]  # same bytes
+    with pytest.raises(CraftMDError, match="exists"):
+        ingest(source, dataset_dir, out, models=["gpt4v"], progress=False)
+    before = (out / "gpt4v" / "answers.parquet").stat().st_mtime_ns
+    ingest(source, dataset_dir, out, models=["gpt4v"], progress=False, skip_existing=True)
+    assert (out / "gpt4v" / "answers.parquet").stat().st_mtime_ns == before  # a valid release is kept
+    with pytest.raises(CraftMDError, match="unknown upstream model"):
+        ingest(source, dataset_dir, out, models=["gpt5"], progress=False)
