@@ -1,0 +1,160 @@
+"""The LLM grader-AI (two steps, through the model layer) against the loopback server,
+and grade_release's bookkeeping, on recorded upstream answers."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from craftmd import CraftMDError
+from craftmd.release import read_release, write_release
+from craftmd.scoring.grade import check_graders, grade_release
+from craftmd.scoring.llm_grader import load_prompts, parse_extraction, parse_judgement
+from craftmd.scoring.offline import OfflineGrader, extract
+
+sys.path.insert(0, str(Path(__file__).parent))
+from loopback import LoopbackServer, text_of  # noqa: E402
+
+GRADER = "llm:openai/loopback"
+
+
+class GraderResponder:
+    """Answers like a grader-AI: step 1 extracts, step 2 judges (with the offline grader's rules)."""
+
+    def __init__(self):
+        self.offline = OfflineGrader()
+        self.steps = {"extract": 0, "judge": 0}
+
+    def __call__(self, req: dict) -> str:
+        prompt = text_of(req["messages"][-1]["content"])
+        if "Answer of the clinical AI" in prompt:
+            self.steps["extract"] += 1
+            answer = prompt.split('"""')[1].strip("\n")
+            ex = extract(answer)
+            return ex.kind if ex.kind != "single" else f"{ex.diagnosis}"
+        m = re.search(r"Now decide\. Clinical AI's diagnosis = (.*), correct answer = (.*)\.\nReply", prompt, re.S)
+        assert m, "unexpected grader prompt"
+        self.steps["judge"] += 1
+        return "correct" if self.offline.equivalent(m.group(1), m.group(2)) else "incorrect"
+
+
+@pytest.fixture
+def small_release(releases_dir, tmp_path):
+    """The first 30 cases of the recorded GPT-3.5 release (all its answers and grades)."""
+    rel = read_release(releases_dir / "gpt3_1106")
+    keep = pa.array([f"case_{i}" for i in range(30)])
+    import pyarrow.compute as pc
+
+    tables = {n: rel.table(n).filter(pc.is_in(rel.table(n).column("case_id"), keep)) for n in ("conversations", "answers", "grades")}
+    out = tmp_path / "gpt3_small"
+    write_release(out, rel.manifest, tables)
+    return out
+
+
+def test_prompts_mirror_the_paper_examples():
+    p = load_prompts()
+    assert "{response}" in p["extract"] and "multiple" in p["extract"] and "none" in p["extract"]
+    for example in ("toe nail fungus", "verruca vulgaris", "hodgkin's lymphoma", "onychomycosis"):
+        assert example in p["judge"]
+    assert "{diagnosis}" in p["judge"] and "{answer}" in p["judge"]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("Psoriasis", ("Psoriasis", "single")), ("multiple", (None, "multiple")), ("None", (None, "none")),
+     ("Diagnosis: Acute appendicitis.", ("Acute appendicitis", "single")), ("", (None, "none")), (None, (None, "none"))],
+)  # fmt: skip
+def test_parse_extraction(text, expected):
+    assert parse_extraction(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [("correct", True), ("Incorrect.", False), ("Correct - synonyms", True), ("no", False), ("maybe", None), (None, None)])
+def test_parse_judgement(text, expected):
+    assert parse_judgement(text) is expected
+
+
+def test_llm_grader_on_recorded_answers(small_release, dataset_dir, tmp_path):
+    responder = GraderResponder()
+    cache = tmp_path / "grader-cache.sqlite"
+    with LoopbackServer(responder) as server:
+        grade_release(small_release, dataset_dir, [GRADER, "offline"], base_url=server.base_url, cache=cache, progress=False)
+        first_calls = server.calls
+    rel = read_release(small_release)
+    g = pl.from_arrow(rel.table("grades"))
+    answers = pl.from_arrow(rel.table("answers")).filter(pl.col("format") == "frq")
+    llm = g.filter(pl.col("grader") == GRADER).sort("case_id", "trial", "setting")
+    off = g.filter(pl.col("grader") == "offline").sort("case_id", "trial", "setting")
+    assert llm.height == answers.height == off.height == 30 * 5 * 4
+    # Both steps' raw outputs are kept.
+    details = [json.loads(d) for d in llm["detail"]]
+    assert all({"extract", "judge"} <= d.keys() for d in details)
+    singles = llm.filter(pl.col("resolved_kind") == "single")
+    assert singles.height > 0 and all(json.loads(d)["judge"] in ("correct", "incorrect") for d in singles["detail"])
+    # multiple / none score 0 and skip step 2.
+    others = llm.filter(pl.col("resolved_kind") != "single")
+    assert others.height > 0 and not others["correct"].any()
+    assert all(json.loads(d)["judge"] is None for d in others["detail"])
+    # The responder judges with the offline rules, so the two graders must agree row for row.
+    assert llm["correct"].to_list() == off["correct"].to_list()
+    assert llm["resolved_kind"].to_list() == off["resolved_kind"].to_list()
+    # Identical requests are asked once; recorded graders are kept; the manifest says what graded.
+    assert responder.steps["extract"] == len({r for r in answers["response"].to_list() if r})
+    assert {"paper", "strict", "upstream-gpt4", "offline", GRADER} <= set(g["grader"])
+    info = rel.manifest.notes["graders"][GRADER]
+    assert info["model"] == "openai/loopback" and info["prompt_set"]["name"] == "grader-v1" and info["failures"] == 0
+    assert rel.manifest.counts["grades"][GRADER]["rows"] == llm.height
+    # A second run answers from the cache: no new calls, same bytes.
+    before = (small_release / "grades.parquet").read_bytes()
+    with LoopbackServer(responder) as server:
+        grade_release(small_release, dataset_dir, [GRADER], base_url=server.base_url, cache=cache, progress=False)
+        assert server.calls == 0
+    assert (small_release / "grades.parquet").read_bytes() == before
+    assert first_calls > 0
+
+
+def test_llm_grader_survives_server_faults(small_release, dataset_dir, tmp_path):
+    clean, flaky = tmp_path / "clean", tmp_path / "flaky"
+    shutil.copytree(small_release, clean)
+    shutil.copytree(small_release, flaky)
+    with LoopbackServer(GraderResponder()) as server:
+        grade_release(clean, dataset_dir, [GRADER], base_url=server.base_url, progress=False)
+    with LoopbackServer(GraderResponder(), error_rate=0.2, error_kinds=("429", "500")) as server:
+        grade_release(flaky, dataset_dir, [GRADER], base_url=server.base_url, progress=False)
+        assert sum(server.faults.values()) > 0
+    a = pl.from_arrow(read_release(clean).table("grades")).filter(pl.col("grader") == GRADER)
+    b = pl.from_arrow(read_release(flaky).table("grades")).filter(pl.col("grader") == GRADER)
+    assert a.equals(b)
+
+
+def test_regrading_replaces_rows_and_keeps_others(small_release, dataset_dir):
+    before = pl.from_arrow(read_release(small_release).table("grades"))
+    grade_release(small_release, dataset_dir, ["paper", "strict"], progress=False)
+    after = pl.from_arrow(read_release(small_release).table("grades"))
+    assert after.height == before.height  # replaced, not duplicated
+    key = ["case_id", "trial", "setting", "format", "with_image", "grader"]
+    recorded = before.filter(pl.col("grader") == "upstream-gpt4").sort(key)
+    assert recorded.equals(after.filter(pl.col("grader") == "upstream-gpt4").sort(key))
+    # The strict rule uses the dataset's answer, as ingest does: identical rows.
+    assert before.filter(pl.col("grader") == "strict").sort(key).equals(after.filter(pl.col("grader") == "strict").sort(key))
+
+
+@pytest.mark.parametrize("name, message", [("upstream-gpt4", "cannot be re-run"), ("gpt4", "unknown grader"), ("llm:gpt-4o", "llm:PROVIDER/MODEL")])
+def test_bad_grader_names(name, message):
+    with pytest.raises(CraftMDError, match=message):
+        check_graders([name])
+
+
+def test_grade_cli(small_release, dataset_dir, capsys):
+    from craftmd.cli import main
+
+    assert main(["grade", str(small_release), "--data", str(dataset_dir), "--grader", "offline", "--quiet"]) == 0
+    assert "offline" in set(pl.from_arrow(read_release(small_release).table("grades"))["grader"])
+    assert main(["grade", str(small_release), "--data", str(dataset_dir), "--grader", "bogus"]) == 2
+    assert "unknown grader 'bogus'" in capsys.readouterr().err
