@@ -130,3 +130,31 @@ def test_a_changed_upstream_sheet_is_refused_with_its_place(source, raw, tmp_pat
     # case_999999 is a well-formed id; only a dataset or the source can say it is unknown
     assert "d1.xlsx [GPT-4] row 9, column H (Q2): 'perhaps' is not yes/no" in str(err.value)
     assert not (tmp_path / "o").exists()
+
+
+def test_grader_verdicts_from_a_release_give_the_same_agreement(source, raw, tmp_path):
+    """`review import validation_graderai.csv --release DIR`: the verdicts come from grades.parquet."""
+    import pyarrow as pa
+
+    from craftmd.release import Manifest, write_release
+
+    derm = [c for c, _ in expert.upstream_derm_cases(source)]
+    files = source.read_files(["results/gpt4_1106/case_*.json"])
+    answers, grades = [], []
+    for cid in derm:
+        rec = json.loads(files[f"results/gpt4_1106/{cid}.json"])
+        for t in range(5):
+            tr = rec[f"trial_{t}"]
+            key = {"case_id": cid, "trial": t, "setting": "vignette", "format": "frq", "with_image": False}
+            text = tr.get("vignette_frq")
+            answers.append({**key, "response": text if isinstance(text, str) else None, "status": "ok" if isinstance(text, str) else "missing"})
+            detail = {"evaluation": tr.get("evaluation_vignette_frq"), "extracted_ans": tr.get("extracted_ans_vignette_frq")}
+            grades.append({**key, "grader": "upstream-gpt4", "resolved": None, "resolved_kind": "none",
+                           "correct": tr.get("evaluation_vignette_frq") == 1, "detail": json.dumps(detail)})  # fmt: skip
+    rel = write_release(tmp_path / "gpt4_1106", Manifest(release="gpt4_1106", kind="upstream", model="gpt4_1106", source={}),
+                        {"answers": pa.Table.from_pylist(answers), "grades": pa.Table.from_pylist(grades)})  # fmt: skip
+    csv = tmp_path / "validation_graderai.csv"
+    csv.write_bytes(raw[expert.GRADER_FILE])
+    path = review.import_review([csv], tmp_path / "o", release=rel, source=source, audit_id="grader-check")
+    gc = json.loads(path.read_text())["data"]["grader_counts"]
+    assert gc["agreement_pct"] == 93.35 and gc["extracted_matching_grader"] == 1585
