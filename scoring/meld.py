@@ -179,6 +179,10 @@ async def _complete_all(caller, cases: list[MeldCase], template: str, sampling, 
         bar.close()
 
 
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")
 
@@ -264,6 +268,7 @@ def run_meld(
     progress: bool = True,
 ) -> Path:
     """Run MELD for ``model`` over the dataset and write the result folder ``out`` atomically."""
+    from craftmd.dataset import config_file
     from craftmd.generation.cache import RequestCache
     from craftmd.generation.calls import Caller
     from craftmd.generation.models import Sampling, get_model
@@ -322,6 +327,7 @@ def run_meld(
         "model": chat.name,
         "prompt": {"file": "scoring/prompts/meld.txt", "sha256": prompt_sha256(), "role": role},
         "sampling": sampling.to_dict(),
+        "dataset": {c: _file_sha256(config_file(dataset_dir, c)) for c in configs},
         "split": split,
         "word_count": "whitespace-separated words of the first half",
         "similarity": SIMILARITY_DEFINITION,
