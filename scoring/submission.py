@@ -145,7 +145,7 @@ def _read_jsonl(path: Path, problems: _Problems) -> list[tuple[int, dict]]:
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
-            cut = n == last and exc.pos >= len(text.rstrip()) - 1
+            cut = n == last and (exc.msg.startswith("Unterminated") or exc.pos >= len(text.rstrip()) - 1)
             if cut:
                 problems.add(n, "truncated line (the JSON object is cut off; was the file written completely?)")
             else:
@@ -385,7 +385,7 @@ def score_cli(args) -> int:
     )  # fmt: skip
     s = scores["submission"]
     print(f"scored {s['rows']} answers ({s['missing_answers']} missing, scored wrong) -> {Path(args.out) / scores['release']}")
-    overall = [r for r in scores["accuracy"] if r.get("group_by") == "overall"]
+    overall = [r for r in scores["accuracy"] if r.get("group_by") == "all"]
     for r in overall:
         print(f"  {r['format']:8s} {r['grader']:14s} {r['setting']:12s} {r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]")
     return 0
