@@ -1,0 +1,175 @@
+"""The analysis on constructed releases whose answers are known: accuracy, groups, CIs,
+paired bootstrap, McNemar, Holm, and missing answers counted as wrong."""
+
+from __future__ import annotations
+
+import polars as pl
+import pyarrow as pa
+import pytest
+from scipy.stats import binomtest, chi2
+
+from craftmd import CraftMDError
+from craftmd.analysis import runner
+from craftmd.analysis.pipeline import analyse, compute
+from craftmd.release import Manifest, write_release
+
+N_CASES, TRIALS, B = 40, 5, 2000
+
+
+def _dataset(root):
+    d = root / "data" / "all"
+    d.mkdir(parents=True)
+    pl.DataFrame(
+        {
+            "case_id": [f"case_{i}" for i in range(N_CASES)],
+            "source": ["medqa_usmle"] * N_CASES,
+            "specialty": ["Cardiology"] * 20 + ["Neurology"] * 20,
+            "single_dx": [i % 2 == 0 for i in range(N_CASES)],
+        }
+    ).write_parquet(d / "test-00000-of-00001.parquet")
+    return root / "data"
+
+
+def _release(out, rid, cells, *, missing=(), ungraded=(), graded_missing_correct=False):
+    """cells: {setting: set of (case, trial) correct}; every case x trial x setting answered (frq)."""
+    ans = {k: [] for k in ("case_id", "trial", "setting", "format", "with_image", "response", "status")}
+    grd = {k: [] for k in ("case_id", "trial", "setting", "format", "with_image", "grader", "resolved", "resolved_kind", "correct", "detail")}
+    for setting, correct in cells.items():
+        for c in range(N_CASES):
+            for t in range(TRIALS):
+                miss = (setting, c, t) in missing
+                for k, v in zip(ans, (f"case_{c}", t, setting, "frq", False, None if miss else "dx", "missing" if miss else "ok")):
+                    ans[k].append(v)
+                if (setting, c, t) in ungraded:
+                    continue
+                ok = (c, t) in correct or (miss and graded_missing_correct)
+                for k, v in zip(grd, (f"case_{c}", t, setting, "frq", False, "offline", "dx", "single", ok, None)):
+                    grd[k].append(v)
+    m = Manifest(release=rid, kind="generated", model=f"test/{rid}", source={"commit": "test"}, notes={"display_name": rid.upper()})
+    return write_release(out / rid, m, {"answers": pa.table(ans), "grades": pa.table(grd)})
+
+
+def _all_trials(cases):
+    return {(c, t) for c in cases for t in range(TRIALS)}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("constructed")
+    data = _dataset(root)
+    rel = root / "releases"
+    _release(rel, "a", {
+        "vignette": _all_trials(range(30)),
+        "multiturn": _all_trials(range(10)),
+        "singleturn": _all_trials(range(10)),
+    })
+    _release(rel, "b", {
+        "vignette": _all_trials(range(10)),
+        "multiturn": _all_trials(range(10)) | {(10, 0), (10, 1), (10, 2)},
+    })
+    # c: every answer graded correct, but cases 0-1 are missing (and a faulty grader called them correct)
+    # and case 2 has no grade rows: all of them must count as wrong.
+    _release(
+        rel, "c", {"vignette": _all_trials(range(N_CASES))},
+        missing={("vignette", c, t) for c in (0, 1) for t in range(TRIALS)},
+        ungraded={("vignette", 2, t) for t in range(TRIALS)},
+        graded_missing_correct=True,
+    )
+    return rel, data, compute(rel, data, B=B)
+
+
+def acc(a, model, setting, group_by="all", group="all"):
+    r = a.accuracy.filter(pl.col("model") == model, pl.col("setting") == setting, pl.col("group_by") == group_by, pl.col("group") == group)
+    assert r.height == 1
+    return r.row(0, named=True)
+
+
+def pv(an, family, test, **kw):
+    f = an.pvalues.filter(pl.col("family") == family, pl.col("test") == test, pl.col("group_by") == "all")
+    for k, v in kw.items():
+        f = f.filter(pl.col(k) == v)
+    assert f.height == 1, kw
+    return f.row(0, named=True)
+
+
+def test_accuracy_is_the_mean_over_cases_of_the_trial_means(built):
+    _, _, a = built
+    assert acc(a, "a", "vignette")["accuracy"] == pytest.approx(0.75)
+    assert acc(a, "a", "multiturn")["accuracy"] == pytest.approx(0.25)
+    assert acc(a, "b", "multiturn")["accuracy"] == pytest.approx((10 + 3 / 5) / 40)
+    assert acc(a, "a", "vignette")["n_cases"] == N_CASES
+
+
+def test_missing_and_ungraded_answers_count_as_wrong(built):
+    _, _, a = built
+    assert acc(a, "c", "vignette")["accuracy"] == pytest.approx(37 / 40)
+    st = a.answer_status.filter(pl.col("model") == "c").row(0, named=True)
+    assert st["n_missing"] == 10 and st["n_ok"] == 190
+
+
+def test_groups_resample_within_the_group(built):
+    _, _, a = built
+    card = acc(a, "a", "vignette", "specialty", "Cardiology")
+    neuro = acc(a, "a", "vignette", "specialty", "Neurology")
+    assert (card["n_cases"], card["accuracy"], card["ci_low"], card["ci_high"]) == (20, 1.0, 1.0, 1.0)
+    assert neuro["accuracy"] == pytest.approx(0.5) and neuro["ci_low"] < 0.5 < neuro["ci_high"]
+    sdx = acc(a, "a", "vignette", "single_dx", "all")
+    assert sdx["n_cases"] == 20 and sdx["accuracy"] == pytest.approx(15 / 20)
+    assert set(a.accuracy["group_by"].unique()) == {"all", "specialty", "dataset", "single_dx"}
+    assert a.accuracy.columns[:10] == ["model", "setting", "format", "grader", "group_by", "group", "n_cases", "accuracy", "ci_low", "ci_high"]
+
+
+def test_paired_bootstrap_p_values(built):
+    _, _, a = built
+    big = pv(a, "setting", "paired-bootstrap", model="a", a="vignette", b="multiturn")
+    assert big["diff"] == pytest.approx(0.5)
+    assert big["p_value"] == pytest.approx(1 / (B + 1))  # no resample comes near zero difference
+    same = pv(a, "setting", "paired-bootstrap", model="a", a="multiturn", b="singleturn")
+    assert same["diff"] == 0 and same["p_value"] == 1.0
+    between = pv(a, "model", "paired-bootstrap", setting="vignette", a="a", b="b")
+    assert between["diff"] == pytest.approx(0.5) and between["p_value"] < 0.01
+
+
+def test_holm_within_a_family(built):
+    _, _, a = built
+    fam = a.pvalues.filter(pl.col("family") == "setting", pl.col("model") == "a", pl.col("test") == "paired-bootstrap", pl.col("group_by") == "all")
+    assert fam.height == 3
+    p = sorted(fam["p_value"].to_list())
+    holm, run = [], 0.0
+    for i, x in enumerate(p):
+        run = max(run, min(1.0, x * (len(p) - i)))
+        holm.append(run)
+    assert sorted(fam["p_adjusted"].to_list()) == pytest.approx(holm)
+    assert (fam["p_adjusted"] >= fam["p_value"]).all()
+
+
+def test_mcnemar_on_paired_trials(built):
+    _, _, a = built
+    # a vignette vs multiturn: 100 trials right only in vignette, none the other way: chi-square, continuity corrected
+    r = pv(a, "setting", "mcnemar", model="a", a="vignette", b="multiturn")
+    assert r["p_value"] == pytest.approx(chi2.sf((100 - 1) ** 2 / 100, 1))
+    # b vignette vs multiturn: 3 discordant trials, all one way: the exact binomial test
+    r = pv(a, "setting", "mcnemar", model="b", a="vignette", b="multiturn")
+    assert r["p_value"] == pytest.approx(binomtest(0, 3, 0.5).pvalue)
+    assert r["diff"] == pytest.approx(-3 / (N_CASES * TRIALS))
+
+
+def test_tables_are_deterministic(built, tmp_path):
+    rel, data, _ = built
+    analyse(rel, data, tmp_path / "one", B=B, figures=False)
+    analyse(rel, data, tmp_path / "two", B=B, figures=False)
+    for name in ("accuracy", "pvalues"):
+        one = (tmp_path / "one" / "tables" / f"{name}.csv").read_bytes()
+        assert one == (tmp_path / "two" / "tables" / f"{name}.csv").read_bytes()
+        assert len(one.splitlines()) > 10
+
+
+def test_queries_are_named_files(built):
+    rel, data, _ = built
+    names = runner.query_names()
+    assert {"trial_grades", "case_groups", "accuracy", "comparisons", "answer_status", "mcq_rule_gap"} <= set(names)
+    con = runner.connect(rel, data)
+    status = runner.run(con, "answer_status")
+    assert status.num_rows == 6  # a: 3 settings, b: 2, c: 1
+    with pytest.raises(CraftMDError, match="no analysis query named 'nope'"):
+        runner.run(con, "nope")
