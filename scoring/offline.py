@@ -62,38 +62,38 @@ GENERIC = frozenset(
     "virus viral bacterial fungal allergy allergic cell acid".split()
 )
 
-_BRITISH = [
-    (re.compile(r"haem"), "hem"),
-    (re.compile(r"aem"), "em"),
-    (re.compile(r"oedem"), "edem"),
-    (re.compile(r"oesophag"), "esophag"),
-    (re.compile(r"oestr"), "estr"),
-    (re.compile(r"naev"), "nev"),
-    (re.compile(r"tumour"), "tumor"),
-    (re.compile(r"paed"), "ped"),
-    (re.compile(r"coel"), "cel"),
-    (re.compile(r"diarrhoea"), "diarrhea"),
-    (re.compile(r"ischaem"), "ischem"),
-    (re.compile(r"leukaem"), "leukem"),
-    (re.compile(r"sulph"), "sulf"),
-]
+_BRITISH_MAP = {
+    "haem": "hem", "aem": "em", "oedem": "edem", "oesophag": "esophag", "oestr": "estr", "naev": "nev",
+    "tumour": "tumor", "paed": "ped", "coel": "cel", "diarrhoea": "diarrhea", "ischaem": "ischem",
+    "leukaem": "leukem", "sulph": "sulf",
+}  # fmt: skip
+_BRITISH = re.compile("|".join(sorted(_BRITISH_MAP, key=len, reverse=True)))
+_QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'"})
+_POSS = re.compile(r"(\w)'s\b")
+_POSS_PL = re.compile(r"(\w)s'(?=\s|$)")
+_PREFIXES = re.compile(r"\b(non|anti|post|pre|para|pseudo|hypo|hyper|sub|intra|extra|inter|peri|poly|neuro|co|re)[\s-]+(?=[a-z])")
+_NONWORD = re.compile(r"[^a-z0-9+]+")
 
 
+@lru_cache(maxsize=None)
 def _fold(text: str) -> str:
     """Lower case, accents off, quotes straightened, possessives dropped, punctuation to spaces."""
-    t = unicodedata.normalize("NFKD", text)
-    t = "".join(c for c in t if not unicodedata.combining(c)).lower()
-    t = t.replace("\u2019", "'").replace("\u2018", "'").replace("`", "'")
-    t = re.sub(r"(\w)'s\b", r"\1", t)
-    t = re.sub(r"(\w)s'(?=\s|$)", r"\1s", t)
+    if text.isascii():
+        t = text.lower()
+    else:
+        t = unicodedata.normalize("NFKD", text)
+        t = "".join(c for c in t if not unicodedata.combining(c)).lower()
+    t = t.translate(_QUOTES)
+    t = _POSS.sub(r"\1", t)
+    t = _POSS_PL.sub(r"\1s", t)
     # "non-Hodgkin", "post-traumatic", "anti-TTG": a prefix is part of its word.
-    t = re.sub(r"\b(non|anti|post|pre|para|pseudo|hypo|hyper|sub|intra|extra|inter|peri|poly|neuro|co|re)[\s-]+(?=[a-z])", r"\1", t)
-    for pat, rep in _BRITISH:
-        t = pat.sub(rep, t)
-    t = re.sub(r"[^a-z0-9+]+", " ", t)
+    t = _PREFIXES.sub(r"\1", t)
+    t = _BRITISH.sub(lambda m: _BRITISH_MAP[m.group(0)], t)
+    t = _NONWORD.sub(" ", t)
     return " ".join(t.split())
 
 
+@lru_cache(maxsize=None)
 def _stem(word: str) -> str:
     """Plural to singular for the few endings that matter in disease names."""
     if len(word) > 5 and word.endswith("oses"):  # keratoses -> keratosis
@@ -287,6 +287,7 @@ class OfflineGrader:
             re.compile(r"\b(?:" + "|".join(re.escape(p) for p in self._phrases) + r")\b") if self._phrases else None
         )
         self._tokens = lru_cache(maxsize=None)(self._tokens_uncached)
+        self.canonical = lru_cache(maxsize=None)(self._canonical_uncached)
         self._accept: dict[str, set[str]] = {}
         for term, targets in self.table.broader.items():
             self._accept.setdefault(self.canonical(term), set()).update(self.canonical(t) for t in targets)
@@ -297,7 +298,7 @@ class OfflineGrader:
         return {"name": "offline", "table_version": TABLE_VERSION, "table_sha256": self.table.sha256, "table_rows": self.table.rows}
 
     # Normal form of a phrase: folded, synonyms replaced (longest first), stemmed, stopwords out.
-    def canonical(self, phrase: str) -> str:
+    def _canonical_uncached(self, phrase: str) -> str:
         t = _fold(phrase)
         t = " ".join(_stem(w) for w in t.split())
         if self._phrase_re is not None:
