@@ -1,0 +1,232 @@
+"""`craftmd leaderboard` end to end, and the page in headless Chromium (Debian's `chromium`).
+
+The page is driven through the Chrome DevTools protocol over ``--remote-debugging-pipe``
+(fd 3: commands in, fd 4: replies out, NUL-separated JSON), so a real mouse click on a
+column header can be checked to reorder the table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROME_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run", "--hide-scrollbars",
+]
+TEXT_MODELS = {"GPT-4", "GPT-3.5", "Mistral-v1", "Mistral-v2", "LLaMA-2-7b"}
+
+
+def _audit(audits: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    audits.mkdir()
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.bar(["a", "b"], [0.9, 0.8])
+    fig.savefig(audits / "agreement.png", metadata={"Software": None})
+    plt.close(fig)
+    (audits / "grader_agreement.json").write_text(json.dumps({
+        "id": "grader_agreement",
+        "title": "Grader agreement (constructed for the test)",
+        "description": "How often two graders agree.\n\nSecond paragraph with <b>markup</b> that must be escaped.",
+        "tables": [{"name": "Cohen's kappa", "columns": ["pair", "kappa", "n"], "rows": [["offline vs upstream-gpt4", 0.71234, 40080]]}],
+        "figures": ["agreement.png"],
+    }))
+
+
+@pytest.fixture(scope="module")
+def board(source, dataset_dir, releases_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("leaderboard")
+    releases = root / "releases"
+    shutil.copytree(releases_dir, releases)  # grading rewrites releases; keep the session's intact
+    _audit(root / "audits")
+    out = root / "site"
+    env = dict(os.environ, CRAFTMD_SOURCE=str(source.path))
+    proc = subprocess.run(
+        [sys.executable, "-m", "craftmd.cli", "leaderboard", "--data", str(dataset_dir), "--releases", str(releases),
+         "--out", str(out), "--audits", str(root / "audits"), "--quiet"],
+        capture_output=True, text=True, env=env, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc
+
+
+def test_the_command_writes_the_page_tables_and_figures(board):
+    out, proc = board
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.endswith(str((out / "index.html").resolve()))
+    for f in ("index.html", "leaderboard.md", "tables/accuracy.csv", "tables/pvalues.csv",
+              "figures/settings.png", "figures/specialty_heatmap.png", "figures/mcq_frq_drop.png", "figures/mcq_rules.png"):
+        assert (out / f).is_file() and (out / f).stat().st_size > 500, f
+    acc = pl.read_csv(out / "tables" / "accuracy.csv")
+    assert {"upstream-gpt4", "paper", "strict"} <= set(acc["grader"].unique())
+    assert "[leaderboard] analyse" in proc.stderr  # progress is shown
+
+
+def test_the_page_is_self_contained_and_names_its_graders(board):
+    out, _ = board
+    page = (out / "index.html").read_text()
+    assert not re.search(r"""(?:src|href)\s*=\s*["'](?:https?:)?//""", page)
+    assert "<link" not in page and "@import" not in page
+    for img in re.findall(r'<img src="([^"]+)"', page):
+        assert (out / img).is_file(), img
+    assert "Conversational free-response accuracy" in page[: page.index('id="board"')]  # the page leads with it
+    assert "<code>upstream-gpt4</code>" in page
+    assert "paper</code> and <code>strict" in page
+    # the audit is rendered, escaped, with its table and figure
+    assert "Grader agreement (constructed for the test)" in page
+    assert "&lt;b&gt;markup&lt;/b&gt;" in page and "0.712" in page
+    assert (out / "figures" / "audits" / "grader_agreement" / "agreement.png").is_file()
+
+
+# -- the browser -------------------------------------------------------------------------------
+
+
+class DevTools:
+    """A minimal Chrome DevTools protocol client over --remote-debugging-pipe."""
+
+    def __init__(self, user_data: Path):
+        cmd_r, self._cmd_w = os.pipe()
+        self._out_r, out_w = os.pipe()
+
+        def child_fds():
+            os.dup2(cmd_r, 3)
+            os.dup2(out_w, 4)
+
+        self.proc = subprocess.Popen(
+            [CHROMIUM, *CHROME_FLAGS, "--remote-debugging-pipe", f"--user-data-dir={user_data}", "--window-size=1280,1000", "about:blank"],
+            preexec_fn=child_fds, close_fds=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        os.close(cmd_r)
+        os.close(out_w)
+        self._buf = b""
+        self._id = 0
+        self.session = None
+
+    def call(self, method: str, params: dict | None = None, timeout: float = 30) -> dict:
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params or {}}
+        if self.session and not method.startswith("Target."):
+            msg["sessionId"] = self.session
+        os.write(self._cmd_w, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\0" in self._buf:
+                raw, self._buf = self._buf.split(b"\0", 1)
+                reply = json.loads(raw)
+                if reply.get("id") == self._id:
+                    if "error" in reply:
+                        raise RuntimeError(f"{method}: {reply['error']}")
+                    return reply.get("result", {})
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._out_r], [], [], left)[0]:
+                raise TimeoutError(method)
+            chunk = os.read(self._out_r, 1 << 16)
+            if not chunk:
+                raise RuntimeError("chromium exited")
+            self._buf += chunk
+
+    def open(self, url: str) -> None:
+        target = self.call("Target.createTarget", {"url": url})["targetId"]
+        self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        for _ in range(100):
+            if self.js("location.href") == url and self.js("document.readyState") == "complete":
+                return
+            time.sleep(0.1)
+        raise TimeoutError("page load")
+
+    def js(self, expr: str):
+        r = self.call("Runtime.evaluate", {"expression": expr, "returnByValue": True})
+        return r["result"].get("value")
+
+    def click(self, x: float, y: float) -> None:
+        for kind in ("mousePressed", "mouseReleased"):
+            self.call("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1})
+
+    def close(self) -> None:
+        try:
+            self.call("Browser.close", timeout=5)
+        except (RuntimeError, TimeoutError, OSError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        os.close(self._cmd_w)
+        os.close(self._out_r)
+
+
+@pytest.fixture
+def browser(tmp_path):
+    if not Path(CHROMIUM).exists():
+        pytest.fail("chromium is not installed (make browser, or apt-get install -y chromium)")
+    b = DevTools(tmp_path / "profile")
+    yield b
+    b.close()
+
+
+ROWS = "Array.from(document.querySelectorAll('#leaderboard tbody tr')).map(r => r.cells[1].textContent)"
+
+
+def _column_values(b: DevTools, header: str) -> list[float]:
+    return b.js(
+        "(() => { const hs = Array.from(document.querySelectorAll('#leaderboard thead th'));"
+        f" const i = hs.findIndex(h => h.textContent.trim() === {json.dumps(header)});"
+        " return Array.from(document.querySelectorAll('#leaderboard tbody tr')).map(r => parseFloat(r.cells[i].dataset.v)); })()"
+    )
+
+
+def _header_center(b: DevTools, header: str) -> tuple[float, float]:
+    rect = b.js(
+        "(() => { const h = Array.from(document.querySelectorAll('#leaderboard thead th'))"
+        f".find(h => h.textContent.trim() === {json.dumps(header)}); h.scrollIntoView({{block: 'center', inline: 'center'}});"
+        " const r = h.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+    )
+    return rect[0], rect[1]
+
+
+def test_the_page_renders_every_model_and_sorts_on_click(board, browser):
+    out, _ = board
+    browser.open((out / "index.html").resolve().as_uri())
+    rows = browser.js(ROWS)
+    assert set(rows) == TEXT_MODELS  # every text model, once
+    assert len(rows) == len(TEXT_MODELS)
+    lead = _column_values(browser, "Multi-turn FRQ")
+    assert lead == sorted(lead, reverse=True)  # ranked by the leading measure
+    # a real click on a column header sorts by it (descending first, then ascending)
+    browser.click(*_header_center(browser, "Vignette MCQ"))
+    vals = _column_values(browser, "Vignette MCQ")
+    assert vals == sorted(vals, reverse=True)
+    after = browser.js(ROWS)
+    assert after != rows and after[0] == "GPT-4"
+    browser.click(*_header_center(browser, "Vignette MCQ"))
+    assert _column_values(browser, "Vignette MCQ") == sorted(vals)
+    # the specialty view switches tables
+    visible = browser.js("Array.from(document.querySelectorAll('.spec-table')).filter(d => d.style.display !== 'none').length")
+    assert visible == 1
+    assert browser.js("document.querySelectorAll('.spec-table:not([style*=none]) tbody tr').length") == 12
+
+
+def test_screenshot(board, tmp_path):
+    out, _ = board
+    shot = out / "screenshot.png"
+    subprocess.run(
+        [CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={tmp_path / 'p'}", "--window-size=1280,2600", f"--screenshot={shot}",
+         (out / "index.html").resolve().as_uri()],
+        capture_output=True, timeout=120, check=True,
+    )
+    assert shot.stat().st_size > 50_000  # a rendered page, not a blank one
