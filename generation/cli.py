@@ -44,6 +44,9 @@ def register(sub) -> None:
     p.add_argument("--summarizer", metavar="PROVIDER/MODEL", help="the conversation summarizer (default: the patient model)")
     p.add_argument("--base-url", help="OpenAI-compatible server for openai/ models (default: OPENAI_BASE_URL or OpenAI)")
     p.add_argument("--concurrency", type=int, default=32, help="requests in flight per model (default 32)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="processes sharing the work (default 1); more help against a fast local server, where the "
+                        "client's own CPU per request is the limit (ignored for vllm/ models, which batch)")
     p.add_argument("--experiments", type=_list, metavar="LIST",
                    help=f"settings and/or formats to run, comma-separated (default all). settings: {', '.join(SETTINGS)}; "
                         f"formats: {', '.join(FORMATS)}")
@@ -71,7 +74,7 @@ def run_generate(args) -> int:
         dataset=args.dataset, out=args.out, doctor=args.doctor, patient=args.patient, summarizer=args.summarizer,
         config=args.config, cases=args.cases, trials=args.trials, experiments=args.experiments, max_turns=args.max_turns,
         seed=args.seed, temperature=args.temperature, max_tokens=args.max_tokens, base_url=args.base_url,
-        concurrency=args.concurrency, timeout=args.timeout, max_retries=args.max_retries, price=args.price,
+        concurrency=args.concurrency, workers=args.workers, timeout=args.timeout, max_retries=args.max_retries, price=args.price,
         cache=args.cache, prompt_set=args.prompt_set, overwrite=args.overwrite, progress=not args.no_progress,
     ))
     print(report.summary(), file=sys.stderr)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import multiprocessing
+import queue
 import sys
 import time
 from dataclasses import dataclass, field
@@ -63,7 +65,8 @@ class GenerateSpec:
     max_tokens: int = 512
     base_url: str | None = None
     api_key: str | None = None  # used for the calls, never recorded
-    concurrency: int = 32
+    concurrency: int = 32  # requests in flight per model (shared out among worker processes)
+    workers: int = 1  # processes; the client's per-request CPU, not the server, bounds a fast local server
     timeout: float = 120.0
     max_retries: int = 6
     backoff: float = 0.5
@@ -210,7 +213,6 @@ class Engine:
         self.many = load_diagnoses(Path(spec.dataset)) if "mcq_many" in self.formats else []
         self.agent_names = {"doctor": spec.doctor, "patient": spec.patient, "summarizer": spec.summarizer or spec.patient}
         self.tallies = {a: Tally() for a in AGENTS}
-        self.answer_tally = Tally()
 
     # which experiments a case allows
     def plan(self, case: Case, with_image: bool) -> list[tuple[str, str]]:
@@ -241,13 +243,22 @@ class Engine:
                         out.append((case, trial, flag))
         return out
 
-    async def _open_models(self) -> dict[str, ChatModel]:
-        models: dict[str, ChatModel] = {}
-        for name in dict.fromkeys(self.agent_names.values()):
-            models[name] = get_model(name, base_url=self.spec.base_url, api_key=self.spec.api_key, timeout=self.spec.timeout)
-        for m in models.values():
-            await m.check()
-        return models
+    def _models(self) -> dict[str, ChatModel]:
+        return {
+            name: get_model(name, base_url=self.spec.base_url, api_key=self.spec.api_key, timeout=self.spec.timeout)
+            for name in dict.fromkeys(self.agent_names.values())
+        }
+
+    async def check_models(self) -> None:
+        """Server reachable and model served, for every agent's model; before any chat call."""
+        models = self._models()
+        try:
+            for m in models.values():
+                await m.check()
+        finally:
+            for m in models.values():
+                if not m.batches:
+                    await m.aclose()
 
     def sampling(self, trial: int) -> Sampling:
         s = self.spec
@@ -280,7 +291,6 @@ class Engine:
                 return
             msgs = self.protocol.question_messages(case, setting, fmt, with_image, conv=conv, summary=summary, many_options=self.many)
             c = await doctor(msgs, sampling)
-            self.answer_tally.add(c)
             answers.append({**row, "response": c.text if c.status == "ok" else None, "status": c.status})
 
         def record(kind: str, conv: Conversation, summary: str | None) -> None:
@@ -322,60 +332,78 @@ class Engine:
         await asyncio.gather(*work)
         return conversations, answers
 
-    async def run(self) -> GenerateReport:
+    async def execute(self, jobs, concurrency: int, done) -> tuple[list[dict], list[dict], list]:
+        """Run ``jobs`` side by side; ``done(counters)`` after each. Returns rows and the callers' counters."""
         spec = self.spec
-        start = time.monotonic()
-        jobs = self.jobs()
-        models = await self._open_models()  # fails here, before any chat call, on a bad server or model
+        models = self._models()
         cache = RequestCache(spec.cache or default_cache())
         self.callers = {
-            name: Caller(m, cache, concurrency=spec.concurrency, max_retries=spec.max_retries, backoff=spec.backoff, seed=spec.seed)
+            name: Caller(m, cache, concurrency=concurrency, max_retries=spec.max_retries, backoff=spec.backoff, seed=spec.seed)
             for name, m in models.items()
         }
         batching = any(m.batches for m in models.values())
-        limit = asyncio.Semaphore(max(spec.concurrency * 2, 256 if batching else 1))
+        limit = asyncio.Semaphore(max(concurrency * 2, 256 if batching else 1))
         conversations: list[dict] = []
         answers: list[dict] = []
-        bar = tqdm(total=len(jobs), unit="conv", desc="generate", disable=not spec.progress, file=sys.stderr, dynamic_ncols=True)
-
-        def postfix() -> None:
-            cs = [c.counters for c in self.callers.values()]
-            bar.set_postfix_str(
-                f"calls={sum(c.calls for c in cs)} cached={sum(c.cache_hits for c in cs)} "
-                f"tok_in={sum(c.tokens_in for c in cs):,} tok_out={sum(c.tokens_out for c in cs):,} "
-                f"retries={sum(c.retries for c in cs)} fail={sum(c.failures for c in cs)}",
-                refresh=False,
-            )
 
         async def one(job) -> None:
             async with limit:
                 conv_rows, answer_rows = await self.run_job(*job)
             conversations.extend(conv_rows)
             answers.extend(answer_rows)
-            postfix()
-            bar.update(1)
+            done([c.counters for c in self.callers.values()])
 
-        async def ticker() -> None:
-            while True:
-                await asyncio.sleep(0.5)
-                postfix()
-                bar.refresh()
-
-        tick = asyncio.ensure_future(ticker())
         try:
             await asyncio.gather(*(one(j) for j in jobs))
         finally:
-            tick.cancel()
-            bar.close()
             for m in models.values():
                 await m.aclose()
             cache.close()
+        return conversations, answers, [c.counters for c in self.callers.values()]
 
+    def _shard(self, jobs, index: int, workers: int, results, progress) -> None:
+        """A worker process: every ``workers``-th job from ``index``, its share of the concurrency."""
+        try:
+            share = max(1, self.spec.concurrency // workers)
+            out = asyncio.run(self.execute(jobs[index::workers], share, lambda counters: progress.put((index, counters))))
+            results.put((index, out, self.tallies, None))
+        except BaseException as exc:  # noqa: BLE001 - reported by the parent as one line
+            results.put((index, None, None, f"{type(exc).__name__}: {exc}"))
+
+    def run(self) -> GenerateReport:
+        spec = self.spec
+        start = time.monotonic()
+        jobs = self.jobs()
+        if not jobs:
+            raise CraftMDError(f"none of the experiments {', '.join(self.settings)} × {', '.join(self.formats)} applies to the selected cases")
+        asyncio.run(self.check_models())  # fails here, before any chat call, on a bad server or model
+        batching = any(split_name(n)[0] == "vllm" for n in self.agent_names.values())
+        workers = 1 if batching else max(1, min(spec.workers, len(jobs)))
+        bar = tqdm(total=len(jobs), unit="conv", desc="generate", disable=not spec.progress, file=sys.stderr, dynamic_ncols=True)
+        latest: dict[int, list] = {}
+
+        def show(index: int, counters) -> None:
+            latest[index] = counters
+            cs = [c for group in latest.values() for c in group]
+            bar.set_postfix_str(
+                f"calls={sum(c.calls for c in cs)} cached={sum(c.cache_hits for c in cs)} "
+                f"tok_in={sum(c.tokens_in for c in cs):,} tok_out={sum(c.tokens_out for c in cs):,} "
+                f"retries={sum(c.retries for c in cs)} fail={sum(c.failures for c in cs)}",
+                refresh=False,
+            )
+            bar.update(1)
+
+        try:
+            if workers == 1:
+                conversations, answers, counters = asyncio.run(self.execute(jobs, spec.concurrency, lambda c: show(0, c)))
+            else:
+                conversations, answers, counters = self._run_processes(jobs, workers, show)
+        finally:
+            bar.close()
         path = write_release(spec.out, self.manifest(jobs), {
             "conversations": pa.Table.from_pylist(conversations, CONVERSATIONS_SCHEMA),
             "answers": pa.Table.from_pylist(answers, ANSWERS_SCHEMA),
         }, overwrite=spec.overwrite)
-        cs = [c.counters for c in self.callers.values()]
         status: dict[str, int] = {}
         for a in answers:
             status[a["status"]] = status.get(a["status"], 0) + 1
@@ -386,11 +414,51 @@ class Engine:
             cost = (tin * spec.price[0] + tout * spec.price[1]) / 1e6
         return GenerateReport(
             path=path, conversations=len(conversations), answers=len(answers), answer_status=status,
-            tallies=self.tallies, calls=sum(c.calls for c in cs), cache_hits=sum(c.cache_hits for c in cs),
-            retries=sum(c.retries for c in cs), failures=sum(c.failures for c in cs),
-            peak_in_flight=max((c.peak_in_flight for c in cs), default=0), wall_s=time.monotonic() - start, cost=cost,
-            batches=[b for c in cs for b in c.batches],
+            tallies=self.tallies, calls=sum(c.calls for c in counters), cache_hits=sum(c.cache_hits for c in counters),
+            retries=sum(c.retries for c in counters), failures=sum(c.failures for c in counters),
+            peak_in_flight=sum(c.peak_in_flight for c in counters), wall_s=time.monotonic() - start, cost=cost,
+            batches=[b for c in counters for b in c.batches],
         )
+
+    def _run_processes(self, jobs, workers: int, show):
+        """Split the jobs over forked worker processes (one event loop each, one shared cache)."""
+        ctx = multiprocessing.get_context("fork")
+        results, progress = ctx.Queue(), ctx.Queue()
+        procs = [ctx.Process(target=self._shard, args=(jobs, i, workers, results, progress), daemon=True) for i in range(workers)]
+        for p in procs:
+            p.start()
+        conversations, answers, counters, errors, finished = [], [], [], [], 0
+        try:
+            while finished < workers:
+                while not progress.empty():
+                    show(*progress.get())
+                try:
+                    index, out, tallies, error = results.get(timeout=0.2)
+                except queue.Empty:
+                    if any(p.exitcode not in (None, 0) for p in procs):
+                        raise CraftMDError("a generation worker process died") from None
+                    continue
+                finished += 1
+                if error:
+                    errors.append(error)
+                    continue
+                conversations += out[0]
+                answers += out[1]
+                counters += out[2]
+                for agent, t in tallies.items():
+                    mine = self.tallies[agent]
+                    for f in ("requests", "tokens_in", "tokens_out", "refusals", "failures"):
+                        setattr(mine, f, getattr(mine, f) + getattr(t, f))
+            while not progress.empty():
+                show(*progress.get())
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+                p.join()
+        if errors:
+            raise CraftMDError(f"generation worker failed: {errors[0]}")
+        return conversations, answers, counters
 
     def manifest(self, jobs) -> Manifest:
         spec = self.spec
@@ -429,4 +497,4 @@ class Engine:
 def generate(spec: GenerateSpec) -> GenerateReport:
     """Validate everything (one-line errors, nothing written), run, write the release."""
     engine = Engine(spec)
-    return asyncio.run(engine.run())
+    return engine.run()

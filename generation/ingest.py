@@ -32,7 +32,7 @@ from tqdm import tqdm
 from craftmd import CraftMDError
 from craftmd.dataset import config_file, load_config
 from craftmd.release import Manifest, read_release, sha256_file, write_release
-from craftmd.scoring.mcq import grade_mcq
+from craftmd.scoring.mcq import RULES_VERSION, grade_mcq
 from craftmd.source import Source
 
 #: Bump when what ingest writes changes; a release of another version is re-ingested.
@@ -226,6 +226,7 @@ class _Release:
             "display_name": self.spec.display,
             "upstream_folder": f"results/{self.spec.release}/",
             "ingest_version": INGEST_VERSION,
+            "mcq_rules_version": RULES_VERSION,
             "answers": "Missing or non-text upstream answers are kept as rows with a null response and status "
             "missing / non_text; every grader counts them wrong.",
             "mcq": "paper: the correct choice's text (upstream's correct_ans, exactly as recorded) appears in the "
@@ -271,6 +272,7 @@ def _valid_existing(path: Path, source: Source, dataset_sha: str | None) -> bool
         m.kind == "upstream"
         and m.source.get("content_sha256") == source.content_sha256
         and m.notes.get("ingest_version") == INGEST_VERSION
+        and m.notes.get("mcq_rules_version") == RULES_VERSION
         and m.notes.get("dataset_all_sha256") == dataset_sha
         and rel.has("grades")
     )

@@ -85,7 +85,7 @@ class LoopbackServer:
     # --- lifecycle ------------------------------------------------------------------
     def start(self) -> LoopbackServer:
         handler = type("Handler", (_Handler,), {"owner": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = _Server(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
@@ -161,8 +161,13 @@ class LoopbackServer:
         }
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # the default backlog of 5 drops connections under load (1 s SYN retries)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in separate writes; Nagle + delayed ACK would add 40 ms
     owner: LoopbackServer
 
     def log_message(self, *args) -> None:  # quiet

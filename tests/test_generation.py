@@ -307,3 +307,14 @@ def test_on_the_built_dataset_reproduces_upstream_and_serves_image_cases(dataset
     ans = read_release(r.path).table("answers").to_pylist()
     assert {a["format"] for a in ans} == {"mcq4", "mcq_many", "frq"} and all(a["status"] == "ok" for a in ans)
     assert {(a["setting"], a["with_image"]) for a in read_release(n.path).table("answers").to_pylist()} == {("vignette", False), ("vignette", True)}
+
+
+def test_worker_processes_write_the_same_release(tiny_dataset, replay, tmp_path):
+    exp = ["vignette", "multiturn", "summarized", "frq", "mcq4"]
+    with LoopbackServer(replay) as server:
+        one = generate(spec(tiny_dataset, tmp_path / "a" / "rel", server.base_url, tmp_path / "a.sqlite", experiments=exp, trials=2))
+        served = server.served
+        two = generate(spec(tiny_dataset, tmp_path / "b" / "rel", server.base_url, tmp_path / "b.sqlite", experiments=exp, trials=2, workers=3))
+        assert server.served - served == served  # the same calls, each made once
+    assert two.calls == one.calls
+    assert release_bytes(one.path) == release_bytes(two.path)

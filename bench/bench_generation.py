@@ -1,0 +1,156 @@
+"""Generation speed: 100 cases against a loopback OpenAI-compatible server with 100 ms per call.
+
+Runs ``craftmd generate``'s engine (every experiment, one trial) over 100 upstream cases
+whose recorded GPT-4 conversations the server replays, then the same work the way
+upstream ran it: seven blocking workers, each making one call at a time. Prints calls/s,
+peak requests in flight, wall time, the floor (the longest chain of dependent calls in
+any conversation × 100 ms: no schedule can beat it) and the speed-up over seven workers.
+Goal: wall ≤ 1.5 × floor and ≥ 10 × faster than the seven workers.
+
+    .venv/bin/python bench/bench_generation.py [--cases 100] [--latency 0.1] [--concurrency 512] [--processes N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from loopback import LoopbackServer, Replay, pick_upstream, write_replay_dataset  # noqa: E402
+
+from craftmd.generation.engine import GenerateSpec, generate  # noqa: E402
+from craftmd.release import read_release  # noqa: E402
+from craftmd.source import Source  # noqa: E402
+
+
+def chain_length(release: Path) -> int:
+    """The longest chain of dependent calls: a conversation's turns, then its summary and one question."""
+    longest = 0
+    for c in read_release(release).table("conversations").to_pylist():
+        dialogue = c["messages"][1:]
+        patient_calls = sum(m["role"] == "user" for m in dialogue)
+        doctor_calls = c["n_turns"] - 1  # the opening is not a call
+        after = 2 if c["conversation"] == "standard" else 1  # summary + question, or the question
+        longest = max(longest, patient_calls + doctor_calls + after)
+    return longest
+
+
+class ServerProcess:
+    """The loopback server in a child process (as a real server is): its threads do not share our GIL."""
+
+    def __init__(self, responder, **options):
+        ctx = multiprocessing.get_context("fork")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=self._serve, args=(child, responder, options), daemon=True)
+
+    @staticmethod
+    def _serve(conn, responder, options) -> None:
+        with LoopbackServer(responder, **options) as server:
+            conn.send(server.base_url)
+            while True:
+                cmd = conn.recv()
+                if cmd == "stop":
+                    return
+                conn.send({"calls": server.calls, "served": server.served, "max_in_flight": server.max_in_flight,
+                           "mismatches": list(getattr(responder, "mismatches", []))})
+                if cmd == "reset":
+                    server.reset_counters()
+
+    def __enter__(self) -> ServerProcess:
+        self._proc.start()
+        self.base_url = self._conn.recv()
+        return self
+
+    def stats(self, reset: bool = False) -> dict:
+        """Counters so far (then zeroed when ``reset``)."""
+        self._conn.send("reset" if reset else "stats")
+        return self._conn.recv()
+
+    def __exit__(self, *exc) -> None:
+        self._conn.send("stop")
+        self._proc.join(5)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", type=int, default=100)
+    ap.add_argument("--latency", type=float, default=0.1, help="seconds per call at the server")
+    ap.add_argument("--concurrency", type=int, default=512)
+    ap.add_argument("--processes", type=int, default=min(8, os.cpu_count() or 1), help="engine worker processes (default: cores, at most 8)")
+    ap.add_argument("--workers", type=int, default=7, help="blocking workers of the baseline (upstream ran 7)")
+    ap.add_argument("--skip-baseline", action="store_true", help="estimate the baseline instead of running it")
+    a = ap.parse_args()
+
+    picked = pick_upstream(Source(), a.cases, seed=0)
+    ids = sorted(picked["text"])
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        write_replay_dataset(picked, tmp / "data")
+        replay = Replay(picked["text"])
+
+        def spec(out, cache, cases, concurrency, processes=1):
+            return GenerateSpec(dataset=tmp / "data", out=out, doctor="openai/loopback", patient="openai/loopback",
+                                base_url=server.base_url, cache=cache, cases=cases, trials=1, concurrency=concurrency, workers=processes,
+                                progress=False, timeout=60)
+
+        with ServerProcess(replay, latency=a.latency, max_seconds=1800) as server:
+            t = time.perf_counter()
+            report = generate(spec(tmp / "engine", tmp / "engine.sqlite", ids, a.concurrency, a.processes))
+            wall = time.perf_counter() - t
+            st = server.stats(reset=True)
+            peak_server = st["max_in_flight"]
+            assert not st["mismatches"] and st["served"] == report.calls, st
+            floor = chain_length(report.path) * a.latency
+            calls = report.calls
+
+            if a.skip_baseline:
+                base_wall, how = calls * a.latency / a.workers, "estimated: calls × latency / workers"
+            else:
+                # Upstream's set-up: each worker takes its share of the cases and makes one call at a time.
+                shares = [ids[i :: a.workers] for i in range(a.workers)]
+                errors: list[BaseException] = []
+
+                def worker(i: int) -> None:
+                    try:
+                        generate(spec(tmp / f"w{i}", tmp / f"w{i}.sqlite", shares[i], 1))
+                    except BaseException as exc:  # noqa: BLE001
+                        errors.append(exc)
+
+                t = time.perf_counter()
+                threads = [threading.Thread(target=worker, args=(i,)) for i in range(a.workers) if shares[i]]
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join()
+                base_wall, how = time.perf_counter() - t, f"measured, {server.stats()['served']} calls"
+                if errors:
+                    raise errors[0]
+
+    print(f"cases                 {len(ids)} (every experiment, 1 trial), {a.latency * 1000:.0f} ms per call")
+    print(f"calls                 {calls}  ({report.conversations} conversations, {report.answers} answers)")
+    print(f"wall                  {wall:.2f} s  ({a.processes} engine processes, concurrency {a.concurrency}, {os.cpu_count()} cores)")
+    print(f"calls/s               {calls / wall:.0f}")
+    print(f"peak in flight        {report.peak_in_flight} (client), {peak_server} (server)")
+    print(f"floor                 {floor:.2f} s  (longest chain {chain_length_str(floor, a.latency)} calls × {a.latency * 1000:.0f} ms)")
+    print(f"wall / floor          {wall / floor:.2f}   (goal ≤ 1.5)")
+    print(f"{a.workers} blocking workers    {base_wall:.1f} s  ({how})")
+    print(f"speed-up              {base_wall / wall:.1f}×  (goal ≥ 10×)")
+    ok = wall <= 1.5 * floor and base_wall / wall >= 10
+    print("goal                  " + ("met" if ok else "NOT met"))
+    return 0
+
+
+def chain_length_str(floor: float, latency: float) -> str:
+    return str(round(floor / latency))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
