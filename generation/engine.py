@@ -25,7 +25,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from craftmd import CraftMDError
-from craftmd.dataset import TEXT_CONFIGS, config_file, load_config
+from craftmd.dataset import config_file, load_config
 from craftmd.release import ANSWERS_SCHEMA, CONVERSATIONS_SCHEMA, FORMATS, SETTINGS, Manifest, write_release
 
 from .cache import RequestCache

@@ -133,7 +133,8 @@ def test_faults_give_the_same_release_and_full_cache_makes_no_call(tiny_dataset,
     with LoopbackServer(replay) as clean:
         a = generate(spec(tiny_dataset, tmp_path / "a" / "rel", clean.base_url, tmp_path / "a.sqlite", experiments=exp))
     with LoopbackServer(replay, error_rate=0.2, slow_rate=0.1, slow_delay=0.2, timeout_delay=0.6, seed=3) as faulty:
-        b = generate(spec(tiny_dataset, tmp_path / "b" / "rel", faulty.base_url, tmp_path / "b.sqlite", experiments=exp, timeout=0.4))
+        b = generate(spec(tiny_dataset, tmp_path / "b" / "rel", faulty.base_url, tmp_path / "b.sqlite", experiments=exp, timeout=0.4,
+                           max_retries=10))
         assert set(faulty.faults) >= {"429", "500", "timeout", "drop"} and b.retries > 0
         assert b.failures == 0
         assert faulty.calls > faulty.served
