@@ -62,6 +62,10 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
         raise CraftMDError(f"no graded release under {releases_dir}")
     con = runner.connect(releases, dataset_dir)
     runner.materialize(con, "trial_grades")
+    max_trial = con.sql("select max(trial) from trial_grades").fetchall()[0][0]
+    if max_trial is not None and not 0 <= max_trial < 63:
+        raise CraftMDError(f"trial numbers must be 0..62 for the paired tests (found {max_trial})")
+    runner.materialize(con, "case_scores")
     runner.materialize(con, "case_groups")
     case_groups = pl.from_arrow(runner.run(con, "case_groups"))
     accuracy = pl.from_arrow(runner.run(con, "accuracy"))

@@ -8,6 +8,7 @@ McNemar's test (statsmodels) and the Holm-Bonferroni adjustment (statsmodels).
 from __future__ import annotations
 
 import gc
+from functools import lru_cache
 
 import numpy as np
 import polars as pl
@@ -23,6 +24,17 @@ FAMILY = ["family", "model", "setting", "format", "grader", "with_image", "group
 DECIMALS = 6
 #: McNemar's exact (binomial) test below this many discordant pairs, chi-square with continuity correction above.
 MCNEMAR_EXACT_BELOW = 25
+#: McNemar runs on these groups (the bootstrap runs on every group): overall, per dataset, single-diagnosis.
+MCNEMAR_GROUPS = ("all", "dataset", "single_dx")
+
+
+@lru_cache(maxsize=None)
+def _mcnemar_p(n10: int, n01: int) -> float:
+    """McNemar's test on the discordant pairs (the only cells the statistic uses)."""
+    if n10 + n01 == 0:
+        return 1.0
+    res = mcnemar([[0, n10], [n01, 0]], exact=n10 + n01 < MCNEMAR_EXACT_BELOW, correction=True)
+    return float(res.pvalue)
 
 
 def _cells(case_groups: pl.DataFrame) -> tuple[dict[tuple, tuple[np.ndarray, np.ndarray]], int]:
@@ -96,12 +108,10 @@ def bootstrap_tables(
         base = {k: r[k] for k in ("family", "model", "setting", "format", "grader", "with_image", "group_by", "group", "a", "b")}
         diff = round(obs / (n * L), DECIMALS)
         rows.append({**base, "n_cases": n, "diff": diff, "p_value": paired_p(sums, obs), "test": "paired-bootstrap"})
+        if r["group_by"] not in MCNEMAR_GROUPS:
+            continue
         n10, n01 = r["n10"], r["n01"]
-        if n10 + n01 == 0:
-            p = 1.0
-        else:
-            res = mcnemar([[r["n11"], n10], [n01, r["n00"]]], exact=n10 + n01 < MCNEMAR_EXACT_BELOW, correction=True)
-            p = float(res.pvalue)
+        p = _mcnemar_p(n10, n01)
         trial_diff = round((n10 - n01) / r["n_trials"], DECIMALS) if r["n_trials"] else 0.0
         rows.append({**base, "n_cases": r["n_cases"], "diff": trial_diff, "p_value": min(p, 1.0), "test": "mcnemar"})
     schema = {

@@ -32,6 +32,8 @@ import Levenshtein
 from craftmd import CraftMDError
 
 RULES = ("paper", "strict")
+#: Bump when either rule changes what it decides (releases graded by an older version are re-graded).
+RULES_VERSION = 2
 Rule = Literal["paper", "strict"]
 LETTERS = "abcdefghij"
 SEP = "; "
@@ -149,4 +151,4 @@ def grade_mcq(
     return SEP.join(choices[i] for i in hits), kind, correct
 
 
-__all__ = ["grade_mcq", "RULES"]
+__all__ = ["grade_mcq", "RULES", "RULES_VERSION"]

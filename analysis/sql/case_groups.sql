@@ -1,21 +1,13 @@
 -- case_groups: one row per cell (release x grader x setting x format x image flag), group and case:
--- the case's correct trials out of its trials. A case scores the mean of its trials, a cell the
+-- the case's correct trials out of its trials (from case_scores). A case scores the mean of its trials, a cell the
 -- mean over its cases (the paper's accuracy). Groups: all cases; each specialty; each source
 -- dataset; the single-diagnosis subset overall ('all') and within each dataset.
 with
-trial_grades as (
-    select * from trial_grades
+case_scores as (
+    select release, grader, setting, format, with_image, case_id, n_trials, n_correct from case_scores
 ),
 cases as (
     select case_id, with_image, source, specialty, single_dx from cases
-),
-case_scores as (
-    select
-        release, grader, setting, format, with_image, case_id,
-        count(*)::integer as n_trials,
-        sum(correct::integer)::integer as n_correct
-    from trial_grades
-    group by all
 ),
 membership as (
     select case_id, with_image, 'specialty' as group_by, specialty as "group" from cases where specialty is not null
@@ -36,7 +28,7 @@ grouped as (
 final as (
     select
         release, grader, setting, format, with_image, group_by, "group",
-        case_id, cast(split_part(case_id, '_', 2) as integer) as case_number,
+        cast(split_part(case_id, '_', 2) as integer) as case_number,
         n_trials, n_correct
     from grouped
 )

@@ -1,11 +1,11 @@
 -- comparisons: the paired tests to run, with McNemar's 2x2 counts on paired trials.
 -- Family 'setting': two settings of one model (same format, grader, group).
 -- Family 'model': two models in one setting (same format, grader, group).
--- Trials pair on (case, trial); only trials present on both sides count. Pairs are formed
--- per case first, then summed over each group's cases.
+-- Trials pair on (case, trial): per case, the trials both sides have are matched through the
+-- bit masks of case_scores, then the counts are summed over each group's cases.
 with
-trial_grades as (
-    select release, grader, setting, format, with_image, case_id, trial, correct from trial_grades
+case_scores as (
+    select release, grader, setting, format, with_image, case_id, trials_mask, correct_mask from case_scores
 ),
 cases as (
     select case_id, with_image, source, specialty, single_dx from cases
@@ -13,41 +13,39 @@ cases as (
 setting_order as (
     select setting, position from setting_order
 ),
-t as (
-    select tg.*, o.position
-    from trial_grades as tg
-    join setting_order as o using (setting)
+s as (
+    select cs.*, o.position from case_scores as cs join setting_order as o using (setting)
 ),
 setting_pairs as (
     select
         'setting' as family, a.release as model, null::varchar as setting, a.format, a.grader, a.with_image,
-        a.setting as a, b.setting as b, a.position as pa, a.case_id, a.correct as ca, b.correct as cb
-    from t as a
-    join t as b
+        a.setting as a, b.setting as b, a.position as pa, a.case_id,
+        a.trials_mask & b.trials_mask as both_mask, a.correct_mask as ca, b.correct_mask as cb
+    from s as a
+    join s as b
         on a.release = b.release and a.grader = b.grader and a.format = b.format
-        and a.with_image = b.with_image and a.case_id = b.case_id and a.trial = b.trial
-        and a.position < b.position
+        and a.with_image = b.with_image and a.case_id = b.case_id and a.position < b.position
 ),
 model_pairs as (
     select
         'model' as family, null::varchar as model, a.setting, a.format, a.grader, a.with_image,
-        a.release as a, b.release as b, a.position as pa, a.case_id, a.correct as ca, b.correct as cb
-    from t as a
-    join t as b
+        a.release as a, b.release as b, a.position as pa, a.case_id,
+        a.trials_mask & b.trials_mask as both_mask, a.correct_mask as ca, b.correct_mask as cb
+    from s as a
+    join s as b
         on a.setting = b.setting and a.grader = b.grader and a.format = b.format
-        and a.with_image = b.with_image and a.case_id = b.case_id and a.trial = b.trial
-        and a.release < b.release
+        and a.with_image = b.with_image and a.case_id = b.case_id and a.release < b.release
 ),
 per_case as (
     select
         family, model, setting, format, grader, with_image, a, b, pa, case_id,
-        count(*)::integer as n_trials,
-        count(*) filter (where ca and cb)::integer as n11,
-        count(*) filter (where ca and not cb)::integer as n10,
-        count(*) filter (where not ca and cb)::integer as n01,
-        count(*) filter (where not ca and not cb)::integer as n00
+        bit_count(both_mask)::integer as n_trials,
+        bit_count(both_mask & ca & cb)::integer as n11,
+        bit_count(both_mask & ca & ~cb)::integer as n10,
+        bit_count(both_mask & ~ca & cb)::integer as n01,
+        bit_count(both_mask & ~ca & ~cb)::integer as n00
     from (select * from setting_pairs union all select * from model_pairs)
-    group by all
+    where both_mask <> 0
 ),
 membership as (
     select case_id, with_image, 'specialty' as group_by, specialty as "group" from cases where specialty is not null
