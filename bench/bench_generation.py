@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import resource
 import sys
 import tempfile
 import threading
@@ -79,6 +80,12 @@ class ServerProcess:
         self._proc.join(5)
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and of its reaped children (the engine's worker processes)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", type=int, default=100)
@@ -102,9 +109,9 @@ def main() -> int:
                                 progress=False, timeout=60)
 
         with ServerProcess(replay, latency=a.latency, max_seconds=1800) as server:
-            t = time.perf_counter()
+            t, cpu0 = time.perf_counter(), _cpu()
             report = generate(spec(tmp / "engine", tmp / "engine.sqlite", ids, a.concurrency, a.processes))
-            wall = time.perf_counter() - t
+            wall, cpu = time.perf_counter() - t, _cpu() - cpu0
             st = server.stats(reset=True)
             peak_server = st["max_in_flight"]
             assert not st["mismatches"] and st["served"] == report.calls, st
@@ -138,6 +145,7 @@ def main() -> int:
     print(f"calls                 {calls}  ({report.conversations} conversations, {report.answers} answers)")
     print(f"wall                  {wall:.2f} s  ({a.processes} engine processes, concurrency {a.concurrency}, {os.cpu_count()} cores)")
     print(f"calls/s               {calls / wall:.0f}")
+    print(f"client CPU            {cpu:.1f} s = {cpu / calls * 1000:.1f} ms per call (engine processes; bounds wall at CPU / cores)")
     print(f"peak in flight        {report.peak_in_flight} (client), {peak_server} (server)")
     print(f"floor                 {floor:.2f} s  (longest chain {chain_length_str(floor, a.latency)} calls × {a.latency * 1000:.0f} ms)")
     print(f"wall / floor          {wall / floor:.2f}   (goal ≤ 1.5)")
