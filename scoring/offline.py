@@ -54,6 +54,14 @@ NEUTRAL = frozenset(
     "early late new onset uncomplicated complicated simple active ongoing persistent "
     "worsening progressive mild-moderate episode episodic exacerbation flare".split()
 )
+#: Qualifiers of site, age group or cause that the recorded grader-AI did not treat as making a subtype
+#: ("cutaneous leishmaniasis" for "leishmaniasis", "bacterial pneumonia" for "pneumonia"). Used only
+#: when the policy is "qualifiers" and the more specific answer adds nothing else.
+PRESENTATION = frozenset(
+    "cutaneous congenital neonatal infantile juvenile adult childhood pediatric maternal bacterial viral infected "
+    "infectious traumatic postoperative lumbar cervical thoracic pulmonary community acquired nosocomial "
+    "localized generalized disseminated".split()
+)
 #: One-word answers too generic to count as "more general" than a named disease.
 GENERIC = frozenset(
     "infection infectious inflammation inflammatory tumor tumour cancer malignancy neoplasm mass lesion "
@@ -69,6 +77,7 @@ _BRITISH_MAP = {
 }  # fmt: skip
 _BRITISH = re.compile("|".join(sorted(_BRITISH_MAP, key=len, reverse=True)))
 _QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'"})
+_GREEK = str.maketrans({"\u03b1": " alpha ", "\u03b2": " beta ", "\u03b3": " gamma ", "\u03b4": " delta ", "\u03ba": " kappa "})
 _POSS = re.compile(r"(\w)'s\b")
 _POSS_PL = re.compile(r"(\w)s'(?=\s|$)")
 _PREFIXES = re.compile(r"\b(non|anti|post|pre|para|pseudo|hypo|hyper|sub|intra|extra|inter|peri|poly|neuro|co|re)[\s-]+(?=[a-z])")
@@ -81,7 +90,7 @@ def _fold(text: str) -> str:
     if text.isascii():
         t = text.lower()
     else:
-        t = unicodedata.normalize("NFKD", text)
+        t = unicodedata.normalize("NFKD", text.lower().translate(_GREEK))
         t = "".join(c for c in t if not unicodedata.combining(c)).lower()
     t = t.translate(_QUOTES)
     t = _POSS.sub(r"\1", t)
@@ -107,6 +116,10 @@ def _stem(word: str) -> str:
     if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is", "as", "os", "ys")):
         return word[:-1]
     return word
+
+
+def _stem_all(folded: str) -> str:
+    return " ".join(_stem(w) for w in folded.split())
 
 
 @dataclass(frozen=True)
@@ -282,7 +295,9 @@ class OfflineGrader:
             raise CraftMDError(f"unknown subtype policy {specific!r}; one of {SPECIFIC_POLICIES}")
         self.specific = specific
         self.table = table if isinstance(table, SynonymTable) else SynonymTable.load(table)
-        self._phrases = sorted(self.table.canon, key=lambda p: (-len(p.split()), p))
+        # Table terms are matched in the same stemmed form as the text they replace.
+        self._canon = {_stem_all(k): _stem_all(v) for k, v in self.table.canon.items()}
+        self._phrases = sorted(self._canon, key=lambda p: (-len(p.split()), p))
         self._phrase_re = (
             re.compile(r"\b(?:" + "|".join(re.escape(p) for p in self._phrases) + r")\b") if self._phrases else None
         )
@@ -299,10 +314,9 @@ class OfflineGrader:
 
     # Normal form of a phrase: folded, synonyms replaced (longest first), stemmed, stopwords out.
     def _canonical_uncached(self, phrase: str) -> str:
-        t = _fold(phrase)
-        t = " ".join(_stem(w) for w in t.split())
+        t = _stem_all(_fold(phrase))
         if self._phrase_re is not None:
-            t = self._phrase_re.sub(lambda m: self.table.canon[m.group(0)], t)
+            t = self._phrase_re.sub(lambda m: self._canon[m.group(0)], t)
         return t
 
     def _tokens_uncached(self, phrase: str) -> frozenset[str]:
@@ -348,7 +362,7 @@ class OfflineGrader:
             rest = dx - NEUTRAL
             return bool(rest) and not rest <= GENERIC
         if ans < dx:  # more specific: counts only when the extra words are course/severity qualifiers
-            return self.specific == "count" or (dx - ans) <= NEUTRAL
+            return self.specific == "count" or (dx - ans) <= NEUTRAL | PRESENTATION
         return False
 
     def equivalent(self, diagnosis: str, answer: str) -> bool:
