@@ -319,3 +319,33 @@ def test_worker_processes_write_the_same_release(tiny_dataset, replay, tmp_path)
         assert server.served - served == served  # the same calls, each made once
     assert two.calls == one.calls
     assert release_bytes(one.path) == release_bytes(two.path)
+
+
+def test_max_turns_and_refusals_are_recorded_never_silent(tiny_dataset, upstream, tmp_path):
+    refusing = sorted(upstream["text"])[0]
+    vignette = upstream["text"][refusing]["case_vignette"].strip()
+
+    def responder(req):
+        system = _text(req["messages"][0]["content"])
+        if system.startswith("You are a patient"):
+            return None if vignette in system else "It hurts."  # a content-filter block for one case
+        if system.startswith("You are an AI doctor") and not Replay.is_question(req["messages"]):
+            return "Where does it hurt?"  # a doctor who never concludes
+        return "**Final Diagnosis:** Flu"
+
+    with LoopbackServer(responder) as server:
+        r = generate(spec(tiny_dataset, tmp_path / "rel", server.base_url, tmp_path / "c.sqlite", max_turns=3,
+                          experiments=["vignette", "multiturn", "singleturn", "frq"]))
+        refusal_calls = sum(1 for q in server.log if vignette in _text(q["messages"][0]["content"]))
+    conv = {c["case_id"]: c for c in read_release(r.path).table("conversations").to_pylist()}
+    assert conv[refusing]["ended"] == "refusal" and conv[refusing]["n_turns"] == 1
+    assert refusal_calls == 1  # a refusal is an answer: not retried
+    others = [c for cid, c in conv.items() if cid != refusing]
+    assert others and all(c["ended"] == "max_turns" and c["n_turns"] == 3 for c in others)
+    assert all(c["messages"][-1]["role"] == "user" for c in others)  # stopped after the patient's answer
+    ans = read_release(r.path).table("answers").to_pylist()
+    mine = {a["setting"]: a for a in ans if a["case_id"] == refusing}
+    assert mine["multiturn"]["status"] == mine["singleturn"]["status"] == "refusal" and mine["multiturn"]["response"] is None
+    assert mine["vignette"]["status"] == "ok"
+    assert all(a["status"] == "ok" for a in ans if a["case_id"] != refusing)
+    assert read_release(r.path).manifest.counts["refusals"] == 1
