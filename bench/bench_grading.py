@@ -16,6 +16,7 @@ folder first (a few minutes). Then:
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -25,7 +26,7 @@ from pathlib import Path
 import polars as pl
 
 from craftmd.release import find_releases
-from craftmd.scoring.agreement import grader_agreement_audit
+from craftmd.scoring.agreement import RECORD, agreement_record, grader_agreement_audit
 from craftmd.scoring.grade import grade_release, load_cases
 from craftmd.scoring.offline import OfflineGrader
 from craftmd.source import Source
@@ -52,6 +53,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=ROOT / "out" / "data")
     ap.add_argument("--releases", type=Path, default=ROOT / "out" / "releases")
+    ap.add_argument("--write-record", action="store_true",
+                    help="store the overall figures in scoring/data/offline_agreement.json (after a table change)")  # fmt: skip
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -85,6 +88,10 @@ def main() -> int:
         with pl.Config(tbl_rows=200, tbl_cols=10, tbl_width_chars=140, tbl_hide_dataframe_shape=True):
             print(df.filter(pl.col("setting") == "all").sort("split", "model", descending=[True, False]))
             print(df.filter(pl.col("setting") != "all").sort("split", "model", "setting", descending=[True, False, False]))
+        if args.write_record:
+            rec = agreement_record(audit)
+            RECORD.write_text(json.dumps(rec, indent=2, sort_keys=True) + "\n")
+            print(f"wrote {RECORD}")
         held = df.filter((pl.col("model") == "all text models") & (pl.col("split") == "held-out")).row(0, named=True)
         print(f"held-out kappa {held['kappa']} (goal >= {KAPPA_GOAL}): {'met' if held['kappa'] >= KAPPA_GOAL else 'NOT met'}")
     return 0

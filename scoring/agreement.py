@@ -163,6 +163,43 @@ def grader_agreement_audit(releases_dir: Path | str, dataset_dir: Path | str | N
     }
 
 
+RECORD = Path(__file__).resolve().parent / "data" / "offline_agreement.json"
+
+
+def agreement_record(audit: dict) -> dict:
+    """The overall figures of an agreement audit, tied to the synonym table they were measured with."""
+    from craftmd.scoring.offline import SynonymTable
+
+    t = audit["tables"][0]
+    rows = [dict(zip(t["columns"], r)) for r in t["rows"]]
+    overall = {r["split"]: {k: r[k] for k in ("n", "agreement", "kappa")} for r in rows if r["model"] == "all text models"}
+    per_model = {
+        r["model"]: {k: r[k] for k in ("n", "agreement", "kappa")}
+        for r in rows
+        if r["split"] == "held-out" and r["setting"] == "all" and r["model"] != "all text models"
+    }
+    return {
+        "grader": GRADER,
+        "reference": REFERENCE,
+        "table_sha256": SynonymTable.load().sha256,
+        "overall": overall,
+        "held_out_per_model": per_model,
+    }
+
+
+def measured_agreement() -> dict | None:
+    """The recorded measurement for the current synonym table (None when the table changed since)."""
+    import importlib.resources as ir
+
+    from craftmd.scoring.offline import SynonymTable
+
+    try:
+        rec = json.loads((ir.files("craftmd.scoring") / "data" / "offline_agreement.json").read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return rec if rec.get("table_sha256") == SynonymTable.load().sha256 else None
+
+
 def write_audit(releases_dir: Path | str, audits_dir: Path | str, dataset_dir: Path | str | None = None) -> Path:
     audit = grader_agreement_audit(releases_dir, dataset_dir)
     out = Path(audits_dir) / f"{AUDIT_ID}.json"

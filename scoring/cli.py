@@ -25,6 +25,13 @@ def _score(args):
     return score_cli(args)
 
 
+def _agreement(args):
+    from craftmd.scoring.agreement import write_audit
+
+    print(write_audit(args.releases, args.out, args.data))
+    return 0
+
+
 def register_grading(sub) -> None:
     g = sub.add_parser(
         "grade",
@@ -44,6 +51,21 @@ def register_grading(sub) -> None:
     g.add_argument("--cache", help="request cache (SQLite) for the LLM grader; reruns answer from it")
     g.add_argument("--quiet", action="store_true", help="no progress bars")
     g.set_defaults(func=_grade)
+
+    a = sub.add_parser(
+        "grader-agreement",
+        help="write the audit: offline FRQ grader vs the recorded GPT-4 grader-AI (kappa per model and setting)",
+        description=(
+            "Compare the offline grader's FRQ grades with the recorded upstream-gpt4 labels in every release under "
+            "--releases that has both (grade them first: craftmd grade REL --grader offline), per model, setting and "
+            "split (training vs the fixed held-out cases), and write OUT/grader_agreement.json, an audit the "
+            "leaderboard page renders."
+        ),
+    )
+    a.add_argument("--releases", required=True, help="folder of releases")
+    a.add_argument("--data", required=True, help="built dataset folder (the held-out rule needs each case's source)")
+    a.add_argument("--out", required=True, help="audits folder")
+    a.set_defaults(func=_agreement)
 
     v = sub.add_parser(
         "validate",

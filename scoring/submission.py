@@ -359,7 +359,14 @@ def _reliability(grader: str) -> str:
     if grader in ("paper", "strict"):
         return "MCQ rule (deterministic; see craftmd.scoring.mcq)"
     if grader == "offline":
-        return "offline FRQ grader: agreement with the recorded GPT-4 grader-AI in the leaderboard's grader_agreement audit"
+        from craftmd.scoring.agreement import measured_agreement
+
+        rec = measured_agreement()
+        if rec is None:
+            return "offline FRQ grader: agreement with the recorded GPT-4 grader-AI not measured for this table version"
+        h = rec["overall"]["held-out"]
+        return (f"offline FRQ grader: on held-out upstream answers it agrees with the recorded GPT-4 grader-AI on "
+                f"{h['agreement']:.1%} of {h['n']:,} answers, Cohen's kappa {h['kappa']:.3f}")  # fmt: skip
     return "LLM grader-AI: the paper's two-step prompt; its agreement is not measured here"
 
 

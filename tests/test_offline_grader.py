@@ -178,3 +178,9 @@ def test_agreement_with_recorded_gpt4_grader(graded_releases, dataset_dir):
     per_model = [r for r in rows if r["setting"] == "all" and r["split"] == "held-out" and r["model"] not in ("all text models", "gpt4v")]
     assert len(per_model) == 5 and all(r["kappa"] >= 0.7 for r in per_model)
     assert {"id", "title", "description", "tables", "figures"} <= audit.keys()
+    # The figures quoted next to every offline-graded score are this measurement, for this table.
+    from craftmd.scoring.agreement import agreement_record, measured_agreement
+
+    recorded = measured_agreement()
+    assert recorded is not None, "synonym table changed: rerun bench/bench_grading.py --write-record"
+    assert recorded == agreement_record(audit)
