@@ -41,6 +41,10 @@ def _table(columns: list[str], rows: list[list[str]], cls: str = "", raw: bool =
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
+def _p(p: float) -> str:
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def _kind(k: str) -> str:
     return f'<span class="tag {_e(k)}">{_e(k)}</span>'
 
@@ -239,7 +243,7 @@ def _tests(v: View) -> str:
             mc = sel.filter(pl.col("test") == "mcnemar")
             if b.height:
                 rb, rm = b.row(0, named=True), (mc.row(0, named=True) if mc.height else None)
-                rows.append([v.display(m), FORMAT_LABELS[fmt], g, f"{rb['diff']:+.3f}", f"{rb['p_adjusted']:.2g}", f"{rm['p_adjusted']:.2g}" if rm else "–"])
+                rows.append([v.display(m), FORMAT_LABELS[fmt], g, f"{rb['diff']:+.3f}", _p(rb["p_adjusted"]), _p(rm["p_adjusted"]) if rm else "–"])
     text = (
         "<p>Paired tests between settings of one model and between models in one setting, for every group (overall, specialty, "
         "dataset, single-diagnosis): a paired bootstrap over cases (two-sided, (extreme + 1) / (B + 1), as the paper's Methods) "
@@ -250,6 +254,14 @@ def _tests(v: View) -> str:
     return text + _table(["Model", "Format", "Grader", "Vignette − multi-turn", "p (bootstrap, Holm)", "p (McNemar, Holm)"], rows)
 
 
+def _cell(c) -> str:
+    if c is None:
+        return "–"
+    if isinstance(c, float):
+        return f"{c:.3g}" if c != 0 and abs(c) < 0.001 else f"{c:.3f}"
+    return str(c)
+
+
 def _audit_html(a: dict, out: Path) -> str:
     parts = [f'<div class="audit" id="audit-{_e(a["id"])}"><h3>{_e(a["title"])}</h3>']
     for para in str(a.get("description", "")).split("\n\n"):
@@ -257,10 +269,13 @@ def _audit_html(a: dict, out: Path) -> str:
             parts.append(f"<p>{_e(para.strip())}</p>")
     for t in a.get("tables", []):
         cols = [str(c) for c in t.get("columns", [])]
-        rows = [[("–" if c is None else (f"{c:.3f}" if isinstance(c, float) else str(c))) for c in r] for r in t.get("rows", [])]
-        if t.get("name"):
-            parts.append(f'<p class="note">{_e(t["name"])}</p>')
-        parts.append('<div class="scroll">' + _table(cols, rows) + "</div>")
+        rows = [[_cell(c) for c in r] for r in t.get("rows", [])]
+        table = '<div class="scroll">' + _table(cols, rows) + "</div>"
+        name = _e(t.get("name") or "Table")
+        if len(rows) > 12:  # long tables fold away
+            parts.append(f"<details><summary>{name} ({len(rows)} rows)</summary>{table}</details>")
+        else:
+            parts.append(f'<p class="note">{name}</p>{table}')
     base = Path(a.get("_dir", "."))
     for fig in a.get("figures", []):
         src = (base / fig).resolve()

@@ -164,6 +164,27 @@ def read_audits(audits_dir: Path | None) -> list[dict]:
     return audits
 
 
+def builtin_audits(releases: Path, data: Path, source, out: Path) -> list[dict]:
+    """The audits this package computes itself (when their room has landed), written to ``out/*.json``."""
+    made = []
+    try:
+        from craftmd.scoring.agreement import grader_agreement_audit
+    except ImportError:
+        grader_agreement_audit = None
+    try:
+        from craftmd.scoring.expert import upstream_expert_audit
+    except ImportError:
+        upstream_expert_audit = None
+    if grader_agreement_audit is not None:
+        made.append(grader_agreement_audit(releases, data))
+    if upstream_expert_audit is not None:
+        made.append(upstream_expert_audit(source))
+    out.mkdir(parents=True, exist_ok=True)
+    for a in made:
+        (out / f"{a['id']}.json").write_text(json.dumps(a, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    return read_audits(out)
+
+
 def leaderboard(
     *,
     source=None,
@@ -213,7 +234,10 @@ def leaderboard(
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         a = analyse(releases, data, tmp, B=B, seed=seed)
-        audit_dicts = read_audits(Path(audits) if audits else None)
+        _say("audits: grader agreement, expert validation" + (f", and {audits}" if audits else ""))
+        found = {a["id"]: a for a in builtin_audits(releases, data, src, tmp / "audits")}
+        found.update({a["id"]: a for a in read_audits(Path(audits) if audits else None)})
+        audit_dicts = [found[k] for k in sorted(found)]
         _say(f"page: {len(audit_dicts)} audit(s)")
         write_page(a, tmp, audit_dicts)
         if out.exists():

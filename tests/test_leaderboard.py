@@ -39,8 +39,8 @@ def _audit(audits: Path) -> None:
     ax.bar(["a", "b"], [0.9, 0.8])
     fig.savefig(audits / "agreement.png", metadata={"Software": None})
     plt.close(fig)
-    (audits / "grader_agreement.json").write_text(json.dumps({
-        "id": "grader_agreement",
+    (audits / "constructed.json").write_text(json.dumps({
+        "id": "constructed",
         "title": "Grader agreement (constructed for the test)",
         "description": "How often two graders agree.\n\nSecond paragraph with <b>markup</b> that must be escaped.",
         "tables": [{"name": "Cohen's kappa", "columns": ["pair", "kappa", "n"], "rows": [["offline vs upstream-gpt4", 0.71234, 40080]]}],
@@ -90,7 +90,10 @@ def test_the_page_is_self_contained_and_names_its_graders(board):
     # the audit is rendered, escaped, with its table and figure
     assert "Grader agreement (constructed for the test)" in page
     assert "&lt;b&gt;markup&lt;/b&gt;" in page and "0.712" in page
-    assert (out / "figures" / "audits" / "grader_agreement" / "agreement.png").is_file()
+    assert (out / "figures" / "audits" / "constructed" / "agreement.png").is_file()
+    # the audits the package computes itself are there too
+    assert "FRQ grader agreement" in page and "Expert validation" in page
+    assert (out / "audits" / "grader_agreement.json").is_file()
 
 
 # -- the browser -------------------------------------------------------------------------------
