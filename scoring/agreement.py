@@ -63,11 +63,15 @@ def paired_labels(releases_dir: Path | str, grader: str = GRADER, reference: str
     return df
 
 
-def _split(df: pl.DataFrame, sources: dict[str, str] | None) -> pl.DataFrame:
+def _split(df: pl.DataFrame, sources: dict[str, tuple[str, str]] | None) -> pl.DataFrame:
     src = sources or {}
-    return df.with_columns(
-        split=pl.Series([("held-out" if held_out(c, None if w else src.get(c)) else "train") for c, w in df.select("case_id", "with_image").iter_rows()], dtype=pl.Utf8)
-    )
+    pairs = df.select("case_id", "with_image").iter_rows()
+    split, dx = [], []
+    for c, w in pairs:
+        source, task = (None, None) if w else src.get(c, (None, None))
+        split.append("held-out" if held_out(c, source) else "train")
+        dx.append(task == "diagnosis")
+    return df.with_columns(split=pl.Series(split, dtype=pl.Utf8), diagnosis_question=pl.Series(dx, dtype=pl.Boolean))
 
 
 def agreement_table(df: pl.DataFrame) -> list[dict]:
@@ -97,6 +101,8 @@ def agreement_table(df: pl.DataFrame) -> list[dict]:
         part = df.filter(pl.col("split") == split)
         text = part.filter(~pl.col("with_image"))
         add("all text models", "all", split, text)
+        if "diagnosis_question" in text.columns:
+            add("all text models, diagnosis questions", "all", split, text.filter(pl.col("diagnosis_question")))
         for m in models:
             pm = part.filter(pl.col("model") == m)
             add(m, "all", split, pm)
@@ -105,13 +111,13 @@ def agreement_table(df: pl.DataFrame) -> list[dict]:
     return rows
 
 
-def case_sources(dataset_dir: Path | str | None) -> dict[str, str]:
+def case_sources(dataset_dir: Path | str | None) -> dict[str, tuple[str, str]]:
     if dataset_dir is None:
         return {}
     from craftmd.dataset import load_config
 
-    ds = load_config(dataset_dir, "all").select("case_id", "source")
-    return dict(ds.iter_rows())
+    ds = load_config(dataset_dir, "all").select("case_id", "source", "task_type")
+    return {c: (s, t) for c, s, t in ds.iter_rows()}
 
 
 def grader_agreement_audit(releases_dir: Path | str, dataset_dir: Path | str | None = None) -> dict:
@@ -150,6 +156,13 @@ def grader_agreement_audit(releases_dir: Path | str, dataset_dir: Path | str | N
     if "train" in overall:
         t = overall["train"]
         desc += f"Training: agreement {t['agreement']:.3f}, kappa {t['kappa']}. "
+    dq = {r["split"]: r for r in rows if r["model"] == "all text models, diagnosis questions"}
+    if "held-out" in dq:
+        desc += (
+            f"On the questions that ask for a diagnosis (task_type diagnosis) the held-out kappa is {dq['held-out']['kappa']}: "
+            "on the others (a test, a treatment, a finding) the recorded grader-AI extracts no diagnosis from a correct "
+            "answer and credits a disease the model named instead, which no rule reproduces. "
+        )
     desc += (
         "GPT-4V's recorded labels are all 0 (even for exact matches), so its kappa is undefined and it is "
         "left out of the 'all text models' rows."
