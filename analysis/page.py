@@ -326,11 +326,11 @@ def _notes(v: View) -> str:
     if v.image_models:
         rows = []
         for m in v.image_models:
-            g = v.grader_for(m, "frq", with_image=True)
-            for s in UPSTREAM_SETTINGS:
-                r = v.cell(m, s, "frq", with_image=True)
-                if r:
-                    rows.append([v.display(m), SETTING_LABELS[s], g or "–", str(r["n_cases"]), f"{r['accuracy']:.3f} ({r['ci_low']:.3f}–{r['ci_high']:.3f})"])
+            for g in v.frq_graders_all:
+                for s in UPSTREAM_SETTINGS:
+                    r = v.cell(m, s, "frq", grader=g, with_image=True)
+                    if r:
+                        rows.append([v.display(m), SETTING_LABELS[s], g, str(r["n_cases"]), f"{r['accuracy']:.3f} ({r['ci_low']:.3f}–{r['ci_high']:.3f})"])
         text += ("<h3>Image cases (NEJM Image Challenge)</h3><p>Shown apart from the leaderboard: a different case set, only partly "
                  "present in the pinned source, and without answer choices (so no MCQ rule applies).</p>"
                  + _table(["Model", "Setting", "FRQ grader", "Cases", "FRQ accuracy"], rows))
