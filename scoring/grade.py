@@ -5,7 +5,8 @@ Graders (names as in ``grades.grader``):
 * ``paper``, ``strict``: the two MCQ rules of :func:`craftmd.scoring.mcq.grade_mcq`, on
   ``mcq4`` (the case's four choices) and ``mcq_many`` (every diagnosis of the dataset's
   ``diagnoses`` config). NEJM image cases have no choices and are not graded by rule.
-* ``offline``: the offline FRQ grader (:mod:`craftmd.scoring.offline`), on ``frq``.
+* ``offline``: the offline FRQ grader (:mod:`craftmd.scoring.offline`), on ``frq``, and on
+  ``top3`` (correct when one of the three diagnoses listed names the answer).
 * ``llm:<provider/model>``: the paper's two-step grader-AI (:mod:`craftmd.scoring.llm_grader`), on ``frq``.
 
 Every answer row of a graded format gets a grade row; a missing or non-text answer
@@ -30,6 +31,7 @@ from craftmd.release import GRADES_SCHEMA, read_release, write_release
 MCQ_RULES = ("paper", "strict")
 MCQ_FORMATS = ("mcq4", "mcq_many")
 FRQ_FORMATS = ("frq",)
+TOP3 = "top3"  # graded by the offline grader: correct when one of the three names the answer
 RESERVED = ("upstream-gpt4",)
 
 
@@ -100,6 +102,7 @@ def grade_answers(
 
     mcq = answers.filter(pl.col("format").is_in(MCQ_FORMATS)).to_dicts()
     frq = answers.filter(pl.col("format").is_in(FRQ_FORMATS)).to_dicts()
+    top3 = answers.filter(pl.col("format") == TOP3).to_dicts()
     for g in graders:
         if g in MCQ_RULES:
             from craftmd.scoring.mcq import grade_mcq
@@ -125,7 +128,11 @@ def grade_answers(
                 _, answer = cases[(row["case_id"], row["with_image"])]
                 r = og.grade(row["response"], answer)
                 emit(row, g, r.resolved, r.resolved_kind, r.correct, r.detail)
-            records[g] = dict(og.version, graded=len(frq))
+            for row in top3:
+                _, answer = cases[(row["case_id"], row["with_image"])]
+                r = og.grade_top3(row["response"], answer)
+                emit(row, g, r.resolved, r.resolved_kind, r.correct, r.detail)
+            records[g] = dict(og.version, graded=len(frq) + len(top3))
         else:
             from craftmd.scoring.llm_grader import LLMGrader, parse_grader_name
 

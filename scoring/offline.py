@@ -394,6 +394,25 @@ class OfflineGrader:
         """Grade one free-text answer against the correct answer."""
         return self._grade(response, answer)
 
+    def grade_top3(self, response: str | None, answer: str) -> OfflineGrade:
+        """A top-3 answer (one diagnosis per line): correct when one of its first three names the answer."""
+        items = []
+        for line in (response or "").splitlines():
+            line = _ENUM.sub("", _MD.sub("", line)).strip()
+            if not line or line.endswith(":") and not items:
+                continue
+            ex = extract(line)
+            if ex.kind == "single" and ex.diagnosis:
+                items.append(ex.diagnosis)
+            if len(items) == 3:
+                break
+        if len(items) == 1 and response and "," in items[0]:  # "a, b, c" on one line
+            items = [p.strip() for p in items[0].split(",") if p.strip()][:3]
+        hit = next((i for i in items if self.equivalent(i, answer)), None)
+        kind = "none" if not items else "single" if len(items) == 1 else "multiple"
+        detail = json.dumps({"items": items, "match": hit}, ensure_ascii=False, sort_keys=True)
+        return OfflineGrade(hit if hit is not None else ("; ".join(items) or None), kind, hit is not None, detail)
+
 
 @lru_cache(maxsize=1)
 def default_grader() -> OfflineGrader:

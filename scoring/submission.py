@@ -254,7 +254,7 @@ def default_graders(v: Validated) -> list[str]:
     out = []
     if fmts & {"mcq4", "mcq_many"}:
         out += ["paper", "strict"]
-    if "frq" in fmts:
+    if fmts & {"frq", "top3"}:
         out.append("offline")
     return out
 

@@ -184,3 +184,20 @@ def test_agreement_with_recorded_gpt4_grader(graded_releases, dataset_dir):
     recorded = measured_agreement()
     assert recorded is not None, "synonym table changed: rerun bench/bench_grading.py --write-record"
     assert recorded == agreement_record(audit)
+
+
+@pytest.mark.parametrize(
+    "response, correct, match",
+    [
+        ("1. Psoriasis\n2. Eczema (atopic dermatitis)\n3. Tinea corporis", True, "Eczema (atopic dermatitis)"),
+        ("**Top 3:**\n- Lichen planus\n- Psoriasis\n- Lupus\n- Atopic dermatitis", False, None),  # only the first three count
+        ("Psoriasis, Eczema, Tinea corporis", True, "Eczema"),
+        ("Psoriasis or eczema\nLichen planus", False, None),
+        (None, False, None),
+    ],
+)
+def test_top3(grader, response, correct, match):
+    g = grader.grade_top3(response, "Atopic dermatitis")
+    assert g.correct is correct
+    if match:
+        assert g.resolved == match

@@ -207,3 +207,23 @@ def test_submission_error_lists_problems(tmp_path, dataset_dir):
     with pytest.raises(SubmissionError) as e:
         validate_submission(p, dataset_dir)
     assert e.value.total == 2 and [n for n, _ in e.value.problems] == [1, 2]
+
+
+def test_top3_and_mcq_many_are_graded(tmp_path, dataset_dir):
+    from craftmd.dataset import load_config
+    from craftmd.scoring.submission import score_submission
+
+    ds = load_config(dataset_dir, "derm_public").head(3)
+    rows = []
+    for c, ans, ch in ds.select("case_id", "answer", "choices").iter_rows():
+        rows.append(line(case_id=c, format="top3", response=f"1. Lichen planus\n2. {ans}\n3. Psoriasis"))
+        rows.append(line(case_id=c, format="mcq_many", response=f"Final Diagnosis: {ans}"))
+    p = write(tmp_path, "\n".join(rows) + "\n")
+    score_submission(p, dataset_dir, "acme/t3", tmp_path / "out", config="derm_public", B=200, progress=False)
+    g = pl.from_arrow(read_release(tmp_path / "out" / "submission-acme-t3").table("grades"))
+    answered = set(ds["case_id"])
+    top3 = g.filter((pl.col("format") == "top3") & (pl.col("grader") == "offline"))
+    assert top3.filter(pl.col("case_id").is_in(answered))["correct"].all()
+    assert not top3.filter(~pl.col("case_id").is_in(answered))["correct"].any()
+    many = g.filter((pl.col("format") == "mcq_many") & pl.col("case_id").is_in(answered))
+    assert set(many["grader"]) == {"paper", "strict"} and many["correct"].all()
