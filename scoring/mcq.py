@@ -33,7 +33,7 @@ from craftmd import CraftMDError
 
 RULES = ("paper", "strict")
 #: Bump when either rule changes what it decides (releases graded by an older version are re-graded).
-RULES_VERSION = 2
+RULES_VERSION = 3
 Rule = Literal["paper", "strict"]
 LETTERS = "abcdefghij"
 SEP = "; "
@@ -76,6 +76,14 @@ def _named(text: str, choices: tuple[str, ...]) -> list[int]:
     return sorted(found)
 
 
+_MARKERS = ("hypo", "hyper", "itis", "osis", "non ", "anti", "pre", "post")
+
+
+def _opposite(a: str, b: str) -> bool:
+    """Near-identical spellings that mean different things (hypo-/hyper-, -itis/-osis, non-, ...)."""
+    return any((m in a) != (m in b) for m in _MARKERS)
+
+
 def _strip_prefix(norm: str) -> str:
     return _PREFIX.sub("", norm, count=1).strip()
 
@@ -110,7 +118,7 @@ def _strict(response: str, choices: tuple[str, ...]) -> list[int]:
     # A light paraphrase / misspelling of exactly one choice.
     first = _strip_prefix(_normalise(raw.split("\n", 1)[0]))
     if first:
-        close = [i for i, n, _ in _choice_patterns(choices) if Levenshtein.ratio(first, n) >= 0.9]
+        close = [i for i, n, _ in _choice_patterns(choices) if Levenshtein.ratio(first, n) >= 0.9 and not _opposite(first, n)]
         if len(close) == 1:
             return close
     return []

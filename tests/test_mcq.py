@@ -94,3 +94,10 @@ def test_bad_inputs_are_refused_with_one_line():
         grade_mcq("B", CHOICES, ANSWER, "lenient")
     with pytest.raises(CraftMDError, match="without its choices"):
         grade_mcq("Sarcoidosis", [], "Sarcoidosis", "paper")
+
+
+def test_strict_does_not_mistake_a_near_spelling_with_another_meaning():
+    choices = ["Hyperthyroidism", "Graves disease", "Thyroid storm", "Thyroiditis"]
+    assert grade_mcq("Hypothyroidism", choices, "Hyperthyroidism", "strict") == (None, "none", False)
+    choices = ["Endometritis", "Adenomyosis", "Leiomyoma", "Cervical cancer"]
+    assert grade_mcq("Endometriosis", choices, "Endometritis", "strict") == (None, "none", False)
