@@ -9,7 +9,8 @@ and the four figures. The loop resamples one cell or one comparison at a time
 (``for b in range(B): idx = rng.choice(n, n); stat = scores[idx].mean()``); running it over
 all of them would take many minutes, so it is timed on K cells and K comparisons spread
 over the set and extrapolated to the full count (printed as such). Without --releases,
-the releases are built and ingested into a temporary folder first (not timed).
+out/releases and out/data (as `make leaderboard` leaves them) are used, else the releases
+are built and ingested into a temporary folder first (not timed).
 """
 
 from __future__ import annotations
@@ -94,8 +95,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
+        here = Path(__file__).resolve().parent.parent / "out"
         if args.releases and args.data:
             releases, data = args.releases, args.data
+        elif (here / "releases").is_dir() and (here / "data" / "all").is_dir():  # what `make leaderboard` left
+            releases, data = here / "releases", here / "data"
         else:
             releases, data = _prepare(tmp)
 
