@@ -196,7 +196,7 @@ def agreement_record(audit: dict) -> dict:
     per_model = {
         r["model"]: {k: r[k] for k in ("n", "agreement", "kappa")}
         for r in rows
-        if r["split"] == "held-out" and r["setting"] == "all" and r["model"] != "all text models"
+        if r["split"] == "held-out" and r["setting"] == "all" and not r["model"].startswith("all text models")
     }
     return {
         "grader": GRADER,

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file, load_config
-from craftmd.release import ANSWERS_SCHEMA, Manifest, case_number, write_release
+from craftmd.release import ANSWERS_SCHEMA, Manifest, write_release
 
 MAX_PROBLEMS = 20
 MAX_RESPONSE_CHARS = 20_000
