@@ -9,8 +9,19 @@ def _ingest(args) -> int:
     from craftmd.generation.ingest import ingest
     from craftmd.source import Source
 
-    paths = ingest(Source(args.source), args.data, args.out, models=args.model or None, progress=not args.quiet,
-                   overwrite=args.overwrite, skip_existing=args.skip_existing)
+    src = Source(args.source)
+    if args.data is None:  # build the dataset the releases are graded against into a scratch folder
+        import tempfile
+
+        from craftmd.dataset_builder.build import build_dataset
+
+        with tempfile.TemporaryDirectory() as tmp:
+            build_dataset(src, Path(tmp) / "data", progress=not args.quiet)
+            paths = ingest(src, Path(tmp) / "data", args.out, models=args.model or None, progress=not args.quiet,
+                           overwrite=args.overwrite, skip_existing=args.skip_existing)
+    else:
+        paths = ingest(src, args.data, args.out, models=args.model or None, progress=not args.quiet,
+                       overwrite=args.overwrite, skip_existing=args.skip_existing)
     for p in paths:
         print(p)
     return 0
@@ -46,7 +57,7 @@ def register(sub) -> None:
         "OUT/<model>/ (conversations, answers, grades: paper and strict MCQ rules, recorded GPT-4 FRQ labels; manifest).",
     )
     p.add_argument("--source", default=None, help="the pinned upstream source (.tar.gz, folder or URL); default: $CRAFTMD_SOURCE or ../shared/sources")
-    p.add_argument("--data", required=True, help="a built dataset folder (craftmd build --out DIR)")
+    p.add_argument("--data", default=None, help="a built dataset folder (craftmd build --out DIR); default: build one into a scratch folder")
     p.add_argument("--out", required=True, help="the releases folder to write into")
     p.add_argument("--model", action="append", help="only this upstream model (repeatable); default: all six")
     g = p.add_mutually_exclusive_group()

@@ -247,7 +247,8 @@ def _tests(v: View) -> str:
     text = (
         "<p>Paired tests between settings of one model and between models in one setting, for every group (overall, specialty, "
         "dataset, single-diagnosis): a paired bootstrap over cases (two-sided, (extreme + 1) / (B + 1), as the paper's Methods) "
-        "and McNemar's test on paired trials; p-values are Holm-adjusted within each family (one model's settings, or one "
+        "and, overall, per dataset and on the single-diagnosis subset, McNemar's test on paired trials; p-values are "
+        "Holm-adjusted within each family (one model's settings, or one "
         "setting's models). All of them are in <a href=\"tables/pvalues.csv\">tables/pvalues.csv</a>. The headline contrast, "
         "vignette minus multi-turn:</p>"
     )

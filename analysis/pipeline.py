@@ -211,6 +211,8 @@ def leaderboard(
 
     if _dataset_current(data, src):
         _say(f"dataset: {data} is current")
+    elif data.exists() and (not data.is_dir() or (any(data.iterdir()) and not (data / "build_manifest.json").exists())):
+        raise CraftMDError(f"{data} exists and is not a built dataset; choose another --data")
     else:
         from craftmd.dataset_builder.build import build_dataset
 
