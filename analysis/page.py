@@ -321,7 +321,7 @@ def _notes(v: View) -> str:
     rel_items = []
     for m in v.models + v.image_models:
         n = v.notes(m)
-        extra = "; ".join(str(n[k]) for k in ("coverage", "mcq", "frq_labels") if k in n and (m in v.image_models))
+        extra = " ".join(str(n[k]) for k in ("coverage", "mcq", "frq_labels") if k in n and (m in v.image_models))
         rel_items.append(f"<li><b>{_e(v.display(m))}</b> (<code>{_e(m)}</code>, {_e(v.release_info[m]['model'])}, {_kind(v.kind(m))}){': ' + _e(extra) if extra else ''}</li>")
     text += "<h3>Releases</h3><ul>" + "".join(rel_items) + "</ul>"
     if v.image_models:
