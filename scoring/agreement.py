@@ -188,7 +188,7 @@ RECORD = Path(__file__).resolve().parent / "data" / "offline_agreement.json"
 
 def agreement_record(audit: dict) -> dict:
     """The overall figures of an agreement audit, tied to the synonym table they were measured with."""
-    from craftmd.scoring.offline import SynonymTable
+    from craftmd.scoring.offline import SynonymTable, rules_sha256
 
     t = audit["tables"][0]
     rows = [dict(zip(t["columns"], r)) for r in t["rows"]]
@@ -202,22 +202,24 @@ def agreement_record(audit: dict) -> dict:
         "grader": GRADER,
         "reference": REFERENCE,
         "table_sha256": SynonymTable.load().sha256,
+        "rules_sha256": rules_sha256(),
         "overall": overall,
         "held_out_per_model": per_model,
     }
 
 
 def measured_agreement() -> dict | None:
-    """The recorded measurement for the current synonym table (None when the table changed since)."""
+    """The recorded measurement for the current table and rules (None when either changed since)."""
     import importlib.resources as ir
 
-    from craftmd.scoring.offline import SynonymTable
+    from craftmd.scoring.offline import SynonymTable, rules_sha256
 
     try:
         rec = json.loads((ir.files("craftmd.scoring") / "data" / "offline_agreement.json").read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):
         return None
-    return rec if rec.get("table_sha256") == SynonymTable.load().sha256 else None
+    current = (SynonymTable.load().sha256, rules_sha256())
+    return rec if (rec.get("table_sha256"), rec.get("rules_sha256")) == current else None
 
 
 def write_audit(releases_dir: Path | str, audits_dir: Path | str, dataset_dir: Path | str | None = None) -> Path:

@@ -46,7 +46,7 @@ STOPWORDS = frozenset(
     "a an the of in on to for with without by from at as due its their his her this that is are be "
     "disease diseases syndrome syndromes disorder disorders condition type form variant "
     "likely possible probable probably possibly suspected presumed presumptive most suggestive "
-    "consistent compatible".split()
+    "consistent compatible infection".split()
 )
 #: Qualifiers of course, severity, side or extent: adding one does not make an answer a subtype.
 NEUTRAL = frozenset(
@@ -62,12 +62,16 @@ PRESENTATION = frozenset(
     "infectious traumatic postoperative lumbar cervical thoracic pulmonary community acquired nosocomial "
     "localized generalized disseminated".split()
 )
-#: One-word answers too generic to count as "more general" than a named disease.
+#: Words too generic to count as "more general" than a named disease on their own: categories
+#: ("infection", "cancer") and findings or syndromes that many diseases share ("anemia", "jaundice",
+#: "seizure"); the recorded grader-AI did not credit them for a specific disease (training cases).
 GENERIC = frozenset(
     "infection infectious inflammation inflammatory tumor tumour cancer malignancy neoplasm mass lesion "
     "carcinoma disease syndrome disorder deficiency injury trauma failure insufficiency cyst "
     "reaction dysfunction abnormality anomaly toxicity poisoning rash eruption pain fever "
-    "virus viral bacterial fungal allergy allergic cell acid".split()
+    "virus viral bacterial fungal allergy allergic cell acid anemia leukemia jaundice dementia seizure vertigo "
+    "syncope amnesia ataxia hepatitis diabetes angina headache meningitis conjunctivitis angioedema arthritis "
+    "dermatitis colitis gastritis glossitis nephritis urticaria".split()
 )
 
 _BRITISH_MAP = {
@@ -310,7 +314,14 @@ class OfflineGrader:
 
     @property
     def version(self) -> dict:
-        return {"name": "offline", "table_version": TABLE_VERSION, "table_sha256": self.table.sha256, "table_rows": self.table.rows}
+        """What a release records about the grader: the table's and the rules' (this module's) hashes."""
+        return {
+            "name": "offline",
+            "table_version": TABLE_VERSION,
+            "table_sha256": self.table.sha256,
+            "table_rows": self.table.rows,
+            "rules_sha256": rules_sha256(),
+        }
 
     # Normal form of a phrase: folded, synonyms replaced (longest first), stemmed, stopwords out.
     def _canonical_uncached(self, phrase: str) -> str:
@@ -412,6 +423,12 @@ class OfflineGrader:
         kind = "none" if not items else "single" if len(items) == 1 else "multiple"
         detail = json.dumps({"items": items, "match": hit}, ensure_ascii=False, sort_keys=True)
         return OfflineGrade(hit if hit is not None else ("; ".join(items) or None), kind, hit is not None, detail)
+
+
+@lru_cache(maxsize=1)
+def rules_sha256() -> str:
+    """sha256 of this module's source: the rules (patterns, word lists) the grader applies."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 
 
 @lru_cache(maxsize=1)

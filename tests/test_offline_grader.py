@@ -13,9 +13,9 @@ from craftmd.release import find_releases
 from craftmd.scoring.agreement import grader_agreement_audit, held_out
 from craftmd.scoring.offline import OfflineGrader, SynonymTable, _fold, extract
 
-#: The held-out kappa this grader reaches (measured 0.778; see bench/bench_grading.py).
-HELD_OUT_KAPPA_GOAL = 0.77
-TRAIN_KAPPA_GOAL = 0.83
+#: The held-out kappa this grader reaches (measured 0.790; see bench/bench_grading.py).
+HELD_OUT_KAPPA_GOAL = 0.78
+TRAIN_KAPPA_GOAL = 0.84
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +182,7 @@ def test_agreement_with_recorded_gpt4_grader(graded_releases, dataset_dir):
     from craftmd.scoring.agreement import agreement_record, measured_agreement
 
     recorded = measured_agreement()
-    assert recorded is not None, "synonym table changed: rerun bench/bench_grading.py --write-record"
+    assert recorded is not None, "synonym table or rules changed: rerun bench/bench_grading.py --write-record"
     assert recorded == agreement_record(audit)
 
 
