@@ -43,7 +43,7 @@ DATA = Path(__file__).resolve().parent / "data"
 
 #: Words that carry no identity of the disease (dropped before comparison).
 STOPWORDS = frozenset(
-    "a an the of in on to for with without by from at as due its their his her this that is are be "
+    "a an the of in on to for with and without by from at as due its their his her this that is are be "
     "disease diseases syndrome syndromes disorder disorders condition type form variant "
     "likely possible probable probably possibly suspected presumed presumptive most suggestive "
     "consistent compatible infection".split()
@@ -62,6 +62,9 @@ PRESENTATION = frozenset(
     "infectious traumatic postoperative lumbar cervical thoracic pulmonary community acquired nosocomial "
     "localized generalized disseminated".split()
 )
+#: Words that make a disease of their own: an answer that drops one is not "more general"
+#: ("bipolar disorder" for "bipolar II disorder", "OCD" for "obsessive-compulsive personality disorder").
+DISTINCT = frozenset("personality i ii iii iv 1 2 3 4 a b c".split())
 #: Words too generic to count as "more general" than a named disease on their own: categories
 #: ("infection", "cancer") and findings or syndromes that many diseases share ("anemia", "jaundice",
 #: "seizure"); the recorded grader-AI did not credit them for a specific disease (training cases).
@@ -70,7 +73,7 @@ GENERIC = frozenset(
     "carcinoma disease syndrome disorder deficiency injury trauma failure insufficiency cyst "
     "reaction dysfunction abnormality anomaly toxicity poisoning rash eruption pain fever "
     "virus viral bacterial fungal allergy allergic cell acid anemia leukemia jaundice dementia seizure vertigo "
-    "syncope amnesia ataxia hepatitis diabetes angina headache meningitis conjunctivitis angioedema arthritis "
+    "syncope amnesia ataxia hepatitis diabetes headache meningitis conjunctivitis angioedema arthritis "
     "dermatitis colitis gastritis glossitis nephritis urticaria".split()
 )
 
@@ -366,12 +369,12 @@ class OfflineGrader:
             add(_SITE.split(head, maxsplit=1)[0])
         return out
 
-    def _same(self, dx: frozenset[str], ans: frozenset[str]) -> bool:
+    def _same(self, dx: frozenset[str], ans: frozenset[str], compound: bool = False) -> bool:
         if dx == ans:
             return True
-        if dx < ans:  # the answer is more general than the correct one: counts, unless only a generic word
+        if dx < ans and not compound:  # the answer is more general than the correct one: counts, unless only a generic word
             rest = dx - NEUTRAL
-            return bool(rest) and not rest <= GENERIC
+            return bool(rest) and not rest <= GENERIC and not (ans - dx) & DISTINCT
         if ans < dx:  # more specific: counts only when the extra words are course/severity qualifiers
             return self.specific == "count" or (dx - ans) <= NEUTRAL | PRESENTATION
         return False
@@ -383,7 +386,9 @@ class OfflineGrader:
         dtoks = [self._tokens(d) for d in dxs]
         for a in anss:
             atoks = self._tokens(a)
-            if any(self._same(d, atoks) for d in dtoks):
+            # "panic disorder and agoraphobia": naming one of the two is not "more general".
+            compound = " and " in f" {_fold(a)} "
+            if any(self._same(d, atoks, compound) for d in dtoks):
                 return True
             accepted = self._accept.get(self.canonical(a))
             if accepted and any(self.canonical(d) in accepted for d in dxs):
