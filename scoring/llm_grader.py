@@ -119,7 +119,7 @@ class LLMGrader:
         dx, kind = parse_extraction(c1.text)
         if kind != "single":
             return LLMGrade(None, kind, False, json.dumps(detail, sort_keys=True, ensure_ascii=False))
-        c2 = await self.caller(self._messages("judge", diagnosis=dx, answer=answer.strip()), self.sampling)
+        c2 = await self.caller(self._messages("judge", diagnosis=dx, answer=answer.strip().strip("\"").strip()), self.sampling)
         detail["judge"] = c2.text
         verdict = parse_judgement(c2.text) if c2.status == "ok" else None
         failed = False
