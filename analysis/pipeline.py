@@ -7,9 +7,7 @@
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from craftmd import CraftMDError
+from craftmd.atomic import atomic_dir
 from craftmd.release import Release, find_releases
 
 from . import runner
@@ -232,9 +231,7 @@ def leaderboard(
             grade(r.path, data, graders, progress=progress)
 
     _say("analyse: accuracy, bootstrap CIs, paired tests")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with atomic_dir(out) as tmp:
         a = analyse(releases, data, tmp, B=B, seed=seed)
         _say("audits: grader agreement, expert validation" + (f", and {audits}" if audits else ""))
         found = {a["id"]: a for a in builtin_audits(releases, data, src, tmp / "audits")}
@@ -242,12 +239,6 @@ def leaderboard(
         audit_dicts = [found[k] for k in sorted(found)]
         _say(f"page: {len(audit_dicts)} audit(s)")
         write_page(a, tmp, audit_dicts)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.replace(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     page = out / "index.html"
     _say(f"done in {time.perf_counter() - t0:.0f} s")
     print(f"leaderboard written: {page.resolve()}")

@@ -22,9 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from craftmd import CraftMDError, __version__
+from craftmd.atomic import atomic_dir
 
 SCHEMA_VERSION = 1
 
@@ -197,9 +195,7 @@ def write_release(out: Path | str, manifest: Manifest, tables: dict[str, pa.Tabl
     if out.exists() and not overwrite:
         raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
     conformed = {name: conform(name, t) for name, t in tables.items()}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with atomic_dir(out) as tmp:
         files = {}
         for name, table in sorted(conformed.items()):
             path = tmp / f"{name}.parquet"
@@ -207,16 +203,6 @@ def write_release(out: Path | str, manifest: Manifest, tables: dict[str, pa.Tabl
             files[path.name] = {"sha256": sha256_file(path), "rows": table.num_rows}
         manifest.files = files
         (tmp / "manifest.json").write_text(manifest.to_json())
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

@@ -141,13 +141,13 @@ def upstream_expert_audit(source, results: dict | None = None) -> dict:
 
 def write_upstream_expert_audit(source, audits_dir) -> Path:
     """Write ``<audits_dir>/expert-upstream.json`` (what ``craftmd review upstream --out`` does)."""
-    from craftmd.scoring.review import _atomic_write
+    from craftmd.atomic import atomic_write_json
 
     audit = upstream_expert_audit(source)
     d = Path(audits_dir)
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"{audit['id']}.json"
-    _atomic_write(path, (json.dumps(audit, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode())
+    atomic_write_json(path, audit)
     return path
 
 

@@ -34,11 +34,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import re
-import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +43,7 @@ import Levenshtein
 import polars as pl
 
 from craftmd import CraftMDError
+from craftmd.atomic import atomic_dir, atomic_write_bytes, atomic_write_json
 
 PROMPT_FILE = Path(__file__).resolve().parent / "prompts" / "meld.txt"
 THRESHOLD = 0.95
@@ -337,20 +335,8 @@ def run_meld(
     if progress:  # counters differ between a fresh run and a cached rerun, so they stay out of summary.json
         counts = ", ".join(f"{k} {getattr(caller, k)}" for k in ("calls", "cache_hits", "retries", "failures", "tokens_in", "tokens_out"))
         print(f"meld: {counts}", file=sys.stderr)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with atomic_dir(out) as tmp:
         _write_outputs(tmp, table, summary, threshold)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
@@ -407,23 +393,10 @@ def write_meld_audit(meld_dir: Path | str, audits_dir: Path | str) -> Path:
     audits_dir.mkdir(parents=True, exist_ok=True)
     if audit["figures"]:
         fig = f"{audit['id']}.png"
-        _atomic_bytes(audits_dir / fig, (Path(meld_dir) / audit["figures"][0]).read_bytes())
+        atomic_write_bytes(audits_dir / fig, (Path(meld_dir) / audit["figures"][0]).read_bytes())
         audit["figures"] = [fig]
     path = audits_dir / f"{audit['id']}.json"
-    _atomic_bytes(path, (json.dumps(audit, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode())
-    return path
-
-
-def _atomic_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    return atomic_write_json(path, audit)
 
 
 __all__ = [

@@ -33,9 +33,7 @@ import datetime as dt
 import hashlib
 import io
 import json
-import os
 import re
-import tempfile
 import warnings
 import zipfile
 import zlib
@@ -46,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from craftmd import CraftMDError
+from craftmd.atomic import atomic_write_bytes, atomic_write_json
 
 QUESTIONS_FILE = Path(__file__).resolve().parent / "prompts" / "review_questions.json"
 FORMAT = "craftmd-expert-review"
@@ -379,20 +378,8 @@ def export_review(releases, dataset_dir, out, *, n: int, seed: int, grader: str 
     meta = {"seed": seed, "n_per_stratum": n, "releases": [r.id for r in rels], "questions_sha256": questions_sha256()}
     data = build_workbook(rows, keys, meta)
     out.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out, data)
+    atomic_write_bytes(out, data)
     return out
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # -- import: reading and validating --------------------------------------------------------
@@ -949,9 +936,9 @@ def write_results(out: Path, audit: dict, table) -> Path:
     buf = io.BytesIO()
     table.write_parquet(buf, compression="zstd", compression_level=9, statistics=True)
     ratings = out / f"{audit['id']}.ratings.parquet"
-    _atomic_write(ratings, buf.getvalue())
+    atomic_write_bytes(ratings, buf.getvalue())
     path = out / f"{audit['id']}.json"
-    _atomic_write(path, (json.dumps(audit, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode())
+    atomic_write_json(path, audit)
     return path
 
 
