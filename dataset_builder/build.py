@@ -255,15 +255,27 @@ def build_dataset(
     if got["rows"] is None or got["qc"] is None:
         raise CraftMDError(f"source {source.location}: missing {U.CASES_CSV if got['rows'] is None else U.QC_CSV}")
     rows: list[U.UpstreamRow] = got["rows"]
-    built = [U.build_case(r, got["qc"]) for r in rows]
+    refs: dict[str, U.Reference] = got["refs"]
+    built = [U.build_case(r, got["qc"], refs[r.case_id].answer if r.case_id in refs else None) for r in rows]
     texts = {r.case_id: r.text for r in rows}
     texts_answer = {r.case_id: r.answer for r in rows}
-    check = split_check(built, got["refs"], texts)
+    check = split_check(built, refs, texts)
     renamed = [
-        f"{c.case_id} ({T.normalize_ws(texts_answer[c.case_id])} → {c.answer})"
+        f"{c.case_id} ({T.clean_option(texts_answer[c.case_id])} → {c.answer})"
         for c, _ in built
-        if T.normalize_ws(texts_answer[c.case_id]).casefold() != c.answer.casefold()
+        if T.clean_option(texts_answer[c.case_id]).casefold() != c.answer.casefold()
     ]
+    stray = lambda text: T.normalize_ws(text) != T.clean_option(text)  # noqa: E731
+    cleaned = {
+        "answers": [r.case_id for r in rows if stray(r.answer)],
+        "choice_cases": [r.case_id for r in rows if any(stray(c) for c in r.choices)],
+        "choice_values": sum(stray(c) for r in rows for c in r.choices),
+    }
+    paper_key = {
+        "from_results": sum(r.case_id in refs for r in rows),
+        "from_csv": sum(r.case_id not in refs for r in rows),
+        "differs": [c.case_id for c, _ in built if c.paper_answer != c.answer.lower()],
+    }
     colon = [c.case_id for c, q in built if q is None and c.source == "medqa_usmle" and texts[c.case_id].rstrip().endswith(":")]
     upstream_medqa = {r.case_id: r.text for r in rows if T.map_source(r.dataset) == "medqa_usmle"}
     recall = M.recall_on(upstream_medqa)
@@ -318,6 +330,8 @@ def build_dataset(
             },
             colon_stems=colon,
             answers_renamed=renamed,
+            cleaned=cleaned,
+            paper_key=paper_key,
             nejm={"rows": len(images), "multi_image": sorted(got["multi_image"])},
             medqa_file=medqa_file,
             files=dict(files),
@@ -334,6 +348,7 @@ def build_dataset(
             "medqa_file": medqa_file,
             "question_split_agreement": round(check.agreement, 6),
             "medqa_rule_recall": round(recall.recall, 6),
+            "stray_quotes_removed": {"answers": len(cleaned["answers"]), "choices": cleaned["choice_values"]},
             "files": dict(sorted(files.items())),
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -109,7 +109,7 @@ def case_from_item(item: MedQAItem) -> Case:
     question = T.clean_question(raw_q)
     history, exam = T.split_history_exam(vignette)
     letters = sorted(item.options)
-    choices = tuple(T.normalize_ws(item.options[k]) for k in letters)
+    choices = tuple(T.clean_option(item.options[k]) for k in letters)
     idx = letters.index(item.answer_idx)
     return Case(
         case_id=f"medqa_{item.line}",
@@ -120,6 +120,7 @@ def case_from_item(item: MedQAItem) -> Case:
         choices=choices,
         answer=choices[idx],
         answer_index=idx,
+        paper_answer=choices[idx],  # no upstream results for these items: the answer itself
         task_type=T.task_type(question),
         history=history,
         physical_exam=exam,

@@ -34,6 +34,10 @@ class BuildReport:
     colon_stems: list[str]  # cases whose question stem ends with ":" (kept in the vignette, as upstream)
     nejm: dict  # rows, multi_image [case_id]
     answers_renamed: list[str] = field(default_factory=list)  # answers matched to a choice through a synonym
+    #: stray closing quotes removed: {"answers": [case_id], "choice_cases": [case_id], "choice_values": int}
+    cleaned: dict = field(default_factory=lambda: {"answers": [], "choice_cases": [], "choice_values": 0})
+    #: where paper_answer came from: {"from_results": int, "from_csv": int, "differs": [case_id]}
+    paper_key: dict = field(default_factory=lambda: {"from_results": 0, "from_csv": 0, "differs": []})
     medqa_file: dict | None = None  # {path, items, picked, reasons} for a --medqa build
     files: dict[str, dict] = field(default_factory=dict)  # relative path -> {sha256, bytes}
     seconds: float = 0.0
@@ -46,6 +50,8 @@ class BuildReport:
             "rows: " + ", ".join(f"{c} {n:,}" for c, n in self.rows.items()),
             f"question split agrees with upstream on {self.split.agreeing:,}/{self.split.compared:,} cases "
             f"({100 * self.split.agreement:.2f} %); {len(self.split.disagreements)} listed in build_report.md",
+            f"stray closing quotes removed from {len(self.cleaned['answers'])} answers and "
+            f"{self.cleaned['choice_values']} choices ({len(self.cleaned['choice_cases'])} cases)",
             f"MedQA rule recall on the upstream picks: {self.medqa_rule['kept']:,}/{self.medqa_rule['picks']:,} "
             f"({100 * self.medqa_rule['recall']:.2f} %)",
         ]
@@ -87,6 +93,24 @@ class BuildReport:
                 "Answers written as a synonym of their choice (the choice's text is used): " + ", ".join(self.answers_renamed),
                 "",
             ]
+        c, k = self.cleaned, self.paper_key
+        md += [
+            "## Answers and the paper's answer key",
+            "",
+            f"Stray closing quotes (the CSV's `\"` after a line break, e.g. `Osteosarcoma \"`) removed from "
+            f"**{len(c['answers'])} answers** and **{c['choice_values']} choices ({len(c['choice_cases'])} cases)**; "
+            "`answer` is still the choice at `answer_index`.",
+            "",
+            "Answers: " + (", ".join(c["answers"]) or "none"),
+            "",
+            "Cases with a cleaned choice: " + (", ".join(c["choice_cases"]) or "none"),
+            "",
+            f"`paper_answer` (the key the paper's MCQ rule used, kept verbatim for reproduction) comes from the "
+            f"results files' `correct_ans` for {k['from_results']:,} cases and from the CSV's answer, lower-cased, "
+            f"for {k['from_csv']:,}. It differs from the lower-cased `answer` in {len(k['differs'])} cases "
+            "(trailing spaces or line breaks, a stray quote, a synonym): " + (", ".join(k["differs"]) or "none"),
+            "",
+        ]
         md += [
             "## Question split",
             "",

@@ -23,6 +23,7 @@ TEXT_FEATURES = Features(
         "choices": List(Value("string")),
         "answer": Value("string"),
         "answer_index": Value("int64"),
+        "paper_answer": Value("string"),
         "task_type": Value("string"),
         "history": Value("string"),
         "physical_exam": Value("string"),
@@ -67,6 +68,7 @@ class Case:
     choices: tuple[str, ...]
     answer: str
     answer_index: int
+    paper_answer: str  # the answer key as the paper's MCQ rule matched it (results files' correct_ans), verbatim
     task_type: str
     history: str
     physical_exam: str

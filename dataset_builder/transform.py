@@ -328,6 +328,21 @@ def split_history_exam(vignette: str) -> tuple[str, str]:
 # ---------------------------------------------------------------------------
 
 
+def clean_option(text: str) -> str:
+    """A choice or answer as we publish it: single spaces, no stray closing quote.
+
+    Upstream's CSV ends a few choice and answer cells with a line break and an extra
+    ``"`` (the cell ``Osteosarcoma`` + newline + ``"`` reads as ``Osteosarcoma "``). A trailing
+    ``"`` that closes no opening quote in the text is that artifact: it goes, with the space
+    before it.
+    A balanced quote (``Postpartum "blues"; ...``) stays.
+    """
+    text = normalize_ws(text)
+    while text.endswith('"') and text.count('"') % 2 == 1:
+        text = text[:-1].rstrip()
+    return text
+
+
 #: Upstream answers written as a synonym of their choice (casefolded answer -> choice).
 #: case_112: the answer "Henoch-Scholein vasculitis" is offered as "IgA vasculitis".
 ANSWER_EQUIVALENTS = {"henoch-scholein vasculitis": "iga vasculitis"}

@@ -124,13 +124,18 @@ def parse_reference(path: str, data: bytes) -> Reference:
     return Reference(d["case_id"], d["case_vignette"], d["question"], d["correct_ans"])
 
 
-def build_case(row: UpstreamRow, single_dx: dict[str, bool | None]) -> tuple[Case, str | None]:
-    """A text case from its CSV row; also returns the raw question sentence."""
+def build_case(row: UpstreamRow, single_dx: dict[str, bool | None], paper_answer: str | None = None) -> tuple[Case, str | None]:
+    """A text case from its CSV row; also returns the raw question sentence.
+
+    Choices and answer are cleaned (:func:`transform.clean_option`). ``paper_answer`` is
+    upstream's recorded answer key (a results file's ``correct_ans``), kept verbatim; without
+    one it is what upstream recorded there for every case: the CSV's answer, lower-cased.
+    """
     vignette, raw_q = T.split_question(row.text)
     question = T.clean_question(raw_q)
     history, exam = T.split_history_exam(vignette)
-    choices = tuple(T.normalize_ws(c) for c in row.choices)
-    answer = T.normalize_ws(row.answer)
+    choices = tuple(T.clean_option(c) for c in row.choices)
+    answer = T.clean_option(row.answer)
     try:
         idx = T.answer_index(list(choices), answer)
         specialty = T.map_specialty(row.category)
@@ -146,6 +151,7 @@ def build_case(row: UpstreamRow, single_dx: dict[str, bool | None]) -> tuple[Cas
         choices=choices,
         answer=choices[idx],
         answer_index=idx,
+        paper_answer=row.answer.lower() if paper_answer is None else paper_answer,
         task_type=T.task_type(question),
         history=history,
         physical_exam=exam,

@@ -30,13 +30,14 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from craftmd import CraftMDError
-from craftmd.dataset import config_file, load_config
+from craftmd.dataset import config_file
 from craftmd.release import Manifest, read_release, sha256_file, write_release
+from craftmd.scoring.grade import load_cases
 from craftmd.scoring.mcq import RULES_VERSION, grade_mcq
 from craftmd.source import Source
 
 #: Bump when what ingest writes changes; a release of another version is re-ingested.
-INGEST_VERSION = 1
+INGEST_VERSION = 2  # 2: paper grades the dataset's paper_answer; strict the cleaned answer
 UPSTREAM_SETTINGS = ("vignette", "multiturn", "singleturn", "summarized")
 UPSTREAM_FORMATS = {"mcq": "mcq4", "frq": "frq"}
 PATIENT_AND_GRADER = "openai/gpt-4-1106-preview"
@@ -94,7 +95,7 @@ def _ended(messages: list[dict]) -> str:
 class _Release:
     """Columns of one release, filled file by file."""
 
-    def __init__(self, spec: UpstreamModel, cases: dict[str, tuple[list[str], str]]):
+    def __init__(self, spec: UpstreamModel, cases: dict[str, tuple[list[str], str, str]]):
         self.spec = spec
         self.cases = cases
         self.conv = {k: [] for k in ("case_id", "trial", "messages", "summary", "n_turns", "ended")}
@@ -124,12 +125,18 @@ class _Release:
         if not isinstance(d, dict) or d.get("case_id", case_id) != case_id:
             raise CraftMDError(f"{path}: case_id {d.get('case_id') if isinstance(d, dict) else None!r} does not match the file name")
         if self.spec.with_image:  # NEJM Image Challenge case ids: no choices in the source
-            choices, answer = None, None
+            choices, answer, paper_answer = None, None, None
         elif case_id in self.cases:
-            choices, answer = self.cases[case_id]
+            choices, answer, paper_answer = self.cases[case_id]
+            # The dataset's paper_answer is this key; a results file that records another one
+            # would be graded by a key the dataset does not carry.
+            recorded = d.get("correct_ans")
+            if isinstance(recorded, str) and recorded != paper_answer:
+                raise CraftMDError(
+                    f"{path}: correct_ans {recorded!r} is not the dataset's paper_answer {paper_answer!r} for {case_id}"
+                )
         else:
             raise CraftMDError(f"{path}: {case_id} is not a case of the dataset")
-        paper_answer = d.get("correct_ans") if isinstance(d.get("correct_ans"), str) else answer
         trials = sorted(int(k.split("_")[1]) for k in d if re.fullmatch(r"trial_\d+", k))
         if not trials:
             raise CraftMDError(f"{path}: no trial_<n> entries")
@@ -229,8 +236,9 @@ class _Release:
             "mcq_rules_version": RULES_VERSION,
             "answers": "Missing or non-text upstream answers are kept as rows with a null response and status "
             "missing / non_text; every grader counts them wrong.",
-            "mcq": "paper: the correct choice's text (upstream's correct_ans, exactly as recorded) appears in the "
-            "answer, case-insensitively. strict: the answer resolves to exactly one of the four choices.",
+            "mcq": "paper: the dataset's paper_answer (upstream's correct_ans, exactly as recorded) appears in the "
+            "answer, case-insensitively. strict: the answer resolves to exactly one of the four (cleaned) choices, "
+            "the dataset's answer.",
             "frq": "upstream-gpt4: the GPT-4 grader labels recorded upstream (evaluation_*_frq: 1 correct, 0 wrong, "
             "-1 no diagnosis), with its extracted diagnosis as resolved.",
             "models": "patient-AI and grader-AI as described in the paper (GPT-4-1106-preview).",
@@ -301,8 +309,7 @@ def ingest(
         raise CraftMDError(f"unknown upstream model(s) {unknown}; known: {', '.join(UPSTREAM_MODELS)}")
     all_file = config_file(dataset_dir, "all")
     dataset_sha = sha256_file(all_file) if all_file.exists() else None
-    ds = load_config(dataset_dir, "all")
-    cases = {r["case_id"]: (list(r["choices"]), r["answer"]) for r in ds.select("case_id", "choices", "answer").iter_rows(named=True)}
+    cases = {cid: value for (cid, image), value in load_cases(dataset_dir)[0].items() if not image}
 
     todo, paths = [], {}
     for m in models:

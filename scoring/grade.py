@@ -4,7 +4,10 @@ Graders (names as in ``grades.grader``):
 
 * ``paper``, ``strict``: the two MCQ rules of :func:`craftmd.scoring.mcq.grade_mcq`, on
   ``mcq4`` (the case's four choices) and ``mcq_many`` (every diagnosis of the dataset's
-  ``diagnoses`` config). NEJM image cases have no choices and are not graded by rule.
+  ``diagnoses`` config). ``paper`` matches the dataset's ``paper_answer`` (the key the
+  published rule used, verbatim), ``strict`` its ``answer``; ingest grades the same way, so
+  a resubmitted upstream release scores exactly as the ingested one. NEJM image cases have
+  no choices and are not graded by rule.
 * ``offline``: the offline FRQ grader (:mod:`craftmd.scoring.offline`), on ``frq``, and on
   ``top3`` (correct when one of the three diagnoses listed names the answer).
 * ``llm:<provider/model>``: the paper's two-step grader-AI (:mod:`craftmd.scoring.llm_grader`), on ``frq``.
@@ -56,16 +59,23 @@ def check_graders(graders: list[str]) -> list[str]:
     return out
 
 
-def load_cases(dataset_dir: Path | str) -> tuple[dict[tuple[str, bool], tuple[list[str], str]], list[str]]:
-    """``{(case_id, with_image): (choices, answer)}`` and the many-choice option list."""
-    cases: dict[tuple[str, bool], tuple[list[str], str]] = {}
-    ds = load_config(dataset_dir, "all").select("case_id", "choices", "answer")
-    for cid, ch, ans in ds.iter_rows():
-        cases[(cid, False)] = (list(ch or []), ans)
+def load_cases(dataset_dir: Path | str) -> tuple[dict[tuple[str, bool], tuple[list[str], str, str | None]], list[str]]:
+    """``{(case_id, with_image): (choices, answer, paper_answer)}`` and the many-choice option list.
+
+    ``paper_answer`` is the key the ``paper`` MCQ rule matches (upstream's recorded
+    ``correct_ans``, verbatim); ``strict`` and the FRQ graders use ``answer``. NEJM image
+    cases have no choices and no paper key.
+    """
+    cases: dict[tuple[str, bool], tuple[list[str], str, str | None]] = {}
+    ds = load_config(dataset_dir, "all")
+    if "paper_answer" not in ds.columns:
+        raise CraftMDError(f"{dataset_dir}: the dataset has no paper_answer column (built by an older craftmd); rebuild it with craftmd build")
+    for cid, ch, ans, key in ds.select("case_id", "choices", "answer", "paper_answer").iter_rows():
+        cases[(cid, False)] = (list(ch or []), ans, key)
     if config_file(dataset_dir, "nejm_image").exists():
         nj = pl.read_parquet(config_file(dataset_dir, "nejm_image"), columns=["case_id", "answer"])
         for cid, ans in nj.iter_rows():
-            cases[(cid, True)] = ([], ans)
+            cases[(cid, True)] = ([], ans, None)
     many: list[str] = []
     if config_file(dataset_dir, "diagnoses").exists():
         many = load_config(dataset_dir, "diagnoses")["diagnosis"].to_list()
@@ -109,7 +119,9 @@ def grade_answers(
 
             n = 0
             for row in tqdm(mcq, desc=f"grade {g}", unit="answer", disable=not progress or not mcq):
-                choices, answer = cases[(row["case_id"], row["with_image"])]
+                choices, answer, paper_answer = cases[(row["case_id"], row["with_image"])]
+                if g == "paper":  # the key the published rule matched, verbatim (see load_cases)
+                    answer = paper_answer
                 if row["format"] == "mcq_many":
                     if not many:
                         raise CraftMDError(f"{dataset_dir}: no 'diagnoses' config, needed to grade mcq_many answers")
@@ -125,11 +137,11 @@ def grade_answers(
 
             og = default_grader()
             for row in tqdm(frq, desc="grade offline", unit="answer", disable=not progress or not frq):
-                _, answer = cases[(row["case_id"], row["with_image"])]
+                answer = cases[(row["case_id"], row["with_image"])][1]
                 r = og.grade(row["response"], answer)
                 emit(row, g, r.resolved, r.resolved_kind, r.correct, r.detail)
             for row in top3:
-                _, answer = cases[(row["case_id"], row["with_image"])]
+                answer = cases[(row["case_id"], row["with_image"])][1]
                 r = og.grade_top3(row["response"], answer)
                 emit(row, g, r.resolved, r.resolved_kind, r.correct, r.detail)
             records[g] = dict(og.version, graded=len(frq) + len(top3))

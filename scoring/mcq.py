@@ -3,8 +3,10 @@
 ``paper``
     The rule behind the published MCQ tables, recovered from the release: an answer
     is correct when the correct choice's text appears in it, case-insensitively.
-    It reproduces every published overall MCQ accuracy within 0.004. It credits an
-    answer that names several choices as long as one of them is the right one.
+    It reproduces every published overall MCQ accuracy within 0.004 when ``answer`` is
+    the key upstream matched, the dataset's ``paper_answer`` (``correct_ans`` verbatim:
+    trailing spaces, stray quotes and typos included); every caller passes that column.
+    It credits an answer that names several choices as long as one of them is the right one.
 
 ``strict``
     The answer must resolve to exactly one of the four choices: the choice's text
@@ -33,7 +35,8 @@ from craftmd import CraftMDError
 
 RULES = ("paper", "strict")
 #: Bump when either rule changes what it decides (releases graded by an older version are re-graded).
-RULES_VERSION = 3
+#: 4: paper is given the dataset's paper_answer everywhere (submissions and grade_release included).
+RULES_VERSION = 4
 Rule = Literal["paper", "strict"]
 LETTERS = "abcdefghij"
 SEP = "; "

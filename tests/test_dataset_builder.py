@@ -52,7 +52,7 @@ def test_text_columns_and_values(dataset_dir):
     df = load_config(dataset_dir, "all")
     assert df.columns == [
         "case_id", "source", "specialty", "vignette", "question", "choices", "answer", "answer_index",
-        "task_type", "history", "physical_exam", "single_dx", "content_sha256",
+        "paper_answer", "task_type", "history", "physical_exam", "single_dx", "content_sha256",
     ]  # fmt: skip
     assert df["case_id"].n_unique() == 2004
     assert df["case_id"].str.contains(r"^case_\d+$").all()
@@ -69,6 +69,56 @@ def test_text_columns_and_values(dataset_dir):
     # Content hashes are the hash of the row.
     for row in df.head(50).iter_rows(named=True):
         assert row["content_sha256"] == T.content_sha256(row)
+
+
+def test_clean_option_drops_only_an_unbalanced_closing_quote():
+    assert T.clean_option('Osteosarcoma\n"') == "Osteosarcoma"
+    assert T.clean_option('  Cyclothymic   disorder \n" ') == "Cyclothymic disorder"
+    assert T.clean_option('Postpartum "blues"; her symptoms are likely self-limited') == 'Postpartum "blues"; her symptoms are likely self-limited'
+    assert T.clean_option('The "kissing disease"') == 'The "kissing disease"'
+    assert T.clean_option("Osteosarcoma") == "Osteosarcoma"
+
+
+def test_stray_quotes_are_cleaned_and_counted(dataset_dir, source):
+    """No published choice or answer keeps the CSV's stray closing quote; the report counts them."""
+    df = load_config(dataset_dir, "all")
+    choices = df["choices"].explode()
+    assert not choices.str.contains(r'\s"$').any() and not df["answer"].str.contains(r'\s"$').any()
+    assert (choices == choices.str.strip_chars()).all() and (df["answer"] == df["answer"].str.strip_chars()).all()
+    assert df.filter(pl.col("answer").str.contains('"'))["answer"].to_list() == ['Postpartum "blues"; her symptoms are likely self-limited']
+    # answer is still one of the choices, at answer_index, after cleaning.
+    assert all(a in ch and ch[i] == a for ch, i, a in zip(df["choices"], df["answer_index"], df["answer"]))
+    row = df.filter(pl.col("case_id") == "case_208").row(0, named=True)
+    assert row["answer"] == "Osteosarcoma" and row["choices"][row["answer_index"]] == "Osteosarcoma"
+    # The counts against the raw CSV: 23 answers and 77 choices (one per case) carried the quote.
+    raw = pl.read_csv(io.BytesIO(source.read(CASES_CSV)), infer_schema=False)
+    cols = ["choice_1", "choice_2", "choice_3", "choice_4"]
+    stray = lambda c: pl.col(c).str.replace_all(r"\s+", " ").str.strip_chars().str.ends_with(' "')  # noqa: E731
+    n_answers = raw.filter(stray("answer")).height
+    n_choices = sum(raw.filter(stray(c)).height for c in cols)
+    assert (n_answers, n_choices) == (23, 77)
+    report = (dataset_dir / REPORT).read_text()
+    assert f"**{n_answers} answers** and **{n_choices} choices (77 cases)**" in report
+    manifest = json.loads((dataset_dir / MANIFEST).read_text())
+    assert manifest["stray_quotes_removed"] == {"answers": 23, "choices": 77}
+    diag = load_config(dataset_dir, "diagnoses")
+    assert not diag["diagnosis"].str.ends_with('"').any() and diag.filter(pl.col("diagnosis") == "Osteosarcoma")["count"].item() >= 1
+
+
+def test_paper_answer_is_upstreams_recorded_key_verbatim(dataset_dir, source):
+    """paper_answer is results/gpt4_1106's correct_ans byte for byte (ingest checks the other four models)."""
+    df = load_config(dataset_dir, "all")
+    recorded = {}
+    for f in source.iter_files(["results/gpt4_1106/*.json"]):
+        d = json.loads(f.data)
+        recorded[d["case_id"]] = d["correct_ans"]
+    key = dict(df.select("case_id", "paper_answer").iter_rows())
+    assert key == recorded
+    assert key["case_208"] == 'osteosarcoma\n"'
+    differ = df.filter(pl.col("paper_answer") != pl.col("answer").str.to_lowercase())
+    assert differ.height == 35  # trailing spaces/line breaks, stray quotes, case_112's synonym
+    assert "case_112" in differ["case_id"].to_list()
+    assert "the key the paper's MCQ rule used, kept verbatim for reproduction" in (dataset_dir / "README.md").read_text()
 
 
 def test_specialties_are_the_papers_twelve(dataset_dir):
@@ -270,7 +320,7 @@ def test_load_dataset_round_trip(dataset_dir, tmp_path, monkeypatch):
     assert ds.num_rows == 1804
     assert set(ds.column_names) == {
         "case_id", "source", "specialty", "vignette", "question", "choices", "answer", "answer_index",
-        "task_type", "history", "physical_exam", "single_dx", "content_sha256",
+        "paper_answer", "task_type", "history", "physical_exam", "single_dx", "content_sha256",
     }  # fmt: skip
     assert ds.features["choices"] == datasets.List(datasets.Value("string"))
     assert ds.features["single_dx"] == datasets.Value("bool")

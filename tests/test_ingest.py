@@ -126,3 +126,40 @@ def test_ingest_is_deterministic_and_refuses_to_overwrite(source, dataset_dir, r
     assert (out / "gpt4v" / "answers.parquet").stat().st_mtime_ns == before  # a valid release is kept
     with pytest.raises(CraftMDError, match="unknown upstream model"):
         ingest(source, dataset_dir, out, models=["gpt5"], progress=False)
+
+
+def test_paper_grades_the_datasets_recorded_key_and_refuses_another(source, dataset_dir, releases, tmp_path):
+    """Every text model's results record the dataset's paper_answer (else ingest refuses);
+    paper matches that key verbatim, strict the cleaned answer."""
+    import shutil
+
+    from craftmd.dataset import config_file, load_config
+    from craftmd.scoring.mcq import grade_mcq
+
+    ds = load_config(dataset_dir, "all")
+    key = dict(ds.select("case_id", "paper_answer").iter_rows())
+    cases = {r["case_id"]: r for r in ds.iter_rows(named=True)}
+    # case_208's recorded key keeps upstream's stray quote; the published answer does not.
+    assert key["case_208"] == 'osteosarcoma\n"' and cases["case_208"]["answer"] == "Osteosarcoma"
+    g = _t(releases["gpt4_1106"], "grades").filter(pl.col("case_id") == "case_208")
+    a = _t(releases["gpt4_1106"], "answers").filter((pl.col("case_id") == "case_208") & (pl.col("format") == "mcq4"))
+    for row in a.iter_rows(named=True):
+        for rule, target in (("paper", key["case_208"]), ("strict", "Osteosarcoma")):
+            want = grade_mcq(row["response"], cases["case_208"]["choices"], target, rule)[2]
+            got = g.filter((pl.col("grader") == rule) & (pl.col("trial") == row["trial"]) & (pl.col("setting") == row["setting"]))
+            assert got["correct"].to_list() == [want]
+    # A dataset whose key differs from what the results files recorded is refused, naming the file.
+    other = tmp_path / "data"
+    shutil.copytree(dataset_dir, other)
+    path = config_file(other, "all")
+    changed = pl.read_parquet(path).with_columns(
+        paper_answer=pl.when(pl.col("case_id") == "case_208").then(pl.lit("osteosarcoma")).otherwise(pl.col("paper_answer"))
+    )
+    changed.write_parquet(path)
+    with pytest.raises(CraftMDError, match=r"results/gpt3_1106/case_208\.json: correct_ans .* is not the dataset's paper_answer"):
+        ingest(source, other, tmp_path / "out", models=["gpt3_1106"], progress=False)
+    assert not (tmp_path / "out" / "gpt3_1106").exists()
+    # The five text models' releases all carry the current ingest version (old ones are re-ingested).
+    from craftmd.generation.ingest import INGEST_VERSION
+
+    assert all(releases[m].manifest.notes["ingest_version"] == INGEST_VERSION >= 2 for m in TEXT_MODELS)
