@@ -53,19 +53,25 @@ def _releases_frame(releases: list[Release]) -> pl.DataFrame:
     )
 
 
+def prepared_connection(releases: list[Release], dataset_dir: Path | str):
+    """A DuckDB connection with the inputs registered and the shared models materialised, in order."""
+    con = runner.connect(releases, dataset_dir)
+    runner.materialize(con, "trial_grades")
+    max_trial = con.sql("select max(trial) from trial_grades").fetchall()[0][0]
+    if max_trial is not None and not 0 <= max_trial < 63:
+        raise CraftMDError(f"trial numbers must be 0..62 for the paired tests (found {max_trial})")
+    for name in ("case_scores", "case_membership", "case_groups"):
+        runner.materialize(con, name)
+    return con
+
+
 def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> Analysis:
     """Run the named queries over the releases and add bootstrap CIs and tests."""
     t0 = time.perf_counter()
     releases = [r for r in find_releases(releases_dir) if r.has("grades")]
     if not releases:
         raise CraftMDError(f"no graded release under {releases_dir}")
-    con = runner.connect(releases, dataset_dir)
-    runner.materialize(con, "trial_grades")
-    max_trial = con.sql("select max(trial) from trial_grades").fetchall()[0][0]
-    if max_trial is not None and not 0 <= max_trial < 63:
-        raise CraftMDError(f"trial numbers must be 0..62 for the paired tests (found {max_trial})")
-    runner.materialize(con, "case_scores")
-    runner.materialize(con, "case_groups")
+    con = prepared_connection(releases, dataset_dir)
     case_groups = pl.from_arrow(runner.run(con, "case_groups"))
     accuracy = pl.from_arrow(runner.run(con, "accuracy"))
     comparisons = pl.from_arrow(runner.run(con, "comparisons"))

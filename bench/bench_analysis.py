@@ -26,7 +26,8 @@ import polars as pl
 
 from craftmd.analysis import runner
 from craftmd.analysis.bootstrap import DEFAULT_B
-from craftmd.analysis.pipeline import analyse
+from craftmd.analysis.pipeline import analyse, prepared_connection
+from craftmd.release import find_releases
 
 
 def _prepare(tmp: Path) -> tuple[Path, Path]:
@@ -44,10 +45,7 @@ def _prepare(tmp: Path) -> tuple[Path, Path]:
 
 def _loop_items(releases: Path, data: Path, k: int):
     """K cells and K paired comparisons (case score vectors), spread evenly over all of them."""
-    con = runner.connect(releases, data)
-    runner.materialize(con, "trial_grades")
-    runner.materialize(con, "case_scores")
-    runner.materialize(con, "case_groups")
+    con = prepared_connection(find_releases(releases), data)
     cg = pl.from_arrow(runner.run(con, "case_groups")).with_columns((pl.col("n_correct") / pl.col("n_trials")).alias("score"))
     keys = ["release", "grader", "setting", "format", "with_image", "group_by", "group"]
     cells = cg.group_by(keys, maintain_order=True).agg(pl.col("case_number"), pl.col("score"))

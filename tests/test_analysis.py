@@ -167,7 +167,7 @@ def test_tables_are_deterministic(built, tmp_path):
 def test_queries_are_named_files(built):
     rel, data, _ = built
     names = runner.query_names()
-    assert {"trial_grades", "case_scores", "case_groups", "accuracy", "comparisons", "answer_status", "mcq_rule_gap"} <= set(names)
+    assert {"trial_grades", "case_scores", "case_membership", "case_groups", "accuracy", "comparisons", "answer_status", "mcq_rule_gap"} <= set(names)
     con = runner.connect(rel, data)
     status = runner.run(con, "answer_status")
     assert status.num_rows == 6  # a: 3 settings, b: 2, c: 1

@@ -1,22 +1,12 @@
 -- case_groups: one row per cell (release x grader x setting x format x image flag), group and case:
 -- the case's correct trials out of its trials (from case_scores). A case scores the mean of its trials, a cell the
--- mean over its cases (the paper's accuracy). Groups: all cases; each specialty; each source
--- dataset; the single-diagnosis subset overall ('all') and within each dataset.
+-- mean over its cases (the paper's accuracy). Groups: all cases, and those of case_membership.
 with
 case_scores as (
     select release, grader, setting, format, with_image, case_id, n_trials, n_correct from case_scores
 ),
-cases as (
-    select case_id, with_image, source, specialty, single_dx from cases
-),
 membership as (
-    select case_id, with_image, 'specialty' as group_by, specialty as "group" from cases where specialty is not null
-    union all
-    select case_id, with_image, 'dataset', source from cases where source is not null
-    union all
-    select case_id, with_image, 'single_dx', 'all' from cases where single_dx
-    union all
-    select case_id, with_image, 'single_dx', source from cases where single_dx and source is not null
+    select case_id, with_image, group_by, "group" from case_membership
 ),
 grouped as (
     select s.*, 'all' as group_by, 'all' as "group" from case_scores as s

@@ -7,9 +7,6 @@ with
 case_scores as (
     select release, grader, setting, format, with_image, case_id, trials_mask, correct_mask from case_scores
 ),
-cases as (
-    select case_id, with_image, source, specialty, single_dx from cases
-),
 setting_order as (
     select setting, position from setting_order
 ),
@@ -48,13 +45,7 @@ per_case as (
     where both_mask <> 0
 ),
 membership as (
-    select case_id, with_image, 'specialty' as group_by, specialty as "group" from cases where specialty is not null
-    union all
-    select case_id, with_image, 'dataset', source from cases where source is not null
-    union all
-    select case_id, with_image, 'single_dx', 'all' from cases where single_dx
-    union all
-    select case_id, with_image, 'single_dx', source from cases where single_dx and source is not null
+    select case_id, with_image, group_by, "group" from case_membership
 ),
 grouped as (
     select p.*, 'all' as group_by, 'all' as "group" from per_case as p
