@@ -1,4 +1,5 @@
-"""Atomic writes: a folder or a file appears whole at its destination, or not at all.
+"""Writing and hashing files. Writes are atomic: a folder or a file appears whole at its
+destination, or not at all.
 
 Every writer of the package (releases, the dataset, MELD runs, review sheets) goes
 through these two helpers, so a failed or interrupted run never leaves a half-written
@@ -7,6 +8,7 @@ output and never destroys the previous one.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -60,3 +62,12 @@ def atomic_write_json(path: Path | str, obj) -> Path:
 
     text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     return atomic_write_bytes(path, text.encode())
+
+
+def sha256_file(path: Path | str) -> str:
+    """The sha256 of a file's bytes, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()

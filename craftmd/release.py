@@ -20,7 +20,6 @@ holds no timestamps or local paths.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from craftmd import CraftMDError, __version__
-from craftmd.atomic import atomic_dir
+from craftmd.atomic import atomic_dir, sha256_file
 
 SCHEMA_VERSION = 1
 
@@ -115,14 +114,6 @@ def case_number(case_id: str) -> int:
         return int(case_id.rsplit("_", 1)[1])
     except (IndexError, ValueError):
         raise CraftMDError(f"malformed case id {case_id!r} (expected case_<n>)") from None
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def conform(name: str, table: pa.Table) -> pa.Table:

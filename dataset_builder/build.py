@@ -18,13 +18,9 @@ source and builder version give byte-identical files.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
-import shutil
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -39,6 +35,7 @@ from huggingface_hub import DatasetCardData
 from tqdm.auto import tqdm
 
 from craftmd import CraftMDError, __version__
+from craftmd.atomic import atomic_dir, sha256_file
 from craftmd.cards.render import render_card
 from craftmd.dataset_builder import medqa as M
 from craftmd.dataset_builder import transform as T
@@ -77,14 +74,6 @@ SPLIT_DOC = (
     "stay in the vignette, as upstream did. `build_report.md` lists every case where the vignette differs "
     "from upstream's own split."
 ).format(q=T.DEFAULT_QUESTION)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def check_version(version: str) -> str:
@@ -213,16 +202,6 @@ def card_text(version: str, source: dict, rows: dict[str, int], sizes: dict[str,
     return render_card("dataset_card", context, data)
 
 
-def _replace(tmp: Path, out: Path) -> None:
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
-
-
 # ---------------------------------------------------------------------------
 # The build
 # ---------------------------------------------------------------------------
@@ -301,9 +280,7 @@ def build_dataset(
     counts = {c: len(table_rows[c]) for c in CONFIGS}
     source_info = source.describe()
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with atomic_dir(out) as tmp:
         files: dict[str, dict] = {}
         for c in tqdm(CONFIGS, desc="writing configs", unit="config", disable=not progress, file=sys.stderr):
             path = write_config(tmp, c, table_rows[c])
@@ -352,9 +329,5 @@ def build_dataset(
             "files": dict(sorted(files.items())),
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-        _replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     report.seconds = time.perf_counter() - started
     return report

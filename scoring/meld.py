@@ -43,7 +43,7 @@ import Levenshtein
 import polars as pl
 
 from craftmd import CraftMDError
-from craftmd.atomic import atomic_dir, atomic_write_bytes, atomic_write_json
+from craftmd.atomic import atomic_dir, atomic_write_bytes, atomic_write_json, sha256_file
 
 PROMPT_FILE = Path(__file__).resolve().parent / "prompts" / "meld.txt"
 THRESHOLD = 0.95
@@ -175,10 +175,6 @@ async def _complete_all(caller, cases: list[MeldCase], template: str, sampling, 
         return await asyncio.gather(*(one(c) for c in cases))
     finally:
         bar.close()
-
-
-def _file_sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _slug(name: str) -> str:
@@ -325,7 +321,7 @@ def run_meld(
         "model": chat.name,
         "prompt": {"file": "scoring/prompts/meld.txt", "sha256": prompt_sha256(), "role": role},
         "sampling": sampling.to_dict(),
-        "dataset": {c: _file_sha256(config_file(dataset_dir, c)) for c in configs},
+        "dataset": {c: sha256_file(config_file(dataset_dir, c)) for c in configs},
         "split": split,
         "word_count": "whitespace-separated words of the first half",
         "similarity": SIMILARITY_DEFINITION,
