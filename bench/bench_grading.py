@@ -8,7 +8,9 @@ folder first (a few minutes). Then:
    (about 200,000; grading only, answers already in memory; goal: under 20 s on 2 cores),
 2. adds the offline grader's rows to copies of the releases and prints the agreement
    table (accuracy and Cohen's kappa vs ``upstream-gpt4``, per model and setting, training
-   and held-out cases; goal: held-out kappa >= 0.85).
+   and held-out cases; goal: held-out kappa >= 0.85),
+3. prints how often the offline extraction (step 1: single / multiple / none) agrees with
+   the recorded grader-AI's, by split, and the confusion table on training cases.
 
     .venv/bin/python bench/bench_grading.py [--data out/data] [--releases out/releases]
 """
@@ -47,6 +49,29 @@ def prepare(data: Path, releases: Path, tmp: Path) -> tuple[Path, Path]:
     build_dataset(src, tmp / "data", progress=False)
     ingest(src, tmp / "data", tmp / "releases", progress=False)
     return tmp / "data", tmp / "releases"
+
+
+def extraction_agreement(releases: Path, data: Path) -> None:
+    """Step 1 alone: how often the offline extraction's kind (single/multiple/none) is the recorded grader-AI's."""
+    from craftmd.dataset import load_config
+    from craftmd.scoring.agreement import held_out
+
+    src = dict(load_config(data, "all").select("case_id", "source").iter_rows())
+    keys = ["case_id", "trial", "setting", "with_image"]
+    frames = []
+    for r in find_releases(releases):
+        g = pl.from_arrow(r.table("grades")).filter((pl.col("format") == "frq") & ~pl.col("with_image"))
+        ref = g.filter(pl.col("grader") == "upstream-gpt4").select(*keys, pl.col("resolved_kind").alias("recorded"))
+        off = g.filter(pl.col("grader") == "offline").select(*keys, pl.col("resolved_kind").alias("offline"))
+        frames.append(ref.join(off, on=keys))
+    df = pl.concat(frames)
+    df = df.with_columns(split=pl.Series(["held-out" if held_out(c, src.get(c)) else "train" for c in df["case_id"]]))
+    share = df.group_by("split").agg(n=pl.len(), kind_agreement=(pl.col("recorded") == pl.col("offline")).mean().round(4))
+    print("extraction (step 1) agreement with the recorded grader-AI, by split:")
+    print(share.sort("split", descending=True))
+    print("training cases, recorded kind (rows) x offline kind (columns):")
+    train = df.filter(pl.col("split") == "train")
+    print(train.pivot(on="offline", index="recorded", values="offline", aggregate_function="len").fill_null(0).sort("recorded"))
 
 
 def main() -> int:
@@ -88,6 +113,7 @@ def main() -> int:
         with pl.Config(tbl_rows=200, tbl_cols=10, tbl_width_chars=140, tbl_hide_dataframe_shape=True):
             print(df.filter(pl.col("setting") == "all").sort("split", "model", descending=[True, False]))
             print(df.filter(pl.col("setting") != "all").sort("split", "model", "setting", descending=[True, False, False]))
+        extraction_agreement(copies, data)
         if args.write_record:
             rec = agreement_record(audit)
             RECORD.write_text(json.dumps(rec, indent=2, sort_keys=True) + "\n")

@@ -6,7 +6,10 @@ Two steps, as the paper's grader-AI does them:
    (``**Final Diagnosis:** X``, ``The most likely diagnosis is X``, a bare ``X.``),
    drops trailing explanations and hedges, and says whether the answer names one
    diagnosis (``single``), several alternatives (``multiple``) or none (``none``:
-   empty, a refusal, "not possible to diagnose").
+   empty, a refusal, "not possible to diagnose", a question back to the patient, or a
+   test, procedure or treatment instead of a diagnosis, as the recorded grader-AI's step 1
+   judged them on training cases). "X, specifically Y" keeps both names; a slash inside a
+   name ("attention-deficit/hyperactivity disorder") is one diagnosis.
 2. :meth:`OfflineGrader.equivalent` compares that diagnosis with the correct answer
    after normalisation (case, accents, punctuation, possessives, British spellings,
    "disease"/"syndrome"/"disorder"), abbreviations and synonyms from the versioned
@@ -14,7 +17,8 @@ Two steps, as the paper's grader-AI does them:
    an answer *more general* than the correct one counts (``lymphoma`` for
    ``Hodgkin lymphoma``); one *more specific* does not (``Hodgkin lymphoma`` for
    ``lymphoma``), except for qualifiers of course or severity (``acute``,
-   ``chronic``, ``severe``, ...) which do not make a different disease.
+   ``chronic``, ``severe``, ...) which do not make a different disease. A one-letter
+   misspelling of a long word is forgiven; in "X with Y" either named disease counts.
 
 The table is data, reviewed by hand and built from the training cases only (see
 ``scoring/data/README.md``); nothing is learnt at run time. ``multiple`` and ``none``
@@ -33,6 +37,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+import Levenshtein
+
 from craftmd import CraftMDError
 
 TABLE_VERSION = "1"
@@ -46,13 +52,13 @@ STOPWORDS = frozenset(
     "a an the of in on to for with and without by from at as due its their his her this that is are be "
     "disease diseases syndrome syndromes disorder disorders condition type form variant "
     "likely possible probable probably possibly suspected presumed presumptive most suggestive "
-    "consistent compatible infection".split()
+    "consistent compatible infection eg ie would".split()
 )
 #: Qualifiers of course, severity, side or extent: adding one does not make an answer a subtype.
 NEUTRAL = frozenset(
     "acute chronic subacute severe mild moderate bilateral unilateral left right recurrent "
     "early late new onset uncomplicated complicated simple active ongoing persistent "
-    "worsening progressive mild-moderate episode episodic exacerbation flare".split()
+    "worsening progressive mild-moderate episode episodic exacerbation flare primary sided".split()
 )
 #: Qualifiers of site, age group or cause that the recorded grader-AI did not treat as making a subtype
 #: ("cutaneous leishmaniasis" for "leishmaniasis", "bacterial pneumonia" for "pneumonia"). Used only
@@ -60,11 +66,16 @@ NEUTRAL = frozenset(
 PRESENTATION = frozenset(
     "cutaneous congenital neonatal infantile juvenile adult childhood pediatric maternal bacterial viral infected "
     "infectious traumatic postoperative lumbar cervical thoracic pulmonary community acquired nosocomial "
-    "localized generalized disseminated".split()
+    "localized generalized disseminated benign".split()
 )
 #: Words that make a disease of their own: an answer that drops one is not "more general"
 #: ("bipolar disorder" for "bipolar II disorder", "OCD" for "obsessive-compulsive personality disorder").
-DISTINCT = frozenset("personality i ii iii iv 1 2 3 4 a b c".split())
+#: Causes and mechanisms named in the correct answer are part of its identity too: "drug-induced lupus" is
+#: not credited for "lupus", nor "nephrogenic diabetes insipidus" for "diabetes insipidus" (training cases).
+DISTINCT = frozenset(
+    "personality i ii iii iv 1 2 3 4 a b c drug induced hereditary nephrogenic inflammatory autoimmune ruptured normal "
+    "nonhodgkin".split()
+)
 #: Words too generic to count as "more general" than a named disease on their own: categories
 #: ("infection", "cancer") and findings or syndromes that many diseases share ("anemia", "jaundice",
 #: "seizure"); the recorded grader-AI did not credit them for a specific disease (training cases).
@@ -129,6 +140,12 @@ def _stem_all(folded: str) -> str:
     return " ".join(_stem(w) for w in folded.split())
 
 
+# The word lists are compared with stemmed tokens ("diabetes" -> "diabete"): hold both forms.
+STOPWORDS, NEUTRAL, PRESENTATION, DISTINCT, GENERIC = (
+    frozenset(ws | {_stem(w) for w in ws}) for ws in (STOPWORDS, NEUTRAL, PRESENTATION, DISTINCT, GENERIC)
+)
+
+
 @dataclass(frozen=True)
 class SynonymTable:
     """Phrase -> canonical phrase (folded), plus the table's own hash for the record."""
@@ -179,6 +196,15 @@ class SynonymTable:
         return cls(canon, {k: frozenset(v) for k, v in broader.items()}, hashlib.sha256(raw).hexdigest(), rows)
 
 
+def _misspelt(dx: frozenset[str], ans: frozenset[str]) -> bool:
+    """Same words but one misspelt by one letter ("apthous stomatitis", "Guillan-Barre"); long words only, no digits."""
+    a_only, d_only = ans - dx, dx - ans
+    if len(a_only) != 1 or len(d_only) != 1:
+        return False
+    (a,), (d,) = a_only, d_only
+    return min(len(a), len(d)) >= 6 and not any(c.isdigit() for c in a + d) and Levenshtein.distance(a, d) <= 1
+
+
 @dataclass(frozen=True)
 class Extraction:
     """What the answer names: the diagnosis text (or None) and its kind."""
@@ -206,6 +232,15 @@ _MARKERS = [
         r"\s*(?:,\s*)?(?:is|would\s+be|could\s+be|appears\s+to\s+be|seems\s+to\s+be|is\s+likely(?:\s+to\s+be)?|:)\s*:?",
         re.I,
     ),
+    # "the most likely diagnosis for this 17-year-old girl is X", "the most probable diagnosis in the present case is X".
+    re.compile(
+        r"\bdiagnosis\s+(?:for|of|in)\s+[^.:;\n?]{1,80}?\s+(?:is|would\s+be)\s+(?:likely\s+)?",
+        re.I,
+    ),
+    re.compile(r"\b(?:diagnose\s+(?:him|her|them|the\s+patient|this\s+patient)\s+with)\s+", re.I),
+    # "the most likely diagnosis, given the symptoms of ..., is X"; "the underlying cause of the patient's condition is X".
+    re.compile(r"\bdiagnosis,\s+(?:given|based|considering|in\s+view)\b[^.;\n?]{1,200}?,\s+is\s+", re.I),
+    re.compile(r"\bcause\s+of\s+(?:the|this|his|her)\s+(?:patient'?s?\s+)?(?:condition|symptoms|presentation)\s+is\s+", re.I),
     re.compile(r"\b(?:diagnosis\s+of|diagnosed\s+with|likely\s+to\s+be|most\s+likely\s+(?:has|have|cause\s+is|due\s+to))\s+", re.I),
     re.compile(
         r"\b(?:suggest|suggests|suggestive\s+of|indicate|indicates|indicative\s+of|point\s+to|points\s+to|consistent\s+with"
@@ -220,9 +255,16 @@ _NONE_PAT = re.compile(
     r"|undiagnosed|no\s+(?:current\s+)?(?:medical|acute|significant|abnormal)|as\s+an\s+ai|you\s+have\s+not|please\s+provide)",
     re.I,
 )
+#: What a marker found that only points back at a diagnosis named earlier ("... consistent with this diagnosis").
+_BACKREF = re.compile(
+    r"\s*(?:this|these|that|those|the\s+above|such|other|his|her|their|the\s+(?:patient|symptoms?|findings?|diagnosis|condition)|based\s+on)\b",
+    re.I,
+)
+#: "Based on the symptoms provided, X": the lead-in clause, not the diagnosis.
+_BASED = re.compile(r"^based\s+on\s+[^,.;:\n]{0,150},\s*", re.I)
 _LEAD = re.compile(
-    r"^(?:(?:is|are|was|be|a|an|the|of|as|likely|most\s+likely|probably|possibly|possible|probable|suspected|presumed|presumptive"
-    r"|clinically|that|this\s+is|it\s+is|diagnosis\s+of|diagnosed\s+with|a\s+case\s+of|case\s+of|consistent\s+with|suggestive\s+of"
+    r"^(?:(?:is|are|was|be|to\s+be|a|an|the|of|as|likely|most\s+likely|probably|possibly|possible|probable|suspected|presumed|presumptive"
+    r"|clinically|that|this\s+is|it\s+is|diagnosis\s+of|diagnosed\s+with|a\s+case\s+of|case\s+of|(?:most\s+)?consistent\s+with|suggestive\s+of"
     r"|compatible\s+with|potential|atypical\s+presentation\s+of|a\s+form\s+of|form\s+of|type\s+of)(?:\s+|$)|[:\-]\s*)+",
     re.I,
 )
@@ -234,10 +276,27 @@ _CUT = re.compile(
     r"|following|after|triggered|related\s+to|induced\s+by|from\s+(?:a|an|the)|is\s+(?:a|the|likely|most|suspected|characterized))\b)",
     re.I,
 )
-_MULTI = re.compile(r"\s(?:or|vs\.?|versus|and/or)\s|/|\bdifferential\b|\beither\b|\brule\s+out\b|\br/o\b", re.I)
+#: "Attention-deficit/hyperactivity disorder", "HIV/AIDS": a slash inside a name is one diagnosis; a spaced one is two.
+_MULTI = re.compile(r"\s(?:or|vs\.?|versus|and/or)\s|(?<!\w)/|/(?!\w)|\bdifferential\b|\beither\b|\brule\s+out\b|\br/o\b", re.I)
 _WITH = re.compile(r"\s(?:with|and|plus|complicated\s+by|accompanied\s+by|along\s+with)\s", re.I)
 _SITE = re.compile(r"\s(?:of|in|on|involving|affecting)\s+(?:the|both|his|her|a|an)\s", re.I)
 _ALSO = re.compile(r"\s(?:also\s+known\s+as|also\s+called|aka|a\.k\.a\.|known\s+as|such\s+as|specifically|likely|namely|eg|or)\s", re.I)
+#: Tests, procedures and treatments: an answer naming one names no diagnosis (the recorded grader-AI's step 1 said
+#: "none" for 93 % of them on training cases).
+_PROC = re.compile(
+    r"\b(?:ultrasound|ultrasonography|sonography|colonoscopy|endoscopy|ct|computed\s+tomography|mri|magnetic\s+resonance|biopsy"
+    r"|radiograph\w*|x-?rays?|echocardiogra\w*|electrocardiogra\w*|ecg|ekg|scan|tests?|testing|assay|serology|titer|cultures?"
+    r"|smear|aspiration|puncture|panel|angiogra\w*|imaging|therapy|treatment|administration|administer|surgery|surgical|excision"
+    r"|resection|transfusion|management|antibiotics?|referral|refer|observation|reassurance|counseling|evaluation|work-?up"
+    r"|monitoring|urinalysis|cystoscopy|laparoscopy|bronchoscopy|mammogra\w*|elisa|pcr|screening|order|obtain|perform|start"
+    r"|initiate|prescribe|measure|measurement|electrophoresis|manometry|vaccines?|vaccination)\b",
+    re.I,
+)
+_SPECIFIC = re.compile(r",?\s+(?:more\s+)?(?:specifically|particularly|namely)[,:]?\s+", re.I)
+_HEDGE_END = re.compile(r"(?:\s+(?:possibly|likely|probably|most\s+likely|potentially))+$", re.I)
+_REFUSAL = re.compile(r"(?:i\s+cannot|i\s+can't|i'm\s+unable|i\s+am\s+unable|i\s+am\s+not\s+able|i'm\s+not\s+able|as\s+an\s+ai)\b", re.I)
+_EG = re.compile(r"\be\.g\.|\bi\.e\.")
+_ABBR_DOT = re.compile(r"\b(vs|st|dr|no|type)\.", re.I)
 _PAREN = re.compile(r"\(([^()]*)\)")
 _MD = re.compile(r"[*_#`>]+")
 _ENUM = re.compile(r"^\s*(?:\d+[.)]|[-\u2022*])\s+", re.M)
@@ -245,7 +304,7 @@ _ENUM = re.compile(r"^\s*(?:\d+[.)]|[-\u2022*])\s+", re.M)
 
 def _first_clause(text: str) -> str:
     # Keep "(...)" intact while cutting: mask dots/colons inside parentheses.
-    masked = re.sub(r"\([^()]*\)", lambda m: "(" + "x" * (len(m.group(0)) - 2) + ")", text)
+    masked = _PAREN.sub(lambda m: "(" + "x" * (len(m.group(0)) - 2) + ")", text) if "(" in text else text
     m = _CUT.search(masked)
     return text[: m.start()] if m else text
 
@@ -255,14 +314,17 @@ def extract(response: str | None) -> Extraction:
     if response is None or not response.strip():
         return Extraction(None, "none")
     text = _MD.sub("", response).strip()
-    text = re.sub(r"\be\.g\.|\bi\.e\.", "eg", text)
-    text = re.sub(r"\b(vs|st|dr|no|type)\.", r"\1", text, flags=re.I)
+    if _REFUSAL.match(text):  # "I cannot provide a diagnosis... However, it could be X": the grader-AI read no diagnosis
+        return Extraction(None, "none")
+    if "." in text:
+        text = _EG.sub("eg", text)
+        text = _ABBR_DOT.sub(r"\1", text)
     found = None
     m = _FINAL.search(text)
     if m and text[m.end():].strip():
         found = text[m.end():]
     else:  # the earliest of the other markers
-        hits = [m for pat in _MARKERS for m in [pat.search(text)] if m and text[m.end():].strip()]
+        hits = [m for pat in _MARKERS for m in [pat.search(text)] if m and text[m.end():].strip() and not _BACKREF.match(text[m.end():])]
         if hits:
             found = text[min(hits, key=lambda m: m.start()).end():]
     body = found if found is not None else text
@@ -277,10 +339,15 @@ def extract(response: str | None) -> Extraction:
         if len(items) > 1:
             return Extraction(None, "multiple", tuple(_ENUM.sub("", i).strip() for i in items[:5]))
         first = _ENUM.sub("", items[0] if items else lines[1]).strip()
-    first = _LEAD.sub("", first).strip()
-    if not first or _NONE_PAT.match(first):
+    first = _LEAD.sub("", _BASED.sub("", first)).strip()
+    if not first or _NONE_PAT.match(first) or "?" in _first_clause(first):  # a question back is no diagnosis
         return Extraction(None, "none")
     clause = _first_clause(first).strip(" ,.;:-")
+    m = _SPECIFIC.search(first)
+    if m and first[: m.start()].strip(" ,") == clause:  # "X, specifically Y": both name it; Y is what the grader-AI took
+        tail = _LEAD.sub("", _first_clause(first[m.end():])).strip(" ,.;:-")
+        clause = f"{clause} ({tail})" if tail else clause
+    clause = _HEDGE_END.sub("", clause)
     clause = _LEAD.sub("", clause).strip(" ,.;:-")
     if not clause or _NONE_PAT.match(clause):
         return Extraction(None, "none")
@@ -288,6 +355,8 @@ def extract(response: str | None) -> Extraction:
     if _MULTI.search(outside):
         parts = [p.strip(" ,.") for p in re.split(r"\s(?:or|vs\.?|versus|and/or)\s|/", outside, flags=re.I) if p.strip(" ,.")]
         return Extraction(clause, "multiple", tuple(parts))
+    if _PROC.search(_WITH.split(outside, maxsplit=1)[0]):  # a test, procedure or treatment is no diagnosis
+        return Extraction(None, "none", (clause,))
     return Extraction(clause, "single")
 
 
@@ -363,14 +432,17 @@ class OfflineGrader:
                     add(bare.split(sep, 1)[0])
         else:
             # "renal cell carcinoma with hematuria": the main diagnosis before "with/and".
-            head = _WITH.split(bare, maxsplit=1)[0]
+            head, *rest = _WITH.split(bare, maxsplit=1)
             add(head)
+            # "myocardial infarction with pericarditis": the grader-AI credited either named disease.
+            for tail in rest:
+                add(_LEAD.sub("", _first_clause(tail)))
             # "squamous cell carcinoma of the foot": the disease without its site.
             add(_SITE.split(head, maxsplit=1)[0])
         return out
 
     def _same(self, dx: frozenset[str], ans: frozenset[str], compound: bool = False) -> bool:
-        if dx == ans:
+        if dx == ans or _misspelt(dx, ans):
             return True
         if dx < ans and not compound:  # the answer is more general than the correct one: counts, unless only a generic word
             rest = dx - NEUTRAL

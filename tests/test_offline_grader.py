@@ -13,9 +13,11 @@ from craftmd.release import find_releases
 from craftmd.scoring.agreement import grader_agreement_audit, held_out
 from craftmd.scoring.offline import OfflineGrader, SynonymTable, _fold, extract
 
-#: The held-out kappa this grader reaches (measured 0.798; see bench/bench_grading.py).
-HELD_OUT_KAPPA_GOAL = 0.79
-TRAIN_KAPPA_GOAL = 0.85
+#: The kappa this grader reaches against the recorded GPT-4 labels, computed fresh by the test below
+#: (measured 0.813 held-out, 0.874 training; see bench/bench_grading.py). The issue's goal is 0.85 held-out.
+HELD_OUT_KAPPA_GOAL = 0.81
+TRAIN_KAPPA_GOAL = 0.87
+PER_MODEL_HELD_OUT_KAPPA_GOAL = 0.77
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +43,22 @@ def grader() -> OfflineGrader:
         ("**Final Diagnosis:** It is not possible to provide a definitive diagnosis without more information.", None, "none"),
         ("I apologize, but I cannot provide a diagnosis.", None, "none"),
         ("Final Diagnosis: None.", None, "none"),
+        # Markers with a free-form subject, lead-ins, back-references and hedges.
+        ("Based on the symptoms provided, the most likely diagnosis for this 17-year-old girl is Bulimia Nervosa.", "Bulimia Nervosa", "single"),
+        ("The most likely diagnosis, given the fever, malaise and painful rash, is eczema herpeticum.", "eczema herpeticum", "single"),
+        ("The most likely underlying cause of the patient's condition is Chagas disease.", "Chagas disease", "single"),
+        ("Crohn's disease. The tender nodules on the shins are consistent with this diagnosis.", "Crohn's disease", "single"),
+        ("**Final Diagnosis:** Hypokalemia possibly due to primary hyperaldosteronism", "Hypokalemia", "single"),
+        ("The final diagnosis is likely to be a Pyogenic Granuloma.", "Pyogenic Granuloma", "single"),
+        ("The most likely diagnosis is a seizure, specifically a focal seizure, given the history.", "seizure (focal seizure)", "single"),
+        # A slash inside a name is one diagnosis; a spaced one separates two.
+        ("Attention-Deficit/Hyperactivity Disorder (ADHD)", "Attention-Deficit/Hyperactivity Disorder (ADHD)", "single"),
+        ("Psoriasis / eczema", None, "multiple"),
+        # No diagnosis: a question back, a test or treatment, a refusal that goes on to guess.
+        ("Have you had any fever recently?", None, "none"),
+        ("CT scan of the abdomen with contrast.", None, "none"),
+        ("**Final Diagnosis:** Transvaginal ultrasound", None, "none"),
+        ("I cannot provide a diagnosis without an examination. However, it could be:\n\nSchizophrenia", None, "none"),
         ("", None, "none"),
         (None, None, "none"),
     ],
@@ -83,6 +101,15 @@ def test_extract(response, diagnosis, kind):
         ("Hypothyroidism", "Hyperthyroidism", False),
         ("Infection", "Urinary tract infection", False),  # too generic to count as "more general"
         ("Contact dermatitis", "Atopic dermatitis", False),
+        # A one-letter misspelling of a long word; either disease of "X with Y".
+        ("Apthous stomatitis", "Aphthous stomatitis", True),
+        ("Myocardial infarction with pericarditis", "Acute pericarditis", True),
+        ("Inflammatory bowel disease (Crohn's disease)", "Crohns disease", True),
+        # Cause and mechanism words are part of the disease; generic words stay generic after stemming.
+        ("Lupus erythematosus", "Drug-induced lupus erythematosus", False),
+        ("Diabetes insipidus", "Nephrogenic diabetes insipidus", False),
+        ("Diabetes", "Central diabetes insipidus", False),
+        ("Benign lipoma", "Lipoma", True),
     ],
 )
 def test_equivalent(grader, diagnosis, answer, correct):
@@ -176,7 +203,7 @@ def test_agreement_with_recorded_gpt4_grader(graded_releases, dataset_dir):
     assert overall["train"]["kappa"] >= TRAIN_KAPPA_GOAL
     assert overall["held-out"]["agreement"] > 0.92
     per_model = [r for r in rows if r["setting"] == "all" and r["split"] == "held-out" and r["model"] != "gpt4v" and not r["model"].startswith("all")]
-    assert len(per_model) == 5 and all(r["kappa"] >= 0.7 for r in per_model)
+    assert len(per_model) == 5 and all(r["kappa"] >= PER_MODEL_HELD_OUT_KAPPA_GOAL for r in per_model)
     assert {"id", "title", "description", "tables", "figures"} <= audit.keys()
     # The figures quoted next to every offline-graded score are this measurement, for this table.
     from craftmd.scoring.agreement import agreement_record, measured_agreement
