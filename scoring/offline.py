@@ -41,7 +41,7 @@ import Levenshtein
 
 from craftmd import CraftMDError
 
-TABLE_VERSION = "1"
+TABLE_VERSION = "2"
 #: What an answer more specific than the correct one gets: "qualifiers" (the paper's rule:
 #: wrong, unless the extra words only qualify course/severity/side) or "count" (right).
 SPECIFIC_POLICIES = ("qualifiers", "count")
@@ -439,6 +439,12 @@ class OfflineGrader:
                 add(_LEAD.sub("", _first_clause(tail)))
             # "squamous cell carcinoma of the foot": the disease without its site.
             add(_SITE.split(head, maxsplit=1)[0])
+            # "interstitial cystitis/bladder pain syndrome": two names of one disease, each counts.
+            if "/" in head:
+                sides = head.split("/")
+                if all(len(side.split()) >= 2 for side in sides):
+                    for side in sides:
+                        add(side)
         return out
 
     def _same(self, dx: frozenset[str], ans: frozenset[str], compound: bool = False) -> bool:
