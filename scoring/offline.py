@@ -292,7 +292,7 @@ _PROC = re.compile(
     r"|initiate|prescribe|measure|measurement|electrophoresis|manometry|vaccines?|vaccination)\b",
     re.I,
 )
-_SPECIFIC = re.compile(r",?\s+(?:more\s+)?(?:specifically|particularly|namely)[,:]?\s+", re.I)
+_SPECIFIC = re.compile(r",?\s+(?:more\s+)?(?:specifically|particularly|namely|likely|most\s+likely)[,:]?\s+", re.I)
 _HEDGE_END = re.compile(r"(?:\s+(?:possibly|likely|probably|most\s+likely|potentially))+$", re.I)
 _REFUSAL = re.compile(r"(?:i\s+cannot|i\s+can't|i'm\s+unable|i\s+am\s+unable|i\s+am\s+not\s+able|i'm\s+not\s+able|as\s+an\s+ai)\b", re.I)
 _EG = re.compile(r"\be\.g\.|\bi\.e\.")

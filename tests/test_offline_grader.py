@@ -14,7 +14,7 @@ from craftmd.scoring.agreement import grader_agreement_audit, held_out
 from craftmd.scoring.offline import OfflineGrader, SynonymTable, _fold, extract
 
 #: The kappa this grader reaches against the recorded GPT-4 labels, computed fresh by the test below
-#: (measured 0.815 held-out, 0.878 training; see bench/bench_grading.py). The issue's goal is 0.85 held-out.
+#: (measured 0.816 held-out, 0.879 training; see bench/bench_grading.py). The issue's goal is 0.85 held-out.
 HELD_OUT_KAPPA_GOAL = 0.81
 TRAIN_KAPPA_GOAL = 0.87
 PER_MODEL_HELD_OUT_KAPPA_GOAL = 0.77
@@ -51,6 +51,7 @@ def grader() -> OfflineGrader:
         ("**Final Diagnosis:** Hypokalemia possibly due to primary hyperaldosteronism", "Hypokalemia", "single"),
         ("The final diagnosis is likely to be a Pyogenic Granuloma.", "Pyogenic Granuloma", "single"),
         ("The most likely diagnosis is a seizure, specifically a focal seizure, given the history.", "seizure (focal seizure)", "single"),
+        ("**Final Diagnosis:** Inflammatory Bowel Disease (IBD), likely Ulcerative Colitis.", "Inflammatory Bowel Disease (IBD) (Ulcerative Colitis)", "single"),
         # A slash inside a name is one diagnosis; a spaced one separates two.
         ("Attention-Deficit/Hyperactivity Disorder (ADHD)", "Attention-Deficit/Hyperactivity Disorder (ADHD)", "single"),
         ("Psoriasis / eczema", None, "multiple"),
