@@ -141,14 +141,6 @@ def _dataset_current(data: Path, source) -> bool:
     return True
 
 
-def _grade_fn():
-    try:
-        from craftmd.scoring.grade import grade_release  # helper D's grader
-    except ImportError:
-        return None
-    return grade_release
-
-
 def read_audits(audits_dir: Path | None) -> list[dict]:
     """Every ``*.json`` audit dict in ``audits_dir`` (sorted by file name)."""
     if audits_dir is None or not Path(audits_dir).is_dir():
@@ -204,6 +196,8 @@ def leaderboard(
 ) -> Path:
     """build -> ingest -> grade -> analyse -> audits -> page. Returns the page's path."""
     from craftmd.generation.ingest import ingest
+    from craftmd.scoring.grade import grade_release
+
     from craftmd.source import Source
 
     from .page import write_page
@@ -227,14 +221,13 @@ def leaderboard(
     _say(f"ingest: upstream results into {releases}")
     ingest(src, data, releases, progress=progress, skip_existing=True)
 
-    grade = _grade_fn()
     graders = ["offline"] if graders is None else graders
-    if grade is None or not graders:
-        _say("grade: no extra grader available; using the recorded grades")
+    if not graders:
+        _say("grade: no extra grader asked for; using the recorded grades")
     else:
         for r in find_releases(releases):
             _say(f"grade: {r.id} with {', '.join(graders)}")
-            grade(r.path, data, graders, progress=progress)
+            grade_release(r.path, data, graders, progress=progress)
 
     _say("analyse: accuracy, bootstrap CIs, paired tests")
     with atomic_dir(out) as tmp:

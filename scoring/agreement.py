@@ -20,6 +20,7 @@ import polars as pl
 from statsmodels.stats.inter_rater import cohens_kappa
 
 from craftmd import CraftMDError
+from craftmd.atomic import atomic_write_json
 from craftmd.release import case_number, find_releases
 
 REFERENCE = "upstream-gpt4"
@@ -224,12 +225,7 @@ def measured_agreement() -> dict | None:
 
 def write_audit(releases_dir: Path | str, audits_dir: Path | str, dataset_dir: Path | str | None = None) -> Path:
     audit = grader_agreement_audit(releases_dir, dataset_dir)
-    out = Path(audits_dir) / f"{AUDIT_ID}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(audit, indent=2, sort_keys=True) + "\n")
-    tmp.replace(out)
-    return out
+    return atomic_write_json(Path(audits_dir) / f"{AUDIT_ID}.json", audit)
 
 
 __all__ = ["grader_agreement_audit", "write_audit", "agreement_table", "paired_labels", "held_out", "kappa"]
