@@ -225,9 +225,15 @@ def leaderboard(
     if not graders:
         _say("grade: no extra grader asked for; using the recorded grades")
     else:
+        from craftmd.scoring.grade import stale_graders
+
         for r in find_releases(releases):
-            _say(f"grade: {r.id} with {', '.join(graders)}")
-            grade_release(r.path, data, graders, progress=progress)
+            todo = stale_graders(r.path, data, graders)
+            if not todo:
+                _say(f"grade: {r.id}: {', '.join(graders)} current")
+                continue
+            _say(f"grade: {r.id} with {', '.join(todo)}")
+            grade_release(r.path, data, todo, progress=progress)
 
     _say("analyse: accuracy, bootstrap CIs, paired tests")
     with atomic_dir(out) as tmp:

@@ -7,12 +7,18 @@ peak requests in flight, wall time, the floor (the longest chain of dependent ca
 any conversation × 100 ms: no schedule can beat it) and the speed-up over seven workers.
 Goal: wall ≤ 1.5 × floor and ≥ 10 × faster than the seven workers.
 
+It then runs the same work once more with the HTTP layer taken out (an in-process model
+that answers from the same replay after the same latency): what is left is the engine's
+own scheduling and bookkeeping, so the two walls say how much of the gap to the floor is
+the engine and how much is the client's and the server's CPU per request.
+
     .venv/bin/python bench/bench_generation.py [--cases 100] [--latency 0.1] [--concurrency 512] [--processes N]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import multiprocessing
 import os
 import resource
@@ -27,7 +33,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from loopback import LoopbackServer, Replay, pick_upstream, write_replay_dataset  # noqa: E402
 
+from craftmd.generation import engine as engine_module  # noqa: E402
 from craftmd.generation.engine import GenerateSpec, generate  # noqa: E402
+from craftmd.generation.models.base import ChatModel, Completion  # noqa: E402
 from craftmd.release import read_release  # noqa: E402
 from craftmd.source import Source  # noqa: E402
 
@@ -60,8 +68,9 @@ class ServerProcess:
                 cmd = conn.recv()
                 if cmd == "stop":
                     return
+                ru = resource.getrusage(resource.RUSAGE_SELF)
                 conn.send({"calls": server.calls, "served": server.served, "max_in_flight": server.max_in_flight,
-                           "mismatches": list(getattr(responder, "mismatches", []))})
+                           "mismatches": list(getattr(responder, "mismatches", [])), "cpu": ru.ru_utime + ru.ru_stime})
                 if cmd == "reset":
                     server.reset_counters()
 
@@ -78,6 +87,24 @@ class ServerProcess:
     def __exit__(self, *exc) -> None:
         self._conn.send("stop")
         self._proc.join(5)
+
+
+class InProcess(ChatModel):
+    """The replay as a model in this process: same answers, same latency, no HTTP."""
+
+    provider = "openai"  # the same cache keys and manifest as the HTTP run
+
+    def __init__(self, model: str, responder, latency: float):
+        super().__init__(model)
+        self.responder, self.latency = responder, latency
+
+    async def check(self) -> None:
+        pass
+
+    async def chat(self, messages, sampling) -> Completion:
+        await asyncio.sleep(self.latency)
+        text = self.responder({"model": self.model, "messages": messages})
+        return Completion(text, "ok", "stop") if text is not None else Completion(None, "refusal", "content_filter")
 
 
 def _cpu() -> float:
@@ -109,14 +136,27 @@ def main() -> int:
                                 progress=False, timeout=60)
 
         with ServerProcess(replay, latency=a.latency, max_seconds=1800) as server:
+            server_cpu0 = server.stats()["cpu"]
             t, cpu0 = time.perf_counter(), _cpu()
             report = generate(spec(tmp / "engine", tmp / "engine.sqlite", ids, a.concurrency, a.processes))
             wall, cpu = time.perf_counter() - t, _cpu() - cpu0
             st = server.stats(reset=True)
-            peak_server = st["max_in_flight"]
+            peak_server, server_cpu = st["max_in_flight"], st["cpu"] - server_cpu0
             assert not st["mismatches"] and st["served"] == report.calls, st
             floor = chain_length(report.path) * a.latency
             calls = report.calls
+
+            # The engine alone: the same run with the HTTP layer replaced by an in-process model.
+            real_get_model = engine_module.get_model
+            engine_module.get_model = lambda name, **_: InProcess(name.split("/", 1)[1], replay, a.latency)
+            try:
+                t, cpu0 = time.perf_counter(), _cpu()
+                alone = generate(spec(tmp / "alone", tmp / "alone.sqlite", ids, a.concurrency, a.processes))
+                alone_wall, alone_cpu = time.perf_counter() - t, _cpu() - cpu0
+            finally:
+                engine_module.get_model = real_get_model
+            assert alone.calls == calls, (alone.calls, calls)
+            same = read_release(alone.path).table("answers").equals(read_release(report.path).table("answers"))
 
             if a.skip_baseline:
                 base_wall, how = calls * a.latency / a.workers, "estimated: calls × latency / workers"
@@ -146,9 +186,14 @@ def main() -> int:
     print(f"wall                  {wall:.2f} s  ({a.processes} engine processes, concurrency {a.concurrency}, {os.cpu_count()} cores)")
     print(f"calls/s               {calls / wall:.0f}")
     print(f"client CPU            {cpu:.1f} s = {cpu / calls * 1000:.1f} ms per call (engine processes; bounds wall at CPU / cores)")
+    print(f"server CPU            {server_cpu:.1f} s = {server_cpu / calls * 1000:.1f} ms per call (the loopback server's process, same cores)")
     print(f"peak in flight        {report.peak_in_flight} (client), {peak_server} (server)")
     print(f"floor                 {floor:.2f} s  (longest chain {chain_length_str(floor, a.latency)} calls × {a.latency * 1000:.0f} ms)")
     print(f"wall / floor          {wall / floor:.2f}   (goal ≤ 1.5)")
+    print(f"engine alone          {alone_wall:.2f} s = {alone_wall / floor:.2f} × floor, {alone_cpu / calls * 1000:.2f} ms CPU per call "
+          f"(in-process model, no HTTP; same answers: {same})")
+    print(f"HTTP per call         {(cpu - alone_cpu) / calls * 1000:.2f} ms client + {server_cpu / calls * 1000:.2f} ms server CPU "
+          f"on {os.cpu_count()} cores: at least {(cpu + server_cpu) / (os.cpu_count() or 1):.1f} s of wall for this run")
     print(f"{a.workers} blocking workers    {base_wall:.1f} s  ({how})")
     print(f"speed-up              {base_wall / wall:.1f}×  (goal ≥ 10×)")
     ok = wall <= 1.5 * floor and base_wall / wall >= 10

@@ -35,10 +35,10 @@ def canonical(obj) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def request_key(provider: str, model: str, messages: list[Message], sampling: Sampling) -> str:
-    """sha256 over provider, model, messages and sampling (canonical JSON)."""
+def request_key(provider: str, model: str, messages: list[Message], sampling: Sampling) -> tuple[str, str]:
+    """The request as canonical JSON (provider, model, messages, sampling) and its sha256, the cache key."""
     payload = canonical({"provider": provider, "model": model, "messages": messages, "sampling": sampling.to_dict()})
-    return hashlib.sha256(payload.encode()).hexdigest()
+    return hashlib.sha256(payload.encode()).hexdigest(), payload
 
 
 class RequestCache:
@@ -61,8 +61,8 @@ class RequestCache:
             row = self._db.execute("SELECT response FROM requests WHERE key = ?", (key,)).fetchone()
         return Completion.from_dict(json.loads(row[0])) if row else None
 
-    def put(self, key: str, provider: str, model: str, messages: list[Message], sampling: Sampling, completion: Completion) -> None:
-        request = canonical({"messages": messages, "sampling": sampling.to_dict()})
+    def put(self, key: str, provider: str, model: str, request: str, completion: Completion) -> None:
+        """Store ``completion`` for the request ``request_key`` gave as ``(key, request)``."""
         with self._lock:
             self._db.execute(
                 "INSERT OR IGNORE INTO requests (key, provider, model, request, response) VALUES (?, ?, ?, ?, ?)",
@@ -80,7 +80,8 @@ class RequestCache:
         out = []
         for provider, model, req, resp in rows:
             r = json.loads(req)
-            out.append({"provider": provider, "model": model, **r, "response": json.loads(resp)})
+            out.append({"provider": provider, "model": model, "messages": r["messages"], "sampling": r["sampling"],
+                        "response": json.loads(resp)})
         return out
 
     def close(self) -> None:

@@ -1,8 +1,11 @@
 """Calling a model: cache first, bounded concurrency, capped retries, counters.
 
 ``Caller(model, cache)`` is the one door every request goes through. A cached answer
-is returned without a call. Otherwise the request waits for a slot (a semaphore of
-``concurrency``), and a transient failure (429, 5xx, timeout, dropped connection) is
+is returned without a call. Otherwise the request waits for one of ``concurrency``
+slots, handed out by priority (lower first, then first come): the engine gives a
+conversation's turns priority 0 and the questions asked after it priority 1, so the
+long chains of dependent turns never queue behind questions that nothing waits on. A
+transient failure (429, 5xx, timeout, dropped connection) is
 retried with exponential backoff and full jitter, at most ``max_retries`` times; then
 it is recorded as a failure (status ``error``), never retried forever. A refusal or a
 content-filter block is an answer (status ``refusal``) and is cached as such.
@@ -15,6 +18,8 @@ active conversation's next turn goes to the engine together.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import random
 from dataclasses import dataclass, field
 
@@ -34,6 +39,36 @@ class Counters:
     in_flight: int = 0
     peak_in_flight: int = 0
     batches: list[int] = field(default_factory=list)
+
+
+class Slots:
+    """``n`` slots for concurrent requests, handed to waiters by (priority, arrival)."""
+
+    def __init__(self, n: int):
+        self.free = n
+        self._waiting: list[tuple[int, int, asyncio.Future]] = []
+        self._order = itertools.count()
+
+    async def acquire(self, priority: int = 0) -> None:
+        if self.free > 0 and not self._waiting:
+            self.free -= 1
+            return
+        fut = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (priority, next(self._order), fut))
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():  # handed a slot, then cancelled: give it on
+                self.release()
+            raise
+
+    def release(self) -> None:
+        while self._waiting:
+            _, _, fut = heapq.heappop(self._waiting)
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self.free += 1
 
 
 class Caller:
@@ -56,7 +91,7 @@ class Caller:
         self.max_backoff = max_backoff
         self.counters = Counters()
         self._rng = random.Random(seed)  # jitter only; never affects what is generated
-        self._sem: asyncio.Semaphore | None = None
+        self._slots = Slots(concurrency)
         self._pending: dict[str, asyncio.Future] = {}  # identical requests in flight share one call
         self._queue: list[tuple[list[Message], Sampling, asyncio.Future]] = []
         self._flush: asyncio.Task | None = None
@@ -69,8 +104,8 @@ class Caller:
             return getattr(counters, name)
         raise AttributeError(name)
 
-    async def __call__(self, messages: list[Message], sampling: Sampling) -> Completion:
-        key = request_key(self.model.provider, self.model.model, messages, sampling)
+    async def __call__(self, messages: list[Message], sampling: Sampling, priority: int = 0) -> Completion:
+        key, request = request_key(self.model.provider, self.model.model, messages, sampling)
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
@@ -81,9 +116,9 @@ class Caller:
         fut = asyncio.get_running_loop().create_future()
         self._pending[key] = fut
         try:
-            result = await (self._batched(messages, sampling) if self.model.batches else self._single(messages, sampling))
+            result = await (self._batched(messages, sampling) if self.model.batches else self._single(messages, sampling, priority))
             if result.status in ("ok", "refusal") and self.cache is not None:
-                self.cache.put(key, self.model.provider, self.model.model, messages, sampling, result)
+                self.cache.put(key, self.model.provider, self.model.model, request, result)
             fut.set_result(result)
             return result
         except BaseException as exc:
@@ -103,21 +138,20 @@ class Caller:
             if c.status == "refusal":
                 self.counters.refusals += 1
 
-    async def _single(self, messages: list[Message], sampling: Sampling) -> Completion:
-        if self._sem is None:
-            self._sem = asyncio.Semaphore(self.concurrency)
+    async def _single(self, messages: list[Message], sampling: Sampling, priority: int) -> Completion:
         attempt = 0
         while True:
-            async with self._sem:
-                self.counters.in_flight += 1
-                self.counters.peak_in_flight = max(self.counters.peak_in_flight, self.counters.in_flight)
-                try:
-                    result = await self.model.chat(messages, sampling)
-                    error = None
-                except TransientError as exc:
-                    error = str(exc)
-                finally:
-                    self.counters.in_flight -= 1
+            await self._slots.acquire(priority)
+            self.counters.in_flight += 1
+            self.counters.peak_in_flight = max(self.counters.peak_in_flight, self.counters.in_flight)
+            try:
+                result = await self.model.chat(messages, sampling)
+                error = None
+            except TransientError as exc:
+                error = str(exc)
+            finally:
+                self.counters.in_flight -= 1
+                self._slots.release()
             if error is None:
                 self._account(result)
                 return result

@@ -268,8 +268,8 @@ class Engine:
         caller = self.callers[self.agent_names[agent]]
         tally = self.tallies[agent]
 
-        async def call(messages, sampling):
-            c = await caller(messages, sampling)
+        async def call(messages, sampling, priority: int = 0):
+            c = await caller(messages, sampling, priority)
             tally.add(c)
             return c
 
@@ -290,7 +290,7 @@ class Engine:
                 answers.append({**row, "response": None, "status": blocked})
                 return
             msgs = self.protocol.question_messages(case, setting, fmt, with_image, conv=conv, summary=summary, many_options=self.many)
-            c = await doctor(msgs, sampling)
+            c = await doctor(msgs, sampling, 1)  # nothing waits on a question: turns go first
             answers.append({**row, "response": c.text if c.status == "ok" else None, "status": c.status})
 
         def record(kind: str, conv: Conversation, summary: str | None) -> None:
@@ -427,6 +427,8 @@ class Engine:
         procs = [ctx.Process(target=self._shard, args=(jobs, i, workers, results, progress), daemon=True) for i in range(workers)]
         for p in procs:
             p.start()
+        # pyarrow imports pandas on its first conversion (~0.4 s); do it while the workers run, not after.
+        pa.array([""])
         conversations, answers, counters, errors, finished = [], [], [], [], 0
         try:
             while finished < workers:

@@ -14,11 +14,15 @@ Graders (names as in ``grades.grader``):
 
 Every answer row of a graded format gets a grade row; a missing or non-text answer
 grades as wrong (``resolved_kind`` none). The release is rewritten atomically
-(:func:`craftmd.release.write_release`), its manifest recording each grader.
+(:func:`craftmd.release.write_release`), its manifest recording each grader: its identity
+(rule version, or table and rules hashes) and the inputs it graded (the answers file's and
+the dataset's hashes). With ``only_stale=True`` a grader whose record matches both is not
+run again (``make leaderboard`` re-grades only what changed).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -29,6 +33,7 @@ from tqdm import tqdm
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file, load_config
+from craftmd.atomic import sha256_file
 from craftmd.release import GRADES_SCHEMA, read_release, write_release
 
 MCQ_RULES = ("paper", "strict")
@@ -131,7 +136,7 @@ def grade_answers(
                 resolved, kind, correct = grade_mcq(row["response"], choices, answer, g)
                 emit(row, g, resolved, kind, correct, None)
                 n += 1
-            records[g] = {"rule": g, "graded": n}
+            records[g] = dict(grader_identity(g), graded=n)
         elif g == "offline":
             from craftmd.scoring.offline import default_grader
 
@@ -144,7 +149,7 @@ def grade_answers(
                 answer = cases[(row["case_id"], row["with_image"])][1]
                 r = og.grade_top3(row["response"], answer)
                 emit(row, g, r.resolved, r.resolved_kind, r.correct, r.detail)
-            records[g] = dict(og.version, graded=len(frq) + len(top3))
+            records[g] = dict(grader_identity(g), graded=len(frq) + len(top3))
         else:
             from craftmd.scoring.llm_grader import LLMGrader, parse_grader_name
 
@@ -157,6 +162,41 @@ def grade_answers(
     return pa.table(cols, schema=GRADES_SCHEMA), records
 
 
+def grader_identity(grader: str) -> dict | None:
+    """What a release records about a deterministic grader (None for an LLM grader)."""
+    if grader in MCQ_RULES:
+        from craftmd.scoring.mcq import RULES_VERSION
+
+        return {"rule": grader, "rules_version": RULES_VERSION}
+    if grader == "offline":
+        from craftmd.scoring.offline import default_grader
+
+        return default_grader().version
+    return None
+
+
+def dataset_fingerprint(dataset_dir: Path | str) -> str:
+    """sha256 over the dataset files grading reads (``all``, ``nejm_image``, ``diagnoses``)."""
+    parts = []
+    for config in ("all", "nejm_image", "diagnoses"):
+        f = config_file(dataset_dir, config)
+        parts.append(f"{config}:{sha256_file(f) if f.exists() else '-'}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def stale_graders(release_dir: Path | str, dataset_dir: Path | str, graders: list[str]) -> list[str]:
+    """Those of ``graders`` whose recorded identity or inputs differ from now (LLM graders: always)."""
+    rel = read_release(release_dir)
+    recorded = rel.manifest.notes.get("graders", {})
+    inputs = {"answers_sha256": rel.manifest.files["answers.parquet"]["sha256"], "dataset_sha256": dataset_fingerprint(dataset_dir)}
+    stale = []
+    for g in check_graders(graders):
+        ident, rec = grader_identity(g), recorded.get(g) or {}
+        if ident is None or rec.get("inputs") != inputs or any(rec.get(k) != v for k, v in ident.items()):
+            stale.append(g)
+    return stale
+
+
 def grade_release(
     release_dir: Path | str,
     dataset_dir: Path | str,
@@ -165,11 +205,20 @@ def grade_release(
     base_url: str | None = None,
     cache=None,
     progress: bool = True,
+    only_stale: bool = False,
 ) -> Path:
-    """Add (or replace) ``graders``' rows in the release's grades; rewrite it atomically."""
+    """Add (or replace) ``graders``' rows in the release's grades; rewrite it atomically.
+
+    With ``only_stale``, graders whose recorded identity and inputs are current are
+    skipped; when none is left the release is not touched.
+    """
     release_dir = Path(release_dir)
-    rel = read_release(release_dir)
     graders = check_graders(graders)
+    if only_stale:
+        graders = stale_graders(release_dir, dataset_dir, graders)
+        if not graders:
+            return release_dir
+    rel = read_release(release_dir)
     answers = pl.from_arrow(rel.table("answers"))
     new, records = grade_answers(answers, dataset_dir, graders, base_url=base_url, cache=cache, progress=progress)
     tables = {"answers": rel.table("answers")}
@@ -183,8 +232,9 @@ def grade_release(
     m = rel.manifest
     notes = dict(m.notes)
     recorded = dict(notes.get("graders", {}))
+    inputs = {"answers_sha256": m.files["answers.parquet"]["sha256"], "dataset_sha256": dataset_fingerprint(dataset_dir)}
     for g, info in records.items():
-        recorded[g] = info
+        recorded[g] = dict(info, inputs=inputs)
     notes["graders"] = dict(sorted(recorded.items()))
     m.notes = notes
     per: dict[str, dict] = {}
@@ -202,4 +252,4 @@ def grade_cli(args) -> int:
     return 0
 
 
-__all__ = ["grade_release", "grade_answers", "check_graders", "load_cases", "MCQ_RULES"]
+__all__ = ["grade_release", "grade_answers", "check_graders", "load_cases", "stale_graders", "grader_identity", "MCQ_RULES"]

@@ -1,8 +1,9 @@
 """A real OpenAI-compatible HTTP server on 127.0.0.1 for offline tests and benchmarks.
 
 ``LoopbackServer(responder)`` serves ``POST /v1/chat/completions`` and ``GET /v1/models``
-from a background thread (stdlib ``ThreadingHTTPServer``, HTTP/1.1 keep-alive), so the
-real ``openai`` client talks to it exactly as it talks to a hosted API or a vLLM server.
+with ``aiohttp.web`` on its own event loop in a background thread (HTTP/1.1 keep-alive),
+so the real ``openai`` client talks to it exactly as it talks to a hosted API or a
+``vllm serve`` server (an asyncio server too).
 
 - ``responder(request_json) -> str | None`` writes the assistant's text; ``None`` answers
   with a content-filter block (``finish_reason="content_filter"``, no content). An
@@ -20,14 +21,14 @@ real ``openai`` client talks to it exactly as it talks to a hosted API or a vLLM
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
-import socket
 import threading
-import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
+
+from aiohttp import web
 
 
 def _text(content) -> str:
@@ -71,36 +72,60 @@ class LoopbackServer:
         self.slow_delay = slow_delay
         self.max_seconds = max_seconds
         self._rng = random.Random(seed)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # counters are read and reset from other threads
         self.calls = 0
         self.served = 0
         self.faults: Counter = Counter()
         self.in_flight = 0
         self.max_in_flight = 0
         self.log: list[dict] = []
-        self._server: ThreadingHTTPServer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._timer: threading.Timer | None = None
+        self._stopped: asyncio.Event | None = None
+        self._port: int | None = None
 
     # --- lifecycle ------------------------------------------------------------------
     def start(self) -> LoopbackServer:
-        handler = type("Handler", (_Handler,), {"owner": self})
-        self._server = _Server(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def serve() -> None:
+            try:
+                asyncio.run(self._serve(ready))
+            except BaseException as exc:  # noqa: BLE001 - reported to start()
+                failure.append(exc)
+                ready.set()
+
+        self._thread = threading.Thread(target=serve, name="loopback-server", daemon=True)
         self._thread.start()
-        self._timer = threading.Timer(self.max_seconds, self.stop)
-        self._timer.daemon = True
-        self._timer.start()
+        ready.wait(30)
+        if failure:
+            raise failure[0]
         return self
 
+    async def _serve(self, ready: threading.Event) -> None:
+        self._loop, self._stopped = asyncio.get_running_loop(), asyncio.Event()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
+        await site.start()
+        self._port = runner.addresses[0][1]
+        ready.set()
+        try:
+            await asyncio.wait_for(self._stopped.wait(), self.max_seconds)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            await runner.cleanup()
+
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stopped.set)
+            self._thread.join(10)
+        self._loop = None
 
     def __enter__(self) -> LoopbackServer:
         return self.start()
@@ -110,8 +135,8 @@ class LoopbackServer:
 
     @property
     def port(self) -> int:
-        assert self._server is not None, "server not started"
-        return self._server.server_address[1]
+        assert self._port is not None, "server not started"
+        return self._port
 
     @property
     def base_url(self) -> str:
@@ -160,83 +185,47 @@ class LoopbackServer:
             "usage": {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out},
         }
 
+    # --- HTTP -------------------------------------------------------------------------
+    @staticmethod
+    def _error(status: int, message: str, code: str | None = None) -> web.Response:
+        return web.json_response({"error": {"message": message, "type": "loopback", "code": code}}, status=status)
 
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 1024  # the default backlog of 5 drops connections under load (1 s SYN retries)
+    async def _models(self, request: web.Request) -> web.Response:
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "loopback"} for m in self.models]
+        return web.json_response({"object": "list", "data": data})
 
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body go out in separate writes; Nagle + delayed ACK would add 40 ms
-    owner: LoopbackServer
-
-    def log_message(self, *args) -> None:  # quiet
-        pass
-
-    def _send(self, status: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
-
-    def _error(self, status: int, message: str, code: str | None = None) -> None:
-        self._send(status, {"error": {"message": message, "type": "loopback", "code": code}})
-
-    def do_GET(self) -> None:
-        if self.path.rstrip("/") == "/v1/models":
-            data = [{"id": m, "object": "model", "created": 0, "owned_by": "loopback"} for m in self.owner.models]
-            self._send(200, {"object": "list", "data": data})
-        else:
-            self._error(404, f"no route {self.path}")
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length)
-        if self.path.rstrip("/") != "/v1/chat/completions":
-            self._error(404, f"no route {self.path}")
-            return
-        owner = self.owner
-        fault, slow = owner._draw()
+    async def _chat(self, http: web.Request) -> web.StreamResponse:
+        body = await http.read()
+        fault, slow = self._draw()
         answered = None
         try:
-            if owner.latency or slow:
-                time.sleep(owner.latency + slow)
+            if self.latency or slow:
+                await asyncio.sleep(self.latency + slow)
             if fault == "429":
-                self._error(429, "rate limited (injected)", "rate_limit_exceeded")
-            elif fault == "500":
-                self._error(500, "server error (injected)")
-            elif fault == "drop":
-                self.close_connection = True
-                try:
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-            elif fault == "timeout":
-                time.sleep(owner.timeout_delay)
-                self._error(504, "too late (injected timeout)")
-            else:
-                try:
-                    request = json.loads(body)
-                except json.JSONDecodeError:
-                    self._error(400, "body is not JSON")
-                    return
-                if request.get("model") not in owner.models:
-                    self._error(404, f"model {request.get('model')!r} not served", "model_not_found")
-                    return
-                try:
-                    reply = owner.completion(request)
-                except Exception as exc:  # the responder could not answer this request
-                    self._error(400, f"responder: {type(exc).__name__}: {exc}")
-                    return
-                self._send(200, reply)
-                answered = request
+                return self._error(429, "rate limited (injected)", "rate_limit_exceeded")
+            if fault == "500":
+                return self._error(500, "server error (injected)")
+            if fault == "drop":
+                if http.transport is not None:
+                    http.transport.abort()  # the connection goes away without an answer
+                raise asyncio.CancelledError
+            if fault == "timeout":
+                await asyncio.sleep(self.timeout_delay)
+                return self._error(504, "too late (injected timeout)")
+            try:
+                request = json.loads(body)
+            except json.JSONDecodeError:
+                return self._error(400, "body is not JSON")
+            if request.get("model") not in self.models:
+                return self._error(404, f"model {request.get('model')!r} not served", "model_not_found")
+            try:
+                reply = self.completion(request)
+            except Exception as exc:  # the responder could not answer this request
+                return self._error(400, f"responder: {type(exc).__name__}: {exc}")
+            answered = request
+            return web.json_response(reply)
         finally:
-            owner._done(answered)
+            self._done(answered)
 
 
 # --- replaying upstream transcripts --------------------------------------------------------

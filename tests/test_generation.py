@@ -27,9 +27,11 @@ import pytest
 from craftmd import CraftMDError
 from craftmd.cli import main as cli_main
 from craftmd.generation.cache import RequestCache
-from craftmd.generation.calls import Caller
+from craftmd.generation.calls import Caller, Slots
 from craftmd.generation.engine import GenerateSpec, generate
 from craftmd.generation.models import Sampling, VLLMModel, get_model
+from craftmd.generation.models.base import ChatModel, Completion, TransientError
+from craftmd.generation.models.openai import parse_completion
 from craftmd.release import read_release
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -233,6 +235,72 @@ def test_retries_are_capped_and_failures_recorded(tmp_path):
     assert c.status == "error" and "4 attempts" in c.error
     assert server.calls == 4 and caller.retries == 3 and caller.failures == 1
     assert len(RequestCache(tmp_path / "c.sqlite")) == 0  # errors are not the record; the next run retries
+
+
+def test_conversation_turns_overtake_queued_questions(tmp_path):
+    """With every slot taken, a waiting turn (priority 0) goes before questions queued earlier (priority 1)."""
+    order: list[str] = []
+
+    class Recorder(ChatModel):
+        provider = "test"
+
+        async def check(self) -> None:
+            pass
+
+        async def chat(self, messages, sampling):
+            order.append(messages[0]["content"])
+            await asyncio.sleep(0.01)
+            return Completion("ok", "ok")
+
+    async def go():
+        caller = Caller(Recorder("m"), None, concurrency=1)
+        first = asyncio.ensure_future(caller([{"role": "user", "content": "q0"}], Sampling(), 1))
+        await asyncio.sleep(0)  # q0 holds the only slot
+        later = [asyncio.ensure_future(caller([{"role": "user", "content": f"q{i}"}], Sampling(), 1)) for i in (1, 2)]
+        await asyncio.sleep(0)
+        turn = asyncio.ensure_future(caller([{"role": "user", "content": "turn"}], Sampling(), 0))
+        await asyncio.gather(first, *later, turn)
+        return caller
+
+    caller = asyncio.run(go())
+    assert order == ["q0", "turn", "q1", "q2"]
+    assert caller.calls == 4 and caller.peak_in_flight == 1
+
+
+def test_cancelled_waiter_gives_its_slot_on():
+    async def go():
+        slots = Slots(1)
+        await slots.acquire()
+        waiter = asyncio.ensure_future(slots.acquire(0))
+        other = asyncio.ensure_future(slots.acquire(1))
+        await asyncio.sleep(0)
+        slots.release()  # handed to ``waiter`` ...
+        waiter.cancel()  # ... which is cancelled before it runs: the slot must reach ``other``
+        await asyncio.wait_for(other, 1)
+        slots.release()
+        return slots.free
+
+    assert asyncio.run(go()) == 1
+
+
+@pytest.mark.parametrize("body, status", [
+    ({"choices": [{"message": {"content": "Hi?"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}, "ok"),
+    ({"choices": [{"message": {"content": None}, "finish_reason": "content_filter"}]}, "refusal"),
+    ({"choices": [{"message": {"content": None, "refusal": "I can't help"}, "finish_reason": "stop"}]}, "refusal"),
+    ({"choices": [{"message": {"content": None}, "finish_reason": "length"}]}, "error"),
+])
+def test_response_bodies_become_completions(body, status):
+    c = parse_completion(body)
+    assert c.status == status
+    if status == "ok":
+        assert (c.text, c.tokens_in, c.tokens_out) == ("Hi?", 3, 1)
+
+
+@pytest.mark.parametrize("body", [{}, {"choices": []}, {"choices": [{"message": {"content": 3}}]}, "not json", None,
+                                  {"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": "many"}}])
+def test_malformed_response_is_retried_not_recorded(body):
+    with pytest.raises(TransientError, match="malformed response"):
+        parse_completion(body)
 
 
 # --- vLLM path: batching logic with a fake engine (no torch) --------------------------------

@@ -15,7 +15,7 @@ import pytest
 
 from craftmd import CraftMDError
 from craftmd.release import read_release, write_release
-from craftmd.scoring.grade import check_graders, grade_release
+from craftmd.scoring.grade import check_graders, grade_release, stale_graders
 from craftmd.scoring.llm_grader import load_prompts, parse_extraction, parse_judgement
 from craftmd.scoring.offline import OfflineGrader, extract
 
@@ -143,6 +143,39 @@ def test_regrading_replaces_rows_and_keeps_others(small_release, dataset_dir):
     assert recorded.equals(after.filter(pl.col("grader") == "upstream-gpt4").sort(key))
     # The strict rule uses the dataset's answer, as ingest does: identical rows.
     assert before.filter(pl.col("grader") == "strict").sort(key).equals(after.filter(pl.col("grader") == "strict").sort(key))
+
+
+def test_only_stale_graders_run_again(small_release, dataset_dir, tmp_path):
+    """A grader whose record matches the answers, the dataset and its own version is skipped; a change re-runs it."""
+    grade_release(small_release, dataset_dir, ["offline", "paper"], progress=False)
+    rec = read_release(small_release).manifest.notes["graders"]
+    assert rec["offline"]["inputs"]["answers_sha256"] == read_release(small_release).manifest.files["answers.parquet"]["sha256"]
+    assert rec["paper"]["rules_version"] >= 1 and rec["offline"]["table_sha256"]
+    assert stale_graders(small_release, dataset_dir, ["offline", "paper", GRADER]) == [GRADER]  # an LLM grader always runs
+    before = (small_release / "manifest.json").read_bytes()
+    grade_release(small_release, dataset_dir, ["offline", "paper"], progress=False, only_stale=True)
+    assert (small_release / "manifest.json").read_bytes() == before  # nothing rewritten
+
+    # Changed answers: one response edited -> both graders are stale and their rows follow the new answer.
+    rel = read_release(small_release)
+    answers = pl.from_arrow(rel.table("answers"))
+    i = answers.with_row_index().filter(pl.col("format") == "frq")["index"][0]
+    answers = answers.with_columns(pl.when(pl.int_range(pl.len()) == i).then(pl.lit("Not sure.")).otherwise(pl.col("response")).alias("response"))
+    tables = {n: rel.table(n) for n in ("conversations", "grades")}
+    write_release(small_release, rel.manifest, {**tables, "answers": answers.to_arrow().cast(rel.table("answers").schema)}, overwrite=True)
+    assert stale_graders(small_release, dataset_dir, ["offline", "paper"]) == ["offline", "paper"]
+    grade_release(small_release, dataset_dir, ["offline", "paper"], progress=False, only_stale=True)
+    assert stale_graders(small_release, dataset_dir, ["offline", "paper"]) == []
+
+    # A different dataset (one answer key changed) makes every deterministic grader stale.
+    import shutil
+
+    other = tmp_path / "data2"
+    shutil.copytree(dataset_dir, other)
+    f = other / "all" / "test-00000-of-00001.parquet"
+    ds = pl.read_parquet(f)
+    pl.concat([ds.head(1).with_columns(pl.lit("Something else").alias("answer")), ds.slice(1)]).write_parquet(f)
+    assert stale_graders(small_release, other, ["offline", "paper"]) == ["offline", "paper"]
 
 
 @pytest.mark.parametrize("name, message", [("upstream-gpt4", "cannot be re-run"), ("gpt4", "unknown grader"), ("llm:gpt-4o", "llm:PROVIDER/MODEL")])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal
 
 #: A chat message in the OpenAI format; ``content`` is a string or a list of content parts.
@@ -30,7 +30,7 @@ class Sampling:
     seed: int = 0
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}  # scalars only: no deep copy
 
     def with_seed(self, seed: int) -> Sampling:
         return Sampling(self.temperature, self.top_p, self.max_tokens, seed)
@@ -48,7 +48,7 @@ class Completion:
     error: str | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}  # scalars only: no deep copy
 
     @classmethod
     def from_dict(cls, d: dict) -> Completion:
