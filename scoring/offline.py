@@ -41,7 +41,7 @@ import Levenshtein
 
 from craftmd import CraftMDError
 
-TABLE_VERSION = "2"
+TABLE_VERSION = "3"
 #: What an answer more specific than the correct one gets: "qualifiers" (the paper's rule:
 #: wrong, unless the extra words only qualify course/severity/side) or "count" (right).
 SPECIFIC_POLICIES = ("qualifiers", "count")
@@ -224,6 +224,13 @@ class OfflineGrade:
 
 # --- extraction -----------------------------------------------------------------
 _FINAL = re.compile(r"final\s+diagnosis\s*(?:is|would\s+be|:)?\s*:?", re.I)
+#: "The final diagnosis would be confirmed by a biopsy", "the final diagnosis, after further testing, could be X": a remark
+#: about the final diagnosis, not one; the earlier "most likely diagnosis is X" is what the answer names.
+_FINAL_REMARK = re.compile(
+    r"\s*(?:,|(?:be\s+)?(?:confirmed|made|established|determined|requires?|needs?|should|will|would|can(?:not)?|depends|may|might"
+    r"|must|after|pending|not|uncertain|dependent)\b)",
+    re.I,
+)
 _MARKERS = [
     re.compile(
         r"\bdiagnosis(?:\s+(?:for|of|in)\s+(?:this|the|her|his)\s+(?:patient|case|child|woman|man|infant|boy|girl)(?:'s)?"
@@ -249,7 +256,7 @@ _MARKERS = [
     ),
 ]
 _NONE_PAT = re.compile(
-    r"^(?:none|n/?a|unknown|unclear|undetermined|inconclusive|no\s+(?:definitive\s+|specific\s+|clear\s+|final\s+)?diagnosis\b"
+    r"^(?:(?:none(?!\s+other)|n/?a|unknown|unclear|undetermined|inconclusive)\b|no\s+(?:definitive\s+|specific\s+|clear\s+|final\s+)?diagnosis\b"
     r"|not\s+(?:possible|able|enough|determined|applicable)|cannot|can't|can\s+not|unable|insufficient|i\s+(?:am|'m)\s+(?:sorry|unable|not)"
     r"|i\s+apologi|sorry|further\s+(?:information|evaluation|testing|tests|investigation|workup)|more\s+information|additional\s+information"
     r"|undiagnosed|no\s+(?:current\s+)?(?:medical|acute|significant|abnormal)|as\s+an\s+ai|you\s+have\s+not|please\s+provide)",
@@ -264,7 +271,7 @@ _BACKREF = re.compile(
 _BASED = re.compile(r"^based\s+on\s+[^,.;:\n]{0,150},\s*", re.I)
 _LEAD = re.compile(
     r"^(?:(?:is|are|was|be|to\s+be|a|an|the|of|as|likely|most\s+likely|probably|possibly|possible|probable|suspected|presumed|presumptive"
-    r"|clinically|that|this\s+is|it\s+is|diagnosis\s+of|diagnosed\s+with|a\s+case\s+of|case\s+of|(?:most\s+)?consistent\s+with|suggestive\s+of"
+    r"|clinically|that|this\s+is|it\s+is|none\s+other\s+than|diagnosis\s+of|diagnosed\s+with|a\s+case\s+of|case\s+of|(?:most\s+)?consistent\s+with|suggestive\s+of"
     r"|compatible\s+with|potential|atypical\s+presentation\s+of|a\s+form\s+of|form\s+of|type\s+of)(?:\s+|$)|[:\-]\s*)+",
     re.I,
 )
@@ -286,8 +293,9 @@ _ALSO = re.compile(r"\s(?:also\s+known\s+as|also\s+called|aka|a\.k\.a\.|known\s+
 _PROC = re.compile(
     r"\b(?:ultrasound|ultrasonography|sonography|colonoscopy|endoscopy|ct|computed\s+tomography|mri|magnetic\s+resonance|biopsy"
     r"|radiograph\w*|x-?rays?|echocardiogra\w*|electrocardiogra\w*|ecg|ekg|scan|tests?|testing|assay|serology|titer|cultures?"
-    r"|smear|aspiration|puncture|panel|angiogra\w*|imaging|therapy|treatment|administration|administer|surgery|surgical|excision"
-    r"|resection|transfusion|management|antibiotics?|referral|refer|observation|reassurance|counseling|evaluation|work-?up"
+    r"|smear|(?<!meconium\s)(?<!body\s)aspiration(?![\s-]+(?:pneumon\w+|syndrome))|puncture|panel|angiogra\w*|imaging|therapy|treatment"
+    r"|administration|administer|surgery|surgical|excision|resection|transfusion(?![\s-]+(?:reaction|related|associated))|management"
+    r"|antibiotics?(?![\s-]+(?:associated|induced|related))|referral|refer|observation|reassurance|counseling|evaluation|work-?up"
     r"|monitoring|urinalysis|cystoscopy|laparoscopy|bronchoscopy|mammogra\w*|elisa|pcr|screening|order|obtain|perform|start"
     r"|initiate|prescribe|measure|measurement|electrophoresis|manometry|vaccines?|vaccination)\b",
     re.I,
@@ -297,9 +305,13 @@ _HEDGE_END = re.compile(r"(?:\s+(?:possibly|likely|probably|most\s+likely|potent
 _REFUSAL = re.compile(r"(?:i\s+cannot|i\s+can't|i'm\s+unable|i\s+am\s+unable|i\s+am\s+not\s+able|i'm\s+not\s+able|as\s+an\s+ai)\b", re.I)
 _EG = re.compile(r"\be\.g\.|\bi\.e\.")
 _ABBR_DOT = re.compile(r"\b(vs|st|dr|no|type)\.", re.I)
+#: "E. coli", "C. difficile", "H. pylori": a genus initial is no sentence end.
+_GENUS_DOT = re.compile(r"\b([A-Z])\.\s*(?=[a-z]{3,})")
 _PAREN = re.compile(r"\(([^()]*)\)")
 _MD = re.compile(r"[*_#`>]+")
 _ENUM = re.compile(r"^\s*(?:\d+[.)]|[-\u2022*])\s+", re.M)
+#: "A. Asthma", "(B) Pelvic inflammatory disease": a multiple-choice letter before the name (not "E. coli").
+_OPTION = re.compile(r"^\(?[A-J][.)]\s+(?=[A-Z])")
 
 
 def _first_clause(text: str) -> str:
@@ -318,10 +330,10 @@ def extract(response: str | None) -> Extraction:
         return Extraction(None, "none")
     if "." in text:
         text = _EG.sub("eg", text)
-        text = _ABBR_DOT.sub(r"\1", text)
+        text = _GENUS_DOT.sub(r"\1 ", _ABBR_DOT.sub(r"\1", text))
     found = None
     m = _FINAL.search(text)
-    if m and text[m.end():].strip():
+    if m and text[m.end():].strip() and not _FINAL_REMARK.match(text[m.end():]):
         found = text[m.end():]
     else:  # the earliest of the other markers
         hits = [m for pat in _MARKERS for m in [pat.search(text)] if m and text[m.end():].strip() and not _BACKREF.match(text[m.end():])]
@@ -339,7 +351,7 @@ def extract(response: str | None) -> Extraction:
         if len(items) > 1:
             return Extraction(None, "multiple", tuple(_ENUM.sub("", i).strip() for i in items[:5]))
         first = _ENUM.sub("", items[0] if items else lines[1]).strip()
-    first = _LEAD.sub("", _BASED.sub("", first)).strip()
+    first = _LEAD.sub("", _BASED.sub("", _OPTION.sub("", first))).strip()
     if not first or _NONE_PAT.match(first) or "?" in _first_clause(first):  # a question back is no diagnosis
         return Extraction(None, "none")
     clause = _first_clause(first).strip(" ,.;:-")

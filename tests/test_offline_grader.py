@@ -14,7 +14,7 @@ from craftmd.scoring.agreement import grader_agreement_audit, held_out
 from craftmd.scoring.offline import OfflineGrader, SynonymTable, _fold, extract
 
 #: The kappa this grader reaches against the recorded GPT-4 labels, computed fresh by the test below
-#: (measured 0.816 held-out, 0.879 training; see bench/bench_grading.py). The issue's goal is 0.85 held-out.
+#: (measured 0.820 held-out, 0.879 training; see bench/bench_grading.py). The issue's goal is 0.85 held-out.
 HELD_OUT_KAPPA_GOAL = 0.81
 TRAIN_KAPPA_GOAL = 0.87
 PER_MODEL_HELD_OUT_KAPPA_GOAL = 0.77
@@ -62,6 +62,22 @@ def grader() -> OfflineGrader:
         ("I cannot provide a diagnosis without an examination. However, it could be:\n\nSchizophrenia", None, "none"),
         ("", None, "none"),
         (None, None, "none"),
+        # Names that start like "n/a" or "none" are names; an option letter is no part of the name; a genus
+        # initial ("E. coli") is no sentence end.
+        ("Narcolepsy", "Narcolepsy", "single"),
+        ("**Final Diagnosis:** Nasopharyngeal carcinoma", "Nasopharyngeal carcinoma", "single"),
+        ("N/A", None, "none"),
+        ("The most likely diagnosis in this patient is none other than a seizure disorder.", "seizure disorder", "single"),
+        (" The most likely diagnosis is:\n\nA. Pelvic Inflammatory Disease (PID)", "Pelvic Inflammatory Disease (PID)", "single"),
+        ("E. coli infection", "E coli infection", "single"),
+        # Diseases named after a procedure word are diagnoses; the procedure itself is not.
+        ("The most likely diagnosis is meconium aspiration.", "meconium aspiration", "single"),
+        ("Aspiration pneumonia", "Aspiration pneumonia", "single"),
+        ("Acute transfusion reaction", "Acute transfusion reaction", "single"),
+        ("**Final Diagnosis:** Antibiotic-associated diarrhea.", "Antibiotic-associated diarrhea", "single"),
+        ("Fine needle aspiration of the thyroid nodule.", None, "none"),
+        # A remark about the final diagnosis is not one: the diagnosis named before it is.
+        ("The most likely diagnosis is Invasive Breast Cancer. The final diagnosis would be confirmed by a biopsy.", "Invasive Breast Cancer", "single"),
     ],
 )
 def test_extract(response, diagnosis, kind):
@@ -111,6 +127,15 @@ def test_extract(response, diagnosis, kind):
         ("Diabetes insipidus", "Nephrogenic diabetes insipidus", False),
         ("Diabetes", "Central diabetes insipidus", False),
         ("Benign lipoma", "Lipoma", True),
+        # Table version 3: general abbreviations, eponyms and spellings; the subtype rule still applies to them.
+        ("CVA", "Stroke", True),
+        ("Degenerative joint disease (DJD)", "Osteoarthritis", True),
+        ("Pseudotumor cerebri", "Idiopathic intracranial hypertension", True),
+        ("Trisomy 21", "Down syndrome", True),
+        ("Amoebic liver abscess", "Amebic liver abscess", True),
+        ("CVA", "Hemorrhagic stroke", True),  # more general: counts
+        ("Hemorrhagic stroke", "CVA", False),  # more specific: does not
+        ("NF1", "Neurofibromatosis type 2", False),
     ],
 )
 def test_equivalent(grader, diagnosis, answer, correct):
