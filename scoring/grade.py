@@ -184,11 +184,16 @@ def dataset_fingerprint(dataset_dir: Path | str) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
+def grading_inputs(manifest, dataset_dir: Path | str) -> dict:
+    """What a grade depends on besides the grader: the release's answers file and the dataset."""
+    return {"answers_sha256": manifest.files["answers.parquet"]["sha256"], "dataset_sha256": dataset_fingerprint(dataset_dir)}
+
+
 def stale_graders(release_dir: Path | str, dataset_dir: Path | str, graders: list[str]) -> list[str]:
     """Those of ``graders`` whose recorded identity or inputs differ from now (LLM graders: always)."""
-    rel = read_release(release_dir)
-    recorded = rel.manifest.notes.get("graders", {})
-    inputs = {"answers_sha256": rel.manifest.files["answers.parquet"]["sha256"], "dataset_sha256": dataset_fingerprint(dataset_dir)}
+    manifest = read_release(release_dir).manifest
+    recorded = manifest.notes.get("graders", {})
+    inputs = grading_inputs(manifest, dataset_dir)
     stale = []
     for g in check_graders(graders):
         ident, rec = grader_identity(g), recorded.get(g) or {}
@@ -232,7 +237,7 @@ def grade_release(
     m = rel.manifest
     notes = dict(m.notes)
     recorded = dict(notes.get("graders", {}))
-    inputs = {"answers_sha256": m.files["answers.parquet"]["sha256"], "dataset_sha256": dataset_fingerprint(dataset_dir)}
+    inputs = grading_inputs(m, dataset_dir)
     for g, info in records.items():
         recorded[g] = dict(info, inputs=inputs)
     notes["graders"] = dict(sorted(recorded.items()))
