@@ -85,7 +85,6 @@ class Caller:
     ):
         self.model = model
         self.cache = cache
-        self.concurrency = concurrency
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
