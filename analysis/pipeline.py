@@ -119,7 +119,8 @@ def _say(msg: str) -> None:
 
 
 def _dataset_current(data: Path, source) -> bool:
-    """A built dataset of this source whose files still match its build manifest."""
+    """A built dataset of this source and this builder code whose files still match its build manifest."""
+    from craftmd.dataset_builder.build import builder_sha256
     from craftmd.release import sha256_file
 
     mf = data / "build_manifest.json"
@@ -131,6 +132,8 @@ def _dataset_current(data: Path, source) -> bool:
         return False
     if source.content_sha256 not in json.dumps(manifest):
         return False
+    if (manifest.get("builder") or {}).get("code_sha256") != builder_sha256():
+        return False  # built by other builder code: its schema may differ
     files = manifest.get("files", {})
     if "all/test-00000-of-00001.parquet" not in files:
         return False

@@ -76,6 +76,22 @@ SPLIT_DOC = (
 ).format(q=T.DEFAULT_QUESTION)
 
 
+def builder_sha256() -> str:
+    """sha256 of the code that decides a built dataset's bytes: this folder's modules and the dataset card.
+
+    Recorded in the build manifest so that a dataset built by other builder code (an older
+    checkout, another schema) is never taken for current (see ``analysis.pipeline``).
+    """
+    import hashlib
+
+    here = Path(__file__).resolve().parent
+    files = sorted(here.glob("*.py")) + [here.parent / "cards" / "dataset_card.md", here.parent / "cards" / "render.py"]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def check_version(version: str) -> str:
     if not re.fullmatch(r"\d+\.\d+\.\d+([.-]?[0-9A-Za-z.]+)?", version):
         raise CraftMDError(f"version {version!r} is not X.Y.Z")
@@ -318,7 +334,8 @@ def build_dataset(
         manifest = {
             "name": "craftmd",
             "version": version,
-            "builder": {"package": "craftmd", "version": __version__, "pyarrow": pa.__version__, "datasets": datasets.__version__},
+            "builder": {"package": "craftmd", "version": __version__, "code_sha256": builder_sha256(),
+                        "pyarrow": pa.__version__, "datasets": datasets.__version__},
             "source": source_info,
             "configs": counts,
             "split": SPLIT,

@@ -233,3 +233,20 @@ def test_screenshot(board, tmp_path):
         capture_output=True, timeout=120, check=True,
     )
     assert shot.stat().st_size > 50_000  # a rendered page, not a blank one
+
+
+def test_a_dataset_built_by_other_builder_code_is_not_taken_for_current(source, dataset_dir, tmp_path):
+    """`make leaderboard` over an `out/data` left by an older checkout rebuilds it instead of failing later."""
+    from craftmd.analysis.pipeline import _dataset_current
+
+    data = tmp_path / "data"
+    shutil.copytree(dataset_dir, data)
+    assert _dataset_current(data, source)
+    mf = data / "build_manifest.json"
+    manifest = json.loads(mf.read_text())
+    manifest["builder"]["code_sha256"] = "0" * 64
+    mf.write_text(json.dumps(manifest))
+    assert not _dataset_current(data, source)
+    del manifest["builder"]["code_sha256"]  # built before the builder recorded its code
+    mf.write_text(json.dumps(manifest))
+    assert not _dataset_current(data, source)
