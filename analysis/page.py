@@ -15,7 +15,7 @@ from string import Template
 
 import polars as pl
 
-from .view import FORMAT_LABELS, SETTING_LABELS, SETTING_NOTES, UPSTREAM_SETTINGS, View
+from .view import FORMAT_LABELS, SETTING_LABELS, SETTING_NOTES, UPSTREAM_SETTINGS, View, frq_rank
 
 LEAD = ("multiturn", "frq")
 
@@ -208,7 +208,38 @@ def _mcq_rules(v: View) -> str:
     return text + f'<div class="scroll"><table id="mcq-rules-table"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
 
 
-def _frq_graders(v: View) -> str:
+def _grader_reliability(v: View, audits: list[dict]) -> str:
+    """Each FRQ grader's measured agreement with the references: the recorded GPT-4 grader-AI (held-out
+    answers) and the dermatologists (upstream's grader validation), from the grader-agreement audit."""
+    from craftmd.scoring.agreement import AUDIT_ID, GRADER, REFERENCE
+
+    data = next((a.get("data") or {} for a in audits if a.get("id") == AUDIT_ID), {})
+    held = (data.get("overall") or {}).get("held-out")
+    derm = data.get("dermatologists") or {}
+    graders = sorted(set(v.frq_graders_all) | set(derm), key=lambda g: (frq_rank(g), g))
+    if not graders or not (held or derm):
+        return ""
+    rows = []
+    for g in graders:
+        if g == REFERENCE:
+            vs_gpt4 = "the reference"
+        elif g == GRADER and held:
+            vs_gpt4 = f"{held['agreement']:.1%} agreement, kappa {held['kappa']:.3f} ({held['n']:,} held-out answers)"
+        else:
+            vs_gpt4 = "not measured"
+        d = derm.get(g)
+        vs_derm = f"{d['agreement_pct']} % ({d['cases']} cases × 5 trials; counts equal in {d['count_equal_pct']} %)" if d else "not measured"
+        rows.append([f'<td class="txt"><code>{_e(g)}</code></td>', f'<td class="txt">{_e(vs_gpt4)}</td>', f'<td class="txt">{_e(vs_derm)}</td>'])
+    return (
+        "<p>How far each grader can be trusted, as measured on upstream's recorded answers (the grader-agreement audit "
+        "below has the per-model and per-setting figures):</p>"
+        + '<table id="grader-reliability"><thead><tr>'
+        + "".join(f'<th class="txt">{_e(c)}</th>' for c in ("FRQ grader", "vs the recorded GPT-4 grader-AI", "vs dermatologists (GPT-4's vignette answers)"))
+        + "</tr></thead><tbody>" + "".join("<tr>" + "".join(r) + "</tr>" for r in rows) + "</tbody></table>"
+    )
+
+
+def _frq_graders(v: View, audits: list[dict] | None = None) -> str:
     text = (
         "<p>Every free-response figure names its grader. <code>upstream-gpt4</code> is the GPT-4 grader-AI's verdict as recorded in the "
         "upstream release (correct / wrong / no diagnosis); <code>offline</code> is this package's deterministic grader (synonyms and "
@@ -224,7 +255,7 @@ def _frq_graders(v: View) -> str:
             rows.append("<tr>" + "".join(cells) + "</tr>")
         text += "<p>Multi-turn FRQ accuracy under each grader that graded the release:</p>"
         text += f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
-    return text
+    return text + _grader_reliability(v, audits or [])
 
 
 def _tests(v: View) -> str:
@@ -368,7 +399,7 @@ def render(a, out: Path, audits: list[dict] | None = None) -> str:
         spec_tables=spec,
         dataset_table=_dataset_table(v),
         mcq_rules=_mcq_rules(v),
-        frq_graders=_frq_graders(v),
+        frq_graders=_frq_graders(v, audits),
         tests=_tests(v),
         trust=_trust(v, audits or [], out),
         notes=_notes(v),

@@ -176,7 +176,7 @@ def builtin_audits(releases: Path, data: Path, source, out: Path) -> list[dict]:
     except ImportError:
         upstream_expert_audit = None
     if grader_agreement_audit is not None:
-        made.append(grader_agreement_audit(releases, data))
+        made.append(grader_agreement_audit(releases, data, source))
     if upstream_expert_audit is not None:
         made.append(upstream_expert_audit(source))
     out.mkdir(parents=True, exist_ok=True)

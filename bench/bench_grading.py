@@ -107,12 +107,17 @@ def main() -> int:
             shutil.copytree(r.path, copies / r.path.name)
             grade_release(copies / r.path.name, data, ["offline"], progress=False)
         print(f"grade_release (offline) over {len(upstream)} releases incl. reading/writing parquet: {time.perf_counter() - t0:.1f} s")
-        audit = grader_agreement_audit(copies, data)
+        audit = grader_agreement_audit(copies, data, Source())
         t = audit["tables"][0]
         df = pl.DataFrame([dict(zip(t["columns"], row)) for row in t["rows"]], infer_schema_length=None)
         with pl.Config(tbl_rows=200, tbl_cols=10, tbl_width_chars=140, tbl_hide_dataframe_shape=True):
             print(df.filter(pl.col("setting") == "all").sort("split", "model", descending=[True, False]))
             print(df.filter(pl.col("setting") != "all").sort("split", "model", "setting", descending=[True, False, False]))
+        if len(audit["tables"]) > 1:
+            t = audit["tables"][1]
+            print(t["name"] + ":")
+            with pl.Config(tbl_cols=10, tbl_width_chars=160, tbl_hide_dataframe_shape=True):
+                print(pl.DataFrame([dict(zip(t["columns"], row)) for row in t["rows"]]))
         extraction_agreement(copies, data)
         if args.write_record:
             rec = agreement_record(audit)

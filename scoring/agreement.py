@@ -121,12 +121,27 @@ def case_sources(dataset_dir: Path | str | None) -> dict[str, tuple[str, str]]:
     return {c: (s, t) for c, s, t in ds.iter_rows()}
 
 
-def grader_agreement_audit(releases_dir: Path | str, dataset_dir: Path | str | None = None) -> dict:
-    """The audit dict (id, title, description, tables, figures) the leaderboard renders.
+def dermatologist_rows(releases_dir: Path | str, source) -> dict[str, dict]:
+    """grader -> agreement with the dermatologists (upstream's grader validation), for every FRQ
+    grader of the GPT-4 release under ``releases_dir``; empty without a source or that release."""
+    from craftmd.scoring.expert import GRADER_VALIDATION_RELEASE, graders_vs_dermatologists
+
+    rel = Path(releases_dir) / GRADER_VALIDATION_RELEASE
+    if source is None or not (rel / "manifest.json").exists():
+        return {}
+    return graders_vs_dermatologists(source, rel)
+
+
+DERM_COLUMNS = ["grader", "cases", "trials", "agreement %", "counts equal %", "Spearman rho", "grader correct %", "dermatologists correct %"]
+
+
+def grader_agreement_audit(releases_dir: Path | str, dataset_dir: Path | str | None = None, source=None) -> dict:
+    """The audit dict (id, title, description, tables, figures, data) the leaderboard renders.
 
     ``dataset_dir`` gives each case's source (the held-out rule needs derm_private); when
     omitted, the built dataset is looked for beside the releases folder (``../data``, as
-    ``make leaderboard`` lays them out).
+    ``make leaderboard`` lays them out). With the pinned ``source``, every FRQ grader of the
+    GPT-4 release is also compared with the dermatologists' verdicts (a second table).
     """
     releases_dir = Path(releases_dir)
     if dataset_dir is None:
@@ -175,13 +190,33 @@ def grader_agreement_audit(releases_dir: Path | str, dataset_dir: Path | str | N
         "GPT-4V's recorded labels are all 0 (even for exact matches), so its kappa is undefined and it is "
         "left out of the 'all text models' rows."
     )
+    tables = [{"name": "Agreement per model, setting and split", "columns": cols, "rows": [[r[c] for c in cols] for r in rows]}]
+    derm = dermatologist_rows(releases_dir, source)
+    if derm:
+        tables.append({
+            "name": "FRQ graders vs dermatologists (GPT-4's vignette answers, Dermatology cases)",
+            "columns": DERM_COLUMNS,
+            "rows": [[g, d["cases"], d["trials"], d["agreement_pct"], d["count_equal_pct"], d["spearman_rho"],
+                      d["grader_accuracy_pct"], d["expert_accuracy_pct"]] for g, d in sorted(derm.items())],
+        })  # fmt: skip
+        desc += (
+            " Against the dermatologists (upstream's grader validation: per Dermatology case, how many of GPT-4's five "
+            "vignette answers a dermatologist judged correct; agreement = 1 − Σ|grader's count − dermatologist's count| / "
+            "(5 × cases)): " + "; ".join(f"{g} {d['agreement_pct']} %" for g, d in sorted(derm.items())) + "."
+        )
     return {
         "id": AUDIT_ID,
-        "title": "FRQ grader agreement: offline grader vs the recorded GPT-4 grader-AI",
+        "title": "FRQ grader agreement: offline grader vs the recorded GPT-4 grader-AI and the dermatologists",
         "description": desc,
-        "tables": [{"name": "Agreement per model, setting and split", "columns": cols, "rows": [[r[c] for c in cols] for r in rows]}],
+        "tables": tables,
         "figures": [],
+        "data": {"overall": overall_figures(rows), "dermatologists": derm},
     }
+
+
+def overall_figures(rows: list[dict]) -> dict:
+    """split -> {n, agreement, kappa} of the 'all text models' rows of :func:`agreement_table`."""
+    return {r["split"]: {k: r[k] for k in ("n", "agreement", "kappa")} for r in rows if r["model"] == "all text models"}
 
 
 RECORD = Path(__file__).resolve().parent / "data" / "offline_agreement.json"
@@ -193,7 +228,7 @@ def agreement_record(audit: dict) -> dict:
 
     t = audit["tables"][0]
     rows = [dict(zip(t["columns"], r)) for r in t["rows"]]
-    overall = {r["split"]: {k: r[k] for k in ("n", "agreement", "kappa")} for r in rows if r["model"] == "all text models"}
+    overall = overall_figures(rows)
     per_model = {
         r["model"]: {k: r[k] for k in ("n", "agreement", "kappa")}
         for r in rows
@@ -206,6 +241,11 @@ def agreement_record(audit: dict) -> dict:
         "rules_sha256": rules_sha256(),
         "overall": overall,
         "held_out_per_model": per_model,
+        "dermatologists": {
+            g: {k: d[k] for k in ("cases", "trials", "agreement", "count_equal", "spearman_rho")}
+            for g, d in sorted((audit.get("data") or {}).get("dermatologists", {}).items())
+            if g in (GRADER, REFERENCE)
+        },
     }
 
 
@@ -223,8 +263,8 @@ def measured_agreement() -> dict | None:
     return rec if (rec.get("table_sha256"), rec.get("rules_sha256")) == current else None
 
 
-def write_audit(releases_dir: Path | str, audits_dir: Path | str, dataset_dir: Path | str | None = None) -> Path:
-    audit = grader_agreement_audit(releases_dir, dataset_dir)
+def write_audit(releases_dir: Path | str, audits_dir: Path | str, dataset_dir: Path | str | None = None, source=None) -> Path:
+    audit = grader_agreement_audit(releases_dir, dataset_dir, source)
     return atomic_write_json(Path(audits_dir) / f"{AUDIT_ID}.json", audit)
 
 

@@ -27,8 +27,10 @@ def _score(args):
 
 def _agreement(args):
     from craftmd.scoring.agreement import write_audit
+    from craftmd.source import Source
 
-    print(write_audit(args.releases, args.out, args.data))
+    source = None if args.no_source else Source(args.source)
+    print(write_audit(args.releases, args.out, args.data, source))
     return 0
 
 
@@ -59,12 +61,15 @@ def register_grading(sub) -> None:
             "Compare the offline grader's FRQ grades with the recorded upstream-gpt4 labels in every release under "
             "--releases that has both (grade them first: craftmd grade REL --grader offline), per model, setting and "
             "split (training vs the fixed held-out cases), and write OUT/grader_agreement.json, an audit the "
-            "leaderboard page renders."
+            "leaderboard page renders. With the pinned source (the default), every FRQ grader of the GPT-4 release "
+            "(gpt4_1106) is also compared with the dermatologists' verdicts of upstream's grader validation."
         ),
     )
     a.add_argument("--releases", required=True, help="folder of releases")
     a.add_argument("--data", required=True, help="built dataset folder (the held-out rule needs each case's source)")
     a.add_argument("--out", required=True, help="audits folder")
+    a.add_argument("--source", default=None, help="the pinned upstream source (.tar.gz, folder or URL); default: $CRAFTMD_SOURCE or ../shared/sources")
+    a.add_argument("--no-source", action="store_true", help="skip the comparison with the dermatologists (needs the source)")
     a.set_defaults(func=_agreement)
 
     v = sub.add_parser(

@@ -45,6 +45,8 @@ AGENT_FILES = (
 GRADER_FILE = ANNOTATIONS + "validation_graderai.csv"
 DATASET_CSV = "data/usmle_and_derm_dataset.csv"
 GRADER_RESULTS = "results/gpt4_1106/{case_id}.json"
+#: The release whose vignette FRQ answers upstream's grader validation judged (ingested id).
+GRADER_VALIDATION_RELEASE = "gpt4_1106"
 #: Upstream sheet name -> upstream results folder (release id of the ingested model).
 SHEET_RELEASES = {"GPT-4": "gpt4_1106", "GPT-3.5": "gpt3_1106", "LLaMA2": "llama2-7b", "Mistral-v2": "mistral-v2"}
 PUBLISHED_GRADER_AGREEMENT_PCT = 93.35
@@ -111,6 +113,43 @@ def upstream_expert_results(source) -> dict:
     return results
 
 
+def graders_vs_dermatologists(source, release_dir, graders: list[str] | None = None) -> dict[str, dict]:
+    """Every FRQ grader of ``release_dir`` (upstream's GPT-4 answers) against the dermatologists' counts.
+
+    Upstream's grader validation (``validation_graderai.csv``) gives, per Dermatology case,
+    how many of GPT-4's five vignette-FRQ answers a dermatologist judged correct. Any grader
+    that graded those answers (``upstream-gpt4``, ``offline``, ``llm:…``) is compared with
+    those counts the paper's way (:func:`craftmd.scoring.review.grader_count_agreement`).
+    ``graders`` defaults to every FRQ grader found in the release's vignette grades.
+    Returns grader -> the figures; empty when the release lacks the vignette FRQ grades.
+    """
+    import polars as pl
+
+    from craftmd.release import read_release
+    from craftmd.scoring.review import grader_count_agreement, read_review_files, release_case_labels
+
+    rel = read_release(release_dir)
+    if not rel.has("grades"):
+        return {}
+    g = pl.from_arrow(rel.table("grades")).filter((pl.col("format") == "frq") & (pl.col("setting") == "vignette") & ~pl.col("with_image"))
+    found = sorted(g["grader"].unique().to_list())
+    graders = found if graders is None else [x for x in graders if x in found]
+    if not graders:
+        return {}
+    files = source.read_files([GRADER_FILE, DATASET_CSV])
+    inp = read_review_files([(GRADER_FILE.rsplit("/", 1)[1], files[GRADER_FILE])], derm_cases=upstream_derm_cases(source, files[DATASET_CSV]))
+    scored = [c for c in inp.counts if c.expert_correct is not None]
+    out = {}
+    for grader in graders:
+        labels = release_case_labels(release_dir, grader)
+        missing = [(c.case_id, t) for c in scored for t in range(5) if (c.case_id, t) not in labels]
+        if missing:
+            raise CraftMDError(f"release {rel.id}: grader {grader!r} has no vignette FRQ verdict for {missing[0][0]} trial {missing[0][1]}")
+        counts = [sum(bool(labels[(c.case_id, t)]["correct"]) for t in range(5)) for c in scored]
+        out[grader] = grader_count_agreement([c.expert_correct for c in scored], counts)
+    return out
+
+
 def upstream_expert_audit(source, results: dict | None = None) -> dict:
     """The audit dict of the recomputed expert figures (for the leaderboard); ``results`` if already computed."""
     from craftmd.scoring.review import review_audit
@@ -151,4 +190,4 @@ def write_upstream_expert_audit(source, audits_dir) -> Path:
     return path
 
 
-__all__ = ["upstream_expert_audit", "upstream_expert_results", "upstream_derm_cases", "upstream_grader_labels", "write_upstream_expert_audit"]
+__all__ = ["graders_vs_dermatologists", "upstream_expert_audit", "upstream_expert_results", "upstream_derm_cases", "upstream_grader_labels", "write_upstream_expert_audit"]

@@ -365,8 +365,16 @@ def _reliability(grader: str) -> str:
         if rec is None:
             return "offline FRQ grader: agreement with the recorded GPT-4 grader-AI not measured for this table version"
         h = rec["overall"]["held-out"]
-        return (f"offline FRQ grader: on held-out upstream answers it agrees with the recorded GPT-4 grader-AI on "
+        text = (f"offline FRQ grader: on held-out upstream answers it agrees with the recorded GPT-4 grader-AI on "
                 f"{h['agreement']:.1%} of {h['n']:,} answers, Cohen's kappa {h['kappa']:.3f}")  # fmt: skip
+        derm = rec.get("dermatologists", {})
+        if "offline" in derm:
+            d = derm["offline"]
+            text += (f"; against the dermatologists' verdicts on GPT-4's vignette answers ({d['cases']} Dermatology cases x 5 trials) "
+                     f"{d['agreement']:.1%}")  # fmt: skip
+            if "upstream-gpt4" in derm:
+                text += f" (the GPT-4 grader-AI: {derm['upstream-gpt4']['agreement']:.1%})"
+        return text
     return "LLM grader-AI: the paper's two-step prompt; its agreement is not measured here"
 
 

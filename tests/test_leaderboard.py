@@ -93,7 +93,15 @@ def test_the_page_is_self_contained_and_names_its_graders(board):
     assert (out / "figures" / "audits" / "constructed" / "agreement.png").is_file()
     # the audits the package computes itself are there too
     assert "FRQ grader agreement" in page and "Expert validation" in page
-    assert (out / "audits" / "grader_agreement.json").is_file()
+    agreement = json.loads((out / "audits" / "grader_agreement.json").read_text())
+    # every FRQ grader's measured agreement with the GPT-4 grader-AI and with the dermatologists, next to the scores
+    table = page[page.index('id="grader-reliability"') :]
+    table = table[: table.index("</table>")]
+    derm = agreement["data"]["dermatologists"]
+    assert set(derm) == {"upstream-gpt4", "offline"} and derm["upstream-gpt4"]["agreement_pct"] == 93.35
+    for grader, d in derm.items():
+        assert f"<code>{grader}</code>" in table and f"{d['agreement_pct']} % ({d['cases']} cases" in table
+    assert f"kappa {agreement['data']['overall']['held-out']['kappa']:.3f}" in table
 
 
 # -- the browser -------------------------------------------------------------------------------

@@ -219,8 +219,8 @@ def test_offline_rows_cover_every_frq_answer(graded_releases):
         assert rel.manifest.notes["graders"]["offline"]["table_sha256"] == SynonymTable.load().sha256
 
 
-def test_agreement_with_recorded_gpt4_grader(graded_releases, dataset_dir):
-    audit = grader_agreement_audit(graded_releases, dataset_dir)
+def test_agreement_with_recorded_gpt4_grader(graded_releases, dataset_dir, source):
+    audit = grader_agreement_audit(graded_releases, dataset_dir, source)
     table = audit["tables"][0]
     rows = [dict(zip(table["columns"], r)) for r in table["rows"]]
     overall = {r["split"]: r for r in rows if r["model"] == "all text models"}
@@ -237,6 +237,15 @@ def test_agreement_with_recorded_gpt4_grader(graded_releases, dataset_dir):
     recorded = measured_agreement()
     assert recorded is not None, "synonym table or rules changed: rerun bench/bench_grading.py --write-record"
     assert recorded == agreement_record(audit)
+    # Both FRQ graders of GPT-4's answers against the dermatologists: the recorded grader-AI gives the
+    # paper's published 93.35 %, over the same 310 cases the offline grader is measured on.
+    cols = audit["tables"][1]["columns"]
+    by = {r[0]: dict(zip(cols, r)) for r in audit["tables"][1]["rows"]}
+    assert set(by) == {"offline", "upstream-gpt4"}
+    assert by["upstream-gpt4"]["agreement %"] == 93.35
+    assert by["offline"]["cases"] == by["upstream-gpt4"]["cases"] == 310
+    assert 80 < by["offline"]["agreement %"] < 100
+    assert set(recorded["dermatologists"]) == {"offline", "upstream-gpt4"}
 
 
 @pytest.mark.parametrize(

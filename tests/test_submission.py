@@ -132,7 +132,12 @@ def test_missing_cases_are_reported_and_scored_wrong(tmp_path, dataset_dir, caps
     assert len(overall) == 1 and overall[0]["accuracy"] == pytest.approx(60 / len(cases), abs=1e-6)
     assert overall[0]["ci_low"] <= overall[0]["accuracy"] <= overall[0]["ci_high"]
     assert scores["submission"]["missing_answers"] == len(cases) - 61
-    assert "offline" in scores["grader_reliability"]
+    # Next to the score: the offline grader's measured agreement with the GPT-4 grader-AI and the dermatologists.
+    from craftmd.scoring.agreement import measured_agreement
+
+    rec, said = measured_agreement(), scores["grader_reliability"]["offline"]
+    assert f"kappa {rec['overall']['held-out']['kappa']:.3f}" in said
+    assert f"dermatologists' verdicts on GPT-4's vignette answers (310 Dermatology cases x 5 trials) {rec['dermatologists']['offline']['agreement']:.1%}" in said
     assert (out / "scores.csv").exists() and pl.read_csv(out / "scores.csv").height == len(scores["accuracy"])
     # Scoring again without --overwrite is refused; with it, the same bytes come out.
     before = (out / "submission-acme-derm-1" / "grades.parquet").read_bytes()
