@@ -23,6 +23,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
+from aiohttp import web
 
 from craftmd import CraftMDError
 from craftmd.cli import main as cli_main
@@ -301,6 +302,72 @@ def test_response_bodies_become_completions(body, status):
 def test_malformed_response_is_retried_not_recorded(body):
     with pytest.raises(TransientError, match="malformed response"):
         parse_completion(body)
+
+
+def _serve_chat(answers: list[web.Response]):
+    """An aiohttp app answering POST …/chat/completions under any path prefix with ``answers`` in turn; it records the requests."""
+    seen: list[dict] = []
+
+    async def chat(request: web.Request) -> web.Response:
+        seen.append({"path": request.path, "headers": dict(request.headers), "body": await request.json()})
+        return answers[len(seen) - 1]
+
+    app = web.Application()
+    app.router.add_post("/{prefix:.*}chat/completions", chat)
+    return app, seen
+
+
+@pytest.mark.parametrize("suffix", ["", "/"])
+def test_openai_requests_go_to_the_base_url_path_with_the_key_and_no_sdk_telemetry(suffix):
+    ok = {"choices": [{"message": {"content": "Hi?"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+    app, seen = _serve_chat([web.json_response(ok)])
+
+    async def go():
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        model = get_model("openai/m", base_url=f"http://127.0.0.1:{port}/proxy/v1{suffix}", api_key="sk-test")
+        try:
+            return await model.chat([{"role": "user", "content": "héllo"}], Sampling(max_tokens=7))
+        finally:
+            await model.aclose()
+            await runner.cleanup()
+
+    c = asyncio.run(go())
+    assert (c.status, c.text, c.tokens_in, c.tokens_out) == ("ok", "Hi?", 3, 1)
+    [req] = seen
+    assert req["path"] == "/proxy/v1/chat/completions"
+    assert req["body"] == {"model": "m", "messages": [{"role": "user", "content": "héllo"}], "temperature": 0.0, "top_p": 1.0,
+                           "max_tokens": 7, "seed": 0}
+    headers = {k.lower(): v for k, v in req["headers"].items()}
+    assert headers["authorization"] == "Bearer sk-test" and headers["content-type"] == "application/json"
+    assert not [h for h in headers if h.startswith("x-stainless")]  # the SDK's platform/runtime telemetry stays home
+
+
+def test_a_200_answer_that_is_not_json_is_retried_not_a_crash(tmp_path):
+    ok = {"choices": [{"message": {"content": "Hi?"}, "finish_reason": "stop"}]}
+    cut_off = web.Response(status=200, body=b'{"choices": [{"mess', content_type="application/json")
+    proxy_page = web.Response(status=200, text="<html>gateway</html>", content_type="text/html")
+    app, seen = _serve_chat([cut_off, proxy_page, web.json_response(ok)])
+
+    async def go():
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        model = get_model("openai/m", base_url=f"http://127.0.0.1:{runner.addresses[0][1]}/v1")
+        caller = Caller(model, RequestCache(tmp_path / "c.sqlite"), max_retries=3, backoff=0.001)
+        try:
+            return await caller([{"role": "user", "content": "hi"}], Sampling()), caller
+        finally:
+            await model.aclose()
+            await runner.cleanup()
+
+    c, caller = asyncio.run(go())
+    assert (c.status, c.text) == ("ok", "Hi?")
+    assert len(seen) == 3 and caller.retries == 2
 
 
 # --- vLLM path: batching logic with a fake engine (no torch) --------------------------------

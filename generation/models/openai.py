@@ -20,10 +20,17 @@ from .base import ChatModel, Completion, Message, Sampling, TransientError
 
 #: HTTP statuses worth retrying.
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
-#: Error codes a server uses for a content-filter block (Azure, OpenAI).
 _TLS: ssl.SSLContext | None = None
 #: Connections the client keeps open to one server (requests beyond wait for one).
 MAX_CONNECTIONS = 1024
+#: The SDK's telemetry headers (platform, runtime, retry count, read timeout), removed from every chat
+#: request with ``openai.omit`` (the client's documented way to drop a default header): no server needs
+#: them, and each one is normalised by httpx and again by aiohttp, and parsed by the server.
+NO_TELEMETRY: dict[str, openai.Omit] = {
+    f"X-Stainless-{name}": openai.omit
+    for name in ("Lang", "Package-Version", "OS", "Arch", "Runtime", "Runtime-Version", "Async", "Retry-Count", "Read-Timeout")
+}
+#: Error codes a server uses for a content-filter block (Azure, OpenAI).
 FILTER_CODES = {"content_filter", "content_policy_violation", "ResponsibleAIPolicyViolation"}
 
 
@@ -46,6 +53,10 @@ class OpenAIModel(ChatModel):
         limits = httpx2.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
         http = openai.DefaultAioHttpClient(verify=_TLS, limits=limits)
         self.client = openai.AsyncOpenAI(api_key=key, base_url=self.base_url, max_retries=0, timeout=timeout, http_client=http)
+        # The endpoint as an absolute URL, joined once: a relative path is re-joined to the base URL
+        # (two more URL parses) on every request.
+        self._chat_url = f"{self.client.base_url}chat/completions"
+        self._options: openai.RequestOptions = {"headers": NO_TELEMETRY}
 
     def describe(self) -> dict:
         d = super().describe()
@@ -70,11 +81,11 @@ class OpenAIModel(ChatModel):
     async def chat(self, messages: list[Message], sampling: Sampling) -> Completion:
         try:
             # The plain request body through the client's own request machinery (errors, timeouts,
-            # retries off) with the JSON answer returned as it came (``cast_to=object``):
+            # retries off) with the HTTP response returned as it came (``cast_to=httpx2.Response``):
             # ``chat.completions.create`` walks every message to transform it and builds a typed
             # response model, a few milliseconds per request that dominate a fast local server.
             body = {"model": self.model, "messages": messages, **sampling.to_dict()}
-            r = await self.client.post("/chat/completions", body=body, cast_to=object)
+            r = await self.client.post(self._chat_url, body=body, cast_to=httpx2.Response, options=self._options)
         except (openai.APITimeoutError, openai.APIConnectionError) as exc:
             raise TransientError(f"{type(exc).__name__}: {exc}") from None
         except openai.APIStatusError as exc:
@@ -84,7 +95,11 @@ class OpenAIModel(ChatModel):
             if code in FILTER_CODES:
                 return Completion(None, "refusal", "content_filter", error=f"HTTP {exc.status_code}: {code}")
             return Completion(None, "error", None, error=f"HTTP {exc.status_code}: {exc.message}"[:500])
-        return parse_completion(r)
+        try:
+            data = r.json()
+        except ValueError:  # not JSON (a proxy's error page, a cut-off body)
+            raise TransientError(f"malformed response: {r.text[:200]!r}") from None
+        return parse_completion(data)
 
     async def aclose(self) -> None:
         await self.client.close()
