@@ -423,7 +423,6 @@ def test_vllm_missing_is_one_clear_error():
 
 def test_on_the_built_dataset_reproduces_upstream_and_serves_image_cases(dataset_dir, upstream, replay, tmp_path):
     """The same replay through helper A's real dataset: its specialties, questions, splits and images."""
-    import polars as pl
 
     from craftmd.dataset import load_config
 
