@@ -113,40 +113,31 @@ def upstream_expert_results(source) -> dict:
     return results
 
 
-def graders_vs_dermatologists(source, release_dir, graders: list[str] | None = None) -> dict[str, dict]:
+def graders_vs_dermatologists(source, release_dir) -> dict[str, dict]:
     """Every FRQ grader of ``release_dir`` (upstream's GPT-4 answers) against the dermatologists' counts.
 
     Upstream's grader validation (``validation_graderai.csv``) gives, per Dermatology case,
-    how many of GPT-4's five vignette-FRQ answers a dermatologist judged correct. Any grader
+    how many of GPT-4's five vignette-FRQ answers a dermatologist judged correct. Every grader
     that graded those answers (``upstream-gpt4``, ``offline``, ``llm:…``) is compared with
-    those counts the paper's way (:func:`craftmd.scoring.review.grader_count_agreement`).
-    ``graders`` defaults to every FRQ grader found in the release's vignette grades.
-    Returns grader -> the figures; empty when the release lacks the vignette FRQ grades.
+    those counts the paper's way (:func:`craftmd.scoring.review.counts_agreement`).
+    Returns grader -> the figures; empty when the release has no vignette FRQ grades.
     """
-    import polars as pl
-
     from craftmd.release import read_release
-    from craftmd.scoring.review import grader_count_agreement, read_review_files, release_case_labels
+    from craftmd.scoring.review import counts_agreement, read_review_files, release_labels_by_grader
 
-    rel = read_release(release_dir)
-    if not rel.has("grades"):
+    if not read_release(release_dir).has("grades"):
         return {}
-    g = pl.from_arrow(rel.table("grades")).filter((pl.col("format") == "frq") & (pl.col("setting") == "vignette") & ~pl.col("with_image"))
-    found = sorted(g["grader"].unique().to_list())
-    graders = found if graders is None else [x for x in graders if x in found]
-    if not graders:
+    by_grader = release_labels_by_grader(release_dir)
+    if not by_grader:
         return {}
     files = source.read_files([GRADER_FILE, DATASET_CSV])
     inp = read_review_files([(GRADER_FILE.rsplit("/", 1)[1], files[GRADER_FILE])], derm_cases=upstream_derm_cases(source, files[DATASET_CSV]))
-    scored = [c for c in inp.counts if c.expert_correct is not None]
     out = {}
-    for grader in graders:
-        labels = release_case_labels(release_dir, grader)
-        missing = [(c.case_id, t) for c in scored for t in range(5) if (c.case_id, t) not in labels]
-        if missing:
-            raise CraftMDError(f"release {rel.id}: grader {grader!r} has no vignette FRQ verdict for {missing[0][0]} trial {missing[0][1]}")
-        counts = [sum(bool(labels[(c.case_id, t)]["correct"]) for t in range(5)) for c in scored]
-        out[grader] = grader_count_agreement([c.expert_correct for c in scored], counts)
+    for grader, labels in sorted(by_grader.items()):
+        try:
+            out[grader] = counts_agreement(inp.counts, labels)
+        except CraftMDError as exc:
+            raise CraftMDError(f"{Path(release_dir).name}: grader {grader!r}: {exc}") from None
     return out
 
 

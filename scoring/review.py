@@ -746,6 +746,17 @@ def grader_count_agreement(expert: list[int], grader: list[int], trials: int = 5
     }
 
 
+def counts_agreement(counts: list[CaseCount], case_labels: dict[tuple[str, int], dict]) -> dict:
+    """A grader's per-trial verdicts (``case_labels``: (case_id, trial) -> {"correct": …}) against the
+    experts' counts of correct trials, over the cases the experts scored (:func:`grader_count_agreement`)."""
+    scored = [c for c in counts if c.expert_correct is not None]
+    missing = [(c.case_id, t) for c in scored for t in range(5) if (c.case_id, t) not in case_labels]
+    if missing:
+        raise CraftMDError(f"no grader verdict for {missing[0][0]} trial {missing[0][1]} (and {len(missing) - 1} more)")
+    grader_counts = [sum(bool(case_labels[(c.case_id, t)]["correct"]) for t in range(5)) for c in scored]
+    return grader_count_agreement([c.expert_correct for c in scored], grader_counts)
+
+
 def summarise(inp: ReviewInput, case_labels: dict[tuple[str, int], dict] | None = None) -> dict:
     """Every figure of the review: inter-rater agreement, shares, expert vs grader.
 
@@ -830,11 +841,7 @@ def summarise(inp: ReviewInput, case_labels: dict[tuple[str, int], dict] | None 
         if case_labels is None:
             raise CraftMDError("upstream's grader validation needs the grader's per-trial verdicts (a release or the source)")
         scored = [c for c in inp.counts if c.expert_correct is not None]
-        missing = [(c.case_id, t) for c in scored for t in range(5) if (c.case_id, t) not in case_labels]
-        if missing:
-            raise CraftMDError(f"no grader verdict for {missing[0][0]} trial {missing[0][1]} (and {len(missing) - 1} more)")
-        grader_counts = [sum(bool(case_labels[(c.case_id, t)]["correct"]) for t in range(5)) for c in scored]
-        stats = grader_count_agreement([c.expert_correct for c in scored], grader_counts)
+        stats = counts_agreement(inp.counts, case_labels)
         same = sum(
             (case_labels.get((c.case_id, t), {}).get("extracted") or "") == (c.extracted[t] or "")
             for c in inp.counts for t in range(5)
@@ -904,8 +911,8 @@ def resolved_table(inp: ReviewInput):
 
 
 # -- import: the command ---------------------------------------------------------------------
-def release_case_labels(release_dir, grader: str = "upstream-gpt4", setting: str = "vignette", fmt: str = "frq") -> dict:
-    """(case_id, trial) -> {correct, extracted} from a release's grades."""
+def release_labels_by_grader(release_dir, setting: str = "vignette", fmt: str = "frq") -> dict[str, dict]:
+    """grader -> (case_id, trial) -> {correct, extracted}, for every grader of a release's text grades."""
     import polars as pl
 
     from craftmd.release import read_release
@@ -913,11 +920,8 @@ def release_case_labels(release_dir, grader: str = "upstream-gpt4", setting: str
     rel = read_release(release_dir)
     if not rel.has("grades"):
         raise CraftMDError(f"release {rel.id}: no grades.parquet (grade it first)")
-    g = pl.from_arrow(rel.table("grades")).filter(
-        (pl.col("grader") == grader) & (pl.col("setting") == setting) & (pl.col("format") == fmt) & ~pl.col("with_image")
-    )
-    if g.height == 0:
-        raise CraftMDError(f"release {rel.id}: no {setting}/{fmt} grades by grader {grader!r}")
+    g = pl.from_arrow(rel.table("grades")).filter((pl.col("setting") == setting) & (pl.col("format") == fmt) & ~pl.col("with_image"))
+
     def extracted(r) -> str | None:  # the grader's raw extraction where its detail keeps it ("none", "multiple")
         try:
             d = json.loads(r["detail"]) if r["detail"] else {}
@@ -926,7 +930,18 @@ def release_case_labels(release_dir, grader: str = "upstream-gpt4", setting: str
         x = d.get("extracted_ans") if isinstance(d, dict) else None
         return x if isinstance(x, str) else r["resolved"]
 
-    return {(r["case_id"], int(r["trial"])): {"correct": bool(r["correct"]), "extracted": extracted(r)} for r in g.iter_rows(named=True)}
+    out: dict[str, dict] = {}
+    for r in g.iter_rows(named=True):
+        out.setdefault(r["grader"], {})[(r["case_id"], int(r["trial"]))] = {"correct": bool(r["correct"]), "extracted": extracted(r)}
+    return out
+
+
+def release_case_labels(release_dir, grader: str = "upstream-gpt4", setting: str = "vignette", fmt: str = "frq") -> dict:
+    """(case_id, trial) -> {correct, extracted} from a release's grades by ``grader``."""
+    labels = release_labels_by_grader(release_dir, setting, fmt).get(grader)
+    if not labels:
+        raise CraftMDError(f"release {Path(release_dir).name}: no {setting}/{fmt} grades by grader {grader!r}")
+    return labels
 
 
 def write_results(out: Path, audit: dict, table) -> Path:
@@ -988,5 +1003,5 @@ def import_review(
 
 __all__ = [
     "export_review", "import_review", "read_review_files", "summarise", "review_audit", "resolve",
-    "cohen_kappa", "grader_count_agreement", "parse_answer", "ReviewInput", "Rating", "Unit", "CaseCount",
+    "cohen_kappa", "grader_count_agreement", "counts_agreement", "release_labels_by_grader", "parse_answer", "ReviewInput", "Rating", "Unit", "CaseCount",
 ]  # fmt: skip
