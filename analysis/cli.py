@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from craftmd.cli import add_source_argument
+
 
 def _ingest(args) -> int:
     from craftmd.generation.ingest import ingest
@@ -56,7 +58,7 @@ def register(sub) -> None:
         description="Read each upstream results/<model>/ folder of the pinned source once and write a frozen release "
         "OUT/<model>/ (conversations, answers, grades: paper and strict MCQ rules, recorded GPT-4 FRQ labels; manifest).",
     )
-    p.add_argument("--source", default=None, help="the pinned upstream source (.tar.gz, folder or URL); default: $CRAFTMD_SOURCE or ../shared/sources")
+    add_source_argument(p)
     p.add_argument("--data", default=None, help="a built dataset folder (craftmd build --out DIR); default: build one into a scratch folder")
     p.add_argument("--out", required=True, help="the releases folder to write into")
     p.add_argument("--model", action="append", help="only this upstream model (repeatable); default: all six")
@@ -87,7 +89,7 @@ def register(sub) -> None:
         "results (keeping valid releases), grade, analyse, render audits, and write OUT/index.html, OUT/leaderboard.md, "
         "OUT/figures/ and OUT/tables/.",
     )
-    p.add_argument("--source", default=None, help="the pinned upstream source (.tar.gz, folder or URL)")
+    add_source_argument(p)
     p.add_argument("--data", required=True, help="dataset folder (built here when missing or stale)")
     p.add_argument("--releases", required=True, help="releases folder (upstream releases ingested here)")
     p.add_argument("--out", required=True, help="where the page goes")

@@ -20,6 +20,17 @@ ROOMS = (
 )
 
 
+def add_source_argument(parser: argparse.ArgumentParser) -> None:
+    """``--source``: the pinned upstream source, the same option (and help) on every subcommand that reads it."""
+    parser.add_argument(
+        "--source",
+        default=None,
+        metavar="PATH_OR_URL",
+        help="the upstream release: a .tar.gz, an unpacked folder or an http(s) URL "
+        "(default: $CRAFTMD_SOURCE, else ../shared/sources/craft-md-<commit>.tar.gz, else upstream's URL)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="craftmd",

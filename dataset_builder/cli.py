@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from craftmd.cli import add_source_argument
+
 
 def register(sub) -> None:
     """Add this room's subcommands to the `craftmd` parser."""
@@ -20,12 +22,7 @@ def register(sub) -> None:
             "build with one line and leaves nothing at --out."
         ),
     )
-    p.add_argument(
-        "--source",
-        metavar="PATH_OR_URL",
-        help="the upstream release: a .tar.gz, an unpacked folder or an http(s) URL "
-        "(default: $CRAFTMD_SOURCE, else ../shared/sources/craft-md-<commit>.tar.gz, else upstream's URL)",
-    )
+    add_source_argument(p)
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="where to write the dataset folder")
     p.add_argument("--version", dest="data_version", metavar="X.Y.Z", help="dataset version (default: the package version)")
     p.add_argument(

@@ -11,6 +11,8 @@ import argparse
 import json
 import sys
 
+from craftmd.cli import add_source_argument
+
 
 def register_audits(sub) -> None:
     meld = sub.add_parser(
@@ -84,7 +86,7 @@ def register_audits(sub) -> None:
     im.add_argument("--dataset", help="built dataset folder: checks the case ids of upstream-layout sheets")
     im.add_argument("--release", help="release whose grades judge upstream's grader-validation cases (default: the pinned source)")
     im.add_argument("--grader", default="upstream-gpt4", help="grader of --release for the grader-validation counts")
-    im.add_argument("--source", help="pinned source archive (default: $CRAFTMD_SOURCE or ../shared/sources)")
+    add_source_argument(im)
     im.add_argument("--id", default="expert-review", help="audit id (file name of the JSON)")
     im.set_defaults(func=_review_import)
 
@@ -96,7 +98,7 @@ def register_audits(sub) -> None:
             "print every figure: grader-vs-dermatologist agreement (published 93.35 %), per-model shares and kappas."
         ),
     )
-    up.add_argument("--source", help="pinned source archive (default: $CRAFTMD_SOURCE or ../shared/sources)")
+    add_source_argument(up)
     up.add_argument("--out", help="write the audit JSON (expert-upstream.json) into this folder")
     up.add_argument("--json", action="store_true", help="print the full results as JSON")
     up.set_defaults(func=_review_upstream)

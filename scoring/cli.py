@@ -6,6 +6,8 @@ Each handler parses nothing itself and calls one function of the room.
 
 from __future__ import annotations
 
+from craftmd.cli import add_source_argument
+
 
 def _grade(args):
     from craftmd.scoring.grade import grade_cli
@@ -68,7 +70,7 @@ def register_grading(sub) -> None:
     a.add_argument("--releases", required=True, help="folder of releases")
     a.add_argument("--data", required=True, help="built dataset folder (the held-out rule needs each case's source)")
     a.add_argument("--out", required=True, help="audits folder")
-    a.add_argument("--source", default=None, help="the pinned upstream source (.tar.gz, folder or URL); default: $CRAFTMD_SOURCE or ../shared/sources")
+    add_source_argument(a)
     a.add_argument("--no-source", action="store_true", help="skip the comparison with the dermatologists (needs the source)")
     a.set_defaults(func=_agreement)
 
