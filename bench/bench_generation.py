@@ -35,7 +35,7 @@ from loopback import LoopbackServer, Replay, pick_upstream, write_replay_dataset
 
 from craftmd.generation import engine as engine_module  # noqa: E402
 from craftmd.generation.engine import GenerateSpec, generate  # noqa: E402
-from craftmd.generation.models.base import ChatModel, Completion  # noqa: E402
+from craftmd.models.base import ChatModel, Completion  # noqa: E402
 from craftmd.release import read_release  # noqa: E402
 from craftmd.source import Source  # noqa: E402
 

@@ -31,6 +31,22 @@ def add_source_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_dataset_argument(parser: argparse.ArgumentParser, *, required: bool = True, help: str | None = None) -> None:
+    """``--dataset DIR``: a built dataset folder, the one name for it on every subcommand."""
+    parser.add_argument(
+        "--dataset",
+        required=required,
+        default=None,
+        metavar="DIR",
+        help=help or "a built dataset folder (craftmd build --out DIR)",
+    )
+
+
+def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
+    """``--quiet``: no progress bars, the one progress flag on every subcommand."""
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="craftmd",

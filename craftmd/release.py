@@ -67,6 +67,7 @@ CONVERSATIONS_SCHEMA = pa.schema(
         ("summary", pa.string()),
         ("n_turns", pa.int16()),  # doctor turns (assistant messages)
         ("ended", pa.string()),
+        ("error", pa.string()),  # why the conversation failed (ended = error): HTTP status, code, message; else null
     ]
 )
 ANSWERS_SCHEMA = pa.schema(
@@ -78,6 +79,7 @@ ANSWERS_SCHEMA = pa.schema(
         ("with_image", pa.bool_()),
         ("response", pa.string()),  # null when status != ok
         ("status", pa.string()),
+        ("error", pa.string()),  # why the answer failed (status refusal/error): HTTP status, code, message; else null
     ]
 )
 GRADES_SCHEMA = pa.schema(
@@ -105,6 +107,8 @@ ENUMS = {
     "answers": {"setting": SETTINGS, "format": FORMATS, "status": ANSWER_STATUS},
     "grades": {"setting": SETTINGS, "format": FORMATS, "resolved_kind": RESOLVED_KINDS},
 }
+#: Columns a writer may leave out: they are filled with nulls.
+OPTIONAL = {"conversations": ("error",), "answers": ("error",), "grades": ()}
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=9, use_dictionary=True, write_statistics=True)
 
 
@@ -119,6 +123,9 @@ def case_number(case_id: str) -> int:
 def conform(name: str, table: pa.Table) -> pa.Table:
     """Check a table against its schema and enums, cast it, and sort it by key."""
     schema = SCHEMAS[name]
+    for col in OPTIONAL[name]:
+        if col not in table.column_names:
+            table = table.append_column(pa.field(col, schema.field(col).type), pa.nulls(table.num_rows, schema.field(col).type))
     missing = [f.name for f in schema if f.name not in table.column_names]
     extra = [c for c in table.column_names if c not in schema.names]
     if missing or extra:

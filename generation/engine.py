@@ -4,7 +4,7 @@ One job per (case, trial, image flag): the standard conversation, the history-on
 conversation where the exam set-ups ask for it, the summary, and every selected
 (setting, format) question. Jobs run side by side under asyncio; inside a job the
 turns of a conversation run in order and the questions that only need the case run
-at once. Every request goes through a :class:`~craftmd.generation.calls.Caller`
+at once. Every request goes through a :class:`~craftmd.models.calls.Caller`
 (cache, bounded concurrency, capped retries), so a killed run resumes without
 repeating a finished call and a re-run over a full cache writes the same bytes.
 """
@@ -28,9 +28,9 @@ from craftmd import CraftMDError
 from craftmd.dataset import config_file, load_config
 from craftmd.release import ANSWERS_SCHEMA, CONVERSATIONS_SCHEMA, FORMATS, SETTINGS, Manifest, write_release
 
-from .cache import RequestCache
-from .calls import Caller
-from .models import ChatModel, Completion, Sampling, get_model, split_name
+from craftmd.models.cache import RequestCache
+from craftmd.models.calls import Caller
+from craftmd.models import ChatModel, Completion, Sampling, get_model, split_name
 from .protocol import DEFAULT_PROMPT_SET, Case, Conversation, PromptSet, Protocol
 
 CONVERSATION_SETTINGS = ("multiturn", "singleturn", "summarized", "multiturn_plus_exam")

@@ -26,7 +26,7 @@ from typing import Awaitable, Callable
 
 from craftmd import CraftMDError
 
-from .models.base import Completion, Message, Sampling
+from craftmd.models.base import Completion, Message, Sampling
 
 PROMPTS_DIR = Path(__file__).parent / "prompts"
 DEFAULT_PROMPT_SET = "craftmd-v1"

@@ -1,7 +1,7 @@
 """The paper's grader-AI, through any chat model (``llm:<provider/model>``).
 
 Two steps, one request each, through the same model layer, request cache and retries
-as generation (:mod:`craftmd.generation.models`, :class:`~craftmd.generation.calls.Caller`):
+as generation (:mod:`craftmd.models`, :class:`~craftmd.models.calls.Caller`):
 
 1. **extract** (prompt ``scoring/prompts/grader_extract_v1.txt``): the diagnosis the
    answer names, or ``multiple`` / ``none``;
@@ -90,9 +90,9 @@ class LLMGrader:
     """``LLMGrader("openai/gpt-4o", base_url=..., cache=...)``; ``.grade_many(pairs)``."""
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, cache=None, concurrency: int = 8, max_retries: int = 6):
-        from craftmd.generation.cache import RequestCache
-        from craftmd.generation.calls import Caller
-        from craftmd.generation.models import Sampling, get_model
+        from craftmd.models.cache import RequestCache
+        from craftmd.models.calls import Caller
+        from craftmd.models import Sampling, get_model
 
         self.model = get_model(model, base_url=base_url, api_key=api_key)
         self.name = f"llm:{self.model.name}"

@@ -263,9 +263,9 @@ def run_meld(
 ) -> Path:
     """Run MELD for ``model`` over the dataset and write the result folder ``out`` atomically."""
     from craftmd.dataset import config_file
-    from craftmd.generation.cache import RequestCache
-    from craftmd.generation.calls import Caller
-    from craftmd.generation.models import Sampling, get_model
+    from craftmd.models.cache import RequestCache
+    from craftmd.models.calls import Caller
+    from craftmd.models import Sampling, get_model
 
     out = Path(out)
     if out.exists() and not overwrite:

@@ -27,12 +27,12 @@ from aiohttp import web
 
 from craftmd import CraftMDError
 from craftmd.cli import main as cli_main
-from craftmd.generation.cache import RequestCache
-from craftmd.generation.calls import Caller, Slots
+from craftmd.models.cache import RequestCache
+from craftmd.models.calls import Caller, Slots
 from craftmd.generation.engine import GenerateSpec, generate
-from craftmd.generation.models import Sampling, VLLMModel, get_model
-from craftmd.generation.models.base import ChatModel, Completion, TransientError
-from craftmd.generation.models.openai import parse_completion
+from craftmd.models import Sampling, VLLMModel, get_model
+from craftmd.models.base import ChatModel, Completion, TransientError
+from craftmd.models.openai import parse_completion
 from craftmd.release import read_release
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -392,7 +392,7 @@ class FakeLLM:
 
 
 def test_vllm_provider_batches_every_active_conversation(tiny_dataset, replay, tmp_path, monkeypatch):
-    import craftmd.generation.models as models
+    import craftmd.models as models
 
     fake = FakeLLM(replay)
     monkeypatch.setitem(models._VLLM_ENGINES, "fake", VLLMModel("fake", llm=fake, sampling_params=dict))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from craftmd import CraftMDError
 
-from .models.base import Completion, Message, Sampling
+from .base import Completion, Message, Sampling
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (

@@ -3,7 +3,7 @@
 A provider is one file in this folder with one ``ChatModel`` subclass. The engine only
 ever calls ``chat`` (one request) or ``chat_many`` (a batch, for providers that batch,
 such as vLLM's offline engine). Retries, caching and counters live in
-:mod:`craftmd.generation.calls`, not here: a provider makes exactly one attempt and
+:mod:`craftmd.models.calls`, not here: a provider makes exactly one attempt and
 either returns a :class:`Completion` or raises :class:`TransientError` for a failure
 worth retrying (429, 5xx, timeout, dropped connection).
 """

@@ -3,7 +3,7 @@
 A hosted API, Azure's OpenAI endpoint, a ``vllm serve`` server or the test suite's
 loopback server. ``base_url`` and ``api_key`` default to the client's usual
 ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``; a local server needs no key. The client's own
-retries are switched off: :class:`craftmd.generation.calls.Caller` retries.
+retries are switched off: :class:`craftmd.models.calls.Caller` retries.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import random
 from dataclasses import dataclass, field
 
 from .cache import RequestCache, request_key
-from .models.base import ChatModel, Completion, Message, Sampling, TransientError
+from .base import ChatModel, Completion, Message, Sampling, TransientError
 
 
 @dataclass
