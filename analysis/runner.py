@@ -3,10 +3,14 @@
 :func:`connect` opens an in-memory DuckDB and registers the inputs as views, by name:
 
 * ``releases``: one row per release (``release``, ``kind``, ``model``, ``display``);
-* ``answers``, ``grades``, ``conversations``: every release's parquet, with a ``release`` column;
+* ``answers``, ``conversations``, ``scores``: every release's parquet, with a ``release`` column
+  (``scores`` unions the releases' variant keys by name); ``grades`` (``sql/grades.sql``): the
+  ``correct`` scores of answers, one row per answer and grader, the shape the accuracy queries read;
 * ``cases``: the built dataset's case metadata (``case_id``, ``with_image``, ``source``,
   ``specialty``, ``single_dx``): the ``all`` config, plus ``nejm_image`` (``with_image`` true);
-* ``setting_order``: the settings in :data:`craftmd.release.SETTINGS` order.
+* ``setting_order``: the settings in :data:`craftmd.release.SETTINGS` order;
+* ``sample_order``: every sample id of the dataset with its position in natural order
+  (``case_9`` before ``case_10``); ids are opaque, this is the only order they have.
 
 :func:`run` executes ``sql/<name>.sql`` and returns an arrow table; :func:`materialize`
 keeps a query's result as a table of that name, for later queries to read.
@@ -22,7 +26,7 @@ import pyarrow as pa
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file
-from craftmd.release import SETTINGS, Release, find_releases
+from craftmd.release import SETTINGS, Release, find_releases, natural_key
 
 SQL_DIR = Path(str(resources.files("craftmd.analysis") / "sql"))
 
@@ -65,7 +69,7 @@ def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threa
             "release": [r.id for r in releases],
             "kind": [r.manifest.kind for r in releases],
             "model": [r.manifest.model for r in releases],
-            "display": [r.manifest.notes.get("display_name") or r.id for r in releases],
+            "display": [r.display for r in releases],
         }
     )
     con.register("releases_arrow", rel)
@@ -73,13 +77,17 @@ def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threa
     order = pa.table({"setting": list(SETTINGS), "position": list(range(len(SETTINGS)))})
     con.register("setting_order_arrow", order)
     con.execute("create view setting_order as select * from setting_order_arrow")
-    for table in ("answers", "grades", "conversations"):
+    for table in ("answers", "scores", "conversations"):
         body = _union(releases, table)
-        if body is None and table == "grades":
-            raise CraftMDError("no release has grades.parquet; grade the releases first")
+        if body is None and table == "scores":
+            raise CraftMDError("no release has scores.parquet; grade the releases first (craftmd grade)")
         if body is not None:
             con.execute(f"create view {table} as {body}")
+    con.execute(f"create view grades as {sql_text('grades')}")
     con.execute(f"create view cases as {_cases_sql(dataset_dir)}")
+    ids = sorted(set(con.sql("select distinct case_id from cases").fetchnumpy()["case_id"].tolist()), key=natural_key)
+    con.register("sample_order_arrow", pa.table({"case_id": ids, "position": pa.array(range(len(ids)), pa.int32())}))
+    con.execute("create view sample_order as select * from sample_order_arrow")
     return con
 
 

@@ -38,10 +38,10 @@ def _mcnemar_p(n10: int, n01: int) -> float:
 
 
 def _cells(case_groups: pl.DataFrame) -> tuple[dict[tuple, tuple[np.ndarray, np.ndarray]], int]:
-    """Cell key -> (case numbers, integer case scores) and the scale ``L`` (scores = numerators / L)."""
+    """Cell key -> (case positions, integer case scores) and the scale ``L`` (scores = numerators / L)."""
     L = scale(case_groups["n_trials"].to_numpy())
     num = (case_groups["n_correct"].to_numpy().astype(np.int64) * (L // case_groups["n_trials"].to_numpy())).astype(np.int64)
-    cases = case_groups["case_number"].to_numpy()
+    cases = case_groups["case_position"].to_numpy()
     bounds = (
         case_groups.select(CELL).with_row_index("i").group_by(CELL, maintain_order=True).agg(pl.col("i").first().alias("start"), pl.len().alias("n"))
     )

@@ -48,7 +48,7 @@ def _loop_items(releases: Path, data: Path, k: int):
     con = prepared_connection(find_releases(releases), data)
     cg = pl.from_arrow(runner.run(con, "case_groups")).with_columns((pl.col("n_correct") / pl.col("n_trials")).alias("score"))
     keys = ["release", "grader", "setting", "format", "with_image", "group_by", "group"]
-    cells = cg.group_by(keys, maintain_order=True).agg(pl.col("case_number"), pl.col("score"))
+    cells = cg.group_by(keys, maintain_order=True).agg(pl.col("case_position"), pl.col("score"))
     comps = pl.from_arrow(runner.run(con, "comparisons")).filter(pl.col("family") == "setting")
     n_cells, n_comps_total = cells.height, pl.from_arrow(runner.run(con, "comparisons")).height
     pick = np.linspace(0, cells.height - 1, k).astype(int)

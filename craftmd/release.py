@@ -3,34 +3,47 @@
 A release is a folder::
 
     RELEASE/
-      conversations.parquet   one row per (case, trial, conversation kind, image flag)
-      answers.parquet         one row per (case, trial, setting, format, image flag)
-      grades.parquet          one row per answer and grader  (absent until graded)
-      manifest.json           what produced it: model, source, prompts, sampling, hashes
+      conversations.parquet   what the agents said: one row per (case, trial, conversation kind, image flag)
+      answers.parquet         what the model answered: one row per (case, trial, setting, format, image flag)
+      scores.parquet          every number scored on them, long form (absent until scored)
+      manifest.json           the run record (:class:`RunRecord`): task, dataset, roles, prompts, versions, hashes
 
 Upstream results are *ingested* into it, new models are *generated* into it,
-submissions are *scored* into it, and analysis only ever *reads* it. A new column
-goes into the schemas below with a bump of ``SCHEMA_VERSION``.
+submissions are *scored* into it, and analysis only ever *reads* it. Generation writes
+conversations, answers and the manifest once; scoring adds ``scores.parquet`` beside
+them and never rewrites what generation wrote.
 
-Writing is atomic: everything goes to a temporary sibling folder that is renamed
-into place at the end, so a failed run leaves nothing at the destination. Bytes are
-deterministic: rows are sorted by key, parquet options are fixed, and the manifest
-holds no timestamps or local paths.
+``scores.parquet`` has one row per (case, trial, variant keys, scorer, metric): ``value``
+is a double whose meaning the metric registry (:mod:`craftmd.metrics`) declares, null
+when ``status`` says the score could not be produced (a failed grader call is never a
+verdict). The variant keys are the task's own columns (CRAFT-MD's ``setting``,
+``format``, ``with_image``; a conversation-level metric's ``conversation``): any column
+besides :data:`SCORE_COLUMNS` is a variant key. Each scorer's record (identity, the
+inputs it scored, counts) travels in the file's own metadata, so a re-run can tell a
+current score from a stale one.
+
+Writing is atomic (a temporary sibling renamed into place) and deterministic: rows are
+sorted by key, sample ids in natural order (``case_9`` before ``case_10``), parquet
+options fixed, and the manifest holds no timestamps, local paths or secrets. A release
+written by an older schema is refused with a message that says how to rebuild it.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from craftmd import CraftMDError, __version__
-from craftmd.atomic import atomic_dir, sha256_file
+from craftmd.atomic import atomic_dir, atomic_write_bytes, sha256_file
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: How the case reaches the model before the question is asked.
 SETTINGS = (
@@ -50,8 +63,10 @@ CONVERSATIONS = ("standard", "no_exam")
 ENDINGS = ("final_diagnosis", "no_question", "max_turns", "refusal", "error")
 #: What became of an answer request.
 ANSWER_STATUS = ("ok", "missing", "non_text", "refusal", "error")
-#: What a grader resolved an answer to.
+#: What a grader resolved an answer to (kept in a ``correct`` score's detail).
 RESOLVED_KINDS = ("single", "multiple", "none")
+#: Whether a score was produced: ``ok`` (value set) or ``error`` (value null, detail says why).
+SCORE_STATUS = ("ok", "error")
 #: Release kinds.
 KINDS = ("upstream", "generated", "submission")
 
@@ -82,46 +97,67 @@ ANSWERS_SCHEMA = pa.schema(
         ("error", pa.string()),  # why the answer failed (status refusal/error): HTTP status, code, message; else null
     ]
 )
-GRADES_SCHEMA = pa.schema(
+#: The columns every scores table has; any other column is one of the task's variant keys.
+SCORE_COLUMNS = pa.schema(
     [
-        ("case_id", pa.string()),
+        ("case_id", pa.string()),  # the sample's opaque id
         ("trial", pa.int16()),
-        ("setting", pa.string()),
-        ("format", pa.string()),
-        ("with_image", pa.bool_()),
-        ("grader", pa.string()),  # e.g. paper, strict, upstream-gpt4, offline, llm:openai/gpt-4o
-        ("resolved", pa.string()),  # the choice or extracted diagnosis; null when none
-        ("resolved_kind", pa.string()),  # single | multiple | none
-        ("correct", pa.bool_()),
-        ("detail", pa.string()),  # grader's raw outputs (JSON text) or null
+        ("scorer", pa.string()),  # e.g. paper, strict, upstream-gpt4, offline, llm:openai/gpt-4o
+        ("metric", pa.string()),  # a name of craftmd.metrics.METRICS
+        ("value", pa.float64()),  # null when status != ok
+        ("label", pa.string()),  # what the scorer resolved (a choice, a diagnosis), or null
+        ("detail", pa.string()),  # the scorer's own record, JSON text, or null
+        ("status", pa.string()),  # ok | error
     ]
 )
-SCHEMAS = {"conversations": CONVERSATIONS_SCHEMA, "answers": ANSWERS_SCHEMA, "grades": GRADES_SCHEMA}
+#: The variant keys of CRAFT-MD's answer-level scores, in key order.
+ANSWER_VARIANT = pa.schema([("setting", pa.string()), ("format", pa.string()), ("with_image", pa.bool_())])
+VARIANT_TYPES = (pa.string(), pa.bool_(), pa.int16(), pa.int32(), pa.int64())
+SCHEMAS = {"conversations": CONVERSATIONS_SCHEMA, "answers": ANSWERS_SCHEMA}
 KEYS = {
     "conversations": ["case_id", "trial", "conversation", "with_image"],
     "answers": ["case_id", "trial", "setting", "format", "with_image"],
-    "grades": ["case_id", "trial", "setting", "format", "with_image", "grader"],
 }
 ENUMS = {
     "conversations": {"conversation": CONVERSATIONS, "ended": ENDINGS},
     "answers": {"setting": SETTINGS, "format": FORMATS, "status": ANSWER_STATUS},
-    "grades": {"setting": SETTINGS, "format": FORMATS, "resolved_kind": RESOLVED_KINDS},
 }
 #: Columns a writer may leave out: they are filled with nulls.
-OPTIONAL = {"conversations": ("error",), "answers": ("error",), "grades": ()}
+OPTIONAL = {"conversations": ("error",), "answers": ("error",)}
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=9, use_dictionary=True, write_statistics=True)
+SCORES_FILE = "scores.parquet"
+SCORERS_METADATA = b"craftmd.scorers"
 
 
-def case_number(case_id: str) -> int:
-    """``case_123`` -> 123 (cases sort by number, not as text)."""
-    try:
-        return int(case_id.rsplit("_", 1)[1])
-    except (IndexError, ValueError):
-        raise CraftMDError(f"malformed case id {case_id!r} (expected case_<n>)") from None
+def natural_key(sample_id: str) -> tuple:
+    """Sort key for opaque sample ids: digit runs compare as numbers (``case_9`` < ``case_10``)."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", sample_id) if p)
+
+
+def _sort(table: pa.Table, keys: list[str], what: str) -> pa.Table:
+    """Sort by key (sample ids in natural order) and refuse duplicate keys."""
+    ids = table.column("case_id").to_pylist()
+    rank = {c: i for i, c in enumerate(sorted(set(ids), key=natural_key))}
+    keyed = table.append_column("__n", pa.array([rank[c] for c in ids], pa.int64()))
+    keyed = keyed.sort_by([("__n", "ascending")] + [(k, "ascending") for k in keys[1:]])
+    dup = keyed.select(keys).group_by(keys, use_threads=False).aggregate([([], "count_all")])
+    if dup.num_rows != keyed.num_rows:
+        raise CraftMDError(f"{what}: duplicate rows for the key {keys}")
+    return keyed.drop_columns(["__n"])
+
+
+def _check_enums(table: pa.Table, enums: dict, what: str) -> None:
+    for col, allowed in enums.items():
+        values = {v for v in table.column(col).unique().to_pylist() if v is not None}
+        bad = sorted(values - set(allowed))
+        if bad:
+            raise CraftMDError(f"{what}.{col}: unknown value(s) {bad}; allowed {list(allowed)}")
 
 
 def conform(name: str, table: pa.Table) -> pa.Table:
     """Check a table against its schema and enums, cast it, and sort it by key."""
+    if name == "scores":
+        return conform_scores(table)
     schema = SCHEMAS[name]
     for col in OPTIONAL[name]:
         if col not in table.column_names:
@@ -134,57 +170,140 @@ def conform(name: str, table: pa.Table) -> pa.Table:
         table = table.select(schema.names).cast(schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise CraftMDError(f"{name}: does not fit the release schema: {exc}") from None
-    for col, allowed in ENUMS[name].items():
-        values = {v for v in table.column(col).to_pylist() if v is not None}
-        bad = sorted(values - set(allowed))
-        if bad:
-            raise CraftMDError(f"{name}.{col}: unknown value(s) {bad}; allowed {list(allowed)}")
+    _check_enums(table, ENUMS[name], name)
     for col in KEYS[name]:
         if table.column(col).null_count:
             raise CraftMDError(f"{name}.{col}: key column has nulls")
-    # Sort by key, cases by number.
-    nums = pa.array([case_number(c) for c in table.column("case_id").to_pylist()], pa.int64())
-    keyed = table.append_column("__n", nums)
-    order = [("__n", "ascending")] + [(k, "ascending") for k in KEYS[name][1:]]
-    keyed = keyed.sort_by(order)
-    dup = keyed.select(KEYS[name]).group_by(KEYS[name]).aggregate([([], "count_all")])
-    if dup.num_rows != keyed.num_rows:
-        raise CraftMDError(f"{name}: duplicate rows for the key {KEYS[name]}")
-    return keyed.drop_columns(["__n"])
+    return _sort(table, KEYS[name], name)
 
 
-@dataclass
-class Manifest:
-    """What produced a release. Serialised with sorted keys, no timestamps, no paths."""
+def variant_keys(table: pa.Table | pa.Schema) -> list[str]:
+    """A scores table's variant keys: its columns besides :data:`SCORE_COLUMNS`, in their order."""
+    names = table.names if isinstance(table, pa.Schema) else table.column_names
+    return [c for c in names if c not in SCORE_COLUMNS.names]
+
+
+def conform_scores(table: pa.Table) -> pa.Table:
+    """Check a scores table: base columns typed, metrics registered, values in range, one row per key."""
+    from craftmd.metrics import metric
+
+    missing = [f.name for f in SCORE_COLUMNS if f.name not in table.column_names]
+    if missing:
+        raise CraftMDError(f"scores: columns missing {missing}")
+    variant = variant_keys(table)
+    for v in variant:
+        if table.schema.field(v).type not in VARIANT_TYPES and table.schema.field(v).type != pa.null():
+            raise CraftMDError(f"scores.{v}: a variant key must be text, a flag or an integer, not {table.schema.field(v).type}")
+    try:
+        base = table.select(SCORE_COLUMNS.names).cast(SCORE_COLUMNS)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise CraftMDError(f"scores: does not fit the release schema: {exc}") from None
+    cols = {n: base.column(n) for n in SCORE_COLUMNS.names}
+    for v in variant:
+        col = table.column(v)
+        cols[v] = col.cast(pa.string()) if col.type == pa.null() else col
+    order = ["case_id", "trial", *variant, "scorer", "metric", "value", "label", "detail", "status"]
+    table = pa.table({n: cols[n] for n in order})
+    _check_enums(table, {"status": SCORE_STATUS}, "scores")
+    for col in ("case_id", "trial", "scorer", "metric", "status"):
+        if table.column(col).null_count:
+            raise CraftMDError(f"scores.{col}: key column has nulls")
+    status = table.column("status").to_pylist()
+    values = table.column("value").to_pylist()
+    metrics = table.column("metric").to_pylist()
+    defs = {m: metric(m) for m in set(metrics)}
+    for i, (s, v, m) in enumerate(zip(status, values, metrics)):
+        if (s == "ok") != (v is not None):
+            raise CraftMDError(f"scores row {i}: status {s!r} with value {v!r} (a value exactly when status is ok)")
+        if v is not None and not defs[m].check(v):
+            raise CraftMDError(f"scores row {i}: {v!r} is not a valid value of metric {m!r} ({defs[m].kind}, {defs[m].low}..{defs[m].high})")
+    return _sort(table, ["case_id", "trial", *variant, "scorer", "metric"], "scores")
+
+
+class RunRecord(BaseModel):
+    """What produced a release (``manifest.json``). Sorted keys, no timestamps, no paths, never a secret.
+
+    ``roles`` maps each agent (doctor, patient, grader, solver, judge, ...) to its
+    provider/model, the server it was called at (``base_url``) and its sampling settings.
+    ``producer`` holds what a machine reads back (ingest version, rule versions); ``notes``
+    is prose for people only.
+    """
+
+    model_config = ConfigDict(extra="forbid")
 
     release: str  # the release id, e.g. "gpt4_1106"
-    kind: str  # upstream | generated | submission
-    model: str  # provider/model, or upstream's name
-    source: dict  # Source.describe() of the pinned upstream, or the dataset's provenance
+    kind: Literal["upstream", "generated", "submission"]
+    model: str  # provider/model under test, or upstream's name
+    task: str = "craftmd"  # the task (craftmd.tasks) whose protocol produced it
+    display_name: str | None = None
+    dataset: dict = Field(default_factory=dict)  # {"name": ..., "sha256": ...} of the dataset files it was made from
+    source: dict = Field(default_factory=dict)  # Source.describe() of the pinned upstream, or the submission's provenance
+    roles: dict[str, dict] = Field(default_factory=dict)  # agent -> {model, base_url, sampling}
     prompt_set: dict | None = None  # {"name": ..., "sha256": ...}
     sampling: dict | None = None  # temperature, max_tokens, seed, ... per agent
     seed: int | None = None
-    models: dict = field(default_factory=dict)  # agent -> provider/model (doctor, patient, ...)
-    counts: dict = field(default_factory=dict)
-    notes: dict = field(default_factory=dict)
-    files: dict = field(default_factory=dict)  # filled by write_release
+    models: dict = Field(default_factory=dict)  # agent -> provider/model (doctor, patient, ...)
+    producer: dict = Field(default_factory=dict)
+    dependencies: dict[str, str] = Field(default_factory=dict)  # versions of the key packages
+    git_revision: str | None = None
+    counts: dict = Field(default_factory=dict)
+    notes: dict = Field(default_factory=dict)
+    files: dict = Field(default_factory=dict)  # filled by write_release
     schema_version: int = SCHEMA_VERSION
-    package: dict = field(default_factory=lambda: {"name": "craftmd", "version": __version__})
+    package: dict = Field(default_factory=lambda: {"name": "craftmd", "version": __version__})
 
     def to_json(self) -> str:
-        return json.dumps(self.__dict__, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
     @classmethod
-    def from_dict(cls, d: dict) -> Manifest:
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
+    def from_dict(cls, d: dict) -> RunRecord:
+        return cls.model_validate(d)
 
 
-def write_release(out: Path | str, manifest: Manifest, tables: dict[str, pa.Table], overwrite: bool = False) -> Path:
-    """Write a release atomically. ``tables`` maps conversations/answers/grades to arrow tables."""
+#: The old name, kept for callers.
+Manifest = RunRecord
+
+DEPENDENCIES = ("openai", "datasets", "duckdb", "pyarrow", "polars", "vllm")
+
+
+def dependency_versions(names: tuple[str, ...] = DEPENDENCIES) -> dict[str, str]:
+    """The installed versions of the key packages (those installed), for the run record."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for n in names:
+        try:
+            out[n] = version(n)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def git_revision() -> str | None:
+    """The package checkout's git commit (with ``-dirty`` when it has uncommitted changes), if any."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if rev.returncode:
+            return None
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=10)
+        return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def write_release(out: Path | str, manifest: RunRecord, tables: dict[str, pa.Table], overwrite: bool = False,
+                  scores: tuple[pa.Table, dict] | None = None) -> Path:
+    """Write a release atomically: ``tables`` maps conversations/answers to arrow tables.
+
+    ``scores`` (a scores table and its scorer records) is written beside them when given;
+    a record's ``inputs`` get the hash of the answers file written here (``answers_sha256``).
+    """
     out = Path(out)
-    if manifest.kind not in KINDS:
-        raise CraftMDError(f"manifest kind {manifest.kind!r} not in {KINDS}")
     unknown = set(tables) - set(SCHEMAS)
     if unknown:
         raise CraftMDError(f"unknown release table(s) {sorted(unknown)}")
@@ -201,17 +320,54 @@ def write_release(out: Path | str, manifest: Manifest, tables: dict[str, pa.Tabl
             files[path.name] = {"sha256": sha256_file(path), "rows": table.num_rows}
         manifest.files = files
         (tmp / "manifest.json").write_text(manifest.to_json())
+        if scores is not None:
+            answers_sha = files["answers.parquet"]["sha256"]
+            records = {g: dict(r, inputs=dict(r.get("inputs") or {}, answers_sha256=answers_sha)) for g, r in scores[1].items()}
+            (tmp / SCORES_FILE).write_bytes(_scores_bytes(scores[0], records))
     return out
+
+
+def _scores_bytes(table: pa.Table, records: dict) -> bytes:
+    table = conform_scores(table)
+    meta = {SCORERS_METADATA: json.dumps(dict(sorted(records.items())), sort_keys=True, ensure_ascii=False).encode()}
+    table = table.replace_schema_metadata(meta)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, **PARQUET_OPTIONS)
+    return sink.getvalue().to_pybytes()
+
+
+def write_scores(release: Release, new: pa.Table, records: dict[str, dict]) -> Path:
+    """Add (or replace) scorers' rows in ``release``'s scores; conversations, answers and manifest stay as written.
+
+    Every scorer named in ``records`` has its old rows replaced by its rows in ``new``;
+    other scorers' rows and records are kept. The file is replaced atomically.
+    """
+    old_table, old_records = release.scores_with_records()
+    replaced = set(records)
+    if old_table is not None:
+        keep = old_table.filter(pa.compute.invert(pa.compute.is_in(old_table.column("scorer"), pa.array(sorted(replaced), pa.string()))))
+        new = pa.concat_tables([keep, new], promote_options="permissive") if keep.num_rows else new
+    merged = {k: v for k, v in old_records.items() if k not in replaced}
+    merged.update(records)
+    path = release.path / SCORES_FILE
+    atomic_write_bytes(path, _scores_bytes(new, merged))
+    release._scores_cache = None
+    return path
 
 
 @dataclass
 class Release:
     path: Path
-    manifest: Manifest
+    manifest: RunRecord
+    _scores_cache: tuple | None = None
 
     @property
     def id(self) -> str:
         return self.manifest.release
+
+    @property
+    def display(self) -> str:
+        return self.manifest.display_name or self.id
 
     def table(self, name: str) -> pa.Table:
         p = self.path / f"{name}.parquet"
@@ -222,19 +378,68 @@ class Release:
     def has(self, name: str) -> bool:
         return (self.path / f"{name}.parquet").exists()
 
+    def scores_with_records(self) -> tuple[pa.Table | None, dict]:
+        """The scores table (None when unscored) and each scorer's record."""
+        if self._scores_cache is None:
+            p = self.path / SCORES_FILE
+            if not p.exists():
+                self._scores_cache = (None, {})
+            else:
+                t = pq.read_table(p)
+                meta = (t.schema.metadata or {}).get(SCORERS_METADATA)
+                self._scores_cache = (t.replace_schema_metadata(None), json.loads(meta) if meta else {})
+        return self._scores_cache
+
+    def scorer_records(self) -> dict[str, dict]:
+        return self.scores_with_records()[1]
+
+    def verdicts(self, **where) -> "pl.DataFrame":
+        """The ``correct`` scores of answers, one row per answer and scorer, as a polars frame.
+
+        Columns: case_id, trial, setting, format, with_image, grader, resolved,
+        resolved_kind, correct (null when the score could not be produced), detail (the
+        scorer's own record), status. ``where`` filters on columns (``format="frq"``).
+        """
+        import polars as pl
+
+        t, _ = self.scores_with_records()
+        if t is None:
+            raise CraftMDError(f"release {self.id}: no {SCORES_FILE} (score it first: craftmd grade)")
+        df = pl.from_arrow(t).filter(pl.col("metric") == "correct")
+        for k, v in where.items():
+            df = df.filter(pl.col(k) == v)
+        kinds = df["detail"].map_elements(lambda d: json.loads(d).get("resolved_kind") if d else None, return_dtype=pl.String) if df.height else pl.Series([], dtype=pl.String)
+        details = df["detail"].map_elements(lambda d: json.loads(d).get("grader") if d else None, return_dtype=pl.String) if df.height else pl.Series([], dtype=pl.String)
+        return df.select(
+            "case_id", "trial", "setting", "format", "with_image",
+            pl.col("scorer").alias("grader"), pl.col("label").alias("resolved"),
+            kinds.alias("resolved_kind"), (pl.col("value") == 1).alias("correct"), details.alias("detail"), "status",
+        )
+
 
 def read_release(path: Path | str, verify: bool = True) -> Release:
-    """Open a release folder, checking its manifest and (by default) its file hashes."""
+    """Open a release folder, checking its run record and (by default) its file hashes."""
     path = Path(path)
     mf = path / "manifest.json"
     if not mf.exists():
         raise CraftMDError(f"{path}: not a release (no manifest.json)")
     try:
-        manifest = Manifest.from_dict(json.loads(mf.read_text()))
-    except (json.JSONDecodeError, TypeError) as exc:
+        raw = json.loads(mf.read_text())
+    except json.JSONDecodeError as exc:
         raise CraftMDError(f"{mf}: unreadable manifest ({exc})") from None
-    if manifest.schema_version != SCHEMA_VERSION:
-        raise CraftMDError(f"{path}: schema version {manifest.schema_version}, this package reads {SCHEMA_VERSION}")
+    version = raw.get("schema_version") if isinstance(raw, dict) else None
+    if version != SCHEMA_VERSION:
+        raise CraftMDError(
+            f"{path}: release schema {version}, this craftmd reads {SCHEMA_VERSION}; rebuild it "
+            "(upstream: craftmd ingest --overwrite, or make leaderboard; generated: craftmd generate again over its cache; "
+            "submitted: craftmd score again)"
+        )
+    try:
+        manifest = RunRecord.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise CraftMDError(f"{mf}: invalid run record: {where}: {first['msg']}") from None
     if verify:
         for name, info in manifest.files.items():
             f = path / name

@@ -11,9 +11,9 @@ release ``OUT/<model>/`` (see :mod:`craftmd.release`), read once through
 * ``answers``: vignette / multiturn / singleturn / summarized x ``mcq4`` / ``frq`` per
   trial. A missing answer (``missing``) or one that is not a string (``non_text``)
   stays a row with a null response, counted in the manifest, never dropped.
-* ``grades``: the MCQ rules ``paper`` and ``strict`` (:mod:`craftmd.scoring.mcq`) on
-  ``mcq4``, and upstream's recorded GPT-4 grader labels on ``frq`` as the grader
-  ``upstream-gpt4`` (1 correct, 0 wrong, -1 no diagnosis). The NEJM Image Challenge
+* ``scores``: the MCQ rules ``paper`` and ``strict`` (:mod:`craftmd.scoring.mcq`) on
+  ``mcq4``, and upstream's recorded GPT-4 grader labels on ``frq`` as the scorer
+  ``upstream-gpt4`` (1 correct, 0 wrong, -1 no diagnosis), all as ``correct`` scores. The NEJM Image Challenge
   cases (``gpt4v``) have no choices in the source, so their MCQ answers are kept but
   not graded by rule; the manifest says so.
 """
@@ -31,9 +31,10 @@ from tqdm import tqdm
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file
-from craftmd.release import Manifest, read_release, sha256_file, write_release
-from craftmd.scoring.grade import load_cases
+from craftmd.release import RunRecord, dependency_versions, git_revision, read_release, sha256_file, write_release
+from craftmd.scoring.grade import dataset_fingerprint, grader_identity, load_cases
 from craftmd.scoring.mcq import RULES_VERSION, grade_mcq
+from craftmd.scoring.scorers import RECORDED, Verdict, VerdictRows
 from craftmd.source import Source
 
 #: Bump when what ingest writes changes; a release of another version is re-ingested.
@@ -100,22 +101,14 @@ class _Release:
         self.cases = cases
         self.conv = {k: [] for k in ("case_id", "trial", "messages", "summary", "n_turns", "ended")}
         self.ans = {k: [] for k in ("case_id", "trial", "setting", "format", "response", "status")}
-        self.grd = {k: [] for k in ("case_id", "trial", "setting", "format", "grader", "resolved", "resolved_kind", "correct", "detail")}
+        self.scores = VerdictRows()
         self.n_files = 0
         self.images_dropped = 0
         self.status_by_cell: dict[str, Counter] = {}
 
     def _grade(self, case_id, trial, setting, fmt, grader, resolved, kind, correct, detail=None):
-        g = self.grd
-        g["case_id"].append(case_id)
-        g["trial"].append(trial)
-        g["setting"].append(setting)
-        g["format"].append(fmt)
-        g["grader"].append(grader)
-        g["resolved"].append(resolved)
-        g["resolved_kind"].append(kind)
-        g["correct"].append(correct)
-        g["detail"].append(detail)
+        row = {"case_id": case_id, "trial": trial, "setting": setting, "format": fmt, "with_image": self.spec.with_image}
+        self.scores.add(row, grader, Verdict(resolved, kind, correct, detail))
 
     def add(self, path: str, case_id: str, data: bytes) -> None:
         try:
@@ -183,7 +176,7 @@ class _Release:
         else:
             kind, resolved = "single", ex
         detail = json.dumps({"evaluation": ev, "extracted_ans": ex}, ensure_ascii=False, sort_keys=True)
-        self._grade(case_id, t, setting, "frq", "upstream-gpt4", resolved, kind, ev == 1, detail)
+        self._grade(case_id, t, setting, "frq", RECORDED, resolved, kind, ev == 1, detail)
 
     def _conversation(self, path: str, case_id: str, t: int, rec: dict) -> None:
         msgs = rec.get("multiturn_conversation")
@@ -210,7 +203,7 @@ class _Release:
     def tables(self) -> dict[str, pa.Table]:
         img = self.spec.with_image
         out = {}
-        for name, cols in (("conversations", self.conv), ("answers", self.ans), ("grades", self.grd)):
+        for name, cols in (("conversations", self.conv), ("answers", self.ans)):
             n = len(cols["case_id"])
             cols = dict(cols, with_image=[img] * n)
             if name == "conversations":
@@ -218,22 +211,28 @@ class _Release:
             out[name] = pa.table(cols)
         return out
 
-    def manifest(self, source: Source, dataset_sha: str | None) -> Manifest:
+    def scorer_records(self, inputs: dict) -> dict[str, dict]:
+        """Each scorer's record: identity, the inputs it scored, its counts."""
+        per: dict[str, dict] = {}
+        for g, v in zip(self.scores.cols["scorer"], self.scores.cols["value"]):
+            e = per.setdefault(g, {"graded": 0, "correct": 0})
+            e["graded"] += 1
+            e["correct"] += v == 1.0
+        out = {}
+        for g, counts in per.items():
+            ident = {"recorded": f"results/{self.spec.release}/ evaluation_*_frq (GPT-4 grader-AI, as published)"} if g == RECORDED else grader_identity(g)
+            out[g] = dict(ident, **counts, inputs=inputs)
+        return out
+
+    def manifest(self, source: Source, dataset_sha: str | None) -> RunRecord:
         status = Counter()
         for c in self.status_by_cell.values():
             status.update(c)
         not_ok = {cell: dict(sorted((k, v) for k, v in c.items() if k != "ok")) for cell, c in sorted(self.status_by_cell.items())}
         not_ok = {cell: v for cell, v in not_ok.items() if v}
-        graders: dict[str, dict] = {}
-        for g, ok in zip(self.grd["grader"], self.grd["correct"]):
-            e = graders.setdefault(g, {"rows": 0, "correct": 0})
-            e["rows"] += 1
-            e["correct"] += bool(ok)
+        recorded_correct = sum(v == 1.0 for g, v in zip(self.scores.cols["scorer"], self.scores.cols["value"]) if g == RECORDED)
         notes = {
-            "display_name": self.spec.display,
             "upstream_folder": f"results/{self.spec.release}/",
-            "ingest_version": INGEST_VERSION,
-            "mcq_rules_version": RULES_VERSION,
             "answers": "Missing or non-text upstream answers are kept as rows with a null response and status "
             "missing / non_text; every grader counts them wrong.",
             "mcq": "paper: the dataset's paper_answer (upstream's correct_ans, exactly as recorded) appears in the "
@@ -242,28 +241,34 @@ class _Release:
             "frq": "upstream-gpt4: the GPT-4 grader labels recorded upstream (evaluation_*_frq: 1 correct, 0 wrong, "
             "-1 no diagnosis), with its extracted diagnosis as resolved.",
             "models": "patient-AI and grader-AI as described in the paper (GPT-4-1106-preview).",
-            "dataset_all_sha256": dataset_sha,
         }
         if self.spec.with_image:
             notes["mcq"] = ("The NEJM Image Challenge cases carry no answer choices in the source, so the MCQ "
                             "answers are kept but cannot be graded by rule; only FRQ is graded.")
             notes["coverage"] = "Only 33 of the 76 GPT-4V result files are in the pinned source."
             notes["images"] = f"{self.images_dropped} image parts dropped from the messages (base64 bytes); text kept."
-            if graders.get("upstream-gpt4", {}).get("correct", 1) == 0:
+            if recorded_correct == 0:
                 notes["frq_labels"] = "Every recorded upstream-gpt4 label in these files is 0."
-        return Manifest(
+        return RunRecord(
             release=self.spec.release,
             kind="upstream",
             model=self.spec.model,
+            task="craftmd",
+            display_name=self.spec.display,
+            dataset={"name": "craftmd", "config": "all", "sha256": dataset_sha},
             source=source.describe(),
             models={"doctor": self.spec.model, "patient": PATIENT_AND_GRADER, "grader": PATIENT_AND_GRADER},
+            roles={r: {"model": m, "base_url": None} for r, m in
+                   (("doctor", self.spec.model), ("patient", PATIENT_AND_GRADER), ("grader", PATIENT_AND_GRADER))},
+            producer={"name": "ingest", "ingest_version": INGEST_VERSION, "mcq_rules_version": RULES_VERSION},
+            dependencies=dependency_versions(),
+            git_revision=git_revision(),
             counts={
                 "cases": self.n_files,
                 "conversations": len(self.conv["case_id"]),
                 "answers": len(self.ans["case_id"]),
                 "answers_by_status": dict(sorted(status.items())),
                 "answers_not_ok": not_ok,
-                "grades": dict(sorted(graders.items())),
             },
             notes=notes,
         )
@@ -279,10 +284,10 @@ def _valid_existing(path: Path, source: Source, dataset_sha: str | None) -> bool
     return (
         m.kind == "upstream"
         and m.source.get("content_sha256") == source.content_sha256
-        and m.notes.get("ingest_version") == INGEST_VERSION
-        and m.notes.get("mcq_rules_version") == RULES_VERSION
-        and m.notes.get("dataset_all_sha256") == dataset_sha
-        and rel.has("grades")
+        and m.producer.get("ingest_version") == INGEST_VERSION
+        and m.producer.get("mcq_rules_version") == RULES_VERSION
+        and m.dataset.get("sha256") == dataset_sha
+        and RECORDED in rel.scorer_records()
     )
 
 
@@ -338,7 +343,10 @@ def ingest(
             bar.update(1)
             if b.n_files == expected[m]:
                 bar.set_postfix_str(f"writing {m}")
-                write_release(paths[m], b.manifest(source, dataset_sha), b.tables(), overwrite=True)
+                manifest = b.manifest(source, dataset_sha)
+                tables = b.tables()
+                inputs = {"dataset_sha256": dataset_fingerprint(dataset_dir)}  # write_release adds the answers' hash
+                write_release(paths[m], manifest, tables, overwrite=True, scores=(b.scores.table(), b.scorer_records(inputs)))
                 del builders[m]
     finally:
         bar.close()

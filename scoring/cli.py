@@ -6,7 +6,7 @@ Each handler parses nothing itself and calls one function of the room.
 
 from __future__ import annotations
 
-from craftmd.cli import add_source_argument
+from craftmd.cli import add_dataset_argument, add_quiet_argument, add_source_argument
 
 
 def _grade(args):
@@ -32,7 +32,7 @@ def _agreement(args):
     from craftmd.source import Source
 
     source = None if args.no_source else Source(args.source)
-    print(write_audit(args.releases, args.out, args.data, source))
+    print(write_audit(args.releases, args.out, args.dataset, source))
     return 0
 
 
@@ -41,19 +41,24 @@ def register_grading(sub) -> None:
         "grade",
         help="grade a release's answers (MCQ rules, offline FRQ grader, LLM grader-AI)",
         description=(
-            "Add or replace graders' rows in RELEASE/grades.parquet (the release is rewritten atomically). "
+            "Add or replace graders' rows in RELEASE/scores.parquet (written atomically; the release's conversations, "
+            "answers and run record are never rewritten). "
             "Graders: paper and strict (the two MCQ rules, on mcq4 and mcq_many), offline (the offline FRQ "
             "grader, no model needed), llm:PROVIDER/MODEL (the paper's two-step grader-AI, e.g. llm:openai/gpt-4o "
-            "or llm:vllm/Qwen/Qwen2.5-7B-Instruct). Missing answers grade as wrong."
+            "or llm:vllm/Qwen/Qwen2.5-7B-Instruct). Missing answers grade as wrong; a failed grader call scores nothing "
+            "(status error, with its reason) and is never counted as a verdict. An LLM grader never grades its own model "
+            "unless --allow-self-grading."
         ),
     )
     g.add_argument("release", help="release folder (has manifest.json and answers.parquet)")
-    g.add_argument("--data", required=True, help="built dataset folder (craftmd build --out)")
+    add_dataset_argument(g)
     g.add_argument("--grader", action="append", required=True, metavar="NAME",
                    help="paper | strict | offline | llm:PROVIDER/MODEL (repeatable)")  # fmt: skip
     g.add_argument("--base-url", help="OpenAI-compatible server for the LLM grader (e.g. a vllm serve endpoint)")
     g.add_argument("--cache", help="request cache (SQLite) for the LLM grader; reruns answer from it")
-    g.add_argument("--quiet", action="store_true", help="no progress bars")
+    g.add_argument("--allow-self-grading", action="store_true",
+                   help="let an LLM grader grade its own model's answers (recorded as self_graded; never ranked by)")
+    add_quiet_argument(g)
     g.set_defaults(func=_grade)
 
     a = sub.add_parser(
@@ -68,7 +73,7 @@ def register_grading(sub) -> None:
         ),
     )
     a.add_argument("--releases", required=True, help="folder of releases")
-    a.add_argument("--data", required=True, help="built dataset folder (the held-out rule needs each case's source)")
+    add_dataset_argument(a, help="built dataset folder (the held-out rule needs each case's source)")
     a.add_argument("--out", required=True, help="audits folder")
     add_source_argument(a)
     a.add_argument("--no-source", action="store_true", help="skip the comparison with the dermatologists (needs the source)")
@@ -110,7 +115,7 @@ def register_grading(sub) -> None:
     s.add_argument("--base-url", help="OpenAI-compatible server for an LLM grader")
     s.add_argument("--cache", help="request cache (SQLite) for an LLM grader")
     s.add_argument("--overwrite", action="store_true", help="replace an earlier result in --out")
-    s.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_quiet_argument(s)
     s.set_defaults(func=_score)
 
 

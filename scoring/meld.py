@@ -124,7 +124,7 @@ def meld_cases(
 ) -> list[MeldCase]:
     """The cases of ``configs`` (optionally only ``cases``, or the first ``limit`` per config), halved."""
     from craftmd.dataset import TEXT_CONFIGS, load_config
-    from craftmd.release import case_number
+    from craftmd.release import natural_key
 
     if split not in SPLITS:
         raise CraftMDError(f"unknown MELD split {split!r}; use one of {', '.join(SPLITS)}")
@@ -138,7 +138,7 @@ def meld_cases(
     seen: set[str] = set()
     for config in configs:
         df = load_config(dataset_dir, config).select("case_id", "vignette")
-        rows = sorted(df.iter_rows(), key=lambda r: case_number(r[0]))
+        rows = sorted(df.iter_rows(), key=lambda r: natural_key(r[0]))
         if wanted is not None:
             rows = [r for r in rows if r[0] in wanted]
         if limit is not None:
@@ -150,7 +150,7 @@ def meld_cases(
             out.append(MeldCase(case_id, config, first, second, count_words(first)))
             seen.add(case_id)
     if wanted is not None:
-        unknown = sorted(wanted - seen, key=case_number)
+        unknown = sorted(wanted - seen, key=natural_key)
         if unknown:
             more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
             raise CraftMDError(f"case {unknown[0]}{more} is not in configs {list(configs)}")

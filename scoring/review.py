@@ -216,7 +216,7 @@ def sample_review_rows(releases, dataset_dir, n: int, seed: int, grader: str | N
     import polars as pl
 
     from craftmd.dataset import load_config
-    from craftmd.release import case_number
+    from craftmd.release import natural_key
 
     if n < 1:
         raise CraftMDError("--n must be at least 1")
@@ -253,7 +253,7 @@ def sample_review_rows(releases, dataset_dir, n: int, seed: int, grader: str | N
             trials[r["case_id"]].append(r["trial"])
             msgs[(r["case_id"], r["trial"])] = r["messages"]
         strata: dict[str, list[str]] = defaultdict(list)
-        for cid in sorted(trials, key=case_number):
+        for cid in sorted(trials, key=natural_key):
             strata[by_case[cid]["source"]].append(cid)
         for source in sorted(strata):
             rng = _stratum_rng(seed, rel.id, source)
@@ -262,7 +262,7 @@ def sample_review_rows(releases, dataset_dir, n: int, seed: int, grader: str | N
             other = [c for c in ids if by_case[c]["single_dx"] is not True]
             order = [single[i] for i in rng.permutation(len(single))] + [other[i] for i in rng.permutation(len(other))]
             chosen = order[:n]
-            for cid in sorted(chosen, key=case_number):
+            for cid in sorted(chosen, key=natural_key):
                 trial = int(sorted(trials[cid])[int(rng.integers(len(trials[cid])))])
                 c = by_case[cid]
                 a = final.get((cid, trial))

@@ -18,9 +18,10 @@ grouped as (
 final as (
     select
         release, grader, setting, format, with_image, group_by, "group",
-        cast(split_part(case_id, '_', 2) as integer) as case_number,
+        o.position as case_position,
         n_trials, n_correct
     from grouped
+    join sample_order as o using (case_id)
 )
 select * from final
-order by release, grader, setting, format, with_image, group_by, "group", case_number
+order by release, grader, setting, format, with_image, group_by, "group", case_position
