@@ -66,7 +66,7 @@ def main() -> int:
             peak = server.max_in_flight
         n = len(truth)
         floor = math.ceil(n / args.concurrency) * args.latency
-        flagged = pl.read_parquet(out / "similarities.parquet")["flagged"].sum()
+        flagged = meld.read_similarities(out)["flagged"].sum()
         serial = n * args.latency
         met = peak == args.concurrency and serial / wall >= 5 and flagged == n
         ok &= met

@@ -60,7 +60,7 @@ def extraction_agreement(releases: Path, data: Path) -> None:
     keys = ["case_id", "trial", "setting", "with_image"]
     frames = []
     for r in find_releases(releases):
-        g = pl.from_arrow(r.table("grades")).filter((pl.col("format") == "frq") & ~pl.col("with_image"))
+        g = r.verdicts(format="frq", with_image=False)
         ref = g.filter(pl.col("grader") == "upstream-gpt4").select(*keys, pl.col("resolved_kind").alias("recorded"))
         off = g.filter(pl.col("grader") == "offline").select(*keys, pl.col("resolved_kind").alias("offline"))
         frames.append(ref.join(off, on=keys))

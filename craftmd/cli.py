@@ -17,6 +17,7 @@ ROOMS = (
     "craftmd.generation.cli",
     "craftmd.scoring.cli",
     "craftmd.analysis.cli",
+    "craftmd.submit",
 )
 
 

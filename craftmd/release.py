@@ -312,6 +312,10 @@ def write_release(out: Path | str, manifest: RunRecord, tables: dict[str, pa.Tab
     if out.exists() and not overwrite:
         raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
     conformed = {name: conform(name, t) for name, t in tables.items()}
+    if not manifest.dependencies:  # the code writing the release records what it ran on
+        manifest.dependencies = dependency_versions()
+    if manifest.git_revision is None:
+        manifest.git_revision = git_revision()
     with atomic_dir(out) as tmp:
         files = {}
         for name, table in sorted(conformed.items()):
@@ -323,11 +327,12 @@ def write_release(out: Path | str, manifest: RunRecord, tables: dict[str, pa.Tab
         if scores is not None:
             answers_sha = files["answers.parquet"]["sha256"]
             records = {g: dict(r, inputs=dict(r.get("inputs") or {}, answers_sha256=answers_sha)) for g, r in scores[1].items()}
-            (tmp / SCORES_FILE).write_bytes(_scores_bytes(scores[0], records))
+            (tmp / SCORES_FILE).write_bytes(encode_scores(scores[0], records))
     return out
 
 
-def _scores_bytes(table: pa.Table, records: dict) -> bytes:
+def encode_scores(table: pa.Table, records: dict) -> bytes:
+    """A scores table, checked and sorted, with its scorer records in the metadata, as parquet bytes."""
     table = conform_scores(table)
     meta = {SCORERS_METADATA: json.dumps(dict(sorted(records.items())), sort_keys=True, ensure_ascii=False).encode()}
     table = table.replace_schema_metadata(meta)
@@ -350,7 +355,7 @@ def write_scores(release: Release, new: pa.Table, records: dict[str, dict]) -> P
     merged = {k: v for k, v in old_records.items() if k not in replaced}
     merged.update(records)
     path = release.path / SCORES_FILE
-    atomic_write_bytes(path, _scores_bytes(new, merged))
+    atomic_write_bytes(path, encode_scores(new, merged))
     release._scores_cache = None
     return path
 
@@ -398,23 +403,23 @@ class Release:
 
         Columns: case_id, trial, setting, format, with_image, grader, resolved,
         resolved_kind, correct (null when the score could not be produced), detail (the
-        scorer's own record), status. ``where`` filters on columns (``format="frq"``).
+        score's JSON record: ``resolved_kind`` and the scorer's own fields), status. ``where`` filters on columns (``format="frq"``).
         """
         import polars as pl
 
         t, _ = self.scores_with_records()
         if t is None:
             raise CraftMDError(f"release {self.id}: no {SCORES_FILE} (score it first: craftmd grade)")
-        df = pl.from_arrow(t).filter(pl.col("metric") == "correct")
-        for k, v in where.items():
-            df = df.filter(pl.col(k) == v)
-        kinds = df["detail"].map_elements(lambda d: json.loads(d).get("resolved_kind") if d else None, return_dtype=pl.String) if df.height else pl.Series([], dtype=pl.String)
-        details = df["detail"].map_elements(lambda d: json.loads(d).get("grader") if d else None, return_dtype=pl.String) if df.height else pl.Series([], dtype=pl.String)
-        return df.select(
+        df = pl.from_arrow(t).filter(pl.col("metric") == "correct", pl.col("setting").is_not_null())
+        df = df.select(
             "case_id", "trial", "setting", "format", "with_image",
             pl.col("scorer").alias("grader"), pl.col("label").alias("resolved"),
-            kinds.alias("resolved_kind"), (pl.col("value") == 1).alias("correct"), details.alias("detail"), "status",
+            pl.col("detail").str.json_path_match("$.resolved_kind").alias("resolved_kind"),
+            (pl.col("value") == 1).alias("correct"), "detail", "status",
         )
+        for k, v in where.items():
+            df = df.filter(pl.col(k) == v)
+        return df
 
 
 def read_release(path: Path | str, verify: bool = True) -> Release:

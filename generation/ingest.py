@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file
-from craftmd.release import RunRecord, dependency_versions, git_revision, read_release, sha256_file, write_release
+from craftmd.release import RunRecord, read_release, sha256_file, write_release
 from craftmd.scoring.grade import dataset_fingerprint, grader_identity, load_cases
 from craftmd.scoring.mcq import RULES_VERSION, grade_mcq
 from craftmd.scoring.scorers import RECORDED, Verdict, VerdictRows
@@ -261,8 +261,6 @@ class _Release:
             roles={r: {"model": m, "base_url": None} for r, m in
                    (("doctor", self.spec.model), ("patient", PATIENT_AND_GRADER), ("grader", PATIENT_AND_GRADER))},
             producer={"name": "ingest", "ingest_version": INGEST_VERSION, "mcq_rules_version": RULES_VERSION},
-            dependencies=dependency_versions(),
-            git_revision=git_revision(),
             counts={
                 "cases": self.n_files,
                 "conversations": len(self.conv["case_id"]),

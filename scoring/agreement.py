@@ -48,9 +48,9 @@ def paired_labels(releases_dir: Path | str, grader: str = GRADER, reference: str
     """One row per recorded FRQ answer graded by both: model, case_id, setting, held_out, ref, pred."""
     frames = []
     for rel in find_releases(releases_dir):
-        if not rel.has("grades"):
+        if not rel.has("scores"):
             continue
-        g = pl.from_arrow(rel.table("grades")).filter(pl.col("format") == "frq")
+        g = rel.verdicts(format="frq")
         ref = g.filter(pl.col("grader") == reference).select("case_id", "trial", "setting", "with_image", pl.col("correct").alias("ref"))
         pred = g.filter(pl.col("grader") == grader).select("case_id", "trial", "setting", "with_image", pl.col("correct").alias("pred"))
         if ref.is_empty() or pred.is_empty():

@@ -1,4 +1,4 @@
-"""Subcommands of craftmd.scoring (registered by craftmd.cli): grade, validate, score,
+"""Subcommands of craftmd.scoring (registered by craftmd.cli): grade, grader-agreement, validate,
 plus the audits' meld and review (helper E's :mod:`craftmd.scoring.audit_cli`).
 
 Each handler parses nothing itself and calls one function of the room.
@@ -19,12 +19,6 @@ def _validate(args):
     from craftmd.scoring.submission import validate_cli
 
     return validate_cli(args)
-
-
-def _score(args):
-    from craftmd.scoring.submission import score_cli
-
-    return score_cli(args)
 
 
 def _agreement(args):
@@ -93,30 +87,6 @@ def register_grading(sub) -> None:
     v.add_argument("--dataset", required=True, help="built dataset folder (craftmd build --out)")
     v.add_argument("--config", default="all", help="dataset config the submission answers (default: all)")
     v.set_defaults(func=_validate)
-
-    s = sub.add_parser(
-        "score",
-        help="validate, grade and score a submission into a release and a scores file",
-        description=(
-            "Validate SUBMISSION (nothing is written if it fails), grade it (default graders: paper and strict for "
-            "MCQ answers, offline for FRQ; --grader to choose), and write OUT/submission-<model>/ (a release of kind "
-            "submission; copy it into the releases folder to show it on the leaderboard) and OUT/scores.json / "
-            "scores.csv (accuracy with 95%% bootstrap CIs per setting, format, grader and specialty). Unanswered "
-            "cases are scored as wrong. --schema prints the submission format's JSON Schema."
-        ),
-    )
-    s.add_argument("submission", nargs="?", help="submission file (.jsonl or .parquet)")
-    s.add_argument("--schema", action="store_true", help="print the submission JSON Schema and exit")
-    s.add_argument("--dataset", help="built dataset folder (craftmd build --out)")
-    s.add_argument("--model", help="name of the submitted model (e.g. acme/med-7b)")
-    s.add_argument("--out", help="output folder")
-    s.add_argument("--config", default="all", help="dataset config the submission answers (default: all)")
-    s.add_argument("--grader", action="append", metavar="NAME", help="paper | strict | offline | llm:PROVIDER/MODEL (repeatable)")
-    s.add_argument("--base-url", help="OpenAI-compatible server for an LLM grader")
-    s.add_argument("--cache", help="request cache (SQLite) for an LLM grader")
-    s.add_argument("--overwrite", action="store_true", help="replace an earlier result in --out")
-    add_quiet_argument(s)
-    s.set_defaults(func=_score)
 
 
 def register(sub) -> None:

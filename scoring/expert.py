@@ -125,7 +125,7 @@ def graders_vs_dermatologists(source, release_dir) -> dict[str, dict]:
     from craftmd.release import read_release
     from craftmd.scoring.review import counts_agreement, read_review_files, release_labels_by_grader
 
-    if not read_release(release_dir).has("grades"):
+    if not read_release(release_dir).has("scores"):
         return {}
     by_grader = release_labels_by_grader(release_dir)
     if not by_grader:

@@ -25,8 +25,13 @@ the benchmark shows it), of the per-source configs (``medqa_usmle``, ``derm_publ
 ``derm_private``) unless ``configs`` says otherwise. The prompt is sent as a single
 system message, as the paper did (``role="user"`` for chat templates that need a user turn).
 
-``run_meld`` writes a folder (atomically) with ``similarities.parquet``, ``summary.json``
-and ``similarity_hist.png``; :func:`meld_audit` turns it into the leaderboard's audit dict.
+``run_meld`` writes a folder (atomically) with ``scores.parquet`` (the release contract's
+scores table: per case, the metrics ``meld_similarity`` and ``meld_flagged`` of the scorer
+``meld``, variant key ``config``; the completion as the label, the halves and any failure
+reason in the detail; a failed request has status ``error`` and no value), ``summary.json``
+(the run's settings and the figures aggregated from those scores) and ``similarity_hist.png``;
+:func:`read_similarities` reads the scores back as one row per case, and :func:`meld_audit`
+turns the run into the leaderboard's audit dict.
 """
 
 from __future__ import annotations
@@ -52,7 +57,8 @@ SPLITS = ("chars", "words")
 DEFAULT_CONFIGS = ("medqa_usmle", "derm_public", "derm_private")
 SIMILARITY_DEFINITION = "1 - Levenshtein.distance(truth, completion) / max(len(truth), len(completion))"
 
-SIMILARITIES = "similarities.parquet"
+SCORES = "scores.parquet"
+SCORER = "meld"
 SUMMARY = "summary.json"
 FIGURE = "similarity_hist.png"
 
@@ -181,8 +187,42 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")
 
 
+def to_scores(table: pl.DataFrame):
+    """The per-case frame as scores rows: ``meld_similarity`` and ``meld_flagged`` per case."""
+    import pyarrow as pa
+
+    rows = {k: [] for k in ("case_id", "trial", "config", "scorer", "metric", "value", "label", "detail", "status")}
+    for r in table.iter_rows(named=True):
+        detail = json.dumps({k: r[k] for k in ("word_count", "first_half", "second_half", "error")}, ensure_ascii=False, sort_keys=True)
+        ok = r["similarity"] is not None
+        for metric, value in (("meld_similarity", r["similarity"]), ("meld_flagged", float(r["flagged"]) if ok else None)):
+            for k, v in (("case_id", r["case_id"]), ("trial", 0), ("config", r["config"]), ("scorer", SCORER), ("metric", metric),
+                         ("value", value), ("label", r["completion"]), ("detail", detail), ("status", "ok" if ok else "error")):
+                rows[k].append(v)
+    return pa.table(rows)
+
+
+def read_similarities(meld_dir: Path | str) -> pl.DataFrame:
+    """A MELD run's scores, one row per case: case_id, config, word_count, first_half, second_half,
+    completion, status, error, similarity, flagged."""
+    path = Path(meld_dir) / SCORES
+    if not path.exists():
+        raise CraftMDError(f"{meld_dir}: not a MELD run (no {SCORES}); run `craftmd meld` first")
+    s = pl.read_parquet(path).filter(pl.col("scorer") == SCORER)
+    sim = s.filter(pl.col("metric") == "meld_similarity")
+    flag = s.filter(pl.col("metric") == "meld_flagged").select("case_id", "config", (pl.col("value") == 1).fill_null(False).alias("flagged"))
+    d = sim["detail"].str.json_decode(pl.Struct({"word_count": pl.Int32, "first_half": pl.String, "second_half": pl.String, "error": pl.String}))
+    return sim.select(
+        "case_id", "config", d.struct.field("word_count"), d.struct.field("first_half"), d.struct.field("second_half"),
+        pl.col("label").alias("completion"), "status", d.struct.field("error"), pl.col("value").alias("similarity"),
+    ).join(flag, on=["case_id", "config"], how="left", maintain_order="left")
+
+
 def _write_outputs(tmp: Path, table: pl.DataFrame, summary: dict, threshold: float) -> None:
-    table.write_parquet(tmp / SIMILARITIES, compression="zstd", compression_level=9, statistics=True)
+    from craftmd.release import encode_scores
+
+    record = {k: summary[k] for k in ("model", "prompt", "sampling", "dataset", "split", "similarity", "threshold")}
+    (tmp / SCORES).write_bytes(encode_scores(to_scores(table), {SCORER: record}))
     (tmp / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     plot_histogram(table, tmp / FIGURE, summary["model"], threshold)
 

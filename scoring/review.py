@@ -235,10 +235,8 @@ def sample_review_rows(releases, dataset_dir, n: int, seed: int, grader: str | N
         )
         final = {(r["case_id"], r["trial"]): r for r in ans.iter_rows(named=True)}
         verdict, gname = {}, None
-        if rel.has("grades"):
-            grades = pl.from_arrow(rel.table("grades")).filter(
-                (pl.col("setting") == "multiturn") & (pl.col("format") == "frq") & ~pl.col("with_image")
-            )
+        if rel.has("scores"):
+            grades = rel.verdicts(setting="multiturn", format="frq", with_image=False)
             gname = _pick_grader(sorted(grades["grader"].unique().to_list()), grader)
             if grader and gname is None:
                 raise CraftMDError(f"release {rel.id}: no multiturn FRQ grades by grader {grader!r}")
@@ -918,9 +916,7 @@ def release_labels_by_grader(release_dir, setting: str = "vignette", fmt: str = 
     from craftmd.release import read_release
 
     rel = read_release(release_dir)
-    if not rel.has("grades"):
-        raise CraftMDError(f"release {rel.id}: no grades.parquet (grade it first)")
-    g = pl.from_arrow(rel.table("grades")).filter((pl.col("setting") == setting) & (pl.col("format") == fmt) & ~pl.col("with_image"))
+    g = rel.verdicts(setting=setting, format=fmt, with_image=False)
 
     def extracted(r) -> str | None:  # the grader's raw extraction where its detail keeps it ("none", "multiple")
         try:

@@ -90,6 +90,20 @@ class VerdictRows:
         return pa.table(self.cols, schema=SCHEMA)
 
 
+def scores_from_grades(rows: list[dict] | pa.Table) -> pa.Table:
+    """Answer-level ``correct`` scores from grade rows of the old shape (case_id, trial, setting, format,
+    with_image, grader, resolved, resolved_kind, correct, detail): the one converter, used by tests and
+    by anyone holding grades from a schema-1 release."""
+    if isinstance(rows, pa.Table):
+        rows = rows.to_pylist()
+    out = VerdictRows()
+    for r in rows:
+        correct = r.get("correct")
+        out.add(r, r["grader"], Verdict(r.get("resolved"), r.get("resolved_kind") or "none",
+                                        None if correct is None else bool(correct), r.get("detail")))
+    return out.table()
+
+
 @dataclass
 class Context:
     """What a scorer needs besides the answers: the dataset's keys, and the model layer's settings."""
@@ -284,6 +298,6 @@ def rank_frq(graders: list[str], *, self_graders: set[str] = frozenset()) -> lis
 
 
 __all__ = [
-    "Scorer", "Verdict", "VerdictRows", "Context", "get_scorer", "check_scorers", "rank_frq", "grades_itself", "family",
+    "Scorer", "Verdict", "VerdictRows", "Context", "scores_from_grades", "get_scorer", "check_scorers", "rank_frq", "grades_itself", "family",
     "measured_agreement", "MCQ_RULES", "MCQ_FORMATS", "RECORDED",
 ]

@@ -9,8 +9,9 @@ Schema is ``scoring/submission.schema.json`` (``craftmd score --schema`` prints 
 not JSON or is cut off, a missing or mistyped field, an unknown case, setting or format, a
 duplicate row, an oversized response. Nothing is graded or written unless it passes.
 
-:func:`score_submission` turns a valid submission into a release of kind ``submission``
-(the common schema, so the leaderboard shows it next to the others) and a scores file.
+:func:`submit` turns a valid submission into a release of kind ``submission`` (the common
+schema, its grades in ``scores.parquet``, so the leaderboard shows it next to the others);
+``craftmd score`` (:mod:`craftmd.submit`) adds the accuracy report beside it.
 Every case of the chosen dataset config that the submission leaves unanswered, for each
 (setting, format, trial) it answers, becomes an answer row with status ``missing``: it is
 reported and scored as wrong, never skipped.
@@ -20,8 +21,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -259,7 +258,7 @@ def default_graders(v: Validated) -> list[str]:
     return out
 
 
-def score_submission(
+def submit(
     path: Path | str,
     dataset_dir: Path | str,
     model: str,
@@ -269,113 +268,51 @@ def score_submission(
     config: str = "all",
     base_url: str | None = None,
     cache=None,
-    B: int | None = None,
     progress: bool = True,
-    overwrite: bool = False,
-) -> dict:
-    """Validate, grade and score a submission. Writes ``OUT/<release>/`` and ``OUT/scores.{json,csv}``.
+) -> tuple[Path, Validated, dict]:
+    """Validate and grade a submission into the release ``OUT/submission-<model>/`` (answers and scores).
 
-    Returns the scores dict (also written as ``scores.json``).
+    Returns the release's path, the validated submission and each grader's record.
+    Nothing is written unless the submission is valid.
     """
-    from craftmd.scoring.grade import check_graders, grade_answers
+    from craftmd.scoring.grade import check_graders, dataset_fingerprint, grade_answers
 
-    out_dir = Path(out_dir)
     v = validate_submission(path, dataset_dir, config=config)
     graders = check_graders(graders or default_graders(v))
     if not graders:
         raise CraftMDError("nothing to grade: the submission has no mcq4, mcq_many or frq answers")
     release_id = f"submission-{_slug(model)}"
-    final = out_dir / release_id
-    if (final.exists() or (out_dir / "scores.json").exists()) and not overwrite:
-        raise CraftMDError(f"{final} exists (pass --overwrite to replace it)")
     answers = answers_table(v)
-    grades, records = grade_answers(pl.from_arrow(answers), dataset_dir, graders, base_url=base_url, cache=cache, progress=progress)
+    scores, records = grade_answers(pl.from_arrow(answers), dataset_dir, graders, base_url=base_url, cache=cache, progress=progress)
     status = pl.from_arrow(answers)["status"].value_counts().sort("status")
     ds_sha = None
     from craftmd.release import sha256_file
 
     if config_file(dataset_dir, config).exists():
         ds_sha = sha256_file(config_file(dataset_dir, config))
-    per: dict[str, dict] = {}
-    for g, ok in zip(grades.column("grader").to_pylist(), grades.column("correct").to_pylist()):
-        e = per.setdefault(g, {"rows": 0, "correct": 0})
-        e["rows"] += 1
-        e["correct"] += bool(ok)
     manifest = Manifest(
         release=release_id,
         kind="submission",
         model=model,
+        display_name=f"{model} (submission)",
+        dataset={"name": "craftmd", "config": config, "sha256": ds_sha},
         source={"dataset_config": config, "dataset_sha256": ds_sha, "submission_file": Path(path).name},
+        roles={"doctor": {"model": model, "base_url": None}},
+        producer={"name": "submission", "submission": v.summary()},
         counts={
             "answers": answers.num_rows,
             "answers_by_status": dict(status.iter_rows()),
             "missing_answers": v.missing.height,
-            "grades": dict(sorted(per.items())),
         },
         notes={
-            "display_name": f"{model} (submission)",
-            "submission": v.summary(),
-            "graders": dict(sorted(records.items())),
             "answers": "Cases the submission did not answer (for each setting, format and trial it answered) are "
             "rows with status missing and a null response; every grader counts them wrong.",
         },
     )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".score-", dir=out_dir))
-    try:
-        rel_path = write_release(stage / release_id, manifest, {"answers": answers, "grades": grades})
-        scores = _scores(stage, dataset_dir, release_id, v, records, B=B)
-        (stage / "scores.json").write_text(json.dumps(scores, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-        pl.DataFrame(scores["accuracy"]).write_csv(stage / "scores.csv")
-        if final.exists():
-            shutil.rmtree(final)
-        rel_path.replace(final)
-        (stage / "scores.json").replace(out_dir / "scores.json")
-        (stage / "scores.csv").replace(out_dir / "scores.csv")
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    return scores
-
-
-def _scores(stage: Path, dataset_dir, release_id: str, v: Validated, records: dict, *, B: int | None) -> dict:
-    """Accuracy with 95% bootstrap CIs per setting, format, grader and specialty (analysis room's queries)."""
-    from craftmd.analysis.pipeline import compute
-
-    kwargs = {} if B is None else {"B": B}
-    a = compute(stage, dataset_dir, **kwargs)
-    acc = a.accuracy.filter(pl.col("model") == release_id).sort("format", "grader", "setting", "with_image", "group_by", "group")
-    reliability = {g: _reliability(g) for g in records}
-    return {
-        "release": release_id,
-        "submission": v.summary(),
-        "graders": records,
-        "grader_reliability": reliability,
-        "bootstrap": {"B": a.B, "seed": a.seed, "unit": "case"},
-        "accuracy": acc.to_dicts(),
-    }
-
-
-def _reliability(grader: str) -> str:
-    if grader in ("paper", "strict"):
-        return "MCQ rule (deterministic; see craftmd.scoring.mcq)"
-    if grader == "offline":
-        from craftmd.scoring.agreement import measured_agreement
-
-        rec = measured_agreement()
-        if rec is None:
-            return "offline FRQ grader: agreement with the recorded GPT-4 grader-AI not measured for this table version"
-        h = rec["overall"]["held-out"]
-        text = (f"offline FRQ grader: on held-out upstream answers it agrees with the recorded GPT-4 grader-AI on "
-                f"{h['agreement']:.1%} of {h['n']:,} answers, Cohen's kappa {h['kappa']:.3f}")  # fmt: skip
-        derm = rec.get("dermatologists", {})
-        if "offline" in derm:
-            d = derm["offline"]
-            text += (f"; against the dermatologists' verdicts on GPT-4's vignette answers ({d['cases']} Dermatology cases x 5 trials) "
-                     f"{d['agreement']:.1%}")  # fmt: skip
-            if "upstream-gpt4" in derm:
-                text += f" (the GPT-4 grader-AI: {derm['upstream-gpt4']['agreement']:.1%})"
-        return text
-    return "LLM grader-AI: the paper's two-step prompt; its agreement is not measured here"
+    inputs = {"dataset_sha256": dataset_fingerprint(dataset_dir)}
+    records = {g: dict(r, inputs=inputs) for g, r in records.items()}
+    rel_path = write_release(Path(out_dir) / release_id, manifest, {"answers": answers}, scores=(scores, records))
+    return rel_path, v, records
 
 
 def validate_cli(args) -> int:
@@ -388,22 +325,4 @@ def validate_cli(args) -> int:
     return 0
 
 
-def score_cli(args) -> int:
-    if args.schema:
-        print(schema_text(), end="")
-        return 0
-    if not (args.submission and args.dataset and args.model and args.out):
-        raise CraftMDError("craftmd score needs SUBMISSION --dataset DIR --model NAME --out DIR (or --schema)")
-    scores = score_submission(
-        args.submission, args.dataset, args.model, args.out, graders=args.grader, config=args.config,
-        base_url=args.base_url, cache=args.cache, progress=not args.quiet, overwrite=args.overwrite,
-    )  # fmt: skip
-    s = scores["submission"]
-    print(f"scored {s['rows']} answers ({s['missing_answers']} missing, scored wrong) -> {Path(args.out) / scores['release']}")
-    overall = [r for r in scores["accuracy"] if r.get("group_by") == "all"]
-    for r in overall:
-        print(f"  {r['format']:8s} {r['grader']:14s} {r['setting']:12s} {r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]")
-    return 0
-
-
-__all__ = ["validate_submission", "score_submission", "schema", "schema_text", "SubmissionError", "Validated", "MAX_PROBLEMS", "MAX_RESPONSE_CHARS"]
+__all__ = ["validate_submission", "submit", "default_graders", "schema", "schema_text", "SubmissionError", "Validated", "MAX_PROBLEMS", "MAX_RESPONSE_CHARS"]

@@ -39,10 +39,10 @@ def mine(releases_dir, dataset_dir, *, min_accepted: int = 3, min_share: float =
     seen: Counter = Counter()
     accepted: Counter = Counter()
     for rel in find_releases(releases_dir):
-        if rel.manifest.kind != "upstream" or not rel.has("grades"):
+        if rel.manifest.kind != "upstream" or not rel.has("scores"):
             continue
         a = pl.from_arrow(rel.table("answers")).filter((pl.col("format") == "frq") & ~pl.col("with_image"))
-        g = pl.from_arrow(rel.table("grades")).filter((pl.col("grader") == "upstream-gpt4") & (pl.col("format") == "frq"))
+        g = rel.verdicts(grader="upstream-gpt4", format="frq")
         j = a.join(g.select("case_id", "trial", "setting", "correct"), on=["case_id", "trial", "setting"])
         for case_id, response, ok in j.select("case_id", "response", "correct").iter_rows():
             if case_id not in answers:  # held-out: never looked at

@@ -101,7 +101,7 @@ def test_a_model_that_recites_the_second_half_is_flagged_on_every_case(mini_data
         assert server.served == 8
         sent = server.log[0]
         assert sent["temperature"] == 0.0 and sent["max_tokens"] == 1024 and sent["seed"] == 0
-    table = pl.read_parquet(out / "similarities.parquet")
+    table = meld.read_similarities(out)
     assert table.height == 8
     assert table["flagged"].all()
     assert (table["similarity"] == 1.0).all()
@@ -130,7 +130,7 @@ def test_unrelated_text_flags_nothing_and_a_near_copy_is_judged_by_the_threshold
     with LoopbackServer(respond) as server:
         out = meld.run_meld(mini_dataset, MODEL, tmp_path / "m", base_url=server.base_url,
                             configs=("derm_public", "medqa_usmle"), progress=False)  # fmt: skip
-    table = pl.read_parquet(out / "similarities.parquet")
+    table = meld.read_similarities(out)
     near = table.filter(pl.col("second_half").str.len_chars() % 2 == 1)
     far = table.filter(pl.col("second_half").str.len_chars() % 2 == 0)
     assert near["flagged"].all() and (~far["flagged"]).all()
@@ -153,7 +153,7 @@ def test_all_unrelated_flags_none_and_failures_are_counted_not_flagged(mini_data
     with LoopbackServer(respond) as server:
         out = meld.run_meld(mini_dataset, MODEL, tmp_path / "m", base_url=server.base_url,
                             configs=("derm_public", "medqa_usmle"), progress=False)  # fmt: skip
-    table = pl.read_parquet(out / "similarities.parquet")
+    table = meld.read_similarities(out)
     assert not table["flagged"].any()
     assert table.filter(pl.col("status") == "error").height == 2
     assert table.filter(pl.col("status") == "error")["similarity"].null_count() == 2
@@ -170,7 +170,7 @@ def test_rerun_from_the_cache_gives_the_same_bytes_without_calls(mini_dataset, t
         b = meld.run_meld(mini_dataset, MODEL, tmp_path / "b", base_url=server.base_url, cache=cache,
                           configs=("derm_public",), progress=False)  # fmt: skip
         assert server.served == 4  # the second run came from the cache
-    for name in ("similarities.parquet", "summary.json", "similarity_hist.png"):
+    for name in ("scores.parquet", "summary.json", "similarity_hist.png"):
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
 
