@@ -13,9 +13,12 @@ import polars as pl
 
 from craftmd import CraftMDError
 
-SPLIT = "test"
-TEXT_CONFIGS = ("medqa_usmle", "derm_public", "derm_private", "all")
-CONFIGS = TEXT_CONFIGS + ("nejm_image", "diagnoses")
+from craftmd.samples import CRAFTMD
+
+SPLIT = CRAFTMD.split
+CONFIGS = CRAFTMD.config_names
+#: The configs of text cases (every sample config but the image cases).
+TEXT_CONFIGS = tuple(c for c in CRAFTMD.sample_configs() if c != "nejm_image")
 
 
 def config_file(dataset_dir: Path | str, config: str, split: str = SPLIT) -> Path:
@@ -24,8 +27,7 @@ def config_file(dataset_dir: Path | str, config: str, split: str = SPLIT) -> Pat
 
 def load_config(dataset_dir: Path | str, config: str = "all") -> pl.DataFrame:
     """One config of a built dataset as a polars DataFrame."""
-    if config not in CONFIGS:
-        raise CraftMDError(f"unknown config {config!r}; known: {', '.join(CONFIGS)}")
+    CRAFTMD.config(config)  # an unknown config is a one-line error
     path = config_file(dataset_dir, config)
     if not path.exists():
         raise CraftMDError(f"{dataset_dir}: no config {config!r} (expected {path}); run `craftmd build` first")

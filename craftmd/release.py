@@ -42,23 +42,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from craftmd import CraftMDError, __version__
 from craftmd.atomic import atomic_dir, atomic_write_bytes, sha256_file
+from craftmd.tasks import Task, get_task
+from craftmd.tasks.diagnosis import TASK as _CRAFTMD
 
 SCHEMA_VERSION = 2
 
-#: How the case reaches the model before the question is asked.
-SETTINGS = (
-    "vignette",  # the whole vignette
-    "multiturn",  # the doctor-patient conversation, final-diagnosis turn removed
-    "singleturn",  # the patient's first turn only
-    "summarized",  # a third-person summary of the patient's turns
-    "exam",  # the physical-exam findings only
-    "multiturn_no_exam",  # a conversation where the patient knows the history only
-    "multiturn_plus_exam",  # the conversation with the exam findings appended
-)
-#: How the question is asked.
-FORMATS = ("mcq4", "mcq_many", "frq", "top3")
-#: Which conversation a row of conversations.parquet is.
-CONVERSATIONS = ("standard", "no_exam")
+# CRAFT-MD's settings, formats and conversation kinds: its task declares them
+# (craftmd.tasks.diagnosis); these names stay for the code that poses CRAFT-MD.
+SETTINGS = _CRAFTMD.settings
+FORMATS = _CRAFTMD.formats
+CONVERSATIONS = _CRAFTMD.conversations
 #: Why a conversation stopped.
 ENDINGS = ("final_diagnosis", "no_question", "max_turns", "refusal", "error")
 #: What became of an answer request.
@@ -118,10 +111,15 @@ KEYS = {
     "conversations": ["case_id", "trial", "conversation", "with_image"],
     "answers": ["case_id", "trial", "setting", "format", "with_image"],
 }
-ENUMS = {
-    "conversations": {"conversation": CONVERSATIONS, "ended": ENDINGS},
-    "answers": {"setting": SETTINGS, "format": FORMATS, "status": ANSWER_STATUS},
-}
+
+
+def enums(task: Task) -> dict[str, dict[str, tuple[str, ...]]]:
+    """The values each table's enum columns may take in a release of ``task``."""
+    return {
+        "conversations": {"conversation": task.conversations, "ended": ENDINGS},
+        "answers": {"setting": task.settings, "format": task.formats, "status": ANSWER_STATUS},
+    }
+
 #: Columns a writer may leave out: they are filled with nulls.
 OPTIONAL = {"conversations": ("error",), "answers": ("error",)}
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=9, use_dictionary=True, write_statistics=True)
@@ -154,8 +152,8 @@ def _check_enums(table: pa.Table, enums: dict, what: str) -> None:
             raise CraftMDError(f"{what}.{col}: unknown value(s) {bad}; allowed {list(allowed)}")
 
 
-def conform(name: str, table: pa.Table) -> pa.Table:
-    """Check a table against its schema and enums, cast it, and sort it by key."""
+def conform(name: str, table: pa.Table, task: Task = _CRAFTMD) -> pa.Table:
+    """Check a table against its schema and ``task``'s enums, cast it, and sort it by key."""
     if name == "scores":
         return conform_scores(table)
     schema = SCHEMAS[name]
@@ -170,7 +168,7 @@ def conform(name: str, table: pa.Table) -> pa.Table:
         table = table.select(schema.names).cast(schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise CraftMDError(f"{name}: does not fit the release schema: {exc}") from None
-    _check_enums(table, ENUMS[name], name)
+    _check_enums(table, enums(task)[name], name)
     for col in KEYS[name]:
         if table.column(col).null_count:
             raise CraftMDError(f"{name}.{col}: key column has nulls")
@@ -311,7 +309,8 @@ def write_release(out: Path | str, manifest: RunRecord, tables: dict[str, pa.Tab
         raise CraftMDError("a release needs answers")
     if out.exists() and not overwrite:
         raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
-    conformed = {name: conform(name, t) for name, t in tables.items()}
+    task = get_task(manifest.task)
+    conformed = {name: conform(name, t, task) for name, t in tables.items()}
     if not manifest.dependencies:  # the code writing the release records what it ran on
         manifest.dependencies = dependency_versions()
     if manifest.git_revision is None:

@@ -1,0 +1,80 @@
+"""Tasks: a dataset, a protocol and its scorers, one file per task.
+
+A :class:`Task` names the dataset it poses (:mod:`craftmd.samples`), the experiments its
+protocol runs (a declarative table: what each setting × format needs), the conversation
+kinds it records, the variant keys its scores carry, and the scorers and metrics that judge
+it. A release's run record names its task; the release contract checks the release's
+settings, formats and conversation kinds against it, and analysis reads its metrics.
+
+Adding a protocol is adding a task file here (registered with :func:`register`) and its
+scorers (:mod:`craftmd.scoring.scorers`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from craftmd import CraftMDError
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One cell of a task's experiment matrix and what a sample needs to be posed in it."""
+
+    setting: str
+    format: str
+    conversation: str | None = None  # the conversation kind it reads (None: no conversation)
+    exam: bool = False  # needs the sample's history and exam findings apart
+    image: bool = False  # allowed for image samples
+    options: str | None = None  # "choices4": the sample's four choices; "diagnoses": the dataset's option list
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    description: str
+    dataset: str  # a registered dataset name
+    experiments: tuple[Experiment, ...]
+    conversations: tuple[str, ...] = ()
+    scorers: tuple[str, ...] = ()  # the scorers run by default
+    metrics: tuple[str, ...] = ()  # the metrics its scorers write
+    variant_keys: tuple[str, ...] = ("setting", "format", "with_image")
+
+    @property
+    def settings(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(e.setting for e in self.experiments))
+
+    @property
+    def formats(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(e.format for e in self.experiments))
+
+    def experiment(self, setting: str, fmt: str) -> Experiment | None:
+        for e in self.experiments:
+            if e.setting == setting and e.format == fmt:
+                return e
+        return None
+
+
+TASKS: dict[str, Task] = {}
+
+
+def register(task: Task) -> Task:
+    if task.name in TASKS and TASKS[task.name] != task:
+        raise CraftMDError(f"task {task.name!r} is already registered with another definition")
+    TASKS[task.name] = task
+    return task
+
+
+def get_task(name: str) -> Task:
+    _load_builtin()
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise CraftMDError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))}") from None
+
+
+def _load_builtin() -> None:
+    from . import diagnosis  # noqa: F401  (registers the CRAFT-MD task)
+
+
+__all__ = ["Task", "Experiment", "TASKS", "register", "get_task"]
