@@ -10,7 +10,10 @@ matrix product ``W @ S`` for all the cells at once.
 Case scores are fractions ``n_correct / n_trials``; they are scaled by the least common
 multiple ``L`` of the trial counts into integers, so the products are exact integer sums
 in float32 (bounded by ``n * L < 2**24``): the same inputs give the same bytes on any
-machine, whatever BLAS does with the summation order.
+machine, whatever BLAS does with the summation order. That is the path of binary and
+ordinal metrics. Continuous metrics (a similarity, a coverage) take the float path
+(``add(values, exact=False)``): the same resample counts, float64 products, and figures
+rounded to 10 decimals before they are written.
 """
 
 from __future__ import annotations
@@ -60,47 +63,50 @@ class Resampler:
 
     B: int = DEFAULT_B
     seed: int = DEFAULT_SEED
-    _cols: dict[int, list[np.ndarray]] = field(default_factory=dict)
-    _handles: list[tuple[int, int]] = field(default_factory=list)
-    sums: dict[int, np.ndarray] = field(default_factory=dict)
+    _cols: dict[tuple[int, bool], list[np.ndarray]] = field(default_factory=dict)
+    _handles: list[tuple[tuple[int, bool], int]] = field(default_factory=list)
+    sums: dict[tuple[int, bool], np.ndarray] = field(default_factory=dict)
     _q: dict[tuple, np.ndarray] = field(default_factory=dict)
 
-    def add(self, numerators: np.ndarray) -> int:
+    def add(self, numerators: np.ndarray, exact: bool = True) -> int:
+        """Register a column of case scores: integers (``exact``), or any floats (the float path)."""
         v = np.asarray(numerators)
         n = len(v)
         if n == 0:
             raise CraftMDError("cannot bootstrap an empty group")
-        if np.abs(v).max(initial=0) * n >= _EXACT:
+        if exact and np.abs(v).max(initial=0) * n >= _EXACT:
             raise CraftMDError("case scores too fine-grained for the exact bootstrap")
-        lst = self._cols.setdefault(n, [])
-        lst.append(v.astype(np.float32))
-        self._handles.append((n, len(lst) - 1))
+        lst = self._cols.setdefault((n, exact), [])
+        lst.append(v.astype(np.float32 if exact else np.float64))
+        self._handles.append(((n, exact), len(lst) - 1))
         return len(self._handles) - 1
 
     def run(self) -> None:
-        for n, cols in sorted(self._cols.items()):
+        for n in sorted({n for n, _ in self._cols}):
             W = resample_counts(n, self.B, self.seed)
-            S = np.stack(cols, axis=1)
-            self.sums[n] = (W @ S).astype(np.float64)  # B x k, exact integers
+            if (n, True) in self._cols:
+                self.sums[(n, True)] = (W @ np.stack(self._cols[(n, True)], axis=1)).astype(np.float64)  # B x k, exact integers
+            if (n, False) in self._cols:
+                self.sums[(n, False)] = W.astype(np.float64) @ np.stack(self._cols[(n, False)], axis=1)
             del W
 
     def resampled(self, handle: int) -> np.ndarray:
-        """The ``B`` resampled sums of the column (exact integers, as float64)."""
-        n, j = self._handles[handle]
-        return self.sums[n][:, j]
+        """The ``B`` resampled sums of the column (exact integers as float64, or floats)."""
+        key, j = self._handles[handle]
+        return self.sums[key][:, j]
 
     def quantiles(self, handle: int, level: float = 0.95) -> tuple[float, float]:
-        """Percentile interval of the column's resampled sums (computed for all columns of its ``n`` at once)."""
-        n, j = self._handles[handle]
-        key = (n, level)
-        if key not in self._q:
+        """Percentile interval of the column's resampled sums (computed for all columns of its kind and ``n`` at once)."""
+        key, j = self._handles[handle]
+        qkey = (key, level)
+        if qkey not in self._q:
             a = (1 - level) / 2
-            self._q[key] = np.quantile(self.sums[n], [a, 1 - a], axis=0)
-        q = self._q[key]
+            self._q[qkey] = np.quantile(self.sums[key], [a, 1 - a], axis=0)
+        q = self._q[qkey]
         return float(q[0, j]), float(q[1, j])
 
     def n(self, handle: int) -> int:
-        return self._handles[handle][0]
+        return self._handles[handle][0][0]
 
 
 def paired_p(sums: np.ndarray, observed: float) -> float:

@@ -20,9 +20,9 @@ from craftmd.release import Release, find_releases
 
 from . import runner
 from .bootstrap import DEFAULT_B, DEFAULT_SEED
-from .stats import bootstrap_tables
+from .stats import bootstrap_tables, metric_table
 
-TABLES = ("accuracy", "pvalues", "answer_status", "mcq_rule_gap", "releases")
+TABLES = ("accuracy", "pvalues", "answer_status", "mcq_rule_gap", "metrics", "releases")
 
 
 @dataclass
@@ -33,6 +33,7 @@ class Analysis:
     pvalues: pl.DataFrame
     answer_status: pl.DataFrame
     mcq_rule_gap: pl.DataFrame
+    metrics: pl.DataFrame  # every metric but accuracy's 'correct': mean over cases with 95 % CI (stats.metric_table)
     releases: pl.DataFrame  # release, kind, model, display, notes (JSON text)
     timings: dict = field(default_factory=dict)
     B: int = DEFAULT_B
@@ -45,7 +46,7 @@ def _releases_frame(releases: list[Release]) -> pl.DataFrame:
             "release": [r.id for r in releases],
             "kind": [r.manifest.kind for r in releases],
             "model": [r.manifest.model for r in releases],
-            "display": [r.manifest.notes.get("display_name") or r.id for r in releases],
+            "display": [r.display for r in releases],
             "notes": [json.dumps(r.manifest.notes, sort_keys=True, ensure_ascii=False) for r in releases],
             "counts": [json.dumps(r.manifest.counts, sort_keys=True, ensure_ascii=False) for r in releases],
             "source": [json.dumps(r.manifest.source, sort_keys=True, ensure_ascii=False) for r in releases],
@@ -68,7 +69,7 @@ def prepared_connection(releases: list[Release], dataset_dir: Path | str):
 def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> Analysis:
     """Run the named queries over the releases and add bootstrap CIs and tests."""
     t0 = time.perf_counter()
-    releases = [r for r in find_releases(releases_dir) if r.has("grades")]
+    releases = [r for r in find_releases(releases_dir) if r.has("scores")]
     if not releases:
         raise CraftMDError(f"no graded release under {releases_dir}")
     con = prepared_connection(releases, dataset_dir)
@@ -77,10 +78,12 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
     comparisons = pl.from_arrow(runner.run(con, "comparisons"))
     status = pl.from_arrow(runner.run(con, "answer_status"))
     gap = pl.from_arrow(runner.run(con, "mcq_rule_gap"))
+    metric_cases = pl.from_arrow(runner.run(con, "metric_case_scores"))
     t1 = time.perf_counter()
     acc, pv = bootstrap_tables(case_groups, accuracy, comparisons, B=B, seed=seed)
+    metrics = metric_table(metric_cases, B=B, seed=seed)
     t2 = time.perf_counter()
-    return Analysis(acc, pv, status, gap, _releases_frame(releases), {"sql_s": t1 - t0, "bootstrap_s": t2 - t1}, B, seed)
+    return Analysis(acc, pv, status, gap, metrics, _releases_frame(releases), {"sql_s": t1 - t0, "bootstrap_s": t2 - t1}, B, seed)
 
 
 def write_tables(a: Analysis, out: Path) -> list[Path]:

@@ -6,6 +6,7 @@
 * ``answers``, ``conversations``, ``scores``: every release's parquet, with a ``release`` column
   (``scores`` unions the releases' variant keys by name); ``grades`` (``sql/grades.sql``): the
   ``correct`` scores of answers, one row per answer and grader, the shape the accuracy queries read;
+  ``score_rows``: every score with its variant keys folded into one text column ``variant``;
 * ``cases``: the built dataset's case metadata (``case_id``, ``with_image``, ``source``,
   ``specialty``, ``single_dx``): the ``all`` config, plus ``nejm_image`` (``with_image`` true);
 * ``setting_order``: the settings in :data:`craftmd.release.SETTINGS` order;
@@ -84,11 +85,23 @@ def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threa
         if body is not None:
             con.execute(f"create view {table} as {body}")
     con.execute(f"create view grades as {sql_text('grades')}")
+    con.execute(f"create view score_rows as {_score_rows_sql(con)}")
     con.execute(f"create view cases as {_cases_sql(dataset_dir)}")
     ids = sorted(set(con.sql("select distinct case_id from cases").fetchnumpy()["case_id"].tolist()), key=natural_key)
     con.register("sample_order_arrow", pa.table({"case_id": ids, "position": pa.array(range(len(ids)), pa.int32())}))
     con.execute("create view sample_order as select * from sample_order_arrow")
     return con
+
+
+def _score_rows_sql(con) -> str:
+    """Every score with its variant keys folded into one text column (``setting=multiturn, format=frq``)."""
+    from craftmd.release import SCORE_COLUMNS
+
+    cols = [r[0] for r in con.execute("describe scores").fetchall()]
+    keys = [c for c in cols if c not in SCORE_COLUMNS.names and c != "release"]
+    parts = [f"case when \"{k}\" is not null then '{k}=' || \"{k}\"::varchar end" for k in keys]
+    variant = f"concat_ws(', ', {', '.join(parts)})" if parts else "''"
+    return f"select release, case_id, trial, {variant} as variant, scorer, metric, value, status from scores"
 
 
 def _cases_sql(dataset_dir: Path | str) -> str:

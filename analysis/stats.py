@@ -136,4 +136,57 @@ def bootstrap_tables(
     return acc, pv
 
 
-__all__ = ["bootstrap_tables", "ACCURACY_COLUMNS", "PVALUE_COLUMNS"]
+METRIC_COLUMNS = ["model", "scorer", "metric", "variant", "kind", "higher_is_better", "n_cases", "n_failed", "mean", "ci_low", "ci_high"]
+FLOAT_DECIMALS = 10
+
+
+def metric_table(case_scores: pl.DataFrame, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> pl.DataFrame:
+    """Every metric other than ``correct`` (``sql/metric_case_scores``): per release, scorer, metric and
+    variant, the mean over cases of each case's mean over trials, with a 95 % case-bootstrap CI.
+
+    Binary and ordinal metrics take the exact-integer path (a case's value sum scaled by the
+    least common multiple of the cell's trial counts); continuous metrics the float path. A
+    case whose every score failed has no value: it is counted in ``n_failed``, not in the mean."""
+    from craftmd.metrics import metric
+
+    key = ["release", "scorer", "metric", "variant"]
+    failed = case_scores.group_by(key, maintain_order=True).agg(pl.col("n_failed").sum())
+    scored = case_scores.filter(pl.col("n_trials") > 0)
+    R = Resampler(B=B, seed=seed)
+    cells = []
+    for k, g in scored.group_by(key, maintain_order=True):
+        m = metric(k[2])
+        n_trials = g["n_trials"].to_numpy()
+        sums = g["value_sum"].to_numpy()
+        exact = m.kind != "continuous" and np.all(np.mod(sums, 1) == 0)
+        if exact:
+            L = scale(n_trials)
+            num = (np.rint(sums).astype(np.int64) * (L // n_trials)).astype(np.int64)
+            cells.append((k, m, R.add(num), float(num.sum()), L))
+        else:
+            cells.append((k, m, R.add(sums / n_trials, exact=False), float((sums / n_trials).sum()), 1))
+    R.run()
+    n_failed = {tuple(r[:4]): r[4] for r in failed.iter_rows()}
+    rows = []
+    for k, m, h, total, L in cells:
+        n = R.n(h)
+        lo, hi = R.quantiles(h)
+        d = DECIMALS if L > 1 or m.kind != "continuous" else FLOAT_DECIMALS
+        rows.append({
+            "model": k[0], "scorer": k[1], "metric": k[2], "variant": k[3], "kind": m.kind,
+            "higher_is_better": m.higher_is_better, "n_cases": n, "n_failed": int(n_failed.get(tuple(k), 0)),
+            "mean": round(total / (n * L), d), "ci_low": round(lo / (n * L), d), "ci_high": round(hi / (n * L), d),
+        })  # fmt: skip
+    for k, nf in n_failed.items():  # cells where nothing could be scored still show their failures
+        if not any(c[0] == k for c in cells):
+            m = metric(k[2])
+            rows.append({"model": k[0], "scorer": k[1], "metric": k[2], "variant": k[3], "kind": m.kind,
+                         "higher_is_better": m.higher_is_better, "n_cases": 0, "n_failed": int(nf),
+                         "mean": None, "ci_low": None, "ci_high": None})  # fmt: skip
+    schema = {"model": pl.String, "scorer": pl.String, "metric": pl.String, "variant": pl.String, "kind": pl.String,
+              "higher_is_better": pl.Boolean, "n_cases": pl.Int64, "n_failed": pl.Int64, "mean": pl.Float64,
+              "ci_low": pl.Float64, "ci_high": pl.Float64}  # fmt: skip
+    return pl.DataFrame(rows, schema=schema).select(METRIC_COLUMNS).sort("model", "scorer", "metric", "variant")
+
+
+__all__ = ["bootstrap_tables", "metric_table", "ACCURACY_COLUMNS", "PVALUE_COLUMNS", "METRIC_COLUMNS"]

@@ -34,7 +34,7 @@ from craftmd.dataset import config_file
 from craftmd.release import RunRecord, read_release, sha256_file, write_release
 from craftmd.scoring.grade import dataset_fingerprint, grader_identity, load_cases
 from craftmd.scoring.mcq import RULES_VERSION, grade_mcq
-from craftmd.scoring.scorers import RECORDED, Verdict, VerdictRows
+from craftmd.scoring.scorers import RECORDED, Verdict, ScoreRows
 from craftmd.source import Source
 
 #: Bump when what ingest writes changes; a release of another version is re-ingested.
@@ -101,7 +101,7 @@ class _Release:
         self.cases = cases
         self.conv = {k: [] for k in ("case_id", "trial", "messages", "summary", "n_turns", "ended")}
         self.ans = {k: [] for k in ("case_id", "trial", "setting", "format", "response", "status")}
-        self.scores = VerdictRows()
+        self.scores = ScoreRows()
         self.n_files = 0
         self.images_dropped = 0
         self.status_by_cell: dict[str, Counter] = {}

@@ -29,7 +29,7 @@ from craftmd import CraftMDError
 from craftmd.atomic import sha256_file
 from craftmd.dataset import config_file, load_config
 from craftmd.release import read_release, write_scores
-from craftmd.scoring.scorers import MCQ_RULES, Context, VerdictRows, check_scorers, get_scorer, grades_itself
+from craftmd.scoring.scorers import MCQ_RULES, Context, ScoreRows, check_scorers, get_scorer, grades_itself
 
 def check_graders(graders: list[str]) -> list[str]:
     """Validate grader names; returns them de-duplicated, in order."""
@@ -76,7 +76,7 @@ def grade_answers(
         more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
         raise CraftMDError(f"answer for case {unknown[0]}{more} not in the dataset at {dataset_dir}")
     ctx = Context(cases, many, Path(dataset_dir), base_url=base_url, cache=cache, progress=progress)
-    out = VerdictRows()
+    out = ScoreRows()
     records: dict[str, dict] = {}
     for g in graders:
         scorer = get_scorer(g)

@@ -63,13 +63,15 @@ SCHEMA = pa.schema([SCORE_COLUMNS.field("case_id"), SCORE_COLUMNS.field("trial")
                     *[f for f in SCORE_COLUMNS if f.name not in ("case_id", "trial")]])
 
 
-class VerdictRows:
-    """Columns of answer-level ``correct`` scores, filled one verdict at a time."""
+class ScoreRows:
+    """Columns of answer-level scores (CRAFT-MD's answer variant keys), filled one score at a time."""
 
     def __init__(self):
-        self.cols = {n: [] for n in ("case_id", "trial", *ANSWER_VARIANT.names, "scorer", "metric", "value", "label", "detail", "status")}
+        self.cols = {n: [] for n in SCHEMA.names}
 
-    def add(self, row: dict, scorer: str, v: Verdict) -> None:
+    def score(self, row: dict, scorer: str, metric: str, value: float | None, *, label: str | None = None,
+              detail: str | None = None) -> None:
+        """One score of an answer ``row``; ``value`` None means the score could not be produced (status error)."""
         c = self.cols
         c["case_id"].append(row["case_id"])
         c["trial"].append(row["trial"])
@@ -77,11 +79,15 @@ class VerdictRows:
         c["format"].append(row["format"])
         c["with_image"].append(row["with_image"])
         c["scorer"].append(scorer)
-        c["metric"].append("correct")
-        c["value"].append(None if v.correct is None else float(v.correct))
-        c["label"].append(v.resolved)
-        c["detail"].append(_detail(v))
-        c["status"].append("error" if v.correct is None else "ok")
+        c["metric"].append(metric)
+        c["value"].append(None if value is None else float(value))
+        c["label"].append(label)
+        c["detail"].append(detail)
+        c["status"].append("error" if value is None else "ok")
+
+    def add(self, row: dict, scorer: str, v: Verdict) -> None:
+        """A grader's verdict as a ``correct`` score (null when the grader could not produce one)."""
+        self.score(row, scorer, "correct", None if v.correct is None else float(v.correct), label=v.resolved, detail=_detail(v))
 
     def __len__(self) -> int:
         return len(self.cols["case_id"])
@@ -96,7 +102,7 @@ def scores_from_grades(rows: list[dict] | pa.Table) -> pa.Table:
     by anyone holding grades from a schema-1 release."""
     if isinstance(rows, pa.Table):
         rows = rows.to_pylist()
-    out = VerdictRows()
+    out = ScoreRows()
     for r in rows:
         correct = r.get("correct")
         out.add(r, r["grader"], Verdict(r.get("resolved"), r.get("resolved_kind") or "none",
@@ -124,7 +130,7 @@ class Scorer:
         """What the release records about the scorer; None when its scores cannot be re-derived (always re-run)."""
         return None
 
-    def score(self, rows: list[dict], ctx: Context, out: VerdictRows) -> dict:
+    def score(self, rows: list[dict], ctx: Context, out: ScoreRows) -> dict:
         """Score answer ``rows`` of this scorer's formats into ``out``; returns counts for the record."""
         raise NotImplementedError
 
@@ -222,17 +228,26 @@ class Recorded(Scorer):
     formats = ("frq",)
 
 
+#: name -> factory; ``llm:<provider/model>`` names are made by :class:`LLM`.
+SCORERS: dict[str, type[Scorer] | object] = {"paper": lambda: McqRule("paper"), "strict": lambda: McqRule("strict"), "offline": Offline}
+
+
+def register_scorer(name: str, factory) -> None:
+    """Add a scorer (a task's own): ``factory()`` returns a :class:`Scorer` whose ``name`` is ``name``."""
+    if name in SCORERS or name == RECORDED or name.startswith("llm:"):
+        raise CraftMDError(f"scorer {name!r} is already registered")
+    SCORERS[name] = factory
+
+
 def get_scorer(name: str) -> Scorer:
-    """The scorer called ``name`` (``paper``, ``strict``, ``offline``, ``llm:PROVIDER/MODEL``)."""
-    if name in MCQ_RULES:
-        return McqRule(name)
-    if name == "offline":
-        return Offline()
+    """The scorer called ``name`` (``paper``, ``strict``, ``offline``, ``llm:PROVIDER/MODEL``, or a registered one)."""
+    if name in SCORERS:
+        return SCORERS[name]()
     if name.startswith("llm:"):
         return LLM(name)
     if name == RECORDED:
         raise CraftMDError(f"grader {name!r} is the recorded upstream label; it cannot be re-run")
-    raise CraftMDError(f"unknown grader {name!r}; known: paper, strict, offline, llm:PROVIDER/MODEL")
+    raise CraftMDError(f"unknown grader {name!r}; known: {', '.join(sorted(SCORERS))}, llm:PROVIDER/MODEL")
 
 
 def check_scorers(names: list[str]) -> list[str]:
@@ -298,6 +313,6 @@ def rank_frq(graders: list[str], *, self_graders: set[str] = frozenset()) -> lis
 
 
 __all__ = [
-    "Scorer", "Verdict", "VerdictRows", "Context", "scores_from_grades", "get_scorer", "check_scorers", "rank_frq", "grades_itself", "family",
+    "Scorer", "Verdict", "ScoreRows", "Context", "scores_from_grades", "get_scorer", "register_scorer", "SCORERS", "check_scorers", "rank_frq", "grades_itself", "family",
     "measured_agreement", "MCQ_RULES", "MCQ_FORMATS", "RECORDED",
 ]
