@@ -890,22 +890,32 @@ def review_audit(results: dict, *, audit_id: str = "expert-review", title: str =
     return {"id": audit_id, "title": title, "description": desc, "tables": tables, "figures": [], "data": results}
 
 
+EXPERTS = "experts"  # the scorer of the resolved labels; each rater's own answers are scorer rater:<name>
+
+
 def resolved_table(inp: ReviewInput):
-    """One row per conversation × question: the resolved label and every rater's answer (polars)."""
-    import polars as pl
+    """The review as scores rows (metric ``expert_rating``, 1 yes / 0 no): per conversation and question,
+    each rater's answer (scorer ``rater:<name>``) and the resolved label (scorer ``experts``; its label says
+    how: single, agreed, tiebreak; an unresolved one has status error and no value). Variant keys: the
+    reviewed release (``model``), the ``question`` and the sheet's ``review_id``."""
+    import pyarrow as pa
 
     res = resolve(inp)
-    rows = []
+    cols = {k: [] for k in ("case_id", "trial", "model", "question", "review_id", "scorer", "metric", "value", "label", "detail", "status")}
+
+    def add(unit, u, q, scorer, value, label, detail):
+        for k, v in (("case_id", unit.case_id), ("trial", unit.trial), ("model", unit.model), ("question", q), ("review_id", u),
+                     ("scorer", scorer), ("metric", "expert_rating"), ("value", None if value is None else float(value)),
+                     ("label", label), ("detail", detail), ("status", "error" if value is None else "ok")):
+            cols[k].append(v)
+
     for (u, q), v in sorted(res.items()):
         unit = inp.units[u]
-        rows.append({
-            "review_id": u, "model": unit.model, "case_id": unit.case_id, "trial": unit.trial, "question": q,
-            "value": v["value"], "how": v["how"],
-            "ratings": json.dumps({k: v["ratings"][k] for k in sorted(v["ratings"])}, sort_keys=True),
-        })  # fmt: skip
-    schema = {"review_id": pl.String, "model": pl.String, "case_id": pl.String, "trial": pl.Int16,
-              "question": pl.String, "value": pl.Boolean, "how": pl.String, "ratings": pl.String}  # fmt: skip
-    return pl.DataFrame(rows, schema=schema)
+        ratings = {k: v["ratings"][k] for k in sorted(v["ratings"])}
+        for rater, value in ratings.items():
+            add(unit, u, q, f"rater:{rater}", value, None, None)
+        add(unit, u, q, EXPERTS, v["value"], v["how"], json.dumps(ratings, sort_keys=True))
+    return pa.table(cols)
 
 
 # -- import: the command ---------------------------------------------------------------------
@@ -941,13 +951,13 @@ def release_case_labels(release_dir, grader: str = "upstream-gpt4", setting: str
 
 
 def write_results(out: Path, audit: dict, table) -> Path:
-    """Write ``<out>/<id>.json`` and ``<out>/<id>.ratings.parquet`` (each atomically; validated before)."""
+    """Write ``<out>/<id>.json`` and the ratings as a scores table ``<out>/<id>.scores.parquet`` (each atomically; validated before)."""
+    from craftmd.release import encode_scores
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    buf = io.BytesIO()
-    table.write_parquet(buf, compression="zstd", compression_level=9, statistics=True)
-    ratings = out / f"{audit['id']}.ratings.parquet"
-    atomic_write_bytes(ratings, buf.getvalue())
+    data = encode_scores(table, {EXPERTS: {"review": audit["id"], "questions": sorted(set(table.column("question").to_pylist()))}})
+    atomic_write_bytes(out / f"{audit['id']}.scores.parquet", data)
     path = out / f"{audit['id']}.json"
     atomic_write_json(path, audit)
     return path
