@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from craftmd import CraftMDError
+from craftmd.registry import Registry
 
 Kind = Literal["binary", "ordinal", "continuous"]
 
@@ -42,23 +42,16 @@ class Metric:
         return True
 
 
-METRICS: dict[str, Metric] = {}
+METRICS: Registry[Metric] = Registry("metric")
 
 
 def register(metric: Metric) -> Metric:
     """Add a metric; registering the same name twice with another definition is an error."""
-    old = METRICS.get(metric.name)
-    if old is not None and old != metric:
-        raise CraftMDError(f"metric {metric.name!r} is already registered with another definition")
-    METRICS[metric.name] = metric
-    return metric
+    return METRICS.register(metric.name, metric)
 
 
 def metric(name: str) -> Metric:
-    try:
-        return METRICS[name]
-    except KeyError:
-        raise CraftMDError(f"unknown metric {name!r}; known: {', '.join(sorted(METRICS))}") from None
+    return METRICS.lookup(name)
 
 
 for _m in (

@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from craftmd import CraftMDError
+from craftmd.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -96,21 +97,15 @@ class Dataset:
         return Path(dataset_dir) / config / f"{self.split}-00000-of-00001.parquet"
 
 
-DATASETS: dict[str, Dataset] = {}
+DATASETS: Registry[Dataset] = Registry("dataset")
 
 
 def register_dataset(ds: Dataset) -> Dataset:
-    if ds.name in DATASETS and DATASETS[ds.name] != ds:
-        raise CraftMDError(f"dataset {ds.name!r} is already registered with other configs")
-    DATASETS[ds.name] = ds
-    return ds
+    return DATASETS.register(ds.name, ds)
 
 
 def dataset(name: str) -> Dataset:
-    try:
-        return DATASETS[name]
-    except KeyError:
-        raise CraftMDError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}") from None
+    return DATASETS.lookup(name)
 
 
 CRAFTMD = register_dataset(

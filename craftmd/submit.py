@@ -27,17 +27,14 @@ def score_submission(
     model: str,
     out_dir: Path | str,
     *,
-    graders: list[str] | None = None,
-    config: str = "all",
-    base_url: str | None = None,
-    cache=None,
     B: int | None = None,
-    progress: bool = True,
     overwrite: bool = False,
+    **grading,
 ) -> dict:
     """Validate, grade and score a submission. Writes ``OUT/<release>/`` and ``OUT/scores.{json,csv}``.
 
-    Returns the report (also written as ``scores.json``).
+    ``grading`` goes to :func:`craftmd.scoring.submission.submit` (graders, config, base_url,
+    cache, progress). Returns the report (also written as ``scores.json``).
     """
     from craftmd.analysis.report import submission_report
     from craftmd.scoring.submission import _slug, submit
@@ -49,8 +46,7 @@ def score_submission(
     out_dir.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=".score-", dir=out_dir))
     try:
-        rel_path, v, records = submit(path, dataset_dir, model, stage, graders=graders, config=config,
-                                      base_url=base_url, cache=cache, progress=progress)
+        rel_path, v, records = submit(path, dataset_dir, model, stage, **grading)
         report = submission_report(stage, dataset_dir, rel_path.name, v.summary(), records, B=B)
         (stage / "scores.json").write_text(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
         pl.DataFrame(report["accuracy"]).write_csv(stage / "scores.csv")

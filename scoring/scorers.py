@@ -27,6 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from craftmd import CraftMDError
+from craftmd.registry import Registry
 from craftmd.release import ANSWER_VARIANT, SCORE_COLUMNS
 
 MCQ_RULES = ("paper", "strict")
@@ -229,14 +230,15 @@ class Recorded(Scorer):
 
 
 #: name -> factory; ``llm:<provider/model>`` names are made by :class:`LLM`.
-SCORERS: dict[str, type[Scorer] | object] = {"paper": lambda: McqRule("paper"), "strict": lambda: McqRule("strict"), "offline": Offline}
+SCORERS: Registry = Registry("grader")
+SCORERS.update({"paper": lambda: McqRule("paper"), "strict": lambda: McqRule("strict"), "offline": Offline})
 
 
 def register_scorer(name: str, factory) -> None:
     """Add a scorer (a task's own): ``factory()`` returns a :class:`Scorer` whose ``name`` is ``name``."""
-    if name in SCORERS or name == RECORDED or name.startswith("llm:"):
-        raise CraftMDError(f"scorer {name!r} is already registered")
-    SCORERS[name] = factory
+    if name == RECORDED or name.startswith("llm:"):
+        raise CraftMDError(f"scorer name {name!r} is reserved")
+    SCORERS.register(name, factory)
 
 
 def get_scorer(name: str) -> Scorer:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from craftmd import CraftMDError
+from craftmd.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,23 @@ class Experiment:
     exam: bool = False  # needs the sample's history and exam findings apart
     image: bool = False  # allowed for image samples
     options: str | None = None  # "choices4": the sample's four choices; "diagnoses": the dataset's option list
+
+
+def parse_matrix(text: str) -> tuple[Experiment, ...]:
+    """An experiment matrix written as a whitespace-aligned table (header: setting format conversation
+    exam image options; ``-`` for none, ``yes``/``no`` for the flags)."""
+    lines = [ln.split() for ln in text.strip().splitlines() if ln.strip()]
+    header, rows = lines[0], lines[1:]
+    if header != ["setting", "format", "conversation", "exam", "image", "options"]:
+        raise CraftMDError(f"experiment matrix header {header} is not: setting format conversation exam image options")
+    flag = {"yes": True, "no": False}
+    out = []
+    for r in rows:
+        if len(r) != 6 or r[3] not in flag or r[4] not in flag:
+            raise CraftMDError(f"experiment matrix row {' '.join(r)!r} does not fit the header")
+        none = lambda x: None if x == "-" else x  # noqa: E731
+        out.append(Experiment(r[0], r[1], none(r[2]), flag[r[3]], flag[r[4]], none(r[5])))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -55,26 +73,20 @@ class Task:
         return None
 
 
-TASKS: dict[str, Task] = {}
+TASKS: Registry[Task] = Registry("task")
 
 
 def register(task: Task) -> Task:
-    if task.name in TASKS and TASKS[task.name] != task:
-        raise CraftMDError(f"task {task.name!r} is already registered with another definition")
-    TASKS[task.name] = task
-    return task
+    return TASKS.register(task.name, task)
 
 
 def get_task(name: str) -> Task:
     _load_builtin()
-    try:
-        return TASKS[name]
-    except KeyError:
-        raise CraftMDError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))}") from None
+    return TASKS.lookup(name)
 
 
 def _load_builtin() -> None:
     from . import diagnosis  # noqa: F401  (registers the CRAFT-MD task)
 
 
-__all__ = ["Task", "Experiment", "TASKS", "register", "get_task"]
+__all__ = ["Task", "Experiment", "TASKS", "register", "get_task", "parse_matrix"]

@@ -17,42 +17,41 @@ Formats: ``mcq4`` (the case's four choices), ``mcq_many`` (every diagnosis of th
 
 from __future__ import annotations
 
-from . import Experiment as E
-from . import Task, register
+from . import Task, parse_matrix, register
 
-_S, _M = "standard", "no_exam"
-
-EXPERIMENTS = (
-    # setting                format       conversation  exam   image  options
-    E("vignette",            "mcq4",      None,         False, False, "choices4"),
-    E("vignette",            "mcq_many",  None,         False, False, "diagnoses"),
-    E("vignette",            "frq",       None,         False, True,  None),
-    E("vignette",            "top3",      None,         False, True,  None),
-    E("multiturn",           "mcq4",      _S,           False, False, "choices4"),
-    E("multiturn",           "mcq_many",  _S,           False, False, "diagnoses"),
-    E("multiturn",           "frq",       _S,           False, True,  None),
-    E("multiturn",           "top3",      _S,           False, True,  None),
-    E("singleturn",          "mcq4",      _S,           False, False, "choices4"),
-    E("singleturn",          "mcq_many",  _S,           False, False, "diagnoses"),
-    E("singleturn",          "frq",       _S,           False, True,  None),
-    E("singleturn",          "top3",      _S,           False, True,  None),
-    E("summarized",          "mcq4",      _S,           False, False, "choices4"),
-    E("summarized",          "mcq_many",  _S,           False, False, "diagnoses"),
-    E("summarized",          "frq",       _S,           False, True,  None),
-    E("summarized",          "top3",      _S,           False, True,  None),
-    E("exam",                "mcq4",      None,         True,  False, "choices4"),
-    E("exam",                "mcq_many",  None,         True,  False, "diagnoses"),
-    E("exam",                "frq",       None,         True,  False, None),
-    E("exam",                "top3",      None,         True,  False, None),
-    E("multiturn_no_exam",   "mcq4",      _M,           True,  False, "choices4"),
-    E("multiturn_no_exam",   "mcq_many",  _M,           True,  False, "diagnoses"),
-    E("multiturn_no_exam",   "frq",       _M,           True,  False, None),
-    E("multiturn_no_exam",   "top3",      _M,           True,  False, None),
-    E("multiturn_plus_exam", "mcq4",      _S,           True,  False, "choices4"),
-    E("multiturn_plus_exam", "mcq_many",  _S,           True,  False, "diagnoses"),
-    E("multiturn_plus_exam", "frq",       _S,           True,  False, None),
-    E("multiturn_plus_exam", "top3",      _S,           True,  False, None),
-)  # fmt: skip
+#: setting × format -> conversation read (standard / no_exam / -), needs history and exam apart,
+#: open to NEJM image cases, MCQ options offered (the case's four choices / the dataset's diagnoses / -).
+EXPERIMENTS = parse_matrix("""
+setting              format    conversation  exam  image  options
+vignette             mcq4      -             no    no     choices4
+vignette             mcq_many  -             no    no     diagnoses
+vignette             frq       -             no    yes    -
+vignette             top3      -             no    yes    -
+multiturn            mcq4      standard      no    no     choices4
+multiturn            mcq_many  standard      no    no     diagnoses
+multiturn            frq       standard      no    yes    -
+multiturn            top3      standard      no    yes    -
+singleturn           mcq4      standard      no    no     choices4
+singleturn           mcq_many  standard      no    no     diagnoses
+singleturn           frq       standard      no    yes    -
+singleturn           top3      standard      no    yes    -
+summarized           mcq4      standard      no    no     choices4
+summarized           mcq_many  standard      no    no     diagnoses
+summarized           frq       standard      no    yes    -
+summarized           top3      standard      no    yes    -
+exam                 mcq4      -             yes   no     choices4
+exam                 mcq_many  -             yes   no     diagnoses
+exam                 frq       -             yes   no     -
+exam                 top3      -             yes   no     -
+multiturn_no_exam    mcq4      no_exam       yes   no     choices4
+multiturn_no_exam    mcq_many  no_exam       yes   no     diagnoses
+multiturn_no_exam    frq       no_exam       yes   no     -
+multiturn_no_exam    top3      no_exam       yes   no     -
+multiturn_plus_exam  mcq4      standard      yes   no     choices4
+multiturn_plus_exam  mcq_many  standard      yes   no     diagnoses
+multiturn_plus_exam  frq       standard      yes   no     -
+multiturn_plus_exam  top3      standard      yes   no     -
+""")
 
 TASK = register(
     Task(
@@ -60,7 +59,7 @@ TASK = register(
         description="CRAFT-MD: the doctor interviews a patient-AI holding a case vignette, then names the diagnosis",
         dataset="craftmd",
         experiments=EXPERIMENTS,
-        conversations=(_S, _M),
+        conversations=("standard", "no_exam"),
         scorers=("paper", "strict", "offline"),
         metrics=("correct",),
     )
