@@ -34,7 +34,8 @@ def held_out(case_id: str, source: str | None) -> bool:
 
 
 def kappa(a: np.ndarray, b: np.ndarray) -> float | None:
-    """Cohen's kappa of two boolean label vectors (None when undefined: one class only)."""
+    """Cohen's kappa of two boolean label vectors (statsmodels; None when undefined: no labels, or one class only).
+    The package's one kappa: the grader audit and the expert review both use it."""
     a = np.asarray(a, bool)
     b = np.asarray(b, bool)
     table = np.array([[np.sum(~a & ~b), np.sum(~a & b)], [np.sum(a & ~b), np.sum(a & b)]], float)

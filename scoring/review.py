@@ -34,7 +34,6 @@ import hashlib
 import io
 import json
 import re
-import warnings
 import zipfile
 import zlib
 from collections import defaultdict
@@ -667,21 +666,10 @@ def read_review_files(
 
 # -- statistics ---------------------------------------------------------------------------
 def cohen_kappa(a: list[bool], b: list[bool]) -> float | None:
-    """Cohen's kappa of two raters' yes/no labels (statsmodels); None where undefined (one label only)."""
-    from statsmodels.stats.inter_rater import cohens_kappa
+    """Cohen's kappa of two raters' yes/no labels; None where undefined (no labels, or one label only)."""
+    from craftmd.scoring.agreement import kappa
 
-    if not a:
-        return None
-    table = np.zeros((2, 2))
-    for x, y in zip(a, b):
-        table[int(x), int(y)] += 1
-    rows, cols = table.sum(1), table.sum(0)
-    pe = float((rows * cols).sum()) / table.sum() ** 2
-    if pe >= 1.0:
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # its z statistic divides by a zero variance at kappa 0
-        return float(cohens_kappa(table).kappa)
+    return kappa(np.asarray(a, bool), np.asarray(b, bool)) if len(a) else None
 
 
 def _pct(num: int, den: int) -> float | None:
