@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from craftmd.cli import add_source_argument
+from craftmd.cli import add_quiet_argument, add_source_argument
 
 
 def register(sub) -> None:
@@ -32,7 +32,7 @@ def register(sub) -> None:
         help="build medqa_usmle from this MedQA JSONL file, keeping the items the MedQA rule picks",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing build at --out (atomically)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_quiet_argument(p)
     p.set_defaults(func=_build)
 
     p = sub.add_parser(
