@@ -12,7 +12,9 @@ from the other (training) cases only; figures are reported for both parts.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +23,7 @@ from statsmodels.stats.inter_rater import cohens_kappa
 
 from craftmd import CraftMDError
 from craftmd.atomic import atomic_write_json
-from craftmd.release import case_number, find_releases
+from craftmd.release import find_releases
 
 REFERENCE = "upstream-gpt4"
 GRADER = "offline"
@@ -29,8 +31,13 @@ AUDIT_ID = "grader_agreement"
 
 
 def held_out(case_id: str, source: str | None) -> bool:
-    """The fixed held-out rule: derm_private cases, and case numbers divisible by 5."""
-    return source == "derm_private" or case_number(case_id) % 5 == 0
+    """The fixed held-out rule: derm_private cases, and cases whose id's number is divisible by 5.
+
+    Ids are opaque; the rule reads the last run of digits in the id (``case_205`` -> 205). An id
+    without digits is held out when the first byte of its sha256 is divisible by 5."""
+    digits = re.findall(r"\d+", case_id)
+    n = int(digits[-1]) if digits else hashlib.sha256(case_id.encode()).digest()[0]
+    return source == "derm_private" or n % 5 == 0
 
 
 def kappa(a: np.ndarray, b: np.ndarray) -> float | None:
