@@ -45,8 +45,10 @@ def _release(out, rid, cells, *, missing=(), ungraded=(), graded_missing_correct
                 ok = (c, t) in correct or (miss and graded_missing_correct)
                 for k, v in zip(grd, (f"case_{c}", t, setting, "frq", False, "offline", "dx", "single", ok, None)):
                     grd[k].append(v)
-    m = Manifest(release=rid, kind="generated", model=f"test/{rid}", source={"commit": "test"}, notes={"display_name": rid.upper()})
-    return write_release(out / rid, m, {"answers": pa.table(ans), "grades": pa.table(grd)})
+    from craftmd.scoring.scorers import scores_from_grades
+
+    m = Manifest(release=rid, kind="generated", model=f"test/{rid}", source={"commit": "test"}, display_name=rid.upper())
+    return write_release(out / rid, m, {"answers": pa.table(ans)}, scores=(scores_from_grades(pa.table(grd)), {"offline": {}}))
 
 
 def _all_trials(cases):
