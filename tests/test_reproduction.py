@@ -82,7 +82,7 @@ def test_strict_never_credits_an_answer_naming_several_choices(releases_dir):
     from craftmd.release import find_releases
 
     for r in find_releases(releases_dir):
-        g = pl.from_arrow(r.table("grades")).filter(pl.col("format") == "mcq4")
+        g = r.verdicts(format="mcq4")
         if g.height == 0:
             continue
         p = g.filter(pl.col("grader") == "paper").select("case_id", "trial", "setting", pl.col("correct").alias("p"), pl.col("resolved_kind").alias("pk"))
