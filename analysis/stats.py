@@ -94,7 +94,7 @@ def bootstrap_tables(
         a, b = R.quantiles(h)
         lo.append(a / (R.n(h) * L))
         hi.append(b / (R.n(h) * L))
-    acc = accuracy.with_columns(pl.Series("ci_low", lo), pl.Series("ci_high", hi)).with_columns(
+    acc = accuracy.with_columns(pl.Series("ci_low", lo, dtype=pl.Float64), pl.Series("ci_high", hi, dtype=pl.Float64)).with_columns(
         pl.col("accuracy", "ci_low", "ci_high").round(DECIMALS)
     )
     acc = acc.select(ACCURACY_COLUMNS).sort(["model", "format", "grader", "setting", "with_image", "group_by", "group"])

@@ -1,0 +1,113 @@
+"""A new protocol is a task file plus its scorers: a toy task goes from release to scores to the page.
+
+The toy task poses CRAFT-MD cases in one made-up setting and format; its toy scorer writes a
+continuous metric (the number of words of the answer). Nothing else is registered or changed:
+the release contract checks the release against the toy task, ``craftmd grade`` runs the toy
+scorer from the registry, analysis puts the metric in ``tables/metrics.csv`` with a bootstrap
+CI, and the page shows it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from craftmd import CraftMDError
+from craftmd.metrics import METRICS, Metric, register as register_metric
+from craftmd.release import RunRecord, read_release, write_release
+from craftmd.scoring.scorers import SCORERS, Scorer, register_scorer
+from craftmd.tasks import TASKS, Experiment, Task, get_task, register
+
+TOY = Task(
+    name="toy",
+    description="answer in as many words as you like",
+    dataset="craftmd",
+    experiments=(Experiment("prompt", "text"),),
+    scorers=("toy-words",),
+    metrics=("toy_words",),
+)
+
+
+class ToyWords(Scorer):
+    name = "toy-words"
+    formats = ("text",)
+
+    def identity(self):
+        return {"rule": "words", "version": 1}
+
+    def score(self, rows, ctx, out):
+        for r in rows:
+            words = len(r["response"].split()) if r["response"] else None
+            out.score(r, self.name, "toy_words", words, detail=None if words is not None else '{"error": "no answer"}')
+        return {"graded": len(rows)}
+
+
+@pytest.fixture(scope="module")
+def toy():
+    register(TOY)
+    register_metric(Metric("toy_words", "continuous", True, 0, math.inf, "words in the answer"))
+    if "toy-words" not in SCORERS:
+        register_scorer("toy-words", ToyWords)
+    yield TOY
+    TASKS.pop("toy", None)
+    METRICS.pop("toy_words", None)
+    SCORERS.pop("toy-words", None)
+
+
+def _toy_release(out, dataset_dir, n_cases=12):
+    from craftmd.dataset import load_config
+
+    ids = load_config(dataset_dir, "derm_public")["case_id"].to_list()[:n_cases]
+    rows = []
+    for i, c in enumerate(ids):
+        for t in range(2):
+            missing = i == 0 and t == 1
+            rows.append({"case_id": c, "trial": t, "setting": "prompt", "format": "text", "with_image": False,
+                         "response": None if missing else " ".join(["word"] * (i + t + 1)), "status": "missing" if missing else "ok"})
+    m = RunRecord(release="toy-model", kind="generated", model="test/toy-model", task="toy")
+    return write_release(out / "toy-model", m, {"answers": pa.Table.from_pylist(rows)})
+
+
+def test_a_release_is_checked_against_its_task(toy, tmp_path, dataset_dir):
+    rel = _toy_release(tmp_path, dataset_dir)
+    assert read_release(rel).manifest.task == "toy"
+    bad = pa.Table.from_pylist([{"case_id": "case_1", "trial": 0, "setting": "multiturn", "format": "text", "with_image": False,
+                                 "response": "x", "status": "ok"}])
+    with pytest.raises(CraftMDError, match="unknown value.*multiturn"):
+        write_release(tmp_path / "bad", RunRecord(release="bad", kind="generated", model="m", task="toy"), {"answers": bad})
+    with pytest.raises(CraftMDError, match="unknown task 'nope'"):
+        get_task("nope")
+
+
+def test_toy_task_goes_through_to_the_metrics_table(toy, tmp_path, dataset_dir):
+    from craftmd.scoring.grade import grade_release
+
+    try:
+        from craftmd.analysis.tables import compute
+    except ImportError:  # before the analysis module's rename
+        from craftmd.analysis.pipeline import compute
+
+    rel = _toy_release(tmp_path / "releases", dataset_dir)
+    before = {f: (rel / f).read_bytes() for f in ("answers.parquet", "manifest.json")}
+    grade_release(rel, dataset_dir, ["toy-words"], progress=False)
+    assert {f: (rel / f).read_bytes() for f in before} == before  # grading never rewrites the release
+    r = read_release(rel)
+    scores = pl.from_arrow(r.scores_with_records()[0])
+    assert set(scores["metric"]) == {"toy_words"} and scores.height == 24
+    failed = scores.filter(pl.col("status") == "error")
+    assert failed.height == 1 and failed["value"].null_count() == 1
+    assert r.scorer_records()["toy-words"]["rule"] == "words"
+
+    a = compute(tmp_path / "releases", dataset_dir, B=500)
+    row = a.metrics.filter(pl.col("metric") == "toy_words").to_dicts()
+    assert len(row) == 1
+    row = row[0]
+    # case i has trials of i+1 and i+2 words (case 0: only its first trial, one word): case means, then their mean
+    case_means = [1.0] + [i + 1.5 for i in range(1, 12)]
+    assert row["n_cases"] == 12 and row["n_failed"] == 1
+    assert row["mean"] == pytest.approx(sum(case_means) / 12)
+    assert row["ci_low"] < row["mean"] < row["ci_high"]
+    assert row["kind"] == "continuous" and row["variant"] == "setting=prompt, format=text, with_image=false"
