@@ -32,7 +32,7 @@ build: install
 	$(BIN)/craftmd build $(SOURCE_ARG) --out $(DATA_OUT) --overwrite
 
 leaderboard: install
-	$(BIN)/craftmd leaderboard $(SOURCE_ARG) --data $(DATA_OUT) --releases $(RELEASES_OUT) --out $(LEADERBOARD_OUT)
+	$(BIN)/craftmd leaderboard $(SOURCE_ARG) --dataset $(DATA_OUT) --releases $(RELEASES_OUT) --out $(LEADERBOARD_OUT)
 
 # The page test drives Debian's headless Chromium; install it when it is missing and we may.
 browser:

@@ -16,7 +16,7 @@ from .bootstrap import DEFAULT_B
 def submission_report(releases_dir: Path | str, dataset_dir: Path | str, release_id: str, summary: dict, records: dict,
                       *, B: int | None = None) -> dict:
     """Accuracy per setting, format, grader and specialty of ``release_id`` (a folder under ``releases_dir``)."""
-    from .pipeline import compute
+    from .tables import compute
 
     a = compute(releases_dir, dataset_dir, B=B or DEFAULT_B)
     acc = a.accuracy.filter(pl.col("model") == release_id).sort("format", "grader", "setting", "with_image", "group_by", "group")

@@ -1,7 +1,7 @@
 """Time regenerating every table and figure from ingested releases, against the same
 bootstrap written as an upstream-style per-comparison Python loop.
 
-    python bench/bench_analysis.py [--releases DIR --data DIR] [--loop-sample K]
+    python bench/bench_analysis.py [--releases DIR --dataset DIR] [--loop-sample K]
 
 The vectorised run is the real thing: every cell (model x setting x format x grader x
 group), 10,000 case resamples each, every paired bootstrap and McNemar test with Holm,
@@ -26,7 +26,7 @@ import polars as pl
 
 from craftmd.analysis import runner
 from craftmd.analysis.bootstrap import DEFAULT_B
-from craftmd.analysis.pipeline import analyse, prepared_connection
+from craftmd.analysis.tables import analyse, prepared_connection
 from craftmd.release import find_releases
 
 
@@ -88,14 +88,14 @@ def _loop(cell_vecs, comp_vecs, B: int, seed: int = 0) -> float:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--releases", type=Path)
-    p.add_argument("--data", type=Path)
+    p.add_argument("--dataset", type=Path)
     p.add_argument("--loop-sample", type=int, default=12, help="cells and comparisons timed in the loop (default 12 each)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         here = Path(__file__).resolve().parent.parent / "out"
-        if args.releases and args.data:
-            releases, data = args.releases, args.data
+        if args.releases and args.dataset:
+            releases, data = args.releases, args.dataset
         elif (here / "releases").is_dir() and (here / "data" / "all").is_dir():  # what `make leaderboard` left
             releases, data = here / "releases", here / "data"
         else:

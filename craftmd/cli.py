@@ -17,6 +17,8 @@ ROOMS = (
     "craftmd.generation.cli",
     "craftmd.scoring.cli",
     "craftmd.analysis.cli",
+    "craftmd.ingest_cli",
+    "craftmd.pipeline",
     "craftmd.submit",
 )
 

@@ -10,7 +10,7 @@ from scipy.stats import binomtest, chi2
 
 from craftmd import CraftMDError
 from craftmd.analysis import runner
-from craftmd.analysis.pipeline import analyse, compute
+from craftmd.analysis.tables import analyse, compute
 from craftmd.release import Manifest, write_release
 
 N_CASES, TRIALS, B = 40, 5, 2000

@@ -57,7 +57,7 @@ def board(source, dataset_dir, releases_dir, tmp_path_factory):
     out = root / "site"
     env = dict(os.environ, CRAFTMD_SOURCE=str(source.path))
     proc = subprocess.run(
-        [sys.executable, "-m", "craftmd.cli", "leaderboard", "--data", str(dataset_dir), "--releases", str(releases),
+        [sys.executable, "-m", "craftmd.cli", "leaderboard", "--dataset", str(dataset_dir), "--releases", str(releases),
          "--out", str(out), "--audits", str(root / "audits"), "--quiet"],
         capture_output=True, text=True, env=env, timeout=900,
     )
@@ -245,7 +245,7 @@ def test_screenshot(board, tmp_path):
 
 def test_a_dataset_built_by_other_builder_code_is_not_taken_for_current(source, dataset_dir, tmp_path):
     """`make leaderboard` over an `out/data` left by an older checkout rebuilds it instead of failing later."""
-    from craftmd.analysis.pipeline import _dataset_current
+    from craftmd.pipeline import _dataset_current
 
     data = tmp_path / "data"
     shutil.copytree(dataset_dir, data)

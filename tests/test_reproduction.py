@@ -9,7 +9,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from craftmd.analysis.pipeline import compute
+from craftmd.analysis.tables import compute
 
 # (release, setting, format, grader) -> published accuracy
 PUBLISHED_MCQ = {

@@ -1,0 +1,158 @@
+"""From releases to tables: the analysis only reads releases and writes ``OUT/tables/*.csv``.
+
+:func:`compute` runs the named queries over every graded release; :func:`analyse` also writes
+the tables and figures. The main job that builds, ingests and grades before this is
+:mod:`craftmd.pipeline`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from craftmd import CraftMDError
+from craftmd.release import Release, find_releases
+
+from . import runner
+from .bootstrap import DEFAULT_B, DEFAULT_SEED
+from .stats import bootstrap_tables, metric_table
+
+TABLES = ("accuracy", "pvalues", "answer_status", "mcq_rule_gap", "metrics", "releases", "group_sizes")
+
+
+@dataclass
+class Analysis:
+    """Everything the page and figures need, as polars frames."""
+
+    accuracy: pl.DataFrame
+    pvalues: pl.DataFrame
+    answer_status: pl.DataFrame
+    mcq_rule_gap: pl.DataFrame
+    metrics: pl.DataFrame  # every metric but accuracy's 'correct': mean over cases with 95 % CI (stats.metric_table)
+    releases: pl.DataFrame  # release, kind, model, display, notes (JSON text)
+    group_sizes: pl.DataFrame  # with_image, group_by, group, n_cases: the dataset's cases in each group (not a release's)
+    timings: dict = field(default_factory=dict)
+    B: int = DEFAULT_B
+    seed: int = DEFAULT_SEED
+
+
+def _releases_frame(releases: list[Release]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "release": [r.id for r in releases],
+            "kind": [r.manifest.kind for r in releases],
+            "model": [r.manifest.model for r in releases],
+            "display": [r.display for r in releases],
+            "notes": [json.dumps(r.manifest.notes, sort_keys=True, ensure_ascii=False) for r in releases],
+            "counts": [json.dumps(r.manifest.counts, sort_keys=True, ensure_ascii=False) for r in releases],
+            "source": [json.dumps(r.manifest.source, sort_keys=True, ensure_ascii=False) for r in releases],
+        }
+    )
+
+
+def prepared_connection(releases: list[Release], dataset_dir: Path | str):
+    """A DuckDB connection with the inputs registered and the shared models materialised, in order."""
+    con = runner.connect(releases, dataset_dir)
+    runner.materialize(con, "trial_grades")
+    max_trial = con.sql("select max(trial) from trial_grades").fetchall()[0][0]
+    if max_trial is not None and not 0 <= max_trial < 63:
+        raise CraftMDError(f"trial numbers must be 0..62 for the paired tests (found {max_trial})")
+    for name in ("case_scores", "case_membership", "case_groups"):
+        runner.materialize(con, name)
+    return con
+
+
+def group_sizes(con) -> pl.DataFrame:
+    """How many of the dataset's cases each group holds (``all`` and every group of ``case_membership``).
+
+    Counted from the dataset, never from a release: a release that covers a few cases says
+    nothing about how many cases a specialty has.
+    """
+    members = pl.from_arrow(con.sql("select case_id, with_image, group_by, \"group\" from case_membership").to_arrow_table())
+    cases = pl.from_arrow(con.sql("select distinct case_id, with_image from cases").to_arrow_table())
+    everything = cases.with_columns(pl.lit("all").alias("group_by"), pl.lit("all").alias("group"))
+    return (
+        pl.concat([everything.select(members.columns), members])
+        .group_by("with_image", "group_by", "group")
+        .agg(pl.col("case_id").n_unique().cast(pl.Int64).alias("n_cases"))
+        .sort("with_image", "group_by", "group")
+    )
+
+
+def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> Analysis:
+    """Run the named queries over the releases and add bootstrap CIs and tests."""
+    t0 = time.perf_counter()
+    releases = [r for r in find_releases(releases_dir) if r.has("scores")]
+    if not releases:
+        raise CraftMDError(f"no graded release under {releases_dir}")
+    con = prepared_connection(releases, dataset_dir)
+    case_groups = pl.from_arrow(runner.run(con, "case_groups"))
+    accuracy = pl.from_arrow(runner.run(con, "accuracy"))
+    comparisons = pl.from_arrow(runner.run(con, "comparisons"))
+    status = pl.from_arrow(runner.run(con, "answer_status"))
+    gap = pl.from_arrow(runner.run(con, "mcq_rule_gap"))
+    metric_cases = pl.from_arrow(runner.run(con, "metric_case_scores"))
+    sizes = group_sizes(con)
+    t1 = time.perf_counter()
+    acc, pv = bootstrap_tables(case_groups, accuracy, comparisons, B=B, seed=seed)
+    metrics = metric_table(metric_cases, B=B, seed=seed)
+    t2 = time.perf_counter()
+    return Analysis(acc, pv, status, gap, metrics, _releases_frame(releases), sizes, {"sql_s": t1 - t0, "bootstrap_s": t2 - t1}, B, seed)
+
+
+def write_tables(a: Analysis, out: Path) -> list[Path]:
+    tables = out / "tables"
+    tables.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in TABLES:
+        df = getattr(a, name)
+        if name == "releases":
+            df = df.drop("notes", "counts", "source")
+        path = tables / f"{name}.csv"
+        df.write_csv(path)
+        written.append(path)
+    return written
+
+
+def analyse(releases_dir: Path | str, dataset_dir: Path | str, out_dir: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, figures: bool = True) -> Analysis:
+    """Tables (and figures) of every graded release under ``releases_dir`` into ``out_dir``."""
+    out = Path(out_dir)
+    a = compute(releases_dir, dataset_dir, B=B, seed=seed)
+    write_tables(a, out)
+    if figures:
+        from .figures import write_figures
+
+        t = time.perf_counter()
+        write_figures(a, out / "figures")
+        a.timings["figures_s"] = time.perf_counter() - t
+    return a
+
+
+# -- audits ------------------------------------------------------------------------------------
+
+
+def read_audits(audits_dir: Path | None) -> list[dict]:
+    """Every ``*.json`` audit dict in ``audits_dir`` (sorted by file name)."""
+    if audits_dir is None or not Path(audits_dir).is_dir():
+        return []
+    audits = []
+    for f in sorted(Path(audits_dir).glob("*.json")):
+        try:
+            d = json.loads(f.read_text())
+        except json.JSONDecodeError as exc:
+            raise CraftMDError(f"{f}: not valid JSON ({exc})") from None
+        if not isinstance(d, dict) or not {"id", "title"} <= d.keys():
+            raise CraftMDError(f"{f}: an audit needs at least 'id' and 'title'")
+        d.setdefault("description", "")
+        d.setdefault("tables", [])
+        d.setdefault("figures", [])
+        d["_dir"] = str(Path(audits_dir).resolve())
+        audits.append(d)
+    return audits
+
+
+__all__ = ["analyse", "compute", "write_tables", "read_audits", "prepared_connection", "Analysis"]

@@ -1,0 +1,158 @@
+"""The main job, ``craftmd leaderboard``: pinned source -> dataset -> releases -> scores -> tables -> page.
+
+It sits on the shared ground above the rooms and runs them in order: the dataset
+builder (only when the built dataset is missing or stale), ingest, the graders that are
+stale, then the analysis (which only reads the releases) and the page. The page and
+its tables appear all at once (``atomic_dir``) or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from craftmd import CraftMDError
+from craftmd.analysis.bootstrap import DEFAULT_B, DEFAULT_SEED
+from craftmd.atomic import atomic_dir
+from craftmd.cli import add_dataset_argument, add_quiet_argument, add_source_argument
+from craftmd.release import find_releases
+
+
+def _say(msg: str) -> None:
+    print(f"[leaderboard] {msg}", file=sys.stderr, flush=True)
+
+
+def _dataset_current(data: Path, source) -> bool:
+    """A built dataset of this source and this builder code whose files still match its build manifest."""
+    from craftmd.dataset_builder.build import builder_sha256
+    from craftmd.release import sha256_file
+
+    mf = data / "build_manifest.json"
+    if not mf.exists():
+        return False
+    try:
+        manifest = json.loads(mf.read_text())
+    except json.JSONDecodeError:
+        return False
+    if source.content_sha256 not in json.dumps(manifest):
+        return False
+    if (manifest.get("builder") or {}).get("code_sha256") != builder_sha256():
+        return False  # built by other builder code: its schema may differ
+    files = manifest.get("files", {})
+    if "all/test-00000-of-00001.parquet" not in files:
+        return False
+    for rel, info in files.items():
+        f = data / rel
+        if not f.exists() or sha256_file(f) != info.get("sha256"):
+            return False
+    return True
+
+
+def builtin_audits(releases: Path, data: Path, source, out: Path) -> list[dict]:
+    """The audits this package computes itself (grader agreement, expert validation), written to ``out/*.json``."""
+    from craftmd.analysis.tables import read_audits
+    from craftmd.scoring.agreement import grader_agreement_audit
+    from craftmd.scoring.expert import upstream_expert_audit
+
+    made = [grader_agreement_audit(releases, data, source), upstream_expert_audit(source)]
+    out.mkdir(parents=True, exist_ok=True)
+    for a in made:
+        (out / f"{a['id']}.json").write_text(json.dumps(a, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    return read_audits(out)
+
+
+def leaderboard(
+    *,
+    source=None,
+    dataset: Path | str,
+    releases: Path | str,
+    out: Path | str,
+    audits: Path | str | None = None,
+    graders: list[str] | None = None,
+    B: int = DEFAULT_B,
+    seed: int = DEFAULT_SEED,
+    progress: bool = True,
+) -> Path:
+    """build -> ingest -> grade -> analyse -> audits -> page. Returns the page's path."""
+    from craftmd.analysis.page import write_page
+    from craftmd.analysis.tables import analyse, read_audits
+    from craftmd.generation.ingest import ingest
+    from craftmd.scoring.grade import grade_release, stale_graders
+    from craftmd.source import Source
+
+    data, releases, out = Path(dataset), Path(releases), Path(out)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "index.html").exists())):
+        raise CraftMDError(f"{out} exists and is not a leaderboard folder; choose another --out")
+    t0 = time.perf_counter()
+    src = source if isinstance(source, Source) else Source(source)
+
+    if _dataset_current(data, src):
+        _say(f"dataset: {data} is current")
+    elif data.exists() and (not data.is_dir() or (any(data.iterdir()) and not (data / "build_manifest.json").exists())):
+        raise CraftMDError(f"{data} exists and is not a built dataset; choose another --dataset")
+    else:
+        from craftmd.dataset_builder.build import build_dataset
+
+        _say(f"dataset: building into {data}")
+        build_dataset(src, data, overwrite=True, progress=progress)
+
+    _say(f"ingest: upstream results into {releases}")
+    ingest(src, data, releases, progress=progress, skip_existing=True)
+
+    graders = ["offline"] if graders is None else graders
+    if not graders:
+        _say("grade: no extra grader asked for; using the recorded grades")
+    else:
+        for r in find_releases(releases):
+            todo = stale_graders(r.path, data, graders)
+            if not todo:
+                _say(f"grade: {r.id}: {', '.join(graders)} current")
+                continue
+            _say(f"grade: {r.id} with {', '.join(todo)}")
+            grade_release(r.path, data, todo, progress=progress)
+
+    _say("analyse: accuracy, bootstrap CIs, paired tests")
+    with atomic_dir(out) as tmp:
+        a = analyse(releases, data, tmp, B=B, seed=seed)
+        _say("audits: grader agreement, expert validation" + (f", and {audits}" if audits else ""))
+        found = {a["id"]: a for a in builtin_audits(releases, data, src, tmp / "audits")}
+        found.update({a["id"]: a for a in read_audits(Path(audits) if audits else None)})
+        audit_dicts = [found[k] for k in sorted(found)]
+        _say(f"page: {len(audit_dicts)} audit(s)")
+        write_page(a, tmp, audit_dicts)
+    page = out / "index.html"
+    _say(f"done in {time.perf_counter() - t0:.0f} s")
+    print(f"leaderboard written: {page.resolve()}")
+    return page
+
+
+def _leaderboard(args) -> int:
+    leaderboard(source=args.source, dataset=args.dataset, releases=args.releases, out=args.out, audits=args.audits,
+                graders=args.grader, B=args.resamples, seed=args.seed, progress=not args.quiet)
+    return 0
+
+
+def register(sub) -> None:
+    """Add ``craftmd leaderboard`` to the `craftmd` parser."""
+    p = sub.add_parser(
+        "leaderboard",
+        help="build -> ingest -> grade -> analyse -> page, in one command",
+        description="Regenerate the leaderboard from the pinned source: build the dataset if needed, ingest upstream "
+        "results (keeping valid releases), grade, analyse, render audits, and write OUT/index.html, OUT/leaderboard.md, "
+        "OUT/figures/ and OUT/tables/.",
+    )
+    add_source_argument(p)
+    add_dataset_argument(p, help="the dataset folder (built here when missing or stale)")
+    p.add_argument("--releases", required=True, help="releases folder (upstream releases ingested here)")
+    p.add_argument("--out", required=True, help="where the page goes")
+    p.add_argument("--audits", default=None, help="folder of audit JSON files to render in 'How far to trust these numbers'")
+    p.add_argument("--grader", action="append", default=None, help="FRQ grader(s) to run on every release (default: offline)")
+    p.add_argument("--resamples", type=int, default=DEFAULT_B, help=f"bootstrap resamples (default {DEFAULT_B})")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"bootstrap seed (default {DEFAULT_SEED})")
+    add_quiet_argument(p)
+    p.set_defaults(func=_leaderboard)
+
+
+__all__ = ["leaderboard", "builtin_audits", "register"]
