@@ -29,8 +29,14 @@ def test_every_upstream_model_becomes_a_graded_upstream_release(releases):
         assert r.manifest.kind == "upstream"
         assert r.manifest.model == UPSTREAM_MODELS[rid].model
         assert r.manifest.source["commit"] == "3bb2737d4fae5d64694d38456f878c2c5d35576a"
-        assert r.has("conversations") and r.has("answers") and r.has("grades")
+        assert r.has("conversations") and r.has("answers") and r.has("scores")
+        assert not r.has("grades")  # schema 2: the grades are scores
+        assert r.manifest.schema_version == 2
+        assert r.manifest.display_name == UPSTREAM_MODELS[rid].display
         read_release(r.path, verify=True)  # file hashes match the manifest
+        # every scorer's record says what it scored: the answers written beside it and the dataset
+        records = r.scorer_records()
+        assert records and all(rec["inputs"]["answers_sha256"] == r.manifest.files["answers.parquet"]["sha256"] for rec in records.values())
 
 
 @pytest.mark.parametrize("model", TEXT_MODELS)
@@ -61,7 +67,8 @@ def test_known_missing_and_non_text_answers_are_recorded(releases):
 def test_every_answer_is_graded_and_a_missing_answer_is_wrong(releases, model):
     r = releases[model]
     answers = _t(r, "answers")
-    grades = _t(r, "grades")
+    grades = r.verdicts()
+    records = r.scorer_records()
     key = ["case_id", "trial", "setting", "format", "with_image"]
     for grader, fmt in (("paper", "mcq4"), ("strict", "mcq4"), ("upstream-gpt4", "frq")):
         g = grades.filter(pl.col("grader") == grader)
@@ -69,12 +76,15 @@ def test_every_answer_is_graded_and_a_missing_answer_is_wrong(releases, model):
         assert g.height == a.height
         joined = a.join(g, on=key, how="left")
         assert joined["correct"].null_count() == 0
+        assert (joined["status_right"] == "ok").all()  # recorded and rule grades are all verdicts
         assert not joined.filter(pl.col("status") != "ok")["correct"].any()
+        # the scorer's record counts what it graded
+        assert records[grader]["graded"] == g.height and records[grader]["correct"] == g["correct"].sum()
 
 
 def test_upstream_grader_labels_are_kept(source, releases):
     data = json.loads(source.read("results/gpt4_1106/case_1.json"))
-    g = _t(releases["gpt4_1106"], "grades").filter(pl.col("grader") == "upstream-gpt4", pl.col("case_id") == "case_1")
+    g = releases["gpt4_1106"].verdicts(grader="upstream-gpt4", case_id="case_1")
     for t in range(5):
         for s in ("vignette", "multiturn", "singleturn", "summarized"):
             row = g.filter(pl.col("trial") == t, pl.col("setting") == s).row(0, named=True)
@@ -106,8 +116,9 @@ def test_gpt4v_keeps_text_drops_image_bytes_and_is_not_graded_by_mcq_rule(releas
     text = json.dumps(conv["messages"].to_list())
     assert "base64" not in text and "image_url" not in text
     assert "An image is also provided" in text  # the text part of the system message is kept
-    grades = _t(r, "grades")
+    grades = r.verdicts()
     assert set(grades["grader"].unique()) == {"upstream-gpt4"}
+    assert set(r.scorer_records()) == {"upstream-gpt4"}
     assert "no answer choices" in r.manifest.notes["mcq"]
     assert _t(r, "answers").filter(pl.col("format") == "mcq4").height == 33 * 5 * 4
 
@@ -119,6 +130,7 @@ def test_ingest_is_deterministic_and_refuses_to_overwrite(source, dataset_dir, r
     b = json.loads((out / "gpt4v" / "manifest.json").read_text())
     for name in ("answers.parquet", "conversations.parquet"):
         assert a["files"][name] == b["files"][name]  # same bytes
+    assert (releases_dir / "gpt4v" / "scores.parquet").read_bytes() == (out / "gpt4v" / "scores.parquet").read_bytes()
     with pytest.raises(CraftMDError, match="exists"):
         ingest(source, dataset_dir, out, models=["gpt4v"], progress=False)
     before = (out / "gpt4v" / "answers.parquet").stat().st_mtime_ns
@@ -141,7 +153,7 @@ def test_paper_grades_the_datasets_recorded_key_and_refuses_another(source, data
     cases = {r["case_id"]: r for r in ds.iter_rows(named=True)}
     # case_208's recorded key keeps upstream's stray quote; the published answer does not.
     assert key["case_208"] == 'osteosarcoma\n"' and cases["case_208"]["answer"] == "Osteosarcoma"
-    g = _t(releases["gpt4_1106"], "grades").filter(pl.col("case_id") == "case_208")
+    g = releases["gpt4_1106"].verdicts(case_id="case_208")
     a = _t(releases["gpt4_1106"], "answers").filter((pl.col("case_id") == "case_208") & (pl.col("format") == "mcq4"))
     for row in a.iter_rows(named=True):
         for rule, target in (("paper", key["case_208"]), ("strict", "Osteosarcoma")):
@@ -162,4 +174,4 @@ def test_paper_grades_the_datasets_recorded_key_and_refuses_another(source, data
     # The five text models' releases all carry the current ingest version (old ones are re-ingested).
     from craftmd.generation.ingest import INGEST_VERSION
 
-    assert all(releases[m].manifest.notes["ingest_version"] == INGEST_VERSION >= 2 for m in TEXT_MODELS)
+    assert all(releases[m].manifest.producer["ingest_version"] == INGEST_VERSION >= 2 for m in TEXT_MODELS)

@@ -47,15 +47,22 @@ class GraderResponder:
 
 @pytest.fixture
 def small_release(releases_dir, tmp_path):
-    """The first 30 cases of the recorded GPT-3.5 release (all its answers and grades)."""
+    """The first 30 cases of the recorded GPT-3.5 release (all its answers and scores)."""
     rel = read_release(releases_dir / "gpt3_1106")
     keep = pa.array([f"case_{i}" for i in range(30)])
     import pyarrow.compute as pc
 
-    tables = {n: rel.table(n).filter(pc.is_in(rel.table(n).column("case_id"), keep)) for n in ("conversations", "answers", "grades")}
+    tables = {n: rel.table(n).filter(pc.is_in(rel.table(n).column("case_id"), keep)) for n in ("conversations", "answers")}
+    scores, records = rel.scores_with_records()
+    scores = scores.filter(pc.is_in(scores.column("case_id"), keep))
     out = tmp_path / "gpt3_small"
-    write_release(out, rel.manifest, tables)
+    write_release(out, rel.manifest, tables, scores=(scores, records))
     return out
+
+
+def _frozen(release) -> dict[str, bytes]:
+    """What generation (here: ingest) wrote, which grading must never rewrite."""
+    return {n: (release / n).read_bytes() for n in ("answers.parquet", "conversations.parquet", "manifest.json")}
 
 
 def test_prompts_mirror_the_paper_examples():
@@ -83,15 +90,25 @@ def test_parse_judgement(text, expected):
 def test_llm_grader_on_recorded_answers(small_release, dataset_dir, tmp_path):
     responder = GraderResponder()
     cache = tmp_path / "grader-cache.sqlite"
+    frozen = _frozen(small_release)
     with LoopbackServer(responder) as server:
         grade_release(small_release, dataset_dir, [GRADER, "offline"], base_url=server.base_url, cache=cache, progress=False)
-        first_calls = server.calls
+        first_calls, url = server.calls, server.base_url
+        # A second run answers from the cache: no new calls, same bytes. (Same server: the LLM
+        # grader's record keeps the base_url it was called at.)
+        before = (small_release / "scores.parquet").read_bytes()
+        server.reset_counters()
+        grade_release(small_release, dataset_dir, [GRADER], base_url=server.base_url, cache=cache, progress=False)
+        assert server.calls == 0
+    assert (small_release / "scores.parquet").read_bytes() == before
+    assert _frozen(small_release) == frozen  # grading writes scores.parquet beside the release, nothing else
     rel = read_release(small_release)
-    g = pl.from_arrow(rel.table("grades"))
+    g = rel.verdicts()
     answers = pl.from_arrow(rel.table("answers")).filter(pl.col("format") == "frq")
     llm = g.filter(pl.col("grader") == GRADER).sort("case_id", "trial", "setting")
     off = g.filter(pl.col("grader") == "offline").sort("case_id", "trial", "setting")
     assert llm.height == answers.height == off.height == 30 * 5 * 4
+    assert (llm["status"] == "ok").all() and llm["correct"].null_count() == 0  # no call failed: every row a verdict
     # Both steps' raw outputs are kept.
     details = [json.loads(d) for d in llm["detail"]]
     assert all({"extract", "judge"} <= d.keys() for d in details)
@@ -104,18 +121,14 @@ def test_llm_grader_on_recorded_answers(small_release, dataset_dir, tmp_path):
     # The responder judges with the offline rules, so the two graders must agree row for row.
     assert llm["correct"].to_list() == off["correct"].to_list()
     assert llm["resolved_kind"].to_list() == off["resolved_kind"].to_list()
-    # Identical requests are asked once; recorded graders are kept; the manifest says what graded.
+    # Identical requests are asked once; recorded graders are kept; the scorer records say what graded.
     assert responder.steps["extract"] == len({r for r in answers["response"].to_list() if r})
     assert {"paper", "strict", "upstream-gpt4", "offline", GRADER} <= set(g["grader"])
-    info = rel.manifest.notes["graders"][GRADER]
+    info = rel.scorer_records()[GRADER]
     assert info["model"] == "openai/loopback" and info["prompt_set"]["name"] == "grader-v1" and info["failures"] == 0
-    assert rel.manifest.counts["grades"][GRADER]["rows"] == llm.height
-    # A second run answers from the cache: no new calls, same bytes.
-    before = (small_release / "grades.parquet").read_bytes()
-    with LoopbackServer(responder) as server:
-        grade_release(small_release, dataset_dir, [GRADER], base_url=server.base_url, cache=cache, progress=False)
-        assert server.calls == 0
-    assert (small_release / "grades.parquet").read_bytes() == before
+    assert info["graded"] == llm.height
+    assert "self_graded" not in info  # another model's answers
+    assert info["base_url"] == url
     assert first_calls > 0
 
 
@@ -128,16 +141,26 @@ def test_llm_grader_survives_server_faults(small_release, dataset_dir, tmp_path)
     with LoopbackServer(GraderResponder(), error_rate=0.2, error_kinds=("429", "500")) as server:
         grade_release(flaky, dataset_dir, [GRADER], base_url=server.base_url, progress=False)
         assert sum(server.faults.values()) > 0
-    a = pl.from_arrow(read_release(clean).table("grades")).filter(pl.col("grader") == GRADER)
-    b = pl.from_arrow(read_release(flaky).table("grades")).filter(pl.col("grader") == GRADER)
+    a = read_release(clean).verdicts(grader=GRADER)
+    b = read_release(flaky).verdicts(grader=GRADER)
+    assert a.height == 30 * 5 * 4 and (b["status"] == "ok").all()  # retried faults end as verdicts
     assert a.equals(b)
 
 
 def test_regrading_replaces_rows_and_keeps_others(small_release, dataset_dir):
-    before = pl.from_arrow(read_release(small_release).table("grades"))
+    frozen = _frozen(small_release)
+    before = read_release(small_release).verdicts()
+    recorded_before = read_release(small_release).scorer_records()["upstream-gpt4"]
     grade_release(small_release, dataset_dir, ["paper", "strict"], progress=False)
-    after = pl.from_arrow(read_release(small_release).table("grades"))
+    assert _frozen(small_release) == frozen  # answers, conversations and manifest untouched
+    after = read_release(small_release).verdicts()
     assert after.height == before.height  # replaced, not duplicated
+    assert read_release(small_release).scorer_records()["upstream-gpt4"] == recorded_before  # other records kept
+    # The same grading again writes the same bytes.
+    once = (small_release / "scores.parquet").read_bytes()
+    grade_release(small_release, dataset_dir, ["paper", "strict"], progress=False)
+    assert (small_release / "scores.parquet").read_bytes() == once
+    assert _frozen(small_release) == frozen
     key = ["case_id", "trial", "setting", "format", "with_image", "grader"]
     recorded = before.filter(pl.col("grader") == "upstream-gpt4").sort(key)
     assert recorded.equals(after.filter(pl.col("grader") == "upstream-gpt4").sort(key))
@@ -148,24 +171,34 @@ def test_regrading_replaces_rows_and_keeps_others(small_release, dataset_dir):
 def test_only_stale_graders_run_again(small_release, dataset_dir, tmp_path):
     """A grader whose record matches the answers, the dataset and its own version is skipped; a change re-runs it."""
     grade_release(small_release, dataset_dir, ["offline", "paper"], progress=False)
-    rec = read_release(small_release).manifest.notes["graders"]
+    rec = read_release(small_release).scorer_records()
     assert rec["offline"]["inputs"]["answers_sha256"] == read_release(small_release).manifest.files["answers.parquet"]["sha256"]
     assert rec["paper"]["rules_version"] >= 1 and rec["offline"]["table_sha256"]
     assert stale_graders(small_release, dataset_dir, ["offline", "paper", GRADER]) == [GRADER]  # an LLM grader always runs
-    before = (small_release / "manifest.json").read_bytes()
+    frozen = _frozen(small_release)
+    before = (small_release / "scores.parquet").read_bytes()
+    mtime = (small_release / "scores.parquet").stat().st_mtime_ns
     grade_release(small_release, dataset_dir, ["offline", "paper"], progress=False, only_stale=True)
-    assert (small_release / "manifest.json").read_bytes() == before  # nothing rewritten
+    assert (small_release / "scores.parquet").read_bytes() == before  # nothing rewritten
+    assert (small_release / "scores.parquet").stat().st_mtime_ns == mtime
+    assert _frozen(small_release) == frozen
 
     # Changed answers: one response edited -> both graders are stale and their rows follow the new answer.
     rel = read_release(small_release)
     answers = pl.from_arrow(rel.table("answers"))
     i = answers.with_row_index().filter(pl.col("format") == "frq")["index"][0]
+    edited = answers.row(int(i), named=True)
     answers = answers.with_columns(pl.when(pl.int_range(pl.len()) == i).then(pl.lit("Not sure.")).otherwise(pl.col("response")).alias("response"))
-    tables = {n: rel.table(n) for n in ("conversations", "grades")}
-    write_release(small_release, rel.manifest, {**tables, "answers": answers.to_arrow().cast(rel.table("answers").schema)}, overwrite=True)
+    # The answers change under the existing scores (their records name the old answers file).
+    old_scores = (small_release / "scores.parquet").read_bytes()
+    tables = {"conversations": rel.table("conversations"), "answers": answers.to_arrow().cast(rel.table("answers").schema)}
+    write_release(small_release, rel.manifest, tables, overwrite=True)
+    (small_release / "scores.parquet").write_bytes(old_scores)
     assert stale_graders(small_release, dataset_dir, ["offline", "paper"]) == ["offline", "paper"]
     grade_release(small_release, dataset_dir, ["offline", "paper"], progress=False, only_stale=True)
     assert stale_graders(small_release, dataset_dir, ["offline", "paper"]) == []
+    row = read_release(small_release).verdicts(grader="offline", case_id=edited["case_id"], trial=edited["trial"], setting=edited["setting"], format="frq")
+    assert row.height == 1 and row["resolved_kind"][0] == extract("Not sure.").kind and row["correct"][0] is False
 
     # A different dataset (one answer key changed) makes every deterministic grader stale.
     import shutil
@@ -188,6 +221,6 @@ def test_grade_cli(small_release, dataset_dir, capsys):
     from craftmd.cli import main
 
     assert main(["grade", str(small_release), "--data", str(dataset_dir), "--grader", "offline", "--quiet"]) == 0
-    assert "offline" in set(pl.from_arrow(read_release(small_release).table("grades"))["grader"])
+    assert "offline" in set(read_release(small_release).verdicts()["grader"])
     assert main(["grade", str(small_release), "--data", str(dataset_dir), "--grader", "bogus"]) == 2
     assert "unknown grader 'bogus'" in capsys.readouterr().err

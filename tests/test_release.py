@@ -39,7 +39,8 @@ def test_write_sorts_cases_by_number_and_is_byte_identical(tmp_path):
     assert (a / "manifest.json").read_bytes() == (b / "manifest.json").read_bytes()
     manifest = json.loads((a / "manifest.json").read_text())
     assert manifest["files"]["answers.parquet"]["rows"] == 3
-    assert manifest["schema_version"] == 1
+    assert manifest["schema_version"] == 2
+    assert not (a / "scores.parquet").exists()  # unscored until graded
 
 
 @pytest.mark.parametrize(
@@ -47,13 +48,30 @@ def test_write_sorts_cases_by_number_and_is_byte_identical(tmp_path):
     [
         ([("case_1", 0, "telepathy", "frq", False, "x", "ok")], "unknown value"),
         ([("case_1", 0, "vignette", "frq", False, "x", "ok")] * 2, "duplicate"),
-        ([("1", 0, "vignette", "frq", False, "x", "ok")], "malformed case id"),
+        ([(None, 0, "vignette", "frq", False, "x", "ok")], "key column has nulls"),
+        ([("case_1", 0, "vignette", "essay", False, "x", "ok")], "unknown value"),
+        ([("case_1", 0, "vignette", "frq", False, "x", "fine")], "unknown value"),
     ],
 )
 def test_bad_tables_are_refused_and_nothing_is_written(tmp_path, rows, message):
     with pytest.raises(CraftMDError, match=message):
         write_release(tmp_path / "r", _manifest(), {"answers": _answers(rows)})
     assert list(tmp_path.iterdir()) == []  # no release, no leftover temporary folder
+
+
+def test_sample_ids_are_opaque_and_sorted_in_natural_order(tmp_path):
+    rows = [(c, 0, "vignette", "frq", False, "x", "ok") for c in ("b10", "1", "b9", "a", "case_10", "case_9")]
+    out = write_release(tmp_path / "r", _manifest(), {"answers": _answers(rows)})
+    assert read_release(out).table("answers").column("case_id").to_pylist() == ["1", "a", "b9", "b10", "case_9", "case_10"]
+
+
+def test_run_record_refuses_unknown_fields(tmp_path):
+    out = write_release(tmp_path / "r", _manifest(), {"answers": _answers(ROWS)})
+    raw = json.loads((out / "manifest.json").read_text())
+    raw["notes_typo"] = {}
+    (out / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(CraftMDError, match="invalid run record: notes_typo"):
+        read_release(out)
 
 
 def test_existing_release_is_kept_unless_overwrite(tmp_path):
