@@ -133,10 +133,11 @@ def test_a_changed_upstream_sheet_is_refused_with_its_place(source, raw, tmp_pat
 
 
 def test_grader_verdicts_from_a_release_give_the_same_agreement(source, raw, tmp_path):
-    """`review import validation_graderai.csv --release DIR`: the verdicts come from grades.parquet."""
+    """`review import validation_graderai.csv --release DIR`: the verdicts come from the release's scores."""
     import pyarrow as pa
 
     from craftmd.release import Manifest, write_release
+    from craftmd.scoring.scorers import scores_from_grades
 
     derm = [c for c, _ in expert.upstream_derm_cases(source)]
     files = source.read_files(["results/gpt4_1106/case_*.json"])
@@ -152,7 +153,8 @@ def test_grader_verdicts_from_a_release_give_the_same_agreement(source, raw, tmp
             grades.append({**key, "grader": "upstream-gpt4", "resolved": None, "resolved_kind": "none",
                            "correct": tr.get("evaluation_vignette_frq") == 1, "detail": json.dumps(detail)})  # fmt: skip
     rel = write_release(tmp_path / "gpt4_1106", Manifest(release="gpt4_1106", kind="upstream", model="gpt4_1106", source={}),
-                        {"answers": pa.Table.from_pylist(answers), "grades": pa.Table.from_pylist(grades)})  # fmt: skip
+                        {"answers": pa.Table.from_pylist(answers)},
+                        scores=(scores_from_grades(grades), {"upstream-gpt4": {}}))  # fmt: skip
     csv = tmp_path / "validation_graderai.csv"
     csv.write_bytes(raw[expert.GRADER_FILE])
     path = review.import_review([csv], tmp_path / "o", release=rel, source=source, audit_id="grader-check")

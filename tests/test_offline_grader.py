@@ -206,17 +206,22 @@ def graded_releases(releases_dir, dataset_dir, tmp_path_factory):
     return out
 
 
-def test_offline_rows_cover_every_frq_answer(graded_releases):
+def test_offline_rows_cover_every_frq_answer(graded_releases, releases_dir):
     for rel in find_releases(graded_releases):
-        g = pl.from_arrow(rel.table("grades"))
+        for name in ("answers.parquet", "conversations.parquet", "manifest.json"):  # grading rewrites none of them
+            assert (rel.path / name).read_bytes() == (releases_dir / rel.path.name / name).read_bytes()
+        g = rel.verdicts()
         a = pl.from_arrow(rel.table("answers")).filter(pl.col("format") == "frq")
         off = g.filter(pl.col("grader") == "offline")
         assert off.height == a.height
+        assert (off["status"] == "ok").all() and off["correct"].null_count() == 0  # a verdict for every answer
         missing = a.filter(pl.col("status") != "ok").select("case_id", "trial", "setting")
         if missing.height:
             wrong = off.join(missing, on=["case_id", "trial", "setting"])
             assert not wrong["correct"].any() and set(wrong["resolved_kind"]) == {"none"}
-        assert rel.manifest.notes["graders"]["offline"]["table_sha256"] == SynonymTable.load().sha256
+        rec = rel.scorer_records()["offline"]
+        assert rec["table_sha256"] == SynonymTable.load().sha256
+        assert rec["graded"] == off.height
 
 
 def test_agreement_with_recorded_gpt4_grader(graded_releases, dataset_dir, source):

@@ -12,8 +12,9 @@ import pytest
 
 from craftmd import CraftMDError
 from craftmd.cli import main as cli_main
-from craftmd.release import Manifest, write_release
+from craftmd.release import Manifest, conform_scores, write_release
 from craftmd.scoring import review
+from craftmd.scoring.scorers import scores_from_grades
 
 SOURCES = {"derm_public": range(0, 6), "medqa_usmle": range(200, 206)}
 SINGLE = {0, 2, 4, 5, 201}  # single-diagnosis cases: 4 of derm_public, 1 of medqa_usmle
@@ -51,9 +52,9 @@ def world(tmp_path_factory):
                     ans.append({**key, "setting": "multiturn", "format": "frq", "response": f"{model} says disease {n}", "status": "ok"})
                     grades.append({**key, "setting": "multiturn", "format": "frq", "grader": "upstream-gpt4",
                                    "resolved": f"disease {n}", "resolved_kind": "single", "correct": verdict(n, t, model), "detail": None})  # fmt: skip
-        tables = {"conversations": pa.Table.from_pylist(conv), "answers": pa.Table.from_pylist(ans), "grades": pa.Table.from_pylist(grades)}
+        tables = {"conversations": pa.Table.from_pylist(conv), "answers": pa.Table.from_pylist(ans)}
         manifest = Manifest(release=model, kind="generated", model=f"openai/{model}", source={})
-        write_release(rels / model, manifest, tables)
+        write_release(rels / model, manifest, tables, scores=(scores_from_grades(grades), {"upstream-gpt4": {}}))
     return {"dataset": root / "data", "releases": rels}
 
 
@@ -207,9 +208,21 @@ def test_round_trip_two_raters_and_a_tiebreak_give_the_expected_kappa_shares_and
     assert gv["grader"] == ["upstream-gpt4"]
     # the audit dict the leaderboard reads, and the resolved labels beside it
     assert audit["id"] == "expert-review" and {t["name"] for t in audit["tables"]} >= {"Inter-rater agreement (first two raters)"}
-    labels = pl.read_parquet(out / "expert-review.ratings.parquet")
+    # the ratings are a scores table (metric expert_rating): each rater's answer and the resolved label
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(out / "expert-review.scores.parquet")
+    conform_scores(table.replace_schema_metadata(None))  # a valid scores table
+    ratings = pl.from_arrow(table)
+    assert set(ratings["metric"]) == {"expert_rating"}
+    labels = ratings.filter(pl.col("scorer") == review.EXPERTS)
     assert labels.height == len(rows) * len(QIDS)
-    assert set(labels["how"].unique().to_list()) == {"agreed", "tiebreak"}
+    assert set(labels["label"].unique().to_list()) == {"agreed", "tiebreak"}
+    assert (labels["status"] == "ok").all()
+    yes = {(r["review_id"], r["question"]): r["value"] for r in labels.iter_rows(named=True)}
+    assert all(yes[(rid, q)] == float(resolved(i, j)) for i, rid in enumerate(rids) for j, q in enumerate(QIDS))
+    raters = ratings.filter(pl.col("scorer") != review.EXPERTS)
+    assert set(raters["scorer"]) == {"rater:dual:r1", "rater:dual:r2", "rater:tiebreak:r1"}
 
 
 def test_two_files_each_filled_by_one_rater_pair_up(world, tmp_path, capsys):
