@@ -43,6 +43,15 @@ def frq_rank(grader: str) -> int:
 
 
 class View:
+    """The page's and figures' questions, answered from an analysis.
+
+    ``models`` are the releases ranked on the board: every text release that covers the
+    board's case set (the most cases any text release covers), best first by the leading
+    measure. ``partial`` are the text releases that cover fewer cases: they are listed
+    apart, never ranked among the complete ones. Case counts per group come from the
+    dataset (``group_sizes``), never from a release.
+    """
+
     def __init__(self, a):
         self.a = a
         acc = a.accuracy
@@ -59,11 +68,19 @@ class View:
             self.frq_grader.setdefault((m, img), g)
         text_models = sorted({m for (m, img) in self.frq_grader if not img} | set(
             acc.filter(~pl.col("with_image"))["model"].unique().to_list()))
-        self.models = sorted(text_models, key=lambda m: (-self._lead(m), self.display(m)))
+        overall = acc.filter(~pl.col("with_image"), pl.col("group_by") == "all")
+        covered = dict(overall.group_by("model").agg(pl.col("n_cases").max()).iter_rows())
+        #: cases of the board's case set that each text release has scores for (its widest cell)
+        self.coverage: dict[str, int] = {m: int(covered.get(m) or 0) for m in text_models}
+        #: the board's case set: what the complete text releases cover
+        self.board_cases = max(self.coverage.values(), default=0)
+        ranked = sorted(text_models, key=lambda m: (-self._lead(m), self.display(m)))
+        self.models = [m for m in ranked if self.coverage[m] == self.board_cases]
+        self.partial = sorted((m for m in ranked if self.coverage[m] < self.board_cases),
+                              key=lambda m: (-self.coverage[m], -self._lead(m), self.display(m)))
         self.image_models = sorted({r["model"] for r in acc.filter(pl.col("with_image")).iter_rows(named=True)})
-        sp = acc.filter(pl.col("group_by") == "specialty", ~pl.col("with_image"))
-        self._n_spec = {r["group"]: r["n_cases"] for r in sp.iter_rows(named=True)}
-        self.specialties = sorted(self._n_spec, key=lambda s: (s == "Other", s))
+        self._sizes = {(r["with_image"], r["group_by"], r["group"]): r["n_cases"] for r in a.group_sizes.iter_rows(named=True)}
+        self.specialties = sorted((g for (img, gb, g) in self._sizes if not img and gb == "specialty"), key=lambda s: (s == "Other", s))
         self.frq_graders_all = sorted(acc.filter(pl.col("format") == "frq")["grader"].unique().to_list(), key=lambda g: (frq_rank(g), g))
 
     def _lead(self, m: str) -> float:
@@ -97,8 +114,12 @@ class View:
             return None
         return self._acc.get((m, setting, fmt, g, with_image, group_by, group))
 
+    def group_size(self, group_by: str = "all", group: str = "all", with_image: bool = False) -> int:
+        """How many of the dataset's cases the group holds (0 for a group the dataset does not have)."""
+        return self._sizes.get((with_image, group_by, group), 0)
+
     def n_cases(self, specialty: str) -> int:
-        return self._n_spec.get(specialty, 0)
+        return self.group_size("specialty", specialty)
 
     @staticmethod
     def format_label(fmt: str) -> str:
