@@ -7,6 +7,11 @@ turns of a conversation run in order and the questions that only need the case r
 at once. Every request goes through a :class:`~craftmd.models.calls.Caller`
 (cache, bounded concurrency, capped retries), so a killed run resumes without
 repeating a finished call and a re-run over a full cache writes the same bytes.
+
+Every failed request keeps its reason in the release (the ``error`` column of
+conversations and answers; an answer that could not be asked because its conversation
+or summary failed carries that failure's reason). The progress bar moves per request;
+it, the end summary and the manifest read one set of counts (:class:`Counts`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import multiprocessing
 import queue
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -29,8 +34,8 @@ from craftmd.dataset import config_file, load_config
 from craftmd.release import ANSWERS_SCHEMA, CONVERSATIONS_SCHEMA, FORMATS, SETTINGS, Manifest, write_release
 
 from craftmd.models.cache import RequestCache
-from craftmd.models.calls import Caller
-from craftmd.models import ChatModel, Completion, Sampling, get_model, split_name
+from craftmd.models.calls import Caller, Counts
+from craftmd.models import ChatModel, Sampling, get_model, split_name
 from .protocol import DEFAULT_PROMPT_SET, Case, Conversation, PromptSet, Protocol
 
 CONVERSATION_SETTINGS = ("multiturn", "singleturn", "summarized", "multiturn_plus_exam")
@@ -77,20 +82,23 @@ class GenerateSpec:
     progress: bool = True
 
 
-@dataclass
-class Tally:
-    requests: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
-    refusals: int = 0
-    failures: int = 0
+def throttled(fn, interval: float = 0.1):
+    """``fn`` as a tick that runs it at most once per ``interval`` seconds (the bar needs no more)."""
+    last = [-interval]
 
-    def add(self, c: Completion) -> None:
-        self.requests += 1
-        self.tokens_in += c.tokens_in
-        self.tokens_out += c.tokens_out
-        self.refusals += c.status == "refusal"
-        self.failures += c.status == "error"
+    def tick() -> None:
+        now = time.monotonic()
+        if now - last[0] >= interval:
+            last[0] = now
+            fn()
+
+    return tick
+
+
+#: The one-line counts shown by the progress bar (the summary spells the same numbers out).
+def progress_text(c: Counts, answers_done: int, answers_total: int) -> str:
+    return (f"answers {answers_done}/{answers_total} sent={c.calls} cached={c.cache_hits} dedup={c.deduplicated} "
+            f"retries={c.retries} fail={c.failures} tok_in={c.tokens_in:,} tok_out={c.tokens_out:,}")
 
 
 @dataclass
@@ -99,30 +107,41 @@ class GenerateReport:
     conversations: int
     answers: int
     answer_status: dict
-    tallies: dict[str, Tally]
-    calls: int
-    cache_hits: int
-    retries: int
-    failures: int
-    peak_in_flight: int
+    tallies: dict[str, Counts]  # per agent
+    counts: Counts  # the whole run: the tallies summed, with the callers' retries and peak in flight
     wall_s: float
+    failed_conversations: int = 0
     cost: float | None = None
-    batches: list[int] = field(default_factory=list)
+
+    # The run's counts by name (tests, benchmarks and the summary read these).
+    requests = property(lambda self: self.counts.requests)
+    calls = property(lambda self: self.counts.calls)
+    cache_hits = property(lambda self: self.counts.cache_hits)
+    deduplicated = property(lambda self: self.counts.deduplicated)
+    retries = property(lambda self: self.counts.retries)
+    failures = property(lambda self: self.counts.failures)
+    peak_in_flight = property(lambda self: self.counts.peak_in_flight)
+    batches = property(lambda self: self.counts.batches)
 
     def summary(self) -> str:
-        tin = sum(t.tokens_in for t in self.tallies.values())
-        tout = sum(t.tokens_out for t in self.tallies.values())
+        c = self.counts
         lines = [
             f"release      {self.path}",
-            f"produced     {self.conversations} conversations, {self.answers} answers "
+            f"produced     {self.conversations} conversations ({self.failed_conversations} failed), {self.answers} answers "
             + "(" + ", ".join(f"{k} {v}" for k, v in sorted(self.answer_status.items())) + ")",
-            f"this run     {self.calls} calls, {self.cache_hits} from cache, {self.retries} retries, "
-            f"{self.failures} failures, peak {self.peak_in_flight} in flight, {self.wall_s:.1f} s",
-            "tokens       agent        requests    in            out",
+            f"requests     {c.requests}: {c.calls} sent, {c.cache_hits} from cache, {c.deduplicated} deduplicated "
+            f"(identical to one in flight); {c.retries} retries, peak {c.peak_in_flight} in flight, {self.wall_s:.1f} s",
         ]
+        if c.failures:
+            lines.append(f"failed       {c.failures} requests (reasons in the error column of answers.parquet and conversations.parquet):")
+            for label, n in sorted(c.reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+                lines.append(f"             {n:>6} × {label}")
+        else:
+            lines.append("failed       0 requests")
+        lines.append("tokens       agent        requests    in            out")
         for agent, t in self.tallies.items():
             lines.append(f"             {agent:<12} {t.requests:>8}    {t.tokens_in:>12,}  {t.tokens_out:>12,}")
-        lines.append(f"             {'total':<12} {sum(t.requests for t in self.tallies.values()):>8}    {tin:>12,}  {tout:>12,}")
+        lines.append(f"             {'total':<12} {c.requests:>8}    {c.tokens_in:>12,}  {c.tokens_out:>12,}")
         if self.cost is not None:
             lines.append(f"cost         ${self.cost:,.2f} at the given price per million tokens (all agents, whole release)")
         return "\n".join(lines)
@@ -174,9 +193,9 @@ def load_cases(dataset: Path, config: str, ids: list[str] | None) -> tuple[list[
                 image=img.get("bytes") if isinstance(img, dict) else img,
             )
         )
-    from craftmd.release import case_number, sha256_file
+    from craftmd.release import natural_key, sha256_file
 
-    cases.sort(key=lambda c: case_number(c.case_id))
+    cases.sort(key=lambda c: natural_key(c.case_id))
     return cases, sha256_file(config_file(dataset, config))
 
 
@@ -212,7 +231,11 @@ class Engine:
             raise CraftMDError(f"no cases selected from config {spec.config!r}")
         self.many = load_diagnoses(Path(spec.dataset)) if "mcq_many" in self.formats else []
         self.agent_names = {"doctor": spec.doctor, "patient": spec.patient, "summarizer": spec.summarizer or spec.patient}
-        self.tallies = {a: Tally() for a in AGENTS}
+        self.tallies = {a: Counts() for a in AGENTS}
+        self.callers: dict[str, Caller] = {}
+        self.servers: dict[str, str | None] = {}  # model name -> the server it is called at (for the manifest)
+        self.answers_done = 0
+        self._tick = lambda: None  # called after every request and every answer (the progress bar)
 
     # which experiments a case allows
     def plan(self, case: Case, with_image: bool) -> list[tuple[str, str]]:
@@ -252,6 +275,7 @@ class Engine:
     async def check_models(self) -> None:
         """Server reachable and model served, for every agent's model; before any chat call."""
         models = self._models()
+        self.servers = {name: m.server for name, m in models.items()}
         try:
             for m in models.values():
                 await m.check()
@@ -269,8 +293,8 @@ class Engine:
         tally = self.tallies[agent]
 
         async def call(messages, sampling, priority: int = 0):
-            c = await caller(messages, sampling, priority)
-            tally.add(c)
+            c = await caller(messages, sampling, priority, counts=tally)
+            self._tick()
             return c
 
         return call
@@ -284,36 +308,46 @@ class Engine:
         conversations: list[dict] = []
 
         async def ask(setting: str, fmt: str, conv: Conversation | None = None, summary: str | None = None,
-                      blocked: str | None = None) -> None:
+                      blocked: tuple[str, str | None] | None = None) -> None:
+            """One question; ``blocked`` = (status, reason) of the conversation or summary it needs, when that failed."""
             row = {"case_id": case.case_id, "trial": trial, "setting": setting, "format": fmt, "with_image": with_image}
-            if blocked:  # the conversation or summary this question needs failed
-                answers.append({**row, "response": None, "status": blocked})
-                return
-            msgs = self.protocol.question_messages(case, setting, fmt, with_image, conv=conv, summary=summary, many_options=self.many)
-            c = await doctor(msgs, sampling, 1)  # nothing waits on a question: turns go first
-            answers.append({**row, "response": c.text if c.status == "ok" else None, "status": c.status})
+            if blocked:
+                answers.append({**row, "response": None, "status": blocked[0], "error": blocked[1]})
+            else:
+                msgs = self.protocol.question_messages(case, setting, fmt, with_image, conv=conv, summary=summary, many_options=self.many)
+                c = await doctor(msgs, sampling, 1)  # nothing waits on a question: turns go first
+                ok = c.status == "ok"
+                answers.append({**row, "response": c.text if ok else None, "status": c.status, "error": None if ok else c.error})
+            self.answers_done += 1
+            self._tick()
 
         def record(kind: str, conv: Conversation, summary: str | None) -> None:
             conversations.append({
                 "case_id": case.case_id, "trial": trial, "conversation": kind, "with_image": with_image,
                 "messages": conv.record(), "summary": summary, "n_turns": conv.n_turns, "ended": conv.ended,
+                "error": conv.error if conv.ended in ("refusal", "error") else None,
             })
+
+        def failure(conv: Conversation, what: str) -> tuple[str, str] | None:
+            if conv.ended not in ("refusal", "error"):
+                return None
+            return conv.ended, f"the {what} failed: {conv.error or conv.ended}"
 
         async def standard() -> None:
             conv = await self.protocol.converse(case, case.vignette, with_image, doctor, patient, sampling, sampling)
-            failed = conv.ended if conv.ended in ("refusal", "error") else None
+            failed = failure(conv, "conversation")
             summary, summary_failed = None, failed
             if "summarized" in need and not failed:
                 c = await summarizer(self.protocol.summarizer_messages(conv), sampling)
                 summary = c.text.strip() if c.status == "ok" else None
-                summary_failed = None if c.status == "ok" else c.status
+                summary_failed = None if c.status == "ok" else (c.status, f"the summary failed: {c.error or c.status}")
             record("standard", conv, summary)
             tasks = []
             for s, f in plan:
                 if s == "summarized":
                     tasks.append(ask(s, f, summary=summary, blocked=summary_failed))
                 elif s == "singleturn":  # needs only the patient's first answer
-                    tasks.append(ask(s, f, conv=conv, blocked=None if len(conv.turns) >= 2 else conv.ended))
+                    tasks.append(ask(s, f, conv=conv, blocked=None if len(conv.turns) >= 2 else failed))
                 elif s in ("multiturn", "multiturn_plus_exam"):
                     tasks.append(ask(s, f, conv=conv, blocked=failed))
             await asyncio.gather(*tasks)
@@ -321,7 +355,7 @@ class Engine:
         async def no_exam() -> None:
             conv = await self.protocol.converse(case, case.history, with_image, doctor, patient, sampling, sampling)
             record("no_exam", conv, None)
-            failed = conv.ended if conv.ended in ("refusal", "error") else None
+            failed = failure(conv, "history-only conversation")
             await asyncio.gather(*(ask(s, f, conv=conv, blocked=failed) for s, f in plan if s == "multiturn_no_exam"))
 
         work = [ask(s, f) for s, f in plan if s in ("vignette", "exam")]
@@ -332,8 +366,16 @@ class Engine:
         await asyncio.gather(*work)
         return conversations, answers
 
-    async def execute(self, jobs, concurrency: int, done) -> tuple[list[dict], list[dict], list]:
-        """Run ``jobs`` side by side; ``done(counters)`` after each. Returns rows and the callers' counters."""
+    def snapshot(self) -> Counts:
+        """This process's counts so far: the agents' tallies summed, with the callers' retries and peak in flight."""
+        total = Counts.total(self.tallies.values())
+        total.retries = sum(c.counters.retries for c in self.callers.values())
+        total.peak_in_flight = sum(c.counters.peak_in_flight for c in self.callers.values())
+        total.batches = [b for c in self.callers.values() for b in c.counters.batches]
+        return total
+
+    async def execute(self, jobs, concurrency: int, tick) -> tuple[list[dict], list[dict]]:
+        """Run ``jobs`` side by side; ``tick()`` after every request and every answer. Returns the rows."""
         spec = self.spec
         models = self._models()
         cache = RequestCache(spec.cache or default_cache())
@@ -351,24 +393,25 @@ class Engine:
                 conv_rows, answer_rows = await self.run_job(*job)
             conversations.extend(conv_rows)
             answers.extend(answer_rows)
-            done([c.counters for c in self.callers.values()])
 
+        self._tick = tick
         try:
             await asyncio.gather(*(one(j) for j in jobs))
         finally:
             for m in models.values():
                 await m.aclose()
             cache.close()
-        return conversations, answers, [c.counters for c in self.callers.values()]
+        return conversations, answers
 
     def _shard(self, jobs, index: int, workers: int, results, progress) -> None:
         """A worker process: every ``workers``-th job from ``index``, its share of the concurrency."""
+        tick = throttled(lambda: progress.put((index, self.snapshot(), self.answers_done)))
         try:
             share = max(1, self.spec.concurrency // workers)
-            out = asyncio.run(self.execute(jobs[index::workers], share, lambda counters: progress.put((index, counters))))
-            results.put((index, out, self.tallies, None))
+            out = asyncio.run(self.execute(jobs[index::workers], share, tick))
+            results.put((index, out, self.tallies, self.snapshot(), None))
         except BaseException as exc:  # noqa: BLE001 - reported by the parent as one line
-            results.put((index, None, None, f"{type(exc).__name__}: {exc}"))
+            results.put((index, None, None, None, f"{type(exc).__name__}: {exc}"))
 
     def run(self) -> GenerateReport:
         spec = self.spec
@@ -379,25 +422,29 @@ class Engine:
         asyncio.run(self.check_models())  # fails here, before any chat call, on a bad server or model
         batching = any(split_name(n)[0] == "vllm" for n in self.agent_names.values())
         workers = 1 if batching else max(1, min(spec.workers, len(jobs)))
-        bar = tqdm(total=len(jobs), unit="conv", desc="generate", disable=not spec.progress, file=sys.stderr, dynamic_ncols=True)
-        latest: dict[int, list] = {}
+        answers_total = sum(len(self.plan(case, flag)) for case, _, flag in jobs)
+        # One tick per request: the bar counts requests (no total: a conversation's length is not known
+        # ahead) and shows the answers done of all planned, and the counts the summary ends with.
+        bar = tqdm(unit="req", desc="generate", disable=not spec.progress, file=sys.stderr, dynamic_ncols=True, mininterval=0.2)
+        latest: dict[int, tuple[Counts, int]] = {}
 
-        def show(index: int, counters) -> None:
-            latest[index] = counters
-            cs = [c for group in latest.values() for c in group]
-            bar.set_postfix_str(
-                f"calls={sum(c.calls for c in cs)} cached={sum(c.cache_hits for c in cs)} "
-                f"tok_in={sum(c.tokens_in for c in cs):,} tok_out={sum(c.tokens_out for c in cs):,} "
-                f"retries={sum(c.retries for c in cs)} fail={sum(c.failures for c in cs)}",
-                refresh=False,
-            )
-            bar.update(1)
+        def show(index: int, counts: Counts, answers_done: int) -> None:
+            latest[index] = (counts, answers_done)
+            if bar.disable:
+                return
+            total = Counts.total(c for c, _ in latest.values())
+            bar.n = total.requests
+            bar.set_postfix_str(progress_text(total, sum(a for _, a in latest.values()), answers_total), refresh=False)
+            bar.refresh()
 
         try:
             if workers == 1:
-                conversations, answers, counters = asyncio.run(self.execute(jobs, spec.concurrency, lambda c: show(0, c)))
+                tick = throttled(lambda: show(0, self.snapshot(), self.answers_done))
+                conversations, answers = asyncio.run(self.execute(jobs, spec.concurrency, tick))
+                counts = self.snapshot()
+                show(0, counts, len(answers))
             else:
-                conversations, answers, counters = self._run_processes(jobs, workers, show)
+                conversations, answers, counts = self._run_processes(jobs, workers, show)
         finally:
             bar.close()
         path = write_release(spec.out, self.manifest(jobs), {
@@ -409,15 +456,11 @@ class Engine:
             status[a["status"]] = status.get(a["status"], 0) + 1
         cost = None
         if spec.price:
-            tin = sum(t.tokens_in for t in self.tallies.values())
-            tout = sum(t.tokens_out for t in self.tallies.values())
-            cost = (tin * spec.price[0] + tout * spec.price[1]) / 1e6
+            cost = (counts.tokens_in * spec.price[0] + counts.tokens_out * spec.price[1]) / 1e6
         return GenerateReport(
-            path=path, conversations=len(conversations), answers=len(answers), answer_status=status,
-            tallies=self.tallies, calls=sum(c.calls for c in counters), cache_hits=sum(c.cache_hits for c in counters),
-            retries=sum(c.retries for c in counters), failures=sum(c.failures for c in counters),
-            peak_in_flight=sum(c.peak_in_flight for c in counters), wall_s=time.monotonic() - start, cost=cost,
-            batches=[b for c in counters for b in c.batches],
+            path=path, conversations=len(conversations), answers=len(answers), answer_status=status, tallies=self.tallies,
+            counts=counts, wall_s=time.monotonic() - start, cost=cost,
+            failed_conversations=sum(c["ended"] in ("refusal", "error") for c in conversations),
         )
 
     def _run_processes(self, jobs, workers: int, show):
@@ -429,13 +472,13 @@ class Engine:
             p.start()
         # pyarrow imports pandas on its first conversion (~0.4 s); do it while the workers run, not after.
         pa.array([""])
-        conversations, answers, counters, errors, finished = [], [], [], [], 0
+        conversations, answers, counts, errors, finished = [], [], Counts(), [], 0
         try:
             while finished < workers:
                 while not progress.empty():
                     show(*progress.get())
                 try:
-                    index, out, tallies, error = results.get(timeout=0.2)
+                    index, out, tallies, final, error = results.get(timeout=0.2)
                 except queue.Empty:
                     if any(p.exitcode not in (None, 0) for p in procs):
                         raise CraftMDError("a generation worker process died") from None
@@ -446,13 +489,10 @@ class Engine:
                     continue
                 conversations += out[0]
                 answers += out[1]
-                counters += out[2]
+                counts.merge(final)
                 for agent, t in tallies.items():
-                    mine = self.tallies[agent]
-                    for f in ("requests", "tokens_in", "tokens_out", "refusals", "failures"):
-                        setattr(mine, f, getattr(mine, f) + getattr(t, f))
-            while not progress.empty():
-                show(*progress.get())
+                    self.tallies[agent].merge(t)
+                show(index, final, len(out[1]))
         finally:
             for p in procs:
                 if p.is_alive():
@@ -460,13 +500,14 @@ class Engine:
                 p.join()
         if errors:
             raise CraftMDError(f"generation worker failed: {errors[0]}")
-        return conversations, answers, counters
+        return conversations, answers, counts
 
     def manifest(self, jobs) -> Manifest:
         spec = self.spec
         per_agent = {**Sampling(spec.temperature, spec.top_p, spec.max_tokens, spec.seed).to_dict(), "seed_rule": "seed + trial"}
         sampling = {a: dict(per_agent) for a in AGENTS}
         ids = hashlib.sha256("\n".join(c.case_id for c in self.cases).encode()).hexdigest()
+        total = Counts.total(self.tallies.values())
         return Manifest(
             release=Path(spec.out).name,
             kind="generated",
@@ -476,6 +517,7 @@ class Engine:
             sampling=sampling,
             seed=spec.seed,
             models=dict(self.agent_names),
+            roles={a: {"model": n, "base_url": self.servers.get(n), "sampling": sampling[a]} for a, n in self.agent_names.items()},
             counts={
                 "cases": len(self.cases),
                 "trials": spec.trials,
@@ -483,8 +525,9 @@ class Engine:
                 "requests": {a: t.requests for a, t in self.tallies.items()},
                 "tokens_in": {a: t.tokens_in for a, t in self.tallies.items()},
                 "tokens_out": {a: t.tokens_out for a, t in self.tallies.items()},
-                "refusals": sum(t.refusals for t in self.tallies.values()),
-                "failures": sum(t.failures for t in self.tallies.values()),
+                "refusals": total.refusals,
+                "failures": total.failures,
+                "failures_by_reason": dict(sorted(total.reasons.items())),
             },
             notes={
                 "settings": list(self.settings),

@@ -5,7 +5,14 @@ ever calls ``chat`` (one request) or ``chat_many`` (a batch, for providers that 
 such as vLLM's offline engine). Retries, caching and counters live in
 :mod:`craftmd.models.calls`, not here: a provider makes exactly one attempt and
 either returns a :class:`Completion` or raises :class:`TransientError` for a failure
-worth retrying (429, 5xx, timeout, dropped connection).
+worth retrying (408, 409, 429, 5xx, timeout, dropped connection, a malformed body).
+
+A failed request always keeps its reason: ``Completion.reason`` is a short key that
+groups like failures (``HTTP 400 context_length_exceeded``, ``timeout``) and
+``Completion.error`` is ``"<reason>: <message>"`` cut to :data:`ERROR_CHARS`. A failure
+the provider returns (a 4xx such as a context overflow) is *deterministic*: the same
+request fails the same way, so it is cached like an answer; one that exhausted its
+retries is *transient* (``transient=True``) and is tried again by the next run.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from typing import Any, Literal
 #: A chat message in the OpenAI format; ``content`` is a string or a list of content parts.
 Message = dict[str, Any]
 Status = Literal["ok", "refusal", "error"]
+#: The most characters of a failure's reason and message kept in a Completion (and a release).
+ERROR_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -45,18 +54,33 @@ class Completion:
     finish_reason: str | None = None
     tokens_in: int = 0
     tokens_out: int = 0
-    error: str | None = None
+    error: str | None = None  # "<reason>: <message>" when status is error (or a refusal with a reason)
+    reason: str | None = None  # the short key that groups like failures, e.g. "HTTP 400 context_length_exceeded"
+    transient: bool = False  # failed after capped retries: not cached, a re-run tries again
 
     def to_dict(self) -> dict:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}  # scalars only: no deep copy
 
     @classmethod
     def from_dict(cls, d: dict) -> Completion:
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+    @classmethod
+    def failure(cls, reason: str, message: str = "", *, transient: bool = False, **kw) -> Completion:
+        """A failed request that keeps its reason (and message, cut to ERROR_CHARS)."""
+        error = f"{reason}: {message}" if message else reason
+        return cls(None, "error", error=error[:ERROR_CHARS], reason=reason[:ERROR_CHARS], transient=transient, **kw)
 
 
 class TransientError(Exception):
-    """A failure worth retrying: rate limit, server error, timeout or dropped connection."""
+    """A failure worth retrying: rate limit, server error, timeout, dropped connection, malformed body.
+
+    ``reason`` is the short key that groups like failures (``HTTP 503``, ``timeout``).
+    """
+
+    def __init__(self, reason: str, message: str = ""):
+        self.reason, self.message = reason, message
+        super().__init__(f"{reason}: {message}" if message else reason)
 
 
 class ChatModel(ABC):
@@ -65,6 +89,9 @@ class ChatModel(ABC):
     provider: str = ""
     #: True when the provider serves many requests best as one batch (``chat_many``).
     batches: bool = False
+    #: The server that answers (its base URL, never credentials), part of the request cache key;
+    #: None for an engine in this process.
+    server: str | None = None
 
     def __init__(self, model: str):
         self.model = model

@@ -3,9 +3,13 @@
 The cache *is* the record of what a model said: it never expires, and a re-run over a
 full cache makes no call. One SQLite file, WAL journal, one row per request committed
 as soon as the answer arrives, so a run killed with ``kill -9`` loses at most the calls
-in flight. Only answers worth keeping are stored (``ok`` and ``refusal``); errors are
-retried by the next run. API keys never reach it: the key is built from the provider,
-the model, the messages and the sampling settings only.
+in flight. What a re-run would get again is stored: answers, refusals and deterministic
+failures (a 4xx such as a context overflow, with its reason); transient failures (a
+request that ran out of retries) are not, so the next run tries them again.
+
+The key is built from the provider, the server (its base URL, without credentials: the
+same model name on two servers is two models), the model, the messages and the sampling
+settings. API keys never reach it.
 """
 
 from __future__ import annotations
@@ -35,9 +39,14 @@ def canonical(obj) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def request_key(provider: str, model: str, messages: list[Message], sampling: Sampling) -> tuple[str, str]:
-    """The request as canonical JSON (provider, model, messages, sampling) and its sha256, the cache key."""
-    payload = canonical({"provider": provider, "model": model, "messages": messages, "sampling": sampling.to_dict()})
+def request_key(provider: str, model: str, messages: list[Message], sampling: Sampling, server: str | None = None) -> tuple[str, str]:
+    """The request as canonical JSON (provider, server, model, messages, sampling) and its sha256, the cache key.
+
+    ``server`` is left out of the JSON when None (an in-process engine), so such keys are as before."""
+    request = {"provider": provider, "model": model, "messages": messages, "sampling": sampling.to_dict()}
+    if server is not None:
+        request["server"] = server
+    payload = canonical(request)
     return hashlib.sha256(payload.encode()).hexdigest(), payload
 
 
@@ -74,14 +83,14 @@ class RequestCache:
             return self._db.execute("SELECT count(*) FROM requests").fetchone()[0]
 
     def requests(self) -> list[dict]:
-        """Every cached request as {provider, model, messages, sampling, response}."""
+        """Every cached request as {provider, server, model, messages, sampling, response}."""
         with self._lock:
             rows = self._db.execute("SELECT provider, model, request, response FROM requests ORDER BY key").fetchall()
         out = []
         for provider, model, req, resp in rows:
             r = json.loads(req)
-            out.append({"provider": provider, "model": model, "messages": r["messages"], "sampling": r["sampling"],
-                        "response": json.loads(resp)})
+            out.append({"provider": provider, "server": r.get("server"), "model": model, "messages": r["messages"],
+                        "sampling": r["sampling"], "response": json.loads(resp)})
         return out
 
     def close(self) -> None:

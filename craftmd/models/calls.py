@@ -5,10 +5,17 @@ is returned without a call. Otherwise the request waits for one of ``concurrency
 slots, handed out by priority (lower first, then first come): the engine gives a
 conversation's turns priority 0 and the questions asked after it priority 1, so the
 long chains of dependent turns never queue behind questions that nothing waits on. A
-transient failure (429, 5xx, timeout, dropped connection) is
+transient failure (408/409/429, 5xx, timeout, dropped connection, malformed body) is
 retried with exponential backoff and full jitter, at most ``max_retries`` times; then
-it is recorded as a failure (status ``error``), never retried forever. A refusal or a
-content-filter block is an answer (status ``refusal``) and is cached as such.
+it is recorded as a failure (status ``error``, ``transient``, with its reason), never
+retried forever, and not cached, so the next run tries it again. A deterministic
+failure (a 4xx such as a context overflow), a refusal and a content-filter block are
+answers the same request would get again: they are cached as such, so a re-run over a
+complete cache sends nothing.
+
+Every request is counted once, by how it was served (:class:`Counts`): sent to the
+model, answered from the cache, or deduplicated (an identical request was already in
+flight and its answer is shared). ``requests = calls + cache_hits + deduplicated``.
 
 For a provider that batches (``model.batches``, vLLM offline), requests arriving from
 concurrent tasks are gathered for a moment and sent as one ``chat_many`` call, so every
@@ -28,17 +35,63 @@ from .base import ChatModel, Completion, Message, Sampling, TransientError
 
 
 @dataclass
-class Counters:
-    calls: int = 0  # requests answered by the model (not the cache)
-    cache_hits: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
+class Counts:
+    """What became of requests; one set of counts for the progress bar, the summary and the manifest."""
+
+    requests: int = 0  # every request asked for: calls + cache_hits + deduplicated
+    calls: int = 0  # sent to the model (a request retried counts once here; each retry in ``retries``)
+    cache_hits: int = 0  # answered from the request cache
+    deduplicated: int = 0  # an identical request was in flight: its answer is shared, no call made
     retries: int = 0
-    failures: int = 0  # requests that ended as status error
+    tokens_in: int = 0  # of every request's answer, wherever it came from
+    tokens_out: int = 0
     refusals: int = 0
+    failures: int = 0  # requests that ended as status error (any source)
+    reasons: dict[str, int] = field(default_factory=dict)  # failure label (see ``failure_label``) -> requests
     in_flight: int = 0
     peak_in_flight: int = 0
     batches: list[int] = field(default_factory=list)
+
+    SUMS = ("requests", "calls", "cache_hits", "deduplicated", "retries", "tokens_in", "tokens_out", "refusals", "failures")
+
+    def add(self, c: Completion, source: str) -> None:
+        """Count one request's outcome; ``source`` is ``calls``, ``cache_hits`` or ``deduplicated``."""
+        self.requests += 1
+        setattr(self, source, getattr(self, source) + 1)
+        self.tokens_in += c.tokens_in or 0
+        self.tokens_out += c.tokens_out or 0
+        self.refusals += c.status == "refusal"
+        if c.status == "error":
+            self.failures += 1
+            label = failure_label(c)
+            self.reasons[label] = self.reasons.get(label, 0) + 1
+
+    def merge(self, other: Counts) -> Counts:
+        """Add ``other``'s counts to these (peaks add too: the processes ran side by side)."""
+        for name in self.SUMS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for k, v in other.reasons.items():
+            self.reasons[k] = self.reasons.get(k, 0) + v
+        self.peak_in_flight += other.peak_in_flight
+        self.batches += other.batches
+        return self
+
+    @classmethod
+    def total(cls, many) -> Counts:
+        out = cls()
+        for c in many:
+            out.merge(c)
+        return out
+
+
+#: The old name, kept for callers.
+Counters = Counts
+
+
+def failure_label(c: Completion) -> str:
+    """How a failure is grouped in summaries: its reason and whether a re-run retries it."""
+    kind = "transient: a re-run tries again" if c.transient else "deterministic: cached, a re-run sends nothing"
+    return f"{c.reason or c.error or 'unknown'} ({kind})"
 
 
 class Slots:
@@ -88,7 +141,7 @@ class Caller:
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
-        self.counters = Counters()
+        self.counters = Counts()
         self._rng = random.Random(seed)  # jitter only; never affects what is generated
         self._slots = Slots(concurrency)
         self._pending: dict[str, asyncio.Future] = {}  # identical requests in flight share one call
@@ -103,39 +156,37 @@ class Caller:
             return getattr(counters, name)
         raise AttributeError(name)
 
-    async def __call__(self, messages: list[Message], sampling: Sampling, priority: int = 0) -> Completion:
-        key, request = request_key(self.model.provider, self.model.model, messages, sampling)
+    async def __call__(self, messages: list[Message], sampling: Sampling, priority: int = 0, counts: Counts | None = None) -> Completion:
+        """One request: from the cache, shared with an identical one in flight, or sent. ``counts`` (say, one
+        agent's) counts it too, beside this caller's own counters."""
+        result, source = await self._get(messages, sampling, priority)
+        self.counters.add(result, source)
+        if counts is not None:
+            counts.add(result, source)
+        return result
+
+    async def _get(self, messages: list[Message], sampling: Sampling, priority: int) -> tuple[Completion, str]:
+        key, request = request_key(self.model.provider, self.model.model, messages, sampling, server=self.model.server)
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
-                self.counters.cache_hits += 1
-                return hit
+                return hit, "cache_hits"
         if key in self._pending:
-            return await asyncio.shield(self._pending[key])
+            return await asyncio.shield(self._pending[key]), "deduplicated"
         fut = asyncio.get_running_loop().create_future()
         self._pending[key] = fut
         try:
             result = await (self._batched(messages, sampling) if self.model.batches else self._single(messages, sampling, priority))
-            if result.status in ("ok", "refusal") and self.cache is not None:
+            if not result.transient and self.cache is not None:  # answers, refusals and deterministic failures
                 self.cache.put(key, self.model.provider, self.model.model, request, result)
             fut.set_result(result)
-            return result
+            return result, "calls"
         except BaseException as exc:
             fut.set_exception(exc)
             fut.exception()  # mark retrieved
             raise
         finally:
             del self._pending[key]
-
-    def _account(self, c: Completion) -> None:
-        self.counters.tokens_in += c.tokens_in
-        self.counters.tokens_out += c.tokens_out
-        if c.status == "error":
-            self.counters.failures += 1
-        else:
-            self.counters.calls += 1
-            if c.status == "refusal":
-                self.counters.refusals += 1
 
     async def _single(self, messages: list[Message], sampling: Sampling, priority: int) -> Completion:
         attempt = 0
@@ -147,17 +198,14 @@ class Caller:
                 result = await self.model.chat(messages, sampling)
                 error = None
             except TransientError as exc:
-                error = str(exc)
+                error = exc
             finally:
                 self.counters.in_flight -= 1
                 self._slots.release()
             if error is None:
-                self._account(result)
                 return result
             if attempt >= self.max_retries:
-                result = Completion(None, "error", None, error=f"gave up after {attempt + 1} attempts: {error}"[:500])
-                self._account(result)
-                return result
+                return Completion.failure(error.reason, f"gave up after {attempt + 1} attempts: {error.message}", transient=True)
             attempt += 1
             self.counters.retries += 1
             # Exponential backoff with full jitter, capped.
@@ -198,5 +246,4 @@ class Caller:
         finally:
             self.counters.in_flight -= len(batch)
         for (_, _, f), r in zip(batch, results):
-            self._account(r)
             f.set_result(r)

@@ -4,19 +4,25 @@ A hosted API, Azure's OpenAI endpoint, a ``vllm serve`` server or the test suite
 loopback server. ``base_url`` and ``api_key`` default to the client's usual
 ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``; a local server needs no key. The client's own
 retries are switched off: :class:`craftmd.models.calls.Caller` retries.
+
+A 4xx answer other than 408/409/425/429 is a deterministic failure, returned as a failed
+:class:`Completion` with its status, error code and message (the caller caches it); a
+timeout, a dropped connection, a 408/409/425/429/5xx or a body that is not a chat
+completion raises :class:`TransientError`.
 """
 
 from __future__ import annotations
 
 import os
 import ssl
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx2  # openai's HTTP client
 import openai
 
 from craftmd import CraftMDError
 
-from .base import ChatModel, Completion, Message, Sampling, TransientError
+from .base import ERROR_CHARS, ChatModel, Completion, Message, Sampling, TransientError
 
 #: HTTP statuses worth retrying.
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
@@ -55,25 +61,32 @@ class OpenAIModel(ChatModel):
         self.client = openai.AsyncOpenAI(api_key=key, base_url=self.base_url, max_retries=0, timeout=timeout, http_client=http)
         # The endpoint as an absolute URL, joined once: a relative path is re-joined to the base URL
         # (two more URL parses) on every request.
-        self._chat_url = f"{self.client.base_url}chat/completions"
+        self._chat_url = endpoint(str(self.client.base_url), "chat/completions")
         self._options: openai.RequestOptions = {"headers": NO_TELEMETRY}
+        self.server = public_url(str(self.client.base_url))
 
     def describe(self) -> dict:
         d = super().describe()
-        d["base_url"] = str(self.client.base_url)
+        d["base_url"] = self.server
         return d
 
     async def check(self) -> None:
-        where = str(self.client.base_url)
+        where = self.server
+        url = endpoint(str(self.client.base_url), "models")
         try:
-            page = await self.client.models.list()
-            served = [m.id async for m in page] if hasattr(page, "__aiter__") else [m.id for m in page.data]
+            page = await self.client.get(url, cast_to=httpx2.Response)
+            served = [m["id"] for m in page.json()["data"]]
         except (openai.APIConnectionError, openai.APITimeoutError):
             raise CraftMDError(f"cannot reach the model server at {where}") from None
         except openai.AuthenticationError:
             raise CraftMDError(f"the server at {where} refused the API key (set OPENAI_API_KEY)") from None
         except openai.APIStatusError as exc:
-            raise CraftMDError(f"{where}models answered HTTP {exc.status_code}") from None
+            hint = ""
+            if exc.status_code == 404 and not urlsplit(where).path.rstrip("/").endswith("/v1"):
+                hint = f" (OpenAI-compatible servers serve under /v1: try --base-url {where.rstrip('/')}/v1)"
+            raise CraftMDError(f"{public_url(url)} answered HTTP {exc.status_code}{hint}") from None
+        except (ValueError, KeyError, TypeError):
+            raise CraftMDError(f"{public_url(url)} did not answer with a model list (is {where} an OpenAI-compatible API?)") from None
         if self.model not in served:
             shown = ", ".join(sorted(served)[:10]) + (" …" if len(served) > 10 else "")
             raise CraftMDError(f"the server at {where} does not serve {self.model!r} (it serves: {shown or 'nothing'})")
@@ -86,23 +99,49 @@ class OpenAIModel(ChatModel):
             # response model, a few milliseconds per request that dominate a fast local server.
             body = {"model": self.model, "messages": messages, **sampling.to_dict()}
             r = await self.client.post(self._chat_url, body=body, cast_to=httpx2.Response, options=self._options)
-        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
-            raise TransientError(f"{type(exc).__name__}: {exc}") from None
+        except openai.APITimeoutError:
+            raise TransientError("timeout", f"no answer within {self.client.timeout} s") from None
+        except openai.APIConnectionError as exc:
+            raise TransientError("connection error", str(exc.__cause__ or exc)) from None
         except openai.APIStatusError as exc:
+            reason, message = status_reason(exc)
             if exc.status_code in RETRY_STATUS or exc.status_code >= 500:
-                raise TransientError(f"HTTP {exc.status_code}") from None
-            code = getattr(exc, "code", None)
-            if code in FILTER_CODES:
-                return Completion(None, "refusal", "content_filter", error=f"HTTP {exc.status_code}: {code}")
-            return Completion(None, "error", None, error=f"HTTP {exc.status_code}: {exc.message}"[:500])
+                raise TransientError(reason, message) from None
+            if getattr(exc, "code", None) in FILTER_CODES:
+                return Completion(None, "refusal", "content_filter", error=f"{reason}: {message}"[:ERROR_CHARS], reason=reason)
+            return Completion.failure(reason, message)
         try:
             data = r.json()
         except ValueError:  # not JSON (a proxy's error page, a cut-off body)
-            raise TransientError(f"malformed response: {r.text[:200]!r}") from None
+            raise TransientError("malformed response", repr(r.text[:200])) from None
         return parse_completion(data)
 
     async def aclose(self) -> None:
         await self.client.close()
+
+
+def status_reason(exc: openai.APIStatusError) -> tuple[str, str]:
+    """An HTTP error answer → (reason, message): ``("HTTP 400 context_length_exceeded", "This model's …")``."""
+    body = exc.body if isinstance(exc.body, dict) else {}
+    code = body.get("code") or body.get("type")
+    reason = f"HTTP {exc.status_code}" + (f" {code}" if isinstance(code, str) and code else "")
+    message = body.get("message") if isinstance(body.get("message"), str) else exc.message
+    return reason, " ".join(str(message).split())
+
+
+def endpoint(base_url: str, path: str) -> str:
+    """``base_url`` joined with ``path``, whether or not the base URL ends with a slash or has a path at all."""
+    return f"{base_url.rstrip('/')}/{path}"
+
+
+def public_url(url: str) -> str:
+    """A server URL as it may be recorded: no user:password, query or fragment, no trailing slash."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
 def parse_completion(r: object) -> Completion:
@@ -114,11 +153,12 @@ def parse_completion(r: object) -> Completion:
         msg, finish = choice["message"], choice.get("finish_reason")
         text, refusal = msg.get("content"), msg.get("refusal")
     except (AttributeError, KeyError, IndexError, TypeError, ValueError):
-        raise TransientError(f"malformed response: {str(r)[:200]}") from None
+        raise TransientError("malformed response", str(r)[:200]) from None
     if text is not None and not isinstance(text, str):
-        raise TransientError(f"malformed response: content is {type(text).__name__}")
+        raise TransientError("malformed response", f"content is {type(text).__name__}")
     if finish == "content_filter" or refusal:
         return Completion(refusal or text, "refusal", finish, tin, tout)
     if text is None:
-        return Completion(None, "error", finish, tin, tout, error="no text in the response")
+        return Completion.failure("no text", f"the answer has no content (finish_reason {finish})", finish_reason=finish,
+                                  tokens_in=tin, tokens_out=tout)
     return Completion(text, "ok", finish, tin, tout)

@@ -70,8 +70,8 @@ class VLLMModel(ChatModel):
             outputs = await asyncio.to_thread(self.llm.chat, batch, params, use_tqdm=False)
         except CraftMDError:
             raise
-        except Exception as exc:  # an engine failure is recorded per request, not retried
-            return [Completion(None, "error", None, error=f"{type(exc).__name__}: {exc}"[:500]) for _ in batch]
+        except Exception as exc:  # an engine failure is recorded per request (not cached: a re-run tries again)
+            return [Completion.failure(f"engine {type(exc).__name__}", str(exc), transient=True) for _ in batch]
         return [_completion(o) for o in outputs]
 
 
@@ -81,5 +81,6 @@ def _completion(out: Any) -> Completion:
     tin = len(out.prompt_token_ids or [])
     tout = len(gen.token_ids or [])
     if gen.text is None:
-        return Completion(None, "error", gen.finish_reason, tin, tout, error="no text")
+        return Completion.failure("no text", f"the engine gave no text (finish_reason {gen.finish_reason})",
+                                  finish_reason=gen.finish_reason, tokens_in=tin, tokens_out=tout)
     return Completion(gen.text, "ok", gen.finish_reason, tin, tout)
