@@ -94,7 +94,7 @@ ANSWERS_SCHEMA = pa.schema(
 SCORE_COLUMNS = pa.schema(
     [
         ("case_id", pa.string()),  # the sample's opaque id
-        ("trial", pa.int16()),
+        ("trial", pa.int16()),  # null for a score of the case as a whole (an expert's rating of a case, not of one trial)
         ("scorer", pa.string()),  # e.g. paper, strict, upstream-gpt4, offline, llm:openai/gpt-4o
         ("metric", pa.string()),  # a name of craftmd.metrics.METRICS
         ("value", pa.float64()),  # null when status != ok
@@ -203,7 +203,7 @@ def conform_scores(table: pa.Table) -> pa.Table:
     order = ["case_id", "trial", *variant, "scorer", "metric", "value", "label", "detail", "status"]
     table = pa.table({n: cols[n] for n in order})
     _check_enums(table, {"status": SCORE_STATUS}, "scores")
-    for col in ("case_id", "trial", "scorer", "metric", "status"):
+    for col in ("case_id", "scorer", "metric", "status"):
         if table.column(col).null_count:
             raise CraftMDError(f"scores.{col}: key column has nulls")
     status = table.column("status").to_pylist()

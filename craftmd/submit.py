@@ -43,8 +43,10 @@ def score_submission(
     final = out_dir / f"submission-{_slug(model)}"
     if (final.exists() or (out_dir / "scores.json").exists()) and not overwrite:
         raise CraftMDError(f"{final} exists (pass --overwrite to replace it)")
+    made = [p for p in (out_dir, *out_dir.parents) if not p.exists()]  # removed again if nothing comes of it
     out_dir.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=".score-", dir=out_dir))
+    done = False
     try:
         rel_path, v, records = submit(path, dataset_dir, model, stage, **grading)
         report = submission_report(stage, dataset_dir, rel_path.name, v.summary(), records, B=B)
@@ -55,8 +57,13 @@ def score_submission(
         rel_path.replace(final)
         (stage / "scores.json").replace(out_dir / "scores.json")
         (stage / "scores.csv").replace(out_dir / "scores.csv")
+        done = True
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+        if not done:  # a refused submission leaves nothing behind, not even the folders made for it
+            for p in made:
+                if p.is_dir() and not any(p.iterdir()):
+                    p.rmdir()
     return report
 
 

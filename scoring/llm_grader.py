@@ -68,8 +68,8 @@ def parse_extraction(text: str | None) -> tuple[str | None, str]:
     low = line.lower()
     if not line or low in ("none", "no diagnosis", "n/a"):
         return None, "none"
-    if low == "multiple" or low.startswith("multiple"):
-        return None, "multiple"
+    if re.fullmatch(r"multiple(?: (?:possible )?(?:diagnoses|answers|options|conditions))?\W*", low):
+        return None, "multiple"  # not "Multiple sclerosis", "Multiple myeloma": those are names
     return line, "single"
 
 
@@ -87,18 +87,20 @@ def parse_judgement(text: str | None) -> bool | None:
 
 
 class LLMGrader:
-    """``LLMGrader("openai/gpt-4o", base_url=..., cache=...)``; ``.grade_many(pairs)``."""
+    """``LLMGrader("openai/gpt-4o", base_url=..., cache=...)``; ``.grade_many(pairs)``.
+
+    The model's client lives for one ``grade_many`` (opened and closed on its event loop,
+    so no connection is left open); a cache given as a path is opened and closed there too.
+    """
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, cache=None, concurrency: int = 8, max_retries: int = 6):
-        from craftmd.models.cache import RequestCache
-        from craftmd.models.calls import Caller
         from craftmd.models import Sampling, get_model
 
-        self.model = get_model(model, base_url=base_url, api_key=api_key)
+        self.model = get_model(model, base_url=base_url, api_key=api_key)  # checks the name and the credentials now
         self.name = f"llm:{self.model.name}"
-        if cache is not None and not isinstance(cache, RequestCache):
-            cache = RequestCache(Path(cache))
-        self.caller = Caller(self.model, cache, concurrency=concurrency, max_retries=max_retries)
+        self._model_args = dict(name=model, base_url=base_url, api_key=api_key)
+        self._cache, self._caller_args = cache, dict(concurrency=concurrency, max_retries=max_retries)
+        self.caller = None  # the Caller of the latest grade_many (its counters)
         self.sampling = Sampling(**SAMPLING)
         self.prompts = load_prompts()
 
@@ -129,6 +131,17 @@ class LLMGrader:
         return LLMGrade(dx, "single", bool(verdict), json.dumps(detail, sort_keys=True, ensure_ascii=False), failed=failed)
 
     async def _grade_all(self, pairs: list[tuple[str | None, str]], progress: bool) -> list[LLMGrade]:
+        from craftmd.models import get_model
+        from craftmd.models.cache import RequestCache
+        from craftmd.models.calls import Caller
+
+        args = self._model_args
+        model = self.model if self.caller is None else get_model(args["name"], base_url=args["base_url"], api_key=args["api_key"])
+        cache = self._cache
+        own_cache = cache is not None and not isinstance(cache, RequestCache)
+        if own_cache:
+            cache = RequestCache(Path(cache))
+        self.caller = Caller(model, cache, **self._caller_args)
         bar = tqdm(total=len(pairs), desc=f"grade {self.name}", unit="answer", disable=not progress)
 
         async def one(p):
@@ -140,6 +153,9 @@ class LLMGrader:
             return await asyncio.gather(*(one(p) for p in pairs))
         finally:
             bar.close()
+            await model.aclose()
+            if own_cache:
+                cache.close()
 
     def grade_many(self, pairs: list[tuple[str | None, str]], *, progress: bool = True) -> list[LLMGrade]:
         """Grade (response, correct answer) pairs; identical pairs are asked once."""

@@ -926,6 +926,8 @@ def release_labels_by_grader(release_dir, setting: str = "vignette", fmt: str = 
 
     out: dict[str, dict] = {}
     for r in g.iter_rows(named=True):
+        if r["status"] != "ok":  # a grade that could not be produced is no verdict: left out, never counted wrong
+            continue
         out.setdefault(r["grader"], {})[(r["case_id"], int(r["trial"]))] = {"correct": bool(r["correct"]), "extracted": extracted(r)}
     return out
 

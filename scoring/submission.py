@@ -242,8 +242,8 @@ def answers_table(v: Validated) -> pa.Table:
     """The release's answers: submitted rows (ok, or missing when response is null/empty) + unanswered rows."""
     sub = v.rows.with_columns(
         status=pl.when(pl.col("response").is_null() | (pl.col("response").str.strip_chars() == "")).then(pl.lit("missing")).otherwise(pl.lit("ok")),
-    ).with_columns(response=pl.when(pl.col("status") == "ok").then(pl.col("response")).otherwise(None))
-    miss = v.missing.with_columns(response=pl.lit(None, pl.Utf8), status=pl.lit("missing"))
+    ).with_columns(response=pl.when(pl.col("status") == "ok").then(pl.col("response")).otherwise(None), error=pl.lit(None, pl.Utf8))
+    miss = v.missing.with_columns(response=pl.lit(None, pl.Utf8), status=pl.lit("missing"), error=pl.lit(None, pl.Utf8))
     both = pl.concat([sub.select(ANSWERS_SCHEMA.names), miss.select(ANSWERS_SCHEMA.names)], how="vertical_relaxed")
     return both.to_arrow().cast(ANSWERS_SCHEMA)
 

@@ -76,7 +76,9 @@ def test_prompts_mirror_the_paper_examples():
 @pytest.mark.parametrize(
     "text, expected",
     [("Psoriasis", ("Psoriasis", "single")), ("multiple", (None, "multiple")), ("None", (None, "none")),
-     ("Diagnosis: Acute appendicitis.", ("Acute appendicitis", "single")), ("", (None, "none")), (None, (None, "none"))],
+     ("Diagnosis: Acute appendicitis.", ("Acute appendicitis", "single")), ("", (None, "none")), (None, (None, "none")),
+     ("Multiple sclerosis", ("Multiple sclerosis", "single")), ("Multiple myeloma", ("Multiple myeloma", "single")),
+     ("Multiple.", (None, "multiple")), ("multiple diagnoses", (None, "multiple"))],
 )  # fmt: skip
 def test_parse_extraction(text, expected):
     assert parse_extraction(text) == expected
