@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 from craftmd import CraftMDError
+from craftmd.cli import add_dataset_argument, add_quiet_argument
 from craftmd.release import FORMATS, SETTINGS
+from craftmd.scoring.audit_cli import add_cases_argument, add_no_progress_alias
 
 
 def _price(text: str) -> tuple[float, float]:
@@ -20,6 +22,19 @@ def _price(text: str) -> tuple[float, float]:
 
 def _list(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def check_base_url(url: str) -> None:
+    """A one-line error for a --base-url that is not an http(s) URL with a host."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        raise CraftMDError(f"--base-url {url!r} is not a valid URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise CraftMDError(f"--base-url {url!r} is not an http(s) URL such as http://localhost:8000/v1")
 
 
 def register(sub) -> None:
@@ -35,14 +50,16 @@ def register(sub) -> None:
             "(--cache), so a killed run resumes and a re-run makes no call."
         ),
     )
-    p.add_argument("--dataset", required=True, type=Path, metavar="DIR", help="a built dataset folder (craftmd build --out DIR)")
+    add_dataset_argument(p)
     p.add_argument("--config", default="all", help="dataset config to draw cases from (default: all; nejm_image for the image cases)")
-    p.add_argument("--cases", type=_list, metavar="ID,ID,...", help="only these case ids (of --config)")
+    add_cases_argument(p, "only these case ids (of --config)")
     p.add_argument("--trials", type=int, default=1, help="trials per case (the paper ran 5); trial t samples with seed S+t")
     p.add_argument("--doctor", required=True, metavar="PROVIDER/MODEL", help="the model under test")
     p.add_argument("--patient", required=True, metavar="PROVIDER/MODEL", help="the patient-AI")
     p.add_argument("--summarizer", metavar="PROVIDER/MODEL", help="the conversation summarizer (default: the patient model)")
-    p.add_argument("--base-url", help="OpenAI-compatible server for openai/ models (default: OPENAI_BASE_URL or OpenAI)")
+    p.add_argument("--base-url", metavar="URL",
+                   help="OpenAI-compatible server for openai/ models, usually ending in /v1, e.g. http://localhost:8000/v1 "
+                        "(default: OPENAI_BASE_URL or OpenAI). Part of the request cache key; never a key")
     p.add_argument("--concurrency", type=int, default=32, help="requests in flight per model (default 32)")
     p.add_argument("--workers", type=int, default=1,
                    help="processes sharing the work (default 1); more help against a fast local server, where the "
@@ -61,21 +78,22 @@ def register(sub) -> None:
     p.add_argument("--prompt-set", default="craftmd-v1", help="prompt set folder under generation/prompts (default craftmd-v1)")
     p.add_argument("--out", required=True, type=Path, metavar="RELEASE_DIR", help="the release folder to write")
     p.add_argument("--overwrite", action="store_true", help="replace RELEASE_DIR if it exists")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_quiet_argument(p)
+    add_no_progress_alias(p)
     p.set_defaults(func=run_generate)
 
 
 def run_generate(args) -> int:
     from .engine import GenerateSpec, generate
 
-    if args.base_url and not args.base_url.startswith(("http://", "https://")):
-        raise CraftMDError(f"--base-url {args.base_url!r} is not an http(s) URL")
+    if args.base_url:
+        check_base_url(args.base_url)
     report = generate(GenerateSpec(
-        dataset=args.dataset, out=args.out, doctor=args.doctor, patient=args.patient, summarizer=args.summarizer,
+        dataset=Path(args.dataset), out=args.out, doctor=args.doctor, patient=args.patient, summarizer=args.summarizer,
         config=args.config, cases=args.cases, trials=args.trials, experiments=args.experiments, max_turns=args.max_turns,
         seed=args.seed, temperature=args.temperature, max_tokens=args.max_tokens, base_url=args.base_url,
         concurrency=args.concurrency, workers=args.workers, timeout=args.timeout, max_retries=args.max_retries, price=args.price,
-        cache=args.cache, prompt_set=args.prompt_set, overwrite=args.overwrite, progress=not args.no_progress,
+        cache=args.cache, prompt_set=args.prompt_set, overwrite=args.overwrite, progress=not args.quiet,
     ))
     print(report.summary(), file=sys.stderr)
     return 0

@@ -11,7 +11,27 @@ import argparse
 import json
 import sys
 
-from craftmd.cli import add_source_argument
+from craftmd.cli import add_dataset_argument, add_quiet_argument, add_source_argument
+
+
+class _CaseIds(argparse.Action):
+    """Case ids separated by commas, spaces (several words) or both; each kept once, in order."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        ids = [x.strip() for v in values for x in v.split(",") if x.strip()]
+        if not ids:
+            parser.error(f"{option_string}: no case id given")
+        setattr(namespace, self.dest, list(dict.fromkeys(ids)))
+
+
+def add_cases_argument(parser: argparse.ArgumentParser, help: str = "only these case ids") -> None:
+    """``--cases ID[,ID...] [ID ...]``: one parser for every subcommand that takes case ids (meld, generate)."""
+    parser.add_argument("--cases", nargs="+", action=_CaseIds, metavar="ID", help=f"{help}, comma- or space-separated")
+
+
+def add_no_progress_alias(parser: argparse.ArgumentParser) -> None:
+    """The old ``--no-progress``, kept working (hidden) as ``--quiet``."""
+    parser.add_argument("--no-progress", action="store_true", dest="quiet", help=argparse.SUPPRESS)
 
 
 def register_audits(sub) -> None:
@@ -22,15 +42,15 @@ def register_audits(sub) -> None:
             "For each case, give the model the first half of the vignette with the paper's MELD prompt "
             "(scoring/prompts/meld.txt) and compare its completion with the true second half: similarity = "
             "1 - Levenshtein distance / length of the longer text; similarity >= threshold flags the case as likely "
-            "memorised. Writes OUT/similarities.parquet, OUT/summary.json and OUT/similarity_hist.png."
+            "memorised. Writes OUT/scores.parquet (per case: meld_similarity, meld_flagged), OUT/summary.json and OUT/similarity_hist.png."
         ),
     )
-    meld.add_argument("--dataset", required=True, help="built dataset folder (craftmd build --out)")
+    add_dataset_argument(meld)
     meld.add_argument("--model", required=True, help="PROVIDER/MODEL, e.g. openai/gpt-4o or vllm/Qwen/Qwen2.5-7B-Instruct")
     meld.add_argument("--base-url", help="OpenAI-compatible server (e.g. a vllm serve endpoint)")
     meld.add_argument("--config", action="append", dest="configs", metavar="CONFIG",
                       help="dataset config(s) to test (repeatable; default medqa_usmle, derm_public, derm_private)")  # fmt: skip
-    meld.add_argument("--cases", nargs="+", metavar="CASE_ID", help="only these case ids")
+    add_cases_argument(meld)
     meld.add_argument("--limit", type=int, help="only the first N cases of each config")
     meld.add_argument("--cache", help="request cache (SQLite) path; reruns answer from it")
     meld.add_argument("--split", choices=("chars", "words"), default="chars",
@@ -44,7 +64,8 @@ def register_audits(sub) -> None:
     meld.add_argument("--out", required=True, help="output folder (written atomically)")
     meld.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     meld.add_argument("--audits", help="also write the leaderboard audit JSON (and figure) into this folder")
-    meld.add_argument("--no-progress", action="store_true")
+    add_quiet_argument(meld)
+    add_no_progress_alias(meld)
     meld.set_defaults(func=_meld)
 
     review = sub.add_parser(
@@ -111,7 +132,7 @@ def _meld(args: argparse.Namespace) -> int:
         args.dataset, args.model, args.out, base_url=args.base_url, configs=tuple(args.configs or DEFAULT_CONFIGS),
         cases=args.cases, limit=args.limit, cache=args.cache, split=args.split, role=args.role,
         temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed, concurrency=args.concurrency,
-        threshold=args.threshold, overwrite=args.overwrite, progress=not args.no_progress,
+        threshold=args.threshold, overwrite=args.overwrite, progress=not args.quiet,
     )  # fmt: skip
     s = read_summary(out)
     for name, st in [*sorted(s["configs"].items()), ("all", s["overall"])]:

@@ -13,6 +13,8 @@ so the real ``openai`` client talks to it exactly as it talks to a hosted API or
   later than the client waits, ``drop`` = close the connection without answering);
   ``slow_rate`` of the rest are delayed by ``slow_delay`` s. Every request waits
   ``latency`` s.
+- ``max_context``: a request whose prompt has more (stand-in) tokens answers HTTP 400 with
+  code ``context_length_exceeded``, as llama.cpp's and vLLM's servers do.
 - Counters: ``calls`` (chat requests received), ``served`` (answered 200), ``faults``
   (by kind), ``max_in_flight``, ``log`` (every request answered 200, in order).
 - Bounded: the server stops by itself after ``max_seconds``, and when the ``with``
@@ -58,6 +60,7 @@ class LoopbackServer:
         slow_delay: float = 0.3,
         seed: int = 0,
         max_seconds: float = 600.0,
+        max_context: int | None = None,
     ):
         unknown = set(error_kinds) - {"429", "500", "timeout", "drop"}
         if unknown:
@@ -71,6 +74,7 @@ class LoopbackServer:
         self.slow_rate = slow_rate
         self.slow_delay = slow_delay
         self.max_seconds = max_seconds
+        self.max_context = max_context
         self._rng = random.Random(seed)
         self._lock = threading.Lock()  # counters are read and reset from other threads
         self.calls = 0
@@ -218,6 +222,10 @@ class LoopbackServer:
                 return self._error(400, "body is not JSON")
             if request.get("model") not in self.models:
                 return self._error(404, f"model {request.get('model')!r} not served", "model_not_found")
+            prompt = sum(count_tokens(_text(m.get("content"))) for m in request.get("messages", []))
+            if self.max_context is not None and prompt > self.max_context:
+                return self._error(400, f"This model's maximum context length is {self.max_context} tokens. However, you "
+                                        f"requested {prompt} tokens.", "context_length_exceeded")
             try:
                 reply = self.completion(request)
             except Exception as exc:  # the responder could not answer this request

@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -160,7 +161,7 @@ def test_kill_and_resume_repeats_no_finished_call(tiny_dataset, replay, tmp_path
     with LoopbackServer(replay, latency=0.05) as server:
         cmd = [sys.executable, "-m", "craftmd.cli", "generate", "--dataset", str(tiny_dataset), "--doctor", "openai/loopback",
                "--patient", "openai/loopback", "--base-url", server.base_url, "--cache", str(cache), "--experiments", ",".join(exp),
-               "--concurrency", "2", "--no-progress", "--out", str(tmp_path / "killed" / "rel")]
+               "--concurrency", "2", "--quiet", "--out", str(tmp_path / "killed" / "rel")]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.time() + 30
         cached = 0
@@ -203,7 +204,7 @@ def test_kill_and_resume_repeats_no_finished_call(tiny_dataset, replay, tmp_path
 def test_bad_input_is_one_line_before_any_call(tiny_dataset, replay, tmp_path, capsys, args, message):
     with LoopbackServer(replay) as server:
         argv = ["generate", "--dataset", str(tiny_dataset), "--doctor", "openai/loopback", "--patient", "openai/loopback",
-                "--base-url", server.base_url, "--cache", str(tmp_path / "c.sqlite"), "--out", str(tmp_path / "rel"), "--no-progress"]
+                "--base-url", server.base_url, "--cache", str(tmp_path / "c.sqlite"), "--out", str(tmp_path / "rel"), "--quiet"]
         for i in range(0, len(args), 2):  # later flags override earlier ones
             argv += args[i:i + 2]
         assert cli_main(argv) == 2
@@ -486,3 +487,115 @@ def test_max_turns_and_refusals_are_recorded_never_silent(tiny_dataset, upstream
     assert mine["vignette"]["status"] == "ok"
     assert all(a["status"] == "ok" for a in ans if a["case_id"] != refusing)
     assert read_release(r.path).manifest.counts["refusals"] == 1
+
+
+# --- failures with reasons, one set of counts, the server in the cache key ----------------------
+def _with_long_option_list(dataset: Path, out: Path, n: int = 1000) -> Path:
+    """A copy of ``dataset`` whose many-choice list has ``n`` three-word diagnoses (a prompt of 3n+ words)."""
+    shutil.copytree(dataset, out)
+    many = [f"Diagnosis number {i}" for i in range(n)]
+    pl.DataFrame({"diagnosis": many, "count": [1] * n}).write_parquet(out / "diagnoses" / "test-00000-of-00001.parquet")
+    return out
+
+
+def test_failures_keep_their_reason_and_a_rerun_over_the_cache_sends_nothing(tiny_dataset, replay, tmp_path):
+    data = _with_long_option_list(tiny_dataset, tmp_path / "data")
+    exp = ["vignette", "multiturn", "mcq4", "mcq_many"]
+    with LoopbackServer(replay, max_context=2000) as server:
+        first = generate(spec(data, tmp_path / "a" / "rel", server.base_url, tmp_path / "c.sqlite", experiments=exp))
+        sent = server.calls
+        again = generate(spec(data, tmp_path / "b" / "rel", server.base_url, tmp_path / "c.sqlite", experiments=exp))
+        assert server.calls == sent, "a deterministic failure is cached: the re-run must send nothing"
+    rel = read_release(first.path)
+    ans = rel.table("answers").to_pylist()
+    failed = [a for a in ans if a["status"] == "error"]
+    assert failed and {a["format"] for a in failed} == {"mcq_many"}
+    assert all("HTTP 400 context_length_exceeded" in a["error"] and "maximum context length" in a["error"] for a in failed)
+    assert all(a["error"] is None and a["response"] for a in ans if a["status"] == "ok")
+    # One set of counts: the run's report, its summary and the manifest agree.
+    counts = rel.manifest.counts
+    assert first.requests == first.calls + first.cache_hits + first.deduplicated == sum(counts["requests"].values())
+    assert first.failures == len(failed) == counts["failures"]
+    [(label, n)] = counts["failures_by_reason"].items()
+    assert n == len(failed) and label.startswith("HTTP 400 context_length_exceeded") and "deterministic" in label
+    summary = first.summary()
+    assert f"{len(failed)} × {label}" in summary and f"{first.requests}: {first.calls} sent" in summary
+    assert (again.calls, again.cache_hits, again.failures) == (0, again.requests, first.failures)
+    assert release_bytes(first.path) == release_bytes(again.path)
+
+
+def test_transient_failures_keep_their_reason_and_are_tried_again(tiny_dataset, replay, tmp_path):
+    exp = ["vignette", "frq"]
+    with LoopbackServer(replay, error_rate=1.0, error_kinds=("500",)) as server:
+        r = generate(spec(tiny_dataset, tmp_path / "a" / "rel", server.base_url, tmp_path / "c.sqlite", experiments=exp, max_retries=1))
+    ans = read_release(r.path).table("answers").to_pylist()
+    assert ans and all(a["status"] == "error" and a["error"].startswith("HTTP 500") and "gave up after 2 attempts" in a["error"]
+                       for a in ans)
+    assert all("transient" in label for label in r.counts.reasons)
+    with LoopbackServer(replay) as server:  # the server is back: nothing failed was cached
+        ok = generate(spec(tiny_dataset, tmp_path / "b" / "rel", server.base_url, tmp_path / "c.sqlite", experiments=exp))
+        assert server.calls == len(ans)
+    assert ok.failures == 0
+
+
+def test_identical_requests_are_sent_once_and_counted_as_deduplicated(tiny_dataset, tmp_path):
+    """A conversation that ends after one turn makes the multi-turn and single-turn questions the same request."""
+
+    def responder(req):
+        return "It hurts." if _text(req["messages"][0]["content"]).startswith("You are a patient") else "**Final Diagnosis:** Flu"
+
+    with LoopbackServer(responder) as server:
+        r = generate(spec(tiny_dataset, tmp_path / "rel", server.base_url, tmp_path / "c.sqlite", experiments=["multiturn", "singleturn", "frq"]))
+        sent = server.calls
+    assert r.calls == sent == 3 * N_TEXT_CASES  # patient, doctor (final diagnosis), one question for both settings
+    assert r.deduplicated == N_TEXT_CASES and r.requests == 4 * N_TEXT_CASES
+    assert sum(read_release(r.path).manifest.counts["requests"].values()) == r.requests
+    assert len(read_release(r.path).table("answers")) == 2 * N_TEXT_CASES
+
+
+def test_the_same_model_on_another_server_is_called_afresh_and_no_key_is_kept(tiny_dataset, replay, tmp_path, monkeypatch):
+    key = "sk-test-secret-0123456789"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    exp = ["vignette", "frq"]
+    cache = tmp_path / "c.sqlite"
+    with LoopbackServer(replay) as one, LoopbackServer(replay) as two:
+        a = generate(spec(tiny_dataset, tmp_path / "a" / "rel", one.base_url, cache, experiments=exp))
+        b = generate(spec(tiny_dataset, tmp_path / "b" / "rel", two.base_url, cache, experiments=exp))
+        c = generate(spec(tiny_dataset, tmp_path / "c" / "rel", one.base_url + "/", cache, experiments=exp))  # the same server
+        assert one.calls == two.calls == a.calls == b.calls > 0 and c.calls == 0
+    with RequestCache(cache) as rc:
+        assert {r["server"] for r in rc.requests()} == {one.base_url, two.base_url}
+    roles = read_release(b.path).manifest.roles
+    assert roles["doctor"]["base_url"] == two.base_url and roles["doctor"]["model"] == "openai/loopback"
+    for path in [cache, *a.path.iterdir(), *b.path.iterdir()]:
+        assert key.encode() not in Path(path).read_bytes()
+
+
+def test_a_base_url_without_v1_gets_a_hint(tiny_dataset, replay, tmp_path, capsys):
+    with LoopbackServer(replay) as server:
+        bare = f"http://127.0.0.1:{server.port}"
+        argv = ["generate", "--dataset", str(tiny_dataset), "--doctor", "openai/loopback", "--patient", "openai/loopback",
+                "--base-url", bare, "--cache", str(tmp_path / "c.sqlite"), "--out", str(tmp_path / "rel"), "--quiet"]
+        assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{bare}/models answered HTTP 404" in err and f"--base-url {bare}/v1" in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("url", ["localhost:8000/v1", "http://", "ftp://host/v1", "http://host:99999/v1"])
+def test_a_bad_base_url_is_one_line(tiny_dataset, tmp_path, capsys, url):
+    argv = ["generate", "--dataset", str(tiny_dataset), "--doctor", "openai/m", "--patient", "openai/m", "--base-url", url,
+            "--out", str(tmp_path / "rel"), "--quiet"]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--base-url" in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("cases", [["case_1,case_2"], ["case_1", "case_2"], ["case_1,", "case_2,case_1"]])
+@pytest.mark.parametrize("command", ["generate", "meld"])
+def test_case_ids_take_commas_and_spaces_alike(command, cases):
+    from craftmd.cli import build_parser
+
+    required = {"generate": ["--dataset", "d", "--doctor", "a/b", "--patient", "a/b", "--out", "o"],
+                "meld": ["--dataset", "d", "--model", "a/b", "--out", "o"]}[command]
+    args = build_parser().parse_args([command, *required, "--cases", *cases])
+    assert args.cases == ["case_1", "case_2"]
