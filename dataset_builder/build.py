@@ -41,7 +41,9 @@ from craftmd.dataset_builder import medqa as M
 from craftmd.dataset_builder import transform as T
 from craftmd.dataset_builder import upstream as U
 from craftmd.dataset_builder.report import BuildReport, SplitCheck
-from craftmd.dataset_builder.schema import CONFIGS, FEATURES, Case, ImageCase
+from craftmd.dataset_builder.schema import CONFIGS, FEATURES, build_order, image_row, text_row
+from craftmd.release import natural_key
+from craftmd.samples import Sample
 from craftmd.dataset import config_file
 from craftmd.source import Source
 
@@ -129,7 +131,7 @@ def read_source(source: Source, progress: bool = True) -> dict:
 # ---------------------------------------------------------------------------
 
 
-def split_check(cases: list[tuple[Case, str | None]], refs: dict[str, U.Reference], texts: dict[str, str]) -> SplitCheck:
+def split_check(cases: list[tuple[Sample, str | None]], refs: dict[str, U.Reference], texts: dict[str, str]) -> SplitCheck:
     """Compare each vignette with upstream's ``case_vignette``; explain each difference."""
     check = SplitCheck()
     for case, raw_q in cases:
@@ -155,7 +157,7 @@ def split_check(cases: list[tuple[Case, str | None]], refs: dict[str, U.Referenc
     return check
 
 
-def diagnoses(cases: list[Case]) -> list[dict]:
+def diagnoses(cases: list[Sample]) -> list[dict]:
     """Distinct answers (ignoring case and spacing), each in its most frequent spelling, with counts."""
     spellings: dict[str, Counter] = {}
     for c in cases:
@@ -281,16 +283,16 @@ def build_dataset(
         picks, file_reasons = M.pick(medqa_items)
         cases = [c for c in cases if c.source != "medqa_usmle"] + picks
         medqa_file = {"path": Path(medqa).name, "items": len(medqa_items), "picked": len(picks), "reasons": file_reasons}
-    cases.sort(key=Case.sort_key)
-    images: list[ImageCase] = sorted(got["images"], key=lambda c: (int(c.case_id.rsplit("_", 1)[-1]), c.case_id))
+    cases.sort(key=build_order)
+    images: list[Sample] = sorted(got["images"], key=lambda c: natural_key(c.case_id))
 
-    all_rows = [c.row() for c in cases]
+    all_rows = [text_row(c) for c in cases]
     table_rows = {
         "medqa_usmle": [r for r in all_rows if r["source"] == "medqa_usmle"],
         "derm_public": [r for r in all_rows if r["source"] == "derm_public"],
         "derm_private": [r for r in all_rows if r["source"] == "derm_private"],
         "all": all_rows,
-        "nejm_image": [c.row() for c in images],
+        "nejm_image": [image_row(c) for c in images],
         "diagnoses": diagnoses(cases),
     }
     counts = {c: len(table_rows[c]) for c in CONFIGS}

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from craftmd import CraftMDError
 from craftmd.dataset_builder import transform as T
-from craftmd.dataset_builder.schema import Case
+from craftmd.dataset_builder.schema import text_sample
+from craftmd.samples import Sample
 
 #: Task types (see :func:`transform.task_type`) the rule keeps.
 KEEP_TASKS = ("diagnosis", "next_step", "confirm_test", "cause", "organism", "associated_finding", "risk_factor")
@@ -103,32 +104,17 @@ def read_jsonl(path: Path | str) -> list[MedQAItem]:
     return items
 
 
-def case_from_item(item: MedQAItem) -> Case:
+def case_from_item(item: MedQAItem) -> Sample:
     """A picked MedQA item as a text case (``case_id`` = ``medqa_<line>``, no specialty)."""
     vignette, raw_q = T.split_question(item.question, colon_stems=True)
-    question = T.clean_question(raw_q)
-    history, exam = T.split_history_exam(vignette)
     letters = sorted(item.options)
     choices = tuple(T.clean_option(item.options[k]) for k in letters)
     idx = letters.index(item.answer_idx)
-    return Case(
-        case_id=f"medqa_{item.line}",
-        source="medqa_usmle",
-        specialty=None,
-        vignette=vignette,
-        question=question,
-        choices=choices,
-        answer=choices[idx],
-        answer_index=idx,
-        paper_answer=choices[idx],  # no upstream results for these items: the answer itself
-        task_type=T.task_type(question),
-        history=history,
-        physical_exam=exam,
-        single_dx=None,
-    )
+    # no upstream results for these items: the paper's key is the answer itself
+    return text_sample(f"medqa_{item.line}", "medqa_usmle", None, vignette, T.clean_question(raw_q), choices, idx, choices[idx], None)
 
 
-def pick(items: list[MedQAItem]) -> tuple[list[Case], dict[str, int]]:
+def pick(items: list[MedQAItem]) -> tuple[list[Sample], dict[str, int]]:
     """The cases the rule keeps, and how many items each verdict reason covered."""
     cases, reasons = [], {}
     for item in items:

@@ -1,17 +1,18 @@
 """The dataset's typed rows and their Hugging Face features, one place for both.
 
-A text case becomes a :class:`Case`, an NEJM image case an :class:`ImageCase`; the
-builder writes them with the :data:`FEATURES` of their config, so
+Every case is a :class:`craftmd.samples.Sample` (the package's one case record); the
+builder writes text samples with :func:`text_row` and image samples with
+:func:`image_row`, with the :data:`FEATURES` of their config, so
 ``datasets.load_dataset(DIR, CONFIG)`` reads back exactly these types.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from datasets import Features, Image, List, Value
 
-from craftmd.dataset_builder.transform import content_sha256
+from craftmd.dataset_builder.transform import content_sha256, split_history_exam, task_type
+from craftmd.release import natural_key
+from craftmd.samples import Sample
 
 TEXT_FEATURES = Features(
     {
@@ -56,54 +57,39 @@ FEATURES = {
 SOURCE_ORDER = ("derm_public", "derm_private", "medqa_usmle")
 
 
-@dataclass(frozen=True)
-class Case:
-    """One text case, as a row of the text configs."""
-
-    case_id: str
-    source: str
-    specialty: str | None
-    vignette: str
-    question: str
-    choices: tuple[str, ...]
-    answer: str
-    answer_index: int
-    paper_answer: str  # the answer key as the paper's MCQ rule matched it (results files' correct_ans), verbatim
-    task_type: str
-    history: str
-    physical_exam: str
-    single_dx: bool | None
-
-    def row(self) -> dict:
-        d = {f: getattr(self, f) for f in self.__dataclass_fields__}
-        d["choices"] = list(self.choices)
-        d["content_sha256"] = content_sha256(d)
-        return d
-
-    def sort_key(self) -> tuple[int, int, str]:
-        num = self.case_id.rsplit("_", 1)[-1]
-        return (SOURCE_ORDER.index(self.source), int(num) if num.isdigit() else 0, self.case_id)
+def text_sample(case_id: str, source: str, specialty: str | None, vignette: str, question: str, choices: tuple[str, ...],
+                answer_index: int, paper_answer: str, single_dx: bool | None) -> Sample:
+    """A text case as a :class:`~craftmd.samples.Sample`: the answer, the task type and the history/exam split derived here."""
+    history, exam = split_history_exam(vignette)
+    return Sample(
+        case_id=case_id, source=source, specialty=specialty, vignette=vignette, question=question, choices=choices,
+        answer=choices[answer_index], answer_index=answer_index, paper_answer=paper_answer, task_type=task_type(question),
+        history=history, physical_exam=exam, single_dx=single_dx,
+    )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class ImageCase:
-    """One NEJM Image Challenge case of the GPT-4V experiments."""
+def text_row(s: Sample) -> dict:
+    """A text sample as a row of the text configs (:data:`TEXT_FEATURES`)."""
+    d = {f: getattr(s, f) for f in TEXT_FEATURES if f != "content_sha256"}
+    d["choices"] = list(s.choices)
+    d["content_sha256"] = content_sha256(d)
+    return d
 
-    case_id: str
-    image: bytes
-    image_format: str  # jpeg | png | ...
-    vignette: str
-    question: str
-    answer: str
 
-    def row(self) -> dict:
-        return {
-            "case_id": self.case_id,
-            "image": {"bytes": self.image, "path": f"{self.case_id}.{self.image_format}"},
-            "vignette": self.vignette,
-            "question": self.question,
-            "answer": self.answer,
-            "choices": [],
-            "specialty": None,
-            "source": "nejm_image",
-        }
+def image_row(s: Sample) -> dict:
+    """An NEJM Image Challenge sample as a row of ``nejm_image`` (:data:`IMAGE_FEATURES`)."""
+    return {
+        "case_id": s.case_id,
+        "image": {"bytes": s.image, "path": f"{s.case_id}.{s.image_format}"},
+        "vignette": s.vignette,
+        "question": s.question,
+        "answer": s.answer,
+        "choices": [],
+        "specialty": None,
+        "source": "nejm_image",
+    }
+
+
+def build_order(s: Sample) -> tuple:
+    """Where a text sample goes in a config: by source (the upstream CSV's order), then id in natural order."""
+    return (SOURCE_ORDER.index(s.source), natural_key(s.case_id))

@@ -19,7 +19,8 @@ from PIL import Image as PILImage
 
 from craftmd import CraftMDError
 from craftmd.dataset_builder import transform as T
-from craftmd.dataset_builder.schema import Case, ImageCase
+from craftmd.dataset_builder.schema import text_sample
+from craftmd.samples import Sample
 
 CASES_CSV = "data/usmle_and_derm_dataset.csv"
 NEJM_CSV = "data/nejm_imagechallenge_dataset.csv"
@@ -124,7 +125,7 @@ def parse_reference(path: str, data: bytes) -> Reference:
     return Reference(d["case_id"], d["case_vignette"], d["question"], d["correct_ans"])
 
 
-def build_case(row: UpstreamRow, single_dx: dict[str, bool | None], paper_answer: str | None = None) -> tuple[Case, str | None]:
+def build_case(row: UpstreamRow, single_dx: dict[str, bool | None], paper_answer: str | None = None) -> tuple[Sample, str | None]:
     """A text case from its CSV row; also returns the raw question sentence.
 
     Choices and answer are cleaned (:func:`transform.clean_option`). ``paper_answer`` is
@@ -132,8 +133,6 @@ def build_case(row: UpstreamRow, single_dx: dict[str, bool | None], paper_answer
     one it is what upstream recorded there for every case: the CSV's answer, lower-cased.
     """
     vignette, raw_q = T.split_question(row.text)
-    question = T.clean_question(raw_q)
-    history, exam = T.split_history_exam(vignette)
     choices = tuple(T.clean_option(c) for c in row.choices)
     answer = T.clean_option(row.answer)
     try:
@@ -142,21 +141,8 @@ def build_case(row: UpstreamRow, single_dx: dict[str, bool | None], paper_answer
         source = T.map_source(row.dataset)
     except CraftMDError as exc:
         raise CraftMDError(f"{CASES_CSV}: {row.case_id}: {exc}") from None
-    case = Case(
-        case_id=row.case_id,
-        source=source,
-        specialty=specialty,
-        vignette=vignette,
-        question=question,
-        choices=choices,
-        answer=choices[idx],
-        answer_index=idx,
-        paper_answer=row.answer.lower() if paper_answer is None else paper_answer,
-        task_type=T.task_type(question),
-        history=history,
-        physical_exam=exam,
-        single_dx=single_dx.get(row.case_id),
-    )
+    key = row.answer.lower() if paper_answer is None else paper_answer
+    case = text_sample(row.case_id, source, specialty, vignette, T.clean_question(raw_q), choices, idx, key, single_dx.get(row.case_id))
     return case, raw_q
 
 
@@ -181,7 +167,7 @@ def _images(obj) -> list[str]:
     return found
 
 
-def parse_image_case(path: str, data: bytes) -> tuple[ImageCase, int]:
+def parse_image_case(path: str, data: bytes) -> tuple[Sample, int]:
     """The NEJM case of a GPT-4V results file: its image (decoded) and texts.
 
     Returns the case and the number of distinct images in the file (1 when every
@@ -205,8 +191,9 @@ def parse_image_case(path: str, data: bytes) -> tuple[ImageCase, int]:
     except (binascii.Error, ValueError, OSError) as exc:
         raise CraftMDError(f"{path}: undecodable image ({exc})") from None
     fmt = {"jpeg": "jpg"}.get(fmt, fmt)
-    case = ImageCase(
+    case = Sample(
         case_id=d["case_id"],
+        source="nejm_image",
         image=raw,
         image_format=fmt,
         vignette=d["case_vignette"].strip(),
