@@ -121,7 +121,7 @@ def mcq_rules(v: View, path: Path) -> Path:
 
 
 def write_figures(a, out: Path) -> list[Path]:
-    """All figures of an :class:`~craftmd.analysis.pipeline.Analysis` into ``out``."""
+    """All figures of an :class:`~craftmd.analysis.tables.Analysis` into ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     v = a if isinstance(a, View) else View(a)

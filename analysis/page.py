@@ -311,7 +311,7 @@ def context(a, audits: list[dict] | None = None) -> dict:
         "tests": _tests(v),
         "audits": [_audit(x) for x in audits],
         "fold_rows": FOLD_ROWS,
-        "releases": [{**_release(v, m), "notes": _release_notes(v, m), "partial": m in v.partial}
+        "releases": [{**_release(v, m), "notes": _release_notes(v, m), "partial": m in v.partial, "coverage": v.coverage.get(m, 0)}
                      for m in v.models + v.partial + v.image_models],
         "image": _image_rows(v),
         "commits": [c[:12] for c in commits],

@@ -30,12 +30,12 @@ def _dataset(root):
     return root / "data"
 
 
-def _release(out, rid, cells, *, missing=(), ungraded=(), graded_missing_correct=False):
-    """cells: {setting: set of (case, trial) correct}; every case x trial x setting answered (frq)."""
+def _release(out, rid, cells, *, missing=(), ungraded=(), graded_missing_correct=False, cases=range(N_CASES), display=None):
+    """cells: {setting: set of (case, trial) correct}; every case (of ``cases``) x trial x setting answered (frq)."""
     ans = {k: [] for k in ("case_id", "trial", "setting", "format", "with_image", "response", "status")}
     grd = {k: [] for k in ("case_id", "trial", "setting", "format", "with_image", "grader", "resolved", "resolved_kind", "correct", "detail")}
     for setting, correct in cells.items():
-        for c in range(N_CASES):
+        for c in cases:
             for t in range(TRIALS):
                 miss = (setting, c, t) in missing
                 for k, v in zip(ans, (f"case_{c}", t, setting, "frq", False, None if miss else "dx", "missing" if miss else "ok")):
@@ -47,7 +47,7 @@ def _release(out, rid, cells, *, missing=(), ungraded=(), graded_missing_correct
                     grd[k].append(v)
     from craftmd.scoring.scorers import scores_from_grades
 
-    m = Manifest(release=rid, kind="generated", model=f"test/{rid}", source={"commit": "test"}, display_name=rid.upper())
+    m = Manifest(release=rid, kind="generated", model=f"test/{rid}", source={"commit": "test"}, display_name=display or rid.upper())
     return write_release(out / rid, m, {"answers": pa.table(ans)}, scores=(scores_from_grades(pa.table(grd)), {"offline": {}}))
 
 
@@ -175,3 +175,65 @@ def test_queries_are_named_files(built):
     assert status.num_rows == 6  # a: 3 settings, b: 2, c: 1
     with pytest.raises(CraftMDError, match="no analysis query named 'nope'"):
         runner.run(con, "nope")
+
+
+# -- a partial release beside complete ones ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def with_partial(tmp_path_factory):
+    """Two complete releases and one over 4 of the 40 cases, all of them right: it would top the board if ranked."""
+    root = tmp_path_factory.mktemp("partial")
+    data = _dataset(root)
+    rel = root / "releases"
+    _release(rel, "a", {"vignette": _all_trials(range(30)), "multiturn": _all_trials(range(10))})
+    _release(rel, "b", {"vignette": _all_trials(range(20)), "multiturn": _all_trials(range(5))})
+    _release(rel, "p", {"vignette": _all_trials(range(4)), "multiturn": _all_trials(range(4))}, cases=range(4),
+             display="P <script>x</script>")
+    return data, compute(rel, data, B=200)
+
+
+def test_a_partial_release_is_listed_apart_never_ranked(with_partial, tmp_path):
+    from craftmd.analysis.page import markdown, write_page
+    from craftmd.analysis.view import View
+
+    _, a = with_partial
+    v = View(a)
+    assert (v.models, v.partial) == (["a", "b"], ["p"])  # p's 100 % does not rank it, let alone first
+    assert v.board_cases == N_CASES and v.coverage["p"] == 4
+    page = write_page(a, tmp_path).read_text()
+    lead = page[page.index('class="lead"'):page.index('id="board"')]
+    assert "<b>A</b>" in lead and "25.0%" in lead and "P &lt;script&gt;" not in lead  # the best complete release
+    board = page[page.index('id="leaderboard"'):]
+    board = board[: board.index("</table>")]
+    assert "P &lt;script&gt;" not in board
+    partial = page[page.index('id="partial-runs"'):]
+    partial = partial[: partial.index("</table>")]
+    assert f"4 of {N_CASES} cases" in partial and "P &lt;script&gt;x&lt;/script&gt;" in partial  # escaped, with its figures
+    assert 'data-v="1.000000">1.000' in partial
+    assert "<script>x" not in page
+    specialty = page[page.index('id="specialty"'):page.index('id="mcq-rules"')]
+    assert "P &lt;script&gt;" not in specialty  # nor in the comparisons
+    md = markdown(a)
+    assert "## Partial runs" in md and f"| P <script>x</script> | generated | 4 of {N_CASES} cases |" in md
+
+
+def test_case_counts_per_specialty_come_from_the_dataset(with_partial):
+    """The partial release covers 4 Cardiology cases; Cardiology still has 20 (issue #13)."""
+    from craftmd.analysis.view import View
+
+    data, a = with_partial
+    truth = pl.read_parquet(data / "all" / "test-00000-of-00001.parquet").group_by("specialty").len()
+    v = View(a)
+    assert {sp: v.n_cases(sp) for sp in v.specialties} == dict(truth.iter_rows()) == {"Cardiology": 20, "Neurology": 20}
+    sizes = a.group_sizes.filter(pl.col("group_by") == "all", ~pl.col("with_image"))
+    assert sizes["n_cases"].to_list() == [N_CASES]
+
+
+def test_the_page_is_byte_identical_for_the_same_inputs(with_partial, tmp_path):
+    from craftmd.analysis.page import write_page
+
+    data, a = with_partial
+    one, two = write_page(a, tmp_path / "one"), write_page(a, tmp_path / "two")
+    assert one.read_bytes() == two.read_bytes()
+    assert (tmp_path / "one" / "leaderboard.md").read_bytes() == (tmp_path / "two" / "leaderboard.md").read_bytes()

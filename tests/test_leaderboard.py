@@ -26,6 +26,25 @@ CHROME_FLAGS = [
     "--disable-sync", "--no-first-run", "--hide-scrollbars",
 ]
 TEXT_MODELS = {"GPT-4", "GPT-3.5", "Mistral-v1", "Mistral-v2", "LLaMA-2-7b"}
+PARTIAL = "GPT-4 <4 cases>"  # a toy partial release beside the upstream ones (its name must come out escaped)
+
+
+def _partial_release(releases: Path, n: int = 4) -> list[str]:
+    """A copy of GPT-4's release over ``n`` cases whose every multi-turn FRQ trial is right: it would top the board if ranked."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from craftmd.release import read_release, write_release
+
+    r = read_release(releases / "gpt4_1106")
+    v = r.verdicts(format="frq", setting="multiturn", grader="upstream-gpt4", with_image=False)
+    right = v.group_by("case_id").agg(pl.col("correct").all()).filter(pl.col("correct")).sort("case_id")
+    ids = pa.array(right["case_id"].head(n).to_list(), pa.string())
+    tables = {t: r.table(t).filter(pc.is_in(r.table(t).column("case_id"), ids)) for t in ("answers", "conversations")}
+    scores, records = r.scores_with_records()
+    m = r.manifest.model_copy(update={"release": "toy-partial", "kind": "generated", "display_name": PARTIAL, "files": {}, "counts": {}})
+    write_release(releases / "toy-partial", m, tables, scores=(scores.filter(pc.is_in(scores.column("case_id"), ids)), records))
+    return ids.to_pylist()
 
 
 def _audit(audits: Path) -> None:
@@ -48,19 +67,25 @@ def _audit(audits: Path) -> None:
     }))
 
 
+def _leaderboard(source, dataset_dir, root: Path, out: Path) -> subprocess.CompletedProcess:
+    """`craftmd leaderboard` over ``root/releases`` with the audits of ``root/audits``."""
+    env = dict(os.environ, CRAFTMD_SOURCE=str(source.path))
+    return subprocess.run(
+        [sys.executable, "-m", "craftmd.cli", "leaderboard", "--dataset", str(dataset_dir), "--releases", str(root / "releases"),
+         "--out", str(out), "--audits", str(root / "audits"), "--quiet"],
+        capture_output=True, text=True, env=env, timeout=900,
+    )
+
+
 @pytest.fixture(scope="module")
 def board(source, dataset_dir, releases_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("leaderboard")
     releases = root / "releases"
     shutil.copytree(releases_dir, releases)  # grading rewrites releases; keep the session's intact
+    _partial_release(releases)
     _audit(root / "audits")
     out = root / "site"
-    env = dict(os.environ, CRAFTMD_SOURCE=str(source.path))
-    proc = subprocess.run(
-        [sys.executable, "-m", "craftmd.cli", "leaderboard", "--dataset", str(dataset_dir), "--releases", str(releases),
-         "--out", str(out), "--audits", str(root / "audits"), "--quiet"],
-        capture_output=True, text=True, env=env, timeout=900,
-    )
+    proc = _leaderboard(source, dataset_dir, root, out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, proc
 
@@ -241,6 +266,52 @@ def test_screenshot(board, tmp_path):
         capture_output=True, timeout=120, check=True,
     )
     assert shot.stat().st_size > 50_000  # a rendered page, not a blank one
+
+
+def test_a_partial_run_is_listed_apart_and_never_leads(board, dataset_dir):
+    """A release over 4 cases (all right) next to the upstream ones: not ranked, not the best model, its coverage shown."""
+    out, _ = board
+    page = (out / "index.html").read_text()
+    n_cases = pl.read_parquet(dataset_dir / "all" / "test-00000-of-00001.parquet").height
+    lead = page[page.index('class="lead"') : page.index('id="board"')]
+    gpt4 = pl.read_csv(out / "tables" / "accuracy.csv").filter(
+        pl.col("model") == "gpt4_1106", pl.col("setting") == "multiturn", pl.col("format") == "frq",
+        pl.col("grader") == "upstream-gpt4", pl.col("group_by") == "all", ~pl.col("with_image")).row(0, named=True)
+    assert "<b>GPT-4</b>" in lead and f"<b>{gpt4['accuracy']:.1%}</b>" in lead and "4 cases" not in lead
+    escaped = "GPT-4 &lt;4 cases&gt;"
+    assert PARTIAL not in page  # escaped everywhere
+    partial = page[page.index('id="partial-runs"') :]
+    partial = partial[: partial.index("</table>")]
+    assert escaped in partial and f"4 of {n_cases:,} cases" in partial
+    assert 'class="leadcol" data-v="1.000000">1.000' in partial  # its own figures, shown apart
+    # nor in the ranking, the specialty and dataset tables, the MCQ rules, the graders' table or the tests
+    for start, end in (('id="leaderboard"', 'id="partial"'), ('id="specialty"', 'id="trust"')):
+        assert escaped not in page[page.index(start) : page.index(end)], start
+    md = (out / "leaderboard.md").read_text()
+    assert f"| {PARTIAL} | generated | 4 of {n_cases:,} cases |" in md
+    assert md.index(f"| {PARTIAL} |") > md.index("## Partial runs")
+
+
+def test_cases_per_specialty_are_the_datasets(board, dataset_dir):
+    """Issue #13: with a 4-case release present, every specialty row still counts the dataset's cases (Dermatology: 317)."""
+    out, _ = board
+    page = (out / "index.html").read_text()
+    truth = dict(pl.read_parquet(dataset_dir / "all" / "test-00000-of-00001.parquet").group_by("specialty").len().iter_rows())
+    assert truth["Dermatology"] == 317
+    for table in re.findall(r'<div class="spec-table".*?</table>', page, re.S):
+        shown = dict(re.findall(r'<tr><td class="txt">([^<]+)</td><td data-v="(\d+)"', table))
+        assert {k: int(v) for k, v in shown.items()} == truth
+
+
+def test_the_same_inputs_give_a_byte_identical_page(board, source, dataset_dir):
+    """A second run over the same releases writes the same page, markdown, tables and figures, byte for byte."""
+    out, _ = board
+    again = out.parent / "again"
+    proc = _leaderboard(source, dataset_dir, out.parent, again)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for f in ("index.html", "leaderboard.md", "tables/accuracy.csv", "tables/pvalues.csv", "tables/group_sizes.csv",
+              "figures/settings.png", "figures/specialty_heatmap.png"):
+        assert (again / f).read_bytes() == (out / f).read_bytes(), f
 
 
 def test_a_dataset_built_by_other_builder_code_is_not_taken_for_current(source, dataset_dir, tmp_path):
