@@ -152,7 +152,7 @@ def _specialty(v: View) -> list[dict]:
 
 def _by_dataset(v: View) -> list[dict]:
     """Multi-turn FRQ / vignette MCQ per source dataset and on the single-diagnosis subset."""
-    datasets = sorted({g for (img, gb, g) in v._sizes if gb == "dataset" and not img})
+    datasets = v.groups("dataset")
     groups = [("dataset", d, d) for d in datasets] + [("single_dx", "all", "single-diagnosis subset")]
     groups += [("single_dx", d, f"{d}, single-diagnosis") for d in datasets]
     rows = []

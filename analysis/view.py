@@ -80,7 +80,7 @@ class View:
                               key=lambda m: (-self.coverage[m], -self._lead(m), self.display(m)))
         self.image_models = sorted({r["model"] for r in acc.filter(pl.col("with_image")).iter_rows(named=True)})
         self._sizes = {(r["with_image"], r["group_by"], r["group"]): r["n_cases"] for r in a.group_sizes.iter_rows(named=True)}
-        self.specialties = sorted((g for (img, gb, g) in self._sizes if not img and gb == "specialty"), key=lambda s: (s == "Other", s))
+        self.specialties = sorted(self.groups("specialty"), key=lambda s: (s == "Other", s))
         self.frq_graders_all = sorted(acc.filter(pl.col("format") == "frq")["grader"].unique().to_list(), key=lambda g: (frq_rank(g), g))
 
     def _lead(self, m: str) -> float:
@@ -117,6 +117,10 @@ class View:
     def group_size(self, group_by: str = "all", group: str = "all", with_image: bool = False) -> int:
         """How many of the dataset's cases the group holds (0 for a group the dataset does not have)."""
         return self._sizes.get((with_image, group_by, group), 0)
+
+    def groups(self, group_by: str, with_image: bool = False) -> list[str]:
+        """The dataset's groups of one kind (``specialty``, ``dataset``, ``single_dx``), sorted."""
+        return sorted(g for (img, gb, g) in self._sizes if img == with_image and gb == group_by)
 
     def n_cases(self, specialty: str) -> int:
         return self.group_size("specialty", specialty)
