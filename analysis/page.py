@@ -16,7 +16,7 @@ from pathlib import Path
 import jinja2
 import polars as pl
 
-from .view import FORMAT_LABELS, SETTING_LABELS, SETTING_NOTES, UPSTREAM_SETTINGS, View, frq_rank
+from .view import FORMAT_LABELS, SETTING_LABELS, SETTING_NOTES, UPSTREAM_SETTINGS, View
 
 LEAD = ("multiturn", "frq")
 #: the four-choice MCQ shown next to free response
@@ -108,6 +108,7 @@ def _row(v: View, m: str, rank: int | None = None) -> dict:
         "n_cases": lead.get("n_cases"),
         "coverage": v.coverage.get(m, 0),
         "frq_grader": v.grader_for(m, "frq") or "none",
+        "self_graded": sorted(v.self_graded.get(m, ())),
     }
 
 
@@ -188,10 +189,19 @@ def _mcq_rules(v: View) -> dict:
     return {"rows": rows, "largest_gap": {"display": v.display(worst), "gap": worst_gap} if worst else None, "strict_higher": any_higher}
 
 
+def _frq_preference() -> list[dict]:
+    """The graders whose agreement with people is measured, in the order the board prefers them."""
+    from craftmd.scoring.scorers import measured_agreement, rank_frq
+
+    measured = measured_agreement()
+    return [{"grader": g, "agreement": measured[g]["agreement"], "reference": measured[g]["reference"]} for g in rank_frq(list(measured))]
+
+
 def _grader_reliability(v: View, audits: list[dict]) -> list[dict]:
     """Each FRQ grader's measured agreement with the references: the recorded GPT-4 grader-AI (held-out
     answers) and the dermatologists (upstream's grader validation), from the grader-agreement audit."""
     from craftmd.scoring.agreement import AUDIT_ID, GRADER, REFERENCE
+    from craftmd.scoring.scorers import rank_frq
 
     data = next((a.get("data") or {} for a in audits if a.get("id") == AUDIT_ID), {})
     held = (data.get("overall") or {}).get("held-out")
@@ -199,7 +209,7 @@ def _grader_reliability(v: View, audits: list[dict]) -> list[dict]:
     if not (held or derm):
         return []
     rows = []
-    for g in sorted(set(v.frq_graders_all) | set(derm), key=lambda g: (frq_rank(g), g)):
+    for g in rank_frq(sorted(set(v.frq_graders_all) | set(derm))):
         d = derm.get(g)
         rows.append({
             "grader": g,
@@ -217,6 +227,8 @@ def _tests(v: View) -> list[dict]:
     for m in v.models:
         for fmt in ("frq", MCQ):
             g = v.grader_for(m, fmt)
+            if g is None:  # no grader stands behind this model's figures (graded only by itself)
+                continue
             sel = pv.filter(
                 pl.col("family") == "setting", pl.col("model") == m, pl.col("format") == fmt, pl.col("grader") == g,
                 pl.col("group_by") == "all", pl.col("a") == "vignette", pl.col("b") == "multiturn",
@@ -305,8 +317,10 @@ def context(a, audits: list[dict] | None = None) -> dict:
         "by_dataset": _by_dataset(v),
         "mcq_rules": _mcq_rules(v),
         "frq_graders": v.frq_graders_all,
-        "frq_by_grader": [{"display": v.display(m), "cells": [_acc(v.cell(m, *LEAD, grader=g)) for g in v.frq_graders_all]}
-                          for m in v.models],
+        "frq_by_grader": [{"display": v.display(m), "cells": [_acc(v.cell(m, *LEAD, grader=g)) for g in v.frq_graders_all],
+                           "self_graded": [g in v.self_graded.get(m, ()) for g in v.frq_graders_all]}
+                          for m in v.models + v.partial],
+        "frq_preference": _frq_preference(),
         "reliability": _grader_reliability(v, audits),
         "tests": _tests(v),
         "audits": [_audit(x) for x in audits],

@@ -50,6 +50,7 @@ def _releases_frame(releases: list[Release]) -> pl.DataFrame:
             "notes": [json.dumps(r.manifest.notes, sort_keys=True, ensure_ascii=False) for r in releases],
             "counts": [json.dumps(r.manifest.counts, sort_keys=True, ensure_ascii=False) for r in releases],
             "source": [json.dumps(r.manifest.source, sort_keys=True, ensure_ascii=False) for r in releases],
+            "scorers": [json.dumps(r.scorer_records(), sort_keys=True, ensure_ascii=False) for r in releases],
         }
     )
 
@@ -111,7 +112,7 @@ def write_tables(a: Analysis, out: Path) -> list[Path]:
     for name in TABLES:
         df = getattr(a, name)
         if name == "releases":
-            df = df.drop("notes", "counts", "source")
+            df = df.drop("notes", "counts", "source", "scorers")
         path = tables / f"{name}.csv"
         df.write_csv(path)
         written.append(path)

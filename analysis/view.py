@@ -1,8 +1,10 @@
 """What the page and the figures show, looked up from an analysis' tables.
 
-Which FRQ grader stands behind a model's free-response figures is decided here, once:
-the first of :data:`FRQ_GRADER_PREFERENCE` that graded the release (the recorded GPT-4
-labels for upstream releases, then an LLM grader-AI, then the offline grader).
+Which FRQ grader stands behind a model's free-response figures is the scorer registry's
+call (:func:`craftmd.scoring.scorers.rank_frq`): of the graders that graded the release,
+the one whose agreement with people was measured highest; a grader that graded its own
+model (recorded ``self_graded``) never stands there, so such a release has no FRQ figure on
+the board and cannot lead it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import json
 
 import polars as pl
+
+from craftmd.scoring.scorers import rank_frq
 
 UPSTREAM_SETTINGS = ("vignette", "multiturn", "singleturn", "summarized")
 SETTING_LABELS = {
@@ -32,16 +36,6 @@ FORMAT_LABELS = {"mcq4": "MCQ (4 choices)", "mcq_many": "MCQ (many choices)", "f
 MCQ_PRIMARY = "paper"
 
 
-def frq_rank(grader: str) -> int:
-    if grader == "upstream-gpt4":
-        return 0
-    if grader.startswith("llm:"):
-        return 1
-    if grader == "offline":
-        return 2
-    return 3
-
-
 class View:
     """The page's and figures' questions, answered from an analysis.
 
@@ -61,12 +55,23 @@ class View:
         }
         rel = a.releases
         self.release_info = {r["release"]: r for r in rel.iter_rows(named=True)}
-        # FRQ grader per (release, with_image)
+        #: per release, the graders that graded its own model (allowed with --allow-self-grading, never ranked by)
+        self.self_graded: dict[str, set[str]] = {
+            m: {g for g, rec in json.loads(r.get("scorers") or "{}").items() if rec.get("self_graded")}
+            for m, r in self.release_info.items()
+        }
+        # FRQ grader per (release, with_image): the registry's best, never a self-grader
         self.frq_grader: dict[tuple[str, bool], str] = {}
         frq = acc.filter(pl.col("format") == "frq", pl.col("group_by") == "all").select("model", "with_image", "grader").unique()
-        for m, img, g in sorted(frq.iter_rows(), key=lambda t: (t[0], t[1], frq_rank(t[2]), t[2])):
-            self.frq_grader.setdefault((m, img), g)
-        text_models = sorted({m for (m, img) in self.frq_grader if not img} | set(
+        by_cell: dict[tuple[str, bool], list[str]] = {}
+        for m, img, g in frq.iter_rows():
+            by_cell.setdefault((m, img), []).append(g)
+        for (m, img), graders in sorted(by_cell.items()):
+            own = self.self_graded.get(m, set())
+            best = rank_frq(graders, self_graders=own)[0]
+            if best not in own:
+                self.frq_grader[(m, img)] = best
+        text_models = sorted({m for (m, img) in by_cell if not img} | set(
             acc.filter(~pl.col("with_image"))["model"].unique().to_list()))
         overall = acc.filter(~pl.col("with_image"), pl.col("group_by") == "all")
         covered = dict(overall.group_by("model").agg(pl.col("n_cases").max()).iter_rows())
@@ -81,7 +86,7 @@ class View:
         self.image_models = sorted({r["model"] for r in acc.filter(pl.col("with_image")).iter_rows(named=True)})
         self._sizes = {(r["with_image"], r["group_by"], r["group"]): r["n_cases"] for r in a.group_sizes.iter_rows(named=True)}
         self.specialties = sorted(self.groups("specialty"), key=lambda s: (s == "Other", s))
-        self.frq_graders_all = sorted(acc.filter(pl.col("format") == "frq")["grader"].unique().to_list(), key=lambda g: (frq_rank(g), g))
+        self.frq_graders_all = rank_frq(acc.filter(pl.col("format") == "frq")["grader"].unique().to_list())
 
     def _lead(self, m: str) -> float:
         r = self.cell(m, "multiturn", "frq")

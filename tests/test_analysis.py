@@ -30,7 +30,8 @@ def _dataset(root):
     return root / "data"
 
 
-def _release(out, rid, cells, *, missing=(), ungraded=(), graded_missing_correct=False, cases=range(N_CASES), display=None):
+def _release(out, rid, cells, *, missing=(), ungraded=(), graded_missing_correct=False, cases=range(N_CASES), display=None,
+             grader="offline", record=None):
     """cells: {setting: set of (case, trial) correct}; every case (of ``cases``) x trial x setting answered (frq)."""
     ans = {k: [] for k in ("case_id", "trial", "setting", "format", "with_image", "response", "status")}
     grd = {k: [] for k in ("case_id", "trial", "setting", "format", "with_image", "grader", "resolved", "resolved_kind", "correct", "detail")}
@@ -43,12 +44,12 @@ def _release(out, rid, cells, *, missing=(), ungraded=(), graded_missing_correct
                 if (setting, c, t) in ungraded:
                     continue
                 ok = (c, t) in correct or (miss and graded_missing_correct)
-                for k, v in zip(grd, (f"case_{c}", t, setting, "frq", False, "offline", "dx", "single", ok, None)):
+                for k, v in zip(grd, (f"case_{c}", t, setting, "frq", False, grader, "dx", "single", ok, None)):
                     grd[k].append(v)
     from craftmd.scoring.scorers import scores_from_grades
 
     m = Manifest(release=rid, kind="generated", model=f"test/{rid}", source={"commit": "test"}, display_name=display or rid.upper())
-    return write_release(out / rid, m, {"answers": pa.table(ans)}, scores=(scores_from_grades(pa.table(grd)), {"offline": {}}))
+    return write_release(out / rid, m, {"answers": pa.table(ans)}, scores=(scores_from_grades(pa.table(grd)), {grader: record or {}}))
 
 
 def _all_trials(cases):
@@ -237,3 +238,29 @@ def test_the_page_is_byte_identical_for_the_same_inputs(with_partial, tmp_path):
     one, two = write_page(a, tmp_path / "one"), write_page(a, tmp_path / "two")
     assert one.read_bytes() == two.read_bytes()
     assert (tmp_path / "one" / "leaderboard.md").read_bytes() == (tmp_path / "two" / "leaderboard.md").read_bytes()
+
+
+def test_a_model_graded_by_itself_never_tops_the_board(tmp_path):
+    """Issue #13: a 135M model graded by its own weights called all its answers right and ranked first. A release
+    whose only FRQ grader is its own model (forced with --allow-self-grading, recorded self_graded) has no FRQ
+    figure on the board, ranks below every release graded by another, and the page marks it."""
+    from craftmd.analysis.page import markdown, write_page
+    from craftmd.analysis.view import View
+
+    data = _dataset(tmp_path)
+    rel = tmp_path / "releases"
+    _release(rel, "a", {"vignette": _all_trials(range(30)), "multiturn": _all_trials(range(10))})
+    _release(rel, "me", {"vignette": _all_trials(range(N_CASES)), "multiturn": _all_trials(range(N_CASES))},
+             grader="llm:test/me", record={"self_graded": True})
+    a = compute(rel, data, B=200)
+    v = View(a)
+    assert v.models == ["a", "me"] and v.grader_for("me", "frq") is None and v.self_graded["me"] == {"llm:test/me"}
+    page = write_page(a, tmp_path / "page").read_text()
+    lead = page[page.index('class="lead"'):page.index('id="board"')]
+    assert "<b>A</b>" in lead and "ME" not in lead
+    board = page[page.index('id="leaderboard"'):]
+    board = board[: board.index("</table>")]
+    assert "self-graded: llm:test/me" in board
+    who = page[page.index('id="frq-graders"'):]
+    assert "self-graded</span>" in who[: who.index("</table>")]
+    assert "(self-graded, not used: llm:test/me)" in markdown(a)
