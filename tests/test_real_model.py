@@ -1,0 +1,147 @@
+"""A real model in the loop: SmolLM2-135M-Instruct (llama.cpp's OpenAI-compatible server, tests/realmodel.py).
+
+What a user relies on when they point ``craftmd`` at a real server, end to end through the
+command line: ``generate`` (every setting and format) killed with ``kill -9`` and resumed,
+then re-run over its cache; the LLM grader and the offline grader; MELD; the page. Nothing
+here asserts what the 135M model answers: only that releases are complete, every failed call
+keeps its reason, the many-choice MCQ (~11.6k tokens, over the 8k context) fails with the
+server's context-length reason, a re-run over a full cache sends nothing and writes the same
+bytes, and the API key is nowhere on disk.
+
+Sized for ~4 min on 2 cores: two short cases, two doctor turns, 32 tokens per reply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from craftmd.release import FORMATS, SETTINGS, read_release
+
+MODEL = "openai/smollm2"
+N_CASES = 2
+KEY = "sk-craftmd-real-model-test-0123456789abcdef"  # must never reach a file
+COMMON = ["--max-turns", "2", "--max-tokens", "32", "--temperature", "1.0", "--seed", "7", "--quiet"]
+
+
+def craftmd(*args, env: dict, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "craftmd.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=600)
+    if check:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def release_bytes(path: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.iterdir())}
+
+
+def cached_rows(cache: Path) -> int:
+    try:
+        with sqlite3.connect(cache, timeout=5) as db:
+            return db.execute("SELECT count(*) FROM requests").fetchone()[0]
+    except sqlite3.OperationalError:  # not created yet
+        return 0
+
+
+def check_scores(release: Path, graders: list[str]) -> None:
+    """After grading: every FRQ answer has a verdict or a failure with its reason, for each grader.
+
+    Kept in this one helper: the scores table is being reshaped (long form) while this test is written.
+    """
+    answers = pq.read_table(release / "answers.parquet").to_pylist()
+    frq = {(a["case_id"], a["setting"], a["with_image"]) for a in answers if a["format"] == "frq"}
+    scores = pl.read_parquet(release / "scores.parquet")
+    for grader in graders:
+        mine = scores.filter((pl.col("scorer") == grader) & (pl.col("metric") == "correct")).to_dicts()
+        assert {(s["case_id"], s["setting"], s["with_image"]) for s in mine} == frq, grader
+        for s in mine:
+            if s["status"] == "ok":
+                assert s["value"] in (0.0, 1.0)
+            else:
+                assert s["value"] is None and s["detail"], f"{grader}: a failed score must keep its reason"
+
+
+@pytest.fixture(scope="module")
+def short_cases(dataset_dir) -> list[str]:
+    """The shortest cases that take part in every setting and format (an exam to split off, four choices)."""
+    df = pl.read_parquet(dataset_dir / "all" / "test-00000-of-00001.parquet")
+    full = df.filter(
+        (pl.col("history").str.len_chars() > 0) & (pl.col("physical_exam").str.len_chars() > 0) & (pl.col("choices").list.len() == 4)
+    )
+    return full.sort(pl.col("vignette").str.len_chars(), "case_id")["case_id"].head(N_CASES).to_list()
+
+
+def test_a_real_model_end_to_end(real_model, dataset_dir, short_cases, tmp_path):
+    env = {**os.environ, "OPENAI_API_KEY": KEY}
+    cache, releases = tmp_path / "cache.sqlite", tmp_path / "releases"
+    rel = releases / "smollm2"
+    gen = ["generate", "--dataset", dataset_dir, "--cases", ",".join(short_cases), "--doctor", MODEL, "--patient", MODEL,
+           "--base-url", real_model.base_url, "--cache", cache, *COMMON]
+
+    # 1. Killed with kill -9 mid-run: nothing is written, what finished is in the cache.
+    killed = subprocess.Popen([sys.executable, "-m", "craftmd.cli", *map(str, gen), "--concurrency", "1", "--out", tmp_path / "killed"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 240
+    while cached_rows(cache) < 12 and killed.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    before = cached_rows(cache)
+    assert before >= 12, "the run should have been killed mid-way"
+    assert not (tmp_path / "killed").exists()
+
+    # 2. Resumed: the release is complete, and no call that finished before the kill is made again.
+    run = craftmd(*gen, "--concurrency", "4", "--out", rel, env=env)
+    sent = real_model.chat_requests()
+    after = cached_rows(cache)
+    assert sent - after <= 1, "only the one request in flight at the kill may be sent twice"
+    release = read_release(rel)
+    answers = release.table("answers").to_pylist()
+    assert {(a["case_id"], a["setting"], a["format"]) for a in answers} == set(itertools.product(short_cases, SETTINGS, FORMATS))
+    conversations = release.table("conversations").to_pylist()
+    assert {(c["case_id"], c["conversation"]) for c in conversations} == set(itertools.product(short_cases, ("standard", "no_exam")))
+
+    # Every failure keeps its reason; the many-choice MCQ overflows the 8k context and says so.
+    for row in answers + conversations:
+        failed = row.get("status", row.get("ended")) in ("error", "refusal")
+        assert bool(row["error"]) == failed or row.get("status") == "refusal", row
+    many = [a for a in answers if a["format"] == "mcq_many"]
+    assert many and all(a["status"] == "error" and "context_length_exceeded" in a["error"] for a in many)
+    assert "context_length_exceeded" in run.stderr and "deterministic" in run.stderr
+    counts = release.manifest.counts
+    assert counts["failures"] >= len(many) and any("context_length_exceeded" in r for r in counts["failures_by_reason"])
+    assert release.manifest.roles["doctor"]["base_url"] == real_model.base_url
+
+    # 3. A re-run over the full cache: no request reaches the server, the same bytes.
+    again = craftmd(*gen, "--out", tmp_path / "again" / "smollm2", env=env)
+    assert real_model.chat_requests() == sent
+    assert release_bytes(rel) == release_bytes(tmp_path / "again" / "smollm2")
+    assert f"{sum(counts['requests'].values())}: 0 sent" in again.stderr
+
+    # 4. Graded by the LLM grader (the same small model: self-grading allowed here) and the offline grader.
+    craftmd("grade", rel, "--dataset", dataset_dir, "--grader", f"llm:{MODEL}", "--grader", "offline", "--grader", "paper",
+            "--base-url", real_model.base_url, "--cache", cache, "--allow-self-grading", "--quiet", env=env)
+    check_scores(rel, [f"llm:{MODEL}", "offline"])
+
+    # 5. MELD on the same cases, and the page over the release.
+    meld = craftmd("meld", "--dataset", dataset_dir, "--model", MODEL, "--base-url", real_model.base_url, "--config", "medqa_usmle",
+                   "--cases", *short_cases, "--max-tokens", "32", "--cache", cache, "--out", tmp_path / "meld", "--quiet", env=env)
+    assert f"cases {N_CASES:5d}" in meld.stdout
+    craftmd("analyse", "--releases", releases, "--dataset", dataset_dir, "--out", tmp_path / "board", "--resamples", "200", "--page", env=env)
+    assert "smollm2" in (tmp_path / "board" / "index.html").read_text()
+
+    # The API key is nowhere: not in the cache, the releases, MELD's output or the page.
+    for path in [cache, *tmp_path.rglob("*")]:
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path
