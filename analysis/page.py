@@ -189,6 +189,23 @@ def _mcq_rules(v: View) -> dict:
     return {"rows": rows, "largest_gap": {"display": v.display(worst), "gap": worst_gap} if worst else None, "strict_higher": any_higher}
 
 
+def _measures(v: View) -> list[dict]:
+    """Every metric besides accuracy (tables/metrics.csv), one table per metric, complete releases first."""
+    from craftmd.metrics import metric
+
+    out = []
+    mt = v.a.metrics
+    order = {m: i for i, m in enumerate(v.models + v.partial + v.image_models)}
+    for name in mt["metric"].unique(maintain_order=True).to_list():
+        d = metric(name)
+        rows = sorted(mt.filter(pl.col("metric") == name).to_dicts(), key=lambda r: (order.get(r["model"], len(order)), r["model"], r["scorer"], r["variant"]))
+        out.append({
+            "metric": name, "description": d.description, "kind": d.kind, "better": "higher" if d.higher_is_better else "lower",
+            "rows": [{**r, "display": v.display(r["model"]), "partial": r["model"] in v.partial} for r in rows],
+        })  # fmt: skip
+    return out
+
+
 def _frq_preference() -> list[dict]:
     """The graders whose agreement with people is measured, in the order the board prefers them."""
     from craftmd.scoring.scorers import measured_agreement, rank_frq
@@ -323,6 +340,7 @@ def context(a, audits: list[dict] | None = None) -> dict:
         "frq_preference": _frq_preference(),
         "reliability": _grader_reliability(v, audits),
         "tests": _tests(v),
+        "measures": _measures(v),
         "audits": [_audit(x) for x in audits],
         "fold_rows": FOLD_ROWS,
         "releases": [{**_release(v, m), "notes": _release_notes(v, m), "partial": m in v.partial, "coverage": v.coverage.get(m, 0)}

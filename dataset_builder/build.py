@@ -82,7 +82,7 @@ def builder_sha256() -> str:
     """sha256 of the code that decides a built dataset's bytes: this folder's modules and the dataset card.
 
     Recorded in the build manifest so that a dataset built by other builder code (an older
-    checkout, another schema) is never taken for current (see ``analysis.pipeline``).
+    checkout, another schema) is never taken for current (see ``craftmd.pipeline``).
     """
     import hashlib
 
@@ -330,6 +330,7 @@ def build_dataset(
             nejm={"rows": len(images), "multi_image": sorted(got["multi_image"])},
             medqa_file=medqa_file,
             files=dict(files),
+            empty_vignettes=[c.case_id for c in cases if not c.vignette.strip()],
         )
         (tmp / REPORT).write_text(report.to_markdown(), encoding="utf-8")
         files[REPORT] = {"sha256": sha256_file(tmp / REPORT), "bytes": (tmp / REPORT).stat().st_size}

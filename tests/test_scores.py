@@ -231,10 +231,8 @@ def test_an_llm_grader_never_grades_its_own_model_unless_allowed(llm_release, da
 
 
 def _compute():
-    try:
-        from craftmd.analysis.tables import compute
-    except ImportError:
-        from craftmd.analysis.pipeline import compute
+    from craftmd.analysis.tables import compute
+
     return compute
 
 

@@ -85,10 +85,7 @@ def test_a_release_is_checked_against_its_task(toy, tmp_path, dataset_dir):
 def test_toy_task_goes_through_to_the_metrics_table(toy, tmp_path, dataset_dir):
     from craftmd.scoring.grade import grade_release
 
-    try:
-        from craftmd.analysis.tables import compute
-    except ImportError:  # before the analysis module's rename
-        from craftmd.analysis.pipeline import compute
+    from craftmd.analysis.tables import compute
 
     rel = _toy_release(tmp_path / "releases", dataset_dir)
     before = {f: (rel / f).read_bytes() for f in ("answers.parquet", "manifest.json")}
@@ -111,3 +108,20 @@ def test_toy_task_goes_through_to_the_metrics_table(toy, tmp_path, dataset_dir):
     assert row["mean"] == pytest.approx(sum(case_means) / 12)
     assert row["ci_low"] < row["mean"] < row["ci_high"]
     assert row["kind"] == "continuous" and row["variant"] == "setting=prompt, format=text, with_image=false"
+
+
+def test_toy_task_reaches_the_page(toy, tmp_path, dataset_dir):
+    """The toy metric gets its own table on the page, with its description, CI and the failed score counted."""
+    from craftmd.analysis.page import write_page
+    from craftmd.analysis.tables import compute
+    from craftmd.scoring.grade import grade_release
+
+    rel = _toy_release(tmp_path / "releases", dataset_dir)
+    grade_release(rel, dataset_dir, ["toy-words"], progress=False)
+    a = compute(tmp_path / "releases", dataset_dir, B=500)
+    page = write_page(a, tmp_path / "page").read_text()
+    section = page[page.index('id="measures"'):page.index('id="trust"')]
+    row = a.metrics.row(0, named=True)
+    assert "<code>toy_words</code>" in section and "words in the answer (continuous; higher is better)" in section
+    assert f"{row['mean']:.3f}" in section and f"{row['ci_low']:.3f}–{row['ci_high']:.3f}" in section
+    assert '<td data-v="12">12</td><td data-v="1">1</td>' in section  # 12 cases, 1 failed score
