@@ -65,11 +65,11 @@ def mine(releases_dir, dataset_dir, *, min_accepted: int = 3, min_share: float =
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--releases", required=True)
-    ap.add_argument("--data", required=True)
+    ap.add_argument("--dataset", required=True, help="a built dataset folder")
     ap.add_argument("--min-accepted", type=int, default=3)
     ap.add_argument("--min-share", type=float, default=0.7)
     args = ap.parse_args(argv)
-    for answer, dx, k, n in mine(args.releases, args.data, min_accepted=args.min_accepted, min_share=args.min_share):
+    for answer, dx, k, n in mine(args.releases, args.dataset, min_accepted=args.min_accepted, min_share=args.min_share):
         sys.stdout.write(f"{answer}\t{dx}\taccepted\t{k}/{n} training answers\n")
     return 0
 
