@@ -9,7 +9,7 @@ accepted but the offline grader does not: at least ``--min-accepted`` answers an
 of at least ``--min-share``. The output is TSV in the table's format, for review; reviewed
 rows are pasted into ``scoring/data/synonyms.tsv`` (and the table's version bumped).
 
-    python -m craftmd.scoring.synonym_mining --releases out/releases --data out/data > candidates.tsv
+    python -m craftmd.scoring.synonym_mining --releases out/releases --dataset out/data > candidates.tsv
 """
 
 from __future__ import annotations
