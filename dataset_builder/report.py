@@ -39,6 +39,8 @@ class BuildReport:
     #: where paper_answer came from: {"from_results": int, "from_csv": int, "differs": [case_id]}
     paper_key: dict = field(default_factory=lambda: {"from_results": 0, "from_csv": 0, "differs": []})
     medqa_file: dict | None = None  # {path, items, picked, reasons} for a --medqa build
+    #: cases whose source text is only the question (no patient to interview): their vignette is empty
+    empty_vignettes: list[str] = field(default_factory=list)
     files: dict[str, dict] = field(default_factory=dict)  # relative path -> {sha256, bytes}
     seconds: float = 0.0
 
@@ -55,6 +57,8 @@ class BuildReport:
             f"MedQA rule recall on the upstream picks: {self.medqa_rule['kept']:,}/{self.medqa_rule['picks']:,} "
             f"({100 * self.medqa_rule['recall']:.2f} %)",
         ]
+        if self.empty_vignettes:
+            lines.append(f"empty vignette (the source item is only a question): {', '.join(self.empty_vignettes)}")
         if self.medqa_file:
             lines.append(
                 f"medqa_usmle from {self.medqa_file['path']}: {self.medqa_file['picked']:,} of {self.medqa_file['items']:,} items picked"
@@ -127,6 +131,11 @@ class BuildReport:
             f"{len(self.colon_stems)} MedQA cases end with a stem closed by \":\" instead of a question mark; as upstream, "
             "the stem stays in the vignette and the case is asked the default question: "
             + ", ".join(self.colon_stems),
+            "",
+            f"{len(self.empty_vignettes)} cases have an empty `vignette` because their source text is only the question "
+            "(upstream's `case_vignette` holds the question sentence and nothing before it; the patients are in the "
+            "choices): " + (", ".join(self.empty_vignettes) or "none") + ". They are kept, as upstream counted them; "
+            "their conversations have no case to tell.",
             "",
             "## MedQA filter",
             "",
