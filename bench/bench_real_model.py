@@ -37,7 +37,7 @@ def main() -> int:
     ap.add_argument("--cases", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: every core)")
+    ap.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: half the cores, llama.cpp's own default)")
     a = ap.parse_args()
     from craftmd.dataset_builder.build import build_dataset
     from craftmd.source import Source

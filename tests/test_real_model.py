@@ -145,3 +145,11 @@ def test_a_real_model_end_to_end(real_model, dataset_dir, short_cases, tmp_path)
     for path in [cache, *tmp_path.rglob("*")]:
         if path.is_file():
             assert KEY.encode() not in path.read_bytes(), path
+
+
+def test_a_missing_model_says_to_run_make_llm(monkeypatch, tmp_path):
+    from realmodel import MissingModel, RealModelServer
+
+    monkeypatch.setenv("CRAFTMD_LLM_PYTHON", str(tmp_path / "no-such-python"))
+    with pytest.raises(MissingModel, match="run `make llm`"):
+        RealModelServer()
