@@ -484,6 +484,8 @@ def test_max_turns_and_refusals_are_recorded_never_silent(tiny_dataset, upstream
     ans = read_release(r.path).table("answers").to_pylist()
     mine = {a["setting"]: a for a in ans if a["case_id"] == refusing}
     assert mine["multiturn"]["status"] == mine["singleturn"]["status"] == "refusal" and mine["multiturn"]["response"] is None
+    assert "content_filter" in mine["multiturn"]["error"] and "content_filter" in conv[refusing]["error"]  # the reason is kept
+    assert all(a["error"] is None for a in ans if a["status"] == "ok")
     assert mine["vignette"]["status"] == "ok"
     assert all(a["status"] == "ok" for a in ans if a["case_id"] != refusing)
     assert read_release(r.path).manifest.counts["refusals"] == 1

@@ -157,7 +157,9 @@ def parse_completion(r: object) -> Completion:
     if text is not None and not isinstance(text, str):
         raise TransientError("malformed response", f"content is {type(text).__name__}")
     if finish == "content_filter" or refusal:
-        return Completion(refusal or text, "refusal", finish, tin, tout)
+        reason = "content_filter" if finish == "content_filter" else "refusal"
+        why = f"{reason}: {' '.join(str(refusal or text or 'the server blocked the answer').split())}"
+        return Completion(refusal or text, "refusal", finish, tin, tout, error=why[:ERROR_CHARS], reason=reason)
     if text is None:
         return Completion.failure("no text", f"the answer has no content (finish_reason {finish})", finish_reason=finish,
                                   tokens_in=tin, tokens_out=tout)
