@@ -118,6 +118,7 @@ CRAFTMD = register_dataset(
             Config("all", "samples", "every text case"),
             Config("nejm_image", "samples", "NEJM Image Challenge cases with their images (vision experiments)"),
             Config("diagnoses", "options", "the many-choice MCQ's options: every distinct correct answer"),
+            Config("facts", "facts", "MediQ's atomic facts of the text cases MediQ re-used (CC BY 4.0; Li et al., NeurIPS 2024)"),
         ),
         description="CRAFT-MD (Johri et al., Nature Medicine 2025)",
     )

@@ -38,6 +38,7 @@ from craftmd import CraftMDError, __version__
 from craftmd.atomic import atomic_dir, sha256_file
 from craftmd.cards.render import render_card
 from craftmd.dataset_builder import medqa as M
+from craftmd.dataset_builder import mediq as MQ
 from craftmd.dataset_builder import transform as T
 from craftmd.dataset_builder import upstream as U
 from craftmd.dataset_builder.report import BuildReport, SplitCheck
@@ -59,6 +60,7 @@ CONFIG_DOC = {
     "all": "all text cases (the three above)",
     "nejm_image": "NEJM Image Challenge cases with their image (no answer choices)",
     "diagnoses": "distinct answers of the text cases, with counts",
+    "facts": "MediQ's atomic facts of the text cases it re-used (CC BY 4.0, Li et al. 2024)",
 }
 SINGLE_DX_DOC = (
     "the dermatologists' quality-control label of the vignette "
@@ -185,10 +187,10 @@ def write_config(root: Path, config: str, rows: list[dict]) -> Path:
     return path
 
 
-def card_text(version: str, source: dict, rows: dict[str, int], sizes: dict[str, int]) -> str:
+def card_text(version: str, source: dict, rows: dict[str, int], sizes: dict[str, int], mediq: dict) -> str:
     data = DatasetCardData(
         language=["en"],
-        license="mit",
+        license=["mit", "cc-by-4.0"],
         pretty_name="CRAFT-MD",
         task_categories=["question-answering", "text-generation"],
         tags=["medical", "clinical-reasoning", "diagnosis", "conversational", "benchmark"],
@@ -216,6 +218,11 @@ def card_text(version: str, source: dict, rows: dict[str, int], sizes: dict[str,
         "source_location": source["location"],
         "source_commit": source["commit"],
         "source_content_sha256": source["content_sha256"],
+        "facts_rows": rows["facts"],
+        "facts_match_doc": MQ.MATCH_DOC,
+        "mediq_attribution": MQ.ATTRIBUTION,
+        "mediq_commit": mediq["commit"],
+        "mediq_content_sha256": mediq["content_sha256"],
     }
     return render_card("dataset_card", context, data)
 
@@ -233,11 +240,14 @@ def build_dataset(
     overwrite: bool = False,
     progress: bool = True,
     medqa: Path | str | None = None,
+    mediq=None,
 ) -> BuildReport:
     """Build every config into ``out`` (atomically) and return the report.
 
     ``medqa``: a MedQA JSONL file; its items picked by the MedQA rule replace the
-    upstream MedQA cases in ``medqa_usmle`` and ``all``.
+    upstream MedQA cases in ``medqa_usmle`` and ``all``. ``mediq``: the pinned MediQ data (a
+    :class:`~craftmd.source.Source` or its location; default ``$CRAFTMD_MEDIQ``, else
+    ``../shared/sources``) whose atomic facts make the ``facts`` config.
     """
     started = time.perf_counter()
     out = Path(out)
@@ -247,6 +257,8 @@ def build_dataset(
     if out.exists() and not (out / MANIFEST).exists() and any(out.iterdir()):
         raise CraftMDError(f"{out} exists and is not a built dataset (no {MANIFEST}); refusing to replace it")
     medqa_items = M.read_jsonl(medqa) if medqa is not None else None
+    mediq_src = mediq if isinstance(mediq, Source) else MQ.open_mediq(mediq)
+    mediq_items = MQ.read_items(mediq_src)
 
     got = read_source(source, progress)
     if got["rows"] is None or got["qc"] is None:
@@ -295,6 +307,8 @@ def build_dataset(
         "nejm_image": [image_row(c) for c in images],
         "diagnoses": diagnoses(cases),
     }
+    table_rows["facts"], facts_files = MQ.match(mediq_items, {c.case_id: c.vignette for c in cases})
+    facts_info = {"source": mediq_src.describe(), "rule": MQ.MATCH_DOC, "files": facts_files, "cases": len(table_rows["facts"])}
     counts = {c: len(table_rows[c]) for c in CONFIGS}
     source_info = source.describe()
 
@@ -304,7 +318,7 @@ def build_dataset(
             path = write_config(tmp, c, table_rows[c])
             files[path.relative_to(tmp).as_posix()] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
         sizes = {c: files[f"{c}/{SPLIT}-00000-of-00001.parquet"]["bytes"] for c in CONFIGS}
-        (tmp / CARD).write_text(card_text(version, source_info, counts, sizes), encoding="utf-8")
+        (tmp / CARD).write_text(card_text(version, source_info, counts, sizes, facts_info["source"]), encoding="utf-8")
         files[CARD] = {"sha256": sha256_file(tmp / CARD), "bytes": (tmp / CARD).stat().st_size}
         report = BuildReport(
             out=out,
@@ -329,6 +343,7 @@ def build_dataset(
             paper_key=paper_key,
             nejm={"rows": len(images), "multi_image": sorted(got["multi_image"])},
             medqa_file=medqa_file,
+            facts=facts_info,
             files=dict(files),
             empty_vignettes=[c.case_id for c in cases if not c.vignette.strip()],
         )
@@ -343,6 +358,7 @@ def build_dataset(
             "configs": counts,
             "split": SPLIT,
             "medqa_file": medqa_file,
+            "mediq": {**facts_info["source"], "files": facts_files, "facts_cases": facts_info["cases"]},
             "question_split_agreement": round(check.agreement, 6),
             "medqa_rule_recall": round(recall.recall, 6),
             "stray_quotes_removed": {"answers": len(cleaned["answers"]), "choices": cleaned["choice_values"]},

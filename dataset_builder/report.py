@@ -41,6 +41,8 @@ class BuildReport:
     medqa_file: dict | None = None  # {path, items, picked, reasons} for a --medqa build
     #: cases whose source text is only the question (no patient to interview): their vignette is empty
     empty_vignettes: list[str] = field(default_factory=list)
+    #: MediQ's atomic facts: {"source": describe(), "rule": text, "files": {file: {lines, matched}}, "cases": int}
+    facts: dict | None = None
     files: dict[str, dict] = field(default_factory=dict)  # relative path -> {sha256, bytes}
     seconds: float = 0.0
 
@@ -59,11 +61,18 @@ class BuildReport:
         ]
         if self.empty_vignettes:
             lines.append(f"empty vignette (the source item is only a question): {', '.join(self.empty_vignettes)}")
+        if self.facts:
+            lines.append(self.facts_line())
         if self.medqa_file:
             lines.append(
                 f"medqa_usmle from {self.medqa_file['path']}: {self.medqa_file['picked']:,} of {self.medqa_file['items']:,} items picked"
             )
         return "\n".join(lines)
+
+    def facts_line(self) -> str:
+        """The MediQ match count, one line."""
+        per = "; ".join(f"{Path(f).name} {c['matched']:,} of {c['lines']:,} lines" for f, c in self.facts["files"].items())
+        return f"MediQ atomic facts (facts config) for {self.facts['cases']:,} cases: {per} matched"
 
     def to_markdown(self) -> str:
         def table(title: str, counts: dict, head=("value", "rows")) -> list[str]:
@@ -156,6 +165,10 @@ class BuildReport:
                 "",
             ]
             md += [f"- {reason}: {n:,}" for reason, n in self.medqa_file["reasons"].items()]
+        if self.facts:
+            md += ["", "## MediQ atomic facts", "", self.facts_line() + ".", "",
+                   f"Source: `{self.facts['source']['location']}`, commit `{self.facts['source']['commit']}`, content sha256 "
+                   f"`{self.facts['source']['content_sha256']}`. Match rule: {self.facts['rule']}."]
         md += [
             "",
             "## NEJM image cases",

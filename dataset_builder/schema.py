@@ -45,13 +45,24 @@ IMAGE_FEATURES = Features(
     }
 )
 DIAGNOSIS_FEATURES = Features({"diagnosis": Value("string"), "count": Value("int64")})
+#: MediQ's atomic facts of a CRAFT-MD case (:mod:`craftmd.dataset_builder.mediq`), one row per matched case.
+FACTS_FEATURES = Features(
+    {
+        "case_id": Value("string"),
+        "facts": List(Value("string")),
+        "mediq_id": Value("int64"),
+        "mediq_file": Value("string"),
+        "match_rule": Value("string"),
+    }
+)
 
 TEXT_CONFIGS = ("medqa_usmle", "derm_public", "derm_private", "all")
-CONFIGS = TEXT_CONFIGS + ("nejm_image", "diagnoses")
+CONFIGS = TEXT_CONFIGS + ("nejm_image", "diagnoses", "facts")
 FEATURES = {
     **{c: TEXT_FEATURES for c in TEXT_CONFIGS},
     "nejm_image": IMAGE_FEATURES,
     "diagnoses": DIAGNOSIS_FEATURES,
+    "facts": FACTS_FEATURES,
 }
 #: Order of sources inside a config (the upstream CSV's order).
 SOURCE_ORDER = ("derm_public", "derm_private", "medqa_usmle")
