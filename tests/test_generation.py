@@ -601,3 +601,23 @@ def test_case_ids_take_commas_and_spaces_alike(command, cases):
                 "meld": ["--dataset", "d", "--model", "a/b", "--out", "o"]}[command]
     args = build_parser().parse_args([command, *required, "--cases", *cases])
     assert args.cases == ["case_1", "case_2"]
+
+
+def test_the_progress_bar_moves_per_request_and_agrees_with_the_summary_and_manifest(tiny_dataset, replay, tmp_path, capsys):
+    import re
+
+    out = tmp_path / "rel"
+    with LoopbackServer(replay, latency=0.05) as server:
+        argv = ["generate", "--dataset", str(tiny_dataset), "--doctor", "openai/loopback", "--patient", "openai/loopback",
+                "--base-url", server.base_url, "--cache", str(tmp_path / "c.sqlite"), "--out", str(out), "--concurrency", "2",
+                "--experiments", "vignette,multiturn,singleturn,frq,mcq4"]
+        assert cli_main(argv) == 0
+    err = capsys.readouterr().err
+    bars = re.findall(r"(\d+)req .*?answers (\d+)/(\d+) sent=(\d+) cached=(\d+) dedup=(\d+) retries=\d+ fail=(\d+)", err)
+    assert len({b[0] for b in bars}) > N_TEXT_CASES, "the bar should move per request, not per case"
+    n, done, total, sent, cached, dedup, failed = map(int, bars[-1])
+    [(requests, s, c, d)] = re.findall(r"requests\s+(\d+): (\d+) sent, (\d+) from cache, (\d+) deduplicated", err)
+    assert (n, sent, cached, dedup) == (int(requests), int(s), int(c), int(d)) and n == sent + cached + dedup
+    assert done == total == len(read_release(out).table("answers"))
+    counts = read_release(out).manifest.counts
+    assert sum(counts["requests"].values()) == n and counts["failures"] == failed
