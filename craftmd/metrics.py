@@ -67,6 +67,23 @@ for _m in (
     ),
     Metric("meld_flagged", "binary", False, 0, 1, "MELD: the similarity reaches the memorisation threshold"),
     Metric("expert_rating", "ordinal", True, 0, 1, "an expert's yes (1) / no (0) answer to a review question"),
+    # history taking (craftmd.scoring.history, scorer "history"): deterministic measures of a whole conversation
+    Metric("patient_info_recall", "continuous", True, 0, 1,
+           "ROUGE-1 recall (rouge-score, stemmed) of the patient's turns against what the patient was told to hold: how much of it came out"),
+    Metric("patient_info_precision", "continuous", True, 0, 1,
+           "ROUGE-1 precision of the patient's turns against what the patient held: the information density of its answers"),
+    Metric("patient_info_f1", "continuous", True, 0, 1, "ROUGE-1 F1 of the patient's turns against what the patient held"),
+    Metric("patient_fact_recall", "continuous", True, 0, 1,
+           "share of the case's MediQ atomic facts the patient held that its turns reveal (content-word coverage >= 0.5)"),
+    Metric("doctor_turns", "ordinal", False, 0, 10_000, "the doctor's turns after its fixed opening line (questions and final diagnosis)"),
+    Metric("doctor_words_per_turn", "continuous", False, 0, 1e9, "mean words (ROUGE tokens) per doctor turn after the opening line"),
+    Metric("patient_words_per_turn", "continuous", False, 0, 1e9, "mean words (ROUGE tokens) per patient turn"),
+    *(Metric(f"question_similarity_{r}", "continuous", False, 0, 1,
+             f"mean {r.upper().replace('ROUGE', 'ROUGE-')} F1 over pairs of the doctor's questions in a conversation (opening line excluded); "
+             "lower = more diverse questions") for r in ("rouge1", "rouge2", "rougeL")),
+    *(Metric(f"patient_info_recall_at_{s}", "continuous", True, 0, 1,
+             f"patient_info_recall over the patient's replies to the first {s} % of the doctor's answered turns (rounded up)")
+      for s in range(10, 101, 10)),
 ):
     register(_m)
 

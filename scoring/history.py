@@ -1,0 +1,501 @@
+"""History taking, measured without a model: the ``history`` scorer over every multi-turn conversation.
+
+After the consultation-evaluation framework (its "medical information coverage", "average
+turn and length", "diversity of doctors' queries" and turn analysis), each conversation of
+a release gets these scores (variant keys ``conversation``, ``with_image``; the trial as in
+the conversation; metrics declared in :mod:`craftmd.metrics`):
+
+* ``patient_info_recall`` / ``_precision`` / ``_f1`` — ROUGE-1 of the patient's turns joined
+  (the prediction) against what the patient was told to hold (the reference): the case's
+  ``history`` for a ``no_exam`` conversation, its ``vignette`` otherwise (an image case's
+  vignette from ``nejm_image``). Computed exactly as Google's ``rouge-score``
+  (``RougeScorer(["rouge1"], use_stemmer=True).score(reference, prediction)``), with its own
+  tokenizer and Porter stemmer; each distinct word is stemmed once (:class:`_Stems`).
+* ``patient_fact_recall`` — on cases with MediQ atomic facts (the dataset's ``facts``
+  config): the share of the facts the patient held that its turns reveal. :data:`RULES`
+  states the rule: a fact's content words are its ROUGE tokens (lower-cased, split at
+  anything but a-z and 0-9) with :data:`STOPWORDS` dropped, then stemmed as ROUGE stems;
+  the fact is covered by a text when at least half (:data:`THRESHOLD`) of its distinct
+  content stems occur in the text. A fact is *held* when the reference covers it (MediQ
+  worked from its own copy of some vignettes, and a ``no_exam`` patient holds no exam
+  findings), and *revealed* when the patient's turns cover it. The detail lists each
+  fact's hit: 1 revealed, 0 held but not revealed, null not held. Stated before looking at
+  any rating: 0.5 is "most of the fact's content words", the rule of thumb of ROUGE-style
+  coverage; it was not tuned on the dermatologists' labels.
+* ``doctor_turns`` — the doctor's messages after its fixed opening line (its questions and
+  its final diagnosis); ``doctor_words_per_turn`` and ``patient_words_per_turn`` — mean
+  ROUGE tokens per such doctor turn and per patient turn (the patient's turns are the
+  ``user`` messages after the doctor's first message: a system prompt sent as ``user``, as
+  upstream did for LLaMA-2, is not the patient).
+* ``question_similarity_rouge1`` / ``_rouge2`` / ``_rougeL`` — the framework's diversity of
+  the doctor's queries: the mean ROUGE F1 between the doctor's questions of a conversation
+  over all pairs i≠j (F1 is symmetric, so the mean over pairs i<j, summed exactly with
+  ``math.fsum``); a question is a doctor turn after the opening line that the patient
+  answered. Lower is more diverse. Left out where there are fewer than two questions.
+* ``patient_info_recall_at_10`` … ``_at_100`` — the framework's turn analysis as ten
+  metrics (not a variant key): ``patient_info_recall`` over the patient's replies to the
+  first ⌈s·K/100⌉ of the doctor's K answered turns (the opening line counts: the patient's
+  first reply answers it); ``_at_100`` equals ``patient_info_recall``.
+
+A conversation that failed (``ended = error``) gets every score with status ``error``. The
+scorer's record holds its identity (:data:`HISTORY_VERSION`, the hash of :data:`RULES`,
+the rouge-score and nltk versions, since the stemmer decides tokens) and its inputs (the
+conversations file's and the dataset files' hashes); :func:`stale` says when it must re-run.
+Scoring runs in worker processes (fork) over slices of the conversations; the result does not
+depend on their number.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from craftmd import CraftMDError
+
+SCORER = "history"
+HISTORY_VERSION = 1
+THRESHOLD = 0.5
+SHARES = tuple(range(10, 101, 10))
+#: Function words and the vignette's narration words (who is described, how it is reported): never information.
+STOPWORDS = frozenset(
+    """a about above after again against all also am an and any are as at be been before being below between both but by
+    can could did do does doing down during each few for from further had has have having he her here hers herself him
+    himself his how i if in into is it its itself just me more most my myself no nor not of off on once only or other our
+    ours out over own same she should so some such than that the their theirs them themselves then there these they this
+    those through to too under until up very was we were what when where which while who whom why will with would you
+    your yours s t
+    patient patients man men woman women boy girl male female person he she his her him mother father
+    reports reported report states stated says said notes noted describes described presents presented presenting
+    complains complained complaint complaints denies denied deny endorses endorsed admits admitted""".split()
+)
+RULES = {
+    "reference": "no_exam conversation -> the case's history; otherwise its vignette (nejm_image's for image cases)",
+    "patient_turns": "user messages after the doctor's first message",
+    "doctor_turns": "assistant messages after the first (the fixed opening line)",
+    "questions": "doctor turns after the opening line that the next message (user) answers",
+    "rouge": "rouge-score RougeScorer(use_stemmer=True).score(target=reference, prediction=patient turns joined by newlines)",
+    "question_similarity": "mean over pairs i<j of RougeScorer F1(target=q_i, prediction=q_j), math.fsum; needs >= 2 questions",
+    "recall_at": "patient replies to the first ceil(s*K/100) of the K answered doctor turns (opening line included)",
+    "facts": f"content stems (rouge tokens minus stopwords, stemmed) covered >= {THRESHOLD} by a text; held = covered by the "
+             "reference, revealed = covered by the patient turns; recall = revealed / held; none held: no score",
+    "stopwords": sorted(STOPWORDS),
+    "words": "rouge-score tokens",
+    "failed": "ended = error -> every metric status error",
+}
+METRIC_NAMES = (
+    "patient_info_recall", "patient_info_precision", "patient_info_f1", "patient_fact_recall",
+    "doctor_turns", "doctor_words_per_turn", "patient_words_per_turn",
+    "question_similarity_rouge1", "question_similarity_rouge2", "question_similarity_rougeL",
+    *(f"patient_info_recall_at_{s}" for s in SHARES),
+)  # fmt: skip
+SCHEMA = pa.schema(
+    [
+        ("case_id", pa.string()), ("trial", pa.int16()), ("conversation", pa.string()), ("with_image", pa.bool_()),
+        ("scorer", pa.string()), ("metric", pa.string()), ("value", pa.float64()), ("label", pa.string()),
+        ("detail", pa.string()), ("status", pa.string()),
+    ]
+)  # fmt: skip
+
+
+# -- rouge-score's tokens, each distinct word stemmed once ----------------------------------------
+
+
+class _Stems(dict):
+    """word -> its rouge-score token (stemmed when longer than 3 characters; "" when rouge-score drops it)."""
+
+    def __init__(self):
+        super().__init__()
+        from rouge_score import tokenize, tokenizers
+
+        self._stem = tokenizers.DefaultTokenizer(use_stemmer=True)._stemmer.stem
+        self._valid = tokenize.VALID_TOKEN_RE.match
+
+    def __missing__(self, word: str) -> str:
+        s = self._stem(word) if len(word) > 3 else word
+        s = s if self._valid(s) else ""
+        self[word] = s
+        return s
+
+
+_STEMS: _Stems | None = None
+
+
+def _stems() -> _Stems:
+    global _STEMS
+    if _STEMS is None:
+        _STEMS = _Stems()
+    return _STEMS
+
+
+def words(text: str | None) -> list[str]:
+    """rouge-score's tokens before stemming (lower-cased; anything but a-z0-9 splits)."""
+    from rouge_score.tokenize import NON_ALPHANUM_RE
+
+    return NON_ALPHANUM_RE.sub(" ", (text or "").lower()).split()
+
+
+def tokens(text: str | None) -> list[str]:
+    """Exactly ``rouge_score.tokenize.tokenize(text, PorterStemmer())`` (what ``use_stemmer=True`` uses)."""
+    get = _stems().__getitem__
+    return [s for s in map(get, words(text)) if s]
+
+
+def fmeasure(p: float, r: float) -> float:
+    """rouge-score's F-measure (``rouge_score.scoring.fmeasure``)."""
+    return _f(p, r)
+
+
+# -- the measures ------------------------------------------------------------------------------
+
+
+def content_stems(text: str) -> frozenset[str]:
+    """A fact's content: its rouge words minus :data:`STOPWORDS`, stemmed as rouge-score stems."""
+    get = _stems().__getitem__
+    return frozenset(s for s in map(get, (w for w in words(text) if w not in STOPWORDS)) if s)
+
+
+def covered(content: frozenset[str], stems: set[str] | frozenset[str]) -> bool:
+    """Whether at least :data:`THRESHOLD` of a fact's content stems occur in ``stems`` (empty content: never)."""
+    return bool(content) and len(content & stems) >= THRESHOLD * len(content)
+
+
+def fact_hits(facts: list[frozenset[str]], reference: set[str], patient: set[str]) -> list[int | None]:
+    """Each fact: 1 revealed by the patient, 0 held but not revealed, None not held (not in the reference)."""
+    return [None if not covered(f, reference) else int(covered(f, patient)) for f in facts]
+
+
+def split_turns(roles: list[str], contents: list[str | None]) -> tuple[list[str], list[str], list[int], int]:
+    """(doctor turns after the opening line, patient turns, which doctor turns are questions (indexes into the
+    doctor turns), answered doctor turns incl. the opening)."""
+    first = next((i for i, r in enumerate(roles) if r == "assistant"), None)
+    if first is None:
+        return [], [], [], 0
+    doctor, patient, questions = [], [], []
+    answered = 0
+    n = len(roles)
+    for i in range(first, n):
+        r, c = roles[i], contents[i] or ""
+        if r == "assistant":
+            replied = i + 1 < n and roles[i + 1] == "user"
+            answered += replied
+            if i != first:
+                if replied:
+                    questions.append(len(doctor))
+                doctor.append(c)
+        elif r == "user":
+            patient.append(c)
+    return doctor, patient, questions, answered
+
+
+def _masks(toks: list[str]) -> dict[str, int]:
+    """token -> bit mask of its positions in ``toks``."""
+    masks: dict[str, int] = {}
+    for i, t in enumerate(toks):
+        masks[t] = masks.get(t, 0) | (1 << i)
+    return masks
+
+
+def lcs_length(a: list[str], b: list[str], masks_a: dict[str, int] | None = None) -> int:
+    """Length of the longest common subsequence of ``a`` and ``b`` (bit-parallel, Allison–Dix / Hyyrö: one pass
+    over ``b`` with ``a``'s position masks); equals the last cell of rouge-score's LCS table."""
+    masks = _masks(a) if masks_a is None else masks_a
+    full = (1 << len(a)) - 1
+    v = full
+    for t in b:
+        m = masks.get(t)
+        if m:
+            u = v & m
+            v = (v + u) | (v - u)
+    return len(a) - (v & full).bit_count()
+
+
+def _f(p: float, r: float) -> float:
+    # rouge_score.scoring.fmeasure, inlined by callers in the hot loop (same expression, same floats)
+    return 2 * p * r / (p + r) if p + r > 0 else 0.0
+
+
+def _occurrences(grams: list) -> set:
+    """An n-gram list as a set whose intersection sizes are overlaps with multiplicity (sum of min(count_i, count_j),
+    as rouge-score counts them): each n-gram once, and (n-gram, k) for its k-th repeat."""
+    c = Counter(grams)
+    out = set(c)
+    if len(c) != len(grams):
+        out.update((g, k) for g, n in c.items() if n > 1 for k in range(1, n))
+    return out
+
+
+def question_similarity(questions: list[list[str]]) -> tuple[float, float, float] | None:
+    """Mean ROUGE-1, ROUGE-2, ROUGE-L F1 over pairs i<j (target q_i, prediction q_j); None with < 2 questions.
+
+    Each pair's F1 is rouge-score's: n-gram overlap counted with multiplicity, precision over the
+    prediction's n-grams and recall over the target's (each at least 1), LCS over the token lists;
+    the mean is ``math.fsum`` of the pairs' F1 over their number."""
+    k = len(questions)
+    if k < 2:
+        return None
+    toks = questions
+    o1 = [_occurrences(t) for t in toks]
+    o2 = [_occurrences(list(zip(t, t[1:]))) for t in toks]
+    n1 = [len(t) for t in toks]
+    n2 = [max(len(t) - 1, 0) for t in toks]
+    masks = [_masks(t) for t in toks]
+    f1: list[float] = []
+    f2: list[float] = []
+    fl: list[float] = []
+    for i in range(k):
+        ti, ni, mi, ai, bi, ri1, ri2 = toks[i], n1[i], masks[i], o1[i], o2[i], max(n1[i], 1), max(n2[i], 1)
+        for j in range(i + 1, k):
+            nj = n1[j]
+            x = len(ai & o1[j])
+            if not x:  # nothing in common: every F1 of the pair is 0 (rouge-score's 0 for an empty side too)
+                f1.append(0.0)
+                f2.append(0.0)
+                fl.append(0.0)
+                continue
+            p, r = x / max(nj, 1), x / ri1
+            f1.append(2 * p * r / (p + r))
+            y = len(bi & o2[j])
+            if y:
+                p, r = y / max(n2[j], 1), y / ri2
+                f2.append(2 * p * r / (p + r))
+            else:
+                f2.append(0.0)
+            lcs = lcs_length(ti, toks[j], mi) if ni >= nj else lcs_length(toks[j], ti, masks[j])
+            p, r = lcs / nj, lcs / ni
+            fl.append(2 * p * r / (p + r))
+    n = len(f1)
+    return math.fsum(f1) / n, math.fsum(f2) / n, math.fsum(fl) / n
+
+
+class Reference:
+    """What the patient held, as rouge counts and stems, and the case's facts (content stems)."""
+
+    __slots__ = ("counts", "total", "stems", "facts")
+
+    def __init__(self, text: str, facts: list[str] | None):
+        toks = tokens(text)
+        self.counts = Counter(toks)
+        self.total = len(toks)
+        self.stems = set(self.counts)
+        self.facts = [content_stems(f) for f in facts] if facts else None
+
+
+def score_conversation(roles: list[str], contents: list[str | None], ref: Reference) -> list[tuple[str, float, str | None]]:
+    """(metric, value, detail) of one conversation, in :data:`METRIC_NAMES` order (undefined ones left out)."""
+    doctor, patient, questions, answered = split_turns(roles, contents)
+    turn_toks = [tokens(p) for p in patient]
+    # ROUGE-1 against the reference, after each patient turn (intersection counted as rouge-score does)
+    refc = ref.counts
+    seen: dict[str, int] = {}
+    inter, total = 0, 0
+    after: list[int] = []
+    for toks in turn_toks:
+        total += len(toks)
+        for t in toks:
+            c = refc.get(t)
+            if c:
+                n = seen.get(t, 0)
+                if n < c:
+                    inter += 1
+                seen[t] = n + 1
+        after.append(inter)
+    p = inter / max(total, 1)
+    r = inter / max(ref.total, 1)
+    out: list[tuple[str, float, str | None]] = [
+        ("patient_info_recall", r, None), ("patient_info_precision", p, None), ("patient_info_f1", fmeasure(p, r), None),
+    ]  # fmt: skip
+    if ref.facts is not None:
+        pstems = {t for toks in turn_toks for t in toks}
+        hits = fact_hits(ref.facts, ref.stems, pstems)
+        held = [h for h in hits if h is not None]
+        if held:
+            out.append(("patient_fact_recall", sum(held) / len(held), json.dumps({"hits": hits, "held": len(held), "revealed": sum(held)})))
+    doc_toks = [tokens(d) for d in doctor]
+    d_toks = sum(map(len, doc_toks))
+    out.append(("doctor_turns", float(len(doctor)), None))
+    if doctor:
+        out.append(("doctor_words_per_turn", d_toks / len(doctor), None))
+    if patient:
+        out.append(("patient_words_per_turn", total / len(patient), None))
+    sim = question_similarity([doc_toks[q] for q in questions])
+    if sim is not None:
+        detail = json.dumps({"questions": len(questions)})
+        out += [("question_similarity_rouge1", sim[0], detail), ("question_similarity_rouge2", sim[1], detail),
+                ("question_similarity_rougeL", sim[2], detail)]  # fmt: skip
+    k = len(turn_toks)
+    for s in SHARES:
+        m = -(-s * answered // 100)  # ceil(s * K / 100)
+        got = after[min(m, k) - 1] if m and k else 0
+        out.append((f"patient_info_recall_at_{s}", got / max(ref.total, 1), None))
+    return out
+
+
+# -- a release ---------------------------------------------------------------------------------
+
+_JOB: dict = {}
+
+
+def _work(span: tuple[int, int]) -> list:
+    """Score conversations ``span`` of the job set up before the fork."""
+    job = _JOB
+    roles, contents, offsets, refs, keys = job["roles"], job["contents"], job["offsets"], job["refs"], job["keys"]
+    out = []
+    for i in range(*span):
+        a, b = offsets[i], offsets[i + 1]
+        out.append(score_conversation(roles[a:b], contents[a:b], refs[keys[i]]))
+    return out
+
+
+def _references(dataset_dir: Path, wanted: set[tuple[str, bool, str]]) -> dict:
+    """(case_id, with_image, conversation) -> :class:`Reference`; an unknown case is an error."""
+    from craftmd.dataset import config_file, load_config
+
+    text = {(c, False): (v, h) for c, v, h in load_config(dataset_dir, "all").select("case_id", "vignette", "history").iter_rows()}
+    if any(w for _, w, _ in wanted):
+        text.update({(c, True): (v, None) for c, v in load_config(dataset_dir, "nejm_image").select("case_id", "vignette").iter_rows()})
+    facts = {}
+    if config_file(dataset_dir, "facts").exists():
+        facts = {c: f for c, f in load_config(dataset_dir, "facts").select("case_id", "facts").iter_rows()}
+    refs = {}
+    for cid, img, conv in sorted(wanted):
+        if (cid, img) not in text:
+            raise CraftMDError(f"conversation of case {cid} not in the dataset at {dataset_dir}")
+        vignette, history = text[(cid, img)]
+        held = history if conv == "no_exam" and history is not None else vignette
+        refs[(cid, img, conv)] = Reference(held or "", None if img else facts.get(cid))
+    return refs
+
+
+def dataset_fingerprint(dataset_dir: Path | str) -> str:
+    """sha256 over the dataset files the history metrics read (``all``, ``nejm_image``, ``facts``)."""
+    from craftmd.atomic import sha256_file
+    from craftmd.dataset import config_file
+
+    parts = []
+    for config in ("all", "nejm_image", "facts"):
+        f = config_file(dataset_dir, config)
+        parts.append(f"{config}:{sha256_file(f) if f.exists() else '-'}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def identity() -> dict:
+    """What the release records about the scorer: re-run when any of it changes."""
+    from importlib.metadata import version
+
+    rules = hashlib.sha256(json.dumps(RULES, sort_keys=True).encode()).hexdigest()
+    return {"version": HISTORY_VERSION, "rules_sha256": rules, "rouge_score": version("rouge-score"), "nltk": version("nltk")}
+
+
+def inputs(release, dataset_dir: Path | str) -> dict:
+    return {"conversations_sha256": release.manifest.files["conversations.parquet"]["sha256"],
+            "dataset_sha256": dataset_fingerprint(dataset_dir)}  # fmt: skip
+
+
+def stale(release_dir: Path | str, dataset_dir: Path | str) -> bool:
+    """Whether the release's ``history`` scores are missing or were made by another rule set or from other inputs."""
+    from craftmd.release import read_release
+
+    rel = read_release(release_dir)
+    if not rel.has("conversations"):
+        return False
+    rec = rel.scorer_records().get(SCORER) or {}
+    return rec.get("inputs") != inputs(rel, dataset_dir) or any(rec.get(k) != v for k, v in identity().items())
+
+
+def _conversations(release) -> tuple:
+    t = pq.read_table(release.path / "conversations.parquet", columns=["case_id", "trial", "conversation", "with_image", "messages", "ended"])
+    t = t.combine_chunks()
+    msgs = t.column("messages").chunk(0) if t.num_rows else pa.array([], t.schema.field("messages").type)
+    flat = msgs.flatten()
+    offsets = (msgs.offsets.to_numpy() - msgs.offsets[0].as_py()).tolist()
+    return (t.column("case_id").to_pylist(), t.column("trial").to_pylist(), t.column("conversation").to_pylist(),
+            t.column("with_image").to_pylist(), t.column("ended").to_pylist(), flat.field("role").to_pylist(),
+            flat.field("content").to_pylist(), offsets)  # fmt: skip
+
+
+def history_scores(release, dataset_dir: Path | str, *, workers: int | None = None, progress: bool = True) -> tuple[pa.Table, dict]:
+    """The ``history`` scores of ``release``'s conversations and the scorer's record."""
+    import multiprocessing as mp
+
+    from tqdm import tqdm
+
+    cids, trials, convs, imgs, ended, roles, contents, offsets = _conversations(release)
+    keys = list(zip(cids, imgs, convs))
+    refs = _references(Path(dataset_dir), set(keys))
+    n = len(cids)
+    workers = workers or min(2, os.cpu_count() or 1)
+    step = max(1, min(2000, -(-n // max(workers, 1))))
+    spans = [(a, min(n, a + step)) for a in range(0, n, step)]
+    _JOB.update(roles=roles, contents=contents, offsets=offsets, refs=refs, keys=keys)
+    results: list = []
+    try:
+        bar = tqdm(total=n, desc=f"history {release.id}", unit="conv", disable=not progress or not n, file=sys.stderr)
+        if workers > 1 and len(spans) > 1 and "fork" in mp.get_all_start_methods():
+            with mp.get_context("fork").Pool(workers) as pool:
+                for part in pool.imap(_work, spans):
+                    results += part
+                    bar.update(len(part))
+        else:
+            for sp in spans:
+                part = _work(sp)
+                results += part
+                bar.update(len(part))
+        bar.close()
+    finally:
+        _JOB.clear()
+    cols: dict[str, list] = {f.name: [] for f in SCHEMA}
+    counts = Counter()
+    for i, scores in enumerate(results):
+        failed = ended[i] == "error"
+        if failed:
+            reason = json.dumps({"error": "the conversation failed (ended = error)"})
+            scores = [(m, None, reason) for m in METRIC_NAMES]
+        for metric, value, detail in scores:
+            cols["case_id"].append(cids[i])
+            cols["trial"].append(trials[i])
+            cols["conversation"].append(convs[i])
+            cols["with_image"].append(imgs[i])
+            cols["metric"].append(metric)
+            cols["value"].append(value)
+            cols["detail"].append(detail)
+            cols["status"].append("error" if value is None else "ok")
+        counts["failed" if failed else "scored"] += 1
+        counts["with_facts"] += any(m == "patient_fact_recall" for m, _, _ in scores) and not failed
+    m = len(cols["case_id"])
+    cols["scorer"] = [SCORER] * m
+    cols["label"] = [None] * m
+    record = dict(identity(), conversations=n, scored=counts["scored"], failed=counts["failed"], with_facts=counts["with_facts"],
+                  inputs=inputs(release, dataset_dir))  # fmt: skip
+    return pa.table(cols, schema=SCHEMA), record
+
+
+def score_history(release_dir: Path | str, dataset_dir: Path | str, progress: bool = True, *, only_stale: bool = False,
+                  workers: int | None = None) -> Path:
+    """Add (or replace) the ``history`` scores of a release; conversations, answers and manifest stay as written.
+
+    With ``only_stale`` a release whose ``history`` record is current is not touched.
+    """
+    from craftmd.release import read_release, write_scores
+
+    release_dir = Path(release_dir)
+    if only_stale and not stale(release_dir, dataset_dir):
+        return release_dir
+    rel = read_release(release_dir)
+    if not rel.has("conversations"):
+        raise CraftMDError(f"release {rel.id}: no conversations.parquet, nothing to score for history taking")
+    table, record = history_scores(rel, dataset_dir, workers=workers, progress=progress)
+    write_scores(rel, table, {SCORER: record})
+    return release_dir
+
+
+__all__ = ["score_history", "history_scores", "stale", "identity", "tokens", "words", "content_stems", "covered", "fact_hits",
+           "split_turns", "question_similarity", "score_conversation", "Reference", "SCORER", "METRIC_NAMES", "RULES",
+           "THRESHOLD", "STOPWORDS", "HISTORY_VERSION"]
