@@ -45,6 +45,21 @@ def add_dataset_argument(parser: argparse.ArgumentParser, *, required: bool = Tr
     )
 
 
+class _CaseIds(argparse.Action):
+    """Case ids separated by commas, spaces (several words) or both; each kept once, in order."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        ids = [x.strip() for v in values for x in v.split(",") if x.strip()]
+        if not ids:
+            parser.error(f"{option_string}: no case id given")
+        setattr(namespace, self.dest, list(dict.fromkeys(ids)))
+
+
+def add_cases_argument(parser: argparse.ArgumentParser, help: str = "only these case ids") -> None:
+    """``--cases ID[,ID...] [ID ...]``: one parser for every subcommand that takes case ids (meld, generate)."""
+    parser.add_argument("--cases", nargs="+", action=_CaseIds, metavar="ID", help=f"{help}, comma- or space-separated")
+
+
 def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
     """``--quiet``: no progress bars, the one progress flag on every subcommand."""
     parser.add_argument("--quiet", action="store_true", help="no progress bars")

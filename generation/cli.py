@@ -7,9 +7,8 @@ import sys
 from pathlib import Path
 
 from craftmd import CraftMDError
-from craftmd.cli import add_dataset_argument, add_quiet_argument
+from craftmd.cli import add_cases_argument, add_dataset_argument, add_quiet_argument
 from craftmd.release import FORMATS, SETTINGS
-from craftmd.scoring.audit_cli import add_cases_argument, add_no_progress_alias
 
 
 def _price(text: str) -> tuple[float, float]:
@@ -79,7 +78,6 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, type=Path, metavar="RELEASE_DIR", help="the release folder to write")
     p.add_argument("--overwrite", action="store_true", help="replace RELEASE_DIR if it exists")
     add_quiet_argument(p)
-    add_no_progress_alias(p)
     p.set_defaults(func=run_generate)
 
 

@@ -11,27 +11,7 @@ import argparse
 import json
 import sys
 
-from craftmd.cli import add_dataset_argument, add_quiet_argument, add_source_argument
-
-
-class _CaseIds(argparse.Action):
-    """Case ids separated by commas, spaces (several words) or both; each kept once, in order."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        ids = [x.strip() for v in values for x in v.split(",") if x.strip()]
-        if not ids:
-            parser.error(f"{option_string}: no case id given")
-        setattr(namespace, self.dest, list(dict.fromkeys(ids)))
-
-
-def add_cases_argument(parser: argparse.ArgumentParser, help: str = "only these case ids") -> None:
-    """``--cases ID[,ID...] [ID ...]``: one parser for every subcommand that takes case ids (meld, generate)."""
-    parser.add_argument("--cases", nargs="+", action=_CaseIds, metavar="ID", help=f"{help}, comma- or space-separated")
-
-
-def add_no_progress_alias(parser: argparse.ArgumentParser) -> None:
-    """The old ``--no-progress``, kept working (hidden) as ``--quiet``."""
-    parser.add_argument("--no-progress", action="store_true", dest="quiet", help=argparse.SUPPRESS)
+from craftmd.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, add_source_argument
 
 
 def register_audits(sub) -> None:
@@ -65,7 +45,6 @@ def register_audits(sub) -> None:
     meld.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     meld.add_argument("--audits", help="also write the leaderboard audit JSON (and figure) into this folder")
     add_quiet_argument(meld)
-    add_no_progress_alias(meld)
     meld.set_defaults(func=_meld)
 
     review = sub.add_parser(

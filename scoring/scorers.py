@@ -215,7 +215,9 @@ class LLM(Scorer):
             out.add(row, self.name, Verdict(r.resolved, r.resolved_kind, None if r.failed else r.correct, r.detail, err))
         self._record = lg.record()
         if ctx.base_url:
-            self._record["base_url"] = ctx.base_url
+            from craftmd.models.openai import public_url
+
+            self._record["base_url"] = public_url(ctx.base_url)  # never a user:password or query
         return {"graded": len(rows), "failures": sum(r.failed for r in results)}
 
     def record(self) -> dict:

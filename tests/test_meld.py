@@ -179,7 +179,7 @@ def test_cli_meld_writes_results_and_audit(mini_dataset, tmp_path, capsys):
     with LoopbackServer(lambda r: truth[first_half_of(r)]) as server:
         rc = cli_main(["meld", "--dataset", str(mini_dataset), "--model", MODEL, "--base-url", server.base_url,
                        "--config", "medqa_usmle", "--cases", "case_200", "--out", str(tmp_path / "m"),
-                       "--audits", str(tmp_path / "audits"), "--no-progress"])  # fmt: skip
+                       "--audits", str(tmp_path / "audits"), "--quiet"])  # fmt: skip
     assert rc == 0
     out = capsys.readouterr().out
     assert "flagged    1 (100.00 %)" in out
@@ -197,7 +197,7 @@ def test_bad_inputs_are_one_line_errors_and_write_nothing(mini_dataset, tmp_path
         meld.run_meld(mini_dataset, MODEL, out, base_url="http://127.0.0.1:9/v1", configs=("derm_private",), progress=False)
     # an unreachable server fails before anything is written
     rc = cli_main(["meld", "--dataset", str(mini_dataset), "--model", MODEL, "--base-url", "http://127.0.0.1:9/v1",
-                   "--config", "derm_public", "--out", str(out), "--no-progress"])  # fmt: skip
+                   "--config", "derm_public", "--out", str(out), "--quiet"])  # fmt: skip
     assert rc == 2
     assert "cannot reach the model server" in capsys.readouterr().err
     assert not out.exists() and list(tmp_path.iterdir()) == []
