@@ -31,17 +31,20 @@ from tqdm import tqdm
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file, load_config
-from craftmd.release import ANSWERS_SCHEMA, CONVERSATIONS_SCHEMA, FORMATS, SETTINGS, Manifest, write_release
+from craftmd.atomic import sha256_file
+from craftmd.release import ANSWERS_SCHEMA, CONVERSATIONS_SCHEMA, Manifest, write_release
 
 from craftmd.models.cache import RequestCache
 from craftmd.models.calls import Caller, Counts
 from craftmd.models import ChatModel, Sampling, get_model, split_name
-from .protocol import DEFAULT_PROMPT_SET, Case, Conversation, PromptSet, Protocol
+from craftmd.samples import Sample, load_samples
+from craftmd.tasks.diagnosis import TASK
 
-CONVERSATION_SETTINGS = ("multiturn", "singleturn", "summarized", "multiturn_plus_exam")
-EXAM_SETTINGS = ("exam", "multiturn_no_exam", "multiturn_plus_exam")
-IMAGE_SETTINGS = ("vignette", "multiturn", "singleturn", "summarized")  # what nejm_image cases allow
-IMAGE_FORMATS = ("frq", "top3")  # no 4-choice options, and its diagnoses are not in the text set's list
+from .protocol import DEFAULT_PROMPT_SET, Conversation, PromptSet, Protocol
+
+#: The settings read from the standard conversation, and from the history-only one (the task's matrix says).
+CONVERSATION_SETTINGS = tuple(dict.fromkeys(e.setting for e in TASK.experiments if e.conversation == "standard"))
+NO_EXAM_SETTINGS = tuple(dict.fromkeys(e.setting for e in TASK.experiments if e.conversation == "no_exam"))
 AGENTS = ("doctor", "patient", "summarizer")
 
 
@@ -151,52 +154,24 @@ class GenerateReport:
 def parse_experiments(names: list[str] | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``multiturn,frq`` → (settings, formats); a name may be a setting, a format or setting:format."""
     if not names:
-        return SETTINGS, FORMATS
+        return TASK.settings, TASK.formats
     settings, formats = [], []
     for raw in names:
         for part in raw.split(":"):
             part = part.strip()
-            if part in SETTINGS:
+            if part in TASK.settings:
                 settings.append(part)
-            elif part in FORMATS:
+            elif part in TASK.formats:
                 formats.append(part)
             else:
-                raise CraftMDError(f"unknown experiment {part!r}; settings: {', '.join(SETTINGS)}; formats: {', '.join(FORMATS)}")
+                raise CraftMDError(f"unknown experiment {part!r}; settings: {', '.join(TASK.settings)}; formats: {', '.join(TASK.formats)}")
     keep = lambda xs, order: tuple(x for x in order if x in xs)  # noqa: E731
-    return keep(settings, SETTINGS) or SETTINGS, keep(formats, FORMATS) or FORMATS
+    return keep(settings, TASK.settings) or TASK.settings, keep(formats, TASK.formats) or TASK.formats
 
 
-def load_cases(dataset: Path, config: str, ids: list[str] | None) -> tuple[list[Case], str]:
-    """The selected cases and a sha256 of the dataset file they come from."""
-    df = load_config(dataset, config)
-    if config == "diagnoses":
-        raise CraftMDError("the diagnoses config holds options, not cases; pick a case config")
-    if ids:
-        known = set(df["case_id"].to_list())
-        unknown = [i for i in ids if i not in known]
-        if unknown:
-            raise CraftMDError(f"unknown case id(s) in config {config!r}: {', '.join(unknown[:5])}")
-        df = df.filter(pl.col("case_id").is_in(ids))
-    cases = []
-    for r in df.iter_rows(named=True):
-        img = r.get("image")
-        cases.append(
-            Case(
-                case_id=r["case_id"],
-                source=r.get("source") or config,
-                specialty=r.get("specialty"),
-                vignette=r["vignette"],
-                question=r.get("question") or "",
-                choices=tuple(r.get("choices") or ()),
-                history=r.get("history"),
-                physical_exam=r.get("physical_exam") or "",
-                image=img.get("bytes") if isinstance(img, dict) else img,
-            )
-        )
-    from craftmd.release import natural_key, sha256_file
-
-    cases.sort(key=lambda c: natural_key(c.case_id))
-    return cases, sha256_file(config_file(dataset, config))
+def load_cases(dataset: Path, config: str, ids: list[str] | None) -> tuple[list[Sample], str]:
+    """The selected samples (natural id order) and a sha256 of the dataset file they come from."""
+    return load_samples(dataset, config, ids), sha256_file(config_file(dataset, config))
 
 
 def load_diagnoses(dataset: Path) -> list[str]:
@@ -237,26 +212,25 @@ class Engine:
         self.answers_done = 0
         self._tick = lambda: None  # called after every request and every answer (the progress bar)
 
-    # which experiments a case allows
-    def plan(self, case: Case, with_image: bool) -> list[tuple[str, str]]:
+    # which experiments a case allows: the cells of the task's matrix whose needs the case meets
+    def plan(self, case: Sample, with_image: bool) -> list[tuple[str, str]]:
         image_case = case.source == "nejm_image"
         out = []
         for s in self.settings:
-            if image_case and s not in IMAGE_SETTINGS:
-                continue
-            if s in EXAM_SETTINGS and not (case.has_exam and case.history):
-                continue
             for f in self.formats:
-                if image_case and f not in IMAGE_FORMATS:
+                e = TASK.experiment(s, f)
+                if e is None or (image_case and not e.image):
                     continue
-                if f == "mcq4" and len(case.choices) != 4:
+                if e.exam and not (case.has_exam and case.history):
                     continue
-                if f == "mcq_many" and not self.many:
+                if e.options == "choices4" and len(case.choices) != 4:
+                    continue
+                if e.options == "diagnoses" and not self.many:
                     continue
                 out.append((s, f))
         return out
 
-    def jobs(self) -> list[tuple[Case, int, bool]]:
+    def jobs(self) -> list[tuple[Sample, int, bool]]:
         out = []
         for case in self.cases:
             flags = (False, True) if case.source == "nejm_image" and case.image is not None else (False,)
@@ -299,7 +273,7 @@ class Engine:
 
         return call
 
-    async def run_job(self, case: Case, trial: int, with_image: bool) -> tuple[list[dict], list[dict]]:
+    async def run_job(self, case: Sample, trial: int, with_image: bool) -> tuple[list[dict], list[dict]]:
         plan = self.plan(case, with_image)
         need = {s for s, _ in plan}
         sampling = self.sampling(trial)
@@ -356,12 +330,12 @@ class Engine:
             conv = await self.protocol.converse(case, case.history, with_image, doctor, patient, sampling, sampling)
             record("no_exam", conv, None)
             failed = failure(conv, "history-only conversation")
-            await asyncio.gather(*(ask(s, f, conv=conv, blocked=failed) for s, f in plan if s == "multiturn_no_exam"))
+            await asyncio.gather(*(ask(s, f, conv=conv, blocked=failed) for s, f in plan if s in NO_EXAM_SETTINGS))
 
-        work = [ask(s, f) for s, f in plan if s in ("vignette", "exam")]
+        work = [ask(s, f) for s, f in plan if TASK.experiment(s, f).conversation is None]
         if need & set(CONVERSATION_SETTINGS):
             work.append(standard())
-        if "multiturn_no_exam" in need:
+        if need & set(NO_EXAM_SETTINGS):
             work.append(no_exam())
         await asyncio.gather(*work)
         return conversations, answers

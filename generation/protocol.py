@@ -27,6 +27,7 @@ from typing import Awaitable, Callable
 from craftmd import CraftMDError
 
 from craftmd.models.base import Completion, Message, Sampling
+from craftmd.samples import Sample
 
 PROMPTS_DIR = Path(__file__).parent / "prompts"
 DEFAULT_PROMPT_SET = "craftmd-v1"
@@ -68,25 +69,6 @@ class PromptSet:
     def specialty_clause(self, specialty: str | None) -> str:
         named = self.specialties.get(specialty, specialty) if specialty else None
         return f" specializing in {named}" if named else ""
-
-
-@dataclass(frozen=True)
-class Case:
-    """What the engine needs of one dataset row."""
-
-    case_id: str
-    source: str
-    specialty: str | None
-    vignette: str
-    question: str
-    choices: tuple[str, ...] = ()
-    history: str | None = None
-    physical_exam: str = ""
-    image: bytes | None = None
-
-    @property
-    def has_exam(self) -> bool:
-        return bool(self.physical_exam and self.physical_exam.strip())
 
 
 def image_url(data: bytes) -> str:
@@ -152,7 +134,7 @@ class Protocol:
         self.max_turns = max_turns
 
     # --- the conversation ---------------------------------------------------------------
-    def doctor_prefix(self, case: Case, with_image: bool) -> list[Message]:
+    def doctor_prefix(self, case: Sample, with_image: bool) -> list[Message]:
         system = self.p.text(
             "doctor_system.txt",
             specialty=self.p.specialty_clause(case.specialty),
@@ -163,7 +145,7 @@ class Protocol:
             prefix.append({"role": "user", "content": self.image_parts(case)})
         return prefix
 
-    def image_parts(self, case: Case, text: str | None = None) -> list[dict]:
+    def image_parts(self, case: Sample, text: str | None = None) -> list[dict]:
         if case.image is None:
             raise CraftMDError(f"{case.case_id}: no image")
         return [
@@ -175,7 +157,7 @@ class Protocol:
         flipped = [{"role": "user" if m["role"] == "assistant" else "assistant", "content": m["content"]} for m in conv.turns]
         return [{"role": "system", "content": self.p.text("patient_system.txt", vignette=knowledge)}] + flipped
 
-    async def converse(self, case: Case, knowledge: str, with_image: bool, doctor: Call, patient: Call,
+    async def converse(self, case: Sample, knowledge: str, with_image: bool, doctor: Call, patient: Call,
                        sampling_doctor: Sampling, sampling_patient: Sampling) -> Conversation:
         """Run one conversation; ``knowledge`` is what the patient knows (vignette or history)."""
         conv = Conversation(self.doctor_prefix(case, with_image))
@@ -210,12 +192,12 @@ class Protocol:
         ]
 
     # --- questions ------------------------------------------------------------------
-    def question_block(self, case: Case, fmt: str, many_options: list[str]) -> str:
+    def question_block(self, case: Sample, fmt: str, many_options: list[str]) -> str:
         question = case.question.strip() or "What is the most likely diagnosis?"
         options = list(case.choices) if fmt == "mcq4" else many_options if fmt == "mcq_many" else []
         return self.p.text(f"format_{fmt}.txt", question=question, options="\n".join(f"- {o}" for o in options))
 
-    def question_messages(self, case: Case, setting: str, fmt: str, with_image: bool, *,
+    def question_messages(self, case: Sample, setting: str, fmt: str, with_image: bool, *,
                           conv: Conversation | None = None, summary: str | None = None,
                           many_options: list[str] = ()) -> list[Message]:
         block = self.question_block(case, fmt, list(many_options))
