@@ -16,6 +16,7 @@ ROOMS = (
     "craftmd.dataset_builder.cli",
     "craftmd.generation.cli",
     "craftmd.scoring.cli",
+    "craftmd.scoring.history_cli",
     "craftmd.analysis.cli",
     "craftmd.ingest_cli",
     "craftmd.pipeline",

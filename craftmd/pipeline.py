@@ -51,12 +51,14 @@ def _dataset_current(data: Path, source) -> bool:
 
 
 def builtin_audits(releases: Path, data: Path, source, out: Path) -> list[dict]:
-    """The audits this package computes itself (grader agreement, expert validation), written to ``out/*.json``."""
+    """The audits this package computes itself (grader agreement, expert validation, the history metrics'
+    agreement with the dermatologists), written to ``out/*.json``."""
     from craftmd.analysis.tables import read_audits
     from craftmd.scoring.agreement import grader_agreement_audit
     from craftmd.scoring.expert import upstream_expert_audit
+    from craftmd.scoring.history import history_validity_audit
 
-    made = [grader_agreement_audit(releases, data, source), upstream_expert_audit(source)]
+    made = [grader_agreement_audit(releases, data, source), upstream_expert_audit(source), history_validity_audit(releases, data, source)]
     out.mkdir(parents=True, exist_ok=True)
     for a in made:
         (out / f"{a['id']}.json").write_text(json.dumps(a, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
@@ -113,10 +115,18 @@ def leaderboard(
             _say(f"grade: {r.id} with {', '.join(todo)}")
             grade_release(r.path, data, todo, progress=progress)
 
+    from craftmd.scoring.history import score_history, stale
+
+    for r in find_releases(releases):
+        if not r.has("conversations") or not stale(r.path, data):
+            continue
+        _say(f"history: {r.id}: coverage, facts, turns, question diversity")
+        score_history(r.path, data, progress=progress)
+
     _say("analyse: accuracy, bootstrap CIs, paired tests")
     with atomic_dir(out) as tmp:
         a = analyse(releases, data, tmp, B=B, seed=seed)
-        _say("audits: grader agreement, expert validation" + (f", and {audits}" if audits else ""))
+        _say("audits: grader agreement, expert validation, history metrics vs dermatologists" + (f", and {audits}" if audits else ""))
         found = {a["id"]: a for a in builtin_audits(releases, data, src, tmp / "audits")}
         found.update({a["id"]: a for a in read_audits(Path(audits) if audits else None)})
         audit_dicts = [found[k] for k in sorted(found)]
