@@ -9,10 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from craftmd.cli import add_dataset_argument
+from craftmd.cli import add_dataset_argument, command
 
 
 def _analyse(args) -> int:
+    """accuracy tables with bootstrap CIs and paired tests from graded releases
+
+    Run the named DuckDB queries (analysis/sql) over every graded release and write OUT/tables/*.csv (accuracy
+    with 95% bootstrap CIs, p-values) and OUT/figures/*.png.
+    """
     from .page import write_page
     from .tables import analyse
 
@@ -27,16 +32,10 @@ def register(sub) -> None:
     """Add this room's subcommands to the `craftmd` parser."""
     from .bootstrap import DEFAULT_B, DEFAULT_SEED
 
-    p = sub.add_parser(
-        "analyse",
-        help="accuracy tables with bootstrap CIs and paired tests from graded releases",
-        description="Run the named DuckDB queries (analysis/sql) over every graded release and write OUT/tables/*.csv "
-        "(accuracy with 95%% bootstrap CIs, p-values) and OUT/figures/*.png.",
-    )
+    p = command(sub, "analyse", _analyse)
     p.add_argument("--releases", required=True, help="folder of release folders")
     add_dataset_argument(p, help="the built dataset folder (case metadata)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--resamples", type=int, default=DEFAULT_B, help=f"bootstrap resamples (default {DEFAULT_B})")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"bootstrap seed (default {DEFAULT_SEED})")
     p.add_argument("--page", action="store_true", help="also write index.html and leaderboard.md")
-    p.set_defaults(func=_analyse)

@@ -66,6 +66,18 @@ def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+def command(sub, name: str, handler) -> argparse.ArgumentParser:
+    """A subcommand ``name`` run by ``handler(args)``; its help is the handler's docstring (first line:
+    the one-line help; the rest: the description)."""
+    import inspect
+
+    doc = inspect.getdoc(handler) or ""
+    first, _, rest = doc.partition("\n\n")
+    parser = sub.add_parser(name, help=first.strip().replace("%", "%%"), description=" ".join(rest.split()) or None)
+    parser.set_defaults(func=handler)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="craftmd",

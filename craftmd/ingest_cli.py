@@ -9,7 +9,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from craftmd.cli import add_dataset_argument, add_quiet_argument, add_source_argument
+from craftmd.cli import add_dataset_argument, add_quiet_argument, add_source_argument, command
 
 
 def ingest_source(source, dataset: Path | str | None, out: Path | str, **options) -> list[Path]:
@@ -28,6 +28,12 @@ def ingest_source(source, dataset: Path | str | None, out: Path | str, **options
 
 
 def _ingest(args) -> int:
+    """turn upstream results/<model>/ folders into frozen, graded releases
+
+    Read each upstream results/<model>/ folder of the pinned source once and write a frozen release
+    OUT/<model>/ (conversations, answers, scores: paper and strict MCQ rules, recorded GPT-4 FRQ labels;
+    manifest).
+    """
     paths = ingest_source(args.source, args.dataset, args.out, models=args.model or None, progress=not args.quiet,
                           overwrite=args.overwrite, skip_existing=args.skip_existing)
     for p in paths:
@@ -37,12 +43,7 @@ def _ingest(args) -> int:
 
 def register(sub) -> None:
     """Add ``craftmd ingest`` to the `craftmd` parser."""
-    p = sub.add_parser(
-        "ingest",
-        help="turn upstream results/<model>/ folders into frozen, graded releases",
-        description="Read each upstream results/<model>/ folder of the pinned source once and write a frozen release "
-        "OUT/<model>/ (conversations, answers, scores: paper and strict MCQ rules, recorded GPT-4 FRQ labels; manifest).",
-    )
+    p = command(sub, "ingest", _ingest)
     add_source_argument(p)
     add_dataset_argument(p, required=False, help="a built dataset folder (craftmd build --out DIR); default: build one into a scratch folder")
     p.add_argument("--out", required=True, help="the releases folder to write into")
@@ -51,7 +52,6 @@ def register(sub) -> None:
     g.add_argument("--overwrite", action="store_true", help="replace existing releases")
     g.add_argument("--skip-existing", action="store_true", help="keep existing releases that are valid ingests of this source")
     add_quiet_argument(p)
-    p.set_defaults(func=_ingest)
 
 
 __all__ = ["ingest_source", "register"]

@@ -16,7 +16,7 @@ from pathlib import Path
 from craftmd import CraftMDError
 from craftmd.analysis.bootstrap import DEFAULT_B, DEFAULT_SEED
 from craftmd.atomic import atomic_dir
-from craftmd.cli import add_dataset_argument, add_quiet_argument, add_source_argument
+from craftmd.cli import add_dataset_argument, add_quiet_argument, add_source_argument, command
 from craftmd.release import find_releases
 
 
@@ -139,6 +139,12 @@ def leaderboard(
 
 
 def _leaderboard(args) -> int:
+    """build -> ingest -> grade -> analyse -> page, in one command
+
+    Regenerate the leaderboard from the pinned source: build the dataset if needed, ingest upstream results
+    (keeping valid releases), grade, analyse, render audits, and write OUT/index.html, OUT/leaderboard.md,
+    OUT/figures/ and OUT/tables/.
+    """
     leaderboard(source=args.source, dataset=args.dataset, releases=args.releases, out=args.out, audits=args.audits,
                 graders=args.grader, B=args.resamples, seed=args.seed, progress=not args.quiet)
     return 0
@@ -146,13 +152,7 @@ def _leaderboard(args) -> int:
 
 def register(sub) -> None:
     """Add ``craftmd leaderboard`` to the `craftmd` parser."""
-    p = sub.add_parser(
-        "leaderboard",
-        help="build -> ingest -> grade -> analyse -> page, in one command",
-        description="Regenerate the leaderboard from the pinned source: build the dataset if needed, ingest upstream "
-        "results (keeping valid releases), grade, analyse, render audits, and write OUT/index.html, OUT/leaderboard.md, "
-        "OUT/figures/ and OUT/tables/.",
-    )
+    p = command(sub, "leaderboard", _leaderboard)
     add_source_argument(p)
     add_dataset_argument(p, help="the dataset folder (built here when missing or stale)")
     p.add_argument("--releases", required=True, help="releases folder (upstream releases ingested here)")
@@ -162,7 +162,6 @@ def register(sub) -> None:
     p.add_argument("--resamples", type=int, default=DEFAULT_B, help=f"bootstrap resamples (default {DEFAULT_B})")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"bootstrap seed (default {DEFAULT_SEED})")
     add_quiet_argument(p)
-    p.set_defaults(func=_leaderboard)
 
 
 __all__ = ["leaderboard", "builtin_audits", "register"]

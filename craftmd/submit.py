@@ -18,7 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from craftmd import CraftMDError
-from craftmd.cli import add_dataset_argument, add_quiet_argument
+from craftmd.cli import add_dataset_argument, add_quiet_argument, command
 
 
 def score_submission(
@@ -68,6 +68,15 @@ def score_submission(
 
 
 def _score(args) -> int:
+    """validate, grade and score a submission into a release and a scores file
+
+    Validate SUBMISSION (nothing is written if it fails), grade it (default graders: paper and strict for MCQ
+    answers, offline for FRQ; --grader to choose), and write OUT/submission-<model>/ (a release of kind
+    submission, its grades in scores.parquet; copy it into the releases folder to show it on the leaderboard)
+    and the report OUT/scores.json / scores.csv (accuracy with 95% bootstrap CIs per setting, format, grader
+    and specialty, with each grader's measured reliability). Unanswered cases are scored as wrong. --schema
+    prints the submission format's JSON Schema.
+    """
     from craftmd.scoring.submission import schema_text
 
     if args.schema:
@@ -88,18 +97,7 @@ def _score(args) -> int:
 
 
 def register(sub) -> None:
-    s = sub.add_parser(
-        "score",
-        help="validate, grade and score a submission into a release and a scores file",
-        description=(
-            "Validate SUBMISSION (nothing is written if it fails), grade it (default graders: paper and strict for "
-            "MCQ answers, offline for FRQ; --grader to choose), and write OUT/submission-<model>/ (a release of kind "
-            "submission, its grades in scores.parquet; copy it into the releases folder to show it on the leaderboard) "
-            "and the report OUT/scores.json / scores.csv (accuracy with 95%% bootstrap CIs per setting, format, grader "
-            "and specialty, with each grader's measured reliability). Unanswered cases are scored as wrong. "
-            "--schema prints the submission format's JSON Schema."
-        ),
-    )
+    s = command(sub, "score", _score)
     s.add_argument("submission", nargs="?", help="submission file (.jsonl or .parquet)")
     s.add_argument("--schema", action="store_true", help="print the submission JSON Schema and exit")
     add_dataset_argument(s, required=False)
@@ -111,7 +109,6 @@ def register(sub) -> None:
     s.add_argument("--cache", help="request cache (SQLite) for an LLM grader")
     s.add_argument("--overwrite", action="store_true", help="replace an earlier result in --out")
     add_quiet_argument(s)
-    s.set_defaults(func=_score)
 
 
 __all__ = ["score_submission", "register"]

@@ -6,66 +6,47 @@ import argparse
 import sys
 from pathlib import Path
 
-from craftmd.cli import add_quiet_argument, add_source_argument
+from craftmd.cli import add_quiet_argument, add_source_argument, command
 
 
 def register(sub) -> None:
     """Add this room's subcommands to the `craftmd` parser."""
-    p = sub.add_parser(
-        "build",
-        help="build the Hugging Face dataset from the pinned upstream source",
-        description=(
-            "Build the CRAFT-MD dataset (configs medqa_usmle, derm_public, derm_private, all, nejm_image, "
-            "diagnoses) from the pinned upstream release, verified file by file against "
-            "dataset_builder/pin/<commit>.sha256. Writes parquet per config, a README.md card, "
-            "build_manifest.json and build_report.md into --out, atomically; any bad input stops the "
-            "build with one line and leaves nothing at --out."
-        ),
-    )
-    add_source_argument(p)
-    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="where to write the dataset folder")
-    p.add_argument("--version", dest="data_version", metavar="X.Y.Z", help="dataset version (default: the package version)")
-    p.add_argument(
+    b = command(sub, "build", _build)
+    add_source_argument(b)
+    b.add_argument("--out", required=True, type=Path, metavar="DIR", help="where to write the dataset folder")
+    b.add_argument("--version", dest="data_version", metavar="X.Y.Z", help="dataset version (default: the package version)")
+    b.add_argument(
         "--medqa",
         type=Path,
         metavar="FILE.jsonl",
         help="build medqa_usmle from this MedQA JSONL file, keeping the items the MedQA rule picks",
     )
-    p.add_argument("--overwrite", action="store_true", help="replace an existing build at --out (atomically)")
-    add_quiet_argument(p)
-    p.set_defaults(func=_build)
+    b.add_argument("--overwrite", action="store_true", help="replace an existing build at --out (atomically)")
+    add_quiet_argument(b)
 
-    p = sub.add_parser(
-        "publish",
-        help="upload a built dataset folder to the Hugging Face Hub and tag its version",
-        description=(
-            "Create the dataset repo ORG/NAME on the Hugging Face Hub (if needed), upload the folder written "
-            "by `craftmd build` as one commit, and tag it (default tag: v<version> from build_manifest.json). "
-            "Needs a token (--token, $HF_TOKEN or `hf auth login`) and network; --dry-run only prints the plan."
-        ),
-    )
-    p.add_argument("dir", type=Path, metavar="DIR", help="the dataset folder (what `craftmd build --out` wrote)")
-    p.add_argument("--repo", required=True, metavar="ORG/NAME", help="the dataset repo on the Hub")
-    p.add_argument("--revision", metavar="vX.Y.Z", help="tag to create (default: v<version of the build>)")
-    p.add_argument("--dry-run", action="store_true", help="print the upload plan (files, sizes, repo, tag) and stop")
-    p.add_argument("--token", help="Hugging Face token (default: $HF_TOKEN or the stored login)")
-    p.set_defaults(func=_publish)
+    pub = command(sub, "publish", _publish)
+    pub.add_argument("dir", type=Path, metavar="DIR", help="the dataset folder (what `craftmd build --out` wrote)")
+    pub.add_argument("--repo", required=True, metavar="ORG/NAME", help="the dataset repo on the Hub")
+    pub.add_argument("--revision", metavar="vX.Y.Z", help="tag to create (default: v<version of the build>)")
+    pub.add_argument("--dry-run", action="store_true", help="print the upload plan (files, sizes, repo, tag) and stop")
+    pub.add_argument("--token", help="Hugging Face token (default: $HF_TOKEN or the stored login)")
 
-    p = sub.add_parser(
-        "pin",
-        help="(maintainers) regenerate the source pin from an unpacked upstream release",
-        description=(
-            "Write dataset_builder/pin/<commit>.sha256: the sha256 of every data/, results/, LICENSE and "
-            "README.md file of an unpacked upstream release. Run it only when moving to a new upstream commit."
-        ),
-    )
-    p.add_argument("unpacked", type=Path, metavar="DIR", help="the unpacked release (its top folder)")
-    p.add_argument("--commit", required=True, help="the upstream commit the folder is")
-    p.add_argument("--dest", type=Path, help="where to write (default: the package's pin folder)")
-    p.set_defaults(func=_pin)
+    pn = command(sub, "pin", _pin)
+    pn.add_argument("unpacked", type=Path, metavar="DIR", help="the unpacked release (its top folder)")
+    pn.add_argument("--commit", required=True, help="the upstream commit the folder is")
+    pn.add_argument("--dest", type=Path, help="where to write (default: the package's pin folder)")
 
 
 def _build(args: argparse.Namespace) -> int:
+    """build the Hugging Face dataset from the pinned upstream source
+
+    Build the CRAFT-MD dataset (configs medqa_usmle, derm_public, derm_private, all, nejm_image, diagnoses)
+    from the pinned upstream release, verified file by file against dataset_builder/pin/<commit>.sha256, and
+    the facts config (MediQ's atomic facts, CC BY 4.0) from the pinned MediQ archive ($CRAFTMD_MEDIQ, else
+    ../shared/sources).
+    Writes parquet per config, a README.md card, build_manifest.json and build_report.md into --out,
+    atomically; any bad input stops the build with one line and leaves nothing at --out.
+    """
     from craftmd.dataset_builder.build import build_dataset
     from craftmd.source import Source
 
@@ -83,6 +64,12 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _publish(args: argparse.Namespace) -> int:
+    """upload a built dataset folder to the Hugging Face Hub and tag its version
+
+    Create the dataset repo ORG/NAME on the Hugging Face Hub (if needed), upload the folder written by
+    `craftmd build` as one commit, and tag it (default tag: v<version> from build_manifest.json). Needs a
+    token (--token, $HF_TOKEN or `hf auth login`) and network; --dry-run only prints the plan.
+    """
     from craftmd.dataset_builder.publish import publish
 
     plan = publish(args.dir, args.repo, revision=args.revision, dry_run=args.dry_run, token=args.token)
@@ -95,6 +82,11 @@ def _publish(args: argparse.Namespace) -> int:
 
 
 def _pin(args: argparse.Namespace) -> int:
+    """(maintainers) regenerate the source pin from an unpacked upstream release
+
+    Write dataset_builder/pin/<commit>.sha256: the sha256 of every data/, results/, LICENSE and README.md file
+    of an unpacked upstream release. Run it only when moving to a new upstream commit.
+    """
     from craftmd import CraftMDError
     from craftmd.source import PIN_DIR, write_pin
 

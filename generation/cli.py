@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from craftmd import CraftMDError
-from craftmd.cli import add_cases_argument, add_dataset_argument, add_quiet_argument
+from craftmd.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, command
 from craftmd.release import FORMATS, SETTINGS
 
 
@@ -38,17 +38,7 @@ def check_base_url(url: str) -> None:
 
 def register(sub) -> None:
     """Add this room's subcommands to the `craftmd` parser."""
-    p = sub.add_parser(
-        "generate",
-        help="run the CRAFT-MD conversations and questions for a model and write a release",
-        description=(
-            "Interview every selected case with a doctor model and a patient-AI (the paper's protocol), pose the "
-            "questions of every experiment, and write a release (conversations.parquet, answers.parquet, manifest.json). "
-            "Models are PROVIDER/MODEL: openai/<model> (any OpenAI-compatible server: --base-url or OPENAI_BASE_URL, "
-            "key from OPENAI_API_KEY) or vllm/<model-or-path> (vLLM offline engine, batched). Every request is cached "
-            "(--cache), so a killed run resumes and a re-run makes no call."
-        ),
-    )
+    p = command(sub, "generate", run_generate)
     add_dataset_argument(p)
     p.add_argument("--config", default="all", help="dataset config to draw cases from (default: all; nejm_image for the image cases)")
     add_cases_argument(p, "only these case ids (of --config)")
@@ -78,10 +68,17 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, type=Path, metavar="RELEASE_DIR", help="the release folder to write")
     p.add_argument("--overwrite", action="store_true", help="replace RELEASE_DIR if it exists")
     add_quiet_argument(p)
-    p.set_defaults(func=run_generate)
 
 
 def run_generate(args) -> int:
+    """run the CRAFT-MD conversations and questions for a model and write a release
+
+    Interview every selected case with a doctor model and a patient-AI (the paper's protocol), pose the
+    questions of every experiment, and write a release (conversations.parquet, answers.parquet,
+    manifest.json). Models are PROVIDER/MODEL: openai/<model> (any OpenAI-compatible server: --base-url or
+    OPENAI_BASE_URL, key from OPENAI_API_KEY) or vllm/<model-or-path> (vLLM offline engine, batched). Every
+    request is cached (--cache), so a killed run resumes and a re-run makes no call.
+    """
     from .engine import GenerateSpec, generate
 
     if args.base_url:

@@ -11,20 +11,11 @@ import argparse
 import json
 import sys
 
-from craftmd.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, add_source_argument
+from craftmd.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, add_source_argument, command
 
 
 def register_audits(sub) -> None:
-    meld = sub.add_parser(
-        "meld",
-        help="contamination check (MELD): can a model write the second half of each vignette?",
-        description=(
-            "For each case, give the model the first half of the vignette with the paper's MELD prompt "
-            "(scoring/prompts/meld.txt) and compare its completion with the true second half: similarity = "
-            "1 - Levenshtein distance / length of the longer text; similarity >= threshold flags the case as likely "
-            "memorised. Writes OUT/scores.parquet (per case: meld_similarity, meld_flagged), OUT/summary.json and OUT/similarity_hist.png."
-        ),
-    )
+    meld = command(sub, "meld", _meld)
     add_dataset_argument(meld)
     meld.add_argument("--model", required=True, help="PROVIDER/MODEL, e.g. openai/gpt-4o or vllm/Qwen/Qwen2.5-7B-Instruct")
     meld.add_argument("--base-url", help="OpenAI-compatible server (e.g. a vllm serve endpoint)")
@@ -45,7 +36,6 @@ def register_audits(sub) -> None:
     meld.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     meld.add_argument("--audits", help="also write the leaderboard audit JSON (and figure) into this folder")
     add_quiet_argument(meld)
-    meld.set_defaults(func=_meld)
 
     review = sub.add_parser(
         "review",
@@ -53,14 +43,7 @@ def register_audits(sub) -> None:
         description="Expert review of the doctor-AI, patient-AI and grader-AI.",
     )
     rsub = review.add_subparsers(dest="review_command", metavar="ACTION", required=True)
-    ex = rsub.add_parser(
-        "export",
-        help="write an .xlsx of sampled conversations with the review questions",
-        description=(
-            "Sample N conversations per model x dataset source (single-diagnosis cases first), seeded, into an .xlsx "
-            "with one answer column per question for two raters (r1:, r2:) and a hidden key of the grader's verdicts."
-        ),
-    )
+    ex = command(rsub, "export", _review_export)
     ex.add_argument("--release", action="append", required=True, metavar="DIR",
                     help="a release folder, or a folder of releases (repeatable)")  # fmt: skip
     ex.add_argument("--dataset", required=True, help="built dataset folder")
@@ -69,18 +52,8 @@ def register_audits(sub) -> None:
     ex.add_argument("--grader", help="grader whose verdicts go into the key (default: an llm: grader, else upstream-gpt4, else offline)")
     ex.add_argument("--out", required=True, help="the .xlsx to write")
     ex.add_argument("--overwrite", action="store_true")
-    ex.set_defaults(func=_review_export)
 
-    im = rsub.add_parser(
-        "import",
-        help="validate filled-in sheets and compute agreement (kappa), shares and expert-vs-grader agreement",
-        description=(
-            "Read filled-in review sheets (this package's, or upstream's annotation files, detected by their header). "
-            "The first two rater sets with answers are the primary raters (files in order, r1 before r2); later sets "
-            "break ties. Any unknown id or blank/malformed answer is reported with file, sheet, row and column, and "
-            "nothing is written. Writes OUT/<id>.json (audit dict with every figure) and OUT/<id>.ratings.parquet."
-        ),
-    )
+    im = command(rsub, "import", _review_import)
     im.add_argument("files", nargs="+", metavar="FILE", help=".xlsx sheets (or upstream's validation_graderai.csv)")
     im.add_argument("--out", required=True, help="folder for the results (e.g. the leaderboard's audits folder)")
     im.add_argument("--dataset", help="built dataset folder: checks the case ids of upstream-layout sheets")
@@ -88,23 +61,22 @@ def register_audits(sub) -> None:
     im.add_argument("--grader", default="upstream-gpt4", help="grader of --release for the grader-validation counts")
     add_source_argument(im)
     im.add_argument("--id", default="expert-review", help="audit id (file name of the JSON)")
-    im.set_defaults(func=_review_import)
 
-    up = rsub.add_parser(
-        "upstream",
-        help="recompute the paper's expert figures from the annotations in the pinned source",
-        description=(
-            "Import results/expert_annotations/ of the pinned source through the same path as `review import` and "
-            "print every figure: grader-vs-dermatologist agreement (published 93.35 %), per-model shares and kappas."
-        ),
-    )
+    up = command(rsub, "upstream", _review_upstream)
     add_source_argument(up)
     up.add_argument("--out", help="write the audit JSON (expert-upstream.json) into this folder")
     up.add_argument("--json", action="store_true", help="print the full results as JSON")
-    up.set_defaults(func=_review_upstream)
 
 
 def _meld(args: argparse.Namespace) -> int:
+    """contamination check (MELD): can a model write the second half of each vignette?
+
+    For each case, give the model the first half of the vignette with the paper's MELD prompt
+    (scoring/prompts/meld.txt) and compare its completion with the true second half: similarity = 1 -
+    Levenshtein distance / length of the longer text; similarity >= threshold flags the case as likely
+    memorised. Writes OUT/scores.parquet (per case: meld_similarity, meld_flagged), OUT/summary.json and
+    OUT/similarity_hist.png.
+    """
     from craftmd.scoring.meld import DEFAULT_CONFIGS, read_summary, run_meld, write_meld_audit
 
     out = run_meld(
@@ -125,6 +97,11 @@ def _meld(args: argparse.Namespace) -> int:
 
 
 def _review_export(args: argparse.Namespace) -> int:
+    """write an .xlsx of sampled conversations with the review questions
+
+    Sample N conversations per model x dataset source (single-diagnosis cases first), seeded, into an .xlsx
+    with one answer column per question for two raters (r1:, r2:) and a hidden key of the grader's verdicts.
+    """
     from craftmd.scoring.review import export_review
 
     out = export_review(args.release, args.dataset, args.out, n=args.n, seed=args.seed, grader=args.grader, overwrite=args.overwrite)
@@ -151,6 +128,13 @@ def _print_results(res: dict) -> None:
 
 
 def _review_import(args: argparse.Namespace) -> int:
+    """validate filled-in sheets and compute agreement (kappa), shares and expert-vs-grader agreement
+
+    Read filled-in review sheets (this package's, or upstream's annotation files, detected by their header).
+    The first two rater sets with answers are the primary raters (files in order, r1 before r2); later sets
+    break ties. Any unknown id or blank/malformed answer is reported with file, sheet, row and column, and
+    nothing is written. Writes OUT/<id>.json (audit dict with every figure) and the ratings as a scores table OUT/<id>.scores.parquet.
+    """
     from craftmd.scoring.review import import_review
 
     source = None
@@ -166,6 +150,11 @@ def _review_import(args: argparse.Namespace) -> int:
 
 
 def _review_upstream(args: argparse.Namespace) -> int:
+    """recompute the paper's expert figures from the annotations in the pinned source
+
+    Import results/expert_annotations/ of the pinned source through the same path as `review import` and print
+    every figure: grader-vs-dermatologist agreement (published 93.35 %), per-model shares and kappas.
+    """
     from craftmd.scoring.expert import upstream_expert_audit, write_upstream_expert_audit
     from craftmd.source import Source
 

@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import json
 
-from craftmd.cli import add_dataset_argument, add_quiet_argument
+from craftmd.cli import add_dataset_argument, add_quiet_argument, command
 
 
 def _history(args) -> int:
+    """score history taking in a release's conversations (ROUGE coverage, facts, turns, question diversity)
+
+    Add the deterministic history-taking scores (scorer 'history': patient_info_recall/precision/f1,
+    patient_fact_recall, doctor_turns, words per turn, question_similarity_rouge1/2/L,
+    patient_info_recall_at_10..100) of every multi-turn conversation to each RELEASE's scores.parquet;
+    conversations, answers and manifest are left alone.
+    """
     from craftmd.scoring.history import score_history, stale
 
     done = []
@@ -28,19 +35,12 @@ def _history(args) -> int:
 
 def register(sub) -> None:
     """Add ``craftmd history`` to the `craftmd` parser."""
-    p = sub.add_parser(
-        "history",
-        help="score history taking in a release's conversations (ROUGE coverage, facts, turns, question diversity)",
-        description="Add the deterministic history-taking scores (scorer 'history': patient_info_recall/precision/f1, "
-        "patient_fact_recall, doctor_turns, words per turn, question_similarity_rouge1/2/L, patient_info_recall_at_10..100) "
-        "of every multi-turn conversation to each RELEASE's scores.parquet; conversations, answers and manifest are left alone.",
-    )
+    p = command(sub, "history", _history)
     p.add_argument("release", nargs="+", metavar="RELEASE", help="release folder(s)")
     add_dataset_argument(p)
     p.add_argument("--only-stale", action="store_true", help="skip releases whose history scores are current")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: up to 2)")
     add_quiet_argument(p)
-    p.set_defaults(func=_history)
 
 
 __all__ = ["register"]
