@@ -336,7 +336,7 @@ def context(a, audits: list[dict] | None = None) -> dict:
         "frq_graders": v.frq_graders_all,
         "frq_by_grader": [{"display": v.display(m), "cells": [_acc(v.cell(m, *LEAD, grader=g)) for g in v.frq_graders_all],
                            "self_graded": [g in v.self_graded.get(m, ()) for g in v.frq_graders_all]}
-                          for m in v.models + v.partial],
+                          for m in v.models],
         "frq_preference": _frq_preference(),
         "reliability": _grader_reliability(v, audits),
         "tests": _tests(v),

@@ -2,7 +2,8 @@
 
 What a user relies on when they point ``craftmd`` at a real server, end to end through the
 command line: ``generate`` (every setting and format) killed with ``kill -9`` and resumed,
-then re-run over its cache; the LLM grader and the offline grader; MELD; the page. Nothing
+then re-run over its cache; the LLM grader (refused on its own model unless forced, then marked)
+and the offline grader; the history-taking metrics; MELD; the page. Nothing
 here asserts what the 135M model answers: only that releases are complete, every failed call
 keeps its reason, the many-choice MCQ (~11.6k tokens, over the 8k context) fails with the
 server's context-length reason, a re-run over a full cache sends nothing and writes the same
@@ -129,17 +130,36 @@ def test_a_real_model_end_to_end(real_model, dataset_dir, short_cases, tmp_path)
     assert release_bytes(rel) == release_bytes(tmp_path / "again" / "smollm2")
     assert f"{sum(counts['requests'].values())}: 0 sent" in again.stderr
 
-    # 4. Graded by the LLM grader (the same small model: self-grading allowed here) and the offline grader.
+    # 4. The model may not grade itself unless forced; graded by the LLM grader (the same small model:
+    #    self-grading forced here, so it is recorded) and the offline grader.
+    refused = craftmd("grade", rel, "--dataset", dataset_dir, "--grader", f"llm:{MODEL}", "--base-url", real_model.base_url,
+                      "--cache", cache, "--quiet", env=env, check=False)
+    assert refused.returncode == 2 and "would grade its own model" in refused.stderr and not (rel / "scores.parquet").exists()
     craftmd("grade", rel, "--dataset", dataset_dir, "--grader", f"llm:{MODEL}", "--grader", "offline", "--grader", "paper",
             "--base-url", real_model.base_url, "--cache", cache, "--allow-self-grading", "--quiet", env=env)
     check_scores(rel, [f"llm:{MODEL}", "offline"])
+    assert read_release(rel).scorer_records()[f"llm:{MODEL}"]["self_graded"] is True
+
+    # The history-taking metrics of its conversations (no model): scores beside the release, nothing else touched.
+    before = {n: h for n, h in release_bytes(rel).items() if n != "scores.parquet"}
+    craftmd("history", rel, "--dataset", dataset_dir, "--quiet", env=env)
+    history = pl.read_parquet(rel / "scores.parquet").filter(pl.col("scorer") == "history")
+    assert {(r["case_id"], r["conversation"]) for r in history.iter_rows(named=True)} == set(itertools.product(short_cases, ("standard", "no_exam")))
+    assert {"patient_info_recall", "patient_info_f1", "doctor_turns", "patient_words_per_turn"} <= set(history["metric"])
+    assert {n: h for n, h in release_bytes(rel).items() if n != "scores.parquet"} == before
 
     # 5. MELD on the same cases, and the page over the release.
     meld = craftmd("meld", "--dataset", dataset_dir, "--model", MODEL, "--base-url", real_model.base_url, "--config", "medqa_usmle",
                    "--cases", *short_cases, "--max-tokens", "32", "--cache", cache, "--out", tmp_path / "meld", "--quiet", env=env)
     assert f"cases {N_CASES:5d}" in meld.stdout
     craftmd("analyse", "--releases", releases, "--dataset", dataset_dir, "--out", tmp_path / "board", "--resamples", "200", "--page", env=env)
-    assert "smollm2" in (tmp_path / "board" / "index.html").read_text()
+    page = (tmp_path / "board" / "index.html").read_text()
+    assert "smollm2" in page
+    # the board's FRQ figure comes from the offline grader (measured), never the model grading itself, which is marked
+    board = page[page.index('id="leaderboard"'):]
+    board = board[: board.index("</table>")]
+    assert "<code>offline</code>" in board and f"self-graded: llm:{MODEL}" in board
+    assert 'id="measures"' in page and "patient_info_recall" in page
 
     # The API key is nowhere: not in the cache, the releases, MELD's output or the page.
     for path in [cache, *tmp_path.rglob("*")]:
