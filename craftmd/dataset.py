@@ -32,3 +32,17 @@ def load_config(dataset_dir: Path | str, config: str = "all") -> pl.DataFrame:
     if not path.exists():
         raise CraftMDError(f"{dataset_dir}: no config {config!r} (expected {path}); run `craftmd build` first")
     return pl.read_parquet(path)
+
+
+def dataset_fingerprint(dataset_dir: Path | str, configs: tuple[str, ...]) -> str:
+    """sha256 over the files of ``configs`` of a built dataset (a missing config counts as ``-``): what a
+    scorer records as the dataset it read, so it re-runs when any of them changes."""
+    import hashlib
+
+    from craftmd.atomic import sha256_file
+
+    parts = []
+    for config in configs:
+        f = config_file(dataset_dir, config)
+        parts.append(f"{config}:{sha256_file(f) if f.exists() else '-'}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()

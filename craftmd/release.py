@@ -34,7 +34,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -44,6 +44,9 @@ from craftmd import CraftMDError, __version__
 from craftmd.atomic import atomic_dir, atomic_write_bytes, sha256_file
 from craftmd.tasks import Task, get_task
 from craftmd.tasks.diagnosis import TASK as _CRAFTMD
+
+if TYPE_CHECKING:
+    import polars as pl
 
 SCHEMA_VERSION = 2
 

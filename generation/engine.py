@@ -25,7 +25,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import polars as pl
 import pyarrow as pa
 from tqdm import tqdm
 

@@ -32,7 +32,7 @@ from tqdm import tqdm
 from craftmd import CraftMDError
 from craftmd.dataset import config_file
 from craftmd.release import RunRecord, read_release, sha256_file, write_release
-from craftmd.scoring.grade import dataset_fingerprint, grader_identity, load_cases
+from craftmd.scoring.grade import dataset_inputs, grader_identity, load_cases
 from craftmd.scoring.mcq import RULES_VERSION, grade_mcq
 from craftmd.scoring.scorers import RECORDED, Verdict, ScoreRows
 from craftmd.source import Source
@@ -343,7 +343,7 @@ def ingest(
                 bar.set_postfix_str(f"writing {m}")
                 manifest = b.manifest(source, dataset_sha)
                 tables = b.tables()
-                inputs = {"dataset_sha256": dataset_fingerprint(dataset_dir)}  # write_release adds the answers' hash
+                inputs = dataset_inputs(dataset_dir)  # write_release adds the answers' hash
                 write_release(paths[m], manifest, tables, overwrite=True, scores=(b.scores.table(), b.scorer_records(inputs)))
                 del builders[m]
     finally:

@@ -18,7 +18,6 @@ take its figure.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -26,8 +25,7 @@ import polars as pl
 import pyarrow as pa
 
 from craftmd import CraftMDError
-from craftmd.atomic import sha256_file
-from craftmd.dataset import config_file, load_config
+from craftmd.dataset import config_file, dataset_fingerprint, load_config
 from craftmd.release import read_release, write_scores
 from craftmd.scoring.scorers import MCQ_RULES, Context, ScoreRows, check_scorers, get_scorer, grades_itself
 
@@ -91,18 +89,18 @@ def grader_identity(grader: str) -> dict | None:
     return get_scorer(grader).identity()
 
 
-def dataset_fingerprint(dataset_dir: Path | str) -> str:
-    """sha256 over the dataset files grading reads (``all``, ``nejm_image``, ``diagnoses``)."""
-    parts = []
-    for config in ("all", "nejm_image", "diagnoses"):
-        f = config_file(dataset_dir, config)
-        parts.append(f"{config}:{sha256_file(f) if f.exists() else '-'}")
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+#: The dataset configs grading reads.
+READS = ("all", "nejm_image", "diagnoses")
+
+
+def dataset_inputs(dataset_dir: Path | str) -> dict:
+    """The dataset part of what a grade depends on (the answers' hash is added where they are written)."""
+    return {"dataset_sha256": dataset_fingerprint(dataset_dir, READS)}
 
 
 def grading_inputs(manifest, dataset_dir: Path | str) -> dict:
     """What a grade depends on besides the grader: the release's answers file and the dataset."""
-    return {"answers_sha256": manifest.files["answers.parquet"]["sha256"], "dataset_sha256": dataset_fingerprint(dataset_dir)}
+    return {"answers_sha256": manifest.files["answers.parquet"]["sha256"], **dataset_inputs(dataset_dir)}
 
 
 def stale_graders(release_dir: Path | str, dataset_dir: Path | str, graders: list[str]) -> list[str]:

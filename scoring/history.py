@@ -59,6 +59,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from craftmd import CraftMDError
+from craftmd.dataset import dataset_fingerprint
 
 SCORER = "history"
 HISTORY_VERSION = 1
@@ -374,16 +375,8 @@ def _references(dataset_dir: Path, wanted: set[tuple[str, bool, str]]) -> dict:
     return refs
 
 
-def dataset_fingerprint(dataset_dir: Path | str) -> str:
-    """sha256 over the dataset files the history metrics read (``all``, ``nejm_image``, ``facts``)."""
-    from craftmd.atomic import sha256_file
-    from craftmd.dataset import config_file
-
-    parts = []
-    for config in ("all", "nejm_image", "facts"):
-        f = config_file(dataset_dir, config)
-        parts.append(f"{config}:{sha256_file(f) if f.exists() else '-'}")
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+#: The dataset configs the history metrics read.
+READS = ("all", "nejm_image", "facts")
 
 
 def identity() -> dict:
@@ -396,7 +389,7 @@ def identity() -> dict:
 
 def inputs(release, dataset_dir: Path | str) -> dict:
     return {"conversations_sha256": release.manifest.files["conversations.parquet"]["sha256"],
-            "dataset_sha256": dataset_fingerprint(dataset_dir)}  # fmt: skip
+            "dataset_sha256": dataset_fingerprint(dataset_dir, READS)}  # fmt: skip
 
 
 def stale(release_dir: Path | str, dataset_dir: Path | str) -> bool:

@@ -909,8 +909,6 @@ def resolved_table(inp: ReviewInput):
 # -- import: the command ---------------------------------------------------------------------
 def release_labels_by_grader(release_dir, setting: str = "vignette", fmt: str = "frq") -> dict[str, dict]:
     """grader -> (case_id, trial) -> {correct, extracted}, for every grader of a release's text grades."""
-    import polars as pl
-
     from craftmd.release import read_release
 
     rel = read_release(release_dir)

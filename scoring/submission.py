@@ -275,7 +275,7 @@ def submit(
     Returns the release's path, the validated submission and each grader's record.
     Nothing is written unless the submission is valid.
     """
-    from craftmd.scoring.grade import check_graders, dataset_fingerprint, grade_answers
+    from craftmd.scoring.grade import check_graders, dataset_inputs, grade_answers
 
     v = validate_submission(path, dataset_dir, config=config)
     graders = check_graders(graders or default_graders(v))
@@ -309,7 +309,7 @@ def submit(
             "rows with status missing and a null response; every grader counts them wrong.",
         },
     )
-    inputs = {"dataset_sha256": dataset_fingerprint(dataset_dir)}
+    inputs = dataset_inputs(dataset_dir)
     records = {g: dict(r, inputs=inputs) for g, r in records.items()}
     rel_path = write_release(Path(out_dir) / release_id, manifest, {"answers": answers}, scores=(scores, records))
     return rel_path, v, records
