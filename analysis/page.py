@@ -190,7 +190,8 @@ def _mcq_rules(v: View) -> dict:
 
 
 def _measures(v: View) -> list[dict]:
-    """Every metric besides accuracy (tables/metrics.csv), one table per metric, complete releases first."""
+    """Every metric besides accuracy (tables/metrics.csv), one table per metric; runs covering fewer cases than
+    the board (partial runs) are left out here, as from every comparison, and stay in the CSV."""
     from craftmd.metrics import metric
 
     out = []
@@ -198,11 +199,13 @@ def _measures(v: View) -> list[dict]:
     order = {m: i for i, m in enumerate(v.models + v.partial + v.image_models)}
     for name in mt["metric"].unique(maintain_order=True).to_list():
         d = metric(name)
-        rows = sorted(mt.filter(pl.col("metric") == name).to_dicts(), key=lambda r: (order.get(r["model"], len(order)), r["model"], r["scorer"], r["variant"]))
-        out.append({
-            "metric": name, "description": d.description, "kind": d.kind, "better": "higher" if d.higher_is_better else "lower",
-            "rows": [{**r, "display": v.display(r["model"]), "partial": r["model"] in v.partial} for r in rows],
-        })  # fmt: skip
+        rows = [r for r in mt.filter(pl.col("metric") == name).to_dicts() if r["model"] not in v.partial]  # partial runs: in the CSV only
+        rows.sort(key=lambda r: (order.get(r["model"], len(order)), r["model"], r["scorer"], r["variant"]))
+        if rows:
+            out.append({
+                "metric": name, "description": d.description, "kind": d.kind, "better": "higher" if d.higher_is_better else "lower",
+                "rows": [{**r, "display": v.display(r["model"])} for r in rows],
+            })  # fmt: skip
     return out
 
 
