@@ -12,8 +12,8 @@ multiple ``L`` of the trial counts into integers, so the products are exact inte
 in float32 (bounded by ``n * L < 2**24``): the same inputs give the same bytes on any
 machine, whatever BLAS does with the summation order. That is the path of binary and
 ordinal metrics. Continuous metrics (a similarity, a coverage) take the float path
-(``add(values, exact=False)``): the same resample counts, float64 products, and figures
-rounded to 10 decimals before they are written.
+(``add(values, exact=False)``): case values are fixed to multiples of 1e-9 and summed as
+integers in float64 (exact below 2**53), so they too give the same bytes anywhere.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from craftmd import CraftMDError
 DEFAULT_B = 10_000
 DEFAULT_SEED = 20250301
 _EXACT = 2**24
+_FIXED = 1e9  # the float path's grid: continuous case values are summed as integers of 1e-9
 _CHUNK = 2_500  # resamples drawn at a time (bounds memory to ~_CHUNK * n * 8 bytes)
 
 
@@ -76,6 +77,8 @@ class Resampler:
             raise CraftMDError("cannot bootstrap an empty group")
         if exact and np.abs(v).max(initial=0) * n >= _EXACT:
             raise CraftMDError("case scores too fine-grained for the exact bootstrap")
+        if not exact and np.abs(v).max(initial=0) * _FIXED * n >= 2**53:
+            raise CraftMDError("case values too large for the float path's exact sums")
         lst = self._cols.setdefault((n, exact), [])
         lst.append(v.astype(np.float32 if exact else np.float64))
         self._handles.append(((n, exact), len(lst) - 1))
@@ -86,8 +89,9 @@ class Resampler:
             W = resample_counts(n, self.B, self.seed)
             if (n, True) in self._cols:
                 self.sums[(n, True)] = (W @ np.stack(self._cols[(n, True)], axis=1)).astype(np.float64)  # B x k, exact integers
-            if (n, False) in self._cols:
-                self.sums[(n, False)] = W.astype(np.float64) @ np.stack(self._cols[(n, False)], axis=1)
+            if (n, False) in self._cols:  # fixed-point integers: exact sums in float64, whatever the order
+                S = np.rint(np.stack(self._cols[(n, False)], axis=1) * _FIXED)
+                self.sums[(n, False)] = (W.astype(np.float64) @ S) / _FIXED
             del W
 
     def resampled(self, handle: int) -> np.ndarray:

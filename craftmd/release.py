@@ -398,7 +398,14 @@ class Release:
         return self._scores_cache
 
     def scorer_records(self) -> dict[str, dict]:
-        return self.scores_with_records()[1]
+        """Each scorer's record (identity, inputs, counts), read from the scores file's metadata alone."""
+        if self._scores_cache is not None:
+            return self._scores_cache[1]
+        p = self.path / SCORES_FILE
+        if not p.exists():
+            return {}
+        meta = (pq.read_schema(p).metadata or {}).get(SCORERS_METADATA)
+        return json.loads(meta) if meta else {}
 
     def verdicts(self, **where) -> "pl.DataFrame":
         """The ``correct`` scores of answers, one row per answer and scorer, as a polars frame.
