@@ -29,11 +29,6 @@ from craftmd.dataset import config_file, dataset_fingerprint, load_config
 from craftmd.release import read_release, write_scores
 from craftmd.scoring.scorers import MCQ_RULES, Context, ScoreRows, check_scorers, get_scorer, grades_itself
 
-def check_graders(graders: list[str]) -> list[str]:
-    """Validate grader names; returns them de-duplicated, in order."""
-    return check_scorers(graders)
-
-
 def load_cases(dataset_dir: Path | str) -> tuple[dict[tuple[str, bool], tuple[list[str], str, str | None]], list[str]]:
     """``{(case_id, with_image): (choices, answer, paper_answer)}`` and the many-choice option list.
 
@@ -67,7 +62,7 @@ def grade_answers(
     progress: bool = True,
 ) -> tuple[pa.Table, dict]:
     """Grade answer rows (the release's answers schema) -> (scores table, per-scorer record)."""
-    graders = check_graders(graders)
+    graders = check_scorers(graders)
     cases, many = load_cases(dataset_dir)
     unknown = sorted({c for c, w in answers.select("case_id", "with_image").iter_rows() if (c, w) not in cases})
     if unknown:
@@ -109,7 +104,7 @@ def stale_graders(release_dir: Path | str, dataset_dir: Path | str, graders: lis
     recorded = rel.scorer_records()
     inputs = grading_inputs(rel.manifest, dataset_dir)
     stale = []
-    for g in check_graders(graders):
+    for g in check_scorers(graders):
         ident, rec = grader_identity(g), recorded.get(g) or {}
         if ident is None or rec.get("inputs") != inputs or any(rec.get(k) != v for k, v in ident.items()):
             stale.append(g)
@@ -141,7 +136,7 @@ def grade_release(
     skipped; when none is left the release is not touched.
     """
     release_dir = Path(release_dir)
-    graders = check_graders(graders)
+    graders = check_scorers(graders)
     if only_stale:
         graders = stale_graders(release_dir, dataset_dir, graders)
         if not graders:
@@ -169,4 +164,4 @@ def grade_cli(args) -> int:
     return 0
 
 
-__all__ = ["grade_release", "grade_answers", "check_graders", "load_cases", "stale_graders", "grader_identity", "self_graders", "MCQ_RULES"]
+__all__ = ["grade_release", "grade_answers", "load_cases", "stale_graders", "grader_identity", "self_graders", "MCQ_RULES"]

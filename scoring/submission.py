@@ -275,10 +275,11 @@ def submit(
     Returns the release's path, the validated submission and each grader's record.
     Nothing is written unless the submission is valid.
     """
-    from craftmd.scoring.grade import check_graders, dataset_inputs, grade_answers
+    from craftmd.scoring.grade import dataset_inputs, grade_answers
+    from craftmd.scoring.scorers import check_scorers
 
     v = validate_submission(path, dataset_dir, config=config)
-    graders = check_graders(graders or default_graders(v))
+    graders = check_scorers(graders or default_graders(v))
     if not graders:
         raise CraftMDError("nothing to grade: the submission has no mcq4, mcq_many or frq answers")
     release_id = f"submission-{_slug(model)}"

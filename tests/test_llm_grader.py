@@ -15,7 +15,8 @@ import pytest
 
 from craftmd import CraftMDError
 from craftmd.release import read_release, write_release
-from craftmd.scoring.grade import check_graders, grade_release, stale_graders
+from craftmd.scoring.grade import grade_release, stale_graders
+from craftmd.scoring.scorers import check_scorers
 from craftmd.scoring.llm_grader import load_prompts, parse_extraction, parse_judgement
 from craftmd.scoring.offline import OfflineGrader, extract
 
@@ -216,7 +217,7 @@ def test_only_stale_graders_run_again(small_release, dataset_dir, tmp_path):
 @pytest.mark.parametrize("name, message", [("upstream-gpt4", "cannot be re-run"), ("gpt4", "unknown grader"), ("llm:gpt-4o", "llm:PROVIDER/MODEL")])
 def test_bad_grader_names(name, message):
     with pytest.raises(CraftMDError, match=message):
-        check_graders([name])
+        check_scorers([name])
 
 
 def test_grade_cli(small_release, dataset_dir, capsys):
