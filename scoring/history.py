@@ -55,6 +55,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -149,6 +150,44 @@ def tokens(text: str | None) -> list[str]:
     return [s for s in map(get, words(text)) if s]
 
 
+#: Every rouge token seen so far -> a small integer: the measures compare tokens by id (equal ids, equal tokens).
+_IDS: dict[str, int] = {}
+
+
+def token_ids(text: str | None) -> list[int]:
+    """:func:`tokens` as ids of :data:`_IDS`."""
+    ids = _IDS
+    return [ids.setdefault(t, len(ids)) for t in tokens(text)]
+
+
+def encode(texts: list[str | None]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`token_ids` of many texts at once: (ids, offsets), text ``i``'s ids being ``ids[offsets[i]:offsets[i+1]]``.
+
+    The same tokens as rouge-score's: Python lower-cases (``str.lower``, as rouge-score does), polars replaces every
+    run of characters but a-z0-9 with a space and splits (the same regular expression), and each distinct word is
+    stemmed once by rouge-score's own stemmer (:class:`_Stems`).
+    """
+    import polars as pl
+
+    n = len(texts)
+    lowered = pl.Series("w", [(t or "").lower() for t in texts], dtype=pl.String)
+    exploded = (
+        pl.DataFrame({"w": lowered.str.replace_all(r"[^a-z0-9]+", " ").str.split(" ")})
+        .with_row_index("row")
+        .explode("w")
+        .filter(pl.col("w").is_not_null() & (pl.col("w") != ""))
+    )
+    uniq = exploded.get_column("w").unique(maintain_order=True).to_list()
+    stems, ids = _stems(), _IDS
+    wanted = [stems[w] for w in uniq]
+    codes = [ids.setdefault(s, len(ids)) if s else -1 for s in wanted]
+    mapped = exploded.with_columns(pl.col("w").replace_strict(uniq, codes, return_dtype=pl.Int64).alias("id")).filter(pl.col("id") >= 0)
+    rows = mapped.get_column("row").to_numpy()
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=offsets[1:])
+    return mapped.get_column("id").to_numpy(), offsets
+
+
 def fmeasure(p: float, r: float) -> float:
     """rouge-score's F-measure (``rouge_score.scoring.fmeasure``)."""
     return _f(p, r)
@@ -163,19 +202,26 @@ def content_stems(text: str) -> frozenset[str]:
     return frozenset(s for s in map(get, (w for w in words(text) if w not in STOPWORDS)) if s)
 
 
-def covered(content: frozenset[str], stems: set[str] | frozenset[str]) -> bool:
+def content_ids(text: str) -> frozenset[int]:
+    """:func:`content_stems` as ids of :data:`_IDS`."""
+    ids = _IDS
+    return frozenset(ids.setdefault(s, len(ids)) for s in content_stems(text))
+
+
+def covered(content: frozenset, stems: set | frozenset) -> bool:
     """Whether at least :data:`THRESHOLD` of a fact's content stems occur in ``stems`` (empty content: never)."""
     return bool(content) and len(content & stems) >= THRESHOLD * len(content)
 
 
-def fact_hits(facts: list[frozenset[str]], reference: set[str], patient: set[str]) -> list[int | None]:
+def fact_hits(facts: list[frozenset], reference: set, patient: set) -> list[int | None]:
     """Each fact: 1 revealed by the patient, 0 held but not revealed, None not held (not in the reference)."""
     return [None if not covered(f, reference) else int(covered(f, patient)) for f in facts]
 
 
-def split_turns(roles: list[str], contents: list[str | None]) -> tuple[list[str], list[str], list[int], int]:
+def split_turns(roles: list[str], contents: list) -> tuple[list, list, list[int], int]:
     """(doctor turns after the opening line, patient turns, which doctor turns are questions (indexes into the
-    doctor turns), answered doctor turns incl. the opening)."""
+    doctor turns), answered doctor turns incl. the opening). ``contents`` are the messages' texts (None read as
+    empty) or their token lists."""
     first = next((i for i, r in enumerate(roles) if r == "assistant"), None)
     if first is None:
         return [], [], [], 0
@@ -183,7 +229,9 @@ def split_turns(roles: list[str], contents: list[str | None]) -> tuple[list[str]
     answered = 0
     n = len(roles)
     for i in range(first, n):
-        r, c = roles[i], contents[i] or ""
+        r, c = roles[i], contents[i]
+        if c is None:
+            c = ""
         if r == "assistant":
             replied = i + 1 < n and roles[i + 1] == "user"
             answered += replied
@@ -277,22 +325,26 @@ def question_similarity(questions: list[list[str]]) -> tuple[float, float, float
 
 
 class Reference:
-    """What the patient held, as rouge counts and stems, and the case's facts (content stems)."""
+    """What the patient held, as rouge token counts (by id) and its set, and the case's facts (content ids)."""
 
     __slots__ = ("counts", "total", "stems", "facts")
 
     def __init__(self, text: str, facts: list[str] | None):
-        toks = tokens(text)
+        toks = token_ids(text)
         self.counts = Counter(toks)
         self.total = len(toks)
         self.stems = set(self.counts)
-        self.facts = [content_stems(f) for f in facts] if facts else None
+        self.facts = [content_ids(f) for f in facts] if facts else None
 
 
 def score_conversation(roles: list[str], contents: list[str | None], ref: Reference) -> list[tuple[str, float, str | None]]:
     """(metric, value, detail) of one conversation, in :data:`METRIC_NAMES` order (undefined ones left out)."""
-    doctor, patient, questions, answered = split_turns(roles, contents)
-    turn_toks = [tokens(p) for p in patient]
+    return score_tokens(roles, [token_ids(c) for c in contents], ref)
+
+
+def score_tokens(roles: list[str], toks: list[list[int]], ref: Reference) -> list[tuple[str, float, str | None]]:
+    """:func:`score_conversation` of messages given as token ids (:func:`token_ids`, :func:`encode`)."""
+    doctor_toks, turn_toks, questions, answered = split_turns(roles, toks)
     # ROUGE-1 against the reference, after each patient turn (intersection counted as rouge-score does)
     refc = ref.counts
     seen: dict[str, int] = {}
@@ -319,13 +371,13 @@ def score_conversation(roles: list[str], contents: list[str | None], ref: Refere
         held = [h for h in hits if h is not None]
         if held:
             out.append(("patient_fact_recall", sum(held) / len(held), json.dumps({"hits": hits, "held": len(held), "revealed": sum(held)})))
-    doc_toks = [tokens(d) for d in doctor]
+    doc_toks = doctor_toks
     d_toks = sum(map(len, doc_toks))
-    out.append(("doctor_turns", float(len(doctor)), None))
-    if doctor:
-        out.append(("doctor_words_per_turn", d_toks / len(doctor), None))
-    if patient:
-        out.append(("patient_words_per_turn", total / len(patient), None))
+    out.append(("doctor_turns", float(len(doc_toks)), None))
+    if doc_toks:
+        out.append(("doctor_words_per_turn", d_toks / len(doc_toks), None))
+    if turn_toks:
+        out.append(("patient_words_per_turn", total / len(turn_toks), None))
     sim = question_similarity([doc_toks[q] for q in questions])
     if sim is not None:
         detail = json.dumps({"questions": len(questions)})
@@ -347,11 +399,13 @@ _JOB: dict = {}
 def _work(span: tuple[int, int]) -> list:
     """Score conversations ``span`` of the job set up before the fork."""
     job = _JOB
-    roles, contents, offsets, refs, keys = job["roles"], job["contents"], job["offsets"], job["refs"], job["keys"]
+    roles, ids, tok_off, offsets, refs, keys = job["roles"], job["ids"], job["tok_off"], job["offsets"], job["refs"], job["keys"]
     out = []
     for i in range(*span):
         a, b = offsets[i], offsets[i + 1]
-        out.append(score_conversation(roles[a:b], contents[a:b], refs[keys[i]]))
+        bounds = tok_off[a : b + 1].tolist()
+        toks = [ids[x:y].tolist() for x, y in zip(bounds, bounds[1:])]
+        out.append(score_tokens(roles[a:b], toks, refs[keys[i]]))
     return out
 
 
@@ -427,7 +481,9 @@ def history_scores(release, dataset_dir: Path | str, *, workers: int | None = No
     workers = workers or min(2, os.cpu_count() or 1)
     step = max(1, min(2000, -(-n // max(workers, 1))))
     spans = [(a, min(n, a + step)) for a in range(0, n, step)]
-    _JOB.update(roles=roles, contents=contents, offsets=offsets, refs=refs, keys=keys)
+    ids, tok_off = encode(contents)
+    del contents
+    _JOB.update(roles=roles, ids=ids, tok_off=tok_off, offsets=offsets, refs=refs, keys=keys)
     results: list = []
     try:
         bar = tqdm(total=n, desc=f"history {release.id}", unit="conv", disable=not progress or not n, file=sys.stderr)
@@ -444,27 +500,20 @@ def history_scores(release, dataset_dir: Path | str, *, workers: int | None = No
         bar.close()
     finally:
         _JOB.clear()
-    cols: dict[str, list] = {f.name: [] for f in SCHEMA}
-    counts = Counter()
-    for i, scores in enumerate(results):
-        failed = ended[i] == "error"
-        if failed:
-            reason = json.dumps({"error": "the conversation failed (ended = error)"})
-            scores = [(m, None, reason) for m in METRIC_NAMES]
-        for metric, value, detail in scores:
-            cols["case_id"].append(cids[i])
-            cols["trial"].append(trials[i])
-            cols["conversation"].append(convs[i])
-            cols["with_image"].append(imgs[i])
-            cols["metric"].append(metric)
-            cols["value"].append(value)
-            cols["detail"].append(detail)
-            cols["status"].append("error" if value is None else "ok")
-        counts["failed" if failed else "scored"] += 1
-        counts["with_facts"] += any(m == "patient_fact_recall" for m, _, _ in scores) and not failed
-    m = len(cols["case_id"])
-    cols["scorer"] = [SCORER] * m
-    cols["label"] = [None] * m
+    reason = json.dumps({"error": "the conversation failed (ended = error)"})
+    failed_scores = [(m, None, reason) for m in METRIC_NAMES]
+    results = [failed_scores if e == "error" else sc for sc, e in zip(results, ended)]
+    failed = sum(e == "error" for e in ended)
+    counts = {"failed": failed, "scored": n - failed,
+              "with_facts": sum(1 for sc, e in zip(results, ended) if e != "error" and any(m == "patient_fact_recall" for m, _, _ in sc))}
+    per = np.fromiter(map(len, results), np.int64, n)
+    flat = [x for sc in results for x in sc]
+    metric, value, detail = (list(c) for c in zip(*flat)) if flat else ([], [], [])
+    keys = pa.table({"case_id": cids, "trial": trials, "conversation": convs, "with_image": imgs}, schema=pa.schema([SCHEMA.field(i) for i in range(4)]))
+    cols = {name: keys.column(name).take(pa.array(np.repeat(np.arange(n), per))) for name in keys.column_names}
+    m = len(metric)
+    cols.update(scorer=pa.array([SCORER] * m, pa.string()), metric=metric, value=value, label=pa.nulls(m, pa.string()), detail=detail,
+                status=pa.array(["error" if v is None else "ok" for v in value], pa.string()))  # fmt: skip
     record = dict(identity(), conversations=n, scored=counts["scored"], failed=counts["failed"], with_facts=counts["with_facts"],
                   inputs=inputs(release, dataset_dir))  # fmt: skip
     return pa.table(cols, schema=SCHEMA), record
