@@ -52,6 +52,18 @@ class Models:
         return self.other(req, system, last)
 
     def other(self, req: dict, system: str, last: str) -> str:
+        msgs = req["messages"]
+        if system.startswith("You are a doctor"):  # asks three questions, then names a diagnosis
+            asked = sum(m["role"] == "assistant" for m in msgs)
+            return f"Have you had any fever or cough, question {asked + 1}?" if asked < 3 else "**Final Diagnosis:** Pneumonia"
+        if system.startswith("You play a patient"):  # one sentence of what it holds per reply, cut short
+            vignette = system.split("What you know about your condition: ", 1)[1]
+            n = sum(m["role"] == "user" for m in msgs)
+            parts = sentences(vignette)
+            return " ".join(parts[min(n - 1, len(parts) - 1)].split()[:8])
+        if system.startswith("You are a medical expert"):  # the first option, or a name
+            options = [ln[2:] for ln in last.splitlines() if ln.startswith("- ")]
+            return options[0] if options else "Pneumonia"
         raise ValueError(f"unexpected request: {system[:60]!r}")
 
 
@@ -140,3 +152,128 @@ def test_reply_parsing():
                        ('{"initial_request": "x", "items": [{"key": "a", "value": "b"}], "extra": 1}', "extra")]:
         got, why = parse_reply(bad)
         assert got is None and why.startswith(f"invalid reply: {where}"), (bad, why)
+
+
+# --- generation: the protocol, graded ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def extracted(upstream, tmp_path_factory):
+    """A tiny dataset with its keyinfo config (one case's extraction fails) and a paper key, and the extraction cache."""
+    root = tmp_path_factory.mktemp("consult")
+    data = make_dataset(upstream, root / "data")
+    df = pl.read_parquet(data / "all" / "test-00000-of-00001.parquet")
+    df.with_columns(paper_answer=pl.col("answer").str.to_lowercase()).write_parquet(data / "all" / "test-00000-of-00001.parquet")
+    v = vignettes(data)
+    failed = sorted(v)[1]
+    with LoopbackServer(Models({v[failed]: "prose"})) as server:
+        assert extract(data, server.base_url, root / "c.sqlite") == 0
+    return data, root / "c.sqlite", failed
+
+
+def consult(dataset, out, url, cache, *extra) -> int:
+    return cli_main(["generate", "--task", "consultation", "--dataset", str(dataset), "--doctor", "openai/loopback", "--patient",
+                     "openai/loopback", "--solver", "openai/loopback", "--base-url", url, "--cache", str(cache), "--seed", "3",
+                     "--temperature", "0", "--out", str(out), "--quiet", *extra])
+
+
+def test_consultation_generates_grades_and_scores_every_setting(extracted, tmp_path, capsys):
+    from rouge_score.rouge_scorer import RougeScorer
+
+    from craftmd.dataset_builder.keyinfo import load_keyinfo
+    from craftmd.generation.consult import oracle_keys
+    from craftmd.release import read_release
+    from craftmd.tasks.consultation import TASK
+
+    data, cache, failed = extracted
+    info = load_keyinfo(data)
+    rel = tmp_path / "releases" / "loopback"
+    with LoopbackServer(Models()) as server:
+        assert consult(data, rel, server.base_url, cache) == 0
+        log = list(server.log)
+        sent = server.calls
+        assert consult(data, tmp_path / "again" / "loopback", server.base_url, cache) == 0  # a re-run over the cache: no call, same bytes
+        assert server.calls == sent
+    assert f"no keyinfo   1 cases posed in upper only: {failed}" in capsys.readouterr().err
+    for name in ("answers.parquet", "conversations.parquet", "manifest.json"):
+        assert (rel / name).read_bytes() == (tmp_path / "again" / "loopback" / name).read_bytes()
+    release = read_release(rel)
+    m = release.manifest
+    assert m.task == "consultation" and m.prompt_set["name"] == "consult-v1" and set(m.roles) == {"doctor", "patient", "solver"}
+    assert m.counts["no_keyinfo"] == [failed] and m.counts["requests"]["solver"] > 0
+
+    answers = release.table("answers").to_pylist()
+    cells = {(e.setting, e.format) for e in TASK.experiments}
+    for cid in vignettes(data):
+        got = {(a["setting"], a["format"]) for a in answers if a["case_id"] == cid}
+        assert got == ({("upper", "mcq4"), ("upper", "frq")} if cid == failed else cells), cid
+    assert all(a["status"] == "ok" for a in answers)
+
+    convs = release.table("conversations").to_pylist()
+    solver_requests = [r["messages"][1]["content"] for r in log if r["messages"][0]["content"].startswith("You are a medical expert")]
+    for c in convs:
+        ki = info[c["case_id"]]
+        msgs = c["messages"]
+        assert msgs[1] == {"role": "user", "content": ki.initial_request}  # the patient opens
+        asked = [x["content"] for x in msgs[2::2]]
+        if c["conversation"] == "consult":
+            assert c["ended"] == "final_diagnosis" and len(asked) == 4
+        else:  # the oracle asks every key in its order, then closes
+            order = c["conversation"].split("_")[1]
+            keys = oracle_keys(ki.keys, order, 3, c["case_id"])
+            assert asked == [f"Can you tell me about {k}?" for k in keys] + ["Thank you, that is all I wanted to ask."]
+            assert c["ended"] == "no_question"
+        # the solver saw the initial request and the first ceil(p K / 100) rounds, for each share p
+        k = (len(msgs) - 2) // 2
+        shown = {t.count("\nDoctor: ") for t in solver_requests if f"Patient: {ki.initial_request}" in t}
+        assert {-(-p * k // 100) for p in (20, 40, 60, 80, 100)} <= shown
+    by_case = {}
+    for c in convs:
+        by_case.setdefault(c["case_id"], []).append(c["conversation"])
+    direct = {c["case_id"]: c for c in convs if c["conversation"] == "oracle_direct"}
+    random_ = {c["case_id"]: c for c in convs if c["conversation"] == "oracle_random"}
+    assert any(direct[cid]["messages"] != random_[cid]["messages"] for cid in direct)  # the shuffle shuffles
+    assert all(sorted(v) == sorted(("consult", "oracle_direct", "oracle_random", "oracle_reverse")) for v in by_case.values())
+    assert failed not in by_case
+    assert any(t.startswith("Patient information: ") for t in solver_requests)  # the upper bound reads the vignette
+
+    # graded by the existing graders: a score for every answer of every setting
+    assert cli_main(["grade", str(rel), "--dataset", str(data), "--grader", "paper", "--grader", "offline", "--quiet"]) == 0
+    scores = pl.read_parquet(rel / "scores.parquet")
+    for grader, fmt in (("paper", "mcq4"), ("offline", "frq")):
+        mine = scores.filter((pl.col("scorer") == grader) & (pl.col("metric") == "correct"))
+        want = {(a["case_id"], a["setting"]) for a in answers if a["format"] == fmt}
+        assert set(zip(mine["case_id"], mine["setting"])) == want and mine["status"].to_list() == ["ok"] * len(want)
+
+    # the keyinfo scorer: every conversation, exactly rouge-score's ROUGE-1
+    assert cli_main(["keyinfo", "score", str(rel), "--dataset", str(data)]) == 0
+    ks = pl.read_parquet(rel / "scores.parquet").filter(pl.col("scorer") == "keyinfo")
+    assert ks.height == 6 * len(convs) and set(ks["status"]) == {"ok"}
+    rs = RougeScorer(["rouge1"], use_stemmer=True)
+    for c in convs:
+        ki = info[c["case_id"]]
+        msgs = c["messages"]
+        doctor = "\n".join(x["content"] for x in msgs if x["role"] == "assistant")
+        patient = "\n".join(x["content"] for x in msgs[2:] if x["role"] == "user")
+        want_d = rs.score("\n".join(ki.keys), doctor)["rouge1"]
+        want_p = rs.score("\n".join(ki.values), patient)["rouge1"]
+        got = {r["metric"]: r["value"] for r in ks.filter((pl.col("case_id") == c["case_id"]) & (pl.col("conversation") == c["conversation"])).to_dicts()}
+        assert got == {"doctor_key_recall": want_d.recall, "doctor_key_precision": want_d.precision, "doctor_key_f1": want_d.fmeasure,
+                       "patient_value_recall": want_p.recall, "patient_value_precision": want_p.precision,
+                       "patient_value_f1": want_p.fmeasure}
+    rec = read_release(rel).scorer_records()["keyinfo"]
+    assert rec["scored"] == len(convs) and rec["inputs"]["keyinfo_sha256"]
+
+
+def test_consultation_refuses_bad_input_in_one_line(extracted, tiny, tmp_path, capsys):
+    data, cache, _ = extracted
+    assert consult(data, tmp_path / "x", "http://127.0.0.1:9/v1", cache, "--solver", "bad") == 2
+    assert "expected PROVIDER/MODEL" in capsys.readouterr().err
+    assert cli_main(["generate", "--task", "consultation", "--dataset", str(data), "--doctor", "openai/a", "--patient", "openai/a",
+                     "--out", str(tmp_path / "x"), "--quiet"]) == 2
+    assert "needs a solver" in capsys.readouterr().err
+    assert consult(tiny, tmp_path / "x", "http://127.0.0.1:9/v1", cache) == 2  # no keyinfo config
+    assert "run `craftmd keyinfo extract" in capsys.readouterr().err
+    assert consult(data, tmp_path / "x", "http://127.0.0.1:9/v1", cache, "--experiments", "multiturn") == 2
+    assert "unknown experiment 'multiturn'" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
