@@ -277,3 +277,27 @@ def test_consultation_refuses_bad_input_in_one_line(extracted, tiny, tmp_path, c
     assert consult(data, tmp_path / "x", "http://127.0.0.1:9/v1", cache, "--experiments", "multiturn") == 2
     assert "unknown experiment 'multiturn'" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_keyinfo_scores_equal_rouge_score_on_craftmd_and_consultation_turns():
+    """A CRAFT-MD conversation leaves out the doctor's fixed opening line; a consultation leaves out the patient's
+    initial request; what is left is scored exactly as rouge-score's ROUGE-1."""
+    from rouge_score.rouge_scorer import RougeScorer
+
+    from craftmd.scoring.keyinfo import METRIC_NAMES, score_conversation
+
+    keys = ["Patient age", "Chief complaint", "Duration of the rash", "Itching at night"]
+    values = ["54 years old", "An itchy red rash on both arms", "Two weeks", "Yes, itching gets worse at night"]
+    roles = ["system", "assistant", "user", "assistant", "user", "assistant", "user", "assistant"]
+    contents = ["You are an AI doctor.", "Hi! What symptoms are you facing today?", "I've got an itchy rash on my arms, doctor.",
+                "How long has the rash been there, and does it itch at night?", "About two weeks, itching worse at night!",
+                "How old are you?", "I'm 54 years old.", "**Final Diagnosis:** Scabies"]
+    rs = RougeScorer(["rouge1"], use_stemmer=True)
+    for kind, doctor, patient in (("standard", contents[3::2], contents[2::2]), ("consult", contents[1::2], contents[4::2])):
+        rk = rs.score("\n".join(keys), "\n".join(doctor))["rouge1"]
+        rv = rs.score("\n".join(values), "\n".join(patient))["rouge1"]
+        got = dict(score_conversation(kind, roles, contents, keys, values))
+        assert list(got) == list(METRIC_NAMES)
+        assert got == {"doctor_key_recall": rk.recall, "doctor_key_precision": rk.precision, "doctor_key_f1": rk.fmeasure,
+                       "patient_value_recall": rv.recall, "patient_value_precision": rv.precision, "patient_value_f1": rv.fmeasure}
+    assert dict(score_conversation("consult", roles, contents, keys, values)) != dict(score_conversation("standard", roles, contents, keys, values))
