@@ -71,7 +71,7 @@ class ConsultEngine(Engine):
         if spec.config == "nejm_image":
             raise CraftMDError("the consultation task poses text cases; pick a text config (all, medqa_usmle, derm_public, derm_private)")
         super().__init__(spec)
-        from craftmd.dataset_builder.keyinfo import CONFIG, load_keyinfo
+        from craftmd.keyinfo import CONFIG, load_keyinfo
 
         self.keyinfo = load_keyinfo(spec.dataset)
         self.keyinfo_sha = sha256_file(config_file(spec.dataset, CONFIG))

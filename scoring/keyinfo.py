@@ -1,7 +1,7 @@
 """The consultation-evaluation framework's information coverage against the key-value information: scorer ``keyinfo``.
 
 For each conversation of a release whose case has key-value information (the dataset's ``keyinfo``
-config, status ``ok``; :mod:`craftmd.dataset_builder.keyinfo`), six scores (variant keys
+config, status ``ok``; :mod:`craftmd.keyinfo`), six scores (variant keys
 ``conversation``, ``with_image``, as the ``history`` scorer; metrics in :mod:`craftmd.metrics`):
 
 * ``doctor_key_recall`` / ``_precision`` / ``_f1`` — ROUGE-1 of the doctor's turns joined (the
@@ -90,7 +90,7 @@ def identity() -> dict:
 
 def keyinfo_scores(release, dataset_dir: Path | str) -> tuple[pa.Table, dict]:
     """The ``keyinfo`` scores of ``release``'s conversations and the scorer's record."""
-    from craftmd.dataset_builder.keyinfo import CONFIG, load_keyinfo
+    from craftmd.keyinfo import CONFIG, load_keyinfo
 
     info = load_keyinfo(dataset_dir)
     t = pq.read_table(release.path / "conversations.parquet", columns=["case_id", "trial", "conversation", "with_image", "messages", "ended"])

@@ -93,7 +93,8 @@ def extract(dataset: Path, url: str, cache: Path, *extra: str) -> int:
 
 
 def test_extraction_writes_the_config_and_records_every_failure(tiny, tmp_path, capsys):
-    from craftmd.dataset_builder.keyinfo import load_keyinfo, prompts
+    from craftmd.generation.keyinfo import prompts
+    from craftmd.keyinfo import load_keyinfo
 
     v = vignettes(tiny)
     ids = sorted(v)
@@ -130,7 +131,7 @@ def test_extraction_writes_the_config_and_records_every_failure(tiny, tmp_path, 
 
 
 def test_extraction_errors_are_one_line(tiny, tmp_path, capsys):
-    from craftmd.dataset_builder.keyinfo import load_keyinfo
+    from craftmd.keyinfo import load_keyinfo
 
     with pytest.raises(CraftMDError, match="run `craftmd keyinfo extract"):
         load_keyinfo(tiny)
@@ -143,7 +144,7 @@ def test_extraction_errors_are_one_line(tiny, tmp_path, capsys):
 
 
 def test_reply_parsing():
-    from craftmd.dataset_builder.keyinfo import parse_reply
+    from craftmd.generation.keyinfo import parse_reply
 
     got, why = parse_reply('{"initial_request": " Help ", "items": [{"key": "Age", "value": "61"}]}')
     assert why is None and got.initial_request == "Help" and got.items[0].key == "Age"
@@ -180,7 +181,7 @@ def consult(dataset, out, url, cache, *extra) -> int:
 def test_consultation_generates_grades_and_scores_every_setting(extracted, tmp_path, capsys):
     from rouge_score.rouge_scorer import RougeScorer
 
-    from craftmd.dataset_builder.keyinfo import load_keyinfo
+    from craftmd.keyinfo import load_keyinfo
     from craftmd.generation.consult import oracle_keys
     from craftmd.release import read_release
     from craftmd.tasks.consultation import TASK

@@ -47,7 +47,8 @@ def one_case(source, tmp_path_factory) -> tuple[Path, str]:
 
 
 def test_the_consultation_protocol_with_a_real_model(real_model, one_case, tmp_path):
-    from craftmd.dataset_builder.keyinfo import SCHEMA, write_keyinfo
+    from craftmd.generation.keyinfo import write_keyinfo
+    from craftmd.keyinfo import SCHEMA
     from craftmd.release import read_release
 
     data, cid = one_case

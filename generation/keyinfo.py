@@ -1,20 +1,20 @@
-"""Key-value medical information: the ``keyinfo`` config, extracted by a model (``craftmd keyinfo extract``).
+"""Key-value medical information: the ``keyinfo`` config (:mod:`craftmd.keyinfo`), extracted by a model (``craftmd keyinfo extract``).
 
 After the data construction of the consultation-evaluation framework: each case's vignette is
 turned by a model into the patient's *initial request* (what the patient says first) and a list
 of (key, value) items of medical information ("Patient age" → "61"). One request per case,
 through the shared model layer (:class:`~craftmd.models.calls.Caller`: request cache, bounded
-concurrency, capped retries), with the versioned prompt set ``prompts/keyinfo-v1`` and fixed
+concurrency, capped retries), with the versioned prompt set ``generation/prompts/keyinfo-v1`` and fixed
 sampling (temperature 0, seed 0).
 
 The reply must be one JSON object (:class:`Extraction`, checked with pydantic; a Markdown code
 fence around it is allowed). Every case asked gets a row: a reply that does not validate, a
 refusal or a failed call is recorded as that case's failure (``status`` ``invalid``, ``refusal``
 or ``error``, ``items`` empty, the reason in ``error``), listed and counted by the command, never
-dropped. Readers (:func:`load_keyinfo`) use the ``ok`` rows.
+dropped. Readers (:func:`craftmd.keyinfo.load_keyinfo`) use the ``ok`` rows.
 
 The config is written atomically to ``<dataset>/keyinfo/test-00000-of-00001.parquet`` (columns
-:data:`SCHEMA`; rows in natural case-id order; the producing model and the prompt set's sha256 on
+:data:`craftmd.keyinfo.SCHEMA`; rows in natural case-id order; the producing model and the prompt set's sha256 on
 every row) and holds exactly the cases of this run. When the folder is a built dataset, its
 ``build_manifest.json`` lists the new file (so ``craftmd publish`` takes it) and its card's
 ``configs`` list names it; nothing else of the build changes.
@@ -34,22 +34,12 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from craftmd import CraftMDError
+from craftmd.keyinfo import CONFIG, SCHEMA
 from craftmd.models.base import Completion, Sampling
 
-CONFIG = "keyinfo"
 PROMPT_SET = "keyinfo-v1"
 PROMPTS_DIR = Path(__file__).parent / "prompts"
 SAMPLING = Sampling(temperature=0.0, top_p=1.0, max_tokens=768, seed=0)
-ITEM = pa.struct([("key", pa.string()), ("value", pa.string())])
-SCHEMA = pa.schema([
-    ("case_id", pa.string()),
-    ("items", pa.list_(ITEM)),  # empty when status != ok
-    ("initial_request", pa.string()),  # null when status != ok
-    ("status", pa.string()),  # ok | invalid (the reply did not validate) | refusal | error (the call failed)
-    ("error", pa.string()),  # why, when status != ok
-    ("model", pa.string()),  # provider/model that extracted it
-    ("prompt_sha256", pa.string()),  # the prompt set's sha256
-])  # fmt: skip
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=9, use_dictionary=True, write_statistics=True)
 _FENCE = re.compile(r"^\s*```(?:json)?\s*|\s*```\s*$", re.I)
 
@@ -218,36 +208,4 @@ def _add_to_card(card: Path, rel: str) -> None:
     atomic_write_bytes(card, str(c).encode())
 
 
-@dataclass(frozen=True)
-class KeyInfo:
-    """One case's extracted information."""
-
-    case_id: str
-    items: tuple[tuple[str, str], ...]
-    initial_request: str
-
-    @property
-    def keys(self) -> list[str]:
-        return [k for k, _ in self.items]
-
-    @property
-    def values(self) -> list[str]:
-        return [v for _, v in self.items]
-
-
-def load_keyinfo(dataset_dir: Path | str) -> dict[str, KeyInfo]:
-    """The ``ok`` rows of the ``keyinfo`` config by case id; a missing config is one line saying how to make it."""
-    from craftmd.dataset import config_file
-
-    path = config_file(dataset_dir, CONFIG)
-    if not path.exists():
-        raise CraftMDError(f"{dataset_dir}: no keyinfo config ({path}); run `craftmd keyinfo extract --dataset {dataset_dir} --model PROVIDER/MODEL` first")
-    out = {}
-    for r in pq.read_table(path).to_pylist():
-        if r["status"] == "ok":
-            out[r["case_id"]] = KeyInfo(r["case_id"], tuple((i["key"], i["value"]) for i in r["items"]), r["initial_request"])
-    return out
-
-
-__all__ = ["extract_keyinfo", "load_keyinfo", "write_keyinfo", "parse_reply", "Extraction", "KeyInfo", "ExtractReport", "CONFIG",
-           "PROMPT_SET", "SCHEMA", "SAMPLING"]
+__all__ = ["extract_keyinfo", "write_keyinfo", "parse_reply", "Extraction", "ExtractReport", "PROMPT_SET", "SAMPLING"]

@@ -13,13 +13,13 @@ def _extract(args) -> int:
     """extract each case's key-value medical information and initial request with a model (the keyinfo config)
 
     One request per text case (all, or --cases) through the request cache, with the versioned prompt set
-    dataset_builder/prompts/keyinfo-v1; the JSON reply is checked, and every case gets a row of the dataset's
+    generation/prompts/keyinfo-v1; the JSON reply is checked, and every case gets a row of the dataset's
     keyinfo config: its (key, value) items and the patient's initial request, or its failure (status invalid,
     refusal or error, with the reason), listed at the end. The config holds the cases of this run, with the
     producing model and the prompt set's sha256.
     """
-    from craftmd.dataset_builder.keyinfo import extract_keyinfo
-    from craftmd.generation.cli import check_base_url
+    from .cli import check_base_url
+    from .keyinfo import extract_keyinfo
 
     if args.base_url:
         check_base_url(args.base_url)
