@@ -84,6 +84,10 @@ for _m in (
     *(Metric(f"patient_info_recall_at_{s}", "continuous", True, 0, 1,
              f"patient_info_recall over the patient's replies to the first {s} % of the doctor's answered turns (rounded up)")
       for s in range(10, 101, 10)),
+    # the consultation protocol (craftmd.scoring.keyinfo, scorer "keyinfo"): ROUGE-1 against the key-value information
+    *(Metric(f"{who}_{m}", "continuous", True, 0, 1, f"ROUGE-1 {m} (rouge-score, stemmed) of the {side} turns against the case's {what}")
+      for who, side, what in (("doctor_key", "doctor's", "keys"), ("patient_value", "patient's", "values"))
+      for m in ("recall", "precision", "f1")),
 ):
     register(_m)
 

@@ -119,6 +119,7 @@ CRAFTMD = register_dataset(
             Config("nejm_image", "samples", "NEJM Image Challenge cases with their images (vision experiments)"),
             Config("diagnoses", "options", "the many-choice MCQ's options: every distinct correct answer"),
             Config("facts", "facts", "MediQ's atomic facts of the text cases MediQ re-used (CC BY 4.0; Li et al., NeurIPS 2024)"),
+            Config("keyinfo", "keyinfo", "key-value medical information and the patient's initial request, extracted by a model (craftmd keyinfo extract)"),
         ),
         description="CRAFT-MD (Johri et al., Nature Medicine 2025)",
     )

@@ -46,6 +46,11 @@ def register(sub) -> None:
     p.add_argument("--doctor", required=True, metavar="PROVIDER/MODEL", help="the model under test")
     p.add_argument("--patient", required=True, metavar="PROVIDER/MODEL", help="the patient-AI")
     p.add_argument("--summarizer", metavar="PROVIDER/MODEL", help="the conversation summarizer (default: the patient model)")
+    p.add_argument("--task", default="craftmd", choices=("craftmd", "consultation"),
+                   help="craftmd (default: CRAFT-MD's protocol) or consultation (the consultation-evaluation framework's protocol: "
+                        "needs the dataset's keyinfo config and --solver; settings upper, lower, consult_P, oracle_direct_P, "
+                        "oracle_random_P, oracle_reverse_P for P in 20,40,60,80,100; formats mcq4, frq)")
+    p.add_argument("--solver", metavar="PROVIDER/MODEL", help="consultation task: the fixed model that answers from the conversation")
     p.add_argument("--base-url", metavar="URL",
                    help="OpenAI-compatible server for openai/ models, usually ending in /v1, e.g. http://localhost:8000/v1 "
                         "(default: OPENAI_BASE_URL or OpenAI). Part of the request cache key; never a key")
@@ -64,7 +69,7 @@ def register(sub) -> None:
     p.add_argument("--max-retries", type=int, default=6, help="retries of a failed call before it is recorded as an error (default 6)")
     p.add_argument("--price", type=_price, metavar="IN,OUT", help="USD per million input,output tokens, for the cost in the summary")
     p.add_argument("--cache", type=Path, metavar="PATH", help="request cache (default $CRAFTMD_CACHE/requests.sqlite, else ~/.cache/craftmd/requests.sqlite)")
-    p.add_argument("--prompt-set", default="craftmd-v1", help="prompt set folder under generation/prompts (default craftmd-v1)")
+    p.add_argument("--prompt-set", default=None, help="prompt set folder under generation/prompts (default: craftmd-v1; consult-v1 for --task consultation)")
     p.add_argument("--out", required=True, type=Path, metavar="RELEASE_DIR", help="the release folder to write")
     p.add_argument("--overwrite", action="store_true", help="replace RELEASE_DIR if it exists")
     add_quiet_argument(p)
@@ -85,6 +90,7 @@ def run_generate(args) -> int:
         check_base_url(args.base_url)
     report = generate(GenerateSpec(
         dataset=Path(args.dataset), out=args.out, doctor=args.doctor, patient=args.patient, summarizer=args.summarizer,
+        solver=args.solver, task=args.task,
         config=args.config, cases=args.cases, trials=args.trials, experiments=args.experiments, max_turns=args.max_turns,
         seed=args.seed, temperature=args.temperature, max_tokens=args.max_tokens, base_url=args.base_url,
         concurrency=args.concurrency, workers=args.workers, timeout=args.timeout, max_retries=args.max_retries, price=args.price,

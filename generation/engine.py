@@ -37,6 +37,7 @@ from craftmd.models.cache import RequestCache
 from craftmd.models.calls import Caller, Counts
 from craftmd.models import ChatModel, Sampling, get_model, split_name
 from craftmd.samples import Sample, load_samples
+from craftmd.tasks import Task
 from craftmd.tasks.diagnosis import TASK
 
 from .protocol import DEFAULT_PROMPT_SET, Conversation, PromptSet, Protocol
@@ -61,6 +62,8 @@ class GenerateSpec:
     doctor: str
     patient: str
     summarizer: str | None = None
+    solver: str | None = None  # the consultation task's fixed solver
+    task: str = "craftmd"  # craftmd (CRAFT-MD's protocol) or consultation (generation.consult)
     config: str = "all"
     cases: list[str] | None = None
     trials: int = 1
@@ -79,7 +82,7 @@ class GenerateSpec:
     backoff: float = 0.5
     price: tuple[float, float] | None = None  # USD per million tokens in, out
     cache: Path | None = None
-    prompt_set: str = DEFAULT_PROMPT_SET
+    prompt_set: str | None = None  # default: the task's own (craftmd-v1; consult-v1)
     overwrite: bool = False
     progress: bool = True
 
@@ -114,6 +117,7 @@ class GenerateReport:
     wall_s: float
     failed_conversations: int = 0
     cost: float | None = None
+    notes: tuple[str, ...] = ()  # lines the task adds to the summary
 
     # The run's counts by name (tests, benchmarks and the summary read these).
     requests = property(lambda self: self.counts.requests)
@@ -144,28 +148,29 @@ class GenerateReport:
         for agent, t in self.tallies.items():
             lines.append(f"             {agent:<12} {t.requests:>8}    {t.tokens_in:>12,}  {t.tokens_out:>12,}")
         lines.append(f"             {'total':<12} {c.requests:>8}    {c.tokens_in:>12,}  {c.tokens_out:>12,}")
+        lines += list(self.notes)
         if self.cost is not None:
             lines.append(f"cost         ${self.cost:,.2f} at the given price per million tokens (all agents, whole release)")
         return "\n".join(lines)
 
 
 # --- input ------------------------------------------------------------------------------
-def parse_experiments(names: list[str] | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def parse_experiments(names: list[str] | None, task: Task = TASK) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``multiturn,frq`` → (settings, formats); a name may be a setting, a format or setting:format."""
     if not names:
-        return TASK.settings, TASK.formats
+        return task.settings, task.formats
     settings, formats = [], []
     for raw in names:
         for part in raw.split(":"):
             part = part.strip()
-            if part in TASK.settings:
+            if part in task.settings:
                 settings.append(part)
-            elif part in TASK.formats:
+            elif part in task.formats:
                 formats.append(part)
             else:
-                raise CraftMDError(f"unknown experiment {part!r}; settings: {', '.join(TASK.settings)}; formats: {', '.join(TASK.formats)}")
+                raise CraftMDError(f"unknown experiment {part!r}; settings: {', '.join(task.settings)}; formats: {', '.join(task.formats)}")
     keep = lambda xs, order: tuple(x for x in order if x in xs)  # noqa: E731
-    return keep(settings, TASK.settings) or TASK.settings, keep(formats, TASK.formats) or TASK.formats
+    return keep(settings, task.settings) or task.settings, keep(formats, task.formats) or task.formats
 
 
 def load_cases(dataset: Path, config: str, ids: list[str] | None) -> tuple[list[Sample], str]:
@@ -183,10 +188,14 @@ def load_diagnoses(dataset: Path) -> list[str]:
 
 # --- the run ----------------------------------------------------------------------------
 class Engine:
+    task = TASK
+    agents = AGENTS
+    default_prompt_set = DEFAULT_PROMPT_SET
+
     def __init__(self, spec: GenerateSpec):
         self.spec = spec
-        self.settings, self.formats = parse_experiments(spec.experiments)
-        for agent in AGENTS:
+        self.settings, self.formats = parse_experiments(spec.experiments, self.task)
+        for agent in self.agents:
             name = getattr(spec, agent)
             if name:
                 split_name(name)
@@ -198,18 +207,23 @@ class Engine:
             raise CraftMDError("--concurrency must be at least 1")
         if Path(spec.out).exists() and not spec.overwrite:
             raise CraftMDError(f"{spec.out} exists (pass --overwrite to replace it)")
-        self.prompts = PromptSet(spec.prompt_set)
+        self.prompts = PromptSet(spec.prompt_set or self.default_prompt_set)
         self.protocol = Protocol(self.prompts, spec.max_turns)
         self.cases, self.dataset_sha = load_cases(Path(spec.dataset), spec.config, spec.cases)
         if not self.cases:
             raise CraftMDError(f"no cases selected from config {spec.config!r}")
         self.many = load_diagnoses(Path(spec.dataset)) if "mcq_many" in self.formats else []
-        self.agent_names = {"doctor": spec.doctor, "patient": spec.patient, "summarizer": spec.summarizer or spec.patient}
-        self.tallies = {a: Counts() for a in AGENTS}
+        self.agent_names = self.roles()
+        self.tallies = {a: Counts() for a in self.agents}
         self.callers: dict[str, Caller] = {}
         self.servers: dict[str, str | None] = {}  # model name -> the server it is called at (for the manifest)
         self.answers_done = 0
         self._tick = lambda: None  # called after every request and every answer (the progress bar)
+
+    def roles(self) -> dict[str, str]:
+        """agent -> provider/model."""
+        spec = self.spec
+        return {"doctor": spec.doctor, "patient": spec.patient, "summarizer": spec.summarizer or spec.patient}
 
     # which experiments a case allows: the cells of the task's matrix whose needs the case meets
     def plan(self, case: Sample, with_image: bool) -> list[tuple[str, str]]:
@@ -217,7 +231,7 @@ class Engine:
         out = []
         for s in self.settings:
             for f in self.formats:
-                e = TASK.experiment(s, f)
+                e = self.task.experiment(s, f)
                 if e is None or (image_case and not e.image):
                     continue
                 if e.exam and not (case.has_exam and case.history):
@@ -478,12 +492,13 @@ class Engine:
     def manifest(self, jobs) -> Manifest:
         spec = self.spec
         per_agent = {**Sampling(spec.temperature, spec.top_p, spec.max_tokens, spec.seed).to_dict(), "seed_rule": "seed + trial"}
-        sampling = {a: dict(per_agent) for a in AGENTS}
+        sampling = {a: dict(per_agent) for a in self.agents}
         ids = hashlib.sha256("\n".join(c.case_id for c in self.cases).encode()).hexdigest()
         total = Counts.total(self.tallies.values())
         return Manifest(
             release=Path(spec.out).name,
             kind="generated",
+            task=self.task.name,
             model=spec.doctor,
             source={"dataset_config": spec.config, "dataset_sha256": self.dataset_sha, "case_ids_sha256": ids, "cases": len(self.cases)},
             prompt_set=self.prompts.describe(),
@@ -514,5 +529,12 @@ class Engine:
 
 def generate(spec: GenerateSpec) -> GenerateReport:
     """Validate everything (one-line errors, nothing written), run, write the release."""
-    engine = Engine(spec)
+    if spec.task == "consultation":
+        from .consult import ConsultEngine
+
+        engine = ConsultEngine(spec)
+    elif spec.task == "craftmd":
+        engine = Engine(spec)
+    else:
+        raise CraftMDError(f"unknown task {spec.task!r} for generation; known: craftmd, consultation")
     return engine.run()

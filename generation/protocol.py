@@ -47,7 +47,8 @@ class PromptSet:
             known = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
             raise CraftMDError(f"unknown prompt set {name!r}; known: {', '.join(known)}")
         self.files = {p.name: p.read_text(encoding="utf-8") for p in sorted(self.dir.iterdir()) if p.is_file()}
-        self.specialties = {k: v for k, v in json.loads(self.files["specialties.json"]).items() if not k.startswith("_")}
+        specialties = json.loads(self.files.get("specialties.json", "{}"))  # a set without it names no specialty
+        self.specialties = {k: v for k, v in specialties.items() if not k.startswith("_")}
 
     @cached_property
     def sha256(self) -> str:
@@ -158,16 +159,22 @@ class Protocol:
         return [{"role": "system", "content": self.p.text("patient_system.txt", vignette=knowledge)}] + flipped
 
     async def converse(self, case: Sample, knowledge: str, with_image: bool, doctor: Call, patient: Call,
-                       sampling_doctor: Sampling, sampling_patient: Sampling) -> Conversation:
-        """Run one conversation; ``knowledge`` is what the patient knows (vignette or history)."""
+                       sampling_doctor: Sampling, sampling_patient: Sampling, opening: str | None = None) -> Conversation:
+        """Run one conversation; ``knowledge`` is what the patient knows (vignette or history).
+
+        The doctor opens with the prompt set's opening line, or, given ``opening``, the patient opens with it."""
         conv = Conversation(self.doctor_prefix(case, with_image))
-        conv.turns.append({"role": "assistant", "content": self.p.text("doctor_opening.txt")})
+        if opening is None:
+            conv.turns.append({"role": "assistant", "content": self.p.text("doctor_opening.txt")})
+        else:
+            conv.turns.append({"role": "user", "content": opening})
         while True:
-            c = await patient(self.patient_messages(knowledge, conv), sampling_patient)
-            if c.status != "ok":
-                conv.ended, conv.error = c.status, c.error
-                return conv
-            conv.turns.append({"role": "user", "content": c.text})
+            if conv.turns[-1]["role"] == "assistant":
+                c = await patient(self.patient_messages(knowledge, conv), sampling_patient)
+                if c.status != "ok":
+                    conv.ended, conv.error = c.status, c.error
+                    return conv
+                conv.turns.append({"role": "user", "content": c.text})
             if conv.n_turns >= self.max_turns:
                 conv.ended = "max_turns"
                 return conv

@@ -87,6 +87,7 @@ def get_task(name: str) -> Task:
 
 def _load_builtin() -> None:
     from . import diagnosis  # noqa: F401  (registers the CRAFT-MD task)
+    from . import consultation  # noqa: F401  (registers the consultation task)
 
 
 __all__ = ["Task", "Experiment", "TASKS", "register", "get_task", "parse_matrix"]

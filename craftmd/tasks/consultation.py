@@ -1,0 +1,57 @@
+"""The consultation protocol of the consultation-evaluation framework, posed on CRAFT-MD's text cases.
+
+The patient opens with a fixed *initial request* and then answers as a colloquial, lazy patient
+(one point of information per short reply); the doctor asks until it stops asking. The doctor
+never answers the question itself: a separate fixed **solver** model answers it from what the
+conversation gathered, so doctors are compared on what they asked. The initial request and the
+(key, value) items come from the dataset's ``keyinfo`` config (``craftmd keyinfo extract``); a
+case without them is posed only in ``upper``.
+
+Conversation kinds: ``consult`` (the doctor under test), and the consultation-order oracle
+``oracle_direct`` / ``oracle_random`` / ``oracle_reverse`` — a scripted doctor that asks "Can you
+tell me about {key}?" over the case's keys in the extracted order, a seeded shuffle of it, or its
+reverse.
+
+Settings (what the solver reads): ``upper`` (the whole vignette: the upper bound), ``lower`` (the
+initial request alone: the lower bound), and ``<kind>_<p>`` for p in 20, 40, 60, 80, 100: the
+conversation of that kind cut after the first ⌈p·K/100⌉ of its K rounds (a round is a doctor
+question the patient answered; the doctor's closing turn is never shown). Formats: ``mcq4`` (the
+case's four choices) and ``frq`` (free response), graded by CRAFT-MD's graders.
+"""
+
+from __future__ import annotations
+
+from . import Task, parse_matrix, register
+
+#: The conversation kinds, the consulting doctor's first.
+CONVERSATIONS = ("consult", "oracle_direct", "oracle_random", "oracle_reverse")
+#: The shares of rounds the solver answers after.
+SHARES = (20, 40, 60, 80, 100)
+
+
+def _matrix() -> str:
+    rows = ["setting format conversation exam image options"]
+    for setting, conv in [("upper", "-"), ("lower", "-")] + [(f"{k}_{p}", k) for k in CONVERSATIONS for p in SHARES]:
+        rows += [f"{setting} mcq4 {conv} no no choices4", f"{setting} frq {conv} no no -"]
+    return "\n".join(rows)
+
+
+EXPERIMENTS = parse_matrix(_matrix())
+
+TASK = register(
+    Task(
+        name="consultation",
+        description="consultation: the doctor interviews a lazy patient who opens with a request; a fixed solver answers from the conversation",
+        dataset="craftmd",
+        experiments=EXPERIMENTS,
+        conversations=CONVERSATIONS,
+        scorers=("paper", "strict", "offline"),
+        metrics=("correct",),
+    )
+)
+
+
+def cut(setting: str) -> tuple[str | None, int | None]:
+    """``consult_40`` -> (``consult``, 40); ``upper``/``lower`` -> (None, None)."""
+    kind, _, share = setting.rpartition("_")
+    return (kind, int(share)) if kind in CONVERSATIONS else (None, None)

@@ -1,0 +1,172 @@
+"""``craftmd generate --task consultation``: the consultation protocol on the generation engine.
+
+The task (:mod:`craftmd.tasks.consultation`) says what is posed; this module runs it with the
+engine's machinery (one :class:`~craftmd.models.calls.Caller` per model, the request cache,
+the progress bar, the release writer) and the prompt set ``consult-v1``. Per (case, trial):
+
+* ``consult``: :meth:`Protocol.converse` with the patient opening with the case's initial request
+  (the ``keyinfo`` config), the doctor under test asking, the lazy patient answering (it holds the
+  vignette); it ends as CRAFT-MD's does (a "Final Diagnosis", a turn without a question, or
+  ``--max-turns``).
+* ``oracle_direct`` / ``oracle_random`` / ``oracle_reverse``: the same, with a scripted doctor (no
+  model, no request) that asks ``oracle_question.txt`` over the case's keys in their extracted
+  order, shuffled with ``random.Random(f"{seed + trial}:{case_id}")``, or reversed, then closes
+  with ``oracle_closing.txt``; ``--max-turns`` caps it too.
+* the solver (``--solver``, a fixed model, role ``solver``) answers each setting's question:
+  ``upper`` from the whole vignette, ``lower`` from the initial request alone, ``<kind>_<p>`` from
+  the initial request and the first ⌈p·K/100⌉ of the conversation's K rounds (a round: a doctor
+  question and the patient's answer; the doctor's closing turn is never shown).
+
+A case without key-value information (no ``ok`` row in ``keyinfo``) is posed in ``upper`` only; the
+manifest lists such cases (``counts.no_keyinfo``). A failed conversation blocks its settings' answers,
+which carry its reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+from craftmd import CraftMDError
+from craftmd.dataset import config_file
+from craftmd.atomic import sha256_file
+from craftmd.models.base import Completion
+from craftmd.samples import Sample
+from craftmd.tasks.consultation import CONVERSATIONS, TASK, cut
+
+from .engine import Engine
+from .protocol import Conversation
+
+AGENTS = ("doctor", "patient", "solver")
+ORACLES = {"oracle_direct": "direct", "oracle_random": "random", "oracle_reverse": "reverse"}
+
+
+def rounds(conv: Conversation) -> list[tuple[str, str]]:
+    """(doctor question, patient answer) pairs after the patient's opening, in order."""
+    t = conv.turns
+    return [(t[i]["content"], t[i + 1]["content"]) for i in range(1, len(t) - 1, 2)
+            if t[i]["role"] == "assistant" and t[i + 1]["role"] == "user"]  # fmt: skip
+
+
+def oracle_keys(keys: list[str], order: str, seed: int, case_id: str) -> list[str]:
+    """The keys in the oracle's ``order``: direct, random (seeded by the trial's seed and the case id) or reverse."""
+    if order == "reverse":
+        return keys[::-1]
+    if order == "random":
+        out = list(keys)
+        random.Random(f"{seed}:{case_id}").shuffle(out)
+        return out
+    return list(keys)
+
+
+class ConsultEngine(Engine):
+    task = TASK
+    agents = AGENTS
+    default_prompt_set = "consult-v1"
+
+    def __init__(self, spec):
+        if not spec.solver:
+            raise CraftMDError("the consultation task needs a solver: --solver PROVIDER/MODEL")
+        if spec.config == "nejm_image":
+            raise CraftMDError("the consultation task poses text cases; pick a text config (all, medqa_usmle, derm_public, derm_private)")
+        super().__init__(spec)
+        from craftmd.keyinfo import CONFIG, load_keyinfo
+
+        self.keyinfo = load_keyinfo(spec.dataset)
+        self.keyinfo_sha = sha256_file(config_file(spec.dataset, CONFIG))
+        self.no_keyinfo = [c.case_id for c in self.cases if c.case_id not in self.keyinfo]
+
+    def roles(self) -> dict[str, str]:
+        return {"doctor": self.spec.doctor, "patient": self.spec.patient, "solver": self.spec.solver}
+
+    def plan(self, case: Sample, with_image: bool) -> list[tuple[str, str]]:
+        out = super().plan(case, with_image)
+        return out if case.case_id in self.keyinfo else [(s, f) for s, f in out if s == "upper"]
+
+    def jobs(self) -> list[tuple[Sample, int, bool]]:
+        return [(case, trial, False) for case in self.cases for trial in range(self.spec.trials) if self.plan(case, False)]
+
+    def solver_messages(self, case: Sample, setting: str, fmt: str, conv: Conversation | None, request: str | None) -> list[dict]:
+        p = self.prompts
+        block = self.protocol.question_block(case, fmt, [])
+        if setting == "upper":
+            user = p.text("solver_information.txt", vignette=case.vignette.strip(), question_block=block)
+        else:
+            kind, share = cut(setting)
+            shown = rounds(conv)[: -(-share * len(rounds(conv)) // 100)] if kind else []
+            lines = [p.text("transcript_patient.txt", text=request)]
+            for q, a in shown:
+                lines += [p.text("transcript_doctor.txt", text=q), p.text("transcript_patient.txt", text=a)]
+            user = p.text("solver_conversation.txt", transcript="\n".join(" ".join(x.split()) for x in lines), question_block=block)
+        return [{"role": "system", "content": p.text("solver_system.txt")}, {"role": "user", "content": user}]
+
+    def scripted(self, keys: list[str]):
+        """The oracle's doctor: one question per key, then the closing turn; no model, no request."""
+        questions = [self.prompts.text("oracle_question.txt", key=k) for k in keys] + [self.prompts.text("oracle_closing.txt")]
+
+        async def doctor(messages, sampling) -> Completion:
+            asked = sum(m["role"] == "assistant" for m in messages)
+            return Completion(questions[min(asked, len(questions) - 1)], "ok")
+
+        return doctor
+
+    async def run_job(self, case: Sample, trial: int, with_image: bool) -> tuple[list[dict], list[dict]]:
+        plan = self.plan(case, with_image)
+        sampling = self.sampling(trial)
+        doctor, patient, solver = (self._agent_call(a) for a in AGENTS)
+        info = self.keyinfo.get(case.case_id)
+        answers: list[dict] = []
+        conversations: list[dict] = []
+
+        async def ask(setting: str, fmt: str, conv: Conversation | None, blocked: tuple[str, str] | None) -> None:
+            row = {"case_id": case.case_id, "trial": trial, "setting": setting, "format": fmt, "with_image": False}
+            if blocked:
+                answers.append({**row, "response": None, "status": blocked[0], "error": blocked[1]})
+            else:
+                c = await solver(self.solver_messages(case, setting, fmt, conv, info.initial_request if info else None), sampling, 1)
+                ok = c.status == "ok"
+                answers.append({**row, "response": c.text if ok else None, "status": c.status, "error": None if ok else c.error})
+            self.answers_done += 1
+            self._tick()
+
+        async def conversation(kind: str) -> None:
+            if kind == "consult":
+                who = doctor
+            else:
+                who = self.scripted(oracle_keys(info.keys, ORACLES[kind], sampling.seed, case.case_id))
+            conv = await self.protocol.converse(case, case.vignette, False, who, patient, sampling, sampling, opening=info.initial_request)
+            conversations.append({
+                "case_id": case.case_id, "trial": trial, "conversation": kind, "with_image": False, "messages": conv.record(),
+                "summary": None, "n_turns": conv.n_turns, "ended": conv.ended,
+                "error": conv.error if conv.ended in ("refusal", "error") else None,
+            })
+            failed = (conv.ended, f"the {kind} conversation failed: {conv.error or conv.ended}") if conv.ended in ("refusal", "error") else None
+            await asyncio.gather(*(ask(s, f, conv, failed) for s, f in plan if cut(s)[0] == kind))
+
+        work = [ask(s, f, None, None) for s, f in plan if cut(s)[0] is None]
+        work += [conversation(k) for k in CONVERSATIONS if any(cut(s)[0] == k for s, _ in plan)]
+        await asyncio.gather(*work)
+        return conversations, answers
+
+    def run(self):
+        report = super().run()
+        if self.no_keyinfo:
+            report.notes = (f"no keyinfo   {len(self.no_keyinfo)} cases posed in upper only: {', '.join(self.no_keyinfo)}",)
+        return report
+
+    def manifest(self, jobs):
+        m = super().manifest(jobs)
+        m.source = {**m.source, "keyinfo_sha256": self.keyinfo_sha}
+        m.counts = {**m.counts, "no_keyinfo": list(self.no_keyinfo)}
+        m.notes = {
+            **m.notes,
+            "protocol": "the consultation protocol of the consultation-evaluation framework on CRAFT-MD's text cases: the patient opens "
+                        "with the keyinfo config's initial request and answers lazily; a fixed solver answers from the conversation",
+            "oracle_random_seed": "random.Random(f'{seed + trial}:{case_id}').shuffle(keys)",
+            "shares": "a <kind>_<p> setting shows the initial request and the first ceil(p*K/100) of the K rounds",
+        }
+        return m
+
+
+__all__ = ["ConsultEngine", "rounds", "oracle_keys", "AGENTS"]

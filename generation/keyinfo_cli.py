@@ -1,0 +1,66 @@
+"""``craftmd keyinfo extract`` and ``craftmd keyinfo score``: the key-value information of the consultation protocol."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from craftmd.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, command
+
+
+def _extract(args) -> int:
+    """extract each case's key-value medical information and initial request with a model (the keyinfo config)
+
+    One request per text case (all, or --cases) through the request cache, with the versioned prompt set
+    generation/prompts/keyinfo-v1; the JSON reply is checked, and every case gets a row of the dataset's
+    keyinfo config: its (key, value) items and the patient's initial request, or its failure (status invalid,
+    refusal or error, with the reason), listed at the end. The config holds the cases of this run, with the
+    producing model and the prompt set's sha256.
+    """
+    from .cli import check_base_url
+    from .keyinfo import extract_keyinfo
+
+    if args.base_url:
+        check_base_url(args.base_url)
+    report = extract_keyinfo(args.dataset, args.model, cases=args.cases, base_url=args.base_url, cache=args.cache,
+                             concurrency=args.concurrency, max_retries=args.max_retries, timeout=args.timeout, progress=not args.quiet)
+    print(report.summary(), file=sys.stderr)
+    return 0
+
+
+def _score(args) -> int:
+    """score a release's conversations against the key-value information (doctor_key_*, patient_value_*)
+
+    Add the keyinfo scorer's ROUGE-1 recall/precision/F1 of the doctor's turns against the case's keys and of the
+    patient's turns against its values, for every conversation whose case has key-value information, to each
+    RELEASE's scores.parquet; conversations, answers and manifest are left alone.
+    """
+    from craftmd.scoring.keyinfo import score_keyinfo
+
+    for release in args.release:
+        rec = score_keyinfo(release, args.dataset)
+        print(json.dumps({"release": str(release), "keyinfo": {k: rec[k] for k in ("scored", "failed", "no_keyinfo")}}))
+    return 0
+
+
+def register(sub) -> None:
+    """Add ``craftmd keyinfo extract|score`` to the `craftmd` parser."""
+    p = sub.add_parser("keyinfo", help="key-value medical information: extract it with a model, score conversations against it")
+    inner = p.add_subparsers(dest="keyinfo_command", metavar="STEP", required=True)
+    e = command(inner, "extract", _extract)
+    add_dataset_argument(e)
+    e.add_argument("--model", required=True, metavar="PROVIDER/MODEL", help="the extracting model")
+    e.add_argument("--base-url", metavar="URL", help="OpenAI-compatible server for openai/ models (default: OPENAI_BASE_URL or OpenAI)")
+    add_cases_argument(e, "only these case ids (of the all config)")
+    e.add_argument("--cache", type=Path, metavar="PATH", help="request cache (default $CRAFTMD_CACHE/requests.sqlite)")
+    e.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
+    e.add_argument("--max-retries", type=int, default=6, help="retries of a failed call before it is recorded as an error (default 6)")
+    e.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for one reply before retrying (default 120)")
+    add_quiet_argument(e)
+    s = command(inner, "score", _score)
+    s.add_argument("release", nargs="+", metavar="RELEASE", help="release folder(s)")
+    add_dataset_argument(s)
+
+
+__all__ = ["register"]

@@ -1,0 +1,142 @@
+"""The consultation-evaluation framework's information coverage against the key-value information: scorer ``keyinfo``.
+
+For each conversation of a release whose case has key-value information (the dataset's ``keyinfo``
+config, status ``ok``; :mod:`craftmd.keyinfo`), six scores (variant keys
+``conversation``, ``with_image``, as the ``history`` scorer; metrics in :mod:`craftmd.metrics`):
+
+* ``doctor_key_recall`` / ``_precision`` / ``_f1`` — ROUGE-1 of the doctor's turns joined (the
+  prediction) against the case's keys joined (the reference): how much of what there is to ask
+  the doctor asked about, and how much of what it said was on point;
+* ``patient_value_recall`` / ``_precision`` / ``_f1`` — ROUGE-1 of the patient's turns joined
+  against the case's values joined: how much of the information came out.
+
+ROUGE-1 is computed exactly as ``rouge-score``'s ``RougeScorer(["rouge1"], use_stemmer=True)``
+with the ``history`` scorer's tokens (:func:`craftmd.scoring.history.tokens`) and F-measure.
+Which turns count (:data:`RULES`): in a CRAFT-MD conversation, the doctor's turns after its fixed
+opening line and the patient's replies (:func:`craftmd.scoring.history.split_turns`); in a
+conversation that opens with the patient's initial request (the consultation task's kinds,
+:data:`craftmd.tasks.consultation.CONVERSATIONS`), every doctor turn and the patient's replies
+after that fixed first message. Image conversations and cases without key-value information get
+no scores (counted in the record as ``no_keyinfo``); a failed conversation gets every score with
+status ``error``. The record holds the rules' hash, the rouge-score and nltk versions, and the
+conversations' and the ``keyinfo`` config's hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from craftmd import CraftMDError
+from craftmd.dataset import dataset_fingerprint
+from craftmd.scoring.history import SCHEMA, Reference, fmeasure, split_turns, tokens
+
+SCORER = "keyinfo"
+VERSION = 1
+RULES = {
+    "doctor": "rouge1(target=keys joined by newlines, prediction=doctor turns joined by newlines)",
+    "patient": "rouge1(target=values joined by newlines, prediction=patient turns joined by newlines)",
+    "rouge": "rouge-score RougeScorer(['rouge1'], use_stemmer=True): overlap counted with multiplicity, precision over the "
+             "prediction's tokens, recall over the target's (each at least 1)",
+    "craftmd_turns": "doctor: assistant messages after the first (the opening line); patient: user messages after it",
+    "patient_led_turns": "doctor: every assistant message; patient: user messages after the first (the initial request)",
+    "skipped": "image conversations and cases without ok key-value information: no score",
+    "failed": "ended = error -> every metric status error",
+}
+METRIC_NAMES = tuple(f"{who}_{m}" for who in ("doctor_key", "patient_value") for m in ("recall", "precision", "f1"))
+
+
+def rouge1(reference: str, prediction: str) -> tuple[float, float, float]:
+    """(precision, recall, F1) of ROUGE-1, as rouge-score with ``use_stemmer=True`` (target = ``reference``)."""
+    ref = Reference(reference, None)
+    pred = Counter(tokens(prediction))
+    inter = sum(min(n, ref.counts.get(t, 0)) for t, n in pred.items())
+    p = inter / max(sum(pred.values()), 1)
+    r = inter / max(ref.total, 1)
+    return p, r, fmeasure(p, r)
+
+
+def turns(kind: str, roles: list[str], contents: list[str | None]) -> tuple[list[str], list[str]]:
+    """(doctor turns, patient turns) that count, by :data:`RULES`."""
+    from craftmd.tasks.consultation import CONVERSATIONS
+
+    if kind not in CONVERSATIONS:
+        doctor, patient, _, _ = split_turns(roles, contents)
+        return doctor, patient
+    dialogue = [(r, c or "") for r, c in zip(roles, contents) if r in ("user", "assistant")]
+    first = next((i for i, (r, _) in enumerate(dialogue) if r == "user"), len(dialogue))
+    return [c for r, c in dialogue if r == "assistant"], [c for r, c in dialogue[first + 1:] if r == "user"]
+
+
+def score_conversation(kind: str, roles: list[str], contents: list[str | None], keys: list[str], values: list[str]) -> list[tuple[str, float]]:
+    """(metric, value) of one conversation, in :data:`METRIC_NAMES` order."""
+    doctor, patient = turns(kind, roles, contents)
+    dp, dr, df = rouge1("\n".join(keys), "\n".join(doctor))
+    pp, pr, pf = rouge1("\n".join(values), "\n".join(patient))
+    return list(zip(METRIC_NAMES, (dr, dp, df, pr, pp, pf)))
+
+
+def identity() -> dict:
+    from importlib.metadata import version
+
+    rules = hashlib.sha256(json.dumps(RULES, sort_keys=True).encode()).hexdigest()
+    return {"version": VERSION, "rules_sha256": rules, "rouge_score": version("rouge-score"), "nltk": version("nltk")}
+
+
+def keyinfo_scores(release, dataset_dir: Path | str) -> tuple[pa.Table, dict]:
+    """The ``keyinfo`` scores of ``release``'s conversations and the scorer's record."""
+    from craftmd.keyinfo import CONFIG, load_keyinfo
+
+    info = load_keyinfo(dataset_dir)
+    t = pq.read_table(release.path / "conversations.parquet", columns=["case_id", "trial", "conversation", "with_image", "messages", "ended"])
+    cols: dict[str, list] = {f.name: [] for f in SCHEMA}
+    counts = Counter()
+    for r in t.to_pylist():
+        ki = None if r["with_image"] else info.get(r["case_id"])
+        if ki is None:
+            counts["no_keyinfo"] += 1
+            continue
+        if r["ended"] == "error":
+            scores = [(m, None) for m in METRIC_NAMES]
+            detail = json.dumps({"error": "the conversation failed (ended = error)"})
+            counts["failed"] += 1
+        else:
+            msgs = r["messages"] or []
+            scores = score_conversation(r["conversation"], [m["role"] for m in msgs], [m["content"] for m in msgs], ki.keys, ki.values)
+            detail = None
+            counts["scored"] += 1
+        for metric, value in scores:
+            for k in ("case_id", "trial", "conversation", "with_image"):
+                cols[k].append(r[k])
+            cols["scorer"].append(SCORER)
+            cols["metric"].append(metric)
+            cols["value"].append(value)
+            cols["label"].append(None)
+            cols["detail"].append(detail)
+            cols["status"].append("error" if value is None else "ok")
+    inputs = {"conversations_sha256": release.manifest.files["conversations.parquet"]["sha256"],
+              "keyinfo_sha256": dataset_fingerprint(dataset_dir, (CONFIG,))}  # fmt: skip
+    record = dict(identity(), conversations=t.num_rows, scored=counts["scored"], failed=counts["failed"],
+                  no_keyinfo=counts["no_keyinfo"], inputs=inputs)  # fmt: skip
+    return pa.table(cols, schema=SCHEMA), record
+
+
+def score_keyinfo(release_dir: Path | str, dataset_dir: Path | str) -> dict:
+    """Add (or replace) the ``keyinfo`` scores of a release; conversations, answers and manifest stay as written.
+    Returns the scorer's record."""
+    from craftmd.release import read_release, write_scores
+
+    rel = read_release(release_dir)
+    if not rel.has("conversations"):
+        raise CraftMDError(f"release {rel.id}: no conversations.parquet, nothing to score against the key-value information")
+    table, record = keyinfo_scores(rel, dataset_dir)
+    write_scores(rel, table, {SCORER: record})
+    return record
+
+
+__all__ = ["score_keyinfo", "keyinfo_scores", "score_conversation", "rouge1", "turns", "identity", "SCORER", "METRIC_NAMES", "RULES"]
