@@ -11,7 +11,7 @@ config, status ``ok``; :mod:`craftmd.keyinfo`), six scores (variant keys
   against the case's values joined: how much of the information came out.
 
 ROUGE-1 is computed exactly as ``rouge-score``'s ``RougeScorer(["rouge1"], use_stemmer=True)``
-with the ``history`` scorer's tokens (:func:`craftmd.scoring.history.tokens`) and F-measure.
+with the ``history`` scorer's tokens (:func:`craftmd.scoring.history.token_ids`) and F-measure.
 Which turns count (:data:`RULES`): in a CRAFT-MD conversation, the doctor's turns after its fixed
 opening line and the patient's replies (:func:`craftmd.scoring.history.split_turns`); in a
 conversation that opens with the patient's initial request (the consultation task's kinds,
@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from craftmd import CraftMDError
 from craftmd.dataset import dataset_fingerprint
-from craftmd.scoring.history import SCHEMA, Reference, fmeasure, split_turns, tokens
+from craftmd.scoring.history import SCHEMA, Reference, fmeasure, split_turns, token_ids
 
 SCORER = "keyinfo"
 VERSION = 1
@@ -54,7 +54,7 @@ METRIC_NAMES = tuple(f"{who}_{m}" for who in ("doctor_key", "patient_value") for
 def rouge1(reference: str, prediction: str) -> tuple[float, float, float]:
     """(precision, recall, F1) of ROUGE-1, as rouge-score with ``use_stemmer=True`` (target = ``reference``)."""
     ref = Reference(reference, None)
-    pred = Counter(tokens(prediction))
+    pred = Counter(token_ids(prediction))
     inter = sum(min(n, ref.counts.get(t, 0)) for t, n in pred.items())
     p = inter / max(sum(pred.values()), 1)
     r = inter / max(ref.total, 1)
