@@ -18,6 +18,7 @@ integers in float64 (exact below 2**53), so they too give the same bytes anywher
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -32,8 +33,10 @@ _FIXED = 1e9  # the float path's grid: continuous case values are summed as inte
 _CHUNK = 2_500  # resamples drawn at a time (bounds memory to ~_CHUNK * n * 8 bytes)
 
 
+@functools.lru_cache(maxsize=8)
 def resample_counts(n: int, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> np.ndarray:
-    """``B x n`` float32 matrix: how often each of ``n`` cases is drawn in each resample."""
+    """``B x n`` float32 matrix: how often each of ``n`` cases is drawn in each resample (read-only; the
+    few most recent are kept, so every table of one analysis that resamples ``n`` cases reuses one draw)."""
     if n < 1:
         raise CraftMDError("cannot bootstrap an empty group")
     rng = np.random.default_rng([seed, n])
@@ -43,6 +46,7 @@ def resample_counts(n: int, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> np.
         idx = rng.integers(0, n, size=(b, n))
         idx += np.arange(b)[:, None] * n
         out[start : start + b] = np.bincount(idx.ravel(), minlength=b * n).reshape(b, n)
+    out.flags.writeable = False
     return out
 
 

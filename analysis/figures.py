@@ -4,7 +4,11 @@
   MCQ and FRQ side by side (the paper's Fig. 2);
 * ``specialty_heatmap.png``: conversational FRQ accuracy per specialty and model;
 * ``mcq_frq_drop.png``: how far accuracy falls from the four-choice MCQ to free response;
-* ``mcq_rules.png``: the ``paper`` and ``strict`` MCQ rules side by side.
+* ``mcq_rules.png``: the ``paper`` and ``strict`` MCQ rules side by side;
+* ``history_coverage_curve.png``: how much of the case the patient has revealed after each
+  tenth of the doctor's turns, per model (the consultation framework's turn analysis);
+* ``history_coverage_accuracy.png``: multi-turn and vignette FRQ accuracy per quintile of coverage;
+* ``history_complexity.png``: coverage and multi-turn FRQ accuracy per tertile of the case's length.
 """
 
 from __future__ import annotations
@@ -120,6 +124,103 @@ def mcq_rules(v: View, path: Path) -> Path:
     return _save(fig, path)
 
 
+MODEL_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974", "#64B5CD")
+#: The conversations the history figures read: standard text conversations.
+HISTORY_VARIANT = "conversation=standard"
+
+
+def _history_rows(v: View, metric: str, model: str) -> dict | None:
+    mt = v.a.metrics
+    rows = mt.filter(mt["model"] == model, mt["scorer"] == "history", mt["metric"] == metric).to_dicts()
+    rows = [r for r in rows if HISTORY_VARIANT in r["variant"] and "with_image=false" in r["variant"]]
+    return rows[0] if rows else None
+
+
+def history_coverage_curve(v: View, path: Path) -> Path | None:
+    from craftmd.scoring.history import SHARES
+
+    models = [m for m in v.models if _history_rows(v, "patient_info_recall", m)]
+    if not models:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for k, m in enumerate(models):
+        rows = [_history_rows(v, f"patient_info_recall_at_{s}", m) for s in SHARES]
+        mean = [r["mean"] if r else np.nan for r in rows]
+        lo = [r["ci_low"] if r else np.nan for r in rows]
+        hi = [r["ci_high"] if r else np.nan for r in rows]
+        c = MODEL_COLORS[k % len(MODEL_COLORS)]
+        ax.plot(SHARES, mean, marker="o", ms=3, color=c, label=v.display(m))
+        ax.fill_between(SHARES, lo, hi, color=c, alpha=0.2, linewidth=0)
+    ax.set_xticks(SHARES, [f"{s}%" for s in SHARES])
+    ax.set_xlabel("share of the doctor's turns")
+    ax.set_ylabel("patient_info_recall")
+    ax.set_ylim(0, None)
+    ax.grid(alpha=0.3)
+    ax.set_axisbelow(True)
+    ax.legend(fontsize=8, frameon=False)
+    ax.set_title("How much of the case the patient has revealed, turn by turn (95% CI)", fontsize=10, loc="left")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def history_coverage_accuracy(v: View, path: Path) -> Path | None:
+    cov = v.a.history_by_coverage
+    models = [m for m in v.models if v.grader_for(m, "frq") and cov.filter(cov["model"] == m).height]
+    if not models:
+        return None
+    fig, axes = plt.subplots(1, len(models), figsize=(2.6 * len(models) + 1, 3.6), sharey=True)
+    for ax, m in zip(np.atleast_1d(axes), models):
+        g = cov.filter(cov["model"] == m, cov["grader"] == v.grader_for(m, "frq")).sort("quintile")
+        q = g["quintile"].to_numpy()
+        for col, label, color, style in (("multiturn", "multi-turn", COLORS["multiturn"], "-"), ("vignette", "vignette", COLORS["vignette"], "--")):
+            acc = g[f"{col}_accuracy"].to_numpy()
+            err = [acc - g[f"{col}_ci_low"].to_numpy(), g[f"{col}_ci_high"].to_numpy() - acc]
+            ax.errorbar(q, acc, yerr=err, color=color, linestyle=style, marker="o", ms=3, capsize=2, label=label, elinewidth=0.8)
+        ax.set_title(v.display(m), fontsize=9)
+        ax.set_xticks(q)
+        ax.set_xlabel("coverage quintile")
+        ax.set_ylim(0, None)
+        ax.grid(alpha=0.3)
+        ax.set_axisbelow(True)
+    np.atleast_1d(axes)[0].set_ylabel("FRQ accuracy")
+    np.atleast_1d(axes)[0].legend(fontsize=7, frameon=False)
+    fig.suptitle("Free-response accuracy by how much of the case the conversation revealed (quintiles of patient_info_recall)", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def history_complexity(v: View, path: Path) -> Path | None:
+    cx = v.a.history_by_complexity
+    models = [m for m in v.models if cx.filter(cx["model"] == m).height]
+    if not models:
+        return None
+    panels = (("patient_info_recall", None, "patient_info_recall"), ("frq_accuracy_multiturn", "frq", "multi-turn FRQ accuracy"))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    width = 0.8 / len(models)
+    for ax, (measure, fmt, label) in zip(axes, panels):
+        for k, m in enumerate(models):
+            g = cx.filter(cx["model"] == m, cx["measure"] == measure)
+            if fmt:
+                g = g.filter(g["grader"] == v.grader_for(m, fmt))
+            g = g.sort("tertile")
+            if not g.height:
+                continue
+            t = g["tertile"].to_numpy()
+            mean = g["mean"].to_numpy()
+            ax.bar(t + (k - (len(models) - 1) / 2) * width, mean, width, yerr=[mean - g["ci_low"].to_numpy(), g["ci_high"].to_numpy() - mean],
+                   capsize=1.5, color=MODEL_COLORS[k % len(MODEL_COLORS)], label=v.display(m), error_kw={"elinewidth": 0.7})
+        rng = cx.filter(cx["measure"] == measure).unique(["tertile", "words_low", "words_high"]).sort("tertile")
+        ax.set_xticks(rng["tertile"].to_numpy(), [f"{lo}-{hi} words" for lo, hi in zip(rng["words_low"], rng["words_high"])])
+        ax.set_ylabel(label)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.93), ncol=len(models), fontsize=8,
+               frameon=False)
+    fig.suptitle("By the length of the case's history (tertiles of its words)", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.88))
+    return _save(fig, path)
+
+
 def write_figures(a, out: Path) -> list[Path]:
     """All figures of an :class:`~craftmd.analysis.tables.Analysis` into ``out``."""
     out = Path(out)
@@ -133,7 +234,10 @@ def write_figures(a, out: Path) -> list[Path]:
         specialty_heatmap(v, out / "specialty_heatmap.png"),
         mcq_frq_drop(v, out / "mcq_frq_drop.png"),
         mcq_rules(v, out / "mcq_rules.png"),
-    ]
+        *(p for p in (history_coverage_curve(v, out / "history_coverage_curve.png"),
+                      history_coverage_accuracy(v, out / "history_coverage_accuracy.png"),
+                      history_complexity(v, out / "history_complexity.png")) if p is not None),
+    ]  # fmt: skip
 
 
 __all__ = ["write_figures"]

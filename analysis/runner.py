@@ -109,13 +109,15 @@ def _cases_sql(dataset_dir: Path | str) -> str:
     if not text.exists():
         raise CraftMDError(f"{dataset_dir}: no config 'all' (expected {text}); run `craftmd build` first")
     parts = [
-        "select case_id, false as with_image, source, specialty, single_dx::boolean as single_dx "
+        "select case_id, false as with_image, source, specialty, single_dx::boolean as single_dx, "
+        "len(regexp_extract_all(coalesce(history, ''), '\\S+'))::integer as history_words "
         f"from read_parquet({_lit(text)})"
     ]
     nejm = config_file(dataset_dir, "nejm_image")
     if nejm.exists():
         parts.append(
-            "select case_id, true as with_image, source, specialty::varchar as specialty, null::boolean as single_dx "
+            "select case_id, true as with_image, source, specialty::varchar as specialty, null::boolean as single_dx, "
+            "null::integer as history_words "
             f"from read_parquet({_lit(nejm)})"
         )
     return " union all ".join(parts)

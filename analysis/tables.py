@@ -19,9 +19,11 @@ from craftmd.release import Release, find_releases
 
 from . import runner
 from .bootstrap import DEFAULT_B, DEFAULT_SEED
+from .history import history_tables
 from .stats import bootstrap_tables, metric_table
 
-TABLES = ("accuracy", "pvalues", "answer_status", "mcq_rule_gap", "metrics", "releases", "group_sizes")
+TABLES = ("accuracy", "pvalues", "answer_status", "mcq_rule_gap", "metrics", "releases", "group_sizes", "history_tests",
+          "history_by_coverage", "history_by_complexity")
 
 
 @dataclass
@@ -35,6 +37,9 @@ class Analysis:
     metrics: pl.DataFrame  # every metric but accuracy's 'correct': mean over cases with 95 % CI (stats.metric_table)
     releases: pl.DataFrame  # release, kind, model, display, notes (JSON text)
     group_sizes: pl.DataFrame  # with_image, group_by, group, n_cases: the dataset's cases in each group (not a release's)
+    history_tests: pl.DataFrame  # paired tests between releases on the history metrics (analysis.history)
+    history_by_coverage: pl.DataFrame  # FRQ accuracy by quintile of patient_info_recall
+    history_by_complexity: pl.DataFrame  # history metrics and FRQ accuracy by tertile of the case history's length
     timings: dict = field(default_factory=dict)
     B: int = DEFAULT_B
     seed: int = DEFAULT_SEED
@@ -101,8 +106,10 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
     t1 = time.perf_counter()
     acc, pv = bootstrap_tables(case_groups, accuracy, comparisons, B=B, seed=seed)
     metrics = metric_table(metric_cases, B=B, seed=seed)
+    hist = history_tables(con, B=B, seed=seed)
     t2 = time.perf_counter()
-    return Analysis(acc, pv, status, gap, metrics, _releases_frame(releases), sizes, {"sql_s": t1 - t0, "bootstrap_s": t2 - t1}, B, seed)
+    return Analysis(acc, pv, status, gap, metrics, _releases_frame(releases), sizes, hist["history_tests"], hist["history_by_coverage"],
+                    hist["history_by_complexity"], {"sql_s": t1 - t0, "bootstrap_s": t2 - t1}, B, seed)  # fmt: skip
 
 
 def write_tables(a: Analysis, out: Path) -> list[Path]:

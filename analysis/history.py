@@ -1,0 +1,224 @@
+"""How each doctor takes a history: the tables behind the page's history section.
+
+Read from the ``history`` scorer's scores of the standard text conversations
+(:mod:`craftmd.scoring.history`) and the free-response grades, three tables:
+
+* ``history_tests`` — every pair of text releases on each headline history metric: the mean over
+  their common cases of the per-case difference (each case's mean over its trials), with a 95 %
+  case-bootstrap CI and a two-sided paired-bootstrap p-value, Holm-adjusted over all pairs and
+  metrics (``statsmodels``).
+* ``history_by_coverage`` — the conversations cut into quintiles of ``patient_info_recall``
+  (cut points from every release's conversations together, so a quintile means the same coverage
+  for every model), and per release, FRQ grader and quintile: the share of those conversations
+  whose multi-turn answer was right, beside the share whose vignette answer (same case, same
+  trial; the whole vignette shown) was right. Where multi-turn accuracy stays below vignette
+  accuracy at high coverage, the doctor heard the information and did not use it; where it
+  climbs to it, what was missing was the asking.
+* ``history_by_complexity`` — the text cases cut into tertiles of their history's length (words of
+  the dataset's ``history``: what a patient can tell), and per release and tertile: the mean
+  coverage, doctor turns and multi-turn FRQ accuracy (per grader) — the framework's complexity
+  analysis.
+
+Every interval resamples cases (a case's conversations together), with the one resample matrix of
+:mod:`craftmd.analysis.bootstrap` for the dataset's text cases: a statistic over a subset of cases
+is a ratio of two resampled sums (the subset's values, and its count), so subsets and pairs share
+the draws and the sums stay exact (integers; continuous values on the fixed-point grid).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from . import runner
+from .bootstrap import DEFAULT_B, DEFAULT_SEED, Resampler
+
+#: The metrics compared between models (conversation-level, standard text conversations).
+HEADLINE = (
+    "patient_info_recall", "patient_info_precision", "patient_fact_recall", "doctor_turns", "doctor_words_per_turn",
+    "patient_words_per_turn", "question_similarity_rouge1", "question_similarity_rougeL",
+)  # fmt: skip
+QUINTILES = 5
+TERTILES = 3
+DECIMALS = 6
+
+TEST_COLUMNS = ["metric", "model_a", "model_b", "n_cases", "diff", "ci_low", "ci_high", "p", "p_holm"]
+COVERAGE_COLUMNS = ["model", "grader", "quintile", "recall_low", "recall_high", "n_conversations", "n_cases", "recall_mean",
+                    "multiturn_accuracy", "multiturn_ci_low", "multiturn_ci_high", "vignette_accuracy", "vignette_ci_low",
+                    "vignette_ci_high"]  # fmt: skip
+COMPLEXITY_COLUMNS = ["model", "measure", "grader", "tertile", "words_low", "words_high", "n_cases", "mean", "ci_low", "ci_high"]
+
+
+class _Ratios:
+    """Ratios of case-vector sums (a subset's values over its count), resampled with shared draws."""
+
+    def __init__(self, n: int, B: int, seed: int):
+        self.R = Resampler(B=B, seed=seed)
+        self.n = n
+        self.items: list[tuple] = []
+        self._seen: dict[tuple[bytes, bool], int] = {}
+
+    def _column(self, v: np.ndarray, exact: bool) -> int:
+        """The handle of a column, one per distinct vector (subset counts repeat across measures)."""
+        key = (v.tobytes(), exact)
+        if key not in self._seen:
+            self._seen[key] = self.R.add(v, exact=exact)
+        return self._seen[key]
+
+    def add(self, key: tuple, num: np.ndarray, den: np.ndarray, exact: bool) -> None:
+        if den.sum() == 0:
+            return
+        self.items.append((key, self._column(num, exact), self._column(den, True), float(num.sum()) / float(den.sum())))
+
+    def results(self) -> dict[tuple, tuple[float, float, float, np.ndarray]]:
+        """key -> (estimate, CI low, CI high, resampled ratios)."""
+        self.R.run()
+        out = {}
+        for key, hn, hd, est in self.items:
+            den = self.R.resampled(hd)
+            ratio = np.divide(self.R.resampled(hn), den, out=np.full(len(den), np.nan), where=den > 0)
+            lo, hi = np.nanquantile(ratio, [0.025, 0.975])
+            out[key] = (est, float(lo), float(hi), ratio)
+        return out
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None or not np.isfinite(x) else round(float(x), DECIMALS)
+
+
+def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict[str, pl.DataFrame]:
+    """The three tables, from a prepared connection (:func:`craftmd.analysis.tables.prepared_connection`);
+    empty tables when no release has history scores."""
+    cols = {r[0] for r in con.execute("describe scores").fetchall()}
+    empty = {
+        "history_tests": pl.DataFrame(schema=dict.fromkeys(TEST_COLUMNS, pl.String)),
+        "history_by_coverage": pl.DataFrame(schema=dict.fromkeys(COVERAGE_COLUMNS, pl.String)),
+        "history_by_complexity": pl.DataFrame(schema=dict.fromkeys(COMPLEXITY_COLUMNS, pl.String)),
+    }
+    if not {"conversation", "with_image"} <= cols:
+        return empty
+    cases = pl.from_arrow(con.sql("select case_id, history_words from cases where not with_image").to_arrow_table())
+    if cases.height == 0:
+        return empty
+    from craftmd.release import natural_key
+
+    ids = sorted(cases["case_id"].to_list(), key=natural_key)
+    n = len(ids)
+    positions = pl.DataFrame({"case_id": ids, "pos": np.arange(n)})
+    per_case = pl.from_arrow(runner.run(con, "history_case_scores")).join(positions, on="case_id", maintain_order="left")
+    trials = pl.from_arrow(runner.run(con, "history_trials")).join(positions, on="case_id", maintain_order="left")
+    if per_case.height == 0:
+        return empty
+    ratios = _Ratios(n, B, seed)
+
+    def vector(at: pl.Series, values) -> np.ndarray:
+        v = np.zeros(n)
+        v[at.to_numpy()] = values
+        return v
+
+    # per release and metric: each case's mean over its trials, as a vector over the dataset's text cases
+    means: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+    for (rel, met), g in per_case.group_by("release", "metric", maintain_order=True):
+        m = vector(g["pos"], (g["value_sum"] / g["n_trials"]).to_numpy())
+        has = vector(g["pos"], np.ones(g.height))
+        means[(rel, met)] = (m, has)
+    releases = sorted({r for r, _ in means})
+
+    # 1. paired tests
+    for met in HEADLINE:
+        for i, a in enumerate(releases):
+            for b in releases[i + 1:]:
+                if (a, met) in means and (b, met) in means:
+                    (ma, ha), (mb, hb) = means[(a, met)], means[(b, met)]
+                    common = ha * hb
+                    ratios.add(("test", met, a, b), (ma - mb) * common, common, exact=False)
+
+    # 2. coverage quintiles (pooled cut points) x FRQ accuracy
+    edges = np.quantile(trials.unique(["release", "case_id", "trial"])["recall"].to_numpy(), np.linspace(0, 1, QUINTILES + 1)[1:-1]) \
+        if trials.height else np.array([])
+    trials = trials.with_columns(pl.Series("quintile", np.searchsorted(edges, trials["recall"].to_numpy(), side="right") + 1, pl.Int64))
+    bins = {}
+    for (rel, grader, q), g in trials.group_by("release", "grader", "quintile", maintain_order=True):
+        per = g.group_by("pos", maintain_order=True).agg(
+            pl.len().alias("k"), pl.col("multiturn_correct").fill_null(False).cast(pl.Int64).sum().alias("mt"),
+            pl.col("vignette_correct").fill_null(False).cast(pl.Int64).sum().alias("vg"), pl.col("recall").sum().alias("rc"),
+        )  # fmt: skip
+        den = vector(per["pos"], per["k"].to_numpy())
+        ratios.add(("mt", rel, grader, q), vector(per["pos"], per["mt"].to_numpy()), den, exact=True)
+        ratios.add(("vg", rel, grader, q), vector(per["pos"], per["vg"].to_numpy()), den, exact=True)
+        bins[(rel, grader, q)] = (int(den.sum()), per.height, float(per["rc"].sum() / den.sum()))
+
+    # 3. complexity tertiles of the history's length (the dataset's text cases)
+    words = vector(cases.join(positions, on="case_id", maintain_order="left")["pos"], cases["history_words"].fill_null(0).to_numpy())
+    t_edges = np.quantile(words, np.linspace(0, 1, TERTILES + 1)[1:-1])
+    tertile = np.searchsorted(t_edges, words, side="right") + 1
+    t_range = {t: (int(words[tertile == t].min()), int(words[tertile == t].max())) for t in range(1, TERTILES + 1) if (tertile == t).any()}
+    for (rel, met), (m, has) in means.items():
+        if met in ("patient_info_recall", "patient_fact_recall", "doctor_turns"):
+            for t in t_range:
+                sel = has * (tertile == t)
+                ratios.add(("cx", rel, met, None, t), m * sel, sel, exact=False)
+    acc = trials.group_by("release", "grader", "pos", maintain_order=True).agg(
+        pl.len().alias("k"), pl.col("multiturn_correct").fill_null(False).cast(pl.Int64).sum().alias("mt"))
+    for (rel, grader), g in acc.group_by("release", "grader", maintain_order=True):
+        frac = vector(g["pos"], (g["mt"] / g["k"]).to_numpy())
+        has = vector(g["pos"], np.ones(g.height))
+        for t in t_range:
+            sel = has * (tertile == t)
+            ratios.add(("cx", rel, "frq_accuracy_multiturn", grader, t), frac * sel, sel, exact=False)
+
+    res = ratios.results()
+
+    tests = []
+    for key, (est, lo, hi, draws) in res.items():
+        if key[0] != "test":
+            continue
+        _, met, a, b = key
+        p = (int(np.count_nonzero(np.abs(draws - est) >= abs(est))) + 1) / (len(draws) + 1)
+        n_common = int((means[(a, met)][1] * means[(b, met)][1]).sum())
+        tests.append({"metric": met, "model_a": a, "model_b": b, "n_cases": n_common, "diff": _round(est),
+                      "ci_low": _round(lo), "ci_high": _round(hi), "p": p})  # fmt: skip
+    if tests:
+        from statsmodels.stats.multitest import multipletests
+
+        adj = multipletests([t["p"] for t in tests], method="holm")[1]
+        for t, pa_ in zip(tests, adj):
+            t["p_holm"] = float(pa_)
+    cov = []
+    for (rel, grader, q), (k, ncases, rmean) in bins.items():
+        mt, vg = res.get(("mt", rel, grader, q)), res.get(("vg", rel, grader, q))
+        lo_e = float(edges[q - 2]) if q > 1 else 0.0
+        hi_e = float(edges[q - 1]) if q <= len(edges) else 1.0
+        cov.append({"model": rel, "grader": grader, "quintile": q, "recall_low": _round(lo_e), "recall_high": _round(hi_e),
+                    "n_conversations": k, "n_cases": ncases, "recall_mean": _round(rmean),
+                    "multiturn_accuracy": _round(mt[0]), "multiturn_ci_low": _round(mt[1]), "multiturn_ci_high": _round(mt[2]),
+                    "vignette_accuracy": _round(vg[0]), "vignette_ci_low": _round(vg[1]), "vignette_ci_high": _round(vg[2])})  # fmt: skip
+    cx = []
+    for key, (est, lo, hi, _) in res.items():
+        if key[0] != "cx":
+            continue
+        _, rel, measure, grader, t = key
+        sel = means.get((rel, measure), (None, None))[1]
+        n_t = int(((sel if sel is not None else np.ones(n)) * (tertile == t)).sum()) if measure != "frq_accuracy_multiturn" else None
+        cx.append({"model": rel, "measure": measure, "grader": grader, "tertile": t, "words_low": t_range[t][0],
+                   "words_high": t_range[t][1], "n_cases": n_t, "mean": _round(est), "ci_low": _round(lo), "ci_high": _round(hi)})  # fmt: skip
+    for row in cx:  # the accuracy rows count the cases graded in the tertile
+        if row["n_cases"] is None:
+            g = acc.filter(pl.col("release") == row["model"], pl.col("grader") == row["grader"])
+            row["n_cases"] = int((tertile[g["pos"].to_numpy()] == row["tertile"]).sum())
+    return {
+        "history_tests": pl.DataFrame(tests, schema={"metric": pl.String, "model_a": pl.String, "model_b": pl.String, "n_cases": pl.Int64,
+                                                     "diff": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64, "p": pl.Float64,
+                                                     "p_holm": pl.Float64}).sort("metric", "model_a", "model_b"),
+        "history_by_coverage": pl.DataFrame(cov, schema={"model": pl.String, "grader": pl.String, "quintile": pl.Int64,
+                                                         "recall_low": pl.Float64, "recall_high": pl.Float64,
+                                                         "n_conversations": pl.Int64, "n_cases": pl.Int64, "recall_mean": pl.Float64,
+                                                         **{c: pl.Float64 for c in COVERAGE_COLUMNS[8:]}}).sort("model", "grader", "quintile"),
+        "history_by_complexity": pl.DataFrame(cx, schema={"model": pl.String, "measure": pl.String, "grader": pl.String, "tertile": pl.Int64,
+                                                          "words_low": pl.Int64, "words_high": pl.Int64, "n_cases": pl.Int64,
+                                                          "mean": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64})
+        .sort("model", "measure", "grader", "tertile", nulls_last=False),
+    }  # fmt: skip
+
+
+__all__ = ["history_tables", "HEADLINE"]
