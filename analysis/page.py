@@ -32,16 +32,16 @@ def fixed(x: float | None, digits: int = 3) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
 
 
-def pct(x: float) -> str:
-    return f"{x:.1%}"
+def pct(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1%}"
 
 
 def thousands(n: int) -> str:
     return f"{n:,}"
 
 
-def signed(x: float) -> str:
-    return f"{x:+.3f}"
+def signed(x: float | None) -> str:
+    return "–" if x is None else f"{x:+.3f}"
 
 
 def p_value(p: float) -> str:
@@ -195,7 +195,7 @@ def _measures(v: View) -> list[dict]:
     from craftmd.metrics import metric
 
     out = []
-    mt = v.a.metrics
+    mt = v.a.metrics.filter(pl.col("scorer") != "history")  # the history section shows these (all are in the CSV)
     order = {m: i for i, m in enumerate(v.models + v.partial + v.image_models)}
     for name in mt["metric"].unique(maintain_order=True).to_list():
         d = metric(name)
@@ -207,6 +207,87 @@ def _measures(v: View) -> list[dict]:
                 "rows": [{**r, "display": v.display(r["model"])} for r in rows],
             })  # fmt: skip
     return out
+
+
+#: The history section's columns: metric, heading, digits.
+HISTORY_COLUMNS = (
+    ("patient_info_recall", "Info recall", 3), ("patient_info_precision", "Info precision", 3),
+    ("patient_fact_recall", "Fact recall", 3), ("doctor_turns", "Doctor turns", 1), ("doctor_words_per_turn", "Words / doctor turn", 1),
+    ("patient_words_per_turn", "Words / patient turn", 1), ("question_similarity_rouge1", "Question similarity (R-1)", 3),
+    ("question_similarity_rougeL", "Question similarity (R-L)", 3),
+)  # fmt: skip
+#: The validity audit's measure names of the metrics shown (standard conversations: the reference is the vignette).
+VALIDITY_MEASURES = {"patient_info_recall": "patient_info_recall (vs vignette)", "patient_fact_recall": "patient_fact_recall"}
+
+
+def _audit_table(audits: list[dict], audit_id: str, name_prefix: str) -> list[dict]:
+    """An audit table's rows as dicts (empty when the audit or table is absent)."""
+    for a in audits:
+        if a.get("id") == audit_id:
+            for t in a.get("tables", []):
+                if str(t.get("name", "")).startswith(name_prefix):
+                    return [dict(zip(t["columns"], r)) for r in t.get("rows", [])]
+    return []
+
+
+def _history(v: View, audits: list[dict]) -> dict | None:
+    """The "How each doctor takes a history" section: the history metrics per model with CIs, their agreement
+    with the dermatologists, paired tests, coverage against accuracy and complexity groups."""
+    from .figures import HISTORY_VARIANT
+
+    mt = v.a.metrics.filter(pl.col("scorer") == "history", pl.col("variant").str.contains(HISTORY_VARIANT),
+                            pl.col("variant").str.contains("with_image=false"))
+    models = [m for m in v.models if mt.filter(pl.col("model") == m).height]
+    if not models:
+        return None
+    cell = {(r["model"], r["metric"]): r for r in mt.iter_rows(named=True)}
+    rows = []
+    for m in models:
+        cells = []
+        for metric, _, digits in HISTORY_COLUMNS:
+            r = cell.get((m, metric))
+            cells.append(None if r is None or r["mean"] is None else
+                         {"mean": r["mean"], "lo": r["ci_low"], "hi": r["ci_high"], "digits": digits, "n": r["n_cases"]})
+        rows.append({"display": v.display(m), "cells": cells})
+    # agreement with the dermatologists (the history-validity audit), beside the metrics
+    auc = _audit_table(audits, "history_validity", "ROC AUC")
+    raters = {r["question"]: r for r in _audit_table(audits, "history_validity", "The dermatologists")}
+    q2 = raters.get("doctor_history")
+    validity = []
+    for metric, measure in VALIDITY_MEASURES.items():
+        by = {r["conversations"]: r for r in auc if r["measure"] == measure}
+        if by:
+            both = by.get("rated by both")
+            validity.append({
+                "metric": metric, "all": by.get("all resolved"), "both": both,
+                "as_good": bool(q2 and both and both["auc"] is not None and q2["auc"] is not None and both["auc"] >= q2["auc"]),
+            })  # fmt: skip
+    # paired tests on the coverage metric
+    t = v.a.history_tests.filter(pl.col("metric") == "patient_info_recall", pl.col("model_a").is_in(models), pl.col("model_b").is_in(models))
+    tests = [{"a": v.display(r["model_a"]), "b": v.display(r["model_b"]), "diff": r["diff"], "lo": r["ci_low"], "hi": r["ci_high"],
+              "p": r["p_holm"], "n": r["n_cases"]} for r in t.iter_rows(named=True)]  # fmt: skip
+    n_tests = v.a.history_tests.height
+    # coverage against accuracy: lowest and highest quintile per model, with the preferred FRQ grader
+    cov = v.a.history_by_coverage
+    coverage = []
+    for m in models:
+        g = v.grader_for(m, "frq")
+        sel = cov.filter(pl.col("model") == m, pl.col("grader") == g).sort("quintile") if g else cov.clear()
+        if sel.height:
+            lo_q, hi_q = sel.row(0, named=True), sel.row(sel.height - 1, named=True)
+            coverage.append({"display": v.display(m), "grader": g, "low": lo_q, "high": hi_q,
+                             "gap_high": hi_q["vignette_accuracy"] - hi_q["multiturn_accuracy"]})  # fmt: skip
+    edges = cov.unique(["quintile", "recall_low", "recall_high"]).sort("quintile")
+    cx = v.a.history_by_complexity.filter(pl.col("measure") == "patient_info_recall").unique(["tertile", "words_low", "words_high"]).sort("tertile")
+    best = max(rows, key=lambda r: (r["cells"][0] or {}).get("mean", -1))
+    return {
+        "rows": rows, "columns": [{"metric": c, "label": lbl} for c, lbl, _ in HISTORY_COLUMNS],
+        "n_cases": max((c["n"] for r in rows for c in r["cells"][:1] if c), default=0),
+        "best": {"display": best["display"], "recall": best["cells"][0]["mean"]} if best["cells"][0] else None,
+        "validity": validity, "raters": q2, "tests": tests, "n_tests": n_tests, "coverage": coverage,
+        "quintiles": [(r["recall_low"], r["recall_high"]) for r in edges.iter_rows(named=True)],
+        "tertiles": [(r["words_low"], r["words_high"]) for r in cx.iter_rows(named=True)],
+    }  # fmt: skip
 
 
 def _frq_preference() -> list[dict]:
@@ -344,6 +425,7 @@ def context(a, audits: list[dict] | None = None) -> dict:
         "reliability": _grader_reliability(v, audits),
         "tests": _tests(v),
         "measures": _measures(v),
+        "history": _history(v, audits),
         "audits": [_audit(x) for x in audits],
         "fold_rows": FOLD_ROWS,
         "releases": [{**_release(v, m), "notes": _release_notes(v, m), "partial": m in v.partial, "coverage": v.coverage.get(m, 0)}
