@@ -47,7 +47,7 @@ class PromptSet:
             known = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
             raise CraftMDError(f"unknown prompt set {name!r}; known: {', '.join(known)}")
         self.files = {p.name: p.read_text(encoding="utf-8") for p in sorted(self.dir.iterdir()) if p.is_file()}
-        self.specialties = {k: v for k, v in json.loads(self.files["specialties.json"]).items() if not k.startswith("_")}
+        self.specialties = {k: v for k, v in json.loads(self.files.get("specialties.json", "{}")).items() if not k.startswith("_")}
 
     @cached_property
     def sha256(self) -> str:
