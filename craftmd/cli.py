@@ -15,6 +15,7 @@ from craftmd import CraftMDError, __version__
 ROOMS = (
     "craftmd.dataset_builder.cli",
     "craftmd.generation.cli",
+    "craftmd.generation.encounters_cli",
     "craftmd.scoring.cli",
     "craftmd.scoring.history_cli",
     "craftmd.generation.keyinfo_cli",

@@ -119,9 +119,18 @@ KEYS = {
 def enums(task: Task) -> dict[str, dict[str, tuple[str, ...]]]:
     """The values each table's enum columns may take in a release of ``task``."""
     return {
-        "conversations": {"conversation": task.conversations, "ended": ENDINGS},
+        "conversations": {"conversation": task.conversations, "ended": task.endings or ENDINGS},
         "answers": {"setting": task.settings, "format": task.formats, "status": ANSWER_STATUS},
+        **{t.name: dict(t.enums) for t in task.extra_tables},
     }
+
+
+def _table_spec(name: str, task: Task) -> tuple[pa.Schema, list[str], tuple[str, ...]]:
+    """(schema, key columns, optional columns) of release table ``name`` for ``task``."""
+    for t in task.extra_tables:
+        if t.name == name:
+            return t.schema, list(t.keys), t.optional
+    return SCHEMAS[name], KEYS[name], OPTIONAL[name]
 
 #: Columns a writer may leave out: they are filled with nulls.
 OPTIONAL = {"conversations": ("error",), "answers": ("error",)}
@@ -159,8 +168,8 @@ def conform(name: str, table: pa.Table, task: Task = _CRAFTMD) -> pa.Table:
     """Check a table against its schema and ``task``'s enums, cast it, and sort it by key."""
     if name == "scores":
         return conform_scores(table)
-    schema = SCHEMAS[name]
-    for col in OPTIONAL[name]:
+    schema, keys, optional = _table_spec(name, task)
+    for col in optional:
         if col not in table.column_names:
             table = table.append_column(pa.field(col, schema.field(col).type), pa.nulls(table.num_rows, schema.field(col).type))
     missing = [f.name for f in schema if f.name not in table.column_names]
@@ -172,10 +181,10 @@ def conform(name: str, table: pa.Table, task: Task = _CRAFTMD) -> pa.Table:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise CraftMDError(f"{name}: does not fit the release schema: {exc}") from None
     _check_enums(table, enums(task)[name], name)
-    for col in KEYS[name]:
+    for col in keys:
         if table.column(col).null_count:
             raise CraftMDError(f"{name}.{col}: key column has nulls")
-    return _sort(table, KEYS[name], name)
+    return _sort(table, keys, name)
 
 
 def variant_keys(table: pa.Table | pa.Schema) -> list[str]:
@@ -305,14 +314,15 @@ def write_release(out: Path | str, manifest: RunRecord, tables: dict[str, pa.Tab
     a record's ``inputs`` get the hash of the answers file written here (``answers_sha256``).
     """
     out = Path(out)
-    unknown = set(tables) - set(SCHEMAS)
+    task = get_task(manifest.task)
+    unknown = set(tables) - set(SCHEMAS) - {t.name for t in task.extra_tables}
     if unknown:
         raise CraftMDError(f"unknown release table(s) {sorted(unknown)}")
-    if "answers" not in tables:
-        raise CraftMDError("a release needs answers")
+    for name in task.required_tables:
+        if name not in tables:
+            raise CraftMDError(f"a release of task {task.name} needs {name}")
     if out.exists() and not overwrite:
         raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
-    task = get_task(manifest.task)
     conformed = {name: conform(name, t, task) for name, t in tables.items()}
     if not manifest.dependencies:  # the code writing the release records what it ran on
         manifest.dependencies = dependency_versions()
@@ -327,7 +337,7 @@ def write_release(out: Path | str, manifest: RunRecord, tables: dict[str, pa.Tab
         manifest.files = files
         (tmp / "manifest.json").write_text(manifest.to_json())
         if scores is not None:
-            answers_sha = files["answers.parquet"]["sha256"]
+            answers_sha = files.get("answers.parquet", files.get("conversations.parquet", {})).get("sha256")
             records = {g: dict(r, inputs=dict(r.get("inputs") or {}, answers_sha256=answers_sha)) for g, r in scores[1].items()}
             (tmp / SCORES_FILE).write_bytes(encode_scores(scores[0], records))
     return out

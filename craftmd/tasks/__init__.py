@@ -48,6 +48,17 @@ def parse_matrix(text: str) -> tuple[Experiment, ...]:
 
 
 @dataclass(frozen=True)
+class Table:
+    """A release table a task adds besides conversations and answers (e.g. the encounters' patient states)."""
+
+    name: str
+    schema: object  # a pyarrow schema
+    keys: tuple[str, ...]
+    enums: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (column, allowed values)
+    optional: tuple[str, ...] = ()  # columns a writer may leave out (filled with nulls)
+
+
+@dataclass(frozen=True)
 class Task:
     name: str
     description: str
@@ -57,6 +68,9 @@ class Task:
     scorers: tuple[str, ...] = ()  # the scorers run by default
     metrics: tuple[str, ...] = ()  # the metrics its scorers write
     variant_keys: tuple[str, ...] = ("setting", "format", "with_image")
+    endings: tuple[str, ...] | None = None  # why a conversation may stop (None: the release's CRAFT-MD endings)
+    required_tables: tuple[str, ...] = ("answers",)  # the release tables a release of it must have
+    extra_tables: tuple[Table, ...] = ()  # its own tables, declared here
 
     @property
     def settings(self) -> tuple[str, ...]:
@@ -88,6 +102,7 @@ def get_task(name: str) -> Task:
 def _load_builtin() -> None:
     from . import diagnosis  # noqa: F401  (registers the CRAFT-MD task)
     from . import consultation  # noqa: F401  (registers the consultation task)
+    from . import encounters  # noqa: F401  (registers the patient-led encounters task)
 
 
-__all__ = ["Task", "Experiment", "TASKS", "register", "get_task", "parse_matrix"]
+__all__ = ["Task", "Table", "Experiment", "TASKS", "register", "get_task", "parse_matrix"]

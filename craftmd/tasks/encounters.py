@@ -1,0 +1,87 @@
+"""Patient-led encounters (after MedPI, Fajardo et al. 2025).
+
+A patient books a visit for an encounter reason (anxiety, asthma, breast cancer, depression,
+dermatitis, lupus, pregnancy, seizure disorder, a wellness check-up) with an objective (a
+diagnosis, lifestyle advice, medical screening, medication advice, treatment advice). The
+doctor (the model under test) knows only the patient's name and the reason, opens the
+conversation, and gathers the rest from an AI patient built from a synthetic patient packet
+(the ``medpi`` dataset's ``packets`` config): memories from the packet's events, a
+27-emotion state updated after every doctor turn, a record of what it has disclosed. Either
+side may close; a hard cap bounds the messages; a closure classifier labels every ending.
+
+A release of this task holds:
+
+- ``conversations``: one row per (packet, trial), conversation kind ``encounter``; the doctor
+  speaks as ``assistant``, the patient as ``user``; ``ended`` is one of :data:`ENDINGS`.
+- ``patient_states``: one row per patient turn: the emotion step's 27 scores (-10..10, in
+  :data:`EMOTIONS` order, as a struct), valence, arousal, its summary and reflection, the
+  memories retrieved for the reply, what the patient had disclosed by then; ``status`` says
+  whether the emotion step's output was valid (when not, the previous state carried over and
+  ``error`` says why).
+- ``closures``: one row per encounter: the closure classifier's label of whether it reached a
+  reasonable end.
+
+It poses no questions (no ``answers`` table); the rubric judge scores the conversations.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from . import Experiment, Table, Task, register
+
+#: The 27 emotion categories of Cowen & Keltner (PNAS 2017), as MedPI lists them.
+EMOTIONS = (
+    "admiration", "adoration", "aesthetic_appreciation", "amusement", "anger", "anxiety", "awe", "awareness",
+    "boredom", "calmness", "confusion", "craving", "disgust", "empathetic_pain", "entrancement", "excitement",
+    "fear", "horror", "interest", "joy", "nostalgia", "relief", "romance", "sadness", "satisfaction",
+    "sexual_desire", "surprise",
+)
+#: Why an encounter stopped: a side closed it, the message cap, or a failed call.
+ENDINGS = ("doctor_closed", "patient_closed", "max_messages", "refusal", "error")
+#: What the emotion step and the closure classifier produced.
+STEP_STATUS = ("ok", "invalid", "error")
+CLOSURE_LABELS = ("reasonable", "not_reasonable")
+
+PATIENT_STATES = pa.schema([
+    ("case_id", pa.string()),
+    ("trial", pa.int16()),
+    ("turn", pa.int16()),  # the patient's turn, from 1
+    ("emotions", pa.struct([(e, pa.int8()) for e in EMOTIONS])),
+    ("valence", pa.int8()),  # -10..10
+    ("arousal", pa.int8()),  # 0..10
+    ("summary", pa.string()),
+    ("reflection", pa.string()),
+    ("poignancy", pa.int8()),  # 0..10
+    ("retrieved", pa.list_(pa.string())),  # memory ids, best first
+    ("retrieval_scores", pa.list_(pa.float64())),
+    ("disclosed", pa.list_(pa.string())),  # packet items disclosed so far (cumulative)
+    ("status", pa.string()),  # the emotion step: ok | invalid (unparseable output) | error (the call failed)
+    ("error", pa.string()),
+])
+CLOSURES = pa.schema([
+    ("case_id", pa.string()),
+    ("trial", pa.int16()),
+    ("label", pa.string()),  # reasonable | not_reasonable | null when status != ok
+    ("rationale", pa.string()),
+    ("status", pa.string()),
+    ("error", pa.string()),
+])
+
+TASK = register(
+    Task(
+        name="encounters",
+        description="MedPI-style patient-led encounters: the doctor meets an AI patient with memory and affect who booked a visit "
+                    "for a reason with an objective",
+        dataset="medpi",
+        experiments=(Experiment("encounter", "conversation", "encounter"),),
+        conversations=("encounter",),
+        variant_keys=("conversation",),
+        endings=ENDINGS,
+        required_tables=("conversations", "patient_states", "closures"),
+        extra_tables=(
+            Table("patient_states", PATIENT_STATES, ("case_id", "trial", "turn"), (("status", STEP_STATUS),), ("error",)),
+            Table("closures", CLOSURES, ("case_id", "trial"), (("label", CLOSURE_LABELS), ("status", STEP_STATUS)), ("error",)),
+        ),
+    )
+)

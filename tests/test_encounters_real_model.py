@@ -1,0 +1,50 @@
+"""Patient-led encounters with a real model in every role (SmolLM2-135M via llama.cpp, tests/realmodel.py), through
+the command line: one short encounter (a low message cap), a complete release of the encounters task, every failed
+or unparseable step kept with its reason, and a re-run over the cache that sends nothing and writes the same bytes.
+Nothing here asserts what the 135M model says."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+
+import polars as pl
+
+from craftmd.dataset_builder.packets import build_packets
+from craftmd.release import read_release
+
+MODEL = "openai/smollm2"
+
+
+def craftmd(*args, env=None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "craftmd.cli", *map(str, args)], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def test_one_short_encounter_with_the_real_model(real_model, tmp_path):
+    medpi = tmp_path / "medpi"
+    build_packets(medpi, seed=2, scale=0.05, cells=["seizure_disorder:treatment_advice"], progress=False)
+    common = ["encounters", "generate", "--dataset", medpi, "--doctor", MODEL, "--patient", MODEL, "--base-url", real_model.base_url,
+              "--max-messages", "4", "--max-tokens", "48", "--seed", "7", "--cache", tmp_path / "cache.sqlite", "--quiet"]
+    craftmd(*common, "--out", tmp_path / "a" / "rel")
+    sent = real_model.chat_requests()
+    rel = read_release(tmp_path / "a" / "rel")
+    assert rel.manifest.task == "encounters" and rel.manifest.roles["doctor"]["base_url"] == real_model.base_url
+    conv = pl.read_parquet(tmp_path / "a" / "rel" / "conversations.parquet").to_dicts()
+    assert len(conv) == 1 and conv[0]["ended"] in ("doctor_closed", "patient_closed", "max_messages", "error", "refusal")
+    assert conv[0]["messages"][0]["role"] == "assistant"  # the doctor opened
+    if conv[0]["ended"] in ("error", "refusal"):
+        assert conv[0]["error"]
+    assert len(conv[0]["messages"]) <= 4
+    states = pl.read_parquet(tmp_path / "a" / "rel" / "patient_states.parquet").to_dicts()
+    assert states and all(len(s["emotions"]) == 27 for s in states)
+    for s in states:  # the small model rarely writes valid JSON: whatever it did is kept, with the reason
+        assert (s["status"] == "ok") == (s["error"] is None)
+    closure = pl.read_parquet(tmp_path / "a" / "rel" / "closures.parquet").to_dicts()[0]
+    assert (closure["status"] == "ok") == (closure["label"] is not None) and (closure["status"] == "ok") == (closure["error"] is None)
+    craftmd(*common, "--out", tmp_path / "b" / "rel")
+    assert real_model.chat_requests() == sent
+    digest = lambda p: {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(p.iterdir())}  # noqa: E731
+    assert digest(tmp_path / "a" / "rel") == digest(tmp_path / "b" / "rel")
