@@ -153,6 +153,8 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict
     t_edges = np.quantile(words, np.linspace(0, 1, TERTILES + 1)[1:-1])
     tertile = np.searchsorted(t_edges, words, side="right") + 1
     t_range = {t: (int(words[tertile == t].min()), int(words[tertile == t].max())) for t in range(1, TERTILES + 1) if (tertile == t).any()}
+    if cases["history_words"].null_count() == cases.height:  # a dataset without histories has no complexity groups
+        t_range = {}
     for (rel, met), (m, has) in means.items():
         if met in ("patient_info_recall", "patient_fact_recall", "doctor_turns"):
             for t in t_range:

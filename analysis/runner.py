@@ -108,9 +108,13 @@ def _cases_sql(dataset_dir: Path | str) -> str:
     text = config_file(dataset_dir, "all")
     if not text.exists():
         raise CraftMDError(f"{dataset_dir}: no config 'all' (expected {text}); run `craftmd build` first")
+    import pyarrow.parquet as pq
+
+    has_history = "history" in pq.read_schema(text).names  # a dataset without it has no complexity groups
+    words = "len(regexp_extract_all(coalesce(history, ''), '\\S+'))::integer" if has_history else "null::integer"
     parts = [
         "select case_id, false as with_image, source, specialty, single_dx::boolean as single_dx, "
-        "len(regexp_extract_all(coalesce(history, ''), '\\S+'))::integer as history_words "
+        f"{words} as history_words "
         f"from read_parquet({_lit(text)})"
     ]
     nejm = config_file(dataset_dir, "nejm_image")
