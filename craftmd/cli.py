@@ -17,6 +17,7 @@ ROOMS = (
     "craftmd.generation.cli",
     "craftmd.scoring.cli",
     "craftmd.scoring.history_cli",
+    "craftmd.scoring.judge_cli",
     "craftmd.analysis.cli",
     "craftmd.ingest_cli",
     "craftmd.pipeline",

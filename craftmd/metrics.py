@@ -84,6 +84,10 @@ for _m in (
     *(Metric(f"patient_info_recall_at_{s}", "continuous", True, 0, 1,
              f"patient_info_recall over the patient's replies to the first {s} % of the doctor's answered turns (rounded up)")
       for s in range(10, 101, 10)),
+    # MedPI's rubric (craftmd.scoring.judge, scorers judge:PROVIDER/MODEL and judge-committee): one dimension of a conversation
+    Metric("rubric_score", "ordinal", True, 1, 4,
+           "a judge's 1-4 score of one rubric dimension of a whole conversation (1 clearly deficient, 4 exemplary); "
+           "the dimension is the variant key 'dimension'"),
 ):
     register(_m)
 
