@@ -149,7 +149,7 @@ def expected_fault(mode: str, case: str, dim: str) -> str | None:
     return f
 
 
-def make_release(root, model="openai/gpt-4-0613"):
+def make_release(root, model="openai/gpt-4-0613", release="tiny"):
     convs = []
     for i, (cid, said) in enumerate(CASES.items()):
         msgs = [{"role": "system", "content": "You are an AI doctor."},
@@ -161,8 +161,8 @@ def make_release(root, model="openai/gpt-4-0613"):
     answers = pa.table({"case_id": pa.array([], pa.string()), "trial": pa.array([], pa.int16()), "setting": pa.array([], pa.string()),
                         "format": pa.array([], pa.string()), "with_image": pa.array([], pa.bool_()), "response": pa.array([], pa.string()),
                         "status": pa.array([], pa.string())})  # fmt: skip
-    rec = RunRecord(release="tiny", kind="generated", model=model, roles={"doctor": {"model": model}})
-    return write_release(root / "tiny", rec, {"conversations": pa.Table.from_pylist(convs), "answers": answers})
+    rec = RunRecord(release=release, kind="generated", model=model, roles={"doctor": {"model": model}})
+    return write_release(root / release, rec, {"conversations": pa.Table.from_pylist(convs), "answers": answers})
 
 
 def true_score(model: str, case_id: str, dim: str) -> int:
@@ -362,3 +362,64 @@ def test_sampling_without_response_format_keeps_its_cache_key():
 
     assert "response_format" not in Sampling().to_dict()
     assert Sampling(response_format='{"type": "json_object"}').with_seed(3).response_format == '{"type": "json_object"}'
+
+
+# -- analysis ------------------------------------------------------------------------------------------
+
+
+def test_profiles_match_a_hand_computation(tmp_path):
+    """Two models' committee scores (m1: case_1 with two trials and case_2; m2: case_1): 0-100, categories, meta-categories,
+    case means, failures counted apart, CIs around the mean; tables and figures written."""
+    import polars as pl
+
+    from craftmd.analysis.rubric import page_section, rubric, write_figures, write_tables
+    from craftmd.release import write_scores
+    from craftmd.scoring.judge import SCHEMA
+
+    FJ, FD, MF, CE = "final_diagnosis.justification", "final_diagnosis.data_consistency", "medical_knowledge.factuality", "communication.empathy"
+    scores = {  # (model, case, trial) -> dimension -> score (None: failed)
+        ("m1", "case_1", 0): {FJ: 4, FD: 2, MF: 3, CE: 1},
+        ("m1", "case_1", 1): {FJ: 1, FD: None, MF: 4, CE: 2},
+        ("m1", "case_2", 0): {FJ: 3, FD: 3, MF: None, CE: 4},
+        ("m2", "case_1", 0): {FJ: 2, FD: 2, MF: 2, CE: 2},
+    }
+    releases = []
+    for model in ("m1", "m2"):
+        rel = read_release(make_release(tmp_path, model=f"openai/{model}", release=model))
+        rows = [{"case_id": c, "trial": t, "conversation": "standard", "with_image": False, "dimension": d, "scorer": "judge-committee",
+                 "metric": "rubric_score", "value": None if v is None else float(v), "label": None, "detail": "{}",
+                 "status": "error" if v is None else "ok"}
+                for (m, c, t), ds in scores.items() if m == model for d, v in ds.items()]  # fmt: skip
+        write_scores(rel, pa.Table.from_pylist(rows, schema=SCHEMA), {"judge-committee": {}})
+        releases.append(read_release(rel.path))
+    r = rubric(releases, B=500, seed=1)
+
+    def n(x):
+        return 100 * (x - 1) / 3
+
+    def get(model, level, group):
+        return r.table.filter(pl.col("model") == model, pl.col("level") == level, pl.col("group") == group).to_dicts()[0]
+
+    # m1, final diagnosis: case_1 = mean(conv t0 mean(n4, n2), conv t1 n1); case_2 = mean(n3, n3)
+    fd_c1 = (((n(4) + n(2)) / 2) + n(1)) / 2
+    fd_c2 = n(3)
+    g = get("m1", "category", "final diagnosis")
+    assert g["mean"] == pytest.approx((fd_c1 + fd_c2) / 2, abs=1e-4)
+    assert g["n_cases"] == 2 and g["n_conversations"] == 3 and g["n_failed"] == 1
+    assert g["ci_low"] <= g["mean"] <= g["ci_high"]
+    # m1, Core Medical Competence = mean of its categories per conversation (final diagnosis, medical knowledge)
+    core_c1 = (((n(4) + n(2)) / 2 + n(3)) / 2 + (n(1) + n(4)) / 2) / 2
+    core_c2 = n(3)  # medical knowledge failed there: only final diagnosis
+    g = get("m1", "meta_category", "Core Medical Competence")
+    assert g["mean"] == pytest.approx((core_c1 + core_c2) / 2, abs=1e-4) and g["n_failed"] == 2
+    g = get("m2", "meta_category", "Communication Skills")
+    assert g["mean"] == pytest.approx(n(2), abs=1e-4) and g["n_cases"] == 1 and g["ci_low"] == g["ci_high"] == g["mean"]
+    raw = {(m, s): k for m, _, s, k, _ in r.raw.iter_rows()}
+    assert raw[("m1", "failed")] == 2 and raw[("m1", "4")] == 3 and raw[("m2", "2")] == 4
+    paths = write_tables(r, tmp_path / "board") + write_figures(r, tmp_path / "board" / "figures")
+    assert [p.name for p in paths] == ["rubric.csv", "rubric_raw.csv", "rubric_meta.png", "rubric_categories.png", "rubric_raw.png"]
+    assert all(p.stat().st_size > 0 for p in paths)
+    sec = page_section(r)
+    assert [row["model"] for row in sec["rows"]] == ["m1", "m2"] and sec["rows"][0]["failed"] == 2
+    again = rubric(releases, B=500, seed=1)
+    assert again.table.equals(r.table)  # same inputs, same figures
