@@ -128,12 +128,17 @@ def write_figures(a, out: Path) -> list[Path]:
     if not v.models:
         return []
     plt.rcParams.update({"font.family": "DejaVu Sans", "svg.hashsalt": "craftmd", "font.size": 9})
-    return [
+    paths = [
         settings_bars(v, out / "settings.png"),
         specialty_heatmap(v, out / "specialty_heatmap.png"),
         mcq_frq_drop(v, out / "mcq_frq_drop.png"),
         mcq_rules(v, out / "mcq_rules.png"),
     ]
+    if getattr(v.a, "rubric", None) is not None:
+        from .rubric import write_figures as rubric_figures
+
+        paths += rubric_figures(v.a.rubric, out)
+    return paths
 
 
 __all__ = ["write_figures"]

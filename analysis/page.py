@@ -198,6 +198,8 @@ def _measures(v: View) -> list[dict]:
     mt = v.a.metrics
     order = {m: i for i, m in enumerate(v.models + v.partial + v.image_models)}
     for name in mt["metric"].unique(maintain_order=True).to_list():
+        if name == "rubric_score":  # its own section (analysis.rubric), by category and meta-category
+            continue
         d = metric(name)
         rows = [r for r in mt.filter(pl.col("metric") == name).to_dicts() if r["model"] not in v.partial]  # partial runs: in the CSV only
         rows.sort(key=lambda r: (order.get(r["model"], len(order)), r["model"], r["scorer"], r["variant"]))
@@ -207,6 +209,12 @@ def _measures(v: View) -> list[dict]:
                 "rows": [{**r, "display": v.display(r["model"])} for r in rows],
             })  # fmt: skip
     return out
+
+
+def _rubric(a) -> dict | None:
+    from .rubric import page_section
+
+    return page_section(getattr(a, "rubric", None))
 
 
 def _frq_preference() -> list[dict]:
@@ -344,6 +352,7 @@ def context(a, audits: list[dict] | None = None) -> dict:
         "reliability": _grader_reliability(v, audits),
         "tests": _tests(v),
         "measures": _measures(v),
+        "rubric": _rubric(a),
         "audits": [_audit(x) for x in audits],
         "fold_rows": FOLD_ROWS,
         "releases": [{**_release(v, m), "notes": _release_notes(v, m), "partial": m in v.partial, "coverage": v.coverage.get(m, 0)}

@@ -38,6 +38,7 @@ class Analysis:
     timings: dict = field(default_factory=dict)
     B: int = DEFAULT_B
     seed: int = DEFAULT_SEED
+    rubric: object = None  # the rubric judge's profiles (analysis.rubric.Rubric), when a release was judged
 
 
 def _releases_frame(releases: list[Release]) -> pl.DataFrame:
@@ -102,7 +103,11 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
     acc, pv = bootstrap_tables(case_groups, accuracy, comparisons, B=B, seed=seed)
     metrics = metric_table(metric_cases, B=B, seed=seed)
     t2 = time.perf_counter()
-    return Analysis(acc, pv, status, gap, metrics, _releases_frame(releases), sizes, {"sql_s": t1 - t0, "bootstrap_s": t2 - t1}, B, seed)
+    from .rubric import rubric
+
+    judged = rubric(releases, B=B, seed=seed)
+    return Analysis(acc, pv, status, gap, metrics, _releases_frame(releases), sizes, {"sql_s": t1 - t0, "bootstrap_s": t2 - t1}, B, seed,
+                    judged if judged.table.height else None)
 
 
 def write_tables(a: Analysis, out: Path) -> list[Path]:
@@ -116,6 +121,10 @@ def write_tables(a: Analysis, out: Path) -> list[Path]:
         path = tables / f"{name}.csv"
         df.write_csv(path)
         written.append(path)
+    if a.rubric is not None:
+        from .rubric import write_tables as write_rubric_tables
+
+        written += write_rubric_tables(a.rubric, out)
     return written
 
 
