@@ -125,15 +125,13 @@ def write_figures(a, out: Path) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     v = a if isinstance(a, View) else View(a)
-    if not v.models:
-        return []
     plt.rcParams.update({"font.family": "DejaVu Sans", "svg.hashsalt": "craftmd", "font.size": 9})
     paths = [
         settings_bars(v, out / "settings.png"),
         specialty_heatmap(v, out / "specialty_heatmap.png"),
         mcq_frq_drop(v, out / "mcq_frq_drop.png"),
         mcq_rules(v, out / "mcq_rules.png"),
-    ]
+    ] if v.models else []
     if getattr(v.a, "rubric", None) is not None:
         from .rubric import write_figures as rubric_figures
 

@@ -17,6 +17,7 @@ Figure 3) and ``rubric_raw.png`` (the raw score distribution, Figure 4).
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,7 +155,7 @@ def write_figures(r: Rubric, out: Path) -> list[Path]:
         mu = [rows[g][0] if g in rows else np.nan for g in META_CATEGORIES]
         err = [[rows[g][0] - rows[g][1] if g in rows else 0 for g in META_CATEGORIES], [rows[g][2] - rows[g][0] if g in rows else 0 for g in META_CATEGORIES]]
         ax.bar(x + (j - (len(models) - 1) / 2) * width, mu, width, yerr=err, capsize=2, label=m, error_kw={"elinewidth": 0.8})
-    ax.set_xticks(x, [g.replace(" & ", " &\n") for g in META_CATEGORIES], fontsize=7)
+    ax.set_xticks(x, [textwrap.fill(g, 14) for g in META_CATEGORIES], fontsize=7)
     ax.set_ylim(0, 100)
     ax.set_ylabel("normalised score (0-100)")
     ax.legend(fontsize=7, frameon=False)
