@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from craftmd import CraftMDError
-from craftmd.cli import add_cases_argument, add_quiet_argument, command
+from craftmd.cli import add_cases_argument, add_quiet_argument, add_source_argument, command
 
 
 def _judge(args) -> int:
@@ -27,7 +27,7 @@ def _judge(args) -> int:
         for line in catalog_lines(load_catalog()):
             print(line)
         return 0
-    if not args.release:
+    if not args.release and not args.validity:
         raise CraftMDError("no release given (craftmd judge RELEASE --judge PROVIDER/MODEL)")
     if args.base_url:
         check_base_url(args.base_url)
@@ -40,10 +40,26 @@ def _judge(args) -> int:
     )  # fmt: skip
     if not spec.models:
         raise CraftMDError("no judge given (--judge PROVIDER/MODEL, once per judge)")
+    if args.validity:
+        return _validity(args, spec)
     where = dict(dataset_dir=args.dataset, conversations=args.conversation, cases=args.cases)
     for release in args.release:
         out = estimate_release(release, spec, **where) if args.estimate else judge_release(release, spec, **where)
         print(json.dumps(out, sort_keys=True))
+    return 0
+
+
+def _validity(args, spec) -> int:
+    """The judge against the dermatologists' Q1/Q2 labels, written as an audit (JSON) to --validity."""
+    from craftmd.atomic import atomic_write_json
+    from craftmd.scoring.judge_validity import judge_validity, judge_validity_audit
+    from craftmd.source import Source, default_location
+
+    if args.dataset is None:
+        raise CraftMDError("--validity needs --dataset (the built dataset)")
+    res = judge_validity(args.dataset, Source(args.source or default_location()), spec)
+    atomic_write_json(args.validity, judge_validity_audit(res))
+    print(json.dumps({k: res[k] for k in ("conversations", "judges", "scorer", "requests", "sent", "failures")}, sort_keys=True))
     return 0
 
 
@@ -80,6 +96,10 @@ def register(sub) -> None:
     p.add_argument("--estimate", action="store_true", help="print calls, tokens (and cost with --price) and send nothing")
     p.add_argument("--force", action="store_true", help="allow a judge of the doctor's own model family (recorded)")
     p.add_argument("--catalog", action="store_true", help="print the rubric catalog as JSON lines and exit")
+    p.add_argument("--validity", metavar="OUT.json", default=None,
+                   help="instead of a release: judge the conversations the CRAFT-MD dermatologists rated and write each "
+                        "information-gathering and diagnosis dimension's AUC for their Q1/Q2 labels as an audit (needs --dataset)")
+    add_source_argument(p)
     add_quiet_argument(p)
 
 

@@ -423,3 +423,43 @@ def test_profiles_match_a_hand_computation(tmp_path):
     assert [row["model"] for row in sec["rows"]] == ["m1", "m2"] and sec["rows"][0]["failed"] == 2
     again = rubric(releases, B=500, seed=1)
     assert again.table.equals(r.table)  # same inputs, same figures
+
+
+# -- against the dermatologists ---------------------------------------------------------------------------
+
+
+def test_validity_aucs_are_the_judges_scores_against_the_dermatologists_labels(dataset_dir, source):
+    """The rated conversations judged by a loopback judge (score from the transcript's length; some refused): each AUC is
+    the Mann-Whitney AUC of the valid scores for the resolved labels, refusals are counted, the history AUCs stand beside."""
+    from craftmd.scoring.history import auc
+    from craftmd.scoring.judge_validity import judge_validity, judge_validity_audit, rated_units
+
+    def length_judge(request):
+        p = request["messages"][0]["content"]
+        if p.startswith("You chair"):
+            return "Clinician: fine."
+        text = p.split("<transcript>\n")[1].split("\n</transcript>")[0]
+        if zlib.crc32(text.encode()) % 10 == 0:
+            return None  # refused
+        ids = re.findall(r"^- ([a-z_]+\.[a-z_]+) \(", p, re.M)
+        return json.dumps({"scores": [{"dimension": d, "score": 1 + min(3, len(text) // 1500), "rationale": "", "evidence": []} for d in ids]})
+
+    units, labels = rated_units(dataset_dir, source)
+    assert len(units) > 100 and all(u.objective == "diagnosis" for u in units)
+    with LoopbackServer(length_judge, models=("judge-a",)) as s:
+        spec = J.JudgeSpec(models=["openai/judge-a"], mode="category", dimensions=["final diagnosis"], base_url=s.base_url, progress=False,
+                           max_invalid=0)  # fmt: skip
+        res = judge_validity(dataset_dir, source, spec, B=200)
+    rows = {(r["measure"], r["question"]): r for r in res["rows"]}
+    for q in ("doctor_one_dx", "doctor_history"):
+        use = [(u, labels[(u.conversation, q)]["value"]) for u in units if (labels.get((u.conversation, q)) or {}).get("value") is not None]
+        refused = [u for u, _ in use if zlib.crc32(u.transcript.encode()) % 10 == 0]
+        kept = [(1 + min(3, len(u.transcript) // 1500), y) for u, y in use if u not in refused]
+        r = rows[("final_diagnosis.justification", f"{'Q1' if q == 'doctor_one_dx' else 'Q2'} {q}")]
+        assert r["n"] == len(kept) and r["failed"] == len(refused) > 0
+        assert r["auc"] == pytest.approx(auc([v for v, y in kept if y], [v for v, y in kept if not y]))
+        assert r["ci_low"] <= r["auc"] <= r["ci_high"]
+    assert ("patient_info_recall (vs history)", "Q2 doctor_history") in rows  # the history metrics beside
+    assert ("mean of information-gathering dimensions", "Q1 doctor_one_dx") not in rows  # none of them judged
+    audit = judge_validity_audit(res, B=200)
+    assert audit["id"] == "judge_validity" and len(audit["tables"][0]["rows"]) == len(res["rows"])
