@@ -63,8 +63,28 @@ def _validity(args, spec) -> int:
     return 0
 
 
+def _review(args) -> int:
+    """export 1-4 rating sheets of judged conversations for experts, or import them and measure agreement
+
+    export: sample --n judged conversations per RELEASE (seeded) into an .xlsx with one row per conversation and
+    dimension, a 1-4 column per rater (r1, r2) and the judge's scores in a hidden key sheet. import: read filled-in
+    sheets (every bad rating reported with its cell; nothing computed then) and write, per dimension and pooled, the
+    experts' agreement with each other and with the judge (weighted kappa, Krippendorff's ordinal alpha, Spearman)
+    with 95 % bootstrap CIs as JSON to --out.
+    """
+    from craftmd.scoring.rubric_review import export_rubric_review, import_rubric_review
+
+    if args.action == "export":
+        path = export_rubric_review(args.paths, args.out, n=args.n, seed=args.seed, dimensions=args.dimensions, dataset_dir=args.dataset,
+                                    overwrite=args.overwrite)  # fmt: skip
+    else:
+        path = import_rubric_review(args.paths, args.out, B=args.B, seed=args.seed)
+    print(json.dumps({"written": str(path)}))
+    return 0
+
+
 def register(sub) -> None:
-    """Add ``craftmd judge`` to the `craftmd` parser."""
+    """Add ``craftmd judge`` and ``craftmd judge-review`` to the `craftmd` parser."""
     from craftmd.generation.cli import _list, _price
     from craftmd.scoring.judge import DISCUSSION_TOKENS, MODES, RESPONSE_FORMATS, SCORE_TOKENS
 
@@ -101,6 +121,17 @@ def register(sub) -> None:
                         "information-gathering and diagnosis dimension's AUC for their Q1/Q2 labels as an audit (needs --dataset)")
     add_source_argument(p)
     add_quiet_argument(p)
+
+    r = command(sub, "judge-review", _review)
+    r.add_argument("action", choices=("export", "import"))
+    r.add_argument("paths", nargs="+", metavar="PATH", help="export: release folder(s); import: filled-in .xlsx sheet(s)")
+    r.add_argument("--out", required=True, metavar="FILE", help="export: the .xlsx to write; import: the results .json")
+    r.add_argument("--n", type=int, default=10, help="export: conversations per release (default 10)")
+    r.add_argument("--seed", type=int, default=15, help="the sample's and the bootstrap's seed (default 15)")
+    r.add_argument("--dimensions", type=_list, metavar="NAME[,NAME...]", help="export: only these dimension ids, categories or meta-categories")
+    r.add_argument("--dataset", metavar="DIR", default=None, help="export: the built dataset (a release of another task than craftmd)")
+    r.add_argument("--B", type=int, default=1000, help="import: bootstrap resamples (default 1000)")
+    r.add_argument("--overwrite", action="store_true")
 
 
 __all__ = ["register"]

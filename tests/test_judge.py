@@ -463,3 +463,62 @@ def test_validity_aucs_are_the_judges_scores_against_the_dermatologists_labels(d
     assert ("mean of information-gathering dimensions", "Q1 doctor_one_dx") not in rows  # none of them judged
     audit = judge_validity_audit(res, B=200)
     assert audit["id"] == "judge_validity" and len(audit["tables"][0]["rows"]) == len(res["rows"])
+
+
+# -- the expert-review loop -------------------------------------------------------------------------------
+
+
+def test_review_sheet_round_trip_and_agreement(tmp_path, server):
+    """Export a sheet of judged conversations, fill it as two raters would, import it: every figure is the hand
+    computation on the same pairs; a rating that is not 1-4 is reported with its cell and nothing is written."""
+    import io
+
+    from openpyxl import load_workbook
+
+    from craftmd.scoring.rubric_agreement import krippendorff_alpha, weighted_kappa
+
+    rel = make_release(tmp_path)
+    run_judge(rel, server, "dimension", models=("judge-a", "judge-b"))
+    sheet = tmp_path / "review.xlsx"
+    out = subprocess.run([sys.executable, "-m", "craftmd.cli", "judge-review", "export", str(rel), "--out", str(sheet), "--n", "2",
+                          "--dimensions", "final diagnosis"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    again = tmp_path / "again.xlsx"
+    from craftmd.scoring.rubric_review import export_rubric_review, import_rubric_review
+
+    export_rubric_review([rel], again, n=2, seed=15, dimensions=["final diagnosis"])
+    assert again.read_bytes() == sheet.read_bytes()  # same inputs, same bytes
+    wb = load_workbook(io.BytesIO(sheet.read_bytes()))
+    assert wb["key"].sheet_state == "hidden"
+    key = {(r[0], r[1]): r[3] for r in wb["key"].iter_rows(min_row=2, values_only=True)}
+    ws = wb["review"]
+    assert ws.max_row - 1 == 2 * 4  # two conversations (the failed one is never sampled) x the 4 final-diagnosis dimensions
+    r1s, r2s, judged = [], [], []
+    for i, row in enumerate(ws.iter_rows(min_row=2), 2):
+        rid, dim = row[0].value, row[6].value
+        a = 1 + (i % 4)
+        b = a if i % 3 else 1 + ((a + 1) % 4)
+        ws.cell(i, 10, a)
+        ws.cell(i, 11, str(b))
+        r1s.append(a)
+        r2s.append(b)
+        judged.append((statistics.median_low([a, b]), key[(rid, dim)]))
+    filled = tmp_path / "filled.xlsx"
+    wb.save(filled)
+    res = tmp_path / "results.json"
+    import_rubric_review([filled], res, B=100)
+    got = json.loads(res.read_text())["agreement"][0]
+    assert got["dimension"] == "all" and got["experts_n"] == 8
+    assert got["experts_weighted_kappa"] == pytest.approx(weighted_kappa(r1s, r2s), abs=1e-4)
+    assert got["experts_alpha_ordinal"] == pytest.approx(krippendorff_alpha([r1s, r2s], "ordinal", (1, 2, 3, 4)), abs=1e-4)
+    pairs = [p for p in judged if p[1] is not None]
+    assert got["experts_vs_judge_n"] == len(pairs)
+    ci = got["experts_weighted_kappa_ci"]
+    assert ci[0] <= got["experts_weighted_kappa"] <= ci[1]
+    ws.cell(3, 10, "5")
+    ws.cell(4, 11, "good")
+    wb.save(filled)
+    res.unlink()
+    with pytest.raises(CraftMDError, match=r"2 problem\(s\).*review!J3: '5' is not a rating 1-4.*review!K4"):
+        import_rubric_review([filled], res, B=100)
+    assert not res.exists()
