@@ -80,7 +80,7 @@ def build_workbook(review: list[dict], convs: list[dict], keys: list[dict], meta
     from openpyxl.utils import get_column_letter
     from openpyxl.worksheet.datavalidation import DataValidation
 
-    from craftmd.scoring.review import _deterministic_xlsx
+    from craftmd.scoring.review import keyed_workbook_bytes
     from craftmd.scoring.rubric import load_catalog
 
     wb = Workbook()
@@ -119,14 +119,7 @@ def build_workbook(review: list[dict], convs: list[dict], keys: list[dict], meta
     ds.append(["id", "category", "meta_category", "objectives", "description", "1", "2", "3", "4"])
     for d in load_catalog().dimensions:
         ds.append([d.id, d.category, d.meta_category, ", ".join(d.objectives), d.description, *d.anchors])
-    key = wb.create_sheet("key")
-    key.append(KEY_COLUMNS)
-    for k in keys:
-        key.append([k[c] for c in KEY_COLUMNS])
-    key.sheet_state = "hidden"
-    buf = io.BytesIO()
-    wb.save(buf)
-    return _deterministic_xlsx(buf.getvalue())
+    return keyed_workbook_bytes(wb, keys, KEY_COLUMNS, "key")
 
 
 def export_rubric_review(release_dirs, out, *, n: int, seed: int, dimensions: list[str] | None = None, dataset_dir=None,
