@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from craftmd.scoring.judge import METRIC, pick_scorer
+
 from .bootstrap import DEFAULT_B, DEFAULT_SEED, Resampler
 
-METRIC = "rubric_score"
-COMMITTEE = "judge-committee"
 CONVERSATION = ["case_id", "trial", "conversation", "with_image"]
 COLUMNS = ["model", "scorer", "level", "group", "n_cases", "n_conversations", "n_failed", "mean", "ci_low", "ci_high"]
 
@@ -38,12 +38,6 @@ class Rubric:
     raw: pl.DataFrame  # model, scorer, score (1..4 or "failed"), n, share
     B: int = DEFAULT_B
     seed: int = DEFAULT_SEED
-
-
-def pick_scorer(scorers: list[str]) -> str | None:
-    """The committee where there is one, else the first judge by name."""
-    judges = sorted(s for s in scorers if s.startswith("judge:"))
-    return COMMITTEE if COMMITTEE in scorers else (judges[0] if judges else None)
 
 
 def judge_scores(releases) -> pl.DataFrame:

@@ -548,6 +548,12 @@ def score_rows(units: list[Unit], states: list[MemberState], dims: tuple[Dimensi
     return pa.table(cols, schema=SCHEMA), counts
 
 
+def pick_scorer(scorers: list[str]) -> str | None:
+    """Whose rubric scores stand for a release: the committee where there is one, else the first judge by name."""
+    judges = sorted(s for s in scorers if s.startswith("judge:"))
+    return COMMITTEE if COMMITTEE in scorers else (judges[0] if judges else None)
+
+
 def judge_release(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir: Path | str | None = None,
                   conversations: list[str] | None = None, cases: list[str] | None = None) -> dict:
     """Judge a release's conversations and add the scores to its ``scores.parquet``; returns a summary."""
@@ -598,4 +604,4 @@ def estimate_release(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir=No
 
 
 __all__ = ["Judge", "JudgeSpec", "judge_release", "estimate_release", "validate_reply", "parse_json", "reply_schema", "score_rows",
-           "members", "read_units", "plan", "Unit", "METRIC", "COMMITTEE", "SCHEMA", "MODES", "RESPONSE_FORMATS"]
+           "members", "read_units", "pick_scorer", "plan", "Unit", "METRIC", "COMMITTEE", "SCHEMA", "MODES", "RESPONSE_FORMATS"]

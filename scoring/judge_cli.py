@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from craftmd import CraftMDError
-from craftmd.cli import add_cases_argument, add_quiet_argument, add_source_argument, command
+from craftmd.cli import add_cases_argument, add_quiet_argument, add_source_argument, check_base_url, command, list_type, price_type
 
 
 def _judge(args) -> int:
@@ -19,7 +19,6 @@ def _judge(args) -> int:
     rubric_score; a reply that never validates is a failed score, not a number). --catalog prints the
     rubric as JSON lines; --estimate prints the calls and tokens a run would need and sends nothing.
     """
-    from craftmd.generation.cli import check_base_url
     from craftmd.scoring.judge import JudgeSpec, estimate_release, judge_release
     from craftmd.scoring.rubric import catalog_lines, load_catalog
 
@@ -85,20 +84,19 @@ def _review(args) -> int:
 
 def register(sub) -> None:
     """Add ``craftmd judge`` and ``craftmd judge-review`` to the `craftmd` parser."""
-    from craftmd.generation.cli import _list, _price
     from craftmd.scoring.judge import DISCUSSION_TOKENS, MODES, RESPONSE_FORMATS, SCORE_TOKENS
 
     p = command(sub, "judge", _judge)
     p.add_argument("release", nargs="*", metavar="RELEASE", help="release folder(s)")
     p.add_argument("--judge", action="append", metavar="PROVIDER/MODEL", help="a judge model; repeat for a committee")
     p.add_argument("--seeds", type=int, default=1, help="committee members per judge model, seeds 0..N-1 (default 1)")
-    p.add_argument("--dimensions", type=_list, metavar="NAME[,NAME...]",
+    p.add_argument("--dimensions", type=list_type, metavar="NAME[,NAME...]",
                    help="only these dimension ids, categories or meta-categories (default: all that apply)")
     p.add_argument("--mode", choices=MODES, default="dimension",
                    help="scoring calls: one per dimension (the method's, default) or one per category (cheaper)")
     p.add_argument("--response-format", choices=RESPONSE_FORMATS, default="json_schema",
                    help="how the reply's JSON schema is requested: OpenAI json_schema (default), llama.cpp's json_object, or none")
-    p.add_argument("--conversation", type=_list, metavar="KIND[,KIND...]", help="only these conversation kinds (e.g. standard)")
+    p.add_argument("--conversation", type=list_type, metavar="KIND[,KIND...]", help="only these conversation kinds (e.g. standard)")
     add_cases_argument(p)
     p.add_argument("--dataset", metavar="DIR", default=None,
                    help="the built dataset (needed for a release of another task than craftmd: its packets config gives the objectives)")
@@ -112,7 +110,7 @@ def register(sub) -> None:
     p.add_argument("--concurrency", type=int, default=8, help="requests in flight per judge (default 8)")
     p.add_argument("--max-retries", type=int, default=6)
     p.add_argument("--timeout", type=float, default=120.0)
-    p.add_argument("--price", type=_price, metavar="IN,OUT", help="USD per million input,output tokens, for the cost")
+    p.add_argument("--price", type=price_type, metavar="IN,OUT", help="USD per million input,output tokens, for the cost")
     p.add_argument("--estimate", action="store_true", help="print calls, tokens (and cost with --price) and send nothing")
     p.add_argument("--force", action="store_true", help="allow a judge of the doctor's own model family (recorded)")
     p.add_argument("--catalog", action="store_true", help="print the rubric catalog as JSON lines and exit")
@@ -128,7 +126,7 @@ def register(sub) -> None:
     r.add_argument("--out", required=True, metavar="FILE", help="export: the .xlsx to write; import: the results .json")
     r.add_argument("--n", type=int, default=10, help="export: conversations per release (default 10)")
     r.add_argument("--seed", type=int, default=15, help="the sample's and the bootstrap's seed (default 15)")
-    r.add_argument("--dimensions", type=_list, metavar="NAME[,NAME...]", help="export: only these dimension ids, categories or meta-categories")
+    r.add_argument("--dimensions", type=list_type, metavar="NAME[,NAME...]", help="export: only these dimension ids, categories or meta-categories")
     r.add_argument("--dataset", metavar="DIR", default=None, help="export: the built dataset (a release of another task than craftmd)")
     r.add_argument("--B", type=int, default=1000, help="import: bootstrap resamples (default 1000)")
     r.add_argument("--overwrite", action="store_true")

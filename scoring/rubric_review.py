@@ -42,8 +42,7 @@ INSTRUCTIONS = ("Read the conversation (sheet 'conversations', by review_id) and
 
 def sample_rows(releases, n: int, seed: int, dimensions: list[str] | None = None, dataset_dir=None) -> tuple[list[dict], list[dict], list[dict]]:
     """(review rows, conversation rows, key rows) of ``n`` judged conversations per release."""
-    from craftmd.analysis.rubric import pick_scorer
-    from craftmd.scoring.judge import METRIC, read_units
+    from craftmd.scoring.judge import METRIC, pick_scorer, read_units
     from craftmd.scoring.review import _stratum_rng
     from craftmd.scoring.rubric import applicable, load_catalog
 
