@@ -480,8 +480,10 @@ class Judge:
         def tick() -> None:
             bar.update(1)
             c = Counts.total(tallies)
+            price = self.spec.price
+            cost = f" ${(c.tokens_in * price[0] + c.tokens_out * price[1]) / 1e6:,.2f}" if price else ""
             bar.set_postfix_str(f"sent={c.calls} cached={c.cache_hits} fail={c.failures} tok_in={c.tokens_in:,} "
-                                f"tok_out={c.tokens_out:,}", refresh=False)  # fmt: skip
+                                f"tok_out={c.tokens_out:,}{cost}", refresh=False)  # fmt: skip
 
         async def go() -> None:
             await asyncio.gather(*(self._run_member(st, p, tick, c) for st, c in zip(states, tallies)))
