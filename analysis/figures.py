@@ -226,10 +226,8 @@ def write_figures(a, out: Path) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     v = a if isinstance(a, View) else View(a)
-    if not v.models:
-        return []
     plt.rcParams.update({"font.family": "DejaVu Sans", "svg.hashsalt": "craftmd", "font.size": 9})
-    return [
+    paths = [
         settings_bars(v, out / "settings.png"),
         specialty_heatmap(v, out / "specialty_heatmap.png"),
         mcq_frq_drop(v, out / "mcq_frq_drop.png"),
@@ -237,7 +235,12 @@ def write_figures(a, out: Path) -> list[Path]:
         *(p for p in (history_coverage_curve(v, out / "history_coverage_curve.png"),
                       history_coverage_accuracy(v, out / "history_coverage_accuracy.png"),
                       history_complexity(v, out / "history_complexity.png")) if p is not None),
-    ]  # fmt: skip
+    ] if v.models else []  # fmt: skip
+    if getattr(v.a, "rubric", None) is not None:
+        from .rubric import write_figures as rubric_figures
+
+        paths += rubric_figures(v.a.rubric, out)
+    return paths
 
 
 __all__ = ["write_figures"]

@@ -195,9 +195,12 @@ def _measures(v: View) -> list[dict]:
     from craftmd.metrics import metric
 
     out = []
-    mt = v.a.metrics.filter(pl.col("scorer") != "history")  # the history section shows these (all are in the CSV)
+    # the history and rubric sections show these (all are in the CSV)
+    mt = v.a.metrics.filter(pl.col("scorer") != "history", pl.col("metric") != "rubric_score")
     order = {m: i for i, m in enumerate(v.models + v.partial + v.image_models)}
     for name in mt["metric"].unique(maintain_order=True).to_list():
+        if name == "rubric_score":  # its own section (analysis.rubric), by category and meta-category
+            continue
         d = metric(name)
         rows = [r for r in mt.filter(pl.col("metric") == name).to_dicts() if r["model"] not in v.partial]  # partial runs: in the CSV only
         rows.sort(key=lambda r: (order.get(r["model"], len(order)), r["model"], r["scorer"], r["variant"]))
@@ -288,6 +291,12 @@ def _history(v: View, audits: list[dict]) -> dict | None:
         "quintiles": [(r["recall_low"], r["recall_high"]) for r in edges.iter_rows(named=True)],
         "tertiles": [(r["words_low"], r["words_high"]) for r in cx.iter_rows(named=True)],
     }  # fmt: skip
+
+
+def _rubric(a) -> dict | None:
+    from .rubric import page_section
+
+    return page_section(getattr(a, "rubric", None))
 
 
 def _frq_preference() -> list[dict]:
@@ -426,6 +435,7 @@ def context(a, audits: list[dict] | None = None) -> dict:
         "tests": _tests(v),
         "measures": _measures(v),
         "history": _history(v, audits),
+        "rubric": _rubric(a),
         "audits": [_audit(x) for x in audits],
         "fold_rows": FOLD_ROWS,
         "releases": [{**_release(v, m), "notes": _release_notes(v, m), "partial": m in v.partial, "coverage": v.coverage.get(m, 0)}

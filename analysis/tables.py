@@ -43,6 +43,7 @@ class Analysis:
     timings: dict = field(default_factory=dict)
     B: int = DEFAULT_B
     seed: int = DEFAULT_SEED
+    rubric: object = None  # the rubric judge's profiles (analysis.rubric.Rubric), when a release was judged
 
 
 def _releases_frame(releases: list[Release]) -> pl.DataFrame:
@@ -108,8 +109,12 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
     metrics = metric_table(metric_cases, B=B, seed=seed)
     hist = history_tables(con, B=B, seed=seed)
     t2 = time.perf_counter()
+    from .rubric import rubric
+
+    judged = rubric(releases, B=B, seed=seed)
     return Analysis(acc, pv, status, gap, metrics, _releases_frame(releases), sizes, hist["history_tests"], hist["history_by_coverage"],
-                    hist["history_by_complexity"], {"sql_s": t1 - t0, "bootstrap_s": t2 - t1}, B, seed)  # fmt: skip
+                    hist["history_by_complexity"], {"sql_s": t1 - t0, "bootstrap_s": t2 - t1}, B, seed,
+                    judged if judged.table.height else None)  # fmt: skip
 
 
 def write_tables(a: Analysis, out: Path) -> list[Path]:
@@ -123,6 +128,10 @@ def write_tables(a: Analysis, out: Path) -> list[Path]:
         path = tables / f"{name}.csv"
         df.write_csv(path)
         written.append(path)
+    if a.rubric is not None:
+        from .rubric import write_tables as write_rubric_tables
+
+        written += write_rubric_tables(a.rubric, out)
     return written
 
 

@@ -19,6 +19,7 @@ ROOMS = (
     "craftmd.scoring.cli",
     "craftmd.scoring.history_cli",
     "craftmd.generation.keyinfo_cli",
+    "craftmd.scoring.judge_cli",
     "craftmd.analysis.cli",
     "craftmd.ingest_cli",
     "craftmd.pipeline",
@@ -66,6 +67,33 @@ def add_cases_argument(parser: argparse.ArgumentParser, help: str = "only these 
 def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
     """``--quiet``: no progress bars, the one progress flag on every subcommand."""
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def price_type(text: str) -> tuple[float, float]:
+    """``--price IN,OUT``: USD per million input and output tokens."""
+    try:
+        a, b = (float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected IN,OUT in USD per million tokens, e.g. 2.5,10") from None
+    return a, b
+
+
+def list_type(text: str) -> list[str]:
+    """A comma-separated option value as a list (blanks dropped)."""
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def check_base_url(url: str) -> None:
+    """A one-line error for a --base-url that is not an http(s) URL with a host."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        raise CraftMDError(f"--base-url {url!r} is not a valid URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise CraftMDError(f"--base-url {url!r} is not an http(s) URL such as http://localhost:8000/v1")
 
 
 def command(sub, name: str, handler) -> argparse.ArgumentParser:

@@ -88,6 +88,10 @@ for _m in (
     *(Metric(f"{who}_{m}", "continuous", True, 0, 1, f"ROUGE-1 {m} (rouge-score, stemmed) of the {side} turns against the case's {what}")
       for who, side, what in (("doctor_key", "doctor's", "keys"), ("patient_value", "patient's", "values"))
       for m in ("recall", "precision", "f1")),
+    # MedPI's rubric (craftmd.scoring.judge, scorers judge:PROVIDER/MODEL and judge-committee): one dimension of a conversation
+    Metric("rubric_score", "ordinal", True, 1, 4,
+           "a judge's 1-4 score of one rubric dimension of a whole conversation (1 clearly deficient, 4 exemplary); "
+           "the dimension is the variant key 'dimension'"),
 ):
     register(_m)
 

@@ -2,38 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from craftmd import CraftMDError
-from craftmd.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, command
+from craftmd.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, check_base_url, command, list_type, price_type
 from craftmd.release import FORMATS, SETTINGS
-
-
-def _price(text: str) -> tuple[float, float]:
-    try:
-        a, b = (float(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError("expected IN,OUT in USD per million tokens, e.g. 2.5,10") from None
-    return a, b
-
-
-def _list(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
-
-
-def check_base_url(url: str) -> None:
-    """A one-line error for a --base-url that is not an http(s) URL with a host."""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises on a bad port
-    except ValueError as exc:
-        raise CraftMDError(f"--base-url {url!r} is not a valid URL ({exc})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise CraftMDError(f"--base-url {url!r} is not an http(s) URL such as http://localhost:8000/v1")
 
 
 def register(sub) -> None:
@@ -58,7 +31,7 @@ def register(sub) -> None:
     p.add_argument("--workers", type=int, default=1,
                    help="processes sharing the work (default 1); more help against a fast local server, where the "
                         "client's own CPU per request is the limit (ignored for vllm/ models, which batch)")
-    p.add_argument("--experiments", type=_list, metavar="LIST",
+    p.add_argument("--experiments", type=list_type, metavar="LIST",
                    help=f"settings and/or formats to run, comma-separated (default all). settings: {', '.join(SETTINGS)}; "
                         f"formats: {', '.join(FORMATS)}")
     p.add_argument("--max-turns", type=int, default=60, help="most doctor turns in a conversation (default 60; upstream's longest had 59)")
@@ -67,7 +40,7 @@ def register(sub) -> None:
     p.add_argument("--max-tokens", type=int, default=512, help="most tokens per reply (default 512)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for one reply before retrying (default 120)")
     p.add_argument("--max-retries", type=int, default=6, help="retries of a failed call before it is recorded as an error (default 6)")
-    p.add_argument("--price", type=_price, metavar="IN,OUT", help="USD per million input,output tokens, for the cost in the summary")
+    p.add_argument("--price", type=price_type, metavar="IN,OUT", help="USD per million input,output tokens, for the cost in the summary")
     p.add_argument("--cache", type=Path, metavar="PATH", help="request cache (default $CRAFTMD_CACHE/requests.sqlite, else ~/.cache/craftmd/requests.sqlite)")
     p.add_argument("--prompt-set", default=None, help="prompt set folder under generation/prompts (default: craftmd-v1; consult-v1 for --task consultation)")
     p.add_argument("--out", required=True, type=Path, metavar="RELEASE_DIR", help="the release folder to write")

@@ -352,12 +352,16 @@ def build_workbook(rows: list[dict], keys: list[dict], meta: dict) -> bytes:
         ws.add_data_validation(dv)
     ws.freeze_panes = "B2"
 
-    key = wb.create_sheet(KEY_SHEET)
-    key.append(KEY_COLUMNS)
-    for k in keys:
-        key.append([k[c] for c in KEY_COLUMNS])
-    key.sheet_state = "hidden"
+    return keyed_workbook_bytes(wb, keys, KEY_COLUMNS)
 
+
+def keyed_workbook_bytes(wb, keys: list[dict], columns: list[str], sheet: str = KEY_SHEET) -> bytes:
+    """A review workbook with its hidden key sheet (``columns`` of ``keys``) added, as deterministic .xlsx bytes."""
+    key = wb.create_sheet(sheet)
+    key.append(columns)
+    for k in keys:
+        key.append([k[c] for c in columns])
+    key.sheet_state = "hidden"
     buf = io.BytesIO()
     wb.save(buf)
     return _deterministic_xlsx(buf.getvalue())

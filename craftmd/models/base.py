@@ -37,12 +37,18 @@ class Sampling:
     top_p: float = 1.0
     max_tokens: int = 512
     seed: int = 0
+    #: The OpenAI ``response_format`` to request (JSON text, e.g. a json_schema), or None. Left out of
+    #: :meth:`to_dict` (and so of the cache key) when None, so requests without one keep their keys.
+    response_format: str | None = None
 
     def to_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}  # scalars only: no deep copy
+        d = {name: getattr(self, name) for name in self.__dataclass_fields__}  # scalars only: no deep copy
+        if d["response_format"] is None:
+            del d["response_format"]
+        return d
 
     def with_seed(self, seed: int) -> Sampling:
-        return Sampling(self.temperature, self.top_p, self.max_tokens, seed)
+        return Sampling(self.temperature, self.top_p, self.max_tokens, seed, self.response_format)
 
 
 @dataclass(frozen=True)

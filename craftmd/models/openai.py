@@ -13,6 +13,7 @@ completion raises :class:`TransientError`.
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
 from urllib.parse import urlsplit, urlunsplit
@@ -98,6 +99,8 @@ class OpenAIModel(ChatModel):
             # ``chat.completions.create`` walks every message to transform it and builds a typed
             # response model, a few milliseconds per request that dominate a fast local server.
             body = {"model": self.model, "messages": messages, **sampling.to_dict()}
+            if sampling.response_format is not None:  # sent as the JSON object it is
+                body["response_format"] = json.loads(sampling.response_format)
             r = await self.client.post(self._chat_url, body=body, cast_to=httpx2.Response, options=self._options)
         except openai.APITimeoutError:
             raise TransientError("timeout", f"no answer within {self.client.timeout} s") from None

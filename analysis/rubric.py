@@ -1,0 +1,222 @@
+"""MedPI's rubric on the board: profiles by category and meta-category, per model, with case-bootstrap CIs.
+
+From each release's ``rubric_score`` rows (:mod:`craftmd.scoring.judge`) of one scorer — the committee's
+median (``judge-committee``) where there is one, else the release's judge (the first by name) — each
+valid 1–4 score is put on the 0–100 scale (``100 (s - 1) / 3``). Per conversation, a **category**
+score is the mean of its valid dimension scores, and a **meta-category** score the mean of its
+categories' scores (each category counts once, whatever its number of dimensions); a conversation
+with no valid score in a group has no value there. Per model, a group's figure is the mean over cases
+of each case's mean over its conversations, with a 95 % case-bootstrap CI (:mod:`.bootstrap`'s float
+path, the same draws as every other metric). Failed scores are counted beside (``n_failed``), never
+folded in. ``raw`` counts the 1–4 scores (and failures) per model: the paper's Figure 4.
+
+Written to ``tables/rubric.csv`` and ``tables/rubric_raw.csv``; figures ``rubric_meta.png`` (the
+meta-category profile, the paper's Figure 2), ``rubric_categories.png`` (the category heat map,
+Figure 3) and ``rubric_raw.png`` (the raw score distribution, Figure 4).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from craftmd.scoring.judge import METRIC, pick_scorer
+
+from .bootstrap import DEFAULT_B, DEFAULT_SEED, Resampler
+
+CONVERSATION = ["case_id", "trial", "conversation", "with_image"]
+COLUMNS = ["model", "scorer", "level", "group", "n_cases", "n_conversations", "n_failed", "mean", "ci_low", "ci_high"]
+
+
+@dataclass
+class Rubric:
+    table: pl.DataFrame  # COLUMNS: one row per model, level (meta_category | category) and group
+    raw: pl.DataFrame  # model, scorer, score (1..4 or "failed"), n, share
+    B: int = DEFAULT_B
+    seed: int = DEFAULT_SEED
+
+
+def judge_scores(releases) -> pl.DataFrame:
+    """Every release's rubric scores of its chosen scorer, with the catalog's category and meta-category."""
+    from craftmd.scoring.rubric import load_catalog
+
+    cat = load_catalog().by_id()
+    frames = []
+    for r in releases:
+        t, _ = r.scores_with_records()
+        if t is None or "dimension" not in t.column_names:
+            continue
+        df = pl.from_arrow(t).filter(pl.col("metric") == METRIC)
+        scorer = pick_scorer(df["scorer"].unique().to_list()) if df.height else None
+        if scorer is None:
+            continue
+        df = df.filter(pl.col("scorer") == scorer).select(*CONVERSATION, "dimension", "scorer", "value", "status")
+        frames.append(df.with_columns(pl.lit(r.display).alias("model")))
+    if not frames:
+        return pl.DataFrame(schema={"model": pl.String, **{c: pl.String for c in CONVERSATION}, "dimension": pl.String,
+                                    "scorer": pl.String, "value": pl.Float64, "status": pl.String,
+                                    "category": pl.String, "meta_category": pl.String})  # fmt: skip
+    df = pl.concat(frames, how="diagonal_relaxed")
+    unknown = set(df["dimension"].unique().to_list()) - set(cat)
+    if unknown:
+        from craftmd import CraftMDError
+
+        raise CraftMDError(f"rubric scores name dimensions not in the catalog: {sorted(unknown)[:5]}")
+    return df.with_columns(pl.col("dimension").replace_strict({k: d.category for k, d in cat.items()}).alias("category"),
+                           pl.col("dimension").replace_strict({k: d.meta_category for k, d in cat.items()}).alias("meta_category"))  # fmt: skip
+
+
+def conversation_scores(df: pl.DataFrame) -> pl.DataFrame:
+    """Per conversation: its category scores and meta-category scores on 0–100 (``level``, ``group``, ``value``)."""
+    ok = df.filter(pl.col("status") == "ok").with_columns((100.0 * (pl.col("value") - 1.0) / 3.0).alias("value"))
+    key = ["model", "scorer", *CONVERSATION]
+    cats = ok.group_by([*key, "meta_category", "category"]).agg(pl.col("value").mean())
+    metas = cats.group_by([*key, "meta_category"]).agg(pl.col("value").mean())
+    return pl.concat([
+        cats.select(*key, pl.lit("category").alias("level"), pl.col("category").alias("group"), "value"),
+        metas.select(*key, pl.lit("meta_category").alias("level"), pl.col("meta_category").alias("group"), "value"),
+    ])  # fmt: skip
+
+
+def rubric(releases, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> Rubric:
+    df = judge_scores(releases)
+    conv = conversation_scores(df)
+    cases = conv.group_by("model", "scorer", "level", "group", "case_id").agg(pl.col("value").mean(), pl.len().alias("n_conv"))
+    failed = pl.concat([
+        df.filter(pl.col("status") != "ok").group_by("model", "scorer", pl.col("category").alias("group")).agg(pl.len().alias("n_failed"))
+          .with_columns(pl.lit("category").alias("level")),
+        df.filter(pl.col("status") != "ok").group_by("model", "scorer", pl.col("meta_category").alias("group")).agg(pl.len().alias("n_failed"))
+          .with_columns(pl.lit("meta_category").alias("level")),
+    ]).select("model", "scorer", "level", "group", "n_failed")  # fmt: skip
+    R = Resampler(B=B, seed=seed)
+    cells = []
+    for (model, scorer, level, group), g in cases.sort("model", "scorer", "level", "group", "case_id").group_by(
+            ["model", "scorer", "level", "group"], maintain_order=True):  # fmt: skip
+        v = g["value"].to_numpy()
+        cells.append(((model, scorer, level, group), R.add(v, exact=False), float(v.mean()), int(g["n_conv"].sum())))
+    if cells:
+        R.run()
+    rows = []
+    for (model, scorer, level, group), h, mean, n_conv in cells:
+        n = R.n(h)
+        lo, hi = R.quantiles(h)
+        rows.append({"model": model, "scorer": scorer, "level": level, "group": group, "n_cases": n, "n_conversations": n_conv,
+                     "mean": round(mean, 4), "ci_low": round(lo / n, 4), "ci_high": round(hi / n, 4)})  # fmt: skip
+    schema = {"model": pl.String, "scorer": pl.String, "level": pl.String, "group": pl.String, "n_cases": pl.Int64,
+              "n_conversations": pl.Int64, "mean": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64}  # fmt: skip
+    table = pl.DataFrame(rows, schema=schema).join(failed, on=["model", "scorer", "level", "group"], how="full", coalesce=True)
+    table = table.with_columns(pl.col("n_failed").fill_null(0), pl.col("n_cases").fill_null(0), pl.col("n_conversations").fill_null(0))
+    table = table.select(COLUMNS).sort("model", "level", "group")
+    raw = (df.with_columns(pl.when(pl.col("status") == "ok").then(pl.col("value").cast(pl.Int64).cast(pl.String)).otherwise(pl.lit("failed"))
+                           .alias("score"))
+             .group_by("model", "scorer", "score").agg(pl.len().alias("n"))
+             .with_columns((pl.col("n") / pl.col("n").sum().over("model")).round(6).alias("share"))
+             .sort("model", "score"))  # fmt: skip
+    return Rubric(table, raw, B, seed)
+
+
+def write_tables(r: Rubric, out: Path) -> list[Path]:
+    tables = Path(out) / "tables"
+    tables.mkdir(parents=True, exist_ok=True)
+    paths = [tables / "rubric.csv", tables / "rubric_raw.csv"]
+    r.table.write_csv(paths[0])
+    r.raw.write_csv(paths[1])
+    return paths
+
+
+def write_figures(r: Rubric, out: Path) -> list[Path]:
+    """The meta-category profile, the category heat map and the raw score distribution (none when nothing was judged)."""
+    if r.table.height == 0:
+        return []
+    from craftmd.scoring.rubric import META_CATEGORIES, load_catalog
+
+    from .figures import _save, plt
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    models = sorted(r.table["model"].unique().to_list())
+    paths = []
+    meta = r.table.filter(pl.col("level") == "meta_category", pl.col("mean").is_not_null())
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    width = 0.8 / max(len(models), 1)
+    x = np.arange(len(META_CATEGORIES))
+    for j, m in enumerate(models):
+        rows = {g: (mu, lo, hi) for g, mu, lo, hi in meta.filter(pl.col("model") == m).select("group", "mean", "ci_low", "ci_high").iter_rows()}
+        mu = [rows[g][0] if g in rows else np.nan for g in META_CATEGORIES]
+        err = [[rows[g][0] - rows[g][1] if g in rows else 0 for g in META_CATEGORIES], [rows[g][2] - rows[g][0] if g in rows else 0 for g in META_CATEGORIES]]
+        ax.bar(x + (j - (len(models) - 1) / 2) * width, mu, width, yerr=err, capsize=2, label=m, error_kw={"elinewidth": 0.8})
+    ax.set_xticks(x, [textwrap.fill(g, 14) for g in META_CATEGORIES], fontsize=7)
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("normalised score (0-100)")
+    ax.legend(fontsize=7, frameon=False)
+    ax.set_title("Rubric profile by meta-category (95% case-bootstrap CI)", fontsize=10, loc="left")
+    fig.tight_layout()
+    paths.append(_save(fig, out / "rubric_meta.png"))
+
+    cats = list(load_catalog().categories)
+    cat = r.table.filter(pl.col("level") == "category")
+    grid = np.full((len(models), len(cats)), np.nan)
+    for m, g, mu in cat.select("model", "group", "mean").iter_rows():
+        if mu is not None:
+            grid[models.index(m), cats.index(g)] = mu
+    fig, ax = plt.subplots(figsize=(12, 3.2 + 0.45 * len(models)))
+    im = ax.imshow(np.ma.masked_invalid(grid), vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
+    ax.set_xticks(range(len(cats)), cats, rotation=60, ha="right", fontsize=7)
+    ax.set_yticks(range(len(models)), models, fontsize=8)
+    fig.colorbar(im, ax=ax, fraction=0.02)
+    ax.set_title("Rubric categories (normalised 0-100; blank: not judged)", fontsize=10, loc="left")
+    fig.tight_layout()
+    paths.append(_save(fig, out / "rubric_categories.png"))
+
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(models) + 2), 3.5))
+    levels = ["1", "2", "3", "4", "failed"]
+    colors = {"1": "#d7191c", "2": "#fdae61", "3": "#a6d96a", "4": "#1a9641", "failed": "#999999"}
+    bottom = np.zeros(len(models))
+    for s in levels:
+        share = [dict(r.raw.filter(pl.col("model") == m).select("score", "share").iter_rows()).get(s, 0.0) for m in models]
+        ax.bar(range(len(models)), share, bottom=bottom, color=colors[s], label=s)
+        bottom += np.array(share)
+    ax.set_xticks(range(len(models)), models, fontsize=8)
+    ax.set_ylabel("share of dimension scores")
+    ax.set_ylim(0, 1.18)
+    ax.legend(fontsize=7, frameon=False, ncol=5, loc="upper center")
+    ax.set_title("Raw 1-4 scores per model (failed: no valid score)", fontsize=10, loc="left")
+    fig.tight_layout()
+    paths.append(_save(fig, out / "rubric_raw.png"))
+    return paths
+
+
+def page_section(r: Rubric | None) -> dict | None:
+    """What the page shows: the meta-category profile per model, failures counted."""
+    if r is None or r.table.height == 0:
+        return None
+    from craftmd.scoring.rubric import META_CATEGORIES
+
+    meta = r.table.filter(pl.col("level") == "meta_category")
+    rows = []
+    for m in sorted(meta["model"].unique().to_list()):
+        got = {g: (mu, lo, hi) for g, mu, lo, hi in meta.filter(pl.col("model") == m).select("group", "mean", "ci_low", "ci_high").iter_rows()}
+        failed = int(r.raw.filter(pl.col("model") == m, pl.col("score") == "failed")["n"].sum())
+        total = int(r.raw.filter(pl.col("model") == m)["n"].sum())
+        rows.append({"model": m, "scorer": meta.filter(pl.col("model") == m)["scorer"][0], "failed": failed, "total": total,
+                     "cells": [None if got.get(g, (None,))[0] is None else
+                               f"{got[g][0]:.0f} ({got[g][1]:.0f}–{got[g][2]:.0f})" for g in META_CATEGORIES]})  # fmt: skip
+    return {"meta_categories": list(META_CATEGORIES), "rows": rows, "B": r.B, "seed": r.seed}
+
+
+def analyse_rubric(releases_dir: Path | str, out: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, figures: bool = True) -> Rubric:
+    """Tables (and figures) of the rubric judge's scores of every release under ``releases_dir``."""
+    from craftmd.release import find_releases
+
+    r = rubric(find_releases(releases_dir), B=B, seed=seed)
+    write_tables(r, Path(out))
+    if figures:
+        write_figures(r, Path(out) / "figures")
+    return r
+
+
+__all__ = ["rubric", "judge_scores", "conversation_scores", "write_tables", "write_figures", "page_section", "analyse_rubric", "Rubric"]

@@ -1,0 +1,267 @@
+"""The expert-review loop for the rubric: 1–4 ratings of sampled conversations × dimensions out, back in, agreement.
+
+``export_rubric_review`` samples ``n`` judged conversations per release (seeded, failed conversations left
+out) into an .xlsx workbook (deterministic bytes, as :mod:`craftmd.scoring.review` writes them): sheet
+``review`` has one row per conversation × dimension with the dimension's question and anchors and one
+column per rater (``r1``, ``r2``; a 1–4 drop-down), sheet ``conversations`` the transcripts, sheet
+``dimensions`` the catalog rows, and a hidden ``key`` sheet the judge's score (raters answer blind).
+
+``import_rubric_review`` reads filled-in workbooks; every problem (a rating that is not 1–4, an unknown
+review id or dimension, a row without its key) is collected with its file, row and column, and nothing is
+computed if there is one. Per dimension, and pooled over dimensions, it reports with 95 % CIs (a bootstrap
+over conversations, seeded):
+
+* the experts' agreement with each other: the first two raters' quadratic-weighted kappa and Spearman's rho,
+  Krippendorff's ordinal alpha over all raters;
+* the experts' agreement with the judge: the experts' resolved rating (the lower median of their ratings)
+  against the judge's score, by the same three figures.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from craftmd import CraftMDError
+from craftmd.atomic import atomic_write_bytes, atomic_write_json
+
+FORMAT = "craftmd-rubric-review"
+VERSION = 1
+RATERS = ("r1", "r2")
+REVIEW_COLUMNS = ["review_id", "release", "case_id", "trial", "conversation", "with_image", "dimension", "question", "scores"]
+KEY_COLUMNS = ["review_id", "dimension", "judge", "judge_score"]
+INSTRUCTIONS = ("Read the conversation (sheet 'conversations', by review_id) and rate the doctor on each row's aspect from 1 "
+                "(clearly deficient) to 4 (exemplary), as the row's scores describe; use your rater column (r1 for the first rater, "
+                "r2 for the second) and leave the other alone. Leave a cell blank only if you cannot rate it.")  # fmt: skip
+
+
+def sample_rows(releases, n: int, seed: int, dimensions: list[str] | None = None, dataset_dir=None) -> tuple[list[dict], list[dict], list[dict]]:
+    """(review rows, conversation rows, key rows) of ``n`` judged conversations per release."""
+    from craftmd.scoring.judge import METRIC, pick_scorer, read_units
+    from craftmd.scoring.review import _stratum_rng
+    from craftmd.scoring.rubric import applicable, load_catalog
+
+    cat = load_catalog()
+    dims = cat.select(dimensions)
+    review, convs, keys = [], [], []
+    for rel in releases:
+        t, _ = rel.scores_with_records()
+        judged = [] if t is None or "dimension" not in t.column_names else [r for r in t.to_pylist() if r["metric"] == METRIC]
+        scorer = pick_scorer(sorted({r["scorer"] for r in judged}))
+        if scorer is None:
+            raise CraftMDError(f"release {rel.id}: not judged (craftmd judge first)")
+        score = {(r["case_id"], r["trial"], r["conversation"], r["with_image"], r["dimension"]): r["value"]
+                 for r in judged if r["scorer"] == scorer}  # fmt: skip
+        judged_convs = {k[:4] for k in score}
+        units = [u for u in read_units(rel, dataset_dir) if not u.failed and (u.case_id, u.trial, u.conversation, u.with_image) in judged_convs]
+        pick = sorted(_stratum_rng(seed, rel.id).choice(len(units), size=min(n, len(units)), replace=False).tolist())
+        for i in pick:
+            u = units[i]
+            rid = f"{rel.id}:{u.case_id}:{u.trial}:{u.conversation}:{int(u.with_image)}"
+            convs.append({"review_id": rid, "transcript": u.transcript})
+            for d in applicable(dims, u.objective):
+                review.append({"review_id": rid, "release": rel.id, "case_id": u.case_id, "trial": u.trial, "conversation": u.conversation,
+                               "with_image": u.with_image, "dimension": d.id, "question": d.description,
+                               "scores": " | ".join(f"{i}: {a}" for i, a in enumerate(d.anchors, 1))})  # fmt: skip
+                s = score.get((u.case_id, u.trial, u.conversation, u.with_image, d.id))
+                keys.append({"review_id": rid, "dimension": d.id, "judge": scorer, "judge_score": None if s is None else int(s)})
+    return review, convs, keys
+
+
+def build_workbook(review: list[dict], convs: list[dict], keys: list[dict], meta: dict) -> bytes:
+    from openpyxl import Workbook
+    from openpyxl.styles import Alignment, Font
+    from openpyxl.utils import get_column_letter
+    from openpyxl.worksheet.datavalidation import DataValidation
+
+    from craftmd.scoring.review import keyed_workbook_bytes
+    from craftmd.scoring.rubric import load_catalog
+
+    wb = Workbook()
+    wb.properties.creator = "craftmd"
+    wb.properties.created = wb.properties.modified = dt.datetime(2000, 1, 1)
+    ins = wb.active
+    ins.title = "instructions"
+    ins.append(["format", FORMAT, VERSION])
+    ins.append(["instructions", INSTRUCTIONS])
+    for k in sorted(meta):
+        ins.append([k, json.dumps(meta[k], sort_keys=True)])
+    ws = wb.create_sheet("review")
+    header = REVIEW_COLUMNS + list(RATERS)
+    ws.append(header)
+    for c in ws[1]:
+        c.font = Font(bold=True)
+    for r in review:
+        ws.append([r[c] for c in REVIEW_COLUMNS] + [None] * len(RATERS))
+    if review:
+        dv = DataValidation(type="list", formula1='"1,2,3,4"', allow_blank=True, showErrorMessage=True, errorTitle="1 to 4",
+                            error="Rate from 1 (clearly deficient) to 4 (exemplary).")  # fmt: skip
+        for j in range(len(REVIEW_COLUMNS) + 1, len(header) + 1):
+            letter = get_column_letter(j)
+            dv.add(f"{letter}2:{letter}{len(review) + 1}")
+        ws.add_data_validation(dv)
+    for name, width in (("question", 60), ("scores", 90), ("review_id", 30)):
+        ws.column_dimensions[get_column_letter(header.index(name) + 1)].width = width
+    ws.freeze_panes = "B2"
+    cs = wb.create_sheet("conversations")
+    cs.append(["review_id", "transcript"])
+    for c in convs:
+        cs.append([c["review_id"], c["transcript"]])
+        cs.cell(cs.max_row, 2).alignment = Alignment(wrap_text=True, vertical="top")
+    cs.column_dimensions["B"].width = 120
+    ds = wb.create_sheet("dimensions")
+    ds.append(["id", "category", "meta_category", "objectives", "description", "1", "2", "3", "4"])
+    for d in load_catalog().dimensions:
+        ds.append([d.id, d.category, d.meta_category, ", ".join(d.objectives), d.description, *d.anchors])
+    return keyed_workbook_bytes(wb, keys, KEY_COLUMNS, "key")
+
+
+def export_rubric_review(release_dirs, out, *, n: int, seed: int, dimensions: list[str] | None = None, dataset_dir=None,
+                         overwrite: bool = False) -> Path:
+    """Write the review workbook of ``n`` judged conversations per release to ``out`` (an .xlsx)."""
+    from craftmd.release import read_release
+
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
+    if n < 1:
+        raise CraftMDError("--n must be at least 1")
+    releases = [read_release(p) for p in release_dirs]
+    review, convs, keys = sample_rows(releases, n, seed, dimensions, dataset_dir)
+    from craftmd.scoring.rubric import load_catalog
+
+    meta = {"seed": seed, "n": n, "catalog": load_catalog().record(), "releases": sorted(r.id for r in releases)}
+    atomic_write_bytes(out, build_workbook(review, convs, keys, meta))
+    return out
+
+
+# -- in ---------------------------------------------------------------------------------------------
+
+
+def read_ratings(files: list[tuple[str, bytes]]) -> tuple[dict, dict]:
+    """Filled-in workbooks -> (ratings: (review_id, dimension) -> {rater: 1..4}, judge: (review_id, dimension) -> score or None).
+    Every problem is collected; one CraftMDError lists them (file, row, column) and nothing is returned."""
+    from openpyxl import load_workbook
+    from openpyxl.utils import get_column_letter
+
+    from craftmd.scoring.rubric import load_catalog
+
+    known = set(load_catalog().by_id())
+    problems: list[str] = []
+    ratings: dict = {}
+    judge: dict = {}
+    for name, data in files:
+        try:
+            wb = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+        except Exception as exc:  # noqa: BLE001 - any unreadable file is one problem line
+            problems.append(f"{name}: not an .xlsx workbook ({type(exc).__name__})")
+            continue
+        if "instructions" not in wb.sheetnames or next(wb["instructions"].iter_rows(max_row=1, values_only=True))[:2] != ("format", FORMAT):
+            problems.append(f"{name}: not a rubric review workbook (craftmd judge-review export)")
+            continue
+        for rid, dim, _, score in list(wb["key"].iter_rows(min_row=2, values_only=True)):
+            judge[(rid, dim)] = None if score is None else int(score)
+        rows = list(wb["review"].iter_rows(values_only=True))
+        header = list(rows[0])
+        cols = {r: header.index(r) for r in RATERS if r in header}
+        for i, row in enumerate(rows[1:], 2):
+            rid, dim = row[0], row[REVIEW_COLUMNS.index("dimension")]
+            if dim not in known:
+                problems.append(f"{name}: review row {i}: unknown dimension {dim!r}")
+                continue
+            if (rid, dim) not in judge:
+                problems.append(f"{name}: review row {i}: {rid} / {dim} is not in the key sheet")
+                continue
+            for rater, j in cols.items():
+                v = row[j]
+                if v is None or (isinstance(v, str) and not v.strip()):
+                    continue
+                try:
+                    level = int(str(v).strip()) if not isinstance(v, float) or v.is_integer() else None
+                except ValueError:
+                    level = None
+                if level not in (1, 2, 3, 4):
+                    problems.append(f"{name}: review!{get_column_letter(j + 1)}{i}: {v!r} is not a rating 1-4")
+                    continue
+                ratings.setdefault((rid, dim), {})[rater] = level
+    if problems:
+        shown = "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else "")
+        raise CraftMDError(f"{len(problems)} problem(s) in the review files: {shown}")
+    return ratings, judge
+
+
+def _figures(pairs_r: list[tuple], pairs_j: list[tuple], matrix: list[list]) -> dict:
+    from craftmd.scoring.rubric_agreement import krippendorff_alpha, spearman, weighted_kappa
+
+    out = {}
+    for who, pairs in (("experts", pairs_r), ("experts_vs_judge", pairs_j)):
+        a, b = [p[0] for p in pairs], [p[1] for p in pairs]
+        mat = [[p[0] for p in pairs], [p[1] for p in pairs]]
+        out[who] = {"n": len(pairs), "weighted_kappa": weighted_kappa(a, b), "spearman": spearman(a, b),
+                    "alpha_ordinal": krippendorff_alpha(mat, "ordinal", (1, 2, 3, 4)) if pairs else None}  # fmt: skip
+    if matrix:
+        out["experts"]["alpha_ordinal"] = krippendorff_alpha(np.array(matrix, float).T, "ordinal", (1, 2, 3, 4))
+    return out
+
+
+def agreement(ratings: dict, judge: dict, *, B: int = 1000, seed: int = 15) -> list[dict]:
+    """Per dimension and pooled ('all'): the experts' agreement and theirs with the judge, each with a 95 % CI
+    (bootstrap over conversations)."""
+    raters = sorted({r for v in ratings.values() for r in v}, key=lambda r: (r not in RATERS, RATERS.index(r) if r in RATERS else 0, r))
+    first2 = raters[:2]
+    items = []
+    for (rid, dim), vals in sorted(ratings.items()):
+        resolved = statistics.median_low(list(vals.values()))
+        items.append({"review_id": rid, "dimension": dim, "pair": tuple(vals[r] for r in first2) if all(r in vals for r in first2) else None,
+                      "judge": (resolved, judge[(rid, dim)]) if judge.get((rid, dim)) is not None else None,
+                      "row": [vals.get(r, np.nan) for r in raters]})  # fmt: skip
+    out = []
+    groups = [("all", items)] + [(d, [i for i in items if i["dimension"] == d]) for d in sorted({i["dimension"] for i in items})]
+    for name, its in groups:
+        def stat(sel):
+            return _figures([i["pair"] for i in sel if i["pair"]], [i["judge"] for i in sel if i["judge"]], [i["row"] for i in sel])
+
+        point = stat(its)
+        convs = sorted({i["review_id"] for i in its})
+        by_conv = {c: [i for i in its if i["review_id"] == c] for c in convs}
+        rng = np.random.default_rng([seed, len(convs)])
+        draws = {(w, k): [] for w in ("experts", "experts_vs_judge") for k in ("weighted_kappa", "spearman", "alpha_ordinal")}
+        for _ in range(B):
+            sel = [i for j in rng.integers(0, len(convs), len(convs)) for i in by_conv[convs[j]]]
+            f = stat(sel)
+            for (w, k), lst in draws.items():
+                if f[w][k] is not None:
+                    lst.append(f[w][k])
+        row = {"dimension": name}
+        for w in ("experts", "experts_vs_judge"):
+            row[f"{w}_n"] = point[w]["n"]
+            for k in ("weighted_kappa", "alpha_ordinal", "spearman"):
+                v, lst = point[w][k], draws[(w, k)]
+                row[f"{w}_{k}"] = None if v is None else round(v, 4)
+                row[f"{w}_{k}_ci"] = [round(float(np.percentile(lst, 2.5)), 4), round(float(np.percentile(lst, 97.5)), 4)] if lst else None
+        out.append(row)
+    return out
+
+
+def import_rubric_review(paths: list[Path | str], out: Path | str, *, B: int = 1000, seed: int = 15) -> Path:
+    """Read filled-in review workbooks and write the agreement figures (JSON) to ``out``."""
+    files = []
+    for p in paths:
+        try:
+            files.append((Path(p).name, Path(p).read_bytes()))
+        except OSError as exc:
+            raise CraftMDError(f"{p}: cannot read ({exc.strerror})") from None
+    ratings, judge = read_ratings(files)
+    if not ratings:
+        raise CraftMDError("the review files hold no rating")
+    rows = agreement(ratings, judge, B=B, seed=seed)
+    return atomic_write_json(out, {"format": FORMAT, "version": VERSION, "ratings": sum(len(v) for v in ratings.values()),
+                                   "B": B, "seed": seed, "agreement": rows})  # fmt: skip
+
+
+__all__ = ["export_rubric_review", "import_rubric_review", "read_ratings", "agreement", "sample_rows"]
