@@ -69,7 +69,8 @@ def _review(args) -> int:
     dimension, a 1-4 column per rater (r1, r2) and the judge's scores in a hidden key sheet. import: read filled-in
     sheets (every bad rating reported with its cell; nothing computed then) and write, per dimension and pooled, the
     experts' agreement with each other and with the judge (weighted kappa, Krippendorff's ordinal alpha, Spearman)
-    with 95 % bootstrap CIs as JSON to --out.
+    with 95 % bootstrap CIs as JSON to --out, and the ratings beside it as a scores table (OUT-stem.scores.parquet: metric
+    expert_rubric_rating, scorer expert:<rater> per rater and experts for the resolved rating, variant key dimension).
     """
     from craftmd.scoring.rubric_review import export_rubric_review, import_rubric_review
 
@@ -123,7 +124,7 @@ def register(sub) -> None:
     r = command(sub, "judge-review", _review)
     r.add_argument("action", choices=("export", "import"))
     r.add_argument("paths", nargs="+", metavar="PATH", help="export: release folder(s); import: filled-in .xlsx sheet(s)")
-    r.add_argument("--out", required=True, metavar="FILE", help="export: the .xlsx to write; import: the results .json")
+    r.add_argument("--out", required=True, metavar="FILE", help="export: the .xlsx to write; import: the results .json (the ratings go beside it, .scores.parquet)")
     r.add_argument("--n", type=int, default=10, help="export: conversations per release (default 10)")
     r.add_argument("--seed", type=int, default=15, help="the sample's and the bootstrap's seed (default 15)")
     r.add_argument("--dimensions", type=list_type, metavar="NAME[,NAME...]", help="export: only these dimension ids, categories or meta-categories")

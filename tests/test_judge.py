@@ -493,7 +493,7 @@ def test_review_sheet_round_trip_and_agreement(tmp_path, server):
     key = {(r[0], r[1]): r[3] for r in wb["key"].iter_rows(min_row=2, values_only=True)}
     ws = wb["review"]
     assert ws.max_row - 1 == 2 * 4  # two conversations (the failed one is never sampled) x the 4 final-diagnosis dimensions
-    r1s, r2s, judged = [], [], []
+    r1s, r2s, judged, sheet_rows = [], [], [], {}
     for i, row in enumerate(ws.iter_rows(min_row=2), 2):
         rid, dim = row[0].value, row[6].value
         a = 1 + (i % 4)
@@ -503,6 +503,8 @@ def test_review_sheet_round_trip_and_agreement(tmp_path, server):
         r1s.append(a)
         r2s.append(b)
         judged.append((statistics.median_low([a, b]), key[(rid, dim)]))
+        unit = (row[1].value, row[2].value, row[3].value, row[4].value, row[5].value, dim)  # release, case, trial, conversation, image
+        sheet_rows.update({(*unit, "expert:r1"): a, (*unit, "expert:r2"): b, (*unit, "experts"): statistics.median_low([a, b])})
     filled = tmp_path / "filled.xlsx"
     wb.save(filled)
     res = tmp_path / "results.json"
@@ -515,10 +517,25 @@ def test_review_sheet_round_trip_and_agreement(tmp_path, server):
     assert got["experts_vs_judge_n"] == len(pairs)
     ci = got["experts_weighted_kappa_ci"]
     assert ci[0] <= got["experts_weighted_kappa"] <= ci[1]
+    # the ratings as scores rows beside the JSON: each rater's and the resolved one, keyed as the judge's rows
+    from craftmd.release import SCORERS_METADATA
+
+    scores_file = tmp_path / "results.scores.parquet"
+    st = pq.read_table(scores_file)
+    assert {"release", "conversation", "with_image", "dimension"} <= set(st.column_names)
+    got_rows = {(r["release"], r["case_id"], r["trial"], r["conversation"], r["with_image"], r["dimension"], r["scorer"]): r["value"]
+                for r in st.to_pylist() if r["metric"] == "expert_rubric_rating" and r["status"] == "ok"}  # fmt: skip
+    assert got_rows == sheet_rows and st.num_rows == len(sheet_rows)
+    records = json.loads(st.schema.metadata[SCORERS_METADATA])
+    assert records["experts"]["raters"] == ["r1", "r2"] and {"expert:r1", "expert:r2"} <= set(records)
+    judge_rows = {(r["case_id"], r["trial"], r["conversation"], r["with_image"], r["dimension"])
+                  for r in read_release(rel).scores_with_records()[0].to_pylist()}  # fmt: skip
+    assert {k[1:6] for k in got_rows} <= judge_rows  # the same keys as the judge's scores: joinable
     ws.cell(3, 10, "5")
     ws.cell(4, 11, "good")
     wb.save(filled)
     res.unlink()
+    scores_file.unlink()
     with pytest.raises(CraftMDError, match=r"2 problem\(s\).*review!J3: '5' is not a rating 1-4.*review!K4"):
         import_rubric_review([filled], res, B=100)
-    assert not res.exists()
+    assert not res.exists() and not scores_file.exists()
