@@ -539,3 +539,73 @@ def test_review_sheet_round_trip_and_agreement(tmp_path, server):
     with pytest.raises(CraftMDError, match=r"2 problem\(s\).*review!J3: '5' is not a rating 1-4.*review!K4"):
         import_rubric_review([filled], res, B=100)
     assert not res.exists() and not scores_file.exists()
+
+
+def test_the_page_lists_the_judges_validity_beside_the_history_metrics(tmp_path):
+    """A hand-made judge-validity audit (the audit builder's shape, no model) given to the page: the history section's
+    validity table keeps its rows and adds the judge's information-gathering and diagnosis measures' Q2 and Q1 AUCs."""
+    import re as _re
+
+    import pyarrow as pa
+    from test_analysis import N_CASES, _all_trials, _dataset, _release
+
+    from craftmd.analysis.page import context, write_page
+    from craftmd.analysis.tables import compute
+    from craftmd.release import write_scores
+    from craftmd.scoring.judge_validity import COMPOSITES, judge_validity_audit, page_measures
+
+    data = _dataset(tmp_path)
+    rels = tmp_path / "releases"
+    for rid in ("a", "b"):
+        rel = read_release(_release(rels, rid, {"vignette": _all_trials(range(20)), "multiturn": _all_trials(range(5))}))
+        rows = [{"case_id": f"case_{c}", "trial": t, "conversation": "standard", "with_image": False, "scorer": "history",
+                 "metric": "patient_info_recall", "value": ((c * 7 + t) % 10) / 10, "label": None, "detail": None, "status": "ok"}
+                for c in range(N_CASES) for t in range(2)]  # fmt: skip
+        write_scores(rel, pa.Table.from_pylist(rows), {"history": {}})
+    a = compute(rels, data, B=100)
+    history_audit = {"id": "history_validity", "title": "History metrics against the dermatologists", "tables": [
+        {"name": "ROC AUC of each metric for the dermatologists' labels", "columns": ["measure", "question", "conversations", "n", "auc", "ci_low", "ci_high"],
+         "rows": [["patient_info_recall (vs vignette)", "doctor_history", c, n, 0.61, 0.52, 0.7] for c, n in (("all resolved", 180), ("rated by both", 60))]},
+        {"name": "The dermatologists' own agreement", "columns": ["question", "n", "agreement", "kappa", "auc"], "rows": [["doctor_history", 60, 0.8, 0.5, 0.58]]}]}  # fmt: skip
+    gathering, diagnosis = "review_of_symptoms.completeness", "final_diagnosis.justification"
+    assert {gathering, diagnosis} <= set(page_measures())
+
+    def row(measure, q, auc, source="judge:openai/judge-a"):
+        return {"measure": measure, "source": source, "question": q, "n": 150, "n_yes": 90, "failed": 3, "auc": auc,
+                "ci_low": auc - 0.1, "ci_high": auc + 0.1}  # fmt: skip
+
+    composite = next(iter(COMPOSITES))
+    res = {"judges": ["judge:openai/judge-a"], "scorer": "judge:openai/judge-a", "mode": "category", "rows": [
+        row(gathering, "Q1 doctor_one_dx", 0.55), row(diagnosis, "Q1 doctor_one_dx", 0.72), row(composite, "Q1 doctor_one_dx", 0.6),
+        row(gathering, "Q2 doctor_history", 0.66), row(diagnosis, "Q2 doctor_history", 0.57), row(composite, "Q2 doctor_history", 0.64),
+        row("communication.empathy", "Q2 doctor_history", 0.5),  # judged, but no information-gathering or diagnosis measure
+        row("patient_info_recall (vs history)", "Q2 doctor_history", 0.63, source="history")]}  # fmt: skip
+    judge_audit = judge_validity_audit(res, B=100)
+    assert judge_audit["id"] == "judge_validity"
+
+    jv = context(a, [history_audit, judge_audit])["history"]["judge_validity"]
+    assert jv["judge"] == "openai/judge-a"
+    got = {r["measure"]: (r["q2"]["auc"], r["q1"]["auc"]) for r in jv["rows"]}
+    assert got == {gathering: (0.66, 0.55), diagnosis: (0.57, 0.72), composite: (0.64, 0.6)}
+    assert jv["rows"][0]["q2"]["ci_low"] == pytest.approx(0.56) and jv["rows"][0]["q2"]["failed"] == 3
+    assert context(a, [history_audit])["history"]["judge_validity"] is None
+
+    def validity_table(html: str) -> str:
+        return _re.search(r'<p id="history-validity">.*?</table>', html, _re.S).group(0)
+
+    before = validity_table(write_page(a, tmp_path / "before", [history_audit]).read_text())
+    after = validity_table(write_page(a, tmp_path / "after", [history_audit, judge_audit]).read_text())
+    head, _, added = after.partition('<tbody id="history-validity-judge">')
+    assert head.rstrip() + "</table>" == before  # the history rows as they were
+    assert added.count("judge: openai/judge-a") == 1 + 3 and "communication.empathy" not in added
+    assert "0.66<span" in added and "0.55<span" in added and "0.56–0.76" in added  # Q2, Q1, a CI
+    md = (tmp_path / "after" / "leaderboard.md").read_text()
+    assert f"\n- `{diagnosis}` against the dermatologists' Q2: ROC AUC 0.57 (0.47–0.67, n=150); Q1: 0.72 (0.62–0.82, n=150); judge: openai/judge-a\n" in md
+
+    def history_md(text: str) -> str:
+        return text[text.index("## How each doctor"):text.index("Tables: `tables/history_tests.csv`")]
+
+    assert history_md(md).replace("".join(x for x in md.splitlines(True) if "judge: openai/judge-a" in x), "") == \
+        history_md((tmp_path / "before" / "leaderboard.md").read_text())  # only the judge's lines added
+    only_judge = write_page(a, tmp_path / "judge", [judge_audit]).read_text()  # without the history audit, the judge's rows still show
+    assert 'id="history-validity-judge"' in only_judge
