@@ -609,3 +609,88 @@ def test_the_page_lists_the_judges_validity_beside_the_history_metrics(tmp_path)
         history_md((tmp_path / "before" / "leaderboard.md").read_text())  # only the judge's lines added
     only_judge = write_page(a, tmp_path / "judge", [judge_audit]).read_text()  # without the history audit, the judge's rows still show
     assert 'id="history-validity-judge"' in only_judge
+
+
+# -- pinned versions and staleness ---------------------------------------------------------------------------
+
+
+def test_the_record_holds_the_served_model_and_an_alias_is_warned_about(tmp_path, capsys):
+    """The judge names an undated alias the server answers as a dated model: the record holds the served name and
+    stderr one warning line; a dated name that is served as itself warns nothing; completions cached before the served
+    name was kept still answer (no request sent), and their name is unknown."""
+    import sqlite3
+
+    rel = make_release(tmp_path)
+    cache = tmp_path / "cache.sqlite"
+    with LoopbackServer(responder, models=("judge-a", "judge-b-2025-01-31"), served_as={"judge-a": "judge-a-2025-01-31"}) as s:
+        for model in ("judge-a", "judge-b-2025-01-31"):
+            J.judge_release(rel, J.JudgeSpec(models=[f"openai/{model}"], mode="category", dimensions=["final diagnosis"], base_url=s.base_url,
+                                             progress=False, max_invalid=0, cache=cache), cases=["case_1"])  # fmt: skip
+        sent = s.calls
+        err = capsys.readouterr().err
+        records = read_release(rel).scorer_records()
+        assert records["judge:openai/judge-a"]["served_models"] == ["judge-a-2025-01-31"]
+        assert records["judge:openai/judge-b-2025-01-31"]["served_models"] == ["judge-b-2025-01-31"]
+        warnings = [x for x in err.splitlines() if x.startswith("warning:")]
+        assert len(warnings) == 1 and "openai/judge-a" in warnings[0] and "judge-a-2025-01-31" in warnings[0]
+        # a cache written before completions kept the served name
+        with sqlite3.connect(cache) as db:
+            rows = db.execute("select key, response from requests").fetchall()
+            assert rows and all(json.loads(r)["model"] for _, r in rows)
+            for k, r in rows:
+                old = {a: b for a, b in json.loads(r).items() if a != "model"}
+                db.execute("update requests set response = ? where key = ?", (json.dumps(old), k))
+        J.judge_release(rel, J.JudgeSpec(models=["openai/judge-a"], mode="category", dimensions=["final diagnosis"], base_url=s.base_url,
+                                         progress=False, max_invalid=0, cache=cache), cases=["case_1"])  # fmt: skip
+        assert s.calls == sent  # every request answered by the old cache
+    assert read_release(rel).scorer_records()["judge:openai/judge-a"]["served_models"] == []
+    assert "warning" not in capsys.readouterr().err
+    assert J.alias_warning("openai/gpt-4o", {"gpt-4o-2024-08-06"}) and not J.alias_warning("openai/gpt-4-0613", {"gpt-4-0613-azure"})
+    assert not J.alias_warning("openai/claude-3-5-sonnet-20241022", {"x"}) and not J.alias_warning("openai/gpt-4o", set())
+
+
+def test_a_current_judgement_is_not_redone_unless_overwritten_and_a_changed_input_is_stale(tmp_path, server, capsys, monkeypatch):
+    import dataclasses
+
+    from craftmd.cli import main
+
+    rel = make_release(tmp_path)
+    cache = tmp_path / "cache.sqlite"
+    argv = [str(rel), "--judge", "openai/judge-a", "--base-url", server.base_url, "--dimensions", "final diagnosis", "--mode", "category",
+            "--cache", str(cache), "--quiet"]  # fmt: skip
+    assert main(["judge", *argv]) == 0
+    first, sent = (rel / "scores.parquet").read_bytes(), server.calls
+    capsys.readouterr()
+    assert main(["judge", *argv]) == 0  # nothing changed: nothing done
+    out = capsys.readouterr()
+    assert "scores current, nothing to do" in out.err and json.loads(out.out)["current"] is True
+    assert server.calls == sent and (rel / "scores.parquet").read_bytes() == first
+    assert main(["judge", *argv, "--overwrite"]) == 0  # judged again, the cache answering: the same bytes, nothing sent
+    assert server.calls == sent and (rel / "scores.parquet").read_bytes() == first
+    assert "nothing to do" not in capsys.readouterr().err
+
+    spec = J.JudgeSpec(models=["openai/judge-a"], mode="category", dimensions=["final diagnosis"], base_url=server.base_url, progress=False)
+    assert not J.stale(rel, spec)
+    assert J.stale(rel, dataclasses.replace(spec, mode="dimension"))  # another setting
+    assert J.stale(rel, dataclasses.replace(spec, models=["openai/judge-b"]))  # another judge: no record
+    assert J.stale(rel, spec, cases=["case_1"])  # another selection
+    record = read_release(rel).scorer_records()["judge:openai/judge-a"]
+    with monkeypatch.context() as m:  # another prompt set
+        m.setattr(J, "prompt_set_record", lambda: dict(record["prompt_set"], sha256={**record["prompt_set"]["sha256"], "dimension": "0" * 64}))
+        assert J.stale(rel, spec)
+    with monkeypatch.context() as m:  # another catalog
+        m.setattr(J, "load_catalog", lambda: dataclasses.replace(load_catalog(), sha256="0" * 64))
+        assert J.stale(rel, spec)
+    from craftmd.release import write_scores
+
+    table, _ = read_release(rel).scores_with_records()
+    mine = table.filter(pa.compute.equal(table["scorer"], "judge:openai/judge-a"))
+    write_scores(read_release(rel), mine, {"judge:openai/judge-a": dict(record, inputs=dict(record["inputs"], conversations_sha256="0" * 64))})
+    assert J.stale(rel, spec)  # the conversations it judged are not these
+    write_scores(read_release(rel), mine, {"judge:openai/judge-a": record})
+    assert not J.stale(rel, spec)
+    # a transient failure is not cached: a re-run would ask again, so the scores are not current
+    with LoopbackServer(responder, models=("judge-a",), error_rate=1.0, error_kinds=("500",)) as down:
+        flaky = dataclasses.replace(spec, base_url=down.base_url, max_retries=0)
+        J.judge_release(rel, flaky)
+    assert read_release(rel).scorer_records()["judge:openai/judge-a"]["transient_failures"] > 0 and J.stale(rel, flaky)
