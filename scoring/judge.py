@@ -27,7 +27,10 @@ stays a level), and its record the judges' agreement (:mod:`craftmd.scoring.rubr
 
 Bias controls: a judge of the doctor's own model family is refused unless ``force``; the order of a
 category's dimensions in every prompt is shuffled by a generator seeded with ``seed`` and the
-conversation's key (recorded); the judges' names, servers and sampling are pinned in the record.
+conversation's key (recorded); the judges' names, servers and sampling are pinned in the record, with the model
+names the server's replies gave (``served_models``; a judge named by an undated alias that the server answered as
+another name is warned about on stderr). :func:`stale` says whether a re-run could change a release's scores (its
+records' inputs, catalog, prompts or settings differ from now, or a transient failure would be asked again).
 """
 
 from __future__ import annotations
