@@ -233,6 +233,22 @@ def _audit_table(audits: list[dict], audit_id: str, name_prefix: str) -> list[di
     return []
 
 
+def _judge_validity(audits: list[dict]) -> dict | None:
+    """The rubric judge's information-gathering and diagnosis measures against the dermatologists' Q2 and Q1 labels
+    (the judge-validity audit, ``craftmd judge --validity``): per measure, both AUCs with their CIs, and the judge's name."""
+    from craftmd.scoring.judge_validity import AUDIT_ID, TABLE, page_measures
+
+    rows = [r for r in _audit_table(audits, AUDIT_ID, TABLE) if r.get("source") != "history"]
+    if not rows:
+        return None
+    data = next((a.get("data") or {} for a in audits if a.get("id") == AUDIT_ID), {})
+    judges = data.get("judges") or sorted({r["source"] for r in rows})
+    by = {(r["measure"], str(r["question"]).split()[0]): r for r in rows}
+    shown = [{"measure": m, "q2": by.get((m, "Q2")), "q1": by.get((m, "Q1"))} for m in page_measures() if (m, "Q2") in by or (m, "Q1") in by]
+    label = ", ".join(j.removeprefix("judge:") for j in judges)
+    return {"judge": label, "rows": shown} if shown else None
+
+
 def _history(v: View, audits: list[dict]) -> dict | None:
     """The "How each doctor takes a history" section: the history metrics per model with CIs, their agreement
     with the dermatologists, paired tests, coverage against accuracy and complexity groups."""
@@ -287,7 +303,7 @@ def _history(v: View, audits: list[dict]) -> dict | None:
         "rows": rows, "columns": [{"metric": c, "label": lbl} for c, lbl, _ in HISTORY_COLUMNS],
         "n_cases": max((c["n"] for r in rows for c in r["cells"][:1] if c), default=0),
         "best": {"display": best["display"], "recall": best["cells"][0]["mean"]} if best["cells"][0] else None,
-        "validity": validity, "raters": q2, "tests": tests, "n_tests": n_tests, "coverage": coverage,
+        "validity": validity, "judge_validity": _judge_validity(audits), "raters": q2, "tests": tests, "n_tests": n_tests, "coverage": coverage,
         "quintiles": [(r["recall_low"], r["recall_high"]) for r in edges.iter_rows(named=True)],
         "tertiles": [(r["words_low"], r["words_high"]) for r in cx.iter_rows(named=True)],
     }  # fmt: skip

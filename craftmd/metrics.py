@@ -92,6 +92,9 @@ for _m in (
     Metric("rubric_score", "ordinal", True, 1, 4,
            "a judge's 1-4 score of one rubric dimension of a whole conversation (1 clearly deficient, 4 exemplary); "
            "the dimension is the variant key 'dimension'"),
+    Metric("expert_rubric_rating", "ordinal", True, 1, 4,
+           "an expert's 1-4 rating of one rubric dimension of a whole conversation (craftmd judge-review import; scorers expert:<rater> "
+           "and experts, the lower median); the dimension is the variant key 'dimension'"),
 ):
     register(_m)
 

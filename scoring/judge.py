@@ -27,7 +27,10 @@ stays a level), and its record the judges' agreement (:mod:`craftmd.scoring.rubr
 
 Bias controls: a judge of the doctor's own model family is refused unless ``force``; the order of a
 category's dimensions in every prompt is shuffled by a generator seeded with ``seed`` and the
-conversation's key (recorded); the judges' names, servers and sampling are pinned in the record.
+conversation's key (recorded); the judges' names, servers and sampling are pinned in the record, with the model
+names the server's replies gave (``served_models``; a judge named by an undated alias that the server answered as
+another name is warned about on stderr). :func:`stale` says whether a re-run could change a release's scores (its
+records' inputs, catalog, prompts or settings differ from now, or a transient failure would be asked again).
 """
 
 from __future__ import annotations
@@ -331,6 +334,13 @@ class MemberState:
     format_used: str
     format_refused: str | None = None  # the server's reason, when it refused response_format
     outcomes: dict = field(default_factory=dict)  # (unit key, dim id) -> Outcome
+    served: set = field(default_factory=set)  # the model names the server's replies gave
+    transient: int = 0  # calls that failed transiently (not cached: a re-run asks again)
+
+    def saw(self, c) -> None:
+        if c.model:
+            self.served.add(c.model)
+        self.transient += bool(c.transient)
 
 
 class Judge:
@@ -397,6 +407,7 @@ class Judge:
             state.format_refused = state.format_refused or c.error
             state.format_used = "none"
             c = await caller(messages, self.sampling(state.member, tokens, None), counts=counts)
+        state.saw(c)
         return c
 
     async def _job(self, caller, state: MemberState, u: Unit, cat: str, ds: list[Dimension], counts, bar) -> None:
@@ -492,6 +503,10 @@ class Judge:
             asyncio.run(go())
         finally:
             bar.close()
+        for st in states:
+            warning = alias_warning(st.member.model, st.served)
+            if warning:
+                print(f"warning: {warning}", file=sys.stderr)
         return states, Counts.total(tallies)
 
     # record
@@ -507,7 +522,62 @@ class Judge:
                          "discussion_max_tokens": s.discussion_tokens, "score_max_tokens_per_dimension": s.score_tokens},
             "response_format": {"requested": s.response_format, "used": state.format_used, "refused": state.format_refused},
             "max_invalid": s.max_invalid, "dimensions": [d.id for d in self.dims] if s.dimensions else "all",
+            "served_models": sorted(state.served), "transient_failures": state.transient,
         }  # fmt: skip
+
+
+#: The record's keys that say what happened rather than what was asked: left out when a record is compared with a re-run's.
+OUTCOME_KEYS = ("served_models", "transient_failures", "inputs", "self_judge", "scored", "failed", "reasons")
+#: A model name that carries its version: a date (2024-08-06, 20240806) or a four-digit MMDD suffix (gpt-4-0613).
+DATED = re.compile(r"(?:\d{4}-\d{2}-\d{2}|(?<!\d)\d{8}(?!\d)|-\d{4}(?![\d.]))")
+
+
+def alias_warning(model: str, served: set[str]) -> str | None:
+    """One line when ``model`` (PROVIDER/NAME) is an undated alias the server answered as another name, else None."""
+    name = model.split("/", 1)[1] if "/" in model else model
+    other = sorted(m for m in served if m != name)
+    if DATED.search(name) or not other:
+        return None
+    return (f"judge {model} is an undated alias the server answered as {', '.join(other)}; name that model to pin the judge "
+            "(recorded as served_models)")  # fmt: skip
+
+
+def pinned(record: dict) -> dict:
+    """What of a judge's record a re-run must match: everything asked, nothing that happened."""
+    out = {k: v for k, v in record.items() if k not in OUTCOME_KEYS}
+    if isinstance(out.get("response_format"), dict):
+        out["response_format"] = out["response_format"].get("requested")
+    return out
+
+
+def run_inputs(rel, units: list[Unit], conversations: list[str] | None, cases: list[str] | None) -> dict:
+    """The inputs a judge's scores were made from: the conversations file, the objectives judged by, the selection."""
+    objectives = json.dumps(sorted({(u.case_id, u.objective) for u in units}))
+    return {"conversations_sha256": rel.manifest.files["conversations.parquet"]["sha256"],
+            "objectives_sha256": hashlib.sha256(objectives.encode()).hexdigest(),
+            "conversations": sorted(conversations) if conversations else "all", "cases": sorted(cases) if cases else "all"}  # fmt: skip
+
+
+def stale(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir: Path | str | None = None, conversations: list[str] | None = None,
+          cases: list[str] | None = None) -> bool:
+    """Whether judging ``release_dir`` with ``spec`` could change its scores: a judge's record missing, made from other
+    inputs (conversations, objectives, selection), by another catalog, prompt set or setting, or with transient failures
+    a re-run would ask again."""
+    from craftmd.release import read_release
+
+    rel = read_release(release_dir)
+    judge = Judge(spec)
+    records = rel.scorer_records()
+    want = run_inputs(rel, read_units(rel, dataset_dir, conversations=conversations, cases=cases), conversations, cases)
+    for m in judge.members:
+        rec = records.get(m.name)
+        if rec is None or rec.get("inputs") != want or rec.get("transient_failures", 1) \
+                or pinned(rec) != pinned(judge.identity(MemberState(m, spec.response_format))):
+            return True
+    if len(judge.members) > 1:
+        rec = records.get(COMMITTEE) or {}
+        return rec.get("members") != [m.name for m in judge.members] or rec.get("inputs") != want
+    return False
 
 
 # -- scores ------------------------------------------------------------------------------------------
@@ -575,7 +645,7 @@ def judge_release(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir: Path
     units = read_units(rel, dataset_dir, conversations=conversations, cases=cases)
     states, total = judge.run(units)
     table, counts = score_rows(units, states, judge.dims)
-    inputs = {"conversations_sha256": rel.manifest.files["conversations.parquet"]["sha256"]}
+    inputs = run_inputs(rel, units, conversations, cases)
     records = {}
     for st in states:
         own = grades_itself(f"llm:{st.member.model}", doctor, family(doctor))
@@ -605,5 +675,5 @@ def estimate_release(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir=No
     return {"release": rel.id, **judge.estimate(units)}
 
 
-__all__ = ["Judge", "JudgeSpec", "judge_release", "estimate_release", "validate_reply", "parse_json", "reply_schema", "score_rows",
+__all__ = ["Judge", "JudgeSpec", "judge_release", "estimate_release", "stale", "alias_warning", "validate_reply", "parse_json", "reply_schema", "score_rows",
            "members", "read_units", "pick_scorer", "plan", "Unit", "METRIC", "COMMITTEE", "SCHEMA", "MODES", "RESPONSE_FORMATS"]

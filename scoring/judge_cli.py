@@ -17,9 +17,13 @@ def _judge(args) -> int:
     scored (CRAFT-MD conversations are diagnosis encounters). Scores go to the release's scores.parquet
     (scorer judge:PROVIDER/MODEL, and judge-committee for the median of several judges; metric
     rubric_score; a reply that never validates is a failed score, not a number). --catalog prints the
-    rubric as JSON lines; --estimate prints the calls and tokens a run would need and sends nothing.
+    rubric as JSON lines; --estimate prints the calls and tokens a run would need and sends nothing. A release whose
+    judge records match this run (same conversations, objectives, selection, catalog, prompts and settings, no
+    transient failure) is left as it is ("scores current, nothing to do") unless --overwrite.
     """
-    from craftmd.scoring.judge import JudgeSpec, estimate_release, judge_release
+    import sys
+
+    from craftmd.scoring.judge import JudgeSpec, estimate_release, judge_release, stale
     from craftmd.scoring.rubric import catalog_lines, load_catalog
 
     if args.catalog:
@@ -43,6 +47,10 @@ def _judge(args) -> int:
         return _validity(args, spec)
     where = dict(dataset_dir=args.dataset, conversations=args.conversation, cases=args.cases)
     for release in args.release:
+        if not args.estimate and not args.overwrite and not stale(release, spec, **where):
+            print(f"{release}: scores current, nothing to do (--overwrite judges again)", file=sys.stderr)
+            print(json.dumps({"release": str(release), "current": True}, sort_keys=True))
+            continue
         out = estimate_release(release, spec, **where) if args.estimate else judge_release(release, spec, **where)
         print(json.dumps(out, sort_keys=True))
     return 0
@@ -69,7 +77,8 @@ def _review(args) -> int:
     dimension, a 1-4 column per rater (r1, r2) and the judge's scores in a hidden key sheet. import: read filled-in
     sheets (every bad rating reported with its cell; nothing computed then) and write, per dimension and pooled, the
     experts' agreement with each other and with the judge (weighted kappa, Krippendorff's ordinal alpha, Spearman)
-    with 95 % bootstrap CIs as JSON to --out.
+    with 95 % bootstrap CIs as JSON to --out, and the ratings beside it as a scores table (OUT-stem.scores.parquet: metric
+    expert_rubric_rating, scorer expert:<rater> per rater and experts for the resolved rating, variant key dimension).
     """
     from craftmd.scoring.rubric_review import export_rubric_review, import_rubric_review
 
@@ -113,6 +122,7 @@ def register(sub) -> None:
     p.add_argument("--price", type=price_type, metavar="IN,OUT", help="USD per million input,output tokens, for the cost")
     p.add_argument("--estimate", action="store_true", help="print calls, tokens (and cost with --price) and send nothing")
     p.add_argument("--force", action="store_true", help="allow a judge of the doctor's own model family (recorded)")
+    p.add_argument("--overwrite", action="store_true", help="judge again even when the scores are current (the request cache still answers)")
     p.add_argument("--catalog", action="store_true", help="print the rubric catalog as JSON lines and exit")
     p.add_argument("--validity", metavar="OUT.json", default=None,
                    help="instead of a release: judge the conversations the CRAFT-MD dermatologists rated and write each "
@@ -123,7 +133,7 @@ def register(sub) -> None:
     r = command(sub, "judge-review", _review)
     r.add_argument("action", choices=("export", "import"))
     r.add_argument("paths", nargs="+", metavar="PATH", help="export: release folder(s); import: filled-in .xlsx sheet(s)")
-    r.add_argument("--out", required=True, metavar="FILE", help="export: the .xlsx to write; import: the results .json")
+    r.add_argument("--out", required=True, metavar="FILE", help="export: the .xlsx to write; import: the results .json (the ratings go beside it, .scores.parquet)")
     r.add_argument("--n", type=int, default=10, help="export: conversations per release (default 10)")
     r.add_argument("--seed", type=int, default=15, help="the sample's and the bootstrap's seed (default 15)")
     r.add_argument("--dimensions", type=list_type, metavar="NAME[,NAME...]", help="export: only these dimension ids, categories or meta-categories")

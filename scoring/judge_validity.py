@@ -23,7 +23,18 @@ GATHERING = ("review of symptoms", "clinical_reasoning.inferential_symptom_recog
              "adaptive_dialogue.question_management")  # fmt: skip
 DIAGNOSIS = ("differential diagnosis", "final diagnosis", "clinical_reasoning.diagnostic_reasoning")
 DIMENSIONS = GATHERING + DIAGNOSIS
+#: The two composite measures: the mean of a conversation's valid scores over these dimensions.
+COMPOSITES = {"mean of information-gathering dimensions": GATHERING, "mean of diagnosis dimensions": DIAGNOSIS}
 QUESTIONS = {"doctor_one_dx": "Q1", "doctor_history": "Q2"}
+AUDIT_ID = "judge_validity"
+TABLE = "ROC AUC for the dermatologists' labels"
+
+
+def page_measures() -> list[str]:
+    """The judge's measures the page shows: every information-gathering and diagnosis dimension, then the composites."""
+    from craftmd.scoring.rubric import load_catalog
+
+    return [d.id for d in load_catalog().select(list(DIMENSIONS))] + list(COMPOSITES)
 
 
 def rated_units(dataset_dir, source) -> tuple[list[Unit], dict]:
@@ -57,8 +68,6 @@ def judge_validity(dataset_dir, source, spec: JudgeSpec, *, B: int = 2000, seed:
     units, labels = rated_units(dataset_dir, source)
     states, counts = judge.run(units)
     cat = load_catalog()
-    gathering = {d.id for d in cat.select(list(GATHERING))}
-    diagnosis = {d.id for d in cat.select(list(DIAGNOSIS))}
     scorer = COMMITTEE if len(states) > 1 else states[0].member.name
 
     def score(u: Unit, dim: str) -> float | None:
@@ -74,7 +83,8 @@ def judge_validity(dataset_dir, source, spec: JudgeSpec, *, B: int = 2000, seed:
 
     measures = [(d.id, lambda u, d=d.id: per_unit[u.key][d]) for d in judge.dims]
     judged = {d.id for d in judge.dims}
-    for name, ids in (("mean of information-gathering dimensions", gathering), ("mean of diagnosis dimensions", diagnosis)):
+    for name, names in COMPOSITES.items():
+        ids = {d.id for d in cat.select(list(names))}
         if ids & judged:
             measures.append((name, lambda u, ids=ids: composite(u, ids)))
     rows = []
@@ -111,7 +121,7 @@ def judge_validity_audit(res: dict, *, B: int = 2000, seed: int = 14) -> dict:
 
     cols = ["measure", "source", "question", "n", "n_yes", "failed", "auc", "ci_low", "ci_high"]
     return {
-        "id": "judge_validity",
+        "id": AUDIT_ID,
         "title": "The rubric judge against the dermatologists",
         "description": (
             f"The conversations the CRAFT-MD dermatologists rated, judged by {', '.join(res['judges'])} ({res['mode']} mode) on the "
@@ -119,10 +129,11 @@ def judge_validity_audit(res: dict, *, B: int = 2000, seed: int = 14) -> dict:
             "diagnosis can be reached) and Q2 (the key history is covered) labels, with 95 % case-bootstrap CIs "
             f"({B:,} resamples, seed {seed}), next to the history metrics' AUCs for Q2. Failed judge scores are left out and counted."
         ),
-        "tables": [{"name": "ROC AUC for the dermatologists' labels", "columns": cols,
+        "tables": [{"name": TABLE, "columns": cols,
                     "rows": [[r4(r[c]) if c in ("auc", "ci_low", "ci_high") else r[c] for c in cols] for r in res["rows"]]}],
         "figures": [],
+        "data": {"judges": res["judges"], "scorer": res["scorer"], "mode": res["mode"]},
     }
 
 
-__all__ = ["judge_validity", "judge_validity_audit", "rated_units", "DIMENSIONS", "GATHERING", "DIAGNOSIS"]
+__all__ = ["judge_validity", "judge_validity_audit", "rated_units", "page_measures", "DIMENSIONS", "GATHERING", "DIAGNOSIS", "COMPOSITES", "AUDIT_ID"]

@@ -944,14 +944,21 @@ def release_case_labels(release_dir, grader: str = "upstream-gpt4", setting: str
 
 def write_results(out: Path, audit: dict, table) -> Path:
     """Write ``<out>/<id>.json`` and the ratings as a scores table ``<out>/<id>.scores.parquet`` (each atomically; validated before)."""
-    from craftmd.release import encode_scores
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    data = encode_scores(table, {EXPERTS: {"review": audit["id"], "questions": sorted(set(table.column("question").to_pylist()))}})
-    atomic_write_bytes(out / f"{audit['id']}.scores.parquet", data)
     path = out / f"{audit['id']}.json"
-    atomic_write_json(path, audit)
+    return write_with_scores(path, audit, table, {EXPERTS: {"review": audit["id"], "questions": sorted(set(table.column("question").to_pylist()))}})
+
+
+def write_with_scores(path: Path, results: dict, table, records: dict) -> Path:
+    """Write ``results`` (JSON) to ``path`` and ``table`` as a scores table beside it (``<stem>.scores.parquet``), each
+    atomically; the table is validated (:func:`craftmd.release.encode_scores`) before either is written."""
+    from craftmd.release import encode_scores
+
+    path = Path(path)
+    data = encode_scores(table, records)
+    atomic_write_bytes(path.with_name(f"{path.stem}.scores.parquet"), data)
+    atomic_write_json(path, results)
     return path
 
 
@@ -1000,6 +1007,6 @@ def import_review(
 
 
 __all__ = [
-    "export_review", "import_review", "read_review_files", "summarise", "review_audit", "resolve",
+    "export_review", "import_review", "write_with_scores", "read_review_files", "summarise", "review_audit", "resolve",
     "cohen_kappa", "grader_count_agreement", "counts_agreement", "release_labels_by_grader", "parse_answer", "ReviewInput", "Rating", "Unit", "CaseCount",
 ]  # fmt: skip

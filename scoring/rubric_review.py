@@ -15,6 +15,11 @@ over conversations, seeded):
   Krippendorff's ordinal alpha over all raters;
 * the experts' agreement with the judge: the experts' resolved rating (the lower median of their ratings)
   against the judge's score, by the same three figures.
+
+The ratings themselves go beside the JSON as a scores table (``<stem>.scores.parquet``, as the yes/no review's
+:func:`craftmd.scoring.review.write_with_scores` writes it): metric ``expert_rubric_rating`` (1–4), scorer
+``expert:<rater>`` per rater and ``experts`` for the resolved rating (its label says how: single, agreed,
+median_low), variant keys ``release``, ``conversation``, ``with_image`` and ``dimension`` as the judge's rows.
 """
 
 from __future__ import annotations
@@ -28,11 +33,12 @@ from pathlib import Path
 import numpy as np
 
 from craftmd import CraftMDError
-from craftmd.atomic import atomic_write_bytes, atomic_write_json
+from craftmd.atomic import atomic_write_bytes
 
 FORMAT = "craftmd-rubric-review"
 VERSION = 1
 RATERS = ("r1", "r2")
+METRIC = "expert_rubric_rating"  # scorers expert:<rater>, and the yes/no review's EXPERTS for the resolved rating
 REVIEW_COLUMNS = ["review_id", "release", "case_id", "trial", "conversation", "with_image", "dimension", "question", "scores"]
 KEY_COLUMNS = ["review_id", "dimension", "judge", "judge_score"]
 INSTRUCTIONS = ("Read the conversation (sheet 'conversations', by review_id) and rate the doctor on each row's aspect from 1 "
@@ -143,9 +149,10 @@ def export_rubric_review(release_dirs, out, *, n: int, seed: int, dimensions: li
 # -- in ---------------------------------------------------------------------------------------------
 
 
-def read_ratings(files: list[tuple[str, bytes]]) -> tuple[dict, dict]:
+def read_ratings(files: list[tuple[str, bytes]], units: dict | None = None) -> tuple[dict, dict]:
     """Filled-in workbooks -> (ratings: (review_id, dimension) -> {rater: 1..4}, judge: (review_id, dimension) -> score or None).
-    Every problem is collected; one CraftMDError lists them (file, row, column) and nothing is returned."""
+    Every problem is collected; one CraftMDError lists them (file, row, column) and nothing is returned. ``units``, when
+    given, is filled with review_id -> the row's release, case_id, trial, conversation and with_image."""
     from openpyxl import load_workbook
     from openpyxl.utils import get_column_letter
 
@@ -177,6 +184,8 @@ def read_ratings(files: list[tuple[str, bytes]]) -> tuple[dict, dict]:
             if (rid, dim) not in judge:
                 problems.append(f"{name}: review row {i}: {rid} / {dim} is not in the key sheet")
                 continue
+            if units is not None:
+                units[rid] = {k: row[REVIEW_COLUMNS.index(k)] for k in ("release", "case_id", "trial", "conversation", "with_image")}
             for rater, j in cols.items():
                 v = row[j]
                 if v is None or (isinstance(v, str) and not v.strip()):
@@ -256,12 +265,46 @@ def import_rubric_review(paths: list[Path | str], out: Path | str, *, B: int = 1
             files.append((Path(p).name, Path(p).read_bytes()))
         except OSError as exc:
             raise CraftMDError(f"{p}: cannot read ({exc.strerror})") from None
-    ratings, judge = read_ratings(files)
+    units: dict = {}
+    ratings, judge = read_ratings(files, units)
     if not ratings:
         raise CraftMDError("the review files hold no rating")
     rows = agreement(ratings, judge, B=B, seed=seed)
-    return atomic_write_json(out, {"format": FORMAT, "version": VERSION, "ratings": sum(len(v) for v in ratings.values()),
-                                   "B": B, "seed": seed, "agreement": rows})  # fmt: skip
+    from craftmd.scoring.review import EXPERTS, write_with_scores
+    from craftmd.scoring.rubric import load_catalog
+
+    raters = sorted({r for v in ratings.values() for r in v})
+    records = {f"expert:{r}": {"review": FORMAT, "version": VERSION, "rater": r} for r in raters}
+    records[EXPERTS] = {"review": FORMAT, "version": VERSION, "raters": raters, "resolution": "median_low",
+                        "catalog": load_catalog().record()}  # fmt: skip
+    results = {"format": FORMAT, "version": VERSION, "ratings": sum(len(v) for v in ratings.values()), "B": B, "seed": seed,
+               "agreement": rows}  # fmt: skip
+    return write_with_scores(Path(out), results, rating_rows(ratings, units), records)
 
 
-__all__ = ["export_rubric_review", "import_rubric_review", "read_ratings", "agreement", "sample_rows"]
+def rating_rows(ratings: dict, units: dict):
+    """The ratings as scores rows: per conversation and dimension each rater's (scorer ``expert:<rater>``) and the
+    resolved one (scorer ``experts``, the lower median; label single, agreed or median_low; detail the ratings)."""
+    import pyarrow as pa
+
+    from craftmd.scoring.review import EXPERTS
+
+    cols: dict[str, list] = {k: [] for k in ("case_id", "trial", "release", "conversation", "with_image", "dimension", "scorer", "metric",
+                                             "value", "label", "detail", "status")}  # fmt: skip
+
+    def add(u: dict, dim: str, scorer: str, value: int, label: str | None, detail: str | None) -> None:
+        for k, v in (("case_id", u["case_id"]), ("trial", int(u["trial"])), ("release", u["release"]), ("conversation", u["conversation"]),
+                     ("with_image", bool(u["with_image"])), ("dimension", dim), ("scorer", scorer), ("metric", METRIC),
+                     ("value", float(value)), ("label", label), ("detail", detail), ("status", "ok")):  # fmt: skip
+            cols[k].append(v)
+
+    for (rid, dim), vals in sorted(ratings.items()):
+        u = units[rid]
+        for rater in sorted(vals):
+            add(u, dim, f"expert:{rater}", vals[rater], None, None)
+        how = "single" if len(vals) == 1 else "agreed" if len(set(vals.values())) == 1 else "median_low"
+        add(u, dim, EXPERTS, statistics.median_low(list(vals.values())), how, json.dumps(dict(sorted(vals.items())), sort_keys=True))
+    return pa.table(cols)
+
+
+__all__ = ["export_rubric_review", "import_rubric_review", "read_ratings", "rating_rows", "agreement", "sample_rows"]

@@ -61,6 +61,7 @@ class LoopbackServer:
         seed: int = 0,
         max_seconds: float = 600.0,
         max_context: int | None = None,
+        served_as: dict[str, str] | None = None,
     ):
         unknown = set(error_kinds) - {"429", "500", "timeout", "drop"}
         if unknown:
@@ -75,6 +76,7 @@ class LoopbackServer:
         self.slow_delay = slow_delay
         self.max_seconds = max_seconds
         self.max_context = max_context
+        self.served_as = dict(served_as or {})  # requested model -> the name the replies give (an alias resolved)
         self._rng = random.Random(seed)
         self._lock = threading.Lock()  # counters are read and reset from other threads
         self.calls = 0
@@ -184,7 +186,7 @@ class LoopbackServer:
             "id": f"chatcmpl-loopback-{self.calls}",
             "object": "chat.completion",
             "created": 0,
-            "model": request.get("model"),
+            "model": self.served_as.get(request.get("model"), request.get("model")),
             "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
             "usage": {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out},
         }

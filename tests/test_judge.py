@@ -493,7 +493,7 @@ def test_review_sheet_round_trip_and_agreement(tmp_path, server):
     key = {(r[0], r[1]): r[3] for r in wb["key"].iter_rows(min_row=2, values_only=True)}
     ws = wb["review"]
     assert ws.max_row - 1 == 2 * 4  # two conversations (the failed one is never sampled) x the 4 final-diagnosis dimensions
-    r1s, r2s, judged = [], [], []
+    r1s, r2s, judged, sheet_rows = [], [], [], {}
     for i, row in enumerate(ws.iter_rows(min_row=2), 2):
         rid, dim = row[0].value, row[6].value
         a = 1 + (i % 4)
@@ -503,6 +503,8 @@ def test_review_sheet_round_trip_and_agreement(tmp_path, server):
         r1s.append(a)
         r2s.append(b)
         judged.append((statistics.median_low([a, b]), key[(rid, dim)]))
+        unit = (row[1].value, row[2].value, row[3].value, row[4].value, row[5].value, dim)  # release, case, trial, conversation, image
+        sheet_rows.update({(*unit, "expert:r1"): a, (*unit, "expert:r2"): b, (*unit, "experts"): statistics.median_low([a, b])})
     filled = tmp_path / "filled.xlsx"
     wb.save(filled)
     res = tmp_path / "results.json"
@@ -515,10 +517,180 @@ def test_review_sheet_round_trip_and_agreement(tmp_path, server):
     assert got["experts_vs_judge_n"] == len(pairs)
     ci = got["experts_weighted_kappa_ci"]
     assert ci[0] <= got["experts_weighted_kappa"] <= ci[1]
+    # the ratings as scores rows beside the JSON: each rater's and the resolved one, keyed as the judge's rows
+    from craftmd.release import SCORERS_METADATA
+
+    scores_file = tmp_path / "results.scores.parquet"
+    st = pq.read_table(scores_file)
+    assert {"release", "conversation", "with_image", "dimension"} <= set(st.column_names)
+    got_rows = {(r["release"], r["case_id"], r["trial"], r["conversation"], r["with_image"], r["dimension"], r["scorer"]): r["value"]
+                for r in st.to_pylist() if r["metric"] == "expert_rubric_rating" and r["status"] == "ok"}  # fmt: skip
+    assert got_rows == sheet_rows and st.num_rows == len(sheet_rows)
+    records = json.loads(st.schema.metadata[SCORERS_METADATA])
+    assert records["experts"]["raters"] == ["r1", "r2"] and {"expert:r1", "expert:r2"} <= set(records)
+    judge_rows = {(r["case_id"], r["trial"], r["conversation"], r["with_image"], r["dimension"])
+                  for r in read_release(rel).scores_with_records()[0].to_pylist()}  # fmt: skip
+    assert {k[1:6] for k in got_rows} <= judge_rows  # the same keys as the judge's scores: joinable
     ws.cell(3, 10, "5")
     ws.cell(4, 11, "good")
     wb.save(filled)
     res.unlink()
+    scores_file.unlink()
     with pytest.raises(CraftMDError, match=r"2 problem\(s\).*review!J3: '5' is not a rating 1-4.*review!K4"):
         import_rubric_review([filled], res, B=100)
-    assert not res.exists()
+    assert not res.exists() and not scores_file.exists()
+
+
+def test_the_page_lists_the_judges_validity_beside_the_history_metrics(tmp_path):
+    """A hand-made judge-validity audit (the audit builder's shape, no model) given to the page: the history section's
+    validity table keeps its rows and adds the judge's information-gathering and diagnosis measures' Q2 and Q1 AUCs."""
+    import re as _re
+
+    import pyarrow as pa
+    from test_analysis import N_CASES, _all_trials, _dataset, _release
+
+    from craftmd.analysis.page import context, write_page
+    from craftmd.analysis.tables import compute
+    from craftmd.release import write_scores
+    from craftmd.scoring.judge_validity import COMPOSITES, judge_validity_audit, page_measures
+
+    data = _dataset(tmp_path)
+    rels = tmp_path / "releases"
+    for rid in ("a", "b"):
+        rel = read_release(_release(rels, rid, {"vignette": _all_trials(range(20)), "multiturn": _all_trials(range(5))}))
+        rows = [{"case_id": f"case_{c}", "trial": t, "conversation": "standard", "with_image": False, "scorer": "history",
+                 "metric": "patient_info_recall", "value": ((c * 7 + t) % 10) / 10, "label": None, "detail": None, "status": "ok"}
+                for c in range(N_CASES) for t in range(2)]  # fmt: skip
+        write_scores(rel, pa.Table.from_pylist(rows), {"history": {}})
+    a = compute(rels, data, B=100)
+    history_audit = {"id": "history_validity", "title": "History metrics against the dermatologists", "tables": [
+        {"name": "ROC AUC of each metric for the dermatologists' labels", "columns": ["measure", "question", "conversations", "n", "auc", "ci_low", "ci_high"],
+         "rows": [["patient_info_recall (vs vignette)", "doctor_history", c, n, 0.61, 0.52, 0.7] for c, n in (("all resolved", 180), ("rated by both", 60))]},
+        {"name": "The dermatologists' own agreement", "columns": ["question", "n", "agreement", "kappa", "auc"], "rows": [["doctor_history", 60, 0.8, 0.5, 0.58]]}]}  # fmt: skip
+    gathering, diagnosis = "review_of_symptoms.completeness", "final_diagnosis.justification"
+    assert {gathering, diagnosis} <= set(page_measures())
+
+    def row(measure, q, auc, source="judge:openai/judge-a"):
+        return {"measure": measure, "source": source, "question": q, "n": 150, "n_yes": 90, "failed": 3, "auc": auc,
+                "ci_low": auc - 0.1, "ci_high": auc + 0.1}  # fmt: skip
+
+    composite = next(iter(COMPOSITES))
+    res = {"judges": ["judge:openai/judge-a"], "scorer": "judge:openai/judge-a", "mode": "category", "rows": [
+        row(gathering, "Q1 doctor_one_dx", 0.55), row(diagnosis, "Q1 doctor_one_dx", 0.72), row(composite, "Q1 doctor_one_dx", 0.6),
+        row(gathering, "Q2 doctor_history", 0.66), row(diagnosis, "Q2 doctor_history", 0.57), row(composite, "Q2 doctor_history", 0.64),
+        row("communication.empathy", "Q2 doctor_history", 0.5),  # judged, but no information-gathering or diagnosis measure
+        row("patient_info_recall (vs history)", "Q2 doctor_history", 0.63, source="history")]}  # fmt: skip
+    judge_audit = judge_validity_audit(res, B=100)
+    assert judge_audit["id"] == "judge_validity"
+
+    jv = context(a, [history_audit, judge_audit])["history"]["judge_validity"]
+    assert jv["judge"] == "openai/judge-a"
+    got = {r["measure"]: (r["q2"]["auc"], r["q1"]["auc"]) for r in jv["rows"]}
+    assert got == {gathering: (0.66, 0.55), diagnosis: (0.57, 0.72), composite: (0.64, 0.6)}
+    assert jv["rows"][0]["q2"]["ci_low"] == pytest.approx(0.56) and jv["rows"][0]["q2"]["failed"] == 3
+    assert context(a, [history_audit])["history"]["judge_validity"] is None
+
+    def validity_table(html: str) -> str:
+        return _re.search(r'<p id="history-validity">.*?</table>', html, _re.S).group(0)
+
+    before = validity_table(write_page(a, tmp_path / "before", [history_audit]).read_text())
+    after = validity_table(write_page(a, tmp_path / "after", [history_audit, judge_audit]).read_text())
+    head, _, added = after.partition('<tbody id="history-validity-judge">')
+    assert head.rstrip() + "</table>" == before  # the history rows as they were
+    assert added.count("judge: openai/judge-a") == 1 + 3 and "communication.empathy" not in added
+    assert "0.66<span" in added and "0.55<span" in added and "0.56–0.76" in added  # Q2, Q1, a CI
+    md = (tmp_path / "after" / "leaderboard.md").read_text()
+    assert f"\n- `{diagnosis}` against the dermatologists' Q2: ROC AUC 0.57 (0.47–0.67, n=150); Q1: 0.72 (0.62–0.82, n=150); judge: openai/judge-a\n" in md
+
+    def history_md(text: str) -> str:
+        return text[text.index("## How each doctor"):text.index("Tables: `tables/history_tests.csv`")]
+
+    assert history_md(md).replace("".join(x for x in md.splitlines(True) if "judge: openai/judge-a" in x), "") == \
+        history_md((tmp_path / "before" / "leaderboard.md").read_text())  # only the judge's lines added
+    only_judge = write_page(a, tmp_path / "judge", [judge_audit]).read_text()  # without the history audit, the judge's rows still show
+    assert 'id="history-validity-judge"' in only_judge
+
+
+# -- pinned versions and staleness ---------------------------------------------------------------------------
+
+
+def test_the_record_holds_the_served_model_and_an_alias_is_warned_about(tmp_path, capsys):
+    """The judge names an undated alias the server answers as a dated model: the record holds the served name and
+    stderr one warning line; a dated name that is served as itself warns nothing; completions cached before the served
+    name was kept still answer (no request sent), and their name is unknown."""
+    import sqlite3
+
+    rel = make_release(tmp_path)
+    cache = tmp_path / "cache.sqlite"
+    with LoopbackServer(responder, models=("judge-a", "judge-b-2025-01-31"), served_as={"judge-a": "judge-a-2025-01-31"}) as s:
+        for model in ("judge-a", "judge-b-2025-01-31"):
+            J.judge_release(rel, J.JudgeSpec(models=[f"openai/{model}"], mode="category", dimensions=["final diagnosis"], base_url=s.base_url,
+                                             progress=False, max_invalid=0, cache=cache), cases=["case_1"])  # fmt: skip
+        sent = s.calls
+        err = capsys.readouterr().err
+        records = read_release(rel).scorer_records()
+        assert records["judge:openai/judge-a"]["served_models"] == ["judge-a-2025-01-31"]
+        assert records["judge:openai/judge-b-2025-01-31"]["served_models"] == ["judge-b-2025-01-31"]
+        warnings = [x for x in err.splitlines() if x.startswith("warning:")]
+        assert len(warnings) == 1 and "openai/judge-a" in warnings[0] and "judge-a-2025-01-31" in warnings[0]
+        # a cache written before completions kept the served name
+        with sqlite3.connect(cache) as db:
+            rows = db.execute("select key, response from requests").fetchall()
+            assert rows and all(json.loads(r)["model"] for _, r in rows)
+            for k, r in rows:
+                old = {a: b for a, b in json.loads(r).items() if a != "model"}
+                db.execute("update requests set response = ? where key = ?", (json.dumps(old), k))
+        J.judge_release(rel, J.JudgeSpec(models=["openai/judge-a"], mode="category", dimensions=["final diagnosis"], base_url=s.base_url,
+                                         progress=False, max_invalid=0, cache=cache), cases=["case_1"])  # fmt: skip
+        assert s.calls == sent  # every request answered by the old cache
+    assert read_release(rel).scorer_records()["judge:openai/judge-a"]["served_models"] == []
+    assert "warning" not in capsys.readouterr().err
+    assert J.alias_warning("openai/gpt-4o", {"gpt-4o-2024-08-06"}) and not J.alias_warning("openai/gpt-4-0613", {"gpt-4-0613-azure"})
+    assert not J.alias_warning("openai/claude-3-5-sonnet-20241022", {"x"}) and not J.alias_warning("openai/gpt-4o", set())
+
+
+def test_a_current_judgement_is_not_redone_unless_overwritten_and_a_changed_input_is_stale(tmp_path, server, capsys, monkeypatch):
+    import dataclasses
+
+    from craftmd.cli import main
+
+    rel = make_release(tmp_path)
+    cache = tmp_path / "cache.sqlite"
+    argv = [str(rel), "--judge", "openai/judge-a", "--base-url", server.base_url, "--dimensions", "final diagnosis", "--mode", "category",
+            "--cache", str(cache), "--quiet"]  # fmt: skip
+    assert main(["judge", *argv]) == 0
+    first, sent = (rel / "scores.parquet").read_bytes(), server.calls
+    capsys.readouterr()
+    assert main(["judge", *argv]) == 0  # nothing changed: nothing done
+    out = capsys.readouterr()
+    assert "scores current, nothing to do" in out.err and json.loads(out.out)["current"] is True
+    assert server.calls == sent and (rel / "scores.parquet").read_bytes() == first
+    assert main(["judge", *argv, "--overwrite"]) == 0  # judged again, the cache answering: the same bytes, nothing sent
+    assert server.calls == sent and (rel / "scores.parquet").read_bytes() == first
+    assert "nothing to do" not in capsys.readouterr().err
+
+    spec = J.JudgeSpec(models=["openai/judge-a"], mode="category", dimensions=["final diagnosis"], base_url=server.base_url, progress=False)
+    assert not J.stale(rel, spec)
+    assert J.stale(rel, dataclasses.replace(spec, mode="dimension"))  # another setting
+    assert J.stale(rel, dataclasses.replace(spec, models=["openai/judge-b"]))  # another judge: no record
+    assert J.stale(rel, spec, cases=["case_1"])  # another selection
+    record = read_release(rel).scorer_records()["judge:openai/judge-a"]
+    with monkeypatch.context() as m:  # another prompt set
+        m.setattr(J, "prompt_set_record", lambda: dict(record["prompt_set"], sha256={**record["prompt_set"]["sha256"], "dimension": "0" * 64}))
+        assert J.stale(rel, spec)
+    with monkeypatch.context() as m:  # another catalog
+        m.setattr(J, "load_catalog", lambda: dataclasses.replace(load_catalog(), sha256="0" * 64))
+        assert J.stale(rel, spec)
+    from craftmd.release import write_scores
+
+    table, _ = read_release(rel).scores_with_records()
+    mine = table.filter(pa.compute.equal(table["scorer"], "judge:openai/judge-a"))
+    write_scores(read_release(rel), mine, {"judge:openai/judge-a": dict(record, inputs=dict(record["inputs"], conversations_sha256="0" * 64))})
+    assert J.stale(rel, spec)  # the conversations it judged are not these
+    write_scores(read_release(rel), mine, {"judge:openai/judge-a": record})
+    assert not J.stale(rel, spec)
+    # a transient failure is not cached: a re-run would ask again, so the scores are not current
+    with LoopbackServer(responder, models=("judge-a",), error_rate=1.0, error_kinds=("500",)) as down:
+        flaky = dataclasses.replace(spec, base_url=down.base_url, max_retries=0)
+        J.judge_release(rel, flaky)
+    assert read_release(rel).scorer_records()["judge:openai/judge-a"]["transient_failures"] > 0 and J.stale(rel, flaky)

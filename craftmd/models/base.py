@@ -63,6 +63,7 @@ class Completion:
     error: str | None = None  # "<reason>: <message>" when status is error (or a refusal with a reason)
     reason: str | None = None  # the short key that groups like failures, e.g. "HTTP 400 context_length_exceeded"
     transient: bool = False  # failed after capped retries: not cached, a re-run tries again
+    model: str | None = None  # the model the server says answered (its reply's ``model``); None where unknown or cached before
 
     def to_dict(self) -> dict:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}  # scalars only: no deep copy

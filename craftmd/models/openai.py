@@ -155,6 +155,7 @@ def parse_completion(r: object) -> Completion:
         choice = r["choices"][0]
         msg, finish = choice["message"], choice.get("finish_reason")
         text, refusal = msg.get("content"), msg.get("refusal")
+        served = r.get("model") if isinstance(r.get("model"), str) and r.get("model") else None
     except (AttributeError, KeyError, IndexError, TypeError, ValueError):
         raise TransientError("malformed response", str(r)[:200]) from None
     if text is not None and not isinstance(text, str):
@@ -162,8 +163,8 @@ def parse_completion(r: object) -> Completion:
     if finish == "content_filter" or refusal:
         reason = "content_filter" if finish == "content_filter" else "refusal"
         why = f"{reason}: {' '.join(str(refusal or text or 'the server blocked the answer').split())}"
-        return Completion(refusal or text, "refusal", finish, tin, tout, error=why[:ERROR_CHARS], reason=reason)
+        return Completion(refusal or text, "refusal", finish, tin, tout, error=why[:ERROR_CHARS], reason=reason, model=served)
     if text is None:
         return Completion.failure("no text", f"the answer has no content (finish_reason {finish})", finish_reason=finish,
-                                  tokens_in=tin, tokens_out=tout)
-    return Completion(text, "ok", finish, tin, tout)
+                                  tokens_in=tin, tokens_out=tout, model=served)
+    return Completion(text, "ok", finish, tin, tout, model=served)

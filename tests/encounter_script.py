@@ -1,0 +1,68 @@
+"""Patient-led encounters played by a script against the loopback server: the tiny MedPI packets dataset
+(fixture ``medpi``), the scripted agents (:class:`Script`) and a run of :func:`generate_encounters` over them.
+Shared by the encounters tests and the judge's tests on encounters."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from craftmd.dataset_builder.packets import build_packets
+from craftmd.generation.encounters import EncounterSpec, generate_encounters
+from craftmd.tasks.encounters import EMOTIONS
+
+CELLS = ["asthma:medication_advice", "depression:diagnosis"]
+
+
+@pytest.fixture(scope="module")
+def medpi(tmp_path_factory):
+    out = tmp_path_factory.mktemp("medpi") / "medpi"
+    build_packets(out, seed=1, scale=0.05, cells=CELLS, progress=False)
+    return out
+
+
+def emotion_json(turn_text: str, **over) -> str:
+    scores = {e: 0 for e in EMOTIONS}
+    scores.update(anxiety=6, fear=3, interest=4)
+    body = {"emotions": scores, "valence": -3, "arousal": 6, "summary": "worried but hopeful",
+            "reflection": f"The doctor asked about {turn_text[:30]}", "poignancy": 4}
+    body.update(over)
+    return "Here you go: " + json.dumps(body)
+
+
+class Script:
+    """Plays every agent by the system prompt's role: the doctor asks ``doctor_turns`` questions then closes
+    (or never, when None); the patient answers naming its first known condition; every second emotion step is
+    malformed; the closure classifier says reasonable when the doctor said goodbye."""
+
+    def __init__(self, doctor_turns: int | None = 2, patient_closes_at: int | None = None):
+        self.doctor_turns, self.patient_closes_at = doctor_turns, patient_closes_at
+        self.emotion_calls = 0
+
+    def __call__(self, req: dict) -> str:
+        system = req["messages"][0]["content"]
+        if system.startswith("You are a doctor"):
+            asked = sum(m["role"] == "assistant" for m in req["messages"])
+            if self.doctor_turns is not None and asked >= self.doctor_turns:
+                return "Thank you, that is all for today. Goodbye. [END]"
+            return f"Question {asked + 1}: how have you been feeling, and what medicines do you take?"
+        if system.startswith("You read a patient"):
+            turn = len(re.findall(r"^Doctor:", req["messages"][1]["content"], re.M))
+            return "not json at all" if turn % 2 else emotion_json(req["messages"][1]["content"][-40:])
+        if system.startswith("You judge"):
+            return json.dumps({"reasonable_end": "Goodbye" in req["messages"][1]["content"], "rationale": "scripted"})
+        # the patient
+        known = re.search(r"health problems you have been told about: ([^(;\n]+)", system)
+        said = sum(m["role"] == "assistant" for m in req["messages"])
+        text = f"I have {known.group(1).strip() if known else 'some worries'}. It has been hard."
+        if self.patient_closes_at and said + 1 >= self.patient_closes_at:
+            text += " Thank you, goodbye. [END]"
+        return text
+
+
+def run(server, medpi, out, cache, **kw):
+    spec = EncounterSpec(dataset=medpi, out=out, doctor="openai/loopback", patient="openai/loopback", base_url=server.base_url,
+                         api_key="sk-test", cache=cache, progress=False, max_retries=1, backoff=0.01, **kw)
+    return generate_encounters(spec)
