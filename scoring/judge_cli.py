@@ -78,7 +78,7 @@ def _review(args) -> int:
     sheets (every bad rating reported with its cell; nothing computed then) and write, per dimension and pooled, the
     experts' agreement with each other and with the judge (weighted kappa, Krippendorff's ordinal alpha, Spearman)
     with 95 % bootstrap CIs as JSON to --out, and the ratings beside it as a scores table (OUT-stem.scores.parquet: metric
-    expert_rubric_rating, scorer expert:<rater> per rater and experts for the resolved rating, variant key dimension).
+    expert_rubric_rating, scorer rater:<name> per rater and experts for the resolved rating, variant key dimension).
     """
     from craftmd.scoring.rubric_review import export_rubric_review, import_rubric_review
 

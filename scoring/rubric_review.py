@@ -18,7 +18,7 @@ over conversations, seeded):
 
 The ratings themselves go beside the JSON as a scores table (``<stem>.scores.parquet``, as the yes/no review's
 :func:`craftmd.scoring.review.write_with_scores` writes it): metric ``expert_rubric_rating`` (1–4), scorer
-``expert:<rater>`` per rater and ``experts`` for the resolved rating (its label says how: single, agreed,
+``rater:<name>`` per rater and ``experts`` for the resolved rating (its label says how: single, agreed,
 median_low), variant keys ``release``, ``conversation``, ``with_image`` and ``dimension`` as the judge's rows.
 """
 
@@ -38,7 +38,7 @@ from craftmd.atomic import atomic_write_bytes
 FORMAT = "craftmd-rubric-review"
 VERSION = 1
 RATERS = ("r1", "r2")
-METRIC = "expert_rubric_rating"  # scorers expert:<rater>, and the yes/no review's EXPERTS for the resolved rating
+METRIC = "expert_rubric_rating"  # scorers rater:<name>, and the yes/no review's EXPERTS for the resolved rating
 REVIEW_COLUMNS = ["review_id", "release", "case_id", "trial", "conversation", "with_image", "dimension", "question", "scores"]
 KEY_COLUMNS = ["review_id", "dimension", "judge", "judge_score"]
 INSTRUCTIONS = ("Read the conversation (sheet 'conversations', by review_id) and rate the doctor on each row's aspect from 1 "
@@ -274,7 +274,7 @@ def import_rubric_review(paths: list[Path | str], out: Path | str, *, B: int = 1
     from craftmd.scoring.rubric import load_catalog
 
     raters = sorted({r for v in ratings.values() for r in v})
-    records = {f"expert:{r}": {"review": FORMAT, "version": VERSION, "rater": r} for r in raters}
+    records = {f"rater:{r}": {"review": FORMAT, "version": VERSION, "rater": r} for r in raters}
     records[EXPERTS] = {"review": FORMAT, "version": VERSION, "raters": raters, "resolution": "median_low",
                         "catalog": load_catalog().record()}  # fmt: skip
     results = {"format": FORMAT, "version": VERSION, "ratings": sum(len(v) for v in ratings.values()), "B": B, "seed": seed,
@@ -283,7 +283,7 @@ def import_rubric_review(paths: list[Path | str], out: Path | str, *, B: int = 1
 
 
 def rating_rows(ratings: dict, units: dict):
-    """The ratings as scores rows: per conversation and dimension each rater's (scorer ``expert:<rater>``) and the
+    """The ratings as scores rows: per conversation and dimension each rater's (scorer ``rater:<name>``) and the
     resolved one (scorer ``experts``, the lower median; label single, agreed or median_low; detail the ratings)."""
     import pyarrow as pa
 
@@ -301,7 +301,7 @@ def rating_rows(ratings: dict, units: dict):
     for (rid, dim), vals in sorted(ratings.items()):
         u = units[rid]
         for rater in sorted(vals):
-            add(u, dim, f"expert:{rater}", vals[rater], None, None)
+            add(u, dim, f"rater:{rater}", vals[rater], None, None)
         how = "single" if len(vals) == 1 else "agreed" if len(set(vals.values())) == 1 else "median_low"
         add(u, dim, EXPERTS, statistics.median_low(list(vals.values())), how, json.dumps(dict(sorted(vals.items())), sort_keys=True))
     return pa.table(cols)

@@ -504,7 +504,7 @@ def test_review_sheet_round_trip_and_agreement(tmp_path, server):
         r2s.append(b)
         judged.append((statistics.median_low([a, b]), key[(rid, dim)]))
         unit = (row[1].value, row[2].value, row[3].value, row[4].value, row[5].value, dim)  # release, case, trial, conversation, image
-        sheet_rows.update({(*unit, "expert:r1"): a, (*unit, "expert:r2"): b, (*unit, "experts"): statistics.median_low([a, b])})
+        sheet_rows.update({(*unit, "rater:r1"): a, (*unit, "rater:r2"): b, (*unit, "experts"): statistics.median_low([a, b])})
     filled = tmp_path / "filled.xlsx"
     wb.save(filled)
     res = tmp_path / "results.json"
@@ -527,7 +527,7 @@ def test_review_sheet_round_trip_and_agreement(tmp_path, server):
                 for r in st.to_pylist() if r["metric"] == "expert_rubric_rating" and r["status"] == "ok"}  # fmt: skip
     assert got_rows == sheet_rows and st.num_rows == len(sheet_rows)
     records = json.loads(st.schema.metadata[SCORERS_METADATA])
-    assert records["experts"]["raters"] == ["r1", "r2"] and {"expert:r1", "expert:r2"} <= set(records)
+    assert records["experts"]["raters"] == ["r1", "r2"] and {"rater:r1", "rater:r2"} <= set(records)
     judge_rows = {(r["case_id"], r["trial"], r["conversation"], r["with_image"], r["dimension"])
                   for r in read_release(rel).scores_with_records()[0].to_pylist()}  # fmt: skip
     assert {k[1:6] for k in got_rows} <= judge_rows  # the same keys as the judge's scores: joinable
