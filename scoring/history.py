@@ -267,61 +267,227 @@ def lcs_length(a: list[str], b: list[str], masks_a: dict[str, int] | None = None
 
 
 def _f(p: float, r: float) -> float:
-    # rouge_score.scoring.fmeasure, inlined by callers in the hot loop (same expression, same floats)
+    # rouge_score.scoring.fmeasure (same expression, same floats)
     return 2 * p * r / (p + r) if p + r > 0 else 0.0
 
 
-def _occurrences(grams: list) -> set:
-    """An n-gram list as a set whose intersection sizes are overlaps with multiplicity (sum of min(count_i, count_j),
-    as rouge-score counts them): each n-gram once, and (n-gram, k) for its k-th repeat."""
-    c = Counter(grams)
-    out = set(c)
-    if len(c) != len(grams):
-        out.update((g, k) for g, n in c.items() if n > 1 for k in range(1, n))
+# -- every question pair at once -------------------------------------------------------------------
+#
+# The doctor's questions of many conversations are scored together with numpy: the questions' token ids
+# concatenated (``tok``), question q being ``tok[qoff[q]:qoff[q+1]]``, conversation by conversation. Pair i<j of a
+# conversation's questions is row ``pair_start[i] + j - i - 1`` of the per-pair arrays (conversation by
+# conversation, i then j ascending: the order of a double loop).
+
+
+def _ranges(starts, lens) -> np.ndarray:
+    """The indexes ``starts[i], …, starts[i] + lens[i] - 1`` of every i, concatenated."""
+    lens = np.asarray(lens, np.int64)
+    total = int(lens.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    ends = np.cumsum(lens)
+    return np.repeat(np.asarray(starts, np.int64) - (ends - lens), lens) + np.arange(total, dtype=np.int64)
+
+
+def _repeat_rank(key: np.ndarray) -> np.ndarray:
+    """For each element, how many equal keys come before it: 0 for a value's first occurrence, 1 for its second…"""
+    order = np.argsort(key, kind="stable")
+    sk = key[order]
+    pos = np.arange(len(key), dtype=np.int64)
+    first = np.maximum.accumulate(np.where(np.r_[True, sk[1:] != sk[:-1]], pos, 0))
+    rank = np.empty(len(key), np.int64)
+    rank[order] = pos - first
+    return rank
+
+
+def _overlaps(grams: np.ndarray, owner: np.ndarray, conv: np.ndarray, nq: int, pair_start: np.ndarray, npairs: int) -> np.ndarray:
+    """Every pair's n-gram overlap counted with multiplicity, ``sum over n-grams g of min(count_i(g), count_j(g))``
+    (rouge-score's intersection of the two n-gram Counters), 0 where the questions share none.
+
+    ``grams`` are n-grams as int codes (equal codes, equal n-grams), each of question ``owner`` of conversation
+    ``conv``. The k-th repeat of an n-gram in a question is a column of its own, (conversation, n-gram, k): a
+    question's row holds a 1 in each column it reaches, so two questions of a conversation share exactly
+    ``min(count_i(g), count_j(g))`` columns of each n-gram, and their overlap is the dot product of their rows,
+    every pair at once by one sparse product ``A @ A.T`` (columns never cross conversations)."""
+    from scipy import sparse
+
+    out = np.zeros(npairs, np.int64)
+    if not len(grams):
+        return out
+    _, gram = np.unique(grams, return_inverse=True)
+    gram = gram.ravel().astype(np.int64)
+    ngrams = int(gram.max()) + 1
+    rank = _repeat_rank(owner * ngrams + gram)
+    reps = int(rank.max()) + 1
+    if (int(conv.max()) + 1) * ngrams * reps < 2**62:
+        col = np.unique((conv * ngrams + gram) * reps + rank, return_inverse=True)[1].ravel()
+    else:  # a key that would not fit an int64 (never with real texts): the same columns, found more slowly
+        col = np.unique(np.stack([conv, gram, rank]), axis=1, return_inverse=True)[1].ravel()
+    a = sparse.csr_matrix((np.ones(len(col), np.int64), (owner, col)), shape=(nq, int(col.max()) + 1))
+    x = (a @ a.T).tocoo()
+    i, j = x.row.astype(np.int64), x.col.astype(np.int64)
+    keep = i < j
+    out[pair_start[i[keep]] + j[keep] - i[keep] - 1] = x.data[keep]
     return out
 
 
-def question_similarity(questions: list[list[str]]) -> tuple[float, float, float] | None:
+def _lcs_pairs(tok: np.ndarray, qoff: np.ndarray, qconv: np.ndarray, qa: np.ndarray, qb: np.ndarray) -> np.ndarray:
+    """The LCS length of questions ``qa[p]`` and ``qb[p]`` of the same conversation, for every p: :func:`lcs_length`'s
+    bit-parallel recurrence run for all pairs at once, a question's position masks as ``ceil(len/64)`` uint64 words.
+
+    LCS is symmetric, so each pair runs over the side that costs less (one step per token of ``b``, one word per
+    64 tokens of ``a``). A step ``v' = (v + u) | (v - u)``, ``u = v & mask(b_t)``, is done word by word: the
+    addition carries into the next word, and ``v - u = v ^ u`` since ``u``'s bits are ``v``'s. Carries only go up,
+    so bits above ``len(a)`` never reach the counted ones: the same result as Python's unbounded ints. Masks come
+    from a dense table per conversation, (question, token's index in the conversation's vocabulary) -> words."""
+    out = np.zeros(len(qa), np.int64)
+    if not len(qa):
+        return out
+    qlen = np.diff(qoff)
+    la, lb = qlen[qa], qlen[qb]
+    swap = la * ((lb + 63) // 64) < lb * ((la + 63) // 64)
+    a, b = np.where(swap, qb, qa), np.where(swap, qa, qb)
+    # each conversation's vocabulary: its question tokens as local ids 0..V_c-1
+    nconv, nq = int(qconv.max()) + 1, len(qconv)
+    tconv = np.repeat(qconv, qlen)
+    span = int(tok.max()) + 1
+    u, ct = np.unique(tconv * span + tok, return_inverse=True)
+    vstart = np.searchsorted(u // span, np.arange(nconv + 1))
+    loc = ct.ravel() - vstart[tconv]
+    vc = np.diff(vstart)
+    qstart = np.zeros(nconv + 1, np.int64)
+    np.cumsum(np.bincount(qconv, minlength=nconv), out=qstart[1:])
+    tstart = np.zeros(nconv + 1, np.int64)
+    np.cumsum(np.diff(qstart) * vc, out=tstart[1:])
+    row = tstart[qconv] + (np.arange(nq) - qstart[qconv]) * vc[qconv]  # table cell of question q's local id 0
+    pos = np.arange(len(tok), dtype=np.int64) - np.repeat(qoff[:-1], qlen)
+    cell = np.repeat(row, qlen) + loc
+    table = np.zeros(((int(qlen.max()) + 63) // 64, int(tstart[-1])), np.uint64)
+    for w in range(len(table)):
+        s = (pos >> 6) == w
+        np.bitwise_or.at(table[w], cell[s], np.left_shift(np.uint64(1), (pos[s] & 63).astype(np.uint64)))
+    la = qlen[a]
+    nwords = (la + 63) // 64
+    one = np.uint64(1)
+    for words in np.unique(nwords).tolist():
+        sel = np.flatnonzero(nwords == words)
+        lbs = qlen[b[sel]]
+        order = np.argsort(-lbs, kind="stable")  # longest b first: step t runs on a prefix
+        sel, lbs = sel[order], lbs[order]
+        rows, bst, las = row[a[sel]], qoff[b[sel]], la[sel]
+        steps = int(lbs[0])
+        running = len(lbs) - np.searchsorted(lbs[::-1], np.arange(steps), side="right")  # pairs with len(b) > t
+        full = np.empty((words, len(sel)), np.uint64)
+        for w in range(words):
+            nb = np.clip(las - 64 * w, 0, 64).astype(np.uint64)
+            full[w] = np.where(nb == 64, np.uint64(2**64 - 1), (one << np.minimum(nb, 63)) - one)
+        v = full.copy()
+        if words == 1:
+            v0, t0 = v[0], table[0]
+            for t in range(steps):
+                p = int(running[t])
+                vv = v0[:p]
+                u = vv & t0[rows[:p] + loc[bst[:p] + t]]
+                v0[:p] = (vv + u) | (vv ^ u)
+        else:
+            for t in range(steps):
+                p = int(running[t])
+                cells = rows[:p] + loc[bst[:p] + t]
+                carry = np.zeros(p, np.uint64)
+                for w in range(words):
+                    vv = v[w, :p]
+                    u = vv & table[w][cells]
+                    s = vv + u
+                    up = s < vv
+                    s2 = s + carry
+                    up |= s2 < s
+                    v[w, :p] = s2 | (vv ^ u)
+                    carry = up.astype(np.uint64)
+        out[sel] = las - np.bitwise_count(v & full).sum(axis=0, dtype=np.int64)
+    return out
+
+
+def _f1s(overlap: np.ndarray, n_pred: np.ndarray, n_target: np.ndarray) -> np.ndarray:
+    """rouge-score's F1 per pair from the overlap counts: ``p = overlap / n_pred``, ``r = overlap / n_target``,
+    ``2 * p * r / (p + r)``, 0.0 without overlap. numpy's int -> float64 division and float64 products are the
+    same IEEE operations as Python's (ints below 2**53), in the same order, so every value is the same float."""
+    out = np.zeros(len(overlap), np.float64)
+    on = np.flatnonzero(overlap)
+    x = overlap[on]
+    p, r = x / n_pred[on], x / n_target[on]
+    out[on] = 2 * p * r / (p + r)
+    return out
+
+
+def _similarities(tok: np.ndarray, starts, lens, counts) -> list[tuple[float, float, float] | None]:
+    """:func:`question_similarity` of many conversations: question q is ``tok[starts[q]:starts[q] + lens[q]]``
+    (token ids), conversation c's ``counts[c]`` questions the next ones. Each pair's F1 as rouge-score computes it (:func:`_f1s`; n-gram
+    overlaps by :func:`_overlaps`, LCS by :func:`_lcs_pairs`), the mean ``math.fsum`` of a conversation's pairs
+    over their number: exactly rounded, so the same float whatever the pairs' order."""
+    counts = np.asarray(counts, np.int64)
+    nc = len(counts)
+    out: list = [None] * nc
+    cstart = np.zeros(nc + 1, np.int64)
+    np.cumsum(counts, out=cstart[1:])
+    scored = np.flatnonzero(counts >= 2)
+    if not len(scored):
+        return out
+    # the questions of conversations with at least two, renumbered 0..nq-1
+    keep = _ranges(cstart[scored], counts[scored])
+    qlen = np.asarray(lens, np.int64)[keep]
+    tok = np.asarray(tok, np.int64)[_ranges(np.asarray(starts, np.int64)[keep], qlen)]
+    k = counts[scored]
+    nq = len(keep)
+    qconv = np.repeat(np.arange(len(scored), dtype=np.int64), k)
+    off = np.zeros(nq + 1, np.int64)
+    np.cumsum(qlen, out=off[1:])
+    # pairs i<j: question q pairs with the questions after it in its conversation
+    qend = np.repeat(np.cumsum(k), k)
+    later = qend - np.arange(nq) - 1
+    pair_start = np.zeros(nq + 1, np.int64)
+    np.cumsum(later, out=pair_start[1:])
+    npairs = int(pair_start[-1])
+    pi = np.repeat(np.arange(nq, dtype=np.int64), later)
+    pj = pi + 1 + np.arange(npairs, dtype=np.int64) - np.repeat(pair_start[:-1], later)
+    owner = np.repeat(np.arange(nq, dtype=np.int64), qlen)
+    # ROUGE-1 and ROUGE-2 overlaps, the bigram (s, t) coded s * span + t
+    x1 = _overlaps(tok, owner, qconv[owner], nq, pair_start, npairs)
+    nxt = np.flatnonzero(np.arange(len(tok)) - off[owner] < qlen[owner] - 1)
+    span = int(tok.max()) + 1 if len(tok) else 1
+    x2 = _overlaps(tok[nxt] * span + tok[nxt + 1], owner[nxt], qconv[owner[nxt]], nq, pair_start, npairs)
+    n1 = np.maximum(qlen, 1)
+    n2 = np.maximum(qlen - 1, 1)
+    f1 = _f1s(x1, n1[pj], n1[pi])
+    f2 = _f1s(x2, n2[pj], n2[pi])
+    # ROUGE-L: pairs with no word in common have no common subsequence either (F1 0, rouge-score's 0 for an empty side)
+    shared = np.flatnonzero(x1)
+    lcs = np.zeros(npairs, np.int64)
+    lcs[shared] = _lcs_pairs(tok, off, qconv, pi[shared], pj[shared])
+    fl = _f1s(lcs, qlen[pj], qlen[pi])
+    bounds = (k * (k - 1) // 2).cumsum().tolist()
+    f1, f2, fl = f1.tolist(), f2.tolist(), fl.tolist()
+    fsum = math.fsum
+    a = 0
+    for c, b in zip(scored.tolist(), bounds):
+        n = b - a
+        out[c] = (fsum(f1[a:b]) / n, fsum(f2[a:b]) / n, fsum(fl[a:b]) / n)
+        a = b
+    return out
+
+
+def question_similarity(questions: list[list]) -> tuple[float, float, float] | None:
     """Mean ROUGE-1, ROUGE-2, ROUGE-L F1 over pairs i<j (target q_i, prediction q_j); None with < 2 questions.
 
     Each pair's F1 is rouge-score's: n-gram overlap counted with multiplicity, precision over the
     prediction's n-grams and recall over the target's (each at least 1), LCS over the token lists;
-    the mean is ``math.fsum`` of the pairs' F1 over their number."""
-    k = len(questions)
-    if k < 2:
+    the mean is ``math.fsum`` of the pairs' F1 over their number. Questions are token lists (ids or any tokens)."""
+    if len(questions) < 2:
         return None
-    toks = questions
-    o1 = [_occurrences(t) for t in toks]
-    o2 = [_occurrences(list(zip(t, t[1:]))) for t in toks]
-    n1 = [len(t) for t in toks]
-    n2 = [max(len(t) - 1, 0) for t in toks]
-    masks = [_masks(t) for t in toks]
-    f1: list[float] = []
-    f2: list[float] = []
-    fl: list[float] = []
-    for i in range(k):
-        ti, ni, mi, ai, bi, ri1, ri2 = toks[i], n1[i], masks[i], o1[i], o2[i], max(n1[i], 1), max(n2[i], 1)
-        for j in range(i + 1, k):
-            nj = n1[j]
-            x = len(ai & o1[j])
-            if not x:  # nothing in common: every F1 of the pair is 0 (rouge-score's 0 for an empty side too)
-                f1.append(0.0)
-                f2.append(0.0)
-                fl.append(0.0)
-                continue
-            p, r = x / max(nj, 1), x / ri1
-            f1.append(2 * p * r / (p + r))
-            y = len(bi & o2[j])
-            if y:
-                p, r = y / max(n2[j], 1), y / ri2
-                f2.append(2 * p * r / (p + r))
-            else:
-                f2.append(0.0)
-            lcs = lcs_length(ti, toks[j], mi) if ni >= nj else lcs_length(toks[j], ti, masks[j])
-            p, r = lcs / nj, lcs / ni
-            fl.append(2 * p * r / (p + r))
-    n = len(f1)
-    return math.fsum(f1) / n, math.fsum(f2) / n, math.fsum(fl) / n
+    local: dict = {}
+    flat = [local.setdefault(t, len(local)) for q in questions for t in q]
+    qoff = np.zeros(len(questions) + 1, np.int64)
+    np.cumsum([len(q) for q in questions], out=qoff[1:])
+    return _similarities(np.array(flat, np.int64), qoff[:-1], np.diff(qoff), [len(questions)])[0]
 
 
 class Reference:
@@ -345,6 +511,15 @@ def score_conversation(roles: list[str], contents: list[str | None], ref: Refere
 def score_tokens(roles: list[str], toks: list[list[int]], ref: Reference) -> list[tuple[str, float, str | None]]:
     """:func:`score_conversation` of messages given as token ids (:func:`token_ids`, :func:`encode`)."""
     doctor_toks, turn_toks, questions, answered = split_turns(roles, toks)
+    sim = question_similarity([doctor_toks[q] for q in questions])
+    return _scores([len(d) for d in doctor_toks], turn_toks, len(questions), answered, ref, sim)
+
+
+def _scores(doctor_lens: list[int], turn_toks: list[list[int]], questions: int, answered: int, ref: Reference,
+            sim: tuple[float, float, float] | None) -> list[tuple[str, float, str | None]]:
+    """:func:`score_tokens` from the split conversation: the doctor turns' token counts, the patient turns' token
+    ids, the number of questions, the answered doctor turns, and the questions' similarity (computed apart, for
+    many conversations at once in :func:`_work`)."""
     # ROUGE-1 against the reference, after each patient turn (intersection counted as rouge-score does)
     refc = ref.counts
     seen: dict[str, int] = {}
@@ -371,16 +546,13 @@ def score_tokens(roles: list[str], toks: list[list[int]], ref: Reference) -> lis
         held = [h for h in hits if h is not None]
         if held:
             out.append(("patient_fact_recall", sum(held) / len(held), json.dumps({"hits": hits, "held": len(held), "revealed": sum(held)})))
-    doc_toks = doctor_toks
-    d_toks = sum(map(len, doc_toks))
-    out.append(("doctor_turns", float(len(doc_toks)), None))
-    if doc_toks:
-        out.append(("doctor_words_per_turn", d_toks / len(doc_toks), None))
+    out.append(("doctor_turns", float(len(doctor_lens)), None))
+    if doctor_lens:
+        out.append(("doctor_words_per_turn", sum(doctor_lens) / len(doctor_lens), None))
     if turn_toks:
         out.append(("patient_words_per_turn", total / len(turn_toks), None))
-    sim = question_similarity([doc_toks[q] for q in questions])
     if sim is not None:
-        detail = json.dumps({"questions": len(questions)})
+        detail = json.dumps({"questions": questions})
         out += [("question_similarity_rouge1", sim[0], detail), ("question_similarity_rouge2", sim[1], detail),
                 ("question_similarity_rougeL", sim[2], detail)]  # fmt: skip
     k = len(turn_toks)
@@ -397,15 +569,20 @@ _JOB: dict = {}
 
 
 def _work(span: tuple[int, int]) -> list:
-    """Score conversations ``span`` of the job set up before the fork."""
+    """Score conversations ``span`` of the job set up before the fork: every question pair of the span at once
+    (:func:`_similarities`), then each conversation's other metrics (:func:`_scores`)."""
     job = _JOB
     roles, ids, tok_off, offsets, refs, keys = job["roles"], job["ids"], job["tok_off"], job["offsets"], job["refs"], job["keys"]
+    split = [split_turns(roles[offsets[i] : offsets[i + 1]], range(offsets[i], offsets[i + 1])) for i in range(*span)]
+    lo = offsets[span[0]]
+    bounds = tok_off[lo : offsets[span[1]] + 1].tolist()  # message m's tokens: ids[bounds[m - lo] : bounds[m - lo + 1]]
+    asked = np.array([doctor[q] for doctor, _, questions, _ in split for q in questions], np.int64)  # message indexes
+    sims = _similarities(ids, tok_off[asked], tok_off[asked + 1] - tok_off[asked], [len(s[2]) for s in split])
     out = []
-    for i in range(*span):
-        a, b = offsets[i], offsets[i + 1]
-        bounds = tok_off[a : b + 1].tolist()
-        toks = [ids[x:y].tolist() for x, y in zip(bounds, bounds[1:])]
-        out.append(score_tokens(roles[a:b], toks, refs[keys[i]]))
+    for i, (doctor, patient, questions, answered), sim in zip(range(*span), split, sims):
+        turns = [ids[bounds[m - lo] : bounds[m - lo + 1]].tolist() for m in patient]
+        doctor_lens = [bounds[m - lo + 1] - bounds[m - lo] for m in doctor]
+        out.append(_scores(doctor_lens, turns, len(questions), answered, refs[keys[i]], sim))
     return out
 
 
