@@ -289,41 +289,51 @@ def _ranges(starts, lens) -> np.ndarray:
     return np.repeat(np.asarray(starts, np.int64) - (ends - lens), lens) + np.arange(total, dtype=np.int64)
 
 
-def _repeat_rank(key: np.ndarray) -> np.ndarray:
-    """For each element, how many equal keys come before it: 0 for a value's first occurrence, 1 for its second…"""
-    order = np.argsort(key, kind="stable")
-    sk = key[order]
-    pos = np.arange(len(key), dtype=np.int64)
-    first = np.maximum.accumulate(np.where(np.r_[True, sk[1:] != sk[:-1]], pos, 0))
-    rank = np.empty(len(key), np.int64)
-    rank[order] = pos - first
-    return rank
+def _grouped(grams: np.ndarray, owner: np.ndarray, qconv: np.ndarray, qstart: np.ndarray) -> tuple:
+    """The occurrences of n-grams (int codes, equal codes equal n-grams) in questions ``owner``, sorted by
+    (conversation, n-gram, question): (the sorting order, each sorted occurrence's group — its (conversation,
+    n-gram), numbered 0, 1, … in that order — and its repeat number, 0 for its n-gram's first occurrence in its
+    question, 1 for the second…). ``qconv`` gives each question's conversation, ``qstart`` each conversation's
+    first question."""
+    conv = qconv[owner]
+    local = owner - qstart[conv]
+    kq, gspan = int(local.max()) + 1, int(grams.max()) + 1
+    if (int(conv.max()) + 1) * gspan * kq < 2**62:
+        order = np.argsort((conv * gspan + grams) * kq + local)
+    else:  # a key that would not fit an int64 (never with real texts): the same order, found more slowly
+        order = np.lexsort((local, grams, conv))
+    sc, sg, so = conv[order], grams[order], owner[order]
+    n = len(order)
+    new_group = np.empty(n, bool)
+    new_group[0] = True
+    np.not_equal(sc[1:], sc[:-1], out=new_group[1:])
+    new_group[1:] |= sg[1:] != sg[:-1]
+    new_run = new_group.copy()
+    new_run[1:] |= so[1:] != so[:-1]
+    pos = np.arange(n, dtype=np.int64)
+    rank = pos - np.maximum.accumulate(np.where(new_run, pos, 0))
+    return order, np.cumsum(new_group) - 1, rank
 
 
-def _overlaps(grams: np.ndarray, owner: np.ndarray, conv: np.ndarray, nq: int, pair_start: np.ndarray, npairs: int) -> np.ndarray:
+def _overlaps(owner: np.ndarray, group: np.ndarray, rank: np.ndarray, nq: int, pair_start: np.ndarray, npairs: int) -> np.ndarray:
     """Every pair's n-gram overlap counted with multiplicity, ``sum over n-grams g of min(count_i(g), count_j(g))``
     (rouge-score's intersection of the two n-gram Counters), 0 where the questions share none.
 
-    ``grams`` are n-grams as int codes (equal codes, equal n-grams), each of question ``owner`` of conversation
-    ``conv``. The k-th repeat of an n-gram in a question is a column of its own, (conversation, n-gram, k): a
-    question's row holds a 1 in each column it reaches, so two questions of a conversation share exactly
-    ``min(count_i(g), count_j(g))`` columns of each n-gram, and their overlap is the dot product of their rows,
-    every pair at once by one sparse product ``A @ A.T`` (columns never cross conversations)."""
+    From :func:`_grouped` (``owner`` in its order): the k-th repeat of an n-gram in a question is a column of its
+    own, (conversation, n-gram, k). A question's row holds a 1 in each column it reaches, so two questions of a
+    conversation share exactly ``min(count_i(g), count_j(g))`` columns of each n-gram, and their overlap is the dot
+    product of their rows: every pair at once by one sparse product ``A @ A.T`` (columns never cross conversations)."""
     from scipy import sparse
 
     out = np.zeros(npairs, np.int64)
-    if not len(grams):
+    if not len(owner):
         return out
-    _, gram = np.unique(grams, return_inverse=True)
-    gram = gram.ravel().astype(np.int64)
-    ngrams = int(gram.max()) + 1
-    rank = _repeat_rank(owner * ngrams + gram)
-    reps = int(rank.max()) + 1
-    if (int(conv.max()) + 1) * ngrams * reps < 2**62:
-        col = np.unique((conv * ngrams + gram) * reps + rank, return_inverse=True)[1].ravel()
-    else:  # a key that would not fit an int64 (never with real texts): the same columns, found more slowly
-        col = np.unique(np.stack([conv, gram, rank]), axis=1, return_inverse=True)[1].ravel()
-    a = sparse.csr_matrix((np.ones(len(col), np.int64), (owner, col)), shape=(nq, int(col.max()) + 1))
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    width = np.maximum.reduceat(rank, starts) + 1  # columns of each (conversation, n-gram): its most repeats
+    first = np.zeros(len(starts), np.int64)
+    np.cumsum(width[:-1], out=first[1:])
+    col = first[group] + rank
+    a = sparse.csr_matrix((np.ones(len(col), np.int64), (owner, col)), shape=(nq, int(first[-1] + width[-1])))
     x = (a @ a.T).tocoo()
     i, j = x.row.astype(np.int64), x.col.astype(np.int64)
     keep = i < j
@@ -331,15 +341,17 @@ def _overlaps(grams: np.ndarray, owner: np.ndarray, conv: np.ndarray, nq: int, p
     return out
 
 
-def _lcs_pairs(tok: np.ndarray, qoff: np.ndarray, qconv: np.ndarray, qa: np.ndarray, qb: np.ndarray) -> np.ndarray:
+def _lcs_pairs(qoff: np.ndarray, qconv: np.ndarray, qstart: np.ndarray, loc: np.ndarray, vc: np.ndarray, qa: np.ndarray,
+               qb: np.ndarray) -> np.ndarray:
     """The LCS length of questions ``qa[p]`` and ``qb[p]`` of the same conversation, for every p: :func:`lcs_length`'s
     bit-parallel recurrence run for all pairs at once, a question's position masks as ``ceil(len/64)`` uint64 words.
 
-    LCS is symmetric, so each pair runs over the side that costs less (one step per token of ``b``, one word per
-    64 tokens of ``a``). A step ``v' = (v + u) | (v - u)``, ``u = v & mask(b_t)``, is done word by word: the
-    addition carries into the next word, and ``v - u = v ^ u`` since ``u``'s bits are ``v``'s. Carries only go up,
-    so bits above ``len(a)`` never reach the counted ones: the same result as Python's unbounded ints. Masks come
-    from a dense table per conversation, (question, token's index in the conversation's vocabulary) -> words."""
+    Question q's tokens are ``loc[qoff[q]:qoff[q+1]]``, as indexes into its conversation's vocabulary of ``vc[c]``
+    tokens. LCS is symmetric, so each pair runs over the side that costs less (one step per token of ``b``, one
+    word per 64 tokens of ``a``). A step ``v' = (v + u) | (v - u)``, ``u = v & mask(b_t)``, is done word by word:
+    the addition carries into the next word, and ``v - u = v ^ u`` since ``u``'s bits are ``v``'s. Carries only go
+    up, so bits above ``len(a)`` never reach the counted ones: the same result as Python's unbounded ints. Masks
+    come from a dense table per conversation, (question, vocabulary index) -> words."""
     out = np.zeros(len(qa), np.int64)
     if not len(qa):
         return out
@@ -347,20 +359,11 @@ def _lcs_pairs(tok: np.ndarray, qoff: np.ndarray, qconv: np.ndarray, qa: np.ndar
     la, lb = qlen[qa], qlen[qb]
     swap = la * ((lb + 63) // 64) < lb * ((la + 63) // 64)
     a, b = np.where(swap, qb, qa), np.where(swap, qa, qb)
-    # each conversation's vocabulary: its question tokens as local ids 0..V_c-1
-    nconv, nq = int(qconv.max()) + 1, len(qconv)
-    tconv = np.repeat(qconv, qlen)
-    span = int(tok.max()) + 1
-    u, ct = np.unique(tconv * span + tok, return_inverse=True)
-    vstart = np.searchsorted(u // span, np.arange(nconv + 1))
-    loc = ct.ravel() - vstart[tconv]
-    vc = np.diff(vstart)
-    qstart = np.zeros(nconv + 1, np.int64)
-    np.cumsum(np.bincount(qconv, minlength=nconv), out=qstart[1:])
-    tstart = np.zeros(nconv + 1, np.int64)
+    nq = len(qconv)
+    tstart = np.zeros(len(vc) + 1, np.int64)
     np.cumsum(np.diff(qstart) * vc, out=tstart[1:])
-    row = tstart[qconv] + (np.arange(nq) - qstart[qconv]) * vc[qconv]  # table cell of question q's local id 0
-    pos = np.arange(len(tok), dtype=np.int64) - np.repeat(qoff[:-1], qlen)
+    row = tstart[qconv] + (np.arange(nq) - qstart[qconv]) * vc[qconv]  # table cell of question q's vocabulary index 0
+    pos = np.arange(len(loc), dtype=np.int64) - np.repeat(qoff[:-1], qlen)
     cell = np.repeat(row, qlen) + loc
     table = np.zeros(((int(qlen.max()) + 63) // 64, int(tstart[-1])), np.uint64)
     for w in range(len(table)):
@@ -450,19 +453,34 @@ def _similarities(tok: np.ndarray, starts, lens, counts) -> list[tuple[float, fl
     pi = np.repeat(np.arange(nq, dtype=np.int64), later)
     pj = pi + 1 + np.arange(npairs, dtype=np.int64) - np.repeat(pair_start[:-1], later)
     owner = np.repeat(np.arange(nq, dtype=np.int64), qlen)
-    # ROUGE-1 and ROUGE-2 overlaps, the bigram (s, t) coded s * span + t
-    x1 = _overlaps(tok, owner, qconv[owner], nq, pair_start, npairs)
-    nxt = np.flatnonzero(np.arange(len(tok)) - off[owner] < qlen[owner] - 1)
-    span = int(tok.max()) + 1 if len(tok) else 1
-    x2 = _overlaps(tok[nxt] * span + tok[nxt + 1], owner[nxt], qconv[owner[nxt]], nq, pair_start, npairs)
+    qstart = np.zeros(len(scored) + 1, np.int64)
+    np.cumsum(k, out=qstart[1:])
+    x1 = np.zeros(npairs, np.int64)
+    x2 = np.zeros(npairs, np.int64)
+    lcs = np.zeros(npairs, np.int64)
+    if len(tok):
+        # ROUGE-1 overlaps; the same sort gives each conversation's vocabulary (its (conversation, token) groups)
+        order, group, rank = _grouped(tok, owner, qconv, qstart)
+        x1 = _overlaps(owner[order], group, rank, nq, pair_start, npairs)
+        sconv = qconv[owner[order]]
+        vc = np.bincount(sconv[np.r_[True, group[1:] != group[:-1]]], minlength=len(scored))
+        vstart = np.zeros(len(scored) + 1, np.int64)
+        np.cumsum(vc, out=vstart[1:])
+        loc = np.empty(len(tok), np.int64)
+        loc[order] = group - vstart[sconv]
+        # ROUGE-2 overlaps, the bigram (s, t) coded s * span + t
+        nxt = np.flatnonzero(np.arange(len(tok)) - off[owner] < qlen[owner] - 1)
+        if len(nxt):
+            span = int(tok.max()) + 1
+            order, group, rank = _grouped(tok[nxt] * span + tok[nxt + 1], owner[nxt], qconv, qstart)
+            x2 = _overlaps(owner[nxt][order], group, rank, nq, pair_start, npairs)
+        # ROUGE-L: pairs with no word in common have no common subsequence (F1 0, rouge-score's 0 for an empty side)
+        shared = np.flatnonzero(x1)
+        lcs[shared] = _lcs_pairs(off, qconv, qstart, loc, vc, pi[shared], pj[shared])
     n1 = np.maximum(qlen, 1)
     n2 = np.maximum(qlen - 1, 1)
     f1 = _f1s(x1, n1[pj], n1[pi])
     f2 = _f1s(x2, n2[pj], n2[pi])
-    # ROUGE-L: pairs with no word in common have no common subsequence either (F1 0, rouge-score's 0 for an empty side)
-    shared = np.flatnonzero(x1)
-    lcs = np.zeros(npairs, np.int64)
-    lcs[shared] = _lcs_pairs(tok, off, qconv, pi[shared], pj[shared])
     fl = _f1s(lcs, qlen[pj], qlen[pi])
     bounds = (k * (k - 1) // 2).cumsum().tolist()
     f1, f2, fl = f1.tolist(), f2.tolist(), fl.tolist()
