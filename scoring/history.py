@@ -53,7 +53,6 @@ import math
 import os
 import sys
 from collections import Counter
-from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -587,34 +586,23 @@ def _scores(doctor_lens: list[int], turn_toks: list[list[int]], questions: int, 
 _JOB: dict = {}
 
 
-def _work(span: tuple[int, int]) -> tuple[list, dict]:
-    """Score conversations ``span`` of the job set up before the fork: their messages tokenized (:func:`encode`;
-    only the doctor's and the patient's turns, what the metrics read), every question pair of the span at once
-    (:func:`_similarities`), then each conversation's other metrics (:func:`_scores`). Returns the scores and the
-    words stemmed here, for the parent's cache (a worker's token ids are its own: the references' ids were set
-    before the fork, and ids are only compared within a conversation and with its reference)."""
+def _work(span: tuple[int, int]) -> list:
+    """Score conversations ``span`` of the job set up before the fork: every question pair of the span at once
+    (:func:`_similarities`), then each conversation's other metrics (:func:`_scores`). (No polars here: its
+    thread pool does not survive a fork.)"""
     job = _JOB
-    roles, contents, offsets, refs, keys = job["roles"], job["contents"], job["offsets"], job["refs"], job["keys"]
-    stems = _stems()
-    known = len(stems)
+    roles, ids, tok_off, offsets, refs, keys = job["roles"], job["ids"], job["tok_off"], job["offsets"], job["refs"], job["keys"]
     split = [split_turns(roles[offsets[i] : offsets[i + 1]], range(offsets[i], offsets[i + 1])) for i in range(*span)]
-    lo, hi = offsets[span[0]], offsets[span[1]]
-    texts: list = [None] * (hi - lo)
-    for doctor, patient, _, _ in split:
-        for m in doctor:
-            texts[m - lo] = contents[m]
-        for m in patient:
-            texts[m - lo] = contents[m]
-    ids, tok_off = encode(texts)  # message m's tokens: ids[tok_off[m - lo] : tok_off[m - lo + 1]]
-    asked = np.array([doctor[q] - lo for doctor, _, questions, _ in split for q in questions], np.int64)
+    lo = offsets[span[0]]
+    bounds = tok_off[lo : offsets[span[1]] + 1].tolist()  # message m's tokens: ids[bounds[m - lo] : bounds[m - lo + 1]]
+    asked = np.array([doctor[q] for doctor, _, questions, _ in split for q in questions], np.int64)  # message indexes
     sims = _similarities(ids, tok_off[asked], tok_off[asked + 1] - tok_off[asked], [len(s[2]) for s in split])
-    bounds = tok_off.tolist()
     out = []
     for i, (doctor, patient, questions, answered), sim in zip(range(*span), split, sims):
         turns = [ids[bounds[m - lo] : bounds[m - lo + 1]].tolist() for m in patient]
         doctor_lens = [bounds[m - lo + 1] - bounds[m - lo] for m in doctor]
         out.append(_scores(doctor_lens, turns, len(questions), answered, refs[keys[i]], sim))
-    return out, dict(islice(stems.items(), known, None))
+    return out
 
 
 def _references(dataset_dir: Path, wanted: set[tuple[str, bool, str]]) -> dict:
@@ -676,6 +664,20 @@ def _conversations(release) -> tuple:
             flat.field("content").to_pylist(), offsets)  # fmt: skip
 
 
+def _read_turns(roles: list[str], contents: list, offsets: list[int]) -> list:
+    """The messages' texts, None for those no metric reads: a conversation's messages before the doctor's first
+    (system prompts) and any but the doctor's and the patient's (:func:`split_turns` reads only these)."""
+    role = np.array(roles, dtype=object)
+    doctor = role == "assistant"
+    read = doctor | (role == "user")
+    conv = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    first = np.full(len(offsets) - 1, len(roles), np.int64)
+    at = np.flatnonzero(doctor)
+    np.minimum.at(first, conv[at], at)
+    read &= np.arange(len(roles)) >= first[conv]
+    return [c if r else None for c, r in zip(contents, read.tolist())]
+
+
 def history_scores(release, dataset_dir: Path | str, *, workers: int | None = None, progress: bool = True) -> tuple[pa.Table, dict]:
     """The ``history`` scores of ``release``'s conversations and the scorer's record."""
     import multiprocessing as mp
@@ -690,19 +692,20 @@ def history_scores(release, dataset_dir: Path | str, *, workers: int | None = No
     # a few spans per worker, so that the workers end together (conversations differ in length)
     step = max(1, min(2000, -(-n // (4 * max(workers, 1)))))
     spans = [(a, min(n, a + step)) for a in range(0, n, step)]
-    _JOB.update(roles=roles, contents=contents, offsets=offsets, refs=refs, keys=keys)
+    ids, tok_off = encode(_read_turns(roles, contents, offsets))
+    del contents
+    _JOB.update(roles=roles, ids=ids, tok_off=tok_off, offsets=offsets, refs=refs, keys=keys)
     results: list = []
     try:
         bar = tqdm(total=n, desc=f"history {release.id}", unit="conv", disable=not progress or not n, file=sys.stderr)
         if workers > 1 and len(spans) > 1 and "fork" in mp.get_all_start_methods():
             with mp.get_context("fork").Pool(workers) as pool:
-                for part, stemmed in pool.imap(_work, spans):
+                for part in pool.imap(_work, spans):
                     results += part
-                    _stems().update(stemmed)
                     bar.update(len(part))
         else:
             for sp in spans:
-                part, _ = _work(sp)
+                part = _work(sp)
                 results += part
                 bar.update(len(part))
         bar.close()
