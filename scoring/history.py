@@ -530,17 +530,28 @@ def score_tokens(roles: list[str], toks: list[list[int]], ref: Reference) -> lis
     """:func:`score_conversation` of messages given as token ids (:func:`token_ids`, :func:`encode`)."""
     doctor_toks, turn_toks, questions, answered = split_turns(roles, toks)
     sim = question_similarity([doctor_toks[q] for q in questions])
-    return _scores([len(d) for d in doctor_toks], turn_toks, len(questions), answered, ref, sim)
+    metric: list[int] = []
+    value: list[float] = []
+    detail: list[str | None] = []
+    _scores([len(d) for d in doctor_toks], turn_toks, len(questions), answered, ref, sim, metric, value, detail)
+    return [(METRIC_NAMES[m], v, d) for m, v, d in zip(metric, value, detail)]
+
+
+#: metric name -> its index in :data:`METRIC_NAMES` (the scores of many conversations are built as columns of codes)
+_CODE = {m: i for i, m in enumerate(METRIC_NAMES)}
+_RECALL, _PRECISION, _F1, _FACTS, _TURNS, _DOCTOR_WORDS, _PATIENT_WORDS, _Q1, _Q2, _QL = range(10)
+_AT = tuple(range(10, 10 + len(SHARES)))
 
 
 def _scores(doctor_lens: list[int], turn_toks: list[list[int]], questions: int, answered: int, ref: Reference,
-            sim: tuple[float, float, float] | None) -> list[tuple[str, float, str | None]]:
+            sim: tuple[float, float, float] | None, metric: list[int], value: list[float], detail: list[str | None]) -> None:
     """:func:`score_tokens` from the split conversation: the doctor turns' token counts, the patient turns' token
     ids, the number of questions, the answered doctor turns, and the questions' similarity (computed apart, for
-    many conversations at once in :func:`_work`)."""
+    many conversations at once in :func:`_work`). Appends each score to the columns ``metric`` (its index in
+    :data:`METRIC_NAMES`), ``value`` and ``detail``."""
     # ROUGE-1 against the reference, after each patient turn (intersection counted as rouge-score does)
     refc = ref.counts
-    seen: dict[str, int] = {}
+    seen: dict[int, int] = {}
     inter, total = 0, 0
     after: list[int] = []
     for toks in turn_toks:
@@ -555,30 +566,40 @@ def _scores(doctor_lens: list[int], turn_toks: list[list[int]], questions: int, 
         after.append(inter)
     p = inter / max(total, 1)
     r = inter / max(ref.total, 1)
-    out: list[tuple[str, float, str | None]] = [
-        ("patient_info_recall", r, None), ("patient_info_precision", p, None), ("patient_info_f1", fmeasure(p, r), None),
-    ]  # fmt: skip
+    metric += (_RECALL, _PRECISION, _F1)
+    value += (r, p, fmeasure(p, r))
+    detail += (None, None, None)
     if ref.facts is not None:
         pstems = {t for toks in turn_toks for t in toks}
         hits = fact_hits(ref.facts, ref.stems, pstems)
         held = [h for h in hits if h is not None]
         if held:
-            out.append(("patient_fact_recall", sum(held) / len(held), json.dumps({"hits": hits, "held": len(held), "revealed": sum(held)})))
-    out.append(("doctor_turns", float(len(doctor_lens)), None))
+            metric.append(_FACTS)
+            value.append(sum(held) / len(held))
+            detail.append(json.dumps({"hits": hits, "held": len(held), "revealed": sum(held)}))
+    metric.append(_TURNS)
+    value.append(float(len(doctor_lens)))
+    detail.append(None)
     if doctor_lens:
-        out.append(("doctor_words_per_turn", sum(doctor_lens) / len(doctor_lens), None))
+        metric.append(_DOCTOR_WORDS)
+        value.append(sum(doctor_lens) / len(doctor_lens))
+        detail.append(None)
     if turn_toks:
-        out.append(("patient_words_per_turn", total / len(turn_toks), None))
+        metric.append(_PATIENT_WORDS)
+        value.append(total / len(turn_toks))
+        detail.append(None)
     if sim is not None:
-        detail = json.dumps({"questions": questions})
-        out += [("question_similarity_rouge1", sim[0], detail), ("question_similarity_rouge2", sim[1], detail),
-                ("question_similarity_rougeL", sim[2], detail)]  # fmt: skip
+        metric += (_Q1, _Q2, _QL)
+        value += sim
+        detail += [json.dumps({"questions": questions})] * 3
     k = len(turn_toks)
+    rt = max(ref.total, 1)
     for s in SHARES:
         m = -(-s * answered // 100)  # ceil(s * K / 100)
         got = after[min(m, k) - 1] if m and k else 0
-        out.append((f"patient_info_recall_at_{s}", got / max(ref.total, 1), None))
-    return out
+        value.append(got / rt)
+    metric += _AT
+    detail += (None,) * len(SHARES)
 
 
 # -- a release ---------------------------------------------------------------------------------
@@ -586,23 +607,43 @@ def _scores(doctor_lens: list[int], turn_toks: list[list[int]], questions: int, 
 _JOB: dict = {}
 
 
-def _work(span: tuple[int, int]) -> list:
+def _work(span: tuple[int, int]) -> tuple:
     """Score conversations ``span`` of the job set up before the fork: every question pair of the span at once
-    (:func:`_similarities`), then each conversation's other metrics (:func:`_scores`). (No polars here: its
-    thread pool does not survive a fork.)"""
+    (:func:`_similarities`), then each conversation's other metrics (:func:`_scores`); a failed conversation gets
+    every metric with no value. Returns columns: the number of scores of each conversation, and each score's
+    metric (index in :data:`METRIC_NAMES`), value and detail. (No polars here: its thread pool does not survive
+    a fork.)"""
     job = _JOB
-    roles, ids, tok_off, offsets, refs, keys = job["roles"], job["ids"], job["tok_off"], job["offsets"], job["refs"], job["keys"]
-    split = [split_turns(roles[offsets[i] : offsets[i + 1]], range(offsets[i], offsets[i + 1])) for i in range(*span)]
+    roles, ids, tok_off, offsets, refs, keys, ended = (job[k] for k in ("roles", "ids", "tok_off", "offsets", "refs", "keys", "ended"))
+    convs = [i for i in range(*span) if ended[i] != "error"]
+    split = [split_turns(roles[offsets[i] : offsets[i + 1]], range(offsets[i], offsets[i + 1])) for i in convs]
     lo = offsets[span[0]]
     bounds = tok_off[lo : offsets[span[1]] + 1].tolist()  # message m's tokens: ids[bounds[m - lo] : bounds[m - lo + 1]]
     asked = np.array([doctor[q] for doctor, _, questions, _ in split for q in questions], np.int64)  # message indexes
-    sims = _similarities(ids, tok_off[asked], tok_off[asked + 1] - tok_off[asked], [len(s[2]) for s in split])
-    out = []
-    for i, (doctor, patient, questions, answered), sim in zip(range(*span), split, sims):
-        turns = [ids[bounds[m - lo] : bounds[m - lo + 1]].tolist() for m in patient]
-        doctor_lens = [bounds[m - lo + 1] - bounds[m - lo] for m in doctor]
-        out.append(_scores(doctor_lens, turns, len(questions), answered, refs[keys[i]], sim))
-    return out
+    sims = dict(zip(convs, _similarities(ids, tok_off[asked], tok_off[asked + 1] - tok_off[asked], [len(s[2]) for s in split])))
+    split = dict(zip(convs, split))
+    failed = _FAILED[1]
+    per: list[int] = []
+    metric: list[int] = []
+    value: list[float] = []
+    detail: list[str | None] = []
+    for i in range(*span):
+        before = len(metric)
+        if i in split:
+            doctor, patient, questions, answered = split[i]
+            turns = [ids[bounds[m - lo] : bounds[m - lo + 1]].tolist() for m in patient]
+            doctor_lens = [bounds[m - lo + 1] - bounds[m - lo] for m in doctor]
+            _scores(doctor_lens, turns, len(questions), answered, refs[keys[i]], sims[i], metric, value, detail)
+        else:
+            metric += range(len(METRIC_NAMES))
+            value += [math.nan] * len(METRIC_NAMES)
+            detail += [failed] * len(METRIC_NAMES)
+        per.append(len(metric) - before)
+    return per, np.array(metric, np.int8), np.array(value, np.float64), detail
+
+
+#: A failed conversation's (status, detail): every metric, no value.
+_FAILED = ("error", json.dumps({"error": "the conversation failed (ended = error)"}))
 
 
 def _references(dataset_dir: Path, wanted: set[tuple[str, bool, str]]) -> dict:
@@ -694,37 +735,38 @@ def history_scores(release, dataset_dir: Path | str, *, workers: int | None = No
     spans = [(a, min(n, a + step)) for a in range(0, n, step)]
     ids, tok_off = encode(_read_turns(roles, contents, offsets))
     del contents
-    _JOB.update(roles=roles, ids=ids, tok_off=tok_off, offsets=offsets, refs=refs, keys=keys)
-    results: list = []
+    _JOB.update(roles=roles, ids=ids, tok_off=tok_off, offsets=offsets, refs=refs, keys=keys, ended=ended)
+    parts: list = []
     try:
         bar = tqdm(total=n, desc=f"history {release.id}", unit="conv", disable=not progress or not n, file=sys.stderr)
         if workers > 1 and len(spans) > 1 and "fork" in mp.get_all_start_methods():
             with mp.get_context("fork").Pool(workers) as pool:
                 for part in pool.imap(_work, spans):
-                    results += part
-                    bar.update(len(part))
+                    parts.append(part)
+                    bar.update(len(part[0]))
         else:
             for sp in spans:
-                part = _work(sp)
-                results += part
-                bar.update(len(part))
+                parts.append(_work(sp))
+                bar.update(len(parts[-1][0]))
         bar.close()
     finally:
         _JOB.clear()
-    reason = json.dumps({"error": "the conversation failed (ended = error)"})
-    failed_scores = [(m, None, reason) for m in METRIC_NAMES]
-    results = [failed_scores if e == "error" else sc for sc, e in zip(results, ended)]
-    failed = sum(e == "error" for e in ended)
+    per = np.array([c for p in parts for c in p[0]], np.int64)
+    metric = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int8)
+    value = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0)
+    detail = [d for p in parts for d in p[3]]
+    is_failed = np.array([e == "error" for e in ended], bool)
+    failed_row = np.repeat(is_failed, per)
+    failed = int(is_failed.sum())
+    row_conv = np.repeat(np.arange(n), per)
     counts = {"failed": failed, "scored": n - failed,
-              "with_facts": sum(1 for sc, e in zip(results, ended) if e != "error" and any(m == "patient_fact_recall" for m, _, _ in sc))}
-    per = np.fromiter(map(len, results), np.int64, n)
-    flat = [x for sc in results for x in sc]
-    metric, value, detail = (list(c) for c in zip(*flat)) if flat else ([], [], [])
+              "with_facts": len(np.unique(row_conv[(metric == _FACTS) & ~failed_row]))}  # fmt: skip
     keys = pa.table({"case_id": cids, "trial": trials, "conversation": convs, "with_image": imgs}, schema=pa.schema([SCHEMA.field(i) for i in range(4)]))
-    cols = {name: keys.column(name).take(pa.array(np.repeat(np.arange(n), per))) for name in keys.column_names}
+    cols = {name: keys.column(name).take(pa.array(row_conv)) for name in keys.column_names}
     m = len(metric)
-    cols.update(scorer=pa.array([SCORER] * m, pa.string()), metric=metric, value=value, label=pa.nulls(m, pa.string()), detail=detail,
-                status=pa.array(["error" if v is None else "ok" for v in value], pa.string()))  # fmt: skip
+    cols.update(scorer=pa.array([SCORER] * m, pa.string()), metric=pa.array(METRIC_NAMES, pa.string()).take(pa.array(metric)),
+                value=pa.array(value, pa.float64(), mask=failed_row), label=pa.nulls(m, pa.string()), detail=pa.array(detail, pa.string()),
+                status=pa.array(["ok", _FAILED[0]], pa.string()).take(pa.array(failed_row.astype(np.int8))))  # fmt: skip
     record = dict(identity(), conversations=n, scored=counts["scored"], failed=counts["failed"], with_facts=counts["with_facts"],
                   inputs=inputs(release, dataset_dir))  # fmt: skip
     return pa.table(cols, schema=SCHEMA), record
