@@ -662,8 +662,18 @@ def _references(dataset_dir: Path, wanted: set[tuple[str, bool, str]]) -> dict:
             raise CraftMDError(f"conversation of case {cid} not in the dataset at {dataset_dir}")
         vignette, history = text[(cid, img)]
         held = history if conv == "no_exam" and history is not None else vignette
-        refs[(cid, img, conv)] = Reference(held or "", None if img else facts.get(cid))
+        what = (held or "", None if img else facts.get(cid))
+        key = (what[0], None if what[1] is None else tuple(what[1]))
+        ref = _REFS.get(key)
+        if ref is None:
+            ref = _REFS[key] = Reference(*what)
+        refs[(cid, img, conv)] = ref
     return refs
+
+
+#: (text, facts) -> its :class:`Reference`, kept across releases (a reference is a function of its text and facts:
+#: the same tokens, the same ids of :data:`_IDS`), so that the dataset is tokenized once per process.
+_REFS: dict = {}
 
 
 #: The dataset configs the history metrics read.
