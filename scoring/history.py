@@ -42,7 +42,10 @@ scorer's record holds its identity (:data:`HISTORY_VERSION`, the hash of :data:`
 the rouge-score and nltk versions, since the stemmer decides tokens) and its inputs (the
 conversations file's and the dataset files' hashes); :func:`stale` says when it must re-run.
 Scoring runs in worker processes (fork) over slices of the conversations; the result does not
-depend on their number.
+depend on their number. The parent tokenizes every message a metric reads in one polars pass
+(:func:`encode`); a worker scores all question pairs of its slice at once with numpy and scipy
+(:func:`_similarities`: sparse products for the n-gram overlaps, a vectorised bit-parallel LCS), each
+pair's F1 the same float expression as rouge-score's, so the values are rouge-score's to the bit.
 """
 
 from __future__ import annotations
