@@ -42,7 +42,10 @@ scorer's record holds its identity (:data:`HISTORY_VERSION`, the hash of :data:`
 the rouge-score and nltk versions, since the stemmer decides tokens) and its inputs (the
 conversations file's and the dataset files' hashes); :func:`stale` says when it must re-run.
 Scoring runs in worker processes (fork) over slices of the conversations; the result does not
-depend on their number.
+depend on their number. The parent tokenizes every message a metric reads in one polars pass
+(:func:`encode`); a worker scores all question pairs of its slice at once with numpy and scipy
+(:func:`_similarities`: sparse products for the n-gram overlaps, a vectorised bit-parallel LCS), each
+pair's F1 the same float expression as rouge-score's, so the values are rouge-score's to the bit.
 """
 
 from __future__ import annotations
@@ -267,61 +270,245 @@ def lcs_length(a: list[str], b: list[str], masks_a: dict[str, int] | None = None
 
 
 def _f(p: float, r: float) -> float:
-    # rouge_score.scoring.fmeasure, inlined by callers in the hot loop (same expression, same floats)
+    # rouge_score.scoring.fmeasure (same expression, same floats)
     return 2 * p * r / (p + r) if p + r > 0 else 0.0
 
 
-def _occurrences(grams: list) -> set:
-    """An n-gram list as a set whose intersection sizes are overlaps with multiplicity (sum of min(count_i, count_j),
-    as rouge-score counts them): each n-gram once, and (n-gram, k) for its k-th repeat."""
-    c = Counter(grams)
-    out = set(c)
-    if len(c) != len(grams):
-        out.update((g, k) for g, n in c.items() if n > 1 for k in range(1, n))
+# -- every question pair at once -------------------------------------------------------------------
+#
+# The doctor's questions of many conversations are scored together with numpy: the questions' token ids
+# concatenated (``tok``), question q being ``tok[qoff[q]:qoff[q+1]]``, conversation by conversation. Pair i<j of a
+# conversation's questions is row ``pair_start[i] + j - i - 1`` of the per-pair arrays (conversation by
+# conversation, i then j ascending: the order of a double loop).
+
+
+def _ranges(starts, lens) -> np.ndarray:
+    """The indexes ``starts[i], …, starts[i] + lens[i] - 1`` of every i, concatenated."""
+    lens = np.asarray(lens, np.int64)
+    total = int(lens.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    ends = np.cumsum(lens)
+    return np.repeat(np.asarray(starts, np.int64) - (ends - lens), lens) + np.arange(total, dtype=np.int64)
+
+
+def _grouped(grams: np.ndarray, owner: np.ndarray, qconv: np.ndarray, qstart: np.ndarray) -> tuple:
+    """The occurrences of n-grams (int codes, equal codes equal n-grams) in questions ``owner``, sorted by
+    (conversation, n-gram, question): (the sorting order, each sorted occurrence's group — its (conversation,
+    n-gram), numbered 0, 1, … in that order — and its repeat number, 0 for its n-gram's first occurrence in its
+    question, 1 for the second…). ``qconv`` gives each question's conversation, ``qstart`` each conversation's
+    first question."""
+    conv = qconv[owner]
+    local = owner - qstart[conv]
+    kq, gspan = int(local.max()) + 1, int(grams.max()) + 1
+    if (int(conv.max()) + 1) * gspan * kq < 2**62:
+        order = np.argsort((conv * gspan + grams) * kq + local)
+    else:  # a key that would not fit an int64 (never with real texts): the same order, found more slowly
+        order = np.lexsort((local, grams, conv))
+    sc, sg, so = conv[order], grams[order], owner[order]
+    n = len(order)
+    new_group = np.empty(n, bool)
+    new_group[0] = True
+    np.not_equal(sc[1:], sc[:-1], out=new_group[1:])
+    new_group[1:] |= sg[1:] != sg[:-1]
+    new_run = new_group.copy()
+    new_run[1:] |= so[1:] != so[:-1]
+    pos = np.arange(n, dtype=np.int64)
+    rank = pos - np.maximum.accumulate(np.where(new_run, pos, 0))
+    return order, np.cumsum(new_group) - 1, rank
+
+
+def _overlaps(owner: np.ndarray, group: np.ndarray, rank: np.ndarray, nq: int, pair_start: np.ndarray, npairs: int) -> np.ndarray:
+    """Every pair's n-gram overlap counted with multiplicity, ``sum over n-grams g of min(count_i(g), count_j(g))``
+    (rouge-score's intersection of the two n-gram Counters), 0 where the questions share none.
+
+    From :func:`_grouped` (``owner`` in its order): the k-th repeat of an n-gram in a question is a column of its
+    own, (conversation, n-gram, k). A question's row holds a 1 in each column it reaches, so two questions of a
+    conversation share exactly ``min(count_i(g), count_j(g))`` columns of each n-gram, and their overlap is the dot
+    product of their rows: every pair at once by one sparse product ``A @ A.T`` (columns never cross conversations)."""
+    from scipy import sparse
+
+    out = np.zeros(npairs, np.int64)
+    if not len(owner):
+        return out
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    width = np.maximum.reduceat(rank, starts) + 1  # columns of each (conversation, n-gram): its most repeats
+    first = np.zeros(len(starts), np.int64)
+    np.cumsum(width[:-1], out=first[1:])
+    col = first[group] + rank
+    a = sparse.csr_matrix((np.ones(len(col), np.int64), (owner, col)), shape=(nq, int(first[-1] + width[-1])))
+    x = (a @ a.T).tocoo()
+    i, j = x.row.astype(np.int64), x.col.astype(np.int64)
+    keep = i < j
+    out[pair_start[i[keep]] + j[keep] - i[keep] - 1] = x.data[keep]
     return out
 
 
-def question_similarity(questions: list[list[str]]) -> tuple[float, float, float] | None:
+def _lcs_pairs(qoff: np.ndarray, qconv: np.ndarray, qstart: np.ndarray, loc: np.ndarray, vc: np.ndarray, qa: np.ndarray,
+               qb: np.ndarray) -> np.ndarray:
+    """The LCS length of questions ``qa[p]`` and ``qb[p]`` of the same conversation, for every p: :func:`lcs_length`'s
+    bit-parallel recurrence run for all pairs at once, a question's position masks as ``ceil(len/64)`` uint64 words.
+
+    Question q's tokens are ``loc[qoff[q]:qoff[q+1]]``, as indexes into its conversation's vocabulary of ``vc[c]``
+    tokens. LCS is symmetric, so each pair runs over the side that costs less (one step per token of ``b``, one
+    word per 64 tokens of ``a``). A step ``v' = (v + u) | (v - u)``, ``u = v & mask(b_t)``, is done word by word:
+    the addition carries into the next word, and ``v - u = v ^ u`` since ``u``'s bits are ``v``'s. Carries only go
+    up, so bits above ``len(a)`` never reach the counted ones: the same result as Python's unbounded ints. Masks
+    come from a dense table per conversation, (question, vocabulary index) -> words."""
+    out = np.zeros(len(qa), np.int64)
+    if not len(qa):
+        return out
+    qlen = np.diff(qoff)
+    la, lb = qlen[qa], qlen[qb]
+    swap = la * ((lb + 63) // 64) < lb * ((la + 63) // 64)
+    a, b = np.where(swap, qb, qa), np.where(swap, qa, qb)
+    nq = len(qconv)
+    tstart = np.zeros(len(vc) + 1, np.int64)
+    np.cumsum(np.diff(qstart) * vc, out=tstart[1:])
+    row = tstart[qconv] + (np.arange(nq) - qstart[qconv]) * vc[qconv]  # table cell of question q's vocabulary index 0
+    pos = np.arange(len(loc), dtype=np.int64) - np.repeat(qoff[:-1], qlen)
+    cell = np.repeat(row, qlen) + loc
+    table = np.zeros(((int(qlen.max()) + 63) // 64, int(tstart[-1])), np.uint64)
+    for w in range(len(table)):
+        s = (pos >> 6) == w
+        np.bitwise_or.at(table[w], cell[s], np.left_shift(np.uint64(1), (pos[s] & 63).astype(np.uint64)))
+    la = qlen[a]
+    nwords = (la + 63) // 64
+    one = np.uint64(1)
+    for words in np.unique(nwords).tolist():
+        sel = np.flatnonzero(nwords == words)
+        lbs = qlen[b[sel]]
+        order = np.argsort(-lbs, kind="stable")  # longest b first: step t runs on a prefix
+        sel, lbs = sel[order], lbs[order]
+        rows, bst, las = row[a[sel]], qoff[b[sel]], la[sel]
+        steps = int(lbs[0])
+        running = len(lbs) - np.searchsorted(lbs[::-1], np.arange(steps), side="right")  # pairs with len(b) > t
+        full = np.empty((words, len(sel)), np.uint64)
+        for w in range(words):
+            nb = np.clip(las - 64 * w, 0, 64).astype(np.uint64)
+            full[w] = np.where(nb == 64, np.uint64(2**64 - 1), (one << np.minimum(nb, 63)) - one)
+        v = full.copy()
+        if words == 1:
+            v0, t0 = v[0], table[0]
+            for t in range(steps):
+                p = int(running[t])
+                vv = v0[:p]
+                u = vv & t0[rows[:p] + loc[bst[:p] + t]]
+                v0[:p] = (vv + u) | (vv ^ u)
+        else:
+            for t in range(steps):
+                p = int(running[t])
+                cells = rows[:p] + loc[bst[:p] + t]
+                carry = np.zeros(p, np.uint64)
+                for w in range(words):
+                    vv = v[w, :p]
+                    u = vv & table[w][cells]
+                    s = vv + u
+                    up = s < vv
+                    s2 = s + carry
+                    up |= s2 < s
+                    v[w, :p] = s2 | (vv ^ u)
+                    carry = up.astype(np.uint64)
+        out[sel] = las - np.bitwise_count(v & full).sum(axis=0, dtype=np.int64)
+    return out
+
+
+def _f1s(overlap: np.ndarray, n_pred: np.ndarray, n_target: np.ndarray) -> np.ndarray:
+    """rouge-score's F1 per pair from the overlap counts: ``p = overlap / n_pred``, ``r = overlap / n_target``,
+    ``2 * p * r / (p + r)``, 0.0 without overlap. numpy's int -> float64 division and float64 products are the
+    same IEEE operations as Python's (ints below 2**53), in the same order, so every value is the same float."""
+    out = np.zeros(len(overlap), np.float64)
+    on = np.flatnonzero(overlap)
+    x = overlap[on]
+    p, r = x / n_pred[on], x / n_target[on]
+    out[on] = 2 * p * r / (p + r)
+    return out
+
+
+def _similarities(tok: np.ndarray, starts, lens, counts) -> list[tuple[float, float, float] | None]:
+    """:func:`question_similarity` of many conversations: question q is ``tok[starts[q]:starts[q] + lens[q]]``
+    (token ids), conversation c's ``counts[c]`` questions the next ones. Each pair's F1 as rouge-score computes it (:func:`_f1s`; n-gram
+    overlaps by :func:`_overlaps`, LCS by :func:`_lcs_pairs`), the mean ``math.fsum`` of a conversation's pairs
+    over their number: exactly rounded, so the same float whatever the pairs' order."""
+    counts = np.asarray(counts, np.int64)
+    nc = len(counts)
+    out: list = [None] * nc
+    cstart = np.zeros(nc + 1, np.int64)
+    np.cumsum(counts, out=cstart[1:])
+    scored = np.flatnonzero(counts >= 2)
+    if not len(scored):
+        return out
+    # the questions of conversations with at least two, renumbered 0..nq-1
+    keep = _ranges(cstart[scored], counts[scored])
+    qlen = np.asarray(lens, np.int64)[keep]
+    tok = np.asarray(tok, np.int64)[_ranges(np.asarray(starts, np.int64)[keep], qlen)]
+    k = counts[scored]
+    nq = len(keep)
+    qconv = np.repeat(np.arange(len(scored), dtype=np.int64), k)
+    off = np.zeros(nq + 1, np.int64)
+    np.cumsum(qlen, out=off[1:])
+    # pairs i<j: question q pairs with the questions after it in its conversation
+    qend = np.repeat(np.cumsum(k), k)
+    later = qend - np.arange(nq) - 1
+    pair_start = np.zeros(nq + 1, np.int64)
+    np.cumsum(later, out=pair_start[1:])
+    npairs = int(pair_start[-1])
+    pi = np.repeat(np.arange(nq, dtype=np.int64), later)
+    pj = pi + 1 + np.arange(npairs, dtype=np.int64) - np.repeat(pair_start[:-1], later)
+    owner = np.repeat(np.arange(nq, dtype=np.int64), qlen)
+    qstart = np.zeros(len(scored) + 1, np.int64)
+    np.cumsum(k, out=qstart[1:])
+    x1 = np.zeros(npairs, np.int64)
+    x2 = np.zeros(npairs, np.int64)
+    lcs = np.zeros(npairs, np.int64)
+    if len(tok):
+        # ROUGE-1 overlaps; the same sort gives each conversation's vocabulary (its (conversation, token) groups)
+        order, group, rank = _grouped(tok, owner, qconv, qstart)
+        x1 = _overlaps(owner[order], group, rank, nq, pair_start, npairs)
+        sconv = qconv[owner[order]]
+        vc = np.bincount(sconv[np.r_[True, group[1:] != group[:-1]]], minlength=len(scored))
+        vstart = np.zeros(len(scored) + 1, np.int64)
+        np.cumsum(vc, out=vstart[1:])
+        loc = np.empty(len(tok), np.int64)
+        loc[order] = group - vstart[sconv]
+        # ROUGE-2 overlaps, the bigram (s, t) coded s * span + t
+        nxt = np.flatnonzero(np.arange(len(tok)) - off[owner] < qlen[owner] - 1)
+        if len(nxt):
+            span = int(tok.max()) + 1
+            order, group, rank = _grouped(tok[nxt] * span + tok[nxt + 1], owner[nxt], qconv, qstart)
+            x2 = _overlaps(owner[nxt][order], group, rank, nq, pair_start, npairs)
+        # ROUGE-L: pairs with no word in common have no common subsequence (F1 0, rouge-score's 0 for an empty side)
+        shared = np.flatnonzero(x1)
+        lcs[shared] = _lcs_pairs(off, qconv, qstart, loc, vc, pi[shared], pj[shared])
+    n1 = np.maximum(qlen, 1)
+    n2 = np.maximum(qlen - 1, 1)
+    f1 = _f1s(x1, n1[pj], n1[pi])
+    f2 = _f1s(x2, n2[pj], n2[pi])
+    fl = _f1s(lcs, qlen[pj], qlen[pi])
+    bounds = (k * (k - 1) // 2).cumsum().tolist()
+    f1, f2, fl = f1.tolist(), f2.tolist(), fl.tolist()
+    fsum = math.fsum
+    a = 0
+    for c, b in zip(scored.tolist(), bounds):
+        n = b - a
+        out[c] = (fsum(f1[a:b]) / n, fsum(f2[a:b]) / n, fsum(fl[a:b]) / n)
+        a = b
+    return out
+
+
+def question_similarity(questions: list[list]) -> tuple[float, float, float] | None:
     """Mean ROUGE-1, ROUGE-2, ROUGE-L F1 over pairs i<j (target q_i, prediction q_j); None with < 2 questions.
 
     Each pair's F1 is rouge-score's: n-gram overlap counted with multiplicity, precision over the
     prediction's n-grams and recall over the target's (each at least 1), LCS over the token lists;
-    the mean is ``math.fsum`` of the pairs' F1 over their number."""
-    k = len(questions)
-    if k < 2:
+    the mean is ``math.fsum`` of the pairs' F1 over their number. Questions are token lists (ids or any tokens)."""
+    if len(questions) < 2:
         return None
-    toks = questions
-    o1 = [_occurrences(t) for t in toks]
-    o2 = [_occurrences(list(zip(t, t[1:]))) for t in toks]
-    n1 = [len(t) for t in toks]
-    n2 = [max(len(t) - 1, 0) for t in toks]
-    masks = [_masks(t) for t in toks]
-    f1: list[float] = []
-    f2: list[float] = []
-    fl: list[float] = []
-    for i in range(k):
-        ti, ni, mi, ai, bi, ri1, ri2 = toks[i], n1[i], masks[i], o1[i], o2[i], max(n1[i], 1), max(n2[i], 1)
-        for j in range(i + 1, k):
-            nj = n1[j]
-            x = len(ai & o1[j])
-            if not x:  # nothing in common: every F1 of the pair is 0 (rouge-score's 0 for an empty side too)
-                f1.append(0.0)
-                f2.append(0.0)
-                fl.append(0.0)
-                continue
-            p, r = x / max(nj, 1), x / ri1
-            f1.append(2 * p * r / (p + r))
-            y = len(bi & o2[j])
-            if y:
-                p, r = y / max(n2[j], 1), y / ri2
-                f2.append(2 * p * r / (p + r))
-            else:
-                f2.append(0.0)
-            lcs = lcs_length(ti, toks[j], mi) if ni >= nj else lcs_length(toks[j], ti, masks[j])
-            p, r = lcs / nj, lcs / ni
-            fl.append(2 * p * r / (p + r))
-    n = len(f1)
-    return math.fsum(f1) / n, math.fsum(f2) / n, math.fsum(fl) / n
+    local: dict = {}
+    flat = [local.setdefault(t, len(local)) for q in questions for t in q]
+    qoff = np.zeros(len(questions) + 1, np.int64)
+    np.cumsum([len(q) for q in questions], out=qoff[1:])
+    return _similarities(np.array(flat, np.int64), qoff[:-1], np.diff(qoff), [len(questions)])[0]
 
 
 class Reference:
@@ -345,9 +532,29 @@ def score_conversation(roles: list[str], contents: list[str | None], ref: Refere
 def score_tokens(roles: list[str], toks: list[list[int]], ref: Reference) -> list[tuple[str, float, str | None]]:
     """:func:`score_conversation` of messages given as token ids (:func:`token_ids`, :func:`encode`)."""
     doctor_toks, turn_toks, questions, answered = split_turns(roles, toks)
+    sim = question_similarity([doctor_toks[q] for q in questions])
+    metric: list[int] = []
+    value: list[float] = []
+    detail: list[str | None] = []
+    _scores([len(d) for d in doctor_toks], turn_toks, len(questions), answered, ref, sim, metric, value, detail)
+    return [(METRIC_NAMES[m], v, d) for m, v, d in zip(metric, value, detail)]
+
+
+#: metric name -> its index in :data:`METRIC_NAMES` (the scores of many conversations are built as columns of codes)
+_CODE = {m: i for i, m in enumerate(METRIC_NAMES)}
+_RECALL, _PRECISION, _F1, _FACTS, _TURNS, _DOCTOR_WORDS, _PATIENT_WORDS, _Q1, _Q2, _QL = range(10)
+_AT = tuple(range(10, 10 + len(SHARES)))
+
+
+def _scores(doctor_lens: list[int], turn_toks: list[list[int]], questions: int, answered: int, ref: Reference,
+            sim: tuple[float, float, float] | None, metric: list[int], value: list[float], detail: list[str | None]) -> None:
+    """:func:`score_tokens` from the split conversation: the doctor turns' token counts, the patient turns' token
+    ids, the number of questions, the answered doctor turns, and the questions' similarity (computed apart, for
+    many conversations at once in :func:`_work`). Appends each score to the columns ``metric`` (its index in
+    :data:`METRIC_NAMES`), ``value`` and ``detail``."""
     # ROUGE-1 against the reference, after each patient turn (intersection counted as rouge-score does)
     refc = ref.counts
-    seen: dict[str, int] = {}
+    seen: dict[int, int] = {}
     inter, total = 0, 0
     after: list[int] = []
     for toks in turn_toks:
@@ -362,33 +569,40 @@ def score_tokens(roles: list[str], toks: list[list[int]], ref: Reference) -> lis
         after.append(inter)
     p = inter / max(total, 1)
     r = inter / max(ref.total, 1)
-    out: list[tuple[str, float, str | None]] = [
-        ("patient_info_recall", r, None), ("patient_info_precision", p, None), ("patient_info_f1", fmeasure(p, r), None),
-    ]  # fmt: skip
+    metric += (_RECALL, _PRECISION, _F1)
+    value += (r, p, fmeasure(p, r))
+    detail += (None, None, None)
     if ref.facts is not None:
         pstems = {t for toks in turn_toks for t in toks}
         hits = fact_hits(ref.facts, ref.stems, pstems)
         held = [h for h in hits if h is not None]
         if held:
-            out.append(("patient_fact_recall", sum(held) / len(held), json.dumps({"hits": hits, "held": len(held), "revealed": sum(held)})))
-    doc_toks = doctor_toks
-    d_toks = sum(map(len, doc_toks))
-    out.append(("doctor_turns", float(len(doc_toks)), None))
-    if doc_toks:
-        out.append(("doctor_words_per_turn", d_toks / len(doc_toks), None))
+            metric.append(_FACTS)
+            value.append(sum(held) / len(held))
+            detail.append(json.dumps({"hits": hits, "held": len(held), "revealed": sum(held)}))
+    metric.append(_TURNS)
+    value.append(float(len(doctor_lens)))
+    detail.append(None)
+    if doctor_lens:
+        metric.append(_DOCTOR_WORDS)
+        value.append(sum(doctor_lens) / len(doctor_lens))
+        detail.append(None)
     if turn_toks:
-        out.append(("patient_words_per_turn", total / len(turn_toks), None))
-    sim = question_similarity([doc_toks[q] for q in questions])
+        metric.append(_PATIENT_WORDS)
+        value.append(total / len(turn_toks))
+        detail.append(None)
     if sim is not None:
-        detail = json.dumps({"questions": len(questions)})
-        out += [("question_similarity_rouge1", sim[0], detail), ("question_similarity_rouge2", sim[1], detail),
-                ("question_similarity_rougeL", sim[2], detail)]  # fmt: skip
+        metric += (_Q1, _Q2, _QL)
+        value += sim
+        detail += [json.dumps({"questions": questions})] * 3
     k = len(turn_toks)
+    rt = max(ref.total, 1)
     for s in SHARES:
         m = -(-s * answered // 100)  # ceil(s * K / 100)
         got = after[min(m, k) - 1] if m and k else 0
-        out.append((f"patient_info_recall_at_{s}", got / max(ref.total, 1), None))
-    return out
+        value.append(got / rt)
+    metric += _AT
+    detail += (None,) * len(SHARES)
 
 
 # -- a release ---------------------------------------------------------------------------------
@@ -396,17 +610,43 @@ def score_tokens(roles: list[str], toks: list[list[int]], ref: Reference) -> lis
 _JOB: dict = {}
 
 
-def _work(span: tuple[int, int]) -> list:
-    """Score conversations ``span`` of the job set up before the fork."""
+def _work(span: tuple[int, int]) -> tuple:
+    """Score conversations ``span`` of the job set up before the fork: every question pair of the span at once
+    (:func:`_similarities`), then each conversation's other metrics (:func:`_scores`); a failed conversation gets
+    every metric with no value. Returns columns: the number of scores of each conversation, and each score's
+    metric (index in :data:`METRIC_NAMES`), value and detail. (No polars here: its thread pool does not survive
+    a fork.)"""
     job = _JOB
-    roles, ids, tok_off, offsets, refs, keys = job["roles"], job["ids"], job["tok_off"], job["offsets"], job["refs"], job["keys"]
-    out = []
+    roles, ids, tok_off, offsets, refs, keys, ended = (job[k] for k in ("roles", "ids", "tok_off", "offsets", "refs", "keys", "ended"))
+    convs = [i for i in range(*span) if ended[i] != "error"]
+    split = [split_turns(roles[offsets[i] : offsets[i + 1]], range(offsets[i], offsets[i + 1])) for i in convs]
+    lo = offsets[span[0]]
+    bounds = tok_off[lo : offsets[span[1]] + 1].tolist()  # message m's tokens: ids[bounds[m - lo] : bounds[m - lo + 1]]
+    asked = np.array([doctor[q] for doctor, _, questions, _ in split for q in questions], np.int64)  # message indexes
+    sims = dict(zip(convs, _similarities(ids, tok_off[asked], tok_off[asked + 1] - tok_off[asked], [len(s[2]) for s in split])))
+    split = dict(zip(convs, split))
+    failed = _FAILED[1]
+    per: list[int] = []
+    metric: list[int] = []
+    value: list[float] = []
+    detail: list[str | None] = []
     for i in range(*span):
-        a, b = offsets[i], offsets[i + 1]
-        bounds = tok_off[a : b + 1].tolist()
-        toks = [ids[x:y].tolist() for x, y in zip(bounds, bounds[1:])]
-        out.append(score_tokens(roles[a:b], toks, refs[keys[i]]))
-    return out
+        before = len(metric)
+        if i in split:
+            doctor, patient, questions, answered = split[i]
+            turns = [ids[bounds[m - lo] : bounds[m - lo + 1]].tolist() for m in patient]
+            doctor_lens = [bounds[m - lo + 1] - bounds[m - lo] for m in doctor]
+            _scores(doctor_lens, turns, len(questions), answered, refs[keys[i]], sims[i], metric, value, detail)
+        else:
+            metric += range(len(METRIC_NAMES))
+            value += [math.nan] * len(METRIC_NAMES)
+            detail += [failed] * len(METRIC_NAMES)
+        per.append(len(metric) - before)
+    return per, np.array(metric, np.int8), np.array(value, np.float64), detail
+
+
+#: A failed conversation's (status, detail): every metric, no value.
+_FAILED = ("error", json.dumps({"error": "the conversation failed (ended = error)"}))
 
 
 def _references(dataset_dir: Path, wanted: set[tuple[str, bool, str]]) -> dict:
@@ -425,8 +665,18 @@ def _references(dataset_dir: Path, wanted: set[tuple[str, bool, str]]) -> dict:
             raise CraftMDError(f"conversation of case {cid} not in the dataset at {dataset_dir}")
         vignette, history = text[(cid, img)]
         held = history if conv == "no_exam" and history is not None else vignette
-        refs[(cid, img, conv)] = Reference(held or "", None if img else facts.get(cid))
+        what = (held or "", None if img else facts.get(cid))
+        key = (what[0], None if what[1] is None else tuple(what[1]))
+        ref = _REFS.get(key)
+        if ref is None:
+            ref = _REFS[key] = Reference(*what)
+        refs[(cid, img, conv)] = ref
     return refs
+
+
+#: (text, facts) -> its :class:`Reference`, kept across releases (a reference is a function of its text and facts:
+#: the same tokens, the same ids of :data:`_IDS`), so that the dataset is tokenized once per process.
+_REFS: dict = {}
 
 
 #: The dataset configs the history metrics read.
@@ -468,6 +718,20 @@ def _conversations(release) -> tuple:
             flat.field("content").to_pylist(), offsets)  # fmt: skip
 
 
+def _read_turns(roles: list[str], contents: list, offsets: list[int]) -> list:
+    """The messages' texts, None for those no metric reads: a conversation's messages before the doctor's first
+    (system prompts) and any but the doctor's and the patient's (:func:`split_turns` reads only these)."""
+    role = np.array(roles, dtype=object)
+    doctor = role == "assistant"
+    read = doctor | (role == "user")
+    conv = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    first = np.full(len(offsets) - 1, len(roles), np.int64)
+    at = np.flatnonzero(doctor)
+    np.minimum.at(first, conv[at], at)
+    read &= np.arange(len(roles)) >= first[conv]
+    return [c if r else None for c, r in zip(contents, read.tolist())]
+
+
 def history_scores(release, dataset_dir: Path | str, *, workers: int | None = None, progress: bool = True) -> tuple[pa.Table, dict]:
     """The ``history`` scores of ``release``'s conversations and the scorer's record."""
     import multiprocessing as mp
@@ -479,41 +743,43 @@ def history_scores(release, dataset_dir: Path | str, *, workers: int | None = No
     refs = _references(Path(dataset_dir), set(keys))
     n = len(cids)
     workers = workers or min(2, os.cpu_count() or 1)
-    step = max(1, min(2000, -(-n // max(workers, 1))))
+    # a few spans per worker, so that the workers end together (conversations differ in length)
+    step = max(1, min(2000, -(-n // (4 * max(workers, 1)))))
     spans = [(a, min(n, a + step)) for a in range(0, n, step)]
-    ids, tok_off = encode(contents)
+    ids, tok_off = encode(_read_turns(roles, contents, offsets))
     del contents
-    _JOB.update(roles=roles, ids=ids, tok_off=tok_off, offsets=offsets, refs=refs, keys=keys)
-    results: list = []
+    _JOB.update(roles=roles, ids=ids, tok_off=tok_off, offsets=offsets, refs=refs, keys=keys, ended=ended)
+    parts: list = []
     try:
         bar = tqdm(total=n, desc=f"history {release.id}", unit="conv", disable=not progress or not n, file=sys.stderr)
         if workers > 1 and len(spans) > 1 and "fork" in mp.get_all_start_methods():
             with mp.get_context("fork").Pool(workers) as pool:
                 for part in pool.imap(_work, spans):
-                    results += part
-                    bar.update(len(part))
+                    parts.append(part)
+                    bar.update(len(part[0]))
         else:
             for sp in spans:
-                part = _work(sp)
-                results += part
-                bar.update(len(part))
+                parts.append(_work(sp))
+                bar.update(len(parts[-1][0]))
         bar.close()
     finally:
         _JOB.clear()
-    reason = json.dumps({"error": "the conversation failed (ended = error)"})
-    failed_scores = [(m, None, reason) for m in METRIC_NAMES]
-    results = [failed_scores if e == "error" else sc for sc, e in zip(results, ended)]
-    failed = sum(e == "error" for e in ended)
+    per = np.array([c for p in parts for c in p[0]], np.int64)
+    metric = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int8)
+    value = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0)
+    detail = [d for p in parts for d in p[3]]
+    is_failed = np.array([e == "error" for e in ended], bool)
+    failed_row = np.repeat(is_failed, per)
+    failed = int(is_failed.sum())
+    row_conv = np.repeat(np.arange(n), per)
     counts = {"failed": failed, "scored": n - failed,
-              "with_facts": sum(1 for sc, e in zip(results, ended) if e != "error" and any(m == "patient_fact_recall" for m, _, _ in sc))}
-    per = np.fromiter(map(len, results), np.int64, n)
-    flat = [x for sc in results for x in sc]
-    metric, value, detail = (list(c) for c in zip(*flat)) if flat else ([], [], [])
+              "with_facts": len(np.unique(row_conv[(metric == _FACTS) & ~failed_row]))}  # fmt: skip
     keys = pa.table({"case_id": cids, "trial": trials, "conversation": convs, "with_image": imgs}, schema=pa.schema([SCHEMA.field(i) for i in range(4)]))
-    cols = {name: keys.column(name).take(pa.array(np.repeat(np.arange(n), per))) for name in keys.column_names}
+    cols = {name: keys.column(name).take(pa.array(row_conv)) for name in keys.column_names}
     m = len(metric)
-    cols.update(scorer=pa.array([SCORER] * m, pa.string()), metric=metric, value=value, label=pa.nulls(m, pa.string()), detail=detail,
-                status=pa.array(["error" if v is None else "ok" for v in value], pa.string()))  # fmt: skip
+    cols.update(scorer=pa.array([SCORER] * m, pa.string()), metric=pa.array(METRIC_NAMES, pa.string()).take(pa.array(metric)),
+                value=pa.array(value, pa.float64(), mask=failed_row), label=pa.nulls(m, pa.string()), detail=pa.array(detail, pa.string()),
+                status=pa.array(["ok", _FAILED[0]], pa.string()).take(pa.array(failed_row.astype(np.int8))))  # fmt: skip
     record = dict(identity(), conversations=n, scored=counts["scored"], failed=counts["failed"], with_facts=counts["with_facts"],
                   inputs=inputs(release, dataset_dir))  # fmt: skip
     return pa.table(cols, schema=SCHEMA), record

@@ -74,6 +74,33 @@ def test_tokens_are_rouge_scores_and_lcs_its_table():
         assert (H.lcs_length(a, b) if a and b else 0) == table
 
 
+def test_question_similarity_is_rouge_scores_across_word_boundaries_and_batches():
+    """The vectorised pairs (sparse overlaps, LCS in 64-bit words) against rouge-score, with questions of 0 to 200
+    tokens (one to four words, repeats, empty ones), and many conversations at once as one at a time."""
+    import numpy as np
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"])
+    rng = random.Random(5)
+    convs = []
+    for _ in range(120):
+        alphabet = rng.choice(["ab", "abcdefg", "abcdefghijklmnopqrstuvwxyz"])
+        convs.append([[rng.choice(alphabet) for _ in range(rng.choice([0, 1, 2, 5, 30, 63, 64, 65, 127, 128, 129, 200]))]
+                      for _ in range(rng.randint(0, 6))])  # fmt: skip
+    for qs in convs:
+        got = H.question_similarity(qs)
+        if len(qs) < 2:
+            assert got is None
+            continue
+        pairs = [scorer.score(" ".join(qs[i]), " ".join(qs[j])) for i in range(len(qs)) for j in range(i + 1, len(qs))]
+        assert got == tuple(math.fsum(p[r].fmeasure for p in pairs) / len(pairs) for r in ("rouge1", "rouge2", "rougeL"))
+    ids = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz")}
+    flat = [ids[t] for qs in convs for q in qs for t in q]
+    lens = [len(q) for qs in convs for q in qs]
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    assert H._similarities(np.array(flat), starts, lens, [len(qs) for qs in convs]) == [H.question_similarity(qs) for qs in convs]
+
+
 def test_the_patient_is_never_the_system_prompt():
     roles = ["user", "assistant", "user", "assistant", "user", "assistant"]
     contents = ["You are an AI doctor. fever", "Hi! What symptoms are you facing today?", "I have a rash.",
