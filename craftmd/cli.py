@@ -70,14 +70,15 @@ def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
-def add_call_arguments(parser: argparse.ArgumentParser, *, concurrency: int = 32, max_tokens: int = 512) -> None:
+def add_call_arguments(parser: argparse.ArgumentParser, *, concurrency: int = 32, max_tokens: int = 512, temperature: float = 1.0,
+                       seed_help: str = "base sampling seed (default 0)") -> None:
     """The options every command that calls models shares: the server, sampling, retries and the request cache."""
     parser.add_argument("--base-url", metavar="URL",
                         help="OpenAI-compatible server for openai/ models, usually ending in /v1, e.g. http://localhost:8000/v1 "
                              "(default: OPENAI_BASE_URL or OpenAI). Part of the request cache key; never a key")
     parser.add_argument("--concurrency", type=int, default=concurrency, help=f"requests in flight per model (default {concurrency})")
-    parser.add_argument("--seed", type=int, default=0, help="base sampling seed (default 0)")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature for every agent (default 1.0, the API default)")
+    parser.add_argument("--seed", type=int, default=0, help=seed_help)
+    parser.add_argument("--temperature", type=float, default=temperature, help=f"sampling temperature (default {temperature})")
     parser.add_argument("--max-tokens", type=int, default=max_tokens, help=f"most tokens per reply (default {max_tokens})")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for one reply before retrying (default 120)")
     parser.add_argument("--max-retries", type=int, default=6, help="retries of a failed call before it is recorded as an error (default 6)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from craftmd import CraftMDError
-from craftmd.cli import add_cases_argument, add_quiet_argument, add_source_argument, check_base_url, command, list_type, price_type
+from craftmd.cli import add_call_arguments, add_cases_argument, add_quiet_argument, add_source_argument, check_base_url, command, list_type, price_type
 
 
 def _judge(args) -> int:
@@ -109,16 +109,10 @@ def register(sub) -> None:
     add_cases_argument(p)
     p.add_argument("--dataset", metavar="DIR", default=None,
                    help="the built dataset (needed for a release of another task than craftmd: its packets config gives the objectives)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the dimension order and of the judges' sampling (recorded)")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--max-tokens", type=int, default=DISCUSSION_TOKENS, help=f"cap of a discussion reply (default {DISCUSSION_TOKENS})")
+    add_call_arguments(p, concurrency=8, max_tokens=DISCUSSION_TOKENS, temperature=0.0,
+                       seed_help="seed of the dimension order and of the judges' sampling (default 0; recorded)")
     p.add_argument("--score-tokens", type=int, default=SCORE_TOKENS, help=f"cap of a score reply per dimension (default {SCORE_TOKENS})")
     p.add_argument("--max-invalid", type=int, default=2, help="times a reply that does not validate is asked again (default 2)")
-    p.add_argument("--base-url", default=None, help="OpenAI-compatible server of the judges")
-    p.add_argument("--cache", default=None, metavar="PATH", help="request cache (SQLite); a re-run over it sends nothing")
-    p.add_argument("--concurrency", type=int, default=8, help="requests in flight per judge (default 8)")
-    p.add_argument("--max-retries", type=int, default=6)
-    p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--price", type=price_type, metavar="IN,OUT", help="USD per million input,output tokens, for the cost")
     p.add_argument("--estimate", action="store_true", help="print calls, tokens (and cost with --price) and send nothing")
     p.add_argument("--force", action="store_true", help="allow a judge of the doctor's own model family (recorded)")
