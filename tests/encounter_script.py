@@ -23,9 +23,13 @@ def medpi(tmp_path_factory):
     return out
 
 
+#: The scripted emotion step's feeling (the state after every valid step).
+FEELING = {"anxiety": 6, "fear": 3, "interest": 4}
+
+
 def emotion_json(turn_text: str, **over) -> str:
     scores = {e: 0 for e in EMOTIONS}
-    scores.update(anxiety=6, fear=3, interest=4)
+    scores.update(FEELING)
     body = {"emotions": scores, "valence": -3, "arousal": 6, "summary": "worried but hopeful",
             "reflection": f"The doctor asked about {turn_text[:30]}", "poignancy": 4}
     body.update(over)
@@ -35,14 +39,30 @@ def emotion_json(turn_text: str, **over) -> str:
 class Script:
     """Plays every agent by the system prompt's role: the doctor asks ``doctor_turns`` questions then closes
     (or never, when None); the patient answers naming its first known condition; every second emotion step is
-    malformed; the closure classifier says reasonable when the doctor said goodbye."""
+    malformed; the closure classifier says reasonable when the doctor said goodbye; the memory tagger as
+    :meth:`tags` says."""
 
-    def __init__(self, doctor_turns: int | None = 2, patient_closes_at: int | None = None):
-        self.doctor_turns, self.patient_closes_at = doctor_turns, patient_closes_at
+    def __init__(self, doctor_turns: int | None = 2, patient_closes_at: int | None = None, bad_tags: str = "depress"):
+        self.doctor_turns, self.patient_closes_at, self.bad_tags = doctor_turns, patient_closes_at, bad_tags
         self.emotion_calls = 0
+
+    def tags(self, prompt: str) -> str:
+        """The memory tagger: not JSON for a patient whose visit reason contains ``bad_tags``; otherwise the oldest
+        memory feels like :data:`FEELING`, the second gets importance 2, the last an out-of-range score (invalid),
+        the rest calmness."""
+        if self.bad_tags and re.search(rf"^Booked a visit for: .*{self.bad_tags}", prompt, re.M | re.I):
+            return "I cannot put feelings into numbers."
+        ids = re.findall(r"^- (m\d{3}):", prompt, re.M)
+        tags = {i: {"emotions": {"calmness": 2}} for i in ids}
+        tags[ids[0]] = {"emotions": dict(FEELING)}
+        tags[ids[1]]["importance"] = 2
+        tags[ids[-1]] = {"emotions": {"joy": 42}}
+        return "Tags: " + json.dumps(tags)
 
     def __call__(self, req: dict) -> str:
         system = req["messages"][0]["content"]
+        if system.startswith("You tag the memories"):
+            return self.tags(req["messages"][1]["content"])
         if system.startswith("You are a doctor"):
             asked = sum(m["role"] == "assistant" for m in req["messages"])
             if self.doctor_turns is not None and asked >= self.doctor_turns:

