@@ -1,6 +1,7 @@
 """Patient-led encounters with a real model in every role (SmolLM2-135M via llama.cpp, tests/realmodel.py), through
 the command line: one short encounter (a low message cap), a complete release of the encounters task, every failed
-or unparseable step kept with its reason, and a re-run over the cache that sends nothing and writes the same bytes.
+or unparseable step (the memory tags included) kept with its reason, and a re-run over the cache that sends nothing
+and writes the same bytes.
 Nothing here asserts what the 135M model says."""
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def test_one_short_encounter_with_the_real_model(real_model, tmp_path):
     medpi = tmp_path / "medpi"
     build_packets(medpi, seed=2, scale=0.05, cells=["seizure_disorder:treatment_advice"], progress=False)
     common = ["encounters", "generate", "--dataset", medpi, "--doctor", MODEL, "--patient", MODEL, "--base-url", real_model.base_url,
-              "--max-messages", "4", "--max-tokens", "48", "--seed", "7", "--cache", tmp_path / "cache.sqlite", "--quiet"]
+              "--max-messages", "4", "--max-tokens", "48", "--memory-tag-tokens", "96", "--seed", "7", "--cache", tmp_path / "cache.sqlite", "--quiet"]
     craftmd(*common, "--out", tmp_path / "a" / "rel")
     sent = real_model.chat_requests()
     rel = read_release(tmp_path / "a" / "rel")
@@ -42,6 +43,12 @@ def test_one_short_encounter_with_the_real_model(real_model, tmp_path):
     assert states and all(len(s["emotions"]) == 27 for s in states)
     for s in states:  # the small model rarely writes valid JSON: whatever it did is kept, with the reason
         assert (s["status"] == "ok") == (s["error"] is None)
+    # the memory tags: one call; whatever it gave (a 96-token budget cuts a full reply short) is kept per memory, with why
+    assert rel.manifest.counts["requests"]["tagger"] == 1 and rel.manifest.producer["memory_tags"] is True
+    tags = pl.read_parquet(tmp_path / "a" / "rel" / "memory_tags.parquet").to_dicts()
+    assert tags and sum(rel.manifest.counts["memory_tags"].values()) == len(tags)
+    for t in tags:
+        assert (t["status"] == "ok") == (t["error"] is None) and (t["status"] == "ok" or not any(t["emotions"].values()))
     closure = pl.read_parquet(tmp_path / "a" / "rel" / "closures.parquet").to_dicts()[0]
     assert (closure["status"] == "ok") == (closure["label"] is not None) and (closure["status"] == "ok") == (closure["error"] is None)
     craftmd(*common, "--out", tmp_path / "b" / "rel")
