@@ -105,7 +105,8 @@ class EncounterReport:
         lines = [
             f"release      {self.path}",
             f"produced     {self.encounters} encounters (ended: {fmt(self.endings)})",
-            f"patient      memory tags: {fmt(self.tags) or 'off'}; emotion steps: {fmt(self.states)}; closures: {fmt(self.closures)}",
+            f"patient      memory tags: {fmt(self.tags) or 'off'}; emotion steps: {fmt(self.states)}; "
+            f"closures: {fmt(self.closures)}",
             f"requests     {c.requests}: {c.calls} sent, {c.cache_hits} from cache, {c.deduplicated} deduplicated; "
             f"{c.retries} retries, {c.failures} failed, {self.wall_s:.1f} s",
             "tokens       agent        requests    in            out",
@@ -145,10 +146,9 @@ class Encounters:
             raise CraftMDError(f"{spec.dataset}: no packets selected")
         self.dataset_sha = sha256_file(MEDPI.file(spec.dataset, "packets"))
         self.embedder = get_embedder(spec.embedder)
-        self.agents = AGENTS if spec.memory_tags else tuple(a for a in AGENTS if a != "tagger")
-        self.agent_names = {"doctor": spec.doctor, "patient": spec.patient, "closer": spec.closer or spec.patient,
-                            "tagger": spec.patient}
-        self.agent_names = {a: self.agent_names[a] for a in self.agents}
+        self.agents = AGENTS if spec.memory_tags else AGENTS[:-1]
+        models = {"doctor": spec.doctor, "patient": spec.patient, "closer": spec.closer or spec.patient, "tagger": spec.patient}
+        self.agent_names = {a: models[a] for a in self.agents}
         self.tallies = {a: Counts() for a in self.agents}
         self._tagging: dict[str, asyncio.Future] = {}  # case id -> its tagging step (tags, memory_tags rows)
         self.callers: dict[str, Caller] = {}
