@@ -48,7 +48,7 @@ from craftmd.release import CONVERSATIONS_SCHEMA, RunRecord, dependency_versions
 from craftmd.samples import MEDPI
 from craftmd.tasks.encounters import CLOSURES, EMOTIONS, MEMORY_TAGS, PATIENT_STATES
 
-from .engine import default_cache, progress_text, throttled
+from .engine import check_run, default_cache, progress_text, throttled
 from .patient import (Memory, MemoryStore, Retrieval, State, disclosable, disclosed_in, get_embedder, memories_from_packet,
                       parse_emotion_step, parse_memory_tags, persona, tag_memories)
 from .protocol import PromptSet
@@ -131,14 +131,11 @@ class Encounters:
         self.spec = spec
         for name in (spec.doctor, spec.patient, spec.closer or spec.patient):
             split_name(name)
-        if spec.trials < 1:
-            raise CraftMDError("--trials must be at least 1")
         if spec.max_messages < 2:
             raise CraftMDError("--max-messages must be at least 2")
         if spec.tag_max_tokens < 1:
             raise CraftMDError("--memory-tag-tokens must be at least 1")
-        if Path(spec.out).exists() and not spec.overwrite:
-            raise CraftMDError(f"{spec.out} exists (pass --overwrite to replace it)")
+        check_run(spec)
         self.prompts = PromptSet(spec.prompt_set)
         self.objectives = {k: v for k, v in json.loads(self.prompts.text("objectives.json")).items() if not k.startswith("_")}
         self.packets = load_packets(spec.dataset, spec.cases)

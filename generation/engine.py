@@ -187,6 +187,16 @@ def load_diagnoses(dataset: Path) -> list[str]:
 
 
 # --- the run ----------------------------------------------------------------------------
+def check_run(spec) -> None:
+    """The checks every generation run (CRAFT-MD, consultation, encounters) makes before it calls anything."""
+    if spec.trials < 1:
+        raise CraftMDError("--trials must be at least 1")
+    if spec.concurrency < 1:
+        raise CraftMDError("--concurrency must be at least 1")
+    if Path(spec.out).exists() and not spec.overwrite:
+        raise CraftMDError(f"{spec.out} exists (pass --overwrite to replace it)")
+
+
 class Engine:
     task = TASK
     agents = AGENTS
@@ -199,14 +209,9 @@ class Engine:
             name = getattr(spec, agent)
             if name:
                 split_name(name)
-        if spec.trials < 1:
-            raise CraftMDError("--trials must be at least 1")
         if spec.max_turns < 1:
             raise CraftMDError("--max-turns must be at least 1")
-        if spec.concurrency < 1:
-            raise CraftMDError("--concurrency must be at least 1")
-        if Path(spec.out).exists() and not spec.overwrite:
-            raise CraftMDError(f"{spec.out} exists (pass --overwrite to replace it)")
+        check_run(spec)
         self.prompts = PromptSet(spec.prompt_set or self.default_prompt_set)
         self.protocol = Protocol(self.prompts, spec.max_turns)
         self.cases, self.dataset_sha = load_cases(Path(spec.dataset), spec.config, spec.cases)
