@@ -125,26 +125,16 @@ def mcq_rules(v: View, path: Path) -> Path:
 
 
 MODEL_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974", "#64B5CD")
-#: The conversations the history figures read: standard text conversations.
-HISTORY_VARIANT = "conversation=standard"
-
-
-def _history_rows(v: View, metric: str, model: str) -> dict | None:
-    mt = v.a.metrics
-    rows = mt.filter(mt["model"] == model, mt["scorer"] == "history", mt["metric"] == metric).to_dicts()
-    rows = [r for r in rows if HISTORY_VARIANT in r["variant"] and "with_image=false" in r["variant"]]
-    return rows[0] if rows else None
-
 
 def history_coverage_curve(v: View, path: Path) -> Path | None:
     from craftmd.scoring.history import SHARES
 
-    models = [m for m in v.models if _history_rows(v, "patient_info_recall", m)]
+    models = [m for m in v.models if v.history_cell(m, "patient_info_recall")]
     if not models:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
     for k, m in enumerate(models):
-        rows = [_history_rows(v, f"patient_info_recall_at_{s}", m) for s in SHARES]
+        rows = [v.history_cell(m, f"patient_info_recall_at_{s}") for s in SHARES]
         mean = [r["mean"] if r else np.nan for r in rows]
         lo = [r["ci_low"] if r else np.nan for r in rows]
         hi = [r["ci_high"] if r else np.nan for r in rows]

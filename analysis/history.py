@@ -31,7 +31,7 @@ import numpy as np
 import polars as pl
 
 from . import runner
-from .bootstrap import DEFAULT_B, DEFAULT_SEED, Resampler
+from .bootstrap import DEFAULT_B, DEFAULT_SEED, Resampler, paired_p
 
 #: The metrics compared between models (conversation-level, standard text conversations).
 HEADLINE = (
@@ -52,9 +52,8 @@ COMPLEXITY_COLUMNS = ["model", "measure", "grader", "tertile", "words_low", "wor
 class _Ratios:
     """Ratios of case-vector sums (a subset's values over its count), resampled with shared draws."""
 
-    def __init__(self, n: int, B: int, seed: int):
+    def __init__(self, B: int, seed: int):
         self.R = Resampler(B=B, seed=seed)
-        self.n = n
         self.items: list[tuple] = []
         self._seen: dict[tuple[bytes, bool], int] = {}
 
@@ -68,17 +67,18 @@ class _Ratios:
     def add(self, key: tuple, num: np.ndarray, den: np.ndarray, exact: bool) -> None:
         if den.sum() == 0:
             return
-        self.items.append((key, self._column(num, exact), self._column(den, True), float(num.sum()) / float(den.sum())))
+        total = float(den.sum())
+        self.items.append((key, self._column(num, exact), self._column(den, True), float(num.sum()) / total, total))
 
-    def results(self) -> dict[tuple, tuple[float, float, float, np.ndarray]]:
-        """key -> (estimate, CI low, CI high, resampled ratios)."""
+    def results(self) -> dict[tuple, tuple[float, float, float, np.ndarray, float]]:
+        """key -> (estimate, CI low, CI high, resampled ratios, the subset's count: the sum of its denominator)."""
         self.R.run()
         out = {}
-        for key, hn, hd, est in self.items:
+        for key, hn, hd, est, total in self.items:
             den = self.R.resampled(hd)
             ratio = np.divide(self.R.resampled(hn), den, out=np.full(len(den), np.nan), where=den > 0)
             lo, hi = np.nanquantile(ratio, [0.025, 0.975])
-            out[key] = (est, float(lo), float(hi), ratio)
+            out[key] = (est, float(lo), float(hi), ratio, total)
         return out
 
 
@@ -109,7 +109,7 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict
     trials = pl.from_arrow(runner.run(con, "history_trials")).join(positions, on="case_id", maintain_order="left")
     if per_case.height == 0:
         return empty
-    ratios = _Ratios(n, B, seed)
+    ratios = _Ratios(B, seed)
 
     def vector(at: pl.Series, values) -> np.ndarray:
         v = np.zeros(n)
@@ -172,14 +172,12 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict
     res = ratios.results()
 
     tests = []
-    for key, (est, lo, hi, draws) in res.items():
+    for key, (est, lo, hi, draws, n_common) in res.items():
         if key[0] != "test":
             continue
         _, met, a, b = key
-        p = (int(np.count_nonzero(np.abs(draws - est) >= abs(est))) + 1) / (len(draws) + 1)
-        n_common = int((means[(a, met)][1] * means[(b, met)][1]).sum())
-        tests.append({"metric": met, "model_a": a, "model_b": b, "n_cases": n_common, "diff": _round(est),
-                      "ci_low": _round(lo), "ci_high": _round(hi), "p": p})  # fmt: skip
+        tests.append({"metric": met, "model_a": a, "model_b": b, "n_cases": int(n_common), "diff": _round(est),
+                      "ci_low": _round(lo), "ci_high": _round(hi), "p": paired_p(draws, est)})  # fmt: skip
     if tests:
         from statsmodels.stats.multitest import multipletests
 
@@ -196,18 +194,12 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict
                     "multiturn_accuracy": _round(mt[0]), "multiturn_ci_low": _round(mt[1]), "multiturn_ci_high": _round(mt[2]),
                     "vignette_accuracy": _round(vg[0]), "vignette_ci_low": _round(vg[1]), "vignette_ci_high": _round(vg[2])})  # fmt: skip
     cx = []
-    for key, (est, lo, hi, _) in res.items():
+    for key, (est, lo, hi, _, n_t) in res.items():  # n_t: the tertile's cases that have the measure
         if key[0] != "cx":
             continue
         _, rel, measure, grader, t = key
-        sel = means.get((rel, measure), (None, None))[1]
-        n_t = int(((sel if sel is not None else np.ones(n)) * (tertile == t)).sum()) if measure != "frq_accuracy_multiturn" else None
         cx.append({"model": rel, "measure": measure, "grader": grader, "tertile": t, "words_low": t_range[t][0],
-                   "words_high": t_range[t][1], "n_cases": n_t, "mean": _round(est), "ci_low": _round(lo), "ci_high": _round(hi)})  # fmt: skip
-    for row in cx:  # the accuracy rows count the cases graded in the tertile
-        if row["n_cases"] is None:
-            g = acc.filter(pl.col("release") == row["model"], pl.col("grader") == row["grader"])
-            row["n_cases"] = int((tertile[g["pos"].to_numpy()] == row["tertile"]).sum())
+                   "words_high": t_range[t][1], "n_cases": int(n_t), "mean": _round(est), "ci_low": _round(lo), "ci_high": _round(hi)})  # fmt: skip
     return {
         "history_tests": pl.DataFrame(tests, schema={"metric": pl.String, "model_a": pl.String, "model_b": pl.String, "n_cases": pl.Int64,
                                                      "diff": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64, "p": pl.Float64,

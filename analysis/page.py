@@ -252,19 +252,14 @@ def _judge_validity(audits: list[dict]) -> dict | None:
 def _history(v: View, audits: list[dict]) -> dict | None:
     """The "How each doctor takes a history" section: the history metrics per model with CIs, their agreement
     with the dermatologists, paired tests, coverage against accuracy and complexity groups."""
-    from .figures import HISTORY_VARIANT
-
-    mt = v.a.metrics.filter(pl.col("scorer") == "history", pl.col("variant").str.contains(HISTORY_VARIANT),
-                            pl.col("variant").str.contains("with_image=false"))
-    models = [m for m in v.models if mt.filter(pl.col("model") == m).height]
+    models = [m for m in v.models if any(v.history_cell(m, metric) for metric, _, _ in HISTORY_COLUMNS)]
     if not models:
         return None
-    cell = {(r["model"], r["metric"]): r for r in mt.iter_rows(named=True)}
     rows = []
     for m in models:
         cells = []
         for metric, _, digits in HISTORY_COLUMNS:
-            r = cell.get((m, metric))
+            r = v.history_cell(m, metric)
             cells.append(None if r is None or r["mean"] is None else
                          {"mean": r["mean"], "lo": r["ci_low"], "hi": r["ci_high"], "digits": digits, "n": r["n_cases"]})
         rows.append({"display": v.display(m), "cells": cells})

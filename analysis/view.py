@@ -15,6 +15,9 @@ import polars as pl
 
 from craftmd.scoring.scorers import rank_frq
 
+#: The conversations the history section and figures read: standard text conversations.
+HISTORY_VARIANT = "conversation=standard"
+
 UPSTREAM_SETTINGS = ("vignette", "multiturn", "singleturn", "summarized")
 SETTING_LABELS = {
     "vignette": "Vignette",
@@ -87,6 +90,14 @@ class View:
         self._sizes = {(r["with_image"], r["group_by"], r["group"]): r["n_cases"] for r in a.group_sizes.iter_rows(named=True)}
         self.specialties = sorted(self.groups("specialty"), key=lambda s: (s == "Other", s))
         self.frq_graders_all = rank_frq(acc.filter(pl.col("format") == "frq")["grader"].unique().to_list())
+
+    def history_cell(self, m: str, metric: str) -> dict | None:
+        """The history scorer's row of ``tables/metrics.csv`` for release ``m``'s standard text conversations."""
+        if not hasattr(self, "_history"):
+            mt = self.a.metrics.filter(pl.col("scorer") == "history", pl.col("variant").str.contains(HISTORY_VARIANT),
+                                       pl.col("variant").str.contains("with_image=false"))
+            self._history = {(r["model"], r["metric"]): r for r in mt.iter_rows(named=True)}
+        return self._history.get((m, metric))
 
     def _lead(self, m: str) -> float:
         r = self.cell(m, "multiturn", "frq")
