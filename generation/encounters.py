@@ -50,7 +50,7 @@ from craftmd.tasks.encounters import CLOSURES, EMOTIONS, MEMORY_TAGS, PATIENT_ST
 
 from .engine import check_run, default_cache, progress_text, throttled
 from .patient import (Memory, MemoryStore, Retrieval, State, disclosable, disclosed_in, get_embedder, memories_from_packet,
-                      parse_emotion_step, parse_memory_tags, persona, tag_memories)
+                      json_object, parse_emotion_step, parse_memory_tags, persona, tag_memories)
 from .protocol import PromptSet
 
 AGENTS = ("doctor", "patient", "closer", "tagger")  # the tagger: the patient model tagging its packet memories
@@ -291,9 +291,8 @@ class Encounters:
         if c.status != "ok":
             return {**key, "label": None, "rationale": None, "status": "error", "error": c.error or c.status}
         text = c.text or ""
-        start, end = text.find("{"), text.rfind("}")
         try:
-            raw = json.loads(text[start:end + 1]) if start >= 0 and end > start else None
+            raw = json_object(text)
             verdict = raw.get("reasonable_end") if isinstance(raw, dict) else None
             if not isinstance(verdict, bool):
                 raise ValueError

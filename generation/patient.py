@@ -178,7 +178,7 @@ def _norm(name: str) -> str:
     return re.sub(r"[^a-z]+", "_", name.lower()).strip("_")
 
 
-def _json_object(text: str | None) -> object:
+def json_object(text: str | None) -> object:
     """The first ``{...}`` object in a model's text, decoded; ValueError says why not."""
     if not text:
         raise ValueError("empty output")
@@ -214,7 +214,7 @@ def check_emotions(scores: dict[str, int]) -> dict[str, int]:
 
 def parse_emotion_step(text: str | None) -> EmotionStep:
     """The emotion step's JSON (the first ``{...}`` object in the text), validated; ValueError says why not."""
-    step = _validated(EmotionStep, _json_object(text))
+    step = _validated(EmotionStep, json_object(text))
     step.emotions = check_emotions(step.emotions)
     return step
 
@@ -232,7 +232,7 @@ def parse_memory_tags(text: str | None, ids: list[str]) -> tuple[dict[str, Memor
     """The tagging step's JSON object (memory id -> ``{"emotions": {...}, "importance": n}``), checked id by id
     like the emotion step: (the valid tags, why each other id of ``ids`` has none). ValueError when the reply
     holds no usable object at all. Ids not in ``ids`` are ignored."""
-    raw = _json_object(text)
+    raw = json_object(text)
     if not isinstance(raw, dict) or not set(raw) & set(ids):
         raise ValueError("no JSON object keyed by the memory ids")
     tags, failed = {}, {}
