@@ -42,14 +42,18 @@ class Rubric:
 
 def judge_scores(releases) -> pl.DataFrame:
     """Every release's rubric scores of its chosen scorer, with the catalog's category and meta-category."""
+    import pyarrow.parquet as pq
+
+    from craftmd.release import SCORES_FILE
     from craftmd.scoring.rubric import load_catalog
 
     cat = load_catalog().by_id()
     frames = []
     for r in releases:
-        t, _ = r.scores_with_records()
-        if t is None or "dimension" not in t.column_names:
+        path = r.path / SCORES_FILE
+        if not path.exists() or "dimension" not in pq.read_schema(path).names:  # never judged: its scores are not read
             continue
+        t, _ = r.scores_with_records()
         df = pl.from_arrow(t).filter(pl.col("metric") == METRIC)
         scorer = pick_scorer(df["scorer"].unique().to_list()) if df.height else None
         if scorer is None:
