@@ -70,13 +70,41 @@ def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+class _Concurrency(argparse.Action):
+    """``--concurrency N`` (every server) and/or ``--concurrency SERVICE=N[,SERVICE=N]`` (one service's servers)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        per = dict(getattr(namespace, "server_concurrency", None) or {})
+        for part in (p.strip() for p in values.split(",") if p.strip()):
+            name, eq, n = part.rpartition("=")
+            try:
+                value = int(n)
+            except ValueError:
+                parser.error(f"{option_string}: {part!r} is not N or SERVICE=N")
+            if value < 1:
+                parser.error(f"{option_string}: {part!r}: must be at least 1")
+            if eq:
+                per[name.strip()] = value
+            else:
+                setattr(namespace, self.dest, value)
+        namespace.server_concurrency = per
+
+
 def add_call_arguments(parser: argparse.ArgumentParser, *, concurrency: int = 32, max_tokens: int = 512, temperature: float = 1.0,
                        seed_help: str = "base sampling seed (default 0)") -> None:
-    """The options every command that calls models shares: the server, sampling, retries and the request cache."""
+    """The options every command that calls models shares: the servers, sampling, retries and the request cache.
+
+    Each model is bound to its own server by its name: ``openai/<model>`` at ``--base-url`` (else
+    ``OPENAI_BASE_URL``, else OpenAI) with ``OPENAI_API_KEY``; ``openai-api/<service>/<model>`` at
+    ``<SERVICE>_BASE_URL`` with ``<SERVICE>_API_KEY``."""
     parser.add_argument("--base-url", metavar="URL",
                         help="OpenAI-compatible server for openai/ models, usually ending in /v1, e.g. http://localhost:8000/v1 "
-                             "(default: OPENAI_BASE_URL or OpenAI). Part of the request cache key; never a key")
-    parser.add_argument("--concurrency", type=int, default=concurrency, help=f"requests in flight per model (default {concurrency})")
+                             "(default: OPENAI_BASE_URL or OpenAI). An openai-api/<service>/<model> model reads its server from "
+                             "<SERVICE>_BASE_URL and its key from <SERVICE>_API_KEY instead. Recorded; never a key")
+    parser.add_argument("--concurrency", action=_Concurrency, default=concurrency, metavar="N|SERVICE=N",
+                        help=f"requests in flight per server (default {concurrency}); SERVICE=N sets one service's limit "
+                             "('openai' for openai/ models), e.g. --concurrency 32 --concurrency local=4")
+    parser.set_defaults(server_concurrency={})
     parser.add_argument("--seed", type=int, default=0, help=seed_help)
     parser.add_argument("--temperature", type=float, default=temperature, help=f"sampling temperature (default {temperature})")
     parser.add_argument("--max-tokens", type=int, default=max_tokens, help=f"most tokens per reply (default {max_tokens})")
@@ -101,16 +129,10 @@ def list_type(text: str) -> list[str]:
 
 
 def check_base_url(url: str) -> None:
-    """A one-line error for a --base-url that is not an http(s) URL with a host."""
-    from urllib.parse import urlsplit
+    """A one-line error for a --base-url that is not an http(s) URL with a host, or that carries credentials."""
+    from craftmd.models import check_url
 
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises on a bad port
-    except ValueError as exc:
-        raise CraftMDError(f"--base-url {url!r} is not a valid URL ({exc})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise CraftMDError(f"--base-url {url!r} is not an http(s) URL such as http://localhost:8000/v1")
+    check_url(url, "--base-url", "OPENAI_API_KEY")
 
 
 def command(sub, name: str, handler) -> argparse.ArgumentParser:

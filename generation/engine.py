@@ -22,7 +22,7 @@ import multiprocessing
 import queue
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -33,9 +33,9 @@ from craftmd.dataset import config_file, load_config
 from craftmd.atomic import sha256_file
 from craftmd.release import ANSWERS_SCHEMA, CONVERSATIONS_SCHEMA, Manifest, write_release
 
-from craftmd.models.cache import RequestCache
 from craftmd.models.calls import Caller, Counts
-from craftmd.models import ChatModel, Sampling, get_model, split_name
+from craftmd.models.connect import CallSettings, Connections, check_names
+from craftmd.models import Sampling, parse_name
 from craftmd.samples import Sample, load_samples
 from craftmd.tasks import Task
 from craftmd.tasks.diagnosis import TASK
@@ -73,9 +73,10 @@ class GenerateSpec:
     temperature: float = 1.0
     top_p: float = 1.0
     max_tokens: int = 512
-    base_url: str | None = None
+    base_url: str | None = None  # openai/ models' server (openai-api/<service>/ models read <SERVICE>_BASE_URL)
     api_key: str | None = None  # used for the calls, never recorded
-    concurrency: int = 32  # requests in flight per model (shared out among worker processes)
+    concurrency: int = 32  # requests in flight per server (shared out among worker processes)
+    server_concurrency: dict[str, int] = field(default_factory=dict)  # per service ('openai' for openai/ models)
     workers: int = 1  # processes; the client's per-request CPU, not the server, bounds a fast local server
     timeout: float = 120.0
     max_retries: int = 6
@@ -205,10 +206,7 @@ class Engine:
     def __init__(self, spec: GenerateSpec):
         self.spec = spec
         self.settings, self.formats = parse_experiments(spec.experiments, self.task)
-        for agent in self.agents:
-            name = getattr(spec, agent)
-            if name:
-                split_name(name)
+        check_names((getattr(spec, agent) for agent in self.agents), self.call_settings())  # a missing variable: one line, now
         if spec.max_turns < 1:
             raise CraftMDError("--max-turns must be at least 1")
         check_run(spec)
@@ -221,7 +219,7 @@ class Engine:
         self.agent_names = self.roles()
         self.tallies = {a: Counts() for a in self.agents}
         self.callers: dict[str, Caller] = {}
-        self.servers: dict[str, str | None] = {}  # model name -> the server it is called at (for the manifest)
+        self.servers: dict[str, dict] = {}  # model name -> where it is called ({base_url, service}; for the manifest)
         self.answers_done = 0
         self._tick = lambda: None  # called after every request and every answer (the progress bar)
 
@@ -258,23 +256,19 @@ class Engine:
                         out.append((case, trial, flag))
         return out
 
-    def _models(self) -> dict[str, ChatModel]:
-        return {
-            name: get_model(name, base_url=self.spec.base_url, api_key=self.spec.api_key, timeout=self.spec.timeout)
-            for name in dict.fromkeys(self.agent_names.values())
-        }
+    def call_settings(self, concurrency: int | None = None) -> CallSettings:
+        """How this run calls its models (``concurrency``: this process's share per server)."""
+        s = self.spec
+        return CallSettings(base_url=s.base_url, api_key=s.api_key, timeout=s.timeout, max_retries=s.max_retries, backoff=s.backoff,
+                            concurrency=concurrency or s.concurrency, server_concurrency=s.server_concurrency, seed=s.seed,
+                            cache=s.cache or default_cache())
 
     async def check_models(self) -> None:
         """Server reachable and model served, for every agent's model; before any chat call."""
-        models = self._models()
-        self.servers = {name: m.server for name, m in models.items()}
-        try:
-            for m in models.values():
-                await m.check()
-        finally:
-            for m in models.values():
-                if not m.batches:
-                    await m.aclose()
+        names = list(dict.fromkeys(self.agent_names.values()))
+        async with Connections(replace(self.call_settings(), cache=None), names) as conn:
+            self.servers = {n: conn.server(n) for n in names}
+            await conn.check()
 
     def sampling(self, trial: int) -> Sampling:
         s = self.spec
@@ -368,15 +362,10 @@ class Engine:
 
     async def execute(self, jobs, concurrency: int, tick) -> tuple[list[dict], list[dict]]:
         """Run ``jobs`` side by side; ``tick()`` after every request and every answer. Returns the rows."""
-        spec = self.spec
-        models = self._models()
-        cache = RequestCache(spec.cache or default_cache())
-        self.callers = {
-            name: Caller(m, cache, concurrency=concurrency, max_retries=spec.max_retries, backoff=spec.backoff, seed=spec.seed)
-            for name, m in models.items()
-        }
-        batching = any(m.batches for m in models.values())
-        limit = asyncio.Semaphore(max(concurrency * 2, 256 if batching else 1))
+        names = list(dict.fromkeys(self.agent_names.values()))
+        conn = Connections(self.call_settings(concurrency), names)
+        self.callers = {name: conn.caller(name) for name in names}
+        limit = asyncio.Semaphore(max(concurrency * 2, 256 if conn.batches else 1))
         conversations: list[dict] = []
         answers: list[dict] = []
 
@@ -387,12 +376,8 @@ class Engine:
             answers.extend(answer_rows)
 
         self._tick = tick
-        try:
+        async with conn:
             await asyncio.gather(*(one(j) for j in jobs))
-        finally:
-            for m in models.values():
-                await m.aclose()
-            cache.close()
         return conversations, answers
 
     def _shard(self, jobs, index: int, workers: int, results, progress) -> None:
@@ -412,7 +397,7 @@ class Engine:
         if not jobs:
             raise CraftMDError(f"none of the experiments {', '.join(self.settings)} × {', '.join(self.formats)} applies to the selected cases")
         asyncio.run(self.check_models())  # fails here, before any chat call, on a bad server or model
-        batching = any(split_name(n)[0] == "vllm" for n in self.agent_names.values())
+        batching = any(parse_name(n).provider == "vllm" for n in self.agent_names.values())
         workers = 1 if batching else max(1, min(spec.workers, len(jobs)))
         answers_total = sum(len(self.plan(case, flag)) for case, _, flag in jobs)
         # One tick per request: the bar counts requests (no total: a conversation's length is not known
@@ -510,7 +495,7 @@ class Engine:
             sampling=sampling,
             seed=spec.seed,
             models=dict(self.agent_names),
-            roles={a: {"model": n, "base_url": self.servers.get(n), "sampling": sampling[a]} for a, n in self.agent_names.items()},
+            roles={a: {"model": n, **self.servers.get(n, {"base_url": None}), "sampling": sampling[a]} for a, n in self.agent_names.items()},
             counts={
                 "cases": len(self.cases),
                 "trials": spec.trials,
@@ -526,7 +511,7 @@ class Engine:
                 "settings": list(self.settings),
                 "formats": list(self.formats),
                 "max_turns": spec.max_turns,
-                "providers": {a: split_name(n)[0] for a, n in self.agent_names.items()},
+                "providers": {a: parse_name(n).provider for a, n in self.agent_names.items()},
                 "protocol": "CRAFT-MD (Johri et al., Nature Medicine 2025); see the prompt set's README for verbatim vs reconstructed prompts",
             },
         )

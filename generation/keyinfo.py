@@ -116,14 +116,12 @@ async def _ask_all(texts: list[tuple[str, str]], model_name: str, *, base_url, a
                    timeout, progress) -> tuple[list[Completion], object]:
     from tqdm import tqdm
 
-    from craftmd.models import get_model
-    from craftmd.models.cache import RequestCache
-    from craftmd.models.calls import Caller
+    from craftmd.models.connect import CallSettings, Connections
 
-    model = get_model(model_name, base_url=base_url, api_key=api_key, timeout=timeout)
+    conn = Connections(CallSettings(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries,
+                                    concurrency=concurrency, seed=SAMPLING.seed, cache=cache_path), [model_name])
+    caller = conn.caller(model_name)
     p = prompts()
-    cache = RequestCache(cache_path)
-    caller = Caller(model, cache, concurrency=concurrency, max_retries=max_retries, seed=SAMPLING.seed)
     bar = tqdm(total=len(texts), desc="keyinfo extract", unit="case", disable=not progress, file=sys.stderr, dynamic_ncols=True)
 
     async def one(vignette: str) -> Completion:
@@ -134,12 +132,11 @@ async def _ask_all(texts: list[tuple[str, str]], model_name: str, *, base_url, a
         return c
 
     try:
-        await model.check()
-        return list(await asyncio.gather(*(one(v) for _, v in texts))), caller.counters
+        async with conn:
+            await conn.check()
+            return list(await asyncio.gather(*(one(v) for _, v in texts))), caller.counters
     finally:
         bar.close()
-        await model.aclose()
-        cache.close()
 
 
 def extract_keyinfo(dataset_dir: Path | str, model: str, *, cases: list[str] | None = None, base_url: str | None = None,
@@ -147,10 +144,10 @@ def extract_keyinfo(dataset_dir: Path | str, model: str, *, cases: list[str] | N
                     timeout: float = 120.0, progress: bool = True) -> ExtractReport:
     """Extract the key-value information of the text cases (all, or ``cases``) and write the ``keyinfo`` config."""
     from craftmd.generation.engine import default_cache
-    from craftmd.models import split_name
+    from craftmd.models.connect import CallSettings, check_names
     from craftmd.samples import load_samples
 
-    split_name(model)
+    check_names([model], CallSettings(base_url=base_url, api_key=api_key))
     dataset_dir = Path(dataset_dir)
     samples = [s for s in load_samples(dataset_dir, "all", cases) if s.vignette.strip()]
     if not samples:

@@ -212,11 +212,11 @@ def members(models: list[str], seeds: int = 1) -> list[Member]:
         raise CraftMDError("no judge given (--judge PROVIDER/MODEL)")
     if seeds < 1:
         raise CraftMDError("--seeds must be at least 1")
-    from craftmd.models import split_name
+    from craftmd.models import parse_name
 
     out = []
     for m in dict.fromkeys(models):
-        split_name(m)
+        parse_name(m)
         for s in range(seeds):
             out.append(Member(m, s, f"judge:{m}" + (f"#seed{s}" if seeds > 1 else "")))
     return out
@@ -304,7 +304,8 @@ class JudgeSpec:
     base_url: str | None = None
     api_key: str | None = None
     cache: Path | str | None = None
-    concurrency: int = 8
+    concurrency: int = 8  # requests in flight per server
+    server_concurrency: dict = field(default_factory=dict)  # per service ('openai' for openai/ models)
     max_retries: int = 6
     timeout: float = 120.0
     force: bool = False
@@ -454,24 +455,16 @@ class Judge:
 
         await asyncio.gather(*(score(g) for g in groups))
 
-    async def _run_member(self, state: MemberState, p: Plan, tick, counts) -> None:
-        from craftmd.models import get_model
-        from craftmd.models.cache import RequestCache
-        from craftmd.models.calls import Caller
+    def call_settings(self):
+        from craftmd.models.connect import CallSettings
 
         s = self.spec
-        model = get_model(state.member.model, base_url=s.base_url, api_key=s.api_key, timeout=s.timeout)
-        cache = s.cache
-        own = cache is not None and not isinstance(cache, RequestCache)
-        if own:
-            cache = RequestCache(Path(cache))
-        caller = Caller(model, cache, concurrency=s.concurrency, max_retries=s.max_retries)
-        try:
-            await asyncio.gather(*(self._job(caller, state, u, cat, ds, counts, tick) for u, cat, ds in p.jobs))
-        finally:
-            await model.aclose()
-            if own:
-                cache.close()
+        return CallSettings(base_url=s.base_url, api_key=s.api_key, timeout=s.timeout, max_retries=s.max_retries,
+                            concurrency=s.concurrency, server_concurrency=s.server_concurrency, cache=s.cache)
+
+    async def _run_member(self, state: MemberState, p: Plan, tick, counts, conn) -> None:
+        caller = conn.caller(state.member.model)
+        await asyncio.gather(*(self._job(caller, state, u, cat, ds, counts, tick) for u, cat, ds in p.jobs))
         for u, ds in p.failed_units:
             for d in ds:
                 state.outcomes[(u.key, d.id)] = Outcome(None, {"error": "the conversation failed (ended = error)", "category": d.category})
@@ -497,7 +490,11 @@ class Judge:
                                 f"tok_out={c.tokens_out:,}{cost}", refresh=False)  # fmt: skip
 
         async def go() -> None:
-            await asyncio.gather(*(self._run_member(st, p, tick, c) for st, c in zip(states, tallies)))
+            from craftmd.models.connect import Connections
+
+            # One connection per judge model and one slot pool per server, shared by its members (seeds).
+            async with Connections(self.call_settings(), [st.member.model for st in states]) as conn:
+                await asyncio.gather(*(self._run_member(st, p, tick, c, conn) for st, c in zip(states, tallies)))
 
         try:
             asyncio.run(go())
@@ -511,19 +508,29 @@ class Judge:
 
     # record
     def identity(self, state: MemberState) -> dict:
-        from craftmd.models.openai import public_url
-
         s = self.spec
         return {
             "method": "medpi-committee", "version": METHOD_VERSION, "catalog": self.catalog.record(),
             "prompt_set": prompt_set_record(), "mode": s.mode, "shuffle_seed": s.seed, "model": state.member.model,
-            "member_seed": state.member.seed, "base_url": public_url(s.base_url) if s.base_url else None,
+            "member_seed": state.member.seed, **member_server(state.member.model, s.base_url),
             "sampling": {"temperature": s.temperature, "top_p": 1.0, "seed": s.seed + state.member.seed,
                          "discussion_max_tokens": s.discussion_tokens, "score_max_tokens_per_dimension": s.score_tokens},
             "response_format": {"requested": s.response_format, "used": state.format_used, "refused": state.format_refused},
             "max_invalid": s.max_invalid, "dimensions": [d.id for d in self.dims] if s.dimensions else "all",
             "served_models": sorted(state.served), "transient_failures": state.transient,
         }  # fmt: skip
+
+
+def member_server(model: str, base_url: str | None) -> dict:
+    """Where a judge is called, as its record says: ``base_url`` (openai/: the ``--base-url`` given, else None) and, for
+    ``openai-api/<service>/`` judges, the service and its server (never a key)."""
+    from craftmd.models import endpoint_of, parse_name
+    from craftmd.models.openai import public_url
+
+    n = parse_name(model)
+    if n.service:
+        return {"base_url": public_url(endpoint_of(n)[0]), "service": n.service}
+    return {"base_url": public_url(base_url) if base_url else None}
 
 
 #: The record's keys that say what happened rather than what was asked: left out when a record is compared with a re-run's.

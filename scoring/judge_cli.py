@@ -38,7 +38,7 @@ def _judge(args) -> int:
         models=args.judge or [], mode=args.mode, seeds=args.seeds, seed=args.seed, dimensions=args.dimensions,
         response_format=args.response_format, temperature=args.temperature, discussion_tokens=args.max_tokens,
         score_tokens=args.score_tokens, max_invalid=args.max_invalid, base_url=args.base_url, cache=args.cache,
-        concurrency=args.concurrency, max_retries=args.max_retries, timeout=args.timeout, force=args.force,
+        concurrency=args.concurrency, server_concurrency=args.server_concurrency, max_retries=args.max_retries, timeout=args.timeout, force=args.force,
         progress=not args.quiet, price=args.price,
     )  # fmt: skip
     if not spec.models:

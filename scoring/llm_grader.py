@@ -94,13 +94,15 @@ class LLMGrader:
     """
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, cache=None, concurrency: int = 8, max_retries: int = 6):
-        from craftmd.models import Sampling, get_model
+        from craftmd.models import Sampling
+        from craftmd.models.connect import CallSettings, check_names
 
-        self.model = get_model(model, base_url=base_url, api_key=api_key)  # checks the name and the credentials now
-        self.name = f"llm:{self.model.name}"
-        self._model_args = dict(name=model, base_url=base_url, api_key=api_key)
-        self._cache, self._caller_args = cache, dict(concurrency=concurrency, max_retries=max_retries)
+        self.settings = CallSettings(base_url=base_url, api_key=api_key, concurrency=concurrency, max_retries=max_retries, cache=cache)
+        check_names([model], self.settings)  # the name, its server and key variables, now
+        self.model_name = model
+        self.name = f"llm:{model}"
         self.caller = None  # the Caller of the latest grade_many (its counters)
+        self.server: dict = {}  # where the latest grade_many called the model ({base_url, service})
         self.sampling = Sampling(**SAMPLING)
         self.prompts = load_prompts()
 
@@ -131,17 +133,8 @@ class LLMGrader:
         return LLMGrade(dx, "single", bool(verdict), json.dumps(detail, sort_keys=True, ensure_ascii=False), failed=failed)
 
     async def _grade_all(self, pairs: list[tuple[str | None, str]], progress: bool) -> list[LLMGrade]:
-        from craftmd.models import get_model
-        from craftmd.models.cache import RequestCache
-        from craftmd.models.calls import Caller
+        from craftmd.models.connect import Connections
 
-        args = self._model_args
-        model = self.model if self.caller is None else get_model(args["name"], base_url=args["base_url"], api_key=args["api_key"])
-        cache = self._cache
-        own_cache = cache is not None and not isinstance(cache, RequestCache)
-        if own_cache:
-            cache = RequestCache(Path(cache))
-        self.caller = Caller(model, cache, **self._caller_args)
         bar = tqdm(total=len(pairs), desc=f"grade {self.name}", unit="answer", disable=not progress)
 
         async def one(p):
@@ -150,12 +143,11 @@ class LLMGrader:
             return g
 
         try:
-            return await asyncio.gather(*(one(p) for p in pairs))
+            async with Connections(self.settings, [self.model_name]) as conn:
+                self.caller, self.server = conn.caller(self.model_name), conn.server(self.model_name)
+                return await asyncio.gather(*(one(p) for p in pairs))
         finally:
             bar.close()
-            await model.aclose()
-            if own_cache:
-                cache.close()
 
     def grade_many(self, pairs: list[tuple[str | None, str]], *, progress: bool = True) -> list[LLMGrade]:
         """Grade (response, correct answer) pairs; identical pairs are asked once."""
@@ -166,7 +158,7 @@ class LLMGrader:
 
     def record(self) -> dict:
         """What the release manifest records (no call counters: same inputs, same bytes)."""
-        return {"model": self.model.name, "prompt_set": prompt_set_record(), "sampling": dict(SAMPLING)}
+        return {"model": self.model_name, "prompt_set": prompt_set_record(), "sampling": dict(SAMPLING)}
 
 
 def parse_grader_name(name: str) -> str:

@@ -303,9 +303,8 @@ def run_meld(
 ) -> Path:
     """Run MELD for ``model`` over the dataset and write the result folder ``out`` atomically."""
     from craftmd.dataset import config_file
-    from craftmd.models.cache import RequestCache
-    from craftmd.models.calls import Caller
-    from craftmd.models import Sampling, get_model
+    from craftmd.models import Sampling
+    from craftmd.models.connect import CallSettings, Connections
 
     out = Path(out)
     if out.exists() and not overwrite:
@@ -317,22 +316,15 @@ def run_meld(
     todo = meld_cases(dataset_dir, tuple(configs), cases, limit, split)
     template = prompt_template()
     sampling = Sampling(temperature=temperature, top_p=1.0, max_tokens=max_tokens, seed=seed)
-    chat = get_model(model, base_url=base_url, api_key=api_key)
-    request_cache = RequestCache(Path(cache)) if cache else None
-    caller = Caller(chat, request_cache, concurrency=concurrency)
+    conn = Connections(CallSettings(base_url=base_url, api_key=api_key, concurrency=concurrency, cache=cache), [model])
+    caller = conn.caller(model)
 
     async def go():
-        try:
-            await chat.check()
+        async with conn:
+            await conn.check()
             return await _complete_all(caller, todo, template, sampling, role, progress)
-        finally:
-            await chat.aclose()
 
-    try:
-        completions = asyncio.run(go())
-    finally:
-        if request_cache is not None:
-            request_cache.close()
+    completions = asyncio.run(go())
     rows = []
     for c, comp in zip(todo, completions):
         ok = comp.status == "ok" and isinstance(comp.text, str)
@@ -358,7 +350,7 @@ def run_meld(
     }  # fmt: skip
     table = pl.DataFrame(rows, schema=schema)
     summary = {
-        "model": chat.name,
+        "model": conn.model(model).name,
         "prompt": {"file": "scoring/prompts/meld.txt", "sha256": prompt_sha256(), "role": role},
         "sampling": sampling.to_dict(),
         "dataset": {c: sha256_file(config_file(dataset_dir, c)) for c in configs},

@@ -214,10 +214,8 @@ class LLM(Scorer):
             err = json.loads(r.detail).get("error") if r.failed else None
             out.add(row, self.name, Verdict(r.resolved, r.resolved_kind, None if r.failed else r.correct, r.detail, err))
         self._record = lg.record()
-        if ctx.base_url:
-            from craftmd.models.openai import public_url
-
-            self._record["base_url"] = public_url(ctx.base_url)  # never a user:password or query
+        if ctx.base_url or lg.server.get("service"):  # where it was called: a public URL, never a user:password or query
+            self._record.update({k: v for k, v in lg.server.items() if v is not None})
         return {"graded": len(rows), "failures": sum(r.failed for r in results)}
 
     def record(self) -> dict:

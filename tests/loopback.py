@@ -16,7 +16,8 @@ so the real ``openai`` client talks to it exactly as it talks to a hosted API or
 - ``max_context``: a request whose prompt has more (stand-in) tokens answers HTTP 400 with
   code ``context_length_exceeded``, as llama.cpp's and vLLM's servers do.
 - Counters: ``calls`` (chat requests received), ``served`` (answered 200), ``faults``
-  (by kind), ``max_in_flight``, ``log`` (every request answered 200, in order).
+  (by kind), ``max_in_flight``, ``log`` (every request answered 200, in order), ``keys``
+  (the bearer key of every chat request received, counted).
 - Bounded: the server stops by itself after ``max_seconds``, and when the ``with``
   block ends.
 """
@@ -85,6 +86,7 @@ class LoopbackServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.log: list[dict] = []
+        self.keys: Counter = Counter()  # the bearer keys chat requests came with ('' for none)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopped: asyncio.Event | None = None
@@ -153,6 +155,7 @@ class LoopbackServer:
             self.calls = self.served = self.max_in_flight = 0
             self.faults.clear()
             self.log.clear()
+            self.keys.clear()
 
     # --- one request ------------------------------------------------------------------
     def _draw(self) -> tuple[str | None, float]:
@@ -202,6 +205,9 @@ class LoopbackServer:
 
     async def _chat(self, http: web.Request) -> web.StreamResponse:
         body = await http.read()
+        auth = http.headers.get("Authorization", "")
+        with self._lock:
+            self.keys[auth.removeprefix("Bearer ")] += 1
         fault, slow = self._draw()
         answered = None
         try:

@@ -104,6 +104,11 @@ class ChatModel(ABC):
         self.model = model
 
     @property
+    def cache_server(self) -> str | None:
+        """What the request cache keys this model's server by (default: its base URL)."""
+        return self.server
+
+    @property
     def name(self) -> str:
         return f"{self.provider}/{self.model}"
 

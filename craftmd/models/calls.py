@@ -84,10 +84,6 @@ class Counts:
         return out
 
 
-#: The old name, kept for callers.
-Counters = Counts
-
-
 def failure_label(c: Completion) -> str:
     """How a failure is grouped in summaries: its reason and whether a re-run retries it."""
     kind = "transient: a re-run tries again" if c.transient else "deterministic: cached, a re-run sends nothing"
@@ -135,6 +131,7 @@ class Caller:
         backoff: float = 0.5,
         max_backoff: float = 30.0,
         seed: int = 0,
+        slots: Slots | None = None,
     ):
         self.model = model
         self.cache = cache
@@ -143,7 +140,7 @@ class Caller:
         self.max_backoff = max_backoff
         self.counters = Counts()
         self._rng = random.Random(seed)  # jitter only; never affects what is generated
-        self._slots = Slots(concurrency)
+        self._slots = slots or Slots(concurrency)  # shared by every caller of one server (Connections)
         self._pending: dict[str, asyncio.Future] = {}  # identical requests in flight share one call
         self._queue: list[tuple[list[Message], Sampling, asyncio.Future]] = []
         self._flush: asyncio.Task | None = None
@@ -152,7 +149,7 @@ class Caller:
     # Counters, readable as attributes (calls, cache_hits, tokens_in, tokens_out, retries, failures).
     def __getattr__(self, name):
         counters = self.__dict__.get("counters")
-        if counters is not None and name in Counters.__dataclass_fields__:
+        if counters is not None and name in Counts.__dataclass_fields__:
             return getattr(counters, name)
         raise AttributeError(name)
 
@@ -166,7 +163,7 @@ class Caller:
         return result
 
     async def _get(self, messages: list[Message], sampling: Sampling, priority: int) -> tuple[Completion, str]:
-        key, request = request_key(self.model.provider, self.model.model, messages, sampling, server=self.model.server)
+        key, request = request_key(self.model.provider, self.model.model, messages, sampling, server=self.model.cache_server)
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:

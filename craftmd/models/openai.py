@@ -44,10 +44,15 @@ FILTER_CODES = {"content_filter", "content_policy_violation", "ResponsibleAIPoli
 class OpenAIModel(ChatModel):
     provider = "openai"
 
-    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, timeout: float = 120.0):
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, timeout: float = 120.0,
+                 service: str | None = None, key_var: str = "OPENAI_API_KEY"):
         super().__init__(model)
-        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL")
-        key = api_key or os.environ.get("OPENAI_API_KEY")
+        self.service = service  # openai-api/<service>/<model>: the service's name (its server from <SERVICE>_BASE_URL)
+        if service is not None:
+            self.provider = "openai-api"
+        self.key_var = key_var  # where the key comes from, for messages (never the key)
+        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") if service is None else base_url
+        key = api_key or (os.environ.get("OPENAI_API_KEY") if service is None else None)
         if not key:
             if self.base_url is None:
                 raise CraftMDError("openai models need OPENAI_API_KEY (or --base-url for a local server)")
@@ -66,9 +71,20 @@ class OpenAIModel(ChatModel):
         self._options: openai.RequestOptions = {"headers": NO_TELEMETRY}
         self.server = public_url(str(self.client.base_url))
 
+    @property
+    def name(self) -> str:
+        return f"openai-api/{self.service}/{self.model}" if self.service else f"openai/{self.model}"
+
+    @property
+    def cache_server(self) -> str | None:
+        """A service's requests are keyed by its name, not by which of its servers answered."""
+        return f"service:{self.service}" if self.service else self.server
+
     def describe(self) -> dict:
         d = super().describe()
         d["base_url"] = self.server
+        if self.service:
+            d["service"] = self.service
         return d
 
     async def check(self) -> None:
@@ -80,7 +96,7 @@ class OpenAIModel(ChatModel):
         except (openai.APIConnectionError, openai.APITimeoutError):
             raise CraftMDError(f"cannot reach the model server at {where}") from None
         except openai.AuthenticationError:
-            raise CraftMDError(f"the server at {where} refused the API key (set OPENAI_API_KEY)") from None
+            raise CraftMDError(f"the server at {where} refused the API key (set {self.key_var})") from None
         except openai.APIStatusError as exc:
             hint = ""
             if exc.status_code == 404 and not urlsplit(where).path.rstrip("/").endswith("/v1"):

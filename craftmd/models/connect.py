@@ -1,0 +1,133 @@
+"""A run's connections to its models: the one place models, servers, the cache and callers are wired.
+
+Every command that calls a model (generation of every task, ``llm:`` graders, key-value
+extraction, judges, MELD) opens one :class:`Connections` with the run's
+:class:`CallSettings` and asks it for a :class:`~craftmd.models.calls.Caller` per model name.
+It builds one client per model name, one pool of request slots per *server* (so each server
+has its own concurrency limit, however many roles or models share it), one request cache,
+and records each model's server (never a key). Every name is resolved when the connections
+are opened, so a missing ``<SERVICE>_BASE_URL`` is named in one line before any call is sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from craftmd import CraftMDError
+
+from . import endpoint_of, get_model, parse_name
+from .base import ChatModel
+from .cache import RequestCache
+from .calls import Caller, Slots
+
+
+@dataclass(frozen=True)
+class CallSettings:
+    """How a run calls its models (``--base-url``, ``--concurrency``, ``--timeout``, ``--max-retries``, ``--cache``)."""
+
+    base_url: str | None = None  # openai/ models' server; openai-api/<service>/ models read <SERVICE>_BASE_URL
+    api_key: str | None = field(default=None, repr=False)  # openai/ models' key (else OPENAI_API_KEY); never recorded
+    timeout: float = 120.0
+    max_retries: int = 6
+    backoff: float = 0.5
+    concurrency: int = 32  # requests in flight per server
+    server_concurrency: Mapping[str, int] = field(default_factory=dict)  # per service name ('openai' for openai/ models)
+    seed: int = 0  # the retries' jitter only
+    cache: Path | str | RequestCache | None = None  # None: no cache
+
+    def limit(self, model: ChatModel) -> int:
+        key = getattr(model, "service", None) or model.provider
+        n = self.server_concurrency.get(key, self.concurrency)
+        if n < 1:
+            raise CraftMDError(f"--concurrency for {key} must be at least 1")
+        return n
+
+
+class Connections:
+    """``async with Connections(settings, names) as conn: caller = conn.caller(name)``."""
+
+    def __init__(self, settings: CallSettings, names: Iterable[str] = ()):
+        self.settings = settings
+        self._models: dict[str, ChatModel] = {}
+        self._callers: dict[str, Caller] = {}
+        self._slots: dict[str, Slots] = {}
+        self._cache: RequestCache | None = None
+        self._own_cache = False
+        for name in dict.fromkeys(names):
+            self.model(name)
+
+    # --- wiring -----------------------------------------------------------------------
+    def model(self, name: str) -> ChatModel:
+        """The client for ``name`` (one per name; reads its server and key now)."""
+        if name not in self._models:
+            s = self.settings
+            self._models[name] = get_model(name, base_url=s.base_url, api_key=s.api_key, timeout=s.timeout)
+        return self._models[name]
+
+    @property
+    def cache(self) -> RequestCache | None:
+        c = self.settings.cache
+        if self._cache is None and c is not None:
+            self._own_cache = not isinstance(c, RequestCache)
+            self._cache = RequestCache(Path(c)) if self._own_cache else c
+        return self._cache
+
+    def caller(self, name: str) -> Caller:
+        """The one door for ``name``'s requests: cache, its server's slots, capped retries."""
+        if name not in self._callers:
+            m, s = self.model(name), self.settings
+            server = m.cache_server or m.name  # an in-process engine is its own server
+            if server not in self._slots:
+                self._slots[server] = Slots(s.limit(m))
+            self._callers[name] = Caller(m, self.cache, concurrency=s.limit(m), max_retries=s.max_retries,
+                                         backoff=s.backoff, seed=s.seed, slots=self._slots[server])
+        return self._callers[name]
+
+    @property
+    def callers(self) -> dict[str, Caller]:
+        return dict(self._callers)
+
+    # --- what a run record says ---------------------------------------------------------
+    def server(self, name: str) -> dict:
+        """Where ``name`` is called: ``{"base_url": URL or None, "service": NAME}`` (``service`` for openai-api only)."""
+        m = self.model(name)
+        out = {"base_url": m.server}
+        if getattr(m, "service", None):
+            out["service"] = m.service
+        return out
+
+    @property
+    def batches(self) -> bool:
+        return any(m.batches for m in self._models.values())
+
+    # --- lifecycle ----------------------------------------------------------------------
+    async def check(self) -> None:
+        """Every model's server reachable and serving it, before any chat call."""
+        for m in self._models.values():
+            await m.check()
+
+    async def aclose(self) -> None:
+        for m in self._models.values():
+            await m.aclose()
+        if self._own_cache and self._cache is not None:
+            self._cache.close()
+        self._cache = None
+
+    async def __aenter__(self) -> Connections:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+
+def check_names(names: Iterable[str | None], settings: CallSettings | None = None) -> None:
+    """Each given name parses and has its server and key variables (one line for the first that does not);
+    nothing is connected."""
+    s = settings or CallSettings()
+    for n in names:
+        if n:
+            parsed = parse_name(n)
+            if parsed.provider != "vllm":
+                endpoint_of(parsed, s.base_url, s.api_key)
