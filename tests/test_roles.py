@@ -121,3 +121,27 @@ def test_each_role_on_its_own_server_with_its_own_key(tiny_dataset, upstream, tm
     records = read_release(out).scores_with_records()[1]
     for name, svc in (("judge:openai-api/judge-a/ja", "JUDGE_A"), ("judge:openai-api/judge-b/jb", "JUDGE_B")):
         assert records[name]["base_url"] == servers[svc].base_url and records[name]["service"] == svc.lower().replace("_", "-")
+
+
+def test_each_server_has_its_own_concurrency_limit(monkeypatch):
+    import asyncio
+
+    from craftmd.models import Sampling
+
+    a = LoopbackServer(lambda r: "ok", models=("m1", "m2"), latency=0.05)
+    b = LoopbackServer(lambda r: "ok", models=("m3",), latency=0.05)
+    with a, b:
+        monkeypatch.setenv("ALPHA_BASE_URL", a.base_url)
+        monkeypatch.setenv("BETA_BASE_URL", b.base_url)
+
+        async def go():
+            settings = CallSettings(concurrency=5, server_concurrency={"alpha": 2})
+            async with Connections(settings, ["openai-api/alpha/m1", "openai-api/alpha/m2", "openai-api/beta/m3"]) as conn:
+                calls = [conn.caller(n)([{"role": "user", "content": f"q{i}"}], Sampling()) for i in range(12)
+                         for n in ("openai-api/alpha/m1", "openai-api/alpha/m2", "openai-api/beta/m3")]
+                return await asyncio.gather(*calls)
+
+        results = asyncio.run(go())
+        assert all(r.status == "ok" for r in results)
+        assert a.max_in_flight == 2  # two models on one server share its two slots
+        assert b.max_in_flight == 5
