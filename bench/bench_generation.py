@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from loopback import LoopbackServer, Replay, pick_upstream, write_replay_dataset  # noqa: E402
 
 from craftmd.generation import engine as engine_module  # noqa: E402
-from craftmd.generation.engine import GenerateSpec, generate  # noqa: E402
+from craftmd.generation.runner import GenerateSpec, generate  # noqa: E402
 from craftmd.models.base import ChatModel, Completion  # noqa: E402
 from craftmd.release import read_release  # noqa: E402
 from craftmd.source import Source  # noqa: E402

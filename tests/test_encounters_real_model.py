@@ -27,7 +27,7 @@ def craftmd(*args, env=None) -> subprocess.CompletedProcess:
 def test_one_short_encounter_with_the_real_model(real_model, tmp_path):
     medpi = tmp_path / "medpi"
     build_packets(medpi, seed=2, scale=0.05, cells=["seizure_disorder:treatment_advice"], progress=False)
-    common = ["encounters", "generate", "--dataset", medpi, "--doctor", MODEL, "--patient", MODEL, "--base-url", real_model.base_url,
+    common = ["generate", "--task", "encounters", "--dataset", medpi, "--doctor", MODEL, "--patient", MODEL, "--base-url", real_model.base_url,
               "--max-messages", "4", "--max-tokens", "48", "--memory-tag-tokens", "96", "--seed", "7", "--cache", tmp_path / "cache.sqlite", "--quiet"]
     craftmd(*common, "--out", tmp_path / "a" / "rel")
     sent = real_model.chat_requests()

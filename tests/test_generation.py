@@ -30,7 +30,7 @@ from craftmd import CraftMDError
 from craftmd.cli import main as cli_main
 from craftmd.models.cache import RequestCache
 from craftmd.models.calls import Caller, Slots
-from craftmd.generation.engine import GenerateSpec, generate
+from craftmd.generation.runner import GenerateSpec, generate
 from craftmd.models import Sampling, VLLMModel, get_model
 from craftmd.models.base import ChatModel, Completion, TransientError
 from craftmd.models.openai import parse_completion

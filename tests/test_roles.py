@@ -14,7 +14,7 @@ import pytest
 
 from craftmd import CraftMDError
 from craftmd.cli import main
-from craftmd.generation.engine import GenerateSpec, generate
+from craftmd.generation.runner import GenerateSpec, generate
 from craftmd.models import get_model, parse_name
 from craftmd.models.connect import CallSettings, Connections
 from craftmd.release import read_release

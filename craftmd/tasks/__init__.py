@@ -6,8 +6,10 @@ kinds it records, the variant keys its scores carry, and the scorers and metrics
 it. A release's run record names its task; the release contract checks the release's
 settings, formats and conversation kinds against it, and analysis reads its metrics.
 
-Adding a protocol is adding a task file here (registered with :func:`register`) and its
-scorers (:mod:`craftmd.scoring.scorers`).
+A task names its **protocol**: the :class:`craftmd.generation.runner.Runner` subclass that
+generates it, as ``"module:Class"`` (or the class itself, for a task defined outside the
+package). Adding a protocol is adding a task file (registered with :func:`register`), its
+prompts and, where it needs new ones, its scorers (:mod:`craftmd.scoring.scorers`).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class Task:
     endings: tuple[str, ...] | None = None  # why a conversation may stop (None: the release's CRAFT-MD endings)
     required_tables: tuple[str, ...] = ("answers",)  # the release tables a release of it must have
     extra_tables: tuple[Table, ...] = ()  # its own tables, declared here
+    protocol: object = None  # the generation Runner subclass, or "module:Class" naming it (None: not generated here)
 
     @property
     def settings(self) -> tuple[str, ...]:

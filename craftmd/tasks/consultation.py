@@ -47,6 +47,7 @@ TASK = register(
         conversations=CONVERSATIONS,
         scorers=("paper", "strict", "offline"),
         metrics=("correct",),
+        protocol="craftmd.generation.consult:Consultation",
     )
 )
 

