@@ -302,3 +302,18 @@ def test_keyinfo_scores_equal_rouge_score_on_craftmd_and_consultation_turns():
         assert got == {"doctor_key_recall": rk.recall, "doctor_key_precision": rk.precision, "doctor_key_f1": rk.fmeasure,
                        "patient_value_recall": rv.recall, "patient_value_precision": rv.precision, "patient_value_f1": rv.fmeasure}
     assert dict(score_conversation("consult", roles, contents, keys, values)) != dict(score_conversation("standard", roles, contents, keys, values))
+
+
+def test_estimate_sends_nothing_and_counts_each_role(extracted, tmp_path, capsys):
+    data, cache, failed = extracted
+    with LoopbackServer(Models()) as server:
+        assert consult(data, tmp_path / "r", server.base_url, cache, "--estimate", "--price", "1,2") == 0
+        assert server.calls == 0
+    out = capsys.readouterr().out
+    assert not (tmp_path / "r").exists()
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split() and line.split()[0] in ("doctor", "patient", "solver", "total")}
+    assert set(rows) == {"doctor", "patient", "solver", "total"}
+    n = len(vignettes(data))
+    # the solver answers every posed question: 2 formats x (2 bounds + 4 kinds x 5 shares), upper only without keyinfo
+    assert float(rows["solver"][2].replace(",", "")) == (n - 1) * 2 * 22 + 2
+    assert rows["total"][-1].startswith("$")

