@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from loopback import LoopbackServer, Replay, pick_upstream, write_replay_dataset  # noqa: E402
 
-from craftmd.generation import engine as engine_module  # noqa: E402
+from craftmd.models import connect as connect_module  # noqa: E402
 from craftmd.generation.runner import GenerateSpec, generate  # noqa: E402
 from craftmd.models.base import ChatModel, Completion  # noqa: E402
 from craftmd.release import read_release  # noqa: E402
@@ -147,14 +147,14 @@ def main() -> int:
             calls = report.calls
 
             # The engine alone: the same run with the HTTP layer replaced by an in-process model.
-            real_get_model = engine_module.get_model
-            engine_module.get_model = lambda name, **_: InProcess(name.split("/", 1)[1], replay, a.latency)
+            real_get_model = connect_module.get_model
+            connect_module.get_model = lambda name, **_: InProcess(name.split("/", 1)[1], replay, a.latency)
             try:
                 t, cpu0 = time.perf_counter(), _cpu()
                 alone = generate(spec(tmp / "alone", tmp / "alone.sqlite", ids, a.concurrency, a.processes))
                 alone_wall, alone_cpu = time.perf_counter() - t, _cpu() - cpu0
             finally:
-                engine_module.get_model = real_get_model
+                connect_module.get_model = real_get_model
             assert alone.calls == calls, (alone.calls, calls)
             same = read_release(alone.path).table("answers").equals(read_release(report.path).table("answers"))
 
