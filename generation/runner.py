@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from craftmd import CraftMDError
 from craftmd.models import Sampling, parse_name
-from craftmd.models.calls import Counts
+from craftmd.models.calls import CONVERSATION, Counts
 from craftmd.models.connect import CallSettings, Connections, check_names
 from craftmd.release import RunRecord, write_release
 from craftmd.tasks import Task, get_task
@@ -360,6 +360,7 @@ class Runner:
                 if budget is not None and (self.cost() or 0.0) >= budget:
                     self.not_run.append(self.job_id(job))
                     return
+                CONVERSATION.set(self.job_id(job))  # this task's context: its requests stay on one server of a pool
                 out = await self.run_job(job)
             for table, r in out.items():
                 rows.setdefault(table, []).extend(r)
