@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from craftmd import CraftMDError
 from craftmd.cli import add_call_arguments, add_cases_argument, add_dataset_argument, add_quiet_argument, check_base_url, command, list_type, price_type
 from craftmd.release import FORMATS, SETTINGS
 
@@ -61,4 +62,8 @@ def run_generate(args) -> int:
         cache=args.cache, prompt_set=args.prompt_set, overwrite=args.overwrite, progress=not args.quiet,
     ))
     print(report.summary(), file=sys.stderr)
+    if report.answers and not report.answer_status.get("ok"):  # written, with its failures: but nothing to score
+        raise CraftMDError(f"nothing succeeded: none of the {report.answers} answers is ok ("
+                           + ", ".join(f"{k} {v}" for k, v in sorted(report.answer_status.items()))
+                           + f"); {report.path} is written with every failure's reason in its error column")
     return 0
