@@ -8,6 +8,7 @@ that data. Figures are relative PNGs under ``figures/``.
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
 from functools import cache
@@ -56,6 +57,17 @@ def audit_cell(c) -> str:
     return str(c)
 
 
+def md(text) -> str:
+    """A name in a markdown table cell: on one line, HTML escaped (``<script>`` shows as text) and ``|`` escaped
+    (a pipe in a name never shifts the columns)."""
+    return html.escape(" ".join(str(text).split()), quote=False).replace("|", "\\|")
+
+
+def md_code(text) -> str:
+    """A name in a markdown code span inside a table cell: ``|`` escaped (markdown shows the rest as it is)."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
 def heat(x: float) -> str:
     """White -> warm orange, by accuracy (a cell's background)."""
     t = max(0.0, min(1.0, x))
@@ -64,7 +76,7 @@ def heat(x: float) -> str:
 
 
 FILTERS = {"fixed": fixed, "pct": pct, "thousands": thousands, "signed": signed, "p_value": p_value,
-           "audit_cell": audit_cell, "heat": heat}
+           "audit_cell": audit_cell, "heat": heat, "md": md, "md_code": md_code}
 
 
 @cache
