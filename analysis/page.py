@@ -214,7 +214,8 @@ def _measures(v: View) -> list[dict]:
         if name == "rubric_score":  # its own section (analysis.rubric), by category and meta-category
             continue
         d = metric(name)
-        rows = [r for r in mt.filter(pl.col("metric") == name).to_dicts() if r["model"] not in v.partial]  # partial runs: in the CSV only
+        rows = [r for r in mt.filter(pl.col("metric") == name).to_dicts()
+                if r["model"] not in v.partial and r["model"] not in v.self_reported]  # partial runs, self-reported: in the CSV only
         rows.sort(key=lambda r: (order.get(r["model"], len(order)), r["model"], r["scorer"], r["variant"]))
         if rows:
             out.append({
@@ -443,6 +444,7 @@ def context(a, audits: list[dict] | None = None) -> dict:
         "models": [_release(v, m) for m in v.models],
         "board": [_row(v, m, i) for i, m in enumerate(v.models, 1)],
         "partial": [_row(v, m) for m in v.partial],
+        "self_reported": [_row(v, m) for m in v.self_reported],
         "settings": [{"id": s, "label": SETTING_LABELS[s], "note": SETTING_NOTES[s]} for s in UPSTREAM_SETTINGS],
         "other_frq_settings": [SETTING_LABELS[s] for s in UPSTREAM_SETTINGS if s != "multiturn"],
         "missing": _missing(v),
@@ -461,8 +463,9 @@ def context(a, audits: list[dict] | None = None) -> dict:
         "rubric": _rubric(a),
         "audits": [_audit(x) for x in audits],
         "fold_rows": FOLD_ROWS,
-        "releases": [{**_release(v, m), "notes": _release_notes(v, m), "partial": m in v.partial, "coverage": v.coverage.get(m, 0)}
-                     for m in v.models + v.partial + v.image_models],
+        "releases": [{**_release(v, m), "notes": _release_notes(v, m), "partial": m in v.partial, "coverage": v.coverage.get(m, 0),
+                      "self_reported": m in v.self_reported}
+                     for m in v.models + v.partial + v.self_reported + v.image_models],
         "image": _image_rows(v),
         "commits": [c[:12] for c in commits],
     }

@@ -503,6 +503,45 @@ def answers_table(v: Validated) -> pa.Table:
     return both.to_arrow().cast(ANSWERS_SCHEMA)
 
 
+def read_conversations(path: Path | str, answers: pa.Table, dataset_dir: Path | str, config: str = "all") -> pa.Table:
+    """A submission's conversations (a parquet file in the release's conversations schema), checked as a release's are.
+
+    Beside the release contract (columns, types, conversation kinds and endings, one row per key), every answer
+    given in a conversational setting (multi-turn, single-turn, summarized, ...) must have the conversation it
+    was asked about, and every conversation must be of a case of the dataset. One line says what is wrong.
+    """
+    from craftmd.release import conform
+    from craftmd.tasks.diagnosis import TASK
+
+    path = Path(path)
+    if path.suffix != ".parquet" or not path.is_file():
+        raise CraftMDError(f"--conversations {path}: no such parquet file (the release's conversations.parquet schema)")
+    try:
+        table = pq.read_table(path)
+        table.validate(full=True)  # text that is not UTF-8, offsets out of range
+    except (pa.ArrowException, OSError) as exc:
+        raise CraftMDError(f"{path}: not a readable parquet file ({_one_line(str(exc))})") from None
+    try:
+        table = conform("conversations", table, TASK)
+    except CraftMDError as exc:
+        raise CraftMDError(f"{path}: {_one_line(str(exc))}") from None
+    conv = pl.from_arrow(table).select("case_id", "trial", "conversation", "with_image")
+    known = pl.concat([df.select("case_id", with_image=pl.lit(w)) for w, df in dataset_cases(dataset_dir, config).items()])
+    stray = conv.join(known, on=["case_id", "with_image"], how="anti")
+    if stray.height:
+        r = stray.row(0, named=True)
+        raise CraftMDError(f"{path}: {stray.height} conversation(s) of cases not in the dataset, e.g. {_short(r['case_id'])} trial {r['trial']}")
+    kinds = pl.DataFrame([(e.setting, e.format, e.conversation) for e in TASK.experiments if e.conversation],
+                         schema={"setting": pl.Utf8, "format": pl.Utf8, "conversation": pl.Utf8}, orient="row")
+    needed = pl.from_arrow(answers).filter(pl.col("status") == "ok").join(kinds, on=["setting", "format"])
+    lacking = needed.join(conv, on=["case_id", "trial", "conversation", "with_image"], how="anti")
+    if lacking.height:
+        r = lacking.sort("case_id", "trial", "setting").row(0, named=True)
+        raise CraftMDError(f"{path}: {lacking.height} answer(s) in conversational settings have no conversation, e.g. {r['case_id']} "
+                           f"trial {r['trial']} {r['setting']}/{r['format']} (needs its {r['conversation']} conversation)")
+    return table
+
+
 def default_graders(v: Validated) -> list[str]:
     fmts = {f for _, f, _, _ in v.cells}
     out = []
@@ -524,11 +563,15 @@ def submit(
     base_url: str | None = None,
     cache=None,
     progress: bool = True,
+    conversations: Path | str | None = None,
 ) -> tuple[Path, Validated, dict]:
     """Validate and grade a submission into the release ``OUT/submission-<model>/`` (answers and scores).
 
     Returns the release's path, the validated submission and each grader's record.
-    Nothing is written unless the submission is valid.
+    Nothing is written unless the submission is valid. ``conversations`` (a parquet file of the
+    release's conversations schema) puts the conversations behind its conversational answers in
+    the release, checked (:func:`read_conversations`); without them, a submission's answers in
+    conversational settings are listed on the leaderboard as self-reported, never ranked.
     """
     from craftmd.scoring.grade import dataset_inputs, grade_answers
     from craftmd.scoring.scorers import check_scorers
@@ -539,6 +582,9 @@ def submit(
         raise CraftMDError("nothing to grade: the submission has no mcq4, mcq_many or frq answers")
     release_id = f"submission-{_slug(model)}"
     answers = answers_table(v)
+    tables = {"answers": answers}
+    if conversations is not None:
+        tables["conversations"] = read_conversations(conversations, answers, dataset_dir, config)
     scores, records = grade_answers(pl.from_arrow(answers), dataset_dir, graders, base_url=base_url, cache=cache, progress=progress)
     status = pl.from_arrow(answers)["status"].value_counts().sort("status")
     ds_sha = None
@@ -552,7 +598,8 @@ def submit(
         model=model,
         display_name=f"{model} (submission)",
         dataset={"name": "craftmd", "config": config, "sha256": ds_sha},
-        source={"dataset_config": config, "dataset_sha256": ds_sha, "submission_file": Path(path).name},
+        source={"dataset_config": config, "dataset_sha256": ds_sha, "submission_file": Path(path).name,
+                **({"conversations_file": Path(conversations).name} if conversations is not None else {})},
         roles={"doctor": {"model": model, "base_url": None}},
         producer={"name": "submission", "submission": v.summary()},
         counts={
@@ -567,7 +614,7 @@ def submit(
     )
     inputs = dataset_inputs(dataset_dir)
     records = {g: dict(r, inputs=inputs) for g, r in records.items()}
-    rel_path = write_release(Path(out_dir) / release_id, manifest, {"answers": answers}, scores=(scores, records))
+    rel_path = write_release(Path(out_dir) / release_id, manifest, tables, scores=(scores, records))
     return rel_path, v, records
 
 
