@@ -4,17 +4,25 @@ A submission is a JSON Lines file (one object per line) or a parquet file with t
 ``case_id, trial, setting, format, response`` (and optionally ``with_image``); the JSON
 Schema is ``scoring/submission.schema.json`` (``craftmd score --schema`` prints it).
 
-:func:`validate_submission` reads the whole file and lists every problem (up to
-:data:`MAX_PROBLEMS`) with its line: empty file, bytes that are not UTF-8, a line that is
-not JSON or is cut off, a missing or mistyped field, an unknown case, setting or format, a
-duplicate row, an oversized response. Nothing is graded or written unless it passes.
+:func:`validate_submission` reads the whole file, a line (or a parquet batch) at a time, and
+lists every problem (the first :data:`MAX_PROBLEMS` by line, and how many more) with its line:
+empty file, bytes that are not UTF-8, a line that is not JSON or is cut off or too long, a key
+given twice, nesting too deep, a number too long, a lone surrogate, a missing or mistyped field,
+an unknown case, setting or format, a duplicate row, an oversized response. Each message is one
+printable line, a hostile value in it cut short. Nothing is graded or written unless it passes.
+Its memory does not grow with the file beyond a few bytes per good row and its response.
+
+A model's name (``--model``) may hold anything printable up to :data:`MAX_MODEL_CHARS`
+characters; the page, the markdown and the CSV tables escape it for their medium.
 
 :func:`submit` turns a valid submission into a release of kind ``submission`` (the common
 schema, its grades in ``scores.parquet``, so the leaderboard shows it next to the others);
 ``craftmd score`` (:mod:`craftmd.submit`) adds the accuracy report beside it.
 Every case of the chosen dataset config that the submission leaves unanswered, for each
 (setting, format, trial) it answers, becomes an answer row with status ``missing``: it is
-reported and scored as wrong, never skipped.
+reported and scored as wrong, never skipped. Answers in conversational settings count on the
+leaderboard only with the conversations behind them (``craftmd score --conversations``,
+checked by :func:`read_conversations`); without, they are listed apart as self-reported.
 """
 
 from __future__ import annotations
@@ -628,4 +636,5 @@ def validate_cli(args) -> int:
     return 0
 
 
-__all__ = ["validate_submission", "submit", "default_graders", "schema", "schema_text", "SubmissionError", "Validated", "MAX_PROBLEMS", "MAX_RESPONSE_CHARS"]
+__all__ = ["validate_submission", "submit", "default_graders", "schema", "schema_text", "SubmissionError", "Validated", "MAX_PROBLEMS",
+           "MAX_RESPONSE_CHARS", "check_model_name", "read_conversations", "parse_line", "iter_rows"]
