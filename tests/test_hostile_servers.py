@@ -56,6 +56,17 @@ def test_retry_after_is_capped(monkeypatch):
     assert server.calls == 3 and 0.4 <= took < 5
 
 
+def test_retry_after_is_read_in_each_of_its_forms():
+    from email.utils import formatdate
+
+    from craftmd.models.openai import retry_after
+
+    assert retry_after({"retry-after": "20"}) == 20.0 and retry_after({"retry-after-ms": "1500"}) == 1.5
+    assert 25 < retry_after({"retry-after": formatdate(time.time() + 30, usegmt=True)}) <= 30
+    assert retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0  # in the past: no wait beyond the backoff
+    assert retry_after({"retry-after": "soon"}) is None and retry_after({}) is None
+
+
 def test_an_echoed_key_is_never_stored(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     cache = tmp_path / "c.sqlite"

@@ -137,8 +137,9 @@ class OpenAIModel(ChatModel):
             return Completion.failure("reply too long", f"{len(c.text):,} characters under max_tokens {sampling.max_tokens} (at most "
                                       f"{cap:,}); not stored", finish_reason=c.finish_reason, tokens_in=c.tokens_in,
                                       tokens_out=c.tokens_out, model=c.model)  # fmt: skip
-        if self._secrets and any(x in (c.text or "") or x in (c.error or "") for x in self._secrets):
-            c = replace(c, text=None if c.text is None else self.scrub(c.text), error=None if c.error is None else self.scrub(c.error))
+        if self._secrets and any(x in (c.text or "") or x in (c.error or "") for x in self._secrets):  # the reply's words kept
+            c = replace(c, text=None if c.text is None else self.scrub(c.text, bearer=False),
+                        error=None if c.error is None else self.scrub(c.error, bearer=False))
         return c
 
     @property
@@ -147,11 +148,11 @@ class OpenAIModel(ChatModel):
         key = self.client.api_key or ""
         return (key,) if len(key) >= 8 else ()
 
-    def scrub(self, text: str) -> str:
-        """Server text with the client's API key and any ``Bearer`` token taken out, before anything stores it."""
+    def scrub(self, text: str, *, bearer: bool = True) -> str:
+        """Server text with the client's API key (and, in an error, any ``Bearer`` token) taken out, before anything stores it."""
         for secret in self._secrets:
             text = text.replace(secret, "[API key]")
-        return BEARER.sub("Bearer [token]", text)
+        return BEARER.sub("Bearer [token]", text) if bearer else text
 
     async def aclose(self) -> None:
         await self.client.close()
@@ -178,7 +179,8 @@ def retry_after(headers) -> float | None:
             return max(0.0, float(value))
         except ValueError:
             when = parsedate_to_datetime(value)
-            return max(0.0, (when - datetime.now(when.tzinfo or timezone.utc)).total_seconds())
+            when = when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+            return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
     except (TypeError, ValueError, OverflowError):
         return None  # a header no one can read: the usual backoff
 
