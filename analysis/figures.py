@@ -216,7 +216,8 @@ def write_figures(a, out: Path) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     v = a if isinstance(a, View) else View(a)
-    plt.rcParams.update({"font.family": "DejaVu Sans", "svg.hashsalt": "craftmd", "font.size": 9})
+    # text.parse_math off: labels drawn from names (a model called "evil$\frac{$x") are plain text, never mathtext
+    plt.rcParams.update({"font.family": "DejaVu Sans", "svg.hashsalt": "craftmd", "font.size": 9, "text.parse_math": False})
     paths = [
         settings_bars(v, out / "settings.png"),
         specialty_heatmap(v, out / "specialty_heatmap.png"),

@@ -8,6 +8,7 @@ that data. Figures are relative PNGs under ``figures/``.
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
 from functools import cache
@@ -56,6 +57,17 @@ def audit_cell(c) -> str:
     return str(c)
 
 
+def md(text) -> str:
+    """A name in a markdown table cell: on one line, HTML escaped (``<script>`` shows as text) and ``|`` escaped
+    (a pipe in a name never shifts the columns)."""
+    return html.escape(" ".join(str(text).split()), quote=False).replace("|", "\\|")
+
+
+def md_code(text) -> str:
+    """A name in a markdown code span inside a table cell: ``|`` escaped (markdown shows the rest as it is)."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
 def heat(x: float) -> str:
     """White -> warm orange, by accuracy (a cell's background)."""
     t = max(0.0, min(1.0, x))
@@ -64,7 +76,7 @@ def heat(x: float) -> str:
 
 
 FILTERS = {"fixed": fixed, "pct": pct, "thousands": thousands, "signed": signed, "p_value": p_value,
-           "audit_cell": audit_cell, "heat": heat}
+           "audit_cell": audit_cell, "heat": heat, "md": md, "md_code": md_code}
 
 
 @cache
@@ -202,7 +214,8 @@ def _measures(v: View) -> list[dict]:
         if name == "rubric_score":  # its own section (analysis.rubric), by category and meta-category
             continue
         d = metric(name)
-        rows = [r for r in mt.filter(pl.col("metric") == name).to_dicts() if r["model"] not in v.partial]  # partial runs: in the CSV only
+        rows = [r for r in mt.filter(pl.col("metric") == name).to_dicts()
+                if r["model"] not in v.partial and r["model"] not in v.self_reported]  # partial runs, self-reported: in the CSV only
         rows.sort(key=lambda r: (order.get(r["model"], len(order)), r["model"], r["scorer"], r["variant"]))
         if rows:
             out.append({
@@ -431,6 +444,7 @@ def context(a, audits: list[dict] | None = None) -> dict:
         "models": [_release(v, m) for m in v.models],
         "board": [_row(v, m, i) for i, m in enumerate(v.models, 1)],
         "partial": [_row(v, m) for m in v.partial],
+        "self_reported": [_row(v, m) for m in v.self_reported],
         "settings": [{"id": s, "label": SETTING_LABELS[s], "note": SETTING_NOTES[s]} for s in UPSTREAM_SETTINGS],
         "other_frq_settings": [SETTING_LABELS[s] for s in UPSTREAM_SETTINGS if s != "multiturn"],
         "missing": _missing(v),
@@ -449,8 +463,9 @@ def context(a, audits: list[dict] | None = None) -> dict:
         "rubric": _rubric(a),
         "audits": [_audit(x) for x in audits],
         "fold_rows": FOLD_ROWS,
-        "releases": [{**_release(v, m), "notes": _release_notes(v, m), "partial": m in v.partial, "coverage": v.coverage.get(m, 0)}
-                     for m in v.models + v.partial + v.image_models],
+        "releases": [{**_release(v, m), "notes": _release_notes(v, m), "partial": m in v.partial, "coverage": v.coverage.get(m, 0),
+                      "self_reported": m in v.self_reported}
+                     for m in v.models + v.partial + v.self_reported + v.image_models],
         "image": _image_rows(v),
         "commits": [c[:12] for c in commits],
     }

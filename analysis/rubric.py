@@ -127,8 +127,10 @@ def write_tables(r: Rubric, out: Path) -> list[Path]:
     tables = Path(out) / "tables"
     tables.mkdir(parents=True, exist_ok=True)
     paths = [tables / "rubric.csv", tables / "rubric_raw.csv"]
-    r.table.write_csv(paths[0])
-    r.raw.write_csv(paths[1])
+    from .tables import csv_safe
+
+    csv_safe(r.table).write_csv(paths[0])
+    csv_safe(r.raw).write_csv(paths[1])
     return paths
 
 

@@ -117,6 +117,22 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
                     judged if judged.table.height else None)  # fmt: skip
 
 
+#: Columns whose text is a name someone chose (a release folder, ``--model``, a display name): in a CSV such a cell
+#: that a spreadsheet would read as a formula is neutralised (:func:`csv_safe`).
+NAME_COLUMNS = ("release", "model", "display", "model_a", "model_b", "a", "b")
+#: What a spreadsheet takes for the start of a formula (OWASP, CSV injection): = + - @ tab, carriage return.
+FORMULA_START = r"^[=+\-@\t\r]"
+
+
+def csv_safe(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with every name cell (:data:`NAME_COLUMNS`) that starts like a formula prefixed with ``'`` (OWASP's advice),
+    so a spreadsheet shows it as text; other cells, and names that start otherwise, as they are."""
+    cols = [c for c in NAME_COLUMNS if c in df.columns and df.schema[c] == pl.String]
+    return df.with_columns(
+        pl.when(pl.col(c).str.contains(FORMULA_START)).then(pl.lit("'") + pl.col(c)).otherwise(pl.col(c)).alias(c) for c in cols
+    ) if cols else df
+
+
 def write_tables(a: Analysis, out: Path) -> list[Path]:
     tables = out / "tables"
     tables.mkdir(parents=True, exist_ok=True)
@@ -126,7 +142,7 @@ def write_tables(a: Analysis, out: Path) -> list[Path]:
         if name == "releases":
             df = df.drop("notes", "counts", "source", "scorers")
         path = tables / f"{name}.csv"
-        df.write_csv(path)
+        csv_safe(df).write_csv(path)
         written.append(path)
     if a.rubric is not None:
         from .rubric import write_tables as write_rubric_tables
@@ -172,4 +188,4 @@ def read_audits(audits_dir: Path | None) -> list[dict]:
     return audits
 
 
-__all__ = ["analyse", "compute", "write_tables", "read_audits", "prepared_connection", "Analysis"]
+__all__ = ["analyse", "compute", "write_tables", "csv_safe", "read_audits", "prepared_connection", "Analysis"]

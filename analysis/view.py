@@ -14,6 +14,7 @@ import json
 import polars as pl
 
 from craftmd.scoring.scorers import rank_frq
+from craftmd.tasks.diagnosis import TASK as _CRAFTMD
 
 #: The conversations the history section and figures read: standard text conversations.
 HISTORY_VARIANT = "conversation=standard"
@@ -35,6 +36,8 @@ SETTING_NOTES = {
     "singleturn": "Only the patient's first turn (the presenting complaint) is given.",
     "summarized": "A third-person summary of the patient's side of the conversation is given instead of the dialogue.",
 }
+#: CRAFT-MD's settings whose question reads a conversation (multiturn, singleturn, summarized, ...).
+CONVERSATIONAL = {e.setting for e in _CRAFTMD.experiments if e.conversation}
 FORMAT_LABELS = {"mcq4": "MCQ (4 choices)", "mcq_many": "MCQ (many choices)", "frq": "FRQ", "top3": "Top-3"}
 MCQ_PRIMARY = "paper"
 
@@ -45,8 +48,11 @@ class View:
     ``models`` are the releases ranked on the board: every text release that covers the
     board's case set (the most cases any text release covers), best first by the leading
     measure. ``partial`` are the text releases that cover fewer cases: they are listed
-    apart, never ranked among the complete ones. Case counts per group come from the
-    dataset (``group_sizes``), never from a release.
+    apart, never ranked among the complete ones. ``self_reported`` are the submissions that
+    answer conversational settings (multi-turn, single-turn, summarized, ...) without the
+    conversations behind them: nothing shows those answers came from a conversation, so
+    they are listed apart as self-reported, never ranked, never the board's case set. Case
+    counts per group come from the dataset (``group_sizes``), never from a release.
     """
 
     def __init__(self, a):
@@ -76,6 +82,11 @@ class View:
                 self.frq_grader[(m, img)] = best
         text_models = sorted({m for (m, img) in by_cell if not img} | set(
             acc.filter(~pl.col("with_image"))["model"].unique().to_list()))
+        #: submissions that answer conversational settings with no conversations behind them: self-reported, never ranked
+        answered = acc.filter(~pl.col("with_image")).group_by("model").agg(pl.col("setting").unique())
+        settings_of = {m: set(s) for m, s in answered.iter_rows()}
+        self_reported = {m for m in text_models if self.self_reported_release(m) and settings_of.get(m, set()) & CONVERSATIONAL}
+        text_models = [m for m in text_models if m not in self_reported]
         overall = acc.filter(~pl.col("with_image"), pl.col("group_by") == "all")
         covered = dict(overall.group_by("model").agg(pl.col("n_cases").max()).iter_rows())
         #: cases of the board's case set that each text release has scores for (its widest cell)
@@ -86,10 +97,16 @@ class View:
         self.models = [m for m in ranked if self.coverage[m] == self.board_cases]
         self.partial = sorted((m for m in ranked if self.coverage[m] < self.board_cases),
                               key=lambda m: (-self.coverage[m], -self._lead(m), self.display(m)))
+        self.self_reported = sorted(self_reported, key=lambda m: (-self._lead(m), self.display(m)))
         self.image_models = sorted({r["model"] for r in acc.filter(pl.col("with_image")).iter_rows(named=True)})
         self._sizes = {(r["with_image"], r["group_by"], r["group"]): r["n_cases"] for r in a.group_sizes.iter_rows(named=True)}
         self.specialties = sorted(self.groups("specialty"), key=lambda s: (s == "Other", s))
         self.frq_graders_all = rank_frq(acc.filter(pl.col("format") == "frq")["grader"].unique().to_list())
+
+    def self_reported_release(self, m: str) -> bool:
+        """A submission that brought no conversations (its run record names no conversations file)."""
+        info = self.release_info.get(m)
+        return bool(info) and info["kind"] == "submission" and not json.loads(info.get("source") or "{}").get("conversations_file")
 
     def history_cell(self, m: str, metric: str) -> dict | None:
         """The history scorer's row of ``tables/metrics.csv`` for release ``m``'s standard text conversations."""

@@ -74,8 +74,9 @@ def _score(args) -> int:
     answers, offline for FRQ; --grader to choose), and write OUT/submission-<model>/ (a release of kind
     submission, its grades in scores.parquet; copy it into the releases folder to show it on the leaderboard)
     and the report OUT/scores.json / scores.csv (accuracy with 95% bootstrap CIs per setting, format, grader
-    and specialty, with each grader's measured reliability). Unanswered cases are scored as wrong. --schema
-    prints the submission format's JSON Schema.
+    and specialty, with each grader's measured reliability). Unanswered cases are scored as wrong. Answers in
+    conversational settings (multiturn, singleturn, summarized, ...) without --conversations are shown on the
+    leaderboard as self-reported, never ranked. --schema prints the submission format's JSON Schema.
     """
     from craftmd.scoring.submission import schema_text
 
@@ -86,7 +87,7 @@ def _score(args) -> int:
         raise CraftMDError("craftmd score needs SUBMISSION --dataset DIR --model NAME --out DIR (or --schema)")
     report = score_submission(
         args.submission, args.dataset, args.model, args.out, graders=args.grader, config=args.config,
-        base_url=args.base_url, cache=args.cache, progress=not args.quiet, overwrite=args.overwrite,
+        base_url=args.base_url, cache=args.cache, progress=not args.quiet, overwrite=args.overwrite, conversations=args.conversations,
     )  # fmt: skip
     s = report["submission"]
     print(f"scored {s['rows']} answers ({s['missing_answers']} missing, scored wrong) -> {Path(args.out) / report['release']}")
@@ -107,6 +108,9 @@ def register(sub) -> None:
     s.add_argument("--grader", action="append", metavar="NAME", help="paper | strict | offline | llm:PROVIDER/MODEL (repeatable)")
     s.add_argument("--base-url", help="OpenAI-compatible server for an LLM grader")
     s.add_argument("--cache", help="request cache (SQLite) for an LLM grader")
+    s.add_argument("--conversations", metavar="FILE", help="the conversations behind the answers (parquet, the release's "
+                   "conversations.parquet schema), checked like a release's; without them, answers in conversational settings "
+                   "are listed on the leaderboard as self-reported, not ranked")
     s.add_argument("--overwrite", action="store_true", help="replace an earlier result in --out")
     add_quiet_argument(s)
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from craftmd import CraftMDError
 from craftmd.cli import add_call_arguments, add_cases_argument, add_dataset_argument, add_quiet_argument, check_base_url, command, list_type, price_type
 from craftmd.release import FORMATS, SETTINGS
 
@@ -99,4 +100,11 @@ def run_generate(args) -> int:
         return 0
     report = run.run()
     print(report.summary(), file=sys.stderr)
+    if report.answers and not report.answer_status.get("ok"):  # written, with its failures: but nothing to score
+        raise CraftMDError(f"nothing succeeded: none of the {report.answers} answers is ok ("
+                           + ", ".join(f"{k} {v}" for k, v in sorted(report.answer_status.items()))
+                           + f"); {report.path} is written with every failure's reason in its error column")
+    if not report.answers and report.conversations and report.failed_conversations == report.conversations:
+        raise CraftMDError(f"nothing succeeded: all {report.conversations} conversations failed; {report.path} is written with "
+                           "every failure's reason in its error column")
     return 0

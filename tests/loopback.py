@@ -13,6 +13,9 @@ so the real ``openai`` client talks to it exactly as it talks to a hosted API or
   later than the client waits, ``drop`` = close the connection without answering);
   ``slow_rate`` of the rest are delayed by ``slow_delay`` s. Every request waits
   ``latency`` s.
+- ``retry_after``: the ``Retry-After`` header a ``429`` fault answers with (None: no header).
+- ``echo_auth``: every chat request answers HTTP 400 whose message echoes the request's
+  ``Authorization`` header, as a careless server or proxy does.
 - ``max_context``: a request whose prompt has more (stand-in) tokens answers HTTP 400 with
   code ``context_length_exceeded``, as llama.cpp's and vLLM's servers do.
 - Counters: ``calls`` (chat requests received), ``served`` (answered 200), ``faults``
@@ -63,6 +66,8 @@ class LoopbackServer:
         max_seconds: float = 600.0,
         max_context: int | None = None,
         served_as: dict[str, str] | None = None,
+        retry_after: str | None = None,
+        echo_auth: bool = False,
     ):
         unknown = set(error_kinds) - {"429", "500", "timeout", "drop"}
         if unknown:
@@ -77,6 +82,8 @@ class LoopbackServer:
         self.slow_delay = slow_delay
         self.max_seconds = max_seconds
         self.max_context = max_context
+        self.retry_after = retry_after
+        self.echo_auth = echo_auth
         self.served_as = dict(served_as or {})  # requested model -> the name the replies give (an alias resolved)
         self._rng = random.Random(seed)
         self._lock = threading.Lock()  # counters are read and reset from other threads
@@ -196,8 +203,8 @@ class LoopbackServer:
 
     # --- HTTP -------------------------------------------------------------------------
     @staticmethod
-    def _error(status: int, message: str, code: str | None = None) -> web.Response:
-        return web.json_response({"error": {"message": message, "type": "loopback", "code": code}}, status=status)
+    def _error(status: int, message: str, code: str | None = None, headers: dict | None = None) -> web.Response:
+        return web.json_response({"error": {"message": message, "type": "loopback", "code": code}}, status=status, headers=headers)
 
     async def _models(self, request: web.Request) -> web.Response:
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "loopback"} for m in self.models]
@@ -214,7 +221,8 @@ class LoopbackServer:
             if self.latency or slow:
                 await asyncio.sleep(self.latency + slow)
             if fault == "429":
-                return self._error(429, "rate limited (injected)", "rate_limit_exceeded")
+                headers = {"Retry-After": self.retry_after} if self.retry_after is not None else None
+                return self._error(429, "rate limited (injected)", "rate_limit_exceeded", headers)
             if fault == "500":
                 return self._error(500, "server error (injected)")
             if fault == "drop":
@@ -224,6 +232,9 @@ class LoopbackServer:
             if fault == "timeout":
                 await asyncio.sleep(self.timeout_delay)
                 return self._error(504, "too late (injected timeout)")
+            if self.echo_auth:
+                return self._error(400, f"invalid request; headers received: Authorization: {http.headers.get('Authorization')}",
+                                   "invalid_request")
             try:
                 request = json.loads(body)
             except json.JSONDecodeError:

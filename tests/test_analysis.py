@@ -216,7 +216,8 @@ def test_a_partial_release_is_listed_apart_never_ranked(with_partial, tmp_path):
     specialty = page[page.index('id="specialty"'):page.index('id="mcq-rules"')]
     assert "P &lt;script&gt;" not in specialty  # nor in the comparisons
     md = markdown(a)
-    assert "## Partial runs" in md and f"| P <script>x</script> | generated | 4 of {N_CASES} cases |" in md
+    assert "## Partial runs" in md and f"| P &lt;script&gt;x&lt;/script&gt; | generated | 4 of {N_CASES} cases |" in md
+    assert "<script>" not in md  # escaped in the markdown too
 
 
 def test_case_counts_per_specialty_come_from_the_dataset(with_partial):

@@ -82,11 +82,12 @@ class Completion:
 class TransientError(Exception):
     """A failure worth retrying: rate limit, server error, timeout, dropped connection, malformed body.
 
-    ``reason`` is the short key that groups like failures (``HTTP 503``, ``timeout``).
+    ``reason`` is the short key that groups like failures (``HTTP 503``, ``timeout``);
+    ``retry_after`` the seconds the server asked to wait (its ``Retry-After``), when it said.
     """
 
-    def __init__(self, reason: str, message: str = ""):
-        self.reason, self.message = reason, message
+    def __init__(self, reason: str, message: str = "", retry_after: float | None = None):
+        self.reason, self.message, self.retry_after = reason, message, retry_after
         super().__init__(f"{reason}: {message}" if message else reason)
 
 

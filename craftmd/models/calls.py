@@ -6,7 +6,8 @@ slots, handed out by priority (lower first, then first come): the engine gives a
 conversation's turns priority 0 and the questions asked after it priority 1, so the
 long chains of dependent turns never queue behind questions that nothing waits on. A
 transient failure (408/409/429, 5xx, timeout, dropped connection, malformed body) is
-retried with exponential backoff and full jitter, at most ``max_retries`` times; then
+retried with exponential backoff and full jitter (never sooner than the server's
+``Retry-After``, capped at :data:`RETRY_AFTER_CAP`), at most ``max_retries`` times; then
 it is recorded as a failure (status ``error``, ``transient``, with its reason), never
 retried forever, and not cached, so the next run tries it again. A deterministic
 failure (a 4xx such as a context overflow), a refusal and a content-filter block are
@@ -33,6 +34,9 @@ from dataclasses import dataclass, field
 
 from .cache import RequestCache, request_key
 from .base import ChatModel, Completion, Message, Sampling, TransientError
+
+#: The longest a server's ``Retry-After`` makes a retry wait (seconds; or the caller's max_backoff, if longer).
+RETRY_AFTER_CAP = 60.0
 
 
 #: The conversation (job) a request belongs to, set by the runner at the start of each job: a server pool keeps a
@@ -211,8 +215,11 @@ class Caller:
                 return Completion.failure(error.reason, f"gave up after {attempt + 1} attempts: {error.message}", transient=True)
             attempt += 1
             self.counters.retries += 1
-            # Exponential backoff with full jitter, capped.
-            await asyncio.sleep(self._rng.uniform(0, min(self.max_backoff, self.backoff * 2 ** (attempt - 1))))
+            # Exponential backoff with full jitter, capped; never sooner than the server's Retry-After (capped too).
+            delay = self._rng.uniform(0, min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
+            if error.retry_after is not None:
+                delay = max(delay, min(error.retry_after, max(self.max_backoff, RETRY_AFTER_CAP)))
+            await asyncio.sleep(delay)
 
     async def _batched(self, messages: list[Message], sampling: Sampling) -> Completion:
         fut = asyncio.get_running_loop().create_future()

@@ -8,14 +8,23 @@ retries are switched off: :class:`craftmd.models.calls.Caller` retries.
 A 4xx answer other than 408/409/425/429 is a deterministic failure, returned as a failed
 :class:`Completion` with its status, error code and message (the caller caches it); a
 timeout, a dropped connection, a 408/409/425/429/5xx or a body that is not a chat
-completion raises :class:`TransientError`.
+completion raises :class:`TransientError` (with the server's ``Retry-After``, when it gave one).
+
+Server text that is stored (an error's message, a reply) never keeps the client's API key
+or a ``Bearer`` token: a server that echoes the Authorization header has it taken out. A
+reply longer than :data:`REPLY_CHARS_PER_TOKEN` characters per token of ``max_tokens`` (a
+server that ignored the limit) is a failure ``reply too long``, not an answer.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import ssl
+from dataclasses import replace
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx2  # openai's HTTP client
@@ -39,6 +48,11 @@ NO_TELEMETRY: dict[str, openai.Omit] = {
 }
 #: Error codes a server uses for a content-filter block (Azure, OpenAI).
 FILTER_CODES = {"content_filter", "content_policy_violation", "ResponsibleAIPolicyViolation"}
+#: The most characters a reply may have per token of ``max_tokens`` (a generous bound: tokens average about 4): a server
+#: that ignores max_tokens and sends megabytes gets a failure ``reply too long``, never a stored answer.
+REPLY_CHARS_PER_TOKEN = 32
+#: A bearer token as it appears in an echoed Authorization header.
+BEARER = re.compile(r"(?i)\bbearer\s+[^\s\"',;]+")
 
 
 class OpenAIModel(ChatModel):
@@ -121,19 +135,40 @@ class OpenAIModel(ChatModel):
         except openai.APITimeoutError:
             raise TransientError("timeout", f"no answer within {self.client.timeout} s") from None
         except openai.APIConnectionError as exc:
-            raise TransientError("connection error", str(exc.__cause__ or exc)) from None
+            raise TransientError("connection error", self.scrub(str(exc.__cause__ or exc))) from None
         except openai.APIStatusError as exc:
-            reason, message = status_reason(exc)
+            reason, message = (self.scrub(x) for x in status_reason(exc))
             if exc.status_code in RETRY_STATUS or exc.status_code >= 500:
-                raise TransientError(reason, message) from None
+                raise TransientError(reason, message, retry_after=retry_after(exc.response.headers)) from None
             if getattr(exc, "code", None) in FILTER_CODES:
                 return Completion(None, "refusal", "content_filter", error=f"{reason}: {message}"[:ERROR_CHARS], reason=reason)
             return Completion.failure(reason, message)
         try:
             data = r.json()
         except ValueError:  # not JSON (a proxy's error page, a cut-off body)
-            raise TransientError("malformed response", repr(r.text[:200])) from None
-        return parse_completion(data)
+            raise TransientError("malformed response", self.scrub(repr(r.text[:200]))) from None
+        c = parse_completion(data)
+        cap = REPLY_CHARS_PER_TOKEN * sampling.max_tokens
+        if c.text is not None and len(c.text) > cap:  # the server ignored max_tokens: nothing of it is stored
+            return Completion.failure("reply too long", f"{len(c.text):,} characters under max_tokens {sampling.max_tokens} (at most "
+                                      f"{cap:,}); not stored", finish_reason=c.finish_reason, tokens_in=c.tokens_in,
+                                      tokens_out=c.tokens_out, model=c.model)  # fmt: skip
+        if self._secrets and any(x in (c.text or "") or x in (c.error or "") for x in self._secrets):  # the reply's words kept
+            c = replace(c, text=None if c.text is None else self.scrub(c.text, bearer=False),
+                        error=None if c.error is None else self.scrub(c.error, bearer=False))
+        return c
+
+    @property
+    def _secrets(self) -> tuple[str, ...]:
+        """The client's API key, when it is one (a local server's placeholder is not)."""
+        key = self.client.api_key or ""
+        return (key,) if len(key) >= 8 else ()
+
+    def scrub(self, text: str, *, bearer: bool = True) -> str:
+        """Server text with the client's API key (and, in an error, any ``Bearer`` token) taken out, before anything stores it."""
+        for secret in self._secrets:
+            text = text.replace(secret, "[API key]")
+        return BEARER.sub("Bearer [token]", text) if bearer else text
 
     async def aclose(self) -> None:
         await self.client.close()
@@ -146,6 +181,24 @@ def status_reason(exc: openai.APIStatusError) -> tuple[str, str]:
     reason = f"HTTP {exc.status_code}" + (f" {code}" if isinstance(code, str) and code else "")
     message = body.get("message") if isinstance(body.get("message"), str) else exc.message
     return reason, " ".join(str(message).split())
+
+
+def retry_after(headers) -> float | None:
+    """The seconds a 429/503 answer asks to wait: ``retry-after-ms``, or ``Retry-After`` in seconds or as an HTTP date."""
+    try:
+        if headers.get("retry-after-ms"):
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+        value = headers.get("retry-after")
+        if not value:
+            return None
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            when = parsedate_to_datetime(value)
+            when = when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+            return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+    except (TypeError, ValueError, OverflowError):
+        return None  # a header no one can read: the usual backoff
 
 
 def endpoint(base_url: str, path: str) -> str:
