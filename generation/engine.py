@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file, load_config
-from craftmd.atomic import sha256_file
+from craftmd.atomic import check_writable, sha256_file
 from craftmd.release import ANSWERS_SCHEMA, CONVERSATIONS_SCHEMA, Manifest, write_release
 
 from craftmd.models.cache import RequestCache
@@ -193,8 +193,7 @@ def check_run(spec) -> None:
         raise CraftMDError("--trials must be at least 1")
     if spec.concurrency < 1:
         raise CraftMDError("--concurrency must be at least 1")
-    if Path(spec.out).exists() and not spec.overwrite:
-        raise CraftMDError(f"{spec.out} exists (pass --overwrite to replace it)")
+    check_writable(spec.out, overwrite=spec.overwrite)  # exists without --overwrite, or cannot be written: said before the first call
 
 
 class Engine:

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from craftmd import CraftMDError
-from craftmd.release import SCHEMA_VERSION, Manifest, read_release, write_release, write_scores
+from craftmd.release import SCHEMA_VERSION, Manifest, read_release, sha256_file, write_release, write_scores
 from craftmd.scoring.scorers import ScoreRows, Verdict, rank_frq, scores_from_grades
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -80,7 +80,8 @@ def test_a_valid_scores_table_is_written_with_its_records(tmp_path):
     assert v["resolved"].to_list() == ["Psoriasis", None] and set(v["resolved_kind"]) == {"single"}
     rec = rel.scorer_records()["offline"]
     assert rec["table_sha256"] == "x" and rec["inputs"]["answers_sha256"] == rel.manifest.files["answers.parquet"]["sha256"]
-    assert "scores.parquet" not in rel.manifest.files  # scores are beside the frozen files, not among them
+    # The scores file is among the release's checksums, like every other file of it.
+    assert rel.manifest.files["scores.parquet"] == {"sha256": sha256_file(out / "scores.parquet"), "rows": 2}
 
 
 @pytest.mark.parametrize(
@@ -131,13 +132,19 @@ def test_write_scores_replaces_only_the_named_scorers(tmp_path):
     grades = [_grade(c, g, ok) for c in ("case_1", "case_2") for g, ok in (("offline", True), ("paper", False), ("upstream-gpt4", True))]
     out = write_release(tmp_path / "r", _manifest(), {"answers": _answers(ANSWERS)},
                         scores=(scores_from_grades(grades), {"offline": {"v": 1}, "paper": {"v": 1}, "upstream-gpt4": {"v": 1}}))  # fmt: skip
-    frozen = {n: (out / n).read_bytes() for n in ("answers.parquet", "manifest.json")}
+    frozen = {n: (out / n).read_bytes() for n in ("answers.parquet",)}
+    record = json.loads((out / "manifest.json").read_text())
     rel = read_release(out)
     before = rel.verdicts()
     # offline re-scored (case_2 now right), paper replaced by fewer rows; upstream-gpt4 untouched.
     new = scores_from_grades([_grade("case_1", "offline", True), _grade("case_2", "offline", True), _grade("case_1", "paper", True)])
     write_scores(rel, new, {"offline": {"v": 2}, "paper": {"v": 2}})
-    assert {n: (out / n).read_bytes() for n in frozen} == frozen  # conversations/answers/manifest never rewritten
+    assert {n: (out / n).read_bytes() for n in frozen} == frozen  # conversations/answers never rewritten
+    # The run record is as written, but for the scores file's own checksum.
+    now = json.loads((out / "manifest.json").read_text())
+    assert now["files"]["scores.parquet"]["sha256"] == sha256_file(out / "scores.parquet") != record["files"]["scores.parquet"]["sha256"]
+    assert {k: v for k, v in now.items() if k != "files"} == {k: v for k, v in record.items() if k != "files"}
+    assert {k: v for k, v in now["files"].items() if k != "scores.parquet"} == {k: v for k, v in record["files"].items() if k != "scores.parquet"}
     after = read_release(out)
     v = after.verdicts().sort("grader", "case_id")
     assert v.filter(pl.col("grader") == "offline")["correct"].to_list() == [True, True]
