@@ -17,6 +17,7 @@ from craftmd.release import SCHEMA_VERSION, Manifest, read_release, sha256_file,
 from craftmd.scoring.scorers import ScoreRows, Verdict, rank_frq, scores_from_grades
 
 sys.path.insert(0, str(Path(__file__).parent))
+from conftest import frozen  # noqa: E402
 from loopback import LoopbackServer, text_of  # noqa: E402
 
 KEY = {"setting": "vignette", "format": "frq", "with_image": False}
@@ -215,7 +216,7 @@ def test_an_llm_grader_never_grades_its_own_model_unless_allowed(llm_release, da
     from craftmd.scoring.grade import grade_release, self_graders
 
     path, _ = llm_release
-    frozen = {n: (path / n).read_bytes() for n in ("answers.parquet", "manifest.json")}
+    before = frozen(path)
     assert self_graders(read_release(path).manifest, ["offline", GRADER]) == [GRADER]
     with LoopbackServer(Responder()) as server:
         with pytest.raises(CraftMDError, match=r"grader llm:openai/loopback would grade its own model \(openai/loopback\).*--allow-self-grading"):
@@ -227,7 +228,7 @@ def test_an_llm_grader_never_grades_its_own_model_unless_allowed(llm_release, da
         assert server.calls > 0
     rec = read_release(path).scorer_records()
     assert rec[GRADER]["self_graded"] is True and "self_graded" not in rec["offline"]
-    assert {n: (path / n).read_bytes() for n in frozen} == frozen
+    assert frozen(path) == before
     # The board never ranks by a self-grader, however it was measured.
     assert rank_frq([GRADER, "offline"], self_graders={GRADER})[-1] == GRADER
     # The command line's --allow-self-grading does the same.
