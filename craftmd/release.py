@@ -377,8 +377,9 @@ def write_scores(release: Release, new: pa.Table, records: dict[str, dict]) -> P
     with the release folder (its other files hard-linked, not copied), so a failure leaves the
     release as it was.
     """
-    with locked(release.path):
-        current = read_release(release.path)  # what is on disk now, verified, not what the caller read before
+    where = release.path.resolve()  # a release reached through a symbolic link is updated where it lives
+    with locked(where):
+        current = read_release(where)  # what is on disk now, verified, not what the caller read before
         old_table, old_records = current.scores_with_records()
         replaced = set(records)
         if old_table is not None:
@@ -389,8 +390,8 @@ def write_scores(release: Release, new: pa.Table, records: dict[str, dict]) -> P
         data = encode_scores(new, merged)
         manifest = current.manifest.model_copy(deep=True)
         manifest.files = dict(sorted({**manifest.files, SCORES_FILE: _file_entry(data)}.items()))
-        with atomic_dir(release.path) as tmp:
-            for f in sorted(release.path.iterdir()):
+        with atomic_dir(where) as tmp:
+            for f in sorted(where.iterdir()):
                 if f.name in (SCORES_FILE, "manifest.json"):
                     continue
                 if f.is_dir():
