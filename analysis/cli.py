@@ -16,14 +16,18 @@ def _analyse(args) -> int:
     """accuracy tables with bootstrap CIs and paired tests from graded releases
 
     Run the named DuckDB queries (analysis/sql) over every graded release and write OUT/tables/*.csv (accuracy
-    with 95% bootstrap CIs, p-values) and OUT/figures/*.png.
+    with 95% bootstrap CIs, p-values) and OUT/figures/*.png. OUT is replaced whole (a failed run leaves the
+    previous one as it was); an existing OUT must be an earlier analysis or leaderboard folder.
     """
-    from .page import write_page
-    from .tables import analyse
+    from craftmd.atomic import atomic_dir
 
-    a = analyse(args.releases, args.dataset, args.out, B=args.resamples, seed=args.seed)
-    if args.page:
-        write_page(a, Path(args.out))
+    from .page import write_page
+    from .tables import OWNS, analyse
+
+    with atomic_dir(args.out, owns=OWNS) as tmp:  # OUT is replaced whole, or left as it was
+        a = analyse(args.releases, args.dataset, tmp, B=args.resamples, seed=args.seed)
+        if args.page:
+            write_page(a, tmp)
     print(f"tables written: {Path(args.out, 'tables').resolve()}")
     return 0
 

@@ -151,8 +151,15 @@ def write_tables(a: Analysis, out: Path) -> list[Path]:
     return written
 
 
+#: What an analysis (or leaderboard) folder holds: an existing --out is replaced only when it has one of these.
+OWNS = ("tables", "index.html")
+
+
 def analyse(releases_dir: Path | str, dataset_dir: Path | str, out_dir: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, figures: bool = True) -> Analysis:
-    """Tables (and figures) of every graded release under ``releases_dir`` into ``out_dir``."""
+    """Tables (and figures) of every graded release under ``releases_dir`` into ``out_dir``.
+
+    ``out_dir`` is written into as it is: the callers (``craftmd analyse``, ``craftmd leaderboard``)
+    pass the temporary sibling of :func:`craftmd.atomic.atomic_dir`, so their output appears whole."""
     out = Path(out_dir)
     a = compute(releases_dir, dataset_dir, B=B, seed=seed)
     write_tables(a, out)

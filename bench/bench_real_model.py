@@ -52,7 +52,7 @@ def main() -> int:
             print(f"bench_real_model: {exc}", file=sys.stderr)
             return 1
         t0 = time.monotonic()
-        with server.start():
+        with server:  # one server, stopped whatever happens
             started = time.monotonic() - t0
             report = generate(GenerateSpec(
                 dataset=tmp / "data", out=tmp / "rel", doctor=f"openai/{ALIAS}", patient=f"openai/{ALIAS}", cases=cases,

@@ -1,43 +1,223 @@
 """Writing and hashing files. Writes are atomic: a folder or a file appears whole at its
 destination, or not at all.
 
-Every writer of the package (releases, the dataset, MELD runs, review sheets) goes
-through these two helpers, so a failed or interrupted run never leaves a half-written
-output and never destroys the previous one.
+Every writer of the package (releases, their scores, the dataset, analysis tables and the
+page, submissions' results, MELD runs, review sheets) goes through these helpers, so a failed
+or interrupted run never leaves a half-written output and never destroys the previous one:
+
+* :func:`atomic_dir`: a whole output folder, written in a temporary sibling and swapped in;
+* :func:`atomic_write_bytes` / :func:`atomic_write_json`: one file, renamed into place;
+* :func:`locked`: one writer at a time of a folder whose contents are read, changed and
+  written back (a release's scores); a second writer waits and is told who holds it;
+* :func:`check_writable`: that an output folder can be written, asked before the work starts.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import os
+import re
 import shutil
+import socket
+import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from craftmd import CraftMDError
+
+#: How long a writer waits for another's lock before giving up (seconds; $CRAFTMD_LOCK_TIMEOUT).
+LOCK_TIMEOUT = 600.0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _clean_leftovers(out: Path) -> None:
+    """Remove the temporary siblings of ``out`` that a killed run (its process gone) left behind."""
+    pattern = re.compile(rf"^\.{re.escape(out.name)}\.(?:tmp|old)-(\d+)-")
+    try:
+        entries = list(out.parent.iterdir())
+    except OSError:
+        return
+    for p in entries:
+        m = pattern.match(p.name)
+        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+
+def _occupied(out: Path) -> bool:
+    """Whether ``out`` holds something (an empty folder counts as free)."""
+    if not out.exists() and not out.is_symlink():
+        return False
+    return not out.is_dir() or any(out.iterdir())
+
+
+def _check_target(out: Path, overwrite: bool, owns: tuple[str, ...] | None) -> None:
+    if not _occupied(out):
+        return
+    if not overwrite:
+        raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
+    if owns is not None and (not out.is_dir() or not any((out / n).exists() for n in owns)):
+        raise CraftMDError(f"{out} exists and is not an output of this command (it has none of {', '.join(owns)}); choose another --out")
+
 
 @contextmanager
-def atomic_dir(out: Path | str) -> Iterator[Path]:
-    """Yield a temporary sibling folder of ``out``; on success it replaces ``out``.
+def atomic_dir(out: Path | str, *, overwrite: bool = True, owns: tuple[str, ...] | None = None) -> Iterator[Path]:
+    """Yield a temporary sibling folder of ``out``; on success it replaces ``out`` whole.
 
     On any exception the temporary folder is removed and ``out`` is left as it was.
+    ``overwrite=False`` refuses an existing (non-empty) ``out``, at the start and again at
+    the swap, so two runs into one place never replace each other's output. ``owns``
+    names entries one of which an existing ``out`` must hold to be replaced (a mistyped
+    ``--out`` never wipes an unrelated folder). Temporary folders of killed runs are
+    removed on the next run.
     """
     out = Path(out)
+    _check_target(out, overwrite, owns)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    _clean_leftovers(out)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
     try:
         yield tmp
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        while True:
+            _check_target(out, overwrite, owns)
+            old = None
+            if _occupied(out):
+                old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{os.getpid()}-", dir=out.parent)) / "x"
+                try:
+                    os.replace(out, old)
+                except FileNotFoundError:  # another run moved it away first
+                    old = None
+            try:
+                os.rename(tmp, out)  # fails if another run put a non-empty folder there in between
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.EISDIR, errno.ENOTDIR):
+                    raise
+                continue
+            finally:
+                if old is not None:
+                    shutil.rmtree(old.parent, ignore_errors=True)
+            break
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def check_writable(out: Path | str, *, overwrite: bool = True, owns: tuple[str, ...] | None = None) -> None:
+    """A one-line error now, before any work, if :func:`atomic_dir` (same ``overwrite`` and ``owns``)
+    would refuse ``out`` or could not write it: a temporary sibling is made and removed in the
+    nearest folder that exists."""
+    out = Path(out)
+    _check_target(out, overwrite, owns)
+    where = out.parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=where)).rmdir()
+    except OSError as exc:
+        raise CraftMDError(f"cannot write {out}: {exc.strerror or exc} (in {where})") from None
+
+
+# -- one writer at a time -------------------------------------------------------------------------
+
+_thread_locks: dict[str, threading.RLock] = {}
+_held: dict[str, int] = {}
+_registry = threading.Lock()
+
+
+def lock_path(target: Path | str) -> Path:
+    """The lock file of ``target``: a hidden sibling, so a folder swapped whole keeps its lock."""
+    target = Path(target)
+    return target.parent / f".{target.name}.lock"
+
+
+def _holder(path: Path) -> str:
+    try:
+        text = path.read_text(errors="replace").strip()
+    except OSError:
+        text = ""
+    return text or "another process"
+
+
+@contextmanager
+def locked(target: Path | str, timeout: float | None = None) -> Iterator[None]:
+    """Hold the write lock of ``target`` (a folder): one writer at a time, across threads and processes.
+
+    A second writer waits (saying once on stderr who holds it) up to ``timeout`` seconds
+    (default :data:`LOCK_TIMEOUT`, or ``$CRAFTMD_LOCK_TIMEOUT``), then fails with one line naming
+    the holder. The lock is the operating system's (``flock`` on a hidden sibling file, removed
+    when let go): a killed holder releases it. Re-entrant within a thread.
+    """
+    path = lock_path(target)
+    key = str(path.resolve())
+    with _registry:
+        rlock = _thread_locks.setdefault(key, threading.RLock())
+    if timeout is None:
+        timeout = float(os.environ.get("CRAFTMD_LOCK_TIMEOUT", LOCK_TIMEOUT))
+    if not rlock.acquire(timeout=timeout):
+        raise CraftMDError(f"{target} is locked by another writer in this process (waited {timeout:.0f} s)")
+    try:
+        if _held.get(key):
+            _held[key] += 1
+            try:
+                yield
+            finally:
+                _held[key] -= 1
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        deadline, told = time.monotonic() + timeout, False
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                if not told:
+                    print(f"craftmd: waiting for {target}: being written by {_holder(path)}", file=sys.stderr, flush=True)
+                    told = True
+                if time.monotonic() > deadline:
+                    raise CraftMDError(f"{target} is being written by {_holder(path)} (waited {timeout:.0f} s); "
+                                       "try again when it is done") from None
+                time.sleep(0.05)
+                continue
+            try:  # the holder before us removes the file as it lets go: ours must still be the one at the path
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        try:
+            me = f"pid {os.getpid()} on {socket.gethostname()} ({' '.join(Path(sys.argv[0]).name.split() + sys.argv[1:])[:200]})\n"
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, me.encode(), 0)
+            _held[key] = 1
+            try:
+                yield
+            finally:
+                _held[key] = 0
+                Path(path).unlink(missing_ok=True)  # removed while still held: no lock files left beside the outputs
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+    finally:
+        rlock.release()
+
+
+# -- files ----------------------------------------------------------------------------------------
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> Path:

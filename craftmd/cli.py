@@ -164,6 +164,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def os_error_line(exc: OSError) -> str:
+    """An operating-system error as one line: what failed and on which file (no traceback)."""
+    import errno
+
+    what = exc.strerror or str(exc) or type(exc).__name__
+    files = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+    hint = {errno.ENOSPC: "; free some space and run it again (what was there before is unchanged)",
+            errno.EDQUOT: "; free some space and run it again (what was there before is unchanged)",
+            errno.EACCES: "; check the folder's permissions or choose another place",
+            errno.EROFS: "; choose a writable place"}.get(exc.errno, "")
+    return f"{what}: {files}{hint}" if files else f"{what}{hint}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -173,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         print(f"craftmd {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a full disk, a folder we may not write, a read-only file system: one line, the file named
+        if args.debug:
+            raise
+        print(f"craftmd {args.command}: error: {os_error_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"craftmd {args.command}: interrupted", file=sys.stderr)

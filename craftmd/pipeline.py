@@ -15,7 +15,7 @@ from pathlib import Path
 
 from craftmd import CraftMDError
 from craftmd.analysis.bootstrap import DEFAULT_B, DEFAULT_SEED
-from craftmd.atomic import atomic_dir
+from craftmd.atomic import atomic_dir, check_writable
 from craftmd.cli import add_dataset_argument, add_quiet_argument, add_source_argument, command
 from craftmd.release import find_releases
 
@@ -79,14 +79,13 @@ def leaderboard(
 ) -> Path:
     """build -> ingest -> grade -> analyse -> audits -> page. Returns the page's path."""
     from craftmd.analysis.page import write_page
-    from craftmd.analysis.tables import analyse, read_audits
+    from craftmd.analysis.tables import OWNS, analyse, read_audits
     from craftmd.generation.ingest import ingest
     from craftmd.scoring.grade import grade_release, stale_graders
     from craftmd.source import Source
 
     data, releases, out = Path(dataset), Path(releases), Path(out)
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "index.html").exists())):
-        raise CraftMDError(f"{out} exists and is not a leaderboard folder; choose another --out")
+    check_writable(out, owns=OWNS)  # before any work: an unrelated folder is never replaced, an unwritable one is said now
     t0 = time.perf_counter()
     src = source if isinstance(source, Source) else Source(source)
 
@@ -124,7 +123,7 @@ def leaderboard(
         score_history(r.path, data, progress=progress)
 
     _say("analyse: accuracy, bootstrap CIs, paired tests")
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, owns=OWNS) as tmp:
         a = analyse(releases, data, tmp, B=B, seed=seed)
         _say("audits: grader agreement, expert validation, history metrics vs dermatologists" + (f", and {audits}" if audits else ""))
         found = {a["id"]: a for a in builtin_audits(releases, data, src, tmp / "audits")}

@@ -11,7 +11,10 @@ A release is a folder::
 Upstream results are *ingested* into it, new models are *generated* into it,
 submissions are *scored* into it, and analysis only ever *reads* it. Generation writes
 conversations, answers and the manifest once; scoring adds ``scores.parquet`` beside
-them and never rewrites what generation wrote.
+them and never rewrites what generation wrote, except the scores file's own checksum in
+the manifest's ``files``: every file of a release is listed there with its sha256 and
+checked when the release is read, so a damaged file (cut short, a flipped bit) is named,
+with how to rebuild it, before anything reads a number from it.
 
 ``scores.parquet`` has one row per (case, trial, variant keys, scorer, metric): ``value``
 is a double whose meaning the metric registry (:mod:`craftmd.metrics`) declares, null
@@ -22,7 +25,8 @@ besides :data:`SCORE_COLUMNS` is a variant key. Each scorer's record (identity, 
 inputs it scored, counts) travels in the file's own metadata, so a re-run can tell a
 current score from a stale one.
 
-Writing is atomic (a temporary sibling renamed into place) and deterministic: rows are
+Writing is atomic (a temporary sibling swapped in whole, :mod:`craftmd.atomic`), one writer
+at a time (a lock beside the folder: concurrent scorers all keep their rows), and deterministic: rows are
 sorted by key, sample ids in natural order (``case_9`` before ``case_10``), parquet
 options fixed, and the manifest holds no timestamps, local paths or secrets. A release
 written by an older schema is refused with a message that says how to rebuild it.
@@ -30,8 +34,11 @@ written by an older schema is refused with a message that says how to rebuild it
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -41,7 +48,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from craftmd import CraftMDError, __version__
-from craftmd.atomic import atomic_dir, atomic_write_bytes, sha256_file
+from craftmd.atomic import atomic_dir, locked, sha256_file
 from craftmd.tasks import Task, get_task
 from craftmd.tasks.diagnosis import TASK as _CRAFTMD
 
@@ -328,19 +335,26 @@ def write_release(out: Path | str, manifest: RunRecord, tables: dict[str, pa.Tab
         manifest.dependencies = dependency_versions()
     if manifest.git_revision is None:
         manifest.git_revision = git_revision()
-    with atomic_dir(out) as tmp:
+    with locked(out), atomic_dir(out, overwrite=overwrite) as tmp:
         files = {}
         for name, table in sorted(conformed.items()):
             path = tmp / f"{name}.parquet"
             pq.write_table(table, path, **PARQUET_OPTIONS)
             files[path.name] = {"sha256": sha256_file(path), "rows": table.num_rows}
-        manifest.files = files
-        (tmp / "manifest.json").write_text(manifest.to_json())
         if scores is not None:
             answers_sha = files.get("answers.parquet", files.get("conversations.parquet", {})).get("sha256")
             records = {g: dict(r, inputs=dict(r.get("inputs") or {}, answers_sha256=answers_sha)) for g, r in scores[1].items()}
-            (tmp / SCORES_FILE).write_bytes(encode_scores(scores[0], records))
+            data = encode_scores(scores[0], records)
+            (tmp / SCORES_FILE).write_bytes(data)
+            files[SCORES_FILE] = _file_entry(data)
+        manifest.files = dict(sorted(files.items()))
+        (tmp / "manifest.json").write_text(manifest.to_json())
     return out
+
+
+def _file_entry(data: bytes) -> dict:
+    """A scores file's entry in the manifest's checksums: its sha256 and row count."""
+    return {"sha256": hashlib.sha256(data).hexdigest(), "rows": pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows}
 
 
 def encode_scores(table: pa.Table, records: dict) -> bytes:
@@ -354,22 +368,44 @@ def encode_scores(table: pa.Table, records: dict) -> bytes:
 
 
 def write_scores(release: Release, new: pa.Table, records: dict[str, dict]) -> Path:
-    """Add (or replace) scorers' rows in ``release``'s scores; conversations, answers and manifest stay as written.
+    """Add (or replace) scorers' rows in ``release``'s scores; conversations and answers stay as written.
 
     Every scorer named in ``records`` has its old rows replaced by its rows in ``new``;
-    other scorers' rows and records are kept. The file is replaced atomically.
+    other scorers' rows and records are kept. One writer at a time (:func:`craftmd.atomic.locked`):
+    the scores are read again under the lock, so concurrent scorers of one release all keep
+    their rows. The new scores file and its checksum in ``manifest.json`` are swapped in together
+    with the release folder (its other files hard-linked, not copied), so a failure leaves the
+    release as it was.
     """
-    old_table, old_records = release.scores_with_records()
-    replaced = set(records)
-    if old_table is not None:
-        keep = old_table.filter(pa.compute.invert(pa.compute.is_in(old_table.column("scorer"), pa.array(sorted(replaced), pa.string()))))
-        new = pa.concat_tables([keep, new], promote_options="permissive") if keep.num_rows else new
-    merged = {k: v for k, v in old_records.items() if k not in replaced}
-    merged.update(records)
-    path = release.path / SCORES_FILE
-    atomic_write_bytes(path, encode_scores(new, merged))
+    where = release.path.resolve()  # a release reached through a symbolic link is updated where it lives
+    with locked(where):
+        current = read_release(where)  # what is on disk now, verified, not what the caller read before
+        old_table, old_records = current.scores_with_records()
+        replaced = set(records)
+        if old_table is not None:
+            keep = old_table.filter(pa.compute.invert(pa.compute.is_in(old_table.column("scorer"), pa.array(sorted(replaced), pa.string()))))
+            new = pa.concat_tables([keep, new], promote_options="permissive") if keep.num_rows else new
+        merged = {k: v for k, v in old_records.items() if k not in replaced}
+        merged.update(records)
+        data = encode_scores(new, merged)
+        manifest = current.manifest.model_copy(deep=True)
+        manifest.files = dict(sorted({**manifest.files, SCORES_FILE: _file_entry(data)}.items()))
+        with atomic_dir(where) as tmp:
+            for f in sorted(where.iterdir()):
+                if f.name in (SCORES_FILE, "manifest.json"):
+                    continue
+                if f.is_dir():
+                    shutil.copytree(f, tmp / f.name)
+                    continue
+                try:
+                    os.link(f, tmp / f.name)  # files are replaced, never changed in place: sharing them is safe
+                except OSError:
+                    shutil.copy2(f, tmp / f.name)
+            (tmp / SCORES_FILE).write_bytes(data)
+            (tmp / "manifest.json").write_text(manifest.to_json())
+    release.manifest = manifest
     release._scores_cache = None
-    return path
+    return release.path / SCORES_FILE
 
 
 @dataclass
@@ -390,7 +426,15 @@ class Release:
         p = self.path / f"{name}.parquet"
         if not p.exists():
             raise CraftMDError(f"{self.path}: no {name}.parquet")
-        return pq.read_table(p)
+        return self._read(p, pq.read_table)
+
+    def _read(self, p: Path, reader):
+        """``reader(p)``, a damaged file named in one line instead of a parquet error."""
+        try:
+            return reader(p)
+        except pa.ArrowException as exc:
+            raise CraftMDError(f"{p} is damaged ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
+                               f"{rebuild_hint(self.manifest.kind, p.name, self.path)}") from None
 
     def has(self, name: str) -> bool:
         return (self.path / f"{name}.parquet").exists()
@@ -402,7 +446,7 @@ class Release:
             if not p.exists():
                 self._scores_cache = (None, {})
             else:
-                t = pq.read_table(p)
+                t = self._read(p, pq.read_table)
                 meta = (t.schema.metadata or {}).get(SCORERS_METADATA)
                 self._scores_cache = (t.replace_schema_metadata(None), json.loads(meta) if meta else {})
         return self._scores_cache
@@ -414,7 +458,7 @@ class Release:
         p = self.path / SCORES_FILE
         if not p.exists():
             return {}
-        meta = (pq.read_schema(p).metadata or {}).get(SCORERS_METADATA)
+        meta = (self._read(p, pq.read_schema).metadata or {}).get(SCORERS_METADATA)
         return json.loads(meta) if meta else {}
 
     def verdicts(self, **where) -> "pl.DataFrame":
@@ -467,9 +511,27 @@ def read_release(path: Path | str, verify: bool = True) -> Release:
     if verify:
         for name, info in manifest.files.items():
             f = path / name
-            if not f.exists() or sha256_file(f) != info["sha256"]:
-                raise CraftMDError(f"{path}: {name} does not match its manifest hash")
+            if not f.exists():
+                if name == SCORES_FILE:
+                    continue  # removed to be scored again: the release reads as unscored
+                raise CraftMDError(f"{f} is missing (manifest.json lists it); {rebuild_hint(manifest.kind, name, path)}")
+            if sha256_file(f) != info["sha256"]:
+                raise CraftMDError(f"{f} is damaged (its sha256 is not the one manifest.json records); {rebuild_hint(manifest.kind, name, path)}")
+        if SCORES_FILE not in manifest.files and (path / SCORES_FILE).exists():
+            raise CraftMDError(f"{path / SCORES_FILE} is not in manifest.json's checksums (written by an older craftmd, or added by hand); "
+                               f"{rebuild_hint(manifest.kind, SCORES_FILE, path)}")
     return Release(path, manifest)
+
+
+def rebuild_hint(kind: str, name: str, path: Path | str) -> str:
+    """How to write a release's file ``name`` again, for a release of ``kind``."""
+    if kind == "upstream":
+        return "rebuild it: craftmd ingest --overwrite (or make leaderboard)"
+    if kind == "submission":
+        return "rebuild it: craftmd score the submission again with --overwrite"
+    if name == SCORES_FILE:
+        return f"rebuild it: remove {Path(path) / name} and score the release again (craftmd grade {path} --dataset DIR, and any other scorer it had)"
+    return f"rebuild it: craftmd generate {path} again with --overwrite (the request cache answers what was asked before)"
 
 
 def find_releases(root: Path | str) -> list[Release]:

@@ -11,14 +11,18 @@ appear all at once or not at all.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import polars as pl
 
 from craftmd import CraftMDError
+from craftmd.atomic import atomic_dir, check_writable
 from craftmd.cli import add_dataset_argument, add_quiet_argument, command
+
+#: What a score folder holds: an existing --out is replaced (with --overwrite) only when it has it.
+OWNS = ("scores.json",)
+#: The longest release id a model name may give (a folder name: most file systems allow 255 bytes).
+MAX_RELEASE_ID = 160
 
 
 def score_submission(
@@ -33,6 +37,10 @@ def score_submission(
 ) -> dict:
     """Validate, grade and score a submission. Writes ``OUT/<release>/`` and ``OUT/scores.{json,csv}``.
 
+    ``OUT`` holds one submission's result and is replaced whole (:func:`craftmd.atomic.atomic_dir`):
+    an existing one only with ``overwrite``, and only when it is an earlier result (it has a
+    ``scores.json``).
+
     ``grading`` goes to :func:`craftmd.scoring.submission.submit` (graders, config, base_url,
     cache, progress). Returns the report (also written as ``scores.json``).
     """
@@ -40,26 +48,21 @@ def score_submission(
     from craftmd.scoring.submission import _slug, submit
 
     out_dir = Path(out_dir)
-    final = out_dir / f"submission-{_slug(model)}"
-    if (final.exists() or (out_dir / "scores.json").exists()) and not overwrite:
-        raise CraftMDError(f"{final} exists (pass --overwrite to replace it)")
-    made = [p for p in (out_dir, *out_dir.parents) if not p.exists()]  # removed again if nothing comes of it
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".score-", dir=out_dir))
+    release_id = f"submission-{_slug(model)}"
+    if len(release_id.encode()) > MAX_RELEASE_ID:
+        raise CraftMDError(f"--model {model[:40]!r}... is too long ({len(model)} characters): it names the release folder "
+                           f"{release_id[:40]}..., at most {MAX_RELEASE_ID} bytes; give a shorter name")
+    check_writable(out_dir, overwrite=overwrite, owns=OWNS)  # before validating and grading
+    made = [p for p in (out_dir.parent, *out_dir.parent.parents) if not p.exists()]  # removed again if nothing comes of it
     done = False
     try:
-        rel_path, v, records = submit(path, dataset_dir, model, stage, **grading)
-        report = submission_report(stage, dataset_dir, rel_path.name, v.summary(), records, B=B)
-        (stage / "scores.json").write_text(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-        pl.DataFrame(report["accuracy"]).write_csv(stage / "scores.csv")
-        if final.exists():
-            shutil.rmtree(final)
-        rel_path.replace(final)
-        (stage / "scores.json").replace(out_dir / "scores.json")
-        (stage / "scores.csv").replace(out_dir / "scores.csv")
+        with atomic_dir(out_dir, overwrite=overwrite, owns=OWNS) as stage:  # checked again at the swap: two runs never replace each other
+            rel_path, v, records = submit(path, dataset_dir, model, stage, **grading)
+            report = submission_report(stage, dataset_dir, rel_path.name, v.summary(), records, B=B)
+            (stage / "scores.json").write_text(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+            pl.DataFrame(report["accuracy"]).write_csv(stage / "scores.csv")
         done = True
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
         if not done:  # a refused submission leaves nothing behind, not even the folders made for it
             for p in made:
                 if p.is_dir() and not any(p.iterdir()):
@@ -74,9 +77,10 @@ def _score(args) -> int:
     answers, offline for FRQ; --grader to choose), and write OUT/submission-<model>/ (a release of kind
     submission, its grades in scores.parquet; copy it into the releases folder to show it on the leaderboard)
     and the report OUT/scores.json / scores.csv (accuracy with 95% bootstrap CIs per setting, format, grader
-    and specialty, with each grader's measured reliability). Unanswered cases are scored as wrong. Answers in
-    conversational settings (multiturn, singleturn, summarized, ...) without --conversations are shown on the
-    leaderboard as self-reported, never ranked. --schema prints the submission format's JSON Schema.
+    and specialty, with each grader's measured reliability). OUT holds one submission's result and is
+    replaced whole, only with --overwrite. Unanswered cases are scored as wrong. Answers in conversational
+    settings (multiturn, singleturn, summarized, ...) without --conversations are shown on the leaderboard as
+    self-reported, never ranked. --schema prints the submission format's JSON Schema.
     """
     from craftmd.scoring.submission import schema_text
 
@@ -89,8 +93,14 @@ def _score(args) -> int:
         args.submission, args.dataset, args.model, args.out, graders=args.grader, config=args.config,
         base_url=args.base_url, cache=args.cache, progress=not args.quiet, overwrite=args.overwrite, conversations=args.conversations,
     )  # fmt: skip
-    s = report["submission"]
-    print(f"scored {s['rows']} answers ({s['missing_answers']} missing, scored wrong) -> {Path(args.out) / report['release']}")
+    from craftmd.release import read_release
+
+    rel = Path(args.out) / report["release"]
+    counts = read_release(rel).manifest.counts
+    missing = counts.get("answers_by_status", {}).get("missing", 0)
+    empty = missing - counts.get("missing_answers", 0)
+    print(f"scored {counts['answers']} answers: {counts['answers'] - missing} answered, {missing} missing and scored wrong "
+          f"({counts.get('missing_answers', 0)} not in the submission, {empty} with an empty response) -> {rel}")
     for r in report["accuracy"]:
         if r.get("group_by") == "all":
             print(f"  {r['format']:8s} {r['grader']:14s} {r['setting']:12s} {r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]")

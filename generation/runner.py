@@ -32,6 +32,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from craftmd import CraftMDError
+from craftmd.atomic import check_writable
 from craftmd.models import Sampling, parse_name
 from craftmd.models.calls import CONVERSATION, Counts
 from craftmd.models.connect import CallSettings, Connections, check_names
@@ -157,8 +158,7 @@ def check_run(spec) -> None:
             raise CraftMDError("--budget must be more than 0 USD")
         if not spec.prices():
             raise CraftMDError("--budget needs --price (USD per million tokens) to know what the run costs")
-    if Path(spec.out).exists() and not spec.overwrite:
-        raise CraftMDError(f"{spec.out} exists (pass --overwrite to replace it)")
+    check_writable(spec.out, overwrite=spec.overwrite)  # exists without --overwrite, or cannot be written: said before the first call
 
 
 @dataclass

@@ -56,3 +56,18 @@ def real_model():
         yield server
     finally:
         server.stop()
+
+
+def frozen(release, names=("answers.parquet", "conversations.parquet")) -> dict:
+    """What generation (or ingest) wrote, which scoring must never rewrite: the files ``names`` (those
+    present) byte for byte, and the run record but for the scores file's own checksum (the one
+    entry of manifest.json that scoring updates)."""
+    import json
+    from pathlib import Path
+
+    release = Path(release)
+    out = {n: (release / n).read_bytes() for n in names if (release / n).exists()}
+    record = json.loads((release / "manifest.json").read_text())
+    record["files"].pop("scores.parquet", None)
+    out["manifest.json"] = record
+    return out

@@ -13,6 +13,7 @@ can check that a re-run over a full cache sent nothing. The model answers one re
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -59,10 +60,18 @@ def free_port() -> int:
 
 
 class RealModelServer:
+    """The model server, one process (group) per instance; every process it starts is stopped.
+
+    ``start()`` is idempotent (a running server is returned as it is), so ``with
+    RealModelServer().start():`` and ``with RealModelServer():`` both start one server and stop
+    it at the end; a server still running when the interpreter exits is stopped then (atexit),
+    and one that fails to come up is stopped before the error is raised.
+    """
+
     def __init__(self, python: Path | None = None, *, threads: int | None = None, log: Path | None = None,
-                 start_timeout: float = 180.0):
+                 start_timeout: float = 180.0, model_file: Path | None = None):
         self.python = python or llm_python()
-        self.model_file = find_gguf(self.python)
+        self.model_file = model_file or find_gguf(self.python)
         # llama.cpp's own default, half the cores: measured on 2 cores, 2 threads ran 1.8x slower than 1 when
         # anything else wanted a core (the test's client, other processes)
         self.threads = threads or max(1, (os.cpu_count() or 2) // 2)
@@ -75,25 +84,39 @@ class RealModelServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    def command(self) -> list[str]:
+        """The server's command line (on ``self.port``)."""
+        return [str(self.python), "-m", "llama_cpp.server", "--model", str(self.model_file), "--n_ctx", str(CONTEXT),
+                "--model_alias", ALIAS, "--host", "127.0.0.1", "--port", str(self.port), "--n_threads", str(self.threads)]
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def start(self) -> RealModelServer:
+        if self.running:
+            return self  # one server per instance, however often start() or __enter__ is called
         self.port = free_port()
-        cmd = [str(self.python), "-m", "llama_cpp.server", "--model", str(self.model_file), "--n_ctx", str(CONTEXT),
-               "--model_alias", ALIAS, "--host", "127.0.0.1", "--port", str(self.port), "--n_threads", str(self.threads)]
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the model server exited with {self.proc.returncode}: {self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as r:
-                    if ALIAS in [m["id"] for m in json.load(r)["data"]]:
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.25)
-        self.stop()
-        raise RuntimeError(f"the model server did not answer within {self.start_timeout:.0f} s: {self.log_tail()}")
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+        atexit.register(self.stop)  # whatever happens to the caller, the server goes with the interpreter
+        try:
+            deadline = time.monotonic() + self.start_timeout
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"the model server exited with {self.proc.returncode}: {self.log_tail()}")
+                try:
+                    with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as r:
+                        if ALIAS in [m["id"] for m in json.load(r)["data"]]:
+                            return self
+                except OSError:
+                    pass
+                time.sleep(0.25)
+            raise RuntimeError(f"the model server did not answer within {self.start_timeout:.0f} s: {self.log_tail()}")
+        except BaseException:  # a server that never came up (or a Ctrl-C while waiting) is stopped too
+            self.stop()
+            raise
 
     def chat_requests(self) -> int:
         """Chat requests the server has received so far (its access log)."""
@@ -104,16 +127,19 @@ class RealModelServer:
         return " | ".join(lines[-n:])
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        """Stop the server's whole process group (idempotent)."""
+        proc = self.proc
+        if proc is None:
             return
+        atexit.unregister(self.stop)
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(10)
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(10)
         except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        except ProcessLookupError:
-            pass
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        except ProcessLookupError:  # already gone (its group too)
+            proc.poll()
 
     def __enter__(self) -> RealModelServer:
         return self.start()

@@ -181,11 +181,13 @@ def test_scores_are_written_beside_the_release_and_a_rerun_is_byte_identical(rel
 
     rel = tmp_path / "gpt4v"
     shutil.copytree(releases / "gpt4v", rel)
-    before = {p.name: p.read_bytes() for p in rel.iterdir() if p.name != "scores.parquet"}
+    from conftest import frozen
+
+    before = frozen(rel)
     old = read_release(rel).scores_with_records()[0]
     assert H.stale(rel, dataset_dir)
     H.score_history(rel, dataset_dir, progress=False)
-    assert {p.name: p.read_bytes() for p in rel.iterdir() if p.name != "scores.parquet"} == before
+    assert frozen(rel) == before and sorted(p.name for p in rel.iterdir()) == ["answers.parquet", "conversations.parquet", "manifest.json", "scores.parquet"]
     r = read_release(rel)
     table, records = r.scores_with_records()
     hist = table.filter(pc.equal(table["scorer"], H.SCORER))

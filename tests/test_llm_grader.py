@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from craftmd import CraftMDError
-from craftmd.release import read_release, write_release
+from craftmd.release import read_release, write_release, write_scores
 from craftmd.scoring.grade import grade_release, stale_graders
 from craftmd.scoring.scorers import check_scorers
 from craftmd.scoring.llm_grader import load_prompts, parse_extraction, parse_judgement
@@ -61,9 +61,11 @@ def small_release(releases_dir, tmp_path):
     return out
 
 
-def _frozen(release) -> dict[str, bytes]:
-    """What generation (here: ingest) wrote, which grading must never rewrite."""
-    return {n: (release / n).read_bytes() for n in ("answers.parquet", "conversations.parquet", "manifest.json")}
+def _frozen(release) -> dict:
+    """What generation (here: ingest) wrote, which grading must never rewrite (the run record but for the scores' checksum)."""
+    from conftest import frozen
+
+    return frozen(release)
 
 
 def test_prompts_mirror_the_paper_examples():
@@ -193,10 +195,10 @@ def test_only_stale_graders_run_again(small_release, dataset_dir, tmp_path):
     edited = answers.row(int(i), named=True)
     answers = answers.with_columns(pl.when(pl.int_range(pl.len()) == i).then(pl.lit("Not sure.")).otherwise(pl.col("response")).alias("response"))
     # The answers change under the existing scores (their records name the old answers file).
-    old_scores = (small_release / "scores.parquet").read_bytes()
+    old_scores, old_records = rel.scores_with_records()
     tables = {"conversations": rel.table("conversations"), "answers": answers.to_arrow().cast(rel.table("answers").schema)}
     write_release(small_release, rel.manifest, tables, overwrite=True)
-    (small_release / "scores.parquet").write_bytes(old_scores)
+    write_scores(read_release(small_release), old_scores, old_records)
     assert stale_graders(small_release, dataset_dir, ["offline", "paper"]) == ["offline", "paper"]
     grade_release(small_release, dataset_dir, ["offline", "paper"], progress=False, only_stale=True)
     assert stale_graders(small_release, dataset_dir, ["offline", "paper"]) == []

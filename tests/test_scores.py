@@ -13,10 +13,11 @@ import pyarrow as pa
 import pytest
 
 from craftmd import CraftMDError
-from craftmd.release import SCHEMA_VERSION, Manifest, read_release, write_release, write_scores
+from craftmd.release import SCHEMA_VERSION, Manifest, read_release, sha256_file, write_release, write_scores
 from craftmd.scoring.scorers import ScoreRows, Verdict, rank_frq, scores_from_grades
 
 sys.path.insert(0, str(Path(__file__).parent))
+from conftest import frozen  # noqa: E402
 from loopback import LoopbackServer, text_of  # noqa: E402
 
 KEY = {"setting": "vignette", "format": "frq", "with_image": False}
@@ -80,7 +81,8 @@ def test_a_valid_scores_table_is_written_with_its_records(tmp_path):
     assert v["resolved"].to_list() == ["Psoriasis", None] and set(v["resolved_kind"]) == {"single"}
     rec = rel.scorer_records()["offline"]
     assert rec["table_sha256"] == "x" and rec["inputs"]["answers_sha256"] == rel.manifest.files["answers.parquet"]["sha256"]
-    assert "scores.parquet" not in rel.manifest.files  # scores are beside the frozen files, not among them
+    # The scores file is among the release's checksums, like every other file of it.
+    assert rel.manifest.files["scores.parquet"] == {"sha256": sha256_file(out / "scores.parquet"), "rows": 2}
 
 
 @pytest.mark.parametrize(
@@ -131,13 +133,19 @@ def test_write_scores_replaces_only_the_named_scorers(tmp_path):
     grades = [_grade(c, g, ok) for c in ("case_1", "case_2") for g, ok in (("offline", True), ("paper", False), ("upstream-gpt4", True))]
     out = write_release(tmp_path / "r", _manifest(), {"answers": _answers(ANSWERS)},
                         scores=(scores_from_grades(grades), {"offline": {"v": 1}, "paper": {"v": 1}, "upstream-gpt4": {"v": 1}}))  # fmt: skip
-    frozen = {n: (out / n).read_bytes() for n in ("answers.parquet", "manifest.json")}
+    frozen = {n: (out / n).read_bytes() for n in ("answers.parquet",)}
+    record = json.loads((out / "manifest.json").read_text())
     rel = read_release(out)
     before = rel.verdicts()
     # offline re-scored (case_2 now right), paper replaced by fewer rows; upstream-gpt4 untouched.
     new = scores_from_grades([_grade("case_1", "offline", True), _grade("case_2", "offline", True), _grade("case_1", "paper", True)])
     write_scores(rel, new, {"offline": {"v": 2}, "paper": {"v": 2}})
-    assert {n: (out / n).read_bytes() for n in frozen} == frozen  # conversations/answers/manifest never rewritten
+    assert {n: (out / n).read_bytes() for n in frozen} == frozen  # conversations/answers never rewritten
+    # The run record is as written, but for the scores file's own checksum.
+    now = json.loads((out / "manifest.json").read_text())
+    assert now["files"]["scores.parquet"]["sha256"] == sha256_file(out / "scores.parquet") != record["files"]["scores.parquet"]["sha256"]
+    assert {k: v for k, v in now.items() if k != "files"} == {k: v for k, v in record.items() if k != "files"}
+    assert {k: v for k, v in now["files"].items() if k != "scores.parquet"} == {k: v for k, v in record["files"].items() if k != "scores.parquet"}
     after = read_release(out)
     v = after.verdicts().sort("grader", "case_id")
     assert v.filter(pl.col("grader") == "offline")["correct"].to_list() == [True, True]
@@ -208,7 +216,7 @@ def test_an_llm_grader_never_grades_its_own_model_unless_allowed(llm_release, da
     from craftmd.scoring.grade import grade_release, self_graders
 
     path, _ = llm_release
-    frozen = {n: (path / n).read_bytes() for n in ("answers.parquet", "manifest.json")}
+    before = frozen(path)
     assert self_graders(read_release(path).manifest, ["offline", GRADER]) == [GRADER]
     with LoopbackServer(Responder()) as server:
         with pytest.raises(CraftMDError, match=r"grader llm:openai/loopback would grade its own model \(openai/loopback\).*--allow-self-grading"):
@@ -220,7 +228,7 @@ def test_an_llm_grader_never_grades_its_own_model_unless_allowed(llm_release, da
         assert server.calls > 0
     rec = read_release(path).scorer_records()
     assert rec[GRADER]["self_graded"] is True and "self_graded" not in rec["offline"]
-    assert {n: (path / n).read_bytes() for n in frozen} == frozen
+    assert frozen(path) == before
     # The board never ranks by a self-grader, however it was measured.
     assert rank_frq([GRADER, "offline"], self_graders={GRADER})[-1] == GRADER
     # The command line's --allow-self-grading does the same.

@@ -65,27 +65,34 @@ class RequestCache:
             raise CraftMDError(f"{self.path}: not a usable request cache ({exc})") from None
         self._lock = threading.Lock()
 
+    def _sql(self, sql: str, params: tuple = (), rows: str = "") -> list | tuple | None:
+        """Run one statement (``rows``: ``one`` or ``all`` to fetch); a damaged cache is one line naming the file."""
+        try:
+            with self._lock:
+                cur = self._db.execute(sql, params)
+                return cur.fetchone() if rows == "one" else cur.fetchall() if rows == "all" else None
+        except sqlite3.DatabaseError as exc:
+            damaged = not isinstance(exc, sqlite3.OperationalError) or "malformed" in str(exc)
+            hint = "; it is damaged: move it away (a new cache starts empty) or restore a copy" if damaged else ""
+            raise CraftMDError(f"{self.path}: request cache: {exc}{hint}") from None
+
     def get(self, key: str) -> Completion | None:
-        with self._lock:
-            row = self._db.execute("SELECT response FROM requests WHERE key = ?", (key,)).fetchone()
+        row = self._sql("SELECT response FROM requests WHERE key = ?", (key,), "one")
         return Completion.from_dict(json.loads(row[0])) if row else None
 
     def put(self, key: str, provider: str, model: str, request: str, completion: Completion) -> None:
         """Store ``completion`` for the request ``request_key`` gave as ``(key, request)``."""
-        with self._lock:
-            self._db.execute(
-                "INSERT OR IGNORE INTO requests (key, provider, model, request, response) VALUES (?, ?, ?, ?, ?)",
-                (key, provider, model, request, canonical(completion.to_dict())),
-            )
+        self._sql(
+            "INSERT OR IGNORE INTO requests (key, provider, model, request, response) VALUES (?, ?, ?, ?, ?)",
+            (key, provider, model, request, canonical(completion.to_dict())),
+        )
 
     def __len__(self) -> int:
-        with self._lock:
-            return self._db.execute("SELECT count(*) FROM requests").fetchone()[0]
+        return self._sql("SELECT count(*) FROM requests", (), "one")[0]
 
     def requests(self) -> list[dict]:
         """Every cached request as {provider, server, model, messages, sampling, response}."""
-        with self._lock:
-            rows = self._db.execute("SELECT provider, model, request, response FROM requests ORDER BY key").fetchall()
+        rows = self._sql("SELECT provider, model, request, response FROM requests ORDER BY key", (), "all")
         out = []
         for provider, model, req, resp in rows:
             r = json.loads(req)
