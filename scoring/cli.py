@@ -46,7 +46,7 @@ def _agreement(args):
     leaderboard page renders. With the pinned source (the default), every FRQ grader of the GPT-4 release
     (gpt4_1106) is also compared with the dermatologists' verdicts of upstream's grader validation.
     """
-    from craftmd.scoring.agreement import write_audit
+    from craftmd.analysis.agreement.graders import write_audit
     from craftmd.source import Source
 
     source = None if args.no_source else Source(args.source)

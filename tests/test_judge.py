@@ -432,7 +432,7 @@ def test_validity_aucs_are_the_judges_scores_against_the_dermatologists_labels(d
     """The rated conversations judged by a loopback judge (score from the transcript's length; some refused): each AUC is
     the Mann-Whitney AUC of the valid scores for the resolved labels, refusals are counted, the history AUCs stand beside."""
     from craftmd.scoring.history import auc
-    from craftmd.scoring.judge_validity import judge_validity, judge_validity_audit, rated_units
+    from craftmd.analysis.agreement.judge_validity import judge_validity, judge_validity_audit, rated_units
 
     def length_judge(request):
         p = request["messages"][0]["content"]
@@ -484,7 +484,7 @@ def test_review_sheet_round_trip_and_agreement(tmp_path, server):
                           "--dimensions", "final diagnosis"], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr
     again = tmp_path / "again.xlsx"
-    from craftmd.scoring.rubric_review import export_rubric_review, import_rubric_review
+    from craftmd.analysis.agreement.rubric_review import export_rubric_review, import_rubric_review
 
     export_rubric_review([rel], again, n=2, seed=15, dimensions=["final diagnosis"])
     assert again.read_bytes() == sheet.read_bytes()  # same inputs, same bytes
@@ -552,7 +552,7 @@ def test_the_page_lists_the_judges_validity_beside_the_history_metrics(tmp_path)
     from craftmd.analysis.page import context, write_page
     from craftmd.analysis.tables import compute
     from craftmd.release import write_scores
-    from craftmd.scoring.judge_validity import COMPOSITES, judge_validity_audit, page_measures
+    from craftmd.analysis.agreement.judge_validity import COMPOSITES, judge_validity_audit, page_measures
 
     data = _dataset(tmp_path)
     rels = tmp_path / "releases"
