@@ -212,15 +212,4 @@ def page_section(r: Rubric | None) -> dict | None:
     return {"meta_categories": list(META_CATEGORIES), "rows": rows, "B": r.B, "seed": r.seed}
 
 
-def analyse_rubric(releases_dir: Path | str, out: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, figures: bool = True) -> Rubric:
-    """Tables (and figures) of the rubric judge's scores of every release under ``releases_dir``."""
-    from craftmd.release import find_releases
-
-    r = rubric(find_releases(releases_dir), B=B, seed=seed)
-    write_tables(r, Path(out))
-    if figures:
-        write_figures(r, Path(out) / "figures")
-    return r
-
-
-__all__ = ["rubric", "judge_scores", "conversation_scores", "write_tables", "write_figures", "page_section", "analyse_rubric", "Rubric"]
+__all__ = ["rubric", "judge_scores", "conversation_scores", "write_tables", "write_figures", "page_section", "Rubric"]

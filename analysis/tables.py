@@ -145,6 +145,10 @@ def analyse(releases_dir: Path | str, dataset_dir: Path | str, out_dir: Path | s
 
         t = time.perf_counter()
         write_figures(a, out / "figures")
+        if a.rubric is not None:
+            from .rubric import write_figures as write_rubric_figures
+
+            write_rubric_figures(a.rubric, out / "figures")
         a.timings["figures_s"] = time.perf_counter() - t
     return a
 

@@ -6,7 +6,8 @@ kinds it records, the variant keys its scores carry, and the scorers and metrics
 it. A release's run record names its task; the release contract checks the release's
 settings, formats and conversation kinds against it, and analysis reads its metrics.
 
-Adding a protocol is adding a task file here (registered with :func:`register`) and its
+Adding a protocol is adding a task file here (registered with :func:`register`), naming it in
+:mod:`craftmd.tasks.builtin` (whose :func:`~craftmd.tasks.builtin.get_task` looks tasks up) and its
 scorers (:mod:`craftmd.scoring.scorers`).
 """
 
@@ -94,15 +95,4 @@ def register(task: Task) -> Task:
     return TASKS.register(task.name, task)
 
 
-def get_task(name: str) -> Task:
-    _load_builtin()
-    return TASKS.lookup(name)
-
-
-def _load_builtin() -> None:
-    from . import diagnosis  # noqa: F401  (registers the CRAFT-MD task)
-    from . import consultation  # noqa: F401  (registers the consultation task)
-    from . import encounters  # noqa: F401  (registers the patient-led encounters task)
-
-
-__all__ = ["Task", "Table", "Experiment", "TASKS", "register", "get_task", "parse_matrix"]
+__all__ = ["Task", "Table", "Experiment", "TASKS", "register", "parse_matrix"]
