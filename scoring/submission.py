@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file, load_config
-from craftmd.release import ANSWERS_SCHEMA, Manifest, write_release
+from craftmd.release import ANSWERS_SCHEMA, RunRecord, write_release
 
 MAX_PROBLEMS = 20
 MAX_RESPONSE_CHARS = 20_000
@@ -291,7 +291,7 @@ def submit(
 
     if config_file(dataset_dir, config).exists():
         ds_sha = sha256_file(config_file(dataset_dir, config))
-    manifest = Manifest(
+    manifest = RunRecord(
         release=release_id,
         kind="submission",
         model=model,

@@ -12,7 +12,7 @@ import pytest
 
 from craftmd import CraftMDError
 from craftmd.cli import main as cli_main
-from craftmd.release import Manifest, conform_scores, write_release
+from craftmd.release import RunRecord, conform_scores, write_release
 from craftmd.analysis.agreement import expert, review
 from craftmd.scoring.scorers import scores_from_grades
 
@@ -53,7 +53,7 @@ def world(tmp_path_factory):
                     grades.append({**key, "setting": "multiturn", "format": "frq", "grader": "upstream-gpt4",
                                    "resolved": f"disease {n}", "resolved_kind": "single", "correct": verdict(n, t, model), "detail": None})  # fmt: skip
         tables = {"conversations": pa.Table.from_pylist(conv), "answers": pa.Table.from_pylist(ans)}
-        manifest = Manifest(release=model, kind="generated", model=f"openai/{model}", source={})
+        manifest = RunRecord(release=model, kind="generated", model=f"openai/{model}", source={})
         write_release(rels / model, manifest, tables, scores=(scores_from_grades(grades), {"upstream-gpt4": {}}))
     return {"dataset": root / "data", "releases": rels}
 
