@@ -431,7 +431,7 @@ def test_profiles_match_a_hand_computation(tmp_path):
 def test_validity_aucs_are_the_judges_scores_against_the_dermatologists_labels(dataset_dir, source):
     """The rated conversations judged by a loopback judge (score from the transcript's length; some refused): each AUC is
     the Mann-Whitney AUC of the valid scores for the resolved labels, refusals are counted, the history AUCs stand beside."""
-    from craftmd.scoring.history import auc
+    from craftmd.analysis.agreement.history_validity import auc
     from craftmd.analysis.agreement.judge_validity import judge_validity, judge_validity_audit, rated_units
 
     def length_judge(request):

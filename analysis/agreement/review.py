@@ -2,7 +2,7 @@
 
 ``export_review`` samples conversations from one or more releases (stratified per model ×
 dataset, single-diagnosis cases first, as the paper did) into an .xlsx workbook with the
-questions of ``prompts/review_questions.json`` as answer columns, one column set per rater
+questions of ``review_questions.json`` as answer columns, one column set per rater
 (``r1:``, ``r2:``) for dual annotation, and a hidden ``key`` sheet holding the grader's
 verdict on each conversation (hidden so raters answer blind).
 
@@ -46,7 +46,7 @@ from craftmd import CraftMDError
 from craftmd.atomic import atomic_write_bytes, atomic_write_json
 from craftmd.scoring.judge import transcript
 
-QUESTIONS_FILE = Path(__file__).resolve().parent / "prompts" / "review_questions.json"
+QUESTIONS_FILE = Path(__file__).resolve().parent / "review_questions.json"
 FORMAT = "craftmd-expert-review"
 REVIEW_SHEET, KEY_SHEET, INSTRUCTIONS_SHEET = "review", "key", "instructions"
 INFO_COLUMNS = ["review_id", "model", "release", "dataset", "case_id", "trial", "vignette", "conversation", "final_diagnosis", "correct_answer"]
