@@ -77,7 +77,8 @@ def _meld(args: argparse.Namespace) -> int:
     memorised. Writes OUT/scores.parquet (per case: meld_similarity, meld_flagged), OUT/summary.json and
     OUT/similarity_hist.png.
     """
-    from craftmd.scoring.meld import DEFAULT_CONFIGS, read_summary, run_meld, write_meld_audit
+    from craftmd.analysis.meld import write_meld_audit
+    from craftmd.scoring.meld import DEFAULT_CONFIGS, read_summary, run_meld
 
     out = run_meld(
         args.dataset, args.model, args.out, base_url=args.base_url, configs=tuple(args.configs or DEFAULT_CONFIGS),

@@ -20,7 +20,6 @@ reported and scored as wrong, never skipped.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -32,6 +31,7 @@ import pyarrow.parquet as pq
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file, load_config
+from craftmd.registry import slug
 from craftmd.release import ANSWERS_SCHEMA, RunRecord, write_release
 
 MAX_PROBLEMS = 20
@@ -232,7 +232,7 @@ def validate_submission(path: Path | str, dataset_dir: Path | str, *, config: st
 
 
 def _slug(name: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
+    s = slug(name, "-")
     if not s:
         raise CraftMDError(f"model name {name!r} gives an empty release id")
     return s
