@@ -89,7 +89,7 @@ def builder_sha256() -> str:
     import hashlib
 
     here = Path(__file__).resolve().parent
-    files = sorted(here.glob("*.py")) + [here.parent / "cards" / "dataset_card.md", here.parent / "cards" / "render.py"]
+    files = sorted(here.glob("*.py")) + [here.parent / "cards" / "dataset_card.md.j2", here.parent / "cards" / "render.py"]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
