@@ -858,36 +858,29 @@ def summarise(inp: ReviewInput, case_labels: dict[tuple[str, int], dict] | None 
     return out
 
 
+#: The audit's tables of lists: (results key, table name, column -> field).
+_LISTED = (
+    ("interrater", "Inter-rater agreement (first two raters)",
+     {"question": "question", "model": "model", "both rated": "n", "agreement %": "agreement_pct", "Cohen's kappa": "kappa",
+      "disagreements": "disagreements", "tie-broken": "tiebroken", "unresolved": "unresolved"}),
+    ("shares", "Share answered yes (after tie-breaks)",
+     {"model": "model", "question": "question", "conversations": "n", "yes": "yes", "share %": "share_pct", "unresolved": "unresolved"}),
+)  # fmt: skip
+#: The audit's tables of figures: (results key, table name).
+_FIGURES = (("grader_vs_expert", "Grader-AI vs experts (per conversation)"),
+            ("grader_counts", "Grader-AI vs dermatologists (correct trials per case, 0–5)"))
+
+
 def review_audit(results: dict, *, audit_id: str = "expert-review", title: str = "Expert review", intro: str = "") -> dict:
     """The audit dict (leaderboard) of :func:`summarise`'s results."""
     tables = []
-    if results.get("interrater"):
-        tables.append({
-            "name": "Inter-rater agreement (first two raters)",
-            "columns": ["question", "model", "both rated", "agreement %", "Cohen's kappa", "disagreements", "tie-broken", "unresolved"],
-            "rows": [[r["question"], r["model"], r["n"], r["agreement_pct"], r["kappa"], r["disagreements"], r["tiebroken"], r["unresolved"]]
-                     for r in results["interrater"]],
-        })  # fmt: skip
-    if results.get("shares"):
-        tables.append({
-            "name": "Share answered yes (after tie-breaks)",
-            "columns": ["model", "question", "conversations", "yes", "share %", "unresolved"],
-            "rows": [[r["model"], r["question"], r["n"], r["yes"], r["share_pct"], r["unresolved"]] for r in results["shares"]],
-        })  # fmt: skip
-    gv = results.get("grader_vs_expert")
-    if gv:
-        tables.append({
-            "name": "Grader-AI vs experts (per conversation)",
-            "columns": ["metric", "value"],
-            "rows": [[k, ", ".join(v) if isinstance(v, list) else v] for k, v in gv.items()],
-        })  # fmt: skip
-    gc = results.get("grader_counts")
-    if gc:
-        tables.append({
-            "name": "Grader-AI vs dermatologists (correct trials per case, 0–5)",
-            "columns": ["metric", "value"],
-            "rows": [[k, v] for k, v in gc.items()],
-        })  # fmt: skip
+    for key, name, columns in _LISTED:  # rows of results[key], one column per field
+        if results.get(key):
+            tables.append({"name": name, "columns": list(columns), "rows": [[r[f] for f in columns.values()] for r in results[key]]})
+    for key, name in _FIGURES:  # one row per figure of results[key]
+        if results.get(key):
+            rows = [[k, ", ".join(v) if isinstance(v, list) else v] for k, v in results[key].items()]
+            tables.append({"name": name, "columns": ["metric", "value"], "rows": rows})
     qs = "; ".join(f"{k}: {v}" for k, v in results.get("questions", {}).items())
     desc = "\n\n".join(x for x in (intro, f"Questions — {qs}" if qs else "") if x)
     return {"id": audit_id, "title": title, "description": desc, "tables": tables, "figures": [], "data": results}
