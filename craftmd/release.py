@@ -42,8 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from craftmd import CraftMDError, __version__
 from craftmd.atomic import atomic_dir, atomic_write_bytes, sha256_file
-from craftmd.tasks import Task
-from craftmd.tasks.builtin import get_task
+from craftmd.tasks import Task, get_task
 from craftmd.tasks.diagnosis import TASK as _CRAFTMD
 
 if TYPE_CHECKING:

@@ -19,8 +19,7 @@ from craftmd import CraftMDError
 from craftmd.metrics import METRICS, Metric, register as register_metric
 from craftmd.release import RunRecord, read_release, write_release
 from craftmd.scoring.scorers import SCORERS, Scorer, register_scorer
-from craftmd.tasks import TASKS, Experiment, Task, register
-from craftmd.tasks.builtin import get_task
+from craftmd.tasks import TASKS, Experiment, Task, get_task, register
 
 TOY = Task(
     name="toy",
