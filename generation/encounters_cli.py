@@ -1,4 +1,4 @@
-"""``craftmd encounters``: MedPI-style patient-led encounters (registered by craftmd.cli).
+"""``craftmd encounters``: MedPI-style patient-led encounters (registered by craftmd.commands.cli).
 
 ``craftmd encounters build`` writes the patient packets (the ``medpi`` dataset's ``packets``
 config); ``craftmd encounters generate`` runs the encounters of a doctor model with the AI
@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from craftmd.cli import add_call_arguments, add_cases_argument, add_dataset_argument, add_quiet_argument, command
+from craftmd.commands.cli import add_call_arguments, add_cases_argument, add_dataset_argument, add_quiet_argument, command
 
 
 def _list(text: str) -> list[str]:
@@ -87,7 +87,7 @@ def run_generate(args) -> int:
     the hard cap is --max-messages; a closure classifier labels every ending. Every request is cached,
     so a killed run resumes and a re-run makes no call.
     """
-    from craftmd.cli import check_base_url
+    from craftmd.commands.cli import check_base_url
 
     from .encounters import EncounterSpec, generate_encounters
 

@@ -11,7 +11,7 @@ duplicate row, an oversized response. Nothing is graded or written unless it pas
 
 :func:`submit` turns a valid submission into a release of kind ``submission`` (the common
 schema, its grades in ``scores.parquet``, so the leaderboard shows it next to the others);
-``craftmd score`` (:mod:`craftmd.submit`) adds the accuracy report beside it.
+``craftmd score`` (:mod:`craftmd.commands.submit`) adds the accuracy report beside it.
 Every case of the chosen dataset config that the submission leaves unanswered, for each
 (setting, format, trial) it answers, becomes an answer row with status ``missing``: it is
 reported and scored as wrong, never skipped.

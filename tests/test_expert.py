@@ -9,7 +9,7 @@ import openpyxl
 import pytest
 
 from craftmd import CraftMDError
-from craftmd.cli import main as cli_main
+from craftmd.commands.cli import main as cli_main
 from craftmd.analysis.agreement import expert, review
 
 FILES = [*expert.AGENT_FILES, expert.GRADER_FILE]

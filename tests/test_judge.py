@@ -45,7 +45,7 @@ def test_catalog_has_the_papers_counts_and_fields():
 
 
 def test_catalog_command_prints_json_lines():
-    out = subprocess.run([sys.executable, "-m", "craftmd.cli", "judge", "--catalog"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "craftmd.commands.cli", "judge", "--catalog"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     rows = [json.loads(x) for x in out.stdout.splitlines()]
     assert len(rows) == 105
@@ -480,7 +480,7 @@ def test_review_sheet_round_trip_and_agreement(tmp_path, server):
     rel = make_release(tmp_path)
     run_judge(rel, server, "dimension", models=("judge-a", "judge-b"))
     sheet = tmp_path / "review.xlsx"
-    out = subprocess.run([sys.executable, "-m", "craftmd.cli", "judge-review", "export", str(rel), "--out", str(sheet), "--n", "2",
+    out = subprocess.run([sys.executable, "-m", "craftmd.commands.cli", "judge-review", "export", str(rel), "--out", str(sheet), "--n", "2",
                           "--dimensions", "final diagnosis"], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr
     again = tmp_path / "again.xlsx"
@@ -652,7 +652,7 @@ def test_the_record_holds_the_served_model_and_an_alias_is_warned_about(tmp_path
 def test_a_current_judgement_is_not_redone_unless_overwritten_and_a_changed_input_is_stale(tmp_path, server, capsys, monkeypatch):
     import dataclasses
 
-    from craftmd.cli import main
+    from craftmd.commands.cli import main
 
     rel = make_release(tmp_path)
     cache = tmp_path / "cache.sqlite"

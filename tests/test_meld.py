@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from craftmd import CraftMDError
-from craftmd.cli import main as cli_main
+from craftmd.commands.cli import main as cli_main
 from craftmd.scoring import meld
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from craftmd import CraftMDError
-from craftmd.cli import main as cli_main
+from craftmd.commands.cli import main as cli_main
 from craftmd.release import RunRecord, conform_scores, write_release
 from craftmd.analysis.agreement import expert, review
 from craftmd.scoring.scorers import scores_from_grades

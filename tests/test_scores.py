@@ -204,7 +204,7 @@ def llm_release(dataset_dir, tmp_path):
 
 
 def test_an_llm_grader_never_grades_its_own_model_unless_allowed(llm_release, dataset_dir, capsys):
-    from craftmd.cli import main
+    from craftmd.commands.cli import main
     from craftmd.scoring.grade import grade_release, self_graders
 
     path, _ = llm_release

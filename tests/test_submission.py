@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from craftmd.cli import main
+from craftmd.commands.cli import main
 from craftmd.release import FORMATS, SETTINGS, find_releases, read_release
 from craftmd.scoring.submission import MAX_PROBLEMS, MAX_RESPONSE_CHARS, SubmissionError, schema, validate_submission
 
@@ -206,7 +206,7 @@ def test_submission_error_lists_problems(tmp_path, dataset_dir):
 
 def test_top3_and_mcq_many_are_graded(tmp_path, dataset_dir):
     from craftmd.dataset import load_config
-    from craftmd.submit import score_submission
+    from craftmd.commands.submit import score_submission
 
     ds = load_config(dataset_dir, "derm_public").head(3)
     rows = []

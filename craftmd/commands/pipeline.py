@@ -16,7 +16,7 @@ from pathlib import Path
 from craftmd import CraftMDError
 from craftmd.analysis.bootstrap import DEFAULT_B, DEFAULT_SEED
 from craftmd.atomic import atomic_dir
-from craftmd.cli import add_dataset_argument, add_quiet_argument, add_source_argument, command
+from craftmd.commands.cli import add_dataset_argument, add_quiet_argument, add_source_argument, command
 from craftmd.release import find_releases
 
 

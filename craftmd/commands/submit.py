@@ -18,7 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from craftmd import CraftMDError
-from craftmd.cli import add_dataset_argument, add_quiet_argument, command
+from craftmd.commands.cli import add_dataset_argument, add_quiet_argument, command
 
 
 def score_submission(

@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from craftmd.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, add_source_argument, command
+from craftmd.commands.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, add_source_argument, command
 
 
 def register_audits(sub) -> None:
