@@ -1,15 +1,15 @@
-"""Subcommands of craftmd.analysis (registered by craftmd.cli): analyse.
+"""Subcommands of craftmd.analysis (registered by craftmd.commands.cli): analyse.
 
 Analysis only reads releases; the main job that builds, ingests and grades first is
-``craftmd leaderboard`` (:mod:`craftmd.pipeline`), and ``craftmd ingest`` is
-:mod:`craftmd.ingest_cli`.
+``craftmd leaderboard`` (:mod:`craftmd.commands.pipeline`), and ``craftmd ingest`` is
+:mod:`craftmd.commands.ingest`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from craftmd.cli import add_dataset_argument, command
+from craftmd.commands.cli import add_dataset_argument, command
 
 
 def _analyse(args) -> int:

@@ -227,10 +227,6 @@ def write_figures(a, out: Path) -> list[Path]:
                       history_coverage_accuracy(v, out / "history_coverage_accuracy.png"),
                       history_complexity(v, out / "history_complexity.png")) if p is not None),
     ] if v.models else []  # fmt: skip
-    if getattr(v.a, "rubric", None) is not None:
-        from .rubric import write_figures as rubric_figures
-
-        paths += rubric_figures(v.a.rubric, out)
     return paths
 
 

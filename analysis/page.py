@@ -249,7 +249,7 @@ def _audit_table(audits: list[dict], audit_id: str, name_prefix: str) -> list[di
 def _judge_validity(audits: list[dict]) -> dict | None:
     """The rubric judge's information-gathering and diagnosis measures against the dermatologists' Q2 and Q1 labels
     (the judge-validity audit, ``craftmd judge --validity``): per measure, both AUCs with their CIs, and the judge's name."""
-    from craftmd.scoring.judge_validity import AUDIT_ID, TABLE, page_measures
+    from craftmd.analysis.agreement.judge_validity import AUDIT_ID, TABLE, page_measures
 
     rows = [r for r in _audit_table(audits, AUDIT_ID, TABLE) if r.get("source") != "history"]
     if not rows:
@@ -334,7 +334,7 @@ def _frq_preference() -> list[dict]:
 def _grader_reliability(v: View, audits: list[dict]) -> list[dict]:
     """Each FRQ grader's measured agreement with the references: the recorded GPT-4 grader-AI (held-out
     answers) and the dermatologists (upstream's grader validation), from the grader-agreement audit."""
-    from craftmd.scoring.agreement import AUDIT_ID, GRADER, REFERENCE
+    from craftmd.analysis.agreement.graders import AUDIT_ID, GRADER, REFERENCE
     from craftmd.scoring.scorers import rank_frq
 
     data = next((a.get("data") or {} for a in audits if a.get("id") == AUDIT_ID), {})

@@ -35,9 +35,9 @@ def reliability(grader: str) -> str:
     if grader in ("paper", "strict"):
         return "MCQ rule (deterministic; see craftmd.scoring.mcq)"
     if grader == "offline":
-        from craftmd.scoring.agreement import measured_agreement
+        from craftmd.scoring.measured import recorded_agreement
 
-        rec = measured_agreement()
+        rec = recorded_agreement()
         if rec is None:
             return "offline FRQ grader: agreement with the recorded GPT-4 grader-AI not measured for this table version"
         h = rec["overall"]["held-out"]

@@ -26,6 +26,7 @@ import polars as pl
 
 from craftmd.scoring.judge import METRIC, pick_scorer
 
+from .escape import csv_safe
 from .bootstrap import DEFAULT_B, DEFAULT_SEED, Resampler
 
 CONVERSATION = ["case_id", "trial", "conversation", "with_image"]
@@ -127,8 +128,6 @@ def write_tables(r: Rubric, out: Path) -> list[Path]:
     tables = Path(out) / "tables"
     tables.mkdir(parents=True, exist_ok=True)
     paths = [tables / "rubric.csv", tables / "rubric_raw.csv"]
-    from .tables import csv_safe
-
     csv_safe(r.table).write_csv(paths[0])
     csv_safe(r.raw).write_csv(paths[1])
     return paths
@@ -214,15 +213,4 @@ def page_section(r: Rubric | None) -> dict | None:
     return {"meta_categories": list(META_CATEGORIES), "rows": rows, "B": r.B, "seed": r.seed}
 
 
-def analyse_rubric(releases_dir: Path | str, out: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, figures: bool = True) -> Rubric:
-    """Tables (and figures) of the rubric judge's scores of every release under ``releases_dir``."""
-    from craftmd.release import find_releases
-
-    r = rubric(find_releases(releases_dir), B=B, seed=seed)
-    write_tables(r, Path(out))
-    if figures:
-        write_figures(r, Path(out) / "figures")
-    return r
-
-
-__all__ = ["rubric", "judge_scores", "conversation_scores", "write_tables", "write_figures", "page_section", "analyse_rubric", "Rubric"]
+__all__ = ["rubric", "judge_scores", "conversation_scores", "write_tables", "write_figures", "page_section", "Rubric"]

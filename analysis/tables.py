@@ -2,7 +2,7 @@
 
 :func:`compute` runs the named queries over every graded release; :func:`analyse` also writes
 the tables and figures. The main job that builds, ingests and grades before this is
-:mod:`craftmd.pipeline`.
+:mod:`craftmd.commands.pipeline`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import polars as pl
 from craftmd import CraftMDError
 from craftmd.release import Release, find_releases
 
+from .escape import csv_safe
 from . import runner
 from .bootstrap import DEFAULT_B, DEFAULT_SEED
 from .history import history_tables
@@ -117,22 +118,6 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
                     judged if judged.table.height else None)  # fmt: skip
 
 
-#: Columns whose text is a name someone chose (a release folder, ``--model``, a display name): in a CSV such a cell
-#: that a spreadsheet would read as a formula is neutralised (:func:`csv_safe`).
-NAME_COLUMNS = ("release", "model", "display", "model_a", "model_b", "a", "b")
-#: What a spreadsheet takes for the start of a formula (OWASP, CSV injection): = + - @ tab, carriage return.
-FORMULA_START = r"^[=+\-@\t\r]"
-
-
-def csv_safe(df: pl.DataFrame) -> pl.DataFrame:
-    """``df`` with every name cell (:data:`NAME_COLUMNS`) that starts like a formula prefixed with ``'`` (OWASP's advice),
-    so a spreadsheet shows it as text; other cells, and names that start otherwise, as they are."""
-    cols = [c for c in NAME_COLUMNS if c in df.columns and df.schema[c] == pl.String]
-    return df.with_columns(
-        pl.when(pl.col(c).str.contains(FORMULA_START)).then(pl.lit("'") + pl.col(c)).otherwise(pl.col(c)).alias(c) for c in cols
-    ) if cols else df
-
-
 def write_tables(a: Analysis, out: Path) -> list[Path]:
     tables = out / "tables"
     tables.mkdir(parents=True, exist_ok=True)
@@ -168,6 +153,10 @@ def analyse(releases_dir: Path | str, dataset_dir: Path | str, out_dir: Path | s
 
         t = time.perf_counter()
         write_figures(a, out / "figures")
+        if a.rubric is not None:
+            from .rubric import write_figures as write_rubric_figures
+
+            write_rubric_figures(a.rubric, out / "figures")
         a.timings["figures_s"] = time.perf_counter() - t
     return a
 
@@ -195,4 +184,4 @@ def read_audits(audits_dir: Path | None) -> list[dict]:
     return audits
 
 
-__all__ = ["analyse", "compute", "write_tables", "csv_safe", "read_audits", "prepared_connection", "Analysis"]
+__all__ = ["analyse", "compute", "write_tables", "read_audits", "prepared_connection", "Analysis"]

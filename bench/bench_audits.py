@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from loopback import LoopbackServer  # noqa: E402
 
 from craftmd.scoring import meld  # noqa: E402
-from craftmd.scoring.expert import upstream_expert_results  # noqa: E402
+from craftmd.analysis.agreement.expert import upstream_expert_results  # noqa: E402
 from craftmd.source import Source  # noqa: E402
 
 CONFIGS = {"medqa_usmle": "MedQA_USMLE", "derm_public": "dermatology_public", "derm_private": "dermatology_private"}

@@ -28,7 +28,8 @@ from pathlib import Path
 import polars as pl
 
 from craftmd.release import find_releases
-from craftmd.scoring.agreement import RECORD, agreement_record, grader_agreement_audit
+from craftmd.analysis.agreement.graders import agreement_record, grader_agreement_audit
+from craftmd.scoring.measured import AGREEMENT_RECORD as RECORD
 from craftmd.scoring.grade import grade_release, load_cases
 from craftmd.scoring.offline import OfflineGrader
 from craftmd.source import Source
@@ -54,7 +55,7 @@ def prepare(data: Path, releases: Path, tmp: Path) -> tuple[Path, Path]:
 def extraction_agreement(releases: Path, data: Path) -> None:
     """Step 1 alone: how often the offline extraction's kind (single/multiple/none) is the recorded grader-AI's."""
     from craftmd.dataset import load_config
-    from craftmd.scoring.agreement import held_out
+    from craftmd.scoring.measured import held_out
 
     src = dict(load_config(data, "all").select("case_id", "source").iter_rows())
     keys = ["case_id", "trial", "setting", "with_image"]

@@ -1,34 +1,34 @@
-"""Rendering cards: a YAML header (written by huggingface_hub) over a markdown template.
+"""Rendering the dataset cards: a YAML header (written by huggingface_hub) over a markdown template.
 
-Templates are ``cards/<name>.md`` with ``$placeholders`` (:class:`string.Template`);
-every placeholder must be given, so a card never ships with a hole in it.
+Templates are ``cards/<name>.md.j2`` (Jinja2, the engine of the leaderboard's templates too), rendered
+with every name required (``StrictUndefined``), so a card never ships with a hole in it.
 """
 
 from __future__ import annotations
 
-from importlib import resources
-from pathlib import Path
-from string import Template
+from functools import cache
 
+import jinja2
 from huggingface_hub import DatasetCard, DatasetCardData
 
 from craftmd import CraftMDError
 
 
-def template(name: str) -> Template:
-    """The card template ``cards/<name>.md``."""
-    path = Path(str(resources.files("craftmd.cards") / f"{name}.md"))
-    if not path.exists():
-        raise CraftMDError(f"no card template {name!r} at {path}")
-    return Template(path.read_text(encoding="utf-8"))
+@cache
+def environment() -> jinja2.Environment:
+    """The card templates of ``cards/`` (markdown: no escaping; an undefined name is an error)."""
+    return jinja2.Environment(loader=jinja2.PackageLoader("craftmd.cards", ""), undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True, autoescape=False)  # fmt: skip
 
 
 def render_body(name: str, context: dict) -> str:
-    """Fill a template; a missing placeholder is an error naming it."""
+    """Fill ``cards/<name>.md.j2``; a missing template or value is a one-line error naming it."""
     try:
-        return template(name).substitute({k: str(v) for k, v in context.items()})
-    except KeyError as exc:
-        raise CraftMDError(f"card template {name!r}: no value for ${exc.args[0]}") from None
+        return environment().get_template(f"{name}.md.j2").render(context)
+    except jinja2.TemplateNotFound:
+        raise CraftMDError(f"no card template {name!r} (cards/{name}.md.j2)") from None
+    except jinja2.UndefinedError as exc:
+        raise CraftMDError(f"card template {name!r}: {exc.message}") from None
 
 
 def render_card(name: str, context: dict, data: DatasetCardData) -> str:
@@ -36,3 +36,6 @@ def render_card(name: str, context: dict, data: DatasetCardData) -> str:
     body = render_body(name, context)
     card = DatasetCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
     return str(card)
+
+
+__all__ = ["render_card", "render_body", "environment"]

@@ -2,36 +2,20 @@
 
 The folder is a Hugging Face dataset repo: ``{config}/{split}-00000-of-00001.parquet``
 per config plus a ``README.md`` card. ``datasets.load_dataset(DIR, CONFIG)`` reads it;
-inside the package we read the parquet directly (same bytes, no arrow cache).
+inside the package we read the parquet directly (same bytes, no arrow cache):
+:func:`craftmd.samples.config_file` and :func:`craftmd.samples.load_config`, re-exported here.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import polars as pl
-
-from craftmd import CraftMDError
-
-from craftmd.samples import CRAFTMD
+from craftmd.samples import CRAFTMD, config_file, load_config  # noqa: F401  (reading a config lives with the dataset registry)
 
 SPLIT = CRAFTMD.split
 CONFIGS = CRAFTMD.config_names
 #: The configs of text cases (every sample config but the image cases).
 TEXT_CONFIGS = tuple(c for c in CRAFTMD.sample_configs() if c != "nejm_image")
-
-
-def config_file(dataset_dir: Path | str, config: str, split: str = SPLIT) -> Path:
-    return Path(dataset_dir) / config / f"{split}-00000-of-00001.parquet"
-
-
-def load_config(dataset_dir: Path | str, config: str = "all") -> pl.DataFrame:
-    """One config of a built dataset as a polars DataFrame."""
-    CRAFTMD.config(config)  # an unknown config is a one-line error
-    path = config_file(dataset_dir, config)
-    if not path.exists():
-        raise CraftMDError(f"{dataset_dir}: no config {config!r} (expected {path}); run `craftmd build` first")
-    return pl.read_parquet(path)
 
 
 def dataset_fingerprint(dataset_dir: Path | str, configs: tuple[str, ...]) -> str:

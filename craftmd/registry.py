@@ -7,11 +7,21 @@ known ones.
 
 from __future__ import annotations
 
+import re
 from typing import Generic, TypeVar
 
 from craftmd import CraftMDError
 
 T = TypeVar("T")
+
+
+def slug(text: str, sep: str = "_", *, lower: bool = False) -> str:
+    """``text`` as a name for ids and files: every run of other characters than letters, digits, ``.``, ``_`` and ``-``
+    (with ``lower``: than lowercase letters and digits, after lowercasing) becomes one ``sep``; ``sep`` and ``.`` are
+    stripped from the ends. Release ids, audit ids and rubric dimension ids are made by it."""
+    if lower:
+        return re.sub(r"[^a-z0-9]+", sep, text.lower()).strip(sep + ".")
+    return re.sub(r"[^A-Za-z0-9._-]+", sep, text).strip(sep + ".")
 
 
 class Registry(Generic[T], dict):

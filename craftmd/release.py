@@ -66,12 +66,8 @@ CONVERSATIONS = _CRAFTMD.conversations
 ENDINGS = ("final_diagnosis", "no_question", "max_turns", "refusal", "error")
 #: What became of an answer request.
 ANSWER_STATUS = ("ok", "missing", "non_text", "refusal", "error")
-#: What a grader resolved an answer to (kept in a ``correct`` score's detail).
-RESOLVED_KINDS = ("single", "multiple", "none")
 #: Whether a score was produced: ``ok`` (value set) or ``error`` (value null, detail says why).
 SCORE_STATUS = ("ok", "error")
-#: Release kinds.
-KINDS = ("upstream", "generated", "submission")
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 
@@ -276,9 +272,6 @@ class RunRecord(BaseModel):
     def from_dict(cls, d: dict) -> RunRecord:
         return cls.model_validate(d)
 
-
-#: The old name, kept for callers.
-Manifest = RunRecord
 
 DEPENDENCIES = ("openai", "datasets", "duckdb", "pyarrow", "polars", "vllm")
 

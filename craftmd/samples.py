@@ -16,9 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from craftmd import CraftMDError
 from craftmd.registry import Registry
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 @dataclass(frozen=True)
@@ -135,9 +139,23 @@ MEDPI = register_dataset(
 )
 
 
+def config_file(dataset_dir: Path | str, config: str, split: str = CRAFTMD.split) -> Path:
+    return Path(dataset_dir) / config / f"{split}-00000-of-00001.parquet"
+
+
+def load_config(dataset_dir: Path | str, config: str = "all") -> pl.DataFrame:
+    """One config of a built dataset as a polars DataFrame."""
+    import polars as pl
+
+    CRAFTMD.config(config)  # an unknown config is a one-line error
+    path = config_file(dataset_dir, config)
+    if not path.exists():
+        raise CraftMDError(f"{dataset_dir}: no config {config!r} (expected {path}); run `craftmd build` first")
+    return pl.read_parquet(path)
+
+
 def load_samples(dataset_dir: Path | str, config: str, ids: list[str] | None = None, *, name: str = "craftmd") -> list[Sample]:
     """The samples of one config of a built dataset, in natural id order; ``ids`` selects some (unknown ids are an error)."""
-    from craftmd.dataset import load_config
     from craftmd.release import natural_key
 
     ds = dataset(name)
@@ -156,4 +174,4 @@ def load_samples(dataset_dir: Path | str, config: str, ids: list[str] | None = N
     return sorted(samples, key=lambda s: natural_key(s.case_id))
 
 
-__all__ = ["Sample", "Dataset", "Config", "DATASETS", "CRAFTMD", "MEDPI", "register_dataset", "dataset", "load_samples"]
+__all__ = ["config_file", "load_config", "Sample", "Dataset", "Config", "DATASETS", "CRAFTMD", "MEDPI", "register_dataset", "dataset", "load_samples"]

@@ -208,10 +208,6 @@ class Source:
         raise CraftMDError(f"source {self.location}: no CRAFT-MD release folder inside")
 
 
-def open_source(location: str | os.PathLike | None = None) -> Source:
-    return Source(location)
-
-
 def write_pin(unpacked: Path, commit: str, dest: Path) -> int:
     """Write the pin manifest of an unpacked release (maintainers' tool). Returns the file count."""
     lines = []
@@ -225,4 +221,4 @@ def write_pin(unpacked: Path, commit: str, dest: Path) -> int:
     return len(lines)
 
 
-__all__ = ["Source", "SourceFile", "open_source", "load_pin", "default_location", "PINNED_COMMIT"]
+__all__ = ["Source", "SourceFile", "load_pin", "default_location", "PINNED_COMMIT"]

@@ -84,12 +84,12 @@ def builder_sha256() -> str:
     """sha256 of the code that decides a built dataset's bytes: this folder's modules and the dataset card.
 
     Recorded in the build manifest so that a dataset built by other builder code (an older
-    checkout, another schema) is never taken for current (see ``craftmd.pipeline``).
+    checkout, another schema) is never taken for current (see ``craftmd.commands.pipeline``).
     """
     import hashlib
 
     here = Path(__file__).resolve().parent
-    files = sorted(here.glob("*.py")) + [here.parent / "cards" / "dataset_card.md", here.parent / "cards" / "render.py"]
+    files = sorted(here.glob("*.py")) + [here.parent / "cards" / "dataset_card.md.j2", here.parent / "cards" / "render.py"]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")

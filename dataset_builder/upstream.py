@@ -23,7 +23,6 @@ from craftmd.dataset_builder.schema import text_sample
 from craftmd.samples import Sample
 
 CASES_CSV = "data/usmle_and_derm_dataset.csv"
-NEJM_CSV = "data/nejm_imagechallenge_dataset.csv"
 QC_CSV = "results/expert_annotations/case_vignette_qc.csv"
 REFERENCE_RESULTS = "results/gpt4_1106/*.json"
 IMAGE_RESULTS = "results/gpt4v/*.json"

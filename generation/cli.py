@@ -1,4 +1,4 @@
-"""Subcommands of craftmd.generation (registered by craftmd.cli)."""
+"""Subcommands of craftmd.generation (registered by craftmd.commands.cli)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from craftmd import CraftMDError
-from craftmd.cli import add_call_arguments, add_cases_argument, add_dataset_argument, add_quiet_argument, check_base_url, command, list_type, price_type
+from craftmd.commands.cli import add_call_arguments, add_cases_argument, add_dataset_argument, add_quiet_argument, check_base_url, command, list_type, price_type
 from craftmd.release import FORMATS, SETTINGS
 
 

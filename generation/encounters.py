@@ -36,13 +36,14 @@ from craftmd import CraftMDError
 from craftmd.atomic import sha256_file
 from craftmd.dataset_builder.packets import REFERENCE_DATE, load_packets
 from craftmd.models import Sampling
+from craftmd.replies import reply_json
 from craftmd.release import CONVERSATIONS_SCHEMA, RunRecord, dependency_versions
 from craftmd.samples import MEDPI
 from craftmd.tasks.encounters import CLOSURES, EMOTIONS, MEMORY_TAGS, PATIENT_STATES
 from craftmd.tasks.encounters import TASK
 
 from .patient import (Memory, MemoryStore, Retrieval, State, disclosable, disclosed_in, get_embedder, memories_from_packet,
-                      json_object, parse_emotion_step, parse_memory_tags, persona, tag_memories)
+                      parse_emotion_step, parse_memory_tags, persona, tag_memories)
 from .runner import Estimate, Runner, case_ids_sha256, tally, tokens
 
 AGENTS = ("doctor", "patient", "closer", "tagger")  # the tagger: the patient model tagging its packet memories
@@ -220,7 +221,7 @@ class Encounters(Runner):
             return {**key, "label": None, "rationale": None, "status": "error", "error": c.error or c.status}
         text = c.text or ""
         try:
-            raw = json_object(text)
+            raw = reply_json(text)
             verdict = raw.get("reasonable_end") if isinstance(raw, dict) else None
             if not isinstance(verdict, bool):
                 raise ValueError

@@ -1,4 +1,4 @@
-"""``craftmd encounters build``: MedPI's patient packets (registered by craftmd.cli).
+"""``craftmd encounters build``: MedPI's patient packets (registered by craftmd.commands.cli).
 
 It writes the ``medpi`` dataset's ``packets`` config; ``craftmd generate --task encounters``
 runs the encounters of a doctor model with the AI patient and writes a release.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from craftmd.cli import add_quiet_argument, command
+from craftmd.commands.cli import add_quiet_argument, command
 
 
 def _list(text: str) -> list[str]:

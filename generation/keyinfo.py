@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,12 +35,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from craftmd import CraftMDError
 from craftmd.keyinfo import CONFIG, SCHEMA
 from craftmd.models.base import Completion, Sampling
+from craftmd.replies import reply_json
 
 PROMPT_SET = "keyinfo-v1"
 PROMPTS_DIR = Path(__file__).parent / "prompts"
 SAMPLING = Sampling(temperature=0.0, top_p=1.0, max_tokens=768, seed=0)
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=9, use_dictionary=True, write_statistics=True)
-_FENCE = re.compile(r"^\s*```(?:json)?\s*|\s*```\s*$", re.I)
 
 
 class KeyValue(BaseModel):
@@ -62,9 +61,12 @@ def parse_reply(text: str | None) -> tuple[Extraction | None, str | None]:
     """A model's reply -> (extraction, None), or (None, why it does not validate)."""
     if not text or not text.strip():
         return None, "invalid reply: empty"
-    body = _FENCE.sub("", text.strip())
     try:
-        return Extraction.model_validate_json(body), None
+        raw = reply_json(text)
+    except ValueError as exc:
+        return None, f"invalid reply: reply: {exc}"[:300]
+    try:
+        return Extraction.model_validate(raw), None
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "reply"

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from craftmd.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, command
+from craftmd.commands.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, command
 
 
 def _extract(args) -> int:

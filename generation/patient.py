@@ -28,7 +28,6 @@ inside its package, CPU, offline) by default; :func:`register_embedder` adds ano
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from datetime import date
@@ -38,6 +37,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from craftmd import CraftMDError
+from craftmd.replies import reply_json
 from craftmd.tasks.encounters import EMOTIONS
 
 
@@ -178,19 +178,6 @@ def _norm(name: str) -> str:
     return re.sub(r"[^a-z]+", "_", name.lower()).strip("_")
 
 
-def json_object(text: str | None) -> object:
-    """The first ``{...}`` object in a model's text, decoded; ValueError says why not."""
-    if not text:
-        raise ValueError("empty output")
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
-        raise ValueError("no JSON object in the output")
-    try:
-        return json.loads(text[start:end + 1])
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON ({exc.msg})") from None
-
-
 def _validated(model: type[BaseModel], raw: object, where: str = ""):
     try:
         return model.model_validate(raw)
@@ -214,7 +201,7 @@ def check_emotions(scores: dict[str, int]) -> dict[str, int]:
 
 def parse_emotion_step(text: str | None) -> EmotionStep:
     """The emotion step's JSON (the first ``{...}`` object in the text), validated; ValueError says why not."""
-    step = _validated(EmotionStep, json_object(text))
+    step = _validated(EmotionStep, reply_json(text))
     step.emotions = check_emotions(step.emotions)
     return step
 
@@ -232,7 +219,7 @@ def parse_memory_tags(text: str | None, ids: list[str]) -> tuple[dict[str, Memor
     """The tagging step's JSON object (memory id -> ``{"emotions": {...}, "importance": n}``), checked id by id
     like the emotion step: (the valid tags, why each other id of ``ids`` has none). ValueError when the reply
     holds no usable object at all. Ids not in ``ids`` are ignored."""
-    raw = json_object(text)
+    raw = reply_json(text)
     if not isinstance(raw, dict) or not set(raw) & set(ids):
         raise ValueError("no JSON object keyed by the memory ids")
     tags, failed = {}, {}

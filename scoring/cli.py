@@ -1,12 +1,12 @@
-"""Subcommands of craftmd.scoring (registered by craftmd.cli): grade, grader-agreement, validate,
-plus the audits' meld and review (helper E's :mod:`craftmd.scoring.audit_cli`).
+"""Subcommands of craftmd.scoring (registered by craftmd.commands.cli): grade, grader-agreement, validate,
+plus the audits' meld and review (helper E's :mod:`craftmd.commands.audits`).
 
 Each handler parses nothing itself and calls one function of the room.
 """
 
 from __future__ import annotations
 
-from craftmd.cli import add_dataset_argument, add_quiet_argument, add_source_argument, command
+from craftmd.commands.cli import add_dataset_argument, add_quiet_argument, add_source_argument, command
 
 
 def _grade(args):
@@ -46,7 +46,7 @@ def _agreement(args):
     leaderboard page renders. With the pinned source (the default), every FRQ grader of the GPT-4 release
     (gpt4_1106) is also compared with the dermatologists' verdicts of upstream's grader validation.
     """
-    from craftmd.scoring.agreement import write_audit
+    from craftmd.analysis.agreement.graders import write_audit
     from craftmd.source import Source
 
     source = None if args.no_source else Source(args.source)
@@ -82,6 +82,6 @@ def register_grading(sub) -> None:
 def register(sub) -> None:
     """Add this room's subcommands to the `craftmd` parser."""
     register_grading(sub)
-    from craftmd.scoring.audit_cli import register_audits  # meld, review (helper E)
+    from craftmd.commands.audits import register_audits  # meld, review (helper E)
 
     register_audits(sub)

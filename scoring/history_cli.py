@@ -1,6 +1,6 @@
 """``craftmd history RELEASE --dataset DIR``: the deterministic history-taking metrics of a release's conversations.
 
-Registered by the lead into :data:`craftmd.cli.ROOMS` (``"craftmd.scoring.history_cli"``); the handler parses
+Registered by the lead into :data:`craftmd.commands.cli.ROOMS` (``"craftmd.scoring.history_cli"``); the handler parses
 nothing itself and calls :func:`craftmd.scoring.history.score_history` per release.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from craftmd.cli import add_dataset_argument, add_quiet_argument, command
+from craftmd.commands.cli import add_dataset_argument, add_quiet_argument, command
 
 
 def _history(args) -> int:

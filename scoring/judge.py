@@ -51,6 +51,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from craftmd import CraftMDError
+from craftmd.replies import reply_json
 from craftmd.scoring.rubric import Catalog, Dimension, applicable, case_objectives, load_catalog
 
 METHOD_VERSION = 1
@@ -116,29 +117,13 @@ def response_format(kind: str, schema: dict) -> str | None:
     return json.dumps({"type": "json_schema", "json_schema": {"name": "rubric_scores", "strict": True, "schema": schema}}, sort_keys=True)
 
 
-def parse_json(text: str | None):
-    """The JSON value of a reply: the whole text, a fenced block, or the outermost braces; None if none."""
-    if text is None:
-        return None
-    t = text.strip()
-    fenced = re.search(r"```(?:json)?\s*(.*?)```", t, re.S)
-    candidates = [t] + ([fenced.group(1)] if fenced else [])
-    if "{" in t and "}" in t:
-        candidates.append(t[t.index("{"): t.rindex("}") + 1])
-    for c in candidates:
-        try:
-            return json.loads(c)
-        except (json.JSONDecodeError, ValueError):
-            continue
-    return None
-
-
 def validate_reply(text: str | None, ids: list[str], mode: str) -> tuple[dict[str, dict], dict[str, str]]:
     """A reply -> (valid items by dimension id, problem by dimension id without a valid item)."""
     from jsonschema import Draft202012Validator
 
-    value = parse_json(text)
-    if value is None:
+    try:
+        value = reply_json(text)
+    except ValueError:
         return {}, dict.fromkeys(ids, "the reply is not JSON")
     if mode == "dimension":
         items = [value]
@@ -222,10 +207,25 @@ def members(models: list[str], seeds: int = 1) -> list[Member]:
     return out
 
 
+#: Excel holds 32,767 characters a cell: the raters' sheets and the judge read the same transcript.
+MAX_CELL = 32000
+
+
+def transcript(messages) -> str:
+    """The conversation as the rater reads it (doctor's view: assistant = doctor, user = patient)."""
+    lines = []
+    for m in messages or []:
+        role = m.get("role")
+        who = {"assistant": "Doctor-AI", "user": "Patient-AI"}.get(role)
+        if who is None:
+            continue
+        lines.append(f"{who}: {(m.get('content') or '').strip()}")
+    text = "\n".join(lines)
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 20] + " … [truncated]"
+
+
 def read_units(release, dataset_dir, *, conversations: list[str] | None = None, cases: list[str] | None = None) -> list[Unit]:
     """The release's conversations to judge, with their objectives."""
-    from craftmd.scoring.review import transcript
-
     if not release.has("conversations"):
         raise CraftMDError(f"release {release.id}: no conversations.parquet, nothing to judge")
     t = pq.read_table(release.path / "conversations.parquet", columns=["case_id", "trial", "conversation", "with_image", "messages", "ended"])
@@ -682,5 +682,5 @@ def estimate_release(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir=No
     return {"release": rel.id, **judge.estimate(units)}
 
 
-__all__ = ["Judge", "JudgeSpec", "judge_release", "estimate_release", "stale", "alias_warning", "validate_reply", "parse_json", "reply_schema", "score_rows",
+__all__ = ["Judge", "JudgeSpec", "judge_release", "estimate_release", "stale", "alias_warning", "validate_reply", "transcript", "reply_schema", "score_rows",
            "members", "read_units", "pick_scorer", "plan", "Unit", "METRIC", "COMMITTEE", "SCHEMA", "MODES", "RESPONSE_FORMATS"]

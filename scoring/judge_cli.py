@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from craftmd import CraftMDError
-from craftmd.cli import add_call_arguments, add_cases_argument, add_quiet_argument, add_source_argument, check_base_url, command, list_type, price_type
+from craftmd.commands.cli import add_call_arguments, add_cases_argument, add_quiet_argument, add_source_argument, check_base_url, command, list_type, price_type
 
 
 def _judge(args) -> int:
@@ -59,7 +59,7 @@ def _judge(args) -> int:
 def _validity(args, spec) -> int:
     """The judge against the dermatologists' Q1/Q2 labels, written as an audit (JSON) to --validity."""
     from craftmd.atomic import atomic_write_json
-    from craftmd.scoring.judge_validity import judge_validity, judge_validity_audit
+    from craftmd.analysis.agreement.judge_validity import judge_validity, judge_validity_audit
     from craftmd.source import Source, default_location
 
     if args.dataset is None:
@@ -80,7 +80,7 @@ def _review(args) -> int:
     with 95 % bootstrap CIs as JSON to --out, and the ratings beside it as a scores table (OUT-stem.scores.parquet: metric
     expert_rubric_rating, scorer rater:<name> per rater and experts for the resolved rating, variant key dimension).
     """
-    from craftmd.scoring.rubric_review import export_rubric_review, import_rubric_review
+    from craftmd.analysis.agreement.rubric_review import export_rubric_review, import_rubric_review
 
     if args.action == "export":
         path = export_rubric_review(args.paths, args.out, n=args.n, seed=args.seed, dimensions=args.dimensions, dataset_dir=args.dataset,

@@ -30,7 +30,7 @@ scores table: per case, the metrics ``meld_similarity`` and ``meld_flagged`` of 
 ``meld``, variant key ``config``; the completion as the label, the halves and any failure
 reason in the detail; a failed request has status ``error`` and no value), ``summary.json``
 (the run's settings and the figures aggregated from those scores) and ``similarity_hist.png``;
-:func:`read_similarities` reads the scores back as one row per case, and :func:`meld_audit`
+:func:`read_similarities` reads the scores back as one row per case, and :func:`craftmd.analysis.meld.meld_audit`
 turns the run into the leaderboard's audit dict.
 """
 
@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +47,7 @@ import Levenshtein
 import polars as pl
 
 from craftmd import CraftMDError
-from craftmd.atomic import atomic_dir, atomic_write_bytes, atomic_write_json, sha256_file
+from craftmd.atomic import atomic_dir, sha256_file
 
 PROMPT_FILE = Path(__file__).resolve().parent / "prompts" / "meld.txt"
 THRESHOLD = 0.95
@@ -181,10 +180,6 @@ async def _complete_all(caller, cases: list[MeldCase], template: str, sampling, 
         return await asyncio.gather(*(one(c) for c in cases))
     finally:
         bar.close()
-
-
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")
 
 
 def to_scores(table: pl.DataFrame):
@@ -379,55 +374,7 @@ def read_summary(meld_dir: Path | str) -> dict:
         raise CraftMDError(f"{path}: unreadable ({exc})") from None
 
 
-def meld_audit(meld_dir: Path | str) -> dict:
-    """The audit dict of one MELD run (figure path relative to ``meld_dir``)."""
-    s = read_summary(meld_dir)
-    model = s["model"]
-    rows = []
-    for name, st in [*sorted(s["configs"].items()), ("all", s["overall"])]:
-        share = st["share_flagged"]
-        rows.append([
-            name, st["n"], st["n_failed"], st["n_flagged"],
-            None if share is None else round(100 * share, 2),
-            st["mean_similarity"], st["max_similarity"],
-        ])  # fmt: skip
-    o = s["overall"]
-    share = "n/a" if o["share_flagged"] is None else f"{100 * o['share_flagged']:.2f} %"
-    desc = (
-        f"Contamination check (MELD) of {model}: given the first half of each vignette and asked to "
-        f"write the second half, the model's completion is compared with the true second half. "
-        f"Similarity = {s['similarity']}; a case with similarity ≥ {s['threshold']} is flagged as likely memorised. "
-        f"{o['n_flagged']} of {o['n_ok']} cases flagged ({share}); {o['n_failed']} requests failed. "
-        f"Split rule: {s['split']}; prompt sha256 {s['prompt']['sha256'][:12]}; sampling {json.dumps(s['sampling'], sort_keys=True)}."
-    )
-    figures = [FIGURE] if (Path(meld_dir) / FIGURE).exists() else []
-    return {
-        "id": f"meld-{_slug(model)}",
-        "title": f"Contamination (MELD): {model}",
-        "description": desc,
-        "tables": [{
-            "name": "Cases flagged as likely memorised, per config",
-            "columns": ["config", "cases", "failed", "flagged", "flagged %", "mean similarity", "max similarity"],
-            "rows": rows,
-        }],  # fmt: skip
-        "figures": figures,
-    }
-
-
-def write_meld_audit(meld_dir: Path | str, audits_dir: Path | str) -> Path:
-    """Write ``<audits_dir>/<id>.json`` with its figure copied beside it as ``<id>.png``."""
-    audit = meld_audit(meld_dir)
-    audits_dir = Path(audits_dir)
-    audits_dir.mkdir(parents=True, exist_ok=True)
-    if audit["figures"]:
-        fig = f"{audit['id']}.png"
-        atomic_write_bytes(audits_dir / fig, (Path(meld_dir) / audit["figures"][0]).read_bytes())
-        audit["figures"] = [fig]
-    path = audits_dir / f"{audit['id']}.json"
-    return atomic_write_json(path, audit)
-
-
 __all__ = [
     "THRESHOLD", "count_words", "split_halves", "similarity", "meld_prompt", "meld_cases",
-    "run_meld", "summarise", "meld_audit", "write_meld_audit", "plot_histogram",
+    "run_meld", "summarise", "plot_histogram",
 ]  # fmt: skip

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
 
 from craftmd import CraftMDError
+from craftmd.registry import slug
 
 CATALOG_FILE = "medpi_rubric_v1.jsonl"
 CATALOG_VERSION = 1
@@ -89,10 +89,6 @@ class Catalog:
         return {"name": "medpi", "version": CATALOG_VERSION, "file": self.path, "sha256": self.sha256}
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
-
-
 def parse_catalog(data: bytes, where: str) -> tuple[Dimension, ...]:
     """Catalog lines -> dimensions, every field checked; a bad line is a one-line error naming it."""
     dims = []
@@ -109,7 +105,7 @@ def parse_catalog(data: bytes, where: str) -> tuple[Dimension, ...]:
         text = ("id", "dimension", "category", "meta_category", "description")
         if any(not isinstance(r[k], str) or not r[k].strip() for k in text):
             raise CraftMDError(f"{at}: {', '.join(text)} must be non-empty text")
-        if r["id"] != f"{_slug(r['category'])}.{_slug(r['dimension'])}":
+        if r["id"] != f"{slug(r['category'], lower=True)}.{slug(r['dimension'], lower=True)}":
             raise CraftMDError(f"{at}: id {r['id']!r} is not category.dimension in snake case")
         objs = r["objectives"]
         if not isinstance(objs, list) or not objs or any(o not in ("all", *OBJECTIVES) for o in objs) or ("all" in objs and len(objs) > 1):

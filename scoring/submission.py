@@ -17,7 +17,7 @@ characters; the page, the markdown and the CSV tables escape it for their medium
 
 :func:`submit` turns a valid submission into a release of kind ``submission`` (the common
 schema, its grades in ``scores.parquet``, so the leaderboard shows it next to the others);
-``craftmd score`` (:mod:`craftmd.submit`) adds the accuracy report beside it.
+``craftmd score`` (:mod:`craftmd.commands.submit`) adds the accuracy report beside it.
 Every case of the chosen dataset config that the submission leaves unanswered, for each
 (setting, format, trial) it answers, becomes an answer row with status ``missing``: it is
 reported and scored as wrong, never skipped. Answers in conversational settings count on the
@@ -43,7 +43,8 @@ import pyarrow.parquet as pq
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file, load_config
-from craftmd.release import ANSWERS_SCHEMA, Manifest, write_release
+from craftmd.registry import slug
+from craftmd.release import ANSWERS_SCHEMA, RunRecord, write_release
 
 MAX_PROBLEMS = 20
 MAX_RESPONSE_CHARS = 20_000
@@ -495,7 +496,7 @@ def check_model_name(model: str) -> str:
 
 def _slug(name: str) -> str:
     check_model_name(name)
-    s = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
+    s = slug(name, "-")
     if not s:
         raise CraftMDError(f"model name {name!r} gives an empty release id")
     return s
@@ -600,7 +601,7 @@ def submit(
 
     if config_file(dataset_dir, config).exists():
         ds_sha = sha256_file(config_file(dataset_dir, config))
-    manifest = Manifest(
+    manifest = RunRecord(
         release=release_id,
         kind="submission",
         model=model,

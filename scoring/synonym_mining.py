@@ -2,7 +2,7 @@
 
 Never run at grading time. It reads upstream releases (their recorded ``upstream-gpt4``
 labels) and a built dataset, keeps **training cases only** (the held-out rule of
-:func:`craftmd.scoring.agreement.held_out` drops every derm_private case and every case
+:func:`craftmd.scoring.measured.held_out` drops every derm_private case and every case
 whose number is divisible by 5), grades every FRQ answer with the current offline grader,
 and lists (correct answer, extracted diagnosis) pairs that the recorded grader-AI
 accepted but the offline grader does not: at least ``--min-accepted`` answers and a share
@@ -22,7 +22,7 @@ from collections import Counter
 import polars as pl
 
 from craftmd.release import find_releases
-from craftmd.scoring.agreement import held_out
+from craftmd.scoring.measured import held_out
 from craftmd.scoring.offline import _PAREN, _WITH, OfflineGrader, _fold
 
 #: Extracted "diagnoses" that are sentence fragments, not names.

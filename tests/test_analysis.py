@@ -11,7 +11,7 @@ from scipy.stats import binomtest, chi2
 from craftmd import CraftMDError
 from craftmd.analysis import runner
 from craftmd.analysis.tables import analyse, compute
-from craftmd.release import Manifest, write_release
+from craftmd.release import RunRecord, write_release
 
 N_CASES, TRIALS, B = 40, 5, 2000
 
@@ -48,7 +48,7 @@ def _release(out, rid, cells, *, missing=(), ungraded=(), graded_missing_correct
                     grd[k].append(v)
     from craftmd.scoring.scorers import scores_from_grades
 
-    m = Manifest(release=rid, kind="generated", model=f"test/{rid}", source={"commit": "test"}, display_name=display or rid.upper())
+    m = RunRecord(release=rid, kind="generated", model=f"test/{rid}", source={"commit": "test"}, display_name=display or rid.upper())
     return write_release(out / rid, m, {"answers": pa.table(ans)}, scores=(scores_from_grades(pa.table(grd)), {grader: record or {}}))
 
 

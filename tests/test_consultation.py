@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from craftmd import CraftMDError
-from craftmd.cli import main as cli_main
+from craftmd.commands.cli import main as cli_main
 
 sys.path.insert(0, str(Path(__file__).parent))
 from loopback import LoopbackServer, pick_upstream, text_of, write_replay_dataset  # noqa: E402

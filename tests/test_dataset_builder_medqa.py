@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from craftmd import CraftMDError
-from craftmd.cli import main
+from craftmd.commands.cli import main
 from craftmd.dataset import load_config
 from craftmd.dataset_builder import medqa as M
 from craftmd.dataset_builder.build import REPORT, build_dataset

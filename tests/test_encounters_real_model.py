@@ -19,7 +19,7 @@ MODEL = "openai/smollm2"
 
 
 def craftmd(*args, env=None) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "craftmd.cli", *map(str, args)], capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run([sys.executable, "-m", "craftmd.commands.cli", *map(str, args)], capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc
 

@@ -9,8 +9,8 @@ import openpyxl
 import pytest
 
 from craftmd import CraftMDError
-from craftmd.cli import main as cli_main
-from craftmd.scoring import expert, review
+from craftmd.commands.cli import main as cli_main
+from craftmd.analysis.agreement import expert, review
 
 FILES = [*expert.AGENT_FILES, expert.GRADER_FILE]
 
@@ -119,14 +119,14 @@ def test_a_changed_upstream_sheet_is_refused_with_its_place(source, raw, tmp_pat
     bad = tmp_path / "validation_graderai.csv"
     bad.write_text("\n".join(lines))
     with pytest.raises(CraftMDError, match=r"column D \(case_2\): dermatologist_accuracy '7' is not a count 0–5"):
-        review.import_review([bad], tmp_path / "o", source=source)
+        expert.import_review([bad], tmp_path / "o", source=source)
     wb = openpyxl.load_workbook(io.BytesIO(raw[expert.AGENT_FILES[0]]))
     wb["GPT-4"].cell(8, 1).value = "case_999999.json"
     wb["GPT-4"].cell(9, 8).value = "perhaps"
     bad_x = tmp_path / "d1.xlsx"
     wb.save(bad_x)
     with pytest.raises(CraftMDError) as err:
-        review.import_review([bad_x], tmp_path / "o", dataset_dir=None)
+        expert.import_review([bad_x], tmp_path / "o", dataset_dir=None)
     # case_999999 is a well-formed id; only a dataset or the source can say it is unknown
     assert "d1.xlsx [GPT-4] row 9, column H (Q2): 'perhaps' is not yes/no" in str(err.value)
     assert not (tmp_path / "o").exists()
@@ -136,7 +136,7 @@ def test_grader_verdicts_from_a_release_give_the_same_agreement(source, raw, tmp
     """`review import validation_graderai.csv --release DIR`: the verdicts come from the release's scores."""
     import pyarrow as pa
 
-    from craftmd.release import Manifest, write_release
+    from craftmd.release import RunRecord, write_release
     from craftmd.scoring.scorers import scores_from_grades
 
     derm = [c for c, _ in expert.upstream_derm_cases(source)]
@@ -152,11 +152,11 @@ def test_grader_verdicts_from_a_release_give_the_same_agreement(source, raw, tmp
             detail = {"evaluation": tr.get("evaluation_vignette_frq"), "extracted_ans": tr.get("extracted_ans_vignette_frq")}
             grades.append({**key, "grader": "upstream-gpt4", "resolved": None, "resolved_kind": "none",
                            "correct": tr.get("evaluation_vignette_frq") == 1, "detail": json.dumps(detail)})  # fmt: skip
-    rel = write_release(tmp_path / "gpt4_1106", Manifest(release="gpt4_1106", kind="upstream", model="gpt4_1106", source={}),
+    rel = write_release(tmp_path / "gpt4_1106", RunRecord(release="gpt4_1106", kind="upstream", model="gpt4_1106", source={}),
                         {"answers": pa.Table.from_pylist(answers)},
                         scores=(scores_from_grades(grades), {"upstream-gpt4": {}}))  # fmt: skip
     csv = tmp_path / "validation_graderai.csv"
     csv.write_bytes(raw[expert.GRADER_FILE])
-    path = review.import_review([csv], tmp_path / "o", release=rel, source=source, audit_id="grader-check")
+    path = expert.import_review([csv], tmp_path / "o", release=rel, source=source, audit_id="grader-check")
     gc = json.loads(path.read_text())["data"]["grader_counts"]
     assert gc["agreement_pct"] == 93.35 and gc["extracted_matching_grader"] == 1585

@@ -27,7 +27,7 @@ import pytest
 from aiohttp import web
 
 from craftmd import CraftMDError
-from craftmd.cli import main as cli_main
+from craftmd.commands.cli import main as cli_main
 from craftmd.models.cache import RequestCache
 from craftmd.models.calls import Caller, Slots
 from craftmd.generation.runner import GenerateSpec, generate
@@ -159,7 +159,7 @@ def test_kill_and_resume_repeats_no_finished_call(tiny_dataset, replay, tmp_path
         ref = generate(spec(tiny_dataset, tmp_path / "ref" / "rel", clean.base_url, tmp_path / "ref.sqlite", experiments=exp))
         total = clean.served
     with LoopbackServer(replay, latency=0.05) as server:
-        cmd = [sys.executable, "-m", "craftmd.cli", "generate", "--dataset", str(tiny_dataset), "--doctor", "openai/loopback",
+        cmd = [sys.executable, "-m", "craftmd.commands.cli", "generate", "--dataset", str(tiny_dataset), "--doctor", "openai/loopback",
                "--patient", "openai/loopback", "--base-url", server.base_url, "--cache", str(cache), "--experiments", ",".join(exp),
                "--concurrency", "2", "--quiet", "--out", str(tmp_path / "killed" / "rel")]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -595,7 +595,7 @@ def test_a_bad_base_url_is_one_line(tiny_dataset, tmp_path, capsys, url):
 @pytest.mark.parametrize("cases", [["case_1,case_2"], ["case_1", "case_2"], ["case_1,", "case_2,case_1"]])
 @pytest.mark.parametrize("command", ["generate", "meld"])
 def test_case_ids_take_commas_and_spaces_alike(command, cases):
-    from craftmd.cli import build_parser
+    from craftmd.commands.cli import build_parser
 
     required = {"generate": ["--dataset", "d", "--doctor", "a/b", "--patient", "a/b", "--out", "o"],
                 "meld": ["--dataset", "d", "--model", "a/b", "--out", "o"]}[command]

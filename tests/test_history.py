@@ -218,7 +218,9 @@ def test_fact_recall_is_scored_where_the_case_has_facts(releases, dataset_dir, t
 
 
 def test_the_dermatologists_agreement_on_q2_is_reproduced(source, dataset_dir):
-    audit = H.history_validity_audit(None, dataset_dir, source, B=200)
+    from craftmd.analysis.agreement.history_validity import history_validity_audit
+
+    audit = history_validity_audit(None, dataset_dir, source, B=200)
     raters = {r[0]: r for r in audit["tables"][1]["rows"]}
     assert raters["doctor_history"][1:4] == [60, 0.8, pytest.approx(0.58, abs=0.005)]
     assert audit["id"] == "history_validity" and audit["figures"] == []

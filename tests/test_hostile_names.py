@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 from craftmd import CraftMDError
-from craftmd.cli import main
+from craftmd.commands.cli import main
 from craftmd.release import read_release
 
 HOSTILE = {  # name -> how leaderboard.md must show it

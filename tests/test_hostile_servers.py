@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from craftmd.cli import main as cli_main
+from craftmd.commands.cli import main as cli_main
 from craftmd.models import Sampling, get_model
 from craftmd.models import calls
 from craftmd.models.cache import RequestCache

@@ -1,11 +1,14 @@
-"""The rooms depend on each other in one direction only: no import cycle, function-local imports included.
+"""Modules and rooms depend on each other in one direction only: no import cycle, function-local imports included.
 
 Every ``import`` statement of every module (at any depth, so an import hidden inside a
-function counts) is read from the source; the graph between the rooms (dataset_builder,
-generation, scoring, analysis) must have no cycle, and the shared ground (``craftmd.*``
+function counts) is read from the source. Between modules there is no cycle at all (``from
+package import module`` counts as importing the module; a package's ``__init__`` counts as a
+module of its own). The graph between the rooms (dataset_builder, generation, scoring,
+analysis) must have no cycle, and the shared ground (``craftmd.*``
 modules outside the rooms, such as the release contract, the model layer, the metric
-registry) must not reach up into a room, except the modules that run whole jobs on top
-of the rooms (the CLI, the pipeline, ingest and score commands).
+registry) must not reach up into a room. The command layer sits above the rooms and may import
+any of them: ``craftmd.commands`` (the CLI, the main job, submit, ingest, the audits) and each
+room's CLI module (its subcommands' argument parsing).
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 ROOMS = {"dataset_builder": "dataset_builder", "generation": "generation", "scoring": "scoring", "analysis": "analysis", "cards": "cards"}
-#: Shared-ground modules that run jobs across rooms (they sit above the rooms, not below).
-JOBS = {"craftmd.cli", "craftmd.pipeline", "craftmd.submit", "craftmd.ingest_cli"}
+#: The commands that run jobs across rooms (the CLI, the main job, submit, ingest, the audits) sit together above
+#: the rooms, in craftmd.commands.
+COMMANDS = "craftmd.commands"
 
 
 def _module(path: Path) -> str:
@@ -31,13 +35,16 @@ def _module(path: Path) -> str:
     return ".".join(["craftmd", *parts])
 
 
-def _imports(path: Path, module: str) -> set[str]:
+def _import_lines(path: Path, module: str) -> dict[str, int]:
+    """Every name ``module`` imports (at any depth) -> the first line that does; ``from pkg import name``
+    gives ``pkg.name`` as well as ``pkg`` (the module graph keeps the one that is a module)."""
     tree = ast.parse(path.read_text(), str(path))
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    out = set()
+    out: dict[str, int] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
+            for a in node.names:
+                out.setdefault(a.name, node.lineno)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -45,8 +52,76 @@ def _imports(path: Path, module: str) -> set[str]:
                 name = ".".join(base + ([node.module] if node.module else []))
             else:
                 name = node.module or ""
-            out.add(name)
-    return {n for n in out if n == "craftmd" or n.startswith("craftmd.")}
+            out.setdefault(name, node.lineno)
+            for a in node.names:
+                out.setdefault(f"{name}.{a.name}", node.lineno)
+    return {n: ln for n, ln in out.items() if n == "craftmd" or n.startswith("craftmd.")}
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    return set(_import_lines(path, module))
+
+
+def _modules() -> dict[str, Path]:
+    folders = [ROOT / "craftmd", *(ROOT / f for f in ROOMS.values())]
+    return {_module(p): p for folder in folders for p in sorted(folder.rglob("*.py"))}
+
+
+def module_graph() -> dict[str, dict[str, int]]:
+    """module -> module it imports (the longest known prefix of each imported name) -> the line."""
+    mods = _modules()
+    graph: dict[str, dict[str, int]] = {}
+    for mod, path in mods.items():
+        edges = graph.setdefault(mod, {})
+        for name, line in sorted(_import_lines(path, mod).items(), key=lambda x: x[1]):
+            parts = name.split(".")
+            while parts and ".".join(parts) not in mods:
+                parts.pop()
+            target = ".".join(parts)
+            if target and target not in (mod, "craftmd"):  # craftmd/__init__ holds only CraftMDError
+                edges.setdefault(target, line)
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _above_rooms(module: str) -> bool:
+    """The command layer: the jobs that run across rooms and every room's CLI module (``cli``, ``*_cli``: each
+    subcommand parses its arguments and calls a function of a room, any room). They sit above the rooms."""
+    return module == COMMANDS or module.startswith(COMMANDS + ".") or module.rsplit(".", 1)[-1].endswith("cli")
 
 
 def _room(module: str) -> str:
@@ -59,17 +134,32 @@ def _room(module: str) -> str:
 def graph() -> dict[str, dict[str, set[str]]]:
     """room -> room it imports -> the module pairs that do it."""
     edges: dict[str, dict[str, set[str]]] = {}
-    folders = [ROOT / "craftmd", *(ROOT / f for f in ROOMS.values())]
-    for folder in folders:
-        for path in sorted(folder.rglob("*.py")):
-            mod = _module(path)
-            for imp in _imports(path, mod):
-                a, b = _room(mod), _room(imp)
-                if a != b:
-                    if a == "shared" and mod in JOBS:
-                        continue
-                    edges.setdefault(a, {}).setdefault(b, set()).add(f"{mod} -> {imp}")
+    for mod, targets in module_graph().items():
+        for imp in targets:
+            a, b = _room(mod), _room(imp)
+            if a != b and not _above_rooms(mod):
+                edges.setdefault(a, {}).setdefault(b, set()).add(f"{mod} -> {imp}")
     return edges
+
+
+def test_no_cycle_between_modules():
+    graph = module_graph()
+    found = cycles(graph)
+    lines = []
+    for comp in found:
+        hops = [f"{a} -> {b} (line {graph[a][b]})" for a in comp for b in graph[a] if b in comp]
+        lines.append("import cycle between modules: " + "; ".join(hops))
+    assert not found, "\n".join(lines)
+
+
+def test_the_cycle_check_sees_function_local_imports(tmp_path):
+    """A cycle closed only by an import inside a function is found (the check reads every import, at any depth)."""
+    assert cycles({"a": {"b": 1}, "b": {"a": 9}}) == [["a", "b"]]
+    src = "def f():\n    from craftmd.samples import Sample\n"
+    (tmp_path / "m.py").write_text(src)
+    assert _import_lines(tmp_path / "m.py", "craftmd.m") == {"craftmd.samples": 2, "craftmd.samples.Sample": 2}
+    assert "craftmd.scoring.judge" in module_graph()["craftmd.analysis.agreement.review"]  # module level
+    assert "craftmd.analysis.agreement.graders" in module_graph()["craftmd.commands.pipeline"]  # inside a function
 
 
 def test_no_cycle_between_rooms():

@@ -45,7 +45,7 @@ def test_catalog_has_the_papers_counts_and_fields():
 
 
 def test_catalog_command_prints_json_lines():
-    out = subprocess.run([sys.executable, "-m", "craftmd.cli", "judge", "--catalog"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "craftmd.commands.cli", "judge", "--catalog"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     rows = [json.loads(x) for x in out.stdout.splitlines()]
     assert len(rows) == 105
@@ -431,8 +431,8 @@ def test_profiles_match_a_hand_computation(tmp_path):
 def test_validity_aucs_are_the_judges_scores_against_the_dermatologists_labels(dataset_dir, source):
     """The rated conversations judged by a loopback judge (score from the transcript's length; some refused): each AUC is
     the Mann-Whitney AUC of the valid scores for the resolved labels, refusals are counted, the history AUCs stand beside."""
-    from craftmd.scoring.history import auc
-    from craftmd.scoring.judge_validity import judge_validity, judge_validity_audit, rated_units
+    from craftmd.analysis.agreement.history_validity import auc
+    from craftmd.analysis.agreement.judge_validity import judge_validity, judge_validity_audit, rated_units
 
     def length_judge(request):
         p = request["messages"][0]["content"]
@@ -480,11 +480,11 @@ def test_review_sheet_round_trip_and_agreement(tmp_path, server):
     rel = make_release(tmp_path)
     run_judge(rel, server, "dimension", models=("judge-a", "judge-b"))
     sheet = tmp_path / "review.xlsx"
-    out = subprocess.run([sys.executable, "-m", "craftmd.cli", "judge-review", "export", str(rel), "--out", str(sheet), "--n", "2",
+    out = subprocess.run([sys.executable, "-m", "craftmd.commands.cli", "judge-review", "export", str(rel), "--out", str(sheet), "--n", "2",
                           "--dimensions", "final diagnosis"], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr
     again = tmp_path / "again.xlsx"
-    from craftmd.scoring.rubric_review import export_rubric_review, import_rubric_review
+    from craftmd.analysis.agreement.rubric_review import export_rubric_review, import_rubric_review
 
     export_rubric_review([rel], again, n=2, seed=15, dimensions=["final diagnosis"])
     assert again.read_bytes() == sheet.read_bytes()  # same inputs, same bytes
@@ -552,7 +552,7 @@ def test_the_page_lists_the_judges_validity_beside_the_history_metrics(tmp_path)
     from craftmd.analysis.page import context, write_page
     from craftmd.analysis.tables import compute
     from craftmd.release import write_scores
-    from craftmd.scoring.judge_validity import COMPOSITES, judge_validity_audit, page_measures
+    from craftmd.analysis.agreement.judge_validity import COMPOSITES, judge_validity_audit, page_measures
 
     data = _dataset(tmp_path)
     rels = tmp_path / "releases"
@@ -652,7 +652,7 @@ def test_the_record_holds_the_served_model_and_an_alias_is_warned_about(tmp_path
 def test_a_current_judgement_is_not_redone_unless_overwritten_and_a_changed_input_is_stale(tmp_path, server, capsys, monkeypatch):
     import dataclasses
 
-    from craftmd.cli import main
+    from craftmd.commands.cli import main
 
     rel = make_release(tmp_path)
     cache = tmp_path / "cache.sqlite"

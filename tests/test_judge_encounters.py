@@ -12,7 +12,7 @@ import pytest
 from encounter_script import Script, medpi, run  # noqa: F401  (medpi: the fixture)
 from loopback import LoopbackServer
 
-from craftmd.cli import main
+from craftmd.commands.cli import main
 from craftmd.dataset_builder.packets import load_packets
 from craftmd.release import read_release
 from craftmd.scoring.rubric import applicable, load_catalog

@@ -19,7 +19,7 @@ from craftmd.scoring.rubric import applicable, load_catalog
 def test_smollm2_judges_two_conversations(real_model, tmp_path):
     rel = make_release(tmp_path)
     cache = tmp_path / "cache.sqlite"
-    cmd = [sys.executable, "-m", "craftmd.cli", "judge", str(rel), "--judge", "openai/smollm2", "--base-url", real_model.base_url,
+    cmd = [sys.executable, "-m", "craftmd.commands.cli", "judge", str(rel), "--judge", "openai/smollm2", "--base-url", real_model.base_url,
            "--mode", "category", "--dimensions", "final diagnosis", "--cases", "case_1,case_2", "--response-format", "json_object",
            "--max-tokens", "48", "--score-tokens", "80", "--max-invalid", "1", "--concurrency", "1", "--cache", str(cache), "--quiet"]  # fmt: skip
     before = real_model.chat_requests()

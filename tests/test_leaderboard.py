@@ -71,7 +71,7 @@ def _leaderboard(source, dataset_dir, root: Path, out: Path) -> subprocess.Compl
     """`craftmd leaderboard` over ``root/releases`` with the audits of ``root/audits``."""
     env = dict(os.environ, CRAFTMD_SOURCE=str(source.path))
     return subprocess.run(
-        [sys.executable, "-m", "craftmd.cli", "leaderboard", "--dataset", str(dataset_dir), "--releases", str(root / "releases"),
+        [sys.executable, "-m", "craftmd.commands.cli", "leaderboard", "--dataset", str(dataset_dir), "--releases", str(root / "releases"),
          "--out", str(out), "--audits", str(root / "audits"), "--quiet"],
         capture_output=True, text=True, env=env, timeout=900,
     )
@@ -316,7 +316,7 @@ def test_the_same_inputs_give_a_byte_identical_page(board, source, dataset_dir):
 
 def test_a_dataset_built_by_other_builder_code_is_not_taken_for_current(source, dataset_dir, tmp_path):
     """`make leaderboard` over an `out/data` left by an older checkout rebuilds it instead of failing later."""
-    from craftmd.pipeline import _dataset_current
+    from craftmd.commands.pipeline import _dataset_current
 
     data = tmp_path / "data"
     shutil.copytree(dataset_dir, data)

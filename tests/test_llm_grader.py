@@ -223,7 +223,7 @@ def test_bad_grader_names(name, message):
 
 
 def test_grade_cli(small_release, dataset_dir, capsys):
-    from craftmd.cli import main
+    from craftmd.commands.cli import main
 
     assert main(["grade", str(small_release), "--data", str(dataset_dir), "--grader", "offline", "--quiet"]) == 0
     assert "offline" in set(read_release(small_release).verdicts()["grader"])

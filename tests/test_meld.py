@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from craftmd import CraftMDError
-from craftmd.cli import main as cli_main
+from craftmd.commands.cli import main as cli_main
 from craftmd.scoring import meld
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -111,7 +111,9 @@ def test_a_model_that_recites_the_second_half_is_flagged_on_every_case(mini_data
     assert summary["overall"]["n_flagged"] == 8
     assert summary["prompt"]["sha256"] == meld.prompt_sha256()
     assert (out / "similarity_hist.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    audit = meld.meld_audit(out)
+    from craftmd.analysis.meld import meld_audit
+
+    audit = meld_audit(out)
     assert audit["id"] == "meld-openai_loopback"
     rows = {r[0]: r for r in audit["tables"][0]["rows"]}
     assert rows["all"][3] == 8 and rows["all"][4] == 100.0

@@ -11,7 +11,8 @@ import pytest
 
 from conftest import frozen
 from craftmd.release import find_releases
-from craftmd.scoring.agreement import grader_agreement_audit, held_out
+from craftmd.analysis.agreement.graders import grader_agreement_audit
+from craftmd.scoring.measured import held_out
 from craftmd.scoring.offline import OfflineGrader, SynonymTable, _fold, extract
 
 #: The kappa this grader reaches against the recorded GPT-4 labels, computed fresh by the test below
@@ -237,9 +238,10 @@ def test_agreement_with_recorded_gpt4_grader(graded_releases, dataset_dir, sourc
     assert len(per_model) == 5 and all(r["kappa"] >= PER_MODEL_HELD_OUT_KAPPA_GOAL for r in per_model)
     assert {"id", "title", "description", "tables", "figures"} <= audit.keys()
     # The figures quoted next to every offline-graded score are this measurement, for this table.
-    from craftmd.scoring.agreement import agreement_record, measured_agreement
+    from craftmd.analysis.agreement.graders import agreement_record
+    from craftmd.scoring.measured import recorded_agreement
 
-    recorded = measured_agreement()
+    recorded = recorded_agreement()
     assert recorded is not None, "synonym table or rules changed: rerun bench/bench_grading.py --write-record"
     assert recorded == agreement_record(audit)
     # Both FRQ graders of GPT-4's answers against the dermatologists: the recorded grader-AI gives the

@@ -27,8 +27,8 @@ import pytest
 
 from craftmd import CraftMDError
 from craftmd.atomic import atomic_dir, check_writable, lock_path
-from craftmd.cli import main
-from craftmd.release import Manifest, read_release, sha256_file, write_release, write_scores
+from craftmd.commands.cli import main
+from craftmd.release import RunRecord, read_release, sha256_file, write_release, write_scores
 from craftmd.scoring.scorers import scores_from_grades
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -59,7 +59,7 @@ def toy_release(path: Path, graders=("offline",)) -> Path:
     cols = ["case_id", "trial", "setting", "format", "with_image", "response", "status"]
     rows = [(f"case_{i}", 0, "vignette", "frq", False, "Psoriasis", "ok") for i in (1, 2, 3)]
     answers = pa.table({c: [r[i] for r in rows] for i, c in enumerate(cols)})
-    manifest = Manifest(release=path.name, kind="generated", model="openai/toy", source={})
+    manifest = RunRecord(release=path.name, kind="generated", model="openai/toy", source={})
     return write_release(path, manifest, {"answers": answers}, scores=(grades(*graders), {g: {"v": 1} for g in graders}))
 
 
@@ -189,7 +189,7 @@ def _submission(tmp_path: Path, dataset_dir: Path, name: str, n: int = 3, respon
 
 def test_two_scores_into_one_out_never_replace_each_other(tmp_path, dataset_dir, monkeypatch):
     import craftmd.analysis.report as report
-    from craftmd.submit import score_submission
+    from craftmd.commands.submit import score_submission
 
     a, b = _submission(tmp_path, dataset_dir, "a.jsonl"), _submission(tmp_path, dataset_dir, "b.jsonl", n=5)
     out = tmp_path / "out"
@@ -213,7 +213,7 @@ def test_a_killed_score_leaves_no_temporary_folder_after_the_next_run(tmp_path, 
     sub = _submission(tmp_path, dataset_dir, "s.jsonl")
     out = tmp_path / "out"
     argv = ["score", str(sub), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/k", "--out", str(out), "--quiet"]
-    proc = subprocess.Popen([sys.executable, "-m", "craftmd.cli", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-m", "craftmd.commands.cli", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while not leftovers(tmp_path) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)

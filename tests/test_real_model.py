@@ -37,7 +37,7 @@ COMMON = ["--max-turns", "2", "--max-tokens", "32", "--temperature", "1.0", "--s
 
 
 def craftmd(*args, env: dict, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "craftmd.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "craftmd.commands.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=600)
     if check:
         assert proc.returncode == 0, proc.stderr[-2000:]
     return proc
@@ -92,7 +92,7 @@ def test_a_real_model_end_to_end(real_model, dataset_dir, short_cases, tmp_path)
            "--base-url", real_model.base_url, "--cache", cache, *COMMON]
 
     # 1. Killed with kill -9 mid-run: nothing is written, what finished is in the cache.
-    killed = subprocess.Popen([sys.executable, "-m", "craftmd.cli", *map(str, gen), "--concurrency", "1", "--out", tmp_path / "killed"],
+    killed = subprocess.Popen([sys.executable, "-m", "craftmd.commands.cli", *map(str, gen), "--concurrency", "1", "--out", tmp_path / "killed"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 240
     while cached_rows(cache) < 12 and killed.poll() is None and time.monotonic() < deadline:

@@ -30,7 +30,7 @@ SETTINGS = ["upper", "lower", "consult_20", "consult_100", "oracle_direct_100", 
 
 
 def craftmd(*args, env: dict) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "craftmd.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "craftmd.commands.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from craftmd import CraftMDError
-from craftmd.release import Manifest, find_releases, read_release, sha256_file, write_release
+from craftmd.release import RunRecord, find_releases, read_release, sha256_file, write_release
 
 
 def _answers(rows):
@@ -24,7 +24,7 @@ ROWS = [
 
 
 def _manifest():
-    return Manifest(release="toy", kind="generated", model="openai/toy", source={"commit": "x"})
+    return RunRecord(release="toy", kind="generated", model="openai/toy", source={"commit": "x"})
 
 
 def test_write_sorts_cases_by_number_and_is_byte_identical(tmp_path):

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pytest
 
 from craftmd import CraftMDError
-from craftmd.cli import main as cli_main
-from craftmd.release import Manifest, conform_scores, write_release
-from craftmd.scoring import review
+from craftmd.commands.cli import main as cli_main
+from craftmd.release import RunRecord, conform_scores, write_release
+from craftmd.analysis.agreement import expert, review
 from craftmd.scoring.scorers import scores_from_grades
 
 SOURCES = {"derm_public": range(0, 6), "medqa_usmle": range(200, 206)}
@@ -53,7 +53,7 @@ def world(tmp_path_factory):
                     grades.append({**key, "setting": "multiturn", "format": "frq", "grader": "upstream-gpt4",
                                    "resolved": f"disease {n}", "resolved_kind": "single", "correct": verdict(n, t, model), "detail": None})  # fmt: skip
         tables = {"conversations": pa.Table.from_pylist(conv), "answers": pa.Table.from_pylist(ans)}
-        manifest = Manifest(release=model, kind="generated", model=f"openai/{model}", source={})
+        manifest = RunRecord(release=model, kind="generated", model=f"openai/{model}", source={})
         write_release(rels / model, manifest, tables, scores=(scores_from_grades(grades), {"upstream-gpt4": {}}))
     return {"dataset": root / "data", "releases": rels}
 
@@ -171,7 +171,7 @@ def test_round_trip_two_raters_and_a_tiebreak_give_the_expected_kappa_shares_and
     a = fill(sheet, tmp_path / "dual.xlsx", dual)
     t = fill(sheet, tmp_path / "tiebreak.xlsx", tie)
     out = tmp_path / "audits"
-    path = review.import_review([a, t], out)
+    path = expert.import_review([a, t], out)
     audit = json.loads(path.read_text())
     res = audit["data"]
     assert res["raters"] == {"primary": ["dual:r1", "dual:r2"], "tiebreak": ["tiebreak:r1"]}
@@ -254,7 +254,7 @@ def test_a_malformed_sheet_is_refused_with_sheet_row_and_column_and_nothing_is_w
     wb.save(bad)
     out = tmp_path / "o"
     with pytest.raises(CraftMDError) as err:
-        review.import_review([bad], out)
+        expert.import_review([bad], out)
     msg = str(err.value)
     assert "nothing imported" in msg
     assert "bad.xlsx [review] row 3, r2:patient_grounded: 'maybe' is not yes/no" in msg
@@ -274,10 +274,10 @@ def test_not_a_review_file_and_an_empty_sheet_are_refused(world, tmp_path):
     wb.active.append(["something", "else"])
     wb.save(other)
     with pytest.raises(CraftMDError, match="other.xlsx: not a review workbook"):
-        review.import_review([other], tmp_path / "o")
+        expert.import_review([other], tmp_path / "o")
     sheet = export(world, tmp_path / "sheet.xlsx", n=1)
     with pytest.raises(CraftMDError, match="hold no answers yet"):
-        review.import_review([sheet], tmp_path / "o")
+        expert.import_review([sheet], tmp_path / "o")
     assert not (tmp_path / "o").exists()
 
 

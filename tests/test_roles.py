@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from craftmd import CraftMDError
-from craftmd.cli import main
+from craftmd.commands.cli import main
 from craftmd.generation.runner import GenerateSpec, generate
 from craftmd.models import get_model, parse_name
 from craftmd.models.connect import CallSettings, Connections

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from craftmd import CraftMDError
-from craftmd.cli import main
+from craftmd.commands.cli import main
 from craftmd.generation.runner import GenerateSpec, Runner, runner, runner_for
 from craftmd.release import read_release
 from craftmd.tasks import get_task

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from craftmd import CraftMDError
-from craftmd.release import SCHEMA_VERSION, Manifest, read_release, sha256_file, write_release, write_scores
+from craftmd.release import SCHEMA_VERSION, RunRecord, read_release, sha256_file, write_release, write_scores
 from craftmd.scoring.scorers import ScoreRows, Verdict, rank_frq, scores_from_grades
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -32,7 +32,7 @@ ANSWERS = [("case_1", 0, "vignette", "frq", False, "Psoriasis", "ok"), ("case_2"
 
 
 def _manifest():
-    return Manifest(release="toy", kind="generated", model="openai/toy", source={})
+    return RunRecord(release="toy", kind="generated", model="openai/toy", source={})
 
 
 def _grade(case_id, grader, correct, trial=0, **kw):
@@ -206,13 +206,13 @@ def llm_release(dataset_dir, tmp_path):
                 text = "Final Diagnosis: Something else entirely"
             rows.append((cid, t, "vignette", "frq", False, text, "ok"))
     releases = tmp_path / "releases"
-    manifest = Manifest(release="loopback", kind="generated", model="openai/loopback", source={})
+    manifest = RunRecord(release="loopback", kind="generated", model="openai/loopback", source={})
     out = write_release(releases / "loopback", manifest, {"answers": _answers(rows)})
     return out, ds["case_id"].to_list()
 
 
 def test_an_llm_grader_never_grades_its_own_model_unless_allowed(llm_release, dataset_dir, capsys):
-    from craftmd.cli import main
+    from craftmd.commands.cli import main
     from craftmd.scoring.grade import grade_release, self_graders
 
     path, _ = llm_release

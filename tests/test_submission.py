@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from craftmd.cli import main
+from craftmd.commands.cli import main
 from craftmd.release import FORMATS, SETTINGS, find_releases, read_release
 from craftmd.scoring.submission import MAX_PROBLEMS, MAX_RESPONSE_CHARS, SubmissionError, schema, validate_submission
 
@@ -136,9 +136,9 @@ def test_missing_cases_are_reported_and_scored_wrong(tmp_path, dataset_dir, caps
     assert overall[0]["ci_low"] <= overall[0]["accuracy"] <= overall[0]["ci_high"]
     assert scores["submission"]["missing_answers"] == len(cases) - 61
     # Next to the score: the offline grader's measured agreement with the GPT-4 grader-AI and the dermatologists.
-    from craftmd.scoring.agreement import measured_agreement
+    from craftmd.scoring.measured import recorded_agreement
 
-    rec, said = measured_agreement(), scores["grader_reliability"]["offline"]
+    rec, said = recorded_agreement(), scores["grader_reliability"]["offline"]
     assert f"kappa {rec['overall']['held-out']['kappa']:.3f}" in said
     assert f"dermatologists' verdicts on GPT-4's vignette answers (310 Dermatology cases x 5 trials) {rec['dermatologists']['offline']['agreement']:.1%}" in said
     assert (out / "scores.csv").exists() and pl.read_csv(out / "scores.csv").height == len(scores["accuracy"])
@@ -206,7 +206,7 @@ def test_submission_error_lists_problems(tmp_path, dataset_dir):
 
 def test_top3_and_mcq_many_are_graded(tmp_path, dataset_dir):
     from craftmd.dataset import load_config
-    from craftmd.submit import score_submission
+    from craftmd.commands.submit import score_submission
 
     ds = load_config(dataset_dir, "derm_public").head(3)
     rows = []

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from craftmd import CraftMDError
-from craftmd.cli import main
+from craftmd.commands.cli import main
 from craftmd.scoring.submission import MAX_MESSAGE_CHARS, SubmissionError, check_model_name, validate_submission
 
 ROW = {"case_id": "case_1", "trial": 0, "setting": "vignette", "format": "frq", "response": "Psoriasis"}

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from . import Experiment, Table, Task, register
+from .base import Experiment, Table, Task, register
 
 #: The 27 emotion categories of Cowen & Keltner (PNAS 2017), as MedPI lists them.
 EMOTIONS = (

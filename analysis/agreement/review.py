@@ -2,7 +2,7 @@
 
 ``export_review`` samples conversations from one or more releases (stratified per model ×
 dataset, single-diagnosis cases first, as the paper did) into an .xlsx workbook with the
-questions of ``prompts/review_questions.json`` as answer columns, one column set per rater
+questions of ``review_questions.json`` as answer columns, one column set per rater
 (``r1:``, ``r2:``) for dual annotation, and a hidden ``key`` sheet holding the grader's
 verdict on each conversation (hidden so raters answer blind).
 
@@ -44,8 +44,9 @@ import numpy as np
 
 from craftmd import CraftMDError
 from craftmd.atomic import atomic_write_bytes, atomic_write_json
+from craftmd.scoring.judge import transcript
 
-QUESTIONS_FILE = Path(__file__).resolve().parent / "prompts" / "review_questions.json"
+QUESTIONS_FILE = Path(__file__).resolve().parent / "review_questions.json"
 FORMAT = "craftmd-expert-review"
 REVIEW_SHEET, KEY_SHEET, INSTRUCTIONS_SHEET = "review", "key", "instructions"
 INFO_COLUMNS = ["review_id", "model", "release", "dataset", "case_id", "trial", "vignette", "conversation", "final_diagnosis", "correct_answer"]
@@ -53,7 +54,6 @@ KEY_COLUMNS = ["review_id", "release", "case_id", "trial", "grader", "grader_cor
 RATER_SETS = ("r1", "r2")
 YES = {"yes", "y", "true", "1"}
 NO = {"no", "n", "false", "0"}
-MAX_CELL = 32000  # Excel holds 32,767 characters a cell
 #: Upstream's clinical-LLM / patient-AI validation sheets (one sheet per model).
 UPSTREAM_AGENT_HEADER = ["case_id", "case_vignette", "question", "multi-turn conversation", "final diagnosis", "correct diagnosis", "Q1", "Q2", "Q3"]
 #: Upstream's grader validation CSV: a transposed table, these labels in its first column.
@@ -126,6 +126,7 @@ class ReviewInput:
     grader_labels: dict[str, bool | None] = field(default_factory=dict)  # unit -> grader's verdict
     grader_names: set[str] = field(default_factory=set)
     counts: list[CaseCount] = field(default_factory=list)
+    conversations: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)  # unit -> (roles, contents) upstream's sheet shows
 
     @property
     def primary(self) -> list[str]:
@@ -191,19 +192,6 @@ def _pick_grader(names: list[str], wanted: str | None) -> str | None:
         if hits:
             return hits[0]
     return None
-
-
-def transcript(messages) -> str:
-    """The conversation as the rater reads it (doctor's view: assistant = doctor, user = patient)."""
-    lines = []
-    for m in messages or []:
-        role = m.get("role")
-        who = {"assistant": "Doctor-AI", "user": "Patient-AI"}.get(role)
-        if who is None:
-            continue
-        lines.append(f"{who}: {(m.get('content') or '').strip()}")
-    text = "\n".join(lines)
-    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 20] + " … [truncated]"
 
 
 def _stratum_rng(seed: int, *labels: str) -> np.random.Generator:
@@ -521,6 +509,15 @@ def _read_craftmd(name: str, stem: str, wb, inp: ReviewInput, problems: _Problem
                 set_rows[rater].append((rid, q, v, where))
 
 
+_TURN = re.compile(r"(?:^|\n)\s*(Doctor-AI|Patient-AI)\s*:\s*")
+
+
+def sheet_conversation(text: str) -> tuple[list[str], list[str]]:
+    """(roles, contents) of a conversation as upstream's sheets write it ("Doctor-AI : …" lines; doctor = assistant)."""
+    parts = _TURN.split(text)
+    return ["assistant" if who == "Doctor-AI" else "user" for who in parts[1::2]], [c.strip() for c in parts[2::2]]
+
+
 def _read_upstream_agents(name: str, stem: str, wb, inp: ReviewInput, problems: _Problems, set_rows: dict, known: set | None) -> None:
     qmap = upstream_question_map()
     rater = stem
@@ -553,6 +550,8 @@ def _read_upstream_agents(name: str, stem: str, wb, inp: ReviewInput, problems: 
                 continue
             seen[uid] = rn
             inp.units.setdefault(uid, Unit(uid, ws.title, case_id))
+            if cells[3]:
+                inp.conversations.setdefault(uid, sheet_conversation(str(cells[3])))
             for q, i in qcols.items():
                 col_letter = chr(ord("A") + i)
                 set_rows[rater].append((uid, q, parse_answer(cells[i]), f"{name} [{ws.title}] row {rn}, column {col_letter} ({UPSTREAM_AGENT_HEADER[i]})"))
@@ -669,10 +668,22 @@ def read_review_files(
 
 
 # -- statistics ---------------------------------------------------------------------------
+def kappa(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Cohen's kappa of two boolean label vectors (statsmodels; None when undefined: no labels, or one class only).
+    The package's one kappa: the grader audit, the expert review and the history validity use it."""
+    from statsmodels.stats.inter_rater import cohens_kappa
+
+    a = np.asarray(a, bool)
+    b = np.asarray(b, bool)
+    table = np.array([[np.sum(~a & ~b), np.sum(~a & b)], [np.sum(a & ~b), np.sum(a & b)]], float)
+    pe = (table.sum(0) * table.sum(1)).sum() / table.sum() ** 2 if table.sum() else 1.0
+    if table.sum() == 0 or pe >= 1.0:
+        return None
+    return float(cohens_kappa(table, return_results=False))
+
+
 def cohen_kappa(a: list[bool], b: list[bool]) -> float | None:
     """Cohen's kappa of two raters' yes/no labels; None where undefined (no labels, or one label only)."""
-    from craftmd.scoring.agreement import kappa
-
     return kappa(np.asarray(a, bool), np.asarray(b, bool)) if len(a) else None
 
 
@@ -847,36 +858,29 @@ def summarise(inp: ReviewInput, case_labels: dict[tuple[str, int], dict] | None 
     return out
 
 
+#: The audit's tables of lists: (results key, table name, column -> field).
+_LISTED = (
+    ("interrater", "Inter-rater agreement (first two raters)",
+     {"question": "question", "model": "model", "both rated": "n", "agreement %": "agreement_pct", "Cohen's kappa": "kappa",
+      "disagreements": "disagreements", "tie-broken": "tiebroken", "unresolved": "unresolved"}),
+    ("shares", "Share answered yes (after tie-breaks)",
+     {"model": "model", "question": "question", "conversations": "n", "yes": "yes", "share %": "share_pct", "unresolved": "unresolved"}),
+)  # fmt: skip
+#: The audit's tables of figures: (results key, table name).
+_FIGURES = (("grader_vs_expert", "Grader-AI vs experts (per conversation)"),
+            ("grader_counts", "Grader-AI vs dermatologists (correct trials per case, 0–5)"))
+
+
 def review_audit(results: dict, *, audit_id: str = "expert-review", title: str = "Expert review", intro: str = "") -> dict:
     """The audit dict (leaderboard) of :func:`summarise`'s results."""
     tables = []
-    if results.get("interrater"):
-        tables.append({
-            "name": "Inter-rater agreement (first two raters)",
-            "columns": ["question", "model", "both rated", "agreement %", "Cohen's kappa", "disagreements", "tie-broken", "unresolved"],
-            "rows": [[r["question"], r["model"], r["n"], r["agreement_pct"], r["kappa"], r["disagreements"], r["tiebroken"], r["unresolved"]]
-                     for r in results["interrater"]],
-        })  # fmt: skip
-    if results.get("shares"):
-        tables.append({
-            "name": "Share answered yes (after tie-breaks)",
-            "columns": ["model", "question", "conversations", "yes", "share %", "unresolved"],
-            "rows": [[r["model"], r["question"], r["n"], r["yes"], r["share_pct"], r["unresolved"]] for r in results["shares"]],
-        })  # fmt: skip
-    gv = results.get("grader_vs_expert")
-    if gv:
-        tables.append({
-            "name": "Grader-AI vs experts (per conversation)",
-            "columns": ["metric", "value"],
-            "rows": [[k, ", ".join(v) if isinstance(v, list) else v] for k, v in gv.items()],
-        })  # fmt: skip
-    gc = results.get("grader_counts")
-    if gc:
-        tables.append({
-            "name": "Grader-AI vs dermatologists (correct trials per case, 0–5)",
-            "columns": ["metric", "value"],
-            "rows": [[k, v] for k, v in gc.items()],
-        })  # fmt: skip
+    for key, name, columns in _LISTED:  # rows of results[key], one column per field
+        if results.get(key):
+            tables.append({"name": name, "columns": list(columns), "rows": [[r[f] for f in columns.values()] for r in results[key]]})
+    for key, name in _FIGURES:  # one row per figure of results[key]
+        if results.get(key):
+            rows = [[k, ", ".join(v) if isinstance(v, list) else v] for k, v in results[key].items()]
+            tables.append({"name": name, "columns": ["metric", "value"], "rows": rows})
     qs = "; ".join(f"{k}: {v}" for k, v in results.get("questions", {}).items())
     desc = "\n\n".join(x for x in (intro, f"Questions — {qs}" if qs else "") if x)
     return {"id": audit_id, "title": title, "description": desc, "tables": tables, "figures": [], "data": results}
@@ -962,51 +966,7 @@ def write_with_scores(path: Path, results: dict, table, records: dict) -> Path:
     return path
 
 
-def import_review(
-    files: list,
-    out,
-    *,
-    dataset_dir=None,
-    release=None,
-    grader: str = "upstream-gpt4",
-    source=None,
-    audit_id: str = "expert-review",
-) -> Path:
-    """Validate the filled-in sheets, compute every figure, write them to ``out``; returns the JSON path."""
-    from craftmd.dataset import load_config
-
-    blobs = []
-    for f in files:
-        p = Path(f)
-        if not p.is_file():
-            raise CraftMDError(f"{p}: no such file")
-        blobs.append((str(p), p.read_bytes()))
-    known = None
-    if dataset_dir is not None:
-        known = set(load_config(dataset_dir, "all")["case_id"].to_list())
-    needs_source = any(_detect(n, d)[0] == "upstream-grader" for n, d in blobs)
-    derm = src = None
-    if needs_source:
-        from craftmd.scoring.expert import upstream_derm_cases
-        from craftmd.source import Source
-
-        src = source if source is not None else Source()
-        derm = upstream_derm_cases(src)  # validate the sheets before the long read of the grader's results
-    inp = read_review_files(blobs, known_case_ids=known, derm_cases=derm)
-    labels = None
-    if inp.counts:
-        if release is not None:
-            labels = release_case_labels(release, grader)
-        else:
-            from craftmd.scoring.expert import upstream_grader_labels
-
-            labels = upstream_grader_labels(src, [c.case_id for c in inp.counts])
-    results = summarise(inp, labels)
-    audit = review_audit(results, audit_id=audit_id, title="Expert review of agents and grader")
-    return write_results(Path(out), audit, resolved_table(inp))
-
-
 __all__ = [
-    "export_review", "import_review", "write_with_scores", "read_review_files", "summarise", "review_audit", "resolve",
-    "cohen_kappa", "grader_count_agreement", "counts_agreement", "release_labels_by_grader", "parse_answer", "ReviewInput", "Rating", "Unit", "CaseCount",
+    "export_review", "write_with_scores", "read_review_files", "summarise", "review_audit", "resolve",
+    "kappa", "cohen_kappa", "grader_count_agreement", "counts_agreement", "release_labels_by_grader", "parse_answer", "ReviewInput", "Rating", "Unit", "CaseCount",
 ]  # fmt: skip

@@ -1,7 +1,7 @@
 """The expert-review loop for the rubric: 1–4 ratings of sampled conversations × dimensions out, back in, agreement.
 
 ``export_rubric_review`` samples ``n`` judged conversations per release (seeded, failed conversations left
-out) into an .xlsx workbook (deterministic bytes, as :mod:`craftmd.scoring.review` writes them): sheet
+out) into an .xlsx workbook (deterministic bytes, as :mod:`craftmd.analysis.agreement.review` writes them): sheet
 ``review`` has one row per conversation × dimension with the dimension's question and anchors and one
 column per rater (``r1``, ``r2``; a 1–4 drop-down), sheet ``conversations`` the transcripts, sheet
 ``dimensions`` the catalog rows, and a hidden ``key`` sheet the judge's score (raters answer blind).
@@ -17,7 +17,7 @@ over conversations, seeded):
   against the judge's score, by the same three figures.
 
 The ratings themselves go beside the JSON as a scores table (``<stem>.scores.parquet``, as the yes/no review's
-:func:`craftmd.scoring.review.write_with_scores` writes it): metric ``expert_rubric_rating`` (1–4), scorer
+:func:`craftmd.analysis.agreement.review.write_with_scores` writes it): metric ``expert_rubric_rating`` (1–4), scorer
 ``rater:<name>`` per rater and ``experts`` for the resolved rating (its label says how: single, agreed,
 median_low), variant keys ``release``, ``conversation``, ``with_image`` and ``dimension`` as the judge's rows.
 """
@@ -34,6 +34,12 @@ import numpy as np
 
 from craftmd import CraftMDError
 from craftmd.atomic import atomic_write_bytes
+from craftmd.scoring.judge import METRIC as JUDGE_METRIC
+from craftmd.scoring.judge import pick_scorer, read_units
+from craftmd.scoring.rubric import applicable, load_catalog
+from craftmd.scoring.rubric_agreement import krippendorff_alpha, spearman, weighted_kappa
+
+from .review import EXPERTS, _stratum_rng, keyed_workbook_bytes, write_with_scores
 
 FORMAT = "craftmd-rubric-review"
 VERSION = 1
@@ -48,16 +54,12 @@ INSTRUCTIONS = ("Read the conversation (sheet 'conversations', by review_id) and
 
 def sample_rows(releases, n: int, seed: int, dimensions: list[str] | None = None, dataset_dir=None) -> tuple[list[dict], list[dict], list[dict]]:
     """(review rows, conversation rows, key rows) of ``n`` judged conversations per release."""
-    from craftmd.scoring.judge import METRIC, pick_scorer, read_units
-    from craftmd.scoring.review import _stratum_rng
-    from craftmd.scoring.rubric import applicable, load_catalog
-
     cat = load_catalog()
     dims = cat.select(dimensions)
     review, convs, keys = [], [], []
     for rel in releases:
         t, _ = rel.scores_with_records()
-        judged = [] if t is None or "dimension" not in t.column_names else [r for r in t.to_pylist() if r["metric"] == METRIC]
+        judged = [] if t is None or "dimension" not in t.column_names else [r for r in t.to_pylist() if r["metric"] == JUDGE_METRIC]
         scorer = pick_scorer(sorted({r["scorer"] for r in judged}))
         if scorer is None:
             raise CraftMDError(f"release {rel.id}: not judged (craftmd judge first)")
@@ -85,8 +87,6 @@ def build_workbook(review: list[dict], convs: list[dict], keys: list[dict], meta
     from openpyxl.utils import get_column_letter
     from openpyxl.worksheet.datavalidation import DataValidation
 
-    from craftmd.scoring.review import keyed_workbook_bytes
-    from craftmd.scoring.rubric import load_catalog
 
     wb = Workbook()
     wb.properties.creator = "craftmd"
@@ -139,7 +139,6 @@ def export_rubric_review(release_dirs, out, *, n: int, seed: int, dimensions: li
         raise CraftMDError("--n must be at least 1")
     releases = [read_release(p) for p in release_dirs]
     review, convs, keys = sample_rows(releases, n, seed, dimensions, dataset_dir)
-    from craftmd.scoring.rubric import load_catalog
 
     meta = {"seed": seed, "n": n, "catalog": load_catalog().record(), "releases": sorted(r.id for r in releases)}
     atomic_write_bytes(out, build_workbook(review, convs, keys, meta))
@@ -156,7 +155,6 @@ def read_ratings(files: list[tuple[str, bytes]], units: dict | None = None) -> t
     from openpyxl import load_workbook
     from openpyxl.utils import get_column_letter
 
-    from craftmd.scoring.rubric import load_catalog
 
     known = set(load_catalog().by_id())
     problems: list[str] = []
@@ -205,7 +203,6 @@ def read_ratings(files: list[tuple[str, bytes]], units: dict | None = None) -> t
 
 
 def _figures(pairs_r: list[tuple], pairs_j: list[tuple], matrix: list[list]) -> dict:
-    from craftmd.scoring.rubric_agreement import krippendorff_alpha, spearman, weighted_kappa
 
     out = {}
     for who, pairs in (("experts", pairs_r), ("experts_vs_judge", pairs_j)):
@@ -270,8 +267,6 @@ def import_rubric_review(paths: list[Path | str], out: Path | str, *, B: int = 1
     if not ratings:
         raise CraftMDError("the review files hold no rating")
     rows = agreement(ratings, judge, B=B, seed=seed)
-    from craftmd.scoring.review import EXPERTS, write_with_scores
-    from craftmd.scoring.rubric import load_catalog
 
     raters = sorted({r for v in ratings.values() for r in v})
     records = {f"rater:{r}": {"review": FORMAT, "version": VERSION, "rater": r} for r in raters}
@@ -287,7 +282,6 @@ def rating_rows(ratings: dict, units: dict):
     resolved one (scorer ``experts``, the lower median; label single, agreed or median_low; detail the ratings)."""
     import pyarrow as pa
 
-    from craftmd.scoring.review import EXPERTS
 
     cols: dict[str, list] = {k: [] for k in ("case_id", "trial", "release", "conversation", "with_image", "dimension", "scorer", "metric",
                                              "value", "label", "detail", "status")}  # fmt: skip

@@ -15,8 +15,8 @@
   grader's extracted vignette-FRQ answers per trial, the correct answer, and
   ``dermatologist_accuracy``: how many of the 5 trials a dermatologist judged correct.
 
-All four go through :func:`craftmd.scoring.review.read_review_files` and
-:func:`~craftmd.scoring.review.summarise`, the code path of ``craftmd review import``, with
+All four go through :func:`craftmd.analysis.agreement.review.read_review_files` and
+:func:`~craftmd.analysis.agreement.review.summarise`, the code path of ``craftmd review import``, with
 Q1→``doctor_one_dx``, Q2→``doctor_history``, Q3→``patient_terminology``. The grader's
 per-trial verdicts are the recorded ``evaluation_vignette_frq`` labels of
 ``results/gpt4_1106``.
@@ -34,6 +34,12 @@ import json
 from pathlib import Path
 
 from craftmd import CraftMDError
+from craftmd.atomic import atomic_write_json
+
+from .review import (
+    ReviewInput, _detect, counts_agreement, read_review_files, release_case_labels, release_labels_by_grader, resolved_table,
+    review_audit, summarise, write_results,
+)  # fmt: skip
 
 ANNOTATIONS = "results/expert_annotations/"
 #: Rater order: the two dermatologists, then the tie-breaker.
@@ -96,10 +102,17 @@ def upstream_grader_labels(source, case_ids: list[str], files: dict[str, bytes] 
     return labels
 
 
+def dermatologists_sheets(source) -> ReviewInput:
+    """The dermatologists' sheets of the conversations they rated (:data:`AGENT_FILES`), read and validated
+    by :func:`~craftmd.analysis.agreement.review.read_review_files`: their answers and, per rated
+    conversation, what they read (``ReviewInput.conversations``)."""
+    files = source.read_files([*AGENT_FILES, DATASET_CSV])
+    known = set(_dataset_frame(files[DATASET_CSV])["case_id"].to_list())
+    return read_review_files([(p.rsplit("/", 1)[1], files[p]) for p in AGENT_FILES], known_case_ids=known)
+
+
 def upstream_expert_results(source) -> dict:
     """Every expert figure recomputed from the pinned source (the ``review import`` path)."""
-    from craftmd.scoring.review import read_review_files, summarise
-
     files = source.read_files([*AGENT_FILES, GRADER_FILE, DATASET_CSV, GRADER_RESULTS.format(case_id="case_*")])
     derm = upstream_derm_cases(source, files[DATASET_CSV])
     known = set(_dataset_frame(files[DATASET_CSV])["case_id"].to_list())
@@ -119,11 +132,10 @@ def graders_vs_dermatologists(source, release_dir) -> dict[str, dict]:
     Upstream's grader validation (``validation_graderai.csv``) gives, per Dermatology case,
     how many of GPT-4's five vignette-FRQ answers a dermatologist judged correct. Every grader
     that graded those answers (``upstream-gpt4``, ``offline``, ``llm:…``) is compared with
-    those counts the paper's way (:func:`craftmd.scoring.review.counts_agreement`).
+    those counts the paper's way (:func:`craftmd.analysis.agreement.review.counts_agreement`).
     Returns grader -> the figures; empty when the release has no vignette FRQ grades.
     """
     from craftmd.release import read_release
-    from craftmd.scoring.review import counts_agreement, read_review_files, release_labels_by_grader
 
     if not read_release(release_dir).has("scores"):
         return {}
@@ -143,8 +155,6 @@ def graders_vs_dermatologists(source, release_dir) -> dict[str, dict]:
 
 def upstream_expert_audit(source, results: dict | None = None) -> dict:
     """The audit dict of the recomputed expert figures (for the leaderboard); ``results`` if already computed."""
-    from craftmd.scoring.review import review_audit
-
     res = results if results is not None else upstream_expert_results(source)
     gc = res["grader_counts"]
     kappa = {r["question"]: r["kappa"] for r in res["interrater"] if r["model"] == "all"}
@@ -171,8 +181,6 @@ def upstream_expert_audit(source, results: dict | None = None) -> dict:
 
 def write_upstream_expert_audit(source, audits_dir) -> Path:
     """Write ``<audits_dir>/expert-upstream.json`` (what ``craftmd review upstream --out`` does)."""
-    from craftmd.atomic import atomic_write_json
-
     audit = upstream_expert_audit(source)
     d = Path(audits_dir)
     d.mkdir(parents=True, exist_ok=True)
@@ -181,4 +189,44 @@ def write_upstream_expert_audit(source, audits_dir) -> Path:
     return path
 
 
-__all__ = ["graders_vs_dermatologists", "upstream_expert_audit", "upstream_expert_results", "upstream_derm_cases", "upstream_grader_labels", "write_upstream_expert_audit"]
+def import_review(
+    files: list,
+    out,
+    *,
+    dataset_dir=None,
+    release=None,
+    grader: str = "upstream-gpt4",
+    source=None,
+    audit_id: str = "expert-review",
+) -> Path:
+    """Validate the filled-in sheets, compute every figure, write them to ``out``; returns the JSON path."""
+    from craftmd.dataset import load_config
+
+    blobs = []
+    for f in files:
+        p = Path(f)
+        if not p.is_file():
+            raise CraftMDError(f"{p}: no such file")
+        blobs.append((str(p), p.read_bytes()))
+    known = None
+    if dataset_dir is not None:
+        known = set(load_config(dataset_dir, "all")["case_id"].to_list())
+    needs_source = any(_detect(n, d)[0] == "upstream-grader" for n, d in blobs)
+    derm = src = None
+    if needs_source:
+        from craftmd.source import Source
+
+        src = source if source is not None else Source()
+        derm = upstream_derm_cases(src)  # validate the sheets before the long read of the grader's results
+    inp = read_review_files(blobs, known_case_ids=known, derm_cases=derm)
+    labels = None
+    if inp.counts:
+        if release is not None:
+            labels = release_case_labels(release, grader)
+        else:
+            labels = upstream_grader_labels(src, [c.case_id for c in inp.counts])
+    results = summarise(inp, labels)
+    audit = review_audit(results, audit_id=audit_id, title="Expert review of agents and grader")
+    return write_results(Path(out), audit, resolved_table(inp))
+
+__all__ = ["dermatologists_sheets", "import_review", "graders_vs_dermatologists", "upstream_expert_audit", "upstream_expert_results", "upstream_derm_cases", "upstream_grader_labels", "write_upstream_expert_audit"]

@@ -16,7 +16,7 @@ from pathlib import Path
 from craftmd import CraftMDError
 from craftmd.analysis.bootstrap import DEFAULT_B, DEFAULT_SEED
 from craftmd.atomic import atomic_dir, check_writable
-from craftmd.cli import add_dataset_argument, add_quiet_argument, add_source_argument, command
+from craftmd.commands.cli import add_dataset_argument, add_quiet_argument, add_source_argument, command
 from craftmd.release import find_releases
 
 
@@ -54,9 +54,9 @@ def builtin_audits(releases: Path, data: Path, source, out: Path) -> list[dict]:
     """The audits this package computes itself (grader agreement, expert validation, the history metrics'
     agreement with the dermatologists), written to ``out/*.json``."""
     from craftmd.analysis.tables import read_audits
-    from craftmd.scoring.agreement import grader_agreement_audit
-    from craftmd.scoring.expert import upstream_expert_audit
-    from craftmd.scoring.history import history_validity_audit
+    from craftmd.analysis.agreement.graders import grader_agreement_audit
+    from craftmd.analysis.agreement.expert import upstream_expert_audit
+    from craftmd.analysis.agreement.history_validity import history_validity_audit
 
     made = [grader_agreement_audit(releases, data, source), upstream_expert_audit(source), history_validity_audit(releases, data, source)]
     out.mkdir(parents=True, exist_ok=True)

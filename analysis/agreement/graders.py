@@ -12,44 +12,23 @@ from the other (training) cases only; figures are reported for both parts.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 from pathlib import Path
 
 import numpy as np
 import polars as pl
-from statsmodels.stats.inter_rater import cohens_kappa
 
 from craftmd import CraftMDError
 from craftmd.atomic import atomic_write_json
 from craftmd.release import find_releases
+from craftmd.scoring.measured import held_out
+from craftmd.scoring.offline import SynonymTable, rules_sha256
+
+from .expert import GRADER_VALIDATION_RELEASE, graders_vs_dermatologists
+from .review import kappa
 
 REFERENCE = "upstream-gpt4"
 GRADER = "offline"
 AUDIT_ID = "grader_agreement"
-
-
-def held_out(case_id: str, source: str | None) -> bool:
-    """The fixed held-out rule: derm_private cases, and cases whose id's number is divisible by 5.
-
-    Ids are opaque; the rule reads the last run of digits in the id (``case_205`` -> 205). An id
-    without digits is held out when the first byte of its sha256 is divisible by 5."""
-    digits = re.findall(r"\d+", case_id)
-    n = int(digits[-1]) if digits else hashlib.sha256(case_id.encode()).digest()[0]
-    return source == "derm_private" or n % 5 == 0
-
-
-def kappa(a: np.ndarray, b: np.ndarray) -> float | None:
-    """Cohen's kappa of two boolean label vectors (statsmodels; None when undefined: no labels, or one class only).
-    The package's one kappa: the grader audit and the expert review both use it."""
-    a = np.asarray(a, bool)
-    b = np.asarray(b, bool)
-    table = np.array([[np.sum(~a & ~b), np.sum(~a & b)], [np.sum(a & ~b), np.sum(a & b)]], float)
-    pe = (table.sum(0) * table.sum(1)).sum() / table.sum() ** 2 if table.sum() else 1.0
-    if table.sum() == 0 or pe >= 1.0:
-        return None
-    return float(cohens_kappa(table, return_results=False))
 
 
 def paired_labels(releases_dir: Path | str, grader: str = GRADER, reference: str = REFERENCE) -> pl.DataFrame:
@@ -132,8 +111,6 @@ def case_sources(dataset_dir: Path | str | None) -> dict[str, tuple[str, str]]:
 def dermatologist_rows(releases_dir: Path | str, source) -> dict[str, dict]:
     """grader -> agreement with the dermatologists (upstream's grader validation), for every FRQ
     grader of the GPT-4 release under ``releases_dir``; empty without a source or that release."""
-    from craftmd.scoring.expert import GRADER_VALIDATION_RELEASE, graders_vs_dermatologists
-
     rel = Path(releases_dir) / GRADER_VALIDATION_RELEASE
     if source is None or not (rel / "manifest.json").exists():
         return {}
@@ -227,13 +204,8 @@ def overall_figures(rows: list[dict]) -> dict:
     return {r["split"]: {k: r[k] for k in ("n", "agreement", "kappa")} for r in rows if r["model"] == "all text models"}
 
 
-RECORD = Path(__file__).resolve().parent / "data" / "offline_agreement.json"
-
-
 def agreement_record(audit: dict) -> dict:
     """The overall figures of an agreement audit, tied to the synonym table they were measured with."""
-    from craftmd.scoring.offline import SynonymTable, rules_sha256
-
     t = audit["tables"][0]
     rows = [dict(zip(t["columns"], r)) for r in t["rows"]]
     overall = overall_figures(rows)
@@ -257,23 +229,9 @@ def agreement_record(audit: dict) -> dict:
     }
 
 
-def measured_agreement() -> dict | None:
-    """The recorded measurement for the current table and rules (None when either changed since)."""
-    import importlib.resources as ir
-
-    from craftmd.scoring.offline import SynonymTable, rules_sha256
-
-    try:
-        rec = json.loads((ir.files("craftmd.scoring") / "data" / "offline_agreement.json").read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-    current = (SynonymTable.load().sha256, rules_sha256())
-    return rec if (rec.get("table_sha256"), rec.get("rules_sha256")) == current else None
-
-
 def write_audit(releases_dir: Path | str, audits_dir: Path | str, dataset_dir: Path | str | None = None, source=None) -> Path:
     audit = grader_agreement_audit(releases_dir, dataset_dir, source)
     return atomic_write_json(Path(audits_dir) / f"{AUDIT_ID}.json", audit)
 
 
-__all__ = ["grader_agreement_audit", "write_audit", "agreement_table", "paired_labels", "held_out", "kappa"]
+__all__ = ["grader_agreement_audit", "write_audit", "agreement_table", "paired_labels", "agreement_record", "AUDIT_ID", "GRADER", "REFERENCE"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from craftmd.cli import add_dataset_argument, add_quiet_argument, add_source_argument, command
+from craftmd.commands.cli import add_dataset_argument, add_quiet_argument, add_source_argument, command
 
 
 def ingest_source(source, dataset: Path | str | None, out: Path | str, **options) -> list[Path]:

@@ -2,12 +2,12 @@
 separate the conversations they said yes to from those they said no to?
 
 The conversations are the ones the dermatologists rated (upstream's validation sheets, read as
-:func:`craftmd.scoring.history.history_validity` reads them), each judged as a diagnosis encounter by the
+:func:`craftmd.analysis.agreement.history_validity.history_validity` reads them), each judged as a diagnosis encounter by the
 given judge(s) on :data:`DIMENSIONS`. Labels are their resolved answers to Q1 (one most likely diagnosis
 can be reached from the conversation, ``doctor_one_dx``) and Q2 (the conversation covers the vignette's
 key history, ``doctor_history``). For each judged dimension, and for two composites (the mean of the
 information-gathering dimensions, the mean of the diagnosis dimensions), the ROC AUC for each label with
-its 95 % case-bootstrap CI (:func:`~craftmd.scoring.history.auc_ci`); a conversation whose score failed is
+its 95 % case-bootstrap CI (:func:`~craftmd.analysis.agreement.history_validity.auc_ci`); a conversation whose score failed is
 left out of that measure and counted. The history metrics' own AUCs for Q2 (from ``history_validity``) are
 shown beside them, over the same labels.
 """
@@ -16,7 +16,12 @@ from __future__ import annotations
 
 import statistics
 
-from craftmd.scoring.judge import COMMITTEE, Judge, JudgeSpec, Unit
+from craftmd.scoring.judge import COMMITTEE, Judge, JudgeSpec, Unit, transcript
+from craftmd.scoring.rubric import load_catalog
+
+from .expert import dermatologists_sheets
+from .history_validity import auc_ci, history_validity
+from .review import resolve
 
 #: Rubric categories and dimensions read as information gathering / as diagnosis.
 GATHERING = ("review of symptoms", "clinical_reasoning.inferential_symptom_recognition", "clinical_reasoning.symptom_severity_assessment",
@@ -32,27 +37,17 @@ TABLE = "ROC AUC for the dermatologists' labels"
 
 def page_measures() -> list[str]:
     """The judge's measures the page shows: every information-gathering and diagnosis dimension, then the composites."""
-    from craftmd.scoring.rubric import load_catalog
-
     return [d.id for d in load_catalog().select(list(DIMENSIONS))] + list(COMPOSITES)
 
 
 def rated_units(dataset_dir, source) -> tuple[list[Unit], dict]:
     """The conversations the dermatologists rated, as judge units, and their resolved labels ((unit, question) -> dict)."""
-    from craftmd.scoring.expert import AGENT_FILES, DATASET_CSV, _dataset_frame
-    from craftmd.scoring.history import _sheet_conversations
-    from craftmd.scoring.review import read_review_files, resolve, transcript
-
-    files = source.read_files([*AGENT_FILES, DATASET_CSV])
-    known = set(_dataset_frame(files[DATASET_CSV])["case_id"].to_list())
-    sheets = {p: files[p] for p in AGENT_FILES}
-    inp = read_review_files([(p.rsplit("/", 1)[1], d) for p, d in sheets.items()], known_case_ids=known)
-    convs = _sheet_conversations(sheets)
+    inp = dermatologists_sheets(source)
     units = []
     for uid, unit in sorted(inp.units.items()):
-        if (unit.model, unit.case_id) not in convs:
+        if uid not in inp.conversations:
             continue
-        roles, contents = convs[(unit.model, unit.case_id)]
+        roles, contents = inp.conversations[uid]
         text = transcript([{"role": r, "content": c} for r, c in zip(roles, contents)])
         units.append(Unit(unit.case_id, 0, uid, False, text, "diagnosis", False))
     return units, resolve(inp)
@@ -60,9 +55,6 @@ def rated_units(dataset_dir, source) -> tuple[list[Unit], dict]:
 
 def judge_validity(dataset_dir, source, spec: JudgeSpec, *, B: int = 2000, seed: int = 14) -> dict:
     """Judge the rated conversations and measure each dimension's AUC for Q1 and Q2 (see the module's doc)."""
-    from craftmd.scoring.history import auc_ci, history_validity
-    from craftmd.scoring.rubric import load_catalog
-
     spec.dimensions = list(spec.dimensions or DIMENSIONS)
     judge = Judge(spec)
     units, labels = rated_units(dataset_dir, source)

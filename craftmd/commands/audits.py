@@ -1,8 +1,8 @@
 """Subcommands of the benchmark's audits: ``craftmd meld`` and ``craftmd review export|import|upstream``.
 
 Registered by ``craftmd.scoring.cli.register``; each handler parses nothing itself and
-calls one function of :mod:`craftmd.scoring.meld`, :mod:`~craftmd.scoring.review` or
-:mod:`~craftmd.scoring.expert`.
+calls one function of :mod:`craftmd.scoring.meld`, :mod:`~craftmd.analysis.agreement.review` or
+:mod:`~craftmd.analysis.agreement.expert`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from craftmd.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, add_source_argument, command
+from craftmd.commands.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, add_source_argument, command
 
 
 def register_audits(sub) -> None:
@@ -77,7 +77,8 @@ def _meld(args: argparse.Namespace) -> int:
     memorised. Writes OUT/scores.parquet (per case: meld_similarity, meld_flagged), OUT/summary.json and
     OUT/similarity_hist.png.
     """
-    from craftmd.scoring.meld import DEFAULT_CONFIGS, read_summary, run_meld, write_meld_audit
+    from craftmd.analysis.meld import write_meld_audit
+    from craftmd.scoring.meld import DEFAULT_CONFIGS, read_summary, run_meld
 
     out = run_meld(
         args.dataset, args.model, args.out, base_url=args.base_url, configs=tuple(args.configs or DEFAULT_CONFIGS),
@@ -102,7 +103,7 @@ def _review_export(args: argparse.Namespace) -> int:
     Sample N conversations per model x dataset source (single-diagnosis cases first), seeded, into an .xlsx
     with one answer column per question for two raters (r1:, r2:) and a hidden key of the grader's verdicts.
     """
-    from craftmd.scoring.review import export_review
+    from craftmd.analysis.agreement.review import export_review
 
     out = export_review(args.release, args.dataset, args.out, n=args.n, seed=args.seed, grader=args.grader, overwrite=args.overwrite)
     print(f"wrote {out}")
@@ -135,7 +136,7 @@ def _review_import(args: argparse.Namespace) -> int:
     break ties. Any unknown id or blank/malformed answer is reported with file, sheet, row and column, and
     nothing is written. Writes OUT/<id>.json (audit dict with every figure) and the ratings as a scores table OUT/<id>.scores.parquet.
     """
-    from craftmd.scoring.review import import_review
+    from craftmd.analysis.agreement.expert import import_review
 
     source = None
     if args.source:
@@ -155,7 +156,7 @@ def _review_upstream(args: argparse.Namespace) -> int:
     Import results/expert_annotations/ of the pinned source through the same path as `review import` and print
     every figure: grader-vs-dermatologist agreement (published 93.35 %), per-model shares and kappas.
     """
-    from craftmd.scoring.expert import upstream_expert_audit, write_upstream_expert_audit
+    from craftmd.analysis.agreement.expert import upstream_expert_audit, write_upstream_expert_audit
     from craftmd.source import Source
 
     source = Source(args.source) if args.source else Source()

@@ -17,7 +17,7 @@ import polars as pl
 
 from craftmd import CraftMDError
 from craftmd.atomic import atomic_dir, check_writable
-from craftmd.cli import add_dataset_argument, add_quiet_argument, command
+from craftmd.commands.cli import add_dataset_argument, add_quiet_argument, command
 
 #: What a score folder holds: an existing --out is replaced (with --overwrite) only when it has it.
 OWNS = ("scores.json",)

@@ -22,9 +22,9 @@ ROOMS = (
     "craftmd.generation.keyinfo_cli",
     "craftmd.scoring.judge_cli",
     "craftmd.analysis.cli",
-    "craftmd.ingest_cli",
-    "craftmd.pipeline",
-    "craftmd.submit",
+    "craftmd.commands.ingest",
+    "craftmd.commands.pipeline",
+    "craftmd.commands.submit",
 )
 
 

@@ -1,0 +1,43 @@
+"""Reading the JSON a model was asked to reply with: one reader for every role (judge, patient, extractor).
+
+A model asked for JSON may send it bare, inside a fenced block, or after a sentence; the reader
+tries the whole text, then the first ```json fenced block, then the outermost braces, and returns
+the first that decodes. What the value must hold is the caller's to check (a pydantic model, a
+JSON schema).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+_FENCED = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
+
+
+def reply_json(text: str | None) -> object:
+    """The JSON value of a model's reply: the whole text, a fenced block, or the outermost braces.
+
+    ValueError says why there is none (empty output, no JSON object, not valid JSON).
+    """
+    if not text or not text.strip():
+        raise ValueError("empty output")
+    t = text.strip()
+    candidates = [t]
+    fenced = _FENCED.search(t)
+    if fenced:
+        candidates.append(fenced.group(1))
+    braces = "{" in t and "}" in t and t.index("{") < t.rindex("}")
+    if braces:
+        candidates.append(t[t.index("{"): t.rindex("}") + 1])
+    error = None
+    for c in candidates:
+        try:
+            return json.loads(c)
+        except json.JSONDecodeError as exc:
+            error = exc
+    if not braces:
+        raise ValueError("no JSON object in the output")
+    raise ValueError(f"not valid JSON ({error.msg})")
+
+
+__all__ = ["reply_json"]
