@@ -428,7 +428,7 @@ class Release:
 
         t, _ = self.scores_with_records()
         if t is None:
-            raise CraftMDError(f"release {self.id}: no {SCORES_FILE} (score it first: craftmd grade)")
+            raise CraftMDError(f"release {self.id}: no {SCORES_FILE} (score it first: craftmd score)")
         df = pl.from_arrow(t).filter(pl.col("metric") == "correct", pl.col("setting").is_not_null())
         df = df.select(
             "case_id", "trial", "setting", "format", "with_image",
@@ -456,7 +456,7 @@ def read_release(path: Path | str, verify: bool = True) -> Release:
         raise CraftMDError(
             f"{path}: release schema {version}, this craftmd reads {SCHEMA_VERSION}; rebuild it "
             "(upstream: craftmd ingest --overwrite, or make leaderboard; generated: craftmd generate again over its cache; "
-            "submitted: craftmd score again)"
+            "submitted: craftmd submit again)"
         )
     try:
         manifest = RunRecord.model_validate(raw)

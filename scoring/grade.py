@@ -1,19 +1,17 @@
-"""Grade a release's answers: add or replace scorers' ``correct`` rows in its ``scores.parquet``.
+"""Answer scoring's shared ground: the dataset's answer keys, and grading answer rows with answer scorers.
 
-The scorers (``paper``, ``strict``, ``offline``, ``llm:<provider/model>``) are those of
-the registry in :mod:`craftmd.scoring.scorers`. Every answer row of a scored format gets
-a score row: a missing or non-text answer scores 0 (``resolved_kind`` none), a grader call
-that failed scores nothing (null value, status ``error``, the reason in its detail) and is
-never counted as a verdict. Grading writes ``scores.parquet`` beside the release's files
-(:func:`craftmd.release.write_scores`) and never rewrites conversations, answers or the run
-record. Each scorer's record holds its identity (rule version, or table and rules hashes)
-and the inputs it graded (the answers file's and the dataset's hashes); with
-``only_stale=True`` a scorer whose record matches both is not run again (``make leaderboard``
-re-grades only what changed).
+The answer scorers (``paper``, ``strict``, ``offline``, ``llm:<provider/model>``, a task's own)
+are those of the registry in :mod:`craftmd.scoring.scorers`, and ``craftmd score``
+(:func:`craftmd.scoring.score.score_release`) runs them on a release. Every answer row of a
+scored format gets a score row: a missing or non-text answer scores 0 (``resolved_kind`` none),
+a grader call that failed scores nothing (null value, status ``error``, the reason in its detail)
+and is never counted as a verdict. Each scorer's record holds its identity (rule version, or
+table and rules hashes, or the model, prompts and sampling) and the inputs it graded
+(:func:`grading_inputs`: the answers file's and the dataset's hashes).
 
 An LLM grader never grades its own model (same model, or the family the run record names)
-unless ``allow_self=True``; then its record says ``self_graded`` and the board does not
-take its figure.
+unless allowed (``--allow-self``); then its record says ``self_graded`` and the board does not
+take its figure (:func:`self_graders`).
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ import pyarrow as pa
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file, dataset_fingerprint, load_config
-from craftmd.release import read_release, write_scores
 from craftmd.scoring.scorers import MCQ_RULES, Context, ScoreRows, check_scorers, get_scorer, grades_itself
 
 def load_cases(dataset_dir: Path | str) -> tuple[dict[tuple[str, bool], tuple[list[str], str, str | None]], list[str]]:
@@ -52,6 +49,14 @@ def load_cases(dataset_dir: Path | str) -> tuple[dict[tuple[str, bool], tuple[li
     return cases, many
 
 
+def check_answer_cases(answers: pl.DataFrame, ctx: Context) -> None:
+    """A one-line error when an answer's case is not in the dataset."""
+    unknown = sorted({c for c, w in answers.select("case_id", "with_image").iter_rows() if (c, w) not in ctx.cases})
+    if unknown:
+        more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+        raise CraftMDError(f"answer for case {unknown[0]}{more} not in the dataset at {ctx.dataset_dir}")
+
+
 def grade_answers(
     answers: pl.DataFrame,
     dataset_dir: Path | str,
@@ -61,18 +66,17 @@ def grade_answers(
     cache=None,
     progress: bool = True,
 ) -> tuple[pa.Table, dict]:
-    """Grade answer rows (the release's answers schema) -> (scores table, per-scorer record)."""
+    """Grade answer rows (the release's answers schema) that are in no release yet (a submission's) ->
+    (scores table, per-scorer record without its inputs)."""
     graders = check_scorers(graders)
-    cases, many = load_cases(dataset_dir)
-    unknown = sorted({c for c, w in answers.select("case_id", "with_image").iter_rows() if (c, w) not in cases})
-    if unknown:
-        more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
-        raise CraftMDError(f"answer for case {unknown[0]}{more} not in the dataset at {dataset_dir}")
-    ctx = Context(cases, many, Path(dataset_dir), base_url=base_url, cache=cache, progress=progress)
+    ctx = Context(Path(dataset_dir), base_url=base_url, cache=cache, progress=progress)
+    check_answer_cases(answers, ctx)
     out = ScoreRows()
     records: dict[str, dict] = {}
     for g in graders:
         scorer = get_scorer(g)
+        if scorer.unit != "answer":
+            raise CraftMDError(f"scorer {g} does not grade answers")
         rows = answers.filter(pl.col("format").is_in(scorer.formats)).to_dicts()
         counts = scorer.score(rows, ctx, out)
         records[g] = dict(scorer.record(), **counts)
@@ -98,19 +102,6 @@ def grading_inputs(manifest, dataset_dir: Path | str) -> dict:
     return {"answers_sha256": manifest.files["answers.parquet"]["sha256"], **dataset_inputs(dataset_dir)}
 
 
-def stale_graders(release_dir: Path | str, dataset_dir: Path | str, graders: list[str]) -> list[str]:
-    """Those of ``graders`` whose recorded identity or inputs differ from now (LLM graders: always)."""
-    rel = read_release(release_dir)
-    recorded = rel.scorer_records()
-    inputs = grading_inputs(rel.manifest, dataset_dir)
-    stale = []
-    for g in check_scorers(graders):
-        ident, rec = grader_identity(g), recorded.get(g) or {}
-        if ident is None or rec.get("inputs") != inputs or any(rec.get(k) != v for k, v in ident.items()):
-            stale.append(g)
-    return stale
-
-
 def self_graders(manifest, graders: list[str]) -> list[str]:
     """Those of ``graders`` that would grade the release's own model."""
     doctor = (manifest.roles.get("doctor") or {})
@@ -119,49 +110,4 @@ def self_graders(manifest, graders: list[str]) -> list[str]:
     return [g for g in graders if any(grades_itself(g, m, fam) for m in models)]
 
 
-def grade_release(
-    release_dir: Path | str,
-    dataset_dir: Path | str,
-    graders: list[str],
-    *,
-    base_url: str | None = None,
-    cache=None,
-    progress: bool = True,
-    only_stale: bool = False,
-    allow_self: bool = False,
-) -> Path:
-    """Add (or replace) ``graders``' scores in the release's ``scores.parquet``.
-
-    With ``only_stale``, graders whose recorded identity and inputs are current are
-    skipped; when none is left the release is not touched.
-    """
-    release_dir = Path(release_dir)
-    graders = check_scorers(graders)
-    if only_stale:
-        graders = stale_graders(release_dir, dataset_dir, graders)
-        if not graders:
-            return release_dir
-    rel = read_release(release_dir)
-    own = self_graders(rel.manifest, graders)
-    if own and not allow_self:
-        raise CraftMDError(
-            f"grader {own[0]} would grade its own model ({rel.manifest.model}); "
-            "pick another grader, or pass --allow-self-grading (the page then marks it and never ranks by it)"
-        )
-    answers = pl.from_arrow(rel.table("answers"))
-    new, records = grade_answers(answers, dataset_dir, graders, base_url=base_url, cache=cache, progress=progress)
-    inputs = grading_inputs(rel.manifest, dataset_dir)
-    for g in records:
-        records[g] = dict(records[g], inputs=inputs, **({"self_graded": True} if g in own else {}))
-    write_scores(rel, new, records)
-    return release_dir
-
-
-def grade_cli(args) -> int:
-    out = grade_release(args.release, args.dataset, args.grader, base_url=args.base_url, cache=args.cache,
-                        progress=not args.quiet, allow_self=args.allow_self_grading)
-    print(json.dumps({"release": str(out), "graders": args.grader}))
-    return 0
-
-
-__all__ = ["grade_release", "grade_answers", "load_cases", "stale_graders", "grader_identity", "self_graders", "MCQ_RULES"]
+__all__ = ["grade_answers", "check_answer_cases", "load_cases", "grader_identity", "grading_inputs", "dataset_inputs", "self_graders", "MCQ_RULES"]

@@ -2,7 +2,7 @@
 
 A submission is a JSON Lines file (one object per line) or a parquet file with the columns
 ``case_id, trial, setting, format, response`` (and optionally ``with_image``); the JSON
-Schema is ``scoring/submission.schema.json`` (``craftmd score --schema`` prints it).
+Schema is ``scoring/submission.schema.json`` (``craftmd submit --schema`` prints it).
 
 :func:`validate_submission` reads the whole file and lists every problem (up to
 :data:`MAX_PROBLEMS`) with its line: empty file, bytes that are not UTF-8, a line that is
@@ -11,7 +11,7 @@ duplicate row, an oversized response. Nothing is graded or written unless it pas
 
 :func:`submit` turns a valid submission into a release of kind ``submission`` (the common
 schema, its grades in ``scores.parquet``, so the leaderboard shows it next to the others);
-``craftmd score`` (:mod:`craftmd.submit`) adds the accuracy report beside it.
+``craftmd submit`` (:mod:`craftmd.submit`) adds the accuracy report beside it.
 Every case of the chosen dataset config that the submission leaves unanswered, for each
 (setting, format, trial) it answers, becomes an answer row with status ``missing``: it is
 reported and scored as wrong, never skipped.
