@@ -29,7 +29,8 @@ import polars as pl
 
 from craftmd.release import find_releases
 from craftmd.scoring.agreement import RECORD, agreement_record, grader_agreement_audit
-from craftmd.scoring.grade import grade_release, load_cases
+from craftmd.scoring.grade import load_cases
+from craftmd.scoring.score import score_release
 from craftmd.scoring.offline import OfflineGrader
 from craftmd.source import Source
 
@@ -105,7 +106,7 @@ def main() -> int:
         t0 = time.perf_counter()
         for r in upstream:
             shutil.copytree(r.path, copies / r.path.name)
-            grade_release(copies / r.path.name, data, ["offline"], progress=False)
+            score_release(copies / r.path.name, data, ["offline"], progress=False, force=True)
         print(f"grade_release (offline) over {len(upstream)} releases incl. reading/writing parquet: {time.perf_counter() - t0:.1f} s")
         audit = grader_agreement_audit(copies, data, Source())
         t = audit["tables"][0]

@@ -6,7 +6,7 @@ Each handler parses nothing itself and calls one function of the room.
 
 from __future__ import annotations
 
-from craftmd.cli import add_dataset_argument, add_quiet_argument, add_source_argument, command
+from craftmd.cli import add_dataset_argument, add_source_argument, command
 
 
 def _validate(args):

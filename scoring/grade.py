@@ -16,7 +16,6 @@ take its figure (:func:`self_graders`).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import polars as pl

@@ -633,6 +633,20 @@ def pick_scorer(scorers: list[str]) -> str | None:
     return COMMITTEE if COMMITTEE in scorers else (judges[0] if judges else None)
 
 
+def check_own_family(rel, spec: JudgeSpec) -> str:
+    """Refuse a judge of the doctor's own model family unless ``spec.force``; returns the doctor's model."""
+    from craftmd.scoring.scorers import family, grades_itself
+
+    doctor = (rel.manifest.roles.get("doctor") or {}).get("model") or rel.manifest.models.get("doctor") or rel.manifest.model
+    if not spec.force:
+        own = [m for m in dict.fromkeys(spec.models)
+               if grades_itself(f"llm:{m}", rel.manifest.model, family(doctor)) or grades_itself(f"llm:{m}", doctor, family(doctor))]
+        if own:
+            raise CraftMDError(f"judge {own[0]} is of the doctor's own model family ({family(doctor)}: {doctor}); "
+                               "pick another judge or pass --allow-self (the record marks it)")  # fmt: skip
+    return doctor
+
+
 def judge_release(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir: Path | str | None = None,
                   conversations: list[str] | None = None, cases: list[str] | None = None) -> dict:
     """Judge a release's conversations and add the scores to its ``scores.parquet``; returns a summary."""
@@ -641,13 +655,7 @@ def judge_release(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir: Path
     from craftmd.scoring.scorers import family, grades_itself
 
     rel = read_release(release_dir)
-    doctor = (rel.manifest.roles.get("doctor") or {}).get("model") or rel.manifest.models.get("doctor") or rel.manifest.model
-    if not spec.force:
-        own = [m for m in dict.fromkeys(spec.models)
-               if grades_itself(f"llm:{m}", rel.manifest.model, family(doctor)) or grades_itself(f"llm:{m}", doctor, family(doctor))]
-        if own:
-            raise CraftMDError(f"judge {own[0]} is of the doctor's own model family ({family(doctor)}: {doctor}); "
-                               "pick another judge or pass --force (the record marks it)")  # fmt: skip
+    doctor = check_own_family(rel, spec)
     judge = Judge(spec)
     units = read_units(rel, dataset_dir, conversations=conversations, cases=cases)
     states, total = judge.run(units)
@@ -682,5 +690,5 @@ def estimate_release(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir=No
     return {"release": rel.id, **judge.estimate(units)}
 
 
-__all__ = ["Judge", "JudgeSpec", "judge_release", "estimate_release", "stale", "alias_warning", "validate_reply", "parse_json", "reply_schema", "score_rows",
+__all__ = ["Judge", "JudgeSpec", "judge_release", "estimate_release", "stale", "check_own_family", "alias_warning", "validate_reply", "parse_json", "reply_schema", "score_rows",
            "members", "read_units", "pick_scorer", "plan", "Unit", "METRIC", "COMMITTEE", "SCHEMA", "MODES", "RESPONSE_FORMATS"]

@@ -32,7 +32,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from craftmd import CraftMDError
 from craftmd.dataset import dataset_fingerprint
 from craftmd.scoring.history import SCHEMA, Reference, fmeasure, split_turns, token_ids
 

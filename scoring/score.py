@@ -54,14 +54,18 @@ def score_release(release_dir: Path | str, dataset_dir: Path | str | None, names
     rel = read_release(release_dir)
     ctx = context(dataset_dir, **settings)
     report: dict = {"release": str(release_dir), "scored": [], "current": [], "skipped": {}}
+    todo = []
     for s in scorers(names or default_scorers(rel)):
         why = s.applies(rel)
         if why:
             report["skipped"][s.name] = why
-            continue
-        if not force and s.current(rel, ctx):
+        elif not force and s.current(rel, ctx):
             report["current"].append(s.name)
-            continue
+        else:
+            todo.append(s)
+    for s in todo:  # refusals (a grader or judge of the release's own model) before anything is written
+        s.check(rel, ctx)
+    for s in todo:
         if estimate:
             report.setdefault("estimates", {})[s.name] = s.estimate(rel, ctx)
             continue

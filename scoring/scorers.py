@@ -162,6 +162,16 @@ class Context:
         return self.answer_keys[1]
 
 
+def answer_formats(release, *, images: bool = True) -> set[str]:
+    """The answer formats a release holds (of text cases only, without ``images``)."""
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(release.path / "answers.parquet", columns=["format", "with_image"])
+    if not images:
+        t = t.filter(pa.compute.invert(t.column("with_image")))
+    return set(t.column("format").unique().to_pylist())
+
+
 #: What a scorer scores, and the release table that holds it (a case scorer reads the dataset).
 UNITS = {"answer": "answers", "conversation": "conversations", "case": None}
 
@@ -200,6 +210,8 @@ class Scorer:
             return f"no {table}.parquet"
         if self.formats and not set(self.formats) & set(get_task(task).formats):
             return f"no {'/'.join(self.formats)} answers in task {task}"
+        if self.formats and not set(self.formats) & answer_formats(release):
+            return f"no {'/'.join(self.formats)} answers"
         return None
 
     def inputs(self, release, ctx: Context) -> dict:
@@ -225,6 +237,9 @@ class Scorer:
             if rec.get("inputs") != inputs:
                 return False
         return True
+
+    def check(self, release, ctx: Context) -> None:
+        """Refuse, with one line, what the scorer must not run on ``release`` (checked for every scorer before any runs)."""
 
     def run(self, release, ctx: Context) -> tuple[pa.Table, dict[str, dict]]:
         """Score ``release``: (score rows, each written scorer name's record, its ``inputs`` included)."""
@@ -257,6 +272,12 @@ class McqRule(Scorer):
         self.name = rule
         self.about = ("the published MCQ rule: right when the recorded key's text appears in the answer" if rule == "paper" else
                       "the strict MCQ rule: the answer must resolve to exactly one option, the dataset's answer")
+
+    def applies(self, release):
+        why = super().applies(release)
+        if why is None and not set(self.formats) & answer_formats(release, images=False):
+            return "MCQ answers of image cases only (no options to match)"
+        return why
 
     def identity(self) -> dict:
         from craftmd.scoring.mcq import RULES_VERSION
@@ -330,15 +351,19 @@ class LLM(Scorer):
 
         return grader_record(self.model)
 
+    def check(self, release, ctx):
+        from craftmd.scoring.grade import self_graders
+
+        if self_graders(release.manifest, [self.name]) and not ctx.allow_self:
+            raise CraftMDError(f"grader {self.name} would grade its own model ({release.manifest.model}); "
+                               "pick another grader, or pass --allow-self (the page then marks it and never ranks by it)")
+
     def run(self, release, ctx):
         from craftmd.scoring.grade import self_graders
 
-        own = self_graders(release.manifest, [self.name])
-        if own and not ctx.allow_self:
-            raise CraftMDError(f"grader {self.name} would grade its own model ({release.manifest.model}); "
-                               "pick another grader, or pass --allow-self (the page then marks it and never ranks by it)")
+        self.check(release, ctx)
         table, records = super().run(release, ctx)
-        if own:
+        if self_graders(release.manifest, [self.name]):
             records[self.name]["self_graded"] = True
         return table, records
 
@@ -467,6 +492,11 @@ class Judges(Scorer):
     def _where(self, ctx: Context) -> dict:
         return dict(dataset_dir=ctx.dataset_dir, conversations=ctx.options.get("conversations"), cases=ctx.options.get("cases"))
 
+    def check(self, release, ctx):
+        from craftmd.scoring.judge import check_own_family
+
+        check_own_family(release, self.spec(ctx))
+
     def current(self, release, ctx):
         """The judge's own rule, on the same records: see :func:`craftmd.scoring.judge.stale`."""
         from craftmd.scoring.judge import stale
@@ -506,21 +536,28 @@ class Meld(Scorer):
         return dict(temperature=o.get("temperature", 0.0), max_tokens=o.get("max_tokens") or 1024, seed=o.get("seed", 0),
                     concurrency=o.get("concurrency", 8), cases=o.get("cases"))
 
+    def configs(self, ctx: Context) -> tuple[str, ...]:
+        """MELD's per-source configs that the dataset has."""
+        from craftmd.dataset import config_file
+        from craftmd.scoring.meld import DEFAULT_CONFIGS
+
+        return tuple(c for c in DEFAULT_CONFIGS if config_file(ctx.dataset(self.name), c).exists())
+
     def current(self, release, ctx):
         from craftmd.models import Sampling
-        from craftmd.scoring.meld import DEFAULT_CONFIGS, SIMILARITY_DEFINITION, THRESHOLD, prompt_sha256
+        from craftmd.scoring.meld import SIMILARITY_DEFINITION, THRESHOLD, prompt_sha256
 
         s = self.settings(release, ctx)
         sampling = Sampling(temperature=s["temperature"], top_p=1.0, max_tokens=s["max_tokens"], seed=s["seed"]).to_dict()
         ident = {"prompt": {"file": "scoring/prompts/meld.txt", "sha256": prompt_sha256(), "role": "system"}, "sampling": sampling,
                  "split": "chars", "similarity": SIMILARITY_DEFINITION, "threshold": THRESHOLD}
-        return self.recorded(release, ident, self.inputs(release, ctx, DEFAULT_CONFIGS, s["cases"]))
+        return self.recorded(release, ident, self.inputs(release, ctx, s["cases"]))
 
-    def inputs(self, release, ctx, configs=None, cases=None) -> dict:
+    def inputs(self, release, ctx, cases=None) -> dict:
         from craftmd.dataset import dataset_fingerprint
-        from craftmd.scoring.meld import DEFAULT_CONFIGS
 
-        return {"model": self.model(release), "dataset_sha256": dataset_fingerprint(ctx.dataset(self.name), configs or DEFAULT_CONFIGS),
+        configs = self.configs(ctx)
+        return {"model": self.model(release), "configs": list(configs), "dataset_sha256": dataset_fingerprint(ctx.dataset(self.name), configs),
                 "cases": sorted(cases) if cases else "all"}
 
     def run(self, release, ctx):
@@ -529,18 +566,18 @@ class Meld(Scorer):
         import pyarrow.parquet as pq
 
         from craftmd.release import SCORERS_METADATA
-        from craftmd.scoring.meld import DEFAULT_CONFIGS, SCORER, run_meld
+        from craftmd.scoring.meld import SCORER, run_meld
 
         s = self.settings(release, ctx)
         with tempfile.TemporaryDirectory(prefix=".meld-") as tmp:
             out = run_meld(ctx.dataset(self.name), self.model(release), Path(tmp) / "meld", base_url=ctx.base_url, cache=ctx.cache,
-                           cases=s["cases"], temperature=s["temperature"], max_tokens=s["max_tokens"], seed=s["seed"],
+                           configs=self.configs(ctx), cases=s["cases"], temperature=s["temperature"], max_tokens=s["max_tokens"], seed=s["seed"],
                            concurrency=s["concurrency"], progress=ctx.progress)
             table = pq.read_table(out / "scores.parquet")
         record = json.loads(table.schema.metadata[SCORERS_METADATA])[SCORER]
         record.pop("dataset", None)
         failed = table.filter(pa.compute.equal(table.column("status"), "error")).num_rows // 2
-        record.update(cases=table.num_rows // 2, failures=failed, inputs=self.inputs(release, ctx, DEFAULT_CONFIGS, s["cases"]))
+        record.update(cases=table.num_rows // 2, failures=failed, inputs=self.inputs(release, ctx, s["cases"]))
         return table.replace_schema_metadata(None), {self.name: record}
 
 

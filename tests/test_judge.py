@@ -656,16 +656,19 @@ def test_a_current_judgement_is_not_redone_unless_overwritten_and_a_changed_inpu
 
     rel = make_release(tmp_path)
     cache = tmp_path / "cache.sqlite"
-    argv = [str(rel), "--judge", "openai/judge-a", "--base-url", server.base_url, "--dimensions", "final diagnosis", "--mode", "category",
+    argv = [str(rel), "--scorer", "judge:openai/judge-a", "--base-url", server.base_url, "--dimensions", "final diagnosis", "--mode", "category",
             "--cache", str(cache), "--quiet"]  # fmt: skip
-    assert main(["judge", *argv]) == 0
+    assert main(["score", *argv]) == 0
+    assert json.loads(capsys.readouterr().out)["summaries"]["judge:openai/judge-a"]["scores"]["judge:openai/judge-a"]["scored"] > 0
     first, sent = (rel / "scores.parquet").read_bytes(), server.calls
-    capsys.readouterr()
-    assert main(["judge", *argv]) == 0  # nothing changed: nothing done
+    assert main(["score", *argv]) == 0  # nothing changed: nothing done
     out = capsys.readouterr()
-    assert "scores current, nothing to do" in out.err and json.loads(out.out)["current"] is True
+    assert "judge:openai/judge-a current, nothing to do" in out.err and json.loads(out.out)["current"] == ["judge:openai/judge-a"]
     assert server.calls == sent and (rel / "scores.parquet").read_bytes() == first
-    assert main(["judge", *argv, "--overwrite"]) == 0  # judged again, the cache answering: the same bytes, nothing sent
+    assert main(["score", *argv, "--estimate", "--force"]) == 0  # what judging again would send; nothing sent or written
+    est = json.loads(capsys.readouterr().out)["estimates"]["judge:openai/judge-a"]
+    assert est["release"] == read_release(rel).id and server.calls == sent and (rel / "scores.parquet").read_bytes() == first
+    assert main(["score", *argv, "--force"]) == 0  # judged again, the cache answering: the same bytes, nothing sent
     assert server.calls == sent and (rel / "scores.parquet").read_bytes() == first
     assert "nothing to do" not in capsys.readouterr().err
 
