@@ -61,7 +61,7 @@ def test_schema_1_release_is_refused_with_a_one_line_message_on_how_to_rebuild(t
     msg = str(err.value)
     assert "\n" not in msg
     assert f"release schema 1, this craftmd reads {SCHEMA_VERSION}" in msg
-    assert "rebuild it" in msg and "craftmd ingest --overwrite" in msg and "craftmd score" in msg
+    assert "rebuild it" in msg and "craftmd ingest --overwrite" in msg and "craftmd submit" in msg
     # A manifest with no schema version at all is refused the same way.
     del raw["schema_version"]
     (out / "manifest.json").write_text(json.dumps(raw))

@@ -113,10 +113,9 @@ def test_craftmd_score_lists_and_runs_the_toy_scorer_only_when_stale(toy, tmp_pa
     once = (rel / "scores.parquet").read_bytes()
     assert _score(rel, dataset_dir)["current"] == ["toy-words"]  # nothing changed: nothing done
     assert (rel / "scores.parquet").read_bytes() == once
-    # CRAFT-MD's scorers do not apply to the toy task's releases: named, they are skipped with the reason, or refused alone
-    assert _score(rel, dataset_dir, "--scorer", "toy-words", "--scorer", "history", "--force")["skipped"] == {
-        "history": "not a release of craftmd (task toy)"}
+    assert _score(rel, dataset_dir, "--scorer", "toy-words", "--force")["scored"] == ["toy-words"]
     assert (rel / "scores.parquet").read_bytes() == once  # scored again: the same bytes
+    # CRAFT-MD's scorers do not apply to the toy task's releases: named, they are refused with the reason
     assert main(["score", str(rel), "--dataset", str(dataset_dir), "--scorer", "offline", "--quiet"]) == 2
     assert "scorer offline applies to none of the releases given: not a release of craftmd, consultation (task toy)" in capsys.readouterr().err
     assert main(["score", str(rel), "--dataset", str(dataset_dir), "--scorer", "nope"]) == 2
