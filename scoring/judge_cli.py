@@ -34,7 +34,7 @@ def _judge(args) -> int:
     if not args.judge:
         raise CraftMDError("no judge given (--judge PROVIDER/MODEL, once per judge)")
     options = {k: v for k, v in judge_options(args).items() if k not in ("conversations", "cases")}
-    spec = JudgeSpec(models=args.judge, base_url=args.base_url, cache=args.cache, force=args.force, progress=not args.quiet, **options)
+    spec = JudgeSpec(models=args.judge, base_url=args.base_url, cache=args.cache, progress=not args.quiet, **options)
     return _validity(args, spec)
 
 
@@ -118,7 +118,6 @@ def register(sub) -> None:
     add_judge_arguments(p, selection=False)
     add_call_arguments(p, concurrency=8, max_tokens=DISCUSSION_TOKENS, temperature=0.0,
                        seed_help="seed of the dimension order and of the judges' sampling (default 0; recorded)")
-    p.add_argument("--force", action="store_true", help="allow a judge of the doctor's own model family (recorded)")
     add_source_argument(p)
     add_quiet_argument(p)
 
