@@ -697,3 +697,25 @@ def test_a_current_judgement_is_not_redone_unless_overwritten_and_a_changed_inpu
         flaky = dataclasses.replace(spec, base_url=down.base_url, max_retries=0)
         J.judge_release(rel, flaky)
     assert read_release(rel).scorer_records()["judge:openai/judge-a"]["transient_failures"] > 0 and J.stale(rel, flaky)
+
+
+def test_judges_named_together_are_one_committee_and_a_judge_of_the_doctor_family_is_refused_first(tmp_path, server, capsys):
+    """``craftmd score --scorer judge:A --scorer judge:B`` runs one committee; a judge of the doctor's family is refused
+    before any call or write; a second run with nothing changed sends nothing."""
+    from craftmd.cli import main
+
+    rel = make_release(tmp_path)  # the doctor: openai/gpt-4-0613
+    base = ["score", str(rel), "--base-url", server.base_url, "--dimensions", "final diagnosis", "--mode", "category", "--quiet"]
+    assert main([*base, "--scorer", "judge:openai/judge-a", "--scorer", "judge:openai/gpt-4o"]) == 2
+    assert "judge openai/gpt-4o is of the doctor's own model family" in capsys.readouterr().err
+    assert server.calls == 0 and not (rel / "scores.parquet").exists()
+    two = [*base, "--scorer", "judge:openai/judge-a", "--scorer", "judge:openai/judge-b"]
+    assert main(two) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["scored"] == ["judge-committee"] and out["skipped"] == {}
+    records = read_release(rel).scorer_records()
+    assert {"judge:openai/judge-a", "judge:openai/judge-b", "judge-committee"} <= set(records)
+    assert records["judge-committee"]["members"] == ["judge:openai/judge-a", "judge:openai/judge-b"]
+    sent, first = server.calls, (rel / "scores.parquet").read_bytes()
+    assert main(two) == 0 and json.loads(capsys.readouterr().out)["current"] == ["judge-committee"]
+    assert server.calls == sent and (rel / "scores.parquet").read_bytes() == first
