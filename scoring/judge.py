@@ -569,22 +569,12 @@ def stale(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir: Path | str |
           cases: list[str] | None = None) -> bool:
     """Whether judging ``release_dir`` with ``spec`` could change its scores: a judge's record missing, made from other
     inputs (conversations, objectives, selection), by another catalog, prompt set or setting, or with transient failures
-    a re-run would ask again."""
+    a re-run would ask again (the one staleness rule of :meth:`craftmd.scoring.scorers.Scorer.current`)."""
     from craftmd.release import read_release
+    from craftmd.scoring.scorers import Context, Judges
 
-    rel = read_release(release_dir)
-    judge = Judge(spec)
-    records = rel.scorer_records()
-    want = run_inputs(rel, read_units(rel, dataset_dir, conversations=conversations, cases=cases), conversations, cases)
-    for m in judge.members:
-        rec = records.get(m.name)
-        if rec is None or rec.get("inputs") != want or rec.get("transient_failures", 1) \
-                or pinned(rec) != pinned(judge.identity(MemberState(m, spec.response_format))):
-            return True
-    if len(judge.members) > 1:
-        rec = records.get(COMMITTEE) or {}
-        return rec.get("members") != [m.name for m in judge.members] or rec.get("inputs") != want
-    return False
+    ctx = Context(None if dataset_dir is None else Path(dataset_dir), options={"conversations": conversations, "cases": cases})
+    return not Judges(spec.models, spec=spec).current(read_release(release_dir), ctx)
 
 
 # -- scores ------------------------------------------------------------------------------------------

@@ -220,21 +220,32 @@ class Scorer:
 
         return grading_inputs(release.manifest, ctx.dataset(self.name))
 
-    def current(self, release, ctx: Context) -> bool:
-        """Whether the release's record of this scorer matches its identity and inputs now, with no failed call
-        left to ask again: then running it again could not change the scores."""
+    def expected(self, release, ctx: Context) -> dict[str, dict] | None:
+        """What the release's records must hold for the scores to be current: for each scorer name it writes, its
+        identity now (None: scores that cannot be re-derived, always made again)."""
         ident = self.identity()
-        return ident is not None and self.recorded(release, ident, self.inputs(release, ctx))
+        return None if ident is None else {name: ident for name in self.writes()}
 
-    def recorded(self, release, identity: dict, inputs: dict) -> bool:
-        """Whether the release's records of every name this scorer writes hold ``identity`` and ``inputs`` and no
-        failed call to ask again."""
+    def pinned(self, record: dict) -> dict:
+        """The part of a record that :meth:`expected` is compared with (a judge leaves out what happened, such as the
+        response format the server accepted)."""
+        return record
+
+    def current(self, release, ctx: Context) -> bool:
+        """The one staleness rule: the release holds a record for every name the scorer writes, each with the
+        identity expected now, the inputs it would read now, and no failed call a re-run would ask again; then
+        running it again could not change the scores."""
+        want = self.expected(release, ctx)
+        if want is None:
+            return False
+        inputs = self.inputs(release, ctx)
         records = release.scorer_records()
-        for name in self.writes():
+        for name, ident in want.items():
             rec = records.get(name)
-            if rec is None or any(rec.get(k) for k in self.retry_keys) or any(rec.get(k) != v for k, v in identity.items()):
+            if rec is None or rec.get("inputs") != inputs or any(rec.get(k) for k in self.retry_keys):
                 return False
-            if rec.get("inputs") != inputs:
+            held = self.pinned(rec)
+            if any(held.get(k) != v for k, v in ident.items()):
                 return False
         return True
 
@@ -462,13 +473,16 @@ class Judges(Scorer):
     about = ("MedPI's rubric judge over whole conversations, 1-4 per dimension that applies; several judges: "
              "also judge-committee, their median")
 
-    def __init__(self, models: list[str]):
+    retry_keys = ("transient_failures",)
+
+    def __init__(self, models: list[str], spec=None):
         from craftmd.models import parse_name
 
         for m in models:
             parse_name(m)
         self.models = list(dict.fromkeys(models))
         self.name = "judge:" + self.models[0] if len(self.models) == 1 else "judge-committee"
+        self._spec = spec  # a JudgeSpec given whole (craftmd.scoring.judge.stale), else made from the context
 
     @classmethod
     def parse(cls, name: str) -> Judges:
@@ -481,6 +495,8 @@ class Judges(Scorer):
 
         from craftmd.scoring.judge import JudgeSpec
 
+        if self._spec is not None:
+            return self._spec
         known = {f.name for f in fields(JudgeSpec)} - {"models", "base_url", "cache", "force", "progress"}
         return JudgeSpec(models=self.models, base_url=ctx.base_url, cache=ctx.cache, force=ctx.allow_self, progress=ctx.progress,
                          **{k: v for k, v in ctx.options.items() if k in known and v is not None})
@@ -497,11 +513,30 @@ class Judges(Scorer):
 
         check_own_family(release, self.spec(ctx))
 
-    def current(self, release, ctx):
-        """The judge's own rule, on the same records: see :func:`craftmd.scoring.judge.stale`."""
-        from craftmd.scoring.judge import stale
+    def expected(self, release, ctx):
+        """Each judge's settings as asked (catalog, prompts, mode, model, server, sampling, dimensions) and, for a
+        committee, its members."""
+        from craftmd.scoring.judge import Judge, MemberState, pinned
 
-        return not stale(release.path, self.spec(ctx), **self._where(ctx))
+        spec = self.spec(ctx)
+        judge = Judge(spec)
+        want = {m.name: pinned(judge.identity(MemberState(m, spec.response_format))) for m in judge.members}
+        if len(judge.members) > 1:
+            want["judge-committee"] = {"members": [m.name for m in judge.members]}
+        return want
+
+    def pinned(self, record):
+        from craftmd.scoring.judge import pinned
+
+        return pinned(record)
+
+    def inputs(self, release, ctx):
+        """The conversations file, the objectives judged by and the selection (:func:`craftmd.scoring.judge.run_inputs`)."""
+        from craftmd.scoring.judge import read_units, run_inputs
+
+        where = self._where(ctx)
+        units = read_units(release, where["dataset_dir"], conversations=where["conversations"], cases=where["cases"])
+        return run_inputs(release, units, where["conversations"], where["cases"])
 
     def run(self, release, ctx):
         from craftmd.scoring.judge import judge_release
@@ -543,20 +578,19 @@ class Meld(Scorer):
 
         return tuple(c for c in DEFAULT_CONFIGS if config_file(ctx.dataset(self.name), c).exists())
 
-    def current(self, release, ctx):
+    def expected(self, release, ctx):
         from craftmd.models import Sampling
         from craftmd.scoring.meld import SIMILARITY_DEFINITION, THRESHOLD, prompt_sha256
 
         s = self.settings(release, ctx)
         sampling = Sampling(temperature=s["temperature"], top_p=1.0, max_tokens=s["max_tokens"], seed=s["seed"]).to_dict()
-        ident = {"prompt": {"file": "scoring/prompts/meld.txt", "sha256": prompt_sha256(), "role": "system"}, "sampling": sampling,
-                 "split": "chars", "similarity": SIMILARITY_DEFINITION, "threshold": THRESHOLD}
-        return self.recorded(release, ident, self.inputs(release, ctx, s["cases"]))
+        return {self.name: {"prompt": {"file": "scoring/prompts/meld.txt", "sha256": prompt_sha256(), "role": "system"},
+                            "sampling": sampling, "split": "chars", "similarity": SIMILARITY_DEFINITION, "threshold": THRESHOLD}}
 
-    def inputs(self, release, ctx, cases=None) -> dict:
+    def inputs(self, release, ctx) -> dict:
         from craftmd.dataset import dataset_fingerprint
 
-        configs = self.configs(ctx)
+        configs, cases = self.configs(ctx), ctx.options.get("cases")
         return {"model": self.model(release), "configs": list(configs), "dataset_sha256": dataset_fingerprint(ctx.dataset(self.name), configs),
                 "cases": sorted(cases) if cases else "all"}
 
@@ -577,7 +611,7 @@ class Meld(Scorer):
         record = json.loads(table.schema.metadata[SCORERS_METADATA])[SCORER]
         record.pop("dataset", None)
         failed = table.filter(pa.compute.equal(table.column("status"), "error")).num_rows // 2
-        record.update(cases=table.num_rows // 2, failures=failed, inputs=self.inputs(release, ctx, s["cases"]))
+        record.update(cases=table.num_rows // 2, failures=failed, inputs=self.inputs(release, ctx))
         return table.replace_schema_metadata(None), {self.name: record}
 
 
