@@ -253,11 +253,14 @@ class Scorer:
         """Refuse, with one line, what the scorer must not run on ``release`` (checked for every scorer before any runs)."""
 
     def run(self, release, ctx: Context) -> tuple[pa.Table, dict[str, dict]]:
-        """Score ``release``: (score rows, each written scorer name's record, its ``inputs`` included)."""
-        from craftmd.scoring.grade import check_answer_cases
-
+        """Score ``release``: (score rows, each written scorer name's record, its ``inputs`` included). This one runs
+        an answer scorer's :meth:`score` over the release's answers; a conversation or case scorer writes its own."""
         import polars as pl
 
+        from craftmd.scoring.grade import check_answer_cases
+
+        if self.unit != "answer":
+            raise NotImplementedError(f"scorer {self.name}: a {self.unit} scorer writes its own run()")
         answers = pl.from_arrow(release.table("answers"))
         check_answer_cases(answers, ctx)
         out = ScoreRows()
@@ -279,6 +282,7 @@ class Scorer:
 class McqRule(Scorer):
     formats = MCQ_FORMATS
     tasks = ("craftmd", "consultation")
+
     def __init__(self, rule: str):
         self.name = rule
         self.about = ("the published MCQ rule: right when the recorded key's text appears in the answer" if rule == "paper" else
