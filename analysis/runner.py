@@ -81,7 +81,7 @@ def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threa
     for table in ("answers", "scores", "conversations"):
         body = _union(releases, table)
         if body is None and table == "scores":
-            raise CraftMDError("no release has scores.parquet; grade the releases first (craftmd grade)")
+            raise CraftMDError("no release has scores.parquet; score the releases first (craftmd score)")
         if body is not None:
             con.execute(f"create view {table} as {body}")
     con.execute(f"create view grades as {sql_text('grades')}")

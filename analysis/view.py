@@ -64,7 +64,7 @@ class View:
         }
         rel = a.releases
         self.release_info = {r["release"]: r for r in rel.iter_rows(named=True)}
-        #: per release, the graders that graded its own model (allowed with --allow-self-grading, never ranked by)
+        #: per release, the graders that graded its own model (allowed with --allow-self, never ranked by)
         self.self_graded: dict[str, set[str]] = {
             m: {g for g, rec in json.loads(r.get("scorers") or "{}").items() if rec.get("self_graded")}
             for m, r in self.release_info.items()

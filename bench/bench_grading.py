@@ -30,7 +30,8 @@ import polars as pl
 from craftmd.release import find_releases
 from craftmd.analysis.agreement.graders import agreement_record, grader_agreement_audit
 from craftmd.scoring.measured import AGREEMENT_RECORD as RECORD
-from craftmd.scoring.grade import grade_release, load_cases
+from craftmd.scoring.scorers import load_cases
+from craftmd.scoring.score import score_release
 from craftmd.scoring.offline import OfflineGrader
 from craftmd.source import Source
 
@@ -106,8 +107,8 @@ def main() -> int:
         t0 = time.perf_counter()
         for r in upstream:
             shutil.copytree(r.path, copies / r.path.name)
-            grade_release(copies / r.path.name, data, ["offline"], progress=False)
-        print(f"grade_release (offline) over {len(upstream)} releases incl. reading/writing parquet: {time.perf_counter() - t0:.1f} s")
+            score_release(copies / r.path.name, data, ["offline"], progress=False, force=True)
+        print(f"score_release (offline) over {len(upstream)} releases incl. reading/writing parquet: {time.perf_counter() - t0:.1f} s")
         audit = grader_agreement_audit(copies, data, Source())
         t = audit["tables"][0]
         df = pl.DataFrame([dict(zip(t["columns"], row)) for row in t["rows"]], infer_schema_length=None)

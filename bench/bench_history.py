@@ -4,7 +4,7 @@ Uses ``out/data`` and ``out/releases`` of ``make leaderboard`` when they are the
 else builds and ingests into a temporary folder first (about a minute). Then prints:
 
 1. the ``history`` scorer over every conversation of every release (about 50,000), scores computed in memory
-   (``history_scores``: reading, tokenizing, every metric; worker processes as ``craftmd history`` uses them;
+   (``history_scores``: reading, tokenizing, every metric; worker processes as ``craftmd score --scorer history`` uses them;
    goal: under 20 s on 2 cores), and the same including writing each release's scores.parquet (on copies);
 2. plain ``rouge_score.rouge_scorer.RougeScorer(use_stemmer=True)`` computing the same ROUGE figures
    (patient coverage and every question pair) on a sample of conversations, extrapolated to all of them.
@@ -57,12 +57,14 @@ def main() -> int:
         ours = time.perf_counter() - t0
         print(f"history scorer: {n:,} conversations, {rows:,} scores in {ours:.1f} s ({1e6 * ours / n:.0f} µs a conversation)")
 
+        from craftmd.scoring.score import score_release
+
         copies = tmp / "copies"
         for r in rels:
             shutil.copytree(r.path, copies / r.path.name)
         t0 = time.perf_counter()
         for r in rels:
-            H.score_history(copies / r.path.name, data, progress=False, workers=args.workers)
+            score_release(copies / r.path.name, data, ["history"], force=True, progress=False, options={"workers": args.workers})
         print(f"  with writing every release's scores.parquet: {time.perf_counter() - t0:.1f} s")
 
         from rouge_score import rouge_scorer

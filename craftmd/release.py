@@ -465,7 +465,7 @@ class Release:
 
         t, _ = self.scores_with_records()
         if t is None:
-            raise CraftMDError(f"release {self.id}: no {SCORES_FILE} (score it first: craftmd grade)")
+            raise CraftMDError(f"release {self.id}: no {SCORES_FILE} (score it first: craftmd score)")
         df = pl.from_arrow(t).filter(pl.col("metric") == "correct", pl.col("setting").is_not_null())
         df = df.select(
             "case_id", "trial", "setting", "format", "with_image",
@@ -493,7 +493,7 @@ def read_release(path: Path | str, verify: bool = True) -> Release:
         raise CraftMDError(
             f"{path}: release schema {version}, this craftmd reads {SCHEMA_VERSION}; rebuild it "
             "(upstream: craftmd ingest --overwrite, or make leaderboard; generated: craftmd generate again over its cache; "
-            "submitted: craftmd score again)"
+            "submitted: craftmd submit again)"
         )
     try:
         manifest = RunRecord.model_validate(raw)
@@ -523,7 +523,7 @@ def rebuild_hint(kind: str, name: str, path: Path | str) -> str:
     if kind == "submission":
         return "rebuild it: craftmd score the submission again with --overwrite"
     if name == SCORES_FILE:
-        return f"rebuild it: remove {Path(path) / name} and score the release again (craftmd grade {path} --dataset DIR, and any other scorer it had)"
+        return f"rebuild it: remove {Path(path) / name} and score the release again (craftmd score {path} --dataset DIR, with every scorer it had)"
     return f"rebuild it: craftmd generate {path} again with --overwrite (the request cache answers what was asked before)"
 
 

@@ -1,8 +1,7 @@
-"""``craftmd keyinfo extract`` and ``craftmd keyinfo score``: the key-value information of the consultation protocol."""
+"""``craftmd keyinfo extract``: the key-value information of the consultation protocol (scored by ``craftmd score --scorer keyinfo``)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -29,24 +28,9 @@ def _extract(args) -> int:
     return 0
 
 
-def _score(args) -> int:
-    """score a release's conversations against the key-value information (doctor_key_*, patient_value_*)
-
-    Add the keyinfo scorer's ROUGE-1 recall/precision/F1 of the doctor's turns against the case's keys and of the
-    patient's turns against its values, for every conversation whose case has key-value information, to each
-    RELEASE's scores.parquet; conversations, answers and manifest are left alone.
-    """
-    from craftmd.scoring.keyinfo import score_keyinfo
-
-    for release in args.release:
-        rec = score_keyinfo(release, args.dataset)
-        print(json.dumps({"release": str(release), "keyinfo": {k: rec[k] for k in ("scored", "failed", "no_keyinfo")}}))
-    return 0
-
-
 def register(sub) -> None:
-    """Add ``craftmd keyinfo extract|score`` to the `craftmd` parser."""
-    p = sub.add_parser("keyinfo", help="key-value medical information: extract it with a model, score conversations against it")
+    """Add ``craftmd keyinfo extract`` to the `craftmd` parser."""
+    p = sub.add_parser("keyinfo", help="key-value medical information: extract it with a model (craftmd score --scorer keyinfo scores against it)")
     inner = p.add_subparsers(dest="keyinfo_command", metavar="STEP", required=True)
     e = command(inner, "extract", _extract)
     add_dataset_argument(e)
@@ -58,9 +42,6 @@ def register(sub) -> None:
     e.add_argument("--max-retries", type=int, default=6, help="retries of a failed call before it is recorded as an error (default 6)")
     e.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for one reply before retrying (default 120)")
     add_quiet_argument(e)
-    s = command(inner, "score", _score)
-    s.add_argument("release", nargs="+", metavar="RELEASE", help="release folder(s)")
-    add_dataset_argument(s)
 
 
 __all__ = ["register"]

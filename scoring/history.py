@@ -40,7 +40,7 @@ the conversation; metrics declared in :mod:`craftmd.metrics`):
 A conversation that failed (``ended = error``) gets every score with status ``error``. The
 scorer's record holds its identity (:data:`HISTORY_VERSION`, the hash of :data:`RULES`,
 the rouge-score and nltk versions, since the stemmer decides tokens) and its inputs (the
-conversations file's and the dataset files' hashes); :func:`stale` says when it must re-run.
+conversations file's and the dataset files' hashes); ``craftmd score --scorer history`` re-runs it when either changes.
 Scoring runs in worker processes (fork) over slices of the conversations; the result does not
 depend on their number. The parent tokenizes every message a metric reads in one polars pass
 (:func:`encode`); a worker scores all question pairs of its slice at once with numpy and scipy
@@ -696,17 +696,6 @@ def inputs(release, dataset_dir: Path | str) -> dict:
             "dataset_sha256": dataset_fingerprint(dataset_dir, READS)}  # fmt: skip
 
 
-def stale(release_dir: Path | str, dataset_dir: Path | str) -> bool:
-    """Whether the release's ``history`` scores are missing or were made by another rule set or from other inputs."""
-    from craftmd.release import read_release
-
-    rel = read_release(release_dir)
-    if not rel.has("conversations"):
-        return False
-    rec = rel.scorer_records().get(SCORER) or {}
-    return rec.get("inputs") != inputs(rel, dataset_dir) or any(rec.get(k) != v for k, v in identity().items())
-
-
 def _conversations(release) -> tuple:
     t = pq.read_table(release.path / "conversations.parquet", columns=["case_id", "trial", "conversation", "with_image", "messages", "ended"])
     t = t.combine_chunks()
@@ -785,25 +774,6 @@ def history_scores(release, dataset_dir: Path | str, *, workers: int | None = No
     return pa.table(cols, schema=SCHEMA), record
 
 
-def score_history(release_dir: Path | str, dataset_dir: Path | str, progress: bool = True, *, only_stale: bool = False,
-                  workers: int | None = None) -> Path:
-    """Add (or replace) the ``history`` scores of a release; conversations, answers and manifest stay as written.
-
-    With ``only_stale`` a release whose ``history`` record is current is not touched.
-    """
-    from craftmd.release import read_release, write_scores
-
-    release_dir = Path(release_dir)
-    if only_stale and not stale(release_dir, dataset_dir):
-        return release_dir
-    rel = read_release(release_dir)
-    if not rel.has("conversations"):
-        raise CraftMDError(f"release {rel.id}: no conversations.parquet, nothing to score for history taking")
-    table, record = history_scores(rel, dataset_dir, workers=workers, progress=progress)
-    write_scores(rel, table, {SCORER: record})
-    return release_dir
-
-
-__all__ = ["score_history", "history_scores", "stale", "identity", "tokens", "words", "content_stems", "covered", "fact_hits",
+__all__ = ["history_scores", "identity", "inputs", "tokens", "words", "content_stems", "covered", "fact_hits",
            "split_turns", "question_similarity", "score_conversation", "Reference", "SCORER", "METRIC_NAMES", "RULES",
            "THRESHOLD", "STOPWORDS", "HISTORY_VERSION"]

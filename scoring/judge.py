@@ -565,28 +565,6 @@ def run_inputs(rel, units: list[Unit], conversations: list[str] | None, cases: l
             "conversations": sorted(conversations) if conversations else "all", "cases": sorted(cases) if cases else "all"}  # fmt: skip
 
 
-def stale(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir: Path | str | None = None, conversations: list[str] | None = None,
-          cases: list[str] | None = None) -> bool:
-    """Whether judging ``release_dir`` with ``spec`` could change its scores: a judge's record missing, made from other
-    inputs (conversations, objectives, selection), by another catalog, prompt set or setting, or with transient failures
-    a re-run would ask again."""
-    from craftmd.release import read_release
-
-    rel = read_release(release_dir)
-    judge = Judge(spec)
-    records = rel.scorer_records()
-    want = run_inputs(rel, read_units(rel, dataset_dir, conversations=conversations, cases=cases), conversations, cases)
-    for m in judge.members:
-        rec = records.get(m.name)
-        if rec is None or rec.get("inputs") != want or rec.get("transient_failures", 1) \
-                or pinned(rec) != pinned(judge.identity(MemberState(m, spec.response_format))):
-            return True
-    if len(judge.members) > 1:
-        rec = records.get(COMMITTEE) or {}
-        return rec.get("members") != [m.name for m in judge.members] or rec.get("inputs") != want
-    return False
-
-
 # -- scores ------------------------------------------------------------------------------------------
 
 
@@ -633,21 +611,29 @@ def pick_scorer(scorers: list[str]) -> str | None:
     return COMMITTEE if COMMITTEE in scorers else (judges[0] if judges else None)
 
 
-def judge_release(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir: Path | str | None = None,
-                  conversations: list[str] | None = None, cases: list[str] | None = None) -> dict:
-    """Judge a release's conversations and add the scores to its ``scores.parquet``; returns a summary."""
-    from craftmd.release import read_release, write_scores
-    from craftmd.scoring.rubric_agreement import committee_agreement
-    from craftmd.scoring.scorers import family, grades_itself
+def check_own_family(rel, spec: JudgeSpec) -> str:
+    """Refuse a judge of the doctor's own model family unless ``spec.force``; returns the doctor's model."""
+    from craftmd.scoring.families import family, grades_itself
 
-    rel = read_release(release_dir)
     doctor = (rel.manifest.roles.get("doctor") or {}).get("model") or rel.manifest.models.get("doctor") or rel.manifest.model
     if not spec.force:
         own = [m for m in dict.fromkeys(spec.models)
                if grades_itself(f"llm:{m}", rel.manifest.model, family(doctor)) or grades_itself(f"llm:{m}", doctor, family(doctor))]
         if own:
             raise CraftMDError(f"judge {own[0]} is of the doctor's own model family ({family(doctor)}: {doctor}); "
-                               "pick another judge or pass --force (the record marks it)")  # fmt: skip
+                               "pick another judge or pass --allow-self (the record marks it)")  # fmt: skip
+    return doctor
+
+
+def judge_release(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir: Path | str | None = None,
+                  conversations: list[str] | None = None, cases: list[str] | None = None) -> dict:
+    """Judge a release's conversations and add the scores to its ``scores.parquet``; returns a summary."""
+    from craftmd.release import read_release, write_scores
+    from craftmd.scoring.rubric_agreement import committee_agreement
+    from craftmd.scoring.families import family, grades_itself
+
+    rel = read_release(release_dir)
+    doctor = check_own_family(rel, spec)
     judge = Judge(spec)
     units = read_units(rel, dataset_dir, conversations=conversations, cases=cases)
     states, total = judge.run(units)
@@ -682,5 +668,5 @@ def estimate_release(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir=No
     return {"release": rel.id, **judge.estimate(units)}
 
 
-__all__ = ["Judge", "JudgeSpec", "judge_release", "estimate_release", "stale", "alias_warning", "validate_reply", "transcript", "reply_schema", "score_rows",
+__all__ = ["Judge", "JudgeSpec", "judge_release", "estimate_release", "check_own_family", "alias_warning", "validate_reply", "transcript", "reply_schema", "score_rows",
            "members", "read_units", "pick_scorer", "plan", "Unit", "METRIC", "COMMITTEE", "SCHEMA", "MODES", "RESPONSE_FORMATS"]

@@ -1,4 +1,8 @@
-"""``craftmd judge``: MedPI's rubric judge over a release's conversations (:mod:`craftmd.scoring.judge`)."""
+"""``craftmd judge --catalog|--validity`` and ``craftmd judge-review``: MedPI's rubric and its judge's validity.
+
+Judging a release is a scorer (``craftmd score RELEASE --scorer judge:PROVIDER/MODEL``, :mod:`craftmd.scoring.score`);
+:func:`add_judge_arguments` and :func:`judge_options` are the judges' options there and here.
+"""
 
 from __future__ import annotations
 
@@ -9,51 +13,60 @@ from craftmd.commands.cli import add_call_arguments, add_cases_argument, add_qui
 
 
 def _judge(args) -> int:
-    """judge whole conversations on MedPI's 105-dimension rubric with a committee of LLM judges
+    """print MedPI's rubric, or measure the judge against the dermatologists' labels
 
-    Each conversation of each RELEASE is discussed by a committee (three viewpoints, quoting the
-    transcript) per rubric category, then scored 1-4 per dimension with a rationale and quoted evidence,
-    conditioned on that discussion; only the dimensions that apply to the encounter's objective are
-    scored (CRAFT-MD conversations are diagnosis encounters). Scores go to the release's scores.parquet
-    (scorer judge:PROVIDER/MODEL, and judge-committee for the median of several judges; metric
-    rubric_score; a reply that never validates is a failed score, not a number). --catalog prints the
-    rubric as JSON lines; --estimate prints the calls and tokens a run would need and sends nothing. A release whose
-    judge records match this run (same conversations, objectives, selection, catalog, prompts and settings, no
-    transient failure) is left as it is ("scores current, nothing to do") unless --overwrite.
+    --catalog prints the rubric catalog (105 dimensions) as JSON lines. --validity judges the conversations the
+    CRAFT-MD dermatologists rated and writes each information-gathering and diagnosis dimension's AUC for their
+    Q1/Q2 labels as an audit. Judging a release's conversations is a scorer: craftmd score RELEASE --scorer
+    judge:PROVIDER/MODEL [--scorer judge:...] (several judges form a committee).
     """
-    import sys
-
-    from craftmd.scoring.judge import JudgeSpec, estimate_release, judge_release, stale
+    from craftmd.scoring.judge import JudgeSpec
     from craftmd.scoring.rubric import catalog_lines, load_catalog
 
     if args.catalog:
         for line in catalog_lines(load_catalog()):
             print(line)
         return 0
-    if not args.release and not args.validity:
-        raise CraftMDError("no release given (craftmd judge RELEASE --judge PROVIDER/MODEL)")
+    if not args.validity:
+        raise CraftMDError("craftmd judge needs --catalog or --validity OUT.json (judging a release: craftmd score RELEASE --scorer judge:PROVIDER/MODEL)")
     if args.base_url:
         check_base_url(args.base_url)
-    spec = JudgeSpec(
-        models=args.judge or [], mode=args.mode, seeds=args.seeds, seed=args.seed, dimensions=args.dimensions,
-        response_format=args.response_format, temperature=args.temperature, discussion_tokens=args.max_tokens,
-        score_tokens=args.score_tokens, max_invalid=args.max_invalid, base_url=args.base_url, cache=args.cache,
-        concurrency=args.concurrency, server_concurrency=args.server_concurrency, max_retries=args.max_retries, timeout=args.timeout, force=args.force,
-        progress=not args.quiet, price=args.price,
-    )  # fmt: skip
-    if not spec.models:
+    if not args.judge:
         raise CraftMDError("no judge given (--judge PROVIDER/MODEL, once per judge)")
-    if args.validity:
-        return _validity(args, spec)
-    where = dict(dataset_dir=args.dataset, conversations=args.conversation, cases=args.cases)
-    for release in args.release:
-        if not args.estimate and not args.overwrite and not stale(release, spec, **where):
-            print(f"{release}: scores current, nothing to do (--overwrite judges again)", file=sys.stderr)
-            print(json.dumps({"release": str(release), "current": True}, sort_keys=True))
-            continue
-        out = estimate_release(release, spec, **where) if args.estimate else judge_release(release, spec, **where)
-        print(json.dumps(out, sort_keys=True))
-    return 0
+    options = {k: v for k, v in judge_options(args).items() if k not in ("conversations", "cases")}
+    spec = JudgeSpec(models=args.judge, base_url=args.base_url, cache=args.cache, progress=not args.quiet, **options)
+    return _validity(args, spec)
+
+
+def judge_options(args) -> dict:
+    """A judge's settings from the command line (:func:`add_judge_arguments` and the call arguments), by
+    :class:`~craftmd.scoring.judge.JudgeSpec` field; ``conversations`` and ``cases`` select what is judged."""
+    return dict(
+        mode=args.mode, seeds=args.seeds, seed=args.seed, dimensions=args.dimensions, response_format=args.response_format,
+        temperature=args.temperature, discussion_tokens=args.max_tokens, score_tokens=args.score_tokens, max_invalid=args.max_invalid,
+        concurrency=args.concurrency, server_concurrency=args.server_concurrency, max_retries=args.max_retries, timeout=args.timeout,
+        price=args.price, conversations=getattr(args, "conversation", None), cases=getattr(args, "cases", None),
+    )  # fmt: skip
+
+
+def add_judge_arguments(p, *, selection: bool = True) -> None:
+    """The judges' own options (``craftmd score`` with judge: scorers, ``craftmd judge --validity``)."""
+    from craftmd.scoring.judge import MODES, RESPONSE_FORMATS, SCORE_TOKENS
+
+    g = p.add_argument_group("judges (judge:PROVIDER/MODEL scorers)")
+    g.add_argument("--seeds", type=int, default=1, help="committee members per judge model, seeds 0..N-1 (default 1)")
+    g.add_argument("--dimensions", type=list_type, metavar="NAME[,NAME...]",
+                   help="only these dimension ids, categories or meta-categories (default: all that apply)")
+    g.add_argument("--mode", choices=MODES, default="dimension",
+                   help="scoring calls: one per dimension (the method's, default) or one per category (cheaper)")
+    g.add_argument("--response-format", choices=RESPONSE_FORMATS, default="json_schema",
+                   help="how the reply's JSON schema is requested: OpenAI json_schema (default), llama.cpp's json_object, or none")
+    if selection:
+        g.add_argument("--conversation", type=list_type, metavar="KIND[,KIND...]", help="only these conversation kinds (e.g. standard)")
+        add_cases_argument(g)
+    g.add_argument("--score-tokens", type=int, default=SCORE_TOKENS, help=f"cap of a score reply per dimension (default {SCORE_TOKENS})")
+    g.add_argument("--max-invalid", type=int, default=2, help="times a reply that does not validate is asked again (default 2)")
+    g.add_argument("--price", type=price_type, metavar="IN,OUT", help="USD per million input,output tokens, for the cost")
 
 
 def _validity(args, spec) -> int:
@@ -93,34 +106,18 @@ def _review(args) -> int:
 
 def register(sub) -> None:
     """Add ``craftmd judge`` and ``craftmd judge-review`` to the `craftmd` parser."""
-    from craftmd.scoring.judge import DISCUSSION_TOKENS, MODES, RESPONSE_FORMATS, SCORE_TOKENS
+    from craftmd.scoring.judge import DISCUSSION_TOKENS
 
     p = command(sub, "judge", _judge)
-    p.add_argument("release", nargs="*", metavar="RELEASE", help="release folder(s)")
-    p.add_argument("--judge", action="append", metavar="PROVIDER/MODEL", help="a judge model; repeat for a committee")
-    p.add_argument("--seeds", type=int, default=1, help="committee members per judge model, seeds 0..N-1 (default 1)")
-    p.add_argument("--dimensions", type=list_type, metavar="NAME[,NAME...]",
-                   help="only these dimension ids, categories or meta-categories (default: all that apply)")
-    p.add_argument("--mode", choices=MODES, default="dimension",
-                   help="scoring calls: one per dimension (the method's, default) or one per category (cheaper)")
-    p.add_argument("--response-format", choices=RESPONSE_FORMATS, default="json_schema",
-                   help="how the reply's JSON schema is requested: OpenAI json_schema (default), llama.cpp's json_object, or none")
-    p.add_argument("--conversation", type=list_type, metavar="KIND[,KIND...]", help="only these conversation kinds (e.g. standard)")
-    add_cases_argument(p)
-    p.add_argument("--dataset", metavar="DIR", default=None,
-                   help="the built dataset (needed for a release of another task than craftmd: its packets config gives the objectives)")
-    add_call_arguments(p, concurrency=8, max_tokens=DISCUSSION_TOKENS, temperature=0.0,
-                       seed_help="seed of the dimension order and of the judges' sampling (default 0; recorded)")
-    p.add_argument("--score-tokens", type=int, default=SCORE_TOKENS, help=f"cap of a score reply per dimension (default {SCORE_TOKENS})")
-    p.add_argument("--max-invalid", type=int, default=2, help="times a reply that does not validate is asked again (default 2)")
-    p.add_argument("--price", type=price_type, metavar="IN,OUT", help="USD per million input,output tokens, for the cost")
-    p.add_argument("--estimate", action="store_true", help="print calls, tokens (and cost with --price) and send nothing")
-    p.add_argument("--force", action="store_true", help="allow a judge of the doctor's own model family (recorded)")
-    p.add_argument("--overwrite", action="store_true", help="judge again even when the scores are current (the request cache still answers)")
     p.add_argument("--catalog", action="store_true", help="print the rubric catalog as JSON lines and exit")
     p.add_argument("--validity", metavar="OUT.json", default=None,
-                   help="instead of a release: judge the conversations the CRAFT-MD dermatologists rated and write each "
-                        "information-gathering and diagnosis dimension's AUC for their Q1/Q2 labels as an audit (needs --dataset)")
+                   help="judge the conversations the CRAFT-MD dermatologists rated and write each information-gathering and "
+                        "diagnosis dimension's AUC for their Q1/Q2 labels as an audit (needs --dataset)")
+    p.add_argument("--judge", action="append", metavar="PROVIDER/MODEL", help="a judge model; repeat for a committee")
+    p.add_argument("--dataset", metavar="DIR", default=None, help="the built dataset")
+    add_judge_arguments(p, selection=False)
+    add_call_arguments(p, concurrency=8, max_tokens=DISCUSSION_TOKENS, temperature=0.0,
+                       seed_help="seed of the dimension order and of the judges' sampling (default 0; recorded)")
     add_source_argument(p)
     add_quiet_argument(p)
 

@@ -32,7 +32,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from craftmd import CraftMDError
 from craftmd.dataset import dataset_fingerprint
 from craftmd.scoring.history import SCHEMA, Reference, fmeasure, split_turns, token_ids
 
@@ -88,9 +87,17 @@ def identity() -> dict:
     return {"version": VERSION, "rules_sha256": rules, "rouge_score": version("rouge-score"), "nltk": version("nltk")}
 
 
+def inputs(release, dataset_dir: Path | str) -> dict:
+    """What the scores are made from: the conversations file and the dataset's ``keyinfo`` config."""
+    from craftmd.keyinfo import CONFIG
+
+    return {"conversations_sha256": release.manifest.files["conversations.parquet"]["sha256"],
+            "keyinfo_sha256": dataset_fingerprint(dataset_dir, (CONFIG,))}  # fmt: skip
+
+
 def keyinfo_scores(release, dataset_dir: Path | str) -> tuple[pa.Table, dict]:
     """The ``keyinfo`` scores of ``release``'s conversations and the scorer's record."""
-    from craftmd.keyinfo import CONFIG, load_keyinfo
+    from craftmd.keyinfo import load_keyinfo
 
     info = load_keyinfo(dataset_dir)
     t = pq.read_table(release.path / "conversations.parquet", columns=["case_id", "trial", "conversation", "with_image", "messages", "ended"])
@@ -119,24 +126,9 @@ def keyinfo_scores(release, dataset_dir: Path | str) -> tuple[pa.Table, dict]:
             cols["label"].append(None)
             cols["detail"].append(detail)
             cols["status"].append("error" if value is None else "ok")
-    inputs = {"conversations_sha256": release.manifest.files["conversations.parquet"]["sha256"],
-              "keyinfo_sha256": dataset_fingerprint(dataset_dir, (CONFIG,))}  # fmt: skip
     record = dict(identity(), conversations=t.num_rows, scored=counts["scored"], failed=counts["failed"],
-                  no_keyinfo=counts["no_keyinfo"], inputs=inputs)  # fmt: skip
+                  no_keyinfo=counts["no_keyinfo"], inputs=inputs(release, dataset_dir))  # fmt: skip
     return pa.table(cols, schema=SCHEMA), record
 
 
-def score_keyinfo(release_dir: Path | str, dataset_dir: Path | str) -> dict:
-    """Add (or replace) the ``keyinfo`` scores of a release; conversations, answers and manifest stay as written.
-    Returns the scorer's record."""
-    from craftmd.release import read_release, write_scores
-
-    rel = read_release(release_dir)
-    if not rel.has("conversations"):
-        raise CraftMDError(f"release {rel.id}: no conversations.parquet, nothing to score against the key-value information")
-    table, record = keyinfo_scores(rel, dataset_dir)
-    write_scores(rel, table, {SCORER: record})
-    return record
-
-
-__all__ = ["score_keyinfo", "keyinfo_scores", "score_conversation", "rouge1", "turns", "identity", "SCORER", "METRIC_NAMES", "RULES"]
+__all__ = ["keyinfo_scores", "inputs", "score_conversation", "rouge1", "turns", "identity", "SCORER", "METRIC_NAMES", "RULES"]

@@ -158,7 +158,12 @@ class LLMGrader:
 
     def record(self) -> dict:
         """What the release manifest records (no call counters: same inputs, same bytes)."""
-        return {"model": self.model_name, "prompt_set": prompt_set_record(), "sampling": dict(SAMPLING)}
+        return grader_record(self.model_name)
+
+
+def grader_record(model: str) -> dict:
+    """A grader's identity: its model, prompt set and sampling (a release graded with them, no call failed, is current)."""
+    return {"model": model, "prompt_set": prompt_set_record(), "sampling": dict(SAMPLING)}
 
 
 def parse_grader_name(name: str) -> str:
@@ -168,4 +173,4 @@ def parse_grader_name(name: str) -> str:
     return name[4:]
 
 
-__all__ = ["LLMGrader", "LLMGrade", "parse_extraction", "parse_judgement", "load_prompts", "prompt_set_record", "PROMPT_SET"]
+__all__ = ["LLMGrader", "LLMGrade", "grader_record", "parse_extraction", "parse_judgement", "load_prompts", "prompt_set_record", "PROMPT_SET"]

@@ -32,6 +32,11 @@ reason in the detail; a failed request has status ``error`` and no value), ``sum
 (the run's settings and the figures aggregated from those scores) and ``similarity_hist.png``;
 :func:`read_similarities` reads the scores back as one row per case, and :func:`craftmd.analysis.meld.meld_audit`
 turns the run into the leaderboard's audit dict.
+
+MELD is an audit of a model, not of its answers, so ``craftmd meld --model`` stays its own command.
+The ``meld`` scorer (:class:`craftmd.scoring.scorers.Meld`, ``craftmd score RELEASE --scorer meld``)
+runs the same :func:`run_meld` on a release's own (doctor) model and adds the per-case rows to that
+release's ``scores.parquet``, current while the model, prompt, sampling, rule and dataset are unchanged.
 """
 
 from __future__ import annotations

@@ -1,15 +1,29 @@
-"""The scorer registry: every way the package turns an answer into a score, in one place.
+"""The scorer registry: every way the package turns a release into scores, in one place.
 
-A scorer has a ``name`` (what ``scores.scorer`` says), the answer formats it applies to,
-the metric it writes, an ``identity`` (a version or table hash; None for a scorer whose
-outputs cannot be re-derived, such as an LLM) and a ``score`` function. ``craftmd grade``
-looks scorers up here by name; nothing else spells grader names.
+A scorer (:class:`Scorer`) has a ``name`` (what ``scores.scorer`` says), the ``unit`` it
+scores (``answer``, ``conversation`` or ``case``), what it applies to (its tasks, and for
+an answer scorer its answer formats), the metrics it writes, an ``identity`` (a version,
+rules or table hash, the model and settings of a scorer that calls one) and the ``inputs``
+it read (the hashes of the release's file and of the dataset configs), and ``run``, which
+returns score rows and the record each scorer name gets. :func:`craftmd.scoring.score.score_release`
+(``craftmd score RELEASE --scorer NAME``) runs any of them, and only those that are stale:
+whose recorded identity or inputs differ from now, or whose record counts failed calls a
+re-run would ask again (:meth:`Scorer.current`, the one staleness rule).
 
 * ``paper``, ``strict``: the two MCQ rules (:func:`craftmd.scoring.mcq.grade_mcq`) on
-  ``mcq4`` and ``mcq_many``.
+  ``mcq4`` and ``mcq_many`` answers.
 * ``offline``: the offline FRQ grader (:mod:`craftmd.scoring.offline`) on ``frq`` and ``top3``.
 * ``llm:<provider/model>``: the paper's two-step grader-AI (:mod:`craftmd.scoring.llm_grader`) on ``frq``.
 * ``upstream-gpt4``: the GPT-4 grader labels recorded upstream; written by ingest, never re-run.
+* ``history``: the history-taking metrics of CRAFT-MD conversations (:mod:`craftmd.scoring.history`).
+* ``keyinfo``: ROUGE-1 against the key-value information (:mod:`craftmd.scoring.keyinfo`).
+* ``judge:<provider/model>``: MedPI's rubric judge over whole conversations (:mod:`craftmd.scoring.judge`);
+  several judges named together form a committee (scorer ``judge-committee``, their median).
+* ``meld``: the contamination check, per case, of the release's own model (:mod:`craftmd.scoring.meld`).
+
+A task lists the scorers run on its releases by default (:attr:`craftmd.tasks.Task.scorers`);
+``make leaderboard`` runs those that are stale. A task's own scorer is registered with
+:func:`register_scorer`.
 
 Which FRQ scorer stands behind a model's free-response figure is decided by
 :func:`rank_frq`, once: graders whose agreement with people has been measured come
@@ -20,14 +34,17 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import dataclass, field
+from functools import cache, cached_property
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 
 from craftmd import CraftMDError
+from craftmd.dataset import config_file, dataset_fingerprint, load_config
 from craftmd.registry import Registry
+from craftmd.scoring.families import family, grades_itself
 from craftmd.release import ANSWER_VARIANT, SCORE_COLUMNS
 
 MCQ_RULES = ("paper", "strict")
@@ -111,29 +128,186 @@ def scores_from_grades(rows: list[dict] | pa.Table) -> pa.Table:
     return out.table()
 
 
+#: The dataset configs grading reads.
+READS = ("all", "nejm_image", "diagnoses")
+
+
+def dataset_inputs(dataset_dir: Path | str) -> dict:
+    """The dataset part of what a grade depends on (the answers' hash is added where they are written)."""
+    return {"dataset_sha256": dataset_fingerprint(dataset_dir, READS)}
+
+
+def grading_inputs(manifest, dataset_dir: Path | str) -> dict:
+    """What a grade depends on besides the grader: the release's answers file and the dataset."""
+    return {"answers_sha256": manifest.files["answers.parquet"]["sha256"], **dataset_inputs(dataset_dir)}
+
+
+def load_cases(dataset_dir: Path | str) -> tuple[dict[tuple[str, bool], tuple[list[str], str, str | None]], list[str]]:
+    """``{(case_id, with_image): (choices, answer, paper_answer)}`` and the many-choice option list.
+
+    ``paper_answer`` is the key the ``paper`` MCQ rule matches (upstream's recorded
+    ``correct_ans``, verbatim); ``strict`` and the FRQ graders use ``answer``. NEJM image
+    cases have no choices and no paper key.
+    """
+    cases: dict[tuple[str, bool], tuple[list[str], str, str | None]] = {}
+    ds = load_config(dataset_dir, "all")
+    if "paper_answer" not in ds.columns:
+        raise CraftMDError(f"{dataset_dir}: the dataset has no paper_answer column (built by an older craftmd); rebuild it with craftmd build")
+    for cid, ch, ans, key in ds.select("case_id", "choices", "answer", "paper_answer").iter_rows():
+        cases[(cid, False)] = (list(ch or []), ans, key)
+    if config_file(dataset_dir, "nejm_image").exists():
+        nj = pl.read_parquet(config_file(dataset_dir, "nejm_image"), columns=["case_id", "answer"])
+        for cid, ans in nj.iter_rows():
+            cases[(cid, True)] = ([], ans, None)
+    many: list[str] = []
+    if config_file(dataset_dir, "diagnoses").exists():
+        many = load_config(dataset_dir, "diagnoses")["diagnosis"].to_list()
+    return cases, many
+
+
 @dataclass
 class Context:
-    """What a scorer needs besides the answers: the dataset's keys, and the model layer's settings."""
+    """What a scorer needs besides the release: the dataset, the model layer's settings, its options.
 
-    cases: dict  # (case_id, with_image) -> (choices, answer, paper_answer)
-    many: list[str]  # the many-choice options (the dataset's diagnoses config)
-    dataset_dir: Path
+    ``options`` holds what a scorer reads of its own (a judge's ``mode``, ``dimensions``, ...; the
+    call settings ``concurrency``, ``max_retries``, ``timeout``; ``workers`` of the history metrics).
+    """
+
+    dataset_dir: Path | None = None
     base_url: str | None = None
     cache: object = None
     progress: bool = True
+    allow_self: bool = False  # an LLM grader or judge may score its own model (recorded; never ranked by)
+    options: dict = field(default_factory=dict)
+
+    def dataset(self, scorer: str) -> Path:
+        if self.dataset_dir is None:
+            raise CraftMDError(f"scorer {scorer} needs the built dataset (--dataset DIR)")
+        return Path(self.dataset_dir)
+
+    @cached_property
+    def answer_keys(self) -> tuple[dict, list[str]]:
+        return load_cases(self.dataset("an answer scorer"))
+
+    @property
+    def cases(self) -> dict:
+        """``{(case_id, with_image): (choices, answer, paper_answer)}`` (:func:`load_cases`)."""
+        return self.answer_keys[0]
+
+    @property
+    def many(self) -> list[str]:
+        """The many-choice options (the dataset's diagnoses config)."""
+        return self.answer_keys[1]
+
+
+def answer_formats(release, *, images: bool = True) -> set[str]:
+    """The answer formats a release holds (of text cases only, without ``images``)."""
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(release.path / "answers.parquet", columns=["format", "with_image"])
+    if not images:
+        t = t.filter(pa.compute.invert(t.column("with_image")))
+    return set(t.column("format").unique().to_pylist())
+
+
+#: What a scorer scores, and the release table that holds it (a case scorer reads the dataset).
+UNITS = {"answer": "answers", "conversation": "conversations", "case": None}
 
 
 class Scorer:
+    """One way of scoring a release: subclass it, set the class attributes, write :meth:`run`
+    (an answer scorer: :meth:`score`), and register it with :func:`register_scorer`."""
+
     name: str
-    formats: tuple[str, ...] = ()
+    unit: str = "answer"  # answer | conversation | case
+    formats: tuple[str, ...] = ()  # an answer scorer: the answer formats it scores
+    tasks: tuple[str, ...] | None = None  # the tasks whose releases it scores (None: any release with its unit's table)
+    metrics: tuple[str, ...] = ("correct",)
+    calls_model: bool = False
+    about: str = ""  # one line for `craftmd score --list`
+    #: Record keys counting failed calls a re-run would ask again (the request cache never stores a failure).
+    retry_keys: tuple[str, ...] = ("failures", "transient_failures")
 
     def identity(self) -> dict | None:
         """What the release records about the scorer; None when its scores cannot be re-derived (always re-run)."""
         return None
 
+    def writes(self) -> tuple[str, ...]:
+        """The scorer names its rows and records carry."""
+        return (self.name,)
+
+    def applies(self, release) -> str | None:
+        """Why the scorer does not apply to ``release`` (a short reason), or None when it does."""
+        from craftmd.tasks import get_task
+
+        task = release.manifest.task
+        if self.tasks is not None and task not in self.tasks:
+            return f"not a release of {', '.join(self.tasks)} (task {task})"
+        table = UNITS[self.unit]
+        if table and not release.has(table):
+            return f"no {table}.parquet"
+        if self.formats and not set(self.formats) & set(get_task(task).formats):
+            return f"no {'/'.join(self.formats)} answers in task {task}"
+        if self.formats and not set(self.formats) & answer_formats(release):
+            return f"no {'/'.join(self.formats)} answers"
+        return None
+
+    def inputs(self, release, ctx: Context) -> dict:
+        """The hashes of what the scores are made from: the release's scored file and the dataset configs read."""
+        return grading_inputs(release.manifest, ctx.dataset(self.name))
+
+    def expected(self, release, ctx: Context) -> dict[str, dict] | None:
+        """What the release's records must hold for the scores to be current: for each scorer name it writes, its
+        identity now (None: scores that cannot be re-derived, always made again)."""
+        ident = self.identity()
+        return None if ident is None else {name: ident for name in self.writes()}
+
+    def pinned(self, record: dict) -> dict:
+        """The part of a record that :meth:`expected` is compared with (a judge leaves out what happened, such as the
+        response format the server accepted)."""
+        return record
+
+    def current(self, release, ctx: Context) -> bool:
+        """The one staleness rule: the release holds a record for every name the scorer writes, each with the
+        identity expected now, the inputs it would read now, and no failed call a re-run would ask again; then
+        running it again could not change the scores."""
+        want = self.expected(release, ctx)
+        if want is None:
+            return False
+        inputs = self.inputs(release, ctx)
+        records = release.scorer_records()
+        for name, ident in want.items():
+            rec = records.get(name)
+            if rec is None or rec.get("inputs") != inputs or any(rec.get(k) for k in self.retry_keys):
+                return False
+            held = self.pinned(rec)
+            if any(held.get(k) != v for k, v in ident.items()):
+                return False
+        return True
+
+    def check(self, release, ctx: Context) -> None:
+        """Refuse, with one line, what the scorer must not run on ``release`` (checked for every scorer before any runs)."""
+
+    def run(self, release, ctx: Context) -> tuple[pa.Table, dict[str, dict]]:
+        """Score ``release``: (score rows, each written scorer name's record, its ``inputs`` included). This one runs
+        an answer scorer's :meth:`score` over the release's answers; a conversation or case scorer writes its own."""
+        import polars as pl
+
+        if self.unit != "answer":
+            raise NotImplementedError(f"scorer {self.name}: a {self.unit} scorer writes its own run()")
+        answers = pl.from_arrow(release.table("answers"))
+        check_answer_cases(answers, ctx)
+        out = ScoreRows()
+        counts = self.score(answers.filter(pl.col("format").is_in(self.formats)).to_dicts(), ctx, out)
+        return out.table(), {self.name: dict(self.record(), **counts, inputs=self.inputs(release, ctx))}
+
     def score(self, rows: list[dict], ctx: Context, out: ScoreRows) -> dict:
-        """Score answer ``rows`` of this scorer's formats into ``out``; returns counts for the record."""
+        """An answer scorer: score answer ``rows`` of its formats into ``out``; returns counts for the record."""
         raise NotImplementedError
+
+    def estimate(self, release, ctx: Context) -> dict | None:
+        """What a run would send (calls, tokens) without sending it; None for a scorer that calls no model."""
+        return None
 
     def record(self) -> dict:
         return dict(self.identity() or {})
@@ -141,9 +315,18 @@ class Scorer:
 
 class McqRule(Scorer):
     formats = MCQ_FORMATS
+    tasks = ("craftmd", "consultation")
 
     def __init__(self, rule: str):
         self.name = rule
+        self.about = ("the published MCQ rule: right when the recorded key's text appears in the answer" if rule == "paper" else
+                      "the strict MCQ rule: the answer must resolve to exactly one option, the dataset's answer")
+
+    def applies(self, release):
+        why = super().applies(release)
+        if why is None and not set(self.formats) & answer_formats(release, images=False):
+            return "MCQ answers of image cases only (no options to match)"
+        return why
 
     def identity(self) -> dict:
         from craftmd.scoring.mcq import RULES_VERSION
@@ -175,6 +358,8 @@ class McqRule(Scorer):
 class Offline(Scorer):
     name = "offline"
     formats = ("frq", "top3")
+    tasks = ("craftmd", "consultation")
+    about = "the offline FRQ grader: synonym table and matching rules, no model"
 
     def identity(self) -> dict:
         from craftmd.scoring.offline import default_grader
@@ -196,6 +381,11 @@ class Offline(Scorer):
 
 class LLM(Scorer):
     formats = ("frq",)
+    tasks = ("craftmd", "consultation")
+    calls_model = True
+    pattern = "llm:PROVIDER/MODEL"
+    about = "the paper's two-step grader-AI through any chat model (never its own model unless --allow-self)"
+    retry_keys = ("failures",)
 
     def __init__(self, name: str):
         from craftmd.scoring.llm_grader import parse_grader_name
@@ -203,6 +393,24 @@ class LLM(Scorer):
         self.name = name
         self.model = parse_grader_name(name)
         self._record: dict = {}
+
+    def identity(self) -> dict:
+        """The model, its prompts and sampling: a release graded with them, no call failed, is current."""
+        from craftmd.scoring.llm_grader import grader_record
+
+        return grader_record(self.model)
+
+    def check(self, release, ctx):
+        if self_graders(release.manifest, [self.name]) and not ctx.allow_self:
+            raise CraftMDError(f"grader {self.name} would grade its own model ({release.manifest.model}); "
+                               "pick another grader, or pass --allow-self (the page then marks it and never ranks by it)")
+
+    def run(self, release, ctx):
+        self.check(release, ctx)
+        table, records = super().run(release, ctx)
+        if self_graders(release.manifest, [self.name]):
+            records[self.name]["self_graded"] = True
+        return table, records
 
     def score(self, rows, ctx, out):
         from craftmd.scoring.llm_grader import LLMGrader
@@ -227,35 +435,256 @@ class Recorded(Scorer):
 
     name = RECORDED
     formats = ("frq",)
+    tasks = ("craftmd",)
+    about = "the GPT-4 grader-AI's labels recorded upstream (written by ingest; cannot be re-run)"
 
 
-#: name -> factory; ``llm:<provider/model>`` names are made by :class:`LLM`.
-SCORERS: Registry = Registry("grader")
-SCORERS.update({"paper": lambda: McqRule("paper"), "strict": lambda: McqRule("strict"), "offline": Offline})
+class History(Scorer):
+    name = "history"
+    unit = "conversation"
+    tasks = ("craftmd",)
+    about = "history taking without a model: ROUGE coverage of what the patient held, MediQ facts, turns, question diversity"
+
+    @property
+    def metrics(self):
+        from craftmd.scoring.history import METRIC_NAMES
+
+        return METRIC_NAMES
+
+    def identity(self):
+        from craftmd.scoring.history import identity
+
+        return identity()
+
+    def inputs(self, release, ctx):
+        from craftmd.scoring.history import inputs
+
+        return inputs(release, ctx.dataset(self.name))
+
+    def run(self, release, ctx):
+        from craftmd.scoring.history import history_scores
+
+        table, record = history_scores(release, ctx.dataset(self.name), workers=ctx.options.get("workers"), progress=ctx.progress)
+        return table, {self.name: record}
+
+
+class KeyInfo(Scorer):
+    name = "keyinfo"
+    unit = "conversation"
+    tasks = ("craftmd", "consultation")
+    about = "ROUGE-1 of the doctor's turns against the case's keys and of the patient's against its values (the keyinfo config)"
+
+    @property
+    def metrics(self):
+        from craftmd.scoring.keyinfo import METRIC_NAMES
+
+        return METRIC_NAMES
+
+    def identity(self):
+        from craftmd.scoring.keyinfo import identity
+
+        return identity()
+
+    def inputs(self, release, ctx):
+        from craftmd.scoring.keyinfo import inputs
+
+        return inputs(release, ctx.dataset(self.name))
+
+    def run(self, release, ctx):
+        from craftmd.scoring.keyinfo import keyinfo_scores
+
+        table, record = keyinfo_scores(release, ctx.dataset(self.name))
+        return table, {self.name: record}
+
+
+class Judges(Scorer):
+    """``judge:<provider/model>``: MedPI's rubric judge; the judges named in one run form one committee."""
+
+    unit = "conversation"
+    metrics = ("rubric_score",)
+    calls_model = True
+    pattern = "judge:PROVIDER/MODEL"
+    about = ("MedPI's rubric judge over whole conversations, 1-4 per dimension that applies; several judges: "
+             "also judge-committee, their median")
+
+    retry_keys = ("transient_failures",)
+
+    def __init__(self, models: list[str], spec=None):
+        from craftmd.models import parse_name
+
+        for m in models:
+            parse_name(m)
+        self.models = list(dict.fromkeys(models))
+        self.name = "judge:" + self.models[0] if len(self.models) == 1 else "judge-committee"
+        self._spec = spec  # a JudgeSpec given whole (judges_stale), else made from the context
+
+    @classmethod
+    def parse(cls, name: str) -> Judges:
+        if "/" not in name[len("judge:"):]:
+            raise CraftMDError(f"scorer {name!r}: expected judge:PROVIDER/MODEL, e.g. judge:openai/gpt-4o")
+        return cls([name[len("judge:"):]])
+
+    def spec(self, ctx: Context):
+        from dataclasses import fields
+
+        from craftmd.scoring.judge import JudgeSpec
+
+        if self._spec is not None:
+            return self._spec
+        known = {f.name for f in fields(JudgeSpec)} - {"models", "base_url", "cache", "force", "progress"}
+        return JudgeSpec(models=self.models, base_url=ctx.base_url, cache=ctx.cache, force=ctx.allow_self, progress=ctx.progress,
+                         **{k: v for k, v in ctx.options.items() if k in known and v is not None})
+
+    def writes(self):
+        """``judge:MODEL`` per judge (``#seedK`` added with ``seeds`` > 1) and, for several, ``judge-committee``."""
+        return tuple(f"judge:{m}" for m in self.models) + (("judge-committee",) if len(self.models) > 1 else ())
+
+    def _where(self, ctx: Context) -> dict:
+        return dict(dataset_dir=ctx.dataset_dir, conversations=ctx.options.get("conversations"), cases=ctx.options.get("cases"))
+
+    def check(self, release, ctx):
+        from craftmd.scoring.judge import check_own_family
+
+        check_own_family(release, self.spec(ctx))
+
+    def expected(self, release, ctx):
+        """Each judge's settings as asked (catalog, prompts, mode, model, server, sampling, dimensions) and, for a
+        committee, its members."""
+        from craftmd.scoring.judge import Judge, MemberState, pinned
+
+        spec = self.spec(ctx)
+        judge = Judge(spec)
+        want = {m.name: pinned(judge.identity(MemberState(m, spec.response_format))) for m in judge.members}
+        if len(judge.members) > 1:
+            want["judge-committee"] = {"members": [m.name for m in judge.members]}
+        return want
+
+    def pinned(self, record):
+        from craftmd.scoring.judge import pinned
+
+        return pinned(record)
+
+    def inputs(self, release, ctx):
+        """The conversations file, the objectives judged by and the selection (:func:`craftmd.scoring.judge.run_inputs`)."""
+        from craftmd.scoring.judge import read_units, run_inputs
+
+        where = self._where(ctx)
+        units = read_units(release, where["dataset_dir"], conversations=where["conversations"], cases=where["cases"])
+        return run_inputs(release, units, where["conversations"], where["cases"])
+
+    def run(self, release, ctx):
+        from craftmd.scoring.judge import judge_release
+
+        summary = judge_release(release.path, self.spec(ctx), **self._where(ctx))
+        self.summary = summary
+        return None, {}  # judge_release wrote the scores and their records
+
+    def estimate(self, release, ctx):
+        from craftmd.scoring.judge import estimate_release
+
+        return estimate_release(release.path, self.spec(ctx), **self._where(ctx))
+
+
+class Meld(Scorer):
+    """MELD of the release's own model (its doctor): per case of the dataset's text configs, how nearly the model
+    writes the second half of the vignette from the first (:func:`craftmd.scoring.meld.run_meld`, the paper's rules)."""
+
+    name = "meld"
+    unit = "case"
+    metrics = ("meld_similarity", "meld_flagged")
+    calls_model = True
+    about = ("contamination (MELD) of the release's own model: 1 - normalised edit distance of its completion of each "
+             "vignette's first half to the true second half; flagged at >= 0.95")
+
+    @staticmethod
+    def model(release) -> str:
+        return (release.manifest.roles.get("doctor") or {}).get("model") or release.manifest.model
+
+    def settings(self, release, ctx: Context) -> dict:
+        o = ctx.options
+        return dict(temperature=o.get("temperature", 0.0), max_tokens=o.get("max_tokens") or 1024, seed=o.get("seed", 0),
+                    concurrency=o.get("concurrency", 8), cases=o.get("cases"))
+
+    def configs(self, ctx: Context) -> tuple[str, ...]:
+        """MELD's per-source configs that the dataset has."""
+        from craftmd.dataset import config_file
+        from craftmd.scoring.meld import DEFAULT_CONFIGS
+
+        return tuple(c for c in DEFAULT_CONFIGS if config_file(ctx.dataset(self.name), c).exists())
+
+    def expected(self, release, ctx):
+        from craftmd.models import Sampling
+        from craftmd.scoring.meld import SIMILARITY_DEFINITION, THRESHOLD, prompt_sha256
+
+        s = self.settings(release, ctx)
+        sampling = Sampling(temperature=s["temperature"], top_p=1.0, max_tokens=s["max_tokens"], seed=s["seed"]).to_dict()
+        return {self.name: {"prompt": {"file": "scoring/prompts/meld.txt", "sha256": prompt_sha256(), "role": "system"},
+                            "sampling": sampling, "split": "chars", "similarity": SIMILARITY_DEFINITION, "threshold": THRESHOLD}}
+
+    def inputs(self, release, ctx) -> dict:
+        from craftmd.dataset import dataset_fingerprint
+
+        configs, cases = self.configs(ctx), ctx.options.get("cases")
+        return {"model": self.model(release), "configs": list(configs), "dataset_sha256": dataset_fingerprint(ctx.dataset(self.name), configs),
+                "cases": sorted(cases) if cases else "all"}
+
+    def run(self, release, ctx):
+        import tempfile
+
+        import pyarrow.parquet as pq
+
+        from craftmd.release import SCORERS_METADATA
+        from craftmd.scoring.meld import SCORER, run_meld
+
+        s = self.settings(release, ctx)
+        with tempfile.TemporaryDirectory(prefix=".meld-") as tmp:
+            out = run_meld(ctx.dataset(self.name), self.model(release), Path(tmp) / "meld", base_url=ctx.base_url, cache=ctx.cache,
+                           configs=self.configs(ctx), cases=s["cases"], temperature=s["temperature"], max_tokens=s["max_tokens"], seed=s["seed"],
+                           concurrency=s["concurrency"], progress=ctx.progress)
+            table = pq.read_table(out / "scores.parquet")
+        record = json.loads(table.schema.metadata[SCORERS_METADATA])[SCORER]
+        record.pop("dataset", None)
+        failed = table.filter(pa.compute.equal(table.column("status"), "error")).num_rows // 2
+        record.update(cases=table.num_rows // 2, failures=failed, inputs=self.inputs(release, ctx))
+        return table.replace_schema_metadata(None), {self.name: record}
+
+
+#: name -> factory; ``llm:<provider/model>`` and ``judge:<provider/model>`` names are made by :data:`PATTERNS`.
+SCORERS: Registry = Registry("scorer")
+SCORERS.update({"paper": lambda: McqRule("paper"), "strict": lambda: McqRule("strict"), "offline": Offline,
+                "history": History, "keyinfo": KeyInfo, "meld": Meld})
+#: name prefix -> the class that makes a scorer of a name with it.
+PATTERNS = {"llm:": LLM, "judge:": Judges.parse}
 
 
 def register_scorer(name: str, factory) -> None:
     """Add a scorer (a task's own): ``factory()`` returns a :class:`Scorer` whose ``name`` is ``name``."""
-    if name == RECORDED or name.startswith("llm:"):
+    if name in (RECORDED, "judge-committee") or name.startswith(tuple(PATTERNS)):
         raise CraftMDError(f"scorer name {name!r} is reserved")
     SCORERS.register(name, factory)
 
 
+def known() -> str:
+    return ", ".join([*sorted(SCORERS), "llm:PROVIDER/MODEL", "judge:PROVIDER/MODEL"])
+
+
 def get_scorer(name: str) -> Scorer:
-    """The scorer called ``name`` (``paper``, ``strict``, ``offline``, ``llm:PROVIDER/MODEL``, or a registered one)."""
+    """The scorer called ``name`` (``paper``, ``strict``, ``offline``, ``history``, ``keyinfo``, ``meld``,
+    ``llm:PROVIDER/MODEL``, ``judge:PROVIDER/MODEL``, or a registered one)."""
     if name in SCORERS:
         return SCORERS[name]()
-    if name.startswith("llm:"):
-        return LLM(name)
+    for prefix, make in PATTERNS.items():
+        if name.startswith(prefix):
+            return make(name)
     if name == RECORDED:
-        raise CraftMDError(f"grader {name!r} is the recorded upstream label; it cannot be re-run")
-    raise CraftMDError(f"unknown grader {name!r}; known: {', '.join(sorted(SCORERS))}, llm:PROVIDER/MODEL")
+        raise CraftMDError(f"scorer {name!r} is the recorded upstream label; it cannot be re-run")
+    raise CraftMDError(f"unknown scorer {name!r}; known: {known()}")
 
 
 def check_scorers(names: list[str]) -> list[str]:
     """Validate scorer names; returns them de-duplicated, in order."""
     if not names:
-        raise CraftMDError("no grader given (paper, strict, offline, llm:PROVIDER/MODEL)")
+        raise CraftMDError(f"no scorer given ({known()})")
     out = []
     for n in names:
         get_scorer(n)
@@ -264,28 +693,34 @@ def check_scorers(names: list[str]) -> list[str]:
     return out
 
 
+def scorers(names: list[str]) -> list[Scorer]:
+    """The scorers called ``names``, in order; the judges among them made one committee (in the first judge's place)."""
+    out: list[Scorer] = []
+    judges: list[str] = []
+    for n in check_scorers(names):
+        s = get_scorer(n)
+        if isinstance(s, Judges):
+            if not judges:
+                out.append(s)
+            judges += s.models
+        else:
+            out.append(s)
+    return [Judges(judges) if isinstance(s, Judges) else s for s in out]
+
+
+def listing() -> list[dict]:
+    """Every registered scorer: its name, unit, what it applies to, the metrics it writes, whether it calls a model."""
+    import craftmd.tasks  # noqa: F401  (the built-in tasks register their scorers' tasks)
+
+    rows = []
+    entries = [(n, SCORERS[n]()) for n in sorted(SCORERS)] + [(c.pattern, c) for c in (LLM, Judges)] + [(RECORDED, Recorded)]
+    for name, s in entries:
+        rows.append({"scorer": name, "unit": s.unit, "tasks": list(s.tasks) if s.tasks else "any", "formats": list(s.formats),
+                     "metrics": list(s.metrics), "calls_model": s.calls_model, "about": s.about})
+    return rows
+
+
 # -- who grades whom, and whose figure stands on the board ---------------------------------------
-
-
-def _bare(model: str) -> str:
-    """``openai/gpt-4-1106-preview`` -> ``gpt-4-1106-preview`` (the provider says where, not what)."""
-    return model.split("/", 1)[1] if "/" in model else model
-
-
-def family(model: str) -> str:
-    """A model's family: its bare name's leading letters (``gpt``, ``llama``, ``mistral``, ``smollm``)."""
-    m = re.match(r"[a-z]+", _bare(model).lower().split("/")[-1])
-    return m.group(0) if m else _bare(model).lower()
-
-
-def grades_itself(grader: str, model_under_test: str, doctor_family: str | None = None) -> bool:
-    """Whether an LLM grader is the model under test (same model, or the family the run record names)."""
-    if not grader.startswith("llm:"):
-        return False
-    g = grader[4:]
-    if _bare(g).lower() == _bare(model_under_test).lower():
-        return True
-    return doctor_family is not None and family(g) == doctor_family.lower()
 
 
 @cache
@@ -314,7 +749,35 @@ def rank_frq(graders: list[str], *, self_graders: set[str] = frozenset()) -> lis
     return sorted(graders, key=key)
 
 
+
+def judges_stale(release_dir: Path | str, spec, *, dataset_dir: Path | str | None = None, conversations: list[str] | None = None,
+          cases: list[str] | None = None) -> bool:
+    """Whether judging ``release_dir`` with ``spec`` could change its scores: a judge's record missing, made from other
+    inputs (conversations, objectives, selection), by another catalog, prompt set or setting, or with transient failures
+    a re-run would ask again (the one staleness rule of :meth:`craftmd.scoring.scorers.Scorer.current`)."""
+    from craftmd.release import read_release
+
+    ctx = Context(None if dataset_dir is None else Path(dataset_dir), options={"conversations": conversations, "cases": cases})
+    return not Judges(spec.models, spec=spec).current(read_release(release_dir), ctx)
+
+
+def check_answer_cases(answers: pl.DataFrame, ctx: Context) -> None:
+    """A one-line error when an answer's case is not in the dataset."""
+    unknown = sorted({c for c, w in answers.select("case_id", "with_image").iter_rows() if (c, w) not in ctx.cases})
+    if unknown:
+        more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+        raise CraftMDError(f"answer for case {unknown[0]}{more} not in the dataset at {ctx.dataset_dir}")
+
+
+def self_graders(manifest, graders: list[str]) -> list[str]:
+    """Those of ``graders`` that would grade the release's own model."""
+    doctor = (manifest.roles.get("doctor") or {})
+    fam = doctor.get("family")
+    models = {manifest.model, doctor.get("model") or manifest.model}
+    return [g for g in graders if any(grades_itself(g, m, fam) for m in models)]
+
 __all__ = [
-    "Scorer", "Verdict", "ScoreRows", "Context", "scores_from_grades", "get_scorer", "register_scorer", "SCORERS", "check_scorers", "rank_frq", "grades_itself", "family",
+    "Scorer", "Verdict", "ScoreRows", "Context", "scores_from_grades", "get_scorer", "register_scorer", "SCORERS", "check_scorers", "scorers",
+    "listing", "UNITS", "rank_frq", "grades_itself", "family", "load_cases", "judges_stale", "dataset_inputs", "grading_inputs", "check_answer_cases", "self_graders",
     "measured_agreement", "MCQ_RULES", "MCQ_FORMATS", "RECORDED",
 ]

@@ -2,7 +2,7 @@
 
 A submission is a JSON Lines file (one object per line) or a parquet file with the columns
 ``case_id, trial, setting, format, response`` (and optionally ``with_image``); the JSON
-Schema is ``scoring/submission.schema.json`` (``craftmd score --schema`` prints it).
+Schema is ``scoring/submission.schema.json`` (``craftmd submit --schema`` prints it).
 
 :func:`validate_submission` reads the whole file, a line (or a parquet batch) at a time, and
 lists every problem (the first :data:`MAX_PROBLEMS` by line, and how many more) with its line:
@@ -17,11 +17,11 @@ characters; the page, the markdown and the CSV tables escape it for their medium
 
 :func:`submit` turns a valid submission into a release of kind ``submission`` (the common
 schema, its grades in ``scores.parquet``, so the leaderboard shows it next to the others);
-``craftmd score`` (:mod:`craftmd.commands.submit`) adds the accuracy report beside it.
+``craftmd submit`` (:mod:`craftmd.commands.submit`) adds the accuracy report beside it.
 Every case of the chosen dataset config that the submission leaves unanswered, for each
 (setting, format, trial) it answers, becomes an answer row with status ``missing``: it is
 reported and scored as wrong, never skipped. Answers in conversational settings count on the
-leaderboard only with the conversations behind them (``craftmd score --conversations``,
+leaderboard only with the conversations behind them (``craftmd submit --conversations``,
 checked by :func:`read_conversations`); without, they are listed apart as self-reported.
 """
 
@@ -582,7 +582,8 @@ def submit(
     the release, checked (:func:`read_conversations`); without them, a submission's answers in
     conversational settings are listed on the leaderboard as self-reported, never ranked.
     """
-    from craftmd.scoring.grade import dataset_inputs, grade_answers
+    from craftmd.scoring.grade import grade_answers
+    from craftmd.scoring.scorers import dataset_inputs
     from craftmd.scoring.scorers import check_scorers
 
     v = validate_submission(path, dataset_dir, config=config)

@@ -243,7 +243,7 @@ def test_the_page_is_byte_identical_for_the_same_inputs(with_partial, tmp_path):
 
 def test_a_model_graded_by_itself_never_tops_the_board(tmp_path):
     """Issue #13: a 135M model graded by its own weights called all its answers right and ranked first. A release
-    whose only FRQ grader is its own model (forced with --allow-self-grading, recorded self_graded) has no FRQ
+    whose only FRQ grader is its own model (forced with --allow-self, recorded self_graded) has no FRQ
     figure on the board, ranks below every release graded by another, and the page marks it."""
     from craftmd.analysis.page import markdown, write_page
     from craftmd.analysis.view import View

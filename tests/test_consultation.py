@@ -239,7 +239,7 @@ def test_consultation_generates_grades_and_scores_every_setting(extracted, tmp_p
     assert any(t.startswith("Patient information: ") for t in solver_requests)  # the upper bound reads the vignette
 
     # graded by the existing graders: a score for every answer of every setting
-    assert cli_main(["grade", str(rel), "--dataset", str(data), "--grader", "paper", "--grader", "offline", "--quiet"]) == 0
+    assert cli_main(["score", str(rel), "--dataset", str(data), "--scorer", "paper", "--scorer", "offline", "--quiet"]) == 0
     scores = pl.read_parquet(rel / "scores.parquet")
     for grader, fmt in (("paper", "mcq4"), ("offline", "frq")):
         mine = scores.filter((pl.col("scorer") == grader) & (pl.col("metric") == "correct"))
@@ -247,7 +247,7 @@ def test_consultation_generates_grades_and_scores_every_setting(extracted, tmp_p
         assert set(zip(mine["case_id"], mine["setting"])) == want and mine["status"].to_list() == ["ok"] * len(want)
 
     # the keyinfo scorer: every conversation, exactly rouge-score's ROUGE-1
-    assert cli_main(["keyinfo", "score", str(rel), "--dataset", str(data)]) == 0
+    assert cli_main(["score", str(rel), "--dataset", str(data), "--scorer", "keyinfo", "--quiet"]) == 0
     ks = pl.read_parquet(rel / "scores.parquet").filter(pl.col("scorer") == "keyinfo")
     assert ks.height == 6 * len(convs) and set(ks["status"]) == {"ok"}
     rs = RougeScorer(["rouge1"], use_stemmer=True)

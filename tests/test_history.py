@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import pytest
 
 from craftmd import CraftMDError
+from craftmd.scoring.score import score_release, stale
 from craftmd.dataset import load_config
 from craftmd.scoring import history as H
 
@@ -185,8 +186,8 @@ def test_scores_are_written_beside_the_release_and_a_rerun_is_byte_identical(rel
 
     before = frozen(rel)
     old = read_release(rel).scores_with_records()[0]
-    assert H.stale(rel, dataset_dir)
-    H.score_history(rel, dataset_dir, progress=False)
+    assert stale(rel, dataset_dir, ["history"]) == ["history"]
+    score_release(rel, dataset_dir, ["history"], progress=False, force=True)
     assert frozen(rel) == before and sorted(p.name for p in rel.iterdir()) == ["answers.parquet", "conversations.parquet", "manifest.json", "scores.parquet"]
     r = read_release(rel)
     table, records = r.scores_with_records()
@@ -195,11 +196,11 @@ def test_scores_are_written_beside_the_release_and_a_rerun_is_byte_identical(rel
     assert {"conversation", "with_image"} <= set(table.column_names)
     assert table.num_rows - hist.num_rows == old.num_rows  # the graders' rows are kept
     assert records[H.SCORER]["scored"] == 165 and records[H.SCORER]["version"] == H.HISTORY_VERSION
-    assert not H.stale(rel, dataset_dir)
+    assert stale(rel, dataset_dir, ["history"]) == []
     first = (rel / "scores.parquet").read_bytes()
-    H.score_history(rel, dataset_dir, progress=False, workers=1)
+    score_release(rel, dataset_dir, ["history"], progress=False, force=True, options={"workers": 1})
     assert (rel / "scores.parquet").read_bytes() == first
-    H.score_history(rel, dataset_dir, progress=False, only_stale=True)
+    score_release(rel, dataset_dir, ["history"], progress=False)
     assert (rel / "scores.parquet").read_bytes() == first
 
 
@@ -208,7 +209,7 @@ def test_fact_recall_is_scored_where_the_case_has_facts(releases, dataset_dir, t
 
     rel = tmp_path / "llama"
     shutil.copytree(releases / "llama2-7b", rel)
-    H.score_history(rel, dataset_dir, progress=False)
+    score_release(rel, dataset_dir, ["history"], progress=False, force=True)
     t = read_release(rel).scores_with_records()[0]
     fr = t.filter(pc.equal(t["metric"], "patient_fact_recall")).to_pylist()
     with_facts = set(load_config(dataset_dir, "facts")["case_id"].to_list())

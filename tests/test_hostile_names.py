@@ -104,7 +104,7 @@ def test_conversations_are_checked_like_a_release(site, dataset_dir, tmp_path, c
     conv = pl.read_parquet(site["conv"])
 
     def score(conv_file) -> str:
-        code = main(["score", str(site["multiturn"]), "--dataset", str(dataset_dir), "--model", "acme/m", "--out", str(tmp_path / "o"),
+        code = main(["submit", str(site["multiturn"]), "--dataset", str(dataset_dir), "--model", "acme/m", "--out", str(tmp_path / "o"),
                      "--conversations", str(conv_file), "--quiet"])
         assert code == 2 and not (tmp_path / "o").exists()
         return capsys.readouterr().err.strip()

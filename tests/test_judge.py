@@ -19,6 +19,7 @@ from loopback import LoopbackServer
 from craftmd import CraftMDError
 from craftmd.release import RunRecord, read_release, write_release
 from craftmd.scoring import judge as J
+from craftmd.scoring.scorers import judges_stale
 from craftmd.scoring.rubric import OBJECTIVES, applicable, case_objectives, load_catalog
 
 CATS = ["final diagnosis", "communication"]  # 4 + 5 dimensions, both apply to diagnosis encounters
@@ -656,41 +657,66 @@ def test_a_current_judgement_is_not_redone_unless_overwritten_and_a_changed_inpu
 
     rel = make_release(tmp_path)
     cache = tmp_path / "cache.sqlite"
-    argv = [str(rel), "--judge", "openai/judge-a", "--base-url", server.base_url, "--dimensions", "final diagnosis", "--mode", "category",
+    argv = [str(rel), "--scorer", "judge:openai/judge-a", "--base-url", server.base_url, "--dimensions", "final diagnosis", "--mode", "category",
             "--cache", str(cache), "--quiet"]  # fmt: skip
-    assert main(["judge", *argv]) == 0
+    assert main(["score", *argv]) == 0
+    assert json.loads(capsys.readouterr().out)["summaries"]["judge:openai/judge-a"]["scores"]["judge:openai/judge-a"]["scored"] > 0
     first, sent = (rel / "scores.parquet").read_bytes(), server.calls
-    capsys.readouterr()
-    assert main(["judge", *argv]) == 0  # nothing changed: nothing done
+    assert main(["score", *argv]) == 0  # nothing changed: nothing done
     out = capsys.readouterr()
-    assert "scores current, nothing to do" in out.err and json.loads(out.out)["current"] is True
+    assert "judge:openai/judge-a current, nothing to do" in out.err and json.loads(out.out)["current"] == ["judge:openai/judge-a"]
     assert server.calls == sent and (rel / "scores.parquet").read_bytes() == first
-    assert main(["judge", *argv, "--overwrite"]) == 0  # judged again, the cache answering: the same bytes, nothing sent
+    assert main(["score", *argv, "--estimate", "--force"]) == 0  # what judging again would send; nothing sent or written
+    est = json.loads(capsys.readouterr().out)["estimates"]["judge:openai/judge-a"]
+    assert est["release"] == read_release(rel).id and server.calls == sent and (rel / "scores.parquet").read_bytes() == first
+    assert main(["score", *argv, "--force"]) == 0  # judged again, the cache answering: the same bytes, nothing sent
     assert server.calls == sent and (rel / "scores.parquet").read_bytes() == first
     assert "nothing to do" not in capsys.readouterr().err
 
     spec = J.JudgeSpec(models=["openai/judge-a"], mode="category", dimensions=["final diagnosis"], base_url=server.base_url, progress=False)
-    assert not J.stale(rel, spec)
-    assert J.stale(rel, dataclasses.replace(spec, mode="dimension"))  # another setting
-    assert J.stale(rel, dataclasses.replace(spec, models=["openai/judge-b"]))  # another judge: no record
-    assert J.stale(rel, spec, cases=["case_1"])  # another selection
+    assert not judges_stale(rel, spec)
+    assert judges_stale(rel, dataclasses.replace(spec, mode="dimension"))  # another setting
+    assert judges_stale(rel, dataclasses.replace(spec, models=["openai/judge-b"]))  # another judge: no record
+    assert judges_stale(rel, spec, cases=["case_1"])  # another selection
     record = read_release(rel).scorer_records()["judge:openai/judge-a"]
     with monkeypatch.context() as m:  # another prompt set
         m.setattr(J, "prompt_set_record", lambda: dict(record["prompt_set"], sha256={**record["prompt_set"]["sha256"], "dimension": "0" * 64}))
-        assert J.stale(rel, spec)
+        assert judges_stale(rel, spec)
     with monkeypatch.context() as m:  # another catalog
         m.setattr(J, "load_catalog", lambda: dataclasses.replace(load_catalog(), sha256="0" * 64))
-        assert J.stale(rel, spec)
+        assert judges_stale(rel, spec)
     from craftmd.release import write_scores
 
     table, _ = read_release(rel).scores_with_records()
     mine = table.filter(pa.compute.equal(table["scorer"], "judge:openai/judge-a"))
     write_scores(read_release(rel), mine, {"judge:openai/judge-a": dict(record, inputs=dict(record["inputs"], conversations_sha256="0" * 64))})
-    assert J.stale(rel, spec)  # the conversations it judged are not these
+    assert judges_stale(rel, spec)  # the conversations it judged are not these
     write_scores(read_release(rel), mine, {"judge:openai/judge-a": record})
-    assert not J.stale(rel, spec)
+    assert not judges_stale(rel, spec)
     # a transient failure is not cached: a re-run would ask again, so the scores are not current
     with LoopbackServer(responder, models=("judge-a",), error_rate=1.0, error_kinds=("500",)) as down:
         flaky = dataclasses.replace(spec, base_url=down.base_url, max_retries=0)
         J.judge_release(rel, flaky)
-    assert read_release(rel).scorer_records()["judge:openai/judge-a"]["transient_failures"] > 0 and J.stale(rel, flaky)
+    assert read_release(rel).scorer_records()["judge:openai/judge-a"]["transient_failures"] > 0 and judges_stale(rel, flaky)
+
+
+def test_judges_named_together_are_one_committee_and_a_judge_of_the_doctor_family_is_refused_first(tmp_path, server, capsys):
+    """``craftmd score --scorer judge:A --scorer judge:B`` runs one committee; a judge of the doctor's family is refused
+    before any call or write; a second run with nothing changed sends nothing."""
+    from craftmd.commands.cli import main
+
+    rel = make_release(tmp_path)  # the doctor: openai/gpt-4-0613
+    base = ["score", str(rel), "--base-url", server.base_url, "--dimensions", "final diagnosis", "--mode", "category", "--quiet"]
+    assert main([*base, "--scorer", "judge:openai/judge-a", "--scorer", "judge:openai/gpt-4o"]) == 2
+    assert "judge openai/gpt-4o is of the doctor's own model family" in capsys.readouterr().err
+    assert server.calls == 0 and not (rel / "scores.parquet").exists()
+    two = [*base, "--scorer", "judge:openai/judge-a", "--scorer", "judge:openai/judge-b"]
+    assert main(two) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["scored"] == ["judge-committee"] and out["skipped"] == {}
+    records = read_release(rel).scorer_records()
+    assert {"judge:openai/judge-a", "judge:openai/judge-b", "judge-committee"} <= set(records)
+    assert records["judge-committee"]["members"] == ["judge:openai/judge-a", "judge:openai/judge-b"]
+    sent, first = server.calls, (rel / "scores.parquet").read_bytes()
+    assert main(two) == 0 and json.loads(capsys.readouterr().out)["current"] == ["judge-committee"]
+    assert server.calls == sent and (rel / "scores.parquet").read_bytes() == first

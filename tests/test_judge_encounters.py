@@ -1,5 +1,5 @@
 """The rubric judge on patient-led encounters (issues #15 and the encounters issue's "the rubric judge scores them"):
-an encounters release generated against the loopback server, judged through ``craftmd judge``: each conversation
+an encounters release generated against the loopback server, judged through ``craftmd score --scorer judge:...``: each conversation
 gets exactly the dimensions of its packet's objective, failures stay failures, and the analysis profiles it."""
 
 from __future__ import annotations
@@ -58,10 +58,10 @@ def test_the_judge_scores_encounters_by_their_objectives(medpi, encounters, caps
     from craftmd.analysis.rubric import page_section, rubric
 
     with LoopbackServer(judge_reply, models=("judge-a",)) as server:
-        rc = main(["judge", str(encounters), "--judge", "openai/judge-a", "--base-url", server.base_url, "--dataset", str(medpi),
+        rc = main(["score", str(encounters), "--scorer", "judge:openai/judge-a", "--base-url", server.base_url, "--dataset", str(medpi),
                    "--mode", "category", "--max-invalid", "1", "--quiet"])  # fmt: skip
     assert rc == 0
-    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])["summaries"][JUDGE]
     rel = read_release(encounters)
     assert rel.manifest.task == "encounters"
     objectives = {p["case_id"]: p["objective"] for p in load_packets(medpi)}

@@ -1,5 +1,5 @@
 """The LLM grader-AI (two steps, through the model layer) against the loopback server,
-and grade_release's bookkeeping, on recorded upstream answers."""
+and craftmd score's bookkeeping of answer scorers, on recorded upstream answers."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from craftmd import CraftMDError
 from craftmd.release import read_release, write_release, write_scores
-from craftmd.scoring.grade import grade_release, stale_graders
+from craftmd.scoring.score import score_release, stale
 from craftmd.scoring.scorers import check_scorers
 from craftmd.scoring.llm_grader import load_prompts, parse_extraction, parse_judgement
 from craftmd.scoring.offline import OfflineGrader, extract
@@ -97,13 +97,15 @@ def test_llm_grader_on_recorded_answers(small_release, dataset_dir, tmp_path):
     cache = tmp_path / "grader-cache.sqlite"
     frozen = _frozen(small_release)
     with LoopbackServer(responder) as server:
-        grade_release(small_release, dataset_dir, [GRADER, "offline"], base_url=server.base_url, cache=cache, progress=False)
+        score_release(small_release, dataset_dir, [GRADER, "offline"], base_url=server.base_url, cache=cache, progress=False, force=True)
         first_calls, url = server.calls, server.base_url
-        # A second run answers from the cache: no new calls, same bytes. (Same server: the LLM
-        # grader's record keeps the base_url it was called at.)
+        # The grader's record is current (same model, prompts, sampling and answers, no failed call): nothing to do.
         before = (small_release / "scores.parquet").read_bytes()
+        assert stale(small_release, dataset_dir, [GRADER, "offline"]) == []
+        # Forced, a second run answers from the cache: no new calls, same bytes. (Same server: the LLM
+        # grader's record keeps the base_url it was called at.)
         server.reset_counters()
-        grade_release(small_release, dataset_dir, [GRADER], base_url=server.base_url, cache=cache, progress=False)
+        score_release(small_release, dataset_dir, [GRADER], base_url=server.base_url, cache=cache, progress=False, force=True)
         assert server.calls == 0
     assert (small_release / "scores.parquet").read_bytes() == before
     assert _frozen(small_release) == frozen  # grading writes scores.parquet beside the release, nothing else
@@ -142,9 +144,9 @@ def test_llm_grader_survives_server_faults(small_release, dataset_dir, tmp_path)
     shutil.copytree(small_release, clean)
     shutil.copytree(small_release, flaky)
     with LoopbackServer(GraderResponder()) as server:
-        grade_release(clean, dataset_dir, [GRADER], base_url=server.base_url, progress=False)
+        score_release(clean, dataset_dir, [GRADER], base_url=server.base_url, progress=False, force=True)
     with LoopbackServer(GraderResponder(), error_rate=0.2, error_kinds=("429", "500")) as server:
-        grade_release(flaky, dataset_dir, [GRADER], base_url=server.base_url, progress=False)
+        score_release(flaky, dataset_dir, [GRADER], base_url=server.base_url, progress=False, force=True)
         assert sum(server.faults.values()) > 0
     a = read_release(clean).verdicts(grader=GRADER)
     b = read_release(flaky).verdicts(grader=GRADER)
@@ -156,14 +158,14 @@ def test_regrading_replaces_rows_and_keeps_others(small_release, dataset_dir):
     frozen = _frozen(small_release)
     before = read_release(small_release).verdicts()
     recorded_before = read_release(small_release).scorer_records()["upstream-gpt4"]
-    grade_release(small_release, dataset_dir, ["paper", "strict"], progress=False)
+    score_release(small_release, dataset_dir, ["paper", "strict"], progress=False, force=True)
     assert _frozen(small_release) == frozen  # answers, conversations and manifest untouched
     after = read_release(small_release).verdicts()
     assert after.height == before.height  # replaced, not duplicated
     assert read_release(small_release).scorer_records()["upstream-gpt4"] == recorded_before  # other records kept
     # The same grading again writes the same bytes.
     once = (small_release / "scores.parquet").read_bytes()
-    grade_release(small_release, dataset_dir, ["paper", "strict"], progress=False)
+    score_release(small_release, dataset_dir, ["paper", "strict"], progress=False, force=True)
     assert (small_release / "scores.parquet").read_bytes() == once
     assert _frozen(small_release) == frozen
     key = ["case_id", "trial", "setting", "format", "with_image", "grader"]
@@ -175,15 +177,15 @@ def test_regrading_replaces_rows_and_keeps_others(small_release, dataset_dir):
 
 def test_only_stale_graders_run_again(small_release, dataset_dir, tmp_path):
     """A grader whose record matches the answers, the dataset and its own version is skipped; a change re-runs it."""
-    grade_release(small_release, dataset_dir, ["offline", "paper"], progress=False)
+    score_release(small_release, dataset_dir, ["offline", "paper"], progress=False, force=True)
     rec = read_release(small_release).scorer_records()
     assert rec["offline"]["inputs"]["answers_sha256"] == read_release(small_release).manifest.files["answers.parquet"]["sha256"]
     assert rec["paper"]["rules_version"] >= 1 and rec["offline"]["table_sha256"]
-    assert stale_graders(small_release, dataset_dir, ["offline", "paper", GRADER]) == [GRADER]  # an LLM grader always runs
+    assert stale(small_release, dataset_dir, ["offline", "paper", GRADER]) == [GRADER]  # never run on this release
     frozen = _frozen(small_release)
     before = (small_release / "scores.parquet").read_bytes()
     mtime = (small_release / "scores.parquet").stat().st_mtime_ns
-    grade_release(small_release, dataset_dir, ["offline", "paper"], progress=False, only_stale=True)
+    score_release(small_release, dataset_dir, ["offline", "paper"], progress=False)
     assert (small_release / "scores.parquet").read_bytes() == before  # nothing rewritten
     assert (small_release / "scores.parquet").stat().st_mtime_ns == mtime
     assert _frozen(small_release) == frozen
@@ -199,9 +201,9 @@ def test_only_stale_graders_run_again(small_release, dataset_dir, tmp_path):
     tables = {"conversations": rel.table("conversations"), "answers": answers.to_arrow().cast(rel.table("answers").schema)}
     write_release(small_release, rel.manifest, tables, overwrite=True)
     write_scores(read_release(small_release), old_scores, old_records)
-    assert stale_graders(small_release, dataset_dir, ["offline", "paper"]) == ["offline", "paper"]
-    grade_release(small_release, dataset_dir, ["offline", "paper"], progress=False, only_stale=True)
-    assert stale_graders(small_release, dataset_dir, ["offline", "paper"]) == []
+    assert stale(small_release, dataset_dir, ["offline", "paper"]) == ["offline", "paper"]
+    score_release(small_release, dataset_dir, ["offline", "paper"], progress=False)
+    assert stale(small_release, dataset_dir, ["offline", "paper"]) == []
     row = read_release(small_release).verdicts(grader="offline", case_id=edited["case_id"], trial=edited["trial"], setting=edited["setting"], format="frq")
     assert row.height == 1 and row["resolved_kind"][0] == extract("Not sure.").kind and row["correct"][0] is False
 
@@ -213,19 +215,21 @@ def test_only_stale_graders_run_again(small_release, dataset_dir, tmp_path):
     f = other / "all" / "test-00000-of-00001.parquet"
     ds = pl.read_parquet(f)
     pl.concat([ds.head(1).with_columns(pl.lit("Something else").alias("answer")), ds.slice(1)]).write_parquet(f)
-    assert stale_graders(small_release, other, ["offline", "paper"]) == ["offline", "paper"]
+    assert stale(small_release, other, ["offline", "paper"]) == ["offline", "paper"]
 
 
-@pytest.mark.parametrize("name, message", [("upstream-gpt4", "cannot be re-run"), ("gpt4", "unknown grader"), ("llm:gpt-4o", "llm:PROVIDER/MODEL")])
+@pytest.mark.parametrize("name, message", [("upstream-gpt4", "cannot be re-run"), ("gpt4", "unknown scorer"), ("llm:gpt-4o", "llm:PROVIDER/MODEL")])
 def test_bad_grader_names(name, message):
     with pytest.raises(CraftMDError, match=message):
         check_scorers([name])
 
 
-def test_grade_cli(small_release, dataset_dir, capsys):
+def test_score_cli(small_release, dataset_dir, capsys):
     from craftmd.commands.cli import main
 
-    assert main(["grade", str(small_release), "--data", str(dataset_dir), "--grader", "offline", "--quiet"]) == 0
+    assert main(["score", str(small_release), "--data", str(dataset_dir), "--scorer", "offline", "--quiet"]) == 0
     assert "offline" in set(read_release(small_release).verdicts()["grader"])
-    assert main(["grade", str(small_release), "--data", str(dataset_dir), "--grader", "bogus"]) == 2
-    assert "unknown grader 'bogus'" in capsys.readouterr().err
+    assert main(["score", str(small_release), "--data", str(dataset_dir), "--scorer", "bogus"]) == 2
+    assert "unknown scorer 'bogus'" in capsys.readouterr().err
+    assert main(["score", str(small_release), "--scorer", "offline"]) == 2  # the answer keys are the dataset's
+    assert "scorer offline needs the built dataset (--dataset DIR)" in capsys.readouterr().err

@@ -203,3 +203,35 @@ def test_bad_inputs_are_one_line_errors_and_write_nothing(mini_dataset, tmp_path
     assert rc == 2
     assert "cannot reach the model server" in capsys.readouterr().err
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_meld_is_a_case_scorer_of_the_release_own_model(mini_dataset, tmp_path, capsys):
+    """``craftmd score RELEASE --scorer meld`` asks the release's doctor model; the per-case rows go into the release's
+    scores, and a second run with nothing changed asks nothing."""
+    import pyarrow as pa
+
+    from craftmd.release import RunRecord, read_release, write_release
+
+    answers = pa.Table.from_pylist([{"case_id": "case_200", "trial": 0, "setting": "vignette", "format": "frq", "with_image": False,
+                                     "response": "x", "status": "ok"}])  # fmt: skip
+    manifest = RunRecord(release="lb", kind="generated", model=MODEL, roles={"doctor": {"model": MODEL}})
+    rel = write_release(tmp_path / "lb", manifest, {"answers": answers})
+    from conftest import frozen
+
+    before = frozen(rel)
+    truth = truth_by_first_half(mini_dataset)
+    argv = ["score", str(rel), "--scorer", "meld", "--dataset", str(mini_dataset), "--cases", "case_200", "case_1", "--quiet"]
+    with LoopbackServer(lambda r: truth[first_half_of(r)]) as server:
+        assert cli_main([*argv, "--base-url", server.base_url]) == 0
+        assert server.served == 2 and json.loads(capsys.readouterr().out)["scored"] == ["meld"]
+        assert cli_main([*argv, "--base-url", server.base_url]) == 0
+        assert server.served == 2 and json.loads(capsys.readouterr().out)["current"] == ["meld"]
+    assert frozen(rel) == before  # the release as written, but for the scores' own checksum
+    table, records = read_release(rel).scores_with_records()
+    rows = pl.from_arrow(table).filter(pl.col("scorer") == "meld")
+    assert sorted(zip(rows["case_id"], rows["config"], rows["metric"], rows["value"])) == [
+        ("case_1", "derm_public", "meld_flagged", 1.0), ("case_1", "derm_public", "meld_similarity", 1.0),
+        ("case_200", "medqa_usmle", "meld_flagged", 1.0), ("case_200", "medqa_usmle", "meld_similarity", 1.0)]  # fmt: skip
+    rec = records["meld"]
+    assert rec["model"] == MODEL and rec["threshold"] == meld.THRESHOLD and rec["failures"] == 0
+    assert rec["inputs"]["model"] == MODEL and rec["inputs"]["cases"] == ["case_1", "case_200"]

@@ -199,12 +199,12 @@ def test_held_out_rule():
 @pytest.fixture(scope="module")
 def graded_releases(releases_dir, dataset_dir, tmp_path_factory):
     """A copy of the upstream releases with the offline grader's rows added."""
-    from craftmd.scoring.grade import grade_release
+    from craftmd.scoring.score import score_release
 
     out = tmp_path_factory.mktemp("offline_graded")
     for rel in find_releases(releases_dir):
         shutil.copytree(rel.path, out / rel.path.name)
-        grade_release(out / rel.path.name, dataset_dir, ["offline"], progress=False)
+        score_release(out / rel.path.name, dataset_dir, ["offline"], progress=False, force=True)
     return out
 
 

@@ -212,7 +212,7 @@ def test_two_scores_into_one_out_never_replace_each_other(tmp_path, dataset_dir,
 def test_a_killed_score_leaves_no_temporary_folder_after_the_next_run(tmp_path, dataset_dir):
     sub = _submission(tmp_path, dataset_dir, "s.jsonl")
     out = tmp_path / "out"
-    argv = ["score", str(sub), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/k", "--out", str(out), "--quiet"]
+    argv = ["submit", str(sub), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/k", "--out", str(out), "--quiet"]
     proc = subprocess.Popen([sys.executable, "-m", "craftmd.commands.cli", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while not leftovers(tmp_path) and proc.poll() is None and time.monotonic() < deadline:
@@ -231,7 +231,7 @@ def test_the_score_summary_says_how_many_answers_were_missing_and_why(tmp_path, 
 
     n = load_config(dataset_dir, "derm_public").height
     sub = _submission(tmp_path, dataset_dir, "nulls.jsonl", n=3, response=None)  # three rows, every response null
-    argv = ["score", str(sub), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/n", "--out", str(tmp_path / "o"), "--quiet"]
+    argv = ["submit", str(sub), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/n", "--out", str(tmp_path / "o"), "--quiet"]
     assert main(argv) == 0
     said = capsys.readouterr().out.splitlines()[0]
     assert said.startswith(f"scored {n} answers: 0 answered, {n} missing and scored wrong ({n - 3} not in the submission, 3 with an empty response)")
@@ -246,7 +246,7 @@ def test_a_300_character_model_name_fails_before_grading(tmp_path, dataset_dir, 
     monkeypatch.setattr(grade, "grade_answers", never)
     sub = _submission(tmp_path, dataset_dir, "s.jsonl")
     out = tmp_path / "o"
-    assert main(["score", str(sub), "--dataset", str(dataset_dir), "--model", "acme/" + "m" * 300, "--out", str(out), "--quiet"]) == 2
+    assert main(["submit", str(sub), "--dataset", str(dataset_dir), "--model", "acme/" + "m" * 300, "--out", str(out), "--quiet"]) == 2
     assert "305 characters long" in one_line(capsys.readouterr().err)
     assert not out.exists() and leftovers(tmp_path) == []
 
@@ -256,7 +256,7 @@ def test_concurrent_scorers_of_one_release_both_keep_their_scores(tmp_path, monk
     import craftmd.release as release
 
     out = toy_release(tmp_path / "r")
-    # Each writer read the release (and its scores) before either wrote, as two `craftmd grade` runs do.
+    # Each writer read the release (and its scores) before either wrote, as two `craftmd score` runs do.
     rels = [read_release(out), read_release(out)]
     for r in rels:
         r.scores_with_records()
@@ -325,7 +325,7 @@ def test_every_file_of_a_release_is_checked_and_a_damaged_one_named_with_how_to_
         read_release(out)
     msg = str(err.value)
     assert msg.startswith(f"{out / 'scores.parquet'} is damaged") and "\n" not in msg
-    assert f"rebuild it: remove {out / 'scores.parquet'} and score the release again (craftmd grade {out}" in msg
+    assert f"rebuild it: remove {out / 'scores.parquet'} and score the release again (craftmd score {out}" in msg
 
     (out / "scores.parquet").write_bytes(good[: len(good) // 2])  # cut short
     with pytest.raises(CraftMDError, match="scores.parquet is damaged"):
@@ -350,7 +350,7 @@ def test_a_damaged_upstream_release_is_one_line_and_rebuilt_by_ingest(releases_d
     shutil.copytree(releases_dir / "gpt3_1106", rel)
     good = (rel / "scores.parquet").read_bytes()
     (rel / "scores.parquet").write_bytes(good[: len(good) // 3])
-    for argv in (["grade", str(rel), "--dataset", str(dataset_dir), "--grader", "offline", "--quiet"],
+    for argv in (["score", str(rel), "--dataset", str(dataset_dir), "--scorer", "offline", "--quiet"],
                  ["analyse", "--releases", str(rel.parent), "--dataset", str(dataset_dir), "--out", str(tmp_path / "a")]):
         assert main(argv) == 2
         line = one_line(capsys.readouterr().err)

@@ -133,17 +133,17 @@ def test_a_real_model_end_to_end(real_model, dataset_dir, short_cases, tmp_path)
 
     # 4. The model may not grade itself unless forced; graded by the LLM grader (the same small model:
     #    self-grading forced here, so it is recorded) and the offline grader.
-    refused = craftmd("grade", rel, "--dataset", dataset_dir, "--grader", f"llm:{MODEL}", "--base-url", real_model.base_url,
+    refused = craftmd("score", rel, "--dataset", dataset_dir, "--scorer", f"llm:{MODEL}", "--base-url", real_model.base_url,
                       "--cache", cache, "--quiet", env=env, check=False)
     assert refused.returncode == 2 and "would grade its own model" in refused.stderr and not (rel / "scores.parquet").exists()
-    craftmd("grade", rel, "--dataset", dataset_dir, "--grader", f"llm:{MODEL}", "--grader", "offline", "--grader", "paper",
-            "--base-url", real_model.base_url, "--cache", cache, "--allow-self-grading", "--quiet", env=env)
+    craftmd("score", rel, "--dataset", dataset_dir, "--scorer", f"llm:{MODEL}", "--scorer", "offline", "--scorer", "paper",
+            "--base-url", real_model.base_url, "--cache", cache, "--allow-self", "--quiet", env=env)
     check_scores(rel, [f"llm:{MODEL}", "offline"])
     assert read_release(rel).scorer_records()[f"llm:{MODEL}"]["self_graded"] is True
 
     # The history-taking metrics of its conversations (no model): scores beside the release, nothing else touched.
     before = {n: h for n, h in release_bytes(rel).items() if n != "scores.parquet"}
-    craftmd("history", rel, "--dataset", dataset_dir, "--quiet", env=env)
+    craftmd("score", rel, "--dataset", dataset_dir, "--scorer", "history", "--quiet", env=env)
     history = pl.read_parquet(rel / "scores.parquet").filter(pl.col("scorer") == "history")
     assert {(r["case_id"], r["conversation"]) for r in history.iter_rows(named=True)} == set(itertools.product(short_cases, ("standard", "no_exam")))
     assert {"patient_info_recall", "patient_info_f1", "doctor_turns", "patient_words_per_turn"} <= set(history["metric"])

@@ -98,9 +98,11 @@ def test_the_consultation_protocol_with_a_real_model(real_model, one_case, tmp_p
     assert (rel / "answers.parquet").read_bytes() == (tmp_path / "again" / "smollm2" / "answers.parquet").read_bytes()
 
     # 4. Graded by the existing graders, scored against the key-value information.
-    craftmd("grade", rel, "--dataset", data, "--grader", "paper", "--grader", "offline", "--quiet", env=env)
-    out = craftmd("keyinfo", "score", rel, "--dataset", data, env=env)
-    assert json.loads(out.stdout)["keyinfo"]["scored"] + json.loads(out.stdout)["keyinfo"]["failed"] == 4
+    craftmd("score", rel, "--dataset", data, "--scorer", "paper", "--scorer", "offline", "--quiet", env=env)
+    out = craftmd("score", rel, "--dataset", data, "--scorer", "keyinfo", "--quiet", env=env)
+    assert json.loads(out.stdout)["scored"] == ["keyinfo"]
+    rec = json.loads(pq.read_schema(rel / "scores.parquet").metadata[b"craftmd.scorers"])["keyinfo"]
+    assert rec["scored"] + rec["failed"] == 4
     scores = pl.read_parquet(rel / "scores.parquet")
     graded = scores.filter(pl.col("metric") == "correct")
     assert set(graded["setting"]) == set(SETTINGS)

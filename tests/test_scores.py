@@ -62,7 +62,7 @@ def test_schema_1_release_is_refused_with_a_one_line_message_on_how_to_rebuild(t
     msg = str(err.value)
     assert "\n" not in msg
     assert f"release schema 1, this craftmd reads {SCHEMA_VERSION}" in msg
-    assert "rebuild it" in msg and "craftmd ingest --overwrite" in msg and "craftmd score" in msg
+    assert "rebuild it" in msg and "craftmd ingest --overwrite" in msg and "craftmd submit" in msg
     # A manifest with no schema version at all is refused the same way.
     del raw["schema_version"]
     (out / "manifest.json").write_text(json.dumps(raw))
@@ -213,28 +213,29 @@ def llm_release(dataset_dir, tmp_path):
 
 def test_an_llm_grader_never_grades_its_own_model_unless_allowed(llm_release, dataset_dir, capsys):
     from craftmd.commands.cli import main
-    from craftmd.scoring.grade import grade_release, self_graders
+    from craftmd.scoring.scorers import self_graders
+    from craftmd.scoring.score import score_release
 
     path, _ = llm_release
     before = frozen(path)
     assert self_graders(read_release(path).manifest, ["offline", GRADER]) == [GRADER]
     with LoopbackServer(Responder()) as server:
-        with pytest.raises(CraftMDError, match=r"grader llm:openai/loopback would grade its own model \(openai/loopback\).*--allow-self-grading"):
-            grade_release(path, dataset_dir, [GRADER], base_url=server.base_url, progress=False)
-        assert main(["grade", str(path), "--data", str(dataset_dir), "--grader", GRADER, "--base-url", server.base_url, "--quiet"]) == 2
+        with pytest.raises(CraftMDError, match=r"grader llm:openai/loopback would grade its own model \(openai/loopback\).*--allow-self"):
+            score_release(path, dataset_dir, [GRADER], base_url=server.base_url, progress=False, force=True)
+        assert main(["score", str(path), "--data", str(dataset_dir), "--scorer", GRADER, "--base-url", server.base_url, "--quiet"]) == 2
         assert "would grade its own model" in capsys.readouterr().err
         assert server.calls == 0 and not (path / "scores.parquet").exists()  # refused before any call or write
-        grade_release(path, dataset_dir, ["offline", GRADER], base_url=server.base_url, progress=False, allow_self=True)
+        score_release(path, dataset_dir, ["offline", GRADER], base_url=server.base_url, progress=False, allow_self=True, force=True)
         assert server.calls > 0
     rec = read_release(path).scorer_records()
     assert rec[GRADER]["self_graded"] is True and "self_graded" not in rec["offline"]
     assert frozen(path) == before
     # The board never ranks by a self-grader, however it was measured.
     assert rank_frq([GRADER, "offline"], self_graders={GRADER})[-1] == GRADER
-    # The command line's --allow-self-grading does the same.
+    # The command line's --allow-self does the same.
     with LoopbackServer(Responder()) as server:
-        assert main(["grade", str(path), "--data", str(dataset_dir), "--grader", GRADER, "--base-url", server.base_url,
-                     "--allow-self-grading", "--quiet"]) == 0  # fmt: skip
+        assert main(["score", str(path), "--data", str(dataset_dir), "--scorer", GRADER, "--base-url", server.base_url,
+                     "--allow-self", "--quiet"]) == 0  # fmt: skip
     assert read_release(path).scorer_records()[GRADER]["self_graded"] is True
 
 
@@ -245,11 +246,11 @@ def _compute():
 
 
 def test_a_failed_grader_call_is_no_verdict_and_analysis_leaves_it_out(llm_release, dataset_dir):
-    from craftmd.scoring.grade import grade_release
+    from craftmd.scoring.score import score_release
 
     path, cases = llm_release
     with LoopbackServer(Responder()) as server:
-        grade_release(path, dataset_dir, [GRADER], base_url=server.base_url, progress=False, allow_self=True)
+        score_release(path, dataset_dir, [GRADER], base_url=server.base_url, progress=False, allow_self=True, force=True)
     rel = read_release(path)
     v = rel.verdicts(grader=GRADER).sort("case_id", "trial")
     assert v.height == CASES * 2

@@ -37,7 +37,7 @@ def refused(capsys, tmp_path, path, dataset_dir, *expected):
     err = capsys.readouterr().err
     for e in expected:
         assert e in err, f"{e!r} not in:\n{err}"
-    assert main(["score", str(path), "--dataset", str(dataset_dir), "--model", "x/y", "--out", str(out), "--quiet"]) == 2
+    assert main(["submit", str(path), "--dataset", str(dataset_dir), "--model", "x/y", "--out", str(out), "--quiet"]) == 2
     err2 = capsys.readouterr().err
     for e in expected:
         assert e in err2
@@ -96,7 +96,7 @@ def test_bad_parquet(capsys, tmp_path, dataset_dir):
 
 
 def test_schema_is_shipped_and_matches_the_release_contract(capsys):
-    assert main(["score", "--schema"]) == 0
+    assert main(["submit", "--schema"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed == schema()
     props = printed["properties"]
@@ -119,7 +119,7 @@ def test_missing_cases_are_reported_and_scored_wrong(tmp_path, dataset_dir, caps
     assert main(["validate", str(p), "--dataset", str(dataset_dir), "--config", "derm_public"]) == 0
     assert f"{len(cases) - 61} answer(s)" in capsys.readouterr().err
     out = tmp_path / "out"
-    assert main(["score", str(p), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/derm-1", "--out", str(out), "--quiet"]) == 0
+    assert main(["submit", str(p), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/derm-1", "--out", str(out), "--quiet"]) == 0
     rel = read_release(out / "submission-acme-derm-1")
     assert rel.manifest.kind == "submission"
     a = pl.from_arrow(rel.table("answers"))
@@ -144,19 +144,19 @@ def test_missing_cases_are_reported_and_scored_wrong(tmp_path, dataset_dir, caps
     assert (out / "scores.csv").exists() and pl.read_csv(out / "scores.csv").height == len(scores["accuracy"])
     # Scoring again without --overwrite is refused; with it, the same bytes come out.
     before = {n: (out / "submission-acme-derm-1" / n).read_bytes() for n in ("scores.parquet", "answers.parquet", "manifest.json")}
-    assert main(["score", str(p), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/derm-1", "--out", str(out), "--quiet"]) == 2
-    assert main(["score", str(p), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/derm-1", "--out", str(out), "--quiet", "--overwrite"]) == 0
+    assert main(["submit", str(p), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/derm-1", "--out", str(out), "--quiet"]) == 2
+    assert main(["submit", str(p), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/derm-1", "--out", str(out), "--quiet", "--overwrite"]) == 0
     assert {n: (out / "submission-acme-derm-1" / n).read_bytes() for n in before} == before
 
 
 @pytest.fixture(scope="module")
 def gpt35(releases_dir, dataset_dir, tmp_path_factory):
     """The GPT-3.5 release with the offline grader added (a copy)."""
-    from craftmd.scoring.grade import grade_release
+    from craftmd.scoring.score import score_release
 
     d = tmp_path_factory.mktemp("gpt35") / "gpt3_1106"
     shutil.copytree(releases_dir / "gpt3_1106", d)
-    grade_release(d, dataset_dir, ["offline"], progress=False)
+    score_release(d, dataset_dir, ["offline"], progress=False, force=True)
     return read_release(d)
 
 
@@ -167,7 +167,7 @@ def test_round_trip_gpt35(gpt35, source, dataset_dir, tmp_path):
     p = tmp_path / "gpt35.parquet"
     sub.write_parquet(p)
     out = tmp_path / "out"
-    assert main(["score", str(p), "--dataset", str(dataset_dir), "--model", "openai/gpt-3.5-turbo-1106", "--out", str(out), "--quiet"]) == 0
+    assert main(["submit", str(p), "--dataset", str(dataset_dir), "--model", "openai/gpt-3.5-turbo-1106", "--out", str(out), "--quiet"]) == 0
     rel = find_releases(out)[0]
     assert rel.manifest.kind == "submission"
     mine = rel.verdicts()

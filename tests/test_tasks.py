@@ -2,9 +2,9 @@
 
 The toy task poses CRAFT-MD cases in one made-up setting and format; its toy scorer writes a
 continuous metric (the number of words of the answer). Nothing else is registered or changed:
-the release contract checks the release against the toy task, ``craftmd grade`` runs the toy
-scorer from the registry, analysis puts the metric in ``tables/metrics.csv`` with a bootstrap
-CI, and the page shows it.
+the release contract checks the release against the toy task, ``craftmd score`` runs the task's
+default scorer from the registry (``craftmd score --list`` shows it) and only when stale,
+analysis puts the metric in ``tables/metrics.csv`` with a bootstrap CI, and the page shows it.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ TOY = Task(
 class ToyWords(Scorer):
     name = "toy-words"
     formats = ("text",)
+    tasks = ("toy",)
+    metrics = ("toy_words",)
+    about = "words in the answer"
 
     def identity(self):
         return {"rule": "words", "version": 1}
@@ -82,17 +85,52 @@ def test_a_release_is_checked_against_its_task(toy, tmp_path, dataset_dir):
         get_task("nope")
 
 
-def test_toy_task_goes_through_to_the_metrics_table(toy, tmp_path, dataset_dir):
-    from craftmd.scoring.grade import grade_release
+def _score(rel, dataset_dir, *more) -> dict:
+    """``craftmd score RELEASE --dataset DIR ...``: its JSON line."""
+    import contextlib
+    import io
+    import json
 
+    from craftmd.commands.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["score", str(rel), "--dataset", str(dataset_dir), "--quiet", *more]) == 0
+    return json.loads(out.getvalue().strip().splitlines()[-1])
+
+
+def test_craftmd_score_lists_and_runs_the_toy_scorer_only_when_stale(toy, tmp_path, dataset_dir, capsys):
+    from craftmd.commands.cli import main
+
+    assert main(["score", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert "toy-words" in listed and "tasks toy; formats text" in listed and "writes toy_words: words in the answer" in listed
+    for name in ("paper", "strict", "offline", "history", "keyinfo", "meld", "llm:PROVIDER/MODEL", "judge:PROVIDER/MODEL"):
+        assert f"\n{name} " in "\n" + listed, name
+
+    rel = _toy_release(tmp_path / "releases", dataset_dir)
+    assert _score(rel, dataset_dir) == {"release": str(rel), "scored": ["toy-words"], "current": [], "skipped": {}}  # the task's default
+    once = (rel / "scores.parquet").read_bytes()
+    assert _score(rel, dataset_dir)["current"] == ["toy-words"]  # nothing changed: nothing done
+    assert (rel / "scores.parquet").read_bytes() == once
+    assert _score(rel, dataset_dir, "--scorer", "toy-words", "--force")["scored"] == ["toy-words"]
+    assert (rel / "scores.parquet").read_bytes() == once  # scored again: the same bytes
+    # CRAFT-MD's scorers do not apply to the toy task's releases: named, they are refused with the reason
+    assert main(["score", str(rel), "--dataset", str(dataset_dir), "--scorer", "offline", "--quiet"]) == 2
+    assert "scorer offline applies to none of the releases given: not a release of craftmd, consultation (task toy)" in capsys.readouterr().err
+    assert main(["score", str(rel), "--dataset", str(dataset_dir), "--scorer", "nope"]) == 2
+    assert "unknown scorer 'nope'" in capsys.readouterr().err
+
+
+def test_toy_task_goes_through_to_the_metrics_table(toy, tmp_path, dataset_dir):
     from craftmd.analysis.tables import compute
 
     rel = _toy_release(tmp_path / "releases", dataset_dir)
     from conftest import frozen
 
     before = frozen(rel)
-    grade_release(rel, dataset_dir, ["toy-words"], progress=False)
-    assert frozen(rel) == before  # grading never rewrites the release (but the scores' checksum)
+    _score(rel, dataset_dir, "--scorer", "toy-words")
+    assert frozen(rel) == before  # scoring never rewrites the release (but the scores' checksum)
     r = read_release(rel)
     scores = pl.from_arrow(r.scores_with_records()[0])
     assert set(scores["metric"]) == {"toy_words"} and scores.height == 24
@@ -116,10 +154,9 @@ def test_toy_task_reaches_the_page(toy, tmp_path, dataset_dir):
     """The toy metric gets its own table on the page, with its description, CI and the failed score counted."""
     from craftmd.analysis.page import write_page
     from craftmd.analysis.tables import compute
-    from craftmd.scoring.grade import grade_release
 
     rel = _toy_release(tmp_path / "releases", dataset_dir)
-    grade_release(rel, dataset_dir, ["toy-words"], progress=False)
+    _score(rel, dataset_dir)
     a = compute(tmp_path / "releases", dataset_dir, B=500)
     page = write_page(a, tmp_path / "page").read_text()
     section = page[page.index('id="measures"'):page.index('id="trust"')]

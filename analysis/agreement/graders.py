@@ -142,7 +142,7 @@ def grader_agreement_audit(releases_dir: Path | str, dataset_dir: Path | str | N
             "id": AUDIT_ID,
             "title": "FRQ grader agreement: offline grader vs the recorded GPT-4 grader-AI",
             "description": f"Not measured: no release under this folder has both {REFERENCE} and {GRADER} FRQ grades "
-            "(grade the upstream releases with `craftmd grade RELEASE --grader offline`).",
+            "(grade the upstream releases with `craftmd score RELEASE --scorer offline`).",
             "tables": [],
             "figures": [],
         }

@@ -62,7 +62,7 @@ def sample_rows(releases, n: int, seed: int, dimensions: list[str] | None = None
         judged = [] if t is None or "dimension" not in t.column_names else [r for r in t.to_pylist() if r["metric"] == JUDGE_METRIC]
         scorer = pick_scorer(sorted({r["scorer"] for r in judged}))
         if scorer is None:
-            raise CraftMDError(f"release {rel.id}: not judged (craftmd judge first)")
+            raise CraftMDError(f"release {rel.id}: not judged (craftmd score RELEASE --scorer judge:PROVIDER/MODEL first)")
         score = {(r["case_id"], r["trial"], r["conversation"], r["with_image"], r["dimension"]): r["value"]
                  for r in judged if r["scorer"] == scorer}  # fmt: skip
         judged_convs = {k[:4] for k in score}

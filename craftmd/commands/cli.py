@@ -18,7 +18,6 @@ ROOMS = (
     "craftmd.generation.cli",
     "craftmd.generation.encounters_cli",
     "craftmd.scoring.cli",
-    "craftmd.scoring.history_cli",
     "craftmd.generation.keyinfo_cli",
     "craftmd.scoring.judge_cli",
     "craftmd.analysis.cli",

@@ -1,8 +1,10 @@
 """The main job, ``craftmd leaderboard``: pinned source -> dataset -> releases -> scores -> tables -> page.
 
 It sits on the shared ground above the rooms and runs them in order: the dataset
-builder (only when the built dataset is missing or stale), ingest, the graders that are
-stale, then the analysis (which only reads the releases) and the page. The page and
+builder (only when the built dataset is missing or stale), ingest, each release's
+registered scorers (its task's defaults, and any asked for) that are stale
+(:func:`craftmd.scoring.score.score_release`), then the analysis (which only reads the
+releases) and the page. The page and
 its tables appear all at once (``atomic_dir``) or not at all.
 """
 
@@ -72,16 +74,20 @@ def leaderboard(
     releases: Path | str,
     out: Path | str,
     audits: Path | str | None = None,
-    graders: list[str] | None = None,
+    scorers: list[str] | None = None,
     B: int = DEFAULT_B,
     seed: int = DEFAULT_SEED,
     progress: bool = True,
 ) -> Path:
-    """build -> ingest -> grade -> analyse -> audits -> page. Returns the page's path."""
+    """build -> ingest -> score -> analyse -> audits -> page. Returns the page's path.
+
+    Each release gets its task's default scorers and ``scorers`` (extra ones, e.g. an ``llm:`` grader),
+    those that are stale."""
     from craftmd.analysis.page import write_page
     from craftmd.analysis.tables import OWNS, analyse, read_audits
     from craftmd.generation.ingest import ingest
-    from craftmd.scoring.grade import grade_release, stale_graders
+    from craftmd.scoring.score import default_scorers, score_release
+    from craftmd.scoring.scorers import check_scorers
     from craftmd.source import Source
 
     data, releases, out = Path(dataset), Path(releases), Path(out)
@@ -102,25 +108,12 @@ def leaderboard(
     _say(f"ingest: upstream results into {releases}")
     ingest(src, data, releases, progress=progress, skip_existing=True)
 
-    graders = ["offline"] if graders is None else graders
-    if not graders:
-        _say("grade: no extra grader asked for; using the recorded grades")
-    else:
-        for r in find_releases(releases):
-            todo = stale_graders(r.path, data, graders)
-            if not todo:
-                _say(f"grade: {r.id}: {', '.join(graders)} current")
-                continue
-            _say(f"grade: {r.id} with {', '.join(todo)}")
-            grade_release(r.path, data, todo, progress=progress)
-
-    from craftmd.scoring.history import score_history, stale
-
+    extra = check_scorers(scorers) if scorers else []
     for r in find_releases(releases):
-        if not r.has("conversations") or not stale(r.path, data):
-            continue
-        _say(f"history: {r.id}: coverage, facts, turns, question diversity")
-        score_history(r.path, data, progress=progress)
+        names = list(dict.fromkeys(default_scorers(r) + extra))
+        done = score_release(r.path, data, names, progress=progress)
+        current = ", ".join(done["current"]) or "none"
+        _say(f"score: {r.id}: " + (f"scored {', '.join(done['scored'])}; " if done["scored"] else "") + f"current {current}")
 
     _say("analyse: accuracy, bootstrap CIs, paired tests")
     with atomic_dir(out, owns=OWNS) as tmp:
@@ -138,14 +131,15 @@ def leaderboard(
 
 
 def _leaderboard(args) -> int:
-    """build -> ingest -> grade -> analyse -> page, in one command
+    """build -> ingest -> score -> analyse -> page, in one command
 
     Regenerate the leaderboard from the pinned source: build the dataset if needed, ingest upstream results
-    (keeping valid releases), grade, analyse, render audits, and write OUT/index.html, OUT/leaderboard.md,
+    (keeping valid releases), run each release's scorers that are stale (its task's defaults: the MCQ rules,
+    the offline grader and the history metrics for CRAFT-MD; --scorer adds more), analyse, render audits, and write OUT/index.html, OUT/leaderboard.md,
     OUT/figures/ and OUT/tables/.
     """
     leaderboard(source=args.source, dataset=args.dataset, releases=args.releases, out=args.out, audits=args.audits,
-                graders=args.grader, B=args.resamples, seed=args.seed, progress=not args.quiet)
+                scorers=args.scorer, B=args.resamples, seed=args.seed, progress=not args.quiet)
     return 0
 
 
@@ -157,7 +151,8 @@ def register(sub) -> None:
     p.add_argument("--releases", required=True, help="releases folder (upstream releases ingested here)")
     p.add_argument("--out", required=True, help="where the page goes")
     p.add_argument("--audits", default=None, help="folder of audit JSON files to render in 'How far to trust these numbers'")
-    p.add_argument("--grader", action="append", default=None, help="FRQ grader(s) to run on every release (default: offline)")
+    p.add_argument("--scorer", action="append", default=None, metavar="NAME",
+                   help="a scorer to run on every release besides its task's defaults (repeatable; craftmd score --list)")
     p.add_argument("--resamples", type=int, default=DEFAULT_B, help=f"bootstrap resamples (default {DEFAULT_B})")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"bootstrap seed (default {DEFAULT_SEED})")
     add_quiet_argument(p)

@@ -1,4 +1,4 @@
-"""``craftmd score``: a submission file in, a scored release and its report out.
+"""``craftmd submit``: a submission file in, a scored release and its report out.
 
 The scoring room validates and grades the submission into a release
 (:func:`craftmd.scoring.submission.submit`); the analysis room reads that release and
@@ -70,7 +70,7 @@ def score_submission(
     return report
 
 
-def _score(args) -> int:
+def _submit(args) -> int:
     """validate, grade and score a submission into a release and a scores file
 
     Validate SUBMISSION (nothing is written if it fails), grade it (default graders: paper and strict for MCQ
@@ -88,7 +88,7 @@ def _score(args) -> int:
         print(schema_text(), end="")
         return 0
     if not (args.submission and args.dataset and args.model and args.out):
-        raise CraftMDError("craftmd score needs SUBMISSION --dataset DIR --model NAME --out DIR (or --schema)")
+        raise CraftMDError("craftmd submit needs SUBMISSION --dataset DIR --model NAME --out DIR (or --schema)")
     report = score_submission(
         args.submission, args.dataset, args.model, args.out, graders=args.grader, config=args.config,
         base_url=args.base_url, cache=args.cache, progress=not args.quiet, overwrite=args.overwrite, conversations=args.conversations,
@@ -108,7 +108,7 @@ def _score(args) -> int:
 
 
 def register(sub) -> None:
-    s = command(sub, "score", _score)
+    s = command(sub, "submit", _submit)
     s.add_argument("submission", nargs="?", help="submission file (.jsonl or .parquet)")
     s.add_argument("--schema", action="store_true", help="print the submission JSON Schema and exit")
     add_dataset_argument(s, required=False)

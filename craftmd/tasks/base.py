@@ -67,7 +67,7 @@ class Task:
     dataset: str  # a registered dataset name
     experiments: tuple[Experiment, ...]
     conversations: tuple[str, ...] = ()
-    scorers: tuple[str, ...] = ()  # the scorers run by default
+    scorers: tuple[str, ...] = ()  # the scorers `craftmd score` and the leaderboard run on its releases by default
     metrics: tuple[str, ...] = ()  # the metrics its scorers write
     variant_keys: tuple[str, ...] = ("setting", "format", "with_image")
     endings: tuple[str, ...] | None = None  # why a conversation may stop (None: the release's CRAFT-MD endings)

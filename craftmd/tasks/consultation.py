@@ -45,7 +45,7 @@ TASK = register(
         dataset="craftmd",
         experiments=EXPERIMENTS,
         conversations=CONVERSATIONS,
-        scorers=("paper", "strict", "offline"),
+        scorers=("paper", "strict", "offline", "keyinfo"),
         metrics=("correct",),
         protocol="craftmd.generation.consult:Consultation",
     )

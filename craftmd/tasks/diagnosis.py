@@ -60,7 +60,7 @@ TASK = register(
         dataset="craftmd",
         experiments=EXPERIMENTS,
         conversations=("standard", "no_exam"),
-        scorers=("paper", "strict", "offline"),
+        scorers=("paper", "strict", "offline", "history"),
         metrics=("correct",),
         protocol="craftmd.generation.engine:CraftMD",
     )

@@ -1,0 +1,156 @@
+"""``craftmd score RELEASE… [--scorer NAME…]``: run any scorer on releases, only what is stale.
+
+Every kind of score goes through here: an answer's grade (``paper``, ``strict``, ``offline``,
+``llm:PROVIDER/MODEL``), a conversation's measures (``history``, ``keyinfo``, ``judge:PROVIDER/MODEL``)
+and a case's (``meld``), each a :class:`~craftmd.scoring.scorers.Scorer` of the one registry.
+Without ``--scorer`` a release gets its task's default scorers (:attr:`craftmd.tasks.Task.scorers`).
+A scorer whose record in the release is current (same identity, same inputs, no failed call
+to ask again: :meth:`~craftmd.scoring.scorers.Scorer.current`) is not run again unless
+``force``; a scorer that does not apply to a release (another task, no conversations) is
+skipped with the reason. Each scorer's rows and record are added to the release's
+``scores.parquet`` (:func:`craftmd.release.write_scores`, atomic); conversations, answers and the
+run record are never rewritten. ``craftmd score --list`` lists every registered scorer.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from craftmd import CraftMDError
+from craftmd.commands.cli import add_call_arguments, add_dataset_argument, add_quiet_argument, command
+from craftmd.release import Release, read_release, write_scores
+from craftmd.scoring.scorers import Context, scorers
+
+
+def default_scorers(release: Release) -> list[str]:
+    """The scorers ``release``'s task runs by default."""
+    from craftmd.tasks import get_task
+
+    return list(get_task(release.manifest.task).scorers)
+
+
+def context(dataset_dir: Path | str | None, **settings) -> Context:
+    return Context(None if dataset_dir is None else Path(dataset_dir), **settings)
+
+
+def stale(release_dir: Path | str, dataset_dir: Path | str | None, names: list[str], **settings) -> list[str]:
+    """Those of ``names`` that apply to the release and whose scores are not current (judges: one committee)."""
+    rel = read_release(release_dir)
+    ctx = context(dataset_dir, **settings)
+    return [s.name for s in scorers(names) if s.applies(rel) is None and not s.current(rel, ctx)]
+
+
+def score_release(release_dir: Path | str, dataset_dir: Path | str | None, names: list[str] | None = None, *, force: bool = False,
+                  estimate: bool = False, **settings) -> dict:
+    """Run ``names`` (default: the task's scorers) on a release, those that are stale (all with ``force``).
+
+    ``settings`` go to the :class:`~craftmd.scoring.scorers.Context` (base_url, cache, progress,
+    allow_self, options). With ``estimate``, scorers that call models report what they would send
+    and nothing is written. Returns what was done: ``scored``, ``current``, ``skipped`` (with the
+    reason), ``estimates`` and the judges' ``summaries``.
+    """
+    rel = read_release(release_dir)
+    ctx = context(dataset_dir, **settings)
+    report: dict = {"release": str(release_dir), "scored": [], "current": [], "skipped": {}}
+    names = names or default_scorers(rel)
+    todo = []
+    for s in scorers(names) if names else []:  # a task with no default scorers (encounters: judges cost money)
+        why = s.applies(rel)
+        if why:
+            report["skipped"][s.name] = why
+        elif not force and s.current(rel, ctx):
+            report["current"].append(s.name)
+        else:
+            todo.append(s)
+    for s in todo:  # refusals (a grader or judge of the release's own model) before anything is written
+        s.check(rel, ctx)
+    for s in todo:
+        if estimate:
+            report.setdefault("estimates", {})[s.name] = s.estimate(rel, ctx)
+            continue
+        table, records = s.run(rel, ctx)
+        if records:
+            write_scores(rel, table, records)
+        rel._scores_cache = None  # a scorer that writes its own scores (the judges) leaves the cache behind
+        report["scored"].append(s.name)
+        if getattr(s, "summary", None):
+            report.setdefault("summaries", {})[s.name] = s.summary
+    return report
+
+
+# -- the command -------------------------------------------------------------------------------------
+
+
+def _score(args) -> int:
+    """run scorers on releases: MCQ rules, FRQ graders, history metrics, key-value metrics, judges, MELD
+
+    Add each scorer's rows to RELEASE/scores.parquet (written atomically; conversations, answers and the run
+    record are never rewritten), only for the scorers whose scores are stale: never made, or made by another
+    version, rules, model or settings, or from other answers, conversations or dataset files, or with failed
+    calls a re-run would ask again (--force runs them anyway; the request cache still answers). Without
+    --scorer a release gets its task's default scorers. Judges named together form one committee
+    (judge-committee, their median). A failed grader or judge call scores nothing (status error, with its
+    reason) and is never a verdict. --list prints every registered scorer and what it writes.
+    """
+    from craftmd.scoring.judge_cli import judge_options
+    from craftmd.scoring.scorers import check_scorers, listing
+
+    if args.list:
+        for r in listing():
+            applies = ("tasks " + ",".join(r["tasks"]) if r["tasks"] != "any" else "any task") + (
+                f"; formats {','.join(r['formats'])}" if r["formats"] else "")
+            model = "; calls a model" if r["calls_model"] else ""
+            m = r["metrics"]
+            writes = ", ".join(m) if len(m) <= 4 else f"{', '.join(m[:3])}, … ({len(m)} metrics)"
+            print(f"{r['scorer']:22s} {r['unit']:12s} {applies}{model}\n{'':35s} writes {writes}: {r['about']}")
+        return 0
+    if not args.release:
+        raise CraftMDError("no release given (craftmd score RELEASE [--scorer NAME ...]; --list shows the scorers)")
+    if args.base_url:
+        from craftmd.commands.cli import check_base_url
+
+        check_base_url(args.base_url)
+    if args.scorer:
+        check_scorers(args.scorer)
+    options = dict(judge_options(args), workers=args.workers, max_tokens=args.max_tokens)
+    reports = []
+    for release in args.release:
+        reports.append(score_release(release, args.dataset, args.scorer, force=args.force, estimate=args.estimate, base_url=args.base_url,
+                                     cache=args.cache, progress=not args.quiet, allow_self=args.allow_self, options=options))
+    if args.scorer:
+        nowhere = [n for n in dict.fromkeys(reports[0]["skipped"]) if all(n in r["skipped"] for r in reports)]
+        if nowhere:
+            raise CraftMDError(f"scorer {nowhere[0]} applies to none of the releases given: {reports[0]['skipped'][nowhere[0]]}")
+    for r in reports:
+        if r["current"]:
+            print(f"{r['release']}: {', '.join(r['current'])} current, nothing to do (--force scores again)", file=sys.stderr)
+        print(json.dumps(r, sort_keys=True))
+    return 0
+
+
+def register(sub) -> None:
+    """Add ``craftmd score`` to the `craftmd` parser."""
+    from craftmd.scoring.judge import DISCUSSION_TOKENS
+    from craftmd.scoring.judge_cli import add_judge_arguments
+
+    p = command(sub, "score", _score)
+    p.add_argument("release", nargs="*", metavar="RELEASE", help="release folder(s)")
+    p.add_argument("--scorer", action="append", metavar="NAME",
+                   help="a scorer (repeatable): paper, strict, offline, llm:PROVIDER/MODEL, history, keyinfo, judge:PROVIDER/MODEL, "
+                        "meld, or a task's own (default: the release's task's scorers; --list shows them all)")
+    p.add_argument("--list", action="store_true", help="list every registered scorer: what it applies to and what it writes")
+    add_dataset_argument(p, required=False, help="the built dataset folder (answer keys, references, objectives)")
+    p.add_argument("--force", action="store_true", help="run the scorers even where their scores are current")
+    p.add_argument("--allow-self", action="store_true",
+                   help="let an LLM grader or judge score its own model (recorded; the page never ranks by it)")
+    p.add_argument("--estimate", action="store_true", help="print the calls and tokens the judges would need and send nothing")
+    p.add_argument("--workers", type=int, default=None, help="worker processes of the history metrics (default: up to 2)")
+    add_judge_arguments(p)
+    add_call_arguments(p, concurrency=8, max_tokens=DISCUSSION_TOKENS, temperature=0.0,
+                       seed_help="judges: the seed of the dimension order and of their sampling; meld: the sampling seed (default 0; recorded)")
+    add_quiet_argument(p)
+
+
+__all__ = ["score_release", "stale", "default_scorers", "register"]
