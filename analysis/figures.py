@@ -230,6 +230,11 @@ def write_figures(a, out: Path) -> list[Path]:
         from .rubric import write_figures as rubric_figures
 
         paths += rubric_figures(v.a.rubric, out)
+    from .consultation import write_figures as consultation_figures
+    from .encounters import write_figures as encounter_figures
+
+    paths += consultation_figures(v.a, v, out)  # each only when such releases were analysed
+    paths += encounter_figures(getattr(v.a, "encounters", {}), {m: v.display(m) for m in v.release_info}, out)
     return paths
 
 
