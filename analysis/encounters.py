@@ -48,6 +48,8 @@ def write_figures(tables: dict[str, pl.DataFrame], display: dict[str, str], out:
         return []
     from craftmd.dataset_builder.packets import OBJECTIVES
 
+    from matplotlib.ticker import MaxNLocator
+
     from .figures import _save, plt
 
     out = Path(out)
@@ -64,6 +66,7 @@ def write_figures(tables: dict[str, pl.DataFrame], display: dict[str, str], out:
         ax.set_xlabel("patient turn")
         ax.set_title(title, fontsize=10, loc="left")
         ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0].axhline(0, color="#888", lw=0.8)
     axes[1].legend(fontsize=7, frameon=False)
     fig.suptitle("The AI patient's affect over the turns (valid emotion steps only)", fontsize=10)
@@ -75,7 +78,8 @@ def write_figures(tables: dict[str, pl.DataFrame], display: dict[str, str], out:
         models = sorted(cells["model"].unique().to_list())
         reasons = sorted(cells["reason"].unique().to_list())
         objectives = [o for o in OBJECTIVES if o in set(cells["objective"].to_list())]
-        fig, axes = plt.subplots(1, len(models), figsize=(2.2 + 1.3 * len(objectives) * len(models), 1.6 + 0.4 * len(reasons)), squeeze=False)
+        fig, axes = plt.subplots(1, len(models), figsize=(3.2 + 1.3 * len(objectives) * len(models), 2.6 + 0.45 * len(reasons)),
+                                 squeeze=False, layout="constrained")  # fmt: skip
         for ax, m in zip(axes[0], models):
             grid = np.full((len(reasons), len(objectives)), np.nan)
             for r, o, mu in cells.filter(pl.col("model") == m).select("reason", "objective", "mean").iter_rows():
@@ -90,7 +94,7 @@ def write_figures(tables: dict[str, pl.DataFrame], display: dict[str, str], out:
             ax.set_yticks(range(len(reasons)), [r.replace("_", " ") for r in reasons], fontsize=7)
             ax.set_title(m, fontsize=9)
         fig.colorbar(im, ax=axes[0].tolist(), fraction=0.03)
-        fig.suptitle("Overall rubric score by encounter reason × objective (0-100; blank: not judged)", fontsize=10)
+        fig.suptitle("Overall rubric score by reason × objective\n(0-100; blank: not judged)", fontsize=10)
         paths.append(_save(fig, out / "rubric_reason_objective.png"))
     return paths
 

@@ -150,12 +150,13 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
     from .consultation import consultation_tables
     from .encounters import encounter_tables
 
+    t3 = time.perf_counter()
     consult = consultation_tables(con, dataset_dir, case_groups, accuracy, acc, B=B, seed=seed)
+    met = encounter_tables(encounters, packets, judged if judged.table.height else None)
     shown = sorted({r.id: r for r in [*releases, *encounters]}.values(), key=lambda r: r.id)
     a = Analysis(acc, pv, status, gap, metrics, _releases_frame(shown), sizes, hist["history_tests"], hist["history_by_coverage"],
-                 hist["history_by_complexity"], {"sql_s": t1 - t0, "bootstrap_s": t2 - t1}, B, seed,
-                 judged if judged.table.height else None, consult,
-                 encounter_tables(encounters, packets, judged if judged.table.height else None))  # fmt: skip
+                 hist["history_by_complexity"], {"sql_s": t1 - t0, "bootstrap_s": t2 - t1, "rubric_s": t3 - t2,
+                 "tasks_s": time.perf_counter() - t3}, B, seed, judged if judged.table.height else None, consult, met)  # fmt: skip
     return _with_boards(a)
 
 
