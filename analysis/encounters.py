@@ -46,7 +46,7 @@ def write_figures(tables: dict[str, pl.DataFrame], display: dict[str, str], out:
     ``rubric_reason_objective.png`` (MedPI's reason × objective heat map, one panel per model)."""
     if not tables:
         return []
-    from craftmd.dataset_builder.packets import OBJECTIVES
+    from craftmd.scoring.rubric import OBJECTIVES
 
     from matplotlib.ticker import MaxNLocator
 
@@ -132,6 +132,11 @@ def page_section(a, v) -> dict | None:
     objectives = rub.filter(pl.col("level") == "objective").sort("model", "objective").to_dicts()
     reasons = rub.filter(pl.col("level") == "reason").sort("model", "reason").to_dicts()
     overall = rub.filter(pl.col("level") == "all").to_dicts()
-    lead = max(rows, key=lambda r: r["closure"][0] / r["n"] if r["n"] else -1) if rows else None
+    scored = {r["model"]: r for r in rub.filter(pl.col("level") == "all", pl.col("mean").is_not_null()).iter_rows(named=True)}
+    for r in rows:
+        r["rubric"] = scored.get(r["display"])
+    # led by the overall rubric score where the encounters were judged, else by the reasonably closed share
+    lead = max(rows, key=lambda r: (r["rubric"] is not None, r["rubric"]["mean"] if r["rubric"] else (r["closure"][0] / r["n"] if r["n"] else -1)),
+               default=None)  # fmt: skip
     return {"rows": rows, "ended": list(ENDED_ORDER), "closures": list(CLOSURE_ORDER), "lead": lead, "overall": overall,
             "objectives": objectives, "reasons": reasons, "heatmap": rub.filter(pl.col("level") == "reason_objective").height > 0}
