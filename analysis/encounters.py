@@ -67,6 +67,7 @@ def write_figures(tables: dict[str, pl.DataFrame], display: dict[str, str], out:
         ax.set_title(title, fontsize=10, loc="left")
         ax.grid(alpha=0.3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlim(0.5, max(affect["turn"].max() or 1, 1) + 0.5)
     axes[0].axhline(0, color="#888", lw=0.8)
     axes[1].legend(fontsize=7, frameon=False)
     fig.suptitle("The AI patient's affect over the turns (valid emotion steps only)", fontsize=10)

@@ -130,7 +130,7 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
     if not releases and not encounters:
         raise CraftMDError(f"no graded release under {releases_dir}")
     if not any(r.manifest.task != "encounters" for r in releases):  # patient-led encounters alone: no answers to analyse
-        return _encounters_only(found, encounters, packets, B, seed, t0)
+        return _encounters_only(encounters, packets, B, seed, t0)
     con = prepared_connection(releases, dataset_dir)
     case_groups = pl.from_arrow(runner.run(con, "case_groups"))
     accuracy = pl.from_arrow(runner.run(con, "accuracy"))
@@ -160,7 +160,7 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
     return _with_boards(a)
 
 
-def _encounters_only(found, encounters, packets, B: int, seed: int, t0: float) -> Analysis:
+def _encounters_only(encounters, packets, B: int, seed: int, t0: float) -> Analysis:
     from .encounters import encounter_tables
     from .rubric import rubric
 
