@@ -25,7 +25,7 @@ def _analyse(args) -> int:
     from .tables import OWNS, analyse
 
     with atomic_dir(args.out, owns=OWNS) as tmp:  # OUT is replaced whole, or left as it was
-        a = analyse(args.releases, args.dataset, tmp, B=args.resamples, seed=args.seed)
+        a = analyse(args.releases, args.dataset, tmp, B=args.resamples, seed=args.seed, packets=args.packets)
         if args.page:
             write_page(a, tmp)
     print(f"tables written: {Path(args.out, 'tables').resolve()}")
@@ -43,3 +43,4 @@ def register(sub) -> None:
     p.add_argument("--resamples", type=int, default=DEFAULT_B, help=f"bootstrap resamples (default {DEFAULT_B})")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"bootstrap seed (default {DEFAULT_SEED})")
     p.add_argument("--page", action="store_true", help="also write index.html and leaderboard.md")
+    p.add_argument("--packets", help="the built medpi folder (craftmd encounters build): gives each encounter's reason and objective")

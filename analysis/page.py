@@ -323,6 +323,16 @@ def _rubric(a) -> dict | None:
     return page_section(getattr(a, "rubric", None))
 
 
+def _other_tasks(a, v: View) -> dict:
+    """The sections of the other tasks' releases (each None when no such release was analysed) and the board per task."""
+    from .boards import page_section as boards_section
+    from .consultation import page_section as consultation_section
+    from .encounters import page_section as encounters_section
+
+    return {"craftmd": bool(v.models or v.partial or v.image_models), "task_boards": boards_section(a),
+            "consultation": consultation_section(a, v), "encounters": encounters_section(a, v)}
+
+
 def _frq_preference() -> list[dict]:
     """The graders whose agreement with people is measured, in the order the board prefers them."""
     from craftmd.scoring.scorers import measured_agreement, rank_frq
@@ -461,6 +471,7 @@ def context(a, audits: list[dict] | None = None) -> dict:
         "measures": _measures(v),
         "history": _history(v, audits),
         "rubric": _rubric(a),
+        **_other_tasks(a, v),
         "audits": [_audit(x) for x in audits],
         "fold_rows": FOLD_ROWS,
         "releases": [{**_release(v, m), "notes": _release_notes(v, m), "partial": m in v.partial, "coverage": v.coverage.get(m, 0),

@@ -39,6 +39,7 @@ class Rubric:
     raw: pl.DataFrame  # model, scorer, score (1..4 or "failed"), n, share
     B: int = DEFAULT_B
     seed: int = DEFAULT_SEED
+    scores: pl.DataFrame | None = None  # judge_scores(): every dimension score read (by_encounter reads it)
 
 
 def judge_scores(releases) -> pl.DataFrame:
@@ -121,7 +122,74 @@ def rubric(releases, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> Rubric:
              .group_by("model", "scorer", "score").agg(pl.len().alias("n"))
              .with_columns((pl.col("n") / pl.col("n").sum().over("model")).round(6).alias("share"))
              .sort("model", "score"))  # fmt: skip
-    return Rubric(table, raw, B, seed)
+    return Rubric(table, raw, B, seed, df)
+
+
+ENCOUNTER_COLUMNS = ["model", "scorer", "level", "reason", "objective", "n_cases", "n_conversations", "n_failed", "mean", "ci_low",
+                     "ci_high"]  # fmt: skip
+
+
+def packet_cells(dataset_dir) -> pl.DataFrame | None:
+    """case_id, reason, objective of a built medpi folder's packets (None without a folder or its packets config)."""
+    if dataset_dir is None:
+        return None
+    import pyarrow.parquet as pq
+
+    from craftmd.dataset import config_file
+
+    path = config_file(dataset_dir, "packets")
+    if not path.exists():
+        return None
+    return pl.from_arrow(pq.read_table(path, columns=["case_id", "reason", "objective"]))
+
+
+def by_encounter(r: Rubric | None, packets: pl.DataFrame | None) -> pl.DataFrame:
+    """MedPI's view by encounter: per model, a conversation's overall score (the mean of its meta-category scores, each
+    meta-category once) averaged over cases with a 95 % case-bootstrap CI, overall (``level`` all), per encounter
+    reason, per objective and per reason × objective (the paper's heat map); failed dimension scores counted beside.
+    Empty without packets (they give each case's reason and objective) or judged conversations."""
+    schema = {"model": pl.String, "scorer": pl.String, "level": pl.String, "reason": pl.String, "objective": pl.String,
+              "n_cases": pl.Int64, "n_conversations": pl.Int64, "n_failed": pl.Int64, "mean": pl.Float64, "ci_low": pl.Float64,
+              "ci_high": pl.Float64}  # fmt: skip
+    if packets is None or r is None or r.scores is None or r.scores.height == 0:
+        return pl.DataFrame(schema=schema)
+    df = r.scores.join(packets, on="case_id", how="inner")
+    conv = conversation_scores(df).filter(pl.col("level") == "meta_category")
+    key = ["model", "scorer", *CONVERSATION]
+    overall = conv.group_by(key).agg(pl.col("value").mean()).join(packets, on="case_id")
+    failed = df.filter(pl.col("status") != "ok")
+    levels = {"all": [], "reason": ["reason"], "objective": ["objective"], "reason_objective": ["reason", "objective"]}
+    R = Resampler(B=r.B, seed=r.seed)
+    cells, fails = [], {}
+    for level, by in levels.items():
+        cases = overall.group_by("model", "scorer", *by, "case_id").agg(pl.col("value").mean(), pl.len().alias("n_conv"))
+        for k, g in cases.sort("model", "scorer", *by, "case_id").group_by(["model", "scorer", *by], maintain_order=True):
+            v = g["value"].to_numpy()
+            cells.append(((level, *k), by, R.add(v, exact=False), float(v.mean()), int(g["n_conv"].sum())))
+        for k, g in failed.group_by(["model", "scorer", *by]):
+            fails[(level, *k)] = g.height
+    if cells:
+        R.run()
+    rows = []
+    seen = set()
+    for key_, by, h, mean, n_conv in cells:
+        lo, hi = R.quantiles(h)
+        n = R.n(h)
+        level, model, scorer, *vals = key_
+        at = dict(zip(by, vals))
+        seen.add(key_)
+        rows.append({"model": model, "scorer": scorer, "level": level, "reason": at.get("reason"), "objective": at.get("objective"),
+                     "n_cases": n, "n_conversations": n_conv, "n_failed": fails.get(key_, 0), "mean": round(mean, 4),
+                     "ci_low": round(lo / n, 4), "ci_high": round(hi / n, 4)})  # fmt: skip
+    for key_, nf in fails.items():  # cells where nothing could be scored still show their failures
+        if key_ not in seen:
+            level, model, scorer, *vals = key_
+            at = dict(zip(levels[level], vals))
+            rows.append({"model": model, "scorer": scorer, "level": level, "reason": at.get("reason"), "objective": at.get("objective"),
+                         "n_cases": 0, "n_conversations": 0, "n_failed": nf, "mean": None, "ci_low": None, "ci_high": None})  # fmt: skip
+    order = {lv: i for i, lv in enumerate(levels)}
+    return (pl.DataFrame(rows, schema=schema).with_columns(pl.col("level").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
+            .sort("model", "scorer", "_o", "reason", "objective", nulls_last=False).drop("_o"))  # fmt: skip
 
 
 def write_tables(r: Rubric, out: Path) -> list[Path]:

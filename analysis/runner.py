@@ -2,7 +2,7 @@
 
 :func:`connect` opens an in-memory DuckDB and registers the inputs as views, by name:
 
-* ``releases``: one row per release (``release``, ``kind``, ``model``, ``display``);
+* ``releases``: one row per release (``release``, ``kind``, ``model``, ``display``, ``task``);
 * ``answers``, ``conversations``, ``scores``: every release's parquet, with a ``release`` column
   (``scores`` unions the releases' variant keys by name); ``grades`` (``sql/grades.sql``): the
   ``correct`` scores of answers, one row per answer and grader, the shape the accuracy queries read;
@@ -65,16 +65,7 @@ def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threa
     con = duckdb.connect(":memory:")
     if threads:
         con.execute(f"set threads = {int(threads)}")
-    rel = pa.table(
-        {
-            "release": [r.id for r in releases],
-            "kind": [r.manifest.kind for r in releases],
-            "model": [r.manifest.model for r in releases],
-            "display": [r.display for r in releases],
-        }
-    )
-    con.register("releases_arrow", rel)
-    con.execute("create view releases as select * from releases_arrow")
+    _releases_view(con, releases)
     order = pa.table({"setting": list(SETTINGS), "position": list(range(len(SETTINGS)))})
     con.register("setting_order_arrow", order)
     con.execute("create view setting_order as select * from setting_order_arrow")
@@ -91,6 +82,20 @@ def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threa
     con.register("sample_order_arrow", pa.table({"case_id": ids, "position": pa.array(range(len(ids)), pa.int32())}))
     con.execute("create view sample_order as select * from sample_order_arrow")
     return con
+
+
+def _releases_view(con, releases: list[Release]) -> None:
+    rel = pa.table(
+        {
+            "release": [r.id for r in releases],
+            "kind": [r.manifest.kind for r in releases],
+            "model": [r.manifest.model for r in releases],
+            "display": [r.display for r in releases],
+            "task": [r.manifest.task for r in releases],
+        }
+    )
+    con.register("releases_arrow", rel)
+    con.execute("create view releases as select * from releases_arrow")
 
 
 def _score_rows_sql(con) -> str:
@@ -127,6 +132,20 @@ def _cases_sql(dataset_dir: Path | str) -> str:
     return " union all ".join(parts)
 
 
+def connect_tables(releases: list[Release], tables: dict[str, str]) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB over some releases' own tables, without a dataset: ``releases`` (as in
+    :func:`connect`) and, for each ``view: table`` of ``tables``, a view of every release's
+    ``table.parquet`` with a ``release`` column (a view over none, when no release has it, is left out).
+    The patient-led encounters' queries read their releases this way (their cases are not CRAFT-MD's)."""
+    con = duckdb.connect(":memory:")
+    _releases_view(con, releases)
+    for view, table in tables.items():
+        body = _union(releases, table)
+        if body is not None:
+            con.execute(f"create view {view} as {body}")
+    return con
+
+
 def run(con: duckdb.DuckDBPyConnection, name: str) -> pa.Table:
     """Run ``sql/<name>.sql`` and return its result."""
     try:
@@ -143,4 +162,4 @@ def materialize(con: duckdb.DuckDBPyConnection, name: str) -> None:
         raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
 
 
-__all__ = ["connect", "run", "materialize", "query_names", "sql_text"]
+__all__ = ["connect", "connect_tables", "run", "materialize", "query_names", "sql_text"]

@@ -45,6 +45,9 @@ class Analysis:
     B: int = DEFAULT_B
     seed: int = DEFAULT_SEED
     rubric: object = None  # the rubric judge's profiles (analysis.rubric.Rubric), when a release was judged
+    consultation: dict = field(default_factory=dict)  # analysis.consultation's tables, when a consultation release was analysed
+    encounters: dict = field(default_factory=dict)  # analysis.encounters' tables, when an encounters release was analysed
+    boards: pl.DataFrame | None = None  # analysis.boards: each model's headline in each task (only beside another task's releases)
 
 
 def _releases_frame(releases: list[Release]) -> pl.DataFrame:
@@ -58,6 +61,7 @@ def _releases_frame(releases: list[Release]) -> pl.DataFrame:
             "counts": [json.dumps(r.manifest.counts, sort_keys=True, ensure_ascii=False) for r in releases],
             "source": [json.dumps(r.manifest.source, sort_keys=True, ensure_ascii=False) for r in releases],
             "scorers": [json.dumps(r.scorer_records(), sort_keys=True, ensure_ascii=False) for r in releases],
+            "task": [r.manifest.task for r in releases],
         }
     )
 
@@ -91,12 +95,43 @@ def group_sizes(con) -> pl.DataFrame:
     )
 
 
-def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> Analysis:
-    """Run the named queries over the releases and add bootstrap CIs and tests."""
+def _empty() -> dict[str, pl.DataFrame]:
+    """The answer tasks' tables with no rows (an analysis of patient-led encounters alone)."""
+    from .history import COMPLEXITY_COLUMNS, COVERAGE_COLUMNS, TEST_COLUMNS
+    from .stats import ACCURACY_COLUMNS, METRIC_COLUMNS, PVALUE_COLUMNS
+
+    def frame(cols, types=None):
+        types = types or {}
+        return pl.DataFrame(schema={c: types.get(c, pl.String) for c in cols})
+
+    num = {c: pl.Float64 for c in ("accuracy", "ci_low", "ci_high", "diff", "p_value", "p_adjusted", "mean", "p", "p_holm")}
+    ints = {c: pl.Int64 for c in ("n_cases", "n_failed", "n_answers", "n_ok", "n_missing", "n_non_text", "n_conversations", "quintile",
+                                  "tertile")}  # fmt: skip
+    flags = {"with_image": pl.Boolean, "higher_is_better": pl.Boolean}
+    types = {**num, **ints, **flags}
+    return {
+        "accuracy": frame(ACCURACY_COLUMNS, types), "pvalues": frame(PVALUE_COLUMNS, types),
+        "answer_status": frame(["model", "setting", "format", "with_image", "n_answers", "n_ok", "n_missing", "n_non_text", "n_failed"], types),
+        "mcq_rule_gap": frame(["model", "setting", "n_answers", "paper_correct", "strict_correct", "paper_only", "strict_only",
+                               "paper_credits_several", "names_several"], types),
+        "metrics": frame(METRIC_COLUMNS, types), "group_sizes": frame(["with_image", "group_by", "group", "n_cases"], types),
+        "history_tests": frame(TEST_COLUMNS, types), "history_by_coverage": frame(COVERAGE_COLUMNS, types),
+        "history_by_complexity": frame(COMPLEXITY_COLUMNS, types),
+    }  # fmt: skip
+
+
+def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED,
+            packets: Path | str | None = None) -> Analysis:
+    """Run the named queries over the releases and add bootstrap CIs and tests. ``packets``: the built medpi folder
+    whose packets give each encounter's reason and objective (the rubric by encounter needs it)."""
     t0 = time.perf_counter()
-    releases = [r for r in find_releases(releases_dir) if r.has("scores")]
-    if not releases:
+    found = find_releases(releases_dir)
+    releases = [r for r in found if r.has("scores")]
+    encounters = [r for r in found if r.manifest.task == "encounters"]
+    if not releases and not encounters:
         raise CraftMDError(f"no graded release under {releases_dir}")
+    if not any(r.manifest.task != "encounters" for r in releases):  # patient-led encounters alone: no answers to analyse
+        return _encounters_only(encounters, packets, B, seed, t0)
     con = prepared_connection(releases, dataset_dir)
     case_groups = pl.from_arrow(runner.run(con, "case_groups"))
     accuracy = pl.from_arrow(runner.run(con, "accuracy"))
@@ -113,9 +148,39 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
     from .rubric import rubric
 
     judged = rubric(releases, B=B, seed=seed)
-    return Analysis(acc, pv, status, gap, metrics, _releases_frame(releases), sizes, hist["history_tests"], hist["history_by_coverage"],
-                    hist["history_by_complexity"], {"sql_s": t1 - t0, "bootstrap_s": t2 - t1}, B, seed,
-                    judged if judged.table.height else None)  # fmt: skip
+    from .consultation import consultation_tables
+    from .encounters import encounter_tables
+
+    t3 = time.perf_counter()
+    consult = consultation_tables(con, dataset_dir, case_groups, accuracy, acc, B=B, seed=seed)
+    met = encounter_tables(encounters, packets, judged if judged.table.height else None)
+    shown = sorted({r.id: r for r in [*releases, *encounters]}.values(), key=lambda r: r.id)
+    a = Analysis(acc, pv, status, gap, metrics, _releases_frame(shown), sizes, hist["history_tests"], hist["history_by_coverage"],
+                 hist["history_by_complexity"], {"sql_s": t1 - t0, "bootstrap_s": t2 - t1, "rubric_s": t3 - t2,
+                 "tasks_s": time.perf_counter() - t3}, B, seed, judged if judged.table.height else None, consult, met)  # fmt: skip
+    return _with_boards(a)
+
+
+def _encounters_only(encounters, packets, B: int, seed: int, t0: float) -> Analysis:
+    from .encounters import encounter_tables
+    from .rubric import rubric
+
+    judged = rubric([r for r in encounters if r.has("scores")], B=B, seed=seed)
+    e = _empty()
+    a = Analysis(e["accuracy"], e["pvalues"], e["answer_status"], e["mcq_rule_gap"], e["metrics"], _releases_frame(encounters),
+                 e["group_sizes"], e["history_tests"], e["history_by_coverage"], e["history_by_complexity"],
+                 {"sql_s": time.perf_counter() - t0, "bootstrap_s": 0.0}, B, seed, judged if judged.table.height else None, {},
+                 encounter_tables(encounters, packets, judged if judged.table.height else None))  # fmt: skip
+    return _with_boards(a)
+
+
+def _with_boards(a: Analysis) -> Analysis:
+    """Beside another task's releases, the board per task (:mod:`.boards`); CRAFT-MD alone has its own board only."""
+    if set(a.releases["task"].to_list()) - {"craftmd"}:
+        from .boards import task_boards
+
+        a.boards = task_boards(a)
+    return a
 
 
 def write_tables(a: Analysis, out: Path) -> list[Path]:
@@ -125,7 +190,7 @@ def write_tables(a: Analysis, out: Path) -> list[Path]:
     for name in TABLES:
         df = getattr(a, name)
         if name == "releases":
-            df = df.drop("notes", "counts", "source", "scorers")
+            df = df.drop("notes", "counts", "source", "scorers", "task")
         path = tables / f"{name}.csv"
         csv_safe(df).write_csv(path)
         written.append(path)
@@ -133,6 +198,10 @@ def write_tables(a: Analysis, out: Path) -> list[Path]:
         from .rubric import write_tables as write_rubric_tables
 
         written += write_rubric_tables(a.rubric, out)
+    for name, df in {**a.consultation, **a.encounters, **({"boards": a.boards} if a.boards is not None else {})}.items():
+        path = tables / f"{name}.csv"  # the other tasks' tables: written only when such releases were analysed
+        df.write_csv(path)
+        written.append(path)
     return written
 
 
@@ -140,23 +209,30 @@ def write_tables(a: Analysis, out: Path) -> list[Path]:
 OWNS = ("tables", "index.html")
 
 
-def analyse(releases_dir: Path | str, dataset_dir: Path | str, out_dir: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, figures: bool = True) -> Analysis:
-    """Tables (and figures) of every graded release under ``releases_dir`` into ``out_dir``.
+def analyse(releases_dir: Path | str, dataset_dir: Path | str, out_dir: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, figures: bool = True,
+            packets: Path | str | None = None) -> Analysis:
+    """Tables (and figures) of every graded release (and every encounters release) under ``releases_dir`` into ``out_dir``.
 
     ``out_dir`` is written into as it is: the callers (``craftmd analyse``, ``craftmd leaderboard``)
     pass the temporary sibling of :func:`craftmd.atomic.atomic_dir`, so their output appears whole."""
     out = Path(out_dir)
-    a = compute(releases_dir, dataset_dir, B=B, seed=seed)
+    a = compute(releases_dir, dataset_dir, B=B, seed=seed, packets=packets)
     write_tables(a, out)
     if figures:
+        from .consultation import write_figures as consultation_figures
+        from .encounters import write_figures as encounter_figures
         from .figures import write_figures
+        from .view import View
 
         t = time.perf_counter()
-        write_figures(a, out / "figures")
+        v = View(a)
+        write_figures(v, out / "figures")
         if a.rubric is not None:
             from .rubric import write_figures as write_rubric_figures
 
             write_rubric_figures(a.rubric, out / "figures")
+        consultation_figures(a, v, out / "figures")  # each only when such releases were analysed
+        encounter_figures(getattr(a, "encounters", {}), {m: v.display(m) for m in v.release_info}, out / "figures")
         a.timings["figures_s"] = time.perf_counter() - t
     return a
 

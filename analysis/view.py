@@ -80,8 +80,11 @@ class View:
             best = rank_frq(graders, self_graders=own)[0]
             if best not in own:
                 self.frq_grader[(m, img)] = best
-        text_models = sorted({m for (m, img) in by_cell if not img} | set(
-            acc.filter(~pl.col("with_image"))["model"].unique().to_list()))
+        #: the releases of CRAFT-MD's own task: the only ones its board, sections and figures show (another task's
+        #: releases have their own sections and a row in the board per task, analysis.boards)
+        own = {m for m, r in self.release_info.items() if r.get("task", "craftmd") == "craftmd"}
+        text_models = sorted(({m for (m, img) in by_cell if not img} | set(
+            acc.filter(~pl.col("with_image"))["model"].unique().to_list())) & own)
         #: submissions that answer conversational settings with no conversations behind them: self-reported, never ranked
         answered = acc.filter(~pl.col("with_image")).group_by("model").agg(pl.col("setting").unique())
         settings_of = {m: set(s) for m, s in answered.iter_rows()}
@@ -98,7 +101,7 @@ class View:
         self.partial = sorted((m for m in ranked if self.coverage[m] < self.board_cases),
                               key=lambda m: (-self.coverage[m], -self._lead(m), self.display(m)))
         self.self_reported = sorted(self_reported, key=lambda m: (-self._lead(m), self.display(m)))
-        self.image_models = sorted({r["model"] for r in acc.filter(pl.col("with_image")).iter_rows(named=True)})
+        self.image_models = sorted({r["model"] for r in acc.filter(pl.col("with_image")).iter_rows(named=True)} & own)
         self._sizes = {(r["with_image"], r["group_by"], r["group"]): r["n_cases"] for r in a.group_sizes.iter_rows(named=True)}
         self.specialties = sorted(self.groups("specialty"), key=lambda s: (s == "Other", s))
         self.frq_graders_all = rank_frq(acc.filter(pl.col("format") == "frq")["grader"].unique().to_list())

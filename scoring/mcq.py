@@ -35,7 +35,7 @@ from craftmd import CraftMDError
 
 RULES = ("paper", "strict")
 #: Bump when either rule changes what it decides (releases graded by an older version are re-graded).
-#: 4: paper is given the dataset's paper_answer everywhere (submissions and grade_release included).
+#: 4: paper is given the dataset's paper_answer everywhere (submissions and craftmd score included).
 RULES_VERSION = 4
 Rule = Literal["paper", "strict"]
 LETTERS = "abcdefghij"

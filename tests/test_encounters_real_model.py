@@ -55,3 +55,13 @@ def test_one_short_encounter_with_the_real_model(real_model, tmp_path):
     assert real_model.chat_requests() == sent
     digest = lambda p: {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(p.iterdir())}  # noqa: E731
     assert digest(tmp_path / "a" / "rel") == digest(tmp_path / "b" / "rel")
+
+    # the release reaches the page (unjudged: how the encounter ended, its length, the patient's affect; no rubric)
+    craftmd("analyse", "--releases", tmp_path / "a", "--dataset", medpi, "--packets", medpi, "--out", tmp_path / "page", "--resamples", "200",
+            "--page")
+    ends = pl.read_csv(tmp_path / "page" / "tables" / "encounter_endings.csv")
+    assert ends["n"].sum() == 1 and ends["ended"][0] == conv[0]["ended"]
+    length = pl.read_csv(tmp_path / "page" / "tables" / "encounter_length.csv")
+    assert length.filter(pl.col("ended") == "all")["n_encounters"][0] == 1
+    page = (tmp_path / "page" / "index.html").read_text()
+    assert 'id="encounters"' in page and 'id="consultation"' not in page and 'id="rubric"' not in page

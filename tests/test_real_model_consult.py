@@ -107,3 +107,11 @@ def test_the_consultation_protocol_with_a_real_model(real_model, one_case, tmp_p
     graded = scores.filter(pl.col("metric") == "correct")
     assert set(graded["setting"]) == set(SETTINGS)
     assert set(scores.filter(pl.col("scorer") == "keyinfo")["conversation"]) == set(convs)
+
+    # 5. The release reaches the page: its consultation section, its accuracy per setting against the bounds, the figure.
+    craftmd("analyse", "--releases", rel.parent, "--dataset", data, "--out", tmp_path / "page", "--resamples", "200", "--page", env=env)
+    acc = pl.read_csv(tmp_path / "page" / "tables" / "consult_accuracy.csv")
+    assert set(acc["setting"]) == set(SETTINGS) and set(acc["model"]) == {"smollm2"}
+    page = (tmp_path / "page" / "index.html").read_text()
+    assert 'id="consultation"' in page and 'id="tasks"' in page and 'id="board"' not in page
+    assert (tmp_path / "page" / "figures" / "consult_rounds.png").exists()

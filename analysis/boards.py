@@ -1,0 +1,105 @@
+"""A board per task: each model's row in each task it ran, under one name across tasks.
+
+The name is the run record's ``model`` (``provider/model``, or upstream's name), so a model that ran CRAFT-MD, the
+consultation protocol and MedPI's encounters has one row in each task's board under the same name. Each task's
+headline measures, read from the analysis' tables (never recomputed):
+
+* ``craftmd`` — multi-turn free-response accuracy with the board's FRQ grader (the page's leading figure);
+* ``consultation`` — free-response accuracy after the whole consultation (``consult_100``, the same grader), and the
+  share of the bound gap it closes;
+* ``encounters`` — the overall rubric score (0–100, the mean of a conversation's meta-category scores), when judged,
+  and the share of encounters the closure classifier found reasonably closed (failed labels counted, not shared).
+
+Written to ``tables/boards.csv`` only when a release of a task other than CRAFT-MD was analysed.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+COLUMNS = ["task", "model", "release", "display", "measure", "value", "ci_low", "ci_high", "n_cases", "n_failed"]
+TASK_ORDER = ("craftmd", "consultation", "encounters")
+LABELS = {
+    "frq_accuracy_multiturn": "Multi-turn FRQ accuracy",
+    "frq_accuracy_consult_100": "FRQ accuracy after the whole consultation",
+    "gap_closed": "Share of the bound gap closed",
+    "rubric_overall": "Overall rubric score (0-100)",
+    "reasonable_closure": "Reasonably closed encounters",
+}
+
+
+def task_boards(a) -> pl.DataFrame:
+    from .view import View
+
+    v = View(a)
+    info = {r["release"]: r for r in a.releases.iter_rows(named=True)}
+    rows = []
+
+    def add(task, rel, measure, value, lo=None, hi=None, n=None, failed=None):
+        rows.append({"task": task, "model": info[rel]["model"], "release": rel, "display": info[rel]["display"], "measure": measure,
+                     "value": value, "ci_low": lo, "ci_high": hi, "n_cases": n, "n_failed": failed})  # fmt: skip
+
+    for m in v.models + v.partial:
+        c = v.cell(m, "multiturn", "frq")
+        if c:
+            add("craftmd", m, "frq_accuracy_multiturn", c["accuracy"], c["ci_low"], c["ci_high"], c["n_cases"])
+    ca, gap = a.consultation.get("consult_accuracy"), a.consultation.get("consult_gap")
+    for rel in sorted(r for r, i in info.items() if i["task"] == "consultation"):
+        g = v.grader_for(rel, "frq")
+        if ca is None or g is None:
+            continue
+        sel = ca.filter(pl.col("model") == rel, pl.col("format") == "frq", pl.col("grader") == g, pl.col("setting") == "consult_100")
+        if sel.height:
+            r = sel.row(0, named=True)
+            add("consultation", rel, "frq_accuracy_consult_100", r["accuracy"], r["ci_low"], r["ci_high"], r["n_cases"])
+        sel = gap.filter(pl.col("model") == rel, pl.col("format") == "frq", pl.col("grader") == g, pl.col("conversation") == "consult",
+                         pl.col("share") == 100)  # fmt: skip
+        if sel.height:
+            r = sel.row(0, named=True)
+            add("consultation", rel, "gap_closed", r["gap_closed"], r["ci_low"], r["ci_high"], r["n_cases"])
+    if a.encounters:
+        by_display = {i["display"]: rel for rel, i in info.items() if i["task"] == "encounters"}
+        overall = a.encounters["rubric_by_encounter"].filter(pl.col("level") == "all")
+        for r in overall.iter_rows(named=True):
+            if r["model"] in by_display:
+                add("encounters", by_display[r["model"]], "rubric_overall", r["mean"], r["ci_low"], r["ci_high"], r["n_cases"], r["n_failed"])
+        ends = a.encounters["encounter_endings"]
+        for rel in sorted(set(ends["model"].to_list())):
+            e = ends.filter(pl.col("model") == rel)
+            labelled = e.filter(pl.col("closure").is_in(["reasonable", "not_reasonable"]))
+            n = int(labelled["n"].sum())
+            ok = int(labelled.filter(pl.col("closure") == "reasonable")["n"].sum())
+            add("encounters", rel, "reasonable_closure", round(ok / n, 6) if n else None, None, None, int(e["n"].sum()),
+                int(e["n"].sum()) - n)
+    order = {t: i for i, t in enumerate(TASK_ORDER)}
+    schema = {"task": pl.String, "model": pl.String, "release": pl.String, "display": pl.String, "measure": pl.String,
+              "value": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64, "n_cases": pl.Int64, "n_failed": pl.Int64}  # fmt: skip
+    df = pl.DataFrame(rows, schema=schema)
+    return (df.with_columns(pl.col("task").replace_strict(order, default=len(order), return_dtype=pl.Int64).alias("_t"))
+            .sort("_t", "model", "release", "measure").drop("_t"))  # fmt: skip
+
+
+TASK_LABELS = {"craftmd": "CRAFT-MD diagnosis", "consultation": "Consultation framework", "encounters": "MedPI encounters"}
+
+
+def page_section(a) -> list[dict] | None:
+    """One board per task with its measures as columns and a row per model (best first by the first measure)."""
+    b = getattr(a, "boards", None)
+    if b is None or b.height == 0:
+        return None
+    out = []
+    for task in [t for t in TASK_ORDER if t in set(b["task"].to_list())]:
+        sel = b.filter(pl.col("task") == task)
+        measures = sel["measure"].unique(maintain_order=True).to_list()
+        rows = []
+        for (model, rel, display), g in sel.group_by("model", "release", "display", maintain_order=True):
+            got = {r["measure"]: r for r in g.iter_rows(named=True)}
+            rows.append({"model": model, "release": rel, "display": display, "cells": [got.get(m) for m in measures]})
+        first = lambda r: (r["cells"][0] or {}).get("value")  # noqa: E731
+        rows.sort(key=lambda r: (first(r) is None, -(first(r) or 0), r["model"]))
+        out.append({"task": task, "label": TASK_LABELS.get(task, task), "measures": [LABELS.get(m, m) for m in measures],
+                    "percent": [m != "rubric_overall" for m in measures], "rows": rows})  # fmt: skip
+    return out
+
+
+__all__ = ["task_boards", "page_section", "LABELS", "COLUMNS"]

@@ -1,0 +1,143 @@
+"""MedPI's patient-led encounters: the tables behind the page's encounters section.
+
+Read from every release of the ``encounters`` task (:mod:`craftmd.tasks.encounters`), judged or not, over their own
+tables (:func:`craftmd.analysis.runner.connect_tables`):
+
+* ``encounter_endings`` — how each encounter ended and who closed it, crossed with the closure classifier's label
+  (``sql/encounter_endings.sql``);
+* ``encounter_length`` — messages per encounter: median, middle 60 %, mean, range (``sql/encounter_length.sql``);
+* ``encounter_affect`` — the AI patient's mean valence and arousal per turn, and its strongest emotions
+  (``sql/encounter_affect.sql``);
+* ``rubric_by_encounter`` — when the encounters were judged and the packets are at hand: the overall rubric score by
+  encounter reason, objective and reason × objective with CIs and failure counts (:func:`.rubric.by_encounter`).
+
+Failed encounters, failed emotion steps and failed judge scores are counted, never averaged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from . import runner
+
+TASK = "encounters"
+TABLES = ("encounter_endings", "encounter_length", "encounter_affect", "rubric_by_encounter")
+VIEWS = {"encounter_conversations": "conversations", "patient_states": "patient_states", "closures": "closures"}
+
+
+def encounter_tables(releases, packets_dir=None, rubric=None) -> dict[str, pl.DataFrame]:
+    """The tables of the ``encounters`` releases among ``releases``; ``{}`` when there is none."""
+    mine = [r for r in releases if r.manifest.task == TASK]
+    if not mine:
+        return {}
+    con = runner.connect_tables(mine, VIEWS)
+    out = {name: pl.from_arrow(runner.run(con, name)) for name in TABLES[:3]}
+    from .rubric import by_encounter, packet_cells
+
+    out["rubric_by_encounter"] = by_encounter(rubric, packet_cells(packets_dir))
+    return out
+
+
+def write_figures(tables: dict[str, pl.DataFrame], display: dict[str, str], out: Path) -> list[Path]:
+    """``encounter_affect.png`` (valence and arousal per patient turn, per model) and, when the encounters were judged,
+    ``rubric_reason_objective.png`` (MedPI's reason × objective heat map, one panel per model)."""
+    if not tables:
+        return []
+    from craftmd.scoring.rubric import OBJECTIVES
+
+    from matplotlib.ticker import MaxNLocator
+
+    from .figures import _save, plt
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    affect = tables["encounter_affect"].filter(pl.col("n_states") > 0)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for m in sorted(affect["model"].unique().to_list()):
+        g = affect.filter(pl.col("model") == m).sort("turn")
+        for ax, col in zip(axes, ("mean_valence", "mean_arousal")):
+            ax.plot(g["turn"].to_numpy(), g[col].to_numpy(), marker="o", ms=3, label=display.get(m, m))
+    for ax, (title, lim) in zip(axes, (("Valence (-10..10)", (-10, 10)), ("Arousal (0..10)", (0, 10)))):
+        ax.set_ylim(*lim)
+        ax.set_xlabel("patient turn")
+        ax.set_title(title, fontsize=10, loc="left")
+        ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlim(0.5, max(affect["turn"].max() or 1, 1) + 0.5)
+    axes[0].axhline(0, color="#888", lw=0.8)
+    axes[1].legend(fontsize=7, frameon=False)
+    fig.suptitle("The AI patient's affect over the turns (valid emotion steps only)", fontsize=10)
+    fig.tight_layout()
+    paths.append(_save(fig, out / "encounter_affect.png"))
+
+    cells = tables["rubric_by_encounter"].filter(pl.col("level") == "reason_objective")
+    if cells.height:
+        models = sorted(cells["model"].unique().to_list())
+        reasons = sorted(cells["reason"].unique().to_list())
+        objectives = [o for o in OBJECTIVES if o in set(cells["objective"].to_list())]
+        fig, axes = plt.subplots(1, len(models), figsize=(3.2 + 1.3 * len(objectives) * len(models), 2.6 + 0.45 * len(reasons)),
+                                 squeeze=False, layout="constrained")  # fmt: skip
+        for ax, m in zip(axes[0], models):
+            grid = np.full((len(reasons), len(objectives)), np.nan)
+            for r, o, mu in cells.filter(pl.col("model") == m).select("reason", "objective", "mean").iter_rows():
+                if mu is not None:
+                    grid[reasons.index(r), objectives.index(o)] = mu
+            im = ax.imshow(np.ma.masked_invalid(grid), vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
+            for i in range(len(reasons)):
+                for j in range(len(objectives)):
+                    if np.isfinite(grid[i, j]):
+                        ax.text(j, i, f"{grid[i, j]:.0f}", ha="center", va="center", fontsize=7)
+            ax.set_xticks(range(len(objectives)), [o.replace("_", " ") for o in objectives], rotation=40, ha="right", fontsize=7)
+            ax.set_yticks(range(len(reasons)), [r.replace("_", " ") for r in reasons], fontsize=7)
+            ax.set_title(m, fontsize=9)
+        fig.colorbar(im, ax=axes[0].tolist(), fraction=0.03)
+        fig.suptitle("Overall rubric score by reason × objective\n(0-100; blank: not judged)", fontsize=10)
+        paths.append(_save(fig, out / "rubric_reason_objective.png"))
+    return paths
+
+
+__all__ = ["encounter_tables", "write_figures", "TABLES", "TASK"]
+
+
+ENDED_ORDER = ("doctor_closed", "patient_closed", "max_messages", "refusal", "error")
+CLOSURE_ORDER = ("reasonable", "not_reasonable", "failed", "missing")
+
+
+def page_section(a, v) -> dict | None:
+    """What the page's encounters section shows (None without an encounters release)."""
+    t = a.encounters
+    if not t:
+        return None
+    ends, length, affect = t["encounter_endings"], t["encounter_length"], t["encounter_affect"]
+    releases = sorted(set(ends["model"].to_list()), key=v.display)
+    rows = []
+    for m in releases:
+        e = ends.filter(pl.col("model") == m)
+        total = int(e["n"].sum())
+        by_end = {k: int(e.filter(pl.col("ended") == k)["n"].sum()) for k in ENDED_ORDER}
+        by_closure = {k: int(e.filter(pl.col("closure") == k)["n"].sum()) for k in CLOSURE_ORDER}
+        ln = length.filter(pl.col("model") == m, pl.col("ended") == "all")
+        ln = ln.row(0, named=True) if ln.height else None
+        af = affect.filter(pl.col("model") == m, pl.col("n_states") > 0).sort("turn")
+        first = af.row(0, named=True) if af.height else None
+        last = af.row(af.height - 1, named=True) if af.height else None
+        rows.append({"display": v.display(m), "n": total, "ended": [by_end[k] for k in ENDED_ORDER],
+                     "closure": [by_closure[k] for k in CLOSURE_ORDER], "length": ln, "first": first, "last": last,
+                     "affect_failed": int(affect.filter(pl.col("model") == m)["n_failed"].sum()),
+                     "affect_states": int(affect.filter(pl.col("model") == m)["n_states"].sum())})  # fmt: skip
+    rub = t["rubric_by_encounter"]
+    objectives = rub.filter(pl.col("level") == "objective").sort("model", "objective").to_dicts()
+    reasons = rub.filter(pl.col("level") == "reason").sort("model", "reason").to_dicts()
+    overall = rub.filter(pl.col("level") == "all").to_dicts()
+    scored = {r["model"]: r for r in rub.filter(pl.col("level") == "all", pl.col("mean").is_not_null()).iter_rows(named=True)}
+    for r in rows:
+        r["rubric"] = scored.get(r["display"])
+    # led by the overall rubric score where the encounters were judged, else by the reasonably closed share
+    lead = max(rows, key=lambda r: (r["rubric"] is not None, r["rubric"]["mean"] if r["rubric"] else (r["closure"][0] / r["n"] if r["n"] else -1)),
+               default=None)  # fmt: skip
+    return {"rows": rows, "ended": list(ENDED_ORDER), "closures": list(CLOSURE_ORDER), "lead": lead, "overall": overall,
+            "objectives": objectives, "reasons": reasons, "heatmap": rub.filter(pl.col("level") == "reason_objective").height > 0}

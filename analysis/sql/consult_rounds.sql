@@ -1,0 +1,24 @@
+-- consult_rounds: accuracy against the share of rounds shown to the solver (the framework's turn analysis), per
+-- consultation release, format, grader and conversation kind, with the release's two bounds beside each point
+-- (upper: the whole vignette; lower: the initial request alone). Reads consult_accuracy.
+with
+accuracy as (
+    select * from consult_accuracy
+),
+bounds as (
+    select
+        model, format, grader,
+        max(accuracy) filter (where setting = 'upper') as upper,
+        max(accuracy) filter (where setting = 'lower') as lower
+    from accuracy
+    where setting in ('upper', 'lower')
+    group by all
+),
+final as (
+    select a.model, a.format, a.grader, a.conversation, a.share, a.n_cases, a.accuracy, a.ci_low, a.ci_high, b.upper, b.lower
+    from accuracy as a
+    left join bounds as b using (model, format, grader)
+    where a.share is not null
+)
+select * from final
+order by model, format, grader, conversation, share
