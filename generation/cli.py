@@ -8,6 +8,8 @@ from pathlib import Path
 from craftmd.cli import add_call_arguments, add_cases_argument, add_dataset_argument, add_quiet_argument, check_base_url, command, list_type, price_type
 from craftmd.release import FORMATS, SETTINGS
 
+from .shards import add_shard_argument
+
 
 def register(sub) -> None:
     """Add this room's subcommands to the `craftmd` parser."""
@@ -34,6 +36,7 @@ def register(sub) -> None:
     p.add_argument("--max-turns", type=int, default=60, help="most doctor turns in a conversation (default 60; upstream's longest had 59)")
     p.add_argument("--price", type=price_type, metavar="IN,OUT", help="USD per million input,output tokens, for the cost in the summary")
     p.add_argument("--prompt-set", default=None, help="prompt set folder under generation/prompts (default: craftmd-v1; consult-v1 for --task consultation)")
+    add_shard_argument(p)
     p.add_argument("--out", required=True, type=Path, metavar="RELEASE_DIR", help="the release folder to write")
     p.add_argument("--overwrite", action="store_true", help="replace RELEASE_DIR if it exists")
     add_quiet_argument(p)
@@ -58,7 +61,7 @@ def run_generate(args) -> int:
         config=args.config, cases=args.cases, trials=args.trials, experiments=args.experiments, max_turns=args.max_turns,
         seed=args.seed, temperature=args.temperature, max_tokens=args.max_tokens, base_url=args.base_url,
         concurrency=args.concurrency, server_concurrency=args.server_concurrency, workers=args.workers, timeout=args.timeout, max_retries=args.max_retries, price=args.price,
-        cache=args.cache, prompt_set=args.prompt_set, overwrite=args.overwrite, progress=not args.quiet,
+        cache=args.cache, prompt_set=args.prompt_set, shard=args.shard, overwrite=args.overwrite, progress=not args.quiet,
     ))
     print(report.summary(), file=sys.stderr)
     return 0

