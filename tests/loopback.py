@@ -20,6 +20,8 @@ so the real ``openai`` client talks to it exactly as it talks to a hosted API or
 - Counters: ``calls`` (chat requests received), ``served`` (answered 200), ``faults``
   (by kind), ``max_in_flight``, ``log`` (every request answered 200, in order), ``keys``
   (the bearer key of every chat request received, counted).
+- ``kill()`` stops it as a killed process stops: requests in flight lose their connections
+  and new ones are refused (``stop()`` answers those in flight first).
 - Bounded: the server stops by itself after ``max_seconds``, and when the ``with``
   block ends.
 """
@@ -83,6 +85,7 @@ class LoopbackServer:
         self.served_as = dict(served_as or {})  # requested model -> the name the replies give (an alias resolved)
         self.max_concurrent = max_concurrent
         self._slots: asyncio.Semaphore | None = None  # made on the server's own loop
+        self._open: set = set()  # the connections of the requests in flight (kill() cuts them)
         self._rng = random.Random(seed)
         self._lock = threading.Lock()  # counters are read and reset from other threads
         self.calls = 0
@@ -142,6 +145,18 @@ class LoopbackServer:
             self._loop.call_soon_threadsafe(self._stopped.set)
             self._thread.join(10)
         self._loop = None
+
+    def kill(self) -> None:
+        """Go away as a killed process does: the requests in flight lose their connections, new ones are refused."""
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._abort)
+            self._thread.join(10)
+        self._loop = None
+
+    def _abort(self) -> None:
+        for transport in list(self._open):
+            transport.abort()
+        self._stopped.set()
 
     def __enter__(self) -> LoopbackServer:
         return self.start()
@@ -221,6 +236,14 @@ class LoopbackServer:
             return await self._chat_one(http)
 
     async def _chat_one(self, http: web.Request) -> web.StreamResponse:
+        if http.transport is not None:
+            self._open.add(http.transport)
+        try:
+            return await self._answer(http)
+        finally:
+            self._open.discard(http.transport)
+
+    async def _answer(self, http: web.Request) -> web.StreamResponse:
         body = await http.read()
         auth = http.headers.get("Authorization", "")
         with self._lock:
