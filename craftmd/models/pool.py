@@ -81,6 +81,8 @@ class Member:
     calls: int = 0  # attempts sent (retries included)
     busy_s: float = 0.0  # time with at least one request in flight
     dead: str | None = None  # why it takes no more work
+    first: float | None = None  # time.monotonic() of its first request sent, and of its last answer
+    last: float | None = None
     _since: float = field(default=0.0, repr=False)
 
     def load(self) -> float:
@@ -91,17 +93,23 @@ class Member:
         self.in_flight += 1
         if self.in_flight == 1:
             self._since = time.monotonic()
+            if self.first is None:
+                self.first = self._since
 
     def finished(self) -> None:
         self.in_flight -= 1
         if self.in_flight == 0:
-            self.busy_s += time.monotonic() - self._since
+            self.last = time.monotonic()
+            self.busy_s += self.last - self._since
 
-    def describe(self, wall_s: float | None = None) -> dict:
-        d = {"url": self.url, "calls": self.calls, "busy_s": round(self.busy_s, 3), "dead": self.dead}
-        if wall_s:
-            d["busy_share"] = round(self.busy_s / wall_s, 4)
-        return d
+    @property
+    def busy_share(self) -> float | None:
+        """Its busy time over the span from its first request to its last answer (None before it served)."""
+        span = (self.last or 0.0) - (self.first or 0.0)
+        return self.busy_s / span if self.first is not None and self.last is not None and span > 0 else None
+
+    def describe(self) -> dict:
+        return {"url": self.url, "calls": self.calls, "busy_s": round(self.busy_s, 3), "busy_share": self.busy_share, "dead": self.dead}
 
 
 class Pool:
@@ -152,8 +160,8 @@ class Pool:
         m.dead = f"{error.reason}: {error.message}"[:ERROR_CHARS] if error.message else error.reason
         return True
 
-    def describe(self, wall_s: float | None = None) -> list[dict]:
-        return [m.describe(wall_s) for m in self.members]
+    def describe(self) -> list[dict]:
+        return [m.describe() for m in self.members]
 
 
 class PoolModel(ChatModel):

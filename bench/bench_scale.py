@@ -1,0 +1,128 @@
+"""Scaling out: conversations per second over a pool of K servers, and a real model's pool against one bigger server.
+
+Part 1, pools: K = 1, 2, 4, 8 loopback servers that each answer one request at a time after 100 ms, as one
+pool (``POOL_BASE_URL`` lists them, each server's client limit 1). The work: ``--per-server`` conversations
+per server (CRAFT-MD's multi-turn setting with its free-response question; the stand-in doctor asks four
+questions, then answers: 9 calls in a chain per conversation). Prints conversations/s, the speed-up over one
+server (goal: at least 0.9 x K) and each server's busy share (time with a request in flight over its span
+from first request to last answer).
+
+Part 2, a real model (needs ``make llm``): the same cases on two llama.cpp servers of SmolLM2 with one thread
+each, as a pool, against one server with two threads. Prints the throughput ratio and each pool server's busy
+share (goal: at least 95 % busy while work remains).
+
+    .venv/bin/python bench/bench_scale.py [--ks 1,2,4,8] [--per-server 12] [--latency 0.1] [--real-cases 4] [--no-real]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from loopback import LoopbackServer, Replay, pick_upstream, write_replay_dataset  # noqa: E402
+
+from craftmd.generation.engine import Engine, GenerateSpec  # noqa: E402
+from craftmd.source import Source  # noqa: E402
+
+
+def run_pool(dataset: Path, tmp: Path, urls: list[str], cases: list[str], trials: int, name: str, model: str = "m", **kw):
+    """One generation over the pool ``urls`` (a fresh cache); returns (report, the pool's members or None)."""
+    os.environ["POOL_BASE_URL"] = ",".join(urls)
+    try:
+        engine = Engine(GenerateSpec(dataset=dataset, out=tmp / name, doctor=f"openai-api/pool/{model}", patient=f"openai-api/pool/{model}",
+                                     cases=cases, trials=trials, cache=tmp / f"{name}.sqlite", progress=False, **kw))
+        report = engine.run()
+    finally:
+        del os.environ["POOL_BASE_URL"]
+    pool = getattr(engine.callers[f"openai-api/pool/{model}"].model, "pool", None)
+    return report, (pool.members if pool is not None else None)
+
+
+def busy(members) -> str:
+    return " ".join(f"{m.busy_share:.1%}" for m in members) if members else "(one server: not a pool)"
+
+
+def pools(a, source: Source, tmp: Path) -> None:
+    ks = [int(k) for k in a.ks.split(",")]
+    picked = pick_upstream(source, a.per_server, seed=5)
+    write_replay_dataset(picked, tmp / "data")
+    cases = sorted(picked["text"])
+    responder = Replay({})  # the stand-in for every case: the same short interview, so conversations are alike
+    print(f"== pools: K loopback servers, each one request at a time, {a.latency * 1000:.0f} ms per request; "
+          f"{a.per_server} conversations per server (multiturn + frq: 9 calls in a chain each)")
+    print(f"{'K':>3} {'conversations':>13} {'calls':>6} {'wall s':>7} {'conv/s':>7} {'speed-up':>9} {'goal':>6}  busy share per server")
+    base = None
+    for k in ks:
+        servers = [LoopbackServer(responder, models=("m",), latency=a.latency, max_concurrent=1).start() for _ in range(k)]
+        try:
+            report, members = run_pool(tmp / "data", tmp, [s.base_url for s in servers], cases, k, f"pool{k}",
+                                       experiments=["multiturn", "frq"], server_concurrency={"pool": 1})
+        finally:
+            for s in servers:
+                s.stop()
+        assert report.failures == 0, report.summary()
+        rate = report.conversations / report.wall_s
+        base = base or rate / k
+        print(f"{k:>3} {report.conversations:>13} {report.calls:>6} {report.wall_s:>7.2f} {rate:>7.2f} {rate / base:>8.2f}x "
+              f"{'ok' if rate / base >= 0.9 * k else 'MISS':>6}  {busy(members)}")
+
+
+def real(a, source: Source, tmp: Path) -> int:
+    from realmodel import ALIAS, MissingModel, RealModelServer
+
+    picked = pick_upstream(source, a.real_cases, seed=5)
+    write_replay_dataset(picked, tmp / "real")
+    cases = sorted(picked["text"])
+    work = dict(experiments=["multiturn", "mcq4"], max_turns=2, max_tokens=a.max_tokens, temperature=0.0)
+    try:
+        one, two = RealModelServer(threads=2), [RealModelServer(threads=1) for _ in range(2)]
+    except MissingModel as exc:
+        print(f"bench_scale: real model skipped: {exc}", file=sys.stderr)
+        return 0
+    print(f"== a real model: SmolLM2-135M-Instruct on llama.cpp, {len(cases)} cases x {a.real_trials} trials, multiturn + mcq4, "
+          f"2 doctor turns, max_tokens {a.max_tokens}, temperature 0")
+    results = {}
+    with one:
+        results["one server, 2 threads"] = run_pool(tmp / "real", tmp, [one.base_url], cases, a.real_trials, "real1",
+                                                    server_concurrency={"pool": 1}, model=ALIAS, **work)
+    with two[0], two[1]:
+        results["pool of 2, 1 thread each"] = run_pool(tmp / "real", tmp, [s.base_url for s in two], cases, a.real_trials, "real2",
+                                                       server_concurrency={"pool": 1}, model=ALIAS, **work)
+    rates = {}
+    for label, (report, members) in results.items():
+        assert report.failures == 0, report.summary()
+        rates[label] = report.calls / report.wall_s
+        print(f"{label:<26} {report.calls:>4} calls in {report.wall_s:6.1f} s: {rates[label]:.2f} calls/s, "
+              f"{report.counts.tokens_out / report.wall_s:.1f} tokens out/s; busy {busy(members)}")
+    first, second = rates.values()
+    print(f"throughput ratio (pool / one server)  {second / first:.2f}")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ks", default="1,2,4,8")
+    ap.add_argument("--per-server", type=int, default=12)
+    ap.add_argument("--latency", type=float, default=0.1)
+    ap.add_argument("--real-cases", type=int, default=4)
+    ap.add_argument("--real-trials", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--no-real", action="store_true")
+    a = ap.parse_args()
+    source = Source()
+    with tempfile.TemporaryDirectory() as tmp:
+        pools(a, source, Path(tmp))
+        if not a.no_real:
+            return real(a, source, Path(tmp))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
