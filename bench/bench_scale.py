@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -58,11 +59,13 @@ def pools(a, source: Source, tmp: Path) -> None:
     print(f"== pools: K loopback servers, each one request at a time, {a.latency * 1000:.0f} ms per request; "
           f"{a.per_server} conversations per server (multiturn + frq: 9 calls in a chain each)")
     print(f"{'K':>3} {'conversations':>13} {'calls':>6} {'wall s':>7} {'conv/s':>7} {'speed-up':>9} {'goal':>6}  busy share per server")
+    with LoopbackServer(responder, models=("m",)) as warm:  # imports, first connections: not part of any figure
+        run_pool(tmp / "data", tmp, [warm.base_url], cases[:2], 1, "warm-up", experiments=["multiturn", "frq"])
     base = None
-    for k in ks:
+    for i, k in enumerate(ks):
         servers = [LoopbackServer(responder, models=("m",), latency=a.latency, max_concurrent=1).start() for _ in range(k)]
         try:
-            report, members = run_pool(tmp / "data", tmp, [s.base_url for s in servers], cases, k, f"pool{k}",
+            report, members = run_pool(tmp / "data", tmp, [s.base_url for s in servers], cases, k, f"pool{i}-{k}",
                                        experiments=["multiturn", "frq"], server_concurrency={"pool": 1})
         finally:
             for s in servers:
@@ -77,7 +80,9 @@ def pools(a, source: Source, tmp: Path) -> None:
 def real(a, source: Source, tmp: Path) -> int:
     from realmodel import ALIAS, MissingModel, RealModelServer
 
-    picked = pick_upstream(source, a.real_cases, seed=5)
+    picked = pick_upstream(source, 100, seed=5)  # the shortest few: the small model on a small machine
+    short = sorted(picked["text"], key=lambda c: (len(picked["text"][c]["case_vignette"]), c))[:a.real_cases]
+    picked = {**picked, "text": {c: picked["text"][c] for c in short}}
     write_replay_dataset(picked, tmp / "real")
     cases = sorted(picked["text"])
     work = dict(experiments=["multiturn", "mcq4"], max_turns=2, max_tokens=a.max_tokens, temperature=0.0)
@@ -111,14 +116,17 @@ def main() -> int:
     ap.add_argument("--ks", default="1,2,4,8")
     ap.add_argument("--per-server", type=int, default=12)
     ap.add_argument("--latency", type=float, default=0.1)
-    ap.add_argument("--real-cases", type=int, default=4)
+    ap.add_argument("--real-cases", type=int, default=2)
     ap.add_argument("--real-trials", type=int, default=2)
-    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--no-real", action="store_true")
+    ap.add_argument("--no-pools", action="store_true")
     a = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stopped from outside: the servers still stop (their with blocks)
     source = Source()
     with tempfile.TemporaryDirectory() as tmp:
-        pools(a, source, Path(tmp))
+        if not a.no_pools:
+            pools(a, source, Path(tmp))
         if not a.no_real:
             return real(a, source, Path(tmp))
     return 0

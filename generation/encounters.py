@@ -322,7 +322,8 @@ class Encounters:
             if spec.memory_tags:
                 self._tagging = {p["case_id"]: asyncio.ensure_future(self.tag(p)) for p in self.packets
                                  if in_shard(p["case_id"], spec.shard)}  # [scale] --shard k/K
-            return await asyncio.gather(*(in_conversation(self.run_one(p, t)) for p, t in jobs))  # [scale] one server of a pool
+            limit = asyncio.Semaphore(conn.capacity * 2)  # [scale] a server of a pool takes its next encounter when it has room
+            return await asyncio.gather(*(in_conversation(self.run_one(p, t), limit) for p, t in jobs))  # [scale] one server each
 
     def run(self) -> EncounterReport:
         spec = self.spec

@@ -266,3 +266,30 @@ def test_a_generation_through_vllm_router_in_front_of_two_servers(tiny_dataset, 
     assert report.failures == 0 and not replay.mismatches
     assert a.served and b.served and a.served + b.served == report.calls  # the router spread the requests over both
     assert data_bytes(tmp_path / "rel") == data_bytes(reference)
+
+
+# --- encounters ---------------------------------------------------------------------------------
+from encounter_script import Script, medpi  # noqa: E402,F401  (medpi: the fixture)
+
+
+def test_encounters_over_a_pool_and_in_shards_merge_to_the_one_server_release(medpi, tmp_path, monkeypatch, capsys):
+    from craftmd.generation.encounters import EncounterSpec, generate_encounters
+
+    def run(service: str, out: str, shard=None):
+        return generate_encounters(EncounterSpec(
+            dataset=medpi, out=tmp_path / out, doctor=f"openai-api/{service}/loopback", patient=f"openai-api/{service}/loopback",
+            trials=2, cache=tmp_path / f"{out}.sqlite", progress=False, max_retries=1, backoff=0.01, shard=shard))
+
+    one, a, b = (LoopbackServer(Script(doctor_turns=3)) for _ in range(3))
+    with one, a, b:
+        monkeypatch.setenv("ONE_BASE_URL", one.base_url)
+        monkeypatch.setenv("POOL_BASE_URL", f"{a.base_url},{b.base_url}")
+        whole = run("one", "whole")
+        for k in (1, 2):
+            run("pool", f"s{k}", (k, 2))
+    assert whole.encounters == 4 and a.served and b.served
+    assert main(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "merged")]) == 0
+    files = sorted(read_release(tmp_path / "whole").manifest.files)
+    assert files == ["closures.parquet", "conversations.parquet", "memory_tags.parquet", "patient_states.parquet"]
+    for f in files:
+        assert (tmp_path / "merged" / f).read_bytes() == (tmp_path / "whole" / f).read_bytes(), f

@@ -26,6 +26,7 @@ over a pool writes the same bytes as a run over one server.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -56,8 +57,13 @@ class Pin:
 CONVERSATION: ContextVar[Pin | None] = ContextVar("craftmd_conversation", default=None)
 
 
-async def in_conversation(work):
-    """Await ``work`` (a coroutine) as one conversation: its requests stay on one server of each pool."""
+async def in_conversation(work, limit: asyncio.Semaphore | None = None):
+    """Await ``work`` (a coroutine) as one conversation: its requests stay on one server of each pool. ``limit``
+    bounds the conversations in flight (say, twice the servers' capacity), so that each server is given its
+    next conversation when it has room for it, not all of them at the start."""
+    if limit is not None:
+        async with limit:
+            return await in_conversation(work)
     pin = Pin()
     token = CONVERSATION.set(pin)
     try:
