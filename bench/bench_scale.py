@@ -7,9 +7,10 @@ questions, then answers: 9 calls in a chain per conversation). Prints conversati
 server (goal: at least 0.9 x K) and each server's busy share (time with a request in flight over its span
 from first request to last answer).
 
-Part 2, a real model (needs ``make llm``): the same cases on two llama.cpp servers of SmolLM2 with one thread
-each, as a pool, against one server with two threads. Prints the throughput ratio and each pool server's busy
-share (goal: at least 95 % busy while work remains).
+Part 2, a real model (needs ``make llm``): the same cases (the shortest few) on two llama.cpp servers of
+SmolLM2 with one thread each, as a pool, against one server with two threads; the two set-ups take turns
+(``--real-rounds``, ABBA order) so that the machine's changing load falls on both. Prints the throughput ratio
+and each pool server's busy share (goal: at least 95 % busy while work remains).
 
     .venv/bin/python bench/bench_scale.py [--ks 1,2,4,8] [--per-server 12] [--latency 0.1] [--real-cases 4] [--no-real]
 """
@@ -93,19 +94,25 @@ def real(a, source: Source, tmp: Path) -> int:
         return 0
     print(f"== a real model: SmolLM2-135M-Instruct on llama.cpp, {len(cases)} cases x {a.real_trials} trials, multiturn + mcq4, "
           f"2 doctor turns, max_tokens {a.max_tokens}, temperature 0")
-    results = {}
-    with one:
-        results["one server, 2 threads"] = run_pool(tmp / "real", tmp, [one.base_url], cases, a.real_trials, "real1",
-                                                    server_concurrency={"pool": 1}, model=ALIAS, **work)
-    with two[0], two[1]:
-        results["pool of 2, 1 thread each"] = run_pool(tmp / "real", tmp, [s.base_url for s in two], cases, a.real_trials, "real2",
-                                                       server_concurrency={"pool": 1}, model=ALIAS, **work)
+    # All three servers run side by side; the two set-ups take turns (ABBA...), so a change in the machine's
+    # load falls on both alike.
+    with one, two[0], two[1]:
+        setups = {"one server, 2 threads": [one.base_url], "pool of 2, 1 thread each": [s.base_url for s in two]}
+        order = [label for i in range(a.real_rounds) for label in (list(setups) if i % 2 == 0 else list(setups)[::-1])]
+        results: dict[str, list] = {label: [] for label in setups}
+        for i, label in enumerate(order):
+            results[label].append(run_pool(tmp / "real", tmp, setups[label], cases, a.real_trials, f"real{i}",
+                                           server_concurrency={"pool": 1}, model=ALIAS, **work))
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     rates = {}
-    for label, (report, members) in results.items():
-        assert report.failures == 0, report.summary()
-        rates[label] = report.calls / report.wall_s
-        print(f"{label:<26} {report.calls:>4} calls in {report.wall_s:6.1f} s: {rates[label]:.2f} calls/s, "
-              f"{report.counts.tokens_out / report.wall_s:.1f} tokens out/s; busy {busy(members)}")
+    for label, runs in results.items():
+        for report, _ in runs:
+            assert report.failures == 0, report.summary()
+        calls, wall = sum(r.calls for r, _ in runs), sum(r.wall_s for r, _ in runs)
+        rates[label] = calls / wall
+        shares = " | ".join(busy(m) for _, m in runs)
+        print(f"{label:<26} {calls:>4} calls in {wall:6.1f} s ({len(runs)} rounds): {rates[label]:.2f} calls/s, "
+              f"{sum(r.counts.tokens_out for r, _ in runs) / wall:.1f} tokens out/s; busy per round {shares}")
     first, second = rates.values()
     print(f"throughput ratio (pool / one server)  {second / first:.2f}")
     return 0
@@ -118,6 +125,7 @@ def main() -> int:
     ap.add_argument("--latency", type=float, default=0.1)
     ap.add_argument("--real-cases", type=int, default=2)
     ap.add_argument("--real-trials", type=int, default=2)
+    ap.add_argument("--real-rounds", type=int, default=2, help="turns each set-up takes (ABBA order)")
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--no-real", action="store_true")
     ap.add_argument("--no-pools", action="store_true")
