@@ -158,6 +158,40 @@ def test_a_server_killed_mid_run_loses_nothing(tiny_dataset, upstream, reference
     assert data_bytes(tmp_path / "rel") == data_bytes(reference)
 
 
+def test_a_server_that_answers_5xx_is_taken_out_after_the_retries_and_the_last_one_never(monkeypatch):
+    import asyncio
+
+    from craftmd.models import Sampling
+    from craftmd.models.connect import CallSettings, Connections
+    from craftmd.models.pool import in_conversation
+
+    async def ask(conn, n):
+        caller = conn.caller("openai-api/pool/m")
+        return await asyncio.gather(*(in_conversation(caller([{"role": "user", "content": f"q{i}"}], Sampling())) for i in range(n)))
+
+    def run(urls, n):
+        monkeypatch.setenv("POOL_BASE_URL", ",".join(urls))
+
+        async def go():
+            async with Connections(CallSettings(max_retries=2, backoff=0.001, concurrency=2), ["openai-api/pool/m"]) as conn:
+                return await ask(conn, n), conn.pools["pool"].members
+
+        return asyncio.run(go())
+
+    bad = LoopbackServer(lambda r: "ok", models=("m",), error_rate=1.0, error_kinds=("500",))
+    good = LoopbackServer(lambda r: "ok", models=("m",))
+    with bad, good:
+        results, (b, g) = run([bad.base_url, good.base_url], 12)
+        assert all(r.status == "ok" for r in results) and good.served == 12
+        assert b.dead.startswith("HTTP 500") and g.dead is None
+        assert 3 <= bad.calls < 6 * 3  # taken out when one request used its three attempts: the others moved before theirs
+        bad2 = LoopbackServer(lambda r: "ok", models=("m",), error_rate=1.0, error_kinds=("500",))
+        with bad2:  # every server fails: the last is kept, and a request fails as it would on one server (transient)
+            results, members = run([bad.base_url, bad2.base_url], 2)
+        assert all(r.status == "error" and r.transient and r.reason.startswith("HTTP 500") for r in results), results
+        assert sum(m.dead is None for m in members) == 1
+
+
 def test_a_pool_lists_each_server_once(monkeypatch):
     from craftmd import CraftMDError
     from craftmd.models import PoolModel, get_model
