@@ -192,6 +192,37 @@ def test_a_server_that_answers_5xx_is_taken_out_after_the_retries_and_the_last_o
         assert sum(m.dead is None for m in members) == 1
 
 
+def test_a_conversation_known_by_name_alone_stays_on_one_server(monkeypatch):
+    """A runner that only names its jobs in CONVERSATION (a string, no end) gets them pinned as well."""
+    import asyncio
+
+    from craftmd.models import Sampling
+    from craftmd.models.calls import CONVERSATION
+    from craftmd.models.connect import CallSettings, Connections
+
+    servers = [LoopbackServer(lambda r: "ok", models=("m",), latency=0.01) for _ in range(3)]
+    with servers[0], servers[1], servers[2]:
+        monkeypatch.setenv("POOL_BASE_URL", ",".join(s.base_url for s in servers))
+
+        async def go():
+            async with Connections(CallSettings(concurrency=2), ["openai-api/pool/m"]) as conn:
+                caller = conn.caller("openai-api/pool/m")
+
+                async def job(name):
+                    CONVERSATION.set(name)
+                    for turn in range(4):
+                        await caller([{"role": "user", "content": f"{name} turn {turn}"}], Sampling())
+
+                await asyncio.gather(*(job(f"job{i}") for i in range(9)))
+
+        asyncio.run(go())
+        where = {}
+        for i, s in enumerate(servers):
+            for r in s.log:
+                where.setdefault(r["messages"][0]["content"].split()[0], set()).add(i)
+    assert len(where) == 9 and all(len(v) == 1 for v in where.values()) and len(set().union(*where.values())) == 3
+
+
 def test_a_pool_lists_each_server_once(monkeypatch):
     from craftmd import CraftMDError
     from craftmd.models import PoolModel, get_model

@@ -29,6 +29,7 @@ active conversation's next turn goes to the engine together.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import heapq
 import itertools
 import random
@@ -36,6 +37,12 @@ from dataclasses import dataclass, field
 
 from .cache import RequestCache, request_key
 from .base import ChatModel, Completion, Message, Sampling, TransientError
+
+
+#: The conversation (job) a request belongs to, set by the runner at the start of each job: a server pool keeps a
+#: conversation's requests on one member (its prefix cache holds the history). None outside a runner's job.
+#: (A :class:`craftmd.models.pool.Pin`, set by ``pool.in_conversation``, also frees its server when the job ends.)
+CONVERSATION: contextvars.ContextVar = contextvars.ContextVar("craftmd_conversation", default=None)
 
 
 @dataclass

@@ -5,9 +5,12 @@
 is then a :class:`PoolModel`, one client per server, and the run spreads its work over them.
 
 - **A conversation stays on one server.** The runner runs each conversation (a CRAFT-MD job,
-  an encounter) inside :func:`in_conversation`; its first request pins it to a server, and
-  every later turn, summary and question of it goes there, so the server's prefix cache
-  reuses the history it already holds.
+  an encounter) inside :func:`in_conversation` (the context variable
+  :data:`craftmd.models.calls.CONVERSATION` holds its :class:`Pin`); its first request pins it
+  to a server, and every later turn, summary and question of it goes there, so the server's
+  prefix cache reuses the history it already holds. When it ends, its server is free for the
+  next. (A runner that only names its conversations, a string in the variable, gets them
+  pinned too, counted by their waiting requests alone.)
 - **The least-busy server takes the next conversation**: the one with the fewest pinned
   conversations and waiting requests for its concurrency limit (``--concurrency
   SERVICE=N`` is each server's own limit). A request outside any conversation (a judge, a
@@ -28,13 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from craftmd import CraftMDError
 
 from .base import ERROR_CHARS, ChatModel, Completion, Message, Sampling, TransientError
-from .calls import Slots
+from .calls import CONVERSATION, Slots
 from .openai import OpenAIModel
 
 #: Reasons that take a server out of its pool at once (nothing listens there).
@@ -51,10 +53,6 @@ class Pin:
         for m in self.members.values():
             m.conversations -= 1
         self.members.clear()
-
-
-#: The conversation the current task belongs to (asyncio tasks copy it: a conversation's side tasks share it).
-CONVERSATION: ContextVar[Pin | None] = ContextVar("craftmd_conversation", default=None)
 
 
 async def in_conversation(work, limit: asyncio.Semaphore | None = None):
@@ -125,6 +123,7 @@ class Pool:
         if limit < 1:
             raise CraftMDError("a server's concurrency must be at least 1")
         self.members = [Member(i, u, limit, Slots(limit)) for i, u in enumerate(urls)]
+        self._named: dict[str, Member] = {}  # conversations named by a string in CONVERSATION -> their server
 
     def __len__(self) -> int:
         return len(self.members)
@@ -142,6 +141,10 @@ class Pool:
         pin = CONVERSATION.get()
         if pin is None:
             m = self._least_busy()
+        elif not isinstance(pin, Pin):  # a conversation known by name only (no end): pinned, counted by its requests
+            m = self._named.get(pin)
+            if m is None or m.dead:
+                m = self._named[pin] = self._least_busy()
         else:
             m = pin.members.get(id(self))
             if m is None or m.dead:
@@ -160,7 +163,8 @@ class Pool:
         """After a failed attempt on ``m``: True when ``m`` takes no more work and the request moves to another server."""
         if m.dead:
             return True
-        fatal = error.reason == REFUSED or (exhausted and (error.reason.startswith("HTTP 5") or error.reason in ("timeout", "connection error")))
+        gone = error.reason.startswith("HTTP 5") or error.reason in ("timeout", "connection error")
+        fatal = error.reason == REFUSED or (exhausted and gone)
         if not fatal or sum(not x.dead for x in self.members) < 2:
             return False
         m.dead = f"{error.reason}: {error.message}"[:ERROR_CHARS] if error.message else error.reason
