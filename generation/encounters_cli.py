@@ -11,6 +11,8 @@ from pathlib import Path
 
 from craftmd.commands.cli import add_quiet_argument, command
 
+from .shards import add_shard_argument
+
 
 def _list(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]

@@ -34,13 +34,15 @@ from tqdm import tqdm
 from craftmd import CraftMDError
 from craftmd.atomic import check_writable
 from craftmd.models import Sampling, parse_name
-from craftmd.models.calls import CONVERSATION, Counts
+from craftmd.models.calls import Counts
 from craftmd.models.connect import CallSettings, Connections, check_names
+from craftmd.models.pool import in_conversation
 from craftmd.release import RunRecord, write_release
 from craftmd.tasks import Task, get_task
 
 from .patient import Retrieval
 from .protocol import PromptSet
+from .shards import in_shard, mark
 
 #: USD per million tokens in and out, by role ("*": every role without its own price).
 Prices = dict[str, tuple[float, float]]
@@ -89,6 +91,7 @@ class GenerateSpec:
     backoff: float = 0.5
     price: Prices | tuple[float, float] | None = None  # USD per million tokens in, out (one pair, or per role)
     budget: float | None = None  # USD: no new job once the cost at ``price`` reaches it
+    shard: tuple[int, int] | None = None  # (k, K): only the samples of shard k of K (generation.shards)
     cache: Path | None = None
     prompt_set: str | None = None  # default: the task's own
     overwrite: bool = False
@@ -264,6 +267,14 @@ class Runner:
     def jobs(self) -> list:
         raise NotImplementedError
 
+    def sample_id(self, job) -> str:
+        """The sample a job poses (what ``--shard`` hashes)."""
+        return job[0].case_id
+
+    def shard_jobs(self) -> list:
+        """The jobs of this run's shard (all of them without ``--shard``)."""
+        return [j for j in self.jobs() if in_shard(self.sample_id(j), self.spec.shard)]
+
     def job_id(self, job) -> str:
         """A job's name in the run record (``case_id/trial``)."""
         return f"{job[0].case_id}/{job[1]}"
@@ -351,7 +362,9 @@ class Runner:
         names = self.model_names()
         conn = Connections(self.call_settings(concurrency), names)
         self.callers = {name: conn.caller(name) for name in names}
-        limit = asyncio.Semaphore(max(concurrency * 2, 256 if conn.batches else 1))
+        # Jobs in flight: twice what the servers take at once (every server of a pool), so that a server is given its
+        # next conversation when it has room for it.
+        limit = asyncio.Semaphore(max(conn.capacity * 2, 256 if conn.batches else 1))
         rows: dict[str, list[dict]] = {}
         budget = self.spec.budget
 
@@ -360,8 +373,7 @@ class Runner:
                 if budget is not None and (self.cost() or 0.0) >= budget:
                     self.not_run.append(self.job_id(job))
                     return
-                CONVERSATION.set(self.job_id(job))  # this task's context: its requests stay on one server of a pool
-                out = await self.run_job(job)
+                out = await in_conversation(self.run_job(job))  # its requests stay on one server of each pool
             for table, r in out.items():
                 rows.setdefault(table, []).extend(r)
 
@@ -377,14 +389,14 @@ class Runner:
     def estimate(self) -> dict[str, Estimate]:
         """Each agent's expected calls and tokens for the whole run; nothing is sent."""
         est = {a: Estimate() for a in self.agents}
-        for job in self.jobs():
+        for job in self.shard_jobs():
             self.estimate_job(job, est)
         return est
 
     def estimate_text(self) -> str:
         est = self.estimate()
         prices = self.spec.prices()
-        lines = [f"estimate     task {self.task.name}: {len(self.jobs())} jobs; nothing was sent. Rough: 4 characters a token, "
+        lines = [f"estimate     task {self.task.name}: {len(self.shard_jobs())} jobs; nothing was sent. Rough: 4 characters a token, "
                  f"a typical conversation length (calls at most: every conversation to its cap)",
                  "role         model                              calls (at most)          tokens in       tokens out    cost"]
         total = 0.0
@@ -418,12 +430,12 @@ class Runner:
     def run(self) -> GenerateReport:
         spec = self.spec
         start = time.monotonic()
-        jobs = self.jobs()
-        if not jobs:
+        if not self.jobs():
             raise CraftMDError(self.no_jobs_message())
+        jobs = self.shard_jobs()  # an empty shard writes an empty release (its merge still needs it)
         asyncio.run(self.check_models())  # fails here, before any chat call, on a bad server or model
         batching = any(parse_name(n).provider == "vllm" for n in self.agent_names.values())
-        workers = 1 if batching or not self.processes else max(1, min(spec.workers, len(jobs)))
+        workers = 1 if batching or not self.processes else max(1, min(spec.workers, len(jobs) or 1))
         total_units = sum(self.planned(j) for j in jobs)
         # One tick per request: the bar counts requests (no total: a conversation's length is not known
         # ahead) and shows the units done of all planned, and the counts the summary ends with.
@@ -451,7 +463,7 @@ class Runner:
                 rows, counts = self._run_processes(jobs, workers, show)
         finally:
             bar.close()
-        path = write_release(spec.out, self.record(jobs, counts), self.tables(rows), overwrite=spec.overwrite)
+        path = write_release(spec.out, mark(self.record(jobs, counts), spec.shard), self.tables(rows), overwrite=spec.overwrite)
         return GenerateReport(path=path, produced=self.produced(rows), tallies=self.tallies, counts=counts,
                               wall_s=time.monotonic() - start, rows=rows, cost=self.cost(), not_run=len(self.not_run),
                               notes=self.notes())
@@ -501,9 +513,6 @@ class Runner:
         return rows, counts
 
     # --- the run record -------------------------------------------------------------------
-    def sample_ids(self) -> list[str]:
-        return [j[0].case_id for j in self.jobs()]
-
     def record(self, jobs, counts: Counts) -> RunRecord:
         spec = self.spec
         per_agent = {**Sampling(spec.temperature, spec.top_p, spec.max_tokens, spec.seed).to_dict(), "seed_rule": "seed + trial"}

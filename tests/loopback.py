@@ -16,11 +16,15 @@ so the real ``openai`` client talks to it exactly as it talks to a hosted API or
 - ``retry_after``: the ``Retry-After`` header a ``429`` fault answers with (None: no header).
 - ``echo_auth``: every chat request answers HTTP 400 whose message echoes the request's
   ``Authorization`` header, as a careless server or proxy does.
+- ``max_concurrent``: the most requests it works on at once (a server with one slot, as a
+  llama.cpp server with one slot is); the rest wait their turn, in arrival order.
 - ``max_context``: a request whose prompt has more (stand-in) tokens answers HTTP 400 with
   code ``context_length_exceeded``, as llama.cpp's and vLLM's servers do.
 - Counters: ``calls`` (chat requests received), ``served`` (answered 200), ``faults``
   (by kind), ``max_in_flight``, ``log`` (every request answered 200, in order), ``keys``
   (the bearer key of every chat request received, counted).
+- ``kill()`` stops it as a killed process stops: requests in flight lose their connections
+  and new ones are refused (``stop()`` answers those in flight first).
 - Bounded: the server stops by itself after ``max_seconds``, and when the ``with``
   block ends.
 """
@@ -68,6 +72,7 @@ class LoopbackServer:
         served_as: dict[str, str] | None = None,
         retry_after: str | None = None,
         echo_auth: bool = False,
+        max_concurrent: int | None = None,
     ):
         unknown = set(error_kinds) - {"429", "500", "timeout", "drop"}
         if unknown:
@@ -85,6 +90,9 @@ class LoopbackServer:
         self.retry_after = retry_after
         self.echo_auth = echo_auth
         self.served_as = dict(served_as or {})  # requested model -> the name the replies give (an alias resolved)
+        self.max_concurrent = max_concurrent
+        self._slots: asyncio.Semaphore | None = None  # made on the server's own loop
+        self._open: set = set()  # the connections of the requests in flight (kill() cuts them)
         self._rng = random.Random(seed)
         self._lock = threading.Lock()  # counters are read and reset from other threads
         self.calls = 0
@@ -121,7 +129,10 @@ class LoopbackServer:
     async def _serve(self, ready: threading.Event) -> None:
         self._loop, self._stopped = asyncio.get_running_loop(), asyncio.Event()
         app = web.Application(client_max_size=64 * 1024 * 1024)
+        if self.max_concurrent:
+            self._slots = asyncio.Semaphore(self.max_concurrent)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)  # as vLLM's and llama.cpp's servers (a router's health check)
         app.router.add_post("/v1/chat/completions", self._chat)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
@@ -141,6 +152,18 @@ class LoopbackServer:
             self._loop.call_soon_threadsafe(self._stopped.set)
             self._thread.join(10)
         self._loop = None
+
+    def kill(self) -> None:
+        """Go away as a killed process does: the requests in flight lose their connections, new ones are refused."""
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._abort)
+            self._thread.join(10)
+        self._loop = None
+
+    def _abort(self) -> None:
+        for transport in list(self._open):
+            transport.abort()
+        self._stopped.set()
 
     def __enter__(self) -> LoopbackServer:
         return self.start()
@@ -210,7 +233,24 @@ class LoopbackServer:
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "loopback"} for m in self.models]
         return web.json_response({"object": "list", "data": data})
 
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
     async def _chat(self, http: web.Request) -> web.StreamResponse:
+        if self._slots is None:
+            return await self._chat_one(http)
+        async with self._slots:
+            return await self._chat_one(http)
+
+    async def _chat_one(self, http: web.Request) -> web.StreamResponse:
+        if http.transport is not None:
+            self._open.add(http.transport)
+        try:
+            return await self._answer(http)
+        finally:
+            self._open.discard(http.transport)
+
+    async def _answer(self, http: web.Request) -> web.StreamResponse:
         body = await http.read()
         auth = http.headers.get("Authorization", "")
         with self._lock:

@@ -17,6 +17,7 @@ ROOMS = (
     "craftmd.dataset_builder.cli",
     "craftmd.generation.cli",
     "craftmd.generation.encounters_cli",
+    "craftmd.generation.merge_cli",
     "craftmd.scoring.cli",
     "craftmd.generation.keyinfo_cli",
     "craftmd.scoring.judge_cli",

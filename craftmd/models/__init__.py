@@ -5,7 +5,8 @@
 - ``openai-api/<service>/<model>``: any OpenAI-compatible service; its server is read from
   ``<SERVICE>_BASE_URL`` and its key from ``<SERVICE>_API_KEY`` (the service upper-cased, ``-``
   turned into ``_``). So a local doctor, an API patient and judges from several vendors meet in
-  one run, each role on its own server with its own key.
+  one run, each role on its own server with its own key. ``<SERVICE>_BASE_URL`` may list several
+  servers, comma-separated: a pool the run spreads its conversations over (:mod:`.pool`).
 - ``vllm/<model-or-path>``: vLLM's offline engine in this process.
 
 Adding a provider is one file with a :class:`ChatModel` subclass and one branch in
@@ -24,13 +25,14 @@ from craftmd import CraftMDError
 
 from .base import ChatModel, Completion, Message, Sampling, TransientError
 from .openai import OpenAIModel
+from .pool import PoolModel
 from .vllm import VLLMModel
 
 PROVIDERS = ("openai", "openai-api", "vllm")
 _VLLM_ENGINES: dict[str, VLLMModel] = {}
 _SERVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
-__all__ = ["ChatModel", "Completion", "Message", "Sampling", "TransientError", "OpenAIModel", "VLLMModel", "ModelName",
+__all__ = ["ChatModel", "Completion", "Message", "Sampling", "TransientError", "OpenAIModel", "PoolModel", "VLLMModel", "ModelName",
            "get_model", "parse_name", "PROVIDERS"]
 
 
@@ -96,7 +98,10 @@ def endpoint_of(name: ModelName, base_url: str | None = None, api_key: str | Non
     if not url:
         raise CraftMDError(f"{name} needs {var}: the service's server, e.g. {var}=http://localhost:8000/v1 "
                            f"(and {key_var} if it wants a key)")
-    return check_url(url, var, key_var), os.environ.get(key_var) or None, key_var
+    urls = [check_url(u.strip(), var, key_var) for u in url.split(",")]  # several: a pool of servers
+    if len(set(urls)) < len(urls):
+        raise CraftMDError(f"{var} lists a server twice")
+    return ",".join(urls), os.environ.get(key_var) or None, key_var
 
 
 def get_model(name: str, *, base_url: str | None = None, api_key: str | None = None, timeout: float = 120.0) -> ChatModel:
@@ -109,4 +114,6 @@ def get_model(name: str, *, base_url: str | None = None, api_key: str | None = N
             _VLLM_ENGINES[n.model] = VLLMModel(n.model)
         return _VLLM_ENGINES[n.model]
     url, key, key_var = endpoint_of(n, base_url, api_key)
+    if n.service and "," in url:
+        return PoolModel(n.model, url.split(","), service=n.service, api_key=key, timeout=timeout, key_var=key_var)
     return OpenAIModel(n.model, base_url=url, api_key=key, timeout=timeout, service=n.service, key_var=key_var)

@@ -18,6 +18,10 @@ Every request is counted once, by how it was served (:class:`Counts`): sent to t
 model, answered from the cache, or deduplicated (an identical request was already in
 flight and its answer is shared). ``requests = calls + cache_hits + deduplicated``.
 
+A model served by a pool of servers (:mod:`craftmd.models.pool`) sends each attempt to the
+server its pool picks, under that server's own slots; an attempt that fails there so badly
+that the server is taken out of the pool starts over on another, with its retries anew.
+
 For a provider that batches (``model.batches``, vLLM offline), requests arriving from
 concurrent tasks are gathered for a moment and sent as one ``chat_many`` call, so every
 active conversation's next turn goes to the engine together.
@@ -42,6 +46,12 @@ RETRY_AFTER_CAP = 60.0
 #: The conversation (job) a request belongs to, set by the runner at the start of each job: a server pool keeps a
 #: conversation's requests on one member (its prefix cache holds the history). None outside a runner's job.
 CONVERSATION: contextvars.ContextVar[str | None] = contextvars.ContextVar("craftmd_conversation", default=None)
+
+
+#: The conversation (job) a request belongs to, set by the runner at the start of each job: a server pool keeps a
+#: conversation's requests on one member (its prefix cache holds the history). None outside a runner's job.
+#: (A :class:`craftmd.models.pool.Pin`, set by ``pool.in_conversation``, also frees its server when the job ends.)
+CONVERSATION: contextvars.ContextVar = contextvars.ContextVar("craftmd_conversation", default=None)
 
 
 @dataclass
@@ -196,21 +206,39 @@ class Caller:
             del self._pending[key]
 
     async def _single(self, messages: list[Message], sampling: Sampling, priority: int) -> Completion:
+        pool = getattr(self.model, "pool", None)  # a server pool (craftmd.models.pool): the request goes to one of its servers
         attempt = 0
         while True:
-            await self._slots.acquire(priority)
-            self.counters.in_flight += 1
-            self.counters.peak_in_flight = max(self.counters.peak_in_flight, self.counters.in_flight)
+            member = pool.enter() if pool is not None else None
             try:
-                result = await self.model.chat(messages, sampling)
-                error = None
-            except TransientError as exc:
-                error = exc
+                slots, model = (member.slots, self.model.client(member)) if member is not None else (self._slots, self.model)
+                await slots.acquire(priority)
+                self.counters.in_flight += 1
+                self.counters.peak_in_flight = max(self.counters.peak_in_flight, self.counters.in_flight)
+                try:
+                    if member is not None and member.dead:  # taken out while this request waited for it
+                        raise TransientError("server taken out of its pool", member.dead)
+                    if member is not None:
+                        member.started()
+                    try:
+                        result = await model.chat(messages, sampling)
+                    finally:
+                        if member is not None:
+                            member.finished()
+                    error = None
+                except TransientError as exc:
+                    error = exc
+                finally:
+                    self.counters.in_flight -= 1
+                    slots.release()
             finally:
-                self.counters.in_flight -= 1
-                self._slots.release()
+                if member is not None:
+                    pool.leave(member)
             if error is None:
                 return result
+            if member is not None and pool.failed(member, error, attempt >= self.max_retries):
+                attempt = 0  # that server takes no more work: the request starts over on another
+                continue
             if attempt >= self.max_retries:
                 return Completion.failure(error.reason, f"gave up after {attempt + 1} attempts: {error.message}", transient=True)
             attempt += 1

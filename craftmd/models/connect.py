@@ -4,7 +4,8 @@ Every command that calls a model (generation of every task, ``llm:`` graders, ke
 extraction, judges, MELD) opens one :class:`Connections` with the run's
 :class:`CallSettings` and asks it for a :class:`~craftmd.models.calls.Caller` per model name.
 It builds one client per model name, one pool of request slots per *server* (so each server
-has its own concurrency limit, however many roles or models share it), one request cache,
+has its own concurrency limit, however many roles or models share it; a service served by a
+pool of servers shares one :class:`~craftmd.models.pool.Pool` among its models), one request cache,
 and records each model's server (never a key). Every name is resolved when the connections
 are opened, so a missing ``<SERVICE>_BASE_URL`` is named in one line before any call is sent.
 """
@@ -21,6 +22,7 @@ from . import endpoint_of, get_model, parse_name
 from .base import ChatModel
 from .cache import RequestCache
 from .calls import Caller, Slots
+from .pool import Pool, PoolModel
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class Connections:
         self._models: dict[str, ChatModel] = {}
         self._callers: dict[str, Caller] = {}
         self._slots: dict[str, Slots] = {}
+        self._pools: dict[str, Pool] = {}  # service -> its servers' routing state, shared by its models
         self._cache: RequestCache | None = None
         self._own_cache = False
         for name in dict.fromkeys(names):
@@ -63,7 +66,11 @@ class Connections:
         """The client for ``name`` (one per name; reads its server and key now)."""
         if name not in self._models:
             s = self.settings
-            self._models[name] = get_model(name, base_url=s.base_url, api_key=s.api_key, timeout=s.timeout)
+            m = self._models[name] = get_model(name, base_url=s.base_url, api_key=s.api_key, timeout=s.timeout)
+            if isinstance(m, PoolModel):  # every model of the service routes through one pool, each server with its limit
+                if m.cache_server not in self._pools:
+                    self._pools[m.cache_server] = Pool(m.pool_urls, s.limit(m))
+                m.pool = self._pools[m.cache_server]
         return self._models[name]
 
     @property
@@ -84,6 +91,17 @@ class Connections:
             self._callers[name] = Caller(m, self.cache, concurrency=s.limit(m), max_retries=s.max_retries,
                                          backoff=s.backoff, seed=s.seed, slots=self._slots[server])
         return self._callers[name]
+
+    @property
+    def capacity(self) -> int:
+        """The most requests one service takes at once: its limit, times its servers for a pool."""
+        return max((self.settings.limit(m) * (len(m.pool) if isinstance(m, PoolModel) else 1) for m in self._models.values()),
+                   default=self.settings.concurrency)
+
+    @property
+    def pools(self) -> dict[str, Pool]:
+        """service -> the pool of servers it is spread over (services with several servers only)."""
+        return {k.removeprefix("service:"): p for k, p in self._pools.items()}
 
     @property
     def callers(self) -> dict[str, Caller]:

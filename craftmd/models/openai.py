@@ -132,9 +132,11 @@ class OpenAIModel(ChatModel):
             if sampling.response_format is not None:  # sent as the JSON object it is
                 body["response_format"] = json.loads(sampling.response_format)
             r = await self.client.post(self._chat_url, body=body, cast_to=httpx2.Response, options=self._options)
-        except openai.APITimeoutError:
-            raise TransientError("timeout", f"no answer within {self.client.timeout} s") from None
-        except openai.APIConnectionError as exc:
+        except openai.APIConnectionError as exc:  # a timeout too (APITimeoutError)
+            if refused(exc):  # nothing listens (a server down or gone; the transport calls it a connect timeout)
+                raise TransientError("connection refused", self.scrub(str(exc.__cause__ or exc))) from None
+            if isinstance(exc, openai.APITimeoutError):
+                raise TransientError("timeout", f"no answer within {self.client.timeout} s") from None
             raise TransientError("connection error", self.scrub(str(exc.__cause__ or exc))) from None
         except openai.APIStatusError as exc:
             reason, message = (self.scrub(x) for x in status_reason(exc))
@@ -172,6 +174,16 @@ class OpenAIModel(ChatModel):
 
     async def aclose(self) -> None:
         await self.client.close()
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether a connection error is a refused connection (nothing listens at the server's address)."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, ConnectionRefusedError):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def status_reason(exc: openai.APIStatusError) -> tuple[str, str]:
