@@ -23,6 +23,7 @@ ROOMS = (
     "craftmd.scoring.judge_cli",
     "craftmd.analysis.cli",
     "craftmd.ingest_cli",
+    "craftmd.export_cli",
     "craftmd.pipeline",
     "craftmd.submit",
 )
