@@ -1,0 +1,194 @@
+"""Inside the inspect_ai ecosystem (issue #23): the package's tasks run by ``inspect eval``, inspect logs into
+releases, releases into logs.
+
+``inspect eval craftmd/craftmd`` runs as a user runs it (the ``inspect`` command, found by the package's entry
+point), against a loopback server replaying recorded upstream conversations; its log ingested is the release the
+package's own ``craftmd generate`` + ``grade`` + ``history`` write against the same server, row for row, and the
+release is on the page. An upstream release exported as logs and ingested back gives the same answers and scores.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from craftmd import CraftMDError
+from craftmd.cli import main
+from craftmd.release import read_release, write_release
+
+sys.path.insert(0, str(Path(__file__).parent))
+from loopback import LoopbackServer, Replay, pick_upstream, write_replay_dataset  # noqa: E402
+
+INSPECT = str(Path(sys.executable).with_name("inspect"))
+EXPERIMENTS = "multiturn,summarized,mcq4,frq"
+
+
+def grader_responder(request: dict) -> str:
+    """The LLM grader's two steps, deterministic: the extraction names the diagnosis after "Final Diagnosis"; the judge says correct."""
+    text = request["messages"][-1]["content"]
+    if "Diagnosis Diagnosis" in text or "is the same" in text.lower() or "correct answer" in text.lower():
+        return "correct"
+    return "Psoriasis"
+
+
+@pytest.fixture(scope="module")
+def upstream(source):
+    return pick_upstream(source, 2, seed=3, max_messages=12)
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset(upstream, tmp_path_factory):
+    out = tmp_path_factory.mktemp("inspect") / "data"
+    write_replay_dataset(upstream, out)
+    f = out / "all" / "test-00000-of-00001.parquet"
+    pl.read_parquet(f).with_columns(paper_answer=pl.col("answer")).write_parquet(f)  # the paper rule's key
+    return out
+
+
+def inspect_eval(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([INSPECT, "eval", *args, "--display", "plain", "--log-format", "eval"], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def runs(upstream, tiny_dataset, tmp_path_factory):
+    """The same two cases, two trials, through ``inspect eval`` and through ``craftmd generate``, one deterministic server."""
+    root = tmp_path_factory.mktemp("runs")
+    ids = ",".join(sorted(upstream["text"]))
+    replay = Replay(upstream["text"])
+    with LoopbackServer(replay, models=("doc", "pat")) as loop, LoopbackServer(grader_responder, models=("g",)) as grade:
+        env = dict(os.environ, LOOP_BASE_URL=loop.base_url, LOOP_API_KEY="sk-loop-1111", GRADE_BASE_URL=grade.base_url,
+                   GRADE_API_KEY="sk-grade-2222", INSPECT_LOG_DIR=str(root / "logs"))
+        proc = inspect_eval(["craftmd/craftmd", "--model", "openai-api/loop/doc", "--model-role", "patient=openai-api/loop/pat",
+                             "--model-role", "grader=openai-api/grade/g", "-T", f"dataset={tiny_dataset}", "-T", f"cases={ids}",
+                             "-T", f"experiments={EXPERIMENTS}", "--epochs", "2"], env, root)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        inspect_calls = loop.calls
+        old = {k: os.environ.get(k) for k in ("LOOP_BASE_URL", "LOOP_API_KEY", "GRADE_BASE_URL", "GRADE_API_KEY")}
+        os.environ.update({k: env[k] for k in old})
+        try:
+            gen = root / "gen"
+            assert main(["generate", "--dataset", str(tiny_dataset), "--doctor", "openai-api/loop/doc", "--patient", "openai-api/loop/pat",
+                         "--cases", ids, "--experiments", EXPERIMENTS, "--trials", "2", "--out", str(gen), "--cache",
+                         str(root / "cache.sqlite"), "--quiet"]) == 0
+            for g in ("paper", "strict", "offline", "llm:openai-api/grade/g"):
+                assert main(["grade", str(gen), "--dataset", str(tiny_dataset), "--grader", g, "--quiet"]) == 0
+            assert main(["history", str(gen), "--dataset", str(tiny_dataset), "--quiet"]) == 0
+        finally:
+            for k, v in old.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    assert not replay.mismatches
+    logs = sorted((root / "logs").glob("*.eval"))
+    assert len(logs) == 1
+    return {"root": root, "log": logs[0], "generated": gen, "inspect_calls": inspect_calls, "ids": ids.split(",")}
+
+
+def test_inspect_eval_runs_the_protocol_and_its_log_ingests_into_the_release_generate_writes(runs, tiny_dataset):
+    root = runs["root"]
+    assert runs["inspect_calls"] > 0  # inspect's own openai-api provider called the loopback server
+    out = root / "releases" / "via-inspect"
+    assert main(["ingest", "--inspect", str(runs["log"]), "--out", str(out)]) == 0
+    ours, theirs = read_release(out), read_release(runs["generated"])
+    for table in ("conversations", "answers"):
+        assert ours.table(table).equals(theirs.table(table)), table
+    a, b = ours.scores_with_records()[0], theirs.scores_with_records()[0]
+    assert a.equals(b)
+    assert set(pc.unique(a.column("scorer")).to_pylist()) == {"paper", "strict", "offline", "llm:openai-api/grade/g", "history"}
+    answers = ours.table("answers").to_pylist()
+    assert {a["trial"] for a in answers} == {0, 1} and {a["setting"] for a in answers} == {"multiturn", "summarized"}
+    # the run record: each role, the dataset, the prompt set, inspect's version; never a key
+    m = ours.manifest
+    assert m.kind == "generated" and m.task == "craftmd" and m.model == "openai-api/loop/doc"
+    assert m.roles["patient"]["model"] == "openai-api/loop/pat" and m.roles["grader"]["model"] == "openai-api/grade/g"
+    assert m.roles["summarizer"]["model"] == "openai-api/loop/pat"
+    assert m.roles["doctor"]["sampling"] == theirs.manifest.roles["doctor"]["sampling"]
+    assert m.prompt_set == theirs.manifest.prompt_set and m.source["dataset_sha256"] == theirs.manifest.source["dataset_sha256"]
+    from importlib.metadata import version
+
+    assert m.dependencies["inspect_ai"] == version("inspect-ai") == m.producer["inspect"]["inspect_ai"]
+    text = (out / "manifest.json").read_text()
+    assert "sk-loop-1111" not in text and "sk-grade-2222" not in text
+    # current for the leaderboard's re-grading: nothing is stale
+    from craftmd.scoring.grade import stale_graders
+    from craftmd.scoring.history import stale
+
+    assert stale_graders(out, tiny_dataset, ["paper", "strict", "offline"]) == [] and not stale(out, tiny_dataset)
+    # and on the page, as any release is
+    site = root / "site"
+    assert main(["analyse", "--releases", str(root / "releases"), "--dataset", str(tiny_dataset), "--out", str(site), "--page",
+                 "--resamples", "50"]) == 0
+    page = (site / "index.html").read_text()
+    assert "via-inspect" in page
+    assert "via-inspect" in pl.read_csv(site / "tables" / "accuracy.csv")["model"].to_list()
+
+
+def test_a_log_of_another_task_or_an_unfinished_one_is_refused_in_one_line(runs, tmp_path, capsys):
+    from inspect_ai.log import read_eval_log, write_eval_log
+
+    log = read_eval_log(str(runs["log"]))
+    other = log.model_copy(deep=True)
+    other.eval.task = "inspect_evals/healthbench"
+    write_eval_log(other, str(tmp_path / "other.eval"))
+    unfinished = log.model_copy(deep=True)
+    unfinished.status = "started"
+    write_eval_log(unfinished, str(tmp_path / "unfinished.eval"))
+    (tmp_path / "junk.eval").write_bytes(b"not a zip")
+    for name, says in (("other", "a log of task 'inspect_evals/healthbench'"), ("unfinished", "an unfinished log (status started)"),
+                       ("junk", "not an inspect log")):
+        rc = main(["ingest", "--inspect", str(tmp_path / f"{name}.eval"), "--out", str(tmp_path / f"r-{name}")])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and err.count("\n") == 0 and says in err, err
+        assert not (tmp_path / f"r-{name}").exists()
+
+
+def test_export_then_ingest_gives_back_an_upstream_release(releases_dir, tmp_path):
+    """An upstream release over a sample of its cases → inspect logs (one per setting and format) → the same release."""
+    src = read_release(releases_dir / "gpt4_1106")
+    ids = sorted(set(src.table("answers").column("case_id").to_pylist()))[::150]
+    arr = pa.array(ids, pa.string())
+    keep = lambda t: t.filter(pc.is_in(t.column("case_id"), arr))  # noqa: E731
+    scores, records = src.scores_with_records()
+    m = src.manifest.model_copy(update={"release": "gpt4-sample", "files": {}})
+    sample = write_release(tmp_path / "gpt4-sample", m, {t: keep(src.table(t)) for t in ("conversations", "answers")},
+                           scores=(keep(scores), records))
+    rel = read_release(sample)
+    assert main(["export", str(sample), "--inspect", str(tmp_path / "logs"), "--quiet"]) == 0
+    logs = sorted((tmp_path / "logs").glob("*.eval"))
+    pairs = {(a["setting"], a["format"]) for a in rel.table("answers").select(["setting", "format"]).to_pylist()}
+    assert len(logs) == len(pairs)
+    assert all(zipfile.is_zipfile(p) for p in logs)
+    assert main(["ingest", "--inspect", *map(str, logs), "--out", str(tmp_path / "back")]) == 0
+    back = read_release(tmp_path / "back")
+    for table in ("conversations", "answers"):
+        assert back.table(table).equals(rel.table(table)), table
+    a, ra = back.scores_with_records()
+    b, rb = rel.scores_with_records()
+    assert a.equals(b) and ra == rb
+    assert back.manifest.model_dump(exclude={"release", "files", "git_revision"}) == rel.manifest.model_dump(exclude={"release", "files", "git_revision"})
+    # a sample is an answer: its conversation as messages, the answer as the last one, its scores
+    from inspect_ai.log import read_eval_log
+
+    log = read_eval_log(str(next(p for p in logs if p.name.endswith("_multiturn_frq.eval"))))
+    s = log.samples[0]
+    assert log.eval.task == "craftmd/craftmd" and log.status == "success"
+    assert s.metadata["setting"] == "multiturn" and s.epoch == s.metadata["trial"] + 1
+    assert s.messages[0].role == "system" and s.messages[-1].role == "assistant" and "upstream-gpt4" in s.scores
+
+
+def test_an_export_refuses_what_is_not_a_release(tmp_path, capsys):
+    rc = main(["export", str(tmp_path), "--inspect", str(tmp_path / "logs")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "not a release" in err and err.count("\n") == 0
+    with pytest.raises(CraftMDError, match="no such log"):
+        from craftmd.inspect_bridge.logs import ingest_logs
+
+        ingest_logs([tmp_path / "none.eval"], tmp_path / "r")
