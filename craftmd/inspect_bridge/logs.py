@@ -252,13 +252,39 @@ def _score_value(rows: list[dict]):
     return vals
 
 
+def _message(m: dict) -> dict:
+    return {"role": m["role"], "content": m["content"], "source": "generate" if m["role"] == "assistant" else "input"}
+
+
+def _write_log(path: Path, header, samples: list[tuple[str, bytes]], summaries: list[dict]) -> None:
+    """An ``.eval`` log (inspect's zip layout: a sample per member, the summaries, the header), written atomically.
+
+    The header is inspect's own :class:`EvalLog` (less its samples); each sample is the JSON of an
+    :class:`EvalSample`, serialized straight from plain values (the whole of an upstream release in seconds,
+    where building and condensing 80,000 pydantic samples takes minutes)."""
+    import zipfile
+
+    from inspect_ai._util.zipfile import zipfile_compress_kwargs
+    from pydantic_core import to_json
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with zipfile.ZipFile(tmp, "w", **zipfile_compress_kwargs) as z:
+            for name, data in samples:
+                z.writestr(name, data)
+            z.writestr("summaries.json", to_json(summaries))
+            z.writestr("header.json", header.model_dump_json(exclude={"samples"}, exclude_none=True))
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def export_release(release: Path | str, out: Path | str, *, progress: bool = True) -> list[Path]:
     """Write ``release`` as inspect logs into ``out``: one ``.eval`` log per (setting, format)."""
     require_inspect()
     import inspect_ai
-    from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalMetric, EvalResults, EvalSample, EvalScore, EvalSpec, write_eval_log
-    from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageUser, ModelOutput
-    from inspect_ai.scorer import Score
+    from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalMetric, EvalResults, EvalScore, EvalSpec
+    from pydantic_core import to_json
     from tqdm import tqdm
 
     from craftmd.tasks import get_task
@@ -287,12 +313,13 @@ def export_release(release: Path | str, out: Path | str, *, progress: bool = Tru
             extra_scores.append(r)
     used_convs: set[tuple] = set()
     used_answers: set[tuple] = set()
-    roles = {"system": ChatMessageSystem, "user": ChatMessageUser, "assistant": ChatMessageAssistant}
     msgs_cache: dict[tuple, list] = {}
+    bare_convs: dict[tuple, dict] = {}
 
     def messages(key: tuple) -> list:
         if key not in msgs_cache:
-            msgs_cache[key] = [roles[x["role"]](content=x["content"]) for x in convs[key]["messages"]]
+            msgs_cache[key] = [_message(x) for x in convs[key]["messages"]]
+            bare_convs[key] = {k: v for k, v in convs[key].items() if k != "messages"}
         return msgs_cache[key]
 
     groups: dict[tuple[str, str], list[dict]] = {}
@@ -301,48 +328,53 @@ def export_release(release: Path | str, out: Path | str, *, progress: bool = Tru
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     manifest = m.model_dump(mode="json")
     packages = {"craftmd": __version__, "inspect_ai": inspect_ai.__version__}
-    written: list[Path] = []
+    written: list[tuple] = []
     model = m.model if "/" in m.model else f"{m.kind}/{m.model}"
     bar = tqdm(total=len(answers), desc=f"export {rel.id}", unit="answer", disable=not progress, dynamic_ncols=True)
     for (setting, fmt), rows in sorted(groups.items()):
         exp = task.experiment(setting, fmt)
         kind = exp.conversation if exp is not None else None
-        samples = []
+        samples, summaries = [], []
         totals: dict[str, list[float]] = {}
         for a in rows:
             akey = (a["case_id"], a["trial"], a["setting"], a["format"], a["with_image"])
             ckey = (a["case_id"], a["trial"], kind, a["with_image"]) if kind else None
             has_conv = ckey in convs
-            scores = {}
-            mine = list(by_answer.get(akey, []))
+            mine = list(by_answer.get(akey, ()))
             if has_conv:
-                mine += by_conv.get(ckey, [])
+                mine += by_conv.get(ckey, ())
                 used_convs.add(ckey)
             used_answers.add(akey)
             by_scorer: dict[str, list[dict]] = {}
             for r in mine:
                 by_scorer.setdefault(r["scorer"], []).append(r)
+            scores, brief = {}, {}
             for g, rs in by_scorer.items():
                 value = _score_value(rs)
                 if isinstance(value, float) and not math.isnan(value):
                     totals.setdefault(g, []).append(value)
                 label = next((r["label"] for r in rs if r["label"] is not None), None)
-                scores[g] = Score(value=value, answer=label, metadata={STORE_KEY: {"rows": rs}})
-            text = a["response"] if a["status"] == "ok" else f"({a['status']}: {a['error'] or 'no answer'})"
-            convo = list(messages(ckey)) if has_conv else []
-            store_convs = [{k: v for k, v in convs[ckey].items() if k != "messages"}] if has_conv else []
-            samples.append(EvalSample(
-                id=a["case_id"] + ("+image" if a["with_image"] else ""), epoch=int(a["trial"]) + 1,
-                input=convo[:1] or (a["case_id"]), target="", messages=convo + [ChatMessageAssistant(content=text or "")],
-                output=ModelOutput.from_content(model, text or ""), scores=scores,
-                metadata={"case_id": a["case_id"], "trial": a["trial"], "setting": setting, "format": fmt, "with_image": a["with_image"],
-                          "status": a["status"], **({"ended": convs[ckey]["ended"], "n_turns": convs[ckey]["n_turns"]} if has_conv else {})},
-                store={STORE_KEY: {"conversations": store_convs, "answers": [a]}},
-            ))
+                brief[g] = {"value": value, "answer": label}
+                scores[g] = {"value": value, "answer": label, "metadata": {STORE_KEY: {"rows": rs}}}
+            text = (a["response"] if a["status"] == "ok" else f"({a['status']}: {a['error'] or 'no answer'})") or ""
+            convo = messages(ckey) if has_conv else []
+            answer = {"role": "assistant", "content": text, "source": "generate", "model": model}
+            sid, epoch = a["case_id"] + ("+image" if a["with_image"] else ""), int(a["trial"]) + 1
+            meta = {"case_id": a["case_id"], "trial": a["trial"], "setting": setting, "format": fmt, "with_image": a["with_image"],
+                    "status": a["status"], **({"ended": convs[ckey]["ended"], "n_turns": convs[ckey]["n_turns"]} if has_conv else {})}
+            sample = {
+                "id": sid, "epoch": epoch, "input": convo[:1] or a["case_id"], "target": "", "messages": [*convo, answer],
+                "output": {"model": model, "choices": [{"message": answer, "stop_reason": "stop"}], "completion": text},
+                "scores": scores, "metadata": meta,
+                "store": {STORE_KEY: {"conversations": [bare_convs[ckey]] if has_conv else [], "answers": [a]}},
+                "events": [], "model_usage": {}, "role_usage": {}, "attachments": {},
+            }
+            samples.append((f"samples/{sid}_epoch_{epoch}.json", to_json(sample)))
+            first = convo[0]["content"][:200] if convo else a["case_id"]
+            summaries.append({"id": sid, "epoch": epoch, "input": first, "target": "", "metadata": meta, "scores": brief,
+                              "model_usage": {}, "role_usage": {}, "completed": True, "message_count": len(convo) + 1})
             bar.update(1)
         meta = {MANIFEST: manifest, RECORDS: records, SCORE_ORDER: order, "setting": setting, "format": fmt}
-        if not written:
-            meta[EXTRA] = None  # filled once every log's rows are known
         spec = EvalSpec(
             created=created, task=f"craftmd/{m.task}", task_id=f"{rel.id}-{setting}-{fmt}", run_id=rel.id,
             task_display_name=f"{rel.display} · {setting} · {fmt}", dataset=EvalDataset(name=f"{rel.id}/{setting}/{fmt}", samples=len(rows)),
@@ -352,22 +384,19 @@ def export_release(release: Path | str, out: Path | str, *, progress: bool = Tru
             EvalScore(name=g, scorer=g, scored_samples=len(v), metrics={"mean": EvalMetric(name="mean", value=sum(v) / len(v))})
             for g, v in sorted(totals.items())
         ])
-        log = EvalLog(status="success", eval=spec, results=results, samples=samples)
         path = out / f"{rel.id}_{setting}_{fmt}.eval"
-        written.append(path)
-        pending = (log, path)
-        if len(written) > 1:
-            write_eval_log(*pending, format="eval")
-        else:
-            first = pending
+        written.append((path, EvalLog(status="success", eval=spec, results=results), samples, summaries))
+        if len(written) > 1:  # the first waits for the rows no answer carries
+            _write_log(*written[-1])
+            written[-1] = (path,)
     bar.close()
-    if written:  # the first log carries what no answer did
+    if written:
         extra = {"conversations": [c for k, c in convs.items() if k not in used_convs],
                  "scores": extra_scores + [r for k, rs in by_answer.items() if k not in used_answers for r in rs]
                  + [r for k, rs in by_conv.items() if k not in used_convs for r in rs]}
-        first[0].eval.metadata[EXTRA] = extra
-        write_eval_log(*first, format="eval")
-    return written
+        written[0][1].eval.metadata[EXTRA] = extra
+        _write_log(*written[0])
+    return [w[0] for w in written]
 
 
 __all__ = ["ingest_logs", "export_release", "read_logs"]
