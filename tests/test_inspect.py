@@ -150,8 +150,10 @@ def test_a_log_of_another_task_or_an_unfinished_one_is_refused_in_one_line(runs,
         assert not (tmp_path / f"r-{name}").exists()
 
 
-def test_export_then_ingest_gives_back_an_upstream_release(releases_dir, tmp_path):
-    """An upstream release over a sample of its cases → inspect logs (one per setting and format) → the same release."""
+@pytest.fixture(scope="module")
+def exported(releases_dir, tmp_path_factory):
+    """An upstream release over a sample of its cases, and its export: one inspect log per setting and format."""
+    tmp_path = tmp_path_factory.mktemp("export")
     src = read_release(releases_dir / "gpt4_1106")
     ids = sorted(set(src.table("answers").column("case_id").to_pylist()))[::150]
     arr = pa.array(ids, pa.string())
@@ -160,9 +162,14 @@ def test_export_then_ingest_gives_back_an_upstream_release(releases_dir, tmp_pat
     m = src.manifest.model_copy(update={"release": "gpt4-sample", "files": {}})
     sample = write_release(tmp_path / "gpt4-sample", m, {t: keep(src.table(t)) for t in ("conversations", "answers")},
                            scores=(keep(scores), records))
-    rel = read_release(sample)
     assert main(["export", str(sample), "--inspect", str(tmp_path / "logs"), "--quiet"]) == 0
-    logs = sorted((tmp_path / "logs").glob("*.eval"))
+    return read_release(sample), tmp_path / "logs"
+
+
+def test_export_then_ingest_gives_back_an_upstream_release(exported, tmp_path):
+    """An upstream release over a sample of its cases → inspect logs (one per setting and format) → the same release."""
+    rel, folder = exported
+    logs = sorted(folder.glob("*.eval"))
     pairs = {(a["setting"], a["format"]) for a in rel.table("answers").select(["setting", "format"]).to_pylist()}
     assert len(logs) == len(pairs)
     assert all(zipfile.is_zipfile(p) for p in logs)
@@ -192,3 +199,111 @@ def test_an_export_refuses_what_is_not_a_release(tmp_path, capsys):
         from craftmd.inspect_bridge.logs import ingest_logs
 
         ingest_logs([tmp_path / "none.eval"], tmp_path / "r")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _screenshot(url: str, out: Path, wait_for: str, profile: Path, timeout: float = 90) -> str:
+    """Open ``url`` in headless Chromium (DevTools over its debugging port), wait until the page's text holds
+    ``wait_for`` (the viewer loads a sample after the page), screenshot it; the page's text."""
+    import asyncio
+    import base64
+    import json
+    import time
+    from urllib.parse import quote
+
+    import aiohttp
+
+    port = _free_port()
+    proc = subprocess.Popen([shutil.which("chromium") or "/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                             "--no-first-run", f"--remote-debugging-port={port}", f"--user-data-dir={profile}", "about:blank"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        async with aiohttp.ClientSession() as http:
+            target = None
+            for _ in range(150):
+                try:
+                    async with http.put(f"http://127.0.0.1:{port}/json/new?{quote(url, safe=':/')}") as r:
+                        target = await r.json()
+                        break
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.2)
+            assert target, "chromium did not start"
+            async with http.ws_connect(target["webSocketDebuggerUrl"], max_msg_size=0) as ws:
+                n = 0
+
+                async def call(method: str, params: dict | None = None) -> dict:
+                    nonlocal n
+                    n += 1
+                    await ws.send_json({"id": n, "method": method, "params": params or {}})
+                    while True:
+                        msg = json.loads((await ws.receive()).data)
+                        if msg.get("id") == n:
+                            return msg.get("result", {})
+
+                await call("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": 2000, "deviceScaleFactor": 1, "mobile": False})
+                text, deadline = "", time.monotonic() + timeout
+                while wait_for not in text and time.monotonic() < deadline:
+                    await asyncio.sleep(0.5)
+                    r = await call("Runtime.evaluate", {"expression": "document.body ? document.body.innerText : ''", "returnByValue": True})
+                    text = r["result"].get("value") or ""
+                await asyncio.sleep(1)  # let the last frame paint
+                out.write_bytes(base64.b64decode((await call("Page.captureScreenshot", {"format": "png"}))["data"]))
+                return text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_inspect_view_shows_an_exported_conversation(exported, tmp_path):
+    """``inspect view`` over the exported logs, in headless Chromium: a sample's messages are the release's conversation."""
+    import asyncio
+
+    rel, folder = exported
+    conv = next(c for c in rel.table("conversations").to_pylist() if c["conversation"] == "standard" and c["trial"] == 0)
+    patient_first = conv["messages"][2]["content"]
+    port = _free_port()
+    view = subprocess.Popen([INSPECT, "view", "--log-dir", str(folder), "--port", str(port)], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        log = next(p.name for p in folder.glob("*_multiturn_frq.eval"))
+        url = f"http://127.0.0.1:{port}/#/logs/{log}/samples/sample/{conv['case_id']}/1/messages"
+        shot = tmp_path / "inspect-view.png"
+        text = asyncio.run(_screenshot(url, shot, patient_first[:60], tmp_path / "profile"))
+    finally:
+        os.killpg(view.pid, 15)
+        view.wait(timeout=10)
+    assert patient_first[:60] in text, text[:500]
+    assert conv["messages"][1]["content"] in text  # the doctor's opening line
+    assert "upstream-gpt4" in text  # the sample's scores
+    assert shot.stat().st_size > 50_000  # a rendered conversation, not a blank page
+    if os.environ.get("CRAFTMD_KEEP_SCREENSHOT"):
+        shutil.copy(shot, os.environ["CRAFTMD_KEEP_SCREENSHOT"])
+
+
+def test_a_real_model_through_inspect_eval(real_model, dataset_dir, tmp_path):
+    """SmolLM2 behind llama.cpp's server as doctor and patient of one case, run by ``inspect eval``; the log ingests."""
+    case = pl.read_parquet(dataset_dir / "all" / "test-00000-of-00001.parquet").filter(pl.col("source") == "medqa_usmle")["case_id"][0]
+    start = real_model.chat_requests()
+    env = dict(os.environ, SMOL_BASE_URL=real_model.base_url, SMOL_API_KEY="none")
+    proc = inspect_eval(["craftmd/craftmd", "--model", "openai-api/smol/smollm2", "--model-role", "patient=openai-api/smol/smollm2",
+                         "-T", f"dataset={dataset_dir}", "-T", f"cases={case}", "-T", "experiments=multiturn,mcq4", "-T", "max_turns=3",
+                         "-T", "max_tokens=48", "--log-dir", str(tmp_path / "logs"), "--max-connections", "1"], env, tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert real_model.chat_requests() - start >= 3  # the real server answered the doctor's and the patient's turns
+    out = tmp_path / "release"
+    assert main(["ingest", "--inspect", str(next((tmp_path / "logs").glob("*.eval"))), "--out", str(out)]) == 0
+    rel = read_release(out)
+    [conv] = rel.table("conversations").to_pylist()
+    assert conv["case_id"] == case and conv["n_turns"] >= 1 and conv["ended"] in ("final_diagnosis", "no_question", "max_turns")
+    [answer] = rel.table("answers").to_pylist()
+    assert (answer["setting"], answer["format"], answer["status"]) == ("multiturn", "mcq4", "ok") and answer["response"]
+    scores = rel.scores_with_records()[0].to_pylist()
+    assert {r["scorer"] for r in scores} >= {"paper", "strict", "history"}
+    assert rel.manifest.roles["doctor"]["model"] == "openai-api/smol/smollm2"
