@@ -307,3 +307,42 @@ def test_a_real_model_through_inspect_eval(real_model, dataset_dir, tmp_path):
     scores = rel.scores_with_records()[0].to_pylist()
     assert {r["scorer"] for r in scores} >= {"paper", "strict", "history"}
     assert rel.manifest.roles["doctor"]["model"] == "openai-api/smol/smollm2"
+
+
+def test_the_consultation_task_under_inspect_eval_is_the_release_generate_writes(source, tmp_path):
+    """``inspect eval craftmd/consultation`` (doctor, lazy patient, the ``solver`` role) ingested = ``craftmd generate --task
+    consultation`` + grade + history against the same server."""
+    from test_consultation import Models, extract
+
+    data = tmp_path / "data"
+    write_replay_dataset(pick_upstream(source, 2, seed=11, max_messages=14), data)
+    f = data / "all" / "test-00000-of-00001.parquet"
+    pl.read_parquet(f).with_columns(paper_answer=pl.col("answer")).write_parquet(f)
+    with LoopbackServer(Models(), models=("loopback",)) as server:
+        assert extract(data, server.base_url, tmp_path / "k.sqlite") == 0
+        env = dict(os.environ, LOOP_BASE_URL=server.base_url, LOOP_API_KEY="k")
+        m = "openai-api/loop/loopback"
+        proc = inspect_eval(["craftmd/consultation", "--model", m, "--model-role", f"patient={m}", "--model-role", f"solver={m}",
+                             "-T", f"dataset={data}", "-T", "experiments=upper,consult_40,oracle_random_100,mcq4,frq", "-T", "seed=3",
+                             "-T", "temperature=0", "--log-dir", str(tmp_path / "logs")], env, tmp_path)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        old = os.environ.get("LOOP_BASE_URL")
+        os.environ["LOOP_BASE_URL"] = server.base_url
+        try:
+            gen = tmp_path / "gen"
+            assert main(["generate", "--task", "consultation", "--dataset", str(data), "--doctor", m, "--patient", m, "--solver", m,
+                         "--experiments", "upper,consult_40,oracle_random_100,mcq4,frq", "--seed", "3", "--temperature", "0",
+                         "--cache", str(tmp_path / "c.sqlite"), "--out", str(gen), "--quiet"]) == 0
+        finally:
+            os.environ.pop("LOOP_BASE_URL") if old is None else os.environ.__setitem__("LOOP_BASE_URL", old)
+    for g in ("paper", "strict", "offline"):
+        assert main(["grade", str(gen), "--dataset", str(data), "--grader", g, "--quiet"]) == 0
+    assert main(["history", str(gen), "--dataset", str(data), "--quiet"]) == 0
+    out = tmp_path / "via-inspect"
+    assert main(["ingest", "--inspect", str(next((tmp_path / "logs").glob("*.eval"))), "--out", str(out)]) == 0
+    ours, theirs = read_release(out), read_release(gen)
+    assert ours.manifest.task == "consultation" and ours.manifest.roles["solver"]["model"] == m
+    for table in ("conversations", "answers"):
+        assert ours.table(table).equals(theirs.table(table)), table
+    assert {c["conversation"] for c in ours.table("conversations").to_pylist()} == {"consult", "oracle_random"}
+    assert ours.scores_with_records()[0].equals(theirs.scores_with_records()[0])
