@@ -18,7 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 ROOMS = {"dataset_builder": "dataset_builder", "generation": "generation", "scoring": "scoring", "analysis": "analysis", "cards": "cards"}
 #: Shared-ground modules that run jobs across rooms (they sit above the rooms, not below).
-JOBS = {"craftmd.cli", "craftmd.pipeline", "craftmd.submit", "craftmd.ingest_cli"}
+JOBS = {"craftmd.cli", "craftmd.pipeline", "craftmd.submit", "craftmd.ingest_cli", "craftmd.export_cli",
+        "craftmd.inspect_bridge.tasks", "craftmd.inspect_bridge.logs"}  # the inspect bridge runs the tasks and reads releases
 
 
 def _module(path: Path) -> str:
