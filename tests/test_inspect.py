@@ -128,6 +128,9 @@ def test_inspect_eval_runs_the_protocol_and_its_log_ingests_into_the_release_gen
                  "--resamples", "50"]) == 0
     page = (site / "index.html").read_text()
     assert "via-inspect" in page
+    assert "inspect view --log-dir logs/via-inspect" in page  # the page says how to read its conversations in inspect view
+    rec = ours.scorer_records()
+    assert rec["history"]["conversations"] == 4 and rec["paper"]["graded"] == theirs.scorer_records()["paper"]["graded"]
     assert "via-inspect" in pl.read_csv(site / "tables" / "accuracy.csv")["model"].to_list()
 
 

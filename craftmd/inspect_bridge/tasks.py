@@ -311,7 +311,10 @@ def history_scorer(job: Job):
             for r in rows:  # the first conversation's (the standard or consult one): what the log's metrics average
                 if r["conversation"] == convs[0]["conversation"] and r["value"] is not None:
                     value[r["metric"]] = r["value"]
-            return Score(value=value, metadata={STORE_KEY: {"rows": rows, "record": H.identity()}})
+            failed = sum(c["ended"] == "error" for c in convs)
+            facts = len({(r["trial"], r["conversation"]) for r in rows if r["metric"] == "patient_fact_recall" and r["status"] == "ok"})
+            counts = {"conversations": len(convs), "scored": len(convs) - failed, "failed": failed, "with_facts": facts}
+            return Score(value=value, metadata={STORE_KEY: {"rows": rows, "record": H.identity(), "counts": counts}})
 
         return score
 
