@@ -136,28 +136,29 @@ def _rows(logs) -> tuple[list[dict], list[dict], list[dict], dict]:
     return list(convs.values()), answers, list(scores.values()), records
 
 
-def _scores_table(rows: list[dict], order: list[str] | None) -> pa.Table | None:
+def _scores_table(rows: list[dict], columns: list | None) -> pa.Table | None:
+    """The score rows as a table: the columns (and types) an exported release recorded, else in the rows' order
+    (the answer scorers' variant keys, then the history scorer's ``conversation``, as grade then history write them)."""
     if not rows:
         return None
-    names = list(order or [])
-    for r in rows:
-        for k in r:
-            if k not in names:
-                names.append(k)
-    variant = [n for n in names if n not in SCORE_COLUMNS.names]
-    types = {"with_image": pa.bool_(), "trial": pa.int16()}
-    fields = []
-    for n in names:
-        if n in SCORE_COLUMNS.names:
-            fields.append(SCORE_COLUMNS.field(n))
-        else:
-            vals = [r.get(n) for r in rows if r.get(n) is not None]
-            t = types.get(n) or (pa.bool_() if vals and isinstance(vals[0], bool) else pa.int64() if vals and isinstance(vals[0], int) else pa.string())
-            fields.append(pa.field(n, t))
-    cols = {n: [r.get(n) for r in rows] for n in names}
+    if columns:
+        schema = pa.schema([pa.field(n, pa.type_for_alias(t)) for n, t in columns])
+    else:
+        names: list[str] = []
+        for r in rows:
+            names += [k for k in r if k not in names]
+        types = {"with_image": pa.bool_(), "trial": pa.int16()}
+        fields = []
+        for n in names:
+            if n in SCORE_COLUMNS.names:
+                fields.append(SCORE_COLUMNS.field(n))
+            else:
+                v = next((r[n] for r in rows if r.get(n) is not None), None)
+                fields.append(pa.field(n, types.get(n) or (pa.bool_() if isinstance(v, bool) else pa.int64() if isinstance(v, int) else pa.string())))
+        schema = pa.schema(fields)
+    cols = {n: [r.get(n) for r in rows] for n in schema.names}
     cols["value"] = [None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v) for v in cols["value"]]
-    del variant
-    return pa.table(cols, schema=pa.schema(fields))
+    return pa.table(cols, schema=schema)
 
 
 def _role(cfg) -> dict:
@@ -309,7 +310,7 @@ def _export(release, out, progress: bool) -> list[Path]:
     conv_rows = rel.table("conversations").to_pylist() if rel.has("conversations") else []
     score_table, records = rel.scores_with_records()
     score_rows = score_table.to_pylist() if score_table is not None else []
-    order = score_table.column_names if score_table is not None else []
+    order = [[f.name, str(f.type)] for f in score_table.schema] if score_table is not None else []
 
     convs = {tuple(c[k] for k in CONV_KEY): c for c in conv_rows}
     by_answer: dict[tuple, list[dict]] = {}
