@@ -399,8 +399,6 @@ class EncounterJob:
     def runner(self):
         """The runner, made at the first sample (inside the eval: inspect's models and event loop)."""
         if self._runner is None:
-            import asyncio  # noqa: F401 - the tagging futures live on the eval's loop
-
             from craftmd.generation.encounters import Encounters
             from craftmd.generation.patient import get_embedder
             from craftmd.generation.protocol import PromptSet
@@ -421,8 +419,6 @@ class EncounterJob:
         return self._runner
 
     def describe(self) -> dict:
-        from craftmd.dataset_builder.packets import REFERENCE_DATE  # noqa: F401 - the packets' reference date is the runner's
-
         return {"task": "encounters", "config": "packets", "dataset_sha256": self.dataset_sha,
                 "prompt_set": {"name": self.spec.prompt_set}, "max_messages": self.spec.max_messages,
                 "sampling": {k: getattr(self.spec, k) for k in SAMPLING}, "cases": list(self.packets),
