@@ -37,7 +37,7 @@ help:
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c requirements.lock -e '.[test]'
+	$(BIN)/python -m pip install -q -c requirements.lock -e '.[test,inspect]'
 	@touch $@
 
 install: $(VENV)/.installed

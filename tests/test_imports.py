@@ -23,6 +23,8 @@ ROOMS = {"dataset_builder": "dataset_builder", "generation": "generation", "scor
 #: The commands that run jobs across rooms (the CLI, the main job, submit, ingest, the audits) sit together above
 #: the rooms, in craftmd.commands.
 COMMANDS = "craftmd.commands"
+#: The inspect_ai bridge runs the tasks' protocols and scorers and reads and writes releases: it sits above the rooms too.
+BRIDGE = "craftmd.inspect_bridge"
 
 
 def _module(path: Path) -> str:
@@ -121,7 +123,8 @@ def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
 def _above_rooms(module: str) -> bool:
     """The command layer: the jobs that run across rooms and every room's CLI module (``cli``, ``*_cli``: each
     subcommand parses its arguments and calls a function of a room, any room). They sit above the rooms."""
-    return module == COMMANDS or module.startswith(COMMANDS + ".") or module.rsplit(".", 1)[-1].endswith("cli")
+    return (module in (COMMANDS, BRIDGE) or module.startswith((COMMANDS + ".", BRIDGE + "."))
+            or module.rsplit(".", 1)[-1].endswith("cli"))
 
 
 def _room(module: str) -> str:

@@ -23,6 +23,7 @@ ROOMS = (
     "craftmd.scoring.judge_cli",
     "craftmd.analysis.cli",
     "craftmd.commands.ingest",
+    "craftmd.commands.export",
     "craftmd.commands.pipeline",
     "craftmd.commands.submit",
 )

@@ -28,12 +28,18 @@ def ingest_source(source, dataset: Path | str | None, out: Path | str, **options
 
 
 def _ingest(args) -> int:
-    """turn upstream results/<model>/ folders into frozen, graded releases
+    """turn upstream results/<model>/ folders (or inspect logs) into frozen, graded releases
 
     Read each upstream results/<model>/ folder of the pinned source once and write a frozen release
     OUT/<model>/ (conversations, answers, scores: paper and strict MCQ rules, recorded GPT-4 FRQ labels;
-    manifest).
+    manifest). With --inspect LOG..., turn inspect logs of craftmd's tasks (inspect eval craftmd/craftmd,
+    or logs written by craftmd export --inspect) into the one release OUT.
     """
+    if args.inspect:
+        from craftmd.inspect_bridge.logs import ingest_logs
+
+        print(ingest_logs(args.inspect, args.out, overwrite=args.overwrite))
+        return 0
     paths = ingest_source(args.source, args.dataset, args.out, models=args.model or None, progress=not args.quiet,
                           overwrite=args.overwrite, skip_existing=args.skip_existing)
     for p in paths:
@@ -46,7 +52,9 @@ def register(sub) -> None:
     p = command(sub, "ingest", _ingest)
     add_source_argument(p)
     add_dataset_argument(p, required=False, help="a built dataset folder (craftmd build --out DIR); default: build one into a scratch folder")
-    p.add_argument("--out", required=True, help="the releases folder to write into")
+    p.add_argument("--out", required=True, help="the releases folder to write into (with --inspect: the release folder)")
+    p.add_argument("--inspect", nargs="+", metavar="LOG", help="inspect logs (.eval) of craftmd's tasks to turn into the release OUT "
+                   "(needs pip install 'craftmd[inspect]')")
     p.add_argument("--model", action="append", help="only this upstream model (repeatable); default: all six")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--overwrite", action="store_true", help="replace existing releases")

@@ -1,0 +1,433 @@
+"""Inspect logs in and out of releases.
+
+* :func:`ingest_logs` (``craftmd ingest --inspect LOG… --out RELEASE``): logs of the package's
+  tasks (``inspect eval craftmd/craftmd``, or logs this module exported) → one release:
+  conversations and answers from each sample's store, scores from each score's metadata (the
+  package scorers' own rows: nothing is re-graded), and a run record naming each role, the
+  dataset, the prompt set and inspect's version. A log of another task, or an unfinished one,
+  is refused in one line; nothing is written.
+* :func:`export_release` (``craftmd export RELEASE --inspect DIR``): a release (upstream ones
+  included) → one inspect log per (setting, format), each answer a sample (epoch = trial + 1)
+  with its conversation as messages, the answer as output, its scores, and its rows in the
+  store, so ``inspect view --log-dir DIR`` browses the conversations and ``ingest`` gives the
+  release back. Rows no answer reads (a conversation no exported setting uses, a case-level
+  score) travel in the first log's metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+
+from craftmd import CraftMDError, __version__
+from craftmd.release import (
+    ANSWERS_SCHEMA, CONVERSATIONS_SCHEMA, KEYS, SCORE_COLUMNS, RunRecord, Release, dependency_versions, read_release, write_release,
+    write_scores,
+)
+
+from . import STORE_KEY, TASKS, require_inspect
+
+MANIFEST = "craftmd.manifest"  # an exported log's metadata: the release's run record
+RECORDS = "craftmd.scorers"  # ... its scorers' records
+EXTRA = "craftmd.extra"  # ... rows no exported answer carries (first log only)
+SCORE_ORDER = "craftmd.score_columns"  # ... the scores table's column order
+CONV_KEY = KEYS["conversations"]
+ANSWER_KEY = KEYS["answers"]
+#: What ingest never reads from a sample (the events hold every model call: most of a log's bytes).
+SKIP = {"events", "attachments", "model_usage", "role_usage", "timelines", "output"}
+
+
+# --- logs -> release ----------------------------------------------------------------------------
+def _check_header(path: Path, log) -> str:
+    task = log.eval.task
+    if task not in TASKS:
+        raise CraftMDError(f"{path}: a log of task {task!r}, not one of {', '.join(TASKS)}")
+    if log.status != "success":
+        raise CraftMDError(f"{path}: an unfinished log (status {log.status}); only a finished run becomes a release")
+    return task
+
+
+def read_logs(paths: list[Path | str]) -> list:
+    """The logs, each checked from its header before its samples are read."""
+    require_inspect()
+    from inspect_ai.log import read_eval_log
+
+    logs, task = [], None
+    for p in map(Path, paths):
+        if not p.exists():
+            raise CraftMDError(f"{p}: no such log")
+        try:
+            head = read_eval_log(str(p), header_only=True)
+        except Exception as exc:  # noqa: BLE001 - an unreadable file, whatever inspect raised
+            raise CraftMDError(f"{p}: not an inspect log ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
+        t = _check_header(p, head)
+        if task is not None and t != task:
+            raise CraftMDError(f"{p}: a log of {t}, the others are of {task}; one release holds one task")
+        task = t
+        logs.append(read_eval_log(str(p), exclude_fields=SKIP))
+    if not logs:
+        raise CraftMDError("no log given")
+    return logs
+
+
+def _text_messages(messages) -> list[dict]:
+    """inspect chat messages as a release's text messages (role, content; images as ``<image>``)."""
+    from craftmd.generation.protocol import IMAGE_MARK
+
+    out = []
+    for m in messages:
+        c = m.content
+        if not isinstance(c, str):
+            c = "\n".join(p.text if p.type == "text" else IMAGE_MARK for p in c)
+        out.append({"role": m.role, "content": c})
+    return out
+
+
+def _rows(logs) -> tuple[list[dict], list[dict], list[dict], dict]:
+    """(conversations, answers, score rows, scorer records) of the logs; rows repeated across samples kept once."""
+    convs: dict[tuple, dict] = {}
+    answers: list[dict] = []
+    others: dict[str, dict[str, dict]] = {}  # a task's own tables (the encounters' patient states, ...): rows kept once
+    scores: dict[tuple, dict] = {}
+    records: dict[str, dict] = {}
+    counts: dict[str, dict] = {}
+
+    def add_score(r: dict) -> None:
+        key = tuple(sorted((k, v) for k, v in r.items() if k not in ("value", "label", "detail", "status")))
+        scores.setdefault(key, r)
+
+    for log in logs:
+        meta = log.eval.metadata or {}
+        extra = meta.get(EXTRA) or {}
+        for c in extra.get("conversations", []):
+            convs.setdefault(tuple(c[k] for k in CONV_KEY), c)
+        for r in extra.get("scores", []):
+            add_score(r)
+        records.update(meta.get(RECORDS) or {})
+        for s in log.samples or []:
+            rows = s.store.get(STORE_KEY)
+            if rows is None:
+                raise CraftMDError(f"{log.location}: sample {s.id} epoch {s.epoch} has no craftmd rows (not written by craftmd's task)")
+            for c in rows.get("conversations", []):
+                if "messages" not in c:  # an exported sample: the conversation is the sample's messages, less the answer
+                    c = dict(c, messages=_text_messages(s.messages[:-1]))
+                convs.setdefault(tuple(c[k] for k in CONV_KEY), c)
+            answers += rows.get("answers", [])
+            for name, table_rows in rows.items():
+                if name not in ("conversations", "answers"):
+                    seen = others.setdefault(name, {})
+                    for r in table_rows:
+                        seen.setdefault(json.dumps(r, sort_keys=True), r)
+            for name, sc in (s.scores or {}).items():
+                data = (sc.metadata or {}).get(STORE_KEY)
+                if not data:
+                    continue
+                for r in data.get("rows", []):
+                    add_score(r)
+                if data.get("record") is not None:
+                    g = data["rows"][0]["scorer"] if data.get("rows") else None
+                    if g:
+                        records.setdefault(g, data["record"])
+                        c = counts.setdefault(g, {})
+                        for k, v in (data.get("counts") or {}).items():
+                            c[k] = c.get(k, 0) + v
+    for g, c in counts.items():
+        if g in records and not any(k in records[g] for k in c):
+            records[g] = dict(records[g], **c)
+    return list(convs.values()), answers, list(scores.values()), records, {n: list(t.values()) for n, t in others.items()}
+
+
+def _scores_table(rows: list[dict], columns: list | None) -> pa.Table | None:
+    """The score rows as a table: the columns (and types) an exported release recorded, else in the rows' order
+    (the answer scorers' variant keys, then the history scorer's ``conversation``, as grade then history write them)."""
+    if not rows:
+        return None
+    if columns:
+        schema = pa.schema([pa.field(n, pa.type_for_alias(t)) for n, t in columns])
+    else:
+        names: list[str] = []
+        for r in rows:
+            names += [k for k in r if k not in names]
+        types = {"with_image": pa.bool_(), "trial": pa.int16()}
+        fields = []
+        for n in names:
+            if n in SCORE_COLUMNS.names:
+                fields.append(SCORE_COLUMNS.field(n))
+            else:
+                v = next((r[n] for r in rows if r.get(n) is not None), None)
+                fields.append(pa.field(n, types.get(n) or (pa.bool_() if isinstance(v, bool) else pa.int64() if isinstance(v, int) else pa.string())))
+        schema = pa.schema(fields)
+    cols = {n: [r.get(n) for r in rows] for n in schema.names}
+    cols["value"] = [None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v) for v in cols["value"]]
+    return pa.table(cols, schema=schema)
+
+
+def _role(cfg) -> dict:
+    """A role's inspect model config as a run record's role (its model and server; never a key)."""
+    if isinstance(cfg, list):
+        cfg = cfg[0]
+    from craftmd.models.openai import public_url
+
+    url = getattr(cfg, "base_url", None)
+    return {"model": cfg.model, "base_url": public_url(url) if url else None}
+
+
+def _run_record(log, out: Path, conversations: list[dict], answers: list[dict]) -> RunRecord:
+    """The run record of a release made by ``inspect eval`` of one of the package's tasks."""
+    spec = log.eval
+    desc = (spec.metadata or {}).get(STORE_KEY) or {}
+    roles_cfg = spec.model_roles or {}
+    doctor = {"model": spec.model, "base_url": spec.model_base_url or desc.get("doctor_base_url")}
+    roles = {"doctor": doctor}
+    for agent in ("patient", "summarizer", "solver", "grader", "closer"):
+        if agent in roles_cfg:
+            roles[agent] = _role(roles_cfg[agent])
+    roles.setdefault("patient", dict(doctor))
+    if desc.get("task") == "craftmd":
+        roles.setdefault("summarizer", dict(roles["patient"]))
+    if desc.get("task") == "encounters":
+        roles.setdefault("closer", dict(roles["patient"]))
+        if desc.get("memory_tags"):
+            roles["tagger"] = dict(roles["patient"])
+    sampling = {**(desc.get("sampling") or {}), "seed_rule": "seed + trial"}
+    for agent, r in roles.items():
+        if agent != "grader":
+            r["sampling"] = dict(sampling)
+    packages = dict(spec.packages or {})
+    keyed = answers or conversations  # an encounters release has conversations and no answers
+    trials = max((a["trial"] for a in keyed), default=-1) + 1
+    return RunRecord(
+        release=out.name, kind="generated", task=desc.get("task") or spec.task.split("/", 1)[1], model=spec.model,
+        source={"dataset_config": desc.get("config"), "dataset_sha256": desc.get("dataset_sha256"),
+                "cases": len({a["case_id"] for a in keyed})},
+        prompt_set=desc.get("prompt_set"), sampling={a: r["sampling"] for a, r in roles.items() if "sampling" in r},
+        seed=(desc.get("sampling") or {}).get("seed"), models={a: r["model"] for a, r in roles.items()}, roles=roles,
+        producer={"inspect": {"task": spec.task, "eval_id": spec.eval_id, "run_id": spec.run_id, "epochs": spec.config.epochs,
+                              "inspect_ai": packages.get("inspect_ai")}},
+        dependencies={**dependency_versions(), **({"inspect_ai": packages["inspect_ai"]} if "inspect_ai" in packages else {})},
+        counts={"cases": len({a["case_id"] for a in keyed}), "trials": trials, "conversations": len(conversations), "answers": len(answers)},
+        notes={"settings": desc.get("settings"), "formats": desc.get("formats"), "max_turns": desc.get("max_turns"),
+               "protocol": f"run by inspect eval {spec.task} (inspect_ai {packages.get('inspect_ai')})"},
+    )
+
+
+def _inputs(records: dict, rel: Release, desc: dict) -> dict:
+    """Each scorer's record with the inputs its scores were made from (the written files' hashes, the dataset's)."""
+    out = {}
+    files = rel.manifest.files
+    for g, rec in records.items():
+        if "inputs" in rec:
+            out[g] = rec
+        elif g == "history":
+            out[g] = dict(rec, inputs={"conversations_sha256": files["conversations.parquet"]["sha256"],
+                                       "dataset_sha256": desc.get("history_dataset_sha256")})
+        else:
+            out[g] = dict(rec, inputs={"answers_sha256": files["answers.parquet"]["sha256"], "dataset_sha256": desc.get("grading_dataset_sha256")})
+    return out
+
+
+def ingest_logs(paths: list[Path | str], out: Path | str, *, overwrite: bool = False) -> Path:
+    """Inspect logs of one of the package's tasks → the release ``out``."""
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
+    logs = read_logs(paths)
+    conversations, answers, score_rows, records, others = _rows(logs)
+    first = logs[0].eval
+    meta = first.metadata or {}
+    if MANIFEST in meta:  # an exported release: its own run record
+        manifest = RunRecord.from_dict(dict(meta[MANIFEST], files={}))
+    else:
+        manifest = _run_record(logs[0], out, conversations, answers)
+    from craftmd.tasks import get_task
+
+    task = get_task(manifest.task)
+    tables = {}
+    if answers or "answers" in task.required_tables or MANIFEST not in meta and manifest.task != "encounters":
+        tables["answers"] = pa.Table.from_pylist(answers, ANSWERS_SCHEMA)
+    if conversations or MANIFEST not in meta or "conversations.parquet" in (meta[MANIFEST].get("files") or {}):
+        tables["conversations"] = pa.Table.from_pylist(conversations, CONVERSATIONS_SCHEMA)
+    for t in task.extra_tables:
+        if t.name in others or t.name in task.required_tables:
+            tables[t.name] = pa.Table.from_pylist(others.get(t.name, []), t.schema)
+    write_release(out, manifest, tables, overwrite=overwrite)
+    scores = _scores_table(score_rows, meta.get(SCORE_ORDER))
+    if scores is not None:
+        rel = read_release(out)
+        write_scores(rel, scores, _inputs(records, rel, meta.get(STORE_KEY) or {}))
+    return out
+
+
+# --- release -> logs ----------------------------------------------------------------------------
+def _score_value(rows: list[dict]):
+    """A sample's score for one scorer: the ``correct`` value (or the one metric's), else a dict by metric; NaN for none."""
+    vals = {r["metric"]: (math.nan if r["value"] is None else r["value"]) for r in rows}
+    if len(vals) == 1:
+        return next(iter(vals.values()))
+    return vals
+
+
+def _message(m: dict) -> dict:
+    return {"role": m["role"], "content": m["content"], "source": "generate" if m["role"] == "assistant" else "input"}
+
+
+def _write_log(path: Path, header, samples: list[tuple[str, bytes]], summaries: list[dict]) -> None:
+    """An ``.eval`` log (inspect's zip layout: a sample per member, the summaries, the header), written atomically.
+
+    The header is inspect's own :class:`EvalLog` (less its samples); each sample is the JSON of an
+    :class:`EvalSample`, serialized straight from plain values (the whole of an upstream release in seconds,
+    where building and condensing 80,000 pydantic samples takes minutes)."""
+    import zipfile
+
+    from pydantic_core import to_json
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        # deflate, as inspect's logs were before zstd (every reader reads both): inspect's zstd starts a pool of
+        # compression threads per member, most of the time for 80,000 small samples
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+            for name, data in samples:
+                z.writestr(name, data)
+            z.writestr("summaries.json", to_json(summaries))
+            z.writestr("header.json", header.model_dump_json(exclude={"samples"}, exclude_none=True))
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def export_release(release: Path | str, out: Path | str, *, progress: bool = True) -> list[Path]:
+    """Write ``release`` as inspect logs into ``out``: one ``.eval`` log per (setting, format)."""
+    import gc
+
+    gc.disable()  # millions of small rows, none cyclic: the collector's passes would be a third of the time
+    try:
+        return _export(release, out, progress)
+    finally:
+        gc.enable()
+
+
+def _export(release, out, progress: bool) -> list[Path]:
+    require_inspect()
+    import inspect_ai
+    from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalMetric, EvalResults, EvalScore, EvalSpec
+    from pydantic_core import to_json
+    from tqdm import tqdm
+
+    from craftmd.tasks import get_task
+
+    rel = read_release(release)
+    m = rel.manifest
+    task = get_task(m.task)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    answers = rel.table("answers").to_pylist()
+    conv_rows = rel.table("conversations").to_pylist() if rel.has("conversations") else []
+    score_table, records = rel.scores_with_records()
+    score_rows = score_table.to_pylist() if score_table is not None else []
+    order = [[f.name, str(f.type)] for f in score_table.schema] if score_table is not None else []
+
+    convs = {tuple(c[k] for k in CONV_KEY): c for c in conv_rows}
+    by_answer: dict[tuple, list[dict]] = {}
+    by_conv: dict[tuple, list[dict]] = {}
+    extra_scores = []
+    for r in score_rows:
+        if r.get("setting") is not None and r.get("format") is not None:
+            by_answer.setdefault((r["case_id"], r["trial"], r["setting"], r["format"], r["with_image"]), []).append(r)
+        elif r.get("conversation") is not None:
+            by_conv.setdefault((r["case_id"], r["trial"], r["conversation"], r["with_image"]), []).append(r)
+        else:
+            extra_scores.append(r)
+    used_convs: set[tuple] = set()
+    used_answers: set[tuple] = set()
+    msgs_cache: dict[tuple, list] = {}
+    bare_convs: dict[tuple, dict] = {}
+
+    def messages(key: tuple) -> list:
+        if key not in msgs_cache:
+            msgs_cache[key] = [_message(x) for x in convs[key]["messages"]]
+            bare_convs[key] = {k: v for k, v in convs[key].items() if k != "messages"}
+        return msgs_cache[key]
+
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for a in answers:
+        groups.setdefault((a["setting"], a["format"]), []).append(a)
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    manifest = m.model_dump(mode="json")
+    packages = {"craftmd": __version__, "inspect_ai": inspect_ai.__version__}
+    written: list[tuple] = []
+    model = m.model if "/" in m.model else f"{m.kind}/{m.model}"
+    bar = tqdm(total=len(answers), desc=f"export {rel.id}", unit="answer", disable=not progress, dynamic_ncols=True)
+    for (setting, fmt), rows in sorted(groups.items()):
+        exp = task.experiment(setting, fmt)
+        kind = exp.conversation if exp is not None else None
+        samples, summaries = [], []
+        totals: dict[str, list[float]] = {}
+        for a in rows:
+            akey = (a["case_id"], a["trial"], a["setting"], a["format"], a["with_image"])
+            ckey = (a["case_id"], a["trial"], kind, a["with_image"]) if kind else None
+            has_conv = ckey in convs
+            mine = list(by_answer.get(akey, ()))
+            if has_conv:
+                mine += by_conv.get(ckey, ())
+                used_convs.add(ckey)
+            used_answers.add(akey)
+            by_scorer: dict[str, list[dict]] = {}
+            for r in mine:
+                by_scorer.setdefault(r["scorer"], []).append(r)
+            scores, brief = {}, {}
+            for g, rs in by_scorer.items():
+                value = _score_value(rs)
+                if isinstance(value, float) and not math.isnan(value):
+                    totals.setdefault(g, []).append(value)
+                label = next((r["label"] for r in rs if r["label"] is not None), None)
+                brief[g] = {"value": value, "answer": label}
+                scores[g] = {"value": value, "answer": label, "metadata": {STORE_KEY: {"rows": rs}}}
+            text = (a["response"] if a["status"] == "ok" else f"({a['status']}: {a['error'] or 'no answer'})") or ""
+            convo = messages(ckey) if has_conv else []
+            answer = {"role": "assistant", "content": text, "source": "generate", "model": model}
+            sid, epoch = a["case_id"] + ("+image" if a["with_image"] else ""), int(a["trial"]) + 1
+            meta = {"case_id": a["case_id"], "trial": a["trial"], "setting": setting, "format": fmt, "with_image": a["with_image"],
+                    "status": a["status"], **({"ended": convs[ckey]["ended"], "n_turns": convs[ckey]["n_turns"]} if has_conv else {})}
+            sample = {
+                "id": sid, "epoch": epoch, "input": convo[:1] or a["case_id"], "target": "", "messages": [*convo, answer],
+                "output": {"model": model, "choices": [{"message": answer, "stop_reason": "stop"}], "completion": text},
+                "scores": scores, "metadata": meta,
+                "store": {STORE_KEY: {"conversations": [bare_convs[ckey]] if has_conv else [], "answers": [a]}},
+                "events": [], "model_usage": {}, "role_usage": {}, "attachments": {},
+            }
+            samples.append((f"samples/{sid}_epoch_{epoch}.json", to_json(sample)))
+            first = convo[0]["content"][:200] if convo else a["case_id"]
+            summaries.append({"id": sid, "epoch": epoch, "input": first, "target": "", "metadata": meta, "scores": brief,
+                              "model_usage": {}, "role_usage": {}, "completed": True, "message_count": len(convo) + 1})
+            bar.update(1)
+        meta = {MANIFEST: manifest, RECORDS: records, SCORE_ORDER: order, "setting": setting, "format": fmt}
+        spec = EvalSpec(
+            created=created, task=f"craftmd/{m.task}", task_id=f"{rel.id}-{setting}-{fmt}", run_id=rel.id,
+            task_display_name=f"{rel.display} · {setting} · {fmt}", dataset=EvalDataset(name=f"{rel.id}/{setting}/{fmt}", samples=len(rows)),
+            model=model, config=EvalConfig(epochs=max(int(a["trial"]) for a in rows) + 1), packages=packages, metadata=meta,
+        )
+        results = EvalResults(total_samples=len(samples), completed_samples=len(samples), scores=[
+            EvalScore(name=g, scorer=g, scored_samples=len(v), metrics={"mean": EvalMetric(name="mean", value=sum(v) / len(v))})
+            for g, v in sorted(totals.items())
+        ])
+        path = out / f"{rel.id}_{setting}_{fmt}.eval"
+        written.append((path, EvalLog(status="success", eval=spec, results=results), samples, summaries))
+        if len(written) > 1:  # the first waits for the rows no answer carries
+            _write_log(*written[-1])
+            written[-1] = (path,)
+    bar.close()
+    if written:
+        extra = {"conversations": [c for k, c in convs.items() if k not in used_convs],
+                 "scores": extra_scores + [r for k, rs in by_answer.items() if k not in used_answers for r in rs]
+                 + [r for k, rs in by_conv.items() if k not in used_convs for r in rs]}
+        written[0][1].eval.metadata[EXTRA] = extra
+        _write_log(*written[0])
+    return [w[0] for w in written]
+
+
+__all__ = ["ingest_logs", "export_release", "read_logs"]
