@@ -78,7 +78,7 @@ class Consultation(CraftMD):
         self.no_keyinfo = [c.case_id for c in self.cases if c.case_id not in self.keyinfo]
 
     def roles(self) -> dict[str, str]:
-        return {"doctor": self.spec.doctor, "patient": self.spec.patient, "solver": self.spec.solver}
+        return {"doctor": self.spec.doctor, "patient": self.need("--patient", self.spec.patient), "solver": self.spec.solver}
 
     def plan(self, case: Sample, with_image: bool) -> list[tuple[str, str]]:
         out = super().plan(case, with_image)

@@ -85,7 +85,8 @@ class Encounters(Runner):
 
     def roles(self) -> dict[str, str]:
         s = self.spec
-        models = {"doctor": s.doctor, "patient": s.patient, "closer": s.closer or s.patient, "tagger": s.patient}
+        patient = self.need("--patient", s.patient)
+        models = {"doctor": s.doctor, "patient": patient, "closer": s.closer or patient, "tagger": patient}
         return {a: models[a] for a in self.agents}
 
     def jobs(self) -> list[tuple[dict, int]]:

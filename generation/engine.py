@@ -95,7 +95,8 @@ class CraftMD(Runner):
 
     def roles(self) -> dict[str, str]:
         spec = self.spec
-        return {"doctor": spec.doctor, "patient": spec.patient, "summarizer": spec.summarizer or spec.patient}
+        patient = self.need("--patient", spec.patient)
+        return {"doctor": spec.doctor, "patient": patient, "summarizer": spec.summarizer or patient}
 
     # which experiments a case allows: the cells of the task's matrix whose needs the case meets
     def plan(self, case: Sample, with_image: bool) -> list[tuple[str, str]]:

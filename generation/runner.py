@@ -62,8 +62,8 @@ class GenerateSpec:
     dataset: Path
     out: Path
     doctor: str
-    patient: str
-    task: str = "craftmd"  # craftmd, consultation, encounters, or any registered task
+    patient: str | None = None  # the patient-AI (the tasks that have one need it)
+    task: str = "craftmd"  # craftmd, consultation, encounters, a registered task, or a task file (*.py)
     summarizer: str | None = None  # craftmd: the conversation summarizer (default: the patient model)
     solver: str | None = None  # consultation: the fixed model that answers from the conversation
     closer: str | None = None  # encounters: the closure classifier (default: the patient model)
@@ -245,13 +245,15 @@ class Runner:
     default_prompt_set: str = ""
     unit: str = "jobs"  # what the bar counts as done
     processes: bool = True  # may its jobs be split over worker processes
+    prompts_root: Path | None = None  # where its prompt sets are (None: the package's generation/prompts)
 
     def __init__(self, spec: GenerateSpec):
         self.spec = spec
         check_run(spec)
         self.agent_names = self.roles()
         check_names(self.agent_names.values(), self.call_settings())  # a missing variable: one line, now
-        self.prompts = PromptSet(spec.prompt_set or self.default_prompt_set)
+        name = spec.prompt_set or self.default_prompt_set
+        self.prompts = PromptSet(name, self.prompts_root) if self.prompts_root else PromptSet(name)
         self.tallies = {a: Counts() for a in self.agents}
         self.callers: dict = {}
         self.servers: dict[str, dict] = {}  # model name -> where it is called ({base_url, service}; for the record)
@@ -263,6 +265,12 @@ class Runner:
     def roles(self) -> dict[str, str]:
         """agent -> provider/model."""
         raise NotImplementedError
+
+    def need(self, option: str, value: str | None) -> str:
+        """``value``, or one line saying the task needs ``option``."""
+        if not value:
+            raise CraftMDError(f"the {self.task.name} task needs {option} MODEL")
+        return value
 
     def jobs(self) -> list:
         raise NotImplementedError

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from craftmd import CraftMDError, __version__
+from craftmd.tasks import load_task_files
 
 ROOMS = (
     "craftmd.dataset_builder.cli",
@@ -182,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        load_task_files()  # tasks of your own ($CRAFTMD_TASKS): their scorers and metrics known to every command
         result = args.func(args)
     except CraftMDError as exc:
         if args.debug:
