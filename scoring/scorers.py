@@ -32,6 +32,7 @@ first, most reliable first; a grader that would grade its own model never stands
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -439,62 +440,53 @@ class Recorded(Scorer):
     about = "the GPT-4 grader-AI's labels recorded upstream (written by ingest; cannot be re-run)"
 
 
-class History(Scorer):
-    name = "history"
+class ModuleScorer(Scorer):
+    """A conversation scorer whose rules live in one module (imported when first used: its libraries are heavy), with its
+    ``METRIC_NAMES``, ``identity()`` and ``inputs(release, dataset_dir)``; :meth:`scores` runs it."""
+
     unit = "conversation"
+    module = ""
+
+    @property
+    def rules(self):
+        return importlib.import_module(self.module)
+
+    @property
+    def metrics(self):
+        return self.rules.METRIC_NAMES
+
+    def identity(self):
+        return self.rules.identity()
+
+    def inputs(self, release, ctx):
+        return self.rules.inputs(release, ctx.dataset(self.name))
+
+    def scores(self, release, ctx) -> tuple[pa.Table, dict]:
+        raise NotImplementedError
+
+    def run(self, release, ctx):
+        table, record = self.scores(release, ctx)
+        return table, {self.name: record}
+
+
+class History(ModuleScorer):
+    name = "history"
+    module = "craftmd.scoring.history"
     tasks = ("craftmd",)
     about = "history taking without a model: ROUGE coverage of what the patient held, MediQ facts, turns, question diversity"
 
-    @property
-    def metrics(self):
-        from craftmd.scoring.history import METRIC_NAMES
-
-        return METRIC_NAMES
-
-    def identity(self):
-        from craftmd.scoring.history import identity
-
-        return identity()
-
-    def inputs(self, release, ctx):
-        from craftmd.scoring.history import inputs
-
-        return inputs(release, ctx.dataset(self.name))
-
-    def run(self, release, ctx):
-        from craftmd.scoring.history import history_scores
-
-        table, record = history_scores(release, ctx.dataset(self.name), workers=ctx.options.get("workers"), progress=ctx.progress)
-        return table, {self.name: record}
+    def scores(self, release, ctx):
+        return self.rules.history_scores(release, ctx.dataset(self.name), workers=ctx.options.get("workers"), progress=ctx.progress)
 
 
-class KeyInfo(Scorer):
+class KeyInfo(ModuleScorer):
     name = "keyinfo"
-    unit = "conversation"
+    module = "craftmd.scoring.keyinfo"
     tasks = ("craftmd", "consultation")
     about = "ROUGE-1 of the doctor's turns against the case's keys and of the patient's against its values (the keyinfo config)"
 
-    @property
-    def metrics(self):
-        from craftmd.scoring.keyinfo import METRIC_NAMES
-
-        return METRIC_NAMES
-
-    def identity(self):
-        from craftmd.scoring.keyinfo import identity
-
-        return identity()
-
-    def inputs(self, release, ctx):
-        from craftmd.scoring.keyinfo import inputs
-
-        return inputs(release, ctx.dataset(self.name))
-
-    def run(self, release, ctx):
-        from craftmd.scoring.keyinfo import keyinfo_scores
-
-        table, record = keyinfo_scores(release, ctx.dataset(self.name))
-        return table, {self.name: record}
+    def scores(self, release, ctx):
+        return self.rules.keyinfo_scores(release, ctx.dataset(self.name))
 
 
 class Judges(Scorer):

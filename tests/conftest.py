@@ -40,6 +40,25 @@ def releases_dir(source, dataset_dir, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def upstream(source, request):
+    """Recorded upstream GPT-4 cases (trial 0) for a module's replay tests: ``pick_upstream(source, **REPLAY)`` with the
+    module's ``REPLAY`` (default: 2 cases, seed 3, at most 12 messages)."""
+    from loopback import pick_upstream
+
+    return pick_upstream(source, **getattr(request.module, "REPLAY", {"n": 2, "seed": 3, "max_messages": 12}))
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset(upstream, tmp_path_factory):
+    """A dataset folder of just the module's :func:`upstream` cases (configs all, diagnoses, nejm_image)."""
+    from loopback import write_replay_dataset
+
+    out = tmp_path_factory.mktemp("replay") / "data"
+    write_replay_dataset(upstream, out)
+    return out
+
+
 @pytest.fixture(scope="session")
 def real_model():
     """SmolLM2-135M-Instruct behind llama.cpp's OpenAI-compatible server (tests/realmodel.py), for the session.

@@ -82,6 +82,22 @@ class Script:
         return text
 
 
+def patient_down(medpi, *, objective: str = "diagnosis", trial: int = 1, script: Script | None = None):
+    """A responder that plays ``script`` (default: a doctor asking twice), except that the patient model of the first
+    packet with ``objective`` is down (HTTP 400) in its trial ``trial``: that encounter fails."""
+    from craftmd.dataset_builder.packets import load_packets
+
+    who = next(p for p in load_packets(medpi) if p["objective"] == objective)
+    script = script or Script(doctor_turns=2)
+
+    def play(req):
+        if req["messages"][0]["content"].startswith("You are " + who["name"]) and req.get("seed") == trial:
+            raise ValueError("the patient model is down")
+        return script(req)
+
+    return play
+
+
 def run(server, medpi, out, cache, **kw):
     spec = GenerateSpec(task="encounters", dataset=medpi, out=out, doctor="openai/loopback", patient="openai/loopback", base_url=server.base_url,
                          api_key="sk-test", cache=cache, progress=False, max_retries=1, backoff=0.01, **kw)

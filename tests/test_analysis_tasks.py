@@ -22,7 +22,7 @@ import polars as pl
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from encounter_script import Script, medpi, run  # noqa: E402,F401  (medpi: the fixture)
+from encounter_script import medpi, patient_down, run  # noqa: E402,F401  (medpi: the fixture)
 from loopback import LoopbackServer, pick_upstream, text_of, write_replay_dataset  # noqa: E402
 from test_consultation import consult, extract, sentences  # noqa: E402
 from test_judge_encounters import judge_reply  # noqa: E402
@@ -98,16 +98,7 @@ def consult_releases(source, tmp_path_factory):
 @pytest.fixture(scope="module")
 def encounter_release(medpi, tmp_path_factory):  # noqa: F811
     """An encounters release (two packets, two trials; one encounter fails), judged in category mode."""
-    from craftmd.dataset_builder.packets import load_packets
-
-    dx = next(p for p in load_packets(medpi) if p["objective"] == "diagnosis")
-    script = Script(doctor_turns=2)
-
-    def play(req):
-        if req["messages"][0]["content"].startswith("You are " + dx["name"]) and req.get("seed") == 1:
-            raise ValueError("the patient model is down")
-        return script(req)
-
+    play = patient_down(medpi)  # the diagnosis packet's second trial fails
     out = tmp_path_factory.mktemp("enc-analysis") / "releases" / "enc"
     with LoopbackServer(play) as server:
         run(server, medpi, out, out.parent.parent / "cache.sqlite", trials=2)

@@ -37,22 +37,14 @@ from craftmd.models.openai import parse_completion
 from craftmd.release import read_release
 
 sys.path.insert(0, str(Path(__file__).parent))
-from loopback import LoopbackServer, Replay, pick_upstream, text_of, write_replay_dataset  # noqa: E402
+from loopback import LoopbackServer, Replay, text_of  # noqa: E402
 
 N_TEXT_CASES = 4
 
 
-@pytest.fixture(scope="module")
-def upstream(source):
-    """Recorded GPT-4 trial-0 data of a few sampled text cases (an "Other" and a renamed specialty among them)."""
-    return pick_upstream(source, N_TEXT_CASES, seed=5, max_messages=14, categories=("Other", "Cardiovascular System", "Dermatology"))
-
-
-@pytest.fixture(scope="module")
-def tiny_dataset(upstream, tmp_path_factory):
-    out = tmp_path_factory.mktemp("gen") / "data"
-    write_replay_dataset(upstream, out)
-    return out
+#: The conftest fixtures upstream and tiny_dataset: recorded GPT-4 trial-0 data of a few sampled text cases (an "Other"
+#: and a renamed specialty among them).
+REPLAY = {"n": N_TEXT_CASES, "seed": 5, "max_messages": 14, "categories": ("Other", "Cardiovascular System", "Dermatology")}
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from craftmd.models.calls import Caller
 from craftmd.release import read_release
 
 sys.path.insert(0, str(Path(__file__).parent))
-from loopback import LoopbackServer, Replay, pick_upstream, write_replay_dataset  # noqa: E402
+from loopback import LoopbackServer, Replay  # noqa: E402
 
 KEY = "sk-test-secret-0123456789abcdef"
 HI = [{"role": "user", "content": "hi"}]
@@ -96,16 +96,8 @@ def test_a_reply_of_megabytes_under_a_small_max_tokens_is_a_failure(tmp_path):
 # -- generate ------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def upstream(source):
-    return pick_upstream(source, 2, seed=5, max_messages=14)
-
-
-@pytest.fixture(scope="module")
-def tiny_dataset(upstream, tmp_path_factory):
-    out = tmp_path_factory.mktemp("gen") / "data"
-    write_replay_dataset(upstream, out)
-    return out
+#: The recorded upstream cases of the conftest fixtures upstream and tiny_dataset.
+REPLAY = {"n": 2, "seed": 5, "max_messages": 14}
 
 
 def generate_cli(dataset, out, url, cache, *extra) -> int:

@@ -42,11 +42,6 @@ def grader_responder(request: dict) -> str:
 
 
 @pytest.fixture(scope="module")
-def upstream(source):
-    return pick_upstream(source, 2, seed=3, max_messages=12)
-
-
-@pytest.fixture(scope="module")
 def tiny_dataset(upstream, tmp_path_factory):
     out = tmp_path_factory.mktemp("inspect") / "data"
     write_replay_dataset(upstream, out)

@@ -9,7 +9,7 @@ import re
 import zlib
 
 import pytest
-from encounter_script import Script, medpi, run  # noqa: F401  (medpi: the fixture)
+from encounter_script import medpi, patient_down, run  # noqa: F401  (medpi: the fixture)
 from loopback import LoopbackServer
 
 from craftmd.commands.cli import main
@@ -39,14 +39,7 @@ def judge_reply(request: dict) -> str | None:
 @pytest.fixture(scope="module")
 def encounters(medpi, tmp_path_factory):  # noqa: F811
     """Two trials of each packet; the diagnosis packet's second trial fails (its patient's model is down)."""
-    dx = next(p for p in load_packets(medpi) if p["objective"] == "diagnosis")
-    script = Script(doctor_turns=2)
-
-    def play(req):
-        if req["messages"][0]["content"].startswith("You are " + dx["name"]) and req.get("seed") == 1:
-            raise ValueError("the patient model is down")
-        return script(req)
-
+    play = patient_down(medpi)  # the diagnosis packet's second trial fails
     out = tmp_path_factory.mktemp("enc") / "rel"
     with LoopbackServer(play) as server:
         report = run(server, medpi, out, out.parent / "cache.sqlite", trials=2)

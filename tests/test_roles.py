@@ -21,22 +21,14 @@ from craftmd.release import read_release
 from craftmd.scoring import judge as J
 
 sys.path.insert(0, str(Path(__file__).parent))
-from loopback import LoopbackServer, Replay, pick_upstream, write_replay_dataset  # noqa: E402
+from loopback import LoopbackServer, Replay  # noqa: E402
 
 KEYS = {"DOC": "sk-doctor-1111", "PAT": "sk-patient-2222", "SUM": "sk-summary-3333", "JUDGE_A": "sk-judge-a-4444",
         "JUDGE_B": "sk-judge-b-5555"}
 
 
-@pytest.fixture(scope="module")
-def upstream(source):
-    return pick_upstream(source, 2, seed=3, max_messages=12)
-
-
-@pytest.fixture(scope="module")
-def tiny_dataset(upstream, tmp_path_factory):
-    out = tmp_path_factory.mktemp("roles") / "data"
-    write_replay_dataset(upstream, out)
-    return out
+#: The recorded upstream cases of the conftest fixtures upstream and tiny_dataset.
+REPLAY = {"n": 2, "seed": 3, "max_messages": 12}
 
 
 def judge_responder(request: dict) -> str:

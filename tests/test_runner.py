@@ -17,19 +17,11 @@ from craftmd.release import read_release
 from craftmd.tasks import get_task
 
 sys.path.insert(0, str(Path(__file__).parent))
-from loopback import LoopbackServer, Replay, pick_upstream, write_replay_dataset  # noqa: E402
+from loopback import LoopbackServer, Replay  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def upstream(source):
-    return pick_upstream(source, 4, seed=7, max_messages=12)
-
-
-@pytest.fixture(scope="module")
-def tiny_dataset(upstream, tmp_path_factory):
-    out = tmp_path_factory.mktemp("runner") / "data"
-    write_replay_dataset(upstream, out)
-    return out
+#: The recorded upstream cases of the conftest fixtures upstream and tiny_dataset.
+REPLAY = {"n": 4, "seed": 7, "max_messages": 12}
 
 
 def estimate_rows(text: str) -> dict[str, list[str]]:

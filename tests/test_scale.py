@@ -22,7 +22,7 @@ from craftmd.generation.shards import SHARD_RULE, shard_of
 from craftmd.release import read_release
 
 sys.path.insert(0, str(Path(__file__).parent))
-from loopback import LoopbackServer, Replay, pick_upstream, write_replay_dataset  # noqa: E402
+from loopback import LoopbackServer, Replay  # noqa: E402
 from realmodel import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,16 +30,8 @@ DATA_FILES = ("conversations.parquet", "answers.parquet")
 EXPERIMENTS = ["vignette", "multiturn", "summarized", "frq"]
 
 
-@pytest.fixture(scope="module")
-def upstream(source):
-    return pick_upstream(source, 5, seed=11, max_messages=12)
-
-
-@pytest.fixture(scope="module")
-def tiny_dataset(upstream, tmp_path_factory):
-    out = tmp_path_factory.mktemp("scale") / "data"
-    write_replay_dataset(upstream, out)
-    return out
+#: The recorded upstream cases of the conftest fixtures upstream and tiny_dataset.
+REPLAY = {"n": 5, "seed": 11, "max_messages": 12}
 
 
 def spec(dataset, out, cache, service: str = "pool", **kw) -> GenerateSpec:
