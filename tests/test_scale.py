@@ -4,6 +4,7 @@ OpenAI-compatible servers."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -44,16 +45,23 @@ def data_bytes(release: Path) -> dict[str, bytes]:
     return {f: (release / f).read_bytes() for f in DATA_FILES}
 
 
+@contextlib.contextmanager
+def one_server(upstream):
+    """One loopback server replaying the upstream cases, as the service ``one`` (``ONE_BASE_URL``) for the block."""
+    with LoopbackServer(Replay(upstream["text"]), models=("doc", "pat")) as s:
+        os.environ["ONE_BASE_URL"] = s.base_url
+        try:
+            yield s
+        finally:
+            del os.environ["ONE_BASE_URL"]
+
+
 @pytest.fixture(scope="module")
 def reference(tiny_dataset, upstream, tmp_path_factory):
     """The run on one server (a fresh cache): the bytes every pooled, killed, routed and merged run must give."""
     tmp = tmp_path_factory.mktemp("reference")
-    with LoopbackServer(Replay(upstream["text"]), models=("doc", "pat")) as s:
-        os.environ["ONE_BASE_URL"] = s.base_url
-        try:
-            report = generate(spec(tiny_dataset, tmp / "rel", tmp / "cache.sqlite", service="one"))
-        finally:
-            del os.environ["ONE_BASE_URL"]
+    with one_server(upstream):
+        report = generate(spec(tiny_dataset, tmp / "rel", tmp / "cache.sqlite", service="one"))
     assert report.failures == 0 and report.calls > 50
     return tmp / "rel"
 
@@ -236,15 +244,11 @@ def test_a_pool_lists_each_server_once(monkeypatch):
 def shards(tiny_dataset, upstream, tmp_path_factory):
     """The reference run as three shards (a fresh cache): releases s1, s2, s3, and s2 of another seed."""
     tmp = tmp_path_factory.mktemp("shards")
-    with LoopbackServer(Replay(upstream["text"]), models=("doc", "pat")) as s:
-        os.environ["ONE_BASE_URL"] = s.base_url
-        try:
-            for k in (1, 2, 3):
-                generate(spec(tiny_dataset, tmp / f"s{k}", tmp / "cache.sqlite", service="one", shard=(k, 3)))
-            generate(spec(tiny_dataset, tmp / "other2", tmp / "cache.sqlite", service="one", shard=(2, 3), seed=7))
-            generate(spec(tiny_dataset, tmp / "half1", tmp / "cache.sqlite", service="one", shard=(1, 2)))
-        finally:
-            del os.environ["ONE_BASE_URL"]
+    with one_server(upstream):
+        for k in (1, 2, 3):
+            generate(spec(tiny_dataset, tmp / f"s{k}", tmp / "cache.sqlite", service="one", shard=(k, 3)))
+        generate(spec(tiny_dataset, tmp / "other2", tmp / "cache.sqlite", service="one", shard=(2, 3), seed=7))
+        generate(spec(tiny_dataset, tmp / "half1", tmp / "cache.sqlite", service="one", shard=(1, 2)))
     return tmp
 
 
