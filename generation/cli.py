@@ -33,7 +33,9 @@ def register(sub) -> None:
                    help="the task whose protocol runs: craftmd (default: CRAFT-MD's interview and questions), consultation (the "
                         "consultation-evaluation framework: needs the dataset's keyinfo config and --solver; settings upper, lower, "
                         "consult_P, oracle_direct_P, oracle_random_P, oracle_reverse_P for P in 20,40,60,80,100; formats mcq4, frq), "
-                        "encounters (MedPI's patient-led encounters: --dataset is a built medpi folder, craftmd encounters build)")
+                        "encounters (MedPI's patient-led encounters: --dataset is a built medpi folder, craftmd encounters build), "
+                        "or a task file of your own (path/to/my_task.py: its TASK, protocol and prompts; $CRAFTMD_TASKS lists "
+                        "such files for every command)")
     add_dataset_argument(p)
     p.add_argument("--config", default="all", help="dataset config to draw cases from (default: all; nejm_image for the image cases)")
     add_cases_argument(p, "only these case ids (of --config; packet ids for encounters)")
