@@ -142,12 +142,14 @@ def test_a_real_model_end_to_end(real_model, dataset_dir, short_cases, tmp_path)
     assert read_release(rel).scorer_records()[f"llm:{MODEL}"]["self_graded"] is True
 
     # The history-taking metrics of its conversations (no model): scores beside the release, nothing else touched.
-    before = {n: h for n, h in release_bytes(rel).items() if n != "scores.parquet"}
+    from conftest import frozen
+
+    before = frozen(rel)
     craftmd("score", rel, "--dataset", dataset_dir, "--scorer", "history", "--quiet", env=env)
     history = pl.read_parquet(rel / "scores.parquet").filter(pl.col("scorer") == "history")
     assert {(r["case_id"], r["conversation"]) for r in history.iter_rows(named=True)} == set(itertools.product(short_cases, ("standard", "no_exam")))
     assert {"patient_info_recall", "patient_info_f1", "doctor_turns", "patient_words_per_turn"} <= set(history["metric"])
-    assert {n: h for n, h in release_bytes(rel).items() if n != "scores.parquet"} == before
+    assert frozen(rel) == before  # the release as written, but for the scores' own checksum
 
     # 5. MELD on the same cases, and the page over the release.
     meld = craftmd("meld", "--dataset", dataset_dir, "--model", MODEL, "--base-url", real_model.base_url, "--config", "medqa_usmle",
