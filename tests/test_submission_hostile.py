@@ -149,8 +149,8 @@ lines = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                                                   HealthCheck.data_too_large])
+@settings(max_examples=6000, deadline=None,  # about a minute of random files on 2 cores
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])
 @given(st.lists(lines, min_size=0, max_size=12), st.booleans(), st.booleans())
 def test_random_malformed_files_never_crash(tmp_path, tiny, body, final_newline, crlf):
     p = tmp_path / "random.jsonl"
