@@ -279,9 +279,9 @@ class Runner:
         """The sample a job poses (what ``--shard`` hashes)."""
         return job[0].case_id
 
-    def shard_jobs(self) -> list:
-        """The jobs of this run's shard (all of them without ``--shard``)."""
-        return [j for j in self.jobs() if in_shard(self.sample_id(j), self.spec.shard)]
+    def shard_jobs(self, jobs: list) -> list:
+        """Those of ``jobs`` in this run's shard (all of them without ``--shard``)."""
+        return [j for j in jobs if in_shard(self.sample_id(j), self.spec.shard)]
 
     def job_id(self, job) -> str:
         """A job's name in the run record (``case_id/trial``)."""
@@ -394,17 +394,18 @@ class Runner:
     async def before(self, conn: Connections) -> None:
         """Work a task does once the connections are open, before its jobs (encounters: the memory tags)."""
 
-    def estimate(self) -> dict[str, Estimate]:
-        """Each agent's expected calls and tokens for the whole run; nothing is sent."""
+    def estimate(self, jobs: list) -> dict[str, Estimate]:
+        """Each agent's expected calls and tokens for ``jobs``; nothing is sent."""
         est = {a: Estimate() for a in self.agents}
-        for job in self.shard_jobs():
+        for job in jobs:
             self.estimate_job(job, est)
         return est
 
     def estimate_text(self) -> str:
-        est = self.estimate()
+        jobs = self.shard_jobs(self.jobs())
+        est = self.estimate(jobs)
         prices = self.spec.prices()
-        lines = [f"estimate     task {self.task.name}: {len(self.shard_jobs())} jobs; nothing was sent. Rough: 4 characters a token, "
+        lines = [f"estimate     task {self.task.name}: {len(jobs)} jobs; nothing was sent. Rough: 4 characters a token, "
                  f"a typical conversation length (calls at most: every conversation to its cap)",
                  "role         model                              calls (at most)          tokens in       tokens out    cost"]
         total = 0.0
@@ -438,9 +439,10 @@ class Runner:
     def run(self) -> GenerateReport:
         spec = self.spec
         start = time.monotonic()
-        if not self.jobs():
+        every = self.jobs()
+        if not every:
             raise CraftMDError(self.no_jobs_message())
-        jobs = self.shard_jobs()  # an empty shard writes an empty release (its merge still needs it)
+        jobs = self.shard_jobs(every)  # an empty shard writes an empty release (its merge still needs it)
         asyncio.run(self.check_models())  # fails here, before any chat call, on a bad server or model
         batching = any(parse_name(n).provider == "vllm" for n in self.agent_names.values())
         workers = 1 if batching or not self.processes else max(1, min(spec.workers, len(jobs) or 1))
