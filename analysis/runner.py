@@ -11,7 +11,8 @@
   ``specialty``, ``single_dx``): the ``all`` config, plus ``nejm_image`` (``with_image`` true);
 * ``setting_order``: the settings in :data:`craftmd.release.SETTINGS` order;
 * ``sample_order``: every sample id of the dataset with its position in natural order
-  (``case_9`` before ``case_10``); ids are opaque, this is the only order they have.
+  (``case_9`` before ``case_10``); ids are opaque, this is the only order they have;
+* the table macros of ``sql/_macros.sql`` (McNemar's counts per case and per pair).
 
 :func:`run` executes ``sql/<name>.sql`` and returns an arrow table; :func:`materialize`
 keeps a query's result as a table of that name, for later queries to read.
@@ -33,12 +34,13 @@ SQL_DIR = Path(str(resources.files("craftmd.analysis") / "sql"))
 
 
 def query_names() -> list[str]:
-    return sorted(p.stem for p in SQL_DIR.glob("*.sql"))
+    """The queries' names; ``_macros.sql`` is not one (it defines the table macros every connection has)."""
+    return sorted(p.stem for p in SQL_DIR.glob("*.sql") if not p.stem.startswith("_"))
 
 
 def sql_text(name: str) -> str:
     path = SQL_DIR / f"{name}.sql"
-    if not path.exists():
+    if name.startswith("_") or not path.exists():
         raise CraftMDError(f"no analysis query named {name!r}; known: {', '.join(query_names())}")
     return path.read_text()
 
@@ -75,6 +77,7 @@ def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threa
             raise CraftMDError("no release has scores.parquet; score the releases first (craftmd score)")
         if body is not None:
             con.execute(f"create view {table} as {body}")
+    con.execute((SQL_DIR / "_macros.sql").read_text())
     con.execute(f"create view grades as {sql_text('grades')}")
     con.execute(f"create view score_rows as {_score_rows_sql(con)}")
     con.execute(f"create view cases as {_cases_sql(dataset_dir)}")

@@ -54,9 +54,7 @@ def tiny_dataset(upstream, tmp_path_factory):
     """A dataset folder of just the module's :func:`upstream` cases (configs all, diagnoses, nejm_image)."""
     from loopback import write_replay_dataset
 
-    out = tmp_path_factory.mktemp("replay") / "data"
-    write_replay_dataset(upstream, out)
-    return out
+    return write_replay_dataset(upstream, tmp_path_factory.mktemp("replay") / "data")
 
 
 @pytest.fixture(scope="session")

@@ -348,7 +348,7 @@ def pick_upstream(source, n: int, *, seed: int = 0, max_messages: int | None = N
     return {"csv": csv, "text": chosen, "nejm": json.loads(files["results/gpt4v/case_1.json"])}
 
 
-def write_replay_dataset(picked: dict, out) -> None:
+def write_replay_dataset(picked: dict, out) -> Path:
     """A dataset folder (configs all, diagnoses, nejm_image) of the picked cases, in the built dataset's columns."""
     import base64
     import hashlib
@@ -382,6 +382,7 @@ def write_replay_dataset(picked: dict, out) -> None:
         "vignette": nejm["case_vignette"].strip(), "question": nejm["question"], "answer": nejm["correct_ans"],
         "choices": [], "specialty": None, "source": "nejm_image",
     }]).write_parquet(out / "nejm_image" / "test-00000-of-00001.parquet")
+    return out
 
 
 class Replay:

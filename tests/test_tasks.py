@@ -1,63 +1,39 @@
-"""A new protocol is a task file plus its scorers: a toy task goes from release to scores to the page.
+"""A new protocol is a task file plus its scorers: the toy task of ``tests/fixtures/oneword/`` goes from release to scores to the page.
 
-The toy task poses CRAFT-MD cases in one made-up setting and format; its toy scorer writes a
-continuous metric (the number of words of the answer). Nothing else is registered or changed:
-the release contract checks the release against the toy task, ``craftmd score`` runs the task's
-default scorer from the registry (``craftmd score --list`` shows it) and only when stale,
-analysis puts the metric in ``tables/metrics.csv`` with a bootstrap CI, and the page shows it.
+The toy task poses CRAFT-MD cases in one made-up setting and format; its own scorer writes a continuous metric (the
+number of words of the answer). Nothing else is registered or changed: the release contract checks the release
+against the toy task, ``craftmd score`` runs the task's default scorer from the registry (``craftmd score --list``
+shows it) and only when stale, analysis puts the metric in ``tables/metrics.csv`` with a bootstrap CI, and the page
+shows it. (tests/test_toy_protocol.py generates the task's releases through the runner; here they are written by hand.)
 """
 
 from __future__ import annotations
 
-import math
+import sys
+from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
 import pytest
 
 from craftmd import CraftMDError
-from craftmd.metrics import METRICS, Metric, register as register_metric
+from craftmd.metrics import METRICS
 from craftmd.release import RunRecord, read_release, write_release
-from craftmd.scoring.scorers import SCORERS, Scorer, register_scorer
-from craftmd.tasks import TASKS, Experiment, Task, get_task, register
+from craftmd.scoring.scorers import SCORERS
+from craftmd.tasks import TASKS, get_task, load_task_file
 
-TOY = Task(
-    name="toy",
-    description="answer in as many words as you like",
-    dataset="craftmd",
-    experiments=(Experiment("prompt", "text"),),
-    scorers=("toy-words",),
-    metrics=("toy_words",),
-)
-
-
-class ToyWords(Scorer):
-    name = "toy-words"
-    formats = ("text",)
-    tasks = ("toy",)
-    metrics = ("toy_words",)
-    about = "words in the answer"
-
-    def identity(self):
-        return {"rule": "words", "version": 1}
-
-    def score(self, rows, ctx, out):
-        for r in rows:
-            words = len(r["response"].split()) if r["response"] else None
-            out.score(r, self.name, "toy_words", words, detail=None if words is not None else '{"error": "no answer"}')
-        return {"graded": len(rows)}
+TASK_FILE = Path(__file__).parent / "fixtures" / "oneword" / "oneword.py"
 
 
 @pytest.fixture(scope="module")
 def toy():
-    register(TOY)
-    register_metric(Metric("toy_words", "continuous", True, 0, math.inf, "words in the answer"))
-    if "toy-words" not in SCORERS:
-        register_scorer("toy-words", ToyWords)
-    yield TOY
-    TASKS.pop("toy", None)
-    METRICS.pop("toy_words", None)
-    SCORERS.pop("toy-words", None)
+    """The toy task, loaded from its file (its scorer and metric with it), and unregistered afterwards."""
+    task = load_task_file(TASK_FILE)
+    yield task
+    sys.modules.pop("craftmd_task_oneword", None)  # loaded again, it registers again
+    TASKS.pop("oneword", None)
+    METRICS.pop("oneword_words", None)
+    SCORERS.pop("oneword-words", None)
 
 
 def _toy_release(out, dataset_dir, n_cases=12):
@@ -68,19 +44,19 @@ def _toy_release(out, dataset_dir, n_cases=12):
     for i, c in enumerate(ids):
         for t in range(2):
             missing = i == 0 and t == 1
-            rows.append({"case_id": c, "trial": t, "setting": "prompt", "format": "text", "with_image": False,
+            rows.append({"case_id": c, "trial": t, "setting": "oneword", "format": "text", "with_image": False,
                          "response": None if missing else " ".join(["word"] * (i + t + 1)), "status": "missing" if missing else "ok"})
-    m = RunRecord(release="toy-model", kind="generated", model="test/toy-model", task="toy")
+    m = RunRecord(release="toy-model", kind="generated", model="test/toy-model", task="oneword")
     return write_release(out / "toy-model", m, {"answers": pa.Table.from_pylist(rows)})
 
 
 def test_a_release_is_checked_against_its_task(toy, tmp_path, dataset_dir):
     rel = _toy_release(tmp_path, dataset_dir)
-    assert read_release(rel).manifest.task == "toy"
+    assert read_release(rel).manifest.task == "oneword"
     bad = pa.Table.from_pylist([{"case_id": "case_1", "trial": 0, "setting": "multiturn", "format": "text", "with_image": False,
                                  "response": "x", "status": "ok"}])
     with pytest.raises(CraftMDError, match="unknown value.*multiturn"):
-        write_release(tmp_path / "bad", RunRecord(release="bad", kind="generated", model="m", task="toy"), {"answers": bad})
+        write_release(tmp_path / "bad", RunRecord(release="bad", kind="generated", model="m", task="oneword"), {"answers": bad})
     with pytest.raises(CraftMDError, match="unknown task 'nope'"):
         get_task("nope")
 
@@ -104,20 +80,21 @@ def test_craftmd_score_lists_and_runs_the_toy_scorer_only_when_stale(toy, tmp_pa
 
     assert main(["score", "--list"]) == 0
     listed = capsys.readouterr().out
-    assert "toy-words" in listed and "tasks toy; formats text" in listed and "writes toy_words: words in the answer" in listed
+    assert "oneword-words" in listed and "tasks oneword; formats text" in listed
+    assert "writes oneword_words: words in the doctor's answer" in listed
     for name in ("paper", "strict", "offline", "history", "keyinfo", "meld", "llm:PROVIDER/MODEL", "judge:PROVIDER/MODEL"):
         assert f"\n{name} " in "\n" + listed, name
 
     rel = _toy_release(tmp_path / "releases", dataset_dir)
-    assert _score(rel, dataset_dir) == {"release": str(rel), "scored": ["toy-words"], "current": [], "skipped": {}}  # the task's default
+    assert _score(rel, dataset_dir) == {"release": str(rel), "scored": ["oneword-words"], "current": [], "skipped": {}}  # the task's default
     once = (rel / "scores.parquet").read_bytes()
-    assert _score(rel, dataset_dir)["current"] == ["toy-words"]  # nothing changed: nothing done
+    assert _score(rel, dataset_dir)["current"] == ["oneword-words"]  # nothing changed: nothing done
     assert (rel / "scores.parquet").read_bytes() == once
-    assert _score(rel, dataset_dir, "--scorer", "toy-words", "--force")["scored"] == ["toy-words"]
+    assert _score(rel, dataset_dir, "--scorer", "oneword-words", "--force")["scored"] == ["oneword-words"]
     assert (rel / "scores.parquet").read_bytes() == once  # scored again: the same bytes
     # CRAFT-MD's scorers do not apply to the toy task's releases: named, they are refused with the reason
     assert main(["score", str(rel), "--dataset", str(dataset_dir), "--scorer", "offline", "--quiet"]) == 2
-    assert "scorer offline applies to none of the releases given: not a release of craftmd, consultation (task toy)" in capsys.readouterr().err
+    assert "scorer offline applies to none of the releases given: not a release of craftmd, consultation (task oneword)" in capsys.readouterr().err
     assert main(["score", str(rel), "--dataset", str(dataset_dir), "--scorer", "nope"]) == 2
     assert "unknown scorer 'nope'" in capsys.readouterr().err
 
@@ -129,17 +106,17 @@ def test_toy_task_goes_through_to_the_metrics_table(toy, tmp_path, dataset_dir):
     from conftest import frozen
 
     before = frozen(rel)
-    _score(rel, dataset_dir, "--scorer", "toy-words")
+    _score(rel, dataset_dir, "--scorer", "oneword-words")
     assert frozen(rel) == before  # scoring never rewrites the release (but the scores' checksum)
     r = read_release(rel)
     scores = pl.from_arrow(r.scores_with_records()[0])
-    assert set(scores["metric"]) == {"toy_words"} and scores.height == 24
+    assert set(scores["metric"]) == {"oneword_words"} and scores.height == 24
     failed = scores.filter(pl.col("status") == "error")
     assert failed.height == 1 and failed["value"].null_count() == 1
-    assert r.scorer_records()["toy-words"]["rule"] == "words"
+    assert r.scorer_records()["oneword-words"]["rule"] == "whitespace-separated words"
 
     a = compute(tmp_path / "releases", dataset_dir, B=500)
-    row = a.metrics.filter(pl.col("metric") == "toy_words").to_dicts()
+    row = a.metrics.filter(pl.col("metric") == "oneword_words").to_dicts()
     assert len(row) == 1
     row = row[0]
     # case i has trials of i+1 and i+2 words (case 0: only its first trial, one word): case means, then their mean
@@ -147,7 +124,7 @@ def test_toy_task_goes_through_to_the_metrics_table(toy, tmp_path, dataset_dir):
     assert row["n_cases"] == 12 and row["n_failed"] == 1
     assert row["mean"] == pytest.approx(sum(case_means) / 12)
     assert row["ci_low"] < row["mean"] < row["ci_high"]
-    assert row["kind"] == "continuous" and row["variant"] == "setting=prompt, format=text, with_image=false"
+    assert row["kind"] == "continuous" and row["variant"] == "setting=oneword, format=text, with_image=false"
 
 
 def test_toy_task_reaches_the_page(toy, tmp_path, dataset_dir):
@@ -161,6 +138,7 @@ def test_toy_task_reaches_the_page(toy, tmp_path, dataset_dir):
     page = write_page(a, tmp_path / "page").read_text()
     section = page[page.index('id="measures"'):page.index('id="trust"')]
     row = a.metrics.row(0, named=True)
-    assert "<code>toy_words</code>" in section and "words in the answer (continuous; higher is better)" in section
+    assert "<code>oneword_words</code>" in section
+    assert "words in the doctor&#39;s one-word diagnosis (continuous; lower is better)" in section
     assert f"{row['mean']:.3f}" in section and f"{row['ci_low']:.3f}–{row['ci_high']:.3f}" in section
     assert '<td data-v="12">12</td><td data-v="1">1</td>' in section  # 12 cases, 1 failed score

@@ -33,16 +33,11 @@ model_pairs as (
         on a.setting = b.setting and a.grader = b.grader and a.format = b.format
         and a.with_image = b.with_image and a.case_id = b.case_id and a.release < b.release
 ),
+all_pairs as (
+    select * from setting_pairs union all select * from model_pairs
+),
 per_case as (
-    select
-        family, model, setting, format, grader, with_image, a, b, pa, case_id,
-        bit_count(both_mask)::integer as n_trials,
-        bit_count(both_mask & ca & cb)::integer as n11,
-        bit_count(both_mask & ca & ~cb)::integer as n10,
-        bit_count(both_mask & ~ca & cb)::integer as n01,
-        bit_count(both_mask & ~ca & ~cb)::integer as n00
-    from (select * from setting_pairs union all select * from model_pairs)
-    where both_mask <> 0
+    select * from mcnemar_cases(all_pairs)
 ),
 membership as (
     select case_id, with_image, group_by, "group" from case_membership
@@ -53,17 +48,7 @@ grouped as (
     select p.*, m.group_by, m."group" from per_case as p join membership as m using (case_id, with_image)
 ),
 final as (
-    select
-        family, model, setting, format, grader, with_image, group_by, "group", a, b,
-        min(pa) as pa,
-        count(*)::integer as n_cases,
-        sum(n_trials)::integer as n_trials,
-        sum(n11)::integer as n11,
-        sum(n10)::integer as n10,
-        sum(n01)::integer as n01,
-        sum(n00)::integer as n00
-    from grouped
-    group by all
+    select * from mcnemar_sums(grouped)
 )
 select * exclude (pa) from final
 order by family, model, setting, format, grader, with_image, group_by, "group", pa, a, b

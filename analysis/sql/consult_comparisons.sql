@@ -38,29 +38,14 @@ model_pairs as (
     join case_scores as y
         on x.setting = y.setting and x.grader = y.grader and x.format = y.format and x.case_id = y.case_id and x.release < y.release
 ),
+all_pairs as (
+    select * from setting_pairs union all select * from model_pairs
+),
 per_case as (
-    select
-        family, model, setting, format, grader, with_image, a, b, pa, case_id,
-        bit_count(both_mask)::integer as n_trials,
-        bit_count(both_mask & ca & cb)::integer as n11,
-        bit_count(both_mask & ca & ~cb)::integer as n10,
-        bit_count(both_mask & ~ca & cb)::integer as n01,
-        bit_count(both_mask & ~ca & ~cb)::integer as n00
-    from (select * from setting_pairs union all select * from model_pairs)
-    where both_mask <> 0
+    select *, 'all' as group_by, 'all' as "group" from mcnemar_cases(all_pairs)
 ),
 final as (
-    select
-        family, model, setting, format, grader, with_image, 'all' as group_by, 'all' as "group", a, b,
-        min(pa) as pa,
-        count(*)::integer as n_cases,
-        sum(n_trials)::integer as n_trials,
-        sum(n11)::integer as n11,
-        sum(n10)::integer as n10,
-        sum(n01)::integer as n01,
-        sum(n00)::integer as n00
-    from per_case
-    group by all
+    select * from mcnemar_sums(per_case)
 )
 select * exclude (pa) from final
 order by family, model, setting, format, grader, pa, a, b

@@ -9,15 +9,9 @@ cases as (
     where group_by = 'all' and not with_image and release in (select release from releases where task = 'consultation')
 ),
 bounds as (
-    select
-        release, grader, format, case_position,
-        max(n_trials) filter (where setting = 'upper') as upper_trials,
-        max(n_correct) filter (where setting = 'upper') as upper_correct,
-        max(n_trials) filter (where setting = 'lower') as lower_trials,
-        max(n_correct) filter (where setting = 'lower') as lower_correct
-    from cases
-    where setting in ('upper', 'lower')
-    group by all
+    pivot (select release, grader, format, case_position, setting, n_trials, n_correct from cases)
+    on setting in ('upper', 'lower')
+    using max(n_trials) as trials, max(n_correct) as correct
 ),
 conversations as (
     select

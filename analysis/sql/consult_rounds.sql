@@ -6,13 +6,7 @@ accuracy as (
     select * from consult_accuracy
 ),
 bounds as (
-    select
-        model, format, grader,
-        max(accuracy) filter (where setting = 'upper') as upper,
-        max(accuracy) filter (where setting = 'lower') as lower
-    from accuracy
-    where setting in ('upper', 'lower')
-    group by all
+    pivot (select model, format, grader, setting, accuracy from accuracy) on setting in ('upper', 'lower') using max(accuracy)
 ),
 final as (
     select a.model, a.format, a.grader, a.conversation, a.share, a.n_cases, a.accuracy, a.ci_low, a.ci_high, b.upper, b.lower

@@ -1,0 +1,32 @@
+-- _macros: table macros the queries share, created on every connection by runner.connect (not a query itself).
+--
+-- mcnemar_cases(pairs): per case, McNemar's 2x2 counts on the trials both sides of a pair ran. `pairs` holds the
+-- pair's key columns, then three bit masks over trials: both_mask (the trials both sides have), ca and cb (each
+-- side's correct trials). The key columns come back in their order, followed by n_trials, n11, n10, n01, n00; cases
+-- with no shared trial are left out.
+create macro mcnemar_cases(pairs) as table
+select
+    * exclude (both_mask, ca, cb),
+    bit_count(both_mask)::integer as n_trials,
+    bit_count(both_mask & ca & cb)::integer as n11,
+    bit_count(both_mask & ca & ~cb)::integer as n10,
+    bit_count(both_mask & ~ca & cb)::integer as n01,
+    bit_count(both_mask & ~ca & ~cb)::integer as n00
+from query_table(pairs)
+where both_mask <> 0;
+
+-- mcnemar_sums(per_case): mcnemar_cases' rows (with group_by and "group" added) summed over each group's cases, one
+-- row per pair: its family, model, setting, format, grader, with_image, group, sides a and b, the pair's order
+-- (pa, the least over its cases), the counts of cases and trials and the four cells.
+create macro mcnemar_sums(per_case) as table
+select
+    family, model, setting, format, grader, with_image, group_by, "group", a, b,
+    min(pa) as pa,
+    count(*)::integer as n_cases,
+    sum(n_trials)::integer as n_trials,
+    sum(n11)::integer as n11,
+    sum(n10)::integer as n10,
+    sum(n01)::integer as n01,
+    sum(n00)::integer as n00
+from query_table(per_case)
+group by all;
