@@ -71,6 +71,7 @@ def main(argv=None) -> int:
     p.add_argument("--trials", type=int, default=1, help="encounters per packet (default 1)")
     p.add_argument("--keep", type=Path, help="copy the analysis' output here")
     p.add_argument("--repeat", type=int, default=2, help="time the analysis this many times (default 2)")
+    p.add_argument("--work", type=Path, help="prepare the two releases here and keep them; a folder prepared before is used as it is")
     args = p.parse_args(argv)
     from craftmd.analysis.bootstrap import DEFAULT_B
     from craftmd.analysis.page import write_page
@@ -80,18 +81,25 @@ def main(argv=None) -> int:
     if not (here / "releases").is_dir() or not (here / "data" / "all").is_dir():
         print("run `make leaderboard` first (it leaves out/releases and out/data)", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.work or Path(scratch)
         releases, data = tmp / "releases", tmp / "data"
-        releases.mkdir()
-        for r in sorted((here / "releases").iterdir()):
-            (releases / r.name).symlink_to(r.resolve())
-        shutil.copytree(here / "data", data)
-        print("preparing (not timed): a consultation release and a judged encounters release ...", file=sys.stderr)
-        _consultation(data, releases, tmp, args.cases)
-        _encounters(args.packets, releases, tmp, args.trials)
+        if (tmp / "prepared").exists():
+            print(f"using the releases prepared in {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(releases, ignore_errors=True)
+            shutil.rmtree(data, ignore_errors=True)
+            releases.mkdir(parents=True)
+            for r in sorted((here / "releases").iterdir()):
+                (releases / r.name).symlink_to(r.resolve())
+            shutil.copytree(here / "data", data)
+            print("preparing (not timed): a consultation release and a judged encounters release ...", file=sys.stderr)
+            _consultation(data, releases, tmp, args.cases)
+            _encounters(args.packets, releases, tmp, args.trials)
+            (tmp / "prepared").write_text(f"--cases {args.cases} --trials {args.trials} --packets {args.packets}\n")
 
         upstream = tmp / "upstream"
+        shutil.rmtree(upstream, ignore_errors=True)
         upstream.mkdir()
         for r in sorted((here / "releases").iterdir()):
             (upstream / r.name).symlink_to(r.resolve())
