@@ -27,9 +27,6 @@ from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx2  # openai's HTTP client
-import openai
-
 from craftmd import CraftMDError
 
 from .base import ERROR_CHARS, ChatModel, Completion, Message, Sampling, TransientError
@@ -42,10 +39,8 @@ MAX_CONNECTIONS = 1024
 #: The SDK's telemetry headers (platform, runtime, retry count, read timeout), removed from every chat
 #: request with ``openai.omit`` (the client's documented way to drop a default header): no server needs
 #: them, and each one is normalised by httpx and again by aiohttp, and parsed by the server.
-NO_TELEMETRY: dict[str, openai.Omit] = {
-    f"X-Stainless-{name}": openai.omit
-    for name in ("Lang", "Package-Version", "OS", "Arch", "Runtime", "Runtime-Version", "Async", "Retry-Count", "Read-Timeout")
-}
+TELEMETRY_HEADERS = tuple(f"X-Stainless-{name}" for name in ("Lang", "Package-Version", "OS", "Arch", "Runtime", "Runtime-Version",
+                                                              "Async", "Retry-Count", "Read-Timeout"))
 #: Error codes a server uses for a content-filter block (Azure, OpenAI).
 FILTER_CODES = {"content_filter", "content_policy_violation", "ResponsibleAIPolicyViolation"}
 #: The most characters a reply may have per token of ``max_tokens`` (a generous bound: tokens average about 4): a server
@@ -53,6 +48,15 @@ FILTER_CODES = {"content_filter", "content_policy_violation", "ResponsibleAIPoli
 REPLY_CHARS_PER_TOKEN = 32
 #: A bearer token as it appears in an echoed Authorization header.
 BEARER = re.compile(r"(?i)\bbearer\s+[^\s\"',;]+")
+
+
+def _sdk():
+    """The openai SDK and its HTTP client (``httpx2``), imported when a model is first built: about 0.8 s that the
+    commands calling no model (the analysis, the page, scoring by rule) never pay."""
+    import httpx2
+    import openai
+
+    return openai, httpx2
 
 
 class OpenAIModel(ChatModel):
@@ -71,6 +75,7 @@ class OpenAIModel(ChatModel):
             if self.base_url is None:
                 raise CraftMDError("openai models need OPENAI_API_KEY (or --base-url for a local server)")
             key = "EMPTY"  # local OpenAI-compatible servers accept any key
+        openai, httpx2 = _sdk()
         global _TLS
         if _TLS is None:  # one TLS context per process: building one reads the CA bundle (~0.1 s)
             _TLS = ssl.create_default_context()
@@ -82,7 +87,7 @@ class OpenAIModel(ChatModel):
         # The endpoint as an absolute URL, joined once: a relative path is re-joined to the base URL
         # (two more URL parses) on every request.
         self._chat_url = endpoint(str(self.client.base_url), "chat/completions")
-        self._options: openai.RequestOptions = {"headers": NO_TELEMETRY}
+        self._options: openai.RequestOptions = {"headers": dict.fromkeys(TELEMETRY_HEADERS, openai.omit)}
         self.server = public_url(str(self.client.base_url))
 
     @property
@@ -102,6 +107,7 @@ class OpenAIModel(ChatModel):
         return d
 
     async def check(self) -> None:
+        openai, httpx2 = _sdk()
         where = self.server
         url = endpoint(str(self.client.base_url), "models")
         try:
@@ -123,6 +129,7 @@ class OpenAIModel(ChatModel):
             raise CraftMDError(f"the server at {where} does not serve {self.model!r} (it serves: {shown or 'nothing'})")
 
     async def chat(self, messages: list[Message], sampling: Sampling) -> Completion:
+        openai, httpx2 = _sdk()
         try:
             # The plain request body through the client's own request machinery (errors, timeouts,
             # retries off) with the HTTP response returned as it came (``cast_to=httpx2.Response``):
