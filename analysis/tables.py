@@ -200,7 +200,7 @@ def write_tables(a: Analysis, out: Path) -> list[Path]:
         written += write_rubric_tables(a.rubric, out)
     for name, df in {**a.consultation, **a.encounters, **({"boards": a.boards} if a.boards is not None else {})}.items():
         path = tables / f"{name}.csv"  # the other tasks' tables: written only when such releases were analysed
-        df.write_csv(path)
+        csv_safe(df).write_csv(path)
         written.append(path)
     return written
 

@@ -335,3 +335,29 @@ def test_the_sections_render_and_appear_only_with_their_releases(together, consu
         shutil.rmtree(keep, ignore_errors=True)
         shutil.copytree(out, keep)
     assert math.isfinite(float(a.consultation["consult_gap"]["gap_closed"].drop_nulls().mean()))
+
+
+def test_hostile_release_names_are_escaped_in_the_other_tasks_tables(consult_releases, encounter_release, medpi, tmp_path):  # noqa: F811
+    """A release named like a spreadsheet formula, with a pipe: the consultation and board tables neutralise it
+    (as CRAFT-MD's do), and the markdown twin escapes it."""
+    from craftmd.analysis.page import write_page
+    from craftmd.analysis.tables import analyse
+
+    data, rels = consult_releases
+    hostile = "=cmd|x"
+    shutil.copytree(rels / "consult-a", tmp_path / "releases" / "hostile")
+    manifest = tmp_path / "releases" / "hostile" / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"release": "consult-a"', f'"release": "{hostile}"'))
+    shutil.copytree(encounter_release[0], tmp_path / "releases" / "enc")
+    out = tmp_path / "out"
+    write_page(analyse(tmp_path / "releases", data, out, B=B, packets=medpi, figures=False), out)
+    checked = 0
+    for name in ("consult_accuracy", "consult_tests", "boards"):
+        table = pl.read_csv(out / "tables" / f"{name}.csv", infer_schema_length=0)
+        for col in set(table.columns) & {"model", "release", "display", "a", "b"}:
+            cells = [c for c in table[col].to_list() if c and "cmd" in c]
+            assert all(c[0] == "'" for c in cells), (name, col, cells)
+            checked += len(cells)
+    assert checked > 0
+    md = (out / "leaderboard.md").read_text()
+    assert "=cmd\\|x" in md and "=cmd|x" not in md
