@@ -26,23 +26,15 @@ import polars as pl
 
 from . import runner
 from .bootstrap import DEFAULT_B, DEFAULT_SEED, Resampler, scale
-from .history import _Ratios
+from .history import _Ratios, _round, tertiles
 
 TASK = "consultation"
 TABLES = ("consult_accuracy", "consult_rounds", "consult_oracle", "consult_gap", "consult_complexity", "consult_tests")
 #: The settings the complexity analysis shows.
 COMPLEXITY_SETTINGS = ("upper", "lower", "consult_100", "oracle_direct_100")
-TERTILES = 3
-DECIMALS = 6
 
 GAP_COLUMNS = ["model", "format", "grader", "conversation", "share", "n_cases", "accuracy", "upper", "lower", "gap_closed", "ci_low",
                "ci_high"]  # fmt: skip
-COMPLEXITY_COLUMNS = ["model", "format", "grader", "setting", "tertile", "items_low", "items_high", "n_cases", "accuracy", "ci_low",
-                      "ci_high"]  # fmt: skip
-
-
-def _round(x) -> float | None:
-    return None if x is None or not np.isfinite(x) else round(float(x), DECIMALS)
 
 
 def gap_table(cases: pl.DataFrame, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> pl.DataFrame:
@@ -106,9 +98,7 @@ def complexity_table(con, dataset_dir, case_groups: pl.DataFrame, *, B: int = DE
     if items is None or items.height == 0:
         return pl.DataFrame(schema=schema)
     counts = items["n_items"].to_numpy()
-    edges = np.quantile(counts, np.linspace(0, 1, TERTILES + 1)[1:-1])
-    tertile = np.searchsorted(edges, counts, side="right") + 1
-    t_range = {t: (int(counts[tertile == t].min()), int(counts[tertile == t].max())) for t in range(1, TERTILES + 1) if (tertile == t).any()}
+    tertile, t_range = tertiles(counts)
     index = {p: i for i, p in enumerate(items["position"].to_list())}
     n = items.height
     sel = case_groups.filter(pl.col("group_by") == "all", ~pl.col("with_image"), pl.col("setting").is_in(COMPLEXITY_SETTINGS))

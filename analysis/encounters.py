@@ -122,13 +122,13 @@ def page_section(a, v) -> dict | None:
         by_closure = {k: int(e.filter(pl.col("closure") == k)["n"].sum()) for k in CLOSURE_ORDER}
         ln = length.filter(pl.col("model") == m, pl.col("ended") == "all")
         ln = ln.row(0, named=True) if ln.height else None
-        af = affect.filter(pl.col("model") == m, pl.col("n_states") > 0).sort("turn")
+        mine = affect.filter(pl.col("model") == m)
+        af = mine.filter(pl.col("n_states") > 0).sort("turn")
         first = af.row(0, named=True) if af.height else None
         last = af.row(af.height - 1, named=True) if af.height else None
         rows.append({"display": v.display(m), "n": total, "ended": [by_end[k] for k in ENDED_ORDER],
                      "closure": [by_closure[k] for k in CLOSURE_ORDER], "length": ln, "first": first, "last": last,
-                     "affect_failed": int(affect.filter(pl.col("model") == m)["n_failed"].sum()),
-                     "affect_states": int(affect.filter(pl.col("model") == m)["n_states"].sum())})  # fmt: skip
+                     "affect_failed": int(mine["n_failed"].sum()), "affect_states": int(mine["n_states"].sum())})  # fmt: skip
     rub = t["rubric_by_encounter"]
     objectives = rub.filter(pl.col("level") == "objective").sort("model", "objective").to_dicts()
     reasons = rub.filter(pl.col("level") == "reason").sort("model", "reason").to_dicts()

@@ -86,6 +86,15 @@ def _round(x: float | None) -> float | None:
     return None if x is None or not np.isfinite(x) else round(float(x), DECIMALS)
 
 
+def tertiles(values: np.ndarray) -> tuple[np.ndarray, dict[int, tuple[int, int]]]:
+    """Each value's third (1, 2, 3; cut at the values' 1/3 and 2/3 quantiles, a value on a cut going up) and each
+    third's range of values (thirds with no value left out)."""
+    edges = np.quantile(values, np.linspace(0, 1, TERTILES + 1)[1:-1])
+    tertile = np.searchsorted(edges, values, side="right") + 1
+    return tertile, {t: (int(values[tertile == t].min()), int(values[tertile == t].max())) for t in range(1, TERTILES + 1)
+                     if (tertile == t).any()}
+
+
 def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict[str, pl.DataFrame]:
     """The three tables, from a prepared connection (:func:`craftmd.analysis.tables.prepared_connection`);
     empty tables when no release has history scores."""
@@ -150,9 +159,7 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict
 
     # 3. complexity tertiles of the history's length (the dataset's text cases)
     words = vector(cases.join(positions, on="case_id", maintain_order="left")["pos"], cases["history_words"].fill_null(0).to_numpy())
-    t_edges = np.quantile(words, np.linspace(0, 1, TERTILES + 1)[1:-1])
-    tertile = np.searchsorted(t_edges, words, side="right") + 1
-    t_range = {t: (int(words[tertile == t].min()), int(words[tertile == t].max())) for t in range(1, TERTILES + 1) if (tertile == t).any()}
+    tertile, t_range = tertiles(words)
     if cases["history_words"].null_count() == cases.height:  # a dataset without histories has no complexity groups
         t_range = {}
     for (rel, met), (m, has) in means.items():

@@ -335,7 +335,8 @@ def _other_tasks(a, v: View) -> dict:
 
 def _frq_preference() -> list[dict]:
     """The graders whose agreement with people is measured, in the order the board prefers them."""
-    from craftmd.scoring.scorers import measured_agreement, rank_frq
+    from craftmd.scoring.measured import measured_agreement
+    from craftmd.scoring.scorers import rank_frq
 
     measured = measured_agreement()
     return [{"grader": g, "agreement": measured[g]["agreement"], "reference": measured[g]["reference"]} for g in rank_frq(list(measured))]

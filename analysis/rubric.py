@@ -125,10 +125,6 @@ def rubric(releases, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> Rubric:
     return Rubric(table, raw, B, seed, df)
 
 
-ENCOUNTER_COLUMNS = ["model", "scorer", "level", "reason", "objective", "n_cases", "n_conversations", "n_failed", "mean", "ci_low",
-                     "ci_high"]  # fmt: skip
-
-
 def packet_cells(dataset_dir) -> pl.DataFrame | None:
     """case_id, reason, objective of a built medpi folder's packets (None without a folder or its packets config)."""
     if dataset_dir is None:

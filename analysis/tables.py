@@ -153,11 +153,12 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
 
     t3 = time.perf_counter()
     consult = consultation_tables(con, dataset_dir, case_groups, accuracy, acc, B=B, seed=seed)
-    met = encounter_tables(encounters, packets, judged if judged.table.height else None)
+    judged = judged if judged.table.height else None
+    met = encounter_tables(encounters, packets, judged)
     shown = sorted({r.id: r for r in [*releases, *encounters]}.values(), key=lambda r: r.id)
     a = Analysis(acc, pv, status, gap, metrics, _releases_frame(shown), sizes, hist["history_tests"], hist["history_by_coverage"],
                  hist["history_by_complexity"], {"sql_s": t1 - t0, "bootstrap_s": t2 - t1, "rubric_s": t3 - t2,
-                 "tasks_s": time.perf_counter() - t3}, B, seed, judged if judged.table.height else None, consult, met)  # fmt: skip
+                 "tasks_s": time.perf_counter() - t3}, B, seed, judged, consult, met)  # fmt: skip
     return _with_boards(a)
 
 
@@ -166,11 +167,12 @@ def _encounters_only(encounters, packets, B: int, seed: int, t0: float) -> Analy
     from .rubric import rubric
 
     judged = rubric([r for r in encounters if r.has("scores")], B=B, seed=seed)
+    judged = judged if judged.table.height else None
     e = _empty()
     a = Analysis(e["accuracy"], e["pvalues"], e["answer_status"], e["mcq_rule_gap"], e["metrics"], _releases_frame(encounters),
                  e["group_sizes"], e["history_tests"], e["history_by_coverage"], e["history_by_complexity"],
-                 {"sql_s": time.perf_counter() - t0, "bootstrap_s": 0.0}, B, seed, judged if judged.table.height else None, {},
-                 encounter_tables(encounters, packets, judged if judged.table.height else None))  # fmt: skip
+                 {"sql_s": time.perf_counter() - t0, "bootstrap_s": 0.0}, B, seed, judged, {},
+                 encounter_tables(encounters, packets, judged))  # fmt: skip
     return _with_boards(a)
 
 

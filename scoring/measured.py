@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from functools import cache
 from pathlib import Path
 
 from craftmd.scoring.offline import SynonymTable, rules_sha256
@@ -29,6 +30,20 @@ def held_out(case_id: str, source: str | None) -> bool:
     return source == "derm_private" or n % 5 == 0
 
 
+@cache
+def measured_agreement() -> dict[str, dict]:
+    """Each grader's measured agreement with people (the dermatologists' grader validation), where measured."""
+    try:
+        rec = json.loads(AGREEMENT_RECORD.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    out = {}
+    for g, d in (rec.get("dermatologists") or {}).items():
+        if isinstance(d, dict) and d.get("agreement") is not None:
+            out[g] = {"agreement": float(d["agreement"]), "reference": "dermatologists", "trials": d.get("trials")}
+    return out
+
+
 def recorded_agreement() -> dict | None:
     """The recorded measurement for the current table and rules (None when either changed since, or none was recorded)."""
     try:
@@ -39,4 +54,4 @@ def recorded_agreement() -> dict | None:
     return rec if (rec.get("table_sha256"), rec.get("rules_sha256")) == current else None
 
 
-__all__ = ["AGREEMENT_RECORD", "held_out", "recorded_agreement"]
+__all__ = ["AGREEMENT_RECORD", "held_out", "measured_agreement", "recorded_agreement"]

@@ -34,9 +34,8 @@ from __future__ import annotations
 
 import importlib
 import json
-import re
 from dataclasses import dataclass, field
-from functools import cache, cached_property
+from functools import cached_property
 from pathlib import Path
 
 import polars as pl
@@ -51,7 +50,6 @@ from craftmd.release import ANSWER_VARIANT, SCORE_COLUMNS
 MCQ_RULES = ("paper", "strict")
 MCQ_FORMATS = ("mcq4", "mcq_many")
 RECORDED = "upstream-gpt4"
-AGREEMENT_FILE = Path(__file__).resolve().parent / "data" / "offline_agreement.json"
 
 
 @dataclass(frozen=True)
@@ -63,6 +61,13 @@ class Verdict:
     correct: bool | None  # None: the score could not be produced (a failed call)
     detail: str | None = None  # the scorer's own JSON object, or None
     error: str | None = None
+
+
+def llm_verdict(r) -> Verdict:
+    """The verdict of one LLM grader's result (:class:`craftmd.scoring.llm_grader.LLMGrader`): a failed call is no
+    grade, its error kept."""
+    err = json.loads(r.detail).get("error") if r.failed else None
+    return Verdict(r.resolved, r.resolved_kind, None if r.failed else r.correct, r.detail, err)
 
 
 def _detail(v: Verdict) -> str:
@@ -420,8 +425,7 @@ class LLM(Scorer):
         pairs = [(row["response"], ctx.cases[(row["case_id"], row["with_image"])][1]) for row in rows]
         results = lg.grade_many(pairs, progress=ctx.progress)
         for row, r in zip(rows, results):
-            err = json.loads(r.detail).get("error") if r.failed else None
-            out.add(row, self.name, Verdict(r.resolved, r.resolved_kind, None if r.failed else r.correct, r.detail, err))
+            out.add(row, self.name, llm_verdict(r))
         self._record = lg.record()
         if ctx.base_url or lg.server.get("service"):  # where it was called: a public URL, never a user:password or query
             self._record.update({k: v for k, v in lg.server.items() if v is not None})
@@ -715,23 +719,11 @@ def listing() -> list[dict]:
 # -- who grades whom, and whose figure stands on the board ---------------------------------------
 
 
-@cache
-def measured_agreement() -> dict[str, dict]:
-    """Each grader's measured agreement with people (the dermatologists' grader validation), where measured."""
-    try:
-        rec = json.loads(AGREEMENT_FILE.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    out = {}
-    for g, d in (rec.get("dermatologists") or {}).items():
-        if isinstance(d, dict) and d.get("agreement") is not None:
-            out[g] = {"agreement": float(d["agreement"]), "reference": "dermatologists", "trials": d.get("trials")}
-    return out
-
-
 def rank_frq(graders: list[str], *, self_graders: set[str] = frozenset()) -> list[str]:
     """FRQ graders, best first: measured agreement with people (highest first), then unmeasured ones;
     graders that grade their own model last. The first is the one the board shows."""
+    from craftmd.scoring.measured import measured_agreement
+
     agree = measured_agreement()
 
     def key(g: str):
@@ -771,5 +763,5 @@ def self_graders(manifest, graders: list[str]) -> list[str]:
 __all__ = [
     "Scorer", "Verdict", "ScoreRows", "Context", "scores_from_grades", "get_scorer", "register_scorer", "SCORERS", "check_scorers", "scorers",
     "listing", "UNITS", "rank_frq", "grades_itself", "family", "load_cases", "judges_stale", "dataset_inputs", "grading_inputs", "check_answer_cases", "self_graders",
-    "measured_agreement", "MCQ_RULES", "MCQ_FORMATS", "RECORDED",
+    "MCQ_RULES", "MCQ_FORMATS", "RECORDED",
 ]

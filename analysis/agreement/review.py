@@ -682,11 +682,6 @@ def kappa(a: np.ndarray, b: np.ndarray) -> float | None:
     return float(cohens_kappa(table, return_results=False))
 
 
-def cohen_kappa(a: list[bool], b: list[bool]) -> float | None:
-    """Cohen's kappa of two raters' yes/no labels; None where undefined (no labels, or one label only)."""
-    return kappa(np.asarray(a, bool), np.asarray(b, bool)) if len(a) else None
-
-
 def _pct(num: int, den: int) -> float | None:
     return round(100.0 * num / den, 2) if den else None
 
@@ -795,7 +790,7 @@ def summarise(inp: ReviewInput, case_labels: dict[tuple[str, int], dict] | None 
                 agree = sum(p[0] == p[1] for p in pairs)
                 inter.append({
                     "question": q or "all", "model": m or "all", "n": len(pairs),
-                    "agreement_pct": _pct(agree, len(pairs)), "kappa": _r(cohen_kappa(xa, xb)),
+                    "agreement_pct": _pct(agree, len(pairs)), "kappa": _r(kappa(xa, xb)),
                     "disagreements": len(pairs) - agree,
                     "tiebroken": sum(p[2] == "tiebreak" for p in pairs),
                     "unresolved": sum(p[2] == "unresolved" for p in pairs),
@@ -831,7 +826,7 @@ def summarise(inp: ReviewInput, case_labels: dict[tuple[str, int], dict] | None 
             "grader": sorted(inp.grader_names),
             "conversations": len(pairs),
             "agreement_pct": _pct(agree, len(pairs)),
-            "kappa": _r(cohen_kappa(e, g)),
+            "kappa": _r(kappa(e, g)),
             "spearman_rho": _r(rho.statistic) if rho is not None else None,
             "spearman_p": _r(rho.pvalue, 12) if rho is not None else None,
             "expert_correct_pct": _pct(sum(e), len(e)),
@@ -968,5 +963,5 @@ def write_with_scores(path: Path, results: dict, table, records: dict) -> Path:
 
 __all__ = [
     "export_review", "write_with_scores", "read_review_files", "summarise", "review_audit", "resolve",
-    "kappa", "cohen_kappa", "grader_count_agreement", "counts_agreement", "release_labels_by_grader", "parse_answer", "ReviewInput", "Rating", "Unit", "CaseCount",
+    "kappa", "grader_count_agreement", "counts_agreement", "release_labels_by_grader", "parse_answer", "ReviewInput", "Rating", "Unit", "CaseCount",
 ]  # fmt: skip

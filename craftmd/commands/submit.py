@@ -21,8 +21,6 @@ from craftmd.commands.cli import add_dataset_argument, add_quiet_argument, comma
 
 #: What a score folder holds: an existing --out is replaced (with --overwrite) only when it has it.
 OWNS = ("scores.json",)
-#: The longest release id a model name may give (a folder name: most file systems allow 255 bytes).
-MAX_RELEASE_ID = 160
 
 
 def score_submission(
@@ -48,10 +46,7 @@ def score_submission(
     from craftmd.scoring.submission import _slug, submit
 
     out_dir = Path(out_dir)
-    release_id = f"submission-{_slug(model)}"
-    if len(release_id.encode()) > MAX_RELEASE_ID:
-        raise CraftMDError(f"--model {model[:40]!r}... is too long ({len(model)} characters): it names the release folder "
-                           f"{release_id[:40]}..., at most {MAX_RELEASE_ID} bytes; give a shorter name")
+    _slug(model)  # a name it cannot make a release folder of (over 120 characters, control characters): one line, before grading
     check_writable(out_dir, overwrite=overwrite, owns=OWNS)  # before validating and grading
     made = [p for p in (out_dir.parent, *out_dir.parent.parents) if not p.exists()]  # removed again if nothing comes of it
     done = False

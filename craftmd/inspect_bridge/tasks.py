@@ -230,7 +230,7 @@ def protocol(job: Job):
     return _protocol()
 
 
-def _value(job: Job, rows: list[dict], keys: list[str]) -> dict[str, float]:
+def _value(rows: list[dict], keys: list[str]) -> dict[str, float]:
     """A score's value: ``setting/format`` -> the answer's score (NaN where not posed or not produced)."""
     value = dict.fromkeys(keys, math.nan)
     for r in rows:
@@ -241,11 +241,12 @@ def _value(job: Job, rows: list[dict], keys: list[str]) -> dict[str, float]:
 
 def answer_scorer(job: Job, name: str, grader: Model | None = None):
     """A package scorer (``paper``, ``strict``, ``offline``, ``llm:<grader role>``) as an inspect scorer."""
-    from craftmd.scoring.scorers import ScoreRows, Verdict, get_scorer
+    from craftmd.scoring.scorers import ScoreRows, get_scorer, llm_verdict
 
     pkg = get_scorer(name) if grader is None else None
     formats = pkg.formats if pkg else ("frq",)
     keys = [k for k in job.keys() if k.split("/")[1] in formats]
+    lg = RoleGrader(name, grader) if grader is not None else None  # one per task run, not per sample
 
     @scorer(metrics={"*": [mean(), stderr()]}, name="llm" if grader is not None else name)
     def _scorer():
@@ -255,16 +256,14 @@ def answer_scorer(job: Job, name: str, grader: Model | None = None):
             if pkg is not None:
                 counts, record = pkg.score(rows, job.context, out), pkg.record()
             else:
-                lg = RoleGrader(name, grader)
                 failures = 0
                 for row in rows:
                     r = await lg.grade_one(row["response"], job.context.cases[(row["case_id"], row["with_image"])][1])
-                    err = json.loads(r.detail).get("error") if r.failed else None
-                    out.add(row, name, Verdict(r.resolved, r.resolved_kind, None if r.failed else r.correct, r.detail, err))
+                    out.add(row, name, llm_verdict(r))
                     failures += r.failed
                 counts, record = {"graded": len(rows), "failures": failures}, lg.record()
             scored = out.table().to_pylist()
-            return Score(value=_value(job, scored, keys), metadata={STORE_KEY: {"rows": scored, "record": record, "counts": counts}})
+            return Score(value=_value(scored, keys), metadata={STORE_KEY: {"rows": scored, "record": record, "counts": counts}})
 
         return score
 
@@ -339,7 +338,7 @@ def build(task_name: str, *, dataset, config, cases, experiments, max_turns, pro
         dataset=MemoryDataset(job.samples(), name=f"craftmd:{config}"),
         solver=protocol(job),
         scorer=score,
-        config=GenerateConfig(**{k: v for k, v in job.sampling.items()}),
+        config=GenerateConfig(**job.sampling),
         metadata={STORE_KEY: dict(job.describe(), doctor_base_url=_base_url(get_model()))},
         version=1,
     )

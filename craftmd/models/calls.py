@@ -45,11 +45,6 @@ RETRY_AFTER_CAP = 60.0
 
 #: The conversation (job) a request belongs to, set by the runner at the start of each job: a server pool keeps a
 #: conversation's requests on one member (its prefix cache holds the history). None outside a runner's job.
-CONVERSATION: contextvars.ContextVar[str | None] = contextvars.ContextVar("craftmd_conversation", default=None)
-
-
-#: The conversation (job) a request belongs to, set by the runner at the start of each job: a server pool keeps a
-#: conversation's requests on one member (its prefix cache holds the history). None outside a runner's job.
 #: (A :class:`craftmd.models.pool.Pin`, set by ``pool.in_conversation``, also frees its server when the job ends.)
 CONVERSATION: contextvars.ContextVar = contextvars.ContextVar("craftmd_conversation", default=None)
 

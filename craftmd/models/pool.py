@@ -29,7 +29,6 @@ over a pool writes the same bytes as a run over one server.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, field
 
@@ -55,13 +54,9 @@ class Pin:
         self.members.clear()
 
 
-async def in_conversation(work, limit: asyncio.Semaphore | None = None):
-    """Await ``work`` (a coroutine) as one conversation: its requests stay on one server of each pool. ``limit``
-    bounds the conversations in flight (say, twice the servers' capacity), so that each server is given its
-    next conversation when it has room for it, not all of them at the start."""
-    if limit is not None:
-        async with limit:
-            return await in_conversation(work)
+async def in_conversation(work):
+    """Await ``work`` (a coroutine) as one conversation: its requests stay on one server of each pool (the runner
+    bounds the conversations in flight, so that each server is given its next one when it has room for it)."""
     pin = Pin()
     token = CONVERSATION.set(pin)
     try:
