@@ -357,8 +357,7 @@ def craftmd(dataset: str | None = None, config: str = "all", cases: str | None =
             max_turns: int = 60, prompt_set: str | None = None, temperature: float = 1.0, top_p: float = 1.0,
             max_tokens: int = 512, seed: int = 0, scorers: str | None = None) -> Task:
     """CRAFT-MD: the doctor (the model under test) interviews a patient-AI holding a case, then names the diagnosis."""
-    return build("craftmd", dataset=dataset, config=config, cases=cases, experiments=experiments, max_turns=max_turns,
-                 prompt_set=prompt_set, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed, scorers=scorers)
+    return build("craftmd", **locals())  # its parameters, as inspect's -T options set them
 
 
 @task
@@ -366,8 +365,7 @@ def consultation(dataset: str | None = None, config: str = "all", cases: str | N
                  max_turns: int = 60, prompt_set: str | None = None, temperature: float = 1.0, top_p: float = 1.0,
                  max_tokens: int = 512, seed: int = 0, scorers: str | None = None) -> Task:
     """The consultation protocol: the doctor interviews a lazy patient; the solver role answers from the conversation."""
-    return build("consultation", dataset=dataset, config=config, cases=cases, experiments=experiments, max_turns=max_turns,
-                 prompt_set=prompt_set, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed, scorers=scorers)
+    return build("consultation", **locals())
 
 
 # --- patient-led encounters (MedPI) ----------------------------------------------------------------
