@@ -7,11 +7,11 @@ scored format gets a score row: a missing or non-text answer scores 0 (``resolve
 a grader call that failed scores nothing (null value, status ``error``, the reason in its detail)
 and is never counted as a verdict. Each scorer's record holds its identity (rule version, or
 table and rules hashes, or the model, prompts and sampling) and the inputs it graded
-(:func:`grading_inputs`: the answers file's and the dataset's hashes).
+(:func:`craftmd.scoring.scorers.grading_inputs`: the answers file's and the dataset's hashes).
 
 An LLM grader never grades its own model (same model, or the family the run record names)
 unless allowed (``--allow-self``); then its record says ``self_graded`` and the board does not
-take its figure (:func:`self_graders`).
+take its figure (:func:`craftmd.scoring.scorers.self_graders`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import polars as pl
 import pyarrow as pa
 
 from craftmd import CraftMDError
-from craftmd.scoring.scorers import (MCQ_RULES, Context, ScoreRows, check_answer_cases, check_scorers, dataset_inputs, get_scorer,
-                                     grading_inputs, load_cases, self_graders)
+from craftmd.scoring.scorers import MCQ_RULES, Context, ScoreRows, check_answer_cases, check_scorers, get_scorer
+
 
 def grade_answers(
     answers: pl.DataFrame,
