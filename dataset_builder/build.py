@@ -42,7 +42,7 @@ from craftmd.dataset_builder import mediq as MQ
 from craftmd.dataset_builder import transform as T
 from craftmd.dataset_builder import upstream as U
 from craftmd.dataset_builder.report import BuildReport, SplitCheck
-from craftmd.dataset_builder.schema import CONFIGS, FEATURES, build_order, image_row, text_row
+from craftmd.dataset_builder.schema import CONFIG_SOURCES, CONFIGS, FEATURES, SOURCES, build_order, config_licence, image_row, text_row
 from craftmd.release import natural_key
 from craftmd.samples import Sample
 from craftmd.dataset import config_file
@@ -190,7 +190,8 @@ def write_config(root: Path, config: str, rows: list[dict]) -> Path:
 def card_text(version: str, source: dict, rows: dict[str, int], sizes: dict[str, int], mediq: dict) -> str:
     data = DatasetCardData(
         language=["en"],
-        license=["mit", "cc-by-4.0"],
+        license="other",  # the configs' sources have their own terms, one of them unknown: see the card's Licences
+        license_name="per-source",
         pretty_name="CRAFT-MD",
         task_categories=["question-answering", "text-generation"],
         tags=["medical", "clinical-reasoning", "diagnosis", "conversational", "benchmark"],
@@ -207,7 +208,11 @@ def card_text(version: str, source: dict, rows: dict[str, int], sizes: dict[str,
     ]
     context = {
         "version": version,
-        "config_table": "\n".join(f"| `{c}` | {rows[c]:,} | {CONFIG_DOC[c]} |" for c in CONFIGS),
+        "config_table": "\n".join(f"| `{c}` | {rows[c]:,} | {CONFIG_DOC[c]} | {config_licence(c)} |" for c in CONFIGS),
+        "licence_configs": "\n".join(
+            f"| `{c}` | {config_licence(c)} | {', '.join(SOURCES[s].name for s in CONFIG_SOURCES[c])} |" for c in CONFIGS
+        ),
+        "sources": SOURCES,
         "load_path": "ORG/NAME",
         "aliases": "; ".join(f"{a} → {b}" for a, b in T.SPECIALTY_ALIASES.items()),
         "default_question": T.DEFAULT_QUESTION,

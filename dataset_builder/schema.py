@@ -8,6 +8,8 @@ builder writes text samples with :func:`text_row` and image samples with
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from datasets import Features, Image, List, Value
 
 from craftmd.dataset_builder.transform import content_sha256, split_history_exam, task_type
@@ -64,6 +66,87 @@ FEATURES = {
     "diagnoses": DIAGNOSIS_FEATURES,
     "facts": FACTS_FEATURES,
 }
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """Where rows come from and on what terms: the source's own licence, never the builder's.
+
+    ``licence`` is a Hugging Face licence id (``mit``, ``cc-by-4.0``), ``other`` (terms stated but not an
+    open licence) or ``unknown`` (no terms found; said so rather than guessed)."""
+
+    name: str
+    licence: str
+    label: str  # the licence in words, as the card's tables show it
+    terms: str  # what the terms are and where they are stated
+    attribution: str  # whom to credit when the rows are used
+    url: str
+
+
+SOURCES = {
+    "medqa_usmle": DataSource(
+        "MedQA (USMLE, 4 options)", "mit", "MIT",
+        "MIT, as stated by the LICENSE of github.com/jind11/MedQA (Copyright (c) 2022 Di Jin), the repository that "
+        "publishes MedQA; the repository states no separate terms for the questions, which its authors collected "
+        "from medical board examination material",
+        "Jin, D., Pan, E., Oufattole, N., Weng, W.-H., Fang, H., Szolovits, P. \"What Disease does this Patient Have? "
+        "A Large-scale Open Domain Question Answering Dataset from Medical Exams.\" Applied Sciences 11(14):6421 (2021)",
+        "https://github.com/jind11/MedQA",
+    ),
+    "derm_public": DataSource(
+        "Derm-Public", "unknown", "unknown",
+        "no terms stated: the vignettes were taken from public online dermatology question banks, which neither "
+        "the upstream release nor the paper names with their terms; the upstream release's MIT licence does not "
+        "establish rights in texts it took from them",
+        "the question banks the vignettes came from (not named upstream), via Johri et al. 2025",
+        "https://github.com/rajpurkarlab/craft-md",
+    ),
+    "derm_private": DataSource(
+        "Derm-Private", "mit", "MIT",
+        "MIT, the licence of the upstream CRAFT-MD release that first published them (Copyright (c) 2023 "
+        "Rajpurkar Lab / Harvard Medical AI); written for CRAFT-MD by board-certified dermatologists",
+        "Johri, S., Jeong, J., Tran, B.A. et al. Nat Med (2025), https://doi.org/10.1038/s41591-024-03328-5",
+        "https://github.com/rajpurkarlab/craft-md",
+    ),
+    "nejm_image": DataSource(
+        "NEJM Image Challenge", "other", "© Massachusetts Medical Society (all rights reserved)",
+        "© Massachusetts Medical Society, all rights reserved, under the NEJM's terms of use; not an open licence "
+        "and not covered by the upstream release's MIT licence (upstream publishes only the cases' URLs, "
+        "`data/nejm_imagechallenge_dataset.csv`; the images and texts here are those recorded in its GPT-4V "
+        "result files). Check the NEJM's terms before any use beyond research or any redistribution",
+        "The New England Journal of Medicine, Image Challenge, © Massachusetts Medical Society",
+        "https://www.nejm.org/image-challenge",
+    ),
+    "mediq": DataSource(
+        "MediQ atomic facts", "cc-by-4.0", "CC BY 4.0",
+        "CC BY 4.0 (https://creativecommons.org/licenses/by/4.0/), the licence of the MediQ repository: "
+        "attribution required (the work, its authors, the licence); the facts restate the CRAFT-MD vignettes, "
+        "whose own terms (above) still apply to what they restate",
+        "Li, S. S., Balachandran, V., Feng, S., Ilgen, J. S., Pierson, E., Koh, P. W., Tsvetkov, Y. \"MediQ: "
+        "Question-Asking LLMs and a Benchmark for Reliable Interactive Clinical Reasoning.\" NeurIPS 2024, "
+        "licensed CC BY 4.0",
+        "https://github.com/stellalisy/mediQ",
+    ),
+}
+#: The sources of each config's rows (``all`` and ``diagnoses`` mix the text sources; ``facts`` are MediQ's
+#: restatements of text vignettes).
+CONFIG_SOURCES = {
+    "medqa_usmle": ("medqa_usmle",),
+    "derm_public": ("derm_public",),
+    "derm_private": ("derm_private",),
+    "all": ("derm_public", "derm_private", "medqa_usmle"),
+    "nejm_image": ("nejm_image",),
+    "diagnoses": ("derm_public", "derm_private", "medqa_usmle"),
+    "facts": ("mediq", "derm_public", "derm_private", "medqa_usmle"),
+}
+
+
+def config_licence(config: str) -> str:
+    """A config's licence in words: its sources' one licence, or each of them where they differ."""
+    labels = list(dict.fromkeys(SOURCES[s].label for s in CONFIG_SOURCES[config]))
+    return labels[0] if len(labels) == 1 else "mixed: " + " · ".join(labels)
+
+
 #: Order of sources inside a config (the upstream CSV's order).
 SOURCE_ORDER = ("derm_public", "derm_private", "medqa_usmle")
 
