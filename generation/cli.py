@@ -26,6 +26,24 @@ class _Price(argparse.Action):
         setattr(namespace, self.dest, prices)
 
 
+class _EngineArg(argparse.Action):
+    """``--engine-arg KEY=VALUE`` (every vllm/ role) or ``--engine-arg ROLE.KEY=VALUE`` (one role), repeatable."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from craftmd.models.vllm import engine_value
+
+        given = {k: dict(v) for k, v in (getattr(namespace, self.dest, None) or {}).items()}
+        target, eq, text = values.partition("=")
+        role, dot, key = target.strip().rpartition(".")
+        if not eq or not key:
+            parser.error(f"{option_string} {values!r}: expected [ROLE.]KEY=VALUE, e.g. patient.max_model_len=8192")
+        try:
+            given.setdefault(role if dot else "*", {})[key] = engine_value(key, text.strip())
+        except CraftMDError as exc:
+            parser.error(f"{option_string} {values!r}: {exc}")
+        setattr(namespace, self.dest, given)
+
+
 def register(sub) -> None:
     """Add this room's subcommands to the `craftmd` parser."""
     p = command(sub, "generate", run_generate)
@@ -46,6 +64,11 @@ def register(sub) -> None:
     p.add_argument("--solver", metavar="MODEL", help="consultation: the fixed model that answers from the conversation")
     p.add_argument("--closer", metavar="MODEL", help="encounters: the closure classifier (default: the patient model)")
     add_call_arguments(p)
+    p.add_argument("--engine-arg", dest="engine_args", action=_EngineArg, default={}, metavar="[ROLE.]KEY=VALUE",
+                   help="a vllm/ engine setting (tensor_parallel_size, gpu_memory_utilization, max_model_len, dtype) for every "
+                        "vllm/ role, or ROLE.KEY=VALUE for one role's engine; repeatable, recorded in the run record. Roles on one "
+                        "model share one engine; engines on distinct models share the GPU: each without its own "
+                        "gpu_memory_utilization gets an equal share of what 0.9 leaves after those given")
     p.add_argument("--workers", type=int, default=1,
                    help="processes sharing the work (default 1); more help against a fast local server, where the "
                         "client's own CPU per request is the limit (ignored for vllm/ models, which batch, and for encounters)")
@@ -96,7 +119,8 @@ def run_generate(args) -> int:
         trials=args.trials, experiments=args.experiments, max_turns=args.max_turns, max_messages=args.max_messages,
         memory_tags=args.memory_tags, tag_max_tokens=args.memory_tag_tokens, embedder=args.embedder,
         seed=args.seed, temperature=args.temperature, max_tokens=args.max_tokens, base_url=args.base_url,
-        concurrency=args.concurrency, server_concurrency=args.server_concurrency, workers=args.workers, timeout=args.timeout,
+        concurrency=args.concurrency, server_concurrency=args.server_concurrency, engine_args=args.engine_args,
+        workers=args.workers, timeout=args.timeout,
         max_retries=args.max_retries, price=args.price, budget=args.budget, cache=args.cache, prompt_set=args.prompt_set,
         shard=args.shard, overwrite=args.overwrite or args.estimate, progress=not args.quiet,
     ))

@@ -37,6 +37,7 @@ from craftmd.models import Sampling, parse_name
 from craftmd.models.calls import Counts
 from craftmd.models.connect import CallSettings, Connections, check_names
 from craftmd.models.pool import in_conversation
+from craftmd.models.vllm import engine_args_by_model
 from craftmd.release import RunRecord, write_release
 from craftmd.tasks import Task, get_task
 
@@ -85,6 +86,7 @@ class GenerateSpec:
     api_key: str | None = None  # used for the calls, never recorded
     concurrency: int = 32  # requests in flight per server (shared out among worker processes)
     server_concurrency: dict[str, int] = field(default_factory=dict)  # per service ('openai' for openai/ models)
+    engine_args: dict[str, dict] = field(default_factory=dict)  # role ('*': every vllm/ role) -> vLLM engine settings
     workers: int = 1  # processes; the client's per-request CPU, not the server, bounds a fast local server
     timeout: float = 120.0
     max_retries: int = 6
@@ -318,7 +320,7 @@ class Runner:
         s = self.spec
         return CallSettings(base_url=s.base_url, api_key=s.api_key, timeout=s.timeout, max_retries=s.max_retries, backoff=s.backoff,
                             concurrency=concurrency or s.concurrency, server_concurrency=s.server_concurrency, seed=s.seed,
-                            cache=s.cache or default_cache())
+                            cache=s.cache or default_cache(), engine_args=engine_args_by_model(self.agent_names, s.engine_args))
 
     def sampling(self, trial: int) -> Sampling:
         s = self.spec

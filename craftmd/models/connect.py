@@ -23,6 +23,7 @@ from .base import ChatModel
 from .cache import RequestCache
 from .calls import Caller, Slots
 from .pool import Pool, PoolModel
+from .vllm import VLLMModel, plan_engines
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class CallSettings:
     server_concurrency: Mapping[str, int] = field(default_factory=dict)  # per service name ('openai' for openai/ models)
     seed: int = 0  # the retries' jitter only
     cache: Path | str | RequestCache | None = None  # None: no cache
+    engine_args: Mapping[str, Mapping] = field(default_factory=dict)  # vllm/ model name -> engine settings (vllm.plan_engines)
 
     def limit(self, model: ChatModel) -> int:
         key = getattr(model, "service", None) or model.provider
@@ -60,6 +62,9 @@ class Connections:
         self._own_cache = False
         for name in dict.fromkeys(names):
             self.model(name)
+        engines = [n for n, m in self._models.items() if isinstance(m, VLLMModel)]  # one GPU, shared by one rule
+        for n, args in plan_engines(engines, settings.engine_args).items():
+            self._models[n].configure(args)
 
     # --- wiring -----------------------------------------------------------------------
     def model(self, name: str) -> ChatModel:
@@ -114,6 +119,8 @@ class Connections:
         out = {"base_url": m.server}
         if getattr(m, "service", None):
             out["service"] = m.service
+        if isinstance(m, VLLMModel):
+            out["engine"] = dict(m.engine_args)
         return out
 
     @property
