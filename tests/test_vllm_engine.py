@@ -100,6 +100,7 @@ def test_a_bad_engine_setting_is_one_line(fake_vllm, tiny_dataset, tmp_path, cap
       "patient.gpu_memory_utilization=0.6"], "adds up to 1.2 > 1"),
     (["--doctor", "vllm/a", "--patient", "openai/gpt-4o", "--engine-arg", "patient.dtype=half"], "is not a vllm/ model"),
     (["--doctor", "vllm/a", "--patient", "vllm/a", "--engine-arg", "judge.dtype=half"], "the run's roles are"),
+    (["--doctor", "openai/a", "--patient", "openai/b", "--engine-arg", "dtype=half"], "no role of the run is one"),
 ])
 def test_engine_settings_that_cannot_hold_are_refused_before_loading(fake_vllm, tiny_dataset, tmp_path, capsys, monkeypatch, args, message):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")

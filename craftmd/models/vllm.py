@@ -63,6 +63,8 @@ def engine_args_by_model(roles: Mapping[str, str], given: Mapping[str, Mapping[s
     unknown = sorted(set(given) - set(roles) - {"*"})
     if unknown:
         raise CraftMDError(f"--engine-arg for {unknown[0]!r}: the run's roles are {', '.join(roles)}")
+    if given.get("*") and not any(n.startswith("vllm/") for n in roles.values()):
+        raise CraftMDError("--engine-arg is for vllm/ models, and no role of the run is one")
     out: dict[str, dict[str, Any]] = {}
     owner: dict[tuple[str, str], str] = {}
     for role, name in roles.items():
