@@ -131,14 +131,17 @@ def _config_name(*parts: str) -> str:
     return name
 
 
-def _card(kind: str, title: str, what: str, tables: dict[str, str], records: list[str], revision: str) -> bytes:
+def _card(kind: str, title: str, what: str, tables: dict[str, str], records: list[str], revision: str, tasks: set[str]) -> bytes:
+    """The card of a published release or leaderboard; its licences are those of the cases its tasks ran on."""
     from craftmd.cards.render import render_card
-    from craftmd.dataset_builder.schema import SOURCES
+    from craftmd.dataset_builder.schema import PACKETS_SOURCE, SOURCES
+
+    sources = {**(SOURCES if tasks - {"encounters"} else {}), **({"medpi": PACKETS_SOURCE} if "encounters" in tasks else {})}
 
     data = DatasetCardData(license="other", license_name="per-source", pretty_name=title, language=["en"],
                            tags=["medical", "clinical-reasoning", "benchmark", "craftmd"], configs=_configs(tables))
     context = {"kind": kind, "title": title, "what": what, "revision": revision, "tables": tables, "records": records,
-               "sources": SOURCES, "first": next(iter(tables), None)}
+               "sources": sources, "first": next(iter(tables), None)}
     return render_card("publish_card", context, data).encode()
 
 
@@ -153,7 +156,7 @@ def plan_release(folder: Path | str, repo: str, revision: str | None) -> Plan:
     tables = {_config_name(Path(n).stem): n for n in sources if n.endswith(".parquet")}
     what = (f"Release `{rel.id}` of craftmd: the {rel.manifest.task} task, model `{rel.manifest.model}` "
             f"({rel.manifest.kind}).")
-    sources[CARD] = _card("release", f"craftmd release {rel.id}", what, tables, ["manifest.json"], revision)
+    sources[CARD] = _card("release", f"craftmd release {rel.id}", what, tables, ["manifest.json"], revision, {rel.manifest.task})
     return _with_sources(Plan(repo=repo, revision=revision, version=revision, folder=Path(folder), kind="release"), sources)
 
 
@@ -184,7 +187,7 @@ def plan_leaderboard(folder: Path | str, releases: Path | str | None, repo: str,
     what = (f"The craftmd leaderboard: its page (`page/index.html`, `page/leaderboard.md`, tables and figures) and the "
             f"{len(found)} releases it was made from ({', '.join(f'`{r.id}`' for r in found)}).")
     records = [f"releases/{r.id}/manifest.json" for r in found]
-    sources[CARD] = _card("leaderboard", "craftmd leaderboard", what, tables, records, revision)
+    sources[CARD] = _card("leaderboard", "craftmd leaderboard", what, tables, records, revision, {r.manifest.task for r in found})
     return _with_sources(Plan(repo=repo, revision=revision, version=revision, folder=folder, kind="leaderboard"), sources)
 
 

