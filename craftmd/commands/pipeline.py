@@ -120,6 +120,9 @@ def leaderboard(
         a = analyse(releases, data, tmp, B=B, seed=seed)
         _say("audits: grader agreement, expert validation, history metrics vs dermatologists" + (f", and {audits}" if audits else ""))
         found = {a["id"]: a for a in builtin_audits(releases, data, src, tmp / "audits")}
+        from craftmd.analysis.published import source_tables
+
+        source_tables(a, src, tmp)  # the tests that need the source: the experts' McNemar, the preprint's p-values
         found.update({a["id"]: a for a in read_audits(Path(audits) if audits else None)})
         audit_dicts = [found[k] for k in sorted(found)]
         _say(f"page: {len(audit_dicts)} audit(s)")
