@@ -315,8 +315,10 @@ def test_the_page_shows_the_new_tests_figures_and_the_reported_human_row(built, 
     assert "figures/exam.png" not in srcs and 'id="exam-none"' in page  # no exam settings: said, not drawn
     assert 'id="format-tests-table"' in page and 'id="image-tests-table"' in page
     assert 'href="tables/format_tests.csv"' in page and (tmp_path / "lb" / "tables" / "format_tests.csv").is_file()
-    human = page[page.index('<tbody id="human-row">'):]
-    human = human[: human.index("</tbody>")]
+    board = page[page.index('id="leaderboard"'):]
+    board = board[: board.index("</table>")]
+    human = board[board.index('<tfoot id="human-row">'):]  # under the ranked rows, never sorted among them
+    assert "<tr" not in board[board.rindex("</tbody>"): board.index("<tfoot")]
     assert "Dermatologists" in human and "reported" in human and "86.0%" in human and "87.0%" in human and "not recomputed" in human
     md = (tmp_path / "lb" / "leaderboard.md").read_text()
     assert "reported, not recomputed" in md and "Four-choice MCQ against FRQ" in md
