@@ -227,9 +227,6 @@ def write_figures(a, out: Path) -> list[Path]:
                       history_coverage_accuracy(v, out / "history_coverage_accuracy.png"),
                       history_complexity(v, out / "history_complexity.png")) if p is not None),
     ] if v.models else []  # fmt: skip
-    from .paper_figures import write_paper_figures
-
-    paths += write_paper_figures(v, out)  # the paper's other figures, with significance brackets (each only with its data)
     return paths
 
 

@@ -252,6 +252,9 @@ def analyse(releases_dir: Path | str, dataset_dir: Path | str, out_dir: Path | s
         t = time.perf_counter()
         v = View(a)
         write_figures(v, out / "figures")
+        from .paper_figures import write_paper_figures
+
+        write_paper_figures(v, out / "figures")  # the paper's other figures, with significance brackets (each only with its data)
         if a.rubric is not None:
             from .rubric import write_figures as write_rubric_figures
 

@@ -139,7 +139,7 @@ def _leaderboard(args) -> int:
     Regenerate the leaderboard from the pinned source: build the dataset if needed, ingest upstream results
     (keeping valid releases), run each release's scorers that are stale (its task's defaults: the MCQ rules,
     the offline grader and the history metrics for CRAFT-MD; --scorer adds more), analyse, render audits, and write OUT/index.html, OUT/leaderboard.md,
-    OUT/figures/ and OUT/tables/.
+    OUT/figures/ and OUT/tables/ (with the source: McNemar between models on the dermatologists' ratings, the preprint's p-values beside ours).
     """
     leaderboard(source=args.source, dataset=args.dataset, releases=args.releases, out=args.out, audits=args.audits,
                 scorers=args.scorer, B=args.resamples, seed=args.seed, progress=not args.quiet)
