@@ -16,7 +16,8 @@ def _analyse(args) -> int:
     """accuracy tables with bootstrap CIs and paired tests from graded releases
 
     Run the named DuckDB queries (analysis/sql) over every graded release and write OUT/tables/*.csv (accuracy
-    with 95% bootstrap CIs, p-values) and OUT/figures/*.png. OUT is replaced whole (a failed run leaves the
+    with 95% bootstrap CIs, p-values between settings and models, four-choice MCQ against FRQ, with against
+    without the image) and OUT/figures/*.png. OUT is replaced whole (a failed run leaves the
     previous one as it was); an existing OUT must be an earlier analysis or leaderboard folder.
     """
     from craftmd.atomic import atomic_dir

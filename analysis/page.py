@@ -17,7 +17,7 @@ from pathlib import Path
 import jinja2
 import polars as pl
 
-from .view import FORMAT_LABELS, SETTING_LABELS, SETTING_NOTES, UPSTREAM_SETTINGS, View
+from .view import FORMAT_LABELS, MCQ_PRIMARY, SETTING_LABELS, SETTING_NOTES, UPSTREAM_SETTINGS, View
 
 LEAD = ("multiturn", "frq")
 #: the four-choice MCQ shown next to free response
@@ -386,6 +386,81 @@ def _tests(v: View) -> list[dict]:
     return rows
 
 
+def _paper_tests(v: View) -> dict | None:
+    """The paper's other tests: four-choice MCQ against FRQ per model and setting (``tables/format_tests.csv``), the
+    preprint's p-values beside them, with against without the image (``tables/image_tests.csv``) and McNemar between
+    models on the dermatologists' labels (``tables/expert_tests.csv``); None when there is none of them."""
+    a = v.a
+    ft, it, et, pt = (getattr(a, k, None) for k in ("format_tests", "image_tests", "expert_tests", "published_tests"))
+    fmt_rows = []
+    if ft is not None and ft.height:
+        for m in v.models:
+            g = v.grader_for(m, "frq")
+            if g is None:
+                continue
+            sel = ft.filter(pl.col("model") == m, pl.col("mcq_grader") == MCQ_PRIMARY, pl.col("frq_grader") == g, ~pl.col("with_image"),
+                            pl.col("group_by") == "all")  # fmt: skip
+            by = {(r["setting"], r["test"]): r for r in sel.iter_rows(named=True)}
+            for s in UPSTREAM_SETTINGS:
+                b, mc = by.get((s, "paired-bootstrap")), by.get((s, "mcnemar"))
+                if b:
+                    fmt_rows.append({"display": v.display(m), "setting": SETTING_LABELS[s], "grader": g, "mcq": _acc(v.cell(m, s, MCQ)),
+                                     "frq": _acc(v.cell(m, s, "frq")), "diff": b["diff"], "p_bootstrap": b["p_adjusted"],
+                                     "p_mcnemar": mc["p_adjusted"] if mc else None})  # fmt: skip
+    img_rows = []
+    if it is not None and it.height:
+        sel = it.filter(pl.col("group_by") == "all")
+        by = {(r["model"], r["setting"], r["format"], r["grader"], r["test"]): r for r in sel.iter_rows(named=True)}
+        for (m, s, f, g, t), r in by.items():
+            if t != "paired-bootstrap":
+                continue
+            mc = by.get((m, s, f, g, "mcnemar"))
+            img_rows.append({"display": v.display(m), "setting": SETTING_LABELS.get(s, s), "format": FORMAT_LABELS.get(f, f), "grader": g,
+                             "n_cases": r["n_cases"], "diff": r["diff"], "p_bootstrap": r["p_adjusted"],
+                             "p_mcnemar": mc["p_adjusted"] if mc else None})  # fmt: skip
+    published = pt.to_dicts() if pt is not None and pt.height else []
+    experts = et.to_dicts() if et is not None and et.height else []
+    if not (fmt_rows or img_rows or v.image_models or experts):
+        return None
+    return {"format": fmt_rows, "image": img_rows, "image_models": [v.display(m) for m in v.image_models], "published": published,
+            "published_same": [r for r in published if r["same_p"]], "published_differ": [r for r in published if r["same_p"] is False],
+            "experts": experts}  # fmt: skip
+
+
+def _human(v: View) -> dict:
+    """The dermatologists' accuracy as the paper reports it (quoted, not recomputed: the source holds no answers of
+    theirs), beside each ranked model's vignette MCQ and FRQ on the two dermatology datasets."""
+    from .published import DERMATOLOGISTS_REPORTED
+
+    datasets = [d for d in ("derm_public", "derm_private") if d in v.groups("dataset")]
+    rows = [{"display": v.display(m), "cells": [{"mcq": _acc(v.cell(m, "vignette", MCQ, group_by="dataset", group=d)),
+                                                 "frq": _acc(v.cell(m, "vignette", "frq", group_by="dataset", group=d))} for d in datasets]}
+            for m in v.models]  # fmt: skip
+    return {"mcq": DERMATOLOGISTS_REPORTED["mcq4"], "frq": DERMATOLOGISTS_REPORTED["frq"], "datasets": datasets,
+            "sizes": [v.group_size("dataset", d) for d in datasets], "rows": rows if datasets else []}
+
+
+#: The paper's other figures (analysis.paper_figures): file, alt text, caption; the page shows those that were drawn.
+PAPER_FIGURES = (
+    ("settings_tests.png", "Accuracy by setting per model with significance brackets",
+     "The paper's Fig. 2 with its brackets: per model, the vignette against each conversational setting; Holm-adjusted paired-bootstrap p-values (ns, * < 0.05, ** < 0.01, *** < 0.001)."),
+    ("single_dx.png", "Accuracy by setting on the single-diagnosis subset with significance brackets",
+     "The single-diagnosis subset (Fig. 3 / Extended Data Fig. 4): the vignettes whose dermatologists found one most likely diagnosis (dataset column single_dx)."),
+    ("mcq_vs_frq.png", "Four-choice MCQ against FRQ per model and setting with significance brackets",
+     "Four-choice MCQ (paper rule) against free response (each model's FRQ grader), per setting (Supplementary Table 3)."),
+    ("vision.png", "FRQ accuracy on the image cases per setting, with and without the image",
+     "The image cases (Fig. 4): with the image and, where a release has them, without it, bracketed by the paired tests (Supplementary Table 21)."),
+    ("exam.png", "The exam settings beside the vignette and the multi-turn conversation",
+     "The physical exam (Extended Data Fig. 1): exam findings alone against the vignette, the conversation without and with them against the multi-turn conversation."),
+)  # fmt: skip
+
+
+def _paper_figures(out: Path | None) -> list[dict]:
+    if out is None:
+        return []
+    return [{"src": f"figures/{f}", "alt": alt, "caption": cap} for f, alt, cap in PAPER_FIGURES if (Path(out) / "figures" / f).is_file()]
+
+
 def _audit(a: dict) -> dict:
     """An audit's prose, tables and figures (each figure with the file it is copied from)."""
     figures = []
@@ -441,8 +516,8 @@ def _release_notes(v: View, m: str) -> str:
     return " ".join(str(n[k]) for k in ("coverage", "mcq", "frq_labels") if k in n)
 
 
-def context(a, audits: list[dict] | None = None) -> dict:
-    """Everything the templates show, as plain data."""
+def context(a, audits: list[dict] | None = None, out: Path | None = None) -> dict:
+    """Everything the templates show, as plain data (``out``: the page's folder, whose drawn figures it shows)."""
     v = View(a)
     audits = audits or []
     commits = sorted({json.loads(v.release_info[m]["source"]).get("commit") or "" for m in v.models + v.partial + v.image_models} - {""})
@@ -479,6 +554,10 @@ def context(a, audits: list[dict] | None = None) -> dict:
                       "self_reported": m in v.self_reported}
                      for m in v.models + v.partial + v.self_reported + v.image_models],
         "image": _image_rows(v),
+        "paper_tests": _paper_tests(v),
+        "human": _human(v),
+        "paper_figures": _paper_figures(out),
+        "exam_data": any(v.cell(m, s, f) for m in v.models for s in ("exam", "multiturn_no_exam", "multiturn_plus_exam") for f in (MCQ, "frq")),
         "commits": [c[:12] for c in commits],
     }
 
@@ -488,7 +567,7 @@ def context(a, audits: list[dict] | None = None) -> dict:
 
 def render(a, out: Path, audits: list[dict] | None = None) -> str:
     """The page's HTML; the audits' figures are copied under ``out/figures/audits/``."""
-    ctx = context(a, audits)
+    ctx = context(a, audits, Path(out))
     _copy_audit_figures(ctx, Path(out))
     return environment(True).get_template("leaderboard.html.j2").render(ctx)
 

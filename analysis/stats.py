@@ -29,8 +29,9 @@ MCNEMAR_GROUPS = ("all", "dataset", "single_dx")
 
 
 @lru_cache(maxsize=None)
-def _mcnemar_p(n10: int, n01: int) -> float:
-    """McNemar's test on the discordant pairs (the only cells the statistic uses)."""
+def mcnemar_p(n10: int, n01: int) -> float:
+    """McNemar's test on the discordant pairs (the only cells the statistic uses): exact (binomial) below
+    :data:`MCNEMAR_EXACT_BELOW` discordant pairs, chi-square with continuity correction above."""
     if n10 + n01 == 0:
         return 1.0
     res = mcnemar([[0, n10], [n01, 0]], exact=n10 + n01 < MCNEMAR_EXACT_BELOW, correction=True)
@@ -61,6 +62,38 @@ def bootstrap_tables(
     seed: int = DEFAULT_SEED,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``(accuracy with CIs, p-values)``: see the module doc and :data:`ACCURACY_COLUMNS`, :data:`PVALUE_COLUMNS`."""
+    acc, pv, _ = bootstrap_all(case_groups, accuracy, comparisons, None, B=B, seed=seed)
+    return acc, pv
+
+
+def _pair(R: Resampler, cells: dict, handles: dict, ka: tuple, kb: tuple) -> tuple | None:
+    """(handle a, handle b, observed sum, n) of the paired case differences of cells ``ka`` and ``kb`` (handle b None:
+    a is the difference column); None when either cell is absent or they share no case."""
+    if ka not in cells or kb not in cells:
+        return None
+    (ca, na), (cb, nb) = cells[ka], cells[kb]
+    if len(ca) == len(cb) and np.array_equal(ca, cb):
+        # Same cases in the same order: the resampled sums of a - b are those of a minus those of b.
+        return handles[ka], handles[kb], int(na.sum() - nb.sum()), len(ca)
+    _, ia, ib = np.intersect1d(ca, cb, assume_unique=True, return_indices=True)  # paired on common cases
+    if len(ia) == 0:
+        return None
+    d = na[ia] - nb[ib]
+    return R.add(d), None, int(d.sum()), len(d)
+
+
+def bootstrap_all(
+    case_groups: pl.DataFrame,
+    accuracy: pl.DataFrame,
+    comparisons: pl.DataFrame,
+    more: pl.DataFrame | None,
+    *,
+    B: int = DEFAULT_B,
+    seed: int = DEFAULT_SEED,
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None]:
+    """:func:`bootstrap_tables` and, in the same resampling run, the tests of ``more`` (``sql/more_comparisons``:
+    MCQ against FRQ, image against none; :func:`more_tests`), or None when ``more`` is None. Batching them with the
+    accuracy cells costs only their columns: every resample matrix is drawn once per group size."""
     cells, L = _cells(case_groups)
     R = Resampler(B=B, seed=seed)
     handles = {key: R.add(num) for key, (_, num) in cells.items()}
@@ -73,19 +106,18 @@ def bootstrap_tables(
         else:
             ka = (r["a"], r["grader"], r["setting"], r["format"], r["with_image"], r["group_by"], r["group"])
             kb = (r["b"], r["grader"], r["setting"], r["format"], r["with_image"], r["group_by"], r["group"])
-        if ka not in cells or kb not in cells:
-            continue
-        (ca, na), (cb, nb) = cells[ka], cells[kb]
-        if len(ca) == len(cb) and np.array_equal(ca, cb):
-            # Same cases in the same order: the resampled sums of a - b are those of a minus those of b.
-            pairs.append((i, handles[ka], handles[kb], int(na.sum() - nb.sum()), len(ca)))
-            continue
-        _, ia, ib = np.intersect1d(ca, cb, assume_unique=True, return_indices=True)  # paired on common cases
-        if len(ia) == 0:
-            continue
-        d = na[ia] - nb[ib]
-        pairs.append((i, R.add(d), None, int(d.sum()), len(d)))
+        p = _pair(R, cells, handles, ka, kb)
+        if p is not None:
+            pairs.append((i, *p))
+    more_pairs = []
+    for i, r in enumerate(more.iter_rows(named=True) if more is not None else ()):
+        ka = (r["model"], r["grader_a"], r["setting"], r["format_a"], r["image_a"], r["group_by"], r["group"])
+        kb = (r["model"], r["grader_b"], r["setting"], r["format_b"], r["image_b"], r["group_by"], r["group"])
+        p = _pair(R, cells, handles, ka, kb)
+        if p is not None:
+            more_pairs.append((i, *p))
     R.run()
+    more_pv = more_tests(R, more, more_pairs, L) if more is not None else None
 
     # Accuracy with CIs.
     lo, hi = [], []
@@ -111,7 +143,7 @@ def bootstrap_tables(
         if r["group_by"] not in MCNEMAR_GROUPS:
             continue
         n10, n01 = r["n10"], r["n01"]
-        p = _mcnemar_p(n10, n01)
+        p = mcnemar_p(n10, n01)
         trial_diff = round((n10 - n01) / r["n_trials"], DECIMALS) if r["n_trials"] else 0.0
         rows.append({**base, "n_cases": r["n_cases"], "diff": trial_diff, "p_value": min(p, 1.0), "test": "mcnemar"})
     schema = {
@@ -120,9 +152,21 @@ def bootstrap_tables(
         "n_cases": pl.Int64, "diff": pl.Float64, "p_value": pl.Float64, "test": pl.String,
     }
     pv = pl.DataFrame(rows, schema=schema)
+    pv = pv.with_columns(pl.Series("p_adjusted", holm(pv, FAMILY))).select(PVALUE_COLUMNS)
+    return acc, pv, more_pv
+
+
+#: The columns of the MCQ-vs-FRQ and image tests (:func:`more_tests`): side a and side b are cells of one model in one
+#: setting (format, grader, image flag each).
+MORE_KEY = ["family", "model", "setting", "format_a", "grader_a", "image_a", "format_b", "grader_b", "image_b", "group_by", "group"]
+MORE_COLUMNS = [*MORE_KEY, "n_cases", "diff", "p_value", "p_adjusted", "test"]
+
+
+def holm(pv: pl.DataFrame, family: list[str]) -> np.ndarray:
+    """Holm-adjusted p-values within each family (rows sharing the ``family`` columns)."""
     adjusted = np.empty(pv.height)
     if pv.height:
-        fam = pv.select(FAMILY).with_row_index("i").group_by(FAMILY, maintain_order=True).agg(pl.col("i"))
+        fam = pv.select(family).with_row_index("i").group_by(family, maintain_order=True).agg(pl.col("i"))
         pvals = pv["p_value"].to_numpy()
         # statsmodels' Holm path calls gc.collect() on every call; freezing the objects that
         # already exist keeps each of those collections cheap (seconds -> milliseconds here).
@@ -132,8 +176,29 @@ def bootstrap_tables(
                 adjusted[idx] = multipletests(pvals[idx], method="holm")[1]
         finally:
             gc.unfreeze()
-    pv = pv.with_columns(pl.Series("p_adjusted", adjusted)).select(PVALUE_COLUMNS)
-    return acc, pv
+    return adjusted
+
+
+def more_tests(R: Resampler, more: pl.DataFrame, pairs: list[tuple], L: int) -> pl.DataFrame:
+    """The paired bootstrap (difference a - b, over the cases both sides have) and McNemar's test (discordant trial
+    pairs) of every row of ``sql/more_comparisons``; Holm within each family of one model, pair of sides and group,
+    across its settings (:data:`MORE_COLUMNS`). ``diff``: the paired bootstrap's difference in accuracy over cases,
+    McNemar's (n10 - n01) / paired trials."""
+    rows = []
+    comp = more.to_dicts()
+    for i, ha, hb, obs, n in pairs:
+        r = comp[i]
+        sums = R.resampled(ha) if hb is None else R.resampled(ha) - R.resampled(hb)
+        base = {k: r[k] for k in MORE_KEY}
+        rows.append({**base, "n_cases": n, "diff": round(obs / (n * L), DECIMALS), "p_value": paired_p(sums, obs), "test": "paired-bootstrap"})
+        n10, n01 = r["n10"], r["n01"]
+        trial_diff = round((n10 - n01) / r["n_trials"], DECIMALS) if r["n_trials"] else 0.0
+        rows.append({**base, "n_cases": r["n_cases"], "diff": trial_diff, "p_value": min(mcnemar_p(n10, n01), 1.0), "test": "mcnemar"})
+    schema = {k: (pl.Boolean if k.startswith("image_") else pl.String) for k in MORE_KEY}
+    schema.update({"n_cases": pl.Int64, "diff": pl.Float64, "p_value": pl.Float64, "test": pl.String})
+    pv = pl.DataFrame(rows, schema=schema)
+    family = [k for k in MORE_KEY if k != "setting"] + ["test"]
+    return pv.with_columns(pl.Series("p_adjusted", holm(pv, family))).select(MORE_COLUMNS)  # in the query's order
 
 
 METRIC_COLUMNS = ["model", "scorer", "metric", "variant", "kind", "higher_is_better", "n_cases", "n_failed", "mean", "ci_low", "ci_high"]
@@ -189,4 +254,4 @@ def metric_table(case_scores: pl.DataFrame, *, B: int = DEFAULT_B, seed: int = D
     return pl.DataFrame(rows, schema=schema).select(METRIC_COLUMNS).sort("model", "scorer", "metric", "variant")
 
 
-__all__ = ["bootstrap_tables", "metric_table", "ACCURACY_COLUMNS", "PVALUE_COLUMNS", "METRIC_COLUMNS"]
+__all__ = ["bootstrap_tables", "bootstrap_all", "more_tests", "mcnemar_p", "holm", "metric_table", "MORE_COLUMNS", "ACCURACY_COLUMNS", "PVALUE_COLUMNS", "METRIC_COLUMNS"]

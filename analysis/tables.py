@@ -21,8 +21,10 @@ from .escape import csv_safe
 from . import runner
 from .bootstrap import DEFAULT_B, DEFAULT_SEED
 from .history import history_tables
-from .stats import bootstrap_tables, metric_table
+from .stats import bootstrap_all, metric_table
 
+#: The paper's other tests, written beside TABLES when computed (MCQ vs FRQ, image vs none, the experts' McNemar).
+MORE_TABLES = ("format_tests", "image_tests", "expert_tests", "published_tests")
 TABLES = ("accuracy", "pvalues", "answer_status", "mcq_rule_gap", "metrics", "releases", "group_sizes", "history_tests",
           "history_by_coverage", "history_by_complexity")
 
@@ -48,6 +50,10 @@ class Analysis:
     consultation: dict = field(default_factory=dict)  # analysis.consultation's tables, when a consultation release was analysed
     encounters: dict = field(default_factory=dict)  # analysis.encounters' tables, when an encounters release was analysed
     boards: pl.DataFrame | None = None  # analysis.boards: each model's headline in each task (only beside another task's releases)
+    format_tests: pl.DataFrame | None = None  # four-choice MCQ against FRQ per model and setting (stats.more_tests; format_split)
+    image_tests: pl.DataFrame | None = None  # with against without the image, per model, setting, format and grader
+    expert_tests: pl.DataFrame | None = None  # McNemar between models on the dermatologists' labels (analysis.published, with a source)
+    published_tests: pl.DataFrame | None = None  # the preprint's MCQ-vs-FRQ p-values beside format_tests (analysis.published)
 
 
 def _releases_frame(releases: list[Release]) -> pl.DataFrame:
@@ -136,12 +142,13 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
     case_groups = pl.from_arrow(runner.run(con, "case_groups"))
     accuracy = pl.from_arrow(runner.run(con, "accuracy"))
     comparisons = pl.from_arrow(runner.run(con, "comparisons"))
+    more = pl.from_arrow(runner.run(con, "more_comparisons"))
     status = pl.from_arrow(runner.run(con, "answer_status"))
     gap = pl.from_arrow(runner.run(con, "mcq_rule_gap"))
     metric_cases = pl.from_arrow(runner.run(con, "metric_case_scores"))
     sizes = group_sizes(con)
     t1 = time.perf_counter()
-    acc, pv = bootstrap_tables(case_groups, accuracy, comparisons, B=B, seed=seed)
+    acc, pv, more_pv = bootstrap_all(case_groups, accuracy, comparisons, more, B=B, seed=seed)
     metrics = metric_table(metric_cases, B=B, seed=seed)
     hist = history_tables(con, B=B, seed=seed)
     t2 = time.perf_counter()
@@ -159,7 +166,22 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
     a = Analysis(acc, pv, status, gap, metrics, _releases_frame(shown), sizes, hist["history_tests"], hist["history_by_coverage"],
                  hist["history_by_complexity"], {"sql_s": t1 - t0, "bootstrap_s": t2 - t1, "rubric_s": t3 - t2,
                  "tasks_s": time.perf_counter() - t3}, B, seed, judged, consult, met)  # fmt: skip
+    a.format_tests, a.image_tests = format_split(more_pv)
     return _with_boards(a)
+
+
+#: The columns of tables/format_tests.csv and tables/image_tests.csv.
+FORMAT_TEST_COLUMNS = ["model", "setting", "with_image", "group_by", "group", "mcq_grader", "frq_grader", "n_cases", "diff", "p_value",
+                       "p_adjusted", "test"]
+IMAGE_TEST_COLUMNS = ["model", "setting", "format", "grader", "group_by", "group", "n_cases", "diff", "p_value", "p_adjusted", "test"]
+
+
+def format_split(more: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``stats.more_tests``' rows as two tables: four-choice MCQ against FRQ (``diff`` = MCQ - FRQ; the paper's
+    Supplementary Table 3) and with against without the image (``diff`` = with - without; Supplementary Table 21)."""
+    fmt = more.filter(pl.col("family") == "format").rename({"image_a": "with_image", "grader_a": "mcq_grader", "grader_b": "frq_grader"})
+    img = more.filter(pl.col("family") == "image").rename({"format_a": "format", "grader_a": "grader"})
+    return fmt.select(FORMAT_TEST_COLUMNS), img.select(IMAGE_TEST_COLUMNS)
 
 
 def _encounters_only(encounters, packets, B: int, seed: int, t0: float) -> Analysis:
@@ -200,7 +222,8 @@ def write_tables(a: Analysis, out: Path) -> list[Path]:
         from .rubric import write_tables as write_rubric_tables
 
         written += write_rubric_tables(a.rubric, out)
-    for name, df in {**a.consultation, **a.encounters, **({"boards": a.boards} if a.boards is not None else {})}.items():
+    more = {name: getattr(a, name) for name in MORE_TABLES if getattr(a, name, None) is not None}  # the paper's other tests
+    for name, df in {**a.consultation, **a.encounters, **({"boards": a.boards} if a.boards is not None else {}), **more}.items():
         path = tables / f"{name}.csv"  # the other tasks' tables: written only when such releases were analysed
         csv_safe(df).write_csv(path)
         written.append(path)
@@ -229,6 +252,9 @@ def analyse(releases_dir: Path | str, dataset_dir: Path | str, out_dir: Path | s
         t = time.perf_counter()
         v = View(a)
         write_figures(v, out / "figures")
+        from .paper_figures import write_paper_figures
+
+        write_paper_figures(v, out / "figures")  # the paper's other figures, with significance brackets (each only with its data)
         if a.rubric is not None:
             from .rubric import write_figures as write_rubric_figures
 

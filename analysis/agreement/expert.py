@@ -102,13 +102,21 @@ def upstream_grader_labels(source, case_ids: list[str], files: dict[str, bytes] 
     return labels
 
 
-def dermatologists_sheets(source) -> ReviewInput:
+def dermatologists_sheets(source, files: dict[str, bytes] | None = None) -> ReviewInput:
     """The dermatologists' sheets of the conversations they rated (:data:`AGENT_FILES`), read and validated
     by :func:`~craftmd.analysis.agreement.review.read_review_files`: their answers and, per rated
-    conversation, what they read (``ReviewInput.conversations``)."""
-    files = source.read_files([*AGENT_FILES, DATASET_CSV])
+    conversation, what they read (``ReviewInput.conversations``). ``files``: those files already read (path -> bytes)."""
+    files = files if files is not None else source.read_files([*AGENT_FILES, DATASET_CSV])
     known = set(_dataset_frame(files[DATASET_CSV])["case_id"].to_list())
     return read_review_files([(p.rsplit("/", 1)[1], files[p]) for p in AGENT_FILES], known_case_ids=known)
+
+
+def upstream_expert_tests(source, files: dict[str, bytes] | None = None):
+    """McNemar's test between every two models on the dermatologists' labels of their conversations (the paper's
+    Supplementary Table 18), from the sheets of :func:`dermatologists_sheets` (:func:`~craftmd.analysis.agreement.review.model_tests`)."""
+    from .review import model_tests
+
+    return model_tests(dermatologists_sheets(source, files))
 
 
 def upstream_expert_results(source) -> dict:
@@ -229,4 +237,4 @@ def import_review(
     audit = review_audit(results, audit_id=audit_id, title="Expert review of agents and grader")
     return write_results(Path(out), audit, resolved_table(inp))
 
-__all__ = ["dermatologists_sheets", "import_review", "graders_vs_dermatologists", "upstream_expert_audit", "upstream_expert_results", "upstream_derm_cases", "upstream_grader_labels", "write_upstream_expert_audit"]
+__all__ = ["dermatologists_sheets", "upstream_expert_tests", "import_review", "graders_vs_dermatologists", "upstream_expert_audit", "upstream_expert_results", "upstream_derm_cases", "upstream_grader_labels", "write_upstream_expert_audit"]

@@ -909,6 +909,52 @@ def resolved_table(inp: ReviewInput):
     return pa.table(cols)
 
 
+#: tables/expert_tests.csv: McNemar's test between two reviewed models on the experts' resolved labels.
+EXPERT_TEST_COLUMNS = ["question", "model_a", "model_b", "n_cases", "yes_a", "yes_b", "n10", "n01", "diff", "p_value", "p_adjusted", "test"]
+
+
+def model_tests(inp: ReviewInput):
+    """McNemar's test between every two reviewed models, per question, on the experts' resolved labels (after
+    tie-breaks) of the cases both were rated on (the paper's Supplementary Table 18): a case is a pair, ``n10`` the
+    cases where model a's conversation got yes and b's no, ``n01`` the reverse; exact below 25 discordant cases, as
+    the accuracy tests (:func:`craftmd.analysis.stats.mcnemar_p`). ``diff``: a's share of yes minus b's over the paired
+    cases. Holm within each question across its pairs of models. A unit reviewed more than once per case and model
+    (several trials) is refused: the pairing would be ambiguous."""
+    import polars as pl
+
+    from craftmd.analysis.stats import holm, mcnemar_p
+
+    res = resolve(inp)
+    label: dict[tuple[str, str, str], bool] = {}  # (question, model, case_id) -> resolved yes/no
+    for (u, q), v in sorted(res.items()):
+        if v["value"] is None:
+            continue
+        unit = inp.units[u]
+        key = (q, unit.model, unit.case_id)
+        if key in label:
+            raise CraftMDError(f"model {unit.model!r} was reviewed more than once on {unit.case_id} ({q}): cannot pair models by case")
+        label[key] = v["value"]
+    rows = []
+    for q in sorted({k[0] for k in label}):
+        models = sorted({k[1] for k in label if k[0] == q})
+        for i, a in enumerate(models):
+            for b in models[i + 1 :]:
+                cases = sorted({k[2] for k in label if k[:2] == (q, a)} & {k[2] for k in label if k[:2] == (q, b)})
+                if not cases:
+                    continue
+                xa = [label[(q, a, c)] for c in cases]
+                xb = [label[(q, b, c)] for c in cases]
+                n10 = sum(x and not y for x, y in zip(xa, xb))
+                n01 = sum(y and not x for x, y in zip(xa, xb))
+                rows.append({"question": q, "model_a": a, "model_b": b, "n_cases": len(cases), "yes_a": sum(xa), "yes_b": sum(xb),
+                             "n10": n10, "n01": n01, "diff": round((sum(xa) - sum(xb)) / len(cases), 6),
+                             "p_value": mcnemar_p(n10, n01), "test": "mcnemar"})  # fmt: skip
+    types = {"question": pl.String, "model_a": pl.String, "model_b": pl.String, "n_cases": pl.Int64, "yes_a": pl.Int64, "yes_b": pl.Int64,
+             "n10": pl.Int64, "n01": pl.Int64, "diff": pl.Float64, "p_value": pl.Float64, "test": pl.String}  # fmt: skip
+    df = pl.DataFrame(rows, schema=types)
+    return df.with_columns(pl.Series("p_adjusted", holm(df, ["question"]), dtype=pl.Float64)).select(EXPERT_TEST_COLUMNS)
+
+
 # -- import: the command ---------------------------------------------------------------------
 def release_labels_by_grader(release_dir, setting: str = "vignette", fmt: str = "frq") -> dict[str, dict]:
     """grader -> (case_id, trial) -> {correct, extracted}, for every grader of a release's text grades."""
@@ -962,6 +1008,6 @@ def write_with_scores(path: Path, results: dict, table, records: dict) -> Path:
 
 
 __all__ = [
-    "export_review", "write_with_scores", "read_review_files", "summarise", "review_audit", "resolve",
+    "export_review", "write_with_scores", "read_review_files", "summarise", "review_audit", "resolve", "model_tests", "EXPERT_TEST_COLUMNS",
     "kappa", "grader_count_agreement", "counts_agreement", "release_labels_by_grader", "parse_answer", "ReviewInput", "Rating", "Unit", "CaseCount",
 ]  # fmt: skip

@@ -120,6 +120,9 @@ def leaderboard(
         a = analyse(releases, data, tmp, B=B, seed=seed)
         _say("audits: grader agreement, expert validation, history metrics vs dermatologists" + (f", and {audits}" if audits else ""))
         found = {a["id"]: a for a in builtin_audits(releases, data, src, tmp / "audits")}
+        from craftmd.analysis.published import source_tables
+
+        source_tables(a, src, tmp)  # the tests that need the source: the experts' McNemar, the preprint's p-values
         found.update({a["id"]: a for a in read_audits(Path(audits) if audits else None)})
         audit_dicts = [found[k] for k in sorted(found)]
         _say(f"page: {len(audit_dicts)} audit(s)")
@@ -136,7 +139,7 @@ def _leaderboard(args) -> int:
     Regenerate the leaderboard from the pinned source: build the dataset if needed, ingest upstream results
     (keeping valid releases), run each release's scorers that are stale (its task's defaults: the MCQ rules,
     the offline grader and the history metrics for CRAFT-MD; --scorer adds more), analyse, render audits, and write OUT/index.html, OUT/leaderboard.md,
-    OUT/figures/ and OUT/tables/.
+    OUT/figures/ and OUT/tables/ (with the source: McNemar between models on the dermatologists' ratings, the preprint's p-values beside ours).
     """
     leaderboard(source=args.source, dataset=args.dataset, releases=args.releases, out=args.out, audits=args.audits,
                 scorers=args.scorer, B=args.resamples, seed=args.seed, progress=not args.quiet)
