@@ -113,7 +113,11 @@ def test_build_writes_consult_train_deterministically_with_no_benchmark_case(sou
     assert hashes(again) == hashes(dataset_dir)  # rebuilt byte-identical, consult_train included
     ds = datasets.load_dataset(str(dataset_dir), G.CONFIG, split="train", cache_dir=str(tmp_path / "hf"))
     rows = ds.to_list()
-    assert len(rows) > 300 and {r["source"] for r in rows} == {"mediq"} and {r["writer"] for r in rows} == {"script"}
+    manifest = json.loads((dataset_dir / "build_manifest.json").read_text())
+    # of MediQ's 1,272 lines: 3 without facts, 152 benchmark cases, the rest kept when the diagnosis rule keeps them
+    assert manifest["consult_train"]["dropped"] == 152 and manifest["consult_train"]["inputs"] == {G.MEDIQ_FILE: 1272}
+    assert len(rows) == manifest["train_configs"][G.CONFIG] == 187
+    assert {r["source"] for r in rows} == {"mediq"} and {r["writer"] for r in rows} == {"script"}
     assert {r["licence"] for r in rows} == {"CC BY 4.0"}
     for r in rows[:50]:
         roles = [m["role"] for m in r["messages"]]
@@ -126,9 +130,12 @@ def test_build_writes_consult_train_deterministically_with_no_benchmark_case(sou
     cands = [G.Candidate(r["case"], r["source"], r["vignette"], ("x",), "", (), "") for r in rows]
     for cid, sim, share in G.nearest(cands, bench):
         assert sim < G.LEVENSHTEIN_THRESHOLD and share < G.NGRAM_THRESHOLD
-    # the MediQ lines that are CRAFT-MD cases (the facts config's 150-character match) are dropped and listed
-    facts = pl.read_parquet(dataset_dir / "facts" / "test-00000-of-00001.parquet")
-    craft = {f"mediq:{i}" for i, f in zip(facts["mediq_id"], facts["mediq_file"]) if f == G.MEDIQ_FILE}
+    # the MediQ lines that are CRAFT-MD cases (by the facts config's 150-character match) are dropped and listed
+    from craftmd.dataset_builder.mediq import open_mediq
+
+    lines = G.mediq_candidates(open_mediq().read_files([G.MEDIQ_FILE])[G.MEDIQ_FILE])
+    prefixes = {G.normalise(v)[:150] for v in bench.values() if v.strip()}
+    craft = {c.case for c in lines if c.vignette and G.normalise(c.vignette)[:150] in prefixes}
     assert len(craft) == 147 and not craft & {r["case"] for r in rows}
     report = (dataset_dir / "build_report.md").read_text()
     listed = {line.split(" | ")[0].removeprefix("| ") for line in report.splitlines() if line.startswith("| mediq:")}
@@ -191,6 +198,10 @@ def test_medqa_train_file_planted_case_and_model_writer(source, dataset_dir, tmp
         w_limited = lambda cands, system: w([c for c in cands if c.source == "medqa-train"], system)  # noqa: E731
         report = build_dataset(source, out, progress=False, medqa_train=f, golden_writer=w_limited)
         calls = server.calls
+        # the same build again over the cache: no request, the same bytes
+        build_dataset(source, tmp_path / "again", progress=False, medqa_train=f, golden_writer=w_limited)
+        assert server.calls == calls
+    assert hashes(tmp_path / "again") == hashes(out)
     rows = pq.read_table(out / TRAIN).to_pylist()
     mine = [r for r in rows if r["source"] == "medqa-train"]
     assert {(r["case"], r["writer"]) for r in mine} == {("medqa-train:1", "script"), ("medqa-train:3", "script"),
@@ -212,14 +223,6 @@ def test_medqa_train_file_planted_case_and_model_writer(source, dataset_dir, tmp
     assert report.consult_train["writer"]["failed"] == {"medqa-train:3": "keyinfo invalid reply: bad: Extra inputs are not permitted"}
     assert "- medqa-train:3: keyinfo invalid reply" in text
     assert calls == 3  # two requests for case 1, one for case 3
-    # the same build again over the cache: no request, the same bytes
-    again = tmp_path / "again"
-    with LoopbackServer(Writer()) as server:
-        w = writer("openai/loopback", base_url=server.base_url, cache=tmp_path / "c.sqlite", progress=False)
-        build_dataset(source, again, progress=False, medqa_train=f,
-                      golden_writer=lambda cands, system: w([c for c in cands if c.source == "medqa-train"], system))
-        assert server.calls == 0
-    assert hashes(again) == hashes(out)
 
 
 @pytest.mark.parametrize("line, error", [
