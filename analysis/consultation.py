@@ -143,11 +143,11 @@ SHARE_COLUMNS = {"model": pl.String, "doctor_prompt": pl.String, "conversation":
 
 
 def doctor_prompts(con, releases: list[str]) -> dict[str, str]:
-    """Each release's doctor (``short``, ``long`` or ``other``), from the run record's notes."""
-    import json
+    """Each release's doctor (``short``, ``long`` or ``other``), from its run record's prompt set."""
+    from craftmd.tasks.consultation import DOCTOR_PROMPTS
 
-    rows = con.sql("select release, notes from releases").fetchall()
-    return {r: json.loads(n or "{}").get("doctor_prompt", "short") for r, n in rows if r in releases}
+    rows = con.sql("select release, prompt_set from releases").fetchall()
+    return {r: DOCTOR_PROMPTS.get(p, "other") for r, p in rows if r in releases}
 
 
 def measure_tables(con, releases: list[str], *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -183,7 +183,7 @@ def measure_tables(con, releases: list[str], *, B: int = DEFAULT_B, seed: int = 
     order = {c: i for i, c in enumerate(("consult", "oracle_direct", "oracle_random", "oracle_reverse"))}
     measures, shares = [], []
     for (r, conv, met), (est, lo, hi, _, n) in ratios.results().items():
-        base = {"model": r, "doctor_prompt": doctors.get(r, "short"), "conversation": conv, "n_cases": int(n)}
+        base = {"model": r, "doctor_prompt": doctors.get(r, "other"), "conversation": conv, "n_cases": int(n)}
         if met in SHARE_METRICS:
             who, _, p = met.rpartition("_f1_at_")
             shares.append({**base, "who": "doctor" if who == "doctor_key" else "patient", "share": int(p), "f1": _round(est),
