@@ -49,6 +49,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from craftmd import CraftMDError
 from craftmd.dataset_builder import medqa as M
@@ -273,11 +274,12 @@ def key_values(facts: tuple[str, ...] | list[str]) -> tuple[str, list[dict]]:
     return OPENING.format(first_fact=facts[0]), [{"key": k, "value": " ".join(v)} for k, v in grouped.items()]
 
 
-def doctor_system() -> str:
-    """The consultation task's doctor prompt (``consult-v1``): the system message of every row."""
-    from craftmd.generation.protocol import PromptSet
+#: The consultation task's doctor prompt (prompt set ``consult-v1``): the system message of every row.
+DOCTOR_SYSTEM = Path(__file__).resolve().parent.parent / "generation" / "prompts" / "consult-v1" / "doctor_system.txt"
 
-    return PromptSet("consult-v1").text("doctor_system.txt")
+
+def doctor_system() -> str:
+    return DOCTOR_SYSTEM.read_text(encoding="utf-8")
 
 
 def closing(values: list[str], answer: str) -> str:
