@@ -225,6 +225,21 @@ def test_medqa_train_file_planted_case_and_model_writer(source, dataset_dir, tmp
     assert calls == 3  # two requests for case 1, one for case 3
 
 
+def test_cli_golden_writer_writes_the_first_kept_cases(source, tmp_path, capsys):
+    out = tmp_path / "out"
+    with LoopbackServer(Writer()) as server:
+        assert cli_main(["build", "--source", source.location, "--out", str(out), "--golden-writer", "openai/loopback",
+                         "--golden-base-url", server.base_url, "--golden-limit", "2", "--cache", str(tmp_path / "c.sqlite"),
+                         "--quiet"]) == 0  # fmt: skip
+        assert server.calls == 4
+    rows = pq.read_table(out / TRAIN).to_pylist()
+    scripted = [r["case"] for r in rows if r["writer"] == "script"]
+    assert [r["case"] for r in rows if r["writer"] == "openai/loopback"] == scripted[:2]  # the first two kept, beside their script
+    manifest = json.loads((out / "build_manifest.json").read_text())["consult_train"]
+    assert manifest["writer"]["model"] == "openai/loopback" and manifest["writer"]["asked"] == 2 and manifest["writer"]["failed"] == 0
+    assert "openai/loopback wrote 2 of 2, 0 failed" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("line, error", [
     ('{"question": "A 3-year-old boy has a cough. Which is the most likely diagnosis?", "answer_idx": "A"}',
      "train.jsonl:1: 'options' must map letters to texts"),
