@@ -134,7 +134,7 @@ class Prepared:
     kept: list[Candidate]
     reasons: dict[str, dict[str, int]] = field(default_factory=dict)  # source -> verdict reason -> candidates
     dropped: list[dict] = field(default_factory=list)  # case, source, benchmark_case, similarity, ngram_share
-    no_facts: list[str] = field(default_factory=list)  # candidates without facts (pinned MediQ lines without text)
+    no_facts: list[str] = field(default_factory=list)  # candidates with fewer than two facts: nothing to ask after the request
 
 
 # -- candidates -----------------------------------------------------------------------------------
@@ -224,12 +224,13 @@ def contaminated(sim: float, share: float) -> bool:
 
 
 def prepare(candidates: list[Candidate], benchmark: dict[str, str]) -> Prepared:
-    """Keep the candidates with facts that are no benchmark case (:func:`decontaminate`, every one of them listed)
-    and are diagnosis vignettes; list or count the rest."""
+    """Keep the candidates with two facts or more (the first is the request, a question needs another) that are no
+    benchmark case (:func:`decontaminate`, every one of them listed) and are diagnosis vignettes; list or count the rest."""
     p = Prepared([])
     with_facts = []
     for c in candidates:
-        (with_facts if c.facts else p.no_facts).append(c if c.facts else c.case)
+        enough = sum(bool(f.strip()) for f in c.facts) >= 2
+        (with_facts if enough else p.no_facts).append(c if enough else c.case)
     clean, p.dropped = decontaminate(with_facts, benchmark)
     for c in clean:
         v = M.select(f"{c.vignette} {c.question}")

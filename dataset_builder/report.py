@@ -98,7 +98,7 @@ class BuildReport:
         for src, reasons in t["reasons"].items():
             md += [f"- {src}: " + "; ".join(f"{r} {n:,}" for r, n in reasons.items())]
         if t["no_facts"]:
-            md += ["", f"Candidates without facts (no text to interview, left out): {', '.join(t['no_facts'])}"]
+            md += ["", f"Candidates with fewer than two facts (nothing to ask after the initial request), left out: {', '.join(t['no_facts'])}"]
         md += ["", f"Decontamination: {t['decontamination']}. Dropped ({len(t['dropped'])}):", "",
                "| candidate | nearest benchmark case | similarity | n-gram share |", "|---|---|---:|---:|"]
         md += [f"| {d['case']} | {d['benchmark_case']} | {d['similarity']:.4f} | {d['ngram_share']:.4f} |" for d in t["dropped"]]

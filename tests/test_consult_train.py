@@ -70,6 +70,8 @@ def test_key_values_and_the_scripted_dialogue_by_hand():
     assert row["turns"] == 4 and row["id"] == "mediq:7:script" and row["licence"] == "CC BY 4.0" and row["writer"] == "script"
     with pytest.raises(CraftMDError, match="facts list is empty"):
         G.key_values(("  ",))
+    one = G.Candidate("medqa-train:2", "medqa-train", "A 30-year-old woman has a cough.", ("A 30-year-old woman has a cough.",), "q", (), "a")
+    assert G.prepare([c, one], {}).no_facts == ["medqa-train:2"]  # a lone fact is the request: nothing to ask, listed
 
 
 def test_decontamination_drops_copies_and_near_copies_with_their_scores():
