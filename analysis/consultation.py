@@ -364,4 +364,38 @@ def write_figures(a, v, out) -> list:
     fig.tight_layout()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    return [_save(fig, out / "consult_rounds.png")]
+    return [_save(fig, out / "consult_rounds.png"), *f1_figure(t, v, out)]
+
+
+def f1_figure(t: dict, v, out) -> list:
+    """``consult_f1_rounds.png``: the doctor's and the patient's F1 against the share of rounds of each release's
+    consultation, with 95 % case-bootstrap bands (the framework's Figure 5); none without ``consult_f1_rounds`` rows."""
+    f1 = t.get("consult_f1_rounds")
+    if f1 is None or f1.filter(pl.col("conversation") == "consult").height == 0:
+        return []
+    from pathlib import Path
+
+    from .figures import _save, plt
+
+    f1 = f1.filter(pl.col("conversation") == "consult")
+    models = sorted(f1["model"].unique().to_list(), key=v.display)
+    fig, axes = plt.subplots(1, 2, figsize=(10.4, 3.6), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, who in zip(axes.flat, ("doctor", "patient")):
+        for i, m in enumerate(models):
+            c = f1.filter(pl.col("model") == m, pl.col("who") == who).sort("share")
+            if c.height:
+                x = c["share"].to_numpy()
+                label = f"{v.display(m)} ({c['doctor_prompt'][0]} doctor)"
+                ax.plot(x, c["f1"].to_numpy(), "-", color=colors[i % len(colors)], marker="o", ms=3, label=label)
+                ax.fill_between(x, c["ci_low"].to_numpy(), c["ci_high"].to_numpy(), color=colors[i % len(colors)], alpha=0.15, lw=0)
+        ax.set_xlim(15, 105)
+        ax.set_xticks([20, 40, 60, 80, 100])
+        ax.set_xlabel("share of the rounds (%)")
+        ax.set_ylabel(f"{who} F1 (ROUGE-1)")
+        ax.set_title(f"{who.capitalize()}: against the case's {'keys' if who == 'doctor' else 'values'}", fontsize=9, loc="left")
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=7, frameon=False, loc="lower right")
+    fig.suptitle("Doctor and patient F1 after each share of the consultation's rounds (95% case-bootstrap bands)", fontsize=10)
+    fig.tight_layout()
+    return [_save(fig, Path(out) / "consult_f1_rounds.png")]

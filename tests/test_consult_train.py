@@ -367,4 +367,5 @@ def test_consultation_tables_and_page_compare_the_two_doctors(two_doctors, tmp_p
             assert row["f1"][0] == pytest.approx(per_case["value"].mean(), abs=1e-6)
     page = (out / "index.html").read_text()
     assert "How the doctors ask" in page and "The long and the short doctor" in page
-    assert "tables/consult_f1_rounds.csv" in page
+    assert "tables/consult_f1_rounds.csv" in page and 'src="figures/consult_f1_rounds.png"' in page
+    assert (out / "figures" / "consult_f1_rounds.png").stat().st_size > 1000
