@@ -14,7 +14,13 @@ Its accuracy cells are CRAFT-MD's: graded by the same graders, bootstrapped with
 * ``consult_complexity`` — the framework's complexity analysis: the cases cut into three equal parts by their
   number of key-value items (the dataset's ``keyinfo`` config), accuracy per part with CIs;
 * ``consult_tests`` — paired tests (bootstrap and McNemar, Holm within each family, :mod:`.stats`) between
-  releases in each setting and between a release's settings (``sql/consult_comparisons.sql``).
+  releases in each setting and between a release's settings (``sql/consult_comparisons.sql``);
+* ``consult_dialogue`` — the framework's Table 2 and Table 3 per release and conversation kind, from the ``keyinfo``
+  scorer: doctor turns, words per doctor and patient turn, query diversity (ROUGE-1/2/L between the doctor's
+  questions), doctor and patient ROUGE-1 recall, precision and F1; each the mean over cases of the case's mean over
+  its trials, with a 95 % case-bootstrap CI; ``doctor_prompt`` names the release's doctor (``short``: prompt set
+  ``consult-v1``; ``long``: ``consult-long-v1``; :data:`craftmd.tasks.consultation.DOCTOR_PROMPTS`);
+* ``consult_f1_rounds`` — its Figure 5's F1 curves: doctor and patient F1 after each share of the rounds, the same way.
 
 Every table is empty when no consultation release was analysed (and then not written).
 """
@@ -29,7 +35,12 @@ from .bootstrap import DEFAULT_B, DEFAULT_SEED, Resampler, scale
 from .history import _Ratios, _round, tertiles
 
 TASK = "consultation"
-TABLES = ("consult_accuracy", "consult_rounds", "consult_oracle", "consult_gap", "consult_complexity", "consult_tests")
+TABLES = ("consult_accuracy", "consult_rounds", "consult_oracle", "consult_gap", "consult_complexity", "consult_tests",
+          "consult_dialogue", "consult_f1_rounds")
+#: ``consult_dialogue``'s measures, in the order of the framework's tables (Table 2's turns, length, coverage; Table 3's diversity).
+DIALOGUE_MEASURES = ("doctor_turns", "doctor_words_per_turn", "patient_words_per_turn", "doctor_key_recall", "doctor_key_precision",
+                     "doctor_key_f1", "patient_value_recall", "patient_value_precision", "patient_value_f1",
+                     "question_similarity_rouge1", "question_similarity_rouge2", "question_similarity_rougeL")
 #: The settings the complexity analysis shows.
 COMPLEXITY_SETTINGS = ("upper", "lower", "consult_100", "oracle_direct_100")
 
@@ -125,6 +136,68 @@ def complexity_table(con, dataset_dir, case_groups: pl.DataFrame, *, B: int = DE
             .sort("model", "format", "grader", "_o", "tertile").drop("_o"))  # fmt: skip
 
 
+MEASURE_COLUMNS = {"model": pl.String, "doctor_prompt": pl.String, "conversation": pl.String, "metric": pl.String,
+                   "n_cases": pl.Int64, "mean": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64}
+SHARE_COLUMNS = {"model": pl.String, "doctor_prompt": pl.String, "conversation": pl.String, "who": pl.String, "share": pl.Int32,
+                 "n_cases": pl.Int64, "f1": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64}
+
+
+def doctor_prompts(con, releases: list[str]) -> dict[str, str]:
+    """Each release's doctor (``short``, ``long`` or ``other``), from its run record's prompt set."""
+    from craftmd.tasks.consultation import DOCTOR_PROMPTS
+
+    rows = con.sql("select release, prompt_set from releases").fetchall()
+    return {r: DOCTOR_PROMPTS.get(p, "other") for r, p in rows if r in releases}
+
+
+def measure_tables(con, releases: list[str], *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``consult_dialogue`` and ``consult_f1_rounds`` from the releases' ``keyinfo`` scores (empty without them): per release,
+    conversation kind and metric, the mean over cases of each case's mean over its trials, with a case-bootstrap CI (the
+    cases that have the metric, resampled over every case with a score)."""
+    from craftmd.release import natural_key
+    from craftmd.scoring.keyinfo import SHARE_METRICS
+
+    empty = pl.DataFrame(schema=MEASURE_COLUMNS), pl.DataFrame(schema=SHARE_COLUMNS)
+    cols = {r[0] for r in con.execute("describe scores").fetchall()}
+    if "conversation" not in cols:
+        return empty
+    wanted = DIALOGUE_MEASURES + SHARE_METRICS
+    listed = ", ".join(f"'{m}'" for m in wanted)
+    rel = ", ".join("'" + r.replace("'", "''") + "'" for r in releases)
+    sc = pl.from_arrow(con.sql(f"select release, case_id, trial, conversation, metric, value from scores where scorer = 'keyinfo' "
+                               f"and status = 'ok' and value is not null and metric in ({listed}) and release in ({rel})").to_arrow_table())  # fmt: skip
+    if sc.height == 0:
+        return empty
+    ids = sorted(sc["case_id"].unique().to_list(), key=natural_key)
+    pos = {c: i for i, c in enumerate(ids)}
+    per = (sc.group_by("release", "conversation", "metric", "case_id").agg(pl.col("value").mean().alias("v"))
+           .with_columns(pl.col("case_id").replace_strict(pos, return_dtype=pl.Int64).alias("pos"))
+           .sort("release", "conversation", "metric", "pos"))  # fmt: skip
+    ratios = _Ratios(B, seed)
+    for (r, conv, met), g in per.group_by("release", "conversation", "metric", maintain_order=True):
+        v, has = np.zeros(len(ids)), np.zeros(len(ids))
+        v[g["pos"].to_numpy()] = g["v"].to_numpy()
+        has[g["pos"].to_numpy()] = 1.0
+        ratios.add((r, conv, met), v, has, exact=False)
+    doctors = doctor_prompts(con, releases)
+    order = {c: i for i, c in enumerate(("consult", "oracle_direct", "oracle_random", "oracle_reverse"))}
+    measures, shares = [], []
+    for (r, conv, met), (est, lo, hi, _, n) in ratios.results().items():
+        base = {"model": r, "doctor_prompt": doctors.get(r, "other"), "conversation": conv, "n_cases": int(n)}
+        if met in SHARE_METRICS:
+            who, _, p = met.rpartition("_f1_at_")
+            shares.append({**base, "who": "doctor" if who == "doctor_key" else "patient", "share": int(p), "f1": _round(est),
+                           "ci_low": _round(lo), "ci_high": _round(hi)})  # fmt: skip
+        else:
+            measures.append({**base, "metric": met, "mean": _round(est), "ci_low": _round(lo), "ci_high": _round(hi)})
+    mo = {m: i for i, m in enumerate(DIALOGUE_MEASURES)}
+    key = lambda r: (r["model"], order.get(r["conversation"], 9), r["conversation"])  # noqa: E731
+    measures.sort(key=lambda r: (*key(r), mo[r["metric"]]))
+    shares.sort(key=lambda r: (*key(r), r["who"], r["share"]))
+    return (pl.DataFrame(measures, schema=MEASURE_COLUMNS) if measures else empty[0],
+            pl.DataFrame(shares, schema=SHARE_COLUMNS) if shares else empty[1])  # fmt: skip
+
+
 def consultation_tables(con, dataset_dir, case_groups: pl.DataFrame, accuracy: pl.DataFrame, accuracy_ci: pl.DataFrame, *,
                         B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict[str, pl.DataFrame]:
     """The six tables from a prepared connection (:func:`craftmd.analysis.tables.prepared_connection`), the
@@ -145,6 +218,7 @@ def consultation_tables(con, dataset_dir, case_groups: pl.DataFrame, accuracy: p
     comparisons = pl.from_arrow(runner.run(con, "consult_comparisons"))
     _, tests = bootstrap_tables(groups, accuracy.filter(pl.col("model").is_in(releases), pl.col("group_by") == "all"), comparisons, B=B, seed=seed)
     out["consult_tests"] = tests.drop("group_by", "group")
+    out["consult_dialogue"], out["consult_f1_rounds"] = measure_tables(con, releases, B=B, seed=seed)
     return {name: out[name] for name in TABLES}
 
 
@@ -206,7 +280,41 @@ def page_section(a, v) -> dict | None:
     lead = [r for r in rows if r["format"] == v.format_label("frq") and r["consult"]] or [r for r in rows if r["consult"]]
     best = max(lead, key=lambda r: r["consult"]["accuracy"]) if lead else None
     return {"rows": rows, "best": best, "oracle": oracle, "oracle_shares": [20, 100], "complexity": complexity, "tertiles": tertiles,
-            "tests": tests, "n_tests": t["consult_tests"].height}  # fmt: skip
+            "tests": tests, "n_tests": t["consult_tests"].height, **dialogue_section(t, v, releases)}  # fmt: skip
+
+
+#: The page's labels of :data:`DIALOGUE_MEASURES`, and whether each is a share (shown as a percentage).
+MEASURE_LABELS = {"doctor_turns": ("Turns", False), "doctor_words_per_turn": ("Doctor words/turn", False),
+                  "patient_words_per_turn": ("Patient words/turn", False), "doctor_key_recall": ("Doctor recall", True),
+                  "doctor_key_precision": ("Doctor precision", True), "doctor_key_f1": ("Doctor F1", True),
+                  "patient_value_recall": ("Patient recall", True), "patient_value_precision": ("Patient precision", True),
+                  "patient_value_f1": ("Patient F1", True), "question_similarity_rouge1": ("Query sim. R-1", True),
+                  "question_similarity_rouge2": ("Query sim. R-2", True), "question_similarity_rougeL": ("Query sim. R-L", True)}
+
+
+def dialogue_section(t: dict, v, releases: list[str]) -> dict:
+    """The page's Table 2/3 and Figure 5 rows: each release's ``consult`` conversations (its doctor prompt named)."""
+    dia, f1 = t.get("consult_dialogue"), t.get("consult_f1_rounds")
+    if dia is None or dia.height == 0:
+        return {"dialogue": [], "measure_labels": [], "f1_rounds": [], "f1_shares": [], "both_doctors": False}
+    cell = lambda r, k: None if r is None else {"value": r[k], "ci_low": r["ci_low"], "ci_high": r["ci_high"]}  # noqa: E731
+    by = {(r["model"], r["metric"]): r for r in dia.filter(pl.col("conversation") == "consult").iter_rows(named=True)}
+    fr = {(r["model"], r["who"], r["share"]): r for r in f1.filter(pl.col("conversation") == "consult").iter_rows(named=True)}
+    shares = sorted({k[2] for k in fr})
+    rows, curves = [], []
+    for m in releases:
+        if not any(k[0] == m for k in by):
+            continue
+        prompt = next(r["doctor_prompt"] for k, r in by.items() if k[0] == m)
+        rows.append({"display": v.display(m), "doctor_prompt": prompt,
+                     "cells": [(cell(by.get((m, x)), "mean"), MEASURE_LABELS[x][1]) for x in DIALOGUE_MEASURES]})
+        for who in ("doctor", "patient"):
+            if any((m, who, p) in fr for p in shares):
+                curves.append({"display": v.display(m), "doctor_prompt": prompt, "who": who,
+                               "cells": [cell(fr.get((m, who, p)), "f1") for p in shares]})
+    prompts = {r["doctor_prompt"] for r in rows}
+    return {"dialogue": rows, "measure_labels": [MEASURE_LABELS[x][0] for x in DIALOGUE_MEASURES], "f1_rounds": curves,
+            "f1_shares": shares, "both_doctors": {"long", "short"} <= prompts}
 
 
 def write_figures(a, v, out) -> list:
@@ -256,4 +364,38 @@ def write_figures(a, v, out) -> list:
     fig.tight_layout()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    return [_save(fig, out / "consult_rounds.png")]
+    return [_save(fig, out / "consult_rounds.png"), *f1_figure(t, v, out)]
+
+
+def f1_figure(t: dict, v, out) -> list:
+    """``consult_f1_rounds.png``: the doctor's and the patient's F1 against the share of rounds of each release's
+    consultation, with 95 % case-bootstrap bands (the framework's Figure 5); none without ``consult_f1_rounds`` rows."""
+    f1 = t.get("consult_f1_rounds")
+    if f1 is None or f1.filter(pl.col("conversation") == "consult").height == 0:
+        return []
+    from pathlib import Path
+
+    from .figures import _save, plt
+
+    f1 = f1.filter(pl.col("conversation") == "consult")
+    models = sorted(f1["model"].unique().to_list(), key=v.display)
+    fig, axes = plt.subplots(1, 2, figsize=(10.4, 3.6), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, who in zip(axes.flat, ("doctor", "patient")):
+        for i, m in enumerate(models):
+            c = f1.filter(pl.col("model") == m, pl.col("who") == who).sort("share")
+            if c.height:
+                x = c["share"].to_numpy()
+                label = f"{v.display(m)} ({c['doctor_prompt'][0]} doctor)"
+                ax.plot(x, c["f1"].to_numpy(), "-", color=colors[i % len(colors)], marker="o", ms=3, label=label)
+                ax.fill_between(x, c["ci_low"].to_numpy(), c["ci_high"].to_numpy(), color=colors[i % len(colors)], alpha=0.15, lw=0)
+        ax.set_xlim(15, 105)
+        ax.set_xticks([20, 40, 60, 80, 100])
+        ax.set_xlabel("share of the rounds (%)")
+        ax.set_ylabel(f"{who} F1 (ROUGE-1)")
+        ax.set_title(f"{who.capitalize()}: against the case's {'keys' if who == 'doctor' else 'values'}", fontsize=9, loc="left")
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=7, frameon=False, loc="lower right")
+    fig.suptitle("Doctor and patient F1 after each share of the consultation's rounds (95% case-bootstrap bands)", fontsize=10)
+    fig.tight_layout()
+    return [_save(fig, Path(out) / "consult_f1_rounds.png")]

@@ -2,7 +2,7 @@
 
 :func:`connect` opens an in-memory DuckDB and registers the inputs as views, by name:
 
-* ``releases``: one row per release (``release``, ``kind``, ``model``, ``display``, ``task``);
+* ``releases``: one row per release (``release``, ``kind``, ``model``, ``display``, ``task``, ``prompt_set``);
 * ``answers``, ``conversations``, ``scores``: every release's parquet, with a ``release`` column
   (``scores`` unions the releases' variant keys by name); ``grades`` (``sql/grades.sql``): the
   ``correct`` scores of answers, one row per answer and grader, the shape the accuracy queries read;
@@ -95,6 +95,7 @@ def _releases_view(con, releases: list[Release]) -> None:
             "model": [r.manifest.model for r in releases],
             "display": [r.display for r in releases],
             "task": [r.manifest.task for r in releases],
+            "prompt_set": [(r.manifest.prompt_set or {}).get("name") for r in releases],
         }
     )
     con.register("releases_arrow", rel)

@@ -88,6 +88,11 @@ for _m in (
     *(Metric(f"{who}_{m}", "continuous", True, 0, 1, f"ROUGE-1 {m} (rouge-score, stemmed) of the {side} turns against the case's {what}")
       for who, side, what in (("doctor_key", "doctor's", "keys"), ("patient_value", "patient's", "values"))
       for m in ("recall", "precision", "f1")),
+    # its turn analysis (the framework's Figure 5): F1 after the first p % of the consultation's rounds
+    *(Metric(f"{who}_f1_at_{p}", "continuous", True, 0, 1,
+             f"ROUGE-1 F1 of the {side} turns of the first {p} % of the rounds (rounded up) against the case's {what}")
+      for who, side, what in (("doctor_key", "doctor's", "keys"), ("patient_value", "patient's", "values"))
+      for p in (20, 40, 60, 80, 100)),
     # MedPI's rubric (craftmd.scoring.judge, scorers judge:PROVIDER/MODEL and judge-committee): one dimension of a conversation
     Metric("rubric_score", "ordinal", True, 1, 4,
            "a judge's 1-4 score of one rubric dimension of a whole conversation (1 clearly deficient, 4 exemplary); "

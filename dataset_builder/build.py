@@ -38,11 +38,13 @@ from craftmd import CraftMDError, __version__
 from craftmd.atomic import atomic_dir, sha256_file
 from craftmd.cards.render import render_card
 from craftmd.dataset_builder import medqa as M
+from craftmd.dataset_builder import golden as G
 from craftmd.dataset_builder import mediq as MQ
 from craftmd.dataset_builder import transform as T
 from craftmd.dataset_builder import upstream as U
 from craftmd.dataset_builder.report import BuildReport, SplitCheck
-from craftmd.dataset_builder.schema import CONFIG_SOURCES, CONFIGS, FEATURES, SOURCES, build_order, config_licence, image_row, text_row
+from craftmd.dataset_builder.schema import (CONFIG_SOURCES, CONFIGS, FEATURES, SOURCES, TRAIN_CONFIGS, build_order, config_licence,
+                                            image_row, text_row)
 from craftmd.release import natural_key
 from craftmd.samples import Sample
 from craftmd.dataset import config_file
@@ -61,6 +63,7 @@ CONFIG_DOC = {
     "nejm_image": "NEJM Image Challenge cases with their image (no answer choices)",
     "diagnoses": "distinct answers of the text cases, with counts",
     "facts": "MediQ's atomic facts of the text cases it re-used (CC BY 4.0, Li et al. 2024)",
+    "consult_train": "golden consultations for training a doctor (split `train`; no benchmark case)",
 }
 SINGLE_DX_DOC = (
     "the dermatologists' quality-control label of the vignette "
@@ -89,7 +92,8 @@ def builder_sha256() -> str:
     import hashlib
 
     here = Path(__file__).resolve().parent
-    files = sorted(here.glob("*.py")) + [here.parent / "cards" / "dataset_card.md.j2", here.parent / "cards" / "render.py"]
+    files = sorted(here.glob("*.py")) + [here.parent / "cards" / "dataset_card.md.j2", here.parent / "cards" / "render.py",
+                                         here.parent / "generation" / "prompts" / "consult-v1" / "doctor_system.txt"]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
@@ -178,8 +182,8 @@ def diagnoses(cases: list[Sample]) -> list[dict]:
 # ---------------------------------------------------------------------------
 
 
-def write_config(root: Path, config: str, rows: list[dict]) -> Path:
-    path = config_file(root, config, SPLIT)
+def write_config(root: Path, config: str, rows: list[dict], split: str = SPLIT) -> Path:
+    path = config_file(root, config, split)
     path.parent.mkdir(parents=True, exist_ok=True)
     schema = FEATURES[config].arrow_schema
     table = pa.Table.from_pylist(rows, schema=schema)
@@ -187,7 +191,9 @@ def write_config(root: Path, config: str, rows: list[dict]) -> Path:
     return path
 
 
-def card_text(version: str, source: dict, rows: dict[str, int], sizes: dict[str, int], mediq: dict) -> str:
+def card_text(version: str, source: dict, rows: dict[str, int], sizes: dict[str, int], mediq: dict, train: dict | None = None) -> str:
+    """The card; ``train`` (config -> rows) adds the training configs (split ``train``) after the test configs."""
+    train = train or {}
     data = DatasetCardData(
         language=["en"],
         license="other",  # the configs' sources have their own terms, one of them unknown: see the card's Licences
@@ -202,10 +208,14 @@ def card_text(version: str, source: dict, rows: dict[str, int], sizes: dict[str,
         splits = SplitDict()
         splits.add(SplitInfo(name=SPLIT, num_bytes=sizes[c], num_examples=rows[c]))
         infos[c] = DatasetInfo(features=FEATURES[c], config_name=c, splits=splits)
+    for c, n in train.items():
+        splits = SplitDict()
+        splits.add(SplitInfo(name=G.SPLIT, num_bytes=sizes[c], num_examples=n))
+        infos[c] = DatasetInfo(features=FEATURES[c], config_name=c, splits=splits)
     DatasetInfosDict(infos).to_dataset_card_data(data)
     data["configs"] = [
         {"config_name": c, "data_files": [{"split": SPLIT, "path": f"{c}/{SPLIT}-00000-of-00001.parquet"}]} for c in CONFIGS
-    ]
+    ] + [{"config_name": c, "data_files": [{"split": G.SPLIT, "path": f"{c}/{G.SPLIT}-00000-of-00001.parquet"}]} for c in train]
     context = {
         "version": version,
         "config_table": "\n".join(f"| `{c}` | {rows[c]:,} | {CONFIG_DOC[c]} | {config_licence(c)} |" for c in CONFIGS),
@@ -228,6 +238,10 @@ def card_text(version: str, source: dict, rows: dict[str, int], sizes: dict[str,
         "mediq_attribution": MQ.ATTRIBUTION,
         "mediq_commit": mediq["commit"],
         "mediq_content_sha256": mediq["content_sha256"],
+        "consult_train_rows": train.get(G.CONFIG),
+        "consult_train_licence": config_licence(G.CONFIG),
+        "decontamination_doc": G.DECONTAMINATION_DOC,
+        "key_rules": ", ".join(k for k, _ in G.KEY_RULES) + f", else {G.OTHER_KEY}",
     }
     return render_card("dataset_card", context, data)
 
@@ -246,13 +260,18 @@ def build_dataset(
     progress: bool = True,
     medqa: Path | str | None = None,
     mediq=None,
+    medqa_train: Path | str | None = None,
+    golden_writer=None,
 ) -> BuildReport:
     """Build every config into ``out`` (atomically) and return the report.
 
     ``medqa``: a MedQA JSONL file; its items picked by the MedQA rule replace the
     upstream MedQA cases in ``medqa_usmle`` and ``all``. ``mediq``: the pinned MediQ data (a
     :class:`~craftmd.source.Source` or its location; default ``$CRAFTMD_MEDIQ``, else
-    ``../shared/sources``) whose atomic facts make the ``facts`` config.
+    ``../shared/sources``) whose atomic facts make the ``facts`` config. The ``consult_train`` config (split
+    ``train``, :mod:`craftmd.dataset_builder.golden`) holds the scripted golden consultations of MediQ's MedQA lines
+    and of ``medqa_train`` (a MedQA-format JSONL file), less every benchmark case; ``golden_writer`` (a callable,
+    :func:`craftmd.generation.golden.writer`) adds model-written ones.
     """
     started = time.perf_counter()
     out = Path(out)
@@ -262,8 +281,10 @@ def build_dataset(
     if out.exists() and not (out / MANIFEST).exists() and any(out.iterdir()):
         raise CraftMDError(f"{out} exists and is not a built dataset (no {MANIFEST}); refusing to replace it")
     medqa_items = M.read_jsonl(medqa) if medqa is not None else None
+    train_items = M.read_jsonl(medqa_train) if medqa_train is not None else None
     mediq_src = mediq if isinstance(mediq, Source) else MQ.open_mediq(mediq)
-    mediq_items = MQ.read_items(mediq_src)
+    mediq_files = mediq_src.read_files(MQ.FILES)
+    mediq_items = [it for f in MQ.FILES for it in MQ.parse(f, mediq_files[f])]
 
     got = read_source(source, progress)
     if got["rows"] is None or got["qc"] is None:
@@ -314,7 +335,13 @@ def build_dataset(
     }
     table_rows["facts"], facts_files = MQ.match(mediq_items, {c.case_id: c.vignette for c in cases})
     facts_info = {"source": mediq_src.describe(), "rule": MQ.MATCH_DOC, "files": facts_files, "cases": len(table_rows["facts"])}
+    benchmark = {c.case_id: c.vignette for c in cases}
+    benchmark.update({(c.case_id if c.case_id not in benchmark else f"nejm_image/{c.case_id}"): c.vignette for c in images})
+    table_rows[G.CONFIG], train_info = G.build_rows(mediq_files[G.MEDIQ_FILE], train_items, benchmark, golden_writer)
+    if medqa_train is not None:
+        train_info["inputs"] = {k if k != "--medqa-train" else Path(medqa_train).name: v for k, v in train_info["inputs"].items()}
     counts = {c: len(table_rows[c]) for c in CONFIGS}
+    train_counts = {c: len(table_rows[c]) for c in TRAIN_CONFIGS}
     source_info = source.describe()
 
     with atomic_dir(out, overwrite=overwrite) as tmp:  # an output that appeared meanwhile is refused at the swap too
@@ -322,8 +349,12 @@ def build_dataset(
         for c in tqdm(CONFIGS, desc="writing configs", unit="config", disable=not progress, file=sys.stderr):
             path = write_config(tmp, c, table_rows[c])
             files[path.relative_to(tmp).as_posix()] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+        for c in TRAIN_CONFIGS:
+            path = write_config(tmp, c, table_rows[c], G.SPLIT)
+            files[path.relative_to(tmp).as_posix()] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
         sizes = {c: files[f"{c}/{SPLIT}-00000-of-00001.parquet"]["bytes"] for c in CONFIGS}
-        (tmp / CARD).write_text(card_text(version, source_info, counts, sizes, facts_info["source"]), encoding="utf-8")
+        sizes.update({c: files[f"{c}/{G.SPLIT}-00000-of-00001.parquet"]["bytes"] for c in TRAIN_CONFIGS})
+        (tmp / CARD).write_text(card_text(version, source_info, counts, sizes, facts_info["source"], train_counts), encoding="utf-8")
         files[CARD] = {"sha256": sha256_file(tmp / CARD), "bytes": (tmp / CARD).stat().st_size}
         report = BuildReport(
             out=out,
@@ -351,6 +382,7 @@ def build_dataset(
             facts=facts_info,
             files=dict(files),
             empty_vignettes=[c.case_id for c in cases if not c.vignette.strip()],
+            consult_train=train_info,
         )
         (tmp / REPORT).write_text(report.to_markdown(), encoding="utf-8")
         files[REPORT] = {"sha256": sha256_file(tmp / REPORT), "bytes": (tmp / REPORT).stat().st_size}
@@ -362,6 +394,11 @@ def build_dataset(
             "source": source_info,
             "configs": counts,
             "split": SPLIT,
+            "train_configs": train_counts,
+            "consult_train": {"inputs": train_info["inputs"], "rows": train_info["rows"], "by_writer": train_info["by_writer"],
+                              "dropped": len(train_info["dropped"]), "decontamination": train_info["decontamination"],
+                              "writer": None if train_info["writer"] is None else
+                              {k: v for k, v in train_info["writer"].items() if k != "failed"} | {"failed": len(train_info["writer"]["failed"])}},
             "medqa_file": medqa_file,
             "mediq": {**facts_info["source"], "files": facts_files, "facts_cases": facts_info["cases"]},
             "question_split_agreement": round(check.agreement, 6),

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from craftmd import CraftMDError
 from craftmd.dataset_builder import transform as T
+from craftmd.dataset_builder.mediq import strip_number
 from craftmd.dataset_builder.schema import text_sample
 from craftmd.samples import Sample
 
@@ -69,6 +70,7 @@ class MedQAItem:
     options: dict[str, str]
     answer: str
     answer_idx: str
+    facts: tuple[str, ...] | None = None  # the line's own atomic facts, when it has a 'facts' list (MediQ's shape)
 
 
 def read_jsonl(path: Path | str) -> list[MedQAItem]:
@@ -98,7 +100,13 @@ def read_jsonl(path: Path | str) -> list[MedQAItem]:
         answer = d.get("answer", opts[idx])
         if T.normalize_ws(str(answer)) != T.normalize_ws(opts[idx]):
             raise CraftMDError(f"{path}:{n}: 'answer' does not match options[{idx!r}]")
-        items.append(MedQAItem(n, q, {k: opts[k] for k in sorted(opts)}, opts[idx], idx))
+        facts = d.get("facts")
+        if facts is not None and (not isinstance(facts, list) or not all(isinstance(f, str) and f.strip() for f in facts)):
+            raise CraftMDError(f"{path}:{n}: 'facts' must be a list of texts")
+        if facts is not None and not facts:
+            raise CraftMDError(f"{path}:{n}: 'facts' is an empty list (leave the field out to use the vignette's sentences)")
+        items.append(MedQAItem(n, q, {k: opts[k] for k in sorted(opts)}, opts[idx], idx,
+                               tuple(strip_number(f) for f in facts) if facts is not None else None))
     if not items:
         raise CraftMDError(f"{path}: no MedQA items")
     return items

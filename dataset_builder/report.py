@@ -45,6 +45,9 @@ class BuildReport:
     facts: dict | None = None
     files: dict[str, dict] = field(default_factory=dict)  # relative path -> {sha256, bytes}
     seconds: float = 0.0
+    #: the golden consultations (consult_train): {"rows", "by_writer", "inputs", "reasons", "no_facts", "dropped",
+    #: "decontamination", "writer": {"model", "asked", "written", "failed": {case: why}} | None}
+    consult_train: dict | None = None
 
     def summary(self) -> str:
         """A few lines for the terminal."""
@@ -67,12 +70,44 @@ class BuildReport:
             lines.append(
                 f"medqa_usmle from {self.medqa_file['path']}: {self.medqa_file['picked']:,} of {self.medqa_file['items']:,} items picked"
             )
+        if self.consult_train:
+            lines.append(self.consult_train_line())
         return "\n".join(lines)
+
+    def consult_train_line(self) -> str:
+        """The golden consultations, one line (with the model writer's failures counted)."""
+        t = self.consult_train
+        by = ", ".join(f"{w} {n:,}" for w, n in t["by_writer"].items()) or "none"
+        line = (f"consult_train (split train): {t['rows']:,} golden consultations ({by}); "
+                f"{len(t['dropped'])} candidates dropped as benchmark cases (listed in build_report.md)")
+        w = t.get("writer")
+        if w:
+            line += f"; {w['model']} wrote {w['written']:,} of {w['asked']:,}, {len(w['failed'])} failed (listed)"
+        return line
 
     def facts_line(self) -> str:
         """The MediQ match count, one line."""
         per = "; ".join(f"{Path(f).name} {c['matched']:,} of {c['lines']:,} lines" for f, c in self.facts["files"].items())
         return f"MediQ atomic facts (facts config) for {self.facts['cases']:,} cases: {per} matched"
+
+    def _consult_train_markdown(self) -> list[str]:
+        t = self.consult_train
+        md = ["", "## Golden consultations (`consult_train`, split `train`)", "", self.consult_train_line() + ".", "",
+              "Inputs: " + "; ".join(f"{k} {v:,} lines" for k, v in t["inputs"].items()) + ".", "",
+              "Diagnosis rule (the MedQA filter) on the candidates that are no benchmark case:", ""]
+        for src, reasons in t["reasons"].items():
+            md += [f"- {src}: " + "; ".join(f"{r} {n:,}" for r, n in reasons.items())]
+        if t["no_facts"]:
+            md += ["", f"Candidates with fewer than two facts (nothing to ask after the initial request), left out: {', '.join(t['no_facts'])}"]
+        md += ["", f"Decontamination: {t['decontamination']}. Dropped ({len(t['dropped'])}):", "",
+               "| candidate | nearest benchmark case | similarity | n-gram share |", "|---|---|---:|---:|"]
+        md += [f"| {d['case']} | {d['benchmark_case']} | {d['similarity']:.4f} | {d['ngram_share']:.4f} |" for d in t["dropped"]]
+        w = t.get("writer")
+        if w:
+            md += ["", f"Model-written dialogues: writer `{w['model']}`, prompt set `{w['prompt_set']}`; {w['written']:,} of "
+                   f"{w['asked']:,} written. Failures ({len(w['failed'])}):", ""]
+            md += [f"- {case}: {_cell(why)}" for case, why in w["failed"].items()] or ["- none"]
+        return md
 
     def to_markdown(self) -> str:
         def table(title: str, counts: dict, head=("value", "rows")) -> list[str]:
@@ -169,6 +204,8 @@ class BuildReport:
             md += ["", "## MediQ atomic facts", "", self.facts_line() + ".", "",
                    f"Source: `{self.facts['source']['location']}`, commit `{self.facts['source']['commit']}`, content sha256 "
                    f"`{self.facts['source']['content_sha256']}`. Match rule: {self.facts['rule']}."]
+        if self.consult_train:
+            md += self._consult_train_markdown()
         md += [
             "",
             "## NEJM image cases",

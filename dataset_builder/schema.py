@@ -58,6 +58,25 @@ FACTS_FEATURES = Features(
     }
 )
 
+#: The golden consultations (:mod:`craftmd.dataset_builder.golden`), split ``train``: TRL's conversational ``messages``.
+CONSULT_TRAIN_FEATURES = Features(
+    {
+        "id": Value("string"),
+        "case": Value("string"),
+        "source": Value("string"),
+        "writer": Value("string"),
+        "licence": Value("string"),
+        "messages": List({"role": Value("string"), "content": Value("string")}),
+        "items": List({"key": Value("string"), "value": Value("string")}),
+        "initial_request": Value("string"),
+        "vignette": Value("string"),
+        "question": Value("string"),
+        "options": List(Value("string")),
+        "answer": Value("string"),
+        "turns": Value("int64"),
+    }
+)
+
 TEXT_CONFIGS = ("medqa_usmle", "derm_public", "derm_private", "all")
 CONFIGS = TEXT_CONFIGS + ("nejm_image", "diagnoses", "facts")
 FEATURES = {
@@ -65,7 +84,10 @@ FEATURES = {
     "nejm_image": IMAGE_FEATURES,
     "diagnoses": DIAGNOSIS_FEATURES,
     "facts": FACTS_FEATURES,
+    "consult_train": CONSULT_TRAIN_FEATURES,
 }
+#: Configs of split ``train`` (the training set; never a benchmark case), written after :data:`CONFIGS`.
+TRAIN_CONFIGS = ("consult_train",)
 
 
 @dataclass(frozen=True)
@@ -147,6 +169,7 @@ CONFIG_SOURCES = {
     "nejm_image": ("nejm_image",),
     "diagnoses": ("derm_public", "derm_private", "medqa_usmle"),
     "facts": ("mediq", "derm_public", "derm_private", "medqa_usmle"),
+    "consult_train": ("mediq", "medqa_usmle"),
 }
 
 

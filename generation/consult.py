@@ -34,7 +34,7 @@ from craftmd.atomic import sha256_file
 from craftmd.models.base import Completion
 from craftmd.keyinfo import CONFIG, load_keyinfo
 from craftmd.samples import Sample
-from craftmd.tasks.consultation import CONVERSATIONS, TASK, cut
+from craftmd.tasks.consultation import CONVERSATIONS, DOCTOR_PROMPTS, TASK, cut
 
 from .engine import CraftMD, conversation_row
 from .protocol import Conversation
@@ -176,6 +176,7 @@ class Consultation(CraftMD):
                         "with the keyinfo config's initial request and answers lazily; a fixed solver answers from the conversation",
             "oracle_random_seed": "random.Random(f'{seed + trial}:{case_id}').shuffle(keys)",
             "shares": "a <kind>_<p> setting shows the initial request and the first ceil(p*K/100) of the K rounds",
+            "doctor_prompt": DOCTOR_PROMPTS.get(self.prompts.name, "other"),
         }
         return m
 

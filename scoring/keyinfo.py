@@ -10,6 +10,18 @@ config, status ``ok``; :mod:`craftmd.keyinfo`), six scores (variant keys
 * ``patient_value_recall`` / ``_precision`` / ``_f1`` — ROUGE-1 of the patient's turns joined
   against the case's values joined: how much of the information came out.
 
+On a conversation of the consultation task (it opens with the patient's initial request), the measures of the
+framework's Table 2, Table 3 and Figure 5 too, on the same turns:
+
+* ``doctor_turns`` — the doctor's messages (its questions and its closing turn); ``doctor_words_per_turn`` and
+  ``patient_words_per_turn`` — mean ROUGE tokens per doctor message and per patient reply (no score without one);
+* ``question_similarity_rouge1`` / ``_rouge2`` / ``_rougeL`` — the diversity of the doctor's queries (Eq. 4): the
+  mean ROUGE F1 over all pairs of its questions (a question: a doctor turn the patient answered), exactly as the
+  ``history`` scorer (:func:`craftmd.scoring.history.question_similarity`); none with fewer than two questions;
+* ``doctor_key_f1_at_<p>`` / ``patient_value_f1_at_<p>`` for p in 20, 40, 60, 80, 100 — the turn analysis: the
+  F1 of the doctor's questions and of the patient's answers of the first ⌈p·K/100⌉ of the K rounds (as the
+  consultation task's ``<kind>_<p>`` settings cut them; the closing turn is not a round).
+
 ROUGE-1 is computed exactly as ``rouge-score``'s ``RougeScorer(["rouge1"], use_stemmer=True)``
 with the ``history`` scorer's tokens (:func:`craftmd.scoring.history.token_ids`) and F-measure.
 Which turns count (:data:`RULES`): in a CRAFT-MD conversation, the doctor's turns after its fixed
@@ -36,7 +48,7 @@ from craftmd.dataset import dataset_fingerprint
 from craftmd.scoring.history import SCHEMA, Reference, fmeasure, split_turns, token_ids
 
 SCORER = "keyinfo"
-VERSION = 1
+VERSION = 2
 RULES = {
     "doctor": "rouge1(target=keys joined by newlines, prediction=doctor turns joined by newlines)",
     "patient": "rouge1(target=values joined by newlines, prediction=patient turns joined by newlines)",
@@ -46,8 +58,18 @@ RULES = {
     "patient_led_turns": "doctor: every assistant message; patient: user messages after the first (the initial request)",
     "skipped": "image conversations and cases without ok key-value information: no score",
     "failed": "ended = error -> every metric status error",
+    "patient_led_measures": "doctor_turns: assistant messages; words per turn: mean rouge tokens of the doctor's messages and of "
+                            "the patient's replies after the initial request; questions: assistant messages the next user message "
+                            "answers; question_similarity as the history scorer; <who>_f1_at_<p>: rouge1 F1 of the first "
+                            "ceil(p*K/100) of the K rounds' questions (doctor) and answers (patient)",
 }
 METRIC_NAMES = tuple(f"{who}_{m}" for who in ("doctor_key", "patient_value") for m in ("recall", "precision", "f1"))
+#: The shares of rounds of the turn analysis (the consultation task's).
+SHARES = (20, 40, 60, 80, 100)
+#: The measures of a consultation-task conversation beyond :data:`METRIC_NAMES`.
+DIALOGUE_METRICS = ("doctor_turns", "doctor_words_per_turn", "patient_words_per_turn", "question_similarity_rouge1",
+                    "question_similarity_rouge2", "question_similarity_rougeL")
+SHARE_METRICS = tuple(f"{who}_f1_at_{p}" for who in ("doctor_key", "patient_value") for p in SHARES)
 
 
 def rouge1(reference: str, prediction: str) -> tuple[float, float, float]:
@@ -72,12 +94,45 @@ def turns(kind: str, roles: list[str], contents: list[str | None]) -> tuple[list
     return [c for r, c in dialogue if r == "assistant"], [c for r, c in dialogue[first + 1:] if r == "user"]
 
 
+def rounds(roles: list[str], contents: list[str | None]) -> list[tuple[str, str]]:
+    """(doctor question, patient answer) pairs after the patient's first message, in order."""
+    d = [(r, c or "") for r, c in zip(roles, contents) if r in ("user", "assistant")]
+    first = next((i for i, (r, _) in enumerate(d) if r == "user"), len(d))
+    return [(d[i][1], d[i + 1][1]) for i in range(first + 1, len(d) - 1) if d[i][0] == "assistant" and d[i + 1][0] == "user"]
+
+
+def dialogue_scores(roles: list[str], contents: list[str | None], keys: list[str], values: list[str]) -> list[tuple[str, float]]:
+    """(metric, value) of :data:`DIALOGUE_METRICS` (those that exist) and :data:`SHARE_METRICS` of a consultation-task conversation."""
+    from craftmd.scoring.history import question_similarity, token_ids
+
+    doctor, patient = turns("consult", roles, contents)
+    out = [("doctor_turns", float(len(doctor)))]
+    if doctor:
+        out.append(("doctor_words_per_turn", sum(len(token_ids(t)) for t in doctor) / len(doctor)))
+    if patient:
+        out.append(("patient_words_per_turn", sum(len(token_ids(t)) for t in patient) / len(patient)))
+    pairs = rounds(roles, contents)
+    sim = question_similarity([token_ids(q) for q, _ in pairs])
+    if sim is not None:
+        out += list(zip(DIALOGUE_METRICS[3:], sim))
+    keys_text, values_text = "\n".join(keys), "\n".join(values)
+    for who, side in (("doctor_key", 0), ("patient_value", 1)):
+        for p in SHARES:
+            shown = pairs[: -(-p * len(pairs) // 100)]
+            out.append((f"{who}_f1_at_{p}", rouge1(keys_text if side == 0 else values_text, "\n".join(x[side] for x in shown))[2]))
+    return out
+
+
 def score_conversation(kind: str, roles: list[str], contents: list[str | None], keys: list[str], values: list[str]) -> list[tuple[str, float]]:
-    """(metric, value) of one conversation, in :data:`METRIC_NAMES` order."""
+    """(metric, value) of one conversation, in :data:`METRIC_NAMES` order, then (on a consultation-task conversation)
+    :func:`dialogue_scores`."""
+    from craftmd.tasks.consultation import CONVERSATIONS
+
     doctor, patient = turns(kind, roles, contents)
     dp, dr, df = rouge1("\n".join(keys), "\n".join(doctor))
     pp, pr, pf = rouge1("\n".join(values), "\n".join(patient))
-    return list(zip(METRIC_NAMES, (dr, dp, df, pr, pp, pf)))
+    out = list(zip(METRIC_NAMES, (dr, dp, df, pr, pp, pf)))
+    return out + dialogue_scores(roles, contents, keys, values) if kind in CONVERSATIONS else out
 
 
 def identity() -> dict:
@@ -109,7 +164,9 @@ def keyinfo_scores(release, dataset_dir: Path | str) -> tuple[pa.Table, dict]:
             counts["no_keyinfo"] += 1
             continue
         if r["ended"] == "error":
-            scores = [(m, None) for m in METRIC_NAMES]
+            from craftmd.tasks.consultation import CONVERSATIONS
+
+            scores = [(m, None) for m in METRIC_NAMES + ((DIALOGUE_METRICS + SHARE_METRICS) if r["conversation"] in CONVERSATIONS else ())]
             detail = json.dumps({"error": "the conversation failed (ended = error)"})
             counts["failed"] += 1
         else:
@@ -131,4 +188,5 @@ def keyinfo_scores(release, dataset_dir: Path | str) -> tuple[pa.Table, dict]:
     return pa.table(cols, schema=SCHEMA), record
 
 
-__all__ = ["keyinfo_scores", "inputs", "score_conversation", "rouge1", "turns", "identity", "SCORER", "METRIC_NAMES", "RULES"]
+__all__ = ["keyinfo_scores", "inputs", "score_conversation", "dialogue_scores", "rounds", "rouge1", "turns", "identity", "SCORER",
+           "METRIC_NAMES", "DIALOGUE_METRICS", "SHARE_METRICS", "SHARES", "RULES"]

@@ -27,6 +27,9 @@ from .base import Task, parse_matrix, register
 CONVERSATIONS = ("consult", "oracle_direct", "oracle_random", "oracle_reverse")
 #: The shares of rounds the solver answers after.
 SHARES = (20, 40, 60, 80, 100)
+#: The framework's two doctors (its §4.2) as prompt sets: the short one asks until it has no more questions, the long one
+#: as many as it can, up to 10. A release's ``prompt_set`` names which; the page compares them.
+DOCTOR_PROMPTS = {"consult-v1": "short", "consult-long-v1": "long"}
 
 
 def _matrix() -> str:
