@@ -208,9 +208,7 @@ class Context:
 
 def answer_formats(release, *, images: bool = True) -> set[str]:
     """The answer formats a release holds (of text cases only, without ``images``)."""
-    import pyarrow.parquet as pq
-
-    t = pq.read_table(release.path / "answers.parquet", columns=["format", "with_image"])
+    t = release.table("answers", columns=["format", "with_image"])
     if not images:
         t = t.filter(pa.compute.invert(t.column("with_image")))
     return set(t.column("format").unique().to_pylist())
@@ -252,6 +250,8 @@ class Scorer:
         table = UNITS[self.unit]
         if table and not release.has(table):
             return f"no {table}.parquet"
+        if table and not release.rows(table):  # a run of settings without a conversation (vignette): nothing to score
+            return f"no {table} (its {table}.parquet is empty)"
         if self.formats and not set(self.formats) & set(get_task(task).formats):
             return f"no {'/'.join(self.formats)} answers in task {task}"
         if self.formats and not set(self.formats) & answer_formats(release):
