@@ -45,7 +45,7 @@ from craftmd import CraftMDError
 from craftmd.dataset import config_file, dataset_fingerprint, load_config
 from craftmd.registry import Registry
 from craftmd.scoring.families import family, grades_itself
-from craftmd.release import ANSWER_VARIANT, SCORE_COLUMNS
+from craftmd.release import ANSWER_VARIANT, CLAIM_PREFIX, SCORE_COLUMNS
 
 MCQ_RULES = ("paper", "strict")
 MCQ_FORMATS = ("mcq4", "mcq_many")
@@ -655,7 +655,7 @@ PATTERNS = {"llm:": LLM, "judge:": Judges.parse}
 
 def register_scorer(name: str, factory) -> None:
     """Add a scorer (a task's own): ``factory()`` returns a :class:`Scorer` whose ``name`` is ``name``."""
-    if name in (RECORDED, "judge-committee") or name.startswith(tuple(PATTERNS)):
+    if name in (RECORDED, "judge-committee") or name.startswith((*PATTERNS, CLAIM_PREFIX)):
         raise CraftMDError(f"scorer name {name!r} is reserved")
     SCORERS.register(name, factory)
 
@@ -674,6 +674,8 @@ def get_scorer(name: str) -> Scorer:
             return make(name)
     if name == RECORDED:
         raise CraftMDError(f"scorer {name!r} is the recorded upstream label; it cannot be re-run")
+    if name.startswith(CLAIM_PREFIX):
+        raise CraftMDError(f"scorer {name!r} holds the scores an ingested log claimed; run {name.removeprefix(CLAIM_PREFIX)!r} to compute them")
     raise CraftMDError(f"unknown scorer {name!r}; known: {known()}")
 
 
