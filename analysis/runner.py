@@ -75,8 +75,9 @@ def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threa
         body = _union(releases, table)
         if body is None and table == "scores":
             raise CraftMDError("no release has scores.parquet; score the releases first (craftmd score)")
-        if body is not None and table == "scores":  # a claim (an ingested log's word, scorer claimed:<name>) is no score
-            body = f"select * from ({body}) where not starts_with(scorer, '{CLAIM_PREFIX}')"
+        claim = f"starts_with(scorer, '{CLAIM_PREFIX}')"  # a claim (an ingested log's word) is no score
+        if body is not None and table == "scores" and con.sql(f"select 1 from ({body}) where {claim} limit 1").fetchall():
+            body = f"select * from ({body}) where not {claim}"  # (only then: the views of a board without claims stay as they were)
         if body is not None:
             con.execute(f"create view {table} as {body}")
     con.execute((SQL_DIR / "_macros.sql").read_text())
