@@ -2,10 +2,11 @@
 
 * :func:`ingest_logs` (``craftmd ingest --inspect LOG… --out RELEASE``): logs of the package's
   tasks (``inspect eval craftmd/craftmd``, or logs this module exported) → one release:
-  conversations and answers from each sample's store, scores from each score's metadata (the
-  package scorers' own rows: nothing is re-graded), and a run record naming each role, the
-  dataset, the prompt set and inspect's version. A log of another task, or an unfinished one,
-  is refused in one line; nothing is written.
+  conversations and answers from each sample's store, and a run record naming each role, the
+  dataset, the prompt set and inspect's version. The scores in each score's metadata are the
+  log's word, kept as claims (scorer ``claimed:<name>``: never ranked, no scorer current by
+  them) that ``craftmd score`` computes again and checks. A log of another task, an unfinished
+  one, or one whose rows or scores do not fit a release is refused in one line; nothing is written.
 * :func:`export_release` (``craftmd export RELEASE --inspect DIR``): a release (upstream ones
   included) → one inspect log per (setting, format), each answer a sample (epoch = trial + 1)
   with its conversation as messages, the answer as output, its scores, and its rows in the
