@@ -332,7 +332,7 @@ SHARD_RECORDS = {  # producer.shard of the second shard -> what the one line say
 @pytest.mark.parametrize("how", list(SHARD_RECORDS))
 def test_a_bad_shard_record_is_one_line_and_nothing_is_merged(world, tmp_path, capsys, how):
     shards = []
-    for i, src in enumerate(world["shards"]):
+    for src in world["shards"]:
         dst = tmp_path / src.name
         shutil.copytree(src, dst)
         shards.append(dst)
