@@ -4,7 +4,7 @@
 
 * ``releases``: one row per release (``release``, ``kind``, ``model``, ``display``, ``task``, ``prompt_set``);
 * ``answers``, ``conversations``, ``scores``: every release's parquet, with a ``release`` column
-  (``scores`` unions the releases' variant keys by name); ``grades`` (``sql/grades.sql``): the
+  (``scores`` unions the releases' variant keys by name, and leaves out claims: scorer ``claimed:<name>``); ``grades`` (``sql/grades.sql``): the
   ``correct`` scores of answers, one row per answer and grader, the shape the accuracy queries read;
   ``score_rows``: every score with its variant keys folded into one text column ``variant``;
 * ``cases``: the built dataset's case metadata (``case_id``, ``with_image``, ``source``,
@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file
-from craftmd.release import SETTINGS, Release, find_releases, natural_key
+from craftmd.release import CLAIM_PREFIX, SETTINGS, Release, find_releases, natural_key
 
 SQL_DIR = Path(str(resources.files("craftmd.analysis") / "sql"))
 
@@ -75,6 +75,9 @@ def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threa
         body = _union(releases, table)
         if body is None and table == "scores":
             raise CraftMDError("no release has scores.parquet; score the releases first (craftmd score)")
+        claim = f"starts_with(scorer, '{CLAIM_PREFIX}')"  # a claim (an ingested log's word) is no score
+        if body is not None and table == "scores" and con.sql(f"select 1 from ({body}) where {claim} limit 1").fetchall():
+            body = f"select * from ({body}) where not {claim}"  # (only then: the views of a board without claims stay as they were)
         if body is not None:
             con.execute(f"create view {table} as {body}")
     con.execute((SQL_DIR / "_macros.sql").read_text())

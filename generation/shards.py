@@ -38,6 +38,11 @@ SAME = ("kind", "task", "model", "display_name", "dataset", "source", "roles", "
 WHOLE_RUN_COUNTS = ("cases", "trials")
 
 
+def valid_shard(k: object, of: object) -> bool:
+    """Whether ``(k, of)`` is a shard: whole numbers with 1 ≤ k ≤ K (the one rule, for ``--shard`` and a run record's)."""
+    return type(k) is int and type(of) is int and 1 <= k <= of
+
+
 def parse_shard(text: str) -> tuple[int, int]:
     """``"2/8"`` → ``(2, 8)``; one line for anything but ``k/K`` with 1 ≤ k ≤ K."""
     k, slash, n = str(text).strip().partition("/")
@@ -45,9 +50,27 @@ def parse_shard(text: str) -> tuple[int, int]:
         k_i, n_i = int(k), int(n)
     except ValueError:
         k_i = n_i = 0
-    if not slash or not 1 <= k_i <= n_i:
+    if not slash or not valid_shard(k_i, n_i):
         raise CraftMDError(f"--shard {text!r}: expected k/K with 1 <= k <= K, e.g. --shard 1/4")
     return k_i, n_i
+
+
+def shard_record(release: Release) -> tuple[int, int] | None:
+    """The shard ``(k, K)`` a release's run record names (``producer.shard``), None for a whole run; one line for a
+    record that names no valid shard (k and K whole numbers, 1 ≤ k ≤ K)."""
+    s = release.manifest.producer.get("shard")
+    if s is None:
+        return None
+    k, of = (s.get("k"), s.get("of")) if isinstance(s, dict) else (None, None)
+    if not valid_shard(k, of):
+        raise CraftMDError(f"{release.path}: its run record's producer.shard {_short(s)} is no shard (expected "
+                           "{\"k\": k, \"of\": K}, whole numbers with 1 <= k <= K)")
+    return k, of
+
+
+def _short(x: object) -> str:
+    r = repr(x)
+    return r if len(r) <= 80 else r[:79] + "…"
 
 
 def shard_of(sample_id: str, of: int) -> int:
@@ -128,12 +151,12 @@ def merge(paths: list[Path | str], out: Path | str, overwrite: bool = False) -> 
     shards: list[tuple[Release, int, int]] = []
     for p in paths:
         r = read_release(p)
-        s = r.manifest.producer.get("shard")
-        if not isinstance(s, dict) or not {"k", "of"} <= set(s):
+        s = shard_record(r)
+        if s is None:
             raise CraftMDError(f"{p} is not a shard release (its run record has no producer.shard: it was not run with --shard k/K)")
         if (r.path / SCORES_FILE).exists():
             raise CraftMDError(f"{p} has been scored: merge the shards as generated, then score the merged release")
-        shards.append((r, int(s["k"]), int(s["of"])))
+        shards.append((r, *s))
     first, _, of = shards[0]
     for r, k, n in shards[1:]:
         if n != of:

@@ -60,7 +60,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from craftmd import CraftMDError
 from craftmd.dataset import dataset_fingerprint
@@ -697,7 +696,7 @@ def inputs(release, dataset_dir: Path | str) -> dict:
 
 
 def _conversations(release) -> tuple:
-    t = pq.read_table(release.path / "conversations.parquet", columns=["case_id", "trial", "conversation", "with_image", "messages", "ended"])
+    t = release.table("conversations", columns=["case_id", "trial", "conversation", "with_image", "messages", "ended"])
     t = t.combine_chunks()
     msgs = t.column("messages").chunk(0) if t.num_rows else pa.array([], t.schema.field("messages").type)
     flat = msgs.flatten()

@@ -48,7 +48,6 @@ from importlib import resources
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from craftmd import CraftMDError
 from craftmd.replies import reply_json
@@ -228,7 +227,7 @@ def read_units(release, dataset_dir, *, conversations: list[str] | None = None, 
     """The release's conversations to judge, with their objectives."""
     if not release.has("conversations"):
         raise CraftMDError(f"release {release.id}: no conversations.parquet, nothing to judge")
-    t = pq.read_table(release.path / "conversations.parquet", columns=["case_id", "trial", "conversation", "with_image", "messages", "ended"])
+    t = release.table("conversations", columns=["case_id", "trial", "conversation", "with_image", "messages", "ended"])
     rows = t.to_pylist()
     if conversations:
         known = sorted({r["conversation"] for r in rows})

@@ -42,7 +42,6 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from craftmd.dataset import dataset_fingerprint
 from craftmd.scoring.history import SCHEMA, Reference, fmeasure, split_turns, token_ids
@@ -155,7 +154,7 @@ def keyinfo_scores(release, dataset_dir: Path | str) -> tuple[pa.Table, dict]:
     from craftmd.keyinfo import load_keyinfo
 
     info = load_keyinfo(dataset_dir)
-    t = pq.read_table(release.path / "conversations.parquet", columns=["case_id", "trial", "conversation", "with_image", "messages", "ended"])
+    t = release.table("conversations", columns=["case_id", "trial", "conversation", "with_image", "messages", "ended"])
     cols: dict[str, list] = {f.name: [] for f in SCHEMA}
     counts = Counter()
     for r in t.to_pylist():

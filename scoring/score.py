@@ -72,12 +72,51 @@ def score_release(release_dir: Path | str, dataset_dir: Path | str | None, names
             continue
         table, records = s.run(rel, ctx)
         if records:
+            for name, found in check_claims(rel, table, records).items():
+                records[name] = dict(records[name], claims=found)
+                report.setdefault("claims", {})[name] = found
             write_scores(rel, table, records)
         rel._scores_cache = None  # a scorer that writes its own scores (the judges) leaves the cache behind
         report["scored"].append(s.name)
         if getattr(s, "summary", None):
             report.setdefault("summaries", {})[s.name] = s.summary
     return report
+
+
+def check_claims(release: Release, table, records: dict) -> dict[str, dict]:
+    """The release's claims (scorer ``claimed:<name>``: scores an ingested log reported) checked against the scores
+    ``table`` just computed: for each scorer name of ``records`` that has claims, how many there are (``checked``) and how
+    many ``disagree`` (another value or status than the score computed, or no such score computed)."""
+    import polars as pl
+
+    from craftmd.release import CLAIM_PREFIX
+
+    old, _ = release.scores_with_records()
+    if old is None or table is None:
+        return {}
+    claims = pl.from_arrow(old).filter(pl.col("scorer").str.starts_with(CLAIM_PREFIX))
+    if claims.is_empty():
+        return {}
+    new = pl.from_arrow(table)
+    out = {}
+    for name in records:
+        claimed = claims.filter(pl.col("scorer") == CLAIM_PREFIX + name)
+        if claimed.is_empty():
+            continue
+        keys = [c for c in new.columns if c in claimed.columns and c not in ("scorer", "value", "label", "detail", "status")]
+        mine = new.filter(pl.col("scorer") == name).select(*keys, "value", "status").unique(keys, keep="first")
+        both = claimed.select(*keys, "value", "status").join(mine, on=keys, how="left", nulls_equal=True, suffix="_now")
+        differ = (pl.col("status_now").is_null() | (pl.col("status") != pl.col("status_now"))
+                  | ((pl.col("value") - pl.col("value_now")).abs() > 1e-9).fill_null(False))
+        out[name] = {"as": CLAIM_PREFIX + name, "checked": both.height, "disagree": both.filter(differ).height}
+    return out
+
+
+def claim_lines(report: dict) -> list[str]:
+    """One line for each scorer of a :func:`score_release` report whose scores disagree with what the release claimed."""
+    return [f"{report['release']}: {c['disagree']} of its {c['checked']} claimed {name} scores ({c['as']}, reported by an ingested log) "
+            f"disagree with {name}'s, computed now; the claims are kept apart and never ranked"
+            for name, c in sorted(report.get("claims", {}).items()) if c["disagree"]]
 
 
 # -- the command -------------------------------------------------------------------------------------
@@ -124,6 +163,8 @@ def _score(args) -> int:
         if nowhere:
             raise CraftMDError(f"scorer {nowhere[0]} applies to none of the releases given: {reports[0]['skipped'][nowhere[0]]}")
     for r in reports:
+        for line in claim_lines(r):
+            print(line, file=sys.stderr)
         if r["current"]:
             print(f"{r['release']}: {', '.join(r['current'])} current, nothing to do (--force scores again)", file=sys.stderr)
         print(json.dumps(r, sort_keys=True))
@@ -153,4 +194,4 @@ def register(sub) -> None:
     add_quiet_argument(p)
 
 
-__all__ = ["score_release", "stale", "default_scorers", "register"]
+__all__ = ["score_release", "stale", "default_scorers", "check_claims", "claim_lines", "register"]

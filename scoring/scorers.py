@@ -45,7 +45,7 @@ from craftmd import CraftMDError
 from craftmd.dataset import config_file, dataset_fingerprint, load_config
 from craftmd.registry import Registry
 from craftmd.scoring.families import family, grades_itself
-from craftmd.release import ANSWER_VARIANT, SCORE_COLUMNS
+from craftmd.release import ANSWER_VARIANT, CLAIM_PREFIX, SCORE_COLUMNS
 
 MCQ_RULES = ("paper", "strict")
 MCQ_FORMATS = ("mcq4", "mcq_many")
@@ -208,9 +208,7 @@ class Context:
 
 def answer_formats(release, *, images: bool = True) -> set[str]:
     """The answer formats a release holds (of text cases only, without ``images``)."""
-    import pyarrow.parquet as pq
-
-    t = pq.read_table(release.path / "answers.parquet", columns=["format", "with_image"])
+    t = release.table("answers", columns=["format", "with_image"])
     if not images:
         t = t.filter(pa.compute.invert(t.column("with_image")))
     return set(t.column("format").unique().to_pylist())
@@ -252,6 +250,8 @@ class Scorer:
         table = UNITS[self.unit]
         if table and not release.has(table):
             return f"no {table}.parquet"
+        if table and not release.rows(table):  # a run of settings without a conversation (vignette): nothing to score
+            return f"no {table} (its {table}.parquet is empty)"
         if self.formats and not set(self.formats) & set(get_task(task).formats):
             return f"no {'/'.join(self.formats)} answers in task {task}"
         if self.formats and not set(self.formats) & answer_formats(release):
@@ -655,7 +655,7 @@ PATTERNS = {"llm:": LLM, "judge:": Judges.parse}
 
 def register_scorer(name: str, factory) -> None:
     """Add a scorer (a task's own): ``factory()`` returns a :class:`Scorer` whose ``name`` is ``name``."""
-    if name in (RECORDED, "judge-committee") or name.startswith(tuple(PATTERNS)):
+    if name in (RECORDED, "judge-committee") or name.startswith((*PATTERNS, CLAIM_PREFIX)):
         raise CraftMDError(f"scorer name {name!r} is reserved")
     SCORERS.register(name, factory)
 
@@ -674,6 +674,8 @@ def get_scorer(name: str) -> Scorer:
             return make(name)
     if name == RECORDED:
         raise CraftMDError(f"scorer {name!r} is the recorded upstream label; it cannot be re-run")
+    if name.startswith(CLAIM_PREFIX):
+        raise CraftMDError(f"scorer {name!r} holds the scores an ingested log claimed; run {name.removeprefix(CLAIM_PREFIX)!r} to compute them")
     raise CraftMDError(f"unknown scorer {name!r}; known: {known()}")
 
 

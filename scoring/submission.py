@@ -59,8 +59,12 @@ MAX_MODEL_CHARS = 120
 
 
 def schema() -> dict:
-    """The submission row's JSON Schema, as shipped in the package."""
-    return json.loads((resources.files("craftmd.scoring") / "submission.schema.json").read_text(encoding="utf-8"))
+    """The submission row's JSON Schema, as shipped in the package (its trial limit is :data:`craftmd.release.MAX_TRIALS`)."""
+    from craftmd.release import MAX_TRIALS
+
+    rules = json.loads((resources.files("craftmd.scoring") / "submission.schema.json").read_text(encoding="utf-8"))
+    rules["properties"]["trial"]["maximum"] = MAX_TRIALS - 1  # the one trial limit (the file says the same)
+    return rules
 
 
 def schema_text() -> str:

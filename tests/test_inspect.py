@@ -50,6 +50,13 @@ def tiny_dataset(upstream, tmp_path_factory):
     return out
 
 
+def claimed(scores: pa.Table) -> pl.DataFrame:
+    """An ingested log's scores with the ``claimed:`` of each scorer taken off: ingest keeps a log's scores as claims."""
+    df = pl.from_arrow(scores)
+    assert df["scorer"].str.starts_with("claimed:").all()
+    return df.with_columns(pl.col("scorer").str.strip_prefix("claimed:"))
+
+
 def inspect_eval(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([INSPECT, "eval", *args, "--display", "plain", "--log-format", "eval"], env=env, cwd=cwd,
                           capture_output=True, text=True, timeout=600)
@@ -96,8 +103,8 @@ def test_inspect_eval_runs_the_protocol_and_its_log_ingests_into_the_release_gen
     for table in ("conversations", "answers"):
         assert ours.table(table).equals(theirs.table(table)), table
     a, b = ours.scores_with_records()[0], theirs.scores_with_records()[0]
-    assert a.equals(b)
-    assert set(pc.unique(a.column("scorer")).to_pylist()) == {"paper", "strict", "offline", "llm:openai-api/grade/g", "history"}
+    assert claimed(a).equals(pl.from_arrow(b))  # the log's scores, kept as its claims (scorer claimed:<name>)
+    assert set(pc.unique(b.column("scorer")).to_pylist()) == {"paper", "strict", "offline", "llm:openai-api/grade/g", "history"}
     answers = ours.table("answers").to_pylist()
     assert {a["trial"] for a in answers} == {0, 1} and {a["setting"] for a in answers} == {"multiturn", "summarized"}
     # the run record: each role, the dataset, the prompt set, inspect's version; never a key
@@ -112,10 +119,16 @@ def test_inspect_eval_runs_the_protocol_and_its_log_ingests_into_the_release_gen
     assert m.dependencies["inspect_ai"] == version("inspect-ai") == m.producer["inspect"]["inspect_ai"]
     text = (out / "manifest.json").read_text()
     assert "sk-loop-1111" not in text and "sk-grade-2222" not in text
-    # current for the leaderboard's re-grading: nothing is stale
+    # claims make no score current: the leaderboard's scoring computes the scorers again, and they agree with the log
     from craftmd.scoring.score import stale
 
+    assert stale(out, tiny_dataset, ["paper", "strict", "offline", "history"]) == ["paper", "strict", "offline", "history"]
+    assert main(["score", str(out), "--dataset", str(tiny_dataset), "--quiet"]) == 0
     assert stale(out, tiny_dataset, ["paper", "strict", "offline", "history"]) == []
+    ours = read_release(out)
+    scored = pl.from_arrow(ours.scores_with_records()[0]).filter(~pl.col("scorer").str.starts_with("claimed:"))
+    assert scored.equals(pl.from_arrow(b).filter(pl.col("scorer") != "llm:openai-api/grade/g"))
+    assert all(ours.scorer_records()[g]["claims"]["disagree"] == 0 for g in ("paper", "strict", "offline", "history"))
     # and on the page, as any release is
     site = root / "site"
     assert main(["analyse", "--releases", str(root / "releases"), "--dataset", str(tiny_dataset), "--out", str(site), "--page",
@@ -176,7 +189,8 @@ def test_export_then_ingest_gives_back_an_upstream_release(exported, tmp_path):
         assert back.table(table).equals(rel.table(table)), table
     a, ra = back.scores_with_records()
     b, rb = rel.scores_with_records()
-    assert a.equals(b) and ra == rb
+    assert claimed(a).equals(pl.from_arrow(b))  # the log's scores come back as its claims, marked as such
+    assert ra == {f"claimed:{g}": dict(r, claimed=True, reported_by="an inspect log") for g, r in rb.items()}
     assert back.manifest.model_dump(exclude={"release", "files", "git_revision"}) == rel.manifest.model_dump(exclude={"release", "files", "git_revision"})
     # a sample is an answer: its conversation as messages, the answer as the last one, its scores
     from inspect_ai.log import read_eval_log
@@ -302,7 +316,7 @@ def test_a_real_model_through_inspect_eval(real_model, dataset_dir, tmp_path):
     [answer] = rel.table("answers").to_pylist()
     assert (answer["setting"], answer["format"], answer["status"]) == ("multiturn", "mcq4", "ok") and answer["response"]
     scores = rel.scores_with_records()[0].to_pylist()
-    assert {r["scorer"] for r in scores} >= {"paper", "strict", "history"}
+    assert {r["scorer"] for r in scores} >= {"claimed:paper", "claimed:strict", "claimed:history"}
     assert rel.manifest.roles["doctor"]["model"] == "openai-api/smol/smollm2"
 
 
@@ -341,7 +355,7 @@ def test_the_consultation_task_under_inspect_eval_is_the_release_generate_writes
     for table in ("conversations", "answers"):
         assert ours.table(table).equals(theirs.table(table)), table
     assert {c["conversation"] for c in ours.table("conversations").to_pylist()} == {"consult", "oracle_random"}
-    assert ours.scores_with_records()[0].equals(theirs.scores_with_records()[0])
+    assert claimed(ours.scores_with_records()[0]).equals(pl.from_arrow(theirs.scores_with_records()[0]))
 
 
 def test_the_encounters_task_under_inspect_eval_is_the_release_encounters_generate_writes(medpi, tmp_path):

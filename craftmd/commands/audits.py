@@ -11,7 +11,9 @@ import argparse
 import json
 import sys
 
-from craftmd.commands.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, add_source_argument, command
+from craftmd.commands.cli import (
+    add_cases_argument, add_dataset_argument, add_quiet_argument, add_source_argument, command, positive_int, temperature_type,
+)
 
 
 def register_audits(sub) -> None:
@@ -27,8 +29,8 @@ def register_audits(sub) -> None:
     meld.add_argument("--split", choices=("chars", "words"), default="chars",
                       help="halve at the space nearest the character midpoint (the paper's rule, default) or by word count")  # fmt: skip
     meld.add_argument("--role", choices=("system", "user"), default="system", help="send the prompt as this role (paper: system)")
-    meld.add_argument("--temperature", type=float, default=0.0)
-    meld.add_argument("--max-tokens", type=int, default=1024)
+    meld.add_argument("--temperature", type=temperature_type, default=0.0)
+    meld.add_argument("--max-tokens", type=positive_int, default=1024)
     meld.add_argument("--seed", type=int, default=0)
     meld.add_argument("--concurrency", type=int, default=8)
     meld.add_argument("--threshold", type=float, default=0.95, help="similarity that flags a case (default 0.95)")

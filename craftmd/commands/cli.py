@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import sys
 from pathlib import Path
 
@@ -108,20 +109,65 @@ def add_call_arguments(parser: argparse.ArgumentParser, *, concurrency: int = 32
                              "('openai' for openai/ models), e.g. --concurrency 32 --concurrency local=4")
     parser.set_defaults(server_concurrency={})
     parser.add_argument("--seed", type=int, default=0, help=seed_help)
-    parser.add_argument("--temperature", type=float, default=temperature, help=f"sampling temperature (default {temperature})")
-    parser.add_argument("--max-tokens", type=int, default=max_tokens, help=f"most tokens per reply (default {max_tokens})")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for one reply before retrying (default 120)")
-    parser.add_argument("--max-retries", type=int, default=6, help="retries of a failed call before it is recorded as an error (default 6)")
+    parser.add_argument("--temperature", type=temperature_type, default=temperature, help=f"sampling temperature (default {temperature})")
+    parser.add_argument("--max-tokens", type=positive_int, default=max_tokens, help=f"most tokens per reply, at least 1 (default {max_tokens})")
+    parser.add_argument("--timeout", type=seconds_type, default=120.0, help="seconds to wait for one reply before retrying (default 120)")
+    parser.add_argument("--max-retries", type=count_type, default=6, help="retries of a failed call before it is recorded as an error (default 6)")
     parser.add_argument("--cache", type=Path, metavar="PATH",
                         help="request cache (default $CRAFTMD_CACHE/requests.sqlite, else ~/.cache/craftmd/requests.sqlite)")
 
 
+def _number(text: str, kind, ok, what: str):
+    """``text`` as a ``kind`` (int or float) for which ``ok`` holds, else argparse's one-line error saying ``what`` it must be."""
+    try:
+        value = kind(text)
+    except (TypeError, ValueError, OverflowError):
+        value = None
+    if value is None or (kind is float and not math.isfinite(value)) or not ok(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {what}")
+    return value
+
+
+def trials_type(text: str) -> int:
+    """``--trials N``: 1 ≤ N ≤ :data:`craftmd.release.MAX_TRIALS`, the one trial limit."""
+    from craftmd.release import MAX_TRIALS
+
+    return _number(text, int, lambda n: 1 <= n <= MAX_TRIALS, f"a whole number of trials from 1 to {MAX_TRIALS}")
+
+
+def positive_int(text: str) -> int:
+    """A whole number ≥ 1 (``--max-tokens``, ``--max-turns``, ...)."""
+    return _number(text, int, lambda n: n >= 1, "a whole number of at least 1")
+
+
+def count_type(text: str) -> int:
+    """A whole number ≥ 0 (``--max-retries``)."""
+    return _number(text, int, lambda n: n >= 0, "a whole number of at least 0")
+
+
+def seconds_type(text: str) -> float:
+    """A finite number of seconds > 0 (``--timeout``)."""
+    return _number(text, float, lambda x: x > 0, "a number of seconds more than 0")
+
+
+def temperature_type(text: str) -> float:
+    """A sampling temperature: finite, ≥ 0."""
+    return _number(text, float, lambda x: x >= 0, "a finite sampling temperature of at least 0")
+
+
+def usd_type(text: str) -> float:
+    """An amount of US dollars: finite, > 0 (``--budget``)."""
+    return _number(text, float, lambda x: x > 0, "a finite amount of USD more than 0")
+
+
 def price_type(text: str) -> tuple[float, float]:
-    """``--price IN,OUT``: USD per million input and output tokens."""
+    """``--price IN,OUT``: USD per million input and output tokens, each finite and ≥ 0."""
     try:
         a, b = (float(x) for x in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError("expected IN,OUT in USD per million tokens, e.g. 2.5,10") from None
+    if not all(math.isfinite(x) and x >= 0 for x in (a, b)):
+        raise argparse.ArgumentTypeError("expected IN,OUT in USD per million tokens, each finite and at least 0, e.g. 2.5,10")
     return a, b
 
 

@@ -33,7 +33,8 @@ def _ingest(args) -> int:
     Read each upstream results/<model>/ folder of the pinned source once and write a frozen release
     OUT/<model>/ (conversations, answers, scores: paper and strict MCQ rules, recorded GPT-4 FRQ labels;
     manifest). With --inspect LOG..., turn inspect logs of craftmd's tasks (inspect eval craftmd/craftmd,
-    or logs written by craftmd export --inspect) into the one release OUT.
+    or logs written by craftmd export --inspect) into the one release OUT; the logs' scores are kept as claims
+    (scorer claimed:NAME, never ranked), which craftmd score computes again and checks.
     """
     if args.inspect:
         from craftmd.inspect_bridge.logs import ingest_logs

@@ -86,7 +86,7 @@ def leaderboard(
     from craftmd.analysis.page import write_page
     from craftmd.analysis.tables import OWNS, analyse, read_audits
     from craftmd.generation.ingest import ingest
-    from craftmd.scoring.score import default_scorers, score_release
+    from craftmd.scoring.score import claim_lines, default_scorers, score_release
     from craftmd.scoring.scorers import check_scorers
     from craftmd.source import Source
 
@@ -112,6 +112,8 @@ def leaderboard(
     for r in find_releases(releases):
         names = list(dict.fromkeys(default_scorers(r) + extra))
         done = score_release(r.path, data, names, progress=progress)
+        for line in claim_lines(done):
+            _say(f"score: {line}")
         current = ", ".join(done["current"]) or "none"
         _say(f"score: {r.id}: " + (f"scored {', '.join(done['scored'])}; " if done["scored"] else "") + f"current {current}")
 

@@ -2,10 +2,11 @@
 
 * :func:`ingest_logs` (``craftmd ingest --inspect LOG… --out RELEASE``): logs of the package's
   tasks (``inspect eval craftmd/craftmd``, or logs this module exported) → one release:
-  conversations and answers from each sample's store, scores from each score's metadata (the
-  package scorers' own rows: nothing is re-graded), and a run record naming each role, the
-  dataset, the prompt set and inspect's version. A log of another task, or an unfinished one,
-  is refused in one line; nothing is written.
+  conversations and answers from each sample's store, and a run record naming each role, the
+  dataset, the prompt set and inspect's version. The scores in each score's metadata are the
+  log's word, kept as claims (scorer ``claimed:<name>``: never ranked, no scorer current by
+  them) that ``craftmd score`` computes again and checks. A log of another task, an unfinished
+  one, or one whose rows or scores do not fit a release is refused in one line; nothing is written.
 * :func:`export_release` (``craftmd export RELEASE --inspect DIR``): a release (upstream ones
   included) → one inspect log per (setting, format), each answer a sample (epoch = trial + 1)
   with its conversation as messages, the answer as output, its scores, and its rows in the
@@ -26,8 +27,8 @@ import pyarrow as pa
 
 from craftmd import CraftMDError, __version__
 from craftmd.release import (
-    ANSWERS_SCHEMA, CONVERSATIONS_SCHEMA, KEYS, SCORE_COLUMNS, RunRecord, Release, dependency_versions, read_release, write_release,
-    write_scores,
+    ANSWERS_SCHEMA, CLAIM_PREFIX, CONVERSATIONS_SCHEMA, KEYS, SCORE_COLUMNS, RunRecord, conform_scores, dependency_versions, read_release,
+    write_release,
 )
 
 from . import STORE_KEY, TASKS, require_inspect
@@ -69,7 +70,10 @@ def read_logs(paths: list[Path | str]) -> list:
         if task is not None and t != task:
             raise CraftMDError(f"{p}: a log of {t}, the others are of {task}; one release holds one task")
         task = t
-        logs.append(read_eval_log(str(p), exclude_fields=SKIP))
+        try:
+            logs.append(read_eval_log(str(p), exclude_fields=SKIP))
+        except Exception as exc:  # noqa: BLE001 - a sample that is not inspect's EvalSample, whatever inspect raised
+            raise CraftMDError(f"{p}: a sample is unreadable ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
     if not logs:
         raise CraftMDError("no log given")
     return logs
@@ -216,19 +220,33 @@ def _run_record(log, out: Path, conversations: list[dict], answers: list[dict]) 
     )
 
 
-def _inputs(records: dict, rel: Release, desc: dict) -> dict:
-    """Each scorer's record with the inputs its scores were made from (the written files' hashes, the dataset's)."""
-    out = {}
-    files = rel.manifest.files
-    for g, rec in records.items():
-        if "inputs" in rec:
-            out[g] = rec
-        elif g == "history":
-            out[g] = dict(rec, inputs={"conversations_sha256": files["conversations.parquet"]["sha256"],
-                                       "dataset_sha256": desc.get("history_dataset_sha256")})
-        else:
-            out[g] = dict(rec, inputs={"answers_sha256": files["answers.parquet"]["sha256"], "dataset_sha256": desc.get("grading_dataset_sha256")})
-    return out
+def _claims(rows: list, records: dict) -> tuple[list[dict], dict]:
+    """A log's score rows and scorer records as claims: each scorer ``g`` becomes ``claimed:g``
+    (:data:`craftmd.release.CLAIM_PREFIX`), its record marked as reported by the log. A log says what it likes about
+    its own answers, so its scores are never taken as scores: ``craftmd score`` computes the scorers again and reports a
+    claim that disagrees. Every value is checked here, before anything is written: a number (or null), finite."""
+    out = []
+    for r in rows:
+        if not isinstance(r, dict) or not isinstance(r.get("scorer"), str) or not r["scorer"]:
+            raise CraftMDError(f"a score of the log is not a score row (a JSON object naming its scorer): {_short(r)}")
+        v = r.get("value")
+        if isinstance(v, float) and math.isnan(v):
+            v = None  # inspect's own null score
+        if v is not None and (type(v) not in (int, float) or not math.isfinite(v)):
+            raise CraftMDError(f"a score of the log is not a finite number: {r['scorer']} {r.get('metric')} of {r.get('case_id')} "
+                               f"trial {r.get('trial')}: {_short(v)}; nothing was written")
+        g = r["scorer"] if r["scorer"].startswith(CLAIM_PREFIX) else CLAIM_PREFIX + r["scorer"]
+        out.append(dict(r, scorer=g, value=None if v is None else float(v)))
+    if not isinstance(records, dict) or not all(isinstance(rec, dict) for rec in records.values()):
+        raise CraftMDError("the log's scorer records are not a JSON object of records")
+    claimed = {(g if g.startswith(CLAIM_PREFIX) else CLAIM_PREFIX + g): dict(rec, claimed=True, reported_by="an inspect log")
+               for g, rec in records.items()}
+    return out, claimed
+
+
+def _short(x: object) -> str:
+    r = repr(x)
+    return r if len(r) <= 80 else r[:79] + "…"
 
 
 def ingest_logs(paths: list[Path | str], out: Path | str, *, overwrite: bool = False) -> Path:
@@ -237,11 +255,24 @@ def ingest_logs(paths: list[Path | str], out: Path | str, *, overwrite: bool = F
     if out.exists() and not overwrite:
         raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
     logs = read_logs(paths)
+    try:  # what the log's rows hold is the log's word: a row of the wrong shape or type is one line, nothing written
+        manifest, tables, scores, records = _release_of(logs, out)
+    except (pa.ArrowException, TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise CraftMDError(f"{paths[0] if len(paths) == 1 else 'the logs'}: rows that do not fit a release "
+                           f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); nothing was written") from None
+    write_release(out, manifest, tables, overwrite=overwrite, scores=None if scores is None else (scores, records))
+    return out
+
+
+def _release_of(logs: list, out: Path) -> tuple[RunRecord, dict, pa.Table | None, dict]:
+    """The run record, tables, scores (claims, :func:`_claims`) and scorer records of the release the logs make."""
     conversations, answers, score_rows, records, others = _rows(logs)
     first = logs[0].eval
     meta = first.metadata or {}
     if MANIFEST in meta:  # an exported release: its own run record
-        manifest = RunRecord.from_dict(dict(meta[MANIFEST], files={}))
+        embedded = meta[MANIFEST]
+        manifest = RunRecord.from_dict({**embedded, "files": {}} if isinstance(embedded, dict) else embedded,
+                                       f"{logs[0].location}: the run record it carries")
     else:
         manifest = _run_record(logs[0], out, conversations, answers)
     from craftmd.tasks import get_task
@@ -255,12 +286,14 @@ def ingest_logs(paths: list[Path | str], out: Path | str, *, overwrite: bool = F
     for t in task.extra_tables:
         if t.name in others or t.name in task.required_tables:
             tables[t.name] = pa.Table.from_pylist(others.get(t.name, []), t.schema)
-    write_release(out, manifest, tables, overwrite=overwrite)
+    score_rows, records = _claims(score_rows, records)
     scores = _scores_table(score_rows, meta.get(SCORE_ORDER))
-    if scores is not None:
-        rel = read_release(out)
-        write_scores(rel, scores, _inputs(records, rel, meta.get(STORE_KEY) or {}))
-    return out
+    if scores is not None:  # a score out of its metric's range: one line, before anything is written
+        try:
+            scores = conform_scores(scores)
+        except CraftMDError as exc:
+            raise CraftMDError(f"{logs[0].location}: the log's {exc}; nothing was written") from None
+    return manifest, tables, scores, records
 
 
 # --- release -> logs ----------------------------------------------------------------------------
