@@ -38,7 +38,7 @@ def _ingest(args) -> int:
     if args.inspect:
         from craftmd.inspect_bridge.logs import ingest_logs
 
-        print(ingest_logs(args.inspect, args.out, overwrite=args.overwrite))
+        print(ingest_logs(args.inspect, args.out, overwrite=args.overwrite, dataset=args.dataset))
         return 0
     paths = ingest_source(args.source, args.dataset, args.out, models=args.model or None, progress=not args.quiet,
                           overwrite=args.overwrite, skip_existing=args.skip_existing)

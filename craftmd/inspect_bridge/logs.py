@@ -25,9 +25,10 @@ from pathlib import Path
 import pyarrow as pa
 
 from craftmd import CraftMDError, __version__
+from craftmd.atomic import inside
 from craftmd.release import (
-    ANSWERS_SCHEMA, CONVERSATIONS_SCHEMA, KEYS, SCORE_COLUMNS, RunRecord, Release, dependency_versions, read_release, write_release,
-    write_scores,
+    ANSWERS_SCHEMA, CONVERSATIONS_SCHEMA, KEYS, SCORE_COLUMNS, RunRecord, Release, dependency_versions, read_release, release_task,
+    write_release, write_scores,
 )
 
 from . import STORE_KEY, TASKS, require_inspect
@@ -231,8 +232,43 @@ def _inputs(records: dict, rel: Release, desc: dict) -> dict:
     return out
 
 
-def ingest_logs(paths: list[Path | str], out: Path | str, *, overwrite: bool = False) -> Path:
-    """Inspect logs of one of the package's tasks → the release ``out``."""
+def _claimed_record(raw, path: Path) -> RunRecord:
+    """An exported log's run record, checked (one line for a malformed one). It is the log's claim: only the package's
+    own ingest of the pinned source makes an upstream release, so one claimed by a log is ingested as generated."""
+    from pydantic import ValidationError
+
+    if not isinstance(raw, dict):
+        raise CraftMDError(f"{path}: its {MANIFEST} is not a run record")
+    try:
+        manifest = RunRecord.from_dict(dict(raw, files={}))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise CraftMDError(f"{path}: its {MANIFEST} is not a valid run record: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    if manifest.kind == "upstream":
+        manifest.kind = "generated"
+        manifest.notes = {**manifest.notes, "ingested_from": f"inspect logs of the upstream release {manifest.release} "
+                          "(an upstream release is made only by craftmd ingest of the pinned source)"}
+    return manifest
+
+
+def _check_cases(task, dataset: Path | str, conversations: list[dict], answers: list[dict], path: Path) -> None:
+    """Refuse (one line, listing them) case ids the dataset does not hold: nothing is dropped without a word."""
+    import pyarrow.parquet as pq
+
+    from craftmd.dataset import config_file
+
+    f = config_file(dataset, "all" if task.dataset == "craftmd" else "packets")
+    if not f.exists():
+        raise CraftMDError(f"{dataset}: no {f.parent.name} config to check the log's cases against (expected {f})")
+    known = set(pq.read_table(f, columns=["case_id"]).column("case_id").to_pylist())
+    unknown = sorted({r["case_id"] for r in (*answers, *conversations)} - known)
+    if unknown:
+        shown = ", ".join(map(ascii, unknown[:5])) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise CraftMDError(f"{path}: {len(unknown)} case id(s) not in the dataset {dataset}: {shown}")
+
+
+def ingest_logs(paths: list[Path | str], out: Path | str, *, overwrite: bool = False, dataset: Path | str | None = None) -> Path:
+    """Inspect logs of one of the package's tasks → the release ``out``. With ``dataset``, every case must be one of it."""
     out = Path(out)
     if out.exists() and not overwrite:
         raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
@@ -240,13 +276,27 @@ def ingest_logs(paths: list[Path | str], out: Path | str, *, overwrite: bool = F
     conversations, answers, score_rows, records, others = _rows(logs)
     first = logs[0].eval
     meta = first.metadata or {}
-    if MANIFEST in meta:  # an exported release: its own run record
-        manifest = RunRecord.from_dict(dict(meta[MANIFEST], files={}))
+    if MANIFEST in meta:  # an exported release: its own run record, its id kept (the same run: the board refuses two of one id)
+        manifest = _claimed_record(meta[MANIFEST], Path(paths[0]))
     else:
-        manifest = _run_record(logs[0], out, conversations, answers)
-    from craftmd.tasks import get_task
+        from pydantic import ValidationError
 
-    task = get_task(manifest.task)
+        try:
+            manifest = _run_record(logs[0], out, conversations, answers)
+        except ValidationError as exc:  # what the log says (its task, ...) does not make a run record: one line
+            first = exc.errors()[0]
+            raise CraftMDError(f"{paths[0]}: not a run of one of craftmd's tasks: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    from craftmd.scoring.submission import check_model_name
+
+    for what, name in (("model", manifest.model), ("display name", manifest.display_name)):
+        if name is not None:
+            try:
+                check_model_name(name)
+            except CraftMDError as exc:
+                raise CraftMDError(f"{paths[0]}: the log's {what}: {str(exc).removeprefix('--model: ')}") from None
+    task = release_task(manifest)  # a registered task (or the file the user named), never a file the log names
+    if dataset is not None:
+        _check_cases(task, dataset, conversations, answers, Path(paths[0]))
     tables = {}
     if answers or "answers" in task.required_tables or MANIFEST not in meta and manifest.task != "encounters":
         tables["answers"] = pa.Table.from_pylist(answers, ANSWERS_SCHEMA)
@@ -318,11 +368,9 @@ def _export(release, out, progress: bool) -> list[Path]:
     from pydantic_core import to_json
     from tqdm import tqdm
 
-    from craftmd.tasks import get_task
-
     rel = read_release(release)
     m = rel.manifest
-    task = get_task(m.task)
+    task = rel.task
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     answers = rel.table("answers").to_pylist()
@@ -415,7 +463,7 @@ def _export(release, out, progress: bool) -> list[Path]:
             EvalScore(name=g, scorer=g, scored_samples=len(v), metrics={"mean": EvalMetric(name="mean", value=sum(v) / len(v))})
             for g, v in sorted(totals.items())
         ])
-        path = out / f"{rel.id}_{setting}_{fmt}.eval"
+        path = inside(out, f"{rel.id}_{setting}_{fmt}.eval", "log name")  # names read from the release stay inside --out
         written.append((path, EvalLog(status="success", eval=spec, results=results), samples, summaries))
         if len(written) > 1:  # the first waits for the rows no answer carries
             _write_log(*written[-1])
