@@ -51,7 +51,8 @@ def register(sub) -> None:
     """Add ``craftmd ingest`` to the `craftmd` parser."""
     p = command(sub, "ingest", _ingest)
     add_source_argument(p)
-    add_dataset_argument(p, required=False, help="a built dataset folder (craftmd build --out DIR); default: build one into a scratch folder")
+    add_dataset_argument(p, required=False, help="a built dataset folder (craftmd build --out DIR); default: build one into a scratch folder "
+                         "(with --inspect: every case of the logs must be one of it, else nothing is written)")
     p.add_argument("--out", required=True, help="the releases folder to write into (with --inspect: the release folder)")
     p.add_argument("--inspect", nargs="+", metavar="LOG", help="inspect logs (.eval) of craftmd's tasks to turn into the release OUT "
                    "(needs pip install 'craftmd[inspect]')")
