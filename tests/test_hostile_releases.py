@@ -173,7 +173,7 @@ def test_a_task_file_of_ones_own_is_bound_to_its_release_by_hash(dataset_dir, tm
         read_release(rel)
 
 
-@pytest.mark.parametrize("n, body", enumerate(["import sys\nsys.exit(0)\n", "raise SystemExit\n", "import sys\nsys.exit(3)\n"]))
+@pytest.mark.parametrize("n, body", list(enumerate(["import sys\nsys.exit(0)\n", "raise SystemExit\n", "import sys\nsys.exit(3)\n"])))
 def test_a_task_file_that_exits_is_an_error_not_a_success(n, body, dataset_dir, tmp_path, monkeypatch, capsys):
     exits = tmp_path / f"exits{n}.py"
     exits.write_text(body)

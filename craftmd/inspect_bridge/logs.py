@@ -252,19 +252,31 @@ def _claimed_record(raw, path: Path) -> RunRecord:
 
 
 def _check_cases(task, dataset: Path | str, conversations: list[dict], answers: list[dict], path: Path) -> None:
-    """Refuse (one line, listing them) case ids the dataset does not hold: nothing is dropped without a word."""
+    """Refuse (one line, naming them) case ids the dataset does not hold: nothing is dropped without a word."""
+    rows = [*answers, *conversations]
+    if task.dataset == "craftmd":  # the scorers' own check, by (case, image flag)
+        import polars as pl
+
+        from craftmd.scoring.scorers import Context, check_answer_cases
+
+        keys = pl.DataFrame({"case_id": [r["case_id"] for r in rows], "with_image": [bool(r["with_image"]) for r in rows]},
+                            schema={"case_id": pl.Utf8, "with_image": pl.Boolean})
+        try:
+            check_answer_cases(keys, Context(Path(dataset)))
+        except CraftMDError as exc:
+            raise CraftMDError(f"{path}: {exc}") from None
+        return
     import pyarrow.parquet as pq
 
     from craftmd.dataset import config_file
 
-    f = config_file(dataset, "all" if task.dataset == "craftmd" else "packets")
+    f = config_file(dataset, "packets")
     if not f.exists():
-        raise CraftMDError(f"{dataset}: no {f.parent.name} config to check the log's cases against (expected {f})")
-    known = set(pq.read_table(f, columns=["case_id"]).column("case_id").to_pylist())
-    unknown = sorted({r["case_id"] for r in (*answers, *conversations)} - known)
+        raise CraftMDError(f"{dataset}: no packets config to check the log's cases against (expected {f})")
+    unknown = sorted({r["case_id"] for r in rows} - set(pq.read_table(f, columns=["case_id"]).column("case_id").to_pylist()))
     if unknown:
-        shown = ", ".join(map(ascii, unknown[:5])) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        raise CraftMDError(f"{path}: {len(unknown)} case id(s) not in the dataset {dataset}: {shown}")
+        more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+        raise CraftMDError(f"{path}: case {unknown[0]}{more} not in the dataset at {dataset}")
 
 
 def ingest_logs(paths: list[Path | str], out: Path | str, *, overwrite: bool = False, dataset: Path | str | None = None) -> Path:
