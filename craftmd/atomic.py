@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import fnmatch
 import hashlib
 import os
 import re
@@ -65,35 +66,70 @@ def _occupied(out: Path) -> bool:
     return not out.is_dir() or any(out.iterdir())
 
 
-def _check_target(out: Path, overwrite: bool, owns: tuple[str, ...] | None) -> None:
+def _foreign(out: Path, holds: tuple[str, ...]) -> list[str]:
+    """The entries of ``out`` that match none of the patterns ``holds`` (what the command writes)."""
+    return sorted(p.name for p in out.iterdir() if not any(fnmatch.fnmatchcase(p.name, h) for h in holds))
+
+
+def _check_target(out: Path, overwrite: bool, owns: tuple[str, ...] | None, holds: tuple[str, ...] | None = None) -> None:
     if not _occupied(out):
         return
     if not overwrite:
         raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
-    if owns is not None and (not out.is_dir() or not any((out / n).exists() for n in owns)):
+    if owns is None:
+        raise CraftMDError(f"{out} exists and this command cannot tell it is its own output; choose another --out")
+    if not out.is_dir() or not any((out / n).exists() for n in owns):
         raise CraftMDError(f"{out} exists and is not an output of this command (it has none of {', '.join(owns)}); choose another --out")
+    foreign = _foreign(out, holds) if holds is not None else []
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise CraftMDError(f"{out} holds what this command did not write ({shown}); --overwrite replaces only its own output: "
+                           "choose another --out or move them away")
+
+
+def _umask() -> int:
+    """The process's umask (read without changing it where the system says it, else set and put back)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _mkdtemp(prefix: str, where: Path) -> Path:
+    """A temporary folder with the permissions the umask gives a new folder (``mkdtemp`` makes them 0700)."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=where))
+    os.chmod(tmp, 0o777 & ~_umask())
+    return tmp
 
 
 @contextmanager
-def atomic_dir(out: Path | str, *, overwrite: bool = True, owns: tuple[str, ...] | None = None) -> Iterator[Path]:
+def atomic_dir(out: Path | str, *, overwrite: bool = True, owns: tuple[str, ...] | None = None,
+               holds: tuple[str, ...] | None = None) -> Iterator[Path]:
     """Yield a temporary sibling folder of ``out``; on success it replaces ``out`` whole.
 
     On any exception the temporary folder is removed and ``out`` is left as it was.
     ``overwrite=False`` refuses an existing (non-empty) ``out``, at the start and again at
-    the swap, so two runs into one place never replace each other's output. ``owns``
-    names entries one of which an existing ``out`` must hold to be replaced (a mistyped
-    ``--out`` never wipes an unrelated folder). Temporary folders of killed runs are
-    removed on the next run.
+    the swap, so two runs into one place never replace each other's output. An existing
+    ``out`` is replaced only when it is this command's output: ``owns`` names entries one of
+    which it must hold and ``holds`` (patterns) everything it may hold, so a mistyped ``--out``
+    (a folder of releases, a folder with notes in it) is never wiped; without ``owns`` an
+    existing ``out`` is never replaced. The folder gets the permissions the umask gives.
+    Temporary folders of killed runs are removed on the next run.
     """
     out = Path(out)
-    _check_target(out, overwrite, owns)
+    _check_target(out, overwrite, owns, holds)
     out.parent.mkdir(parents=True, exist_ok=True)
     _clean_leftovers(out)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
+    tmp = _mkdtemp(f".{out.name}.tmp-{os.getpid()}-", out.parent)
     try:
         yield tmp
         while True:
-            _check_target(out, overwrite, owns)
+            _check_target(out, overwrite, owns, holds)
             old = None
             if _occupied(out):
                 old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{os.getpid()}-", dir=out.parent)) / "x"
@@ -116,12 +152,13 @@ def atomic_dir(out: Path | str, *, overwrite: bool = True, owns: tuple[str, ...]
         raise
 
 
-def check_writable(out: Path | str, *, overwrite: bool = True, owns: tuple[str, ...] | None = None) -> None:
-    """A one-line error now, before any work, if :func:`atomic_dir` (same ``overwrite`` and ``owns``)
+def check_writable(out: Path | str, *, overwrite: bool = True, owns: tuple[str, ...] | None = None,
+                   holds: tuple[str, ...] | None = None) -> None:
+    """A one-line error now, before any work, if :func:`atomic_dir` (same ``overwrite``, ``owns`` and ``holds``)
     would refuse ``out`` or could not write it: a temporary sibling is made and removed in the
     nearest folder that exists."""
     out = Path(out)
-    _check_target(out, overwrite, owns)
+    _check_target(out, overwrite, owns, holds)
     where = out.parent
     while not where.exists() and where != where.parent:
         where = where.parent
@@ -129,6 +166,20 @@ def check_writable(out: Path | str, *, overwrite: bool = True, owns: tuple[str, 
         Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=where)).rmdir()
     except OSError as exc:
         raise CraftMDError(f"cannot write {out}: {exc.strerror or exc} (in {where})") from None
+
+
+def plain_name(name: object) -> bool:
+    """Whether ``name`` (read from a file: a release id, a file name a manifest lists) names one entry inside a
+    folder: a non-empty string, not ``.`` or ``..``, no separator, no control character."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and len(name) <= 255
+            and not any(c in "/\\" or ord(c) < 32 or ord(c) == 127 for c in name))
+
+
+def inside(folder: Path | str, name: str, what: str = "name") -> Path:
+    """``folder / name`` for a ``name`` read from a file, refused in one line unless it stays inside ``folder``."""
+    if not plain_name(name):
+        raise CraftMDError(f"{folder}: the {what} {ascii(name)[:80]} is not a plain name inside its folder (no separators, no '..')")
+    return Path(folder) / name
 
 
 # -- one writer at a time -------------------------------------------------------------------------
@@ -228,7 +279,7 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -50,8 +50,8 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from craftmd import CraftMDError, __version__
-from craftmd.atomic import atomic_dir, locked, sha256_file
-from craftmd.tasks import Task, get_task
+from craftmd.atomic import atomic_dir, inside, locked, plain_name, sha256_file
+from craftmd.tasks import TASK_FILES, TASKS, Task, load_task_files
 from craftmd.tasks.diagnosis import TASK as _CRAFTMD
 
 if TYPE_CHECKING:
@@ -149,6 +149,10 @@ OPTIONAL = {"conversations": ("error",), "answers": ("error",)}
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=9, use_dictionary=True, write_statistics=True)
 SCORES_FILE = "scores.parquet"
 SCORERS_METADATA = b"craftmd.scorers"
+#: What a release folder holds (its marker first): ``--overwrite`` replaces a folder only when it is a release and holds
+#: nothing else (:func:`craftmd.atomic.atomic_dir`), never a folder of releases or one with other files in it.
+RELEASE_OWNS = ("manifest.json",)
+RELEASE_HOLDS = ("manifest.json", "*.parquet")
 
 
 def natural_key(sample_id: str) -> tuple:
@@ -269,7 +273,8 @@ class RunRecord(BaseModel):
     release: str  # the release id, e.g. "gpt4_1106"
     kind: Literal["upstream", "generated", "submission"]
     model: str  # provider/model under test, or upstream's name
-    task: str = "craftmd"  # the task (craftmd.tasks) whose protocol produced it
+    task: str = "craftmd"  # the task (craftmd.tasks) whose protocol produced it: a registered name, never a file
+    task_sha256: str | None = None  # a task of one's own: the sha256 of the task file that produced it (release_task)
     display_name: str | None = None
     dataset: dict = Field(default_factory=dict)  # {"name": ..., "sha256": ...} of the dataset files it was made from
     source: dict = Field(default_factory=dict)  # Source.describe() of the pinned upstream, or the submission's provenance
@@ -287,8 +292,33 @@ class RunRecord(BaseModel):
     schema_version: int = SCHEMA_VERSION
     package: dict = Field(default_factory=lambda: {"name": "craftmd", "version": __version__})
 
+    @field_validator("release")
+    @classmethod
+    def _plain_id(cls, v: str) -> str:  # a release id names files and folders (export's logs): one name inside its folder
+        if not plain_name(v):
+            raise ValueError(f"the release id {ascii(v)[:80]} is not a plain name (no separators, no '..', no control characters)")
+        return v
+
+    @field_validator("task")
+    @classmethod
+    def _task_name(cls, v: str) -> str:  # a release names its task; a file is run only when the user names it
+        if not plain_name(v) or v.endswith(".py"):
+            raise ValueError(f"the task {ascii(v)[:80]} is not a task name (a release names a registered task, never a file)")
+        return v
+
+    @field_validator("files")
+    @classmethod
+    def _plain_files(cls, v: dict) -> dict:  # every file a release lists is one of its own, inside its folder
+        bad = [k for k in v if not plain_name(k)]
+        if bad:
+            raise ValueError(f"the file name {ascii(bad[0])[:80]} is not a plain name inside the release's folder")
+        return v
+
     def to_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        d = self.model_dump(mode="json")
+        if d["task_sha256"] is None:  # a built-in task: the run record as before
+            del d["task_sha256"]
+        return json.dumps(d, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
     @field_validator("files")
     @classmethod
@@ -316,6 +346,28 @@ class RunRecord(BaseModel):
 
 
 DEPENDENCIES = ("openai", "datasets", "duckdb", "pyarrow", "polars", "vllm")
+
+
+def release_task(manifest: RunRecord, where: Path | str | None = None) -> Task:
+    """The task of a release, resolved without running anything the release names: a built-in task, or one whose
+    file the user named (``--task FILE.py``, ``$CRAFTMD_TASKS``) and whose bytes have the sha256 the release records.
+    Anything else is refused in one line."""
+    name = manifest.task
+    at = f"{where}: " if where is not None else ""
+    if name not in TASKS:
+        load_task_files()
+    if name not in TASKS:
+        raise CraftMDError(f"{at}unknown task {name!r}: a release's task runs only when you name its file "
+                           f"(--task FILE.py or $CRAFTMD_TASKS); known: {', '.join(sorted(TASKS))}")
+    file, sha = TASK_FILES.get(name, (None, None))
+    if sha != manifest.task_sha256:
+        if sha is None:
+            raise CraftMDError(f"{at}the release records a task file (sha256 {manifest.task_sha256[:12]}…) for {name!r}, "
+                               "which is built in here; refused")
+        made = f"one with sha256 {manifest.task_sha256[:12]}…" if manifest.task_sha256 else "a file it records no hash of"
+        raise CraftMDError(f"{at}task {name!r}: the task file {file} (sha256 {sha[:12]}…) is not the one that made this release "
+                           f"({made}); name the same file")
+    return TASKS[name]
 
 
 def dependency_versions(names: tuple[str, ...] = DEPENDENCIES) -> dict[str, str]:
@@ -356,7 +408,11 @@ def write_release(out: Path | str, manifest: RunRecord, tables: dict[str, pa.Tab
     a record's ``inputs`` get the hash of the answers file written here (``answers_sha256``).
     """
     out = Path(out)
-    task = get_task(manifest.task)
+    if manifest.task_sha256 is None:  # a task of one's own: the release records the hash of the file that made it
+        if manifest.task not in TASKS:
+            load_task_files()
+        manifest.task_sha256 = TASK_FILES.get(manifest.task, (None, None))[1]
+    task = release_task(manifest)
     unknown = set(tables) - set(SCHEMAS) - {t.name for t in task.extra_tables}
     if unknown:
         raise CraftMDError(f"unknown release table(s) {sorted(unknown)}")
@@ -370,7 +426,7 @@ def write_release(out: Path | str, manifest: RunRecord, tables: dict[str, pa.Tab
         manifest.dependencies = dependency_versions()
     if manifest.git_revision is None:
         manifest.git_revision = git_revision()
-    with locked(out), atomic_dir(out, overwrite=overwrite) as tmp:
+    with locked(out), atomic_dir(out, overwrite=overwrite, owns=RELEASE_OWNS, holds=RELEASE_HOLDS) as tmp:
         files = {}
         for name, table in sorted(conformed.items()):
             path = tmp / f"{name}.parquet"
@@ -425,12 +481,15 @@ def write_scores(release: Release, new: pa.Table, records: dict[str, dict]) -> P
         data = encode_scores(new, merged)
         manifest = current.manifest.model_copy(deep=True)
         manifest.files = dict(sorted({**manifest.files, SCORES_FILE: _file_entry(data)}.items()))
-        with atomic_dir(where) as tmp:
+        with atomic_dir(where, owns=RELEASE_OWNS) as tmp:  # the release itself: what else it holds is kept
             for f in sorted(where.iterdir()):
                 if f.name in (SCORES_FILE, "manifest.json"):
                     continue
+                if f.is_symlink():  # never copied through: what it points to is not the release's
+                    raise CraftMDError(f"{f} is a symbolic link inside a release; a release holds its own files "
+                                       "(replace the link with the file)")
                 if f.is_dir():
-                    shutil.copytree(f, tmp / f.name)
+                    shutil.copytree(f, tmp / f.name, symlinks=True)
                     continue
                 try:
                     os.link(f, tmp / f.name)  # files are replaced, never changed in place: sharing them is safe
@@ -441,6 +500,14 @@ def write_scores(release: Release, new: pa.Table, records: dict[str, dict]) -> P
     release.manifest = manifest
     release._scores_cache = None
     return release.path / SCORES_FILE
+
+
+def _plain_fields(table: pa.Table) -> pa.Table:
+    """``table`` without its columns' own metadata: a release's columns carry none, and what a file brings there (an
+    extension type's pickled bytes, text that is not UTF-8) is never interpreted, nor handed to polars."""
+    if not any(f.metadata for f in table.schema):
+        return table
+    return table.cast(pa.schema([f.remove_metadata() for f in table.schema], metadata=table.schema.metadata))
 
 
 @dataclass
@@ -454,6 +521,11 @@ class Release:
         return self.manifest.release
 
     @property
+    def task(self) -> Task:
+        """The release's task (:func:`release_task`: never code the release names)."""
+        return release_task(self.manifest, self.path)
+
+    @property
     def display(self) -> str:
         return self.manifest.display_name or self.id
 
@@ -463,7 +535,7 @@ class Release:
         p = self.path / f"{name}.parquet"
         if not p.exists():
             raise CraftMDError(f"{self.path}: no {name}.parquet")
-        return self._checked(p, self._read(p, lambda f: pq.read_table(f, columns=columns)), SCHEMAS.get(name))
+        return self._checked(p, _plain_fields(self._read(p, lambda f: pq.read_table(f, columns=columns))), SCHEMAS.get(name))
 
     def _read(self, p: Path, reader):
         """``reader(p)``, a damaged file named in one line instead of a parquet error."""
@@ -509,7 +581,7 @@ class Release:
             if not p.exists():
                 self._scores_cache = (None, {})
             else:
-                t = self._read(p, pq.read_table)
+                t = _plain_fields(self._read(p, pq.read_table))
                 meta = (t.schema.metadata or {}).get(SCORERS_METADATA)
                 self._scores_cache = (self._checked(p, t.replace_schema_metadata(None), SCORE_COLUMNS), self._records(p, meta))
         return self._scores_cache
@@ -569,9 +641,10 @@ def read_release(path: Path | str, verify: bool = True) -> Release:
             "submitted: craftmd submit again)"
         )
     manifest = RunRecord.from_dict(raw, str(mf))
+    release_task(manifest, path)  # its task known (never a file it names) before anything reads it
     if verify:
         for name, info in manifest.files.items():
-            f = path / name
+            f = inside(path, name, "file name")
             if not f.exists():
                 if name == SCORES_FILE:
                     continue  # removed to be scored again: the release reads as unscored
@@ -601,4 +674,16 @@ def find_releases(root: Path | str) -> list[Release]:
     if not root.is_dir():
         raise CraftMDError(f"no releases folder at {root}")
     found = [read_release(p) for p in sorted(root.iterdir()) if (p / "manifest.json").exists()]
+    seen: dict[str, Release] = {}
+    runs: dict[str, Release] = {}
+    for r in found:
+        if r.id in seen:  # two releases of one id would be counted as one model: refused, never merged
+            raise CraftMDError(f"two releases have the id {r.id!r}: {seen[r.id].path} and {r.path}; remove one")
+        seen[r.id] = r
+        inspect = r.manifest.producer.get("inspect")
+        run = inspect.get("eval_id") if isinstance(inspect, dict) else None
+        if run is not None:  # one inspect run ingested twice (into two folders): its answers would count twice
+            if run in runs:
+                raise CraftMDError(f"two releases are ingests of one inspect run ({run}): {runs[run].path} and {r.path}; remove one")
+            runs[run] = r
     return sorted(found, key=lambda r: r.id)

@@ -344,7 +344,7 @@ def build_dataset(
     train_counts = {c: len(table_rows[c]) for c in TRAIN_CONFIGS}
     source_info = source.describe()
 
-    with atomic_dir(out, overwrite=overwrite) as tmp:  # an output that appeared meanwhile is refused at the swap too
+    with atomic_dir(out, overwrite=overwrite, owns=(MANIFEST,), holds=(MANIFEST, REPORT, CARD, *CONFIGS)) as tmp:  # an output that appeared meanwhile is refused at the swap too
         files: dict[str, dict] = {}
         for c in tqdm(CONFIGS, desc="writing configs", unit="config", disable=not progress, file=sys.stderr):
             path = write_config(tmp, c, table_rows[c])

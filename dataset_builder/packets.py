@@ -492,7 +492,7 @@ def build_packets(out: Path | str, *, seed: int = 0, scale: float = 1.0, cells: 
             "note": "sex, age group and education are drawn per slot from the target mix (the generator has no education); race, ethnicity and socioeconomic status are the generator's own",
         },
     }
-    with atomic_dir(out, overwrite=overwrite) as tmp:
+    with atomic_dir(out, overwrite=overwrite, owns=(MANIFEST,), holds=(MANIFEST, REPORT, CARD, "packets")) as tmp:
         path = MEDPI.file(tmp, "packets")
         path.parent.mkdir(parents=True)
         pq.write_table(table, path, **PARQUET_OPTIONS)

@@ -39,7 +39,7 @@ from craftmd.models.calls import Counts
 from craftmd.models.connect import CallSettings, Connections, check_names
 from craftmd.models.pool import in_conversation
 from craftmd.models.vllm import engine_args_by_model
-from craftmd.release import RunRecord, write_release
+from craftmd.release import RELEASE_HOLDS, RELEASE_OWNS, RunRecord, write_release
 from craftmd.tasks import Task, get_task
 
 from .patient import Retrieval
@@ -182,7 +182,7 @@ def check_run(spec) -> None:
             raise CraftMDError("--budget must be a finite amount of USD more than 0")
         if not spec.prices():
             raise CraftMDError("--budget needs --price (USD per million tokens) to know what the run costs")
-    check_writable(spec.out, overwrite=spec.overwrite)  # exists without --overwrite, or cannot be written: said before the first call
+    check_writable(spec.out, overwrite=spec.overwrite, owns=RELEASE_OWNS, holds=RELEASE_HOLDS)  # exists without --overwrite, or cannot be written: said before the first call
 
 
 @dataclass

@@ -363,7 +363,7 @@ def run_meld(
     if progress:  # counters differ between a fresh run and a cached rerun, so they stay out of summary.json
         counts = ", ".join(f"{k} {getattr(caller, k)}" for k in ("calls", "cache_hits", "retries", "failures", "tokens_in", "tokens_out"))
         print(f"meld: {counts}", file=sys.stderr)
-    with atomic_dir(out, overwrite=overwrite) as tmp:
+    with atomic_dir(out, overwrite=overwrite, owns=(SUMMARY,), holds=(SCORES, SUMMARY, FIGURE)) as tmp:
         _write_outputs(tmp, table, summary, threshold)
     return out
 

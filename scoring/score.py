@@ -26,9 +26,7 @@ from craftmd.scoring.scorers import Context, scorers
 
 def default_scorers(release: Release) -> list[str]:
     """The scorers ``release``'s task runs by default."""
-    from craftmd.tasks import get_task
-
-    return list(get_task(release.manifest.task).scorers)
+    return list(release.task.scorers)
 
 
 def context(dataset_dir: Path | str | None, **settings) -> Context:

@@ -242,8 +242,6 @@ class Scorer:
 
     def applies(self, release) -> str | None:
         """Why the scorer does not apply to ``release`` (a short reason), or None when it does."""
-        from craftmd.tasks import get_task
-
         task = release.manifest.task
         if self.tasks is not None and task not in self.tasks:
             return f"not a release of {', '.join(self.tasks)} (task {task})"
@@ -252,7 +250,7 @@ class Scorer:
             return f"no {table}.parquet"
         if table and not release.rows(table):  # a run of settings without a conversation (vignette): nothing to score
             return f"no {table} (its {table}.parquet is empty)"
-        if self.formats and not set(self.formats) & set(get_task(task).formats):
+        if self.formats and not set(self.formats) & set(release.task.formats):
             return f"no {'/'.join(self.formats)} answers in task {task}"
         if self.formats and not set(self.formats) & answer_formats(release):
             return f"no {'/'.join(self.formats)} answers"

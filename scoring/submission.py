@@ -506,6 +506,14 @@ def _slug(name: str) -> str:
     return s
 
 
+def submission_id(model: str) -> str:
+    """A submission's release id: ``submission-<slug of the name>-<8 hex of the name's sha256>``. The slug keeps it
+    readable; the hash of the exact name keeps two names with one slug (``acme/med-7b``, ``acme med 7b``) apart."""
+    import hashlib
+
+    return f"submission-{_slug(model)}-{hashlib.sha256(model.encode()).hexdigest()[:8]}"
+
+
 def answers_table(v: Validated) -> pa.Table:
     """The release's answers: submitted rows (ok, or missing when response is null/empty) + unanswered rows."""
     sub = v.rows.with_columns(pl.col(pl.Categorical).cast(pl.Utf8)).with_columns(
@@ -578,7 +586,7 @@ def submit(
     progress: bool = True,
     conversations: Path | str | None = None,
 ) -> tuple[Path, Validated, dict]:
-    """Validate and grade a submission into the release ``OUT/submission-<model>/`` (answers and scores).
+    """Validate and grade a submission into the release ``OUT/submission-<model>-<hash>/`` (answers and scores).
 
     Returns the release's path, the validated submission and each grader's record.
     Nothing is written unless the submission is valid. ``conversations`` (a parquet file of the
@@ -594,7 +602,7 @@ def submit(
     graders = check_scorers(graders or default_graders(v))
     if not graders:
         raise CraftMDError("nothing to grade: the submission has no mcq4, mcq_many or frq answers")
-    release_id = f"submission-{_slug(model)}"
+    release_id = submission_id(model)
     answers = answers_table(v)
     tables = {"answers": answers}
     if conversations is not None:

@@ -13,6 +13,7 @@ import pytest
 from craftmd import CraftMDError
 from craftmd.commands.cli import main
 from craftmd.release import read_release
+from craftmd.scoring.submission import submission_id
 
 HOSTILE = {  # name -> how leaderboard.md must show it
     "evil$\\frac{$x": "evil$\\frac{$x (submission)",
@@ -67,9 +68,9 @@ def test_hostile_names_are_escaped_in_every_medium(site):
     releases = pl.read_csv(out / "tables" / "releases.csv")
     display = dict(zip(releases["release"], releases["display"]))
     assert display["gpt3_1106"] == "GPT-3.5"
-    assert display["submission-HYPERLINK-http-x-y"] == "'=HYPERLINK(\"http://x\",\"y\") (submission)"
+    assert display[submission_id('=HYPERLINK("http://x","y")')] == "'=HYPERLINK(\"http://x\",\"y\") (submission)"
     model = dict(zip(releases["release"], releases["model"]))
-    assert model["submission-HYPERLINK-http-x-y"] == "'=HYPERLINK(\"http://x\",\"y\")"
+    assert model[submission_id('=HYPERLINK("http://x","y")')] == "'=HYPERLINK(\"http://x\",\"y\")"
     md = (out / "leaderboard.md").read_text()
     assert "<script>" not in md
     header = next(line for line in md.splitlines() if line.startswith("| # | Model"))
@@ -96,7 +97,7 @@ def test_answers_without_their_conversations_are_self_reported_never_ranked(site
     assert "copycat" not in lead
     section = page[page.index('id="self-reported"') :]
     assert "acme/copycat (submission)" in section[: section.index("</table>")]
-    rel = read_release(site["root"] / "releases" / "submission-acme-with-conversations")
+    rel = read_release(site["root"] / "releases" / submission_id("acme/with-conversations"))
     assert rel.has("conversations") and rel.manifest.source["conversations_file"] == "conversations.parquet"
 
 

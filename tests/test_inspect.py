@@ -191,7 +191,9 @@ def test_export_then_ingest_gives_back_an_upstream_release(exported, tmp_path):
     b, rb = rel.scores_with_records()
     assert claimed(a).equals(pl.from_arrow(b))  # the log's scores come back as its claims, marked as such
     assert ra == {f"claimed:{g}": dict(r, claimed=True, reported_by="an inspect log") for g, r in rb.items()}
-    assert back.manifest.model_dump(exclude={"release", "files", "git_revision"}) == rel.manifest.model_dump(exclude={"release", "files", "git_revision"})
+    same = {"release", "files", "git_revision", "kind", "notes"}  # a log makes no upstream release: it comes back generated, saying so
+    assert back.manifest.model_dump(exclude=same) == rel.manifest.model_dump(exclude=same)
+    assert back.manifest.kind == "generated" and back.manifest.notes == {**rel.manifest.notes, "ingested_from": back.manifest.notes["ingested_from"]}
     # a sample is an answer: its conversation as messages, the answer as the last one, its scores
     from inspect_ai.log import read_eval_log
 

@@ -30,6 +30,7 @@ from craftmd.atomic import atomic_dir, check_writable, lock_path
 from craftmd.commands.cli import main
 from craftmd.release import RunRecord, read_release, sha256_file, write_release, write_scores
 from craftmd.scoring.scorers import scores_from_grades
+from craftmd.scoring.submission import submission_id
 
 sys.path.insert(0, str(Path(__file__).parent))
 from loopback import LoopbackServer  # noqa: E402
@@ -114,7 +115,7 @@ def test_atomic_dir_refuses_an_output_that_appeared_meanwhile_and_cleans_killed_
     for d in (stale, live):
         d.mkdir()
         (d / "half.csv").write_text("a,b\n1,")
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, owns=("theirs",)) as tmp:  # an earlier output of this writer (it holds its "theirs")
         (tmp / "new").write_text("c")
     assert snapshot(out) == {"new": b"c"} and not stale.exists() and live.exists()
     # An unrelated folder is never replaced.
@@ -204,8 +205,8 @@ def test_two_scores_into_one_out_never_replace_each_other(tmp_path, dataset_dir,
     monkeypatch.setattr(report, "submission_report", racing)
     with pytest.raises(CraftMDError, match="exists .pass --overwrite to replace it"):
         score_submission(a, dataset_dir, "acme/a", out, config="derm_public", B=50, progress=False)
-    assert json.loads((out / "scores.json").read_text())["release"] == "submission-acme-b"
-    assert sorted(p.name for p in out.iterdir()) == ["scores.csv", "scores.json", "submission-acme-b"]
+    assert json.loads((out / "scores.json").read_text())["release"] == submission_id("acme/b")
+    assert sorted(p.name for p in out.iterdir()) == ["scores.csv", "scores.json", submission_id("acme/b")]
     assert leftovers(tmp_path) == []
 
 

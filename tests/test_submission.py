@@ -14,7 +14,7 @@ import pytest
 
 from craftmd.commands.cli import main
 from craftmd.release import FORMATS, SETTINGS, find_releases, read_release
-from craftmd.scoring.submission import MAX_PROBLEMS, MAX_RESPONSE_CHARS, SubmissionError, schema, validate_submission
+from craftmd.scoring.submission import MAX_PROBLEMS, MAX_RESPONSE_CHARS, SubmissionError, schema, submission_id, validate_submission
 
 ROW = {"case_id": "case_1", "trial": 0, "setting": "vignette", "format": "frq", "response": "Psoriasis"}
 KEY = ["case_id", "trial", "setting", "format", "with_image"]
@@ -120,7 +120,7 @@ def test_missing_cases_are_reported_and_scored_wrong(tmp_path, dataset_dir, caps
     assert f"{len(cases) - 61} answer(s)" in capsys.readouterr().err
     out = tmp_path / "out"
     assert main(["submit", str(p), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/derm-1", "--out", str(out), "--quiet"]) == 0
-    rel = read_release(out / "submission-acme-derm-1")
+    rel = read_release(out / submission_id("acme/derm-1"))
     assert rel.manifest.kind == "submission"
     a = pl.from_arrow(rel.table("answers"))
     assert a.height == len(cases) and a.filter(pl.col("status") == "missing").height == len(cases) - 60
@@ -143,10 +143,10 @@ def test_missing_cases_are_reported_and_scored_wrong(tmp_path, dataset_dir, caps
     assert f"dermatologists' verdicts on GPT-4's vignette answers (310 Dermatology cases x 5 trials) {rec['dermatologists']['offline']['agreement']:.1%}" in said
     assert (out / "scores.csv").exists() and pl.read_csv(out / "scores.csv").height == len(scores["accuracy"])
     # Scoring again without --overwrite is refused; with it, the same bytes come out.
-    before = {n: (out / "submission-acme-derm-1" / n).read_bytes() for n in ("scores.parquet", "answers.parquet", "manifest.json")}
+    before = {n: (out / submission_id("acme/derm-1") / n).read_bytes() for n in ("scores.parquet", "answers.parquet", "manifest.json")}
     assert main(["submit", str(p), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/derm-1", "--out", str(out), "--quiet"]) == 2
     assert main(["submit", str(p), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/derm-1", "--out", str(out), "--quiet", "--overwrite"]) == 0
-    assert {n: (out / "submission-acme-derm-1" / n).read_bytes() for n in before} == before
+    assert {n: (out / submission_id("acme/derm-1") / n).read_bytes() for n in before} == before
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +215,7 @@ def test_top3_and_mcq_many_are_graded(tmp_path, dataset_dir):
         rows.append(line(case_id=c, format="mcq_many", response=f"Final Diagnosis: {ans}"))
     p = write(tmp_path, "\n".join(rows) + "\n")
     score_submission(p, dataset_dir, "acme/t3", tmp_path / "out", config="derm_public", B=200, progress=False)
-    g = read_release(tmp_path / "out" / "submission-acme-t3").verdicts()
+    g = read_release(tmp_path / "out" / submission_id("acme/t3")).verdicts()
     answered = set(ds["case_id"])
     top3 = g.filter((pl.col("format") == "top3") & (pl.col("grader") == "offline"))
     assert top3.filter(pl.col("case_id").is_in(answered))["correct"].all()

@@ -39,7 +39,7 @@ def _ingest(args) -> int:
     if args.inspect:
         from craftmd.inspect_bridge.logs import ingest_logs
 
-        print(ingest_logs(args.inspect, args.out, overwrite=args.overwrite))
+        print(ingest_logs(args.inspect, args.out, overwrite=args.overwrite, dataset=args.dataset))
         return 0
     paths = ingest_source(args.source, args.dataset, args.out, models=args.model or None, progress=not args.quiet,
                           overwrite=args.overwrite, skip_existing=args.skip_existing)
@@ -52,7 +52,8 @@ def register(sub) -> None:
     """Add ``craftmd ingest`` to the `craftmd` parser."""
     p = command(sub, "ingest", _ingest)
     add_source_argument(p)
-    add_dataset_argument(p, required=False, help="a built dataset folder (craftmd build --out DIR); default: build one into a scratch folder")
+    add_dataset_argument(p, required=False, help="a built dataset folder (craftmd build --out DIR); default: build one into a scratch folder "
+                         "(with --inspect: every case of the logs must be one of it, else nothing is written)")
     p.add_argument("--out", required=True, help="the releases folder to write into (with --inspect: the release folder)")
     p.add_argument("--inspect", nargs="+", metavar="LOG", help="inspect logs (.eval) of craftmd's tasks to turn into the release OUT "
                    "(needs pip install 'craftmd[inspect]')")

@@ -4,7 +4,7 @@ The scoring room validates and grades the submission into a release
 (:func:`craftmd.scoring.submission.submit`); the analysis room reads that release and
 reports its accuracy (:func:`craftmd.analysis.report.submission_report`). This module,
 on the shared ground above both rooms, runs the two in order and puts the results in
-place together: ``OUT/submission-<model>/``, ``OUT/scores.json`` and ``OUT/scores.csv``
+place together: ``OUT/submission-<model>-<hash>/``, ``OUT/scores.json`` and ``OUT/scores.csv``
 appear all at once or not at all.
 """
 
@@ -21,6 +21,8 @@ from craftmd.commands.cli import add_dataset_argument, add_quiet_argument, comma
 
 #: What a score folder holds: an existing --out is replaced (with --overwrite) only when it has it.
 OWNS = ("scores.json",)
+#: ... and everything it may hold: an --out with anything else in it is never replaced.
+HOLDS = ("scores.json", "scores.csv", "submission-*")
 
 
 def score_submission(
@@ -47,11 +49,11 @@ def score_submission(
 
     out_dir = Path(out_dir)
     _slug(model)  # a name it cannot make a release folder of (over 120 characters, control characters): one line, before grading
-    check_writable(out_dir, overwrite=overwrite, owns=OWNS)  # before validating and grading
+    check_writable(out_dir, overwrite=overwrite, owns=OWNS, holds=HOLDS)  # before validating and grading
     made = [p for p in (out_dir.parent, *out_dir.parent.parents) if not p.exists()]  # removed again if nothing comes of it
     done = False
     try:
-        with atomic_dir(out_dir, overwrite=overwrite, owns=OWNS) as stage:  # checked again at the swap: two runs never replace each other
+        with atomic_dir(out_dir, overwrite=overwrite, owns=OWNS, holds=HOLDS) as stage:  # checked again at the swap: two runs never replace each other
             rel_path, v, records = submit(path, dataset_dir, model, stage, **grading)
             report = submission_report(stage, dataset_dir, rel_path.name, v.summary(), records, B=B)
             (stage / "scores.json").write_text(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
@@ -69,7 +71,7 @@ def _submit(args) -> int:
     """validate, grade and score a submission into a release and a scores file
 
     Validate SUBMISSION (nothing is written if it fails), grade it (default graders: paper and strict for MCQ
-    answers, offline for FRQ; --grader to choose), and write OUT/submission-<model>/ (a release of kind
+    answers, offline for FRQ; --grader to choose), and write OUT/submission-<model>-<hash>/ (a release of kind
     submission, its grades in scores.parquet; copy it into the releases folder to show it on the leaderboard)
     and the report OUT/scores.json / scores.csv (accuracy with 95% bootstrap CIs per setting, format, grader
     and specialty, with each grader's measured reliability). OUT holds one submission's result and is

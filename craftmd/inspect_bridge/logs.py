@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import json
 import math
-import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
 
 from craftmd import CraftMDError, __version__
+from craftmd.atomic import inside
 from craftmd.release import (
     ANSWERS_SCHEMA, CLAIM_PREFIX, CONVERSATIONS_SCHEMA, KEYS, SCORE_COLUMNS, RunRecord, conform_scores, dependency_versions, read_release,
-    write_release,
+    release_task, write_release,
 )
 
 from . import STORE_KEY, TASKS, require_inspect
@@ -249,14 +249,55 @@ def _short(x: object) -> str:
     return r if len(r) <= 80 else r[:79] + "…"
 
 
-def ingest_logs(paths: list[Path | str], out: Path | str, *, overwrite: bool = False) -> Path:
-    """Inspect logs of one of the package's tasks → the release ``out``."""
+def _claimed_record(raw, path: Path) -> RunRecord:
+    """An exported log's run record, checked (one line for a malformed one). It is the log's claim: only the package's
+    own ingest of the pinned source makes an upstream release, so one claimed by a log is ingested as generated."""
+    if not isinstance(raw, dict):
+        raise CraftMDError(f"{path}: its {MANIFEST} is not a run record")
+    manifest = RunRecord.from_dict(dict(raw, files={}), f"{path}: the run record it carries")
+    if manifest.kind == "upstream":
+        manifest.kind = "generated"
+        manifest.notes = {**manifest.notes, "ingested_from": f"inspect logs of the upstream release {manifest.release} "
+                          "(an upstream release is made only by craftmd ingest of the pinned source)"}
+    return manifest
+
+
+def _check_cases(task, dataset: Path | str, conversations: list[dict], answers: list[dict], path: Path) -> None:
+    """Refuse (one line, naming them) case ids the dataset does not hold: nothing is dropped without a word."""
+    rows = [*answers, *conversations]
+    if task.dataset == "craftmd":  # the scorers' own check, by (case, image flag)
+        import polars as pl
+
+        from craftmd.scoring.scorers import Context, check_answer_cases
+
+        keys = pl.DataFrame({"case_id": [r["case_id"] for r in rows], "with_image": [bool(r["with_image"]) for r in rows]},
+                            schema={"case_id": pl.Utf8, "with_image": pl.Boolean})
+        try:
+            check_answer_cases(keys, Context(Path(dataset)))
+        except CraftMDError as exc:
+            raise CraftMDError(f"{path}: {exc}") from None
+        return
+    import pyarrow.parquet as pq
+
+    from craftmd.dataset import config_file
+
+    f = config_file(dataset, "packets")
+    if not f.exists():
+        raise CraftMDError(f"{dataset}: no packets config to check the log's cases against (expected {f})")
+    unknown = sorted({r["case_id"] for r in rows} - set(pq.read_table(f, columns=["case_id"]).column("case_id").to_pylist()))
+    if unknown:
+        more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+        raise CraftMDError(f"{path}: case {unknown[0]}{more} not in the dataset at {dataset}")
+
+
+def ingest_logs(paths: list[Path | str], out: Path | str, *, overwrite: bool = False, dataset: Path | str | None = None) -> Path:
+    """Inspect logs of one of the package's tasks → the release ``out``. With ``dataset``, every case must be one of it."""
     out = Path(out)
     if out.exists() and not overwrite:
         raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
     logs = read_logs(paths)
     try:  # what the log's rows hold is the log's word: a row of the wrong shape or type is one line, nothing written
-        manifest, tables, scores, records = _release_of(logs, out)
+        manifest, tables, scores, records = _release_of(logs, out, Path(paths[0]), dataset)
     except (pa.ArrowException, TypeError, ValueError, KeyError, AttributeError) as exc:
         raise CraftMDError(f"{paths[0] if len(paths) == 1 else 'the logs'}: rows that do not fit a release "
                            f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); nothing was written") from None
@@ -264,20 +305,32 @@ def ingest_logs(paths: list[Path | str], out: Path | str, *, overwrite: bool = F
     return out
 
 
-def _release_of(logs: list, out: Path) -> tuple[RunRecord, dict, pa.Table | None, dict]:
+def _release_of(logs: list, out: Path, where: Path, dataset: Path | str | None) -> tuple[RunRecord, dict, pa.Table | None, dict]:
     """The run record, tables, scores (claims, :func:`_claims`) and scorer records of the release the logs make."""
     conversations, answers, score_rows, records, others = _rows(logs)
     first = logs[0].eval
     meta = first.metadata or {}
-    if MANIFEST in meta:  # an exported release: its own run record
-        embedded = meta[MANIFEST]
-        manifest = RunRecord.from_dict({**embedded, "files": {}} if isinstance(embedded, dict) else embedded,
-                                       f"{logs[0].location}: the run record it carries")
+    if MANIFEST in meta:  # an exported release: its own run record, its id kept (the same run: the board refuses two of one id)
+        manifest = _claimed_record(meta[MANIFEST], where)
     else:
-        manifest = _run_record(logs[0], out, conversations, answers)
-    from craftmd.tasks import get_task
+        from pydantic import ValidationError
 
-    task = get_task(manifest.task)
+        try:
+            manifest = _run_record(logs[0], out, conversations, answers)
+        except ValidationError as exc:  # what the log says (its task, ...) does not make a run record: one line
+            first = exc.errors()[0]
+            raise CraftMDError(f"{where}: not a run of one of craftmd's tasks: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    from craftmd.scoring.submission import check_model_name
+
+    for what, name in (("model", manifest.model), ("display name", manifest.display_name)):
+        if name is not None:
+            try:
+                check_model_name(name)
+            except CraftMDError as exc:
+                raise CraftMDError(f"{where}: the log's {what}: {str(exc).removeprefix('--model: ')}") from None
+    task = release_task(manifest)  # a registered task (or the file the user named), never a file the log names
+    if dataset is not None:
+        _check_cases(task, dataset, conversations, answers, where)
     tables = {}
     if answers or "answers" in task.required_tables or MANIFEST not in meta and manifest.task != "encounters":
         tables["answers"] = pa.Table.from_pylist(answers, ANSWERS_SCHEMA)
@@ -351,11 +404,9 @@ def _export(release, out, progress: bool) -> list[Path]:
     from pydantic_core import to_json
     from tqdm import tqdm
 
-    from craftmd.tasks import get_task
-
     rel = read_release(release)
     m = rel.manifest
-    task = get_task(m.task)
+    task = rel.task
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     answers = rel.table("answers").to_pylist()
@@ -448,7 +499,7 @@ def _export(release, out, progress: bool) -> list[Path]:
             EvalScore(name=g, scorer=g, scored_samples=len(v), metrics={"mean": EvalMetric(name="mean", value=sum(v) / len(v))})
             for g, v in sorted(totals.items())
         ])
-        path = out / f"{rel.id}_{setting}_{fmt}.eval"
+        path = inside(out, f"{rel.id}_{setting}_{fmt}.eval", "log name")  # names read from the release stay inside --out
         written.append((path, EvalLog(status="success", eval=spec, results=results), samples, summaries))
         if len(written) > 1:  # the first waits for the rows no answer carries
             _write_log(*written[-1])

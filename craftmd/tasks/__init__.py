@@ -24,14 +24,24 @@ from . import encounters  # noqa: F401  (registers the patient-led encounters ta
 from .base import TASKS, Experiment, Table, Task, parse_matrix, register
 
 
+#: The task files loaded in this process: task name -> (the file, the sha256 of its bytes). A release of a task of
+#: one's own records that hash, and is read only by the same file (:func:`craftmd.release.release_task`).
+TASK_FILES: dict[str, tuple[Path, str]] = {}
+
+
 def load_task_file(path: str | Path) -> Task:
-    """The ``TASK`` a task file registers (the file is run once per process)."""
+    """The ``TASK`` a task file registers (the file is run once per process). Only a file the user named runs:
+    ``--task FILE.py`` on the command line or ``$CRAFTMD_TASKS``; never a name read from a release or a log."""
+    import hashlib
+
     path = Path(path).resolve()
     if not path.is_file():
         raise CraftMDError(f"task file {path} does not exist")
     name = f"craftmd_task_{path.stem}"
     module = sys.modules.get(name)
+    digest = None
     if module is None:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()  # the bytes that run, hashed before they run
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
@@ -40,12 +50,15 @@ def load_task_file(path: str | Path) -> Task:
         except CraftMDError:
             del sys.modules[name]
             raise
-        except Exception as exc:  # a broken task file: one line, with where
+        except (Exception, SystemExit) as exc:  # a broken task file (or one that exits): one line, with where
             del sys.modules[name]
-            raise CraftMDError(f"task file {path}: {type(exc).__name__}: {exc}") from None
+            what = f"exits ({type(exc).__name__}: {exc.code})" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
+            raise CraftMDError(f"task file {path}: {what}") from None
     task = getattr(module, "TASK", None)
     if not isinstance(task, Task):
         raise CraftMDError(f"task file {path} defines no TASK (a craftmd.tasks.Task)")
+    if digest is not None or task.name not in TASK_FILES:
+        TASK_FILES[task.name] = (path, digest or hashlib.sha256(path.read_bytes()).hexdigest())
     return task
 
 
@@ -56,7 +69,8 @@ def load_task_files() -> list[Task]:
 
 def get_task(name: str) -> Task:
     """The task called ``name``, or the one a task file (``*.py``) registers; a name not registered is looked for in
-    the task files ``$CRAFTMD_TASKS`` lists."""
+    the task files ``$CRAFTMD_TASKS`` lists. For a name the user gave (``--task``); a release's task is
+    :func:`craftmd.release.release_task`, which never runs a file the release names."""
     if name.endswith(".py"):
         return load_task_file(name)
     if name not in TASKS:
@@ -64,4 +78,4 @@ def get_task(name: str) -> Task:
     return TASKS.lookup(name)
 
 
-__all__ = ["Task", "Table", "Experiment", "TASKS", "register", "get_task", "load_task_file", "load_task_files", "parse_matrix"]
+__all__ = ["Task", "Table", "Experiment", "TASKS", "register", "get_task", "load_task_file", "load_task_files", "parse_matrix", "TASK_FILES"]
