@@ -252,9 +252,7 @@ def _short(x: object) -> str:
 def _claimed_record(raw, path: Path) -> RunRecord:
     """An exported log's run record, checked (one line for a malformed one). It is the log's claim: only the package's
     own ingest of the pinned source makes an upstream release, so one claimed by a log is ingested as generated."""
-    if not isinstance(raw, dict):
-        raise CraftMDError(f"{path}: its {MANIFEST} is not a run record")
-    manifest = RunRecord.from_dict(dict(raw, files={}), f"{path}: the run record it carries")
+    manifest = RunRecord.from_dict(dict(raw, files={}) if isinstance(raw, dict) else raw, f"{path}: the run record it carries")
     if manifest.kind == "upstream":
         manifest.kind = "generated"
         manifest.notes = {**manifest.notes, "ingested_from": f"inspect logs of the upstream release {manifest.release} "
