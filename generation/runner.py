@@ -249,6 +249,7 @@ class Runner:
 
     def __init__(self, spec: GenerateSpec):
         self.spec = spec
+        self.down: dict[str, str] = {}  # servers of a pool found down by check_models (URL -> why): left out of the run
         check_run(spec)
         self.agent_names = self.roles()
         check_names(self.agent_names.values(), self.call_settings())  # a missing variable: one line, now
@@ -318,7 +319,7 @@ class Runner:
         s = self.spec
         return CallSettings(base_url=s.base_url, api_key=s.api_key, timeout=s.timeout, max_retries=s.max_retries, backoff=s.backoff,
                             concurrency=concurrency or s.concurrency, server_concurrency=s.server_concurrency, seed=s.seed,
-                            cache=s.cache or default_cache())
+                            cache=s.cache or default_cache(), down=self.down)
 
     def sampling(self, trial: int) -> Sampling:
         s = self.spec
@@ -333,6 +334,7 @@ class Runner:
         async with Connections(replace(self.call_settings(), cache=None), names) as conn:
             self.servers = {n: conn.server(n) for n in names}
             await conn.check()
+            self.down = conn.down
 
     def call(self, agent: str):
         """``agent``'s model as the protocol's callable ``(messages, sampling, priority=0) -> Completion``."""
@@ -363,6 +365,7 @@ class Runner:
         total.retries = sum(c.counters.retries for c in self.callers.values())
         total.peak_in_flight = sum(c.counters.peak_in_flight for c in self.callers.values())
         total.batches = [b for c in self.callers.values() for b in c.counters.batches]
+        total.served = Counts.total(c.counters for c in self.callers.values()).served
         return total
 
     async def execute(self, jobs, concurrency: int, tick) -> dict[str, list[dict]]:
@@ -537,6 +540,7 @@ class Runner:
             "refusals": total.refusals,
             "failures": total.failures,
             "failures_by_reason": dict(sorted(total.reasons.items())),
+            "served_models": counts.served_models(),  # server -> the model names its replies gave -> replies
         }
         if self.not_run:
             c["not_run"] = {"jobs": len(self.not_run), "ids": sorted(self.not_run), "why": f"the budget of ${spec.budget:,.2f} was reached"}
