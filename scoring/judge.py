@@ -325,8 +325,7 @@ class Outcome:
 class MemberState:
     member: Member
     format_used: str
-    format_refused: str | None = None  # the server's reason, when it refused response_format
-    formats_refused: list = field(default_factory=list)  # the response formats the server refused, in order
+    format_refused: str | None = None  # "<format>: <the server's reason>" for each format the server refused
     outcomes: dict = field(default_factory=dict)  # (unit key, dim id) -> Outcome
     served: set = field(default_factory=set)  # the model names the server's replies gave
     transient: int = 0  # calls that failed transiently (not cached: a re-run asks again)
@@ -456,8 +455,8 @@ class Judge:
         formats = caller.formats.record()  # what the judge's server took (shared with every caller of that server)
         if formats["used"]:
             state.format_used = formats["used"][-1]
-        state.format_refused = next(iter(formats["refused"].values()), None)
-        state.formats_refused = list(formats["refused"])
+        refused = caller.formats.refused  # format -> the server's error, in the order refused
+        state.format_refused = "; ".join(f"{k}: {v}" for k, v in refused.items()) or None
         for u, ds in p.failed_units:
             for d in ds:
                 state.outcomes[(u.key, d.id)] = Outcome(None, {"error": "the conversation failed (ended = error)", "category": d.category})
@@ -508,8 +507,7 @@ class Judge:
             "member_seed": state.member.seed, **member_server(state.member.model, s.base_url),
             "sampling": {"temperature": s.temperature, "top_p": 1.0, "seed": s.seed + state.member.seed,
                          "discussion_max_tokens": s.discussion_tokens, "score_max_tokens_per_dimension": s.score_tokens},
-            "response_format": {"requested": s.response_format, "used": state.format_used, "refused": state.format_refused,
-                                "refused_formats": state.formats_refused},
+            "response_format": {"requested": s.response_format, "used": state.format_used, "refused": state.format_refused},
             "max_invalid": s.max_invalid, "dimensions": [d.id for d in self.dims] if s.dimensions else "all",
             "served_models": sorted(state.served), "transient_failures": state.transient,
         }  # fmt: skip
