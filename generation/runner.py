@@ -365,7 +365,6 @@ class Runner:
         total.retries = sum(c.counters.retries for c in self.callers.values())
         total.peak_in_flight = sum(c.counters.peak_in_flight for c in self.callers.values())
         total.batches = [b for c in self.callers.values() for b in c.counters.batches]
-        total.served = Counts.total(c.counters for c in self.callers.values()).served
         return total
 
     async def execute(self, jobs, concurrency: int, tick) -> dict[str, list[dict]]:
@@ -540,7 +539,8 @@ class Runner:
             "refusals": total.refusals,
             "failures": total.failures,
             "failures_by_reason": dict(sorted(total.reasons.items())),
-            "served_models": counts.served_models(),  # server -> the model names its replies gave -> replies
+            # per role, the model names its server's replies gave (a reply from another model is a failure, named here)
+            "served_models": {a: dict(sorted(t.served.items())) for a, t in self.tallies.items() if t.served},
         }
         if self.not_run:
             c["not_run"] = {"jobs": len(self.not_run), "ids": sorted(self.not_run), "why": f"the budget of ${spec.budget:,.2f} was reached"}

@@ -97,7 +97,7 @@ def test_a_reply_from_another_model_is_a_failure_never_cached(tmp_path, asked, n
         [c], caller = ask(server, cache, model=asked, max_retries=6)
     assert c.status == "error" and c.transient and c.reason == FOREIGN and named in c.error and c.model == named
     assert not cached(cache) and server.calls == 2
-    assert caller.counters.served_models() == {server.base_url: {named: 2}}  # what the server's replies named is counted
+    assert caller.counters.served == {named: 1}  # the name the failed request's reply gave is counted
     # names that are the model asked are answers: llama.cpp's file path, a dated snapshot, an alias the server declares
     for asked, named, declared in [("smollm2", "/home/me/models/SmolLM2-135M-Instruct.gguf", ("smollm2",)),
                                    ("smollm2", "smollm2.gguf", ("smollm2",)), ("gpt-4o", "gpt-4o-2024-08-06", ("gpt-4o",)),
@@ -137,34 +137,41 @@ def _serving(bad_server_kwargs: dict, n: int = 12, max_retries: int = 6):
     ("no choices", {"body": lambda r: {"model": "m", "object": "chat.completion", "usage": {}}}),
     ("empty choices", {"body": lambda r: {"model": "m", "choices": []}}),
 ])
-def test_a_pool_member_that_sends_no_answers_leaves_the_pool(kind, bad_kwargs):
+def test_a_pool_member_that_sends_no_answers_leaves_the_pool(kind, bad_kwargs, capsys):
     results, (b, g), counts, bad, good = _serving(bad_kwargs)
+    assert capsys.readouterr().err.count("taken out of its pool") == 1
     assert all(r.status == "ok" and r.text == "ok" for r in results), results
     assert good.served == 12 and b.dead and g.dead is None
     assert bad.calls <= 4  # taken out after a few: every request it gave no answer moved to the other at once
-    served = counts.served_models()
-    assert served[g.url] == {"m": 12}
+    assert counts.served == {"m": 12}
     if kind == "foreign":
-        assert b.dead.startswith(FOREIGN) and served[b.url] == {"other-model-7b": bad.calls}
+        assert b.dead.startswith(FOREIGN) and bad.calls <= 2  # taken out at its first reply (two were in flight)
 
 
-def test_the_run_record_lists_each_servers_model_names(tiny_dataset, upstream, tmp_path, monkeypatch):
+def test_the_run_record_lists_the_model_names_the_replies_gave(tiny_dataset, upstream, tmp_path, monkeypatch, capsys):
     from craftmd.commands.cli import main as cli_main
     from craftmd.release import read_release
     from loopback import Replay
 
+    def generate(out) -> int:
+        return cli_main(["generate", "--dataset", str(tiny_dataset), "--doctor", "openai-api/pool/doc", "--patient",
+                         "openai-api/pool/doc", "--cache", str(tmp_path / "c.sqlite"), "--experiments", "vignette,frq", "--out",
+                         str(tmp_path / out), "--quiet", "--max-retries", "1"])
+
     replay = Replay(upstream["text"])
-    with LoopbackServer(replay, models=("doc",)) as good, LoopbackServer(replay, models=("doc",), served_as={"doc": "other-model-7b"}) as bad:
-        monkeypatch.setenv("POOL_BASE_URL", f"{bad.base_url},{good.base_url}")
-        rc = cli_main(["generate", "--dataset", str(tiny_dataset), "--doctor", "openai-api/pool/doc", "--patient", "openai-api/pool/doc",
-                       "--cache", str(tmp_path / "c.sqlite"), "--experiments", "vignette,frq", "--out", str(tmp_path / "rel"),
-                       "--quiet", "--max-retries", "1"])
-    assert rc == 0
-    m = read_release(tmp_path / "rel").manifest
-    assert m.counts["failures"] == 0
-    served = m.counts["served_models"]
-    assert set(served) == {bad.base_url, good.base_url}
-    assert set(served[bad.base_url]) == {"other-model-7b"} and set(served[good.base_url]) == {"doc"}
+    with LoopbackServer(replay, models=("doc",), served_as={"doc": "other-model-7b"}) as bad:
+        monkeypatch.setenv("POOL_BASE_URL", bad.base_url)  # one server, serving another model: nothing is an answer
+        assert generate("alone") == 2
+        m = read_release(tmp_path / "alone").manifest
+        assert m.counts["served_models"] == {"doctor": {"other-model-7b": m.counts["requests"]["doctor"]}}
+        assert set(m.counts["failures_by_reason"]) == {f"{FOREIGN} (transient: a re-run tries again)"}
+        with LoopbackServer(replay, models=("doc",)) as good:  # beside a good one: it leaves the pool, the run is whole
+            monkeypatch.setenv("POOL_BASE_URL", f"{bad.base_url},{good.base_url}")
+            capsys.readouterr()
+            assert generate("pool") == 0
+    assert f"{bad.base_url} taken out of its pool ({FOREIGN}" in capsys.readouterr().err
+    m = read_release(tmp_path / "pool").manifest
+    assert m.counts["failures"] == 0 and m.counts["served_models"] == {"doctor": {"doc": m.counts["requests"]["doctor"]}}
 
 
 # -- keys scrubbed from every text that is stored ---------------------------------------------------------------------
@@ -190,7 +197,7 @@ def test_a_key_echoed_in_a_replys_model_name_is_not_stored(tmp_path, monkeypatch
     with LoopbackServer(lambda r: "x", body=lambda r: completion("an answer", model=named), models=("loopback", named)) as server:
         [c], caller = ask(server, cache)
     assert c.status == "ok" and KEY not in (c.model or "")
-    assert KEY.encode() not in cache.read_bytes() and KEY not in json.dumps(caller.counters.served_models())
+    assert KEY.encode() not in cache.read_bytes() and KEY not in json.dumps(caller.counters.served)
 
 
 def test_a_key_in_an_error_code_or_header_is_not_stored(tmp_path, monkeypatch):
@@ -254,7 +261,7 @@ def test_a_pool_with_a_refused_port_and_a_hanging_member_runs_on_the_live_one(mo
     assert all(r.status == "ok" for r in results) and live.served == 6 and hanging.calls == 0
     assert [m.dead is None for m in members] == [False, False, True]
     err = capsys.readouterr().err
-    assert err.count("taken out of the pool") == 2 and refused in err and hanging.base_url in err
+    assert err.count("taken out of its pool") == 2 and refused in err and hanging.base_url in err
 
 
 def test_a_pool_with_every_member_down_is_one_line(monkeypatch):

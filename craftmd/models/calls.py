@@ -33,8 +33,8 @@ callers): a refused format moves the server to the next one and the request goes
 retry), never the refused format again.
 
 Everything stored or returned passes the one scrubber (:meth:`~craftmd.models.base.Completion.scrubbed`): no key
-reaches the cache or a release. The model names the replies gave are counted per server
-(``Counts.served``), for the run's record.
+reaches the cache or a release. The model name each request's reply gave (an answer's, or the
+other model's of a failure) is counted (``Counts.served``), for the run's record.
 
 For a provider that batches (``model.batches``, vLLM offline), requests arriving from
 concurrent tasks are gathered for a moment and sent as one ``chat_many`` call, so every
@@ -81,13 +81,7 @@ class Counts:
     in_flight: int = 0
     peak_in_flight: int = 0
     batches: list[int] = field(default_factory=list)
-    served: dict[str, dict[str, int]] = field(default_factory=dict)  # server -> model name its replies gave -> replies
-
-    def saw(self, server: str, named: str | None) -> None:
-        """A reply of ``server`` (in this run, not from the cache) named the model ``named``."""
-        if named:
-            names = self.served.setdefault(server, {})
-            names[named] = names.get(named, 0) + 1
+    served: dict[str, int] = field(default_factory=dict)  # the model name a request's reply gave -> requests
 
     SUMS = ("requests", "calls", "cache_hits", "deduplicated", "retries", "tokens_in", "tokens_out", "refusals", "failures")
 
@@ -98,6 +92,8 @@ class Counts:
         self.tokens_in += c.tokens_in or 0
         self.tokens_out += c.tokens_out or 0
         self.refusals += c.status == "refusal"
+        if c.model:  # the name the reply gave (from the cache too: a re-run over a full cache records the same)
+            self.served[c.model] = self.served.get(c.model, 0) + 1
         if c.status == "error":
             self.failures += 1
             label = failure_label(c)
@@ -111,15 +107,9 @@ class Counts:
             self.reasons[k] = self.reasons.get(k, 0) + v
         self.peak_in_flight += other.peak_in_flight
         self.batches += other.batches
-        for server, names in other.served.items():
-            for named, n in names.items():
-                mine = self.served.setdefault(server, {})
-                mine[named] = mine.get(named, 0) + n
+        for named, n in other.served.items():
+            self.served[named] = self.served.get(named, 0) + n
         return self
-
-    def served_models(self) -> dict[str, dict[str, int]]:
-        """Server -> the model names its replies gave -> how many replies (sorted): what a run's record lists."""
-        return {server: dict(sorted(names.items())) for server, names in sorted(self.served.items())}
 
     @classmethod
     def total(cls, many) -> Counts:
@@ -274,13 +264,10 @@ class Caller:
             finally:
                 if member is not None:
                     pool.leave(member)
-            server = member.url if member is not None else self.model.server or self.model.name
             if error is None:
                 if member is not None:
                     pool.answered(member)
-                self.counters.saw(server, result.model)
                 return result
-            self.counters.saw(server, error.model)
             # an empty or foreign reply is asked once more at most (the same server says the same again)
             limit = min(self.max_retries, 1) if error.reason in (EMPTY, FOREIGN) else self.max_retries
             if member is not None and pool.failed(member, error, attempt >= limit):

@@ -76,7 +76,7 @@ class Connections:
                     pool = self._pools[m.cache_server] = Pool(m.pool_urls, s.limit(m))
                     for member in pool.members:
                         if member.url in s.down and sum(not x.dead for x in pool.members) > 1:
-                            pool.take_out(member, s.down[member.url])
+                            pool.take_out(member, s.down[member.url], report=False)  # said when it was found down
                 m.pool = self._pools[m.cache_server]
         return self._models[name]
 

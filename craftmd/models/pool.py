@@ -212,7 +212,11 @@ class Pool:
         self.take_out(m, f"{error.reason}: {error.message}" if error.message else error.reason)
         return True
 
-    def take_out(self, m: Member, why: str) -> None:
+    def take_out(self, m: Member, why: str, *, report: bool = True) -> None:
+        """``m`` takes no more work; said on stderr (once) unless ``report`` is False."""
+        if m.dead is None and report:
+            print(f"warning: {m.url} taken out of its pool ({scrub(why)[:ERROR_CHARS]}); the run goes on with the others",
+                  file=sys.stderr)
         m.dead = scrub(why)[:ERROR_CHARS]
 
     def describe(self) -> list[dict]:
@@ -272,7 +276,6 @@ class PoolModel(ChatModel):
         for m, w in zip(live, why):
             if w:
                 self.pool.take_out(m, w)
-                print(f"warning: {self.name}: {m.url} taken out of the pool ({w}); the run goes on with the others", file=sys.stderr)
 
     @property
     def down(self) -> dict[str, str]:
