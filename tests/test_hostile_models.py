@@ -32,11 +32,11 @@ HI = [{"role": "user", "content": "hi"}]
 
 
 def ask(server: LoopbackServer, cache: Path | None = None, n: int = 1, sampling: Sampling = Sampling(), model: str = "loopback",
-        **caller):
+        reverse: bool = False, **caller):
     async def go():
         m = get_model(f"openai/{model}", base_url=server.base_url)
         c = Caller(m, RequestCache(cache) if cache else None, **{"backoff": 0.001, **caller})
-        out = [await c([{"role": "user", "content": f"q{i}"}], sampling) for i in range(n)]
+        out = [await c([{"role": "user", "content": f"q{i}"}], sampling) for i in (reversed(range(n)) if reverse else range(n))]
         await m.aclose()
         return out, c
     return asyncio.run(go())
@@ -312,9 +312,9 @@ def test_a_refused_format_moves_the_server_to_the_next_once(tmp_path, status):
         assert all(c.status == "ok" for c in out)
         assert server.formats == {"json_schema": 1, "json_object": 5}  # refused once, never again, never retried
         assert caller.formats.record()["used"] == ["json_object"] and "json_schema" in caller.formats.record()["refused"]
-        server.reset_counters()  # a re-run over the cache: the refusal is remembered, nothing is sent
-        again, _ = ask(server, tmp_path / "c.sqlite", n=5, sampling=structured(Sampling(), SCHEMA, name="t"))
-        assert server.calls == 0 and again == out
+        server.reset_counters()  # a re-run over the cache, in another order: the refusal is remembered, nothing is sent
+        again, _ = ask(server, tmp_path / "c.sqlite", n=5, sampling=structured(Sampling(), SCHEMA, name="t"), reverse=True)
+        assert server.calls == 0 and again[::-1] == out
 
 
 def test_a_server_refusing_every_format_is_asked_without_one():

@@ -47,6 +47,7 @@ import asyncio
 import contextvars
 import heapq
 import itertools
+import json
 import random
 from dataclasses import dataclass, field
 
@@ -291,6 +292,12 @@ class Caller:
         """A request for JSON in the response format its server takes (:mod:`.formats`): until a format has worked on
         the server, one such request at a time probes; a refused format moves the server on, once."""
         f, start = self.formats, start_of(sampling)
+        if not f.recalled:  # the formats this server refused in an earlier run (a re-run over the cache sends nothing)
+            f.recalled = True
+            for kind in FORMATS[:-1] if self.cache is not None else ():
+                hit = self.cache.get(self._format_key(kind)[0])
+                if hit is not None:
+                    f.refuse(kind, hit)
         while True:
             if f.settled:
                 kind = FORMATS[max(start, f.level)]
@@ -300,11 +307,19 @@ class Caller:
                     kind = FORMATS[max(start, f.level)]
                     result, source = await self._get(messages, as_sent(sampling, kind), priority)
             if kind != "none" and refused(result):
+                if kind not in f.refused and self.cache is not None:  # remembered for the server, not for this request alone
+                    key, request = self._format_key(kind)
+                    self.cache.put(key, self.model.provider, self.model.model, request, result)
                 f.refuse(kind, result)
                 self.counters.retries += 1  # asked again, in the next format
                 continue
             f.answered(kind, result)
             return result, source
+
+    def _format_key(self, kind: str) -> tuple[str, str]:
+        """The cache's key (and request text) of the row that remembers that this model's server refused ``kind``."""
+        return request_key(self.model.provider, self.model.model, [], Sampling(response_format=json.dumps({"refused": kind})),
+                           server=self.model.cache_server)
 
     async def _batched(self, messages: list[Message], sampling: Sampling) -> Completion:
         fut = asyncio.get_running_loop().create_future()

@@ -13,8 +13,9 @@ request probes while the others wait; a server that refuses a format (:func:`ref
 ``response_format``, ``json_schema`` or a grammar, whatever the HTTP status: llama-cpp-python answers 500,
 others 400 or 422) moves to the next format at once, without retrying the refused one, and every later
 request goes in the format that worked. What was used and refused is recorded by the caller (the judge's
-record, a run's record). A refusal is a deterministic failure, cached like one, so a re-run over a full
-cache moves on to the same format without sending anything.
+record, a run's record). A refusal is a deterministic failure, cached like one, and the cache remembers it
+for the server (a row keyed by the server, the model and the format), so a re-run over a full cache starts
+at the format that worked and sends nothing.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class Formats:
     refused: dict[str, str] = field(default_factory=dict)
     used: dict[str, int] = field(default_factory=dict)
     settled: bool = False
+    recalled: bool = False  # the refusals an earlier run stored in the cache have been read
     _lock: asyncio.Lock | None = field(default=None, repr=False)
 
     @property
