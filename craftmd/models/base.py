@@ -79,8 +79,9 @@ class Completion:
     def scrubbed(self, keys=()) -> Completion:
         """This completion with every key taken out of what is stored (:func:`scrub`): its error, reason and model name
         in full, its text of the known keys only (a reply's words are kept)."""
-        out = {k: scrub(getattr(self, k), keys) for k in ("error", "reason", "model")}
-        out["text"] = scrub(self.text, keys, patterns=False)
+        known = secrets(keys)  # once for the four texts
+        out = {k: scrub(getattr(self, k), known=known) for k in ("error", "reason", "model")}
+        out["text"] = scrub(self.text, known=known, patterns=False)
         if all(out[k] == getattr(self, k) for k in out):
             return self
         return replace(self, **out)
@@ -123,6 +124,7 @@ class TransientError(Exception):
 #: Environment variables whose values are keys (every key comes from one: ``OPENAI_API_KEY``, ``<SERVICE>_API_KEY``,
 #: ``HF_TOKEN``, …).
 KEY_VARS = re.compile(r"(?:KEY|TOKEN|SECRET|PASSWORD)$", re.I)
+KEY_SUFFIXES = (b"KEY", b"TOKEN", b"SECRET", b"PASSWORD")
 #: Credentials as they appear in server text: an echoed ``Authorization`` header (a Bearer token, Basic credentials),
 #: an API-key header's value, an OpenAI-style key.
 CREDENTIALS = (
@@ -136,18 +138,23 @@ CREDENTIALS = (
 def secrets(keys=()) -> list[str]:
     """The keys a stored text must not hold: every key in the environment and ``keys`` (8 characters or more: a local
     server's placeholder such as ``EMPTY`` is no key), longest first."""
-    found = {v for k, v in os.environ.items() if KEY_VARS.search(k) and len(v) >= 8}
+    data = getattr(os.environ, "_data", None)  # POSIX: the raw bytes, read without decoding every variable (a hot path)
+    if data and isinstance(next(iter(data)), bytes):
+        found = {os.fsdecode(v) for k, v in data.items() if k.upper().endswith(KEY_SUFFIXES) and len(v) >= 8}
+    else:
+        found = {v for k, v in os.environ.items() if KEY_VARS.search(k) and len(v) >= 8}
     found.update(k for k in keys if k and len(k) >= 8)
     return sorted(found, key=lambda k: (-len(k), k))
 
 
-def scrub(text, keys=(), *, patterns: bool = True):
+def scrub(text, keys=(), *, patterns: bool = True, known: list[str] | None = None):
     """The one scrubber of every text that is stored (an error, a reason, a model name, a header, a cached body):
     ``text`` with every key (:func:`secrets`) replaced by ``[API key]`` and, unless ``patterns`` is False (a reply's own
-    words), every credential-shaped string (:data:`CREDENTIALS`). None and non-text pass through."""
+    words), every credential-shaped string (:data:`CREDENTIALS`). None and non-text pass through. ``known``: the keys,
+    when :func:`secrets` was already asked."""
     if not isinstance(text, str) or not text:
         return text
-    for key in secrets(keys):
+    for key in secrets(keys) if known is None else known:
         if key in text:
             text = text.replace(key, "[API key]")
     if patterns:
