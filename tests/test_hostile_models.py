@@ -264,7 +264,9 @@ def test_a_pool_with_a_refused_port_and_a_hanging_member_runs_on_the_live_one(mo
     assert err.count("taken out of its pool") == 2 and refused in err and hanging.base_url in err
 
 
-def test_a_pool_with_every_member_down_is_one_line(monkeypatch):
+def test_a_pool_with_every_member_down_is_one_line(monkeypatch, tiny_dataset, tmp_path, capsys):
+    from craftmd.commands.cli import main as cli_main
+
     monkeypatch.setenv("POOL_BASE_URL", f"http://127.0.0.1:{free_port()}/v1,http://127.0.0.1:{free_port()}/v1")
 
     async def go():
@@ -273,6 +275,12 @@ def test_a_pool_with_every_member_down_is_one_line(monkeypatch):
 
     with pytest.raises(CraftMDError, match=r"^no server of POOL_BASE_URL answers: cannot reach the model server at http://127\.0\.0\.1:\d+/v1$"):
         asyncio.run(go())
+    capsys.readouterr()
+    rc = cli_main(["generate", "--dataset", str(tiny_dataset), "--doctor", "openai-api/pool/m", "--patient", "openai-api/pool/m",
+                   "--experiments", "vignette", "--out", str(tmp_path / "rel"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "no server of POOL_BASE_URL answers" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "rel").exists()
 
 
 @pytest.mark.parametrize("listed", [

@@ -124,10 +124,6 @@ class Connections:
             out["service"] = m.service
         return out
 
-    def formats(self, name: str) -> Formats:
-        """The response format ``name``'s server takes, as far as this run found (used, refused)."""
-        return self.caller(name).formats
-
     @property
     def down(self) -> dict[str, str]:
         """Servers of a pool taken out (URL -> why): to start a later connection of the same run without them."""
