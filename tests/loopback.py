@@ -25,6 +25,7 @@ so the real ``openai`` client talks to it exactly as it talks to a hosted API or
 - ``refuse_formats``: ``response_format`` type -> the HTTP status a request asking for it is refused with (a message
   naming response_format, as llama-cpp-python's 500 and others' 400/422 do).
 - ``context_error``: (status, message) a prompt over ``max_context`` is answered with instead (llama.cpp's 500 wording).
+- ``roots``: model -> the ``root`` its ``/v1/models`` entry names (as vLLM names the weights behind a served name).
 - ``models_delay``: seconds ``GET /v1/models`` waits before answering (a member that hangs).
 - Counters: ``calls`` (chat requests received), ``served`` (answered 200), ``faults``
   (by kind), ``max_in_flight``, ``log`` (every request answered 200, in order), ``keys``
@@ -83,6 +84,7 @@ class LoopbackServer:
         refuse_formats: dict[str, int] | None = None,
         models_delay: float = 0.0,
         context_error: tuple[int, str] | None = None,
+        roots: dict[str, str] | None = None,
     ):
         unknown = set(error_kinds) - {"429", "500", "timeout", "drop"}
         if unknown:
@@ -105,6 +107,7 @@ class LoopbackServer:
         self.refuse_formats = dict(refuse_formats or {})
         self.models_delay = models_delay
         self.context_error = context_error
+        self.roots = dict(roots or {})  # model -> the ``root`` its /v1/models entry names (vLLM: the weights behind a served name)
         self.formats: Counter = Counter()  # the response_format type of every chat request ('' for none)
         self._slots: asyncio.Semaphore | None = None  # made on the server's own loop
         self._open: set = set()  # the connections of the requests in flight (kill() cuts them)
@@ -248,7 +251,8 @@ class LoopbackServer:
     async def _models(self, request: web.Request) -> web.Response:
         if self.models_delay:
             await asyncio.sleep(self.models_delay)
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "loopback"} for m in self.models]
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "loopback", **({"root": self.roots[m]} if m in self.roots else {})}
+                for m in self.models]
         return web.json_response({"object": "list", "data": data})
 
     async def _health(self, request: web.Request) -> web.Response:

@@ -90,19 +90,22 @@ def test_an_empty_answer_an_older_version_cached_is_asked_again(tmp_path):
 
 
 @pytest.mark.parametrize("asked, named", [("loopback", "other-model-7b"), ("gpt-4o", "gpt-4o-mini"), ("med-7b", "llama-3-70b-instruct"),
-                                          ("smollm2", "/models/qwen2.5-0.5b-instruct-q8_0.gguf")])
+                                          ("smollm2", "/models/qwen2.5-0.5b-instruct-q8_0.gguf"), ("gpt-4o", "gpt-3.5-turbo")])
 def test_a_reply_from_another_model_is_a_failure_never_cached(tmp_path, asked, named):
     cache = tmp_path / "c.sqlite"
-    with LoopbackServer(lambda r: "an answer", models=(asked,), served_as={asked: named}) as server:
+    with LoopbackServer(lambda r: "an answer", models=(asked, named), served_as={asked: named}) as server:
         [c], caller = ask(server, cache, model=asked, max_retries=6)
     assert c.status == "error" and c.transient and c.reason == FOREIGN and named in c.error and c.model == named
     assert not cached(cache) and server.calls == 2
     assert caller.counters.served == {named: 1}  # the name the failed request's reply gave is counted
-    # names that are the model asked are answers: llama.cpp's file path, a dated snapshot, an alias the server declares
-    for asked, named, declared in [("smollm2", "/home/me/models/SmolLM2-135M-Instruct.gguf", ("smollm2",)),
-                                   ("smollm2", "smollm2.gguf", ("smollm2",)), ("gpt-4o", "gpt-4o-2024-08-06", ("gpt-4o",)),
-                                   ("my-deployment", "Qwen/Qwen2.5-7B-Instruct", ("my-deployment", "Qwen/Qwen2.5-7B-Instruct"))]:
-        with LoopbackServer(lambda r: "an answer", models=declared, served_as={asked: named}) as server:
+    # names that are the model asked are answers: llama.cpp's file path, a dated snapshot, the root the server declares
+    # for the name asked, a placeholder name the server does not serve
+    for asked, named, declared, roots in [("smollm2", "/home/me/models/SmolLM2-135M-Instruct.gguf", ("smollm2",), {}),
+                                          ("smollm2", "smollm2.gguf", ("smollm2",), {}), ("gpt-4o", "gpt-4o-2024-08-06", ("gpt-4o",), {}),
+                                          ("my-model", "Qwen/Qwen2.5-7B-Instruct", ("my-model", "other"),
+                                           {"my-model": "Qwen/Qwen2.5-7B-Instruct"}),
+                                          ("smollm2", "gpt-3.5-turbo", ("smollm2", "other"), {})]:
+        with LoopbackServer(lambda r: "an answer", models=declared, served_as={asked: named}, roots=roots) as server:
             [c], _ = ask(server, model=asked)
         assert c.status == "ok" and c.model == named
 
@@ -194,7 +197,7 @@ def test_a_key_echoed_in_a_malformed_response_is_not_stored(tmp_path, monkeypatc
 def test_a_key_echoed_in_a_replys_model_name_is_not_stored(tmp_path, monkeypatch, named):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     cache = tmp_path / "c.sqlite"
-    with LoopbackServer(lambda r: "x", body=lambda r: completion("an answer", model=named), models=("loopback", named)) as server:
+    with LoopbackServer(lambda r: "x", body=lambda r: completion("an answer", model=named), roots={"loopback": named}) as server:
         [c], caller = ask(server, cache)
     assert c.status == "ok" and KEY not in (c.model or "")
     assert KEY.encode() not in cache.read_bytes() and KEY not in json.dumps(caller.counters.served)

@@ -18,7 +18,7 @@ size", vLLM's "maximum context length") and a refused response format (an error 
 A reply that is no answer is a failure, never stored as one: empty or whitespace-only content, ``null``
 content, a tool call alone (:data:`~.base.EMPTY`), and a reply naming a model other than the one asked
 (:data:`~.base.FOREIGN`: neither the name asked, nor a dated or path form of it, nor a name the server
-declares at ``/v1/models``). Both raise :class:`TransientError`: not cached, so a fixed server is asked
+declares for it at ``/v1/models``: :meth:`OpenAIModel.answers_as`). Both raise :class:`TransientError`: not cached, so a fixed server is asked
 again, and a pool moves the request to another server.
 
 Server text that is stored (an error's message, a reply, the model name a reply gives) goes through the one
@@ -58,6 +58,9 @@ FILTER_CODES = {"content_filter", "content_policy_violation", "ResponsibleAIPoli
 #: The most characters a reply may have per token of ``max_tokens`` (a generous bound: tokens average about 4): a server
 #: that ignores max_tokens and sends megabytes gets a failure ``reply too long``, never a stored answer.
 REPLY_CHARS_PER_TOKEN = 32
+#: Names some servers give every reply whatever model answers (llama.cpp's server before it echoed the request's name):
+#: no model's name when the server does not list it.
+PLACEHOLDERS = {"gpt-3.5-turbo", "gpt-3.5-turbo-0613"}
 #: A context overflow, as OpenAI, vLLM and llama.cpp word it (deterministic, whatever the status).
 CONTEXT_TEXT = re.compile(r"(?i)context_length_exceeded|exceeds? the available context size|context window|maximum context length"
                           r"|exceed_context_size")
@@ -102,9 +105,9 @@ class OpenAIModel(ChatModel):
         self._chat_url = endpoint(str(self.client.base_url), "chat/completions")
         self._options: openai.RequestOptions = {"headers": dict.fromkeys(TELEMETRY_HEADERS, openai.omit)}
         self.server = public_url(str(self.client.base_url))
-        #: The model names the server declares at /v1/models (read by :meth:`check`, or when a reply first names another
-        #: model); None until read.
-        self.declared: set[str] | None = None
+        #: The models the server declares at /v1/models, each id with its names (:func:`declared_names`; read by
+        #: :meth:`check`, or when a reply first names another model); None until read.
+        self.declared: dict[str, set[str]] | None = None
         self._declaring = None
 
     @property
@@ -129,7 +132,8 @@ class OpenAIModel(ChatModel):
         url = endpoint(str(self.client.base_url), "models")
         try:
             page = await self.client.get(url, cast_to=httpx2.Response)
-            served = [str(m["id"]) for m in page.json()["data"]]
+            entries = page.json()["data"]
+            served = [str(m["id"]) for m in entries]
         except (openai.APIConnectionError, openai.APITimeoutError):
             raise CraftMDError(f"cannot reach the model server at {where}") from None
         except openai.AuthenticationError:
@@ -141,7 +145,7 @@ class OpenAIModel(ChatModel):
             raise CraftMDError(f"{public_url(url)} answered HTTP {exc.status_code}{hint}") from None
         except (ValueError, KeyError, TypeError):
             raise CraftMDError(f"{public_url(url)} did not answer with a model list (is {where} an OpenAI-compatible API?)") from None
-        self.declared = set(served)
+        self.declared = declared_names(entries)
         if self.model not in served:
             shown = ", ".join(sorted(served)[:10]) + (" …" if len(served) > 10 else "")
             raise CraftMDError(f"the server at {where} does not serve {self.model!r} (it serves: {shown or 'nothing'})")
@@ -194,23 +198,31 @@ class OpenAIModel(ChatModel):
 
     async def answers_as(self, name: str) -> bool:
         """Whether a reply naming ``name`` comes from the model asked: the same name (:func:`same_model`: a dated or
-        path form of it) or one the server declares at /v1/models (read once, the first time a reply needs it). A
-        server that declares no model list (a hosted deployment that names the model behind it) is taken at its word."""
+        path form of it) or a name the server declares for it at /v1/models (its entry's ``root``, ``parent`` or
+        ``aliases``; every name of a server that declares one model alone: llama.cpp's alias and file), read once, the
+        first time a reply needs it. A server that declares no model list (a hosted deployment that names the model
+        behind it) is taken at its word."""
         if same_model(self.model, name):
             return True
         if self.declared is None:
             if self._declaring is None:
                 self._declaring = asyncio.ensure_future(self._declared())
             self.declared = await asyncio.shield(self._declaring)
-        return not self.declared or any(same_model(d, name) for d in self.declared)
+        if not self.declared:
+            return True
+        every = set().union(*self.declared.values())
+        if name in PLACEHOLDERS and not any(same_model(d, name) for d in every):
+            return True  # llama.cpp's server named every reply so: a name it does not serve is no model
+        mine = every if len(self.declared) == 1 else self.declared.get(self.model, set())
+        return any(same_model(d, name) for d in mine)
 
-    async def _declared(self) -> set[str]:
+    async def _declared(self) -> dict[str, set[str]]:
         _, httpx2 = _sdk()
         try:
             page = await self.client.get(endpoint(str(self.client.base_url), "models"), cast_to=httpx2.Response)
-            return {str(m["id"]) for m in page.json()["data"]}
+            return declared_names(page.json()["data"])
         except Exception:  # noqa: BLE001 - a server without a model list declares nothing
-            return set()
+            return {}
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -308,6 +320,21 @@ def parse_completion(r: object, keys=()) -> Completion:
 #: What may follow a model's name in the name a reply gives for it: a version (gpt-4o -> gpt-4o-2024-08-06, a date,
 #: a number) or a deployment's tag.
 _VERSION = re.compile(r"[-_:@.]\d")
+
+
+def declared_names(entries: list) -> dict[str, set[str]]:
+    """A /v1/models list as model id -> the names it goes by: its id, and the ``root``, ``parent`` and ``aliases`` an
+    entry gives (vLLM's served name over its weights, llama.cpp's aliases)."""
+    out: dict[str, set[str]] = {}
+    for m in entries:
+        names = {str(m["id"])}
+        for k in ("root", "parent"):
+            if isinstance(m.get(k), str) and m[k]:
+                names.add(m[k])
+        if isinstance(m.get("aliases"), list):
+            names.update(str(a) for a in m["aliases"] if isinstance(a, str) and a)
+        out.setdefault(str(m["id"]), set()).update(names)
+    return out
 
 
 def same_model(asked: str, named: str) -> bool:
