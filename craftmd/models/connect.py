@@ -35,12 +35,12 @@ class CallSettings:
     timeout: float = 120.0
     max_retries: int = 6
     backoff: float = 0.5
+    #: Servers of a pool found down before the run (URL -> why, :meth:`Connections.check`): taken out from the start.
+    down: Mapping[str, str] = field(default_factory=dict)
     concurrency: int = 32  # requests in flight per server
     server_concurrency: Mapping[str, int] = field(default_factory=dict)  # per service name ('openai' for openai/ models)
     seed: int = 0  # the retries' jitter only
     cache: Path | str | RequestCache | None = None  # None: no cache
-    #: Servers of a pool found down before the run (URL -> why, :meth:`Connections.check`): taken out from the start.
-    down: Mapping[str, str] = field(default_factory=dict)
 
     def limit(self, model: ChatModel) -> int:
         key = getattr(model, "service", None) or model.provider
