@@ -317,8 +317,8 @@ class Runner:
     def call_settings(self, concurrency: int | None = None) -> CallSettings:
         """How this run calls its models (``concurrency``: this process's share per server)."""
         s = self.spec
-        return CallSettings(base_url=s.base_url, api_key=s.api_key, timeout=s.timeout, max_retries=s.max_retries, down=self.down,
-                            backoff=s.backoff, concurrency=concurrency or s.concurrency, server_concurrency=s.server_concurrency, seed=s.seed,
+        return CallSettings(base_url=s.base_url, api_key=s.api_key, timeout=s.timeout, max_retries=s.max_retries, backoff=s.backoff, down=self.down,
+                            concurrency=concurrency or s.concurrency, server_concurrency=s.server_concurrency, seed=s.seed,
                             cache=s.cache or default_cache())
 
     def sampling(self, trial: int) -> Sampling:
