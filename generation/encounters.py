@@ -36,14 +36,15 @@ from craftmd import CraftMDError
 from craftmd.atomic import sha256_file
 from craftmd.dataset_builder.packets import REFERENCE_DATE, load_packets
 from craftmd.models import Sampling
+from craftmd.models.formats import structured
 from craftmd.replies import reply_json
 from craftmd.release import CONVERSATIONS_SCHEMA, RunRecord, dependency_versions
 from craftmd.samples import MEDPI
 from craftmd.tasks.encounters import CLOSURES, EMOTIONS, MEMORY_TAGS, PATIENT_STATES
 from craftmd.tasks.encounters import TASK
 
-from .patient import (Memory, MemoryStore, Retrieval, State, disclosable, disclosed_in, get_embedder, memories_from_packet,
-                      parse_emotion_step, parse_memory_tags, persona, tag_memories)
+from .patient import (EMOTION_SCHEMA, Memory, MemoryStore, Retrieval, State, disclosable, disclosed_in, get_embedder,
+                      memories_from_packet, memory_tags_schema, parse_emotion_step, parse_memory_tags, persona, tag_memories)
 from .runner import Estimate, Runner, case_ids_sha256, tally, tokens
 from .shards import in_shard
 
@@ -114,7 +115,7 @@ class Encounters(Runner):
             {"role": "user", "content": P.text("memory_tags_user.txt", persona_line=f"{packet['name']}, {packet['age']}, {packet['sex']}",
                                                reason=packet["encounter_reason"], persona=persona(packet),
                                                memories="\n".join(f"- {m.id}: {m.text}" for m in memories))},
-        ], self.tag_sampling())
+        ], structured(self.tag_sampling(), memory_tags_schema(ids), name="memory_tags"))
         tags, failed = {}, {}
         if c.status != "ok":
             status, failed = "error", dict.fromkeys(ids, c.error or c.status)
@@ -174,7 +175,7 @@ class Encounters(Runner):
                                                    reason=reason, feeling=state.feeling(), conversation=_transcript(messages[:-1], 12),
                                                    doctor_message=said, memories=memory_lines)},
             ]
-            e = await patient(step_messages, sampling)
+            e = await patient(step_messages, structured(sampling, EMOTION_SCHEMA, name="emotion_step"))
             row = {**key, "turn": len(states) + 1, "retrieved": [m.id for m, _ in recalled],
                    "retrieval_scores": [s for _, s in recalled]}
             if e.status != "ok":
@@ -294,6 +295,8 @@ class Encounters(Runner):
         record.counts = {"cases": len(self.packets), **record.counts}
         if spec.memory_tags:
             record.counts["memory_tags"] = tally(self.tag_rows(), "status")
+        # the response format each server took for the JSON steps (tagger, emotion step): requests per format, refusals
+        record.counts["response_formats"] = {n: c.formats.counts() for n, c in sorted(self.callers.items()) if c.formats.used}
         record.notes["protocol"] = "patient-led encounters after MedPI (Fajardo et al. 2025); prompts are the package's own wording"
         return record
 

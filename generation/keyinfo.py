@@ -8,7 +8,9 @@ concurrency, capped retries), with the versioned prompt set ``generation/prompts
 sampling (temperature 0, seed 0).
 
 The reply must be one JSON object (:class:`Extraction`, checked with pydantic; a Markdown code
-fence around it is allowed). Every case asked gets a row: a reply that does not validate, a
+fence around it is allowed); its schema is declared to the model layer, which asks the server in the
+response format it takes (:mod:`craftmd.models.formats`; the build manifest's ``keyinfo`` entry records
+which). Every case asked gets a row: a reply that does not validate, a
 refusal or a failed call is recorded as that case's failure (``status`` ``invalid``, ``refusal``
 or ``error``, ``items`` empty, the reason in ``error``), listed and counted by the command, never
 dropped. Readers (:func:`craftmd.keyinfo.load_keyinfo`) use the ``ok`` rows.
@@ -115,10 +117,11 @@ class ExtractReport:
 
 
 async def _ask_all(texts: list[tuple[str, str]], model_name: str, *, base_url, api_key, cache_path, concurrency, max_retries,
-                   timeout, progress) -> tuple[list[Completion], object]:
+                   timeout, progress) -> tuple[list[Completion], object, dict]:
     from tqdm import tqdm
 
     from craftmd.models.connect import CallSettings, Connections
+    from craftmd.models.formats import structured
 
     conn = Connections(CallSettings(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries,
                                     concurrency=concurrency, seed=SAMPLING.seed, cache=cache_path), [model_name])
@@ -126,8 +129,10 @@ async def _ask_all(texts: list[tuple[str, str]], model_name: str, *, base_url, a
     p = prompts()
     bar = tqdm(total=len(texts), desc="keyinfo extract", unit="case", disable=not progress, file=sys.stderr, dynamic_ncols=True)
 
+    sampling = structured(SAMPLING, Extraction.model_json_schema(), name="keyinfo")
+
     async def one(vignette: str) -> Completion:
-        c = await caller(messages(vignette, p), SAMPLING)
+        c = await caller(messages(vignette, p), sampling)
         k = caller.counters
         bar.update(1)
         bar.set_postfix_str(f"sent={k.calls} cached={k.cache_hits} fail={k.failures} tok_in={k.tokens_in:,} tok_out={k.tokens_out:,}")
@@ -136,7 +141,7 @@ async def _ask_all(texts: list[tuple[str, str]], model_name: str, *, base_url, a
     try:
         async with conn:
             await conn.check()
-            return list(await asyncio.gather(*(one(v) for _, v in texts))), caller.counters
+            return list(await asyncio.gather(*(one(v) for _, v in texts))), caller.counters, caller.formats.record()
     finally:
         bar.close()
 
@@ -155,12 +160,13 @@ def extract_keyinfo(dataset_dir: Path | str, model: str, *, cases: list[str] | N
     if not samples:
         raise CraftMDError(f"{dataset_dir}: no case with a vignette selected")
     p = prompts()
-    completions, counts = asyncio.run(_ask_all(
+    completions, counts, formats = asyncio.run(_ask_all(
         [(s.case_id, s.vignette) for s in samples], model, base_url=base_url, api_key=api_key,
         cache_path=Path(cache) if cache else default_cache(), concurrency=concurrency, max_retries=max_retries,
         timeout=timeout, progress=progress))  # fmt: skip
     rows = [row(s.case_id, c, model, p.sha256) for s, c in zip(samples, completions)]
-    path = write_keyinfo(dataset_dir, rows, {"model": model, "prompt_set": p.describe(), "sampling": SAMPLING.to_dict()})
+    path = write_keyinfo(dataset_dir, rows, {"model": model, "prompt_set": p.describe(), "sampling": SAMPLING.to_dict(),
+                                             "response_format": formats})
     failed = {r["case_id"]: f"{r['status']}: {r['error']}" for r in rows if r["status"] != "ok"}
     return ExtractReport(path, len(rows), len(rows) - len(failed), failed, counts.calls, counts.cache_hits, counts.tokens_in,
                          counts.tokens_out)  # fmt: skip

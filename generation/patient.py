@@ -199,6 +199,10 @@ def check_emotions(scores: dict[str, int]) -> dict[str, int]:
     return {e: int(emotions.get(e, 0)) for e in EMOTIONS}
 
 
+#: The emotion step's reply as a JSON schema, declared to the model layer (which asks the server in the format it takes).
+EMOTION_SCHEMA = EmotionStep.model_json_schema()
+
+
 def parse_emotion_step(text: str | None) -> EmotionStep:
     """The emotion step's JSON (the first ``{...}`` object in the text), validated; ValueError says why not."""
     step = _validated(EmotionStep, reply_json(text))
@@ -213,6 +217,12 @@ class MemoryTag(BaseModel):
     model_config = ConfigDict(extra="ignore")
     emotions: dict[str, int]
     importance: int | None = Field(None, ge=0, le=10)
+
+
+def memory_tags_schema(ids: list[str]) -> dict:
+    """The tagging step's reply as a JSON schema: an object with a :class:`MemoryTag` per memory id."""
+    tag = MemoryTag.model_json_schema()
+    return {"type": "object", "properties": dict.fromkeys(ids, tag), "required": list(ids)}
 
 
 def parse_memory_tags(text: str | None, ids: list[str]) -> tuple[dict[str, MemoryTag], dict[str, str]]:

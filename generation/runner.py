@@ -270,6 +270,7 @@ class Runner:
 
     def __init__(self, spec: GenerateSpec):
         self.spec = spec
+        self.down: dict[str, str] = {}  # servers of a pool found down by check_models (URL -> why): left out of the run
         check_run(spec)
         self.agent_names = self.roles()
         check_names(self.agent_names.values(), self.call_settings())  # a missing variable: one line, now
@@ -337,7 +338,7 @@ class Runner:
     def call_settings(self, concurrency: int | None = None) -> CallSettings:
         """How this run calls its models (``concurrency``: this process's share per server)."""
         s = self.spec
-        return CallSettings(base_url=s.base_url, api_key=s.api_key, timeout=s.timeout, max_retries=s.max_retries, backoff=s.backoff,
+        return CallSettings(base_url=s.base_url, api_key=s.api_key, timeout=s.timeout, max_retries=s.max_retries, backoff=s.backoff, down=self.down,
                             concurrency=concurrency or s.concurrency, server_concurrency=s.server_concurrency, seed=s.seed,
                             cache=s.cache or default_cache(), engine_args=engine_args_by_model(self.agent_names, s.engine_args))
 
@@ -354,6 +355,7 @@ class Runner:
         async with Connections(replace(self.call_settings(), cache=None), names) as conn:
             self.servers = {n: conn.server(n) for n in names}
             await conn.check()
+            self.down = conn.down
 
     def call(self, agent: str):
         """``agent``'s model as the protocol's callable ``(messages, sampling, priority=0) -> Completion``."""
@@ -558,6 +560,8 @@ class Runner:
             "refusals": total.refusals,
             "failures": total.failures,
             "failures_by_reason": dict(sorted(total.reasons.items())),
+            # per role, the model names its server's replies gave (a reply from another model is a failure, named here)
+            "served_models": {a: dict(sorted(t.served.items())) for a, t in self.tallies.items() if t.served},
         }
         if self.not_run:
             c["not_run"] = {"jobs": len(self.not_run), "ids": sorted(self.not_run), "why": f"the budget of ${spec.budget:,.2f} was reached"}

@@ -11,9 +11,10 @@ that apply to the encounter's objective (:mod:`craftmd.scoring.rubric`), two sta
    category's dimensions, ``judge_category_v1.txt``). A reply is one JSON object: per dimension a
    ``score`` 1–4, a short ``rationale`` and ``evidence`` quotes.
 
-The reply's JSON schema is requested as the OpenAI ``response_format`` (``json_schema``; or llama.cpp's
-``json_object`` with a schema; or none). A server that refuses the field (an HTTP 4xx) is asked again
-without it, and the judge's record says so. Every reply is parsed and validated (``jsonschema``)
+The reply's JSON schema is declared to the model layer (:mod:`craftmd.models.formats`), which asks each server
+in the response format it takes, from ``--response-format`` on: ``json_schema``, then ``json_object`` with the
+schema (llama-cpp-python), then none. A server that refuses a format (whatever its status) moves to the next
+one once, without retrying the refused one; the judge's record says what was used and refused. Every reply is parsed and validated (``jsonschema``)
 whatever the server promised. A reply that does not validate is answered with what was wrong and
 asked again, at most ``max_invalid`` times; a dimension still without a valid score is recorded as a
 failed score (``status = error``, null value, the reason in ``detail``), never as a 1 or a 4. A failed
@@ -105,15 +106,6 @@ def reply_schema(ids: list[str], mode: str) -> dict:
         return item_schema(ids)
     return {"type": "object", "additionalProperties": False, "required": ["scores"],
             "properties": {"scores": {"type": "array", "minItems": len(ids), "maxItems": len(ids), "items": item_schema(ids)}}}  # fmt: skip
-
-
-def response_format(kind: str, schema: dict) -> str | None:
-    """The ``response_format`` to request, as JSON text (None for ``none``)."""
-    if kind == "none":
-        return None
-    if kind == "json_object":  # llama.cpp's server: a JSON object constrained by a schema
-        return json.dumps({"type": "json_object", "schema": schema}, sort_keys=True)
-    return json.dumps({"type": "json_schema", "json_schema": {"name": "rubric_scores", "strict": True, "schema": schema}}, sort_keys=True)
 
 
 def validate_reply(text: str | None, ids: list[str], mode: str) -> tuple[dict[str, dict], dict[str, str]]:
@@ -332,7 +324,7 @@ class Outcome:
 class MemberState:
     member: Member
     format_used: str
-    format_refused: str | None = None  # the server's reason, when it refused response_format
+    format_refused: str | None = None  # "<format>: <the server's reason>" for each format the server refused
     outcomes: dict = field(default_factory=dict)  # (unit key, dim id) -> Outcome
     served: set = field(default_factory=set)  # the model names the server's replies gave
     transient: int = 0  # calls that failed transiently (not cached: a re-run asks again)
@@ -368,11 +360,13 @@ class Judge:
                         **{f"anchor_{i}": a for i, a in enumerate(d.anchors, 1)}, **common)  # fmt: skip
         return [{"role": "user", "content": text}]
 
-    def sampling(self, member: Member, tokens: int, fmt: str | None = None):
+    def sampling(self, member: Member, tokens: int, schema: dict | None = None):
+        """The sampling of a call; with ``schema``, asking for that JSON (the model layer picks the server's format)."""
         from craftmd.models import Sampling
+        from craftmd.models.formats import structured
 
-        return Sampling(temperature=self.spec.temperature, top_p=1.0, max_tokens=tokens, seed=self.spec.seed + member.seed,
-                        response_format=fmt)  # fmt: skip
+        s = Sampling(temperature=self.spec.temperature, top_p=1.0, max_tokens=tokens, seed=self.spec.seed + member.seed)
+        return s if schema is None else structured(s, schema, name="rubric_scores", strict=True, start=self.spec.response_format)
 
     # estimate
     def estimate(self, units: list[Unit]) -> dict:
@@ -399,14 +393,7 @@ class Judge:
 
     # run
     async def _call(self, caller, state: MemberState, messages, tokens: int, schema: dict | None, counts):
-        fmt = response_format(state.format_used, schema) if schema is not None else None
-        c = await caller(messages, self.sampling(state.member, tokens, fmt), counts=counts)
-        if fmt is not None and c.status == "error" and not c.transient and (c.reason or "").startswith("HTTP 4") \
-                and "context_length" not in (c.reason or ""):
-            # the server does not take this response_format: ask without it from now on, and record why
-            state.format_refused = state.format_refused or c.error
-            state.format_used = "none"
-            c = await caller(messages, self.sampling(state.member, tokens, None), counts=counts)
+        c = await caller(messages, self.sampling(state.member, tokens, schema), counts=counts)
         state.saw(c)
         return c
 
@@ -464,6 +451,11 @@ class Judge:
     async def _run_member(self, state: MemberState, p: Plan, tick, counts, conn) -> None:
         caller = conn.caller(state.member.model)
         await asyncio.gather(*(self._job(caller, state, u, cat, ds, counts, tick) for u, cat, ds in p.jobs))
+        formats = caller.formats.record()  # what the judge's server took (shared with every caller of that server)
+        if formats["used"]:
+            state.format_used = formats["used"][-1]
+        refused = caller.formats.refused  # format -> the server's error, in the order refused
+        state.format_refused = "; ".join(f"{k}: {v}" for k, v in refused.items()) or None
         for u, ds in p.failed_units:
             for d in ds:
                 state.outcomes[(u.key, d.id)] = Outcome(None, {"error": "the conversation failed (ended = error)", "category": d.category})
@@ -539,8 +531,14 @@ DATED = re.compile(r"(?:\d{4}-\d{2}-\d{2}|(?<!\d)\d{8}(?!\d)|-\d{4}(?![\d.]))")
 
 
 def alias_warning(model: str, served: set[str]) -> str | None:
-    """One line when ``model`` (PROVIDER/NAME) is an undated alias the server answered as another name, else None."""
-    name = model.split("/", 1)[1] if "/" in model else model
+    """One line when ``model`` (PROVIDER/NAME, openai-api/SERVICE/NAME) is an undated alias the server answered as another
+    name, else None."""
+    from craftmd.models import parse_name
+
+    try:
+        name = parse_name(model).model
+    except CraftMDError:
+        name = model.split("/", 1)[1] if "/" in model else model
     other = sorted(m for m in served if m != name)
     if DATED.search(name) or not other:
         return None

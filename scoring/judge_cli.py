@@ -60,7 +60,8 @@ def add_judge_arguments(p, *, selection: bool = True) -> None:
     g.add_argument("--mode", choices=MODES, default="dimension",
                    help="scoring calls: one per dimension (the method's, default) or one per category (cheaper)")
     g.add_argument("--response-format", choices=RESPONSE_FORMATS, default="json_schema",
-                   help="how the reply's JSON schema is requested: OpenAI json_schema (default), llama.cpp's json_object, or none")
+                   help="the first way the reply's JSON schema is requested: OpenAI json_schema (default), llama-cpp-python's "
+                        "json_object, or none; a server that refuses one is asked the next way, once (recorded)")
     if selection:
         g.add_argument("--conversation", type=list_type, metavar="KIND[,KIND...]", help="only these conversation kinds (e.g. standard)")
         add_cases_argument(g)

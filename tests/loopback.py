@@ -20,6 +20,13 @@ so the real ``openai`` client talks to it exactly as it talks to a hosted API or
   llama.cpp server with one slot is); the rest wait their turn, in arrival order.
 - ``max_context``: a request whose prompt has more (stand-in) tokens answers HTTP 400 with
   code ``context_length_exceeded``, as llama.cpp's and vLLM's servers do.
+- ``body(request_json) -> dict | str | None``: the whole 200 answer instead of a completion (a dict is sent as JSON, a
+  str as an HTML page; None: the usual completion): empty, malformed or foreign replies.
+- ``refuse_formats``: ``response_format`` type -> the HTTP status a request asking for it is refused with (a message
+  naming response_format, as llama-cpp-python's 500 and others' 400/422 do).
+- ``context_error``: (status, message) a prompt over ``max_context`` is answered with instead (llama.cpp's 500 wording).
+- ``roots``: model -> the ``root`` its ``/v1/models`` entry names (as vLLM names the weights behind a served name).
+- ``models_delay``: seconds ``GET /v1/models`` waits before answering (a member that hangs).
 - Counters: ``calls`` (chat requests received), ``served`` (answered 200), ``faults``
   (by kind), ``max_in_flight``, ``log`` (every request answered 200, in order), ``keys``
   (the bearer key of every chat request received, counted).
@@ -73,6 +80,11 @@ class LoopbackServer:
         retry_after: str | None = None,
         echo_auth: bool = False,
         max_concurrent: int | None = None,
+        body: Callable[[dict], dict | str | None] | None = None,
+        refuse_formats: dict[str, int] | None = None,
+        models_delay: float = 0.0,
+        context_error: tuple[int, str] | None = None,
+        roots: dict[str, str] | None = None,
     ):
         unknown = set(error_kinds) - {"429", "500", "timeout", "drop"}
         if unknown:
@@ -91,6 +103,12 @@ class LoopbackServer:
         self.echo_auth = echo_auth
         self.served_as = dict(served_as or {})  # requested model -> the name the replies give (an alias resolved)
         self.max_concurrent = max_concurrent
+        self.body = body
+        self.refuse_formats = dict(refuse_formats or {})
+        self.models_delay = models_delay
+        self.context_error = context_error
+        self.roots = dict(roots or {})  # model -> the ``root`` its /v1/models entry names (vLLM: the weights behind a served name)
+        self.formats: Counter = Counter()  # the response_format type of every chat request ('' for none)
         self._slots: asyncio.Semaphore | None = None  # made on the server's own loop
         self._open: set = set()  # the connections of the requests in flight (kill() cuts them)
         self._rng = random.Random(seed)
@@ -186,6 +204,7 @@ class LoopbackServer:
             self.faults.clear()
             self.log.clear()
             self.keys.clear()
+            self.formats.clear()
 
     # --- one request ------------------------------------------------------------------
     def _draw(self) -> tuple[str | None, float]:
@@ -230,7 +249,10 @@ class LoopbackServer:
         return web.json_response({"error": {"message": message, "type": "loopback", "code": code}}, status=status, headers=headers)
 
     async def _models(self, request: web.Request) -> web.Response:
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "loopback"} for m in self.models]
+        if self.models_delay:
+            await asyncio.sleep(self.models_delay)
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "loopback", **({"root": self.roots[m]} if m in self.roots else {})}
+                for m in self.models]
         return web.json_response({"object": "list", "data": data})
 
     async def _health(self, request: web.Request) -> web.Response:
@@ -281,7 +303,22 @@ class LoopbackServer:
                 return self._error(400, "body is not JSON")
             if request.get("model") not in self.models:
                 return self._error(404, f"model {request.get('model')!r} not served", "model_not_found")
+            kind = (request.get("response_format") or {}).get("type", "")
+            with self._lock:
+                self.formats[kind] += 1
+            if kind in self.refuse_formats:
+                return self._error(self.refuse_formats[kind], f"response_format of type {kind!r} is not supported by this server")
+            if self.body is not None:
+                answer = self.body(request)
+                if isinstance(answer, str):
+                    answered = request
+                    return web.Response(text=answer, content_type="text/html")
+                if answer is not None:
+                    answered = request
+                    return web.json_response(answer)
             prompt = sum(count_tokens(_text(m.get("content"))) for m in request.get("messages", []))
+            if self.max_context is not None and prompt > self.max_context and self.context_error is not None:
+                return self._error(self.context_error[0], self.context_error[1])
             if self.max_context is not None and prompt > self.max_context:
                 return self._error(400, f"This model's maximum context length is {self.max_context} tokens. However, you "
                                         f"requested {prompt} tokens.", "context_length_exceeded")

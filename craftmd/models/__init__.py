@@ -6,7 +6,8 @@
   ``<SERVICE>_BASE_URL`` and its key from ``<SERVICE>_API_KEY`` (the service upper-cased, ``-``
   turned into ``_``). So a local doctor, an API patient and judges from several vendors meet in
   one run, each role on its own server with its own key. ``<SERVICE>_BASE_URL`` may list several
-  servers, comma-separated: a pool the run spreads its conversations over (:mod:`.pool`).
+  servers, comma-separated: a pool the run spreads its conversations over (:mod:`.pool`; a server
+  listed twice, in any spelling of its URL, is one server).
 - ``vllm/<model-or-path>``: vLLM's offline engine in this process.
 
 Adding a provider is one file with a :class:`ChatModel` subclass and one branch in
@@ -25,7 +26,7 @@ from craftmd import CraftMDError
 
 from .base import ChatModel, Completion, Message, Sampling, TransientError
 from .openai import OpenAIModel
-from .pool import PoolModel
+from .pool import PoolModel, server_key
 from .vllm import VLLMModel
 
 PROVIDERS = ("openai", "openai-api", "vllm")
@@ -99,8 +100,11 @@ def endpoint_of(name: ModelName, base_url: str | None = None, api_key: str | Non
         raise CraftMDError(f"{name} needs {var}: the service's server, e.g. {var}=http://localhost:8000/v1 "
                            f"(and {key_var} if it wants a key)")
     urls = [check_url(u.strip(), var, key_var) for u in url.split(",")]  # several: a pool of servers
-    if len(set(urls)) < len(urls):
-        raise CraftMDError(f"{var} lists a server twice")
+    # one server listed twice (url and url/, localhost and 127.0.0.1, a default port) is one server: the first spelling
+    first: dict[str, str] = {}
+    for u in urls:
+        first.setdefault(server_key(u), u)
+    urls = list(first.values())
     return ",".join(urls), os.environ.get(key_var) or None, key_var
 
 

@@ -18,8 +18,10 @@ retries is *transient* (``transient=True``) and is tried again by the next run.
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 #: A chat message in the OpenAI format; ``content`` is a string or a list of content parts.
@@ -40,15 +42,21 @@ class Sampling:
     #: The OpenAI ``response_format`` to request (JSON text, e.g. a json_schema), or None. Left out of
     #: :meth:`to_dict` (and so of the cache key) when None, so requests without one keep their keys.
     response_format: str | None = None
+    #: The JSON reply asked for (:func:`craftmd.models.formats.structured`: JSON text of its schema, name and the
+    #: first format to try), or None. The :class:`~craftmd.models.calls.Caller` turns it into the ``response_format``
+    #: its server takes (json_schema, json_object or none) before the request is keyed or sent; left out of
+    #: :meth:`to_dict` when None.
+    schema: str | None = None
 
     def to_dict(self) -> dict:
         d = {name: getattr(self, name) for name in self.__dataclass_fields__}  # scalars only: no deep copy
-        if d["response_format"] is None:
-            del d["response_format"]
+        for name in ("response_format", "schema"):
+            if d[name] is None:
+                del d[name]
         return d
 
     def with_seed(self, seed: int) -> Sampling:
-        return Sampling(self.temperature, self.top_p, self.max_tokens, seed, self.response_format)
+        return replace(self, seed=seed)
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,16 @@ class Completion:
     def to_dict(self) -> dict:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}  # scalars only: no deep copy
 
+    def scrubbed(self, keys=()) -> Completion:
+        """This completion with every key taken out of what is stored (:func:`scrub`): its error, reason and model name
+        in full, its text of the known keys only (a reply's words are kept)."""
+        known = secrets(keys)  # once for the four texts
+        out = {k: scrub(getattr(self, k), known=known) for k in ("error", "reason", "model")}
+        out["text"] = scrub(self.text, known=known, patterns=False)
+        if all(out[k] == getattr(self, k) for k in out):
+            return self
+        return replace(self, **out)
+
     @classmethod
     def from_dict(cls, d: dict) -> Completion:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
@@ -75,20 +93,74 @@ class Completion:
     @classmethod
     def failure(cls, reason: str, message: str = "", *, transient: bool = False, **kw) -> Completion:
         """A failed request that keeps its reason (and message, cut to ERROR_CHARS)."""
-        error = f"{reason}: {message}" if message else reason
-        return cls(None, "error", error=error[:ERROR_CHARS], reason=reason[:ERROR_CHARS], transient=transient, **kw)
+        error = scrub(f"{reason}: {message}" if message else reason)  # before it is cut: no half key survives
+        return cls(None, "error", error=error[:ERROR_CHARS], reason=scrub(reason)[:ERROR_CHARS], transient=transient, **kw)
+
+
+#: The reasons of a reply that came (HTTP 200) but is no answer: no text, or another model's. Never cached (a fixed
+#: server is asked again); tried once more on one server; a pool moves the request to another server at once, and
+#: a server that keeps sending them is taken out (:mod:`.pool`).
+EMPTY = "empty reply"
+FOREIGN = "reply from another model"
+#: A body that is not a chat completion (an HTML page, a cut-off body, no ``choices``).
+MALFORMED = "malformed response"
+BAD_REPLIES = (EMPTY, FOREIGN, MALFORMED)
 
 
 class TransientError(Exception):
-    """A failure worth retrying: rate limit, server error, timeout, dropped connection, malformed body.
+    """A failure worth retrying: rate limit, server error, timeout, dropped connection, malformed body, empty reply.
 
     ``reason`` is the short key that groups like failures (``HTTP 503``, ``timeout``);
-    ``retry_after`` the seconds the server asked to wait (its ``Retry-After``), when it said.
+    ``retry_after`` the seconds the server asked to wait (its ``Retry-After``), when it said;
+    ``model`` the model name the reply gave, when there was a reply.
     """
 
-    def __init__(self, reason: str, message: str = "", retry_after: float | None = None):
-        self.reason, self.message, self.retry_after = reason, message, retry_after
-        super().__init__(f"{reason}: {message}" if message else reason)
+    def __init__(self, reason: str, message: str = "", retry_after: float | None = None, model: str | None = None):
+        self.reason, self.message, self.retry_after, self.model = reason, scrub(message), retry_after, model
+        super().__init__(f"{reason}: {self.message}" if self.message else reason)
+
+
+# --- keys never stored ---------------------------------------------------------------------
+#: Environment variables whose values are keys (every key comes from one: ``OPENAI_API_KEY``, ``<SERVICE>_API_KEY``,
+#: ``HF_TOKEN``, …).
+KEY_VARS = re.compile(r"(?:KEY|TOKEN|SECRET|PASSWORD)$", re.I)
+KEY_SUFFIXES = (b"KEY", b"TOKEN", b"SECRET", b"PASSWORD")
+#: Credentials as they appear in server text: an echoed ``Authorization`` header (a Bearer token, Basic credentials),
+#: an API-key header's value, an OpenAI-style key.
+CREDENTIALS = (
+    (re.compile(r"(?i)\bbearer\s+[^\s\"',;]+"), "Bearer [token]"),
+    (re.compile(r"(?i)\bbasic\s+(?=[A-Za-z0-9+/]*[0-9+/=])[A-Za-z0-9+/=]{8,}"), "Basic [credentials]"),
+    (re.compile(r"(?i)\b((?:x-)?(?:api|goog-api|subscription)[-_]?key[\"']?\s*[:=]\s*[\"']?)(?!\[)[^\s\"',;]+"), r"\1[API key]"),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), "[API key]"),
+)
+
+
+def secrets(keys=()) -> list[str]:
+    """The keys a stored text must not hold: every key in the environment and ``keys`` (8 characters or more: a local
+    server's placeholder such as ``EMPTY`` is no key), longest first."""
+    data = getattr(os.environ, "_data", None)  # POSIX: the raw bytes, read without decoding every variable (a hot path)
+    if data and isinstance(next(iter(data)), bytes):
+        found = {os.fsdecode(v) for k, v in data.items() if k.upper().endswith(KEY_SUFFIXES) and len(v) >= 8}
+    else:
+        found = {v for k, v in os.environ.items() if KEY_VARS.search(k) and len(v) >= 8}
+    found.update(k for k in keys if k and len(k) >= 8)
+    return sorted(found, key=lambda k: (-len(k), k))
+
+
+def scrub(text, keys=(), *, patterns: bool = True, known: list[str] | None = None):
+    """The one scrubber of every text that is stored (an error, a reason, a model name, a header, a cached body):
+    ``text`` with every key (:func:`secrets`) replaced by ``[API key]`` and, unless ``patterns`` is False (a reply's own
+    words), every credential-shaped string (:data:`CREDENTIALS`). None and non-text pass through. ``known``: the keys,
+    when :func:`secrets` was already asked."""
+    if not isinstance(text, str) or not text:
+        return text
+    for key in secrets(keys) if known is None else known:
+        if key in text:
+            text = text.replace(key, "[API key]")
+    if patterns:
+        for rx, sub in CREDENTIALS:
+            text = rx.sub(sub, text)
+    return text
 
 
 class ChatModel(ABC):
@@ -130,6 +202,11 @@ class ChatModel(ABC):
 
     async def aclose(self) -> None:
         """Release connections."""
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The keys this model sends (taken out of what is stored beside the environment's, :func:`scrub`)."""
+        return ()
 
     def describe(self) -> dict:
         """What goes into a release manifest about this model (never credentials)."""

@@ -5,7 +5,9 @@ full cache makes no call. One SQLite file, WAL journal, one row per request comm
 as soon as the answer arrives, so a run killed with ``kill -9`` loses at most the calls
 in flight. What a re-run would get again is stored: answers, refusals and deterministic
 failures (a 4xx such as a context overflow, with its reason); transient failures (a
-request that ran out of retries) are not, so the next run tries them again.
+request that ran out of retries) and replies that are no answer (empty, another model's) are
+not, so the next run tries them again. Every response stored has passed the one scrubber
+(:func:`craftmd.models.base.scrub`): no key is written.
 
 The key is built from the provider, the server (its base URL, without credentials: the
 same model name on two servers is two models), the model, the messages and the sampling
@@ -80,10 +82,11 @@ class RequestCache:
         row = self._sql("SELECT response FROM requests WHERE key = ?", (key,), "one")
         return Completion.from_dict(json.loads(row[0])) if row else None
 
-    def put(self, key: str, provider: str, model: str, request: str, completion: Completion) -> None:
-        """Store ``completion`` for the request ``request_key`` gave as ``(key, request)``."""
+    def put(self, key: str, provider: str, model: str, request: str, completion: Completion, *, replace: bool = False) -> None:
+        """Store ``completion`` for the request ``request_key`` gave as ``(key, request)`` (``replace``: over a row that
+        holds no answer)."""
         self._sql(
-            "INSERT OR IGNORE INTO requests (key, provider, model, request, response) VALUES (?, ?, ?, ?, ?)",
+            f"INSERT OR {'REPLACE' if replace else 'IGNORE'} INTO requests (key, provider, model, request, response) VALUES (?, ?, ?, ?, ?)",
             (key, provider, model, request, canonical(completion.to_dict())),
         )
 

@@ -22,6 +22,20 @@ A model served by a pool of servers (:mod:`craftmd.models.pool`) sends each atte
 server its pool picks, under that server's own slots; an attempt that fails there so badly
 that the server is taken out of the pool starts over on another, with its retries anew.
 
+A reply that is no answer (:data:`~craftmd.models.base.BAD_REPLIES`: empty, another model's, not a chat
+completion) is never cached: in a pool the request moves at once to a server it has not tried; on one
+server an empty or foreign reply is asked once more, then recorded as a transient failure (a re-run asks
+again). A deterministic refusal (a context overflow, a refused response format) is one try.
+
+A request that asks for JSON (``sampling.schema``, :func:`craftmd.models.formats.structured`) goes in the
+response format its server takes (:class:`~craftmd.models.formats.Formats`, one per server, shared by its
+callers): a refused format moves the server to the next one and the request goes again in it (counted as a
+retry), never the refused format again.
+
+Everything stored or returned passes the one scrubber (:meth:`~craftmd.models.base.Completion.scrubbed`): no key
+reaches the cache or a release. The model name each request's reply gave (an answer's, or the
+other model's of a failure) is counted (``Counts.served``), for the run's record.
+
 For a provider that batches (``model.batches``, vLLM offline), requests arriving from
 concurrent tasks are gathered for a moment and sent as one ``chat_many`` call, so every
 active conversation's next turn goes to the engine together.
@@ -33,11 +47,13 @@ import asyncio
 import contextvars
 import heapq
 import itertools
+import json
 import random
 from dataclasses import dataclass, field
 
 from .cache import RequestCache, request_key
-from .base import ChatModel, Completion, Message, Sampling, TransientError
+from .base import BAD_REPLIES, EMPTY, FOREIGN, ChatModel, Completion, Message, Sampling, TransientError
+from .formats import FORMATS, Formats, as_sent, refused, start_of
 
 #: The longest a server's ``Retry-After`` makes a retry wait (seconds; or the caller's max_backoff, if longer).
 RETRY_AFTER_CAP = 60.0
@@ -66,6 +82,7 @@ class Counts:
     in_flight: int = 0
     peak_in_flight: int = 0
     batches: list[int] = field(default_factory=list)
+    served: dict[str, int] = field(default_factory=dict)  # the model name a request's reply gave -> requests
 
     SUMS = ("requests", "calls", "cache_hits", "deduplicated", "retries", "tokens_in", "tokens_out", "refusals", "failures")
 
@@ -76,6 +93,8 @@ class Counts:
         self.tokens_in += c.tokens_in or 0
         self.tokens_out += c.tokens_out or 0
         self.refusals += c.status == "refusal"
+        if c.model:  # the name the reply gave (from the cache too: a re-run over a full cache records the same)
+            self.served[c.model] = self.served.get(c.model, 0) + 1
         if c.status == "error":
             self.failures += 1
             label = failure_label(c)
@@ -89,6 +108,8 @@ class Counts:
             self.reasons[k] = self.reasons.get(k, 0) + v
         self.peak_in_flight += other.peak_in_flight
         self.batches += other.batches
+        for named, n in other.served.items():
+            self.served[named] = self.served.get(named, 0) + n
         return self
 
     @classmethod
@@ -97,6 +118,12 @@ class Counts:
         for c in many:
             out.merge(c)
         return out
+
+
+def no_answer(c: Completion) -> bool:
+    """Whether a cached completion is an empty reply that earlier versions stored (as an answer with no text, or as a
+    deterministic failure ``no text``): never replayed, the request is asked again."""
+    return (c.status == "ok" and not (c.text or "").strip()) or (c.status == "error" and c.reason == "no text")
 
 
 def failure_label(c: Completion) -> str:
@@ -147,6 +174,7 @@ class Caller:
         max_backoff: float = 30.0,
         seed: int = 0,
         slots: Slots | None = None,
+        formats: Formats | None = None,
     ):
         self.model = model
         self.cache = cache
@@ -156,6 +184,7 @@ class Caller:
         self.counters = Counts()
         self._rng = random.Random(seed)  # jitter only; never affects what is generated
         self._slots = slots or Slots(concurrency)  # shared by every caller of one server (Connections)
+        self.formats = formats or Formats()  # the server's response format, shared likewise
         self._pending: dict[str, asyncio.Future] = {}  # identical requests in flight share one call
         self._queue: list[tuple[list[Message], Sampling, asyncio.Future]] = []
         self._flush: asyncio.Task | None = None
@@ -171,7 +200,10 @@ class Caller:
     async def __call__(self, messages: list[Message], sampling: Sampling, priority: int = 0, counts: Counts | None = None) -> Completion:
         """One request: from the cache, shared with an identical one in flight, or sent. ``counts`` (say, one
         agent's) counts it too, beside this caller's own counters."""
-        result, source = await self._get(messages, sampling, priority)
+        if sampling.schema is not None:
+            result, source = await self._structured(messages, sampling, priority)
+        else:
+            result, source = await self._get(messages, sampling, priority)
         self.counters.add(result, source)
         if counts is not None:
             counts.add(result, source)
@@ -179,18 +211,21 @@ class Caller:
 
     async def _get(self, messages: list[Message], sampling: Sampling, priority: int) -> tuple[Completion, str]:
         key, request = request_key(self.model.provider, self.model.model, messages, sampling, server=self.model.cache_server)
+        stale = False
         if self.cache is not None:
             hit = self.cache.get(key)
-            if hit is not None:
+            if hit is not None and not no_answer(hit):
                 return hit, "cache_hits"
+            stale = hit is not None  # an empty answer an older version stored: asked again, and replaced
         if key in self._pending:
             return await asyncio.shield(self._pending[key]), "deduplicated"
         fut = asyncio.get_running_loop().create_future()
         self._pending[key] = fut
         try:
             result = await (self._batched(messages, sampling) if self.model.batches else self._single(messages, sampling, priority))
+            result = result.scrubbed(self.model.keys)  # the one scrubber, before anything is stored
             if not result.transient and self.cache is not None:  # answers, refusals and deterministic failures
-                self.cache.put(key, self.model.provider, self.model.model, request, result)
+                self.cache.put(key, self.model.provider, self.model.model, request, result, replace=stale)
             fut.set_result(result)
             return result, "calls"
         except BaseException as exc:
@@ -203,8 +238,9 @@ class Caller:
     async def _single(self, messages: list[Message], sampling: Sampling, priority: int) -> Completion:
         pool = getattr(self.model, "pool", None)  # a server pool (craftmd.models.pool): the request goes to one of its servers
         attempt = 0
+        tried: set = set()  # the pool's servers that gave this request a reply that is no answer
         while True:
-            member = pool.enter() if pool is not None else None
+            member = pool.enter(tried) if pool is not None else None
             try:
                 slots, model = (member.slots, self.model.client(member)) if member is not None else (self._slots, self.model)
                 await slots.acquire(priority)
@@ -230,12 +266,20 @@ class Caller:
                 if member is not None:
                     pool.leave(member)
             if error is None:
+                if member is not None:
+                    pool.answered(member)
                 return result
-            if member is not None and pool.failed(member, error, attempt >= self.max_retries):
+            # an empty or foreign reply is asked once more at most (the same server says the same again)
+            limit = min(self.max_retries, 1) if error.reason in (EMPTY, FOREIGN) else self.max_retries
+            if member is not None and pool.failed(member, error, attempt >= limit):
                 attempt = 0  # that server takes no more work: the request starts over on another
                 continue
-            if attempt >= self.max_retries:
-                return Completion.failure(error.reason, f"gave up after {attempt + 1} attempts: {error.message}", transient=True)
+            if member is not None and error.reason in BAD_REPLIES and pool.other(member, tried):
+                tried.add(member)  # no answer there: the request goes to a server it has not tried, at once
+                continue
+            if attempt >= limit:
+                return Completion.failure(error.reason, f"gave up after {attempt + 1} attempts: {error.message}", transient=True,
+                                          model=error.model)
             attempt += 1
             self.counters.retries += 1
             # Exponential backoff with full jitter, capped; never sooner than the server's Retry-After (capped too).
@@ -243,6 +287,39 @@ class Caller:
             if error.retry_after is not None:
                 delay = max(delay, min(error.retry_after, max(self.max_backoff, RETRY_AFTER_CAP)))
             await asyncio.sleep(delay)
+
+    async def _structured(self, messages: list[Message], sampling: Sampling, priority: int) -> tuple[Completion, str]:
+        """A request for JSON in the response format its server takes (:mod:`.formats`): until a format has worked on
+        the server, one such request at a time probes; a refused format moves the server on, once."""
+        f, start = self.formats, start_of(sampling)
+        if not f.recalled:  # the formats this server refused in an earlier run (a re-run over the cache sends nothing)
+            f.recalled = True
+            for kind in FORMATS[:-1] if self.cache is not None else ():
+                hit = self.cache.get(self._format_key(kind)[0])
+                if hit is not None:
+                    f.refuse(kind, hit)
+        while True:
+            if f.settled:
+                kind = FORMATS[max(start, f.level)]
+                result, source = await self._get(messages, as_sent(sampling, kind), priority)
+            else:
+                async with f.lock:
+                    kind = FORMATS[max(start, f.level)]
+                    result, source = await self._get(messages, as_sent(sampling, kind), priority)
+            if kind != "none" and refused(result):
+                if kind not in f.refused and self.cache is not None:  # remembered for the server, not for this request alone
+                    key, request = self._format_key(kind)
+                    self.cache.put(key, self.model.provider, self.model.model, request, result)
+                f.refuse(kind, result)
+                self.counters.retries += 1  # asked again, in the next format
+                continue
+            f.answered(kind, result)
+            return result, source
+
+    def _format_key(self, kind: str) -> tuple[str, str]:
+        """The cache's key (and request text) of the row that remembers that this model's server refused ``kind``."""
+        return request_key(self.model.provider, self.model.model, [], Sampling(response_format=json.dumps({"refused": kind})),
+                           server=self.model.cache_server)
 
     async def _batched(self, messages: list[Message], sampling: Sampling) -> Completion:
         fut = asyncio.get_running_loop().create_future()

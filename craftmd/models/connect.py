@@ -21,7 +21,8 @@ from craftmd import CraftMDError
 from . import endpoint_of, get_model, parse_name
 from .base import ChatModel
 from .cache import RequestCache
-from .calls import Caller, Slots
+from .calls import Caller, Counts, Slots
+from .formats import Formats
 from .pool import Pool, PoolModel
 from .vllm import VLLMModel, plan_engines
 
@@ -35,6 +36,8 @@ class CallSettings:
     timeout: float = 120.0
     max_retries: int = 6
     backoff: float = 0.5
+    #: Servers of a pool found down before the run (URL -> why, :meth:`Connections.check`): taken out from the start.
+    down: Mapping[str, str] = field(default_factory=dict)
     concurrency: int = 32  # requests in flight per server
     server_concurrency: Mapping[str, int] = field(default_factory=dict)  # per service name ('openai' for openai/ models)
     seed: int = 0  # the retries' jitter only
@@ -57,6 +60,7 @@ class Connections:
         self._models: dict[str, ChatModel] = {}
         self._callers: dict[str, Caller] = {}
         self._slots: dict[str, Slots] = {}
+        self._formats: dict[str, Formats] = {}  # server -> the response format it takes (formats.py)
         self._pools: dict[str, Pool] = {}  # service -> its servers' routing state, shared by its models
         self._cache: RequestCache | None = None
         self._own_cache = False
@@ -74,7 +78,10 @@ class Connections:
             m = self._models[name] = get_model(name, base_url=s.base_url, api_key=s.api_key, timeout=s.timeout)
             if isinstance(m, PoolModel):  # every model of the service routes through one pool, each server with its limit
                 if m.cache_server not in self._pools:
-                    self._pools[m.cache_server] = Pool(m.pool_urls, s.limit(m))
+                    pool = self._pools[m.cache_server] = Pool(m.pool_urls, s.limit(m))
+                    for member in pool.members:
+                        if member.url in s.down and sum(not x.dead for x in pool.members) > 1:
+                            pool.take_out(member, s.down[member.url], report=False)  # said when it was found down
                 m.pool = self._pools[m.cache_server]
         return self._models[name]
 
@@ -93,8 +100,9 @@ class Connections:
             server = m.cache_server or m.name  # an in-process engine is its own server
             if server not in self._slots:
                 self._slots[server] = Slots(s.limit(m))
+                self._formats[server] = Formats()
             self._callers[name] = Caller(m, self.cache, concurrency=s.limit(m), max_retries=s.max_retries,
-                                         backoff=s.backoff, seed=s.seed, slots=self._slots[server])
+                                         backoff=s.backoff, seed=s.seed, slots=self._slots[server], formats=self._formats[server])
         return self._callers[name]
 
     @property
@@ -124,12 +132,22 @@ class Connections:
         return out
 
     @property
+    def down(self) -> dict[str, str]:
+        """Servers of a pool taken out (URL -> why): to start a later connection of the same run without them."""
+        return {u: w for m in self._models.values() if isinstance(m, PoolModel) for u, w in m.down.items()}
+
+    def counts(self) -> Counts:
+        """Every caller's counts together (the model names replies gave, by model asked, among them)."""
+        return Counts.total(c.counters for c in self._callers.values())
+
+    @property
     def batches(self) -> bool:
         return any(m.batches for m in self._models.values())
 
     # --- lifecycle ----------------------------------------------------------------------
     async def check(self) -> None:
-        """Every model's server reachable and serving it, before any chat call."""
+        """Every model's server reachable and serving it, before any chat call (a pool: its servers that answer, the
+        others reported and taken out, :attr:`down`)."""
         for m in self._models.values():
             await m.check()
 

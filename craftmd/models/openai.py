@@ -10,26 +10,38 @@ A 4xx answer other than 408/409/425/429 is a deterministic failure, returned as 
 timeout, a dropped connection, a 408/409/425/429/5xx or a body that is not a chat
 completion raises :class:`TransientError` (with the server's ``Retry-After``, when it gave one).
 
-Server text that is stored (an error's message, a reply) never keeps the client's API key
-or a ``Bearer`` token: a server that echoes the Authorization header has it taken out. A
-reply longer than :data:`REPLY_CHARS_PER_TOKEN` characters per token of ``max_tokens`` (a
-server that ignored the limit) is a failure ``reply too long``, not an answer.
+A refusal that the same request would meet again is a deterministic failure at once, one try, whatever
+its status: a context overflow (``context_length_exceeded``; llama.cpp's "exceeds the available context
+size", vLLM's "maximum context length") and a refused response format (an error naming
+``response_format``, ``json_schema`` or a grammar: :mod:`.formats` moves the server to the next format).
+
+A reply that is no answer is a failure, never stored as one: empty or whitespace-only content, ``null``
+content, a tool call alone (:data:`~.base.EMPTY`), and a reply naming a model other than the one asked
+(:data:`~.base.FOREIGN`: neither the name asked, nor a dated or path form of it, nor a name the server
+declares for it at ``/v1/models``: :meth:`OpenAIModel.answers_as`). Both raise :class:`TransientError`: not cached, so a fixed server is asked
+again, and a pool moves the request to another server.
+
+Server text that is stored (an error's message, a reply, the model name a reply gives) goes through the one
+scrubber, :func:`craftmd.models.base.scrub`: no API key, no ``Bearer`` token. A reply longer than
+:data:`REPLY_CHARS_PER_TOKEN` characters per token of ``max_tokens`` (a server that ignored the limit) is a
+failure ``reply too long``, not an answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import ssl
-from dataclasses import replace
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit, urlunsplit
 
 from craftmd import CraftMDError
 
-from .base import ERROR_CHARS, ChatModel, Completion, Message, Sampling, TransientError
+from .base import EMPTY, ERROR_CHARS, FOREIGN, MALFORMED, ChatModel, Completion, Message, Sampling, TransientError, scrub
+from .formats import FORMAT_REFUSED, REFUSAL_TEXT
 
 #: HTTP statuses worth retrying.
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
@@ -46,8 +58,12 @@ FILTER_CODES = {"content_filter", "content_policy_violation", "ResponsibleAIPoli
 #: The most characters a reply may have per token of ``max_tokens`` (a generous bound: tokens average about 4): a server
 #: that ignores max_tokens and sends megabytes gets a failure ``reply too long``, never a stored answer.
 REPLY_CHARS_PER_TOKEN = 32
-#: A bearer token as it appears in an echoed Authorization header.
-BEARER = re.compile(r"(?i)\bbearer\s+[^\s\"',;]+")
+#: Names some servers give every reply whatever model answers (llama.cpp's server before it echoed the request's name):
+#: no model's name when the server does not list it.
+PLACEHOLDERS = {"gpt-3.5-turbo", "gpt-3.5-turbo-0613"}
+#: A context overflow, as OpenAI, vLLM and llama.cpp word it (deterministic, whatever the status).
+CONTEXT_TEXT = re.compile(r"(?i)context_length_exceeded|exceeds? the available context size|context window|maximum context length"
+                          r"|exceed_context_size")
 
 
 def _sdk():
@@ -89,6 +105,10 @@ class OpenAIModel(ChatModel):
         self._chat_url = endpoint(str(self.client.base_url), "chat/completions")
         self._options: openai.RequestOptions = {"headers": dict.fromkeys(TELEMETRY_HEADERS, openai.omit)}
         self.server = public_url(str(self.client.base_url))
+        #: The models the server declares at /v1/models, each id with its names (:func:`declared_names`; read by
+        #: :meth:`check`, or when a reply first names another model); None until read.
+        self.declared: dict[str, set[str]] | None = None
+        self._declaring = None
 
     @property
     def name(self) -> str:
@@ -112,7 +132,8 @@ class OpenAIModel(ChatModel):
         url = endpoint(str(self.client.base_url), "models")
         try:
             page = await self.client.get(url, cast_to=httpx2.Response)
-            served = [m["id"] for m in page.json()["data"]]
+            entries = page.json()["data"]
+            served = [str(m["id"]) for m in entries]
         except (openai.APIConnectionError, openai.APITimeoutError):
             raise CraftMDError(f"cannot reach the model server at {where}") from None
         except openai.AuthenticationError:
@@ -124,6 +145,7 @@ class OpenAIModel(ChatModel):
             raise CraftMDError(f"{public_url(url)} answered HTTP {exc.status_code}{hint}") from None
         except (ValueError, KeyError, TypeError):
             raise CraftMDError(f"{public_url(url)} did not answer with a model list (is {where} an OpenAI-compatible API?)") from None
+        self.declared = declared_names(entries)
         if self.model not in served:
             shown = ", ".join(sorted(served)[:10]) + (" …" if len(served) > 10 else "")
             raise CraftMDError(f"the server at {where} does not serve {self.model!r} (it serves: {shown or 'nothing'})")
@@ -147,6 +169,11 @@ class OpenAIModel(ChatModel):
             raise TransientError("connection error", self.scrub(str(exc.__cause__ or exc))) from None
         except openai.APIStatusError as exc:
             reason, message = (self.scrub(x) for x in status_reason(exc))
+            said = f"{reason} {message}"
+            if CONTEXT_TEXT.search(said):  # the same request overflows again: one try
+                return Completion.failure(f"HTTP {exc.status_code} context_length_exceeded", message)
+            if sampling.response_format is not None and REFUSAL_TEXT.search(said):  # the next format (formats.py), not a retry
+                return Completion.failure(f"{FORMAT_REFUSED} (HTTP {exc.status_code})", message)
             if exc.status_code in RETRY_STATUS or exc.status_code >= 500:
                 raise TransientError(reason, message, retry_after=retry_after(exc.response.headers)) from None
             if getattr(exc, "code", None) in FILTER_CODES:
@@ -155,29 +182,56 @@ class OpenAIModel(ChatModel):
         try:
             data = r.json()
         except ValueError:  # not JSON (a proxy's error page, a cut-off body)
-            raise TransientError("malformed response", self.scrub(repr(r.text[:200]))) from None
-        c = parse_completion(data)
+            raise TransientError(MALFORMED, f"not JSON ({r.headers.get('content-type') or 'no content type'}): "
+                                 f"{self.scrub(r.text)[:200]!r}") from None
+        c = parse_completion(data, self.keys)
+        if c.reason == EMPTY:  # no answer: not stored; asked again (a pool asks another server)
+            raise TransientError(EMPTY, c.error.removeprefix(f"{EMPTY}: "), model=c.model)
+        if c.model is not None and not await self.answers_as(c.model):
+            raise TransientError(FOREIGN, f"asked for {self.model!r}, the reply names {self.scrub(c.model)!r}", model=c.model)
         cap = REPLY_CHARS_PER_TOKEN * sampling.max_tokens
         if c.text is not None and len(c.text) > cap:  # the server ignored max_tokens: nothing of it is stored
             return Completion.failure("reply too long", f"{len(c.text):,} characters under max_tokens {sampling.max_tokens} (at most "
                                       f"{cap:,}); not stored", finish_reason=c.finish_reason, tokens_in=c.tokens_in,
                                       tokens_out=c.tokens_out, model=c.model)  # fmt: skip
-        if self._secrets and any(x in (c.text or "") or x in (c.error or "") for x in self._secrets):  # the reply's words kept
-            c = replace(c, text=None if c.text is None else self.scrub(c.text, bearer=False),
-                        error=None if c.error is None else self.scrub(c.error, bearer=False))
-        return c
+        return c  # scrubbed by the Caller, the one door every request goes through
+
+    async def answers_as(self, name: str) -> bool:
+        """Whether a reply naming ``name`` comes from the model asked: the same name (:func:`same_model`: a dated or
+        path form of it) or a name the server declares for it at /v1/models (its entry's ``root``, ``parent`` or
+        ``aliases``; every name of a server that declares one model alone: llama.cpp's alias and file), read once, the
+        first time a reply needs it. A server that declares no model list (a hosted deployment that names the model
+        behind it) is taken at its word."""
+        if same_model(self.model, name):
+            return True
+        if self.declared is None:
+            if self._declaring is None:
+                self._declaring = asyncio.ensure_future(self._declared())
+            self.declared = await asyncio.shield(self._declaring)
+        if not self.declared:
+            return True
+        every = set().union(*self.declared.values())
+        if name in PLACEHOLDERS and not any(same_model(d, name) for d in every):
+            return True  # llama.cpp's server named every reply so: a name it does not serve is no model
+        mine = every if len(self.declared) == 1 else self.declared.get(self.model, set())
+        return any(same_model(d, name) for d in mine)
+
+    async def _declared(self) -> dict[str, set[str]]:
+        _, httpx2 = _sdk()
+        try:
+            page = await self.client.get(endpoint(str(self.client.base_url), "models"), cast_to=httpx2.Response)
+            return declared_names(page.json()["data"])
+        except Exception:  # noqa: BLE001 - a server without a model list declares nothing
+            return {}
 
     @property
-    def _secrets(self) -> tuple[str, ...]:
-        """The client's API key, when it is one (a local server's placeholder is not)."""
-        key = self.client.api_key or ""
-        return (key,) if len(key) >= 8 else ()
+    def keys(self) -> tuple[str, ...]:
+        """The client's API key (a local server's placeholder is no key: :func:`~craftmd.models.base.secrets`)."""
+        return (self.client.api_key or "",)
 
-    def scrub(self, text: str, *, bearer: bool = True) -> str:
-        """Server text with the client's API key (and, in an error, any ``Bearer`` token) taken out, before anything stores it."""
-        for secret in self._secrets:
-            text = text.replace(secret, "[API key]")
-        return BEARER.sub("Bearer [token]", text) if bearer else text
+    def scrub(self, text: str) -> str:
+        """Server text as it may be stored (:func:`craftmd.models.base.scrub` with this client's key)."""
+        return scrub(text, self.keys)
 
     async def aclose(self) -> None:
         await self.client.close()
@@ -235,8 +289,10 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
-def parse_completion(r: object) -> Completion:
-    """A chat-completion response body (JSON) as a :class:`Completion`; a malformed one is transient."""
+def parse_completion(r: object, keys=()) -> Completion:
+    """A chat-completion response body (JSON) as a :class:`Completion`; a malformed one is transient, one without text
+    is a transient failure :data:`~.base.EMPTY` (no content, ``null``, whitespace alone, a tool call alone). ``keys``:
+    the client's, taken out of the body's text in a failure (:func:`~.base.scrub`)."""
     try:
         usage = r.get("usage") or {}
         tin, tout = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
@@ -245,14 +301,54 @@ def parse_completion(r: object) -> Completion:
         text, refusal = msg.get("content"), msg.get("refusal")
         served = r.get("model") if isinstance(r.get("model"), str) and r.get("model") else None
     except (AttributeError, KeyError, IndexError, TypeError, ValueError):
-        raise TransientError("malformed response", str(r)[:200]) from None
+        raise TransientError(MALFORMED, scrub(str(r), keys)[:200]) from None  # scrubbed before it is cut
     if text is not None and not isinstance(text, str):
-        raise TransientError("malformed response", f"content is {type(text).__name__}")
+        raise TransientError(MALFORMED, f"content is {type(text).__name__}")
     if finish == "content_filter" or refusal:
         reason = "content_filter" if finish == "content_filter" else "refusal"
         why = f"{reason}: {' '.join(str(refusal or text or 'the server blocked the answer').split())}"
         return Completion(refusal or text, "refusal", finish, tin, tout, error=why[:ERROR_CHARS], reason=reason, model=served)
-    if text is None:
-        return Completion.failure("no text", f"the answer has no content (finish_reason {finish})", finish_reason=finish,
-                                  tokens_in=tin, tokens_out=tout, model=served)
+    if text is None or not text.strip():
+        what = "no content" if text is None else f"content {text[:20]!r}"
+        if msg.get("tool_calls") or msg.get("function_call"):
+            what += " (a tool call only)"
+        return Completion.failure(EMPTY, f"{what}, finish_reason {finish}", transient=True, finish_reason=finish, tokens_in=tin,
+                                  tokens_out=tout, model=served)
     return Completion(text, "ok", finish, tin, tout, model=served)
+
+
+#: What may follow a model's name in the name a reply gives for it: a version (gpt-4o -> gpt-4o-2024-08-06, a date,
+#: a number) or a deployment's tag.
+_VERSION = re.compile(r"[-_:@.]\d")
+
+
+def declared_names(entries: list) -> dict[str, set[str]]:
+    """A /v1/models list as model id -> the names it goes by: its id, and the ``root``, ``parent`` and ``aliases`` an
+    entry gives (vLLM's served name over its weights, llama.cpp's aliases)."""
+    out: dict[str, set[str]] = {}
+    for m in entries:
+        names = {str(m["id"])}
+        for k in ("root", "parent"):
+            if isinstance(m.get(k), str) and m[k]:
+                names.add(m[k])
+        if isinstance(m.get("aliases"), list):
+            names.update(str(a) for a in m["aliases"] if isinstance(a, str) and a)
+        out.setdefault(str(m["id"]), set()).update(names)
+    return out
+
+
+def same_model(asked: str, named: str) -> bool:
+    """Whether a reply naming ``named`` is the model ``asked`` (or a name the server declares): the same name, its
+    file's name (llama.cpp names a model by its path: ``/models/SmolLM2.Q8_0.gguf``), or the name with a version
+    after it (``gpt-4o-2024-08-06`` for ``gpt-4o``), compared without case."""
+    def bare(x: str) -> str:
+        x = x.strip().rstrip("/").rsplit("/", 1)[-1].lower()
+        return x[:-5] if x.endswith(".gguf") else x
+
+    a, n = asked.strip().lower(), named.strip().lower()
+    if a == n or bare(asked) == bare(named) or n.endswith("/" + a):
+        return True
+    for full, short in ((n, a), (bare(named), bare(asked))):
+        if full.startswith(short) and _VERSION.match(full, len(short)):
+            return True
+    return False

@@ -15,11 +15,21 @@ is then a :class:`PoolModel`, one client per server, and the run spreads its wor
   conversations and waiting requests for its concurrency limit (``--concurrency
   SERVICE=N`` is each server's own limit). A request outside any conversation (a judge, a
   grader, a memory-tagging step) goes to the least-busy server too.
+- **Only servers that answer start.** Before the first call (``Connections.check``) every server is
+  asked for its model list, side by side and for at most :data:`CHECK_TIMEOUT` seconds: one that
+  refuses, hangs or does not serve the model is reported on stderr and taken out, and the run goes on
+  with the others (all down: one line naming the first reason).
 - **A server that fails takes no new work.** A refused connection takes it out at once; a
-  5xx, a timeout or a dropped connection takes it out when a request has used up its
-  retries on it. Its conversations move to the others, and their pending requests (those
-  in flight and those waiting for it) start over there. The last server left is never
-  taken out: with none to move to, a request fails as it would against one server.
+  5xx, a timeout, a dropped connection or a body that is not a chat completion (an HTML page)
+  takes it out when a request has used up its retries on it. A reply naming another model takes
+  it out at once; :data:`BAD_LIMIT` replies in a row that are no answer (empty) take it out too,
+  and a request given one moves at once to a server it has not tried. Its conversations move to
+  the others, and their pending requests (those in flight and those waiting for it) start over
+  there. The last server left is never taken out: with none to move to, a request fails as it
+  would against one server.
+- **A server is listed once**: ``url`` and ``url/``, a host's case, a default port, and
+  ``localhost``, ``127.0.0.1`` and ``::1`` name one server (:func:`server_key`); a second spelling is
+  dropped (:func:`craftmd.models.endpoint_of`).
 
 The pool is one service to the cache: a request is keyed by the service, not by which
 server answered (:attr:`PoolModel.cache_server`), so a resumed run over a pool of another
@@ -29,17 +39,39 @@ over a pool writes the same bytes as a run over one server.
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import time
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
 
 from craftmd import CraftMDError
 
-from .base import ERROR_CHARS, ChatModel, Completion, Message, Sampling, TransientError
+from .base import EMPTY, ERROR_CHARS, FOREIGN, MALFORMED, ChatModel, Completion, Message, Sampling, TransientError, scrub
 from .calls import CONVERSATION, Slots
 from .openai import OpenAIModel
 
-#: Reasons that take a server out of its pool at once (nothing listens there).
+#: Reasons that take a server out of its pool at once (nothing listens there; another model answers).
 REFUSED = "connection refused"
+#: Replies in a row that are no answer (empty, malformed) after which a server is taken out.
+BAD_LIMIT = 3
+#: The longest a server of a pool may take to list its models before the run starts without it (seconds).
+CHECK_TIMEOUT = 10.0
+#: Host names that are this machine.
+LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]"}
+
+
+def server_key(url: str) -> str:
+    """A server URL as one server: scheme and host lower-cased, the default port and a trailing slash dropped, and
+    ``localhost`` / ``127.0.0.1`` / ``::1`` as one host."""
+    parts = urlsplit(url.strip())
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    port = parts.port if parts.port not in ({"http": 80, "https": 443}.get(scheme), None) else None
+    if host in LOOPBACK:
+        host = "localhost"
+    elif ":" in host:
+        host = f"[{host}]"
+    return urlunsplit((scheme, host + (f":{port}" if port else ""), parts.path.rstrip("/"), parts.query, ""))
 
 
 class Pin:
@@ -80,6 +112,7 @@ class Member:
     calls: int = 0  # attempts sent (retries included)
     busy_s: float = 0.0  # time with at least one request in flight
     dead: str | None = None  # why it takes no more work
+    bad: int = 0  # replies in a row that were no answer
     first: float | None = None  # time.monotonic() of its first request sent, and of its last answer
     last: float | None = None
     _since: float = field(default=0.0, repr=False)
@@ -128,13 +161,17 @@ class Pool:
         """Requests the pool's live servers take at once."""
         return sum(m.limit for m in self.members if not m.dead)
 
-    def _least_busy(self) -> Member:
-        return min((m for m in self.members if not m.dead), key=lambda m: (m.load(), m.calls, m.index))
+    def _least_busy(self, avoid=()) -> Member:
+        live = [m for m in self.members if not m.dead]
+        return min([m for m in live if m not in avoid] or live, key=lambda m: (m.load(), m.calls, m.index))
 
-    def enter(self) -> Member:
-        """The server the next request goes to (counted as queued there until :meth:`leave`)."""
+    def enter(self, avoid=()) -> Member:
+        """The server the next request goes to (counted as queued there until :meth:`leave`); not one of ``avoid`` (the
+        servers that gave this request no answer) while another is live."""
         pin = CONVERSATION.get()
-        if pin is None:
+        if avoid and any(not m.dead and m not in avoid for m in self.members):
+            m = self._least_busy(avoid)  # this request only: the conversation stays pinned where it was
+        elif pin is None:
             m = self._least_busy()
         elif not isinstance(pin, Pin):  # a conversation known by name only (no end): pinned, counted by its requests
             m = self._named.get(pin)
@@ -154,16 +191,33 @@ class Pool:
     def leave(self, m: Member) -> None:
         m.queued -= 1
 
+    def answered(self, m: Member) -> None:
+        """``m`` gave an answer: its run of replies that were no answer ends."""
+        m.bad = 0
+
+    def other(self, m: Member, tried) -> bool:
+        """Whether a live server other than ``m`` and those in ``tried`` is left."""
+        return any(not x.dead and x is not m and x not in tried for x in self.members)
+
     def failed(self, m: Member, error: TransientError, exhausted: bool) -> bool:
         """After a failed attempt on ``m``: True when ``m`` takes no more work and the request moves to another server."""
         if m.dead:
             return True
-        gone = error.reason.startswith("HTTP 5") or error.reason in ("timeout", "connection error")
-        fatal = error.reason == REFUSED or (exhausted and gone)
+        if error.reason in (EMPTY, MALFORMED):
+            m.bad += 1
+        gone = error.reason.startswith("HTTP 5") or error.reason in ("timeout", "connection error", MALFORMED)
+        fatal = error.reason in (REFUSED, FOREIGN) or (exhausted and gone) or m.bad >= BAD_LIMIT
         if not fatal or sum(not x.dead for x in self.members) < 2:
             return False
-        m.dead = f"{error.reason}: {error.message}"[:ERROR_CHARS] if error.message else error.reason
+        self.take_out(m, f"{error.reason}: {error.message}" if error.message else error.reason)
         return True
+
+    def take_out(self, m: Member, why: str, *, report: bool = True) -> None:
+        """``m`` takes no more work; said on stderr (once) unless ``report`` is False."""
+        if m.dead is None and report:
+            print(f"warning: {m.url} taken out of its pool ({scrub(why)[:ERROR_CHARS]}); the run goes on with the others",
+                  file=sys.stderr)
+        m.dead = scrub(why)[:ERROR_CHARS]
 
     def describe(self) -> list[dict]:
         return [m.describe() for m in self.members]
@@ -198,9 +252,35 @@ class PoolModel(ChatModel):
     def describe(self) -> dict:
         return {**super().describe(), "base_url": self.server, "service": self.service, "servers": len(self.clients)}
 
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self.clients[0].keys
+
     async def check(self) -> None:
-        for c in self.clients:
-            await c.check()
+        """Every server asked for its model list, side by side (at most :data:`CHECK_TIMEOUT` s each): one that does not
+        answer or does not serve the model is reported and taken out; one line when none is left."""
+        async def one(c: OpenAIModel) -> str | None:
+            try:
+                await asyncio.wait_for(c.check(), min(CHECK_TIMEOUT, c.client.timeout if isinstance(c.client.timeout, (int, float))
+                                                       else CHECK_TIMEOUT))
+            except asyncio.TimeoutError:
+                return f"no model list within {CHECK_TIMEOUT:g} s from {c.server}"
+            except CraftMDError as exc:
+                return str(exc)
+            return None
+
+        live = [m for m in self.pool.members if not m.dead]
+        why = await asyncio.gather(*(one(self.clients[m.index]) for m in live))
+        if all(why):
+            raise CraftMDError(f"no server of {self.service.upper().replace('-', '_')}_BASE_URL answers: {why[0]}")
+        for m, w in zip(live, why):
+            if w:
+                self.pool.take_out(m, w)
+
+    @property
+    def down(self) -> dict[str, str]:
+        """The servers taken out so far: URL -> why."""
+        return {m.url: m.dead for m in self.pool.members if m.dead}
 
     async def chat(self, messages: list[Message], sampling: Sampling) -> Completion:
         """One attempt on the server :meth:`Pool.enter` picks (the :class:`~craftmd.models.calls.Caller` adds slots,

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 
 from craftmd import CraftMDError
 
-from .base import ChatModel, Completion, Message, Sampling
+from .base import EMPTY, ChatModel, Completion, Message, Sampling
 
 
 def _vllm():
@@ -164,7 +164,8 @@ def _completion(out: Any) -> Completion:
     gen = out.outputs[0]
     tin = len(out.prompt_token_ids or [])
     tout = len(gen.token_ids or [])
-    if gen.text is None:
-        return Completion.failure("no text", f"the engine gave no text (finish_reason {gen.finish_reason})",
-                                  finish_reason=gen.finish_reason, tokens_in=tin, tokens_out=tout)
+    if gen.text is None or not gen.text.strip():  # no answer: a failure, not cached (a re-run asks again)
+        return Completion.failure(EMPTY, f"the engine gave {'no text' if gen.text is None else 'only whitespace'} "
+                                  f"(finish_reason {gen.finish_reason})", transient=True, finish_reason=gen.finish_reason,
+                                  tokens_in=tin, tokens_out=tout)
     return Completion(gen.text, "ok", gen.finish_reason, tin, tout)
