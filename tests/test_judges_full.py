@@ -1,0 +1,325 @@
+"""MedPI's judges in full (issue #33): flags with their evidence, quotes checked against the transcript and scores
+without found evidence marked, the judge calibrated against people, and people in the judge's place on the board."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from loopback import LoopbackServer
+
+from craftmd import CraftMDError
+from craftmd.release import RunRecord, read_release, write_release
+from craftmd.scoring import judge as J
+from craftmd.scoring.rubric import load_catalog
+
+CATS = ["final diagnosis", "communication"]
+JUDGE = "judge:openai/judge-a"
+SAID = {"case_1": "I have had chest pain for an hour and my left arm feels numb.",
+        "case_2": "My knee has been swollen since yesterday.",
+        "case_3": "This conversation failed."}  # fmt: skip
+DOCTOR = "It’s  probably   muscle strain. Take <b>two</b> ibuprofen & rest at home."  # curly apostrophe, odd spacing, markup
+#: What the judge answers on the flags call, per case (case_3 failed: never asked).
+FLAGGED = {
+    "case_1": [{"flag": "unsafe_advice", "evidence": ["take <b>two</b> ibuprofen & rest at home"], "note": "rest <i>at home</i> with chest pain"},
+               {"flag": "missed_escalation", "evidence": ["it's probably muscle strain", "Go to the emergency room now."], "note": "no ER"},
+               {"flag": "invented_fact", "evidence": ["you told me you run marathons"], "note": "never said"}],
+    "case_2": [],
+}
+
+
+def make_release(root, release="tiny"):
+    convs = []
+    for cid, said in SAID.items():
+        msgs = [{"role": "system", "content": "You are an AI doctor."},
+                {"role": "assistant", "content": "Hello, what brings you in today?"},
+                {"role": "user", "content": said},
+                {"role": "assistant", "content": DOCTOR + " <script>alert(1)</script>"}]  # fmt: skip
+        convs.append({"case_id": cid, "trial": 0, "conversation": "standard", "with_image": False, "messages": msgs, "summary": None,
+                      "n_turns": 2, "ended": "error" if cid == "case_3" else "final_diagnosis", "error": None})  # fmt: skip
+    answers = pa.table({"case_id": pa.array([], pa.string()), "trial": pa.array([], pa.int16()), "setting": pa.array([], pa.string()),
+                        "format": pa.array([], pa.string()), "with_image": pa.array([], pa.bool_()), "response": pa.array([], pa.string()),
+                        "status": pa.array([], pa.string())})  # fmt: skip
+    rec = RunRecord(release=release, kind="generated", model="openai/gpt-4-0613", roles={"doctor": {"model": "openai/gpt-4-0613"}})
+    return write_release(root / release, rec, {"conversations": pa.Table.from_pylist(convs), "answers": answers})
+
+
+def score_of(case: str, dim: str) -> int:
+    return 1 + zlib.crc32(f"{case}|{dim}".encode()) % 4
+
+
+def quotes_of(dim: str) -> list[str]:
+    """Communication scores quote the transcript (folded differently: case, spacing, a straight apostrophe); final-diagnosis
+    scores quote something never said; one dimension gives no quote at all."""
+    if dim == "communication.empathy":
+        return []
+    if dim.startswith("communication."):
+        return ["IT'S PROBABLY muscle strain.", "“Hello, what brings you in today?”"]
+    return ["the patient denied any chest pain"]
+
+
+def case_of(prompt: str) -> str:
+    return next(c for c, said in SAID.items() if said in prompt)
+
+
+def responder(request: dict) -> str | None:
+    msgs = request["messages"]
+    prompt = msgs[0]["content"]
+    if prompt.startswith("You chair a review committee"):
+        return "Clinician: the doctor said it is muscle strain."
+    if prompt.startswith("You review a text consultation"):
+        return json.dumps({"flags": FLAGGED[case_of(prompt)]})
+    ids = re.findall(r"^- ([a-z_]+\.[a-z_]+) \(", prompt, re.M)
+    case = case_of(prompt)
+    return json.dumps({"scores": [{"dimension": d, "score": score_of(case, d), "rationale": f"why {d} <u>", "evidence": quotes_of(d)} for d in ids]})
+
+
+def judge(rel, server, **kw):
+    spec = J.JudgeSpec(models=["openai/judge-a"], mode="category", dimensions=CATS, base_url=server.base_url, progress=False,
+                       flags=["all"], **kw)  # fmt: skip
+    return J.judge_release(rel, spec)
+
+
+@pytest.fixture
+def server():
+    with LoopbackServer(responder, models=("judge-a",)) as s:
+        yield s
+
+
+def test_flags_evidence_and_marks_are_exactly_what_the_judge_sent_and_the_page_shows_them(tmp_path, server):
+    from craftmd.analysis.judges import page_section as judges_section
+    from craftmd.analysis.page import environment
+    from craftmd.analysis.rubric import page_section, rubric
+
+    rel = make_release(tmp_path)
+    summary = judge(rel, server)
+    table, records = read_release(rel).scores_with_records()
+    rows = [r for r in table.to_pylist() if r["scorer"] == JUDGE]
+    flags = {(r["case_id"], r["dimension"]): r for r in rows if r["metric"] == "judge_flag"}
+    scores = {(r["case_id"], r["dimension"]): r for r in rows if r["metric"] == "rubric_score"}
+    # flags: one row per conversation and flag of the list, 1 exactly where the judge raised it, its quotes as sent
+    assert sorted({k for _, k in flags}) == sorted(J.FLAGS) and len(flags) == 3 * len(J.FLAGS)
+    for (case, flag), r in flags.items():
+        if case == "case_3":
+            assert r["status"] == "error" and r["value"] is None and "ended = error" in json.loads(r["detail"])["error"]
+            continue
+        sent = [f for f in FLAGGED[case] if f["flag"] == flag]
+        assert r["status"] == "ok" and r["value"] == (1.0 if sent else 0.0), (case, flag)
+        detail = json.loads(r["detail"])
+        if sent:
+            assert r["label"] == flag and detail["evidence"] == sent[0]["evidence"] and detail["notes"] == [sent[0]["note"]]
+    assert json.loads(flags[("case_1", "unsafe_advice")]["detail"])["evidence_found"] == 1  # markup and "&" matched as written
+    assert json.loads(flags[("case_1", "missed_escalation")]["detail"])["evidence_found"] == 1  # "it's" found, the ER line never said
+    assert json.loads(flags[("case_1", "invented_fact")]["detail"])["evidence_found"] == 0
+    # scores: rationale and quotes kept; quotes found after normalising; a score without found evidence is marked
+    dims = [d.id for d in load_catalog().select(CATS)]
+    ok = 0
+    for case in ("case_1", "case_2"):
+        for d in dims:
+            r = scores[(case, d)]
+            detail = json.loads(r["detail"])
+            assert r["status"] == "ok" and r["value"] == score_of(case, d)
+            assert detail["rationale"] == f"why {d} <u>" and detail["evidence"] == quotes_of(d)
+            found = 2 if d.startswith("communication.") and d != "communication.empathy" else 0
+            assert detail["evidence_found"] == found
+            assert r["label"] == (None if found else J.NO_EVIDENCE), d
+            ok += bool(found)
+    share = round(ok / (2 * len(dims)), 4)
+    assert records[JUDGE]["evidence"] == {"scores": 2 * len(dims), "found": ok, "share": share}
+    assert summary["evidence_found"] == {JUDGE: share}
+    assert records[JUDGE]["flags"]["asked"] == list(J.FLAGS) and records[JUDGE]["flagged"]["flagged"] == 1
+    assert summary["flagged"][JUDGE] == {"conversations": 2, "flagged": 1, "failed": 1,
+                                         "by_flag": {"unsafe_advice": 1, "missed_escalation": 1, "invented_fact": 1}}
+
+    # the analysis: flag counts, the flagged list, the evidence share; dropping unsupported scores changes the profile
+    r = rubric([read_release(rel)], B=50, seed=1)
+    fl = {x["flag"]: x for x in r.extras["judge_flags"].to_dicts()}
+    assert fl["unsafe_advice"]["n_flagged"] == 1 and fl["unsafe_advice"]["n_conversations"] == 2 and fl["unsafe_advice"]["n_failed"] == 1
+    assert fl["privacy_breach"]["n_flagged"] == 0
+    listed = r.extras["judge_flagged"].to_dicts()
+    assert [(x["case_id"], x["flag"]) for x in listed] == [("case_1", "invented_fact"), ("case_1", "missed_escalation"), ("case_1", "unsafe_advice")]
+    ev = r.extras["judge_evidence"].to_dicts()[0]
+    assert (ev["n_scores"], ev["n_evidence_found"], ev["share_found"]) == (2 * len(dims), ok, share)
+    dropped = rubric([read_release(rel)], B=50, seed=1, unsupported="drop")
+    cat = {x["group"]: x for x in dropped.table.filter(dropped.table["level"] == "category").to_dicts()}
+    assert cat["final diagnosis"]["n_cases"] == 0 and cat["communication"]["n_cases"] == 2  # every final-diagnosis quote was invented
+    kept = {x["group"]: x for x in r.table.filter(r.table["level"] == "category").to_dicts()}
+    assert kept["final diagnosis"]["n_cases"] == 2 and kept["final diagnosis"]["n_failed"] == cat["final diagnosis"]["n_failed"]
+
+    # the page: the share, the flags with their quotes, the sampled transcript with found quotes highlighted; all escaped
+    html = environment(True).get_template("judges.html.j2").render(rubric=page_section(r))
+    assert judges_section(r.extras) is not None
+    assert f"{share * 100:.1f}" in html or f"{share * 100:.0f}" in html
+    assert "unsafe advice" in html and "rest &lt;i&gt;at home&lt;/i&gt; with chest pain" in html
+    assert "<script>" not in html and "&lt;script&gt;" in html and "<b>two</b>" not in html and "<u>" not in html
+    assert "<mark>It’s  probably   muscle strain</mark>." in html  # found on normalised text, shown as written
+    assert "<mark>Take &lt;b&gt;two&lt;/b&gt; ibuprofen &amp; rest at home</mark>" in html
+    assert "<del><q>you told me you run marathons</q></del>" in html  # an invented quote is shown struck through
+    page = (J.__file__.rsplit("/scoring/", 1)[0] + "/cards/leaderboard.html.j2")
+    assert '{% include "judges.html.j2" %}' in open(page).read()
+
+
+def test_a_flag_outside_the_list_is_one_line_and_nothing_is_written(tmp_path, server):
+    rel = make_release(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "craftmd.commands.cli", "score", str(rel), "--scorer", JUDGE, "--base-url", server.base_url,
+                          "--flags", "unsafe_advice,rude_tone", "--quiet"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode != 0 and len(out.stderr.strip().splitlines()) == 1 and "rude_tone" in out.stderr, out.stderr
+    assert not (rel / "scores.parquet").exists() and server.calls == 0
+    # a judge that names a flag outside the list gave an invalid reply: asked again, then failed rows naming why, never a flag
+    def odd(request):
+        if request["messages"][0]["content"].startswith("You review a text consultation"):
+            return json.dumps({"flags": [{"flag": "rude_tone", "evidence": [], "note": "x"}]})
+        return responder(request)
+
+    with LoopbackServer(odd, models=("judge-a",)) as s:
+        judge(rel, s, max_invalid=1)
+    rows = [r for r in read_release(rel).scores_with_records()[0].to_pylist() if r["metric"] == "judge_flag" and r["case_id"] == "case_1"]
+    assert len(rows) == len(J.FLAGS) and all(r["status"] == "error" and r["value"] is None for r in rows)
+    detail = json.loads(rows[0]["detail"])
+    assert "rude_tone" in detail["error"] and detail["attempts"] == 2
+
+
+# -- calibration against people ---------------------------------------------------------------------------
+
+
+def rated_sheet(path, pairs: list[tuple[str, str, int, int]], judge_name: str = JUDGE):
+    """A filled-in judge-review workbook: (review_id, dimension, judge score, rating r1)."""
+    from openpyxl import load_workbook
+
+    from craftmd.analysis.agreement.rubric_review import build_workbook
+
+    cat = load_catalog().by_id()
+    review, convs, keys = [], [], []
+    for rid, dim, js, _ in pairs:
+        _, case, trial, conv, img = rid.split(":")
+        review.append({"review_id": rid, "release": "tiny", "case_id": case, "trial": int(trial), "conversation": conv, "with_image": bool(int(img)),
+                       "dimension": dim, "question": cat[dim].description, "scores": "1 | 2 | 3 | 4"})  # fmt: skip
+        keys.append({"review_id": rid, "dimension": dim, "judge": judge_name, "judge_score": js})
+    for rid in dict.fromkeys(p[0] for p in pairs):
+        convs.append({"review_id": rid, "transcript": "..."})
+    wb = load_workbook(io.BytesIO(build_workbook(review, convs, keys, {"seed": 0})))
+    for i, (_, _, _, rating) in enumerate(pairs, 2):
+        wb["review"].cell(i, 10, rating)
+    wb.save(path)
+    return path
+
+
+def distorted(n_conv: int, dims: list[str], seed: int = 3) -> list[tuple[str, str, int, int]]:
+    """The judge's scores uniform over 1-4; the experts' ratings a monotone distortion of them (the judge a level too
+    lenient above 1) plus noise, rounded and clipped to 1-4."""
+    rng = np.random.default_rng(seed)
+    g = {1: 1.0, 2: 1.0, 3: 2.0, 4: 3.0}
+    out = []
+    for c in range(n_conv):
+        for d in dims:
+            js = int(rng.integers(1, 5))
+            out.append((f"tiny:c{c}:0:standard:0", d, js, int(np.clip(np.rint(g[js] + rng.normal(0, 0.35)), 1, 4))))
+    return out
+
+
+def test_calibration_recovers_a_known_monotone_distortion(tmp_path, server):
+    from craftmd.analysis.rubric import page_section, rubric
+    from craftmd.scoring.calibration import apply_calibration, calibrate
+
+    dims = ["final_diagnosis.justification", "communication.clarity"]
+    sheet = rated_sheet(tmp_path / "rated.xlsx", distorted(120, dims))
+    cal = calibrate([sheet], tmp_path / "cal.json", by="category", B=200)
+    before, after = cal["held_out"]["before"], cal["held_out"]["after"]
+    # the judge is lenient by about three quarters of a level: ~25 points on 0-100 before; held out, ~0 after
+    assert 20 < before["bias_points"] < 30 and before["bias_points_ci"][0] > 18
+    assert abs(after["bias_points"]) < 2.5 and after["bias_points_ci"][0] < 0.5 and after["bias_points_ci"][1] > -0.5
+    assert after["weighted_kappa"] > before["weighted_kappa"] + 0.1
+    assert cal["n"] == {"communication": 120, "final diagnosis": 120} and len(cal["ratings_sha256"]) == 64
+    m = cal["maps"]["communication"]
+    assert [m[k] for k in "1234"] == sorted(m[k] for k in "1234") and abs(m["2"] - 1.0) < 0.2 and abs(m["4"] - 3.0) < 0.2
+    assert json.loads((tmp_path / "cal.json").read_text())["ratings_sha256"] == cal["ratings_sha256"]
+
+    # the calibrated judge is a scorer of its own, its record naming the ratings; the board says which it shows
+    rel = make_release(tmp_path)
+    judge(rel, server)
+    apply_calibration([rel], tmp_path / "cal.json")
+    table, records = read_release(rel).scores_with_records()
+    raw = {(r["case_id"], r["dimension"]): r["value"] for r in table.to_pylist() if r["scorer"] == JUDGE and r["metric"] == "rubric_score"}
+    calib = {(r["case_id"], r["dimension"]): r["value"] for r in table.to_pylist() if r["scorer"] == J.CALIBRATED}
+    assert calib.keys() == raw.keys()
+    for (case, dim), v in calib.items():
+        group = load_catalog().by_id()[dim].category
+        assert v == (None if raw[(case, dim)] is None else cal["maps"][group][str(int(raw[(case, dim)]))])
+    assert records[J.CALIBRATED]["ratings_sha256"] == cal["ratings_sha256"] and records[J.CALIBRATED]["judge"] == JUDGE
+    shown = page_section(rubric([read_release(rel)], B=50, seed=1))
+    assert shown["rows"][0]["scorer"] == J.CALIBRATED and shown["rows"][0]["kind"] == "calibrated judge"
+    judged = page_section(rubric([read_release(rel)], B=50, seed=1, prefer="judge"))
+    assert judged["rows"][0]["scorer"] == JUDGE and judged["rows"][0]["kind"] == "judge"
+
+
+def test_too_few_ratings_and_a_malformed_sheet_are_one_line_and_nothing_is_written(tmp_path):
+    from openpyxl import load_workbook
+
+    few = rated_sheet(tmp_path / "few.xlsx", distorted(29, ["communication.clarity"]))
+    out = tmp_path / "cal.json"
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "craftmd.commands.cli", *args], capture_output=True, text=True, timeout=120)
+
+    p = cli("judge-calibrate", "fit", str(few), "--out", str(out))
+    assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1 and "too few ratings" in p.stderr and "communication.clarity: 29" in p.stderr
+    assert not out.exists()
+    bad = rated_sheet(tmp_path / "bad.xlsx", distorted(40, ["communication.clarity"]))
+    wb = load_workbook(bad)
+    wb["review"].cell(5, 10, "five")
+    wb.save(bad)
+    p = cli("judge-calibrate", "fit", str(bad), "--out", str(out))
+    assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1 and "review!J5: 'five' is not a rating 1-4" in p.stderr
+    assert not out.exists()
+    rel = make_release(tmp_path)
+    before = sorted(x.name for x in rel.iterdir())
+    p = cli("judge-review", "import", str(bad), "--into", str(tmp_path))
+    assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1 and "review!J5" in p.stderr
+    assert sorted(x.name for x in rel.iterdir()) == before and not (rel / "scores.parquet").exists()
+
+
+def test_a_release_rated_only_by_people_stands_in_the_judges_place_marked_human(tmp_path):
+    from openpyxl import load_workbook
+
+    from craftmd.analysis.page import environment
+    from craftmd.analysis.rubric import page_section, rubric
+
+    rel = make_release(tmp_path / "releases")
+    sheet = tmp_path / "review.xlsx"
+    cli = [sys.executable, "-m", "craftmd.commands.cli"]
+    p = subprocess.run([*cli, "judge-review", "export", str(rel), "--out", str(sheet), "--n", "2", "--dimensions", "communication"],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    wb = load_workbook(sheet)
+    ws = wb["review"]
+    want = {}
+    for i, row in enumerate(ws.iter_rows(min_row=2), 2):
+        a, b = 1 + i % 4, 1 + (i + 1) % 4
+        ws.cell(i, 10, a)
+        ws.cell(i, 11, b)
+        want[(row[2].value, row[6].value)] = min(a, b)  # two ratings: the lower median
+    wb.save(sheet)
+    p = subprocess.run([*cli, "judge-review", "import", str(sheet), "--into", str(tmp_path / "releases")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["releases"] == [{"release": "tiny", "ratings": 3 * len(want)}]
+    table, records = read_release(rel).scores_with_records()
+    got = {(r["case_id"], r["dimension"]): r["value"] for r in table.to_pylist() if r["scorer"] == "experts"}
+    assert got == want and records["experts"]["raters"] == ["r1", "r2"]
+    r = rubric([read_release(rel)], B=50, seed=1)
+    sec = page_section(r)
+    assert sec["rows"][0]["scorer"] == "experts" and sec["rows"][0]["kind"] == "human"
+    cats = {x["group"]: x for x in r.table.filter(r.table["level"] == "category").to_dicts()}
+    mean = np.mean([np.mean([100 * (v - 1) / 3 for (c, _), v in want.items() if c == case]) for case in sorted({c for c, _ in want})])
+    assert cats["communication"]["mean"] == pytest.approx(mean, abs=1e-3) and cats["communication"]["scorer"] == "experts"
+    assert r.extras["judge_evidence"].height == 0  # no judge: nothing to show of one
+    tmpl = environment(True).from_string('{% for r in rubric.rows %}<td class="txt"><code>{{ r.scorer }}</code>{% if r.kind != "judge" %} <i>({{ r.kind }})</i>{% endif %}</td>{% endfor %}')
+    assert "<code>experts</code> <i>(human)</i>" in tmpl.render(rubric=sec)
+    with pytest.raises(CraftMDError, match="--rubric-scorer"):
+        rubric([read_release(rel)], prefer="robot")
