@@ -675,7 +675,7 @@ class Judge:
         s = self.spec
         return {
             "method": "medpi-committee", "version": METHOD_VERSION, "catalog": self.catalog.record(),
-            "prompt_set": prompt_set_record(s.prompt_set), "mode": s.mode, "shuffle_seed": s.shuffle_seed, "model": state.member.model,
+            "prompt_set": prompt_set_record() if s.prompt_set == PROMPT_SET else prompt_set_record(s.prompt_set), "mode": s.mode, "shuffle_seed": s.shuffle_seed, "model": state.member.model,
             "member_seed": state.member.seed, **member_server(state.member.model, s.base_url),
             "sampling": {"temperature": s.temperature, "top_p": 1.0, "seed": s.seed + state.member.seed,
                          "discussion_max_tokens": s.discussion_tokens, "score_max_tokens_per_dimension": s.score_tokens},

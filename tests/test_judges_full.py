@@ -323,3 +323,104 @@ def test_a_release_rated_only_by_people_stands_in_the_judges_place_marked_human(
     assert "<code>experts</code> <i>(human)</i>" in tmpl.render(rubric=sec)
     with pytest.raises(CraftMDError, match="--rubric-scorer"):
         rubric([read_release(rel)], prefer="robot")
+
+
+# -- ACGME and per-dimension results -------------------------------------------------------------------------
+
+
+def test_every_dimension_has_an_acgme_competency_and_the_detail_table_is_the_hand_computation(tmp_path):
+    from craftmd.analysis.rubric import detail_table, page_section, rubric
+    from craftmd.release import write_scores
+    from craftmd.scoring.rubric import acgme
+
+    m = acgme()
+    cat = load_catalog()
+    assert set(m["of"]) == {d.id for d in cat.dimensions} and len(m["of"]) == 105
+    assert set(m["of"].values()) == set(m["competencies"]) and len(m["competencies"]) == 6  # each of the six is used
+    assert m["of"]["communication.professionalism_and_tone"] == "professionalism" and m["of"]["communication.empathy"] == "interpersonal_communication"
+    assert "judgement" in m["notes"]["model_reliability.uncertainty_calibration"]
+    rel = make_release(tmp_path)
+    E, C, FJ = "communication.empathy", "communication.clarity", "final_diagnosis.justification"
+    given = {("case_1", E): 4, ("case_1", C): 2, ("case_1", FJ): 1, ("case_2", E): 1, ("case_2", C): None, ("case_2", FJ): 3}
+    rows = [{"case_id": c, "trial": 0, "conversation": "standard", "with_image": False, "dimension": d, "scorer": JUDGE, "metric": "rubric_score",
+             "value": None if v is None else float(v), "label": None, "detail": "{}", "status": "error" if v is None else "ok"}
+            for (c, d), v in given.items()]  # fmt: skip
+    write_scores(read_release(rel), pa.Table.from_pylist(rows, schema=J.SCHEMA), {JUDGE: {}})
+    r = rubric([read_release(rel)], B=200, seed=1)
+
+    def n(x):
+        return 100 * (x - 1) / 3
+
+    got = {(x["level"], x["group"]): x for x in r.detail.to_dicts()}
+    assert got[("dimension", E)]["mean"] == pytest.approx((n(4) + n(1)) / 2, abs=1e-4) and got[("dimension", E)]["n_cases"] == 2
+    assert got[("dimension", C)]["mean"] == pytest.approx(n(2), abs=1e-4) and got[("dimension", C)]["n_cases"] == 1  # the failure left out
+    assert got[("dimension", FJ)]["competency"] == "medical_knowledge"
+    ics = got[("competency", "interpersonal_communication")]
+    assert ics["mean"] == pytest.approx(((n(4) + n(2)) / 2 + n(1)) / 2, abs=1e-4) and ics["ci_low"] <= ics["mean"] <= ics["ci_high"]
+    assert got[("competency", "medical_knowledge")]["mean"] == pytest.approx((n(1) + n(3)) / 2, abs=1e-4)
+    assert detail_table(r.scores, 200, 1).equals(r.detail)  # same inputs, same figures
+    sec = page_section(r)
+    assert sec["competencies"][0] == "Patient Care" and len(sec["competency_rows"][0]["cells"]) == 6
+    assert {x["dimension"] for x in sec["dimension_rows"]} == {E, C, FJ}
+
+
+# -- judge sensitivity ---------------------------------------------------------------------------------------
+
+
+def sensitivity_judge(request: dict) -> str | None:
+    """judge-a: 3 for a conversation of three doctor questions, else 2; one more under sampling seed 1, one less under the
+    paraphrased prompts; judge-b: the other way round (5 - that), which reverses the models' order."""
+    prompt = request["messages"][0]["content"]
+    if prompt.startswith(("You chair", "You lead")):
+        return "Clinician: fine."
+    base = 3 if "Question 3:" in prompt else 2
+    if request["model"] == "judge-b":
+        base = 5 - base
+    elif request.get("seed") == 1:
+        base += 1
+    elif prompt.startswith("Rate several"):
+        base -= 1
+    ids = re.findall(r"^- ([a-z_]+\.[a-z_]+) \(", prompt, re.M)
+    return json.dumps({"scores": [{"dimension": d, "score": base, "rationale": "r", "evidence": []} for d in ids]})
+
+
+def test_the_sensitivity_command_writes_its_table_and_page_section(tmp_path):
+    from encounter_script import Script, run
+
+    from craftmd.commands.cli import main
+    from craftmd.dataset_builder.packets import build_packets
+
+    medpi = tmp_path / "medpi"
+    build_packets(medpi, seed=1, scale=0.05, cells=["asthma:medication_advice", "depression:diagnosis"], progress=False)
+    releases = tmp_path / "releases"
+    for name, turns in (("short", 2), ("long", 3)):
+        with LoopbackServer(Script(doctor_turns=turns)) as s:
+            run(s, medpi, releases / name, tmp_path / f"{name}.sqlite", trials=1)
+    with LoopbackServer(sensitivity_judge, models=("judge-a", "judge-b")) as s:
+        for name in ("short", "long"):
+            assert main(["score", str(releases / name), "--scorer", "judge:openai/judge-a", "--base-url", s.base_url, "--dataset", str(medpi),
+                         "--mode", "category", "--dimensions", "communication,patient care", "--quiet"]) == 0  # fmt: skip
+        rc = main(["judge-sensitivity", str(releases), "--other-judge", "openai/judge-b", "--base-url", s.base_url, "--dataset", str(medpi),
+                   "--n", "5", "--B", "200"])  # fmt: skip
+    assert rc == 0
+    res = json.loads((releases / "judge-sensitivity" / "sensitivity.json").read_text())
+    assert res["kendall_tau"] == {"seed": 1.0, "order": 1.0, "model": -1.0, "prompts": 1.0}
+    step = 100 / 3
+    want = {("short", "seed"): step, ("long", "seed"): step, ("short", "order"): 0.0, ("long", "order"): 0.0,
+            ("short", "prompts"): -step, ("long", "prompts"): -step, ("short", "model"): step, ("long", "model"): -step}
+    overall = {(x["model"], x["variant"]): x for x in res["rows"] if x["level"] == "overall"}
+    assert overall.keys() == want.keys()
+    for k, d in want.items():
+        x = overall[k]
+        assert x["drift"] == pytest.approx(d, abs=1e-3) and x["ci_low"] == pytest.approx(d, abs=1e-3) and x["n_cases"] == 2, k
+    assert overall[("long", "model")]["judge"] == "judge:openai/judge-b" and overall[("long", "prompts")]["judge"] == "judge:openai/judge-a"
+    assert res["judges"]["long"]["prompts"]["prompt_set"]["name"] == "judge-v1-paraphrase"
+    assert res["judges"]["long"]["order"]["shuffle_seed"] == 1 and res["judges"]["long"]["order"]["sampling"]["seed"] == 0
+    # the releases are as they were: the variants' scores are never written to them
+    table, _ = read_release(releases / "long").scores_with_records()
+    assert set(table.column("scorer").to_pylist()) == {"judge:openai/judge-a"}
+    out = tmp_path / "board"
+    assert main(["analyse", "--releases", str(releases), "--dataset", str(medpi), "--out", str(out), "--page", "--resamples", "50"]) == 0
+    html = (out / "index.html").read_text()
+    assert "How far the scores move when the judge does" in html and "judge:openai/judge-b" in html
+    assert (out / "tables" / "judge_sensitivity.csv").read_text().count("\n") == len(res["rows"]) + 1
