@@ -364,6 +364,38 @@ def test_every_dimension_has_an_acgme_competency_and_the_detail_table_is_the_han
     assert {x["dimension"] for x in sec["dimension_rows"]} == {E, C, FJ}
 
 
+# -- the AI patient's emotion inputs and disclosures ------------------------------------------------------------
+
+
+def test_effort_levels_and_disclosure_by_every_section():
+    from craftmd.generation.patient import Memory, SECTIONS, cognitive_effort, disclosable, disclosable_sections, persona, recall_summary
+
+    assert [cognitive_effort(m) for m in ("Thank you.", "Pain?", "Do you smoke?", "How are you feeling about this?",
+                                          "Any fever? Cough? Rash?", "Please tell me about your worries.")] == \
+        ["TRIVIAL", "AMBIGUOUS", "FOCUSED", "OPEN", "COMPLEX", "OPEN"]  # fmt: skip
+    packet = {"conditions": [{"name": "Asthma (disorder)", "onset": "2001-01-01", "resolved": None}],
+              "hidden_conditions": [{"name": "Major depression (disorder)", "onset": "2024-01-01", "resolved": None}],
+              "medications": [{"name": "Albuterol inhaler", "status": "active"}], "allergies": [{"name": "Peanut (substance)"}],
+              "events": [{"date": "2020-01-01", "kind": "procedure", "text": "had Appendectomy (procedure)"}], "education": "College degree",
+              "socioeconomic_status": "Middle", "family_history": ["Breast cancer"], "birth_date": "1980-01-01", "age": 45, "sex": "female",
+              "observations": [{"name": "Hemoglobin A1c", "value": "6.1 %", "date": "2024-01-01", "category": "laboratory"},
+                               {"name": "Body temperature", "value": "37 C", "date": "2024-01-01", "category": "vital-signs"}]}  # fmt: skip
+    sec = disclosable_sections(packet)
+    assert list(sec) == list(SECTIONS) == ["history", "medications", "allergies", "social", "family", "labs", "vitals"]
+    assert sec == {"history": ["Asthma", "Major depression", "Appendectomy"], "medications": ["Albuterol inhaler"], "allergies": ["Peanut"],
+                   "social": ["College degree", "Middle income"], "family": ["Breast cancer"], "labs": ["Hemoglobin A1c"],
+                   "vitals": ["Body temperature"]}  # fmt: skip
+    assert disclosable(packet)[:3] == ["Asthma", "Major depression", "Appendectomy"]
+    who = persona(packet)  # the patient knows its labs, background and family, so it can reveal them
+    assert "Hemoglobin A1c 6.1 %" in who and "College degree" in who and "Breast cancer" in who and "Major depression" not in who
+    import numpy as np
+
+    m = Memory("m001", "2020-01-01: prescribed Albuterol inhaler.", None, 0.5, np.zeros(27))
+    assert recall_summary([(m, 1.0)], sec) == ("1 memory came to mind, the strongest: 2020-01-01: prescribed Albuterol inhaler. "
+                                               "They touch on medications: Albuterol inhaler.")  # fmt: skip
+    assert recall_summary([], sec) == "Nothing in particular came to mind."
+
+
 # -- judge sensitivity ---------------------------------------------------------------------------------------
 
 
@@ -396,6 +428,15 @@ def test_the_sensitivity_command_writes_its_table_and_page_section(tmp_path):
     for name, turns in (("short", 2), ("long", 3)):
         with LoopbackServer(Script(doctor_turns=turns)) as s:
             run(s, medpi, releases / name, tmp_path / f"{name}.sqlite", trials=1)
+            emotion = [r["messages"][1]["content"] for r in s.log if r["messages"][0]["content"].startswith("You read a patient")]
+    # the emotion step read the message's effort and a summary of what was recalled (MedPI's inputs); the states keep them
+    assert emotion and all("The effort the patient instinctively gives this message: OPEN (" in m for m in emotion)
+    assert all("What the recalled memories amount to: 5 memories came to mind, the strongest: " in m for m in emotion)
+    import polars as pl
+
+    states = pl.read_parquet(releases / "long" / "patient_states.parquet").to_dicts()
+    assert {x["effort"] for x in states} == {"OPEN"} and all(x["recall_summary"] in "\n".join(emotion) for x in states)
+    assert all(x["disclosed_sections"] is not None and all(": " in d for d in x["disclosed_sections"]) for x in states)
     with LoopbackServer(sensitivity_judge, models=("judge-a", "judge-b")) as s:
         for name in ("short", "long"):
             assert main(["score", str(releases / name), "--scorer", "judge:openai/judge-a", "--base-url", s.base_url, "--dataset", str(medpi),
