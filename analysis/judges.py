@@ -33,12 +33,12 @@ def _empty(columns, types) -> pl.DataFrame:
     return pl.DataFrame(schema=dict(zip(columns, types)))
 
 
-def judge_rows(releases) -> list[tuple[object, str, list[dict]]]:
-    """(release, its scorer, that scorer's rubric and flag rows) of every judged release."""
+def judge_rows(releases) -> list[tuple[object, str, pl.DataFrame]]:
+    """(release, its judge, that judge's rubric and flag rows) of every judged release."""
+    import pyarrow.parquet as pq
+
     from craftmd.release import SCORES_FILE
     from craftmd.scoring.judge import METRIC
-
-    import pyarrow.parquet as pq
 
     out = []
     for r in releases:
@@ -46,10 +46,10 @@ def judge_rows(releases) -> list[tuple[object, str, list[dict]]]:
         if not path.exists() or "dimension" not in pq.read_schema(path).names:
             continue
         t, _ = r.scores_with_records()
-        rows = [x for x in t.to_pylist() if x["metric"] in (METRIC, FLAG_METRIC)]
-        scorer = pick_scorer(sorted({x["scorer"] for x in rows if x["metric"] == METRIC}))
+        df = pl.from_arrow(t).filter(pl.col("metric").is_in([METRIC, FLAG_METRIC]))
+        scorer = pick_scorer(sorted(df.filter(pl.col("metric") == METRIC)["scorer"].unique().to_list()))
         if scorer is not None:
-            out.append((r, scorer, [x for x in rows if x["scorer"] == scorer]))
+            out.append((r, scorer, df.filter(pl.col("scorer") == scorer).select(*KEY, "dimension", "metric", "value", "label", "detail", "status")))
     return out
 
 
@@ -57,7 +57,7 @@ def flag_tables(judged) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(per model × flag counts, every raised flag with its quotes)."""
     counts, raised = [], []
     for r, scorer, rows in judged:
-        fl = [x for x in rows if x["metric"] == FLAG_METRIC]
+        fl = rows.filter(pl.col("metric") == FLAG_METRIC).to_dicts()
         if not fl:
             continue
         for flag in [k for k in FLAGS if any(x["dimension"] == k for x in fl)]:
@@ -83,10 +83,10 @@ def evidence_table(judged) -> pl.DataFrame:
 
     rows = []
     for r, scorer, xs in judged:
-        ok = [x for x in xs if x["metric"] == METRIC and x["status"] == "ok"]
-        none = sum(x["label"] == NO_EVIDENCE for x in ok)
-        rows.append({"model": r.display, "scorer": scorer, "n_scores": len(ok), "n_evidence_found": len(ok) - none, "n_no_evidence": none,
-                     "share_found": round((len(ok) - none) / len(ok), 4) if ok else None})  # fmt: skip
+        ok = xs.filter(pl.col("metric") == METRIC, pl.col("status") == "ok")
+        none = ok.filter(pl.col("label") == NO_EVIDENCE).height
+        rows.append({"model": r.display, "scorer": scorer, "n_scores": ok.height, "n_evidence_found": ok.height - none, "n_no_evidence": none,
+                     "share_found": round((ok.height - none) / ok.height, 4) if ok.height else None})  # fmt: skip
     return pl.DataFrame(rows, schema=dict(zip(EVIDENCE_COLUMNS, [pl.String, pl.String, pl.Int64, pl.Int64, pl.Int64, pl.Float64])))
 
 
@@ -137,14 +137,16 @@ def samples(judged, n: int = SAMPLE) -> list[dict]:
 
     out = []
     for r, scorer, xs in judged:
-        by_conv: dict[tuple, list[dict]] = {}
-        for x in xs:
-            by_conv.setdefault(tuple(x[k] for k in KEY), []).append(x)
-        flagged = {k for k, v in by_conv.items() if any(x["metric"] == FLAG_METRIC and x["value"] == 1.0 for x in v)}
-        judged_ok = [k for k, v in by_conv.items() if any(x["metric"] == METRIC and x["status"] == "ok" for x in v)]
+        flagged = set(xs.filter(pl.col("metric") == FLAG_METRIC, pl.col("value") == 1.0).select(KEY).unique().iter_rows())
+        judged_ok = list(xs.filter(pl.col("metric") == METRIC, pl.col("status") == "ok").select(KEY).unique().iter_rows())
         pick = sorted(judged_ok, key=lambda k: (k not in flagged, zlib.crc32("|".join(map(str, k)).encode())))[:n]
         if not pick:
             continue
+        chosen = pl.DataFrame(pick, schema={"case_id": pl.String, "trial": xs.schema["trial"], "conversation": pl.String,
+                                            "with_image": pl.Boolean}, orient="row")  # fmt: skip
+        by_conv: dict[tuple, list[dict]] = {}
+        for x in xs.join(chosen, on=KEY, how="semi").to_dicts():
+            by_conv.setdefault(tuple(x[k] for k in KEY), []).append(x)
         conv = pq.read_table(r.path / "conversations.parquet", columns=[*KEY, "messages"]).to_pylist()
         texts = {tuple(c[k] for k in KEY): transcript(c["messages"]) for c in conv}
         for k in pick:
