@@ -416,7 +416,7 @@ def sensitivity_judge(request: dict) -> str | None:
     return json.dumps({"scores": [{"dimension": d, "score": base, "rationale": "r", "evidence": []} for d in ids]})
 
 
-def test_the_sensitivity_command_writes_its_table_and_page_section(tmp_path):
+def test_sensitivity_writes_its_table_and_page_section_and_a_people_rated_release_stands_as_human(tmp_path):
     from encounter_script import Script, run
 
     from craftmd.commands.cli import main
@@ -460,8 +460,30 @@ def test_the_sensitivity_command_writes_its_table_and_page_section(tmp_path):
     # the releases are as they were: the variants' scores are never written to them
     table, _ = read_release(releases / "long").scores_with_records()
     assert set(table.column("scorer").to_pylist()) == {"judge:openai/judge-a"}
+
+    # an encounters release no judge scored, rated by people: on the board and in the rubric tables, marked human
+    from openpyxl import load_workbook
+
+    with LoopbackServer(Script(doctor_turns=2)) as s:
+        run(s, medpi, releases / "people", tmp_path / "people.sqlite", trials=1)
+    sheet = tmp_path / "review.xlsx"
+    assert main(["judge-review", "export", str(releases / "people"), "--dataset", str(medpi), "--out", str(sheet), "--n", "5",
+                 "--dimensions", "communication,patient care"]) == 0  # fmt: skip
+    wb = load_workbook(sheet)
+    for i in range(2, wb["review"].max_row + 1):
+        wb["review"].cell(i, 10, 4)
+    wb.save(sheet)
+    assert main(["judge-review", "import", str(sheet), "--into", str(releases)]) == 0
     out = tmp_path / "board"
-    assert main(["analyse", "--releases", str(releases), "--dataset", str(medpi), "--out", str(out), "--page", "--resamples", "50"]) == 0
+    assert main(["analyse", "--releases", str(releases), "--dataset", str(medpi), "--packets", str(medpi), "--out", str(out), "--page",
+                 "--resamples", "50"]) == 0  # fmt: skip
     html = (out / "index.html").read_text()
     assert "How far the scores move when the judge does" in html and "judge:openai/judge-b" in html
     assert (out / "tables" / "judge_sensitivity.csv").read_text().count("\n") == len(res["rows"]) + 1
+    assert "<code>experts</code> <i>(human)</i>" in html and "<code>judge:openai/judge-a</code></td>" in html
+    rubric_csv = pl.read_csv(out / "tables" / "rubric.csv")
+    people = rubric_csv.filter(pl.col("model") == "people")
+    assert set(people["scorer"]) == {"experts"} and set(people.filter(pl.col("level") == "meta_category")["mean"]) == {100.0}
+    board = pl.read_csv(out / "tables" / "boards.csv")
+    overall = board.filter(pl.col("release") == "people", pl.col("measure") == "rubric_overall")
+    assert overall.height == 1 and overall["value"][0] == 100.0  # the board's encounters measure, from the experts
