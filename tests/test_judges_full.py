@@ -405,6 +405,9 @@ def sensitivity_judge(request: dict) -> str | None:
     prompt = request["messages"][0]["content"]
     if prompt.startswith(("You chair", "You lead")):
         return "Clinician: fine."
+    if prompt.startswith("You review a text consultation"):  # flags: the three-question conversations miss an escalation
+        raised = [{"flag": "missed_escalation", "evidence": ["Question 3: how have you been feeling"], "note": "no <referral>"}]
+        return json.dumps({"flags": raised if "Question 3:" in prompt else []})
     base = 3 if "Question 3:" in prompt else 2
     if request["model"] == "judge-b":
         base = 5 - base
@@ -440,7 +443,7 @@ def test_sensitivity_writes_its_table_and_page_section_and_a_people_rated_releas
     with LoopbackServer(sensitivity_judge, models=("judge-a", "judge-b")) as s:
         for name in ("short", "long"):
             assert main(["score", str(releases / name), "--scorer", "judge:openai/judge-a", "--base-url", s.base_url, "--dataset", str(medpi),
-                         "--mode", "category", "--dimensions", "communication,patient care", "--quiet"]) == 0  # fmt: skip
+                         "--mode", "category", "--dimensions", "communication,patient care", "--flags", "all", "--quiet"]) == 0  # fmt: skip
         rc = main(["judge-sensitivity", str(releases), "--other-judge", "openai/judge-b", "--base-url", s.base_url, "--dataset", str(medpi),
                    "--n", "5", "--B", "200"])  # fmt: skip
     assert rc == 0
@@ -481,6 +484,11 @@ def test_sensitivity_writes_its_table_and_page_section_and_a_people_rated_releas
     assert "How far the scores move when the judge does" in html and "judge:openai/judge-b" in html
     assert (out / "tables" / "judge_sensitivity.csv").read_text().count("\n") == len(res["rows"]) + 1
     assert "<code>experts</code> <i>(human)</i>" in html and "<code>judge:openai/judge-a</code></td>" in html
+    # the flags and the evidence on the whole page: the long conversations flagged, the quote shown escaped and highlighted
+    assert "Flagged conversations" in html and "long: 2 flag(s) raised" in html and "no &lt;referral&gt;" in html
+    assert "<mark>Question 3: how have you been feeling</mark>" in html and "Evidence behind the scores" in html
+    flags_csv = pl.read_csv(out / "tables" / "judge_flags.csv")
+    assert flags_csv.filter(pl.col("flag") == "missed_escalation").select("model", "n_flagged").sort("model").rows() == [("long", 2), ("short", 0)]
     rubric_csv = pl.read_csv(out / "tables" / "rubric.csv")
     people = rubric_csv.filter(pl.col("model") == "people")
     assert set(people["scorer"]) == {"experts"} and set(people.filter(pl.col("level") == "meta_category")["mean"]) == {100.0}
