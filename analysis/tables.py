@@ -166,7 +166,7 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
 def _with_sensitivity(judged, releases_dir) -> None:
     """The judge-sensitivity result of the releases folder (craftmd judge-sensitivity), beside the rubric, when present."""
     if judged.table.height:
-        from craftmd.scoring.sensitivity import read_sensitivity
+        from craftmd.analysis.agreement.judge_sensitivity import read_sensitivity
 
         judged.sensitivity = read_sensitivity(releases_dir)
 

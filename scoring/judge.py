@@ -838,7 +838,7 @@ def pick_scorer(scorers: list[str]) -> str | None:
     return COMMITTEE if COMMITTEE in scorers else (judges[0] if judges else None)
 
 
-#: The other kinds of rubric scores a release can hold: the calibrated judge (:mod:`craftmd.scoring.calibration`; continuous
+#: The other kinds of rubric scores a release can hold: the calibrated judge (:mod:`craftmd.analysis.agreement.calibration`; continuous
 #: 1-4) and the experts' resolved ratings (``craftmd judge-review import --into``), each in the judge's place on the board.
 CALIBRATED = "judge-calibrated"
 CALIBRATED_METRIC = "rubric_score_calibrated"

@@ -130,7 +130,7 @@ def _calibrate(args) -> int:
     judge-calibrated (metric rubric_score_calibrated) to each RELEASE from its judge's scores; its record names the
     calibration's and the ratings' sha256. craftmd analyse --rubric-scorer chooses whose scores the board shows.
     """
-    from craftmd.scoring.calibration import apply_calibration, calibrate
+    from craftmd.analysis.agreement.calibration import apply_calibration, calibrate
 
     if args.action == "fit":
         if args.out is None:
@@ -155,7 +155,7 @@ def _sensitivity(args) -> int:
     case-bootstrap CIs, and, with two or more releases, Kendall's tau between the models' order before and after.
     Written to RELEASES/judge-sensitivity/ (sensitivity.csv, sensitivity.json); craftmd analyse shows it on the page.
     """
-    from craftmd.scoring.sensitivity import sensitivity
+    from craftmd.analysis.agreement.judge_sensitivity import sensitivity
 
     if args.base_url:
         check_base_url(args.base_url)
@@ -196,7 +196,7 @@ def register(sub) -> None:
     r.add_argument("--B", type=int, default=1000, help="import: bootstrap resamples (default 1000)")
     r.add_argument("--overwrite", action="store_true")
 
-    from craftmd.scoring.calibration import BY, MIN_RATINGS
+    from craftmd.analysis.agreement.calibration import BY, MIN_RATINGS
 
     c = command(sub, "judge-calibrate", _calibrate)
     c.add_argument("action", choices=("fit", "apply"))
@@ -210,7 +210,7 @@ def register(sub) -> None:
     c.add_argument("--B", type=int, default=1000, help="fit: bootstrap resamples of the CIs (default 1000)")
     c.add_argument("--overwrite", action="store_true")
 
-    from craftmd.scoring.sensitivity import VARIANTS
+    from craftmd.analysis.agreement.judge_sensitivity import VARIANTS
 
     s = command(sub, "judge-sensitivity", _sensitivity)
     s.add_argument("releases", metavar="RELEASES", help="folder of release folders, judged")

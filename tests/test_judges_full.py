@@ -226,7 +226,7 @@ def distorted(n_conv: int, dims: list[str], seed: int = 3) -> list[tuple[str, st
 
 def test_calibration_recovers_a_known_monotone_distortion(tmp_path, server):
     from craftmd.analysis.rubric import page_section, rubric
-    from craftmd.scoring.calibration import apply_calibration, calibrate
+    from craftmd.analysis.agreement.calibration import apply_calibration, calibrate
 
     dims = ["final_diagnosis.justification", "communication.clarity"]
     sheet = rated_sheet(tmp_path / "rated.xlsx", distorted(120, dims))
