@@ -99,7 +99,12 @@ def test_flags_evidence_and_marks_are_exactly_what_the_judge_sent_and_the_page_s
     from craftmd.analysis.rubric import page_section, rubric
 
     rel = make_release(tmp_path)
+    spec = J.JudgeSpec(models=["openai/judge-a"], mode="category", dimensions=CATS, base_url=server.base_url, progress=False)
+    without = J.estimate_release(rel, spec)
+    with_flags = J.estimate_release(rel, J.JudgeSpec(**{**spec.__dict__, "flags": ["all"]}))
+    assert with_flags["calls"] - without["calls"] == 2 and server.calls == 0  # one flags call per conversation that did not fail
     summary = judge(rel, server)
+    assert server.calls == without["calls"] + 2
     table, records = read_release(rel).scores_with_records()
     rows = [r for r in table.to_pylist() if r["scorer"] == JUDGE]
     flags = {(r["case_id"], r["dimension"]): r for r in rows if r["metric"] == "judge_flag"}
