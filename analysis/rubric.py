@@ -71,7 +71,19 @@ def judge_scores(releases, unsupported: str = "count", prefer: str = "auto") -> 
             continue
         t, _ = r.scores_with_records()
         df = pl.from_arrow(t).filter(pl.col("metric").is_in(RUBRIC_METRICS))
-        got = standing_scorer(df.select("scorer", "metric").unique().iter_rows(), prefer) if df.height else None
+        pairs = set(df.select("scorer", "metric").unique().iter_rows()) if df.height else set()
+        from craftmd.scoring.judge import CALIBRATED, CALIBRATED_METRIC
+
+        if (CALIBRATED, CALIBRATED_METRIC) in pairs and prefer in ("auto", "calibrated"):
+            from .agreement.calibration import current
+
+            if not current(r, r.scorer_records().get(CALIBRATED) or {}):  # the judge re-judged since: its calibration is stale
+                import sys
+
+                print(f"warning: release {r.id}: its calibrated judge was made from other judge scores than it holds now; "
+                      "not shown (craftmd judge-calibrate apply again)", file=sys.stderr)
+                pairs.discard((CALIBRATED, CALIBRATED_METRIC))
+        got = standing_scorer(pairs, prefer) if pairs else None
         if got is None:
             continue
         scorer, metric, kind = got

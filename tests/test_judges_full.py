@@ -229,7 +229,7 @@ def distorted(n_conv: int, dims: list[str], seed: int = 3) -> list[tuple[str, st
     return out
 
 
-def test_calibration_recovers_a_known_monotone_distortion(tmp_path, server):
+def test_calibration_recovers_a_known_monotone_distortion(tmp_path, server, capsys):
     from craftmd.analysis.rubric import page_section, rubric
     from craftmd.analysis.agreement.calibration import apply_calibration, calibrate
 
@@ -262,6 +262,15 @@ def test_calibration_recovers_a_known_monotone_distortion(tmp_path, server):
     assert shown["rows"][0]["scorer"] == J.CALIBRATED and shown["rows"][0]["kind"] == "calibrated judge"
     judged = page_section(rubric([read_release(rel)], B=50, seed=1, prefer="judge"))
     assert judged["rows"][0]["scorer"] == JUDGE and judged["rows"][0]["kind"] == "judge"
+    # the judge judged again since (one score changed): the calibration is stale, said, and the judge stands
+    from craftmd.release import write_scores
+
+    rows = [r for r in table.to_pylist() if r["scorer"] == JUDGE]
+    first = next(r for r in rows if r["metric"] == "rubric_score" and r["status"] == "ok")
+    first["value"] = 1.0 if first["value"] != 1.0 else 2.0
+    write_scores(read_release(rel), pa.Table.from_pylist(rows, schema=J.SCHEMA), {JUDGE: records[JUDGE]})
+    stale = page_section(rubric([read_release(rel)], B=50, seed=1))
+    assert stale["rows"][0]["scorer"] == JUDGE and "calibrated judge was made from other judge scores" in capsys.readouterr().err
 
 
 def test_too_few_ratings_and_a_malformed_sheet_are_one_line_and_nothing_is_written(tmp_path):

@@ -174,6 +174,22 @@ def read_calibration(path) -> tuple[dict, str]:
     return cal, hashlib.sha256(data).hexdigest()
 
 
+def judge_scores_sha256(rows: list[dict]) -> str:
+    """A digest of a judge's rubric rows (key, value, status): the calibrated judge's record keeps the one it was made from,
+    so scores re-judged since are seen (:func:`current`)."""
+    key = sorted((r["case_id"], r["trial"], r["conversation"], bool(r["with_image"]), r["dimension"], r["value"], r["status"]) for r in rows)
+    return hashlib.sha256(json.dumps(key).encode()).hexdigest()
+
+
+def current(release, record: dict) -> bool:
+    """Whether a release's calibrated judge was made from its judge's present scores."""
+    from craftmd.scoring.judge import METRIC
+
+    t, _ = release.scores_with_records()
+    rows = [r for r in t.to_pylist() if r["metric"] == METRIC and r["scorer"] == record.get("judge")] if t is not None else []
+    return bool(rows) and record.get("judge_scores_sha256") == judge_scores_sha256(rows)
+
+
 def apply_calibration(release_dirs, path) -> list[dict]:
     """Add the calibrated judge (scorer ``judge-calibrated``) to each release, from its judge's scores; one line and
     nothing written when a release's standing judge is not the calibrated one or a judged dimension has no map."""
@@ -211,11 +227,12 @@ def apply_calibration(release_dirs, path) -> list[dict]:
                          ("value", float(m[str(int(r["value"]))]) if ok else None), ("label", None),
                          ("detail", json.dumps(detail, sort_keys=True)), ("status", "ok" if ok else "error")):  # fmt: skip
                 cols[k].append(v)
-        record = {"method": "isotonic", "version": VERSION, "judge": judge, "by": cal["by"], "calibration_sha256": sha,
+        record = {"method": "isotonic", "version": VERSION, "judge": judge, "judge_scores_sha256": judge_scores_sha256(mine),
+                  "by": cal["by"], "calibration_sha256": sha,
                   "ratings_sha256": cal["ratings_sha256"], "pairs": cal["pairs"], "held_out": cal["held_out"]}  # fmt: skip
         write_scores(rel, pa.table(cols), {CALIBRATED: record})
         out.append({"release": rel.id, "judge": judge, "scores": len(mine)})
     return out
 
 
-__all__ = ["calibrate", "apply_calibration", "read_pairs", "fit_map", "held_out", "MIN_RATINGS", "FORMAT"]
+__all__ = ["calibrate", "apply_calibration", "current", "judge_scores_sha256", "read_pairs", "fit_map", "held_out", "MIN_RATINGS", "FORMAT"]
