@@ -166,6 +166,9 @@ def sensitivity(releases_dir, other: str, *, n: int = 10, seed: int = 0, B: int 
             continue
         a = [overall["baseline"][m] for m in models]
         b = [overall[name].get(m) for m in models]
+        if any(x is None for x in a + b):  # a model without a valid overall score on one side: no ranking to compare
+            tau[name] = None
+            continue
         res = kendalltau(a, b)
         tau[name] = None if np.isnan(res.statistic) else round(float(res.statistic), 4)
     table = pl.DataFrame(rows, schema={c: (pl.Int64 if c.startswith("n_") else pl.Float64 if c in ("baseline", "variant_mean", "drift",
