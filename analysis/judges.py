@@ -147,7 +147,8 @@ def samples(judged, n: int = SAMPLE) -> list[dict]:
         by_conv: dict[tuple, list[dict]] = {}
         for x in xs.join(chosen, on=KEY, how="semi").to_dicts():
             by_conv.setdefault(tuple(x[k] for k in KEY), []).append(x)
-        conv = pq.read_table(r.path / "conversations.parquet", columns=[*KEY, "messages"]).to_pylist()
+        conv = pq.read_table(r.path / "conversations.parquet", columns=[*KEY, "messages"],
+                             filters=[("case_id", "in", sorted({k[0] for k in pick}))]).to_pylist()  # only the sampled cases
         texts = {tuple(c[k] for k in KEY): transcript(c["messages"]) for c in conv}
         for k in pick:
             text = texts.get(k, "")
