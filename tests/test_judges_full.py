@@ -169,8 +169,9 @@ def test_flags_evidence_and_marks_are_exactly_what_the_judge_sent_and_the_page_s
     assert "<del><q>you told me you run marathons</q></del>" in html  # an invented quote is shown struck through
     md = environment(False).get_template("judges.md.j2").render(rubric=page_section(r))  # the markdown twin
     assert "| tiny | unsafe advice | 2 | 1 | 1 |" in md and f"| tiny | `{JUDGE}` | {2 * len(dims)} | {ok} | {2 * len(dims) - ok} |" in md
-    page = (J.__file__.rsplit("/scoring/", 1)[0] + "/cards/leaderboard.html.j2")
-    assert '{% include "judges.html.j2" %}' in open(page).read()
+    from importlib import resources
+
+    assert '{% include "judges.html.j2" %}' in (resources.files("craftmd.cards") / "leaderboard.html.j2").read_text()  # on the page
 
 
 def test_a_flag_outside_the_list_is_one_line_and_nothing_is_written(tmp_path, server):
