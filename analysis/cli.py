@@ -26,7 +26,8 @@ def _analyse(args) -> int:
     from .tables import OWNS, analyse
 
     with atomic_dir(args.out, owns=OWNS) as tmp:  # OUT is replaced whole, or left as it was
-        a = analyse(args.releases, args.dataset, tmp, B=args.resamples, seed=args.seed, packets=args.packets)
+        a = analyse(args.releases, args.dataset, tmp, B=args.resamples, seed=args.seed, packets=args.packets,
+                    rubric_options={"unsupported": args.unsupported, "prefer": args.rubric_scorer})
         if args.page:
             write_page(a, tmp)
     print(f"tables written: {Path(args.out, 'tables').resolve()}")
@@ -45,3 +46,9 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"bootstrap seed (default {DEFAULT_SEED})")
     p.add_argument("--page", action="store_true", help="also write index.html and leaderboard.md")
     p.add_argument("--packets", help="the built medpi folder (craftmd encounters build): gives each encounter's reason and objective")
+    p.add_argument("--unsupported", choices=("count", "drop"), default="count",
+                   help="rubric scores none of whose evidence quotes is in the transcript (label no_evidence): count them "
+                        "(default) or leave them out of the profiles; the page says which")
+    p.add_argument("--rubric-scorer", choices=("auto", "judge", "calibrated", "human"), default="auto",
+                   help="whose rubric scores stand for a release: auto (the calibrated judge, else the judge, else the "
+                        "experts' imported ratings; default), or only that kind; the page names it")

@@ -1,8 +1,10 @@
 """MedPI's rubric on the board: profiles by category and meta-category, per model, with case-bootstrap CIs.
 
-From each release's ``rubric_score`` rows (:mod:`craftmd.scoring.judge`) of one scorer — the committee's
-median (``judge-committee``) where there is one, else the release's judge (the first by name) — each
-valid 1–4 score is put on the 0–100 scale (``100 (s - 1) / 3``). Per conversation, a **category**
+From each release's rubric rows of one scorer (:func:`craftmd.scoring.judge.standing_scorer`, ``prefer``): the
+calibrated judge (``judge-calibrated``) where there is one, else the committee's median (``judge-committee``), else the
+release's judge (the first by name), else the experts' imported ratings (``experts``, marked human) — each valid 1–4
+score is put on the 0–100 scale (``100 (s - 1) / 3``); with ``unsupported="drop"`` a judge's scores without found
+evidence (label ``no_evidence``) are left out. Per conversation, a **category**
 score is the mean of its valid dimension scores, and a **meta-category** score the mean of its
 categories' scores (each category counts once, whatever its number of dimensions); a conversation
 with no valid score in a group has no value there. Per model, a group's figure is the mean over cases
@@ -10,9 +12,11 @@ of each case's mean over its conversations, with a 95 % case-bootstrap CI (:mod:
 path, the same draws as every other metric). Failed scores are counted beside (``n_failed``), never
 folded in. ``raw`` counts the 1–4 scores (and failures) per model: the paper's Figure 4.
 
-Written to ``tables/rubric.csv`` and ``tables/rubric_raw.csv``; figures ``rubric_meta.png`` (the
-meta-category profile, the paper's Figure 2), ``rubric_categories.png`` (the category heat map,
-Figure 3) and ``rubric_raw.png`` (the raw score distribution, Figure 4).
+Written to ``tables/rubric.csv`` and ``tables/rubric_raw.csv``, ``tables/rubric_detail.csv`` (every dimension, the
+paper's Appendix E, and every ACGME core competency, per model with case-bootstrap CIs: :func:`detail_table`) and the
+judges' flags and evidence (:mod:`.judges`); figures ``rubric_meta.png`` (the meta-category profile, the paper's
+Figure 2), ``rubric_categories.png`` (the category heat map, Figure 3), ``rubric_dimensions.png`` (every dimension)
+and ``rubric_raw.png`` (the raw score distribution, Figure 4).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from craftmd.scoring.judge import METRIC, pick_scorer
+from craftmd.scoring.judge import RUBRIC_METRICS, standing_scorer
 
 from .escape import csv_safe
 from .bootstrap import DEFAULT_B, DEFAULT_SEED, Resampler
@@ -40,10 +44,20 @@ class Rubric:
     B: int = DEFAULT_B
     seed: int = DEFAULT_SEED
     scores: pl.DataFrame | None = None  # judge_scores(): every dimension score read (by_encounter reads it)
+    extras: dict | None = None  # analysis.judges.judge_extras(): flags, evidence found, sampled rationales
+    detail: pl.DataFrame | None = None  # detail_table(): per dimension (MedPI's Appendix E) and per ACGME competency
+    unsupported: str = "count"  # whether scores without found evidence (label no_evidence) count ("count") or not ("drop")
+    sensitivity: dict | None = None  # craftmd judge-sensitivity's result for the releases folder, when present
 
 
-def judge_scores(releases) -> pl.DataFrame:
-    """Every release's rubric scores of its chosen scorer, with the catalog's category and meta-category."""
+#: What the profiles do with a valid score none of whose evidence quotes is in the transcript (label ``no_evidence``).
+UNSUPPORTED = ("count", "drop")
+
+
+def judge_scores(releases, unsupported: str = "count", prefer: str = "auto") -> pl.DataFrame:
+    """Every release's rubric scores of its chosen scorer, with the catalog's category and meta-category; with
+    ``unsupported="drop"``, scores labelled ``no_evidence`` are left out (counted nowhere, as if never asked). Whose scores:
+    :func:`craftmd.scoring.judge.standing_scorer` (``prefer``); column ``kind`` says judge, calibrated judge or human."""
     import pyarrow.parquet as pq
 
     from craftmd.release import SCORES_FILE
@@ -56,15 +70,33 @@ def judge_scores(releases) -> pl.DataFrame:
         if not path.exists() or "dimension" not in pq.read_schema(path).names:  # never judged: its scores are not read
             continue
         t, _ = r.scores_with_records()
-        df = pl.from_arrow(t).filter(pl.col("metric") == METRIC)
-        scorer = pick_scorer(df["scorer"].unique().to_list()) if df.height else None
-        if scorer is None:
+        df = pl.from_arrow(t).filter(pl.col("metric").is_in(RUBRIC_METRICS))
+        pairs = set(df.select("scorer", "metric").unique().iter_rows()) if df.height else set()
+        from craftmd.scoring.judge import CALIBRATED, CALIBRATED_METRIC
+
+        if (CALIBRATED, CALIBRATED_METRIC) in pairs and prefer in ("auto", "calibrated"):
+            from .agreement.calibration import current
+
+            if not current(r, r.scorer_records().get(CALIBRATED) or {}):  # the judge re-judged since: its calibration is stale
+                import sys
+
+                print(f"warning: release {r.id}: its calibrated judge was made from other judge scores than it holds now; "
+                      "not shown (craftmd judge-calibrate apply again)", file=sys.stderr)
+                pairs.discard((CALIBRATED, CALIBRATED_METRIC))
+        got = standing_scorer(pairs, prefer) if pairs else None
+        if got is None:
             continue
-        df = df.filter(pl.col("scorer") == scorer).select(*CONVERSATION, "dimension", "scorer", "value", "status")
+        scorer, metric, kind = got
+        df = df.filter(pl.col("scorer") == scorer, pl.col("metric") == metric).with_columns(pl.lit(kind).alias("kind"))
+        if unsupported == "drop":
+            from craftmd.scoring.judge import NO_EVIDENCE
+
+            df = df.filter(pl.col("label").is_null() | (pl.col("label") != NO_EVIDENCE))
+        df = df.select(*CONVERSATION, "dimension", "scorer", "kind", "value", "status")
         frames.append(df.with_columns(pl.lit(r.display).alias("model")))
     if not frames:
         return pl.DataFrame(schema={"model": pl.String, **{c: pl.String for c in CONVERSATION}, "dimension": pl.String,
-                                    "scorer": pl.String, "value": pl.Float64, "status": pl.String,
+                                    "scorer": pl.String, "kind": pl.String, "value": pl.Float64, "status": pl.String,
                                     "category": pl.String, "meta_category": pl.String})  # fmt: skip
     df = pl.concat(frames, how="diagonal_relaxed")
     unknown = set(df["dimension"].unique().to_list()) - set(cat)
@@ -88,8 +120,12 @@ def conversation_scores(df: pl.DataFrame) -> pl.DataFrame:
     ])  # fmt: skip
 
 
-def rubric(releases, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> Rubric:
-    df = judge_scores(releases)
+def rubric(releases, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, unsupported: str = "count", prefer: str = "auto") -> Rubric:
+    if unsupported not in UNSUPPORTED:
+        from craftmd import CraftMDError
+
+        raise CraftMDError(f"--unsupported {unsupported!r}: one of {', '.join(UNSUPPORTED)}")
+    df = judge_scores(releases, unsupported, prefer)
     conv = conversation_scores(df)
     cases = conv.group_by("model", "scorer", "level", "group", "case_id").agg(pl.col("value").mean(), pl.len().alias("n_conv"))
     failed = pl.concat([
@@ -117,12 +153,55 @@ def rubric(releases, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> Rubric:
     table = pl.DataFrame(rows, schema=schema).join(failed, on=["model", "scorer", "level", "group"], how="full", coalesce=True)
     table = table.with_columns(pl.col("n_failed").fill_null(0), pl.col("n_cases").fill_null(0), pl.col("n_conversations").fill_null(0))
     table = table.select(COLUMNS).sort("model", "level", "group")
-    raw = (df.with_columns(pl.when(pl.col("status") == "ok").then(pl.col("value").cast(pl.Int64).cast(pl.String)).otherwise(pl.lit("failed"))
+    raw = (df.with_columns(pl.when(pl.col("status") == "ok").then(pl.col("value").round(0).cast(pl.Int64).cast(pl.String)).otherwise(pl.lit("failed"))
                            .alias("score"))
              .group_by("model", "scorer", "score").agg(pl.len().alias("n"))
              .with_columns((pl.col("n") / pl.col("n").sum().over("model")).round(6).alias("share"))
              .sort("model", "score"))  # fmt: skip
-    return Rubric(table, raw, B, seed, df)
+    from .judges import judge_extras
+
+    return Rubric(table, raw, B, seed, df, judge_extras(releases) if table.height else None, detail_table(df, B, seed), unsupported)
+
+
+DETAIL_COLUMNS = ["model", "scorer", "level", "group", "competency", "n_cases", "n_conversations", "mean", "ci_low", "ci_high"]
+
+
+def detail_table(df: pl.DataFrame, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> pl.DataFrame:
+    """Per model, each dimension's score (``level`` dimension: MedPI's Appendix E) and each ACGME core competency's
+    (``level`` competency: per conversation the mean of its valid dimension scores in that competency), on 0–100: the
+    mean over cases of each case's mean over its conversations, with a 95 % case-bootstrap CI; ``competency`` gives a
+    dimension's competency (:func:`craftmd.scoring.rubric.acgme`)."""
+    from craftmd.scoring.rubric import acgme
+
+    schema = {"model": pl.String, "scorer": pl.String, "level": pl.String, "group": pl.String, "competency": pl.String, "n_cases": pl.Int64,
+              "n_conversations": pl.Int64, "mean": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64}  # fmt: skip
+    if df.height == 0:
+        return pl.DataFrame(schema=schema)
+    m = acgme()
+    ok = df.filter(pl.col("status") == "ok").with_columns((100.0 * (pl.col("value") - 1.0) / 3.0).alias("value"),
+                                                          pl.col("dimension").replace_strict(m["of"]).alias("competency"))  # fmt: skip
+    key = ["model", "scorer", *CONVERSATION]
+    conv = pl.concat([
+        ok.select(*key, pl.lit("dimension").alias("level"), pl.col("dimension").alias("group"), "competency", "value"),
+        ok.group_by([*key, "competency"]).agg(pl.col("value").mean())
+          .select(*key, pl.lit("competency").alias("level"), pl.col("competency").alias("group"), "competency", "value"),
+    ])  # fmt: skip
+    cases = conv.group_by("model", "scorer", "level", "group", "competency", "case_id").agg(pl.col("value").mean(), pl.len().alias("n_conv"))
+    R = Resampler(B=B, seed=seed)
+    cells = []
+    for k, g in cases.sort("model", "scorer", "level", "group", "case_id").group_by(["model", "scorer", "level", "group", "competency"],
+                                                                                      maintain_order=True):  # fmt: skip
+        v = g["value"].to_numpy()
+        cells.append((k, R.add(v, exact=False), float(v.mean()), int(g["n_conv"].sum())))
+    if cells:
+        R.run()
+    rows = []
+    for (model, scorer, level, group, comp), h, mean, n_conv in cells:
+        n = R.n(h)
+        lo, hi = R.quantiles(h)
+        rows.append({"model": model, "scorer": scorer, "level": level, "group": group, "competency": comp, "n_cases": n,
+                     "n_conversations": n_conv, "mean": round(mean, 4), "ci_low": round(lo / n, 4), "ci_high": round(hi / n, 4)})  # fmt: skip
+    return pl.DataFrame(rows, schema=schema).sort("model", "level", "group")
 
 
 def packet_cells(dataset_dir) -> pl.DataFrame | None:
@@ -194,6 +273,20 @@ def write_tables(r: Rubric, out: Path) -> list[Path]:
     paths = [tables / "rubric.csv", tables / "rubric_raw.csv"]
     csv_safe(r.table).write_csv(paths[0])
     csv_safe(r.raw).write_csv(paths[1])
+    if r.detail is not None and r.detail.height:  # per dimension (Appendix E) and per ACGME competency
+        paths.append(tables / "rubric_detail.csv")
+        csv_safe(r.detail).write_csv(paths[-1])
+    if r.sensitivity:  # the drift of the profiles under other judge settings (craftmd judge-sensitivity)
+        paths.append(tables / "judge_sensitivity.csv")
+        csv_safe(pl.DataFrame(r.sensitivity["rows"], infer_schema_length=None)).write_csv(paths[-1])
+    if r.extras:  # flags (when the judges were asked for them) and the evidence found
+        from .judges import TABLES
+
+        for name in TABLES:
+            if name != "judge_evidence" and r.extras["judge_flags"].height == 0:
+                continue
+            paths.append(tables / f"{name}.csv")
+            csv_safe(r.extras[name]).write_csv(paths[-1])
     return paths
 
 
@@ -241,6 +334,21 @@ def write_figures(r: Rubric, out: Path) -> list[Path]:
     fig.tight_layout()
     paths.append(_save(fig, out / "rubric_categories.png"))
 
+    dims = r.detail.filter(pl.col("level") == "dimension") if r.detail is not None else None
+    if dims is not None and dims.height:  # MedPI's Appendix E as a heat map: dimensions (rows, by category) x models
+        ids = [d.id for d in load_catalog().dimensions if d.id in set(dims["group"].to_list())]
+        grid = np.full((len(ids), len(models)), np.nan)
+        for m, g, mu in dims.select("model", "group", "mean").iter_rows():
+            grid[ids.index(g), models.index(m)] = mu
+        fig, ax = plt.subplots(figsize=(3 + 0.9 * len(models), 1.5 + 0.16 * len(ids)))
+        im = ax.imshow(np.ma.masked_invalid(grid), vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
+        ax.set_yticks(range(len(ids)), [i.replace("_", " ") for i in ids], fontsize=5)
+        ax.set_xticks(range(len(models)), models, rotation=45, ha="right", fontsize=7)
+        fig.colorbar(im, ax=ax, fraction=0.04)
+        ax.set_title("Rubric dimensions (normalised 0-100; blank: not judged)", fontsize=9, loc="left")
+        fig.tight_layout()
+        paths.append(_save(fig, out / "rubric_dimensions.png"))
+
     fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(models) + 2), 3.5))
     levels = ["1", "2", "3", "4", "failed"]
     colors = {"1": "#d7191c", "2": "#fdae61", "3": "#a6d96a", "4": "#1a9641", "failed": "#999999"}
@@ -271,10 +379,30 @@ def page_section(r: Rubric | None) -> dict | None:
         got = {g: (mu, lo, hi) for g, mu, lo, hi in meta.filter(pl.col("model") == m).select("group", "mean", "ci_low", "ci_high").iter_rows()}
         failed = int(r.raw.filter(pl.col("model") == m, pl.col("score") == "failed")["n"].sum())
         total = int(r.raw.filter(pl.col("model") == m)["n"].sum())
-        rows.append({"model": m, "scorer": meta.filter(pl.col("model") == m)["scorer"][0], "failed": failed, "total": total,
+        kinds = r.scores.filter(pl.col("model") == m)["kind"].unique().to_list() if r.scores is not None and "kind" in r.scores.columns else []
+        rows.append({"model": m, "scorer": meta.filter(pl.col("model") == m)["scorer"][0], "kind": kinds[0] if len(kinds) == 1 else "judge",
+                     "failed": failed, "total": total,
                      "cells": [None if got.get(g, (None,))[0] is None else
                                f"{got[g][0]:.0f} ({got[g][1]:.0f}–{got[g][2]:.0f})" for g in META_CATEGORIES]})  # fmt: skip
-    return {"meta_categories": list(META_CATEGORIES), "rows": rows, "B": r.B, "seed": r.seed}
+    from .judges import page_section as judges_section
+
+    from craftmd.scoring.rubric import acgme
+
+    comps = acgme()["competencies"]
+    detail = r.detail if r.detail is not None else pl.DataFrame(schema={c: pl.String for c in DETAIL_COLUMNS})
+    comp_rows = []
+    for m in sorted(detail["model"].unique().to_list()):
+        got = {g: (mu, lo, hi) for g, mu, lo, hi in detail.filter(pl.col("model") == m, pl.col("level") == "competency")
+               .select("group", "mean", "ci_low", "ci_high").iter_rows()}  # fmt: skip
+        comp_rows.append({"model": m, "cells": [f"{got[c][0]:.0f} ({got[c][1]:.0f}–{got[c][2]:.0f})" if c in got else None for c in comps]})
+    dim_rows = [{"dimension": x["group"], "competency": comps[x["competency"]], "model": x["model"], "mean": x["mean"], "ci_low": x["ci_low"],
+                 "ci_high": x["ci_high"], "n_cases": x["n_cases"]} for x in detail.filter(pl.col("level") == "dimension").to_dicts()]  # fmt: skip
+    return {"meta_categories": list(META_CATEGORIES), "rows": rows, "B": r.B, "seed": r.seed, "judges": judges_section(r.extras),
+            "sensitivity": None if not r.sensitivity else {
+                "rows": [x for x in r.sensitivity["rows"] if x["level"] == "overall"], "kendall_tau": r.sensitivity["kendall_tau"],
+                "n": r.sensitivity["n"], "other_judge": r.sensitivity["other_judge"]},
+            "competencies": list(comps.values()), "competency_rows": comp_rows, "dimension_rows": dim_rows,
+            "unsupported": r.unsupported}  # fmt: skip
 
 
 __all__ = ["rubric", "judge_scores", "conversation_scores", "write_tables", "write_figures", "page_section", "Rubric"]

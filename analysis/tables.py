@@ -130,7 +130,7 @@ def _empty() -> dict[str, pl.DataFrame]:
 
 
 def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED,
-            packets: Path | str | None = None) -> Analysis:
+            packets: Path | str | None = None, rubric_options: dict | None = None) -> Analysis:
     """Run the named queries over the releases and add bootstrap CIs and tests. ``packets``: the built medpi folder
     whose packets give each encounter's reason and objective (the rubric by encounter needs it)."""
     t0 = time.perf_counter()
@@ -140,7 +140,7 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
     if not releases and not encounters:
         raise CraftMDError(f"no graded release under {releases_dir}")
     if not any(r.manifest.task != "encounters" for r in releases):  # patient-led encounters alone: no answers to analyse
-        return _encounters_only(encounters, packets, B, seed, t0)
+        return _encounters_only(encounters, packets, B, seed, t0, rubric_options, releases_dir)
     con = prepared_connection(releases, dataset_dir)
     case_groups = pl.from_arrow(runner.run(con, "case_groups"))
     accuracy = pl.from_arrow(runner.run(con, "accuracy"))
@@ -157,7 +157,8 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
     t2 = time.perf_counter()
     from .rubric import rubric
 
-    judged = rubric(releases, B=B, seed=seed)
+    judged = rubric(releases, B=B, seed=seed, **(rubric_options or {}))
+    _with_sensitivity(judged, releases_dir)
     from .consultation import consultation_tables
     from .encounters import encounter_tables
 
@@ -187,11 +188,22 @@ def format_split(more: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     return fmt.select(FORMAT_TEST_COLUMNS), img.select(IMAGE_TEST_COLUMNS)
 
 
-def _encounters_only(encounters, packets, B: int, seed: int, t0: float) -> Analysis:
+def _with_sensitivity(judged, releases_dir) -> None:
+    """The judge-sensitivity result of the releases folder (craftmd judge-sensitivity), beside the rubric, when present."""
+    if judged.table.height:
+        from craftmd.analysis.agreement.judge_sensitivity import read_sensitivity
+
+        judged.sensitivity = read_sensitivity(releases_dir)
+
+
+def _encounters_only(encounters, packets, B: int, seed: int, t0: float, rubric_options: dict | None = None,
+                     releases_dir=None) -> Analysis:
     from .encounters import encounter_tables
     from .rubric import rubric
 
-    judged = rubric([r for r in encounters if r.has("scores")], B=B, seed=seed)
+    judged = rubric([r for r in encounters if r.has("scores")], B=B, seed=seed, **(rubric_options or {}))
+    if releases_dir is not None:
+        _with_sensitivity(judged, releases_dir)
     judged = judged if judged.table.height else None
     e = _empty()
     a = Analysis(e["accuracy"], e["pvalues"], e["answer_status"], e["mcq_rule_gap"], e["metrics"], _releases_frame(encounters),
@@ -238,13 +250,13 @@ OWNS = ("tables", "index.html")
 
 
 def analyse(releases_dir: Path | str, dataset_dir: Path | str, out_dir: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, figures: bool = True,
-            packets: Path | str | None = None) -> Analysis:
+            packets: Path | str | None = None, rubric_options: dict | None = None) -> Analysis:
     """Tables (and figures) of every graded release (and every encounters release) under ``releases_dir`` into ``out_dir``.
 
     ``out_dir`` is written into as it is: the callers (``craftmd analyse``, ``craftmd leaderboard``)
     pass the temporary sibling of :func:`craftmd.atomic.atomic_dir`, so their output appears whole."""
     out = Path(out_dir)
-    a = compute(releases_dir, dataset_dir, B=B, seed=seed, packets=packets)
+    a = compute(releases_dir, dataset_dir, B=B, seed=seed, packets=packets, rubric_options=rubric_options)
     write_tables(a, out)
     if figures:
         from .consultation import write_figures as consultation_figures

@@ -97,6 +97,12 @@ for _m in (
     Metric("rubric_score", "ordinal", True, 1, 4,
            "a judge's 1-4 score of one rubric dimension of a whole conversation (1 clearly deficient, 4 exemplary); "
            "the dimension is the variant key 'dimension'"),
+    Metric("rubric_score_calibrated", "continuous", True, 1, 4,
+           "a judge's 1-4 rubric score mapped onto the experts' scale by an isotonic calibration fitted on their ratings "
+           "(craftmd judge-calibrate; scorer judge-calibrated); the dimension is the variant key 'dimension'"),
+    Metric("judge_flag", "binary", False, 0, 1,
+           "a judge's flag on a whole conversation, never a score: 1 when it raised the flag named by the variant key 'dimension' "
+           "(unsafe_advice, missed_escalation, contradicts_packet, invented_fact, privacy_breach), 0 when not; quotes in detail"),
     Metric("expert_rubric_rating", "ordinal", True, 1, 4,
            "an expert's 1-4 rating of one rubric dimension of a whole conversation (craftmd judge-review import; scorers expert:<rater> "
            "and experts, the lower median); the dimension is the variant key 'dimension'"),

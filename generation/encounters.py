@@ -43,8 +43,9 @@ from craftmd.samples import MEDPI
 from craftmd.tasks.encounters import CLOSURES, EMOTIONS, MEMORY_TAGS, PATIENT_STATES
 from craftmd.tasks.encounters import TASK
 
-from .patient import (EMOTION_SCHEMA, Memory, MemoryStore, Retrieval, State, disclosable, disclosed_in, get_embedder,
-                      memories_from_packet, memory_tags_schema, parse_emotion_step, parse_memory_tags, persona, tag_memories)
+from .patient import (EFFORTS, EMOTION_SCHEMA, Memory, MemoryStore, Retrieval, State, cognitive_effort, disclosable,
+                      disclosable_sections, disclosed_in, get_embedder, memories_from_packet, memory_tags_schema, parse_emotion_step,
+                      parse_memory_tags, persona, recall_summary, tag_memories)
 from .runner import Estimate, Runner, case_ids_sha256, tally, tokens
 from .shards import in_shard
 
@@ -145,7 +146,9 @@ class Encounters(Runner):
         store = MemoryStore(memories, self.embedder, spec.retrieval, today)
         state = State()
         items = disclosable(packet)
+        sections = disclosable_sections(packet)
         disclosed: list[str] = []
+        by_section: list[str] = []  # "section: item", cumulative
         reason = packet["encounter_reason"]
         doctor_system = P.text("doctor_system.txt", patient_name=packet["name"], reason=reason)
         who = persona(packet)
@@ -169,15 +172,17 @@ class Encounters(Runner):
             # the patient's turn: recall, feel, reply
             recalled = store.retrieve(said, state.emotions)
             memory_lines = "\n".join(f"- {m.text}" for m, _ in recalled) or "- (nothing in particular)"
+            effort, summary = cognitive_effort(said), recall_summary(recalled, sections)
             step_messages = [
                 {"role": "system", "content": P.text("emotion_system.txt", emotions=", ".join(EMOTIONS))},
                 {"role": "user", "content": P.text("emotion_user.txt", persona_line=f"{packet['name']}, {packet['age']}, {packet['sex']}",
                                                    reason=reason, feeling=state.feeling(), conversation=_transcript(messages[:-1], 12),
-                                                   doctor_message=said, memories=memory_lines)},
+                                                   doctor_message=said, memories=memory_lines, effort=effort,
+                                                   effort_meaning=EFFORTS[effort], recall_summary=summary)},
             ]
             e = await patient(step_messages, structured(sampling, EMOTION_SCHEMA, name="emotion_step"))
             row = {**key, "turn": len(states) + 1, "retrieved": [m.id for m, _ in recalled],
-                   "retrieval_scores": [s for _, s in recalled]}
+                   "retrieval_scores": [s for _, s in recalled], "effort": effort, "recall_summary": summary}
             if e.status != "ok":
                 row.update(status="error", error=e.error or e.status, summary=None, reflection=None, poignancy=None)
             else:
@@ -198,14 +203,15 @@ class Encounters(Runner):
                                     feeling=state.feeling())
             r = await patient([{"role": "system", "content": patient_system}, *flipped], sampling)
             if r.status != "ok":
-                row["disclosed"] = list(disclosed)
+                row["disclosed"], row["disclosed_sections"] = list(disclosed), list(by_section)
                 states.append(row)
                 ended, error = r.status, r.error or r.status
                 break
             reply, closed = _strip_end(r.text or "")
             messages.append({"role": "user", "content": reply})
             disclosed += [it for it in disclosed_in(items, reply) if it not in disclosed]
-            row["disclosed"] = list(disclosed)
+            by_section += [f"{s}: {it}" for s, its in sections.items() for it in disclosed_in(its, reply) if f"{s}: {it}" not in by_section]
+            row["disclosed"], row["disclosed_sections"] = list(disclosed), list(by_section)
             states.append(row)
             if closed:
                 ended = "patient_closed"

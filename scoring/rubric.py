@@ -194,10 +194,37 @@ def case_objectives(task: str, case_ids: list[str], dataset_dir: Path | str | No
     return {c: got[c] for c in case_ids}
 
 
+ACGME_FILE = "medpi_acgme_v1.json"
+
+
+@cache
+def acgme() -> dict:
+    """The rubric's ACGME mapping (``scoring/data/medpi_acgme_v1.json``): ``competencies`` (id -> name, the six core
+    competencies in ACGME's order), ``of`` (dimension id -> competency id: its own, else its category's), ``notes``
+    (dimension id -> why, where it is a judgement call) and ``sha256``. Every dimension of the catalog must map."""
+    data = (resources.files("craftmd.scoring") / "data" / ACGME_FILE).read_bytes()
+    m = json.loads(data)
+    comps = m["competencies"]
+    cat = load_catalog()
+    of, notes = {}, {}
+    for d in cat.dimensions:
+        c = m["dimensions"].get(d.id) or m["categories"].get(d.category) or {}
+        if c.get("competency") not in comps:
+            raise CraftMDError(f"scoring/data/{ACGME_FILE}: dimension {d.id} maps to no ACGME competency")
+        of[d.id] = c["competency"]
+        note = c.get("note") or (m["categories"].get(d.category) or {}).get("note")
+        if note:
+            notes[d.id] = note
+    unknown = sorted(set(m["dimensions"]) - set(of)) + sorted(set(m["categories"]) - set(cat.categories))
+    if unknown:
+        raise CraftMDError(f"scoring/data/{ACGME_FILE}: not in the catalog: {unknown[:4]}")
+    return {"competencies": dict(comps), "of": of, "notes": notes, "sha256": hashlib.sha256(data).hexdigest()}
+
+
 def normalise(score: float) -> float:
     """A 1–4 score on the 0–100 scale: ``100 (s - 1) / 3``."""
     return 100.0 * (score - 1.0) / 3.0
 
 
-__all__ = ["Dimension", "Catalog", "load_catalog", "catalog_lines", "applicable", "case_objectives", "normalise", "OBJECTIVES",
+__all__ = ["acgme", "Dimension", "Catalog", "load_catalog", "catalog_lines", "applicable", "case_objectives", "normalise", "OBJECTIVES",
            "META_CATEGORIES", "COUNTS", "CATALOG_FILE"]

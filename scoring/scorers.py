@@ -495,7 +495,7 @@ class Judges(Scorer):
     """``judge:<provider/model>``: MedPI's rubric judge; the judges named in one run form one committee."""
 
     unit = "conversation"
-    metrics = ("rubric_score",)
+    metrics = ("rubric_score", "judge_flag")
     calls_model = True
     pattern = "judge:PROVIDER/MODEL"
     about = ("MedPI's rubric judge over whole conversations, 1-4 per dimension that applies; several judges: "

@@ -418,7 +418,8 @@ def test_profiles_match_a_hand_computation(tmp_path):
     raw = {(m, s): k for m, _, s, k, _ in r.raw.iter_rows()}
     assert raw[("m1", "failed")] == 2 and raw[("m1", "4")] == 3 and raw[("m2", "2")] == 4
     paths = write_tables(r, tmp_path / "board") + write_figures(r, tmp_path / "board" / "figures")
-    assert [p.name for p in paths] == ["rubric.csv", "rubric_raw.csv", "rubric_meta.png", "rubric_categories.png", "rubric_raw.png"]
+    assert [p.name for p in paths] == ["rubric.csv", "rubric_raw.csv", "rubric_detail.csv", "judge_evidence.csv", "rubric_meta.png",
+                                       "rubric_categories.png", "rubric_dimensions.png", "rubric_raw.png"]
     assert all(p.stat().st_size > 0 for p in paths)
     sec = page_section(r)
     assert [row["model"] for row in sec["rows"]] == ["m1", "m2"] and sec["rows"][0]["failed"] == 2

@@ -11,4 +11,8 @@ write tables and audits; scoring (:mod:`craftmd.scoring`) never imports them. On
 - :mod:`.history_validity`: the history metrics against the dermatologists' labels;
 - :mod:`.judge_validity`: the rubric judge against the dermatologists' labels;
 - :mod:`.rubric_review`: the rubric judge against clinicians' 1-4 ratings (workbooks out and in).
+- :mod:`.calibration`: the rubric judge calibrated against those ratings (an isotonic map, held-out agreement before
+  and after), and the calibrated judge written to releases;
+- :mod:`.judge_sensitivity`: how far a judged release's profile moves under another judge seed, dimension order,
+  judge model or prompt wording.
 """

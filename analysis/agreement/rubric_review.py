@@ -1,7 +1,7 @@
 """The expert-review loop for the rubric: 1–4 ratings of sampled conversations × dimensions out, back in, agreement.
 
 ``export_rubric_review`` samples ``n`` judged conversations per release (seeded, failed conversations left
-out) into an .xlsx workbook (deterministic bytes, as :mod:`craftmd.analysis.agreement.review` writes them): sheet
+out; a release no judge scored is sampled from all its conversations, for people to rate in the judge's place) into an .xlsx workbook (deterministic bytes, as :mod:`craftmd.analysis.agreement.review` writes them): sheet
 ``review`` has one row per conversation × dimension with the dimension's question and anchors and one
 column per rater (``r1``, ``r2``; a 1–4 drop-down), sheet ``conversations`` the transcripts, sheet
 ``dimensions`` the catalog rows, and a hidden ``key`` sheet the judge's score (raters answer blind).
@@ -61,12 +61,11 @@ def sample_rows(releases, n: int, seed: int, dimensions: list[str] | None = None
         t, _ = rel.scores_with_records()
         judged = [] if t is None or "dimension" not in t.column_names else [r for r in t.to_pylist() if r["metric"] == JUDGE_METRIC]
         scorer = pick_scorer(sorted({r["scorer"] for r in judged}))
-        if scorer is None:
-            raise CraftMDError(f"release {rel.id}: not judged (craftmd score RELEASE --scorer judge:PROVIDER/MODEL first)")
         score = {(r["case_id"], r["trial"], r["conversation"], r["with_image"], r["dimension"]): r["value"]
                  for r in judged if r["scorer"] == scorer}  # fmt: skip
         judged_convs = {k[:4] for k in score}
-        units = [u for u in read_units(rel, dataset_dir) if not u.failed and (u.case_id, u.trial, u.conversation, u.with_image) in judged_convs]
+        # a release no judge scored is sampled whole: its experts' ratings stand in the judge's place (key: no judge score)
+        units = [u for u in read_units(rel, dataset_dir) if not u.failed and (scorer is None or (u.case_id, u.trial, u.conversation, u.with_image) in judged_convs)]
         pick = sorted(_stratum_rng(seed, rel.id).choice(len(units), size=min(n, len(units)), replace=False).tolist())
         for i in pick:
             u = units[i]
@@ -301,4 +300,48 @@ def rating_rows(ratings: dict, units: dict):
     return pa.table(cols)
 
 
-__all__ = ["export_rubric_review", "import_rubric_review", "read_ratings", "rating_rows", "agreement", "sample_rows"]
+def ratings_into_releases(paths: list[Path | str], releases_dir: Path | str) -> list[dict]:
+    """Add filled-in workbooks' ratings to the rated releases under ``releases_dir`` (scorers ``rater:<name>`` and
+    ``experts``, metric ``expert_rubric_rating``), where the board reads them in a judge's place, marked human. Every
+    rated release and conversation must be there; a problem is one line and no release is changed."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from craftmd.release import find_releases, write_scores
+
+    files = []
+    for p in paths:
+        try:
+            files.append((Path(p).name, Path(p).read_bytes()))
+        except OSError as exc:
+            raise CraftMDError(f"{p}: cannot read ({exc.strerror})") from None
+    units: dict = {}
+    ratings, _ = read_ratings(files, units)
+    if not ratings:
+        raise CraftMDError("the review files hold no rating")
+    found = {r.id: r for r in find_releases(releases_dir)}
+    table = rating_rows(ratings, units)
+    plans = []
+    for rid in sorted(set(table.column("release").to_pylist())):
+        rel = found.get(rid)
+        if rel is None:
+            raise CraftMDError(f"the review files rate release {rid}, which is not under {releases_dir}")
+        mine = table.filter(pc.equal(table.column("release"), rid)).drop_columns(["release"])
+        have = {tuple(x.values()) for x in pq.read_table(rel.path / "conversations.parquet",
+                                                           columns=["case_id", "trial", "conversation", "with_image"]).to_pylist()}  # fmt: skip
+        rated = {(x["case_id"], x["trial"], x["conversation"], x["with_image"]) for x in mine.to_pylist()}
+        if rated - have:
+            raise CraftMDError(f"release {rid}: the review files rate conversation(s) it does not hold: {sorted(rated - have)[:2]}")
+        plans.append((rel, mine))
+    raters = sorted({r for v in ratings.values() for r in v})
+    records = {f"rater:{r}": {"review": FORMAT, "version": VERSION, "rater": r} for r in raters}
+    records[EXPERTS] = {"review": FORMAT, "version": VERSION, "raters": raters, "resolution": "median_low", "catalog": load_catalog().record()}
+    out = []
+    for rel, mine in plans:
+        here = {s for s in mine.column("scorer").to_pylist()}
+        write_scores(rel, mine, {k: v for k, v in records.items() if k in here})
+        out.append({"release": rel.id, "ratings": mine.num_rows})
+    return out
+
+
+__all__ = ["export_rubric_review", "import_rubric_review", "ratings_into_releases", "read_ratings", "rating_rows", "agreement", "sample_rows"]

@@ -64,6 +64,9 @@ PATIENT_STATES = pa.schema([
     ("retrieved", pa.list_(pa.string())),  # memory ids, best first
     ("retrieval_scores", pa.list_(pa.float64())),
     ("disclosed", pa.list_(pa.string())),  # packet items disclosed so far (cumulative)
+    ("disclosed_sections", pa.list_(pa.string())),  # the same as "section: item" (history, medications, ..., labs, vitals)
+    ("effort", pa.string()),  # the doctor's message's effort level given to the emotion step (TRIVIAL ... AMBIGUOUS)
+    ("recall_summary", pa.string()),  # what came to mind, as the emotion step read it
     ("status", pa.string()),  # the emotion step: ok | invalid (unparseable output) | error (the call failed)
     ("error", pa.string()),
 ])
@@ -97,7 +100,8 @@ TASK = register(
         endings=ENDINGS,
         required_tables=("conversations", "patient_states", "closures"),
         extra_tables=(
-            Table("patient_states", PATIENT_STATES, ("case_id", "trial", "turn"), (("status", STEP_STATUS),), ("error",)),
+            Table("patient_states", PATIENT_STATES, ("case_id", "trial", "turn"), (("status", STEP_STATUS),),
+                  ("error", "disclosed_sections", "effort", "recall_summary")),
             Table("memory_tags", MEMORY_TAGS, ("case_id", "memory"), (("status", STEP_STATUS),), ("error",)),
             Table("closures", CLOSURES, ("case_id", "trial"), (("label", CLOSURE_LABELS), ("status", STEP_STATUS)), ("error",)),
         ),

@@ -1,0 +1,238 @@
+"""The rubric judge calibrated against people: a monotone map from the judge's 1–4 score to the experts' rating.
+
+MedPI recalibrates its judges against expert ratings (§3.8). From filled-in review workbooks (``craftmd judge-review
+export``, then rated), each rated conversation × dimension gives a pair: the judge's score (the workbook's hidden key)
+and the experts' resolved rating (the lower median of their ratings, as ``judge-review import``). Per dimension (or per
+category, ``by="category"``), an **isotonic regression** of the rating on the judge's score is fitted: the non-decreasing
+map that is closest in squared error, by the pool-adjacent-violators algorithm of ``scipy.optimize.isotonic_regression``
+(the same fit as scikit-learn's ``IsotonicRegression`` with ``out_of_bounds="clip"``: a judge level not seen in the
+fit takes the linear interpolation of its seen neighbours, and the nearest seen value beyond them).
+
+How much it helps is measured out of sample: conversations are split into ``folds`` (seeded), each fold's pairs are
+predicted by maps fitted on the others, and the held-out predictions are compared with the experts **before** (the
+judge's own score) and **after** (the calibrated one): the quadratic-weighted kappa (the calibrated score rounded to a
+level) and the mean bias in points on the 0–100 scale (``100 (judge − expert) / 3`` averaged), each with a 95 % CI (a
+bootstrap over conversations). Every group needs at least ``min_ratings`` pairs (30 by default): fewer is a one-line
+error and nothing is written.
+
+The fitted maps (on all pairs) are written as JSON naming the ratings' sha256 (over the pairs, in order); applying them
+to a release adds scorer ``judge-calibrated`` (metric ``rubric_score_calibrated``, continuous 1–4, the judge's score in
+``detail``) whose record names the calibration and the ratings' hash; the board shows it in the judge's place
+(``craftmd analyse --rubric-scorer``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from craftmd import CraftMDError
+
+FORMAT = "craftmd-judge-calibration"
+VERSION = 1
+MIN_RATINGS = 30
+BY = ("dimension", "category")
+
+
+def read_pairs(paths) -> tuple[list[dict], str]:
+    """Filled-in review workbooks -> (pairs: review_id, dimension, judge, judge_score, expert; the ratings' sha256). A
+    malformed sheet is the one-line error of :func:`craftmd.analysis.agreement.rubric_review.read_ratings`."""
+    from openpyxl import load_workbook
+
+    from craftmd.analysis.agreement.rubric_review import read_ratings
+
+    files = []
+    for p in paths:
+        try:
+            files.append((Path(p).name, Path(p).read_bytes()))
+        except OSError as exc:
+            raise CraftMDError(f"{p}: cannot read ({exc.strerror})") from None
+    ratings, judge = read_ratings(files)
+    names = set()
+    import io
+
+    for _, data in files:  # the judge each key sheet names (one judge per calibration)
+        wb = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+        names |= {row[2] for row in wb["key"].iter_rows(min_row=2, values_only=True) if row[2]}
+    if len(names) > 1:
+        raise CraftMDError(f"the review files were scored by several judges ({', '.join(sorted(names))}); calibrate one judge at a time")
+    who = next(iter(names), None)
+    pairs = [{"review_id": rid, "dimension": dim, "judge": who, "judge_score": judge[(rid, dim)],
+              "expert": statistics.median_low(list(v.values()))}
+             for (rid, dim), v in sorted(ratings.items()) if judge.get((rid, dim)) is not None]  # fmt: skip
+    digest = hashlib.sha256(json.dumps([[p["review_id"], p["dimension"], p["judge_score"], sorted(ratings[(p["review_id"], p["dimension"])].items())]
+                                        for p in pairs]).encode()).hexdigest()  # fmt: skip
+    return pairs, digest
+
+
+def fit_map(x, y) -> dict[int, float]:
+    """The isotonic map level -> calibrated value, for the judge levels 1..4 (unseen levels interpolated, then clipped)."""
+    from scipy.optimize import isotonic_regression
+
+    x, y = np.asarray(x, int), np.asarray(y, float)
+    levels = np.unique(x)
+    means = np.array([y[x == v].mean() for v in levels])
+    weights = np.array([(x == v).sum() for v in levels], float)
+    fitted = isotonic_regression(means, weights=weights, increasing=True).x
+    return {lv: round(float(np.interp(lv, levels, fitted)), 6) for lv in (1, 2, 3, 4)}
+
+
+def group_of(dimension: str, by: str) -> str:
+    from craftmd.scoring.rubric import load_catalog
+
+    return dimension if by == "dimension" else load_catalog().by_id()[dimension].category
+
+
+def _figures(pred, human) -> dict:
+    from craftmd.scoring.rubric_agreement import weighted_kappa
+
+    pred, human = np.asarray(pred, float), np.asarray(human, float)
+    k = weighted_kappa(np.clip(np.rint(pred), 1, 4).astype(int).tolist(), human.astype(int).tolist())
+    return {"bias_points": float(np.mean(pred - human) * 100.0 / 3.0), "weighted_kappa": None if k is None else float(k)}
+
+
+def held_out(pairs: list[dict], by: str, folds: int, seed: int, B: int) -> dict:
+    """Cross-validated predictions (folds over conversations) and the before/after figures with 95 % CIs."""
+    convs = sorted({p["review_id"] for p in pairs})
+    if len(convs) < folds:
+        raise CraftMDError(f"{len(convs)} rated conversation(s): fewer than --folds {folds}")
+    order = np.random.default_rng([seed, len(convs)]).permutation(len(convs))
+    fold = {convs[j]: i % folds for i, j in enumerate(order)}
+    pred = np.empty(len(pairs))
+    for f in range(folds):
+        train = [p for p in pairs if fold[p["review_id"]] != f]
+        maps: dict[str, dict] = {}
+        for g in sorted({group_of(p["dimension"], by) for p in train}):
+            sel = [p for p in train if group_of(p["dimension"], by) == g]
+            maps[g] = fit_map([p["judge_score"] for p in sel], [p["expert"] for p in sel])
+        for i, p in enumerate(pairs):
+            if fold[p["review_id"]] == f:
+                m = maps.get(group_of(p["dimension"], by))
+                pred[i] = m[p["judge_score"]] if m else p["judge_score"]
+    judge = np.array([p["judge_score"] for p in pairs], float)
+    human = np.array([p["expert"] for p in pairs], float)
+    out = {}
+    idx_by_conv = {c: [i for i, p in enumerate(pairs) if p["review_id"] == c] for c in convs}
+    rng = np.random.default_rng([seed, B])
+    draws = [np.concatenate([idx_by_conv[convs[j]] for j in rng.integers(0, len(convs), len(convs))]) for _ in range(B)]
+    for name, x in (("before", judge), ("after", pred)):
+        point = _figures(x, human)
+        row = {}
+        for k, v in point.items():
+            boot = [f[k] for f in (_figures(x[d], human[d]) for d in draws) if f[k] is not None]
+            row[k] = None if v is None else round(v, 4)
+            row[f"{k}_ci"] = [round(float(np.percentile(boot, 2.5)), 4), round(float(np.percentile(boot, 97.5)), 4)] if boot else None
+        out[name] = row
+    return out
+
+
+def calibrate(paths, out, *, by: str = "dimension", min_ratings: int = MIN_RATINGS, folds: int = 5, seed: int = 15,
+              B: int = 1000, overwrite: bool = False) -> dict:
+    """Fit the judge's calibration from review workbooks and write it (JSON) to ``out``; returns what was written."""
+    from craftmd.atomic import atomic_write_json
+
+    if by not in BY:
+        raise CraftMDError(f"--by {by!r}: one of {', '.join(BY)}")
+    if folds < 2:
+        raise CraftMDError("--folds must be at least 2")
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
+    pairs, digest = read_pairs(paths)
+    if not pairs:
+        raise CraftMDError("the review files hold no rating of a judged conversation × dimension: nothing to calibrate")
+    n: dict[str, int] = {}
+    for p in pairs:
+        g = group_of(p["dimension"], by)
+        n[g] = n.get(g, 0) + 1
+    few = sorted(g for g, k in n.items() if k < min_ratings)
+    if few:
+        raise CraftMDError(f"too few ratings to calibrate: {len(few)} {by}(s) with fewer than {min_ratings} rated pairs "
+                           f"({', '.join(f'{g}: {n[g]}' for g in few[:4])}{' …' if len(few) > 4 else ''}); rate more or pass --by category")
+    maps = {g: fit_map([p["judge_score"] for p in pairs if group_of(p["dimension"], by) == g],
+                       [p["expert"] for p in pairs if group_of(p["dimension"], by) == g]) for g in sorted(n)}  # fmt: skip
+    result = {"format": FORMAT, "version": VERSION, "method": "isotonic (scipy.optimize.isotonic_regression, clipped)", "by": by,
+              "judge": pairs[0]["judge"], "ratings_sha256": digest, "pairs": len(pairs), "n": dict(sorted(n.items())),
+              "maps": {g: {str(k): v for k, v in m.items()} for g, m in maps.items()}, "folds": folds, "seed": seed, "B": B,
+              "held_out": held_out(pairs, by, folds, seed, B), "min_ratings": min_ratings}  # fmt: skip
+    atomic_write_json(out, result)
+    return result
+
+
+def read_calibration(path) -> tuple[dict, str]:
+    try:
+        data = Path(path).read_bytes()
+        cal = json.loads(data)
+    except (OSError, ValueError) as exc:
+        raise CraftMDError(f"{path}: not a readable calibration ({getattr(exc, 'strerror', None) or type(exc).__name__})") from None
+    if not isinstance(cal, dict) or cal.get("format") != FORMAT or cal.get("version") != VERSION or cal.get("by") not in BY:
+        raise CraftMDError(f"{path}: not a judge calibration (craftmd judge-calibrate fit)")
+    return cal, hashlib.sha256(data).hexdigest()
+
+
+def judge_scores_sha256(rows: list[dict]) -> str:
+    """A digest of a judge's rubric rows (key, value, status): the calibrated judge's record keeps the one it was made from,
+    so scores re-judged since are seen (:func:`current`)."""
+    key = sorted((r["case_id"], r["trial"], r["conversation"], bool(r["with_image"]), r["dimension"], r["value"], r["status"]) for r in rows)
+    return hashlib.sha256(json.dumps(key).encode()).hexdigest()
+
+
+def current(release, record: dict) -> bool:
+    """Whether a release's calibrated judge was made from its judge's present scores."""
+    from craftmd.scoring.judge import METRIC
+
+    t, _ = release.scores_with_records()
+    rows = [r for r in t.to_pylist() if r["metric"] == METRIC and r["scorer"] == record.get("judge")] if t is not None else []
+    return bool(rows) and record.get("judge_scores_sha256") == judge_scores_sha256(rows)
+
+
+def apply_calibration(release_dirs, path) -> list[dict]:
+    """Add the calibrated judge (scorer ``judge-calibrated``) to each release, from its judge's scores; one line and
+    nothing written when a release's standing judge is not the calibrated one or a judged dimension has no map."""
+    import pyarrow as pa
+
+    from craftmd.release import read_release, write_scores
+    from craftmd.scoring.judge import CALIBRATED, CALIBRATED_METRIC, METRIC, pick_scorer
+
+    cal, sha = read_calibration(path)
+    plans = []
+    for d in release_dirs:
+        rel = read_release(d)
+        t, _ = rel.scores_with_records()
+        rows = [] if t is None or "dimension" not in t.column_names else [r for r in t.to_pylist() if r["metric"] == METRIC]
+        judge = pick_scorer(sorted({r["scorer"] for r in rows}))
+        if judge is None:
+            raise CraftMDError(f"release {rel.id}: not judged; nothing to calibrate")
+        if cal["judge"] and judge != cal["judge"]:
+            raise CraftMDError(f"release {rel.id}: judged by {judge}, the calibration is of {cal['judge']}")
+        mine = [r for r in rows if r["scorer"] == judge]
+        missing = sorted({group_of(r["dimension"], cal["by"]) for r in mine} - set(cal["maps"]))
+        if missing:
+            raise CraftMDError(f"release {rel.id}: no calibration for {cal['by']}(s) {missing[:4]}{' …' if len(missing) > 4 else ''} "
+                               "(calibrate with ratings of them, or --by category)")
+        plans.append((rel, judge, mine))
+    out = []
+    for rel, judge, mine in plans:
+        cols = {k: [] for k in ("case_id", "trial", "conversation", "with_image", "dimension", "scorer", "metric", "value", "label", "detail", "status")}
+        for r in mine:
+            m = cal["maps"][group_of(r["dimension"], cal["by"])]
+            ok = r["status"] == "ok" and r["value"] is not None
+            detail = {"judge": judge, "judge_score": r["value"]} if ok else {"judge": judge, "error": "the judge's score failed"}
+            for k, v in (("case_id", r["case_id"]), ("trial", r["trial"]), ("conversation", r["conversation"]), ("with_image", r["with_image"]),
+                         ("dimension", r["dimension"]), ("scorer", CALIBRATED), ("metric", CALIBRATED_METRIC),
+                         ("value", float(m[str(int(r["value"]))]) if ok else None), ("label", None),
+                         ("detail", json.dumps(detail, sort_keys=True)), ("status", "ok" if ok else "error")):  # fmt: skip
+                cols[k].append(v)
+        record = {"method": "isotonic", "version": VERSION, "judge": judge, "judge_scores_sha256": judge_scores_sha256(mine),
+                  "by": cal["by"], "calibration_sha256": sha,
+                  "ratings_sha256": cal["ratings_sha256"], "pairs": cal["pairs"], "held_out": cal["held_out"]}  # fmt: skip
+        write_scores(rel, pa.table(cols), {CALIBRATED: record})
+        out.append({"release": rel.id, "judge": judge, "scores": len(mine)})
+    return out
+
+
+__all__ = ["calibrate", "apply_calibration", "current", "judge_scores_sha256", "read_pairs", "fit_map", "held_out", "MIN_RATINGS", "FORMAT"]
