@@ -603,6 +603,8 @@ def build_packets(out: Path | str, *, seed: int | None = None, scale: float = 1.
             "inputs": {"task_matrix_sha256": sha256_file(matrix_file), "forcing_sha256": sha256_file(FORCING_FILE)},
             "files": files,
         }
+        if count is not None:
+            manifest["count"] = count
         if train:
             manifest |= {"split": split, "generator_index_base": TRAIN_INDEX_BASE,
                          "benchmark_check": {"benchmark_packets": len(benchmark), "dropped": len(dropped)}}
