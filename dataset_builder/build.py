@@ -344,7 +344,7 @@ def build_dataset(
     benchmark.update({(c.case_id if c.case_id not in benchmark else f"nejm_image/{c.case_id}"): c.vignette for c in images})
     table_rows[G.CONFIG], train_info = G.build_rows(mediq_files[G.MEDIQ_FILE], train_items, benchmark, golden_writer)
     ct_candidates = G.mediq_candidates(mediq_files[G.MEDIQ_FILE]) + (G.medqa_candidates(train_items) if train_items is not None else [])
-    table_rows[CT.CONFIG], ct_info = CT.build_rows(ct_candidates, benchmark, CT.reuse(ct_candidates, benchmark, train_info))
+    table_rows[CT.CONFIG], ct_info = CT.build_rows(ct_candidates, benchmark)  # the benchmark's n-gram index is made once
     if medqa_train is not None:
         train_info["inputs"] = {k if k != "--medqa-train" else Path(medqa_train).name: v for k, v in train_info["inputs"].items()}
     counts = {c: len(table_rows[c]) for c in CONFIGS}

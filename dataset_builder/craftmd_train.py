@@ -42,20 +42,9 @@ def sample(c: G.Candidate):
                        c.answer, None)  # fmt: skip
 
 
-def reuse(candidates: list[G.Candidate], benchmark: dict[str, str], golden_report: dict) -> tuple[list[G.Candidate], list[dict]]:
-    """:func:`golden.decontaminate` of ``candidates``, taken from ``consult_train``'s build report (``dropped``) for the
-    candidates it screened (all but its ``no_facts``) and computed for the others: the same result, computed once."""
-    skipped = set(golden_report["no_facts"])
-    _, fresh = G.decontaminate([c for c in candidates if c.case in skipped], benchmark)
-    drop = {d["case"]: d for d in golden_report["dropped"] + fresh}
-    return [c for c in candidates if c.case not in drop], [drop[c.case] for c in candidates if c.case in drop]
-
-
-def build_rows(candidates: list[G.Candidate], benchmark: dict[str, str], screened=None) -> tuple[list[dict], dict]:
-    """The config's rows (natural id order, MediQ's first) and the build report's account of them.
-
-    ``screened``: :func:`golden.decontaminate` of these candidates against ``benchmark`` when already computed."""
-    clean, dropped = screened if screened is not None else G.decontaminate(candidates, benchmark)
+def build_rows(candidates: list[G.Candidate], benchmark: dict[str, str]) -> tuple[list[dict], dict]:
+    """The config's rows (natural id order, MediQ's first) and the build report's account of them."""
+    clean, dropped = G.decontaminate(candidates, benchmark)
     reasons: dict[str, dict[str, int]] = {}
     samples = []
     for c in clean:
@@ -75,4 +64,4 @@ def build_rows(candidates: list[G.Candidate], benchmark: dict[str, str], screene
     return rows, report
 
 
-__all__ = ["CONFIG", "SPLIT", "PREFIX", "case_id", "sample", "build_rows", "reuse"]
+__all__ = ["CONFIG", "SPLIT", "PREFIX", "case_id", "sample", "build_rows"]
