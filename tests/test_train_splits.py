@@ -65,7 +65,7 @@ def test_craftmd_train_is_medqa_posed_as_benchmark_vignettes_disjoint_from_the_b
     for cid, sim, share in G.nearest(cands, bench):
         assert sim < G.LEVENSHTEIN_THRESHOLD and share < G.NGRAM_THRESHOLD, (cid, sim, share)
     # the MediQ lines that are CRAFT-MD cases (the facts config's match) are none of the rows, and each is listed
-    facts = pl.read_parquet(dataset_dir / "facts" / "test-00000-of-00001.parquet")
+    facts = pl.read_parquet(dataset_dir / "facts" / "test-00000-of-00001.parquet").filter(pl.col("mediq_file") == G.MEDIQ_FILE)
     craft = {f"train_mediq_{i}" for i in facts["mediq_id"].to_list()}
     assert len(craft) > 100 and not craft & {r["case_id"] for r in rows}
     report = (dataset_dir / "build_report.md").read_text()
