@@ -433,7 +433,10 @@ def history_text(packet: dict) -> str:
     return ". ".join(parts)
 
 
-#: How a training packet is checked against the benchmark's (``build_report.json``'s ``benchmark_check``).
+#: How a training packet is checked against the benchmark's (``build_report.json``'s ``benchmark_check``). The thresholds
+#: are those of the text configs (:data:`craftmd.dataset_builder.golden.LEVENSHTEIN_THRESHOLD`, ``NGRAM_THRESHOLD``): on
+#: 18 unrelated packets (9 benchmark, 9 training; wellness, anxiety and depression cells) the highest similarity of a pair
+#: of histories was 0.62 and the highest 8-gram share 0.03 (the dates make each history its own), a copy scores 1 and 1.
 OVERLAP_DOC = ("a training packet is dropped when it shares with a benchmark packet its id, its record (the same FHIR bundle, "
                "fhir_sha256, or the same name and birth date), or a near-identical history (history_text: conditions, "
                "medications, allergies and events with their dates) by the decontamination rule of the text training "
