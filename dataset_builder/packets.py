@@ -583,12 +583,14 @@ def build_packets(out: Path | str, *, seed: int | None = None, scale: float = 1.
         },
     }
     if train:
-        from craftmd.dataset_builder.golden import DECONTAMINATION_DOC
+        from craftmd.dataset_builder import golden as G
 
         report["split"] = split
         report["benchmark_check"] = {"benchmark": {"packets": len(benchmark), "manifest_sha256": _manifest_sha(against)},
                                      "checked": len(rows) + len(dropped), "dropped": dropped,
-                                     "rule": OVERLAP_DOC + DECONTAMINATION_DOC.replace("candidate", "training packet")}
+                                     "rule": OVERLAP_DOC + f"MELD's normalised Levenshtein similarity >= {G.LEVENSHTEIN_THRESHOLD} or a "
+                                             f"share of its word {G.NGRAM}-grams >= {G.NGRAM_THRESHOLD} with its nearest benchmark "
+                                             "packet (both lower-cased, punctuation dropped)"}
     with atomic_dir(out, overwrite=overwrite) as tmp:
         path = MEDPI.file(tmp, "packets") if not train else tmp / "packets" / f"{split}-00000-of-00001.parquet"
         path.parent.mkdir(parents=True)

@@ -8,7 +8,6 @@ the benchmark by id and by text, and a planted duplicate is caught.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -129,10 +128,6 @@ def test_a_training_id_that_is_a_benchmark_id_is_refused():
 # --------------------------------------------------------------------------- training packets
 
 CELL = "wellness_checkup:lifestyle_advice"  # anyone alive: the cheapest cell to draw
-
-
-def tree(path) -> dict[str, str]:
-    return {p.relative_to(path).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
