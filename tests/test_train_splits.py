@@ -142,8 +142,12 @@ def packets(tmp_path_factory):
     return root
 
 
-def test_training_packets_are_disjoint_from_the_benchmarks_and_the_check_is_reported(packets):
-    from craftmd.dataset_builder.packets import TRAIN_SEED, history_text, load_packets
+def test_training_packets_are_disjoint_from_the_benchmarks_and_the_check_is_reported(packets, tmp_path):
+    from craftmd.dataset_builder.packets import TRAIN_SEED, build_packets, history_text, load_packets
+
+    again = tmp_path / "again"
+    build_packets(again, split="train", cells=[CELL], count=3, against=packets / "bench", progress=False)
+    assert hashes(again) == hashes(packets / "train")  # the same options build the same bytes
 
     bench = load_packets(packets / "bench")
     train = load_packets(packets / "train", split="train")
