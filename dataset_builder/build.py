@@ -39,6 +39,7 @@ from craftmd.atomic import atomic_dir, sha256_file
 from craftmd.cards.render import render_card
 from craftmd.dataset_builder import medqa as M
 from craftmd.dataset_builder import golden as G
+from craftmd.dataset_builder import craftmd_train as CT
 from craftmd.dataset_builder import mediq as MQ
 from craftmd.dataset_builder import transform as T
 from craftmd.dataset_builder import upstream as U
@@ -64,6 +65,7 @@ CONFIG_DOC = {
     "diagnoses": "distinct answers of the text cases, with counts",
     "facts": "MediQ's atomic facts of the text cases it re-used (CC BY 4.0, Li et al. 2024)",
     "consult_train": "golden consultations for training a doctor (split `train`; no benchmark case)",
+    "craftmd_train": "MedQA training cases posed as CRAFT-MD vignettes (split `train`; no benchmark case)",
 }
 SINGLE_DX_DOC = (
     "the dermatologists' quality-control label of the vignette "
@@ -242,6 +244,9 @@ def card_text(version: str, source: dict, rows: dict[str, int], sizes: dict[str,
         "consult_train_licence": config_licence(G.CONFIG),
         "decontamination_doc": G.DECONTAMINATION_DOC,
         "key_rules": ", ".join(k for k, _ in G.KEY_RULES) + f", else {G.OTHER_KEY}",
+        "craftmd_train_rows": train.get(CT.CONFIG),
+        "craftmd_train_licence": config_licence(CT.CONFIG),
+        "craftmd_train_prefix": CT.PREFIX,
     }
     return render_card("dataset_card", context, data)
 
@@ -338,6 +343,8 @@ def build_dataset(
     benchmark = {c.case_id: c.vignette for c in cases}
     benchmark.update({(c.case_id if c.case_id not in benchmark else f"nejm_image/{c.case_id}"): c.vignette for c in images})
     table_rows[G.CONFIG], train_info = G.build_rows(mediq_files[G.MEDIQ_FILE], train_items, benchmark, golden_writer)
+    ct_candidates = G.mediq_candidates(mediq_files[G.MEDIQ_FILE]) + (G.medqa_candidates(train_items) if train_items is not None else [])
+    table_rows[CT.CONFIG], ct_info = CT.build_rows(ct_candidates, benchmark)  # the benchmark's n-gram index is made once
     if medqa_train is not None:
         train_info["inputs"] = {k if k != "--medqa-train" else Path(medqa_train).name: v for k, v in train_info["inputs"].items()}
     counts = {c: len(table_rows[c]) for c in CONFIGS}
@@ -383,6 +390,7 @@ def build_dataset(
             files=dict(files),
             empty_vignettes=[c.case_id for c in cases if not c.vignette.strip()],
             consult_train=train_info,
+            craftmd_train=ct_info,
         )
         (tmp / REPORT).write_text(report.to_markdown(), encoding="utf-8")
         files[REPORT] = {"sha256": sha256_file(tmp / REPORT), "bytes": (tmp / REPORT).stat().st_size}
@@ -399,6 +407,7 @@ def build_dataset(
                               "dropped": len(train_info["dropped"]), "decontamination": train_info["decontamination"],
                               "writer": None if train_info["writer"] is None else
                               {k: v for k, v in train_info["writer"].items() if k != "failed"} | {"failed": len(train_info["writer"]["failed"])}},
+            "craftmd_train": {"rows": ct_info["rows"], "dropped": len(ct_info["dropped"]), "id_prefix": CT.PREFIX},
             "medqa_file": medqa_file,
             "mediq": {**facts_info["source"], "files": facts_files, "facts_cases": facts_info["cases"]},
             "question_split_agreement": round(check.agreement, 6),

@@ -22,7 +22,7 @@ def register(sub) -> None:
         help="build medqa_usmle from this MedQA JSONL file, keeping the items the MedQA rule picks",
     )
     b.add_argument("--medqa-train", type=Path, metavar="FILE.jsonl",
-                   help="also make golden consultations (consult_train) from this MedQA-format JSONL file (MedQA's training "
+                   help="also make golden consultations (consult_train) and CRAFT-MD training cases (craftmd_train) from this MedQA-format JSONL file (MedQA's training "
                         "split: question, options, answer_idx; optional facts)")
     b.add_argument("--golden-writer", metavar="PROVIDER/MODEL",
                    help="also write golden consultations with this model playing both sides (cached; failures listed in "
@@ -61,6 +61,8 @@ def _build(args: argparse.Namespace) -> int:
     The consult_train config (split train) holds golden consultations for training a doctor: scripted from MediQ's
     MedQA lines (and --medqa-train's), no model needed, and with --golden-writer also written by a model; every
     benchmark case is excluded (dropped candidates listed in build_report.md).
+    The craftmd_train config (split train) holds the same MedQA items posed as CRAFT-MD vignettes (the columns
+    of medqa_usmle, ids train_...), for training; every benchmark case is excluded the same way.
     Writes parquet per config, a README.md card, build_manifest.json and build_report.md into --out,
     atomically; any bad input stops the build with one line and leaves nothing at --out.
     """

@@ -46,6 +46,7 @@ so 0.75 catches a lightly reworded copy that shares few 8-grams.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -190,18 +191,26 @@ def _similar(a: str, b: str) -> float:
     return 1.0 - d / longest if d <= cut else 0.0
 
 
+@functools.lru_cache(maxsize=2)
+def _index(benchmark: tuple[tuple[str, str], ...]) -> tuple[dict, dict, dict]:
+    """(normalised texts, natural-order rank, n-gram -> case ids) of the benchmark, made once per benchmark (a build
+    screens two training configs against the same cases)."""
+    norm = {cid: normalise(t or "") for cid, t in benchmark}
+    rank = {cid: i for i, cid in enumerate(sorted(norm, key=natural_key))}
+    index: dict[tuple[str, ...], list[str]] = {}
+    for cid in rank:
+        for g in _grams(norm[cid].split()):
+            index.setdefault(g, []).append(cid)
+    return norm, rank, index
+
+
 def nearest(candidates: list[Candidate], benchmark: dict[str, str]) -> list[tuple[str | None, float, float]]:
     """For each candidate, (the benchmark case most like it, similarity, n-gram share); (None, 0, 0) when no case
     shares an n-gram with it. The best case is the one of highest similarity at or above the threshold, then of
     highest share, then the first in natural id order; its similarity is MELD's, exact."""
     from craftmd.scoring.meld import similarity
 
-    norm = {cid: normalise(t or "") for cid, t in benchmark.items()}
-    rank = {cid: i for i, cid in enumerate(sorted(norm, key=natural_key))}
-    index: dict[tuple[str, ...], list[str]] = {}
-    for cid in rank:
-        for g in _grams(norm[cid].split()):
-            index.setdefault(g, []).append(cid)
+    norm, rank, index = _index(tuple(benchmark.items()))
     out = []
     for c in candidates:
         text = normalise(c.vignette)

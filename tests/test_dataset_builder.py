@@ -343,9 +343,9 @@ def test_card_and_manifest(dataset_dir):
     card = DatasetCard.load(dataset_dir / "README.md")
     data = card.data.to_dict()
     assert data["license"] == "other"  # each config has its sources' own terms (tests/test_publish_licences.py)
-    assert [c["config_name"] for c in data["configs"]] == list(CONFIGS) + ["consult_train"]  # the training set: split train
+    assert [c["config_name"] for c in data["configs"]] == list(CONFIGS) + ["consult_train", "craftmd_train"]  # the training sets: split train
     for c in data["configs"]:
-        split = "train" if c["config_name"] == "consult_train" else "test"
+        split = "train" if c["config_name"] in ("consult_train", "craftmd_train") else "test"
         assert c["data_files"] == [{"split": split, "path": f"{c['config_name']}/{split}-00000-of-00001.parquet"}]
     infos = {i["config_name"]: i for i in data["dataset_info"]}
     assert infos["medqa_usmle"]["splits"][0]["num_examples"] == 1804
