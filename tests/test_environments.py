@@ -1,0 +1,151 @@
+"""The tasks as training environments (craftmd.envs): episodes over the task's own patient and scorers, rewards
+that `craftmd score` of the written release gives back to the bit, one-line bad inputs, and OpenEnv's own server
+and client running two episodes in the side venv (.venv-rl, `make rl`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from loopback import LoopbackServer, text_of  # noqa: E402
+
+from craftmd import CraftMDError  # noqa: E402
+from craftmd.commands.cli import main as cli_main  # noqa: E402
+from craftmd.envs.core import episodes  # noqa: E402
+from craftmd.release import read_release  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+RL_PYTHON = ROOT / ".venv-rl" / "bin" / "python"
+PATIENT = "openai-api/sim/loopback"
+REPLAY = {"n": 2, "seed": 3, "max_messages": 12}
+
+
+def patient_says(request: dict) -> str:
+    """The loopback patient: a fixed complaint (the doctor's side is the test's)."""
+    return "I have had a cough and a fever for three days."
+
+
+def answers(dataset: Path) -> dict[str, str]:
+    df = pl.read_parquet(dataset / "all" / "test-00000-of-00001.parquet")
+    return dict(zip(df["case_id"], df["answer"]))
+
+
+def scored(release: Path, dataset: Path, *scorers: str) -> dict[str, float]:
+    """``case_id`` -> the value ``craftmd score`` writes (one answer per case)."""
+    args = ["score", str(release), "--dataset", str(dataset), "--quiet"]
+    for s in scorers:
+        args += ["--scorer", s]
+    assert cli_main(args) == 0
+    rows = read_release(release).table("scores").to_pylist()
+    return {r["case_id"]: r["value"] for r in rows if r["scorer"] in scorers}
+
+
+def test_two_episodes_rewards_are_craftmd_score_of_the_written_release(tiny_dataset, tmp_path, monkeypatch):
+    """The doctor asks, the loopback patient answers, the doctor closes and answers the question; the reward is
+    the offline grader's verdict, and `craftmd score` of the release the episodes write gives it back exactly."""
+    monkeypatch.setenv("SIM_BASE_URL", "")
+    truth = answers(tiny_dataset)
+    with LoopbackServer(patient_says) as server:
+        monkeypatch.setenv("SIM_BASE_URL", server.base_url)
+        env = episodes("craftmd", "test", dataset=tiny_dataset, patient=PATIENT, cache=tmp_path / "c.sqlite")
+        import asyncio
+
+        async def play() -> list:
+            out = []
+            for i, right in ((0, True), (1, False)):
+                s = await env.reset(i)
+                case = env.jobs[i][0].case_id
+                assert s.messages[0]["role"] == "system" and not s.done  # the doctor's view: its system prompt first
+                s = await env.step("How long have you had it?")
+                assert s.messages[-1] == {"role": "user", "content": patient_says({})}  # the task's patient answered
+                s = await env.step(f"Final Diagnosis: {truth[case] if right else 'sunburn'}")
+                assert "Final Diagnosis" not in text_of(s.messages[-1]["content"])  # the question turn follows
+                s = await env.step(truth[case] if right else "sunburn")
+                assert s.done and s.messages is None
+                out.append((case, s.reward))
+            await env.aclose()
+            return out
+
+        got = asyncio.run(play())
+    assert [r for _, r in got] == [1.0, 0.0]
+    rel = env.write_release(tmp_path / "rollouts")
+    conv = read_release(rel).table("conversations").to_pylist()
+    assert [c["ended"] for c in conv] == ["final_diagnosis", "final_diagnosis"]
+    back = scored(rel, tiny_dataset, "offline")
+    for case, reward in got:
+        assert back[case].hex() == reward.hex()
+
+
+def test_reward_weights_scale_the_reward(tiny_dataset, tmp_path, monkeypatch):
+    truth = answers(tiny_dataset)
+    with LoopbackServer(patient_says) as server:
+        monkeypatch.setenv("SIM_BASE_URL", server.base_url)
+        env = episodes("craftmd", "test", dataset=tiny_dataset, patient=PATIENT, cache=tmp_path / "c.sqlite",
+                       reward_weights={"offline/correct": 0.25, "paper/correct": 0.5})
+        import asyncio
+
+        async def play():
+            await env.reset(0)
+            await env.step("Final Diagnosis: x")
+            s = await env.step(truth[env.jobs[0][0].case_id])
+            await env.aclose()
+            return s
+
+        s = asyncio.run(play())
+    assert s.info["scores"]["offline/correct"] == [1.0]
+    assert s.reward == 0.25 * 1.0 + 0.5 * s.info["scores"]["paper/correct"][0]
+
+
+@pytest.mark.parametrize("kwargs,line", [
+    ({"task": "chess"}, "unknown task 'chess'"),
+    ({"split": "dev"}, "unknown split 'dev'"),
+    ({"patient": None}, "needs its patient bound"),
+    ({"reward_weights": {"offline/correct": float("nan")}}, "not a finite number"),
+    ({"reward_weights": {"offline/correct": "1"}}, "not a finite number"),
+    ({"reward_weights": {"correct": 1.0}}, "name it scorer/metric"),
+    ({"split": "train"}, "is not built"),
+    ({"grader": "nonsense"}, "unknown scorer"),
+    ({"task": "consultation"}, "needs its solver bound"),
+    ({"colour": "red"}, "unknown environment option 'colour'"),
+])
+def test_bad_inputs_are_one_line(tiny_dataset, tmp_path, monkeypatch, kwargs, line):
+    from craftmd.envs import load_environment
+
+    monkeypatch.setenv("SIM_BASE_URL", "http://127.0.0.1:9")
+    args = {"task": "craftmd", "split": "test", "dataset": tiny_dataset, "patient": PATIENT, "cache": tmp_path / "c", **kwargs}
+    with pytest.raises(CraftMDError) as e:
+        load_environment(**args)
+    assert line in str(e.value) and "\n" not in str(e.value)
+
+
+def test_import_craftmd_pulls_no_environment_and_no_rl_library():
+    code = ("import sys, craftmd; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('openenv', 'verifiers', 'fastapi', 'gradio', 'uvicorn') or m.startswith('craftmd.envs')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_openenv_serves_two_episodes_and_craftmd_score_agrees(tiny_dataset, tmp_path):
+    """OpenEnv's own server (create_app) and client (GenericEnvClient) run two episodes of the CRAFT-MD
+    environment, the doctor a model on a loopback server; the release they write scores to the same rewards."""
+    if not RL_PYTHON.exists():
+        pytest.fail("the RL side venv is missing: run `make rl` (.venv-rl)", pytrace=False)
+    out = tmp_path / "openenv"
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_BASE_URL")}
+    res = subprocess.run([str(RL_PYTHON), str(Path(__file__).parent / "openenv_episodes.py"), str(tiny_dataset), str(out)],
+                         capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads((out / "rewards.json").read_text())
+    assert len(got) == 2 and sorted(r for _, r in got) == [0.0, 1.0]
+    back = scored(out / "release", tiny_dataset, "offline")
+    for case, reward in got:
+        assert not math.isnan(reward) and back[case].hex() == float(reward).hex()
