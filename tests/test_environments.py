@@ -149,3 +149,11 @@ def test_openenv_serves_two_episodes_and_craftmd_score_agrees(tiny_dataset, tmp_
     back = scored(out / "release", tiny_dataset, "offline")
     for case, reward in got:
         assert not math.isnan(reward) and back[case].hex() == float(reward).hex()
+
+
+def test_environments_never_import_the_command_layer():
+    from test_imports import module_graph
+
+    edges = {m: e for m, e in module_graph().items() if m.startswith("craftmd.envs")}
+    assert {"craftmd.envs", "craftmd.envs.core", "craftmd.envs.openenv"} <= set(edges)
+    assert not [(m, e) for m, es in edges.items() for e in es if e.startswith("craftmd.commands")]
