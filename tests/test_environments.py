@@ -29,6 +29,17 @@ PATIENT = "openai-api/sim/loopback"
 REPLAY = {"n": 2, "seed": 3, "max_messages": 12}
 
 
+@pytest.fixture(scope="module")
+def data(upstream, tmp_path_factory):
+    """Two recorded cases as a dataset the graders read (with the paper's answer key, as craftmd build writes it)."""
+    from loopback import write_replay_dataset
+
+    out = write_replay_dataset(upstream, tmp_path_factory.mktemp("env") / "data")
+    f = out / "all" / "test-00000-of-00001.parquet"
+    pl.read_parquet(f).with_columns(paper_answer=pl.col("answer").str.to_lowercase()).write_parquet(f)
+    return out
+
+
 def patient_says(request: dict) -> str:
     """The loopback patient: a fixed complaint (the doctor's side is the test's)."""
     return "I have had a cough and a fever for three days."
@@ -49,14 +60,14 @@ def scored(release: Path, dataset: Path, *scorers: str) -> dict[str, float]:
     return {r["case_id"]: r["value"] for r in rows if r["scorer"] in scorers}
 
 
-def test_two_episodes_rewards_are_craftmd_score_of_the_written_release(tiny_dataset, tmp_path, monkeypatch):
+def test_two_episodes_rewards_are_craftmd_score_of_the_written_release(data, tmp_path, monkeypatch):
     """The doctor asks, the loopback patient answers, the doctor closes and answers the question; the reward is
     the offline grader's verdict, and `craftmd score` of the release the episodes write gives it back exactly."""
     monkeypatch.setenv("SIM_BASE_URL", "")
-    truth = answers(tiny_dataset)
+    truth = answers(data)
     with LoopbackServer(patient_says) as server:
         monkeypatch.setenv("SIM_BASE_URL", server.base_url)
-        env = episodes("craftmd", "test", dataset=tiny_dataset, patient=PATIENT, cache=tmp_path / "c.sqlite")
+        env = episodes("craftmd", "test", dataset=data, patient=PATIENT, cache=tmp_path / "c.sqlite")
         import asyncio
 
         async def play() -> list:
@@ -80,17 +91,17 @@ def test_two_episodes_rewards_are_craftmd_score_of_the_written_release(tiny_data
     rel = env.write_release(tmp_path / "rollouts")
     conv = read_release(rel).table("conversations").to_pylist()
     assert [c["ended"] for c in conv] == ["final_diagnosis", "final_diagnosis"]
-    back = scored(rel, tiny_dataset, "offline")
+    back = scored(rel, data, "offline")
     for case, reward in got:
         assert back[case].hex() == reward.hex()
 
 
-def test_reward_weights_scale_the_reward(tiny_dataset, tmp_path, monkeypatch):
-    truth = answers(tiny_dataset)
+def test_reward_weights_scale_the_reward(data, tmp_path, monkeypatch):
+    truth = answers(data)
     with LoopbackServer(patient_says) as server:
         monkeypatch.setenv("SIM_BASE_URL", server.base_url)
-        env = episodes("craftmd", "test", dataset=tiny_dataset, patient=PATIENT, cache=tmp_path / "c.sqlite",
-                       reward_weights={"offline/correct": 0.25, "paper/correct": 0.5})
+        env = episodes("craftmd", "test", dataset=data, patient=PATIENT, cache=tmp_path / "c.sqlite",
+                       reward_weights={"offline/correct": 0.25})
         import asyncio
 
         async def play():
@@ -102,7 +113,7 @@ def test_reward_weights_scale_the_reward(tiny_dataset, tmp_path, monkeypatch):
 
         s = asyncio.run(play())
     assert s.info["scores"]["offline/correct"] == [1.0]
-    assert s.reward == 0.25 * 1.0 + 0.5 * s.info["scores"]["paper/correct"][0]
+    assert s.reward == 0.25
 
 
 @pytest.mark.parametrize("kwargs,line", [
@@ -112,16 +123,19 @@ def test_reward_weights_scale_the_reward(tiny_dataset, tmp_path, monkeypatch):
     ({"reward_weights": {"offline/correct": float("nan")}}, "not a finite number"),
     ({"reward_weights": {"offline/correct": "1"}}, "not a finite number"),
     ({"reward_weights": {"correct": 1.0}}, "name it scorer/metric"),
+    ({"reward_weights": {"paper/correct": 1.0}}, "does not score this environment's episodes"),
+    ({"reward_weights": {"offline/recall": 1.0}}, "not recall"),
+    ({"reward_weights": {}}, "is empty"),
     ({"split": "train"}, "is not built"),
     ({"grader": "nonsense"}, "unknown scorer"),
     ({"task": "consultation"}, "needs its solver bound"),
     ({"colour": "red"}, "unknown environment option 'colour'"),
 ])
-def test_bad_inputs_are_one_line(tiny_dataset, tmp_path, monkeypatch, kwargs, line):
+def test_bad_inputs_are_one_line(data, tmp_path, monkeypatch, kwargs, line):
     from craftmd.envs import load_environment
 
     monkeypatch.setenv("SIM_BASE_URL", "http://127.0.0.1:9")
-    args = {"task": "craftmd", "split": "test", "dataset": tiny_dataset, "patient": PATIENT, "cache": tmp_path / "c", **kwargs}
+    args = {"task": "craftmd", "split": "test", "dataset": data, "patient": PATIENT, "cache": tmp_path / "c", **kwargs}
     with pytest.raises(CraftMDError) as e:
         load_environment(**args)
     assert line in str(e.value) and "\n" not in str(e.value)
@@ -134,19 +148,19 @@ def test_import_craftmd_pulls_no_environment_and_no_rl_library():
     assert out.strip() == "[]"
 
 
-def test_openenv_serves_two_episodes_and_craftmd_score_agrees(tiny_dataset, tmp_path):
+def test_openenv_serves_two_episodes_and_craftmd_score_agrees(data, tmp_path):
     """OpenEnv's own server (create_app) and client (GenericEnvClient) run two episodes of the CRAFT-MD
     environment, the doctor a model on a loopback server; the release they write scores to the same rewards."""
     if not RL_PYTHON.exists():
         pytest.fail("the RL side venv is missing: run `make rl` (.venv-rl)", pytrace=False)
     out = tmp_path / "openenv"
     env = {k: v for k, v in os.environ.items() if not k.endswith("_BASE_URL")}
-    res = subprocess.run([str(RL_PYTHON), str(Path(__file__).parent / "openenv_episodes.py"), str(tiny_dataset), str(out)],
+    res = subprocess.run([str(RL_PYTHON), str(Path(__file__).parent / "openenv_episodes.py"), str(data), str(out)],
                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads((out / "rewards.json").read_text())
     assert len(got) == 2 and sorted(r for _, r in got) == [0.0, 1.0]
-    back = scored(out / "release", tiny_dataset, "offline")
+    back = scored(out / "release", data, "offline")
     for case, reward in got:
         assert not math.isnan(reward) and back[case].hex() == float(reward).hex()
 

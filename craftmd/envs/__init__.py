@@ -14,9 +14,11 @@ def load_environment(task: str = "craftmd", split: str = "test", **options):
     config). ``options``: ``dataset`` (the built dataset folder, required), ``patient`` (required), ``solver``
     (consultation), ``grader``, ``reward_weights``, ... (:class:`craftmd.envs.core.Options`)."""
     from .core import episodes
+
+    core = episodes(task, split, **options)  # bad inputs: one line, before the library is needed
     from .openenv import DoctorEnvironment
 
-    return DoctorEnvironment(episodes(task, split, **options))
+    return DoctorEnvironment(core)
 
 
 __all__ = ["load_environment"]

@@ -129,6 +129,9 @@ class Episodes:
             raise CraftMDError(f"dataset {o.dataset} does not exist: run craftmd build --out {o.dataset}")
         if not config_file(o.dataset, config).exists():
             raise CraftMDError(f"split {split!r} of {task} (config {config}) is not built in {o.dataset}: run craftmd build --out {o.dataset}")
+        if (task, split) == ("consultation", "train"):  # consult_train's rows are dialogues, not samples the runner poses
+            raise CraftMDError("split 'train' of consultation (consult_train) is not an environment yet: its cases are not samples "
+                               "the runner poses nor answer keys craftmd score grades; use split='test'")
         if not o.patient:
             raise CraftMDError(f"the {task} environment needs its patient bound: patient='openai-api/<service>/<model>'")
         if task == "consultation" and not o.solver:
@@ -140,13 +143,21 @@ class Episodes:
             k.format(grader=o.grader): v for k, v in DEFAULT_WEIGHTS[task].items()}
         self.weights = check_weights(weights)
         self.scorers = list(dict.fromkeys(k.rsplit("/", 1)[0] for k in self.weights))
-        for name in self.scorers:
-            get_scorer(name)
+        fmt = TASKS[task]["experiment"].split(":")[1]
+        for key in self.weights:
+            name, metric = key.rsplit("/", 1)
+            s = get_scorer(name)  # an unknown scorer: one line
+            if (s.tasks is not None and task not in s.tasks) or (s.unit == "answer" and s.formats and fmt not in s.formats):
+                raise CraftMDError(f"reward weight {key!r}: scorer {name} does not score this environment's episodes ({task}, {fmt} answers)")
+            written = (*s.metrics, *getattr(getattr(s, "rules", None), "DIALOGUE_METRICS", ()),
+                       *getattr(getattr(s, "rules", None), "SHARE_METRICS", ()))
+            if metric not in written:
+                raise CraftMDError(f"reward weight {key!r}: scorer {name} writes {', '.join(written)}, not {metric}")
         self.spec = GenerateSpec(dataset=Path(o.dataset), out=Path(tempfile.gettempdir()) / "craftmd-env", doctor=o.doctor,
                                  patient=o.patient, task=task, summarizer=o.summarizer, solver=o.solver, config=config,
                                  cases=o.cases, experiments=[TASKS[task]["experiment"]], max_turns=o.max_turns,
                                  max_tokens=o.max_tokens, temperature=o.temperature, seed=o.seed, base_url=o.base_url,
-                                 cache=o.cache, progress=False)
+                                 cache=o.cache, progress=False, overwrite=True)
         self.runner = _runner_class(task)(self.spec)
         self.jobs = self.runner.jobs()
         if not self.jobs:
@@ -251,6 +262,11 @@ class Episodes:
         runner = self.runner
         record = runner.record(self.jobs, Counts.total(runner.tallies.values()))
         record.release = Path(out).name
+        doctor = self.options.doctor  # the policy under training: answered through step(), not called by the runner
+        record.models = {"doctor": doctor, **record.models}
+        record.roles = {"doctor": {"model": doctor, "base_url": None, "sampling": record.sampling.get("doctor", {})}, **record.roles}
+        record.notes = {**record.notes, "environment": f"craftmd.envs: {self.task} on split {self.split}; the doctor is the policy "
+                                                        "under training, its replies given to step()"}
         return write_release(out, record, runner.tables(rows), overwrite=overwrite)
 
     def write_release(self, out: Path | str, overwrite: bool = False) -> Path:
