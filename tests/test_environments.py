@@ -116,6 +116,77 @@ def test_reward_weights_scale_the_reward(data, tmp_path, monkeypatch):
     assert s.reward == 0.25
 
 
+@pytest.fixture(scope="module")
+def consult_data(upstream, tmp_path_factory):
+    """The two cases with a keyinfo config (the consultation's initial request and key-value items)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from loopback import write_replay_dataset
+
+    from craftmd.dataset import config_file
+    from craftmd.keyinfo import SCHEMA
+
+    out = write_replay_dataset(upstream, tmp_path_factory.mktemp("consult") / "data")
+    f = out / "all" / "test-00000-of-00001.parquet"
+    df = pl.read_parquet(f).with_columns(paper_answer=pl.col("answer").str.to_lowercase())
+    df.write_parquet(f)
+    rows = [{"case_id": c, "items": [{"key": "fever", "value": "a fever for three days"}, {"key": "cough", "value": "a dry cough"}],
+             "initial_request": "Doctor, I feel unwell.", "status": "ok", "error": None, "model": "openai/x", "prompt_sha256": "0" * 64}
+            for c in df["case_id"]]
+    path = config_file(out, "keyinfo")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, SCHEMA), path)
+    return out
+
+
+def test_consultation_episodes_reward_the_solver_and_the_keys_and_craftmd_score_agrees(consult_data, tmp_path, monkeypatch):
+    """The patient opens with the initial request; the doctor who asks about the fever gets the solver's right answer
+    (and recalls a key), the one who does not gets neither; reward = 1.0 × accuracy + 0.5 × doctor-key recall, and
+    `craftmd score` of the written release gives both rewards back to the bit."""
+    truth = answers(consult_data)
+
+    def respond(request: dict) -> str:
+        if request["model"] == "solver":
+            seen = text_of(request["messages"][-1]["content"])
+            return truth[order[0]] if "Do you have a fever?" in seen else "sunburn"
+        return patient_says(request)
+
+    weights = {"offline/correct": 1.0, "keyinfo/doctor_key_recall": 0.5}
+    with LoopbackServer(respond, models=("patient", "solver")) as server:
+        monkeypatch.setenv("SIM_BASE_URL", server.base_url)
+        env = episodes("consultation", "test", dataset=consult_data, patient="openai-api/sim/patient", solver="openai-api/sim/solver",
+                       cache=tmp_path / "c.sqlite", reward_weights=weights)
+        order = [j[0].case_id for j in env.jobs]
+        import asyncio
+
+        async def play() -> list:
+            out = []
+            for i, question in ((0, "Do you have a fever?"), (1, "Where do you live?")):
+                s = await env.reset(i)
+                assert s.messages[-1] == {"role": "user", "content": "Doctor, I feel unwell."}  # the patient opened
+                s = await env.step(question)
+                assert not s.done and s.messages[-1]["content"] == patient_says({})
+                s = await env.step("Thank you, that is all.")  # no question: the consultation ends
+                assert s.done
+                out.append((order[i], s.reward, s.info["scores"]))
+            await env.aclose()
+            return out
+
+        got = asyncio.run(play())
+    assert got[0][2]["offline/correct"] == [1.0] and got[1][2]["offline/correct"] == [0.0]
+    assert got[0][2]["keyinfo/doctor_key_recall"][0] > got[1][2]["keyinfo/doctor_key_recall"][0]
+    rel = env.write_release(tmp_path / "rollouts")
+    assert cli_main(["score", str(rel), "--dataset", str(consult_data), "--scorer", "offline", "--scorer", "keyinfo", "--quiet"]) == 0
+    rows = read_release(rel).table("scores").to_pylist()
+    for case, reward, _ in got:
+        back = 0.0
+        for key, w in weights.items():
+            scorer, metric = key.split("/")
+            (v,) = [r["value"] for r in rows if r["case_id"] == case and r["scorer"] == scorer and r["metric"] == metric]
+            back += w * v
+        assert back.hex() == reward.hex()
+
+
 @pytest.mark.parametrize("kwargs,line", [
     ({"task": "chess"}, "unknown task 'chess'"),
     ({"split": "dev"}, "unknown split 'dev'"),
