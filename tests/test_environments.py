@@ -242,3 +242,23 @@ def test_environments_never_import_the_command_layer():
     edges = {m: e for m, e in module_graph().items() if m.startswith("craftmd.envs")}
     assert {"craftmd.envs", "craftmd.envs.core", "craftmd.envs.openenv"} <= set(edges)
     assert not [(m, e) for m, es in edges.items() for e in es if e.startswith("craftmd.commands")]
+
+
+def test_a_failed_patient_ends_the_episode_and_says_so(data, tmp_path, monkeypatch):
+    """A patient call that fails (a content-filter refusal) ends the conversation by the task's rule before the doctor
+    speaks; the blocked answer is graded as `craftmd score` grades it, and the episode says it failed."""
+    with LoopbackServer(lambda request: None) as server:
+        monkeypatch.setenv("SIM_BASE_URL", server.base_url)
+        env = episodes("craftmd", "test", dataset=data, patient=PATIENT, cache=tmp_path / "c.sqlite")
+        import asyncio
+
+        async def play():
+            s = await env.reset(0)
+            await env.aclose()
+            return s
+
+        s = asyncio.run(play())
+    assert s.done and s.messages is None and s.info["failed"][0].startswith("refusal: the conversation failed")
+    rel = env.write_release(tmp_path / "rollouts")
+    assert [c["ended"] for c in read_release(rel).table("conversations").to_pylist()] == ["refusal"]
+    assert scored(rel, data, "offline")[env.jobs[0][0].case_id].hex() == s.reward.hex()

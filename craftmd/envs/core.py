@@ -60,7 +60,9 @@ def check_weights(weights, allowed: tuple[str, ...] | None = None) -> dict[str, 
 @dataclass
 class Step:
     """What the environment answers: the doctor's next view (None when done), whether the episode ended, and the
-    reward (set when it ended; None when a weighted score could not be made: ``info["error"]`` says why)."""
+    reward (set when it ended; None when a scorer could not score: ``info["error"]`` says why). ``info["failed"]``
+    lists the episode's answers that failed (a patient's refusal or error blocks the question): the task's scorers
+    grade those by their own rule (the offline grader: not correct), as ``craftmd score`` does."""
 
     messages: list[dict] | None
     done: bool = False
@@ -231,6 +233,9 @@ class Episodes:
         for table, r in rows.items():
             self.rows.setdefault(table, []).extend(r)
         info = {"job": job_id, "scores": scores}
+        failed = [f"{r['status']}: {r['error']}" for r in rows.get("answers", []) if r["status"] != "ok"]
+        if failed:  # the task's scorers grade a failed answer by their own rule (the reward is theirs); said here
+            info["failed"] = failed
         if missing:
             info["error"] = f"no score for {', '.join(missing)} (the episode's conversation or answer failed)"
         self.rewards.append({**info, "reward": None if missing else reward})
