@@ -262,3 +262,4 @@ def test_a_failed_patient_ends_the_episode_and_says_so(data, tmp_path, monkeypat
     rel = env.write_release(tmp_path / "rollouts")
     assert [c["ended"] for c in read_release(rel).table("conversations").to_pylist()] == ["refusal"]
     assert scored(rel, data, "offline")[env.jobs[0][0].case_id].hex() == s.reward.hex()
+
