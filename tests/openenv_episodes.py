@@ -1,9 +1,9 @@
-"""Two episodes of the CRAFT-MD environment through OpenEnv's own server and client (run by .venv-rl's Python).
+"""Two episodes of a task's environment through OpenEnv's own server and client (run by .venv-rl's Python).
 
-``python tests/openenv_episodes.py DATASET OUT``: serves ``load_environment("craftmd", "test", ...)`` with
+``python tests/openenv_episodes.py TASK DATASET OUT``: serves ``load_environment(TASK, "test", ...)`` with
 OpenEnv's ``create_app`` (uvicorn, in a thread), drives two episodes with OpenEnv's ``GenericEnvClient``, the
-doctor a model on a loopback server (answering the first case right, the second wrong) and the patient the
-task's own patient on the same server; writes ``OUT/rewards.json`` ([[case_id, reward], ...]) and the
+doctor a model on a loopback server (answering the first case right, the second wrong; for the consultation the
+solver answers) and the patient the task's own patient on the same server; writes ``OUT/rewards.json`` ([[case_id, reward], ...]) and the
 episodes' release ``OUT/release``.
 """
 
@@ -26,7 +26,7 @@ from loopback import LoopbackServer, text_of  # noqa: E402
 COMPLAINT = "I have had a cough and a fever for three days."
 
 
-def main(dataset: str, out: str) -> None:
+def main(task: str, dataset: str, out: str) -> None:
     import openai
     import uvicorn
     from openenv.core.env_server.http_server import create_app
@@ -44,23 +44,28 @@ def main(dataset: str, out: str) -> None:
     def respond(request: dict) -> str:
         if request["model"] == "patient":
             return COMPLAINT
+        if request["model"] == "solver":
+            return state["answer"]
         msgs = request["messages"]
+        if task == "consultation":  # one question, then a closing turn without one
+            return "Do you have a fever?" if not any(m["role"] == "assistant" for m in msgs) else "Thank you, that is all."
         last = text_of(msgs[-1]["content"])
         if last != COMPLAINT:  # the question after the conversation
             return state["answer"]
         asked = sum(m["role"] == "assistant" for m in msgs)
         return "How long have you had it?" if asked == 1 else f"Final Diagnosis: {state['answer']}"
 
-    with LoopbackServer(respond, models=("patient", "doctor")) as server:
+    with LoopbackServer(respond, models=("patient", "doctor", "solver")) as server:
         os.environ["SIM_BASE_URL"] = server.base_url
         made = []
 
         def factory():
-            env = load_environment("craftmd", "test", dataset=dataset, patient="openai-api/sim/patient", cache=out / "cache.sqlite")
+            roles = {"solver": "openai-api/sim/solver"} if task == "consultation" else {}
+            env = load_environment(task, "test", dataset=dataset, patient="openai-api/sim/patient", cache=out / "cache.sqlite", **roles)
             made.append(env)
             return env
 
-        app = create_app(factory, DoctorAction, DoctorObservation, env_name="craftmd")
+        app = create_app(factory, DoctorAction, DoctorObservation, env_name=task)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
@@ -88,4 +93,4 @@ def main(dataset: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:4])

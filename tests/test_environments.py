@@ -219,19 +219,22 @@ def test_import_craftmd_pulls_no_environment_and_no_rl_library():
     assert out.strip() == "[]"
 
 
-def test_openenv_serves_two_episodes_and_craftmd_score_agrees(data, tmp_path):
-    """OpenEnv's own server (create_app) and client (GenericEnvClient) run two episodes of the CRAFT-MD
-    environment, the doctor a model on a loopback server; the release they write scores to the same rewards."""
+@pytest.mark.parametrize("task", ["craftmd", "consultation"])
+def test_openenv_serves_two_episodes_and_craftmd_score_agrees(task, data, consult_data, tmp_path):
+    """OpenEnv's own server (create_app) and client (GenericEnvClient) run two episodes of the task's environment,
+    the doctor a model on a loopback server; the release they write scores to the same rewards."""
     if not RL_PYTHON.exists():
         pytest.fail("the RL side venv is missing: run `make rl` (.venv-rl)", pytrace=False)
+    dataset = consult_data if task == "consultation" else data
     out = tmp_path / "openenv"
     env = {k: v for k, v in os.environ.items() if not k.endswith("_BASE_URL")}
-    res = subprocess.run([str(RL_PYTHON), str(Path(__file__).parent / "openenv_episodes.py"), str(data), str(out)],
+    res = subprocess.run([str(RL_PYTHON), str(Path(__file__).parent / "openenv_episodes.py"), task, str(dataset), str(out)],
                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads((out / "rewards.json").read_text())
-    assert len(got) == 2 and sorted(r for _, r in got) == [0.0, 1.0]
-    back = scored(out / "release", data, "offline")
+    assert len(got) == 2 and [r for _, r in got] == [1.0, 0.0]
+    assert read_release(out / "release").manifest.task == task
+    back = scored(out / "release", dataset, "offline")
     for case, reward in got:
         assert not math.isnan(reward) and back[case].hex() == float(reward).hex()
 
