@@ -266,3 +266,31 @@ def test_a_failed_patient_ends_the_episode_and_says_so(data, tmp_path, monkeypat
     assert [c["ended"] for c in read_release(rel).table("conversations").to_pylist()] == ["refusal"]
     assert scored(rel, data, "offline")[env.jobs[0][0].case_id].hex() == s.reward.hex()
 
+
+
+def test_a_case_played_again_is_its_next_trial_and_the_release_holds_both(data, tmp_path, monkeypatch):
+    """GRPO plays a case several times: each episode of it is the next trial (the patient's seed is seed + trial, as
+    in a run), so the release holds every episode and `craftmd score` gives each its reward."""
+    import asyncio
+
+    truth = answers(data)
+    with LoopbackServer(patient_says) as server:
+        monkeypatch.setenv("SIM_BASE_URL", server.base_url)
+        env = episodes("craftmd", "test", dataset=data, patient=PATIENT, cache=tmp_path / "c.sqlite")
+        case = env.jobs[0][0].case_id
+
+        async def play() -> list:
+            out = []
+            for reply in (truth[case], "sunburn", truth[case]):
+                await env.reset(0)
+                await env.step("Final Diagnosis: ?")
+                out.append((await env.step(reply)).reward)
+            await env.aclose()
+            return out
+
+        got = asyncio.run(play())
+    assert got == [1.0, 0.0, 1.0]
+    rel = env.write_release(tmp_path / "rollouts")
+    assert cli_main(["score", str(rel), "--dataset", str(data), "--scorer", "offline", "--quiet"]) == 0
+    back = {r["trial"]: r["value"] for r in read_release(rel).table("scores").to_pylist() if r["scorer"] == "offline"}
+    assert back == {0: 1.0, 1: 0.0, 2: 1.0}

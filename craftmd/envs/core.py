@@ -164,7 +164,8 @@ class Episodes:
         self.jobs = self.runner.jobs()
         if not self.jobs:
             raise CraftMDError(f"no case of split {split!r} can be posed as an episode of {task}")
-        self.rows: dict[str, list[dict]] = {}  # every finished episode's release rows
+        self.episode_rows: dict[str, dict[str, list[dict]]] = {}  # job id -> its latest episode's release rows
+        self.plays: dict[int, int] = {}  # job index -> episodes started
         self.rewards: list[dict] = []  # per finished episode: its job id, scores and reward
         self._conn = None
         self._job = None
@@ -195,7 +196,14 @@ class Episodes:
             self._job.cancel()
         self._asks: asyncio.Queue = asyncio.Queue()
         self._replies: asyncio.Queue = asyncio.Queue()
-        self._current = self.jobs[index % len(self.jobs)]
+        from craftmd.release import MAX_TRIALS
+
+        # A case's n-th episode is its trial n (the patient's sampling seed is seed + trial, as in a run), so the
+        # release holds each of its episodes; past the release's trials the oldest is replaced.
+        index %= len(self.jobs)
+        n = self.plays[index] = self.plays.get(index, -1) + 1
+        case, _, flag = self.jobs[index]
+        self._current = (case, n % MAX_TRIALS, flag)
         self._job = asyncio.ensure_future(self.runner.run_job(self._current))
         return await self._next()
 
@@ -230,8 +238,7 @@ class Episodes:
                 missing.append(key)
                 continue
             reward += w * sum(values) / len(values)
-        for table, r in rows.items():
-            self.rows.setdefault(table, []).extend(r)
+        self.episode_rows[job_id] = rows
         info = {"job": job_id, "scores": scores}
         failed = [f"{r['status']}: {r['error']}" for r in rows.get("answers", []) if r["status"] != "ok"]
         if failed:  # the task's scorers grade a failed answer by their own rule (the reward is theirs); said here
@@ -267,6 +274,8 @@ class Episodes:
         runner = self.runner
         record = runner.record(self.jobs, Counts.total(runner.tallies.values()))
         record.release = Path(out).name
+        trials = 1 + max((r["trial"] for t in rows.values() for r in t), default=0)
+        record.counts = {**record.counts, "trials": trials}
         doctor = self.options.doctor  # the policy under training: answered through step(), not called by the runner
         record.models = {"doctor": doctor, **record.models}
         record.roles = {"doctor": {"model": doctor, "base_url": None, "sampling": record.sampling.get("doctor", {})}, **record.roles}
@@ -274,9 +283,18 @@ class Episodes:
                                                         "under training, its replies given to step()"}
         return write_release(out, record, runner.tables(rows), overwrite=overwrite)
 
+    @property
+    def rows(self) -> dict[str, list[dict]]:
+        """The release rows of every finished episode (each case's latest 63 episodes, in the order they finished)."""
+        out: dict[str, list[dict]] = {}
+        for rows in self.episode_rows.values():
+            for table, r in rows.items():
+                out.setdefault(table, []).extend(r)
+        return out
+
     def write_release(self, out: Path | str, overwrite: bool = False) -> Path:
         """Every finished episode as one release (``craftmd score`` of it gives the episodes' rewards)."""
-        if not self.rows:
+        if not self.episode_rows:
             raise CraftMDError("no finished episode to write")
         return self.write(Path(out), overwrite=overwrite)
 
