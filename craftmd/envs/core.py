@@ -190,7 +190,7 @@ class Episodes:
             self.runner.doctor_call = doctor
 
     async def reset(self, index: int) -> Step:
-        """Start the episode of job ``index`` (``index`` modulo the jobs: a trainer may count on)."""
+        """Start the episode of job ``index`` (taken modulo the number of jobs, so a trainer may count on)."""
         await self._open()
         if self._job is not None and not self._job.done():
             self._job.cancel()
