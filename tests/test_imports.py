@@ -25,6 +25,9 @@ ROOMS = {"dataset_builder": "dataset_builder", "generation": "generation", "scor
 COMMANDS = "craftmd.commands"
 #: The inspect_ai bridge runs the tasks' protocols and scorers and reads and writes releases: it sits above the rooms too.
 BRIDGE = "craftmd.inspect_bridge"
+#: The training environments run the tasks' protocols with their patients and scorers: they sit above the rooms too
+#: (but never import the command layer: test_environments checks that).
+ENVS = "craftmd.envs"
 
 
 def _module(path: Path) -> str:
@@ -123,7 +126,7 @@ def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
 def _above_rooms(module: str) -> bool:
     """The command layer: the jobs that run across rooms and every room's CLI module (``cli``, ``*_cli``: each
     subcommand parses its arguments and calls a function of a room, any room). They sit above the rooms."""
-    return (module in (COMMANDS, BRIDGE) or module.startswith((COMMANDS + ".", BRIDGE + "."))
+    return (module in (COMMANDS, BRIDGE, ENVS) or module.startswith((COMMANDS + ".", BRIDGE + ".", ENVS + "."))
             or module.rsplit(".", 1)[-1].endswith("cli"))
 
 
