@@ -194,3 +194,75 @@ def test_the_judges_bar_keeps_its_total_when_replies_are_asked_again(tmp_path, c
     assert calls < sent <= at_most  # asked again: more than expected, never more than the worst case
     bars = re.findall(r"judge:.*?(\d+)/(\d+) \[", capsys.readouterr().err)
     assert bars and bars[-1] == (str(sent), str(sent))  # the bar ends at its total: every re-ask counted in it
+
+
+def test_estimate_lists_the_prompts_a_small_context_window_cannot_hold(dataset_dir, tmp_path, capsys):
+    """A server that says its window (vLLM's max_model_len; 2,048 tokens, the README's old laptop server): --estimate
+    names every many-choice MCQ (~11.7k tokens of options) as too long, by role and setting, and sends nothing; a run's
+    start says the same before its first call."""
+    from aiohttp import web
+
+    class Windowed(LoopbackServer):
+        async def _models(self, request):
+            return web.json_response({"object": "list", "data": [{"id": m, "object": "model", "max_model_len": 2048} for m in self.models]})
+
+    case = pl.read_parquet(dataset_dir / "all" / "test-00000-of-00001.parquet", columns=["case_id"])["case_id"][0]
+    argv = ["generate", "--dataset", str(dataset_dir), "--cases", case, "--doctor", "openai/loopback", "--patient", "openai/loopback",
+            "--max-turns", "1", "--quiet"]  # fmt: skip
+    with Windowed(lambda r: "Final diagnosis: flu", max_context=2048) as server:
+        assert main([*argv, "--base-url", server.base_url, "--estimate", "--out", str(tmp_path / "r")]) == 0
+        assert server.calls == 0
+        out = capsys.readouterr().out
+        too_long = re.findall(r"^too long\s+doctor (\w+):mcq_many: ~([\d,]+) prompt .*> the 2,048-token window", out, re.M)
+        from craftmd.tasks.diagnosis import TASK
+
+        assert {s for s, _ in too_long} == {e.setting for e in TASK.experiments if e.format == "mcq_many"} >= {"vignette", "multiturn"}
+        assert all(int(n.replace(",", "")) > 10_000 for _, n in too_long)
+        assert not re.search(r"^too long.*:mcq4:", out, re.M)  # the four-choice questions fit
+        main([*argv, "--base-url", server.base_url, "--experiments", "vignette", "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert "warning: doctor vignette:mcq_many" in err and "will fail" in err
+    assert err.index("warning: doctor vignette:mcq_many") < err.index("release ")  # said before the run's summary
+
+
+def test_a_servers_context_window_is_read_where_servers_report_it():
+    """vLLM's /v1/models max_model_len and llama.cpp's /props n_ctx; a server that says neither: unknown, never a guess."""
+    from aiohttp import web
+
+    from craftmd.generation.context import context_window
+
+
+    import asyncio
+    import threading
+
+    async def serve(app, port_box, ready, stop):
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port_box.append(site._server.sockets[0].getsockname()[1])
+        ready.set()
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
+        await runner.cleanup()
+
+    async def models(request):
+        return web.json_response({"data": [{"id": "m"}]})
+
+    async def props(request):
+        return web.json_response({"default_generation_settings": {"n_ctx": 4096}})
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/props", props)
+    port, ready, stop = [], threading.Event(), threading.Event()
+    t = threading.Thread(target=lambda: asyncio.run(serve(app, port, ready, stop)), daemon=True)
+    t.start()
+    ready.wait(10)
+    try:
+        assert context_window(f"http://127.0.0.1:{port[0]}/v1", "m") == 4096
+    finally:
+        stop.set()
+        t.join(10)
+    with LoopbackServer(lambda r: "x") as plain:  # says nothing of its window
+        assert context_window(plain.base_url, "loopback") is None
