@@ -29,9 +29,14 @@ from test_consultation import Models, consult, extract, vignettes  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def two_cases(source, tmp_path_factory) -> Path:
+def picked(source) -> dict:
+    return pick_upstream(source, 2, seed=11, max_messages=14)
+
+
+@pytest.fixture(scope="module")
+def two_cases(picked, tmp_path_factory) -> Path:
     """Two recorded cases as a dataset with a paper key (for grading)."""
-    data = write_replay_dataset(pick_upstream(source, 2, seed=11, max_messages=14), tmp_path_factory.mktemp("dead") / "data")
+    data = write_replay_dataset(picked, tmp_path_factory.mktemp("dead") / "data")
     f = data / "all" / "test-00000-of-00001.parquet"
     pl.read_parquet(f).with_columns(paper_answer=pl.col("answer").str.to_lowercase()).write_parquet(f)
     return data
@@ -266,3 +271,50 @@ def test_a_servers_context_window_is_read_where_servers_report_it():
         t.join(10)
     with LoopbackServer(lambda r: "x") as plain:  # says nothing of its window
         assert context_window(plain.base_url, "loopback") is None
+
+
+def test_inspect_eval_of_a_local_service_needs_no_key(two_cases, picked, tmp_path):
+    """``inspect eval`` with ``openai-api/local/...`` and ``LOCAL_BASE_URL`` but no ``LOCAL_API_KEY``, as under craftmd."""
+    import os
+    import shutil
+    import subprocess
+
+    from loopback import Replay
+
+    inspect = shutil.which("inspect", path=str(Path(sys.executable).parent))
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    case = sorted(picked["text"])[0]
+    with LoopbackServer(Replay(picked["text"]), models=("doc",)) as server:
+        env.update(LOCAL_BASE_URL=server.base_url, INSPECT_LOG_DIR=str(tmp_path / "logs"))
+        proc = subprocess.run([inspect, "eval", "craftmd/craftmd", "--model", "openai-api/local/doc", "-T", f"dataset={two_cases}",
+                               "-T", f"cases={case}", "-T", "experiments=vignette,frq", "--display", "plain", "--log-format", "eval"],
+                              env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert server.calls > 0 and set(server.keys) == {"EMPTY"}  # the placeholder craftmd's own clients send, never a key
+    from craftmd.inspect_bridge.keys import local_key
+
+    assert local_key("LOCAL_API_KEY", "sk-set") is None  # a key that is set is the key
+    assert local_key("NOWHERE_API_KEY", "") is None  # no server named: inspect's own error stands
+
+
+def test_exported_logs_carry_their_setting_and_format_as_task_arguments(tmp_path):
+    import pyarrow as pa
+    from inspect_ai.log import read_eval_log
+
+    from craftmd.release import RunRecord, write_release
+
+    answers = [{"case_id": "case_1", "trial": 0, "setting": s, "format": f, "with_image": False, "response": "x", "status": "ok",
+                "error": None} for s in ("vignette", "multiturn") for f in ("mcq4", "frq")]  # fmt: skip
+    from craftmd.release import ANSWERS_SCHEMA, CONVERSATIONS_SCHEMA
+
+    rec = RunRecord(release="tiny", kind="generated", model="openai/m", roles={"doctor": {"model": "openai/m"}})
+    rel = write_release(tmp_path / "tiny", rec, {"answers": pa.Table.from_pylist(answers, ANSWERS_SCHEMA),
+                                                 "conversations": pa.Table.from_pylist([], CONVERSATIONS_SCHEMA)})
+    assert main(["export", str(rel), "--inspect", str(tmp_path / "logs"), "--quiet"]) == 0
+    seen = {}
+    for log in sorted((tmp_path / "logs").glob("*.eval")):
+        spec = read_eval_log(str(log), header_only=True).eval
+        seen[log.name] = spec.task_args
+        setting, fmt = spec.task_args["experiments"].split(",")
+        assert spec.task_args_passed == spec.task_args and log.name == f"tiny_{setting}_{fmt}.eval"
+    assert sorted(a["experiments"] for a in seen.values()) == sorted(f"{s},{f}" for s in ("vignette", "multiturn") for f in ("mcq4", "frq"))
