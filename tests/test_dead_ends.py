@@ -318,3 +318,18 @@ def test_exported_logs_carry_their_setting_and_format_as_task_arguments(tmp_path
         setting, fmt = spec.task_args["experiments"].split(",")
         assert spec.task_args_passed == spec.task_args and log.name == f"tiny_{setting}_{fmt}.eval"
     assert sorted(a["experiments"] for a in seen.values()) == sorted(f"{s},{f}" for s in ("vignette", "multiturn") for f in ("mcq4", "frq"))
+
+
+def test_the_one_line_errors_and_helps_name_the_way_out(tmp_path, capsys, monkeypatch):
+    from craftmd import CraftMDError
+    from craftmd.source import Source
+
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    helptext = " ".join(capsys.readouterr().out.split())
+    assert "required by the craftmd, consultation and encounters tasks" in helptext
+    # a download that cannot happen (an unreachable host) names the two ways to give the archive
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path))
+    with pytest.raises(CraftMDError) as err:
+        Source("http://127.0.0.1:9/craft-md.tar.gz")
+    assert "--source" in str(err.value) and "$CRAFTMD_SOURCE" in str(err.value) and "\n" not in str(err.value)
