@@ -84,6 +84,7 @@ def score_release(release_dir: Path | str, dataset_dir: Path | str | None, names
             write_scores(rel, table, records)
         rel._scores_cache = None  # a scorer that writes its own scores (the judges) leaves the cache behind
         report["scored"].append(s.name)
+        report.setdefault("writes", {})[s.name] = list(s.writes())
         if getattr(s, "summary", None):
             report.setdefault("summaries", {})[s.name] = s.summary
     return report
@@ -177,15 +178,14 @@ def _calls_model(name: str) -> bool:
     return any(s.calls_model for s in scorers([name]))
 
 
-def outcomes(release_dir: Path | str, names: list[str]) -> dict[str, dict]:
-    """Per scorer name (as the scores table has it) among ``names``' written names: ``scored`` (status ok), ``failed``
-    (status error) and ``reasons`` (each failure's reason, counted)."""
+def outcomes(release_dir: Path | str, written: list[str]) -> dict[str, dict]:
+    """Per scorer name among ``written`` (as the scores table has them): ``scored`` (status ok), ``failed`` (status
+    error) and ``reasons`` (each failure's reason, counted)."""
     import polars as pl
 
     path = Path(release_dir) / "scores.parquet"
-    if not path.exists():
+    if not written or not path.exists():
         return {}
-    written = [w for s in scorers(names) for w in s.writes()]
     df = pl.read_parquet(path, columns=["scorer", "status", "detail"]).filter(pl.col("scorer").is_in(written))
     out: dict[str, dict] = {}
     for row in df.iter_rows(named=True):
@@ -210,7 +210,7 @@ def check_outcomes(reports: list[dict]) -> None:
 
     empty = []
     for r in reports:
-        for name, o in outcomes(r["release"], r["scored"]).items():
+        for name, o in outcomes(r["release"], [w for ws in r.get("writes", {}).values() for w in ws]).items():
             if not o["failed"]:
                 continue
             print(f"{r['release']}: {name}: {o['scored']} scored, {o['failed']} failed (mostly {dominant_reason(o['reasons'])})",
