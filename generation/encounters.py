@@ -286,6 +286,8 @@ class Encounters(Runner):
         est["closer"].add(1, 200 + 2 * turns * reply, 60)
         if spec.memory_tags and trial == 0:
             est["tagger"].add(1, 600 + persona_tokens, spec.tag_max_tokens // 2, 1)
+            self.note_call("tagger", "memory tags", 600 + persona_tokens, spec.tag_max_tokens)
+        self.note_call("patient", "emotion step", 600 + persona_tokens + 2 * turns * reply, spec.max_tokens)
 
     def record_extra(self, record: RunRecord, jobs) -> RunRecord:
         spec = self.spec

@@ -224,6 +224,7 @@ class CraftMD(Runner):
             transcript["standard"] = self.conversation_estimate(est, "doctor", "patient", case.vignette)
             if "summarized" in need:
                 est["summarizer"].add(1, 100 + transcript["standard"], 4 * reply)
+                self.note_call("summarizer", "summary", 100 + transcript["standard"], self.spec.max_tokens)
         if need & set(NO_EXAM_SETTINGS):
             transcript["no_exam"] = self.conversation_estimate(est, "doctor", "patient", case.history)
         many = tokens(", ".join(self.many))
@@ -232,6 +233,7 @@ class CraftMD(Runner):
             context = transcript.get(e.conversation or "", tokens(case.vignette)) if s != "summarized" else 4 * reply
             options = many if e.options == "diagnoses" else 40
             est["doctor"].add(1, 150 + context + options, reply)
+            self.note_call("doctor", f"{s}:{f}", 150 + context + options, self.spec.max_tokens)
 
     # --- the run record -----------------------------------------------------------------------
     def record_extra(self, record: RunRecord, jobs) -> RunRecord:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from craftmd import CraftMDError
 from craftmd.commands.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, command, seconds_type
 
 
@@ -15,8 +16,11 @@ def _extract(args) -> int:
     generation/prompts/keyinfo-v1; the JSON reply is checked, and every case gets a row of the dataset's
     keyinfo config: its (key, value) items and the patient's initial request, or its failure (status invalid,
     refusal or error, with the reason), listed at the end. The config holds the cases of this run, with the
-    producing model and the prompt set's sha256.
+    producing model and the prompt set's sha256. Exit status 2 when no case was extracted (the reason that failed
+    most is named); 0 when some were, the failed ones counted.
     """
+    from craftmd.commands.cli import dominant_reason
+
     from .cli import check_base_url
     from .keyinfo import extract_keyinfo
 
@@ -25,6 +29,9 @@ def _extract(args) -> int:
     report = extract_keyinfo(args.dataset, args.model, cases=args.cases, base_url=args.base_url, cache=args.cache,
                              concurrency=args.concurrency, max_retries=args.max_retries, timeout=args.timeout, progress=not args.quiet)
     print(report.summary(), file=sys.stderr)
+    if report.cases and not report.ok:  # written, with every failure: but nothing to score against
+        raise CraftMDError(f"nothing extracted: all {report.cases} cases failed (mostly {dominant_reason(report.failed.values())}); "
+                           f"{report.path} is written with every failure's reason")
     return 0
 
 

@@ -251,6 +251,13 @@ class GenerateReport:
         return "\n".join(lines)
 
 
+def context_warnings(largest, windows) -> list[str]:
+    """The calls that cannot fit their server's window, as a run's start says them."""
+    from .context import too_long
+
+    return [f"{t}: such calls will fail (context length exceeded); give the server a larger context" for t in too_long(largest, windows)]
+
+
 def tally(rows, key: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for r in rows:
@@ -282,6 +289,7 @@ class Runner:
         self.done = 0  # units of work done (the bar's count)
         self.not_run: list[str] = []  # jobs the budget left unstarted
         self._tick = lambda: None  # called after every request and every unit done (the progress bar)
+        self.largest: dict[tuple[str, str], tuple[int, int]] = {}  # (agent, what) -> its largest call: prompt, reply tokens
 
     # --- what a task says ---------------------------------------------------------------
     def roles(self) -> dict[str, str]:
@@ -418,11 +426,59 @@ class Runner:
         """Work a task does once the connections are open, before its jobs (encounters: the memory tags)."""
 
     def estimate(self, jobs: list) -> dict[str, Estimate]:
-        """Each agent's expected calls and tokens for ``jobs``; nothing is sent."""
+        """Each agent's expected calls and tokens for ``jobs`` (and each call kind's largest, :meth:`note_call`); nothing is sent."""
         est = {a: Estimate() for a in self.agents}
+        self.largest = {}
         for job in jobs:
             self.estimate_job(job, est)
         return est
+
+    def note_call(self, agent: str, what: str, prompt: float, reply: float) -> None:
+        """Note one call of ``agent`` (``what``: a setting and format, a step) with ``prompt`` tokens and a ``reply`` budget;
+        the largest of each kind is checked against its server's context window."""
+        held = self.largest.get((agent, what))
+        if held is None or prompt + reply > sum(held):
+            self.largest[(agent, what)] = (int(prompt), int(reply))
+
+    def windows(self) -> dict[str, tuple[int | None, str]]:
+        """agent -> (its server's context window or None when the server does not say, the server); asks each server
+        once (:func:`craftmd.generation.context.context_window`), sends no chat request."""
+        from craftmd.models import endpoint_of
+        from craftmd.models.openai import public_url
+
+        from .context import context_window
+
+        asked: dict[tuple[str, str], int | None] = {}
+        out = {}
+        for agent, name in self.agent_names.items():
+            n = parse_name(name)
+            if n.provider == "vllm":
+                continue
+            url, key, _ = endpoint_of(n, self.spec.base_url, self.spec.api_key)
+            if not url:
+                continue  # a hosted API: its window is the model's
+            sizes = [asked.setdefault((u, n.model), context_window(u, n.model, key)) for u in url.split(",")]
+            known = [w for w in sizes if w is not None]
+            out[agent] = (min(known) if known else None, ", ".join(public_url(u) for u in url.split(",")))
+        return out
+
+    def context_lines(self) -> list[str]:
+        """The estimate's lines on context: each agent's largest call and, where its server says its window, what does not fit."""
+        windows = self.windows()
+        lines = []
+        for agent in self.agents:
+            mine = {w: pr for (a, w), pr in self.largest.items() if a == agent}
+            if not mine:
+                continue
+            what, (p, r) = max(mine.items(), key=lambda kv: (sum(kv[1]), kv[0]))
+            window, where = windows.get(agent, (None, ""))
+            said = (f"window {window:,} tokens at {where}" if window is not None else
+                    f"window not reported by {where}" if where else "window: the model's")
+            lines.append(f"{'largest':<12} {agent:<12} {what}: ~{p:,} prompt + {r:,} reply tokens ({said})")
+        from .context import too_long
+
+        lines += [f"{'too long':<12} {t}" for t in too_long(self.largest, windows)]
+        return lines
 
     def estimate_text(self) -> str:
         jobs = self.shard_jobs(self.jobs())
@@ -445,7 +501,7 @@ class Runner:
                          f"${total:,.2f}")
         else:
             lines.append("cost         give --price IN,OUT (or ROLE=IN,OUT) in USD per million tokens for the cost")
-        return "\n".join(lines)
+        return "\n".join(lines + self.context_lines())
 
     def _worker(self, jobs, index: int, workers: int, results, progress) -> None:
         """A worker process: every ``workers``-th job from ``index``, its share of the concurrency."""
@@ -467,6 +523,9 @@ class Runner:
             raise CraftMDError(self.no_jobs_message())
         jobs = self.shard_jobs(every)  # an empty shard writes an empty release (its merge still needs it)
         asyncio.run(self.check_models())  # fails here, before any chat call, on a bad server or model
+        self.estimate(jobs)
+        for line in context_warnings(self.largest, self.windows()):  # said before the first call: they will fail as too long
+            print(f"warning: {line}", file=sys.stderr)
         batching = any(parse_name(n).provider == "vllm" for n in self.agent_names.values())
         workers = 1 if batching or not self.processes else max(1, min(spec.workers, len(jobs) or 1))
         total_units = sum(self.planned(j) for j in jobs)

@@ -502,7 +502,7 @@ class Judge:
     def estimate(self, units: list[Unit]) -> dict:
         """Calls and tokens a run would need, before anything is sent (prompt tokens ~ characters / 4; replies at their cap)."""
         p = plan(units, self.dims, self.spec.shuffle_seed)
-        calls = tin = tout = 0
+        calls = tin = tout = again = 0
         filler = "x" * (self.spec.discussion_tokens * CHARS_PER_TOKEN)
         for u, cat, ds in p.jobs:
             calls += 1
@@ -511,17 +511,20 @@ class Judge:
             groups = [[d] for d in ds] if self.spec.mode == "dimension" else [ds]
             for g in groups:
                 calls += 1
+                again += self.spec.max_invalid  # a reply that does not validate is asked again, at most max_invalid times
                 tin += len(self.score_messages(u, cat, g, filler)[0]["content"]) // CHARS_PER_TOKEN
                 tout += self.spec.score_tokens * len(g)
         if self.spec.flags is not None:
             for u in units:
                 if not u.failed:
                     calls += 1
+                    again += self.spec.max_invalid
                     tin += len(self.flags_messages(u)[0]["content"]) // CHARS_PER_TOKEN
                     tout += FLAG_TOKENS
         n = len(self.members)
         out = {"conversations": len(units), "failed_conversations": len(p.failed_units), "judges": n, "mode": self.spec.mode,
-               "calls": calls * n, "tokens_in": tin * n, "tokens_out_at_most": tout * n,
+               "calls": calls * n, "calls_at_most": (calls + again) * n, "models": list(dict.fromkeys(m.model for m in self.members)),
+               "tokens_in": tin * n, "tokens_out_at_most": tout * n,
                "dimension_scores": sum(len(ds) for _, _, ds in p.jobs) * n}  # fmt: skip
         if self.spec.price:
             out["cost_usd_at_most"] = round((out["tokens_in"] * self.spec.price[0] + out["tokens_out_at_most"] * self.spec.price[1]) / 1e6, 2)
@@ -554,7 +557,7 @@ class Judge:
             while True:
                 attempts += 1
                 c = await self._call(caller, state, messages, tokens, schema, counts)
-                bar()
+                bar(again=attempts > 1)
                 if c.status != "ok":
                     problems = {i: f"{c.status}: {c.error or 'no reason given'}" for i in ids if i not in got}
                     break
@@ -585,7 +588,7 @@ class Judge:
         while True:
             attempts += 1
             c = await self._call(caller, state, messages, FLAG_TOKENS, flags_schema(kinds), counts)
-            bar()
+            bar(again=attempts > 1)
             if c.status != "ok":
                 state.flags[u.key] = Outcome(None, {"error": f"{c.status}: {c.error or 'no reason given'}", "attempts": attempts})
                 return
@@ -637,7 +640,9 @@ class Judge:
         bar = tqdm(total=(p.calls(self.spec.mode) + flag_calls) * len(states), desc="judge", unit="call", disable=not self.spec.progress,
                    file=sys.stderr, dynamic_ncols=True)  # fmt: skip
 
-        def tick() -> None:
+        def tick(again: bool = False) -> None:
+            if again:  # a reply asked again: one call more than planned, so the bar keeps its total
+                bar.total += 1
             bar.update(1)
             c = Counts.total(tallies)
             price = self.spec.price

@@ -62,11 +62,20 @@ def score_release(release_dir: Path | str, dataset_dir: Path | str | None, names
             report["current"].append(s.name)
         else:
             todo.append(s)
+    refused = {}
     for s in todo:  # refusals (a grader or judge of the release's own model) before anything is written
-        s.check(rel, ctx)
+        try:
+            s.check(rel, ctx)
+        except CraftMDError as exc:
+            if not estimate:
+                raise
+            refused[s.name] = str(exc)  # an estimate sends nothing: it says what a run would refuse
     for s in todo:
         if estimate:
-            report.setdefault("estimates", {})[s.name] = s.estimate(rel, ctx)
+            est = s.estimate(rel, ctx)
+            if s.name in refused:
+                est = dict(est or {}, refused=refused[s.name])
+            report.setdefault("estimates", {})[s.name] = est
             continue
         table, records = s.run(rel, ctx)
         if records:
@@ -76,6 +85,7 @@ def score_release(release_dir: Path | str, dataset_dir: Path | str | None, names
             write_scores(rel, table, records)
         rel._scores_cache = None  # a scorer that writes its own scores (the judges) leaves the cache behind
         report["scored"].append(s.name)
+        report.setdefault("writes", {})[s.name] = list(s.writes())
         if getattr(s, "summary", None):
             report.setdefault("summaries", {})[s.name] = s.summary
     return report
@@ -165,8 +175,92 @@ def _score(args) -> int:
             print(line, file=sys.stderr)
         if r["current"]:
             print(f"{r['release']}: {', '.join(r['current'])} current, nothing to do (--force scores again)", file=sys.stderr)
-        print(json.dumps(r, sort_keys=True))
+        if args.estimate:
+            print(estimate_text(r))
+        else:
+            print(json.dumps(r, sort_keys=True))
+    if not args.estimate:
+        check_outcomes(reports)
     return 0
+
+
+def estimate_text(report: dict) -> str:
+    """``craftmd score --estimate``'s table for one release, in the layout of ``craftmd generate --estimate``: per scorer,
+    its model, the calls (expected, and at most: every reply that does not validate asked again), the tokens and the cost."""
+    ests = report.get("estimates") or {}
+    lines = [f"estimate     {report['release']}: nothing was sent. Rough: 4 characters a token; calls at most: every score reply "
+             "that does not validate asked again (--max-invalid), replies at their cap",
+             "scorer                         model                              calls (at most)          tokens in   tokens out (at most)    cost (at most)"]
+    for name, e in ests.items():
+        if not e:
+            lines.append(f"{name:<30} {'':<34} {'sends nothing to estimate' if not _calls_model(name) else 'no estimate':>26}")
+            continue
+        model = ", ".join(e.get("models") or []) or name.split(":", 1)[-1]
+        cost = e.get("cost_usd_at_most")
+        money = f"${cost:,.2f}" if cost is not None else "-"
+        lines.append(f"{name:<30} {model:<34} {e['calls']:>8,} ({e.get('calls_at_most', e['calls']):>9,})  {e['tokens_in']:>14,}  "
+                     f"{e['tokens_out_at_most']:>14,}          {money}")
+        lines.append(f"{'':<30} {e['conversations']} conversations ({e['failed_conversations']} failed, not judged), {e['judges']} "
+                     f"judge(s), mode {e['mode']}, {e['dimension_scores']} dimension scores")
+        if e.get("refused"):
+            lines.append(f"{'':<30} a run would be refused: {e['refused']}")
+    if not ests:
+        lines.append("nothing to estimate: every scorer given is current or does not apply")
+    if ests and not any((e or {}).get("cost_usd_at_most") is not None for e in ests.values()):
+        lines.append("cost         give --price IN,OUT in USD per million tokens for the cost")
+    for name, why in report.get("skipped", {}).items():
+        lines.append(f"skipped      {name}: {why}")
+    return "\n".join(lines)
+
+
+def _calls_model(name: str) -> bool:
+    return any(s.calls_model for s in scorers([name]))
+
+
+def outcomes(release_dir: Path | str, written: list[str]) -> dict[str, dict]:
+    """Per scorer name among ``written`` (as the scores table has them): ``scored`` (status ok), ``failed`` (status
+    error) and ``reasons`` (each failure's reason, counted)."""
+    import polars as pl
+
+    path = Path(release_dir) / "scores.parquet"
+    if not written or not path.exists():
+        return {}
+    df = pl.read_parquet(path, columns=["scorer", "status", "detail"]).filter(pl.col("scorer").is_in(written))
+    out: dict[str, dict] = {}
+    for row in df.iter_rows(named=True):
+        o = out.setdefault(row["scorer"], {"scored": 0, "failed": 0, "reasons": {}})
+        if row["status"] == "ok":
+            o["scored"] += 1
+            continue
+        o["failed"] += 1
+        try:
+            reason = json.loads(row["detail"] or "{}").get("error")
+        except (ValueError, AttributeError):
+            reason = row["detail"]
+        reason = str(reason or "no reason given")[:200]
+        o["reasons"][reason] = o["reasons"].get(reason, 0) + 1
+    return out
+
+
+def check_outcomes(reports: list[dict]) -> None:
+    """Say how much of each scorer that ran failed (stderr); a scorer that produced no score at all is one line and a
+    non-zero exit (:class:`CraftMDError`), after every release's scores (with their failures) are written."""
+    from craftmd.commands.cli import dominant_reason
+
+    empty = []
+    for r in reports:
+        for name, o in outcomes(r["release"], [w for ws in r.get("writes", {}).values() for w in ws]).items():
+            if not o["failed"]:
+                continue
+            print(f"{r['release']}: {name}: {o['scored']} scored, {o['failed']} failed (mostly {dominant_reason(o['reasons'])})",
+                  file=sys.stderr)
+            if not o["scored"]:
+                empty.append((r["release"], name, o))
+    if empty:
+        release, name, o = empty[0]
+        more = f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""
+        raise CraftMDError(f"nothing scored: {name} on {release}: all {o['failed']} scores failed{more}, mostly "
+                           f"{dominant_reason(o['reasons'])}; the failures are written with their reasons")
 
 
 def register(sub) -> None:
@@ -184,7 +278,9 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="run the scorers even where their scores are current")
     p.add_argument("--allow-self", action="store_true",
                    help="let an LLM grader or judge score its own model (recorded; the page never ranks by it)")
-    p.add_argument("--estimate", action="store_true", help="print the calls and tokens the judges would need and send nothing")
+    p.add_argument("--estimate", action="store_true",
+                   help="print the calls (expected and at most), tokens and cost the judges would need, as a table, and send nothing "
+                        "(a judge a run would refuse, such as one of the doctor's own family, is estimated and the refusal named)")
     p.add_argument("--workers", type=int, default=None, help="worker processes of the history metrics (default: up to 2)")
     add_judge_arguments(p)
     add_call_arguments(p, concurrency=8, max_tokens=DISCUSSION_TOKENS, temperature=0.0,

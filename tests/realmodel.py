@@ -69,7 +69,8 @@ class RealModelServer:
     """
 
     def __init__(self, python: Path | None = None, *, threads: int | None = None, log: Path | None = None,
-                 start_timeout: float = 180.0, model_file: Path | None = None):
+                 start_timeout: float = 180.0, model_file: Path | None = None, options: list[str] | None = None):
+        self.options = options  # the server's options as a user gives them (the README's); None: this module's own
         self.python = python or llm_python()
         self.model_file = model_file or find_gguf(self.python)
         # llama.cpp's own default, half the cores: measured on 2 cores, 2 threads ran 1.8x slower than 1 when
@@ -85,9 +86,24 @@ class RealModelServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def command(self) -> list[str]:
-        """The server's command line (on ``self.port``)."""
-        return [str(self.python), "-m", "llama_cpp.server", "--model", str(self.model_file), "--n_ctx", str(CONTEXT),
-                "--model_alias", ALIAS, "--host", "127.0.0.1", "--port", str(self.port), "--n_threads", str(self.threads)]
+        """The server's command line (on ``self.port``): this module's options, or ``options`` as given with the model
+        file, the loopback host, the free port and the threads put in (each replacing the option given, if any)."""
+        if self.options is None:
+            return [str(self.python), "-m", "llama_cpp.server", "--model", str(self.model_file), "--n_ctx", str(CONTEXT),
+                    "--model_alias", ALIAS, "--host", "127.0.0.1", "--port", str(self.port), "--n_threads", str(self.threads)]
+        ours = {"--model": str(self.model_file), "--host": "127.0.0.1", "--port": str(self.port), "--n_threads": str(self.threads)}
+        given, it = [], iter(self.options)
+        for opt in it:
+            value = next(it)
+            if opt not in ours:
+                given += [opt, value]
+        return [str(self.python), "-m", "llama_cpp.server", *given, *(x for kv in ours.items() for x in kv)]
+
+    @property
+    def alias(self) -> str:
+        """The model name the server answers to."""
+        opts = self.options or []
+        return opts[opts.index("--model_alias") + 1] if "--model_alias" in opts else ALIAS
 
     @property
     def running(self) -> bool:
@@ -108,7 +124,7 @@ class RealModelServer:
                     raise RuntimeError(f"the model server exited with {self.proc.returncode}: {self.log_tail()}")
                 try:
                     with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as r:
-                        if ALIAS in [m["id"] for m in json.load(r)["data"]]:
+                        if self.alias in [m["id"] for m in json.load(r)["data"]]:
                             return self
                 except OSError:
                     pass

@@ -183,6 +183,18 @@ def check_base_url(url: str) -> None:
     check_url(url, "--base-url", "OPENAI_API_KEY")
 
 
+def dominant_reason(reasons) -> str:
+    """The reason that failed most of ``reasons`` (strings, or a ``{reason: count}`` mapping), as ``N × REASON``
+    (ties: the first by name), for the one line of a command that produced nothing usable."""
+    from collections import Counter
+
+    counts = Counter(reasons)
+    if not counts:
+        return "no reason given"
+    reason, n = min(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
+    return f"{n} × {str(reason or 'no reason given')[:200]}"
+
+
 def command(sub, name: str, handler) -> argparse.ArgumentParser:
     """A subcommand ``name`` run by ``handler(args)``; its help is the handler's docstring (first line:
     the one-line help; the rest: the description)."""

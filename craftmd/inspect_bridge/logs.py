@@ -490,6 +490,7 @@ def _export(release, out, progress: bool) -> list[Path]:
         meta = {MANIFEST: manifest, RECORDS: records, SCORE_ORDER: order, "setting": setting, "format": fmt}
         spec = EvalSpec(
             created=created, task=f"craftmd/{m.task}", task_id=f"{rel.id}-{setting}-{fmt}", run_id=rel.id,
+            task_args={"experiments": f"{setting},{fmt}"}, task_args_passed={"experiments": f"{setting},{fmt}"},  # what inspect view shows
             task_display_name=f"{rel.display} · {setting} · {fmt}", dataset=EvalDataset(name=f"{rel.id}/{setting}/{fmt}", samples=len(rows)),
             model=model, config=EvalConfig(epochs=max(int(a["trial"]) for a in rows) + 1), packages=packages, metadata=meta,
         )
