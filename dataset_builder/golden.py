@@ -34,7 +34,7 @@ Decontamination (:func:`decontaminate`): no training row may be a benchmark case
 is compared with every case of the benchmark's configs (the built text cases and the image cases' texts),
 both normalised as :func:`craftmd.dataset_builder.mediq.normalise` does. A word 8-gram index picks, for each
 candidate, the cases that share at least one 8-gram with it; for those the similarity is MELD's normalised
-Levenshtein (:func:`craftmd.scoring.meld.similarity`) and the n-gram share is the share of the candidate's
+Levenshtein (:func:`craftmd.text.similarity`, MELD's) and the n-gram share is the share of the candidate's
 distinct 8-grams the case also has. A candidate whose best case reaches :data:`LEVENSHTEIN_THRESHOLD` or
 :data:`NGRAM_THRESHOLD` is dropped and listed (with the case and both scores) in the build report. The
 thresholds, from MediQ's 1,272 MedQA lines against CRAFT-MD's cases: the lines that are CRAFT-MD cases (the
@@ -208,7 +208,7 @@ def nearest(candidates: list[Candidate], benchmark: dict[str, str]) -> list[tupl
     """For each candidate, (the benchmark case most like it, similarity, n-gram share); (None, 0, 0) when no case
     shares an n-gram with it. The best case is the one of highest similarity at or above the threshold, then of
     highest share, then the first in natural id order; its similarity is MELD's, exact."""
-    from craftmd.scoring.meld import similarity
+    from craftmd.text import similarity
 
     norm, rank, index = _index(tuple(benchmark.items()))
     out = []

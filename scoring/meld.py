@@ -48,11 +48,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import Levenshtein
 import polars as pl
 
 from craftmd import CraftMDError
 from craftmd.atomic import atomic_dir, sha256_file
+from craftmd.text import similarity  # noqa: F401  (MELD's similarity, shared with the decontamination)
 
 PROMPT_FILE = Path(__file__).resolve().parent / "prompts" / "meld.txt"
 THRESHOLD = 0.95
@@ -88,14 +88,6 @@ def split_halves(text: str, how: str = "chars") -> tuple[str, str]:
     backward = before if before != -1 else 0
     cut = forward if (forward - mid) < (mid - backward) else backward
     return text[:cut].strip(), text[cut:].strip()
-
-
-def similarity(truth: str, completion: str) -> float:
-    """One minus the character edit distance normalised by the longer string."""
-    longest = max(len(truth), len(completion))
-    if longest == 0:
-        return 1.0
-    return 1.0 - Levenshtein.distance(truth, completion) / longest
 
 
 def prompt_template() -> str:
