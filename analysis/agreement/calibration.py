@@ -43,14 +43,9 @@ def read_pairs(paths) -> tuple[list[dict], str]:
     malformed sheet is the one-line error of :func:`craftmd.analysis.agreement.rubric_review.read_ratings`."""
     from openpyxl import load_workbook
 
-    from craftmd.analysis.agreement.rubric_review import read_ratings
+    from craftmd.analysis.agreement.rubric_review import read_ratings, review_files
 
-    files = []
-    for p in paths:
-        try:
-            files.append((Path(p).name, Path(p).read_bytes()))
-        except OSError as exc:
-            raise CraftMDError(f"{p}: cannot read ({exc.strerror})") from None
+    files = review_files(paths)
     ratings, judge = read_ratings(files)
     names = set()
     import io

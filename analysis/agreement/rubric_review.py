@@ -147,6 +147,17 @@ def export_rubric_review(release_dirs, out, *, n: int, seed: int, dimensions: li
 # -- in ---------------------------------------------------------------------------------------------
 
 
+def review_files(paths) -> list[tuple[str, bytes]]:
+    """The filled-in review workbooks' names and bytes; an unreadable one is one line."""
+    files = []
+    for p in paths:
+        try:
+            files.append((Path(p).name, Path(p).read_bytes()))
+        except OSError as exc:
+            raise CraftMDError(f"{p}: cannot read ({exc.strerror})") from None
+    return files
+
+
 def read_ratings(files: list[tuple[str, bytes]], units: dict | None = None) -> tuple[dict, dict]:
     """Filled-in workbooks -> (ratings: (review_id, dimension) -> {rater: 1..4}, judge: (review_id, dimension) -> score or None).
     Every problem is collected; one CraftMDError lists them (file, row, column) and nothing is returned. ``units``, when
@@ -255,12 +266,7 @@ def agreement(ratings: dict, judge: dict, *, B: int = 1000, seed: int = 15) -> l
 
 def import_rubric_review(paths: list[Path | str], out: Path | str, *, B: int = 1000, seed: int = 15) -> Path:
     """Read filled-in review workbooks and write the agreement figures (JSON) to ``out``."""
-    files = []
-    for p in paths:
-        try:
-            files.append((Path(p).name, Path(p).read_bytes()))
-        except OSError as exc:
-            raise CraftMDError(f"{p}: cannot read ({exc.strerror})") from None
+    files = review_files(paths)
     units: dict = {}
     ratings, judge = read_ratings(files, units)
     if not ratings:
@@ -309,12 +315,7 @@ def ratings_into_releases(paths: list[Path | str], releases_dir: Path | str) -> 
 
     from craftmd.release import find_releases, write_scores
 
-    files = []
-    for p in paths:
-        try:
-            files.append((Path(p).name, Path(p).read_bytes()))
-        except OSError as exc:
-            raise CraftMDError(f"{p}: cannot read ({exc.strerror})") from None
+    files = review_files(paths)
     units: dict = {}
     ratings, _ = read_ratings(files, units)
     if not ratings:
