@@ -70,15 +70,16 @@ class _Ratios:
         total = float(den.sum())
         self.items.append((key, self._column(num, exact), self._column(den, True), float(num.sum()) / total, total))
 
-    def results(self) -> dict[tuple, tuple[float, float, float, np.ndarray, float]]:
-        """key -> (estimate, CI low, CI high, resampled ratios, the subset's count: the sum of its denominator)."""
+    def results(self) -> dict[tuple, tuple[float, float, float, float | None, float]]:
+        """key -> (estimate, CI low, CI high, the paired-bootstrap p-value of a test (key ``("test", ...)``; None for the
+        others), the subset's count: the sum of its denominator). The resampled ratios are not kept (memory)."""
         self.R.run()
         out = {}
         for key, hn, hd, est, total in self.items:
             den = self.R.resampled(hd)
             ratio = np.divide(self.R.resampled(hn), den, out=np.full(len(den), np.nan), where=den > 0)
             lo, hi = np.nanquantile(ratio, [0.025, 0.975])
-            out[key] = (est, float(lo), float(hi), ratio, total)
+            out[key] = (est, float(lo), float(hi), paired_p(ratio, est) if key[0] == "test" else None, total)
         return out
 
 
@@ -179,12 +180,12 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict
     res = ratios.results()
 
     tests = []
-    for key, (est, lo, hi, draws, n_common) in res.items():
+    for key, (est, lo, hi, p, n_common) in res.items():
         if key[0] != "test":
             continue
         _, met, a, b = key
         tests.append({"metric": met, "model_a": a, "model_b": b, "n_cases": int(n_common), "diff": _round(est),
-                      "ci_low": _round(lo), "ci_high": _round(hi), "p": paired_p(draws, est)})  # fmt: skip
+                      "ci_low": _round(lo), "ci_high": _round(hi), "p": p})  # fmt: skip
     if tests:
         from statsmodels.stats.multitest import multipletests
 

@@ -10,6 +10,8 @@
 * ``cases``: the built dataset's case metadata (``case_id``, ``with_image``, ``source``,
   ``specialty``, ``single_dx``): the ``all`` config, plus ``nejm_image`` (``with_image`` true);
 * ``setting_order``: the settings in :data:`craftmd.release.SETTINGS` order;
+* ``pair_options``: which pairs of models ``sql/comparisons`` tests (``all_pairs``, ``all_pairs_up_to``:
+  :data:`ALL_PAIRS_UP_TO`; see :func:`connect`);
 * ``sample_order``: every sample id of the dataset with its position in natural order
   (``case_9`` before ``case_10``); ids are opaque, this is the only order they have;
 * the table macros of ``sql/_macros.sql`` (McNemar's counts per case and per pair).
@@ -31,6 +33,9 @@ from craftmd.dataset import config_file
 from craftmd.release import CLAIM_PREFIX, SETTINGS, Release, find_releases, natural_key
 
 SQL_DIR = Path(str(resources.files("craftmd.analysis") / "sql"))
+#: Families of at most this many models test every pair of them (the six upstream releases keep every pair); larger
+#: ones test each model against its neighbours in the ranking and against the leader (``sql/comparisons``).
+ALL_PAIRS_UP_TO = 8
 
 
 def query_names() -> list[str]:
@@ -58,8 +63,10 @@ def _union(releases: list[Release], table: str) -> str | None:
     return " union all by name ".join(parts) if parts else None
 
 
-def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threads: int | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with the releases and the dataset registered as views."""
+def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threads: int | None = None,
+            all_pairs: bool = False) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with the releases and the dataset registered as views. ``all_pairs``: the comparisons test
+    every pair of models, whatever the board's size (else every pair only up to :data:`ALL_PAIRS_UP_TO` models)."""
     if not isinstance(releases, list):
         releases = find_releases(releases)
     if not releases:
@@ -71,6 +78,7 @@ def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threa
     order = pa.table({"setting": list(SETTINGS), "position": list(range(len(SETTINGS)))})
     con.register("setting_order_arrow", order)
     con.execute("create view setting_order as select * from setting_order_arrow")
+    con.execute(f"create view pair_options as select {bool(all_pairs)} as all_pairs, {int(ALL_PAIRS_UP_TO)} as all_pairs_up_to")
     for table in ("answers", "scores", "conversations"):
         body = _union(releases, table)
         if body is None and table == "scores":

@@ -93,39 +93,57 @@ def bootstrap_all(
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None]:
     """:func:`bootstrap_tables` and, in the same resampling run, the tests of ``more`` (``sql/more_comparisons``:
     MCQ against FRQ, image against none; :func:`more_tests`), or None when ``more`` is None. Batching them with the
-    accuracy cells costs only their columns: every resample matrix is drawn once per group size."""
-    cells, L = _cells(case_groups)
-    R = Resampler(B=B, seed=seed)
-    handles = {key: R.add(num) for key, (_, num) in cells.items()}
+    accuracy cells costs only their columns: every resample matrix is drawn once per group size.
 
-    pairs = []  # (row index, handle a, handle b, observed sum, n); handle b None: a is the difference column
-    for i, r in enumerate(comparisons.iter_rows(named=True)):
+    The work goes one group of cases at a time (every test pairs two cells of one group): the resampled sums of one
+    group's cells are held, turned into intervals and p-values, and dropped, so memory follows the group's cells and
+    never the whole board's (the numbers do not depend on it: each column's sums are exact)."""
+    cells, L = _cells(case_groups)
+    comp = comparisons.to_dicts()
+    more_rows = more.to_dicts() if more is not None else []
+    work: dict[tuple, list] = {}  # (group_by, group) -> its cells' keys and its tests (table, row index, cell a, cell b)
+    for key in cells:
+        work.setdefault(key[5:], ([], []))[0].append(key)
+    for i, r in enumerate(comp):
         if r["family"] == "setting":
             ka = (r["model"], r["grader"], r["a"], r["format"], r["with_image"], r["group_by"], r["group"])
             kb = (r["model"], r["grader"], r["b"], r["format"], r["with_image"], r["group_by"], r["group"])
         else:
             ka = (r["a"], r["grader"], r["setting"], r["format"], r["with_image"], r["group_by"], r["group"])
             kb = (r["b"], r["grader"], r["setting"], r["format"], r["with_image"], r["group_by"], r["group"])
-        p = _pair(R, cells, handles, ka, kb)
-        if p is not None:
-            pairs.append((i, *p))
-    more_pairs = []
-    for i, r in enumerate(more.iter_rows(named=True) if more is not None else ()):
+        work.setdefault(ka[5:], ([], []))[1].append((0, i, ka, kb))
+    for i, r in enumerate(more_rows):
         ka = (r["model"], r["grader_a"], r["setting"], r["format_a"], r["image_a"], r["group_by"], r["group"])
         kb = (r["model"], r["grader_b"], r["setting"], r["format_b"], r["image_b"], r["group_by"], r["group"])
-        p = _pair(R, cells, handles, ka, kb)
-        if p is not None:
-            more_pairs.append((i, *p))
-    R.run()
-    more_pv = more_tests(R, more, more_pairs, L) if more is not None else None
+        work.setdefault(ka[5:], ([], []))[1].append((1, i, ka, kb))
+
+    ci: dict[tuple, tuple[float, float]] = {}
+    tested: tuple[dict, dict] = ({}, {})  # per table: row index -> (observed sum, n, p-value)
+    for group in sorted(work, key=str):
+        keys, tests = work[group]
+        R = Resampler(B=B, seed=seed)
+        handles = {key: R.add(cells[key][1]) for key in keys}
+        pairs = []  # (table, row index, handle a, handle b, observed sum, n); handle b None: a is the difference column
+        for t, i, ka, kb in tests:
+            p = _pair(R, cells, handles, ka, kb)
+            if p is not None:
+                pairs.append((t, i, *p))
+        R.run()
+        for key, h in handles.items():
+            a, b = R.quantiles(h)
+            ci[key] = (a / (R.n(h) * L), b / (R.n(h) * L))
+        for t, i, ha, hb, obs, n in pairs:
+            sums = R.resampled(ha) if hb is None else R.resampled(ha) - R.resampled(hb)
+            tested[t][i] = (obs, n, paired_p(sums, obs))
+        del R, handles, pairs
+    more_pv = more_tests(more, tested[1], L) if more is not None else None
 
     # Accuracy with CIs.
     lo, hi = [], []
     for key in accuracy.select(["model", "grader", "setting", "format", "with_image", "group_by", "group"]).iter_rows():
-        h = handles[key]
-        a, b = R.quantiles(h)
-        lo.append(a / (R.n(h) * L))
-        hi.append(b / (R.n(h) * L))
+        a, b = ci[key]
+        lo.append(a)
+        hi.append(b)
     acc = accuracy.with_columns(pl.Series("ci_low", lo, dtype=pl.Float64), pl.Series("ci_high", hi, dtype=pl.Float64)).with_columns(
         pl.col("accuracy", "ci_low", "ci_high").round(DECIMALS)
     )
@@ -133,13 +151,13 @@ def bootstrap_all(
 
     # P-values: paired bootstrap and McNemar, Holm within each family.
     rows = []
-    comp = comparisons.to_dicts()
-    for i, ha, hb, obs, n in pairs:
-        r = comp[i]
-        sums = R.resampled(ha) if hb is None else R.resampled(ha) - R.resampled(hb)
+    for i, r in enumerate(comp):
+        if i not in tested[0]:
+            continue
+        obs, n, p_boot = tested[0][i]
         base = {k: r[k] for k in ("family", "model", "setting", "format", "grader", "with_image", "group_by", "group", "a", "b")}
         diff = round(obs / (n * L), DECIMALS)
-        rows.append({**base, "n_cases": n, "diff": diff, "p_value": paired_p(sums, obs), "test": "paired-bootstrap"})
+        rows.append({**base, "n_cases": n, "diff": diff, "p_value": p_boot, "test": "paired-bootstrap"})
         if r["group_by"] not in MCNEMAR_GROUPS:
             continue
         n10, n01 = r["n10"], r["n01"]
@@ -179,18 +197,19 @@ def holm(pv: pl.DataFrame, family: list[str]) -> np.ndarray:
     return adjusted
 
 
-def more_tests(R: Resampler, more: pl.DataFrame, pairs: list[tuple], L: int) -> pl.DataFrame:
+def more_tests(more: pl.DataFrame, tested: dict[int, tuple[int, int, float]], L: int) -> pl.DataFrame:
     """The paired bootstrap (difference a - b, over the cases both sides have) and McNemar's test (discordant trial
-    pairs) of every row of ``sql/more_comparisons``; Holm within each family of one model, pair of sides and group,
+    pairs) of every row of ``sql/more_comparisons`` (``tested``: row index -> the paired bootstrap's observed sum,
+    cases and p-value, from :func:`bootstrap_all`); Holm within each family of one model, pair of sides and group,
     across its settings (:data:`MORE_COLUMNS`). ``diff``: the paired bootstrap's difference in accuracy over cases,
     McNemar's (n10 - n01) / paired trials."""
     rows = []
-    comp = more.to_dicts()
-    for i, ha, hb, obs, n in pairs:
-        r = comp[i]
-        sums = R.resampled(ha) if hb is None else R.resampled(ha) - R.resampled(hb)
+    for i, r in enumerate(more.to_dicts()):
+        if i not in tested:
+            continue
+        obs, n, p_boot = tested[i]
         base = {k: r[k] for k in MORE_KEY}
-        rows.append({**base, "n_cases": n, "diff": round(obs / (n * L), DECIMALS), "p_value": paired_p(sums, obs), "test": "paired-bootstrap"})
+        rows.append({**base, "n_cases": n, "diff": round(obs / (n * L), DECIMALS), "p_value": p_boot, "test": "paired-bootstrap"})
         n10, n01 = r["n10"], r["n01"]
         trial_diff = round((n10 - n01) / r["n_trials"], DECIMALS) if r["n_trials"] else 0.0
         rows.append({**base, "n_cases": r["n_cases"], "diff": trial_diff, "p_value": min(mcnemar_p(n10, n01), 1.0), "test": "mcnemar"})
