@@ -22,6 +22,9 @@ keeps a query's result as a table of that name, for later queries to read.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+import weakref
 from importlib import resources
 from pathlib import Path
 
@@ -36,6 +39,10 @@ SQL_DIR = Path(str(resources.files("craftmd.analysis") / "sql"))
 #: Families of at most this many models test every pair of them (the six upstream releases keep every pair); larger
 #: ones test each model against its neighbours in the ranking and against the leader (``sql/comparisons``).
 ALL_PAIRS_UP_TO = 8
+#: DuckDB's memory for one analysis: past it, the materialised tables (trial grades, case scores, groups: they grow with
+#: the board) spill to a private temporary folder, removed with the connection, so memory does not follow the board
+#: (the six upstream releases stay below it).
+MEMORY_LIMIT = "512MB"
 
 
 def query_names() -> list[str]:
@@ -63,6 +70,16 @@ def _union(releases: list[Release], table: str) -> str | None:
     return " union all by name ".join(parts) if parts else None
 
 
+def _open() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB held to :data:`MEMORY_LIMIT`, spilling into a temporary folder of its own."""
+    con = duckdb.connect(":memory:")
+    spill = tempfile.mkdtemp(prefix="craftmd-duckdb-")
+    weakref.finalize(con, shutil.rmtree, spill, True)
+    con.execute(f"set temp_directory = {_lit(Path(spill))}")
+    con.execute(f"set memory_limit = '{MEMORY_LIMIT}'")
+    return con
+
+
 def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threads: int | None = None,
             all_pairs: bool = False) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the releases and the dataset registered as views. ``all_pairs``: the comparisons test
@@ -71,7 +88,7 @@ def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threa
         releases = find_releases(releases)
     if not releases:
         raise CraftMDError("no releases to analyse")
-    con = duckdb.connect(":memory:")
+    con = _open()
     if threads:
         con.execute(f"set threads = {int(threads)}")
     _releases_view(con, releases)
@@ -152,7 +169,7 @@ def connect_tables(releases: list[Release], tables: dict[str, str]) -> duckdb.Du
     :func:`connect`) and, for each ``view: table`` of ``tables``, a view of every release's
     ``table.parquet`` with a ``release`` column (a view over none, when no release has it, is left out).
     The patient-led encounters' queries read their releases this way (their cases are not CRAFT-MD's)."""
-    con = duckdb.connect(":memory:")
+    con = _open()
     _releases_view(con, releases)
     for view, table in tables.items():
         body = _union(releases, table)
