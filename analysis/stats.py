@@ -95,15 +95,22 @@ def bootstrap_all(
     MCQ against FRQ, image against none; :func:`more_tests`), or None when ``more`` is None. Batching them with the
     accuracy cells costs only their columns: every resample matrix is drawn once per group size.
 
-    The work goes one group of cases at a time (every test pairs two cells of one group): the resampled sums of one
-    group's cells are held, turned into intervals and p-values, and dropped, so memory follows the group's cells and
-    never the whole board's (the numbers do not depend on it: each column's sums are exact)."""
+    The work goes one unit at a time (one group, grader, format and image flag; the tests of ``more``, one group and
+    model): the resampled sums of its cells are held, turned into intervals and p-values, and dropped, so memory
+    follows the unit and never the whole board (the numbers do not depend on it: each column's sums are exact)."""
     cells, L = _cells(case_groups)
     comp = comparisons.to_dicts()
     more_rows = more.to_dicts() if more is not None else []
-    work: dict[tuple, list] = {}  # (group_by, group) -> its cells' keys and its tests (table, row index, cell a, cell b)
+    # The units of work: a cell's own unit (its group, grader, format and image flag: every release and setting of
+    # them) holds the comparisons between its settings and between its models; the tests of ``more`` cross formats,
+    # graders and image flags of one model, so they go by group and model, resampling their sides there again.
+    work: dict[tuple, tuple[list, list]] = {}  # unit -> (its cells' keys, its tests: (table, row index, cell a, cell b))
+
+    def unit(key: tuple) -> tuple:
+        return (key[5], key[6], key[1], key[3], key[4])
+
     for key in cells:
-        work.setdefault(key[5:], ([], []))[0].append(key)
+        work.setdefault(unit(key), ([], []))[0].append(key)
     for i, r in enumerate(comp):
         if r["family"] == "setting":
             ka = (r["model"], r["grader"], r["a"], r["format"], r["with_image"], r["group_by"], r["group"])
@@ -111,21 +118,26 @@ def bootstrap_all(
         else:
             ka = (r["a"], r["grader"], r["setting"], r["format"], r["with_image"], r["group_by"], r["group"])
             kb = (r["b"], r["grader"], r["setting"], r["format"], r["with_image"], r["group_by"], r["group"])
-        work.setdefault(ka[5:], ([], []))[1].append((0, i, ka, kb))
+        work.setdefault(unit(ka), ([], []))[1].append((0, i, ka, kb))
     for i, r in enumerate(more_rows):
         ka = (r["model"], r["grader_a"], r["setting"], r["format_a"], r["image_a"], r["group_by"], r["group"])
         kb = (r["model"], r["grader_b"], r["setting"], r["format_b"], r["image_b"], r["group_by"], r["group"])
-        work.setdefault(ka[5:], ([], []))[1].append((1, i, ka, kb))
+        work.setdefault((r["group_by"], r["group"], "more", r["model"]), ([], []))[1].append((1, i, ka, kb))
 
     ci: dict[tuple, tuple[float, float]] = {}
     tested: tuple[dict, dict] = ({}, {})  # per table: row index -> (observed sum, n, p-value)
-    for group in sorted(work, key=str):
-        keys, tests = work[group]
+    for u in sorted(work, key=str):  # a group's units together: its resample matrices are drawn once
+        keys, tests = work[u]
         R = Resampler(B=B, seed=seed)
-        handles = {key: R.add(cells[key][1]) for key in keys}
+        handles = {key: R.add(cells[key][1]) for key in keys}  # the unit's own cells, whose intervals it gives
+        sides = dict(handles)
+        for _, _, ka, kb in tests:  # a test of ``more``: its sides' cells, resampled here
+            for k in (ka, kb):
+                if k in cells and k not in sides:
+                    sides[k] = R.add(cells[k][1])
         pairs = []  # (table, row index, handle a, handle b, observed sum, n); handle b None: a is the difference column
         for t, i, ka, kb in tests:
-            p = _pair(R, cells, handles, ka, kb)
+            p = _pair(R, cells, sides, ka, kb)
             if p is not None:
                 pairs.append((t, i, *p))
         R.run()
@@ -135,7 +147,7 @@ def bootstrap_all(
         for t, i, ha, hb, obs, n in pairs:
             sums = R.resampled(ha) if hb is None else R.resampled(ha) - R.resampled(hb)
             tested[t][i] = (obs, n, paired_p(sums, obs))
-        del R, handles, pairs
+        del R, handles, sides, pairs
     more_pv = more_tests(more, tested[1], L) if more is not None else None
 
     # Accuracy with CIs.
