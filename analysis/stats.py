@@ -43,13 +43,16 @@ def _cells(case_groups: pl.DataFrame) -> tuple[dict[tuple, tuple[np.ndarray, np.
     L = scale(case_groups["n_trials"].to_numpy())
     num = (case_groups["n_correct"].to_numpy().astype(np.int64) * (L // case_groups["n_trials"].to_numpy())).astype(np.int64)
     cases = case_groups["case_position"].to_numpy()
-    bounds = (
-        case_groups.select(CELL).with_row_index("i").group_by(CELL, maintain_order=True).agg(pl.col("i").first().alias("start"), pl.len().alias("n"))
-    )
+    # sql/case_groups orders its rows by cell: a cell is a run of rows, found where a key column changes (no hash
+    # table over the board's rows)
+    changed = case_groups.select(pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift()) for c in CELL])).to_series().to_numpy()
+    if len(changed):
+        changed[0] = True
+    starts = np.flatnonzero(changed)
+    ends = [*starts[1:].tolist(), case_groups.height]
     out = {}
-    for row in bounds.iter_rows():
-        *key, start, n = row
-        out[tuple(key)] = (cases[start : start + n], num[start : start + n])
+    for key, start, end in zip(case_groups[starts].select(CELL).iter_rows(), starts.tolist(), ends):
+        out[key] = (cases[start:end], num[start:end])
     return out, L
 
 
