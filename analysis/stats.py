@@ -251,33 +251,37 @@ def metric_table(case_scores: pl.DataFrame, *, B: int = DEFAULT_B, seed: int = D
     key = ["release", "scorer", "metric", "variant"]
     failed = case_scores.group_by(key, maintain_order=True).agg(pl.col("n_failed").sum())
     scored = case_scores.filter(pl.col("n_trials") > 0)
-    R = Resampler(B=B, seed=seed)
-    cells = []
-    for k, g in scored.group_by(key, maintain_order=True):
-        m = metric(k[2])
-        n_trials = g["n_trials"].to_numpy()
-        sums = g["value_sum"].to_numpy()
-        exact = m.kind != "continuous" and np.all(np.mod(sums, 1) == 0)
-        if exact:
-            L = scale(n_trials)
-            num = (np.rint(sums).astype(np.int64) * (L // n_trials)).astype(np.int64)
-            cells.append((k, m, R.add(num), float(num.sum()), L))
-        else:
-            cells.append((k, m, R.add(sums / n_trials, exact=False), float((sums / n_trials).sum()), 1))
-    R.run()
     n_failed = {tuple(r[:4]): r[4] for r in failed.iter_rows()}
     rows = []
-    for k, m, h, total, L in cells:
-        n = R.n(h)
-        lo, hi = R.quantiles(h)
-        d = DECIMALS if L > 1 or m.kind != "continuous" else FLOAT_DECIMALS
-        rows.append({
-            "model": k[0], "scorer": k[1], "metric": k[2], "variant": k[3], "kind": m.kind,
-            "higher_is_better": m.higher_is_better, "n_cases": n, "n_failed": int(n_failed.get(tuple(k), 0)),
-            "mean": round(total / (n * L), d), "ci_low": round(lo / (n * L), d), "ci_high": round(hi / (n * L), d),
-        })  # fmt: skip
+    done = set()  # the cells with a value
+    for _, of_release in scored.group_by("release", maintain_order=True):  # one release at a time: memory follows it, not the board
+        R = Resampler(B=B, seed=seed)
+        mine = []
+        for k, g in of_release.group_by(key, maintain_order=True):
+            m = metric(k[2])
+            n_trials = g["n_trials"].to_numpy()
+            sums = g["value_sum"].to_numpy()
+            exact = m.kind != "continuous" and np.all(np.mod(sums, 1) == 0)
+            if exact:
+                L = scale(n_trials)
+                num = (np.rint(sums).astype(np.int64) * (L // n_trials)).astype(np.int64)
+                mine.append((k, m, R.add(num), float(num.sum()), L))
+            else:
+                mine.append((k, m, R.add(sums / n_trials, exact=False), float((sums / n_trials).sum()), 1))
+        R.run()
+        for k, m, h, total, L in mine:
+            n = R.n(h)
+            lo, hi = R.quantiles(h)
+            d = DECIMALS if L > 1 or m.kind != "continuous" else FLOAT_DECIMALS
+            rows.append({
+                "model": k[0], "scorer": k[1], "metric": k[2], "variant": k[3], "kind": m.kind,
+                "higher_is_better": m.higher_is_better, "n_cases": n, "n_failed": int(n_failed.get(tuple(k), 0)),
+                "mean": round(total / (n * L), d), "ci_low": round(lo / (n * L), d), "ci_high": round(hi / (n * L), d),
+            })  # fmt: skip
+        done.update(tuple(c[0]) for c in mine)
+        del R
     for k, nf in n_failed.items():  # cells where nothing could be scored still show their failures
-        if not any(c[0] == k for c in cells):
+        if k not in done:
             m = metric(k[2])
             rows.append({"model": k[0], "scorer": k[1], "metric": k[2], "variant": k[3], "kind": m.kind,
                          "higher_is_better": m.higher_is_better, "n_cases": 0, "n_failed": int(nf),
