@@ -40,9 +40,9 @@ SQL_DIR = Path(str(resources.files("craftmd.analysis") / "sql"))
 #: ones test each model against its neighbours in the ranking and against the leader (``sql/comparisons``).
 ALL_PAIRS_UP_TO = 8
 #: DuckDB's memory for one analysis: past it, the materialised tables (trial grades, case scores, groups: they grow with
-#: the board) spill to a private temporary folder, removed with the connection, so memory does not follow the board
-#: (the six upstream releases stay below it).
-MEMORY_LIMIT = "512MB"
+#: the board) spill to a private temporary folder, removed with the connection (the six upstream releases stay far
+#: below it). 512 MB was too little for 80 releases: reading their trial grades does not spill.
+MEMORY_LIMIT = "2GB"
 
 
 def query_names() -> list[str]:
