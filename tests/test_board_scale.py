@@ -99,3 +99,14 @@ def test_a_small_board_tests_every_pair_and_its_tables_equal_all_pairs(tmp_path)
     pv = pl.read_csv(tmp_path / "default" / "tables" / "pvalues.csv")
     got = pv.filter(pl.col("family") == "model", pl.col("setting") == "vignette", pl.col("group_by") == "all", pl.col("test") == "mcnemar")
     assert got.height == n * (n - 1) // 2
+
+
+def test_the_page_says_which_pairs_were_tested(board, tmp_path):
+    from craftmd.analysis.page import write_page
+
+    _, _, _, a = board
+    _write(a, tmp_path)
+    write_page(a, tmp_path)
+    page = (tmp_path / "index.html").read_text()
+    assert f"On this board of more than {ALL_PAIRS_UP_TO} models, each model is tested against its neighbours" in page
+    assert "craftmd analyse --all-pairs" in page
