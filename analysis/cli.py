@@ -17,7 +17,9 @@ def _analyse(args) -> int:
 
     Run the named DuckDB queries (analysis/sql) over every graded release and write OUT/tables/*.csv (accuracy
     with 95% bootstrap CIs, p-values between settings and models, four-choice MCQ against FRQ, with against
-    without the image) and OUT/figures/*.png. OUT is replaced whole (a failed run leaves the
+    without the image) and OUT/figures/*.png. Models are compared pairwise in every setting and format while a
+    family has at most 8 models; on a larger board each model is tested against its neighbours in the ranking and
+    against the leader (Holm over exactly those tests), unless --all-pairs. OUT is replaced whole (a failed run leaves the
     previous one as it was); an existing OUT must be an earlier analysis or leaderboard folder.
     """
     from craftmd.atomic import atomic_dir
@@ -27,7 +29,7 @@ def _analyse(args) -> int:
 
     with atomic_dir(args.out, owns=OWNS) as tmp:  # OUT is replaced whole, or left as it was
         a = analyse(args.releases, args.dataset, tmp, B=args.resamples, seed=args.seed, packets=args.packets,
-                    rubric_options={"unsupported": args.unsupported, "prefer": args.rubric_scorer})
+                    rubric_options={"unsupported": args.unsupported, "prefer": args.rubric_scorer}, all_pairs=args.all_pairs)
         if args.page:
             write_page(a, tmp)
     print(f"tables written: {Path(args.out, 'tables').resolve()}")
@@ -44,6 +46,9 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--resamples", type=int, default=DEFAULT_B, help=f"bootstrap resamples (default {DEFAULT_B})")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"bootstrap seed (default {DEFAULT_SEED})")
+    p.add_argument("--all-pairs", action="store_true",
+                   help="test every pair of models (default: every pair only up to 8 models per setting and format; on a larger "
+                        "board each model against its neighbours in the ranking and against the leader, linear in the board)")
     p.add_argument("--page", action="store_true", help="also write index.html and leaderboard.md")
     p.add_argument("--packets", help="the built medpi folder (craftmd encounters build): gives each encounter's reason and objective")
     p.add_argument("--unsupported", choices=("count", "drop"), default="count",

@@ -3,7 +3,9 @@
 Read from the ``history`` scorer's scores of the standard text conversations
 (:mod:`craftmd.scoring.history`) and the free-response grades, three tables:
 
-* ``history_tests`` — every pair of text releases on each headline history metric: the mean over
+* ``history_tests`` — every pair of text releases on each headline history metric (on a board of more than
+  :data:`.runner.ALL_PAIRS_UP_TO` releases, each against its neighbours in that metric's ranking and the leader,
+  unless ``--all-pairs``): the mean over
   their common cases of the per-case difference (each case's mean over its trials), with a 95 %
   case-bootstrap CI and a two-sided paired-bootstrap p-value, Holm-adjusted over all pairs and
   metrics (``statsmodels``).
@@ -70,15 +72,16 @@ class _Ratios:
         total = float(den.sum())
         self.items.append((key, self._column(num, exact), self._column(den, True), float(num.sum()) / total, total))
 
-    def results(self) -> dict[tuple, tuple[float, float, float, np.ndarray, float]]:
-        """key -> (estimate, CI low, CI high, resampled ratios, the subset's count: the sum of its denominator)."""
+    def results(self) -> dict[tuple, tuple[float, float, float, float | None, float]]:
+        """key -> (estimate, CI low, CI high, the paired-bootstrap p-value of a test (key ``("test", ...)``; None for the
+        others), the subset's count: the sum of its denominator). The resampled ratios are not kept (memory)."""
         self.R.run()
         out = {}
         for key, hn, hd, est, total in self.items:
             den = self.R.resampled(hd)
             ratio = np.divide(self.R.resampled(hn), den, out=np.full(len(den), np.nan), where=den > 0)
             lo, hi = np.nanquantile(ratio, [0.025, 0.975])
-            out[key] = (est, float(lo), float(hi), ratio, total)
+            out[key] = (est, float(lo), float(hi), paired_p(ratio, est) if key[0] == "test" else None, total)
         return out
 
 
@@ -133,11 +136,18 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict
         means[(rel, met)] = (m, has)
     releases = sorted({r for r, _ in means})
 
-    # 1. paired tests
+    # 1. paired tests: every pair up to ALL_PAIRS_UP_TO releases (or with --all-pairs), else each release against its
+    # neighbours in the metric's ranking and the leader (as sql/comparisons pairs models)
+    all_pairs, up_to = con.sql("select all_pairs, all_pairs_up_to from pair_options").fetchall()[0]
     for met in HEADLINE:
+        have = [r for r in releases if (r, met) in means]
+        keep = None
+        if not all_pairs and len(have) > up_to:
+            ranked = sorted(have, key=lambda r: (-float(means[(r, met)][0].sum() / means[(r, met)][1].sum()), r))
+            keep = {frozenset(p) for p in zip(ranked, ranked[1:])} | {frozenset((ranked[0], r)) for r in ranked[1:]}
         for i, a in enumerate(releases):
             for b in releases[i + 1:]:
-                if (a, met) in means and (b, met) in means:
+                if (a, met) in means and (b, met) in means and (keep is None or frozenset((a, b)) in keep):
                     (ma, ha), (mb, hb) = means[(a, met)], means[(b, met)]
                     common = ha * hb
                     ratios.add(("test", met, a, b), (ma - mb) * common, common, exact=False)
@@ -179,12 +189,12 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict
     res = ratios.results()
 
     tests = []
-    for key, (est, lo, hi, draws, n_common) in res.items():
+    for key, (est, lo, hi, p, n_common) in res.items():
         if key[0] != "test":
             continue
         _, met, a, b = key
         tests.append({"metric": met, "model_a": a, "model_b": b, "n_cases": int(n_common), "diff": _round(est),
-                      "ci_low": _round(lo), "ci_high": _round(hi), "p": paired_p(draws, est)})  # fmt: skip
+                      "ci_low": _round(lo), "ci_high": _round(hi), "p": p})  # fmt: skip
     if tests:
         from statsmodels.stats.multitest import multipletests
 

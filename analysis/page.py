@@ -386,6 +386,17 @@ def _tests(v: View) -> list[dict]:
     return rows
 
 
+def _pairs(a) -> dict:
+    """Which pairs of models the analysis tested: every pair (on request, or no family larger than
+    :data:`.runner.ALL_PAIRS_UP_TO` models), else each model against its neighbours in the ranking and the leader."""
+    from .runner import ALL_PAIRS_UP_TO
+
+    fam = a.accuracy.filter(pl.col("group_by") == "all").group_by("setting", "format", "grader", "with_image").agg(pl.col("model").n_unique())
+    largest = int(fam["model"].max() or 0) if fam.height else 0
+    return {"every": bool(getattr(a, "all_pairs", False)) or largest <= ALL_PAIRS_UP_TO, "requested": bool(getattr(a, "all_pairs", False)),
+            "up_to": ALL_PAIRS_UP_TO}
+
+
 def _paper_tests(v: View) -> dict | None:
     """The paper's other tests: four-choice MCQ against FRQ per model and setting (``tables/format_tests.csv``), the
     preprint's p-values beside them, with against without the image (``tables/image_tests.csv``) and McNemar between
@@ -544,6 +555,7 @@ def context(a, audits: list[dict] | None = None, out: Path | None = None) -> dic
         "frq_preference": _frq_preference(),
         "reliability": _grader_reliability(v, audits),
         "tests": _tests(v),
+        "pairs": _pairs(a),
         "measures": _measures(v),
         "history": _history(v, audits),
         "rubric": _rubric(a),

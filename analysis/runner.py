@@ -10,6 +10,8 @@
 * ``cases``: the built dataset's case metadata (``case_id``, ``with_image``, ``source``,
   ``specialty``, ``single_dx``): the ``all`` config, plus ``nejm_image`` (``with_image`` true);
 * ``setting_order``: the settings in :data:`craftmd.release.SETTINGS` order;
+* ``pair_options``: which pairs of models ``sql/comparisons`` tests (``all_pairs``, ``all_pairs_up_to``:
+  :data:`ALL_PAIRS_UP_TO`; see :func:`connect`);
 * ``sample_order``: every sample id of the dataset with its position in natural order
   (``case_9`` before ``case_10``); ids are opaque, this is the only order they have;
 * the table macros of ``sql/_macros.sql`` (McNemar's counts per case and per pair).
@@ -20,6 +22,9 @@ keeps a query's result as a table of that name, for later queries to read.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+import weakref
 from importlib import resources
 from pathlib import Path
 
@@ -31,6 +36,13 @@ from craftmd.dataset import config_file
 from craftmd.release import CLAIM_PREFIX, SETTINGS, Release, find_releases, natural_key
 
 SQL_DIR = Path(str(resources.files("craftmd.analysis") / "sql"))
+#: Families of at most this many models test every pair of them (the six upstream releases keep every pair); larger
+#: ones test each model against its neighbours in the ranking and against the leader (``sql/comparisons``).
+ALL_PAIRS_UP_TO = 8
+#: DuckDB's memory for one analysis: past it, the materialised tables (trial grades, case scores, groups: they grow with
+#: the board) spill to a private temporary folder, removed with the connection (the six upstream releases stay far
+#: below it). 512 MB was too little for 80 releases: reading their trial grades does not spill.
+MEMORY_LIMIT = "2GB"
 
 
 def query_names() -> list[str]:
@@ -58,19 +70,32 @@ def _union(releases: list[Release], table: str) -> str | None:
     return " union all by name ".join(parts) if parts else None
 
 
-def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threads: int | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with the releases and the dataset registered as views."""
+def _open() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB held to :data:`MEMORY_LIMIT`, spilling into a temporary folder of its own."""
+    con = duckdb.connect(":memory:")
+    spill = tempfile.mkdtemp(prefix="craftmd-duckdb-")
+    weakref.finalize(con, shutil.rmtree, spill, True)
+    con.execute(f"set temp_directory = {_lit(Path(spill))}")
+    con.execute(f"set memory_limit = '{MEMORY_LIMIT}'")
+    return con
+
+
+def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threads: int | None = None,
+            all_pairs: bool = False) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with the releases and the dataset registered as views. ``all_pairs``: the comparisons test
+    every pair of models, whatever the board's size (else every pair only up to :data:`ALL_PAIRS_UP_TO` models)."""
     if not isinstance(releases, list):
         releases = find_releases(releases)
     if not releases:
         raise CraftMDError("no releases to analyse")
-    con = duckdb.connect(":memory:")
+    con = _open()
     if threads:
         con.execute(f"set threads = {int(threads)}")
     _releases_view(con, releases)
     order = pa.table({"setting": list(SETTINGS), "position": list(range(len(SETTINGS)))})
     con.register("setting_order_arrow", order)
     con.execute("create view setting_order as select * from setting_order_arrow")
+    con.execute(f"create view pair_options as select {bool(all_pairs)} as all_pairs, {int(ALL_PAIRS_UP_TO)} as all_pairs_up_to")
     for table in ("answers", "scores", "conversations"):
         body = _union(releases, table)
         if body is None and table == "scores":
@@ -144,7 +169,7 @@ def connect_tables(releases: list[Release], tables: dict[str, str]) -> duckdb.Du
     :func:`connect`) and, for each ``view: table`` of ``tables``, a view of every release's
     ``table.parquet`` with a ``release`` column (a view over none, when no release has it, is left out).
     The patient-led encounters' queries read their releases this way (their cases are not CRAFT-MD's)."""
-    con = duckdb.connect(":memory:")
+    con = _open()
     _releases_view(con, releases)
     for view, table in tables.items():
         body = _union(releases, table)

@@ -43,13 +43,16 @@ def _cells(case_groups: pl.DataFrame) -> tuple[dict[tuple, tuple[np.ndarray, np.
     L = scale(case_groups["n_trials"].to_numpy())
     num = (case_groups["n_correct"].to_numpy().astype(np.int64) * (L // case_groups["n_trials"].to_numpy())).astype(np.int64)
     cases = case_groups["case_position"].to_numpy()
-    bounds = (
-        case_groups.select(CELL).with_row_index("i").group_by(CELL, maintain_order=True).agg(pl.col("i").first().alias("start"), pl.len().alias("n"))
-    )
+    # sql/case_groups orders its rows by cell: a cell is a run of rows, found where a key column changes (no hash
+    # table over the board's rows)
+    changed = case_groups.select(pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift()) for c in CELL])).to_series().to_numpy()
+    if len(changed):
+        changed[0] = True
+    starts = np.flatnonzero(changed)
+    ends = [*starts[1:].tolist(), case_groups.height]
     out = {}
-    for row in bounds.iter_rows():
-        *key, start, n = row
-        out[tuple(key)] = (cases[start : start + n], num[start : start + n])
+    for key, start, end in zip(case_groups[starts].select(CELL).iter_rows(), starts.tolist(), ends):
+        out[key] = (cases[start:end], num[start:end])
     return out, L
 
 
@@ -93,39 +96,69 @@ def bootstrap_all(
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None]:
     """:func:`bootstrap_tables` and, in the same resampling run, the tests of ``more`` (``sql/more_comparisons``:
     MCQ against FRQ, image against none; :func:`more_tests`), or None when ``more`` is None. Batching them with the
-    accuracy cells costs only their columns: every resample matrix is drawn once per group size."""
-    cells, L = _cells(case_groups)
-    R = Resampler(B=B, seed=seed)
-    handles = {key: R.add(num) for key, (_, num) in cells.items()}
+    accuracy cells costs only their columns: every resample matrix is drawn once per group size.
 
-    pairs = []  # (row index, handle a, handle b, observed sum, n); handle b None: a is the difference column
-    for i, r in enumerate(comparisons.iter_rows(named=True)):
+    The work goes one unit at a time (one group, grader, format and image flag; the tests of ``more``, one group and
+    model): the resampled sums of its cells are held, turned into intervals and p-values, and dropped, so memory
+    follows the unit and never the whole board (the numbers do not depend on it: each column's sums are exact)."""
+    cells, L = _cells(case_groups)
+    comp = comparisons.to_dicts()
+    more_rows = more.to_dicts() if more is not None else []
+    # The units of work: a cell's own unit (its group, grader, format and image flag: every release and setting of
+    # them) holds the comparisons between its settings and between its models; the tests of ``more`` cross formats,
+    # graders and image flags of one model, so they go by group and model, resampling their sides there again.
+    work: dict[tuple, tuple[list, list]] = {}  # unit -> (its cells' keys, its tests: (table, row index, cell a, cell b))
+
+    def unit(key: tuple) -> tuple:
+        return (key[5], key[6], key[1], key[3], key[4])
+
+    for key in cells:
+        work.setdefault(unit(key), ([], []))[0].append(key)
+    for i, r in enumerate(comp):
         if r["family"] == "setting":
             ka = (r["model"], r["grader"], r["a"], r["format"], r["with_image"], r["group_by"], r["group"])
             kb = (r["model"], r["grader"], r["b"], r["format"], r["with_image"], r["group_by"], r["group"])
         else:
             ka = (r["a"], r["grader"], r["setting"], r["format"], r["with_image"], r["group_by"], r["group"])
             kb = (r["b"], r["grader"], r["setting"], r["format"], r["with_image"], r["group_by"], r["group"])
-        p = _pair(R, cells, handles, ka, kb)
-        if p is not None:
-            pairs.append((i, *p))
-    more_pairs = []
-    for i, r in enumerate(more.iter_rows(named=True) if more is not None else ()):
+        work.setdefault(unit(ka), ([], []))[1].append((0, i, ka, kb))
+    for i, r in enumerate(more_rows):
         ka = (r["model"], r["grader_a"], r["setting"], r["format_a"], r["image_a"], r["group_by"], r["group"])
         kb = (r["model"], r["grader_b"], r["setting"], r["format_b"], r["image_b"], r["group_by"], r["group"])
-        p = _pair(R, cells, handles, ka, kb)
-        if p is not None:
-            more_pairs.append((i, *p))
-    R.run()
-    more_pv = more_tests(R, more, more_pairs, L) if more is not None else None
+        work.setdefault((r["group_by"], r["group"], "more", r["model"]), ([], []))[1].append((1, i, ka, kb))
+
+    ci: dict[tuple, tuple[float, float]] = {}
+    tested: tuple[dict, dict] = ({}, {})  # per table: row index -> (observed sum, n, p-value)
+    for u in sorted(work, key=str):  # a group's units together: its resample matrices are drawn once
+        keys, tests = work[u]
+        R = Resampler(B=B, seed=seed)
+        handles = {key: R.add(cells[key][1]) for key in keys}  # the unit's own cells, whose intervals it gives
+        sides = dict(handles)
+        for _, _, ka, kb in tests:  # a test of ``more``: its sides' cells, resampled here
+            for k in (ka, kb):
+                if k in cells and k not in sides:
+                    sides[k] = R.add(cells[k][1])
+        pairs = []  # (table, row index, handle a, handle b, observed sum, n); handle b None: a is the difference column
+        for t, i, ka, kb in tests:
+            p = _pair(R, cells, sides, ka, kb)
+            if p is not None:
+                pairs.append((t, i, *p))
+        R.run()
+        for key, h in handles.items():
+            a, b = R.quantiles(h)
+            ci[key] = (a / (R.n(h) * L), b / (R.n(h) * L))
+        for t, i, ha, hb, obs, n in pairs:
+            sums = R.resampled(ha) if hb is None else R.resampled(ha) - R.resampled(hb)
+            tested[t][i] = (obs, n, paired_p(sums, obs))
+        del R, handles, sides, pairs
+    more_pv = more_tests(more, tested[1], L) if more is not None else None
 
     # Accuracy with CIs.
     lo, hi = [], []
     for key in accuracy.select(["model", "grader", "setting", "format", "with_image", "group_by", "group"]).iter_rows():
-        h = handles[key]
-        a, b = R.quantiles(h)
-        lo.append(a / (R.n(h) * L))
-        hi.append(b / (R.n(h) * L))
+        a, b = ci[key]
+        lo.append(a)
+        hi.append(b)
     acc = accuracy.with_columns(pl.Series("ci_low", lo, dtype=pl.Float64), pl.Series("ci_high", hi, dtype=pl.Float64)).with_columns(
         pl.col("accuracy", "ci_low", "ci_high").round(DECIMALS)
     )
@@ -133,13 +166,13 @@ def bootstrap_all(
 
     # P-values: paired bootstrap and McNemar, Holm within each family.
     rows = []
-    comp = comparisons.to_dicts()
-    for i, ha, hb, obs, n in pairs:
-        r = comp[i]
-        sums = R.resampled(ha) if hb is None else R.resampled(ha) - R.resampled(hb)
+    for i, r in enumerate(comp):
+        if i not in tested[0]:
+            continue
+        obs, n, p_boot = tested[0][i]
         base = {k: r[k] for k in ("family", "model", "setting", "format", "grader", "with_image", "group_by", "group", "a", "b")}
         diff = round(obs / (n * L), DECIMALS)
-        rows.append({**base, "n_cases": n, "diff": diff, "p_value": paired_p(sums, obs), "test": "paired-bootstrap"})
+        rows.append({**base, "n_cases": n, "diff": diff, "p_value": p_boot, "test": "paired-bootstrap"})
         if r["group_by"] not in MCNEMAR_GROUPS:
             continue
         n10, n01 = r["n10"], r["n01"]
@@ -179,18 +212,19 @@ def holm(pv: pl.DataFrame, family: list[str]) -> np.ndarray:
     return adjusted
 
 
-def more_tests(R: Resampler, more: pl.DataFrame, pairs: list[tuple], L: int) -> pl.DataFrame:
+def more_tests(more: pl.DataFrame, tested: dict[int, tuple[int, int, float]], L: int) -> pl.DataFrame:
     """The paired bootstrap (difference a - b, over the cases both sides have) and McNemar's test (discordant trial
-    pairs) of every row of ``sql/more_comparisons``; Holm within each family of one model, pair of sides and group,
+    pairs) of every row of ``sql/more_comparisons`` (``tested``: row index -> the paired bootstrap's observed sum,
+    cases and p-value, from :func:`bootstrap_all`); Holm within each family of one model, pair of sides and group,
     across its settings (:data:`MORE_COLUMNS`). ``diff``: the paired bootstrap's difference in accuracy over cases,
     McNemar's (n10 - n01) / paired trials."""
     rows = []
-    comp = more.to_dicts()
-    for i, ha, hb, obs, n in pairs:
-        r = comp[i]
-        sums = R.resampled(ha) if hb is None else R.resampled(ha) - R.resampled(hb)
+    for i, r in enumerate(more.to_dicts()):
+        if i not in tested:
+            continue
+        obs, n, p_boot = tested[i]
         base = {k: r[k] for k in MORE_KEY}
-        rows.append({**base, "n_cases": n, "diff": round(obs / (n * L), DECIMALS), "p_value": paired_p(sums, obs), "test": "paired-bootstrap"})
+        rows.append({**base, "n_cases": n, "diff": round(obs / (n * L), DECIMALS), "p_value": p_boot, "test": "paired-bootstrap"})
         n10, n01 = r["n10"], r["n01"]
         trial_diff = round((n10 - n01) / r["n_trials"], DECIMALS) if r["n_trials"] else 0.0
         rows.append({**base, "n_cases": r["n_cases"], "diff": trial_diff, "p_value": min(mcnemar_p(n10, n01), 1.0), "test": "mcnemar"})
@@ -217,33 +251,37 @@ def metric_table(case_scores: pl.DataFrame, *, B: int = DEFAULT_B, seed: int = D
     key = ["release", "scorer", "metric", "variant"]
     failed = case_scores.group_by(key, maintain_order=True).agg(pl.col("n_failed").sum())
     scored = case_scores.filter(pl.col("n_trials") > 0)
-    R = Resampler(B=B, seed=seed)
-    cells = []
-    for k, g in scored.group_by(key, maintain_order=True):
-        m = metric(k[2])
-        n_trials = g["n_trials"].to_numpy()
-        sums = g["value_sum"].to_numpy()
-        exact = m.kind != "continuous" and np.all(np.mod(sums, 1) == 0)
-        if exact:
-            L = scale(n_trials)
-            num = (np.rint(sums).astype(np.int64) * (L // n_trials)).astype(np.int64)
-            cells.append((k, m, R.add(num), float(num.sum()), L))
-        else:
-            cells.append((k, m, R.add(sums / n_trials, exact=False), float((sums / n_trials).sum()), 1))
-    R.run()
     n_failed = {tuple(r[:4]): r[4] for r in failed.iter_rows()}
     rows = []
-    for k, m, h, total, L in cells:
-        n = R.n(h)
-        lo, hi = R.quantiles(h)
-        d = DECIMALS if L > 1 or m.kind != "continuous" else FLOAT_DECIMALS
-        rows.append({
-            "model": k[0], "scorer": k[1], "metric": k[2], "variant": k[3], "kind": m.kind,
-            "higher_is_better": m.higher_is_better, "n_cases": n, "n_failed": int(n_failed.get(tuple(k), 0)),
-            "mean": round(total / (n * L), d), "ci_low": round(lo / (n * L), d), "ci_high": round(hi / (n * L), d),
-        })  # fmt: skip
+    done = set()  # the cells with a value
+    for _, of_release in scored.group_by("release", maintain_order=True):  # one release at a time: memory follows it, not the board
+        R = Resampler(B=B, seed=seed)
+        mine = []
+        for k, g in of_release.group_by(key, maintain_order=True):
+            m = metric(k[2])
+            n_trials = g["n_trials"].to_numpy()
+            sums = g["value_sum"].to_numpy()
+            exact = m.kind != "continuous" and np.all(np.mod(sums, 1) == 0)
+            if exact:
+                L = scale(n_trials)
+                num = (np.rint(sums).astype(np.int64) * (L // n_trials)).astype(np.int64)
+                mine.append((k, m, R.add(num), float(num.sum()), L))
+            else:
+                mine.append((k, m, R.add(sums / n_trials, exact=False), float((sums / n_trials).sum()), 1))
+        R.run()
+        for k, m, h, total, L in mine:
+            n = R.n(h)
+            lo, hi = R.quantiles(h)
+            d = DECIMALS if L > 1 or m.kind != "continuous" else FLOAT_DECIMALS
+            rows.append({
+                "model": k[0], "scorer": k[1], "metric": k[2], "variant": k[3], "kind": m.kind,
+                "higher_is_better": m.higher_is_better, "n_cases": n, "n_failed": int(n_failed.get(tuple(k), 0)),
+                "mean": round(total / (n * L), d), "ci_low": round(lo / (n * L), d), "ci_high": round(hi / (n * L), d),
+            })  # fmt: skip
+        done.update(tuple(c[0]) for c in mine)
+        del R
     for k, nf in n_failed.items():  # cells where nothing could be scored still show their failures
-        if not any(c[0] == k for c in cells):
+        if k not in done:
             m = metric(k[2])
             rows.append({"model": k[0], "scorer": k[1], "metric": k[2], "variant": k[3], "kind": m.kind,
                          "higher_is_better": m.higher_is_better, "n_cases": 0, "n_failed": int(nf),

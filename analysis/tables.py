@@ -54,6 +54,7 @@ class Analysis:
     image_tests: pl.DataFrame | None = None  # with against without the image, per model, setting, format and grader
     expert_tests: pl.DataFrame | None = None  # McNemar between models on the dermatologists' labels (analysis.published, with a source)
     published_tests: pl.DataFrame | None = None  # the preprint's MCQ-vs-FRQ p-values beside format_tests (analysis.published)
+    all_pairs: bool = False  # every pair of models tested on request (--all-pairs); else as sql/comparisons says
 
 
 def _releases_frame(releases: list[Release]) -> pl.DataFrame:
@@ -72,9 +73,10 @@ def _releases_frame(releases: list[Release]) -> pl.DataFrame:
     )
 
 
-def prepared_connection(releases: list[Release], dataset_dir: Path | str):
-    """A DuckDB connection with the inputs registered and the shared models materialised, in order."""
-    con = runner.connect(releases, dataset_dir)
+def prepared_connection(releases: list[Release], dataset_dir: Path | str, *, all_pairs: bool = False):
+    """A DuckDB connection with the inputs registered and the shared models materialised, in order (``all_pairs``:
+    :func:`.runner.connect`)."""
+    con = runner.connect(releases, dataset_dir, all_pairs=all_pairs)
     runner.materialize(con, "trial_grades")
     bad = con.sql(f"select release, min(trial), max(trial) from trial_grades group by release "
                   f"having min(trial) < 0 or max(trial) >= {MAX_TRIALS} order by release").fetchall()
@@ -130,9 +132,11 @@ def _empty() -> dict[str, pl.DataFrame]:
 
 
 def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED,
-            packets: Path | str | None = None, rubric_options: dict | None = None) -> Analysis:
+            packets: Path | str | None = None, rubric_options: dict | None = None, all_pairs: bool = False) -> Analysis:
     """Run the named queries over the releases and add bootstrap CIs and tests. ``packets``: the built medpi folder
-    whose packets give each encounter's reason and objective (the rubric by encounter needs it)."""
+    whose packets give each encounter's reason and objective (the rubric by encounter needs it). ``all_pairs``: test
+    every pair of models (else every pair only in families of up to :data:`.runner.ALL_PAIRS_UP_TO` models, each model
+    against its neighbours in the ranking and the leader in larger ones: ``sql/comparisons``)."""
     t0 = time.perf_counter()
     found = find_releases(releases_dir)
     releases = [r for r in found if r.has("scores")]
@@ -141,7 +145,7 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
         raise CraftMDError(f"no graded release under {releases_dir}")
     if not any(r.manifest.task != "encounters" for r in releases):  # patient-led encounters alone: no answers to analyse
         return _encounters_only(encounters, packets, B, seed, t0, rubric_options, releases_dir)
-    con = prepared_connection(releases, dataset_dir)
+    con = prepared_connection(releases, dataset_dir, all_pairs=all_pairs)
     case_groups = pl.from_arrow(runner.run(con, "case_groups"))
     accuracy = pl.from_arrow(runner.run(con, "accuracy"))
     comparisons = pl.from_arrow(runner.run(con, "comparisons"))
@@ -171,6 +175,7 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
                  hist["history_by_complexity"], {"sql_s": t1 - t0, "bootstrap_s": t2 - t1, "rubric_s": t3 - t2,
                  "tasks_s": time.perf_counter() - t3}, B, seed, judged, consult, met)  # fmt: skip
     a.format_tests, a.image_tests = format_split(more_pv)
+    a.all_pairs = all_pairs
     return _with_boards(a)
 
 
@@ -250,13 +255,13 @@ OWNS = ("tables", "index.html")
 
 
 def analyse(releases_dir: Path | str, dataset_dir: Path | str, out_dir: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, figures: bool = True,
-            packets: Path | str | None = None, rubric_options: dict | None = None) -> Analysis:
+            packets: Path | str | None = None, rubric_options: dict | None = None, all_pairs: bool = False) -> Analysis:
     """Tables (and figures) of every graded release (and every encounters release) under ``releases_dir`` into ``out_dir``.
 
     ``out_dir`` is written into as it is: the callers (``craftmd analyse``, ``craftmd leaderboard``)
     pass the temporary sibling of :func:`craftmd.atomic.atomic_dir`, so their output appears whole."""
     out = Path(out_dir)
-    a = compute(releases_dir, dataset_dir, B=B, seed=seed, packets=packets, rubric_options=rubric_options)
+    a = compute(releases_dir, dataset_dir, B=B, seed=seed, packets=packets, rubric_options=rubric_options, all_pairs=all_pairs)
     write_tables(a, out)
     if figures:
         from .consultation import write_figures as consultation_figures

@@ -1,0 +1,112 @@
+"""A board that grows: analysis time and peak memory for boards of 5, 10, 20, 40 and 80 releases.
+
+    .venv/bin/python bench/bench_board.py [--releases DIR --dataset DIR] [--sizes 5,10,20,40,80] [--all-pairs] [--figures]
+
+Each board is made of copies of the given releases (default: out/releases and out/data, as `make leaderboard` leaves
+them) under new ids, cycling through them: a copy is a folder whose parquet files are hard links to the original's
+(a real copy where the file system refuses) and whose manifest names the new id, so the copies cost no disk. Each size
+is analysed in a fresh process (``craftmd.analysis.tables.analyse``, tables only unless --figures, 10,000
+resamples), which reports its wall time and its peak resident memory (``ru_maxrss``). Printed: one row per size and
+the growth exponent of the time between consecutive sizes and between the first size of at least 10 and the last
+(1.0: linear). By default models are paired as ``craftmd analyse`` pairs them (every pair up to
+``runner.ALL_PAIRS_UP_TO`` models per family, else neighbours in the ranking and the leader); --all-pairs tests every
+pair, as the analysis did before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def make_board(sources: list[Path], n: int, root: Path) -> Path:
+    """``root/releases`` with ``n`` copies of ``sources`` under new ids (hard-linked parquet, new manifests)."""
+    out = root / "releases"
+    out.mkdir(parents=True)
+    for i in range(n):
+        src = sources[i % len(sources)]
+        manifest = json.loads((src / "manifest.json").read_text())
+        new = f"{manifest['release']}-{i:03d}"
+        manifest["release"] = new
+        if manifest.get("display_name"):
+            manifest["display_name"] = f"{manifest['display_name']} #{i:03d}"
+        dst = out / new
+        dst.mkdir()
+        for f in src.iterdir():
+            if f.name == "manifest.json" or not f.is_file():
+                continue
+            try:
+                os.link(f, dst / f.name)
+            except OSError:
+                shutil.copy2(f, dst / f.name)
+        (dst / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    return out
+
+
+def one(releases: Path, dataset: Path, out: Path, all_pairs: bool, figures: bool) -> dict:
+    """Analyse one board in this process: wall seconds, peak RSS (MB), rows of pvalues.csv."""
+    from craftmd.analysis.tables import analyse
+
+    t = time.perf_counter()
+    a = analyse(releases, dataset, out, figures=figures, all_pairs=all_pairs)
+    wall = time.perf_counter() - t
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return {"wall_s": wall, "peak_mb": peak_mb, "pvalues": a.pvalues.height, "timings": a.timings}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--releases", type=Path)
+    p.add_argument("--dataset", type=Path)
+    p.add_argument("--sizes", default="5,10,20,40,80", help="board sizes (comma-separated; default 5,10,20,40,80)")
+    p.add_argument("--all-pairs", action="store_true", help="test every pair of models (the analysis before boards grew)")
+    p.add_argument("--figures", action="store_true", help="also draw the figures (default: tables only)")
+    p.add_argument("--one", nargs=2, type=Path, metavar=("BOARD", "OUT"), help=argparse.SUPPRESS)  # the child's side
+    args = p.parse_args(argv)
+    here = Path(__file__).resolve().parent.parent / "out"
+    releases = args.releases or here / "releases"
+    dataset = args.dataset or here / "data"
+    if args.one:
+        print(json.dumps(one(args.one[0], dataset, args.one[1], args.all_pairs, args.figures)))
+        return 0
+    sources = sorted(d for d in releases.iterdir() if (d / "manifest.json").exists()) if releases.is_dir() else []
+    if not sources:
+        print(f"no releases under {releases} (run `make leaderboard`, or give --releases and --dataset)", file=sys.stderr)
+        return 2
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = []
+    print(f"{'releases':>8} {'seconds':>8} {'peak MB':>8} {'p-values':>9}  (sql / bootstrap+tests s)", flush=True)
+    for n in sizes:
+        with tempfile.TemporaryDirectory(prefix="bench-board-") as tmp:
+            board = make_board(sources, n, Path(tmp))
+            cmd = [sys.executable, __file__, "--dataset", str(dataset), "--one", str(board), str(Path(tmp) / "out")]
+            cmd += ["--all-pairs"] * args.all_pairs + ["--figures"] * args.figures
+            res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if res.returncode != 0:
+                print(res.stderr[-2000:], file=sys.stderr)
+                return 1
+            r = json.loads(res.stdout.strip().splitlines()[-1])
+        rows.append((n, r))
+        t = r["timings"]
+        print(f"{n:>8} {r['wall_s']:>8.2f} {r['peak_mb']:>8.0f} {r['pvalues']:>9}  ({t.get('sql_s', 0):.2f} / {t.get('bootstrap_s', 0):.2f})",
+              flush=True)
+    for (n0, r0), (n1, r1) in zip(rows, rows[1:]):
+        print(f"growth exponent {n0}->{n1}: {math.log(r1['wall_s'] / r0['wall_s']) / math.log(n1 / n0):.2f}")
+    big = [(n, r) for n, r in rows if n >= 10]
+    if len(big) >= 2:
+        (n0, r0), (n1, r1) = big[0], big[-1]
+        print(f"growth exponent {n0}->{n1} (time): {math.log(r1['wall_s'] / r0['wall_s']) / math.log(n1 / n0):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
