@@ -18,6 +18,8 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -33,6 +35,7 @@ from craftmd import CraftMDError
 TRAIN_SCRIPT = Path(__file__).with_name("finetune_train.py")
 CONFIG = "consult_train"
 RECORD = "craftmd-finetune.json"  # the training record inside a checkpoint (finetune_train.RECORD)
+SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")  # a checkpoint folder's name as a hub model name (served as such)
 INSTALL_HINT = "run `make train-env` (or set CRAFTMD_TRAIN_PYTHON to a Python with torch, transformers, trl and peft)"
 
 
@@ -169,19 +172,41 @@ class CheckpointServer:
     """``transformers serve`` pinned to one checkpoint, on loopback; ``with CheckpointServer(ckpt) as s: s.base_url``.
 
     The server answers to the checkpoint folder's name (``s.model``), so the benchmark calls it as
-    ``openai-api/<service>/<s.model>`` with ``<SERVICE>_BASE_URL=s.base_url``. It runs from the
-    checkpoint's parent folder with the hub offline, so that name can only be the local folder.
-    ``stop()`` (and the end of the ``with`` block, and the interpreter's exit) stops its whole process group.
+    ``openai-api/<service>/<s.model>`` with ``<SERVICE>_BASE_URL=s.base_url``. ``transformers serve`` lists
+    (``/v1/models``, which the benchmark checks before it sends anything) the models of its Hugging Face
+    cache, and loads a model by its hub name: so it runs with the hub offline and a cache of its own that
+    holds this one checkpoint under that name (links to its files, nothing copied), from that cache's
+    folder. ``stop()`` (and the end of the ``with`` block, and the interpreter's exit) stops its whole
+    process group.
     """
 
     def __init__(self, checkpoint: Path, *, python: str | Path | None = None, port: int | None = None,
                  host: str = "127.0.0.1", start_timeout: float = 300.0, log: Path | None = None):
         self.checkpoint = check_checkpoint(Path(checkpoint)).resolve()
+        if not SERVED_NAME.fullmatch(self.checkpoint.name) or "--" in self.checkpoint.name or ".." in self.checkpoint.name:
+            raise CraftMDError(f"checkpoint folder name {self.checkpoint.name!r} cannot be a served model's name: "
+                               "use letters, digits, '-', '_' and '.' only (no '--' or '..'), at most 96")
         self.python = train_python(python)
         self.host, self.port = host, port
         self.start_timeout = start_timeout
-        self.log = log or Path(tempfile.mkdtemp(prefix="craftmd-serve-")) / "server.log"
+        self.home = Path(tempfile.mkdtemp(prefix="craftmd-serve-"))
+        self.log = log or self.home / "server.log"
         self.proc: subprocess.Popen | None = None
+
+    def _cache(self) -> Path:
+        """A Hugging Face cache of this one checkpoint under its folder's name: ref ``main``, links to its files."""
+        hub = self.home / "hub"
+        shutil.rmtree(hub, ignore_errors=True)
+        repo = hub / f"models--{self.model}"
+        revision = "0" * 40
+        snapshot = repo / "snapshots" / revision
+        snapshot.mkdir(parents=True)
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text(revision)
+        for f in sorted(self.checkpoint.iterdir()):
+            if f.is_file():
+                (snapshot / f.name).symlink_to(f)
+        return hub
 
     @property
     def model(self) -> str:
@@ -200,9 +225,9 @@ class CheckpointServer:
         if self.proc is not None and self.proc.poll() is None:
             return self
         self.port = self.port or free_port()
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(self._cache()), "TOKENIZERS_PARALLELISM": "false"}
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(self.command(), cwd=self.checkpoint.parent, env=env, stdout=log,
+            self.proc = subprocess.Popen(self.command(), cwd=self.home, env=env, stdout=log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         atexit.register(self.stop)
         try:
@@ -247,6 +272,7 @@ class CheckpointServer:
             proc.wait(10)
         except ProcessLookupError:
             proc.poll()
+        shutil.rmtree(self.home / "hub", ignore_errors=True)
 
     def __enter__(self) -> CheckpointServer:
         return self.start()

@@ -22,6 +22,7 @@ import math
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 RECORD = "craftmd-finetune.json"
@@ -54,6 +55,8 @@ def train(cfg: dict) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
     from trl import SFTConfig, SFTTrainer
 
+    clock = time.monotonic()
+    seconds = {}
     transformers.set_seed(cfg["seed"])
     datasets.disable_progress_bars()
     transformers.logging.set_verbosity_error()
@@ -77,6 +80,7 @@ def train(cfg: dict) -> dict:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     dialogues = list(rows["messages"])
+    seconds["load"] = time.monotonic() - clock
     before = mean_loss(model, tokenizer, dialogues, cfg["max_length"])
 
     out = Path(cfg["out"])
@@ -90,18 +94,22 @@ def train(cfg: dict) -> dict:
         lora = LoraConfig(r=cfg["lora_r"], lora_alpha=2 * cfg["lora_r"], lora_dropout=0.0, target_modules="all-linear",
                           task_type="CAUSAL_LM") if cfg["lora_r"] else None
         trainer = SFTTrainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer, peft_config=lora)
+        clock = time.monotonic()
         trainer.train()
+        seconds["train"] = time.monotonic() - clock
         tuned = trainer.model.merge_and_unload() if lora else trainer.model
         after = mean_loss(tuned, tokenizer, dialogues, cfg["max_length"])
         ckpt = work / "checkpoint"
         tuned.save_pretrained(ckpt, safe_serialization=True)
         tokenizer.save_pretrained(ckpt)
+        seconds["measure_and_save"] = time.monotonic() - clock - seconds["train"]
         record = {
             "base": cfg["base"], "gguf_file": cfg.get("gguf_file"), "data": cfg["data"], "config": cfg["config"],
             "rows": len(dialogues), "steps": cfg["steps"], "batch_size": cfg["batch_size"], "learning_rate": cfg["learning_rate"],
             "max_length": cfg["max_length"], "lora_r": cfg["lora_r"], "seed": cfg["seed"],
             "loss_before": before, "loss_after": after,
             "train_losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
+            "seconds": {k: round(v, 1) for k, v in seconds.items()},
             "versions": {m.__name__: m.__version__ for m in (torch, transformers, trl, peft, datasets)},
         }
         if not all(math.isfinite(x) for x in (before, after)):
