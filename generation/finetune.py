@@ -125,7 +125,9 @@ class TrainSettings:
     limit: int | None = None  # the first N training rows only
 
     def check(self) -> None:
-        for name in ("steps", "batch_size", "max_length"):
+        if self.steps < 0:
+            raise CraftMDError("--steps must be 0 (the base model as it is, saved as a checkpoint) or more")
+        for name in ("batch_size", "max_length"):
             if getattr(self, name) < 1:
                 raise CraftMDError(f"--{name.replace('_', '-')} must be at least 1")
         if self.lora_r < 0:

@@ -60,7 +60,7 @@ def register(sub) -> None:
     t.add_argument("--base", type=Path, required=True, metavar="DIR", help="the base model: a transformers checkpoint folder, or the folder of --gguf-file")
     t.add_argument("--gguf-file", metavar="NAME", help="a GGUF file inside --base to start from (transformers unpacks it into plain weights)")
     t.add_argument("--out", type=Path, required=True, metavar="DIR", help="the new checkpoint folder (must not exist)")
-    t.add_argument("--steps", type=int, default=d.steps, help=f"optimiser steps (default {d.steps})")
+    t.add_argument("--steps", type=int, default=d.steps, help=f"optimiser steps (default {d.steps}); 0 saves the base model as it is, a baseline served the same way")
     t.add_argument("--batch-size", type=int, default=d.batch_size, help=f"dialogues per step (default {d.batch_size})")
     t.add_argument("--learning-rate", type=float, default=d.learning_rate, help=f"constant learning rate (default {d.learning_rate})")
     t.add_argument("--max-length", type=int, default=d.max_length, help=f"tokens per dialogue, the rest cut (default {d.max_length})")

@@ -7,7 +7,8 @@ gguf), never in the package's own: it imports nothing of ``craftmd`` (the launch
 The recipe: ``datasets.load_dataset(DATA, "consult_train")["train"]``, its ``messages`` column as it is
 (TRL's conversational format), the base model from a folder or from a GGUF file in it
 (``from_pretrained(dir, gguf_file=...)``), LoRA adapters on every linear layer (peft), TRL's
-``SFTTrainer`` for ``steps`` optimiser steps on the CPU (or the GPU when there is one), the adapters merged
+``SFTTrainer`` for ``steps`` optimiser steps on the CPU (or the GPU when there is one; 0 steps: the base as it
+is, for a baseline served the same way), the adapters merged
 into the weights, and the merged model saved with its tokenizer (and chat template) as an ordinary
 transformers checkpoint in safetensors, which ``transformers serve`` serves. Before and after the training
 the mean loss over the training rows is measured the same way (the record's ``loss_before``/``loss_after``).
@@ -87,17 +88,21 @@ def train(cfg: dict) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         args = SFTConfig(
-            output_dir=str(work / "trainer"), max_steps=cfg["steps"], per_device_train_batch_size=cfg["batch_size"],
+            output_dir=str(work / "trainer"), max_steps=max(cfg["steps"], 1), per_device_train_batch_size=cfg["batch_size"],
             gradient_accumulation_steps=1, learning_rate=cfg["learning_rate"], lr_scheduler_type="constant",
             warmup_steps=0, logging_steps=1, save_strategy="no", report_to="none", seed=cfg["seed"], data_seed=cfg["seed"],
             max_length=cfg["max_length"], packing=False, dataloader_num_workers=0, disable_tqdm=True, bf16=False, fp16=False)
         lora = LoraConfig(r=cfg["lora_r"], lora_alpha=2 * cfg["lora_r"], lora_dropout=0.0, target_modules="all-linear",
                           task_type="CAUSAL_LM") if cfg["lora_r"] else None
-        trainer = SFTTrainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer, peft_config=lora)
         clock = time.monotonic()
-        trainer.train()
+        if cfg["steps"]:
+            trainer = SFTTrainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer, peft_config=lora)
+            trainer.train()
+            tuned = trainer.model.merge_and_unload() if lora else trainer.model
+            losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+        else:  # no step: the base model as it is, saved the same way (a baseline served by the same server)
+            tuned, losses = model, []
         seconds["train"] = time.monotonic() - clock
-        tuned = trainer.model.merge_and_unload() if lora else trainer.model
         after = mean_loss(tuned, tokenizer, dialogues, cfg["max_length"])
         ckpt = work / "checkpoint"
         tuned.save_pretrained(ckpt, safe_serialization=True)
@@ -108,7 +113,7 @@ def train(cfg: dict) -> dict:
             "rows": len(dialogues), "steps": cfg["steps"], "batch_size": cfg["batch_size"], "learning_rate": cfg["learning_rate"],
             "max_length": cfg["max_length"], "lora_r": cfg["lora_r"], "seed": cfg["seed"],
             "loss_before": before, "loss_after": after,
-            "train_losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
+            "train_losses": losses,
             "seconds": {k: round(v, 1) for k, v in seconds.items()},
             "versions": {m.__name__: m.__version__ for m in (torch, transformers, trl, peft, datasets)},
         }

@@ -121,7 +121,7 @@ def test_bad_training_arguments_are_one_line_each(tmp_path, capsys):
         (["--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "x.gguf"], "is not a GGUF file"),
         (["--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "none.gguf"], "cannot be read"),
         (["--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "../m.gguf"], "must be a file name inside --base"),
-        (["--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "m.gguf", "--steps", "0"], "--steps must be at least 1"),
+        (["--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "m.gguf", "--steps", "-1"], "--steps must be 0"),
         (["--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "m.gguf", "--lora-r", "-1"], "--lora-r must be 0"),
         (["--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "m.gguf", "--python", str(tmp_path / "no" / "python")],
          "the training environment is not installed"),
