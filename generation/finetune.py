@@ -99,14 +99,13 @@ def check_training_data(data: Path) -> None:
     if not card.is_file():
         raise CraftMDError(f"{data} is not a dataset folder (no README.md card): build it with `craftmd build`")
     import yaml
+    from huggingface_hub import DatasetCard
 
-    text = card.read_text(errors="replace")
-    head = text.split("---", 2)[1] if text.startswith("---") and text.count("---") >= 2 else ""
     try:
-        meta = yaml.safe_load(head) or {}
-    except yaml.YAMLError as exc:
-        raise CraftMDError(f"{card}: its front matter is not YAML ({str(exc).splitlines()[0]})") from None
-    names = [c.get("config_name") for c in meta.get("configs") or [] if isinstance(c, dict)] if isinstance(meta, dict) else []
+        configs = DatasetCard.load(card).data.get("configs") or []
+    except (ValueError, yaml.YAMLError) as exc:
+        raise CraftMDError(f"{card}: its metadata cannot be read ({str(exc).splitlines()[0]})") from None
+    names = [c.get("config_name") for c in configs if isinstance(c, dict)] if isinstance(configs, list) else []
     if CONFIG not in names:
         raise CraftMDError(f"{data} has no {CONFIG} config (its card lists {', '.join(map(str, names)) or 'none'}): "
                            "build the dataset with `craftmd build`")

@@ -114,10 +114,14 @@ def test_bad_training_arguments_are_one_line_each(tmp_path, capsys):
     no_config = tmp_path / "data"
     no_config.mkdir()
     (no_config / "README.md").write_text("---\nconfigs:\n- config_name: all\n  data_files: all/*.parquet\n---\n")
+    bad_card = tmp_path / "badcard"
+    bad_card.mkdir()
+    (bad_card / "README.md").write_text("---\nconfigs: [unclosed\n---\n")
     train = ["finetune", "train", "--python", sys.executable]
     cases = [
         (["--dataset", str(no_config), "--base", str(ok_base), "--gguf-file", "m.gguf"], "has no consult_train config (its card lists all)"),
         (["--dataset", str(tmp_path), "--base", str(ok_base), "--gguf-file", "m.gguf"], "is not a dataset folder"),
+        (["--dataset", str(bad_card), "--base", str(ok_base), "--gguf-file", "m.gguf"], "its metadata cannot be read"),
         (["--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "x.gguf"], "is not a GGUF file"),
         (["--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "none.gguf"], "cannot be read"),
         (["--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "../m.gguf"], "must be a file name inside --base"),
