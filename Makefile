@@ -88,7 +88,7 @@ browser:
 test: install browser llm router train-env
 	$(BIN)/python -m pytest
 
-bench: install llm
+bench: install llm train-env
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:

@@ -103,7 +103,7 @@ def train(cfg: dict) -> dict:
         else:  # no step: the base model as it is, saved the same way (a baseline served by the same server)
             tuned, losses = model, []
         seconds["train"] = time.monotonic() - clock
-        after = mean_loss(tuned, tokenizer, dialogues, cfg["max_length"])
+        after = mean_loss(tuned, tokenizer, dialogues, cfg["max_length"]) if cfg["steps"] else before
         ckpt = work / "checkpoint"
         tuned.save_pretrained(ckpt, safe_serialization=True)
         tokenizer.save_pretrained(ckpt)
