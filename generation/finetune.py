@@ -16,6 +16,7 @@ it and every other role can be any other model.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
@@ -72,6 +73,14 @@ def check_checkpoint(path: Path) -> Path:
     if not (path / "tokenizer.json").exists() and not (path / "tokenizer_config.json").exists():
         raise CraftMDError(f"checkpoint {path} is not a model: it has no tokenizer (tokenizer.json)")
     return path
+
+
+def check_served_name(name: str) -> str:
+    """``name`` if a checkpoint folder so named can be served under it (a hub model name); else one line."""
+    if not SERVED_NAME.fullmatch(name) or "--" in name or ".." in name:
+        raise CraftMDError(f"checkpoint folder name {name!r} cannot be a served model's name: "
+                           "use letters, digits, '-', '_' and '.' only (no '--' or '..'), at most 96")
+    return name
 
 
 def check_base(base: Path, gguf_file: str | None) -> None:
@@ -149,14 +158,22 @@ def finetune(data: Path, base: Path, out: Path, settings: TrainSettings = TrainS
     check_training_data(data)
     check_base(base, gguf_file)
     out = Path(out)
+    check_served_name(out.name)
     if out.exists():
         raise CraftMDError(f"{out} already exists; choose a new folder for the checkpoint")
+    made = [p for p in reversed(out.absolute().parents) if not p.exists()]  # folders made for it, removed again if it fails
     out.parent.mkdir(parents=True, exist_ok=True)
     cfg = {"data": str(Path(data).resolve()), "config": CONFIG, "base": str(Path(base).resolve()), "gguf_file": gguf_file,
            "out": str(out.resolve()), **{k: getattr(settings, k) for k in settings.__dataclass_fields__}}
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([str(py), str(TRAIN_SCRIPT)], input=json.dumps(cfg), capture_output=True, text=True, env=env,
-                          timeout=timeout)
+    try:
+        proc = subprocess.run([str(py), str(TRAIN_SCRIPT)], input=json.dumps(cfg), capture_output=True, text=True, env=env,
+                              timeout=timeout)
+    finally:
+        if not out.exists():
+            for p in reversed(made):
+                with contextlib.suppress(OSError):
+                    p.rmdir()
     if proc.returncode:
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         raise CraftMDError(f"the fine-tuning failed: {lines[-1].strip() if lines else f'exit status {proc.returncode}'}")
@@ -184,9 +201,7 @@ class CheckpointServer:
     def __init__(self, checkpoint: Path, *, python: str | Path | None = None, port: int | None = None,
                  host: str = "127.0.0.1", start_timeout: float = 300.0, log: Path | None = None):
         self.checkpoint = check_checkpoint(Path(checkpoint)).resolve()
-        if not SERVED_NAME.fullmatch(self.checkpoint.name) or "--" in self.checkpoint.name or ".." in self.checkpoint.name:
-            raise CraftMDError(f"checkpoint folder name {self.checkpoint.name!r} cannot be a served model's name: "
-                               "use letters, digits, '-', '_' and '.' only (no '--' or '..'), at most 96")
+        check_served_name(self.checkpoint.name)
         self.python = train_python(python)
         self.host, self.port = host, port
         self.start_timeout = start_timeout
@@ -282,8 +297,8 @@ class CheckpointServer:
         self.stop()
 
 
-__all__ = ["CONFIG", "CheckpointServer", "TrainSettings", "check_base", "check_checkpoint", "check_training_data", "finetune",
-           "train_python"]
+__all__ = ["CONFIG", "CheckpointServer", "TrainSettings", "check_base", "check_checkpoint", "check_served_name", "check_training_data",
+           "finetune", "train_python"]
 
 
 if __name__ == "__main__":  # pragma: no cover
