@@ -30,6 +30,7 @@ better questions than the base (§4.2, Tables 2-3). Here the same, at a size a C
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -162,6 +163,7 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=48, help="tokens per reply (default 48)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--work", type=Path, help="keep the dataset, checkpoints and releases in this new folder (default: a temporary one)")
     a = ap.parse_args()
 
     from craftmd.generation.finetune import CheckpointServer
@@ -173,8 +175,10 @@ def main() -> int:
         print(f"bench_finetune: {exc}", file=sys.stderr)
         return 1
     t_start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="bench-finetune-") as tmp:
+    with contextlib.nullcontext(str(a.work)) if a.work else tempfile.TemporaryDirectory(prefix="bench-finetune-") as tmp:
         tmp = Path(tmp)
+        if a.work:
+            tmp.mkdir(parents=True)
         data = tmp / "data"
         if a.dataset:
             import shutil

@@ -165,7 +165,7 @@ def finetune(data: Path, base: Path, out: Path, settings: TrainSettings = TrainS
     out.parent.mkdir(parents=True, exist_ok=True)
     cfg = {"data": str(Path(data).resolve()), "config": CONFIG, "base": str(Path(base).resolve()), "gguf_file": gguf_file,
            "out": str(out.resolve()), **{k: getattr(settings, k) for k in settings.__dataclass_fields__}}
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     try:
         proc = subprocess.run([str(py), str(TRAIN_SCRIPT)], input=json.dumps(cfg), capture_output=True, text=True, env=env,
                               timeout=timeout)

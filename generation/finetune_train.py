@@ -62,7 +62,12 @@ def train(cfg: dict) -> dict:
     datasets.disable_progress_bars()
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
-    rows = datasets.load_dataset(cfg["data"], cfg["config"])["train"]
+    # A cache of this run's own: datasets' shared cache can answer for another folder of the same name and layout.
+    cache = tempfile.mkdtemp(prefix="craftmd-finetune-datasets-")
+    try:
+        rows = datasets.load_dataset(cfg["data"], cfg["config"], cache_dir=cache, keep_in_memory=True)["train"]
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
     if cfg.get("limit"):
         rows = rows.select(range(min(cfg["limit"], len(rows))))
     rows = rows.select_columns(["messages"])
