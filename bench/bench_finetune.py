@@ -207,7 +207,8 @@ def main() -> int:
         for arm, steps in (("smollm2-base", 0), ("smollm2-ft", a.steps)):
             ckpts[arm] = tmp / "ckpts" / arm
             out = craftmd("finetune", "train", "--dataset", train_data, "--base", gguf.parent, "--gguf-file", gguf.name,
-                          "--out", ckpts[arm], "--steps", steps, "--max-length", 512, "--batch-size", 2, "--seed", a.seed, *limit)
+                          "--out", ckpts[arm], "--steps", steps, "--max-length", 512, "--batch-size", 2, "--seed", a.seed, *limit,
+                          env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})  # torch's threads spin on busy cores
             records[arm] = json.loads((ckpts[arm] / "craftmd-finetune.json").read_text())
             print(f"{arm}: {out.strip()}", file=sys.stderr)
         metrics = {}
