@@ -33,7 +33,13 @@ ROUTER_PACKAGES := vllm-router==0.1.17
 # editable beside it, unconstrained: OpenEnv's web UI (gradio) wants pillow < 13 where requirements.lock has 13.
 RL_VENV ?= .venv-rl
 
-.PHONY: help install llm router rl build packets ingest leaderboard test browser bench clean
+# The fine-tuning recipe (`craftmd finetune`: TRL's SFTTrainer with LoRA, transformers serve) in a side venv of its own:
+# torch==2.13.0 is the CPU build pip takes from this machine's disk (192 MB; a plain `torch` would fetch a CUDA build,
+# several GB), the rest from PyPI through pip's cache; ~1.5 GB installed, a few minutes.
+TRAIN_VENV ?= .venv-train
+TRAIN_PACKAGES := torch==2.13.0 transformers[serving]==5.17.0 trl==1.13.0 peft==0.21.0 gguf==0.19.0 accelerate==1.15.0 datasets==5.2.0
+
+.PHONY: help install llm router rl train-env build packets ingest leaderboard test browser bench clean
 
 help:
 	@echo "make leaderboard  build the dataset, ingest upstream results, run the stale scorers, analyse, write the page ($(LEADERBOARD_OUT)/index.html)"
@@ -42,6 +48,7 @@ help:
 	@echo "make test         run the test suite"
 	@echo "make llm          install the real test model and its server into $(LLM_VENV) (compiles llama.cpp)"
 	@echo "make router       install vllm-router (the scaling test's router) into $(ROUTER_VENV)"
+	@echo "make train-env    install the fine-tuning recipe (torch, transformers, TRL, peft) into $(TRAIN_VENV)"
 	@echo "make bench        run the benchmarks in bench/"
 	@echo "make rl           install the training environments' extra (.[rl]: OpenEnv) into $(RL_VENV)"
 
@@ -79,6 +86,13 @@ $(RL_VENV)/.installed: pyproject.toml requirements.lock
 
 rl: $(RL_VENV)/.installed
 
+$(TRAIN_VENV)/.installed:
+	$(PYTHON) -m venv $(TRAIN_VENV)
+	$(TRAIN_VENV)/bin/python -m pip install -q $(foreach p,$(TRAIN_PACKAGES),'$(p)')
+	@touch $@
+
+train-env: $(TRAIN_VENV)/.installed
+
 build: install
 	$(BIN)/craftmd build $(SOURCE_ARG) --out $(DATA_OUT) --overwrite
 
@@ -94,10 +108,10 @@ browser:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; } || \
 	  echo "warning: chromium not installed; the page test will fail" >&2
 
-test: install browser llm router rl
+test: install browser llm router rl train-env
 	$(BIN)/python -m pytest
 
-bench: install llm
+bench: install llm train-env
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:

@@ -22,6 +22,7 @@ ROOMS = (
     "craftmd.generation.merge_cli",
     "craftmd.scoring.cli",
     "craftmd.generation.keyinfo_cli",
+    "craftmd.generation.finetune_cli",
     "craftmd.scoring.judge_cli",
     "craftmd.analysis.cli",
     "craftmd.commands.ingest",
