@@ -98,10 +98,11 @@ def test_a_reply_from_another_model_is_a_failure_never_cached(tmp_path, asked, n
     assert c.status == "error" and c.transient and c.reason == FOREIGN and named in c.error and c.model == named
     assert not cached(cache) and server.calls == 2
     assert caller.counters.served == {named: 1}  # the name the failed request's reply gave is counted
-    # names that are the model asked are answers: llama.cpp's file path, a dated snapshot, the root the server declares
+    # names that are the model asked are answers: llama.cpp's file path, a dated snapshot, a revision, the root the server declares
     # for the name asked, a placeholder name the server does not serve
     for asked, named, declared, roots in [("smollm2", "/home/me/models/SmolLM2-135M-Instruct.gguf", ("smollm2",), {}),
                                           ("smollm2", "smollm2.gguf", ("smollm2",), {}), ("gpt-4o", "gpt-4o-2024-08-06", ("gpt-4o",), {}),
+                                          ("my-doctor", "my-doctor@main", ("my-doctor",), {}),  # transformers serve: name@revision
                                           ("my-model", "Qwen/Qwen2.5-7B-Instruct", ("my-model", "other"),
                                            {"my-model": "Qwen/Qwen2.5-7B-Instruct"}),
                                           ("smollm2", "gpt-3.5-turbo", ("smollm2", "other"), {})]:

@@ -86,7 +86,8 @@ def test_craftmd_score_lists_and_runs_the_toy_scorer_only_when_stale(toy, tmp_pa
         assert f"\n{name} " in "\n" + listed, name
 
     rel = _toy_release(tmp_path / "releases", dataset_dir)
-    assert _score(rel, dataset_dir) == {"release": str(rel), "scored": ["oneword-words"], "current": [], "skipped": {}}  # the task's default
+    assert _score(rel, dataset_dir) == {"release": str(rel), "scored": ["oneword-words"], "current": [], "skipped": {},
+                                        "writes": {"oneword-words": ["oneword-words"]}}  # the task's default
     once = (rel / "scores.parquet").read_bytes()
     assert _score(rel, dataset_dir)["current"] == ["oneword-words"]  # nothing changed: nothing done
     assert (rel / "scores.parquet").read_bytes() == once

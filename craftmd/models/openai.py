@@ -340,9 +340,10 @@ def declared_names(entries: list) -> dict[str, set[str]]:
 def same_model(asked: str, named: str) -> bool:
     """Whether a reply naming ``named`` is the model ``asked`` (or a name the server declares): the same name, its
     file's name (llama.cpp names a model by its path: ``/models/SmolLM2.Q8_0.gguf``), or the name with a version
-    after it (``gpt-4o-2024-08-06`` for ``gpt-4o``), compared without case."""
+    after it (``gpt-4o-2024-08-06`` for ``gpt-4o``), or its revision (``transformers serve`` answers ``my-doctor@main``
+    for ``my-doctor``), compared without case."""
     def bare(x: str) -> str:
-        x = x.strip().rstrip("/").rsplit("/", 1)[-1].lower()
+        x = x.strip().rstrip("/").rsplit("/", 1)[-1].lower().split("@", 1)[0]
         return x[:-5] if x.endswith(".gguf") else x
 
     a, n = asked.strip().lower(), named.strip().lower()
