@@ -181,7 +181,7 @@ def _role(cfg) -> dict:
     return {"model": cfg.model, "base_url": public_url(url) if url else None}
 
 
-def _run_record(log, out: Path, conversations: list[dict], answers: list[dict]) -> RunRecord:
+def _run_record(log, out: Path, conversations: list[dict], answers: list[dict], where: Path) -> RunRecord:
     """The run record of a release made by ``inspect eval`` of one of the package's tasks."""
     spec = log.eval
     desc = (spec.metadata or {}).get(STORE_KEY) or {}
@@ -205,7 +205,7 @@ def _run_record(log, out: Path, conversations: list[dict], answers: list[dict]) 
     packages = dict(spec.packages or {})
     keyed = answers or conversations  # an encounters release has conversations and no answers
     trials = max((a["trial"] for a in keyed), default=-1) + 1
-    return RunRecord(
+    return RunRecord.from_dict(dict(
         release=out.name, kind="generated", task=desc.get("task") or spec.task.split("/", 1)[1], model=spec.model,
         source={"dataset_config": desc.get("config"), "dataset_sha256": desc.get("dataset_sha256"),
                 "cases": len({a["case_id"] for a in keyed})},
@@ -217,7 +217,7 @@ def _run_record(log, out: Path, conversations: list[dict], answers: list[dict]) 
         counts={"cases": len({a["case_id"] for a in keyed}), "trials": trials, "conversations": len(conversations), "answers": len(answers)},
         notes={"settings": desc.get("settings"), "formats": desc.get("formats"), "max_turns": desc.get("max_turns"),
                "protocol": f"run by inspect eval {spec.task} (inspect_ai {packages.get('inspect_ai')})"},
-    )
+    ), f"{where}: not a run of one of craftmd's tasks")  # what the log says (its task, ...) makes no run record: one line
 
 
 def _claims(rows: list, records: dict) -> tuple[list[dict], dict]:
@@ -311,13 +311,7 @@ def _release_of(logs: list, out: Path, where: Path, dataset: Path | str | None) 
     if MANIFEST in meta:  # an exported release: its own run record, its id kept (the same run: the board refuses two of one id)
         manifest = _claimed_record(meta[MANIFEST], where)
     else:
-        from pydantic import ValidationError
-
-        try:
-            manifest = _run_record(logs[0], out, conversations, answers)
-        except ValidationError as exc:  # what the log says (its task, ...) does not make a run record: one line
-            first = exc.errors()[0]
-            raise CraftMDError(f"{where}: not a run of one of craftmd's tasks: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        manifest = _run_record(logs[0], out, conversations, answers, where)
     from craftmd.scoring.submission import check_model_name
 
     for what, name in (("model", manifest.model), ("display name", manifest.display_name)):
