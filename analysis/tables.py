@@ -2,7 +2,7 @@
 
 :func:`compute` runs the named queries over every graded release; :func:`analyse` also writes
 the tables and figures. The main job that builds, ingests and grades before this is
-:mod:`craftmd.commands.pipeline`.
+:mod:`craftmd.commands.leaderboard`.
 """
 
 from __future__ import annotations

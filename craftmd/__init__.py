@@ -5,7 +5,7 @@ its run record (:mod:`craftmd.release`), samples and the dataset registry
 (:mod:`craftmd.samples`), tasks (:mod:`craftmd.tasks`: dataset + protocol + scorers, one file
 each), the metric registry (:mod:`craftmd.metrics`), the model layer (:mod:`craftmd.models`:
 providers, calls, the request cache) and the pinned-source reader; above the rooms, the jobs
-that run across them (:mod:`craftmd.commands.pipeline`, :mod:`craftmd.commands.submit`, the CLI).
+that run across them (:mod:`craftmd.commands.leaderboard`, :mod:`craftmd.commands.submit`, the CLI).
 
 The rooms install under this namespace and import each other in one direction only
 (``tests/test_imports.py``): ``craftmd.dataset_builder`` (pinned source -> dataset),

@@ -89,7 +89,7 @@ def builder_sha256() -> str:
     """sha256 of the code that decides a built dataset's bytes: this folder's modules and the dataset card.
 
     Recorded in the build manifest so that a dataset built by other builder code (an older
-    checkout, another schema) is never taken for current (see ``craftmd.commands.pipeline``).
+    checkout, another schema) is never taken for current (see ``craftmd.commands.leaderboard``).
     """
     import hashlib
 

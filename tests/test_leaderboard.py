@@ -316,7 +316,7 @@ def test_the_same_inputs_give_a_byte_identical_page(board, source, dataset_dir):
 
 def test_a_dataset_built_by_other_builder_code_is_not_taken_for_current(source, dataset_dir, tmp_path):
     """`make leaderboard` over an `out/data` left by an older checkout rebuilds it instead of failing later."""
-    from craftmd.commands.pipeline import _dataset_current
+    from craftmd.commands.leaderboard import _dataset_current
 
     data = tmp_path / "data"
     shutil.copytree(dataset_dir, data)

@@ -138,7 +138,7 @@ def history_validity(dataset_dir: Path | str, source, *, B: int = 2000, seed: in
 
 
 def history_validity_audit(releases_dir: Path | str | None, dataset_dir: Path | str, source, *, B: int = 2000, seed: int = 14) -> dict:
-    """The audit dict (``craftmd.commands.pipeline``'s shape) of :func:`history_validity`. ``releases_dir`` is not read: the
+    """The audit dict (``craftmd.commands.leaderboard``'s shape) of :func:`history_validity`. ``releases_dir`` is not read: the
     dermatologists' sheets hold the very conversations they rated, and the metrics are computed on those."""
 
     def r4(x):

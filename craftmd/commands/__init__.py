@@ -1,11 +1,13 @@
-"""The commands that run across the rooms, together above them.
+"""Every ``craftmd`` subcommand, one module each, above the rooms.
 
-- :mod:`.cli`: the ``craftmd`` command (``craftmd.commands.cli:main``): one parser, each room's
-  subcommands registered from its own ``cli.py``, the argument helpers every subcommand shares;
-- :mod:`.pipeline`: ``craftmd leaderboard``, the main job (build, ingest, score, audits, analysis, page);
-- :mod:`.submit`: scoring a submission file into a release and its report;
-- :mod:`.ingest`: ``craftmd ingest``, upstream's recorded results into releases;
-- :mod:`.audits`: the MELD and expert-review commands (scoring's MELD run, analysis's audits).
+- :mod:`.cli`: the ``craftmd`` command (``craftmd.commands.cli:main``): the list of subcommand modules
+  (:data:`~.cli.COMMANDS`) and the argument helpers they share;
+- one module per subcommand (:mod:`.build`, :mod:`.publish`, :mod:`.pin`, :mod:`.encounters`, :mod:`.merge`,
+  :mod:`.review`, :mod:`.keyinfo`, :mod:`.finetune`, :mod:`.analyse`, :mod:`.ingest`, :mod:`.export`,
+  :mod:`.leaderboard`, :mod:`.submit`, ...): its arguments and its handler, which calls the rooms' functions.
+  The jobs that span rooms live here too: the main job (:func:`.leaderboard.leaderboard`), a submission scored
+  and reported (:func:`.submit.score_submission`), upstream's results ingested (:func:`.ingest.ingest_source`).
 
-Nothing in the rooms or the shared ground imports these (``tests/test_imports.py``).
+Nothing in the rooms, the shared ground, the task packages, the inspect bridge or the environments imports
+these (``tests/test_imports.py``).
 """

@@ -1,7 +1,8 @@
-"""The ``craftmd`` command: a thin layer, one subcommand per job.
+"""The ``craftmd`` command: one parser, the subcommands of :data:`COMMANDS`, the argument helpers they share.
 
-Each room registers its subcommands in its own ``cli.py`` (``register(subparsers)``);
-a subcommand's handler parses nothing itself and calls one function of its room.
+Each subcommand is a module of :mod:`craftmd.commands` (``register(subparsers)``: its arguments and its
+handler, which calls the functions of the rooms that do the work); :func:`main` runs it and turns a
+:class:`~craftmd.CraftMDError` or an operating-system error into one line.
 """
 
 from __future__ import annotations
@@ -14,20 +15,27 @@ from pathlib import Path
 
 from craftmd import CraftMDError, __version__
 from craftmd.tasks import load_task_files
+from craftmd.text import dominant_reason  # noqa: F401  (importable from here, as before)
 
-ROOMS = (
-    "craftmd.dataset_builder.cli",
-    "craftmd.generation.cli",
-    "craftmd.generation.encounters_cli",
-    "craftmd.generation.merge_cli",
-    "craftmd.scoring.cli",
-    "craftmd.generation.keyinfo_cli",
-    "craftmd.generation.finetune_cli",
-    "craftmd.scoring.judge_cli",
-    "craftmd.analysis.cli",
+#: The modules of the subcommands, in the order of ``craftmd --help``: each one's ``register(subparsers)`` adds
+#: its subcommand. A new subcommand is a module of craftmd.commands and one line here. They are imported by name
+#: when the parser is built (each imports this module for the argument helpers below).
+COMMANDS = (
+    "craftmd.commands.build",
+    "craftmd.commands.publish",
+    "craftmd.commands.pin",
+    "craftmd.generation.cli",  # generate: becomes craftmd.commands.generate (issue #31, h3-tasks)
+    "craftmd.commands.encounters",
+    "craftmd.commands.merge",
+    "craftmd.scoring.cli",  # score, grader-agreement, validate, meld: become craftmd.commands.<name> (issue #31, h5-scorers)
+    "craftmd.commands.review",
+    "craftmd.commands.keyinfo",
+    "craftmd.commands.finetune",
+    "craftmd.scoring.judge_cli",  # judge, judge-review, judge-calibrate, judge-sensitivity: likewise (h5-scorers)
+    "craftmd.commands.analyse",
     "craftmd.commands.ingest",
     "craftmd.commands.export",
-    "craftmd.commands.pipeline",
+    "craftmd.commands.leaderboard",
     "craftmd.commands.submit",
 )
 
@@ -184,18 +192,6 @@ def check_base_url(url: str) -> None:
     check_url(url, "--base-url", "OPENAI_API_KEY")
 
 
-def dominant_reason(reasons) -> str:
-    """The reason that failed most of ``reasons`` (strings, or a ``{reason: count}`` mapping), as ``N × REASON``
-    (ties: the first by name), for the one line of a command that produced nothing usable."""
-    from collections import Counter
-
-    counts = Counter(reasons)
-    if not counts:
-        return "no reason given"
-    reason, n = min(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
-    return f"{n} × {str(reason or 'no reason given')[:200]}"
-
-
 def command(sub, name: str, handler) -> argparse.ArgumentParser:
     """A subcommand ``name`` run by ``handler(args)``; its help is the handler's docstring (first line:
     the one-line help; the rest: the description)."""
@@ -220,8 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"craftmd {__version__}")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for room in ROOMS:
-        importlib.import_module(room).register(sub)
+    for name in COMMANDS:
+        importlib.import_module(name).register(sub)
     return parser
 
 

@@ -1,8 +1,7 @@
-"""Subcommands of craftmd.analysis (registered by craftmd.commands.cli): analyse.
+"""``craftmd analyse``: the tables, figures and page of graded releases (:func:`craftmd.analysis.tables.analyse`).
 
 Analysis only reads releases; the main job that builds, ingests and grades first is
-``craftmd leaderboard`` (:mod:`craftmd.commands.pipeline`), and ``craftmd ingest`` is
-:mod:`craftmd.commands.ingest`.
+``craftmd leaderboard`` (:mod:`craftmd.commands.leaderboard`).
 """
 
 from __future__ import annotations
@@ -24,8 +23,8 @@ def _analyse(args) -> int:
     """
     from craftmd.atomic import atomic_dir
 
-    from .page import write_page
-    from .tables import OWNS, analyse
+    from craftmd.analysis.page import write_page
+    from craftmd.analysis.tables import OWNS, analyse
 
     with atomic_dir(args.out, owns=OWNS) as tmp:  # OUT is replaced whole, or left as it was
         a = analyse(args.releases, args.dataset, tmp, B=args.resamples, seed=args.seed, packets=args.packets,
@@ -37,8 +36,8 @@ def _analyse(args) -> int:
 
 
 def register(sub) -> None:
-    """Add this room's subcommands to the `craftmd` parser."""
-    from .bootstrap import DEFAULT_B, DEFAULT_SEED
+    """Add ``craftmd analyse`` to the `craftmd` parser."""
+    from craftmd.analysis.bootstrap import DEFAULT_B, DEFAULT_SEED
 
     p = command(sub, "analyse", _analyse)
     p.add_argument("--releases", required=True, help="folder of release folders")
@@ -57,3 +56,6 @@ def register(sub) -> None:
     p.add_argument("--rubric-scorer", choices=("auto", "judge", "calibrated", "human"), default="auto",
                    help="whose rubric scores stand for a release: auto (the calibrated judge, else the judge, else the "
                         "experts' imported ratings; default), or only that kind; the page names it")
+
+
+__all__ = ["register"]

@@ -19,7 +19,7 @@ def _train(args) -> int:
     the run (craftmd-finetune.json: data, settings, versions, the mean loss over the training rows before and
     after). OUT must not exist; a failed run leaves none. Serve it with craftmd finetune serve.
     """
-    from .finetune import TrainSettings, finetune
+    from craftmd.generation.finetune import TrainSettings, finetune
 
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
                              max_length=args.max_length, lora_r=args.lora_r, seed=args.seed, limit=args.limit)
@@ -36,7 +36,7 @@ def _serve(args) -> int:
     openai-api/ft/<folder name>. A folder that is not a checkpoint (no config.json with a model_type, no
     safetensors weights, no tokenizer) is refused before the server starts. Runs until interrupted.
     """
-    from .finetune import CheckpointServer
+    from craftmd.generation.finetune import CheckpointServer
 
     server = CheckpointServer(args.checkpoint, python=args.python, port=args.port, host=args.host)
     server.start()
@@ -50,7 +50,7 @@ def _serve(args) -> int:
 
 def register(sub) -> None:
     """Add ``craftmd finetune train|serve`` to the `craftmd` parser."""
-    from .finetune import TrainSettings
+    from craftmd.generation.finetune import TrainSettings
 
     d = TrainSettings()
     p = sub.add_parser("finetune", help="fine-tune a doctor on the golden consultations (consult_train) and serve it to the benchmark")

@@ -6,7 +6,10 @@ import sys
 from pathlib import Path
 
 from craftmd import CraftMDError
-from craftmd.commands.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, command, seconds_type
+from craftmd.commands.cli import (
+    add_cases_argument, add_dataset_argument, add_quiet_argument, check_base_url, command, seconds_type,
+)
+from craftmd.text import dominant_reason
 
 
 def _extract(args) -> int:
@@ -19,10 +22,7 @@ def _extract(args) -> int:
     producing model and the prompt set's sha256. Exit status 2 when no case was extracted (the reason that failed
     most is named); 0 when some were, the failed ones counted.
     """
-    from craftmd.commands.cli import dominant_reason
-
-    from .cli import check_base_url
-    from .keyinfo import extract_keyinfo
+    from craftmd.generation.keyinfo import extract_keyinfo
 
     if args.base_url:
         check_base_url(args.base_url)

@@ -1,4 +1,4 @@
-"""``craftmd encounters build``: MedPI's patient packets (registered by craftmd.commands.cli).
+"""``craftmd encounters build``: MedPI's patient packets (:func:`craftmd.dataset_builder.packets.build_packets`).
 
 It writes the ``medpi`` dataset's ``packets`` config; ``craftmd generate --task encounters``
 runs the encounters of a doctor model with the AI patient and writes a release.
@@ -9,13 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from craftmd.commands.cli import add_quiet_argument, command
-
-from .shards import add_shard_argument
-
-
-def _list(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
+from craftmd.commands.cli import add_quiet_argument, command, list_type
 
 
 def register(sub) -> None:
@@ -29,7 +23,7 @@ def register(sub) -> None:
                    help="the generator seed (default 0; 1 with --split train); the same seed builds the same bytes")
     b.add_argument("--scale", type=float, default=1.0,
                    help="fraction of each cell's count to build, rounded, at least 1 (default 1: the paper's 366 patients)")
-    b.add_argument("--cells", type=_list, metavar="REASON:OBJECTIVE,...", help="only these cells of the task matrix (default: every populated cell)")
+    b.add_argument("--cells", type=list_type, metavar="REASON:OBJECTIVE,...", help="only these cells of the task matrix (default: every populated cell)")
     b.add_argument("--split", choices=("test", "train"), default="test",
                    help="test: the benchmark's packets (default); train: training packets from another seed and population of "
                         "the generator (ids medpi_train_NNNN), checked against the benchmark's packets (--against)")

@@ -1,4 +1,7 @@
-"""``craftmd merge``: join the shard releases of one run (``--shard k/K``) into its release (registered by craftmd.commands.cli)."""
+"""``craftmd merge``: join the shard releases of one run (``--shard k/K``) into its release.
+
+The work is :func:`craftmd.generation.shards.merge`.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from craftmd.commands.cli import command
 
 
 def register(sub) -> None:
+    """Add ``craftmd merge`` to the `craftmd` parser."""
     p = command(sub, "merge", run_merge)
     p.add_argument("shards", nargs="+", type=Path, metavar="SHARD", help="the K shard releases (craftmd generate … --shard k/K)")
     p.add_argument("--out", required=True, type=Path, metavar="RELEASE_DIR", help="the merged release folder to write")
@@ -23,8 +27,11 @@ def run_merge(args) -> int:
     same run unsharded; its run record says it was merged from K shards. A missing, repeated or foreign shard is
     refused and nothing is written.
     """
-    from .shards import merge
+    from craftmd.generation.shards import merge
 
     report = merge(args.shards, args.out, overwrite=args.overwrite)
     print(report.summary(), file=sys.stderr)
     return 0
+
+
+__all__ = ["register"]
