@@ -1,7 +1,7 @@
 """``craftmd ingest``: upstream results of the pinned source -> frozen releases.
 
-A job on the shared ground: it builds the dataset the releases are graded against when
-none is given (into a scratch folder), then runs :func:`craftmd.generation.ingest.ingest`.
+It builds the dataset the releases are graded against when none is given (into a scratch folder), then runs
+:func:`craftmd.generation.ingest.ingest`.
 """
 
 from __future__ import annotations

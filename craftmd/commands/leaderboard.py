@@ -1,11 +1,7 @@
 """The main job, ``craftmd leaderboard``: pinned source -> dataset -> releases -> scores -> tables -> page.
 
-It sits on the shared ground above the rooms and runs them in order: the dataset
-builder (only when the built dataset is missing or stale), ingest, each release's
-registered scorers (its task's defaults, and any asked for) that are stale
-(:func:`craftmd.scoring.score.score_release`), then the analysis (which only reads the
-releases) and the page. The page and
-its tables appear all at once (``atomic_dir``) or not at all.
+It runs the rooms in order: the dataset builder (only when the built dataset is missing or stale), ingest,
+each release's stale scorers, the analysis and the page, which appears with its tables all at once or not at all.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """``craftmd submit``: a submission file in, a scored release and its report out.
 
-The scoring room validates and grades the submission into a release
-(:func:`craftmd.scoring.submission.submit`); the analysis room reads that release and
-reports its accuracy (:func:`craftmd.analysis.report.submission_report`). This module,
-on the shared ground above both rooms, runs the two in order and puts the results in
-place together: ``OUT/submission-<model>-<hash>/``, ``OUT/scores.json`` and ``OUT/scores.csv``
-appear all at once or not at all.
+Scoring grades the submission into a release (:func:`craftmd.scoring.submission.submit`), analysis reports its
+accuracy (:func:`craftmd.analysis.report.submission_report`); :func:`score_submission` runs the two and puts
+``OUT/submission-<model>-<hash>/``, ``OUT/scores.json`` and ``OUT/scores.csv`` in place all at once or not at all.
 """
 
 from __future__ import annotations
