@@ -245,7 +245,7 @@ def outcomes(release_dir: Path | str, written: list[str]) -> dict[str, dict]:
 def check_outcomes(reports: list[dict]) -> None:
     """Say how much of each scorer that ran failed (stderr); a scorer that produced no score at all is one line and a
     non-zero exit (:class:`CraftMDError`), after every release's scores (with their failures) are written."""
-    from craftmd.text import dominant_reason
+    from craftmd.commands.cli import dominant_reason
 
     empty = []
     for r in reports:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from craftmd import CraftMDError, __version__
 from craftmd.tasks import load_task_files
-from craftmd.text import dominant_reason  # noqa: F401  (importable from here, as before)
 
 #: The modules of the subcommands, in the order of ``craftmd --help``: each one's ``register(subparsers)`` adds
 #: its subcommand. A new subcommand is a module of craftmd.commands and one line here. They are imported by name
@@ -190,6 +189,18 @@ def check_base_url(url: str) -> None:
     from craftmd.models import check_url
 
     check_url(url, "--base-url", "OPENAI_API_KEY")
+
+
+def dominant_reason(reasons) -> str:
+    """The reason that failed most of ``reasons`` (strings, or a ``{reason: count}`` mapping), as ``N × REASON``
+    (ties: the first by name), for the one line of a command that produced nothing usable."""
+    from collections import Counter
+
+    counts = Counter(reasons)
+    if not counts:
+        return "no reason given"
+    reason, n = min(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
+    return f"{n} × {str(reason or 'no reason given')[:200]}"
 
 
 def command(sub, name: str, handler) -> argparse.ArgumentParser:

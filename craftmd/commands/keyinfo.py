@@ -7,9 +7,8 @@ from pathlib import Path
 
 from craftmd import CraftMDError
 from craftmd.commands.cli import (
-    add_cases_argument, add_dataset_argument, add_quiet_argument, check_base_url, command, seconds_type,
+    add_cases_argument, add_dataset_argument, add_quiet_argument, check_base_url, command, dominant_reason, seconds_type,
 )
-from craftmd.text import dominant_reason
 
 
 def _extract(args) -> int:
