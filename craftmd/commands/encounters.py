@@ -23,7 +23,8 @@ def register(sub) -> None:
                    help="the generator seed (default 0; 1 with --split train); the same seed builds the same bytes")
     b.add_argument("--scale", type=float, default=1.0,
                    help="fraction of each cell's count to build, rounded, at least 1 (default 1: the paper's 366 patients)")
-    b.add_argument("--cells", type=list_type, metavar="REASON:OBJECTIVE,...", help="only these cells of the task matrix (default: every populated cell)")
+    b.add_argument("--cells", type=list_type, metavar="REASON:OBJECTIVE,...",
+                   help="only these cells of the task matrix (default: every populated cell)")
     b.add_argument("--split", choices=("test", "train"), default="test",
                    help="test: the benchmark's packets (default); train: training packets from another seed and population of "
                         "the generator (ids medpi_train_NNNN), checked against the benchmark's packets (--against)")
