@@ -70,13 +70,13 @@ class Encounters(Runner):
     unit = "encounters"
     processes = False  # the memory tags are shared by a patient's trials: one process
 
-    def __init__(self, spec):
+    def __init__(self, spec, *, calls=None):
         if spec.max_messages < 2:
             raise CraftMDError("--max-messages must be at least 2")
         if spec.tag_max_tokens < 1:
             raise CraftMDError("--memory-tag-tokens must be at least 1")
         self.agents = AGENTS if spec.memory_tags else AGENTS[:-1]
-        super().__init__(spec)
+        super().__init__(spec, calls=calls)
         self.objectives = {k: v for k, v in json.loads(self.prompts.text("objectives.json")).items() if not k.startswith("_")}
         self.packets = load_packets(spec.dataset, spec.cases)
         if not self.packets:
