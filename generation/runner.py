@@ -335,6 +335,11 @@ class Runner:
         """One job's rows, by release table."""
         raise NotImplementedError
 
+    async def job_tables(self, job) -> dict[str, list[dict]]:
+        """Rows a job reads but does not make (encounters: its patient's memory tags, shared by the patient's trials),
+        for a harness that keeps each job's rows apart (inspect's samples). None by default."""
+        return {}
+
     def tables(self, rows: dict[str, list[dict]]) -> dict[str, pa.Table]:
         raise NotImplementedError
 

@@ -1,17 +1,11 @@
 """craftmd inside the inspect_ai ecosystem (``pip install craftmd[inspect]``).
 
-* :mod:`.tasks`: the package's tasks for ``inspect eval`` (``craftmd/craftmd``,
-  ``craftmd/consultation``, ``craftmd/encounters``), registered by the ``inspect_ai`` entry point in pyproject.toml.
-  The solver runs the package's own protocol (prompt set, turn-taking, question building:
-  :mod:`craftmd.generation`) with inspect's models as its agents (the model under test is the
-  doctor; ``--model-role patient=…``, ``summarizer=…``, ``solver=…``, ``grader=…``), and the
-  scorers are the package's (MCQ rules, the offline grader, the LLM grader as role ``grader``,
-  the history metrics). Each sample's store keeps the release rows it produced, each score
-  the score rows, so a log turns into a release with nothing recomputed.
-* :mod:`.logs`: ``craftmd ingest --inspect LOG…`` (logs → a release) and ``craftmd export
-  RELEASE --inspect DIR`` (a release → one log per setting and format, for ``inspect view``).
+* :mod:`.tasks`: every craftmd task under ``inspect eval`` through one factory, :func:`inspect_task`: the built-in
+  ``craftmd/craftmd``, ``craftmd/consultation``, ``craftmd/encounters`` (the ``inspect_ai`` entry point) and any task
+  file that exposes itself with :func:`task` (``inspect eval my_task.py -T key=value``).
+* :mod:`.logs`: ``craftmd ingest --inspect LOG…`` (logs → a release) and ``craftmd export RELEASE --inspect DIR``.
 
-inspect_ai is imported only here, and only when one of these is used.
+inspect_ai is imported only when one of these is used: a task file imports this package without it.
 """
 
 #: Where a sample's store keeps the release rows it produced, and a score's metadata its score rows.
@@ -29,3 +23,26 @@ def require_inspect():
     except ImportError:
         raise CraftMDError("inspect-ai is not installed: pip install 'craftmd[inspect]'") from None
     return inspect_ai
+
+
+def task(fn):
+    """inspect's ``@task``, so that ``inspect eval FILE`` finds ``fn`` in a task file; ``fn`` unchanged where inspect_ai
+    is not installed (the file still serves ``craftmd generate``). A task file's two lines::
+
+        @task
+        def my_task(**options): return inspect_task(TASK, **options)
+    """
+    try:
+        from inspect_ai import task as register
+    except ImportError:
+        return fn
+    return register(fn)
+
+
+def inspect_task(task, **options):
+    """The inspect task of a craftmd task (a Task, a registered name or a task file), -T ``options`` its options
+    (:func:`craftmd.inspect_bridge.tasks.inspect_task`)."""
+    require_inspect()
+    from .tasks import inspect_task as make
+
+    return make(task, **options)
