@@ -175,6 +175,25 @@ def role_models(task, agents: tuple[str, ...]) -> dict[str, Model]:
     return {a: models[a] for a in agents if a in models}
 
 
+def task_file_sha256(task) -> str | None:
+    """The sha256 of the task file that defines ``task`` (None for a built-in one): what its releases record, so that
+    only the same file reads them (:func:`craftmd.release.release_task`)."""
+    import hashlib
+    import sys
+
+    from craftmd.tasks import TASK_FILES
+
+    if task.name in TASK_FILES:
+        return TASK_FILES[task.name][1]
+    module = getattr(task.protocol, "__module__", None) or ""
+    if module.split(".")[0] == "craftmd":
+        return None
+    # the file its protocol's methods were compiled from (inspect loads a task file as a module it does not keep)
+    files = [v.__code__.co_filename for v in vars(task.protocol).values() if hasattr(v, "__code__")] if isinstance(task.protocol, type) else []
+    file = files[0] if files else getattr(sys.modules.get(module), "__file__", None)
+    return hashlib.sha256(Path(file).read_bytes()).hexdigest() if file and Path(file).is_file() else None
+
+
 def with_trial(job, trial: int):
     """``job`` (a protocol's ``(sample, trial, …)``) for ``trial``."""
     return (job[0], trial, *job[2:])
@@ -236,9 +255,10 @@ class Run:
             opts = {k: v for k, v in opts.items() if k != "experiments"}
             opts.update(settings=list(r.settings), formats=list(r.formats))
         config = "packets" if self.task.dataset == "medpi" else spec.config
-        return {"task": self.task.name, "config": config, "dataset_sha256": getattr(r, "dataset_sha", None),
+        return {"task": self.task.name, "task_sha256": task_file_sha256(self.task), "config": config, "dataset_sha256": getattr(r, "dataset_sha", None),
                 "prompt_set": r.prompts.describe(), "sampling": self.sampling, "cases": sorted({r.sample_id(j) for j in self.jobs.values()}),
-                **opts, "doctor_base_url": _base_url(self.doctor)}
+                **opts, "doctor_base_url": _base_url(self.doctor),
+                "roles": {a: {"model": str(m), "base_url": _base_url(m)} for a, m in self.models.items() if a in r.agents}}
 
 
 def release_rows(state: TaskState) -> dict:
