@@ -2,7 +2,7 @@
 
 * :mod:`.tasks`: every craftmd task under ``inspect eval`` through one factory, :func:`inspect_task`: the built-in
   ``craftmd/craftmd``, ``craftmd/consultation``, ``craftmd/encounters`` (the ``inspect_ai`` entry point) and any task
-  file that exposes itself with :func:`task` (``inspect eval my_task.py -T key=value``).
+  file that exposes itself with :mod:`.task_file`'s ``@task`` (``inspect eval my_task.py -T key=value``).
 * :mod:`.logs`: ``craftmd ingest --inspect LOG…`` (logs → a release) and ``craftmd export RELEASE --inspect DIR``.
 
 inspect_ai is imported only when one of these is used: a task file imports this package without it.
@@ -23,26 +23,3 @@ def require_inspect():
     except ImportError:
         raise CraftMDError("inspect-ai is not installed: pip install 'craftmd[inspect]'") from None
     return inspect_ai
-
-
-def task(fn):
-    """inspect's ``@task``, so that ``inspect eval FILE`` finds ``fn`` in a task file; ``fn`` unchanged where inspect_ai
-    is not installed (the file still serves ``craftmd generate``). A task file's two lines::
-
-        @task
-        def my_task(**options): return inspect_task(TASK, **options)
-    """
-    try:
-        from inspect_ai import task as register
-    except ImportError:
-        return fn
-    return register(fn)
-
-
-def inspect_task(task, **options):
-    """The inspect task of a craftmd task (a Task, a registered name or a task file), -T ``options`` its options
-    (:func:`craftmd.inspect_bridge.tasks.inspect_task`)."""
-    require_inspect()
-    from .tasks import inspect_task as make
-
-    return make(task, **options)
