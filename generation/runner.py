@@ -183,7 +183,8 @@ def check_run(spec, release: bool = True) -> None:
         if not spec.prices():
             raise CraftMDError("--budget needs --price (USD per million tokens) to know what the run costs")
     if release:
-        check_writable(spec.out, overwrite=spec.overwrite, owns=RELEASE_OWNS, holds=RELEASE_HOLDS)  # exists without --overwrite, or cannot be written: said before the first call
+        # exists without --overwrite, or cannot be written: said before the first call
+        check_writable(spec.out, overwrite=spec.overwrite, owns=RELEASE_OWNS, holds=RELEASE_HOLDS)
 
 
 @dataclass

@@ -93,8 +93,8 @@ class LLMGrader:
     so no connection is left open); a cache given as a path is opened and closed there too.
     """
 
-    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, cache=None, concurrency: int = 8, max_retries: int = 6,
-                 call=None):
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, cache=None, concurrency: int = 8,
+                 max_retries: int = 6, call=None):
         """``call`` (async ``(messages, sampling) -> Completion``): the model is called through it, no connection of its
         own (another harness's model, e.g. inspect's ``grader`` role); ``model`` then only names it."""
         from craftmd.models import Sampling

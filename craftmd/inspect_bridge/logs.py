@@ -49,7 +49,8 @@ def _known_task(log) -> bool:
 def _check_header(path: Path, log) -> str:
     task = log.eval.task
     if task not in TASKS and not _known_task(log):
-        raise CraftMDError(f"{path}: a log of task {task!r}, not one of {', '.join(TASKS)} (nor a task file's listed in $CRAFTMD_TASKS)")
+        raise CraftMDError(f"{path}: a log of task {task!r}, not one of {', '.join(TASKS)} "
+                           "(nor a task file's listed in $CRAFTMD_TASKS)")
     if log.status != "success":
         raise CraftMDError(f"{path}: an unfinished log (status {log.status}); only a finished run becomes a release")
     return task
@@ -447,7 +448,8 @@ class _Export:
         score_table, self.records = rel.scores_with_records()
         self.order = [[f.name, str(f.type)] for f in score_table.schema] if score_table is not None else []
         self.convs = {tuple(c[k] for k in CONV_KEY): c for c in conv_rows}
-        self.by_answer, self.by_conv, self.extra_scores = _index_scores(score_table.to_pylist() if score_table is not None else [])
+        score_rows = score_table.to_pylist() if score_table is not None else []
+        self.by_answer, self.by_conv, self.extra_scores = _index_scores(score_rows)
         self.used_convs: set[tuple] = set()
         self.used_answers: set[tuple] = set()
         self.msgs: dict[tuple, list] = {}
@@ -477,8 +479,9 @@ class _Export:
         convo = self.messages(ckey) if has_conv else []
         answer = {"role": "assistant", "content": text, "source": "generate", "model": self.model}
         sid, epoch = a["case_id"] + ("+image" if a["with_image"] else ""), int(a["trial"]) + 1
-        meta = {"case_id": a["case_id"], "trial": a["trial"], "setting": a["setting"], "format": a["format"], "with_image": a["with_image"],
-                "status": a["status"], **({"ended": self.convs[ckey]["ended"], "n_turns": self.convs[ckey]["n_turns"]} if has_conv else {})}
+        ended = {"ended": self.convs[ckey]["ended"], "n_turns": self.convs[ckey]["n_turns"]} if has_conv else {}
+        meta = {"case_id": a["case_id"], "trial": a["trial"], "setting": a["setting"], "format": a["format"],
+                "with_image": a["with_image"], "status": a["status"], **ended}
         sample = {
             "id": sid, "epoch": epoch, "input": convo[:1] or a["case_id"], "target": "", "messages": [*convo, answer],
             "output": {"model": self.model, "choices": [{"message": answer, "stop_reason": "stop"}], "completion": text},
@@ -497,11 +500,14 @@ class _Export:
         from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalMetric, EvalResults, EvalScore, EvalSpec
 
         rel, m = self.rel, self.rel.manifest
-        meta = {MANIFEST: m.model_dump(mode="json"), RECORDS: self.records, SCORE_ORDER: self.order, "setting": setting, "format": fmt}
+        meta = {MANIFEST: m.model_dump(mode="json"), RECORDS: self.records, SCORE_ORDER: self.order,
+                "setting": setting, "format": fmt}
         spec = EvalSpec(
             created=created, task=f"craftmd/{m.task}", task_id=f"{rel.id}-{setting}-{fmt}", run_id=rel.id,
-            task_args={"experiments": f"{setting},{fmt}"}, task_args_passed={"experiments": f"{setting},{fmt}"},  # what inspect view shows
-            task_display_name=f"{rel.display} · {setting} · {fmt}", dataset=EvalDataset(name=f"{rel.id}/{setting}/{fmt}", samples=len(rows)),
+            task_args={"experiments": f"{setting},{fmt}"},
+            task_args_passed={"experiments": f"{setting},{fmt}"},  # what inspect view shows
+            task_display_name=f"{rel.display} · {setting} · {fmt}",
+            dataset=EvalDataset(name=f"{rel.id}/{setting}/{fmt}", samples=len(rows)),
             model=self.model, config=EvalConfig(epochs=max(int(a["trial"]) for a in rows) + 1),
             packages={"craftmd": __version__, "inspect_ai": inspect_ai.__version__}, metadata=meta,
         )

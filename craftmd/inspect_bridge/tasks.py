@@ -114,7 +114,8 @@ def spec_for(task, doctor: str, options: dict) -> tuple[GenerateSpec, list[str] 
     given = {k: v for k, v in options.items() if v is not None}
     common = {k: PARSE[k](k, given.pop(k)) for k in COMMON if k in given and k not in ("dataset", "scorers")}
     dataset, scorers = dataset_dir(task, given.pop("dataset", None)), id_list(given.pop("scorers", None))
-    spec = GenerateSpec(dataset=dataset, out=None, doctor=doctor, task=task.name, progress=False, **common, **own_options(task, given))
+    spec = GenerateSpec(dataset=dataset, out=None, doctor=doctor, task=task.name, progress=False, **common,
+                        **own_options(task, given))
     return spec, scorers  # out=None: a runner on given calls writes no release
 
 
@@ -189,7 +190,8 @@ def task_file_sha256(task) -> str | None:
     if module.split(".")[0] == "craftmd":
         return None
     # the file its protocol's methods were compiled from (inspect loads a task file as a module it does not keep)
-    files = [v.__code__.co_filename for v in vars(task.protocol).values() if hasattr(v, "__code__")] if isinstance(task.protocol, type) else []
+    own = vars(task.protocol).values() if isinstance(task.protocol, type) else ()
+    files = [v.__code__.co_filename for v in own if hasattr(v, "__code__")]
     file = files[0] if files else getattr(sys.modules.get(module), "__file__", None)
     return hashlib.sha256(Path(file).read_bytes()).hexdigest() if file and Path(file).is_file() else None
 
@@ -255,8 +257,9 @@ class Run:
             opts = {k: v for k, v in opts.items() if k != "experiments"}
             opts.update(settings=list(r.settings), formats=list(r.formats))
         config = "packets" if self.task.dataset == "medpi" else spec.config
-        return {"task": self.task.name, "task_sha256": task_file_sha256(self.task), "config": config, "dataset_sha256": getattr(r, "dataset_sha", None),
-                "prompt_set": r.prompts.describe(), "sampling": self.sampling, "cases": sorted({r.sample_id(j) for j in self.jobs.values()}),
+        return {"task": self.task.name, "task_sha256": task_file_sha256(self.task), "config": config,
+                "dataset_sha256": getattr(r, "dataset_sha", None), "prompt_set": r.prompts.describe(), "sampling": self.sampling,
+                "cases": sorted({r.sample_id(j) for j in self.jobs.values()}),
                 **opts, "doctor_base_url": _base_url(self.doctor),
                 "roles": {a: {"model": str(m), "base_url": _base_url(m)} for a, m in self.models.items() if a in r.agents}}
 
@@ -269,7 +272,8 @@ def release_rows(state: TaskState) -> dict:
 def _output(rows: dict) -> str:
     """A sample's output as inspect shows it: each answer, else how each conversation ended."""
     if rows.get("answers"):
-        return "\n\n".join(f"[{a['setting']}/{a['format']}] {a['response'] if a['status'] == 'ok' else a['status']}" for a in rows["answers"])
+        return "\n\n".join(f"[{a['setting']}/{a['format']}] {a['response'] if a['status'] == 'ok' else a['status']}"
+                           for a in rows["answers"])
     return "; ".join(f"{c['conversation']}: {c['ended']}" for c in rows.get("conversations", ()))
 
 
@@ -371,7 +375,7 @@ def history_scorer(run: Run):
             convs = release_rows(state).get("conversations", [])
             rows = _history_rows(run, convs)
             value = dict.fromkeys(H.METRIC_NAMES, math.nan)
-            for r in rows if convs else ():  # the first conversation's (the standard or consult one): what the log's metrics average
+            for r in rows if convs else ():  # the first conversation's (standard or consult): what the log's metrics average
                 if r["conversation"] == convs[0]["conversation"] and r["value"] is not None:
                     value[r["metric"]] = r["value"]
             failed = sum(c["ended"] == "error" for c in convs)
