@@ -67,12 +67,12 @@ class Consultation(CraftMD):
     agents = AGENTS
     default_prompt_set = "consult-v1"
 
-    def __init__(self, spec):
-        if not spec.solver:
+    def __init__(self, spec, *, calls=None):
+        if calls is None and not spec.solver:
             raise CraftMDError("the consultation task needs a solver: --solver PROVIDER/MODEL")
         if spec.config == "nejm_image":
             raise CraftMDError("the consultation task poses text cases; pick a text config (all, medqa_usmle, derm_public, derm_private)")
-        super().__init__(spec)
+        super().__init__(spec, calls=calls)
         self.keyinfo = load_keyinfo(spec.dataset)
         self.keyinfo_sha = sha256_file(config_file(spec.dataset, CONFIG))
         self.no_keyinfo = [c.case_id for c in self.cases if c.case_id not in self.keyinfo]

@@ -70,13 +70,13 @@ class Encounters(Runner):
     unit = "encounters"
     processes = False  # the memory tags are shared by a patient's trials: one process
 
-    def __init__(self, spec):
+    def __init__(self, spec, *, calls=None):
         if spec.max_messages < 2:
             raise CraftMDError("--max-messages must be at least 2")
         if spec.tag_max_tokens < 1:
             raise CraftMDError("--memory-tag-tokens must be at least 1")
         self.agents = AGENTS if spec.memory_tags else AGENTS[:-1]
-        super().__init__(spec)
+        super().__init__(spec, calls=calls)
         self.objectives = {k: v for k, v in json.loads(self.prompts.text("objectives.json")).items() if not k.startswith("_")}
         self.packets = load_packets(spec.dataset, spec.cases)
         if not self.packets:
@@ -141,7 +141,7 @@ class Encounters(Runner):
         today = REFERENCE_DATE.date()
         memories = memories_from_packet(packet, today)
         if spec.memory_tags:
-            tags, _ = await self._tagging[packet["case_id"]]
+            tags, _ = await self.memory_tags(packet)
             tag_memories(memories, tags)
         store = MemoryStore(memories, self.embedder, spec.retrieval, today)
         state = State()
@@ -246,6 +246,15 @@ class Encounters(Runner):
     async def before(self, conn) -> None:
         if self.spec.memory_tags:  # the patients of this run's shard
             self._tagging = {p["case_id"]: asyncio.ensure_future(self.tag(p)) for p in self.packets if in_shard(p["case_id"], self.spec.shard)}
+
+    def memory_tags(self, packet: dict) -> asyncio.Future:
+        """The tagging of ``packet``'s memories (:meth:`tag`), started once and shared by the patient's trials."""
+        if packet["case_id"] not in self._tagging:
+            self._tagging[packet["case_id"]] = asyncio.ensure_future(self.tag(packet))
+        return self._tagging[packet["case_id"]]
+
+    async def job_tables(self, job) -> dict[str, list[dict]]:
+        return {"memory_tags": (await self.memory_tags(job[0]))[1]} if self.spec.memory_tags else {}
 
     def tag_rows(self) -> list[dict]:
         return [r for p in self.packets if p["case_id"] in self._tagging for r in self._tagging[p["case_id"]].result()[1]]

@@ -82,11 +82,11 @@ class CraftMD(Runner):
     default_prompt_set = DEFAULT_PROMPT_SET
     unit = "answers"
 
-    def __init__(self, spec):
+    def __init__(self, spec, *, calls=None):
         self.settings, self.formats = parse_experiments(spec.experiments, self.task)
         if spec.max_turns < 1:
             raise CraftMDError("--max-turns must be at least 1")
-        super().__init__(spec)
+        super().__init__(spec, calls=calls)
         self.protocol = Protocol(self.prompts, spec.max_turns)
         self.cases, self.dataset_sha = load_cases(Path(spec.dataset), spec.config, spec.cases)
         if not self.cases:

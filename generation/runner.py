@@ -153,8 +153,8 @@ def progress_text(c: Counts, done: int, total: int, unit: str = "answers", cost:
             f"retries={c.retries} fail={c.failures} tok_in={c.tokens_in:,} tok_out={c.tokens_out:,}{money}")
 
 
-def check_run(spec) -> None:
-    """The checks every generation run makes before it calls anything."""
+def check_run(spec, release: bool = True) -> None:
+    """The checks every generation run makes before it calls anything (``release``: and that its release can be written)."""
     from craftmd.release import MAX_TRIALS
 
     from .shards import valid_shard
@@ -182,7 +182,9 @@ def check_run(spec) -> None:
             raise CraftMDError("--budget must be a finite amount of USD more than 0")
         if not spec.prices():
             raise CraftMDError("--budget needs --price (USD per million tokens) to know what the run costs")
-    check_writable(spec.out, overwrite=spec.overwrite, owns=RELEASE_OWNS, holds=RELEASE_HOLDS)  # exists without --overwrite, or cannot be written: said before the first call
+    if release:
+        # exists without --overwrite, or cannot be written: said before the first call
+        check_writable(spec.out, overwrite=spec.overwrite, owns=RELEASE_OWNS, holds=RELEASE_HOLDS)
 
 
 @dataclass
@@ -275,12 +277,21 @@ class Runner:
     processes: bool = True  # may its jobs be split over worker processes
     prompts_root: Path | None = None  # where its prompt sets are (None: the package's generation/prompts)
 
-    def __init__(self, spec: GenerateSpec):
+    def __init__(self, spec: GenerateSpec, *, calls: dict | None = None):
+        """``calls`` (role -> async ``(messages, sampling) -> Completion``): the roles call those and the runner opens no
+        connection (no servers, no request cache) and writes no release: another harness (inspect) runs its jobs."""
         self.spec = spec
+        self.calls = calls
         self.down: dict[str, str] = {}  # servers of a pool found down by check_models (URL -> why): left out of the run
-        check_run(spec)
-        self.agent_names = self.roles()
-        check_names(self.agent_names.values(), self.call_settings())  # a missing variable: one line, now
+        check_run(spec, release=calls is None)
+        if calls is None:
+            self.agent_names = self.roles()
+            check_names(self.agent_names.values(), self.call_settings())  # a missing variable: one line, now
+        else:
+            missing = [a for a in self.agents if a not in calls]
+            if missing:
+                raise CraftMDError(f"the {self.task.name} task's roles {', '.join(missing)} were given no call")
+            self.agent_names = {a: a for a in self.agents}
         name = spec.prompt_set or self.default_prompt_set
         self.prompts = PromptSet(name, self.prompts_root) if self.prompts_root else PromptSet(name)
         self.tallies = {a: Counts() for a in self.agents}
@@ -325,6 +336,11 @@ class Runner:
         """One job's rows, by release table."""
         raise NotImplementedError
 
+    async def job_tables(self, job) -> dict[str, list[dict]]:
+        """Rows a job reads but does not make (encounters: its patient's memory tags, shared by the patient's trials),
+        for a harness that keeps each job's rows apart (inspect's samples). None by default."""
+        return {}
+
     def tables(self, rows: dict[str, list[dict]]) -> dict[str, pa.Table]:
         raise NotImplementedError
 
@@ -367,8 +383,18 @@ class Runner:
 
     def call(self, agent: str):
         """``agent``'s model as the protocol's callable ``(messages, sampling, priority=0) -> Completion``."""
-        caller = self.callers[self.agent_names[agent]]
         tally = self.tallies[agent]
+        if self.calls is not None:  # the harness's own call for the role
+            given = self.calls[agent]
+
+            async def call_given(messages, sampling, priority: int = 0):
+                c = await given(messages, sampling)
+                tally.add(c, "calls")
+                self._tick()
+                return c
+
+            return call_given
+        caller = self.callers[self.agent_names[agent]]
 
         async def call(messages, sampling, priority: int = 0):
             c = await caller(messages, sampling, priority, counts=tally)
@@ -516,6 +542,8 @@ class Runner:
             results.put((index, None, None, None, None, f"{type(exc).__name__}: {exc}"))
 
     def run(self) -> GenerateReport:
+        if self.calls is not None:
+            raise CraftMDError("a runner built on given calls runs its jobs for its harness (run_job); it writes no release")
         spec = self.spec
         start = time.monotonic()
         every = self.jobs()

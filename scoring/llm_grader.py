@@ -93,15 +93,20 @@ class LLMGrader:
     so no connection is left open); a cache given as a path is opened and closed there too.
     """
 
-    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, cache=None, concurrency: int = 8, max_retries: int = 6):
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, cache=None, concurrency: int = 8,
+                 max_retries: int = 6, call=None):
+        """``call`` (async ``(messages, sampling) -> Completion``): the model is called through it, no connection of its
+        own (another harness's model, e.g. inspect's ``grader`` role); ``model`` then only names it."""
         from craftmd.models import Sampling
         from craftmd.models.connect import CallSettings, check_names
 
         self.settings = CallSettings(base_url=base_url, api_key=api_key, concurrency=concurrency, max_retries=max_retries, cache=cache)
-        check_names([model], self.settings)  # the name, its server and key variables, now
+        if call is None:
+            check_names([model], self.settings)  # the name, its server and key variables, now
+        self.call = call
         self.model_name = model
         self.name = f"llm:{model}"
-        self.caller = None  # the Caller of the latest grade_many (its counters)
+        self.caller = call  # the Caller of the latest grade_many (its counters), or the given call
         self.server: dict = {}  # where the latest grade_many called the model ({base_url, service})
         self.sampling = Sampling(**SAMPLING)
         self.prompts = load_prompts()
@@ -143,6 +148,8 @@ class LLMGrader:
             return g
 
         try:
+            if self.call is not None:
+                return await asyncio.gather(*(one(p) for p in pairs))
             async with Connections(self.settings, [self.model_name]) as conn:
                 self.caller, self.server = conn.caller(self.model_name), conn.server(self.model_name)
                 return await asyncio.gather(*(one(p) for p in pairs))

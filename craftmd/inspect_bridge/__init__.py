@@ -1,17 +1,11 @@
 """craftmd inside the inspect_ai ecosystem (``pip install craftmd[inspect]``).
 
-* :mod:`.tasks`: the package's tasks for ``inspect eval`` (``craftmd/craftmd``,
-  ``craftmd/consultation``, ``craftmd/encounters``), registered by the ``inspect_ai`` entry point in pyproject.toml.
-  The solver runs the package's own protocol (prompt set, turn-taking, question building:
-  :mod:`craftmd.generation`) with inspect's models as its agents (the model under test is the
-  doctor; ``--model-role patient=…``, ``summarizer=…``, ``solver=…``, ``grader=…``), and the
-  scorers are the package's (MCQ rules, the offline grader, the LLM grader as role ``grader``,
-  the history metrics). Each sample's store keeps the release rows it produced, each score
-  the score rows, so a log turns into a release with nothing recomputed.
-* :mod:`.logs`: ``craftmd ingest --inspect LOG…`` (logs → a release) and ``craftmd export
-  RELEASE --inspect DIR`` (a release → one log per setting and format, for ``inspect view``).
+* :mod:`.tasks`: every craftmd task under ``inspect eval`` through one factory, :func:`inspect_task`: the built-in
+  ``craftmd/craftmd``, ``craftmd/consultation``, ``craftmd/encounters`` (the ``inspect_ai`` entry point) and any task
+  file that exposes itself with :mod:`.task_file`'s ``@task`` (``inspect eval my_task.py -T key=value``).
+* :mod:`.logs`: ``craftmd ingest --inspect LOG…`` (logs → a release) and ``craftmd export RELEASE --inspect DIR``.
 
-inspect_ai is imported only here, and only when one of these is used.
+inspect_ai is imported only when one of these is used: a task file imports this package without it.
 """
 
 #: Where a sample's store keeps the release rows it produced, and a score's metadata its score rows.

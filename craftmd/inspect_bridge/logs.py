@@ -1,18 +1,6 @@
-"""Inspect logs in and out of releases.
-
-* :func:`ingest_logs` (``craftmd ingest --inspect LOG… --out RELEASE``): logs of the package's
-  tasks (``inspect eval craftmd/craftmd``, or logs this module exported) → one release:
-  conversations and answers from each sample's store, and a run record naming each role, the
-  dataset, the prompt set and inspect's version. The scores in each score's metadata are the
-  log's word, kept as claims (scorer ``claimed:<name>``: never ranked, no scorer current by
-  them) that ``craftmd score`` computes again and checks. A log of another task, an unfinished
-  one, or one whose rows or scores do not fit a release is refused in one line; nothing is written.
-* :func:`export_release` (``craftmd export RELEASE --inspect DIR``): a release (upstream ones
-  included) → one inspect log per (setting, format), each answer a sample (epoch = trial + 1)
-  with its conversation as messages, the answer as output, its scores, and its rows in the
-  store, so ``inspect view --log-dir DIR`` browses the conversations and ``ingest`` gives the
-  release back. Rows no answer reads (a conversation no exported setting uses, a case-level
-  score) travel in the first log's metadata.
+"""Inspect logs in and out of releases: :func:`ingest_logs` (``craftmd ingest --inspect LOG… --out RELEASE``: logs of a
+craftmd task → a release, the log's scores kept as claims that ``craftmd score`` checks) and :func:`export_release`
+(``craftmd export RELEASE --inspect DIR``: one log per setting and format, for ``inspect view``; ingest gives it back).
 """
 
 from __future__ import annotations
@@ -44,10 +32,25 @@ SKIP = {"events", "attachments", "model_usage", "role_usage", "timelines", "outp
 
 
 # --- logs -> release ----------------------------------------------------------------------------
+def _known_task(log) -> bool:
+    """Whether a log is of a task file's task craftmd knows ($CRAFTMD_TASKS): its inspect task is the craftmd task it names."""
+    from craftmd.tasks import get_task
+
+    name = ((log.eval.metadata or {}).get(STORE_KEY) or {}).get("task")
+    if not isinstance(name, str) or name != log.eval.task or "/" in name or name.endswith(".py"):
+        return False
+    try:
+        get_task(name)
+    except CraftMDError:
+        return False
+    return True
+
+
 def _check_header(path: Path, log) -> str:
     task = log.eval.task
-    if task not in TASKS:
-        raise CraftMDError(f"{path}: a log of task {task!r}, not one of {', '.join(TASKS)}")
+    if task not in TASKS and not _known_task(log):
+        raise CraftMDError(f"{path}: a log of task {task!r}, not one of {', '.join(TASKS)} "
+                           "(nor a task file's listed in $CRAFTMD_TASKS)")
     if log.status != "success":
         raise CraftMDError(f"{path}: an unfinished log (status {log.status}); only a finished run becomes a release")
     return task
@@ -181,12 +184,17 @@ def _role(cfg) -> dict:
     return {"model": cfg.model, "base_url": public_url(url) if url else None}
 
 
-def _run_record(log, out: Path, conversations: list[dict], answers: list[dict], where: Path) -> RunRecord:
-    """The run record of a release made by ``inspect eval`` of one of the package's tasks."""
-    spec = log.eval
-    desc = (spec.metadata or {}).get(STORE_KEY) or {}
+def _roles(spec, desc: dict) -> dict:
+    """The run's roles (model, server): as the task run recorded them (its ``roles``), else (older logs) from inspect's
+    model roles and the built-in tasks' defaults; the ``grader`` from inspect's model roles."""
     roles_cfg = spec.model_roles or {}
     doctor = {"model": spec.model, "base_url": spec.model_base_url or desc.get("doctor_base_url")}
+    if isinstance(desc.get("roles"), dict):
+        roles = {a: dict(r) for a, r in desc["roles"].items()}
+        roles["doctor"] = doctor
+        if "grader" in roles_cfg:
+            roles["grader"] = _role(roles_cfg["grader"])
+        return roles
     roles = {"doctor": doctor}
     for agent in ("patient", "summarizer", "solver", "grader", "closer"):
         if agent in roles_cfg:
@@ -198,6 +206,14 @@ def _run_record(log, out: Path, conversations: list[dict], answers: list[dict], 
         roles.setdefault("closer", dict(roles["patient"]))
         if desc.get("memory_tags"):
             roles["tagger"] = dict(roles["patient"])
+    return roles
+
+
+def _run_record(log, out: Path, conversations: list[dict], answers: list[dict], where: Path) -> RunRecord:
+    """The run record of a release made by ``inspect eval`` of one of the package's tasks."""
+    spec = log.eval
+    desc = (spec.metadata or {}).get(STORE_KEY) or {}
+    roles = _roles(spec, desc)
     sampling = {**(desc.get("sampling") or {}), "seed_rule": "seed + trial"}
     for agent, r in roles.items():
         if agent != "grader":
@@ -207,6 +223,7 @@ def _run_record(log, out: Path, conversations: list[dict], answers: list[dict], 
     trials = max((a["trial"] for a in keyed), default=-1) + 1
     return RunRecord.from_dict(dict(
         release=out.name, kind="generated", task=desc.get("task") or spec.task.split("/", 1)[1], model=spec.model,
+        **({"task_sha256": desc["task_sha256"]} if desc.get("task_sha256") else {}),  # checked against the file the user names
         source={"dataset_config": desc.get("config"), "dataset_sha256": desc.get("dataset_sha256"),
                 "cases": len({a["case_id"] for a in keyed})},
         prompt_set=desc.get("prompt_set"), sampling={a: r["sampling"] for a, r in roles.items() if "sampling" in r},
@@ -326,7 +343,8 @@ def _release_of(logs: list, out: Path, where: Path, dataset: Path | str | None) 
     tables = {}
     if answers or "answers" in task.required_tables or MANIFEST not in meta and manifest.task != "encounters":
         tables["answers"] = pa.Table.from_pylist(answers, ANSWERS_SCHEMA)
-    if conversations or MANIFEST not in meta or "conversations.parquet" in (meta[MANIFEST].get("files") or {}):
+    if conversations or MANIFEST not in meta and (task.conversations or "conversations" in task.required_tables) \
+            or MANIFEST in meta and "conversations.parquet" in (meta[MANIFEST].get("files") or {}):
         tables["conversations"] = pa.Table.from_pylist(conversations, CONVERSATIONS_SCHEMA)
     for t in task.extra_tables:
         if t.name in others or t.name in task.required_tables:
@@ -389,120 +407,155 @@ def export_release(release: Path | str, out: Path | str, *, progress: bool = Tru
         gc.enable()
 
 
-def _export(release, out, progress: bool) -> list[Path]:
-    require_inspect()
-    import inspect_ai
-    from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalMetric, EvalResults, EvalScore, EvalSpec
-    from pydantic_core import to_json
-    from tqdm import tqdm
-
-    rel = read_release(release)
-    m = rel.manifest
-    task = rel.task
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    answers = rel.table("answers").to_pylist()
-    conv_rows = rel.table("conversations").to_pylist() if rel.has("conversations") else []
-    score_table, records = rel.scores_with_records()
-    score_rows = score_table.to_pylist() if score_table is not None else []
-    order = [[f.name, str(f.type)] for f in score_table.schema] if score_table is not None else []
-
-    convs = {tuple(c[k] for k in CONV_KEY): c for c in conv_rows}
+def _index_scores(score_rows: list[dict]) -> tuple[dict, dict, list[dict]]:
+    """A release's score rows by answer, by conversation, and the rest (case-level scores)."""
     by_answer: dict[tuple, list[dict]] = {}
     by_conv: dict[tuple, list[dict]] = {}
-    extra_scores = []
+    extra: list[dict] = []
     for r in score_rows:
         if r.get("setting") is not None and r.get("format") is not None:
             by_answer.setdefault((r["case_id"], r["trial"], r["setting"], r["format"], r["with_image"]), []).append(r)
         elif r.get("conversation") is not None:
             by_conv.setdefault((r["case_id"], r["trial"], r["conversation"], r["with_image"]), []).append(r)
         else:
-            extra_scores.append(r)
-    used_convs: set[tuple] = set()
-    used_answers: set[tuple] = set()
-    msgs_cache: dict[tuple, list] = {}
-    bare_convs: dict[tuple, dict] = {}
+            extra.append(r)
+    return by_answer, by_conv, extra
 
-    def messages(key: tuple) -> list:
-        if key not in msgs_cache:
-            msgs_cache[key] = [_message(x) for x in convs[key]["messages"]]
-            bare_convs[key] = {k: v for k, v in convs[key].items() if k != "messages"}
-        return msgs_cache[key]
 
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for a in answers:
-        groups.setdefault((a["setting"], a["format"]), []).append(a)
-    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    manifest = m.model_dump(mode="json")
-    packages = {"craftmd": __version__, "inspect_ai": inspect_ai.__version__}
-    written: list[tuple] = []
-    model = m.model if "/" in m.model else f"{m.kind}/{m.model}"
-    bar = tqdm(total=len(answers), desc=f"export {rel.id}", unit="answer", disable=not progress, dynamic_ncols=True)
-    for (setting, fmt), rows in sorted(groups.items()):
-        exp = task.experiment(setting, fmt)
-        kind = exp.conversation if exp is not None else None
-        samples, summaries = [], []
-        totals: dict[str, list[float]] = {}
-        for a in rows:
-            akey = (a["case_id"], a["trial"], a["setting"], a["format"], a["with_image"])
-            ckey = (a["case_id"], a["trial"], kind, a["with_image"]) if kind else None
-            has_conv = ckey in convs
-            mine = list(by_answer.get(akey, ()))
-            if has_conv:
-                mine += by_conv.get(ckey, ())
-                used_convs.add(ckey)
-            used_answers.add(akey)
-            by_scorer: dict[str, list[dict]] = {}
-            for r in mine:
-                by_scorer.setdefault(r["scorer"], []).append(r)
-            scores, brief = {}, {}
-            for g, rs in by_scorer.items():
-                value = _score_value(rs)
-                if isinstance(value, float) and not math.isnan(value):
-                    totals.setdefault(g, []).append(value)
-                label = next((r["label"] for r in rs if r["label"] is not None), None)
-                brief[g] = {"value": value, "answer": label}
-                scores[g] = {"value": value, "answer": label, "metadata": {STORE_KEY: {"rows": rs}}}
-            text = (a["response"] if a["status"] == "ok" else f"({a['status']}: {a['error'] or 'no answer'})") or ""
-            convo = messages(ckey) if has_conv else []
-            answer = {"role": "assistant", "content": text, "source": "generate", "model": model}
-            sid, epoch = a["case_id"] + ("+image" if a["with_image"] else ""), int(a["trial"]) + 1
-            meta = {"case_id": a["case_id"], "trial": a["trial"], "setting": setting, "format": fmt, "with_image": a["with_image"],
-                    "status": a["status"], **({"ended": convs[ckey]["ended"], "n_turns": convs[ckey]["n_turns"]} if has_conv else {})}
-            sample = {
-                "id": sid, "epoch": epoch, "input": convo[:1] or a["case_id"], "target": "", "messages": [*convo, answer],
-                "output": {"model": model, "choices": [{"message": answer, "stop_reason": "stop"}], "completion": text},
-                "scores": scores, "metadata": meta,
-                "store": {STORE_KEY: {"conversations": [bare_convs[ckey]] if has_conv else [], "answers": [a]}},
-                "events": [], "model_usage": {}, "role_usage": {}, "attachments": {},
-            }
-            samples.append((f"samples/{sid}_epoch_{epoch}.json", to_json(sample)))
-            first = convo[0]["content"][:200] if convo else a["case_id"]
-            summaries.append({"id": sid, "epoch": epoch, "input": first, "target": "", "metadata": meta, "scores": brief,
-                              "model_usage": {}, "role_usage": {}, "completed": True, "message_count": len(convo) + 1})
-            bar.update(1)
-        meta = {MANIFEST: manifest, RECORDS: records, SCORE_ORDER: order, "setting": setting, "format": fmt}
+def _sample_scores(mine: list[dict], totals: dict[str, list[float]]) -> tuple[dict, dict]:
+    """One sample's scores (full, and the summary's brief form) by scorer; each value added to ``totals``."""
+    by_scorer: dict[str, list[dict]] = {}
+    for r in mine:
+        by_scorer.setdefault(r["scorer"], []).append(r)
+    scores, brief = {}, {}
+    for g, rs in by_scorer.items():
+        value = _score_value(rs)
+        if isinstance(value, float) and not math.isnan(value):
+            totals.setdefault(g, []).append(value)
+        label = next((r["label"] for r in rs if r["label"] is not None), None)
+        brief[g] = {"value": value, "answer": label}
+        scores[g] = {"value": value, "answer": label, "metadata": {STORE_KEY: {"rows": rs}}}
+    return scores, brief
+
+
+class _Export:
+    """A release as inspect logs: its rows indexed once, then one log per (setting, format) (:func:`export_release`)."""
+
+    def __init__(self, rel, model: str):
+        self.rel, self.task, self.model = rel, rel.task, model
+        self.answers = rel.table("answers").to_pylist()
+        conv_rows = rel.table("conversations").to_pylist() if rel.has("conversations") else []
+        score_table, self.records = rel.scores_with_records()
+        self.order = [[f.name, str(f.type)] for f in score_table.schema] if score_table is not None else []
+        self.convs = {tuple(c[k] for k in CONV_KEY): c for c in conv_rows}
+        score_rows = score_table.to_pylist() if score_table is not None else []
+        self.by_answer, self.by_conv, self.extra_scores = _index_scores(score_rows)
+        self.used_convs: set[tuple] = set()
+        self.used_answers: set[tuple] = set()
+        self.msgs: dict[tuple, list] = {}
+        self.bare: dict[tuple, dict] = {}
+
+    def messages(self, key: tuple) -> list:
+        """A conversation's messages as inspect's (made once), and the conversation without them (:attr:`bare`)."""
+        if key not in self.msgs:
+            self.msgs[key] = [_message(x) for x in self.convs[key]["messages"]]
+            self.bare[key] = {k: v for k, v in self.convs[key].items() if k != "messages"}
+        return self.msgs[key]
+
+    def sample(self, a: dict, kind: str | None, totals: dict) -> tuple[tuple[str, bytes], dict]:
+        """One answer as an inspect sample (its member of the log) and its summary."""
+        from pydantic_core import to_json
+
+        akey = (a["case_id"], a["trial"], a["setting"], a["format"], a["with_image"])
+        ckey = (a["case_id"], a["trial"], kind, a["with_image"]) if kind else None
+        has_conv = ckey in self.convs
+        mine = list(self.by_answer.get(akey, ()))
+        if has_conv:
+            mine += self.by_conv.get(ckey, ())
+            self.used_convs.add(ckey)
+        self.used_answers.add(akey)
+        scores, brief = _sample_scores(mine, totals)
+        text = (a["response"] if a["status"] == "ok" else f"({a['status']}: {a['error'] or 'no answer'})") or ""
+        convo = self.messages(ckey) if has_conv else []
+        answer = {"role": "assistant", "content": text, "source": "generate", "model": self.model}
+        sid, epoch = a["case_id"] + ("+image" if a["with_image"] else ""), int(a["trial"]) + 1
+        ended = {"ended": self.convs[ckey]["ended"], "n_turns": self.convs[ckey]["n_turns"]} if has_conv else {}
+        meta = {"case_id": a["case_id"], "trial": a["trial"], "setting": a["setting"], "format": a["format"],
+                "with_image": a["with_image"], "status": a["status"], **ended}
+        sample = {
+            "id": sid, "epoch": epoch, "input": convo[:1] or a["case_id"], "target": "", "messages": [*convo, answer],
+            "output": {"model": self.model, "choices": [{"message": answer, "stop_reason": "stop"}], "completion": text},
+            "scores": scores, "metadata": meta,
+            "store": {STORE_KEY: {"conversations": [self.bare[ckey]] if has_conv else [], "answers": [a]}},
+            "events": [], "model_usage": {}, "role_usage": {}, "attachments": {},
+        }
+        first = convo[0]["content"][:200] if convo else a["case_id"]
+        summary = {"id": sid, "epoch": epoch, "input": first, "target": "", "metadata": meta, "scores": brief,
+                   "model_usage": {}, "role_usage": {}, "completed": True, "message_count": len(convo) + 1}
+        return (f"samples/{sid}_epoch_{epoch}.json", to_json(sample)), summary
+
+    def header(self, setting: str, fmt: str, rows: list[dict], totals: dict, created: str):
+        """The log's header: inspect's :class:`EvalLog` (its samples apart), the release's run record in its metadata."""
+        import inspect_ai
+        from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalMetric, EvalResults, EvalScore, EvalSpec
+
+        rel, m = self.rel, self.rel.manifest
+        meta = {MANIFEST: m.model_dump(mode="json"), RECORDS: self.records, SCORE_ORDER: self.order,
+                "setting": setting, "format": fmt}
         spec = EvalSpec(
             created=created, task=f"craftmd/{m.task}", task_id=f"{rel.id}-{setting}-{fmt}", run_id=rel.id,
-            task_args={"experiments": f"{setting},{fmt}"}, task_args_passed={"experiments": f"{setting},{fmt}"},  # what inspect view shows
-            task_display_name=f"{rel.display} · {setting} · {fmt}", dataset=EvalDataset(name=f"{rel.id}/{setting}/{fmt}", samples=len(rows)),
-            model=model, config=EvalConfig(epochs=max(int(a["trial"]) for a in rows) + 1), packages=packages, metadata=meta,
+            task_args={"experiments": f"{setting},{fmt}"},
+            task_args_passed={"experiments": f"{setting},{fmt}"},  # what inspect view shows
+            task_display_name=f"{rel.display} · {setting} · {fmt}",
+            dataset=EvalDataset(name=f"{rel.id}/{setting}/{fmt}", samples=len(rows)),
+            model=self.model, config=EvalConfig(epochs=max(int(a["trial"]) for a in rows) + 1),
+            packages={"craftmd": __version__, "inspect_ai": inspect_ai.__version__}, metadata=meta,
         )
-        results = EvalResults(total_samples=len(samples), completed_samples=len(samples), scores=[
+        results = EvalResults(total_samples=len(rows), completed_samples=len(rows), scores=[
             EvalScore(name=g, scorer=g, scored_samples=len(v), metrics={"mean": EvalMetric(name="mean", value=sum(v) / len(v))})
             for g, v in sorted(totals.items())
         ])
+        return EvalLog(status="success", eval=spec, results=results)
+
+    def extra(self) -> dict:
+        """The rows no exported answer carries (the first log's metadata)."""
+        return {"conversations": [c for k, c in self.convs.items() if k not in self.used_convs],
+                "scores": self.extra_scores + [r for k, rs in self.by_answer.items() if k not in self.used_answers for r in rs]
+                + [r for k, rs in self.by_conv.items() if k not in self.used_convs for r in rs]}
+
+
+def _export(release, out, progress: bool) -> list[Path]:
+    require_inspect()
+    from tqdm import tqdm
+
+    rel = read_release(release)
+    m = rel.manifest
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    ex = _Export(rel, m.model if "/" in m.model else f"{m.kind}/{m.model}")
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for a in ex.answers:
+        groups.setdefault((a["setting"], a["format"]), []).append(a)
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    written: list[tuple] = []
+    bar = tqdm(total=len(ex.answers), desc=f"export {rel.id}", unit="answer", disable=not progress, dynamic_ncols=True)
+    for (setting, fmt), rows in sorted(groups.items()):
+        exp = rel.task.experiment(setting, fmt)
+        kind = exp.conversation if exp is not None else None
+        samples, summaries, totals = [], [], {}
+        for a in rows:
+            member, summary = ex.sample(a, kind, totals)
+            samples.append(member)
+            summaries.append(summary)
+            bar.update(1)
         path = inside(out, f"{rel.id}_{setting}_{fmt}.eval", "log name")  # names read from the release stay inside --out
-        written.append((path, EvalLog(status="success", eval=spec, results=results), samples, summaries))
+        written.append((path, ex.header(setting, fmt, rows, totals, created), samples, summaries))
         if len(written) > 1:  # the first waits for the rows no answer carries
             _write_log(*written[-1])
             written[-1] = (path,)
     bar.close()
     if written:
-        extra = {"conversations": [c for k, c in convs.items() if k not in used_convs],
-                 "scores": extra_scores + [r for k, rs in by_answer.items() if k not in used_answers for r in rs]
-                 + [r for k, rs in by_conv.items() if k not in used_convs for r in rs]}
-        written[0][1].eval.metadata[EXTRA] = extra
+        written[0][1].eval.metadata[EXTRA] = ex.extra()
         _write_log(*written[0])
     return [w[0] for w in written]
 

