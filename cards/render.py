@@ -69,7 +69,7 @@ FILTERS = {"fixed": fixed, "pct": pct, "thousands": thousands, "signed": signed,
 
 
 @cache
-def environment(autoescape: bool = False) -> jinja2.Environment:
+def environment(autoescape: bool) -> jinja2.Environment:
     """The templates of ``cards/``: HTML autoescaped, markdown not; an undefined name is an error."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("craftmd.cards", ""),
@@ -86,7 +86,7 @@ def environment(autoescape: bool = False) -> jinja2.Environment:
 def render_body(name: str, context: dict) -> str:
     """Fill ``cards/<name>.md.j2``; a missing template or value is a one-line error naming it."""
     try:
-        return environment().get_template(f"{name}.md.j2").render(context)
+        return environment(False).get_template(f"{name}.md.j2").render(context)
     except jinja2.TemplateNotFound:
         raise CraftMDError(f"no card template {name!r} (cards/{name}.md.j2)") from None
     except jinja2.UndefinedError as exc:
