@@ -83,7 +83,7 @@ def group_of(dimension: str, by: str) -> str:
 
 
 def _figures(pred, human) -> dict:
-    from craftmd.scoring.rubric_agreement import weighted_kappa
+    from craftmd.agreement import weighted_kappa
 
     pred, human = np.asarray(pred, float), np.asarray(human, float)
     k = weighted_kappa(np.clip(np.rint(pred), 1, 4).astype(int).tolist(), human.astype(int).tolist())

@@ -13,7 +13,7 @@ Per release (model) and variant, the **drift** of each profile — the overall s
 meta-category scores) and each meta-category, on 0–100 as the board computes them — is the variant's minus the
 release's own scores on the same conversations, averaged per case and then over cases, with a 95 % CI (a bootstrap
 over cases, seeded). With two or more releases, the **rank agreement** of the models under each variant with their
-order under the release's judge is Kendall's τ-b of the overall means (``scipy.stats.kendalltau``; None with one).
+order under the release's judge is Kendall's τ-b of the overall means (:func:`craftmd.agreement.kendall_tau`; None with one).
 Failed scores are left out of both sides and counted.
 
 Written to ``RELEASES/judge-sensitivity/`` (``sensitivity.csv`` and ``sensitivity.json`` with each variant's judge
@@ -31,6 +31,7 @@ import numpy as np
 import polars as pl
 
 from craftmd import CraftMDError
+from craftmd.agreement import kendall_tau
 
 VARIANTS = ("seed", "order", "model", "prompts")
 FOLDER = "judge-sensitivity"
@@ -107,8 +108,6 @@ def drift_rows(base: pl.DataFrame, var: pl.DataFrame, variant: str, judge: str, 
 def sensitivity(releases_dir, other: str, *, n: int = 10, seed: int = 0, B: int = 1000, base_url=None, cache=None, dataset_dir=None,
                 variants: list[str] | None = None) -> dict:
     """Re-judge a sample of every judged release under ``releases_dir`` under each variant; write and return the drift."""
-    from scipy.stats import kendalltau
-
     from craftmd.atomic import atomic_dir
     from craftmd.models import parse_name
     from craftmd.release import find_releases
@@ -169,8 +168,8 @@ def sensitivity(releases_dir, other: str, *, n: int = 10, seed: int = 0, B: int 
         if any(x is None for x in a + b):  # a model without a valid overall score on one side: no ranking to compare
             tau[name] = None
             continue
-        res = kendalltau(a, b)
-        tau[name] = None if np.isnan(res.statistic) else round(float(res.statistic), 4)
+        t = kendall_tau(a, b)
+        tau[name] = None if t is None else round(t, 4)
     table = pl.DataFrame(rows, schema={c: (pl.Int64 if c.startswith("n_") else pl.Float64 if c in ("baseline", "variant_mean", "drift",
                                                                                                    "ci_low", "ci_high") else pl.String)
                                        for c in COLUMNS}).sort("model", "variant", "level", "group")  # fmt: skip

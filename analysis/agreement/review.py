@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from craftmd import CraftMDError
+from craftmd.agreement import kappa, spearman_test
 from craftmd.atomic import atomic_write_bytes, atomic_write_json
 from craftmd.scoring.judge import transcript
 
@@ -668,20 +669,6 @@ def read_review_files(
 
 
 # -- statistics ---------------------------------------------------------------------------
-def kappa(a: np.ndarray, b: np.ndarray) -> float | None:
-    """Cohen's kappa of two boolean label vectors (statsmodels; None when undefined: no labels, or one class only).
-    The package's one kappa: the grader audit, the expert review and the history validity use it."""
-    from statsmodels.stats.inter_rater import cohens_kappa
-
-    a = np.asarray(a, bool)
-    b = np.asarray(b, bool)
-    table = np.array([[np.sum(~a & ~b), np.sum(~a & b)], [np.sum(a & ~b), np.sum(a & b)]], float)
-    pe = (table.sum(0) * table.sum(1)).sum() / table.sum() ** 2 if table.sum() else 1.0
-    if table.sum() == 0 or pe >= 1.0:
-        return None
-    return float(cohens_kappa(table, return_results=False))
-
-
 def _pct(num: int, den: int) -> float | None:
     return round(100.0 * num / den, 2) if den else None
 
@@ -719,14 +706,12 @@ def grader_count_agreement(expert: list[int], grader: list[int], trials: int = 5
     agreement the counts determine (the dermatologists recorded a count, not which trials).
     Also: the share of cases with equal counts, and Spearman's rho of the counts (scipy).
     """
-    from scipy.stats import spearmanr
-
     n = len(expert)
     if n == 0:
         return {"cases": 0, "agreement": None, "count_equal": None, "spearman_rho": None, "spearman_p": None}
     e, g = np.asarray(expert), np.asarray(grader)
     diff = int(np.abs(e - g).sum())
-    rho = spearmanr(e, g)
+    rho, p = spearman_test(e, g)
     return {
         "cases": n,
         "trials": trials * n,
@@ -735,8 +720,8 @@ def grader_count_agreement(expert: list[int], grader: list[int], trials: int = 5
         "agreement_pct": _pct(trials * n - diff, trials * n),
         "count_equal": round(float((e == g).mean()), 6),
         "count_equal_pct": _pct(int((e == g).sum()), n),
-        "spearman_rho": _r(rho.statistic, 6),
-        "spearman_p": _r(rho.pvalue, 12),
+        "spearman_rho": _r(rho, 6),
+        "spearman_p": _r(p, 12),
         "expert_accuracy_pct": _pct(int(e.sum()), trials * n),
         "grader_accuracy_pct": _pct(int(g.sum()), trials * n),
     }
@@ -759,8 +744,6 @@ def summarise(inp: ReviewInput, case_labels: dict[tuple[str, int], dict] | None 
     ``case_labels`` maps (case_id, trial) to {"correct": bool, "extracted": str | None}: the
     grader's per-trial verdicts for upstream's grader-validation counts.
     """
-    from scipy.stats import spearmanr
-
     qtext = {q["id"]: q["text"] for q in load_questions()["questions"]}
     res = resolve(inp)
     units = inp.units
@@ -821,14 +804,14 @@ def summarise(inp: ReviewInput, case_labels: dict[tuple[str, int], dict] | None 
         e = [p[0] for p in pairs]
         g = [p[1] for p in pairs]
         agree = sum(x == y for x, y in pairs)
-        rho = spearmanr(np.array(e, float), np.array(g, float)) if len(set(e)) > 1 and len(set(g)) > 1 else None
+        rho = spearman_test(np.array(e, float), np.array(g, float)) if len(set(e)) > 1 and len(set(g)) > 1 else None
         out["grader_vs_expert"] = {
             "grader": sorted(inp.grader_names),
             "conversations": len(pairs),
             "agreement_pct": _pct(agree, len(pairs)),
             "kappa": _r(kappa(e, g)),
-            "spearman_rho": _r(rho.statistic) if rho is not None else None,
-            "spearman_p": _r(rho.pvalue, 12) if rho is not None else None,
+            "spearman_rho": _r(rho[0]) if rho is not None else None,
+            "spearman_p": _r(rho[1], 12) if rho is not None else None,
             "expert_correct_pct": _pct(sum(e), len(e)),
             "grader_correct_pct": _pct(sum(g), len(g)),
         }
@@ -1009,5 +992,5 @@ def write_with_scores(path: Path, results: dict, table, records: dict) -> Path:
 
 __all__ = [
     "export_review", "write_with_scores", "read_review_files", "summarise", "review_audit", "resolve", "model_tests", "EXPERT_TEST_COLUMNS",
-    "kappa", "grader_count_agreement", "counts_agreement", "release_labels_by_grader", "parse_answer", "ReviewInput", "Rating", "Unit", "CaseCount",
+    "grader_count_agreement", "counts_agreement", "release_labels_by_grader", "parse_answer", "ReviewInput", "Rating", "Unit", "CaseCount",
 ]  # fmt: skip

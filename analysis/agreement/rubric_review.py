@@ -33,11 +33,11 @@ from pathlib import Path
 import numpy as np
 
 from craftmd import CraftMDError
+from craftmd.agreement import krippendorff_alpha, spearman, weighted_kappa
 from craftmd.atomic import atomic_write_bytes
 from craftmd.scoring.judge import METRIC as JUDGE_METRIC
 from craftmd.scoring.judge import pick_scorer, read_units
 from craftmd.scoring.rubric import applicable, load_catalog
-from craftmd.scoring.rubric_agreement import krippendorff_alpha, spearman, weighted_kappa
 
 from .review import EXPERTS, _stratum_rng, keyed_workbook_bytes, write_with_scores
 
