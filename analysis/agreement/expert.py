@@ -36,10 +36,10 @@ from pathlib import Path
 from craftmd import CraftMDError
 from craftmd.atomic import atomic_write_json
 
-from .review import (
-    ReviewInput, _detect, counts_agreement, read_review_files, release_case_labels, release_labels_by_grader, resolved_table,
-    review_audit, summarise, write_results,
-)  # fmt: skip
+from .review.read import _detect, read_review_files
+from .review.records import ReviewInput
+from .review.statistics import counts_agreement, resolved_table, summarise
+from .review.write import release_case_labels, release_labels_by_grader, review_audit, write_results
 
 ANNOTATIONS = "results/expert_annotations/"
 #: Rater order: the two dermatologists, then the tie-breaker.

@@ -39,7 +39,10 @@ from craftmd.scoring.judge import METRIC as JUDGE_METRIC
 from craftmd.scoring.judge import pick_scorer, read_units
 from craftmd.scoring.rubric import applicable, load_catalog
 
-from .review import EXPERTS, _stratum_rng, keyed_workbook_bytes, write_with_scores
+from .review.records import EXPERTS
+from .review.sample import _stratum_rng
+from .review.sheets import keyed_workbook_bytes
+from .review.write import write_with_scores
 
 FORMAT = "craftmd-rubric-review"
 VERSION = 1
