@@ -281,10 +281,7 @@ def build_dataset(
     started = time.perf_counter()
     out = Path(out)
     version = check_version(version or __version__)
-    if out.exists() and not overwrite:
-        raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
-    if out.exists() and not (out / MANIFEST).exists() and any(out.iterdir()):
-        raise CraftMDError(f"{out} exists and is not a built dataset (no {MANIFEST}); refusing to replace it")
+    _check_out(out, overwrite)
     medqa_items = M.read_jsonl(medqa) if medqa is not None else None
     train_items = M.read_jsonl(medqa_train) if medqa_train is not None else None
     mediq_src = mediq if isinstance(mediq, Source) else MQ.open_mediq(mediq)
@@ -298,12 +295,7 @@ def build_dataset(
     built = [U.build_case(r, got["qc"], got["refs"][r.case_id].answer if r.case_id in got["refs"] else None) for r in rows]
     quality = _source_quality(rows, got["refs"], built)
 
-    cases = [c for c, _ in built]
-    medqa_file = None
-    if medqa_items is not None:
-        picks, file_reasons = M.pick(medqa_items)
-        cases = [c for c in cases if c.source != "medqa_usmle"] + picks
-        medqa_file = {"path": Path(medqa).name, "items": len(medqa_items), "picked": len(picks), "reasons": file_reasons}
+    cases, medqa_file = _with_medqa_file([c for c, _ in built], medqa, medqa_items)
     cases.sort(key=build_order)
     images: list[Sample] = sorted(got["images"], key=lambda c: natural_key(c.case_id))
     table_rows, facts_info, train_info, ct_info = _table_rows(cases, images, mediq_src, mediq_files, mediq_items, train_items, golden_writer)
@@ -343,6 +335,23 @@ def build_dataset(
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    """``out`` may be replaced: absent, or a built dataset (or empty) with ``overwrite``."""
+    if out.exists() and not overwrite:
+        raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
+    if out.exists() and not (out / MANIFEST).exists() and any(out.iterdir()):
+        raise CraftMDError(f"{out} exists and is not a built dataset (no {MANIFEST}); refusing to replace it")
+
+
+def _with_medqa_file(cases: list, medqa, medqa_items: list | None) -> tuple[list, dict | None]:
+    """The cases, with a MedQA file's picks in place of upstream's MedQA cases when one is given, and what it gave."""
+    if medqa_items is None:
+        return cases, None
+    picks, file_reasons = M.pick(medqa_items)
+    cases = [c for c in cases if c.source != "medqa_usmle"] + picks
+    return cases, {"path": Path(medqa).name, "items": len(medqa_items), "picked": len(picks), "reasons": file_reasons}
 
 
 def _source_quality(rows: list[U.UpstreamRow], refs: dict[str, U.Reference], built: list) -> dict:
