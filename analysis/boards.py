@@ -8,7 +8,8 @@ headline measures, read from the analysis' tables (never recomputed):
 * ``consultation`` — free-response accuracy after the whole consultation (``consult_100``, the same grader), and the
   share of the bound gap it closes;
 * ``encounters`` — the overall rubric score (0–100, the mean of a conversation's meta-category scores), when judged,
-  and the share of encounters the closure classifier found reasonably closed (failed labels counted, not shared).
+  and ``reasonable_closure``: the share of the labelled encounters the closure classifier found reasonably closed
+  (:func:`.encounters.reasonable_closure`, the encounters section's figure too; failed labels counted apart).
 
 Written to ``tables/boards.csv`` only when a release of a task other than CRAFT-MD was analysed.
 """
@@ -24,11 +25,12 @@ LABELS = {
     "frq_accuracy_consult_100": "FRQ accuracy after the whole consultation",
     "gap_closed": "Share of the bound gap closed",
     "rubric_overall": "Overall rubric score (0-100)",
-    "reasonable_closure": "Reasonably closed encounters",
+    "reasonable_closure": "Reasonably closed (of the labelled encounters)",
 }
 
 
 def task_boards(a) -> pl.DataFrame:
+    from .encounters import reasonable_closure
     from .view import View
 
     v = View(a)
@@ -63,14 +65,8 @@ def task_boards(a) -> pl.DataFrame:
         for r in overall.iter_rows(named=True):
             if r["model"] in by_display:
                 add("encounters", by_display[r["model"]], "rubric_overall", r["mean"], r["ci_low"], r["ci_high"], r["n_cases"], r["n_failed"])
-        ends = a.encounters["encounter_endings"]
-        for rel in sorted(set(ends["model"].to_list())):
-            e = ends.filter(pl.col("model") == rel)
-            labelled = e.filter(pl.col("closure").is_in(["reasonable", "not_reasonable"]))
-            n = int(labelled["n"].sum())
-            ok = int(labelled.filter(pl.col("closure") == "reasonable")["n"].sum())
-            add("encounters", rel, "reasonable_closure", round(ok / n, 6) if n else None, None, None, int(e["n"].sum()),
-                int(e["n"].sum()) - n)
+        for rel, c in reasonable_closure(a.encounters["encounter_endings"]).items():
+            add("encounters", rel, "reasonable_closure", c["share"], None, None, c["n"], c["n_failed"])
     order = {t: i for i, t in enumerate(TASK_ORDER)}
     schema = {"task": pl.String, "model": pl.String, "release": pl.String, "display": pl.String, "measure": pl.String,
               "value": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64, "n_cases": pl.Int64, "n_failed": pl.Int64}  # fmt: skip

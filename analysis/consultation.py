@@ -1,28 +1,8 @@
-"""The consultation framework's results: the tables behind the page's consultation section.
+"""The consultation framework's results: the tables behind the page's consultation section (:func:`consultation_tables`).
 
-A consultation release (:mod:`craftmd.tasks.consultation`) poses every case in two bounds (``upper``: the whole
-vignette; ``lower``: the patient's initial request alone) and after 20–100 % of the rounds of four conversation
-kinds (the doctor's ``consult`` and the order oracle's ``oracle_direct`` / ``oracle_random`` / ``oracle_reverse``).
-Its accuracy cells are CRAFT-MD's: graded by the same graders, bootstrapped with the same case resampling
-(:func:`craftmd.analysis.stats.bootstrap_tables`), in ``tables/accuracy.csv``. From them:
-
-* ``consult_accuracy`` — every setting's accuracy with its 95 % case-bootstrap CI (``sql/consult_accuracy.sql``);
-* ``consult_rounds`` — accuracy against the share of rounds, the two bounds beside (``sql/consult_rounds.sql``);
-* ``consult_oracle`` — the three oracle orders per share, and each one's difference from the direct order;
-* ``consult_gap`` — the share of the bound gap a conversation closes, ``(consult − lower) / (upper − lower)``, on the
-  cases posed in all three, a ratio of case sums with a CI from the same resampled cases (``sql/consult_gap_cases.sql``);
-* ``consult_complexity`` — the framework's complexity analysis: the cases cut into three equal parts by their
-  number of key-value items (the dataset's ``keyinfo`` config), accuracy per part with CIs;
-* ``consult_tests`` — paired tests (bootstrap and McNemar, Holm within each family, :mod:`.stats`) between
-  releases in each setting and between a release's settings (``sql/consult_comparisons.sql``);
-* ``consult_dialogue`` — the framework's Table 2 and Table 3 per release and conversation kind, from the ``keyinfo``
-  scorer: doctor turns, words per doctor and patient turn, query diversity (ROUGE-1/2/L between the doctor's
-  questions), doctor and patient ROUGE-1 recall, precision and F1; each the mean over cases of the case's mean over
-  its trials, with a 95 % case-bootstrap CI; ``doctor_prompt`` names the release's doctor (``short``: prompt set
-  ``consult-v1``; ``long``: ``consult-long-v1``; :data:`craftmd.tasks.consultation.DOCTOR_PROMPTS`);
-* ``consult_f1_rounds`` — its Figure 5's F1 curves: doctor and patient F1 after each share of the rounds, the same way.
-
-Every table is empty when no consultation release was analysed (and then not written).
+A consultation release poses every case in two bounds (the whole vignette; the patient's initial request alone) and
+after 20–100 % of the rounds of four conversation kinds; its accuracy cells are CRAFT-MD's (same graders, same case
+resampling). Every table is empty when no consultation release was analysed (and then not written).
 """
 
 from __future__ import annotations
@@ -201,7 +181,26 @@ def measure_tables(con, releases: list[str], *, B: int = DEFAULT_B, seed: int = 
 def consultation_tables(con, dataset_dir, case_groups: pl.DataFrame, accuracy: pl.DataFrame, accuracy_ci: pl.DataFrame, *,
                         B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict[str, pl.DataFrame]:
     """The six tables from a prepared connection (:func:`craftmd.analysis.tables.prepared_connection`), the
-    ``case_groups`` and ``accuracy`` queries' results and the accuracy with CIs; ``{}`` without a consultation release."""
+    ``case_groups`` and ``accuracy`` queries' results and the accuracy with CIs; ``{}`` without a consultation release.
+
+    A consultation release (:mod:`craftmd.tasks.consultation`) poses every case in two bounds (``upper``: the whole
+    vignette; ``lower``: the patient's initial request alone) and after 20–100 % of the rounds of four conversation
+    kinds (the doctor's ``consult`` and the order oracle's ``oracle_direct`` / ``oracle_random`` / ``oracle_reverse``),
+    its accuracy cells bootstrapped as CRAFT-MD's (:func:`craftmd.analysis.stats.bootstrap_tables`):
+
+    * ``consult_accuracy`` — every setting's accuracy with its 95 % case-bootstrap CI (``sql/consult_accuracy.sql``);
+    * ``consult_rounds`` — accuracy against the share of rounds, the two bounds beside (``sql/consult_rounds.sql``);
+    * ``consult_oracle`` — the three oracle orders per share, and each one's difference from the direct order;
+    * ``consult_gap`` — the share of the bound gap a conversation closes, ``(consult − lower) / (upper − lower)``, on
+      the cases posed in all three, a ratio of case sums with a CI from the same resampled cases
+      (``sql/consult_gap_cases.sql``);
+    * ``consult_complexity`` — the cases cut into three equal parts by their number of key-value items (the dataset's
+      ``keyinfo`` config), accuracy per part with CIs;
+    * ``consult_tests`` — paired tests (bootstrap and McNemar, Holm within each family, :mod:`.stats`) between
+      releases in each setting and between a release's settings (``sql/consult_comparisons.sql``);
+    * ``consult_dialogue`` and ``consult_f1_rounds`` (:func:`measure_tables`) — the framework's Tables 2 and 3 and its
+      Figure 5's F1 curves per release and conversation kind, from the ``keyinfo`` scorer; ``doctor_prompt`` names the
+      release's doctor (``short``: ``consult-v1``; ``long``: ``consult-long-v1``)."""
     releases = con.sql(f"select release from releases where task = '{TASK}'").fetchnumpy()["release"].tolist()
     if not releases:
         return {}

@@ -4,7 +4,8 @@ Read from every release of the ``encounters`` task (:mod:`craftmd.tasks.encounte
 tables (:func:`craftmd.analysis.runner.connect_tables`):
 
 * ``encounter_endings`` — how each encounter ended and who closed it, crossed with the closure classifier's label
-  (``sql/encounter_endings.sql``);
+  (``sql/encounter_endings.sql``); :func:`reasonable_closure` reads the share reasonably closed from it, for the
+  section and the board alike;
 * ``encounter_length`` — messages per encounter: median, middle 60 %, mean, range (``sql/encounter_length.sql``);
 * ``encounter_affect`` — the AI patient's mean valence and arousal per turn, and its strongest emotions
   (``sql/encounter_affect.sql``);
@@ -106,11 +107,28 @@ def write_figures(tables: dict[str, pl.DataFrame], display: dict[str, str], out:
     return paths
 
 
-__all__ = ["encounter_tables", "write_figures", "TABLES", "TASK"]
+__all__ = ["encounter_tables", "write_figures", "reasonable_closure", "page_section", "TABLES", "TASK"]
 
 
 ENDED_ORDER = ("doctor_closed", "patient_closed", "max_messages", "refusal", "error")
 CLOSURE_ORDER = ("reasonable", "not_reasonable", "failed", "missing")
+
+
+def reasonable_closure(endings: pl.DataFrame) -> dict[str, dict]:
+    """The metric ``reasonable_closure`` (:mod:`craftmd.metrics`) per release, from ``encounter_endings``: the share
+    of the encounters the closure classifier labelled that it found reasonably closed. Its denominator is the
+    labelled encounters, whoever or whatever ended them (MedPI labels every conversation, truncated ones included);
+    a label that failed or is missing is no verdict on the doctor: counted apart (``n_failed``), never in the share.
+
+    release -> {n (every encounter), labelled, reasonable, n_failed, share (None when nothing was labelled)}."""
+    out = {}
+    for rel in sorted(set(endings["model"].to_list())):
+        e = endings.filter(pl.col("model") == rel)
+        count = {k: int(e.filter(pl.col("closure") == k)["n"].sum()) for k in CLOSURE_ORDER}
+        n, labelled = int(e["n"].sum()), count["reasonable"] + count["not_reasonable"]
+        out[rel] = {"n": n, "labelled": labelled, "reasonable": count["reasonable"], "n_failed": n - labelled,
+                    "share": round(count["reasonable"] / labelled, 6) if labelled else None}  # fmt: skip
+    return out
 
 
 def page_section(a, v) -> dict | None:
@@ -120,6 +138,7 @@ def page_section(a, v) -> dict | None:
         return None
     ends, length, affect = t["encounter_endings"], t["encounter_length"], t["encounter_affect"]
     releases = sorted(set(ends["model"].to_list()), key=v.display)
+    closed = reasonable_closure(ends)
     rows = []
     for m in releases:
         e = ends.filter(pl.col("model") == m)
@@ -133,7 +152,7 @@ def page_section(a, v) -> dict | None:
         first = af.row(0, named=True) if af.height else None
         last = af.row(af.height - 1, named=True) if af.height else None
         rows.append({"display": v.display(m), "n": total, "ended": [by_end[k] for k in ENDED_ORDER],
-                     "closure": [by_closure[k] for k in CLOSURE_ORDER], "length": ln, "first": first, "last": last,
+                     "closure": [by_closure[k] for k in CLOSURE_ORDER], "closed": closed[m], "length": ln, "first": first, "last": last,
                      "affect_failed": int(mine["n_failed"].sum()), "affect_states": int(mine["n_states"].sum())})  # fmt: skip
     rub = t["rubric_by_encounter"]
     objectives = rub.filter(pl.col("level") == "objective").sort("model", "objective").to_dicts()
@@ -142,8 +161,8 @@ def page_section(a, v) -> dict | None:
     scored = {r["model"]: r for r in rub.filter(pl.col("level") == "all", pl.col("mean").is_not_null()).iter_rows(named=True)}
     for r in rows:
         r["rubric"] = scored.get(r["display"])
-    # led by the overall rubric score where the encounters were judged, else by the reasonably closed share
-    lead = max(rows, key=lambda r: (r["rubric"] is not None, r["rubric"]["mean"] if r["rubric"] else (r["closure"][0] / r["n"] if r["n"] else -1)),
+    # led by the overall rubric score where the encounters were judged, else by the reasonably closed share (of the labelled)
+    lead = max(rows, key=lambda r: (r["rubric"] is not None, r["rubric"]["mean"] if r["rubric"] else (r["closed"]["share"] or -1)),
                default=None)  # fmt: skip
     return {"rows": rows, "ended": list(ENDED_ORDER), "closures": list(CLOSURE_ORDER), "lead": lead, "overall": overall,
             "objectives": objectives, "reasons": reasons, "heatmap": rub.filter(pl.col("level") == "reason_objective").height > 0,

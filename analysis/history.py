@@ -1,33 +1,11 @@
-"""How each doctor takes a history: the tables behind the page's history section.
-
-Read from the ``history`` scorer's scores of the standard text conversations
-(:mod:`craftmd.scoring.history`) and the free-response grades, three tables:
-
-* ``history_tests`` — every pair of text releases on each headline history metric (on a board of more than
-  :data:`.runner.ALL_PAIRS_UP_TO` releases, each against its neighbours in that metric's ranking and the leader,
-  unless ``--all-pairs``): the mean over
-  their common cases of the per-case difference (each case's mean over its trials), with a 95 %
-  case-bootstrap CI and a two-sided paired-bootstrap p-value, Holm-adjusted over all pairs and
-  metrics (``statsmodels``).
-* ``history_by_coverage`` — the conversations cut into quintiles of ``patient_info_recall``
-  (cut points from every release's conversations together, so a quintile means the same coverage
-  for every model), and per release, FRQ grader and quintile: the share of those conversations
-  whose multi-turn answer was right, beside the share whose vignette answer (same case, same
-  trial; the whole vignette shown) was right. Where multi-turn accuracy stays below vignette
-  accuracy at high coverage, the doctor heard the information and did not use it; where it
-  climbs to it, what was missing was the asking.
-* ``history_by_complexity`` — the text cases cut into tertiles of their history's length (words of
-  the dataset's ``history``: what a patient can tell), and per release and tertile: the mean
-  coverage, doctor turns and multi-turn FRQ accuracy (per grader) — the framework's complexity
-  analysis.
-
-Every interval resamples cases (a case's conversations together), with the one resample matrix of
-:mod:`craftmd.analysis.bootstrap` for the dataset's text cases: a statistic over a subset of cases
-is a ratio of two resampled sums (the subset's values, and its count), so subsets and pairs share
-the draws and the sums stay exact (integers; continuous values on the fixed-point grid).
+"""How each doctor takes a history: the tables behind the page's history section (:func:`history_tables`), from the
+``history`` scorer's scores of the standard text conversations (:mod:`craftmd.scoring.history`) and the free-response
+grades: paired tests between releases, FRQ accuracy by coverage quintile, and the measures by the history's length.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 import polars as pl
@@ -100,7 +78,27 @@ def tertiles(values: np.ndarray) -> tuple[np.ndarray, dict[int, tuple[int, int]]
 
 def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict[str, pl.DataFrame]:
     """The three tables, from a prepared connection (:func:`craftmd.analysis.tables.prepared_connection`);
-    empty tables when no release has history scores."""
+    empty tables when no release has history scores.
+
+    * ``history_tests`` — every pair of text releases on each headline history metric (on a board of more than
+      :data:`.runner.ALL_PAIRS_UP_TO` releases, each against its neighbours in that metric's ranking and the leader,
+      unless ``--all-pairs``): the mean over their common cases of the per-case difference (each case's mean over its
+      trials), with a 95 % case-bootstrap CI and a two-sided paired-bootstrap p-value, Holm-adjusted over all pairs
+      and metrics (``statsmodels``).
+    * ``history_by_coverage`` — the conversations cut into quintiles of ``patient_info_recall`` (cut points from every
+      release's conversations together, so a quintile means the same coverage for every model), and per release, FRQ
+      grader and quintile: the share of those conversations whose multi-turn answer was right, beside the share whose
+      vignette answer (same case, same trial; the whole vignette shown) was right. Where multi-turn accuracy stays
+      below vignette accuracy at high coverage, the doctor heard the information and did not use it; where it climbs
+      to it, what was missing was the asking.
+    * ``history_by_complexity`` — the text cases cut into tertiles of their history's length (words of the dataset's
+      ``history``: what a patient can tell), and per release and tertile: the mean coverage, doctor turns and
+      multi-turn FRQ accuracy (per grader) — the framework's complexity analysis.
+
+    Every interval resamples cases (a case's conversations together), with the one resample matrix of
+    :mod:`craftmd.analysis.bootstrap` for the dataset's text cases: a statistic over a subset of cases is a ratio of
+    two resampled sums (the subset's values, and its count), so subsets and pairs share the draws and the sums stay
+    exact (integers; continuous values on the fixed-point grid)."""
     cols = {r[0] for r in con.execute("describe scores").fetchall()}
     empty = {
         "history_tests": pl.DataFrame(schema=dict.fromkeys(TEST_COLUMNS, pl.String)),
@@ -115,29 +113,36 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict
     from craftmd.release import natural_key
 
     ids = sorted(cases["case_id"].to_list(), key=natural_key)
-    n = len(ids)
-    positions = pl.DataFrame({"case_id": ids, "pos": np.arange(n)})
+    positions = pl.DataFrame({"case_id": ids, "pos": np.arange(len(ids))})
     per_case = pl.from_arrow(runner.run(con, "history_case_scores")).join(positions, on="case_id", maintain_order="left")
     trials = pl.from_arrow(runner.run(con, "history_trials")).join(positions, on="case_id", maintain_order="left")
     if per_case.height == 0:
         return empty
     ratios = _Ratios(B, seed)
-
-    def vector(at: pl.Series, values) -> np.ndarray:
-        v = np.zeros(n)
-        v[at.to_numpy()] = values
-        return v
-
+    vector = partial(_vector, len(ids))
     # per release and metric: each case's mean over its trials, as a vector over the dataset's text cases
     means: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
     for (rel, met), g in per_case.group_by("release", "metric", maintain_order=True):
-        m = vector(g["pos"], (g["value_sum"] / g["n_trials"]).to_numpy())
-        has = vector(g["pos"], np.ones(g.height))
-        means[(rel, met)] = (m, has)
-    releases = sorted({r for r, _ in means})
+        means[(rel, met)] = (vector(g["pos"], (g["value_sum"] / g["n_trials"]).to_numpy()), vector(g["pos"], np.ones(g.height)))
+    _add_tests(con, ratios, means)
+    edges, bins, trials = _add_coverage(ratios, trials, vector)
+    t_range = _add_complexity(ratios, cases.join(positions, on="case_id", maintain_order="left"), means, trials, vector)
+    res = ratios.results()
+    return {"history_tests": _tests_frame(res), "history_by_coverage": _coverage_frame(res, bins, edges),
+            "history_by_complexity": _complexity_frame(res, t_range)}  # fmt: skip
 
-    # 1. paired tests: every pair up to ALL_PAIRS_UP_TO releases (or with --all-pairs), else each release against its
-    # neighbours in the metric's ranking and the leader (as sql/comparisons pairs models)
+
+def _vector(n: int, at: pl.Series, values) -> np.ndarray:
+    """``values`` at the case positions ``at`` of a vector over the dataset's ``n`` text cases (0 elsewhere)."""
+    v = np.zeros(n)
+    v[at.to_numpy()] = values
+    return v
+
+
+def _add_tests(con, ratios: _Ratios, means: dict) -> None:
+    """1. paired tests: every pair up to ALL_PAIRS_UP_TO releases (or with --all-pairs), else each release against its
+    neighbours in the metric's ranking and the leader (as sql/comparisons pairs models)."""
+    releases = sorted({r for r, _ in means})
     all_pairs, up_to = con.sql("select all_pairs, all_pairs_up_to from pair_options").fetchall()[0]
     for met in HEADLINE:
         have = [r for r in releases if (r, met) in means]
@@ -152,7 +157,10 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict
                     common = ha * hb
                     ratios.add(("test", met, a, b), (ma - mb) * common, common, exact=False)
 
-    # 2. coverage quintiles (pooled cut points) x FRQ accuracy
+
+def _add_coverage(ratios: _Ratios, trials: pl.DataFrame, vector) -> tuple[np.ndarray, dict, pl.DataFrame]:
+    """2. coverage quintiles (pooled cut points) x FRQ accuracy: the cut points, each bin's counts and mean recall,
+    and the trials with their quintile."""
     edges = np.quantile(trials.unique(["release", "case_id", "trial"])["recall"].to_numpy(), np.linspace(0, 1, QUINTILES + 1)[1:-1]) \
         if trials.height else np.array([])
     trials = trials.with_columns(pl.Series("quintile", np.searchsorted(edges, trials["recall"].to_numpy(), side="right") + 1, pl.Int64))
@@ -166,9 +174,12 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict
         ratios.add(("mt", rel, grader, q), vector(per["pos"], per["mt"].to_numpy()), den, exact=True)
         ratios.add(("vg", rel, grader, q), vector(per["pos"], per["vg"].to_numpy()), den, exact=True)
         bins[(rel, grader, q)] = (int(den.sum()), per.height, float(per["rc"].sum() / den.sum()))
+    return edges, bins, trials
 
-    # 3. complexity tertiles of the history's length (the dataset's text cases)
-    words = vector(cases.join(positions, on="case_id", maintain_order="left")["pos"], cases["history_words"].fill_null(0).to_numpy())
+
+def _add_complexity(ratios: _Ratios, cases: pl.DataFrame, means: dict, trials: pl.DataFrame, vector) -> dict:
+    """3. complexity tertiles of the history's length (the dataset's text cases): tertile -> its words' range."""
+    words = vector(cases["pos"], cases["history_words"].fill_null(0).to_numpy())
     tertile, t_range = tertiles(words)
     if cases["history_words"].null_count() == cases.height:  # a dataset without histories has no complexity groups
         t_range = {}
@@ -185,9 +196,10 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict
         for t in t_range:
             sel = has * (tertile == t)
             ratios.add(("cx", rel, "frq_accuracy_multiturn", grader, t), frac * sel, sel, exact=False)
+    return t_range
 
-    res = ratios.results()
 
+def _tests_frame(res: dict) -> pl.DataFrame:
     tests = []
     for key, (est, lo, hi, p, n_common) in res.items():
         if key[0] != "test":
@@ -201,6 +213,12 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict
         adj = multipletests([t["p"] for t in tests], method="holm")[1]
         for t, pa_ in zip(tests, adj):
             t["p_holm"] = float(pa_)
+    return pl.DataFrame(tests, schema={"metric": pl.String, "model_a": pl.String, "model_b": pl.String, "n_cases": pl.Int64,
+                                       "diff": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64, "p": pl.Float64,
+                                       "p_holm": pl.Float64}).sort("metric", "model_a", "model_b")  # fmt: skip
+
+
+def _coverage_frame(res: dict, bins: dict, edges: np.ndarray) -> pl.DataFrame:
     cov = []
     for (rel, grader, q), (k, ncases, rmean) in bins.items():
         mt, vg = res.get(("mt", rel, grader, q)), res.get(("vg", rel, grader, q))
@@ -210,6 +228,13 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict
                     "n_conversations": k, "n_cases": ncases, "recall_mean": _round(rmean),
                     "multiturn_accuracy": _round(mt[0]), "multiturn_ci_low": _round(mt[1]), "multiturn_ci_high": _round(mt[2]),
                     "vignette_accuracy": _round(vg[0]), "vignette_ci_low": _round(vg[1]), "vignette_ci_high": _round(vg[2])})  # fmt: skip
+    return pl.DataFrame(cov, schema={"model": pl.String, "grader": pl.String, "quintile": pl.Int64,
+                                     "recall_low": pl.Float64, "recall_high": pl.Float64,
+                                     "n_conversations": pl.Int64, "n_cases": pl.Int64, "recall_mean": pl.Float64,
+                                     **{c: pl.Float64 for c in COVERAGE_COLUMNS[8:]}}).sort("model", "grader", "quintile")  # fmt: skip
+
+
+def _complexity_frame(res: dict, t_range: dict) -> pl.DataFrame:
     cx = []
     for key, (est, lo, hi, _, n_t) in res.items():  # n_t: the tertile's cases that have the measure
         if key[0] != "cx":
@@ -217,19 +242,10 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict
         _, rel, measure, grader, t = key
         cx.append({"model": rel, "measure": measure, "grader": grader, "tertile": t, "words_low": t_range[t][0],
                    "words_high": t_range[t][1], "n_cases": int(n_t), "mean": _round(est), "ci_low": _round(lo), "ci_high": _round(hi)})  # fmt: skip
-    return {
-        "history_tests": pl.DataFrame(tests, schema={"metric": pl.String, "model_a": pl.String, "model_b": pl.String, "n_cases": pl.Int64,
-                                                     "diff": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64, "p": pl.Float64,
-                                                     "p_holm": pl.Float64}).sort("metric", "model_a", "model_b"),
-        "history_by_coverage": pl.DataFrame(cov, schema={"model": pl.String, "grader": pl.String, "quintile": pl.Int64,
-                                                         "recall_low": pl.Float64, "recall_high": pl.Float64,
-                                                         "n_conversations": pl.Int64, "n_cases": pl.Int64, "recall_mean": pl.Float64,
-                                                         **{c: pl.Float64 for c in COVERAGE_COLUMNS[8:]}}).sort("model", "grader", "quintile"),
-        "history_by_complexity": pl.DataFrame(cx, schema={"model": pl.String, "measure": pl.String, "grader": pl.String, "tertile": pl.Int64,
-                                                          "words_low": pl.Int64, "words_high": pl.Int64, "n_cases": pl.Int64,
-                                                          "mean": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64})
-        .sort("model", "measure", "grader", "tertile", nulls_last=False),
-    }  # fmt: skip
+    return pl.DataFrame(cx, schema={"model": pl.String, "measure": pl.String, "grader": pl.String, "tertile": pl.Int64,
+                                    "words_low": pl.Int64, "words_high": pl.Int64, "n_cases": pl.Int64,
+                                    "mean": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64}
+                        ).sort("model", "measure", "grader", "tertile", nulls_last=False)  # fmt: skip
 
 
 __all__ = ["history_tables", "HEADLINE"]

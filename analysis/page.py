@@ -8,14 +8,13 @@ that data. Figures are relative PNGs under ``figures/``.
 
 from __future__ import annotations
 
-import html
 import json
 import shutil
-from functools import cache
 from pathlib import Path
 
-import jinja2
 import polars as pl
+
+from craftmd.cards.render import environment
 
 from .view import FORMAT_LABELS, MCQ_PRIMARY, SETTING_LABELS, SETTING_NOTES, UPSTREAM_SETTINGS, View
 
@@ -24,74 +23,6 @@ LEAD = ("multiturn", "frq")
 MCQ = "mcq4"
 #: an audit table longer than this folds away
 FOLD_ROWS = 12
-
-
-# -- formatting, for the templates ---------------------------------------------------------------
-
-
-def fixed(x: float | None, digits: int = 3) -> str:
-    return "–" if x is None else f"{x:.{digits}f}"
-
-
-def pct(x: float | None) -> str:
-    return "–" if x is None else f"{x:.1%}"
-
-
-def thousands(n: int) -> str:
-    return f"{n:,}"
-
-
-def signed(x: float | None) -> str:
-    return "–" if x is None else f"{x:+.3f}"
-
-
-def p_value(p: float) -> str:
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
-
-
-def audit_cell(c) -> str:
-    if c is None:
-        return "–"
-    if isinstance(c, float):
-        return f"{c:.3g}" if c != 0 and abs(c) < 0.001 else f"{c:.3f}"
-    return str(c)
-
-
-def md(text) -> str:
-    """A name in a markdown table cell: on one line, HTML escaped (``<script>`` shows as text) and ``|`` escaped
-    (a pipe in a name never shifts the columns)."""
-    return html.escape(" ".join(str(text).split()), quote=False).replace("|", "\\|")
-
-
-def md_code(text) -> str:
-    """A name in a markdown code span inside a table cell: ``|`` escaped (markdown shows the rest as it is)."""
-    return " ".join(str(text).split()).replace("|", "\\|")
-
-
-def heat(x: float) -> str:
-    """White -> warm orange, by accuracy (a cell's background)."""
-    t = max(0.0, min(1.0, x))
-    r, g, b = 255, int(255 - 110 * t), int(255 - 190 * t)
-    return f"background: rgb({r},{g},{b})"
-
-
-FILTERS = {"fixed": fixed, "pct": pct, "thousands": thousands, "signed": signed, "p_value": p_value,
-           "audit_cell": audit_cell, "heat": heat, "md": md, "md_code": md_code}
-
-
-@cache
-def environment(autoescape: bool) -> jinja2.Environment:
-    """The templates of ``cards/``: HTML autoescaped, markdown not; an undefined name is an error."""
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("craftmd.cards", ""),
-        autoescape=autoescape,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-    env.filters.update(FILTERS)
-    return env
 
 
 # -- the data the templates show -----------------------------------------------------------------

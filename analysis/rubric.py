@@ -1,22 +1,5 @@
-"""MedPI's rubric on the board: profiles by category and meta-category, per model, with case-bootstrap CIs.
-
-From each release's rubric rows of one scorer (:func:`craftmd.scoring.judge.standing_scorer`, ``prefer``): the
-calibrated judge (``judge-calibrated``) where there is one, else the committee's median (``judge-committee``), else the
-release's judge (the first by name), else the experts' imported ratings (``experts``, marked human) — each valid 1–4
-score is put on the 0–100 scale (``100 (s - 1) / 3``); with ``unsupported="drop"`` a judge's scores without found
-evidence (label ``no_evidence``) are left out. Per conversation, a **category**
-score is the mean of its valid dimension scores, and a **meta-category** score the mean of its
-categories' scores (each category counts once, whatever its number of dimensions); a conversation
-with no valid score in a group has no value there. Per model, a group's figure is the mean over cases
-of each case's mean over its conversations, with a 95 % case-bootstrap CI (:mod:`.bootstrap`'s float
-path, the same draws as every other metric). Failed scores are counted beside (``n_failed``), never
-folded in. ``raw`` counts the 1–4 scores (and failures) per model: the paper's Figure 4.
-
-Written to ``tables/rubric.csv`` and ``tables/rubric_raw.csv``, ``tables/rubric_detail.csv`` (every dimension, the
-paper's Appendix E, and every ACGME core competency, per model with case-bootstrap CIs: :func:`detail_table`) and the
-judges' flags and evidence (:mod:`.judges`); figures ``rubric_meta.png`` (the meta-category profile, the paper's
-Figure 2), ``rubric_categories.png`` (the category heat map, Figure 3), ``rubric_dimensions.png`` (every dimension)
-and ``rubric_raw.png`` (the raw score distribution, Figure 4).
+"""MedPI's rubric on the board: profiles by category and meta-category, per model, with case-bootstrap CIs
+(:func:`rubric`), their tables (:func:`write_tables`) and figures (:func:`write_figures`).
 """
 
 from __future__ import annotations
@@ -121,6 +104,17 @@ def conversation_scores(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def rubric(releases, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, unsupported: str = "count", prefer: str = "auto") -> Rubric:
+    """From each release's rubric rows of one scorer (:func:`craftmd.scoring.judge.standing_scorer`, ``prefer``): the
+    calibrated judge (``judge-calibrated``) where there is one, else the committee's median (``judge-committee``), else the
+    release's judge (the first by name), else the experts' imported ratings (``experts``, marked human) — each valid 1–4
+    score is put on the 0–100 scale (``100 (s - 1) / 3``); with ``unsupported="drop"`` a judge's scores without found
+    evidence (label ``no_evidence``) are left out. Per conversation, a **category**
+    score is the mean of its valid dimension scores, and a **meta-category** score the mean of its
+    categories' scores (each category counts once, whatever its number of dimensions); a conversation
+    with no valid score in a group has no value there. Per model, a group's figure is the mean over cases
+    of each case's mean over its conversations, with a 95 % case-bootstrap CI (:mod:`.bootstrap`'s float
+    path, the same draws as every other metric). Failed scores are counted beside (``n_failed``), never
+    folded in. ``raw`` counts the 1–4 scores (and failures) per model: the paper's Figure 4."""
     if unsupported not in UNSUPPORTED:
         from craftmd import CraftMDError
 
@@ -268,6 +262,11 @@ def by_encounter(r: Rubric | None, packets: pl.DataFrame | None) -> pl.DataFrame
 
 
 def write_tables(r: Rubric, out: Path) -> list[Path]:
+    """Written to ``tables/rubric.csv`` and ``tables/rubric_raw.csv``, ``tables/rubric_detail.csv`` (every dimension, the
+    paper's Appendix E, and every ACGME core competency, per model with case-bootstrap CIs: :func:`detail_table`) and the
+    judges' flags and evidence (:mod:`.judges`); figures ``rubric_meta.png`` (the meta-category profile, the paper's
+    Figure 2), ``rubric_categories.png`` (the category heat map, Figure 3), ``rubric_dimensions.png`` (every dimension)
+    and ``rubric_raw.png`` (the raw score distribution, Figure 4)."""
     tables = Path(out) / "tables"
     tables.mkdir(parents=True, exist_ok=True)
     paths = [tables / "rubric.csv", tables / "rubric_raw.csv"]

@@ -103,7 +103,14 @@ def bootstrap_all(
     follows the unit and never the whole board (the numbers do not depend on it: each column's sums are exact)."""
     cells, L = _cells(case_groups)
     comp = comparisons.to_dicts()
-    more_rows = more.to_dicts() if more is not None else []
+    work = _work_units(cells, comp, more.to_dicts() if more is not None else [])
+    ci, tested = _run_units(work, cells, L, B, seed)
+    more_pv = more_tests(more, tested[1], L) if more is not None else None
+    return _accuracy_with_ci(accuracy, ci), _pvalues(comp, tested[0], L), more_pv
+
+
+def _work_units(cells: dict, comp: list[dict], more_rows: list[dict]) -> dict[tuple, tuple[list, list]]:
+    """unit -> (its cells' keys, its tests: (table, row index, cell a, cell b))."""
     # The units of work: a cell's own unit (its group, grader, format and image flag: every release and setting of
     # them) holds the comparisons between its settings and between its models; the tests of ``more`` cross formats,
     # graders and image flags of one model, so they go by group and model, resampling their sides there again.
@@ -126,7 +133,11 @@ def bootstrap_all(
         ka = (r["model"], r["grader_a"], r["setting"], r["format_a"], r["image_a"], r["group_by"], r["group"])
         kb = (r["model"], r["grader_b"], r["setting"], r["format_b"], r["image_b"], r["group_by"], r["group"])
         work.setdefault((r["group_by"], r["group"], "more", r["model"]), ([], []))[1].append((1, i, ka, kb))
+    return work
 
+
+def _run_units(work: dict, cells: dict, L: int, B: int, seed: int) -> tuple[dict, tuple[dict, dict]]:
+    """Resample unit by unit: each cell's CI (key -> (low, high)) and each test's (observed sum, n, p-value) per table."""
     ci: dict[tuple, tuple[float, float]] = {}
     tested: tuple[dict, dict] = ({}, {})  # per table: row index -> (observed sum, n, p-value)
     for u in sorted(work, key=str):  # a group's units together: its resample matrices are drawn once
@@ -151,9 +162,11 @@ def bootstrap_all(
             sums = R.resampled(ha) if hb is None else R.resampled(ha) - R.resampled(hb)
             tested[t][i] = (obs, n, paired_p(sums, obs))
         del R, handles, sides, pairs
-    more_pv = more_tests(more, tested[1], L) if more is not None else None
+    return ci, tested
 
-    # Accuracy with CIs.
+
+def _accuracy_with_ci(accuracy: pl.DataFrame, ci: dict) -> pl.DataFrame:
+    """The accuracy table with its CIs, rounded and sorted."""
     lo, hi = [], []
     for key in accuracy.select(["model", "grader", "setting", "format", "with_image", "group_by", "group"]).iter_rows():
         a, b = ci[key]
@@ -162,14 +175,16 @@ def bootstrap_all(
     acc = accuracy.with_columns(pl.Series("ci_low", lo, dtype=pl.Float64), pl.Series("ci_high", hi, dtype=pl.Float64)).with_columns(
         pl.col("accuracy", "ci_low", "ci_high").round(DECIMALS)
     )
-    acc = acc.select(ACCURACY_COLUMNS).sort(["model", "format", "grader", "setting", "with_image", "group_by", "group"])
+    return acc.select(ACCURACY_COLUMNS).sort(["model", "format", "grader", "setting", "with_image", "group_by", "group"])
 
-    # P-values: paired bootstrap and McNemar, Holm within each family.
+
+def _pvalues(comp: list[dict], tested: dict, L: int) -> pl.DataFrame:
+    """P-values: paired bootstrap and McNemar, Holm within each family."""
     rows = []
     for i, r in enumerate(comp):
-        if i not in tested[0]:
+        if i not in tested:
             continue
-        obs, n, p_boot = tested[0][i]
+        obs, n, p_boot = tested[i]
         base = {k: r[k] for k in ("family", "model", "setting", "format", "grader", "with_image", "group_by", "group", "a", "b")}
         diff = round(obs / (n * L), DECIMALS)
         rows.append({**base, "n_cases": n, "diff": diff, "p_value": p_boot, "test": "paired-bootstrap"})
@@ -185,8 +200,7 @@ def bootstrap_all(
         "n_cases": pl.Int64, "diff": pl.Float64, "p_value": pl.Float64, "test": pl.String,
     }
     pv = pl.DataFrame(rows, schema=schema)
-    pv = pv.with_columns(pl.Series("p_adjusted", holm(pv, FAMILY))).select(PVALUE_COLUMNS)
-    return acc, pv, more_pv
+    return pv.with_columns(pl.Series("p_adjusted", holm(pv, FAMILY))).select(PVALUE_COLUMNS)
 
 
 #: The columns of the MCQ-vs-FRQ and image tests (:func:`more_tests`): side a and side b are cells of one model in one

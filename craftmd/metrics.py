@@ -106,6 +106,10 @@ for _m in (
     Metric("expert_rubric_rating", "ordinal", True, 1, 4,
            "an expert's 1-4 rating of one rubric dimension of a whole conversation (craftmd judge-review import; scorers expert:<rater> "
            "and experts, the lower median); the dimension is the variant key 'dimension'"),
+    # MedPI's encounters (craftmd.analysis.encounters.reasonable_closure): the closure classifier's label of one encounter
+    Metric("reasonable_closure", "binary", True, 0, 1,
+           "the closure classifier found the encounter reasonably closed (1) or not (0); a failed or missing label has no value "
+           "and is counted apart, so the share is of the labelled encounters"),
 ):
     register(_m)
 

@@ -281,10 +281,7 @@ def build_dataset(
     started = time.perf_counter()
     out = Path(out)
     version = check_version(version or __version__)
-    if out.exists() and not overwrite:
-        raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
-    if out.exists() and not (out / MANIFEST).exists() and any(out.iterdir()):
-        raise CraftMDError(f"{out} exists and is not a built dataset (no {MANIFEST}); refusing to replace it")
+    _check_out(out, overwrite)
     medqa_items = M.read_jsonl(medqa) if medqa is not None else None
     train_items = M.read_jsonl(medqa_train) if medqa_train is not None else None
     mediq_src = mediq if isinstance(mediq, Source) else MQ.open_mediq(mediq)
@@ -295,11 +292,73 @@ def build_dataset(
     if got["rows"] is None or got["qc"] is None:
         raise CraftMDError(f"source {source.location}: missing {U.CASES_CSV if got['rows'] is None else U.QC_CSV}")
     rows: list[U.UpstreamRow] = got["rows"]
-    refs: dict[str, U.Reference] = got["refs"]
-    built = [U.build_case(r, got["qc"], refs[r.case_id].answer if r.case_id in refs else None) for r in rows]
+    built = [U.build_case(r, got["qc"], got["refs"][r.case_id].answer if r.case_id in got["refs"] else None) for r in rows]
+    quality = _source_quality(rows, got["refs"], built)
+
+    cases, medqa_file = _with_medqa_file([c for c, _ in built], medqa, medqa_items)
+    cases.sort(key=build_order)
+    images: list[Sample] = sorted(got["images"], key=lambda c: natural_key(c.case_id))
+    table_rows, facts_info, train_info, ct_info = _table_rows(cases, images, mediq_src, mediq_files, mediq_items, train_items, golden_writer)
+    if medqa_train is not None:
+        train_info["inputs"] = {k if k != "--medqa-train" else Path(medqa_train).name: v for k, v in train_info["inputs"].items()}
+    counts = {c: len(table_rows[c]) for c in CONFIGS}
+    train_counts = {c: len(table_rows[c]) for c in TRAIN_CONFIGS}
+    source_info = source.describe()
+
+    with atomic_dir(out, overwrite=overwrite, owns=(MANIFEST,), holds=(MANIFEST, REPORT, CARD, *CONFIGS)) as tmp:  # an output that appeared meanwhile is refused at the swap too
+        files = _write_configs(tmp, table_rows, progress)
+        sizes = {c: files[f"{c}/{SPLIT}-00000-of-00001.parquet"]["bytes"] for c in CONFIGS}
+        sizes.update({c: files[f"{c}/{G.SPLIT}-00000-of-00001.parquet"]["bytes"] for c in TRAIN_CONFIGS})
+        (tmp / CARD).write_text(card_text(version, source_info, counts, sizes, facts_info["source"], train_counts), encoding="utf-8")
+        files[CARD] = {"sha256": sha256_file(tmp / CARD), "bytes": (tmp / CARD).stat().st_size}
+        report = BuildReport(
+            out=out,
+            version=version,
+            source=source_info,
+            rows=counts,
+            by_source=dict(Counter(c.source for c in cases).most_common()),
+            by_specialty=dict(sorted(Counter(c.specialty or "(none)" for c in cases).items(), key=lambda kv: (-kv[1], kv[0]))),
+            by_task_type=dict(sorted(Counter(c.task_type for c in cases).items(), key=lambda kv: (-kv[1], kv[0]))),
+            single_dx={str(k).lower() if k is not None else "null": v for k, v in Counter(c.single_dx for c in cases).most_common()},
+            **quality,
+            nejm={"rows": len(images), "multi_image": sorted(got["multi_image"])},
+            medqa_file=medqa_file,
+            facts=facts_info,
+            files=dict(files),
+            empty_vignettes=[c.case_id for c in cases if not c.vignette.strip()],
+            consult_train=train_info,
+            craftmd_train=ct_info,
+        )
+        (tmp / REPORT).write_text(report.to_markdown(), encoding="utf-8")
+        files[REPORT] = {"sha256": sha256_file(tmp / REPORT), "bytes": (tmp / REPORT).stat().st_size}
+        manifest = _manifest(report, version, train_counts, files)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    """``out`` may be replaced: absent, or a built dataset (or empty) with ``overwrite``."""
+    if out.exists() and not overwrite:
+        raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
+    if out.exists() and not (out / MANIFEST).exists() and any(out.iterdir()):
+        raise CraftMDError(f"{out} exists and is not a built dataset (no {MANIFEST}); refusing to replace it")
+
+
+def _with_medqa_file(cases: list, medqa, medqa_items: list | None) -> tuple[list, dict | None]:
+    """The cases, with a MedQA file's picks in place of upstream's MedQA cases when one is given, and what it gave."""
+    if medqa_items is None:
+        return cases, None
+    picks, file_reasons = M.pick(medqa_items)
+    cases = [c for c in cases if c.source != "medqa_usmle"] + picks
+    return cases, {"path": Path(medqa).name, "items": len(medqa_items), "picked": len(picks), "reasons": file_reasons}
+
+
+def _source_quality(rows: list[U.UpstreamRow], refs: dict[str, U.Reference], built: list) -> dict:
+    """What the build report says of upstream's cases: the question split's check, the MedQA rule's recall, stems
+    ending in a colon, answers renamed, stray quotes removed, where the paper's answer key came from."""
     texts = {r.case_id: r.text for r in rows}
     texts_answer = {r.case_id: r.answer for r in rows}
-    check = split_check(built, refs, texts)
     renamed = [
         f"{c.case_id} ({T.clean_option(texts_answer[c.case_id])} → {c.answer})"
         for c, _ in built
@@ -317,18 +376,15 @@ def build_dataset(
         "differs": [c.case_id for c, _ in built if c.paper_answer != c.answer.lower()],
     }
     colon = [c.case_id for c, q in built if q is None and c.source == "medqa_usmle" and texts[c.case_id].rstrip().endswith(":")]
-    upstream_medqa = {r.case_id: r.text for r in rows if T.map_source(r.dataset) == "medqa_usmle"}
-    recall = M.recall_on(upstream_medqa)
+    recall = M.recall_on({r.case_id: r.text for r in rows if T.map_source(r.dataset) == "medqa_usmle"})
+    return {"split": split_check(built, refs, texts),
+            "medqa_rule": {"picks": recall.picks, "kept": recall.kept, "recall": recall.recall, "dropped": recall.dropped,
+                           "reasons": recall.reasons},
+            "colon_stems": colon, "answers_renamed": renamed, "cleaned": cleaned, "paper_key": paper_key}  # fmt: skip
 
-    cases = [c for c, _ in built]
-    medqa_file = None
-    if medqa_items is not None:
-        picks, file_reasons = M.pick(medqa_items)
-        cases = [c for c in cases if c.source != "medqa_usmle"] + picks
-        medqa_file = {"path": Path(medqa).name, "items": len(medqa_items), "picked": len(picks), "reasons": file_reasons}
-    cases.sort(key=build_order)
-    images: list[Sample] = sorted(got["images"], key=lambda c: natural_key(c.case_id))
 
+def _table_rows(cases, images, mediq_src, mediq_files, mediq_items, train_items, golden_writer) -> tuple[dict, dict, dict, dict]:
+    """Every config's rows, and what the facts, ``consult_train`` and ``craftmd_train`` configs were made from."""
     all_rows = [text_row(c) for c in cases]
     table_rows = {
         "medqa_usmle": [r for r in all_rows if r["source"] == "medqa_usmle"],
@@ -345,76 +401,42 @@ def build_dataset(
     table_rows[G.CONFIG], train_info = G.build_rows(mediq_files[G.MEDIQ_FILE], train_items, benchmark, golden_writer)
     ct_candidates = G.mediq_candidates(mediq_files[G.MEDIQ_FILE]) + (G.medqa_candidates(train_items) if train_items is not None else [])
     table_rows[CT.CONFIG], ct_info = CT.build_rows(ct_candidates, benchmark)  # the benchmark's n-gram index is made once
-    if medqa_train is not None:
-        train_info["inputs"] = {k if k != "--medqa-train" else Path(medqa_train).name: v for k, v in train_info["inputs"].items()}
-    counts = {c: len(table_rows[c]) for c in CONFIGS}
-    train_counts = {c: len(table_rows[c]) for c in TRAIN_CONFIGS}
-    source_info = source.describe()
+    return table_rows, facts_info, train_info, ct_info
 
-    with atomic_dir(out, overwrite=overwrite, owns=(MANIFEST,), holds=(MANIFEST, REPORT, CARD, *CONFIGS)) as tmp:  # an output that appeared meanwhile is refused at the swap too
-        files: dict[str, dict] = {}
-        for c in tqdm(CONFIGS, desc="writing configs", unit="config", disable=not progress, file=sys.stderr):
-            path = write_config(tmp, c, table_rows[c])
-            files[path.relative_to(tmp).as_posix()] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
-        for c in TRAIN_CONFIGS:
-            path = write_config(tmp, c, table_rows[c], G.SPLIT)
-            files[path.relative_to(tmp).as_posix()] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
-        sizes = {c: files[f"{c}/{SPLIT}-00000-of-00001.parquet"]["bytes"] for c in CONFIGS}
-        sizes.update({c: files[f"{c}/{G.SPLIT}-00000-of-00001.parquet"]["bytes"] for c in TRAIN_CONFIGS})
-        (tmp / CARD).write_text(card_text(version, source_info, counts, sizes, facts_info["source"], train_counts), encoding="utf-8")
-        files[CARD] = {"sha256": sha256_file(tmp / CARD), "bytes": (tmp / CARD).stat().st_size}
-        report = BuildReport(
-            out=out,
-            version=version,
-            source=source_info,
-            rows=counts,
-            by_source=dict(Counter(c.source for c in cases).most_common()),
-            by_specialty=dict(sorted(Counter(c.specialty or "(none)" for c in cases).items(), key=lambda kv: (-kv[1], kv[0]))),
-            by_task_type=dict(sorted(Counter(c.task_type for c in cases).items(), key=lambda kv: (-kv[1], kv[0]))),
-            single_dx={str(k).lower() if k is not None else "null": v for k, v in Counter(c.single_dx for c in cases).most_common()},
-            split=check,
-            medqa_rule={
-                "picks": recall.picks,
-                "kept": recall.kept,
-                "recall": recall.recall,
-                "dropped": recall.dropped,
-                "reasons": recall.reasons,
-            },
-            colon_stems=colon,
-            answers_renamed=renamed,
-            cleaned=cleaned,
-            paper_key=paper_key,
-            nejm={"rows": len(images), "multi_image": sorted(got["multi_image"])},
-            medqa_file=medqa_file,
-            facts=facts_info,
-            files=dict(files),
-            empty_vignettes=[c.case_id for c in cases if not c.vignette.strip()],
-            consult_train=train_info,
-            craftmd_train=ct_info,
-        )
-        (tmp / REPORT).write_text(report.to_markdown(), encoding="utf-8")
-        files[REPORT] = {"sha256": sha256_file(tmp / REPORT), "bytes": (tmp / REPORT).stat().st_size}
-        manifest = {
-            "name": "craftmd",
-            "version": version,
-            "builder": {"package": "craftmd", "version": __version__, "code_sha256": builder_sha256(),
-                        "pyarrow": pa.__version__, "datasets": datasets.__version__},
-            "source": source_info,
-            "configs": counts,
-            "split": SPLIT,
-            "train_configs": train_counts,
-            "consult_train": {"inputs": train_info["inputs"], "rows": train_info["rows"], "by_writer": train_info["by_writer"],
-                              "dropped": len(train_info["dropped"]), "decontamination": train_info["decontamination"],
-                              "writer": None if train_info["writer"] is None else
-                              {k: v for k, v in train_info["writer"].items() if k != "failed"} | {"failed": len(train_info["writer"]["failed"])}},
-            "craftmd_train": {"rows": ct_info["rows"], "dropped": len(ct_info["dropped"]), "id_prefix": CT.PREFIX},
-            "medqa_file": medqa_file,
-            "mediq": {**facts_info["source"], "files": facts_files, "facts_cases": facts_info["cases"]},
-            "question_split_agreement": round(check.agreement, 6),
-            "medqa_rule_recall": round(recall.recall, 6),
-            "stray_quotes_removed": {"answers": len(cleaned["answers"]), "choices": cleaned["choice_values"]},
-            "files": dict(sorted(files.items())),
-        }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-    report.seconds = time.perf_counter() - started
-    return report
+
+def _write_configs(tmp: Path, table_rows: dict, progress: bool) -> dict[str, dict]:
+    """Write every config's parquet file into ``tmp``: relative path -> {sha256, bytes}."""
+    files: dict[str, dict] = {}
+    for c in tqdm(CONFIGS, desc="writing configs", unit="config", disable=not progress, file=sys.stderr):
+        path = write_config(tmp, c, table_rows[c])
+        files[path.relative_to(tmp).as_posix()] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+    for c in TRAIN_CONFIGS:
+        path = write_config(tmp, c, table_rows[c], G.SPLIT)
+        files[path.relative_to(tmp).as_posix()] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+    return files
+
+
+def _manifest(report: BuildReport, version: str, train_counts: dict, files: dict) -> dict:
+    """The build manifest (``build_manifest.json``): what was built from what, by which code, and every file's hash."""
+    train_info, ct_info, facts_info = report.consult_train, report.craftmd_train, report.facts
+    return {
+        "name": "craftmd",
+        "version": version,
+        "builder": {"package": "craftmd", "version": __version__, "code_sha256": builder_sha256(),
+                    "pyarrow": pa.__version__, "datasets": datasets.__version__},
+        "source": report.source,
+        "configs": report.rows,
+        "split": SPLIT,
+        "train_configs": train_counts,
+        "consult_train": {"inputs": train_info["inputs"], "rows": train_info["rows"], "by_writer": train_info["by_writer"],
+                          "dropped": len(train_info["dropped"]), "decontamination": train_info["decontamination"],
+                          "writer": None if train_info["writer"] is None else
+                          {k: v for k, v in train_info["writer"].items() if k != "failed"} | {"failed": len(train_info["writer"]["failed"])}},
+        "craftmd_train": {"rows": ct_info["rows"], "dropped": len(ct_info["dropped"]), "id_prefix": CT.PREFIX},
+        "medqa_file": report.medqa_file,
+        "mediq": {**facts_info["source"], "files": facts_info["files"], "facts_cases": facts_info["cases"]},
+        "question_split_agreement": round(report.split.agreement, 6),
+        "medqa_rule_recall": round(report.medqa_rule["recall"], 6),
+        "stray_quotes_removed": {"answers": len(report.cleaned["answers"]), "choices": report.cleaned["choice_values"]},
+        "files": dict(sorted(files.items())),
+    }

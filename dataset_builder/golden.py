@@ -1,47 +1,11 @@
 """Golden consultations for training a doctor: the ``consult_train`` config (split ``train``).
 
-After the consultation-evaluation framework's training set (its §4.2, "Vicuna Finetuned"): for each training
-case, its key-value medical information and the patient's initial request, then a dialogue in which the doctor
-asks one key question a turn and the patient answers it, ending in the doctor's analysis and the correct answer.
-Rows are in the chat ``messages`` form that fine-tuning libraries read directly (TRL's conversational format:
-a list of ``{"role", "content"}``): the system message is the consultation task's doctor prompt
-(``generation/prompts/consult-v1/doctor_system.txt``), the patient speaks as ``user``, the doctor as ``assistant``.
-
-Candidates (:func:`mediq_candidates`, :func:`medqa_candidates`):
-
-* MediQ's MedQA lines (``data/all_dev_good.jsonl``, CC BY 4.0, Li et al. 2024): the vignette is the joined
-  ``context``, the facts are MediQ's atomic facts (numbering stripped);
-* a MedQA-format JSONL file the user supplies (MedQA's own training split: ``question``, ``options``,
-  ``answer``, ``answer_idx``; ``craftmd build --medqa-train FILE``): the vignette is the question text without
-  its question sentence, the facts are the line's ``facts`` when it has them (a non-empty list of strings),
-  else the vignette's sentences.
-
-Of the candidates that are no benchmark case, only diagnosis vignettes are kept, by the MedQA rule of the
-benchmark itself (:func:`craftmd.dataset_builder.medqa.select`: the dialogue ends in a diagnosis); the others are
-counted by reason in the build report.
-
-The scripted dialogue (:func:`script`, no model): the first fact is the patient's initial request (MediQ's own
-convention: the first sentence is what the doctor is told first); the other facts are grouped under keys by
-the ordered keyword rules :data:`KEY_RULES` (the first rule whose pattern the fact matches names its key;
-``Symptoms and history`` catches the rest), the keys in the order of their first fact, each key's value its
-facts joined by spaces. Each key is one turn: the doctor asks :data:`QUESTIONS` [key], the patient answers
-with the value. The doctor closes with :data:`CLOSING`: the analysis (the findings gathered, one per key) and
-``**Final Diagnosis:** <answer>``, the line the consultation task stops on. A model-written dialogue
-(:mod:`craftmd.generation.golden`) uses the model's own key-value items, questions, answers and analysis and
-the same closing line.
-
-Decontamination (:func:`decontaminate`): no training row may be a benchmark case. Every candidate's vignette
-is compared with every case of the benchmark's configs (the built text cases and the image cases' texts),
-both normalised as :func:`craftmd.dataset_builder.mediq.normalise` does. A word 8-gram index picks, for each
-candidate, the cases that share at least one 8-gram with it; for those the similarity is MELD's normalised
-Levenshtein (:func:`craftmd.text.similarity`, MELD's) and the n-gram share is the share of the candidate's
-distinct 8-grams the case also has. A candidate whose best case reaches :data:`LEVENSHTEIN_THRESHOLD` or
-:data:`NGRAM_THRESHOLD` is dropped and listed (with the case and both scores) in the build report. The
-thresholds, from MediQ's 1,272 MedQA lines against CRAFT-MD's cases: the lines that are CRAFT-MD cases (the
-``facts`` config's 150-character match) share more than half of their 8-grams with their case (nearly all of them
-every 8-gram), the others less than 0.15, except five that retell a benchmark case's scenario in other words for
-another question (0.22–0.35): the 0.2 cut drops those too. The similarity of unrelated vignettes stays below 0.65,
-so 0.75 catches a lightly reworded copy that shares few 8-grams.
+After the consultation-evaluation framework's training set (its §4.2, "Vicuna Finetuned"): per training case, a
+dialogue in which the doctor asks one key question a turn and the patient answers, ending in the doctor's analysis
+and the correct answer, as chat ``messages`` (TRL's conversational format; the system message is the consultation
+task's doctor prompt). Candidates come from MediQ's MedQA lines and a user's MedQA-format file (:func:`mediq_candidates`,
+:func:`medqa_candidates`); only diagnosis vignettes that are no benchmark case are kept (:func:`decontaminate`); the
+dialogue is scripted (:func:`script`) or model-written (:mod:`craftmd.generation.golden`).
 """
 
 from __future__ import annotations
@@ -142,7 +106,8 @@ class Prepared:
 
 
 def mediq_candidates(data: bytes) -> list[Candidate]:
-    """MediQ's MedQA lines (``all_dev_good.jsonl``), in file order; a malformed line is one error naming it."""
+    """MediQ's MedQA lines (``all_dev_good.jsonl``, CC BY 4.0, Li et al. 2024), in file order; a malformed line is one
+    error naming it. The vignette is the joined ``context``, the facts are MediQ's atomic facts (numbering stripped)."""
     out = []
     for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
         if not line.strip():
@@ -162,7 +127,11 @@ def mediq_candidates(data: bytes) -> list[Candidate]:
 
 
 def medqa_candidates(items: list[M.MedQAItem]) -> list[Candidate]:
-    """The lines of a MedQA-format file (:func:`craftmd.dataset_builder.medqa.read_jsonl`), in file order."""
+    """The lines of a MedQA-format file (:func:`craftmd.dataset_builder.medqa.read_jsonl`; MedQA's own training split,
+    ``craftmd build --medqa-train FILE``), in file order. The vignette is the question text without its question
+    sentence; the facts are the line's ``facts`` when it has them (a non-empty list of strings), else the vignette's
+    sentences. Of the candidates, only diagnosis vignettes are kept, by the benchmark's own MedQA rule
+    (:func:`craftmd.dataset_builder.medqa.select`); the others are counted by reason in the build report."""
     out = []
     for it in items:
         vignette, raw_q = T.split_question(it.question, colon_stems=True)
@@ -252,7 +221,19 @@ def prepare(candidates: list[Candidate], benchmark: dict[str, str]) -> Prepared:
 
 
 def decontaminate(candidates: list[Candidate], benchmark: dict[str, str]) -> tuple[list[Candidate], list[dict]]:
-    """(the candidates no benchmark case is like, the dropped ones with their nearest case and scores)."""
+    """(the candidates no benchmark case is like, the dropped ones with their nearest case and scores).
+
+    Every candidate's vignette is compared with every case of the benchmark's configs (the built text cases and the
+    image cases' texts), both normalised as :func:`craftmd.dataset_builder.mediq.normalise` does. A word 8-gram index
+    picks, for each candidate, the cases that share at least one 8-gram with it; for those the similarity is MELD's
+    normalised Levenshtein (:func:`craftmd.text.similarity`) and the n-gram share is the share of the candidate's
+    distinct 8-grams the case also has. A candidate whose best case reaches :data:`LEVENSHTEIN_THRESHOLD` or
+    :data:`NGRAM_THRESHOLD` is dropped and listed (with the case and both scores) in the build report. The
+    thresholds, from MediQ's 1,272 MedQA lines against CRAFT-MD's cases: the lines that are CRAFT-MD cases (the
+    ``facts`` config's 150-character match) share more than half of their 8-grams with their case (nearly all of
+    them every 8-gram), the others less than 0.15, except five that retell a benchmark case's scenario in other words
+    for another question (0.22–0.35): the 0.2 cut drops those too. The similarity of unrelated vignettes stays below
+    0.65, so 0.75 catches a lightly reworded copy that shares few 8-grams."""
     kept, dropped = [], []
     for c, (cid, sim, share) in zip(candidates, nearest(candidates, benchmark)):
         if cid is not None and contaminated(sim, share):
@@ -304,7 +285,15 @@ def messages(system: str, request: str, turns: list[tuple[str, str]], final: str
 
 
 def script(c: Candidate, system: str) -> dict:
-    """The scripted golden consultation of one candidate, as a row (:data:`schema.CONSULT_TRAIN_FEATURES`)."""
+    """The scripted golden consultation of one candidate, as a row (:data:`schema.CONSULT_TRAIN_FEATURES`); no model.
+
+    The first fact is the patient's initial request (MediQ's own convention: the first sentence is what the doctor is
+    told first); the other facts are grouped under keys by the ordered keyword rules :data:`KEY_RULES` (the first rule
+    whose pattern the fact matches names its key; ``Symptoms and history`` catches the rest), the keys in the order
+    of their first fact, each key's value its facts joined by spaces. Each key is one turn: the doctor asks
+    :data:`QUESTIONS` [key], the patient answers with the value. The doctor closes with :data:`CLOSING`: the analysis
+    (the findings gathered, one per key) and ``**Final Diagnosis:** <answer>``, the line the consultation task stops
+    on. The patient speaks as ``user``, the doctor as ``assistant``."""
     request, items = key_values(c.facts)
     turns = [(QUESTIONS[i["key"]], i["value"]) for i in items]
     return row(c, WRITER_SCRIPT, request, items, messages(system, request, turns, closing([i["value"] for i in items], c.answer)))

@@ -1,24 +1,10 @@
 """Atomic facts from MediQ, matched to CRAFT-MD's text cases: the ``facts`` config.
 
-MediQ (Li et al., "MediQ: Question-Asking LLMs and a Benchmark for Reliable Interactive
-Clinical Reasoning", NeurIPS 2024; Shuyue Stella Li, Vidhisha Balachandran, Shangbin Feng,
-Jonathan S. Ilgen, Emma Pierson, Pang Wei Koh, Yulia Tsvetkov; CC BY 4.0) broke MedQA and
-CRAFT-MD vignettes into numbered atomic facts ("5. The man denied having a fever."). Its
-data are pinned like the CRAFT-MD source: ``dataset_builder/pin/<MEDIQ_COMMIT>.sha256``
-lists the sha256 of every data file, and :class:`craftmd.source.Source` refuses a file that
-differs. The archive is found at ``$CRAFTMD_MEDIQ``, else
-``../shared/sources/mediq-<commit>.tar.gz``; without it the build stops with one line.
-
-There is no shared id, so a MediQ line is matched to a CRAFT-MD case by its text
-(:data:`MATCH_RULE`): the line's ``context`` sentences joined with spaces and the case's
-``vignette``, each lower-cased, punctuation (anything but letters, digits, ``_`` and
-spaces) dropped and runs of whitespace made one space, must agree on their first 150
-characters; an empty text matches nothing. Where two lines match one case the line whose
-whole normalised text equals the case's wins, else the lower MediQ id. A looser match
-(word Jaccard ≥ 0.8 over the whole text) finds 7 more Derm-Private lines, but each
-differs from the CRAFT-MD vignette in a clinical detail (the site, the sex, the
-ethnicity: MediQ edited them), so their facts do not describe the CRAFT-MD case; they are
-left out.
+MediQ (Li et al., NeurIPS 2024; CC BY 4.0) broke MedQA and CRAFT-MD vignettes into numbered atomic facts. Its data
+are pinned like the CRAFT-MD source (``dataset_builder/pin/<MEDIQ_COMMIT>.sha256``; found at ``$CRAFTMD_MEDIQ``, else
+``../shared/sources``). There is no shared id: a line matches a case by its normalised text's first 150 characters
+(:data:`MATCH_DOC`, :func:`match`); a looser match (word Jaccard ≥ 0.8) would add 7 Derm-Private lines that MediQ
+edited in a clinical detail (site, sex, ethnicity), so it is not used.
 """
 
 from __future__ import annotations

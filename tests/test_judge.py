@@ -99,7 +99,7 @@ def test_objectives_craftmd_is_diagnosis_and_other_tasks_read_packets(tmp_path):
 
 def test_krippendorff_alpha_matches_the_published_worked_example():
     """Krippendorff (2011), 'Computing Krippendorff's alpha-reliability': 4 observers, 12 units, missing values."""
-    from craftmd.scoring.rubric_agreement import krippendorff_alpha
+    from craftmd.agreement import krippendorff_alpha
 
     n = np.nan
     data = [[1, 2, 3, 3, 2, 1, 4, 1, 2, n, n, n], [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, n, 3],
@@ -111,7 +111,7 @@ def test_krippendorff_alpha_matches_the_published_worked_example():
 
 
 def test_weighted_kappa_is_the_textbook_formula():
-    from craftmd.scoring.rubric_agreement import weighted_kappa
+    from craftmd.agreement import weighted_kappa
 
     a = [1, 2, 3, 4, 4, 3, 2, 1, 2, 3]
     b = [1, 2, 4, 4, 3, 3, 1, 1, 2, 2]
@@ -296,7 +296,7 @@ def test_committee_median_and_agreement_match_a_hand_computation(tmp_path, serve
     assert checked > 0
     rec = read_release(rel).scorer_records()[J.COMMITTEE]
     assert rec["members"] == ["judge:openai/judge-a", "judge:openai/judge-b"]
-    from craftmd.scoring.rubric_agreement import weighted_kappa
+    from craftmd.agreement import weighted_kappa
 
     pairs = [(rs["judge:openai/judge-a"]["value"], rs["judge:openai/judge-b"]["value"]) for rs in by.values()
              if rs["judge:openai/judge-a"]["status"] == "ok" and rs["judge:openai/judge-b"]["status"] == "ok"]  # fmt: skip
@@ -433,7 +433,7 @@ def test_profiles_match_a_hand_computation(tmp_path):
 def test_validity_aucs_are_the_judges_scores_against_the_dermatologists_labels(dataset_dir, source):
     """The rated conversations judged by a loopback judge (score from the transcript's length; some refused): each AUC is
     the Mann-Whitney AUC of the valid scores for the resolved labels, refusals are counted, the history AUCs stand beside."""
-    from craftmd.analysis.agreement.history_validity import auc
+    from craftmd.agreement import auc
     from craftmd.analysis.agreement.judge_validity import judge_validity, judge_validity_audit, rated_units
 
     def length_judge(request):
@@ -477,7 +477,7 @@ def test_review_sheet_round_trip_and_agreement(tmp_path, server):
 
     from openpyxl import load_workbook
 
-    from craftmd.scoring.rubric_agreement import krippendorff_alpha, weighted_kappa
+    from craftmd.agreement import krippendorff_alpha, weighted_kappa
 
     rel = make_release(tmp_path)
     run_judge(rel, server, "dimension", models=("judge-a", "judge-b"))

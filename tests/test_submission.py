@@ -222,3 +222,20 @@ def test_top3_and_mcq_many_are_graded(tmp_path, dataset_dir):
     assert not top3.filter(~pl.col("case_id").is_in(answered))["correct"].any()
     many = g.filter((pl.col("format") == "mcq_many") & pl.col("case_id").is_in(answered))
     assert set(many["grader"]) == {"paper", "strict"} and many["correct"].all()
+
+
+def test_one_schema_validator_names_the_field(capsys, tmp_path, dataset_dir):
+    """The submission schema is checked by one validator (jsonschema-rs, the fast one) whose errors are worded per field,
+    a value nested deep (past its recursion limit) included."""
+    import ast
+
+    import craftmd.scoring.submission as sub
+
+    imported = {a.name for n in ast.walk(ast.parse(open(sub.__file__).read())) if isinstance(n, ast.Import) for a in n.names}
+    assert "jsonschema_rs" in imported and "jsonschema" not in imported
+    deep = "{" + '"case_id": "case_1", "a": ' + '{"a":' * 900 + "1" + "}" * 900 + "}"
+    content = "\n".join([line(trial=63), line(trial=-1, response=7), deep]) + "\n"
+    refused(capsys, tmp_path, write(tmp_path, content), dataset_dir, "sub.jsonl:1: trial: 63 is greater than the maximum of 62",
+            "sub.jsonl:2: field 'response' has the wrong type: 7 is not of type ['string', 'null']",
+            "sub.jsonl:2: trial: -1 is less than the minimum of 0", "sub.jsonl:3: 'trial' is missing (required field)",
+            "sub.jsonl:3: unexpected field(s): 'a'")

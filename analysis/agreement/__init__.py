@@ -3,8 +3,8 @@
 They read scores and human labels (upstream's dermatologists' sheets, filled-in review workbooks) and
 write tables and audits; scoring (:mod:`craftmd.scoring`) never imports them. One direction inside:
 
-- :mod:`.review`: the review workbooks out and in, read into one typed ``ReviewInput``; the statistics
-  (Cohen's kappa, resolution of two raters and a tie-breaker, grader-vs-expert agreement);
+- :mod:`.review`: the review workbooks out and in, read into one typed ``ReviewInput``; resolution of two raters and
+  a tie-breaker, inter-rater and grader-vs-expert agreement (the statistics themselves: :mod:`craftmd.agreement`);
 - :mod:`.expert`: upstream's expert files (the dermatologists' sheets, the grader validation), the paper's
   expert figures recomputed, ``review import``;
 - :mod:`.graders`: the offline FRQ grader against the recorded GPT-4 grader-AI and the dermatologists;

@@ -1,24 +1,6 @@
-"""The rubric judge calibrated against people: a monotone map from the judge's 1–4 score to the experts' rating.
-
-MedPI recalibrates its judges against expert ratings (§3.8). From filled-in review workbooks (``craftmd judge-review
-export``, then rated), each rated conversation × dimension gives a pair: the judge's score (the workbook's hidden key)
-and the experts' resolved rating (the lower median of their ratings, as ``judge-review import``). Per dimension (or per
-category, ``by="category"``), an **isotonic regression** of the rating on the judge's score is fitted: the non-decreasing
-map that is closest in squared error, by the pool-adjacent-violators algorithm of ``scipy.optimize.isotonic_regression``
-(the same fit as scikit-learn's ``IsotonicRegression`` with ``out_of_bounds="clip"``: a judge level not seen in the
-fit takes the linear interpolation of its seen neighbours, and the nearest seen value beyond them).
-
-How much it helps is measured out of sample: conversations are split into ``folds`` (seeded), each fold's pairs are
-predicted by maps fitted on the others, and the held-out predictions are compared with the experts **before** (the
-judge's own score) and **after** (the calibrated one): the quadratic-weighted kappa (the calibrated score rounded to a
-level) and the mean bias in points on the 0–100 scale (``100 (judge − expert) / 3`` averaged), each with a 95 % CI (a
-bootstrap over conversations). Every group needs at least ``min_ratings`` pairs (30 by default): fewer is a one-line
-error and nothing is written.
-
-The fitted maps (on all pairs) are written as JSON naming the ratings' sha256 (over the pairs, in order); applying them
-to a release adds scorer ``judge-calibrated`` (metric ``rubric_score_calibrated``, continuous 1–4, the judge's score in
-``detail``) whose record names the calibration and the ratings' hash; the board shows it in the judge's place
-(``craftmd analyse --rubric-scorer``).
+"""The rubric judge calibrated against people (MedPI §3.8): a monotone map from the judge's 1–4 score to the experts'
+rating per dimension (:func:`calibrate`, measured out of sample), applied to releases as scorer ``judge-calibrated``
+(:func:`apply_calibration`).
 """
 
 from __future__ import annotations
@@ -83,7 +65,7 @@ def group_of(dimension: str, by: str) -> str:
 
 
 def _figures(pred, human) -> dict:
-    from craftmd.scoring.rubric_agreement import weighted_kappa
+    from craftmd.agreement import weighted_kappa
 
     pred, human = np.asarray(pred, float), np.asarray(human, float)
     k = weighted_kappa(np.clip(np.rint(pred), 1, 4).astype(int).tolist(), human.astype(int).tolist())
@@ -127,7 +109,22 @@ def held_out(pairs: list[dict], by: str, folds: int, seed: int, B: int) -> dict:
 
 def calibrate(paths, out, *, by: str = "dimension", min_ratings: int = MIN_RATINGS, folds: int = 5, seed: int = 15,
               B: int = 1000, overwrite: bool = False) -> dict:
-    """Fit the judge's calibration from review workbooks and write it (JSON) to ``out``; returns what was written."""
+    """Fit the judge's calibration from review workbooks and write it (JSON) to ``out``; returns what was written.
+
+    MedPI recalibrates its judges against expert ratings (§3.8). From filled-in review workbooks (``craftmd judge-review
+    export``, then rated), each rated conversation × dimension gives a pair: the judge's score (the workbook's hidden key)
+    and the experts' resolved rating (the lower median of their ratings, as ``judge-review import``). Per dimension (or per
+    category, ``by="category"``), an **isotonic regression** of the rating on the judge's score is fitted: the non-decreasing
+    map that is closest in squared error, by the pool-adjacent-violators algorithm of ``scipy.optimize.isotonic_regression``
+    (the same fit as scikit-learn's ``IsotonicRegression`` with ``out_of_bounds="clip"``: a judge level not seen in the
+    fit takes the linear interpolation of its seen neighbours, and the nearest seen value beyond them).
+
+    How much it helps is measured out of sample: conversations are split into ``folds`` (seeded), each fold's pairs are
+    predicted by maps fitted on the others, and the held-out predictions are compared with the experts **before** (the
+    judge's own score) and **after** (the calibrated one): the quadratic-weighted kappa (the calibrated score rounded to a
+    level) and the mean bias in points on the 0–100 scale (``100 (judge − expert) / 3`` averaged), each with a 95 % CI (a
+    bootstrap over conversations). Every group needs at least ``min_ratings`` pairs (30 by default): fewer is a one-line
+    error and nothing is written."""
     from craftmd.atomic import atomic_write_json
 
     if by not in BY:
@@ -187,7 +184,12 @@ def current(release, record: dict) -> bool:
 
 def apply_calibration(release_dirs, path) -> list[dict]:
     """Add the calibrated judge (scorer ``judge-calibrated``) to each release, from its judge's scores; one line and
-    nothing written when a release's standing judge is not the calibrated one or a judged dimension has no map."""
+    nothing written when a release's standing judge is not the calibrated one or a judged dimension has no map.
+
+    The fitted maps (on all pairs) are written as JSON naming the ratings' sha256 (over the pairs, in order); applying them
+    to a release adds scorer ``judge-calibrated`` (metric ``rubric_score_calibrated``, continuous 1–4, the judge's score in
+    ``detail``) whose record names the calibration and the ratings' hash; the board shows it in the judge's place
+    (``craftmd analyse --rubric-scorer``)."""
     import pyarrow as pa
 
     from craftmd.release import read_release, write_scores

@@ -1,30 +1,6 @@
-"""The paper's expert figures, recomputed from upstream's annotation files.
-
-``results/expert_annotations/`` of the pinned source holds:
-
-* ``validation_clinicalllm_patientai_d1.xlsx`` and ``_d2.xlsx`` — two dermatologists'
-  yes/no answers, one sheet per model (GPT-4, GPT-3.5, LLaMA2, Mistral-v2), Q1 "is it
-  possible to reach one most likely diagnosis based on the conversation?", Q2 "does the
-  conversation cover all the key information in the vignette (excluding physical exam and
-  lab results)?", Q3 "is the patient-LLM using medical terminology?"; each rated 30
-  conversations per model, 15 of them in common;
-* ``validation_clinicallm_patientai_tiebreak_d3.xlsx`` — a third dermatologist's answers
-  where the two disagreed;
-* ``validation_graderai.csv`` — per Dermatology case (columns ``case_0..case_316`` = the
-  Dermatology cases of ``data/usmle_and_derm_dataset.csv`` in file order), the GPT-4
-  grader's extracted vignette-FRQ answers per trial, the correct answer, and
-  ``dermatologist_accuracy``: how many of the 5 trials a dermatologist judged correct.
-
-All four go through :func:`craftmd.analysis.agreement.review.read_review_files` and
-:func:`~craftmd.analysis.agreement.review.summarise`, the code path of ``craftmd review import``, with
-Q1→``doctor_one_dx``, Q2→``doctor_history``, Q3→``patient_terminology``. The grader's
-per-trial verdicts are the recorded ``evaluation_vignette_frq`` labels of
-``results/gpt4_1106``.
-
-The published grader–dermatologist agreement, 93.35 %, is reproduced exactly by
-``1 − Σ|grader's correct trials − dermatologist's count| / (5 × cases)`` over the 310 cases
-with a count (1,447 of 1,550 trials): the per-trial agreement when trials are matched
-as favourably as the counts allow (see ``review.grader_count_agreement``).
+"""The paper's expert figures, recomputed from upstream's annotation files (``results/expert_annotations/``) through
+the code path of ``craftmd review import``: the dermatologists' ratings of the conversations, and their per-case counts
+of the grader's correct trials (the published 93.35 % grader–dermatologist agreement, reproduced exactly).
 """
 
 from __future__ import annotations
@@ -36,10 +12,10 @@ from pathlib import Path
 from craftmd import CraftMDError
 from craftmd.atomic import atomic_write_json
 
-from .review import (
-    ReviewInput, _detect, counts_agreement, read_review_files, release_case_labels, release_labels_by_grader, resolved_table,
-    review_audit, summarise, write_results,
-)  # fmt: skip
+from .review.read import _detect, read_review_files
+from .review.records import ReviewInput
+from .review.statistics import counts_agreement, resolved_table, summarise
+from .review.write import release_case_labels, release_labels_by_grader, review_audit, write_results
 
 ANNOTATIONS = "results/expert_annotations/"
 #: Rater order: the two dermatologists, then the tie-breaker.
@@ -106,6 +82,19 @@ def dermatologists_sheets(source, files: dict[str, bytes] | None = None) -> Revi
     """The dermatologists' sheets of the conversations they rated (:data:`AGENT_FILES`), read and validated
     by :func:`~craftmd.analysis.agreement.review.read_review_files`: their answers and, per rated
     conversation, what they read (``ReviewInput.conversations``). ``files``: those files already read (path -> bytes)."""
+    # ``results/expert_annotations/`` of the pinned source holds ``validation_clinicalllm_patientai_d1.xlsx`` and
+    # ``_d2.xlsx`` (two dermatologists' yes/no answers, one sheet per model (GPT-4, GPT-3.5, LLaMA2, Mistral-v2): Q1 "is
+    # it possible to reach one most likely diagnosis based on the conversation?", Q2 "does the conversation cover all
+    # the key information in the vignette (excluding physical exam and lab results)?", Q3 "is the patient-LLM using
+    # medical terminology?"; each rated 30 conversations per model, 15 of them in common),
+    # ``validation_clinicallm_patientai_tiebreak_d3.xlsx`` (a third dermatologist where the two disagreed) and
+    # ``validation_graderai.csv`` (per Dermatology case, columns ``case_0..case_316`` in the order of
+    # ``data/usmle_and_derm_dataset.csv``: the GPT-4 grader's extracted vignette-FRQ answers per trial, the correct
+    # answer, and ``dermatologist_accuracy``: how many of the 5 trials a dermatologist judged correct). All go through
+    # review.read_review_files and review.summarise with Q1→doctor_one_dx, Q2→doctor_history, Q3→patient_terminology;
+    # the grader's per-trial verdicts are the recorded ``evaluation_vignette_frq`` labels of ``results/gpt4_1106``.
+    # The published 93.35 % is ``1 − Σ|grader's correct trials − dermatologist's count| / (5 × cases)`` over the 310
+    # cases with a count (1,447 of 1,550 trials): review.statistics.grader_count_agreement.
     files = files if files is not None else source.read_files([*AGENT_FILES, DATASET_CSV])
     known = set(_dataset_frame(files[DATASET_CSV])["case_id"].to_list())
     return read_review_files([(p.rsplit("/", 1)[1], files[p]) for p in AGENT_FILES], known_case_ids=known)

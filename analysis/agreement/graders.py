@@ -18,13 +18,13 @@ import numpy as np
 import polars as pl
 
 from craftmd import CraftMDError
+from craftmd.agreement import kappa
 from craftmd.atomic import atomic_write_json
 from craftmd.release import find_releases
 from craftmd.scoring.measured import held_out
 from craftmd.scoring.offline import SynonymTable, rules_sha256
 
 from .expert import GRADER_VALIDATION_RELEASE, graders_vs_dermatologists
-from .review import kappa
 
 REFERENCE = "upstream-gpt4"
 GRADER = "offline"

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
+from craftmd.agreement import auc, auc_ci, kappa
 from craftmd.dataset import config_file, load_config
 from craftmd.scoring.history import Reference, score_conversation, split_turns, words
 
 from .expert import dermatologists_sheets
-from .review import kappa, resolve
+from .review import resolve
 
 #: A patient word counts as medical vocabulary when it is one of these or ends with one of :data:`MEDICAL_SUFFIXES`
 #: (a fixed list written from the usual Greek and Latin roots of clinical terms, not from the ratings).
@@ -47,42 +48,9 @@ def medical_share(text: str) -> float | None:
     return sum(w in MEDICAL_WORDS or (len(w) > 5 and w.endswith(MEDICAL_SUFFIXES)) for w in ws) / len(ws)
 
 
-def auc(yes: list[float], no: list[float]) -> float | None:
-    """ROC AUC of a score for yes-vs-no labels: Mann–Whitney U / (n1 n0) (ties count one half); None if a class is empty."""
-    from scipy.stats import mannwhitneyu
-
-    if not yes or not no:
-        return None
-    return float(mannwhitneyu(yes, no).statistic) / (len(yes) * len(no))
-
-
-def auc_ci(values: list[float], labels: list[bool], groups: list[str], *, B: int = 2000, seed: int = 14) -> tuple:
-    """AUC and its 95 % case-bootstrap CI (resampling cases: a case's conversations go together); seeded.
-
-    A resample is a vector of how often each conversation was drawn; its AUC is the Mann–Whitney U of
-    the drawn sample, ``sum_ij w_i w_j [v_i > v_j] (+ 1/2 on ties)`` over yes-no pairs, divided by the
-    numbers of yes and no drawn — the same figure :func:`auc` gives for the drawn sample, for every
-    resample at once."""
-    v, y = np.asarray(values, float), np.asarray(labels, bool)
-    point = auc(v[y].tolist(), v[~y].tolist())
-    cases = sorted(set(groups))
-    of_case = np.searchsorted(cases, np.asarray(groups))
-    rng = np.random.default_rng(seed)
-    drawn = np.stack([np.bincount(rng.integers(0, len(cases), len(cases)), minlength=len(cases)) for _ in range(B)])
-    w = drawn[:, of_case].astype(float)  # B x n: how often each conversation is in each resample
-    wins = (v[:, None] > v[None, :]) + 0.5 * (v[:, None] == v[None, :])  # n x n
-    pos, neg = w * y, w * ~y
-    n1, n0 = pos.sum(1), neg.sum(1)
-    ok = (n1 > 0) & (n0 > 0)
-    u = np.einsum("bi,ij,bj->b", pos[ok], wins, neg[ok])
-    got = u / (n1[ok] * n0[ok])
-    lo, hi = (float(np.percentile(got, 2.5)), float(np.percentile(got, 97.5))) if got.size else (None, None)
-    return point, lo, hi
-
-
 def rater_agreement(inp, question: str = "doctor_history") -> dict:
     """The first two dermatologists on ``question`` over the conversations both rated: n, % agreement, Cohen's kappa
-    (:func:`craftmd.analysis.agreement.graders.kappa`), and the second's yes/no read as a score of the first's (its AUC)."""
+    (:func:`craftmd.agreement.kappa`), and the second's yes/no read as a score of the first's (its AUC)."""
     r1, r2 = inp.primary
     by: dict = {}
     for r in inp.ratings:
@@ -182,4 +150,4 @@ def history_validity_audit(releases_dir: Path | str | None, dataset_dir: Path | 
     }
 
 
-__all__ = ["history_validity", "history_validity_audit", "auc", "auc_ci", "rater_agreement", "medical_share", "MEDICAL_WORDS", "MEDICAL_SUFFIXES"]
+__all__ = ["history_validity", "history_validity_audit", "rater_agreement", "medical_share", "MEDICAL_WORDS", "MEDICAL_SUFFIXES"]

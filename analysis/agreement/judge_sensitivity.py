@@ -1,23 +1,11 @@
 """How far a judged release's rubric profile moves when the judge does (what MedPI left unstudied, §6.1).
 
-For every judged release under a releases folder, a sample of its judged conversations (``n`` per release, seeded;
-failed conversations left out) is judged again under four changes of the release's standing judge, one at a time, every
-other setting as its record says:
-
-* ``seed``: the judges' sampling seed + 1 (the dimension order kept);
-* ``order``: the dimension order's seed + 1 (the sampling seed kept);
-* ``model``: another judge model (``other``);
-* ``prompts``: the paraphrased prompt set (``judge-v1-paraphrase``: the same fields and reply in other words).
-
-Per release (model) and variant, the **drift** of each profile — the overall score (per conversation the mean of its
-meta-category scores) and each meta-category, on 0–100 as the board computes them — is the variant's minus the
-release's own scores on the same conversations, averaged per case and then over cases, with a 95 % CI (a bootstrap
-over cases, seeded). With two or more releases, the **rank agreement** of the models under each variant with their
-order under the release's judge is Kendall's τ-b of the overall means (``scipy.stats.kendalltau``; None with one).
-Failed scores are left out of both sides and counted.
-
-Written to ``RELEASES/judge-sensitivity/`` (``sensitivity.csv`` and ``sensitivity.json`` with each variant's judge
-record), replaced whole; ``craftmd analyse`` puts it on the page when present. Nothing is written to the releases.
+A sample of each judged release's conversations (``n`` per release, seeded) is judged again under one change at a
+time: ``seed`` (the judges' sampling seed + 1), ``order`` (the dimension order's seed + 1), ``model`` (another judge,
+``other``), ``prompts`` (the paraphrased set ``judge-v1-paraphrase``). Per model and variant, the drift of the overall
+score and of each meta-category (0–100, variant minus own, per case then over cases, 95 % bootstrap CI over cases)
+and, with two or more models, the rank agreement (Kendall's τ-b of the overall means); failed scores are counted and
+left out. Written to ``RELEASES/judge-sensitivity/`` (``sensitivity.csv``, ``sensitivity.json``), never to the releases.
 """
 
 from __future__ import annotations
@@ -31,6 +19,7 @@ import numpy as np
 import polars as pl
 
 from craftmd import CraftMDError
+from craftmd.agreement import kendall_tau
 
 VARIANTS = ("seed", "order", "model", "prompts")
 FOLDER = "judge-sensitivity"
@@ -107,8 +96,6 @@ def drift_rows(base: pl.DataFrame, var: pl.DataFrame, variant: str, judge: str, 
 def sensitivity(releases_dir, other: str, *, n: int = 10, seed: int = 0, B: int = 1000, base_url=None, cache=None, dataset_dir=None,
                 variants: list[str] | None = None) -> dict:
     """Re-judge a sample of every judged release under ``releases_dir`` under each variant; write and return the drift."""
-    from scipy.stats import kendalltau
-
     from craftmd.atomic import atomic_dir
     from craftmd.models import parse_name
     from craftmd.release import find_releases
@@ -169,8 +156,8 @@ def sensitivity(releases_dir, other: str, *, n: int = 10, seed: int = 0, B: int 
         if any(x is None for x in a + b):  # a model without a valid overall score on one side: no ranking to compare
             tau[name] = None
             continue
-        res = kendalltau(a, b)
-        tau[name] = None if np.isnan(res.statistic) else round(float(res.statistic), 4)
+        t = kendall_tau(a, b)
+        tau[name] = None if t is None else round(t, 4)
     table = pl.DataFrame(rows, schema={c: (pl.Int64 if c.startswith("n_") else pl.Float64 if c in ("baseline", "variant_mean", "drift",
                                                                                                    "ci_low", "ci_high") else pl.String)
                                        for c in COLUMNS}).sort("model", "variant", "level", "group")  # fmt: skip

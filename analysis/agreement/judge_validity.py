@@ -7,7 +7,7 @@ given judge(s) on :data:`DIMENSIONS`. Labels are their resolved answers to Q1 (o
 can be reached from the conversation, ``doctor_one_dx``) and Q2 (the conversation covers the vignette's
 key history, ``doctor_history``). For each judged dimension, and for two composites (the mean of the
 information-gathering dimensions, the mean of the diagnosis dimensions), the ROC AUC for each label with
-its 95 % case-bootstrap CI (:func:`~craftmd.analysis.agreement.history_validity.auc_ci`); a conversation whose score failed is
+its 95 % case-bootstrap CI (:func:`craftmd.agreement.auc_ci`); a conversation whose score failed is
 left out of that measure and counted. The history metrics' own AUCs for Q2 (from ``history_validity``) are
 shown beside them, over the same labels.
 """
@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import statistics
 
+from craftmd.agreement import auc_ci
 from craftmd.scoring.judge import COMMITTEE, Judge, JudgeSpec, Unit, transcript
 from craftmd.scoring.rubric import load_catalog
 
 from .expert import dermatologists_sheets
-from .history_validity import auc_ci, history_validity
+from .history_validity import history_validity
 from .review import resolve
 
 #: Rubric categories and dimensions read as information gathering / as diagnosis.

@@ -1,25 +1,6 @@
-"""The expert-review loop for the rubric: 1–4 ratings of sampled conversations × dimensions out, back in, agreement.
-
-``export_rubric_review`` samples ``n`` judged conversations per release (seeded, failed conversations left
-out; a release no judge scored is sampled from all its conversations, for people to rate in the judge's place) into an .xlsx workbook (deterministic bytes, as :mod:`craftmd.analysis.agreement.review` writes them): sheet
-``review`` has one row per conversation × dimension with the dimension's question and anchors and one
-column per rater (``r1``, ``r2``; a 1–4 drop-down), sheet ``conversations`` the transcripts, sheet
-``dimensions`` the catalog rows, and a hidden ``key`` sheet the judge's score (raters answer blind).
-
-``import_rubric_review`` reads filled-in workbooks; every problem (a rating that is not 1–4, an unknown
-review id or dimension, a row without its key) is collected with its file, row and column, and nothing is
-computed if there is one. Per dimension, and pooled over dimensions, it reports with 95 % CIs (a bootstrap
-over conversations, seeded):
-
-* the experts' agreement with each other: the first two raters' quadratic-weighted kappa and Spearman's rho,
-  Krippendorff's ordinal alpha over all raters;
-* the experts' agreement with the judge: the experts' resolved rating (the lower median of their ratings)
-  against the judge's score, by the same three figures.
-
-The ratings themselves go beside the JSON as a scores table (``<stem>.scores.parquet``, as the yes/no review's
-:func:`craftmd.analysis.agreement.review.write_with_scores` writes it): metric ``expert_rubric_rating`` (1–4), scorer
-``rater:<name>`` per rater and ``experts`` for the resolved rating (its label says how: single, agreed,
-median_low), variant keys ``release``, ``conversation``, ``with_image`` and ``dimension`` as the judge's rows.
+"""The expert-review loop for the rubric: 1–4 ratings of sampled conversations × dimensions out
+(:func:`export_rubric_review`), back in (:func:`import_rubric_review`), and the experts' agreement with each other and
+with the judge; the ratings go into releases as a scorer (:func:`ratings_into_releases`).
 """
 
 from __future__ import annotations
@@ -33,13 +14,16 @@ from pathlib import Path
 import numpy as np
 
 from craftmd import CraftMDError
+from craftmd.agreement import krippendorff_alpha, spearman, weighted_kappa
 from craftmd.atomic import atomic_write_bytes
 from craftmd.scoring.judge import METRIC as JUDGE_METRIC
 from craftmd.scoring.judge import pick_scorer, read_units
 from craftmd.scoring.rubric import applicable, load_catalog
-from craftmd.scoring.rubric_agreement import krippendorff_alpha, spearman, weighted_kappa
 
-from .review import EXPERTS, _stratum_rng, keyed_workbook_bytes, write_with_scores
+from .review.records import EXPERTS
+from .review.sample import _stratum_rng
+from .review.sheets import keyed_workbook_bytes
+from .review.write import write_with_scores
 
 FORMAT = "craftmd-rubric-review"
 VERSION = 1
@@ -128,7 +112,13 @@ def build_workbook(review: list[dict], convs: list[dict], keys: list[dict], meta
 
 def export_rubric_review(release_dirs, out, *, n: int, seed: int, dimensions: list[str] | None = None, dataset_dir=None,
                          overwrite: bool = False) -> Path:
-    """Write the review workbook of ``n`` judged conversations per release to ``out`` (an .xlsx)."""
+    """Write the review workbook of ``n`` judged conversations per release to ``out`` (an .xlsx).
+
+    ``export_rubric_review`` samples ``n`` judged conversations per release (seeded, failed conversations left
+    out; a release no judge scored is sampled from all its conversations, for people to rate in the judge's place) into an .xlsx workbook (deterministic bytes, as :mod:`craftmd.analysis.agreement.review` writes them): sheet
+    ``review`` has one row per conversation × dimension with the dimension's question and anchors and one
+    column per rater (``r1``, ``r2``; a 1–4 drop-down), sheet ``conversations`` the transcripts, sheet
+    ``dimensions`` the catalog rows, and a hidden ``key`` sheet the judge's score (raters answer blind)."""
     from craftmd.release import read_release
 
     out = Path(out)
@@ -265,7 +255,22 @@ def agreement(ratings: dict, judge: dict, *, B: int = 1000, seed: int = 15) -> l
 
 
 def import_rubric_review(paths: list[Path | str], out: Path | str, *, B: int = 1000, seed: int = 15) -> Path:
-    """Read filled-in review workbooks and write the agreement figures (JSON) to ``out``."""
+    """Read filled-in review workbooks and write the agreement figures (JSON) to ``out``.
+
+    ``import_rubric_review`` reads filled-in workbooks; every problem (a rating that is not 1–4, an unknown
+    review id or dimension, a row without its key) is collected with its file, row and column, and nothing is
+    computed if there is one. Per dimension, and pooled over dimensions, it reports with 95 % CIs (a bootstrap
+    over conversations, seeded):
+
+    * the experts' agreement with each other: the first two raters' quadratic-weighted kappa and Spearman's rho,
+      Krippendorff's ordinal alpha over all raters;
+    * the experts' agreement with the judge: the experts' resolved rating (the lower median of their ratings)
+      against the judge's score, by the same three figures.
+
+    The ratings themselves go beside the JSON as a scores table (``<stem>.scores.parquet``, as the yes/no review's
+    :func:`craftmd.analysis.agreement.review.write_with_scores` writes it): metric ``expert_rubric_rating`` (1–4), scorer
+    ``rater:<name>`` per rater and ``experts`` for the resolved rating (its label says how: single, agreed,
+    median_low), variant keys ``release``, ``conversation``, ``with_image`` and ``dimension`` as the judge's rows."""
     files = review_files(paths)
     units: dict = {}
     ratings, judge = read_ratings(files, units)
