@@ -42,7 +42,7 @@ from craftmd.models.vllm import engine_args_by_model
 from craftmd.release import RELEASE_HOLDS, RELEASE_OWNS, RunRecord, write_release
 from craftmd.tasks import Task, get_task
 
-from .patient import Retrieval
+from craftmd.tasks.encounters.patient import Retrieval
 from .protocol import PromptSet
 from .shards import in_shard, mark
 

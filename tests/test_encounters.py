@@ -17,7 +17,7 @@ from craftmd import CraftMDError
 from craftmd.dataset_builder.packets import load_packets
 from craftmd.release import read_release
 from craftmd.tasks.encounters import EMOTIONS
-from craftmd.generation.patient import (Memory, MemoryStore, Retrieval, get_embedder, memories_from_packet, parse_emotion_step,
+from craftmd.tasks.encounters.patient import (Memory, MemoryStore, Retrieval, get_embedder, memories_from_packet, parse_emotion_step,
                                         parse_memory_tags, tanimoto)
 
 from encounter_script import FEELING, Script, medpi, run  # noqa: F401  (medpi: the fixture)

@@ -41,7 +41,7 @@ from inspect_ai.scorer import Score, Target, mean, scorer, stderr
 from inspect_ai.solver import Generate, TaskState, solver
 
 from craftmd import CraftMDError
-from craftmd.generation.engine import load_cases, load_diagnoses, parse_experiments
+from craftmd.tasks.diagnosis.protocol import load_cases, load_diagnoses, parse_experiments
 from craftmd.generation.runner import Runner, runner_for
 from craftmd.generation.protocol import PromptSet, Protocol
 from craftmd.models.base import Completion
@@ -126,7 +126,7 @@ class Job:
         self.sampling = dict(SAMPLING, **{k: v for k, v in sampling.items() if v is not None})
         self.runner_class = self._runner_class()
         self.settings, self.formats = parse_experiments(id_list(experiments), self.runner_class.task)
-        self.prompts = PromptSet(prompt_set or self.runner_class.default_prompt_set)
+        self.prompts = PromptSet(prompt_set or self.runner_class.default_prompt_set, self.runner_class.prompts_root)
         self.protocol = Protocol(self.prompts, int(max_turns))
         self.cases, self.dataset_sha = load_cases(self.dataset, config, id_list(cases))
         self.many = load_diagnoses(self.dataset) if "mcq_many" in self.formats else []
@@ -377,7 +377,7 @@ class EncounterJob:
                  embedder: str):
         from craftmd.atomic import sha256_file
         from craftmd.dataset_builder.packets import load_packets
-        from craftmd.generation.encounters import AGENTS
+        from craftmd.tasks.encounters.protocol import AGENTS
         from craftmd.generation.runner import GenerateSpec
         from craftmd.samples import MEDPI
 
@@ -399,15 +399,15 @@ class EncounterJob:
     def runner(self):
         """The runner, made at the first sample (inside the eval: inspect's models and event loop)."""
         if self._runner is None:
-            from craftmd.generation.encounters import Encounters
-            from craftmd.generation.patient import get_embedder
+            from craftmd.tasks.encounters.protocol import Encounters
+            from craftmd.tasks.encounters.patient import get_embedder
             from craftmd.generation.protocol import PromptSet
 
             doctor = get_model()
             patient = role_model("patient", doctor)
             models = {"doctor": doctor, "patient": patient, "closer": role_model("closer", patient), "tagger": patient}
             r = Encounters.__new__(Encounters)
-            r.spec, r.prompts = self.spec, PromptSet(self.spec.prompt_set)
+            r.spec, r.prompts = self.spec, PromptSet(self.spec.prompt_set, Encounters.prompts_root)
             r.objectives = {k: v for k, v in json.loads(r.prompts.text("objectives.json")).items() if not k.startswith("_")}
             r.packets, r.dataset_sha, r.embedder = list(self.packets.values()), self.dataset_sha, get_embedder(self.spec.embedder)
             r.agents, r.agent_names = self.agents, {a: a for a in self.agents}

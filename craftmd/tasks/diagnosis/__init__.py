@@ -17,7 +17,7 @@ Formats: ``mcq4`` (the case's four choices), ``mcq_many`` (every diagnosis of th
 
 from __future__ import annotations
 
-from .base import Task, parse_matrix, register
+from craftmd.tasks.base import Task, parse_matrix, register
 
 #: setting × format -> conversation read (standard / no_exam / -), needs history and exam apart,
 #: open to NEJM image cases, MCQ options offered (the case's four choices / the dataset's diagnoses / -).
@@ -62,6 +62,6 @@ TASK = register(
         conversations=("standard", "no_exam"),
         scorers=("paper", "strict", "offline", "history"),
         metrics=("correct",),
-        protocol="craftmd.generation.engine:CraftMD",
+        protocol="craftmd.tasks.diagnosis.protocol:CraftMD",
     )
 )

@@ -36,9 +36,9 @@ from craftmd.keyinfo import CONFIG, load_keyinfo
 from craftmd.samples import Sample
 from craftmd.tasks.consultation import CONVERSATIONS, DOCTOR_PROMPTS, TASK, cut
 
-from .engine import CraftMD, conversation_row
-from .protocol import Conversation
-from .runner import Estimate, tokens
+from craftmd.tasks.diagnosis.protocol import CraftMD, conversation_row
+from craftmd.generation.protocol import Conversation
+from craftmd.generation.runner import Estimate, tokens
 
 AGENTS = ("doctor", "patient", "solver")
 ORACLES = {"oracle_direct": "direct", "oracle_random": "random", "oracle_reverse": "reverse"}
@@ -66,6 +66,7 @@ class Consultation(CraftMD):
     task = TASK
     agents = AGENTS
     default_prompt_set = "consult-v1"
+    prompts_root = Path(__file__).parent / "prompts"
 
     def __init__(self, spec):
         if not spec.solver:

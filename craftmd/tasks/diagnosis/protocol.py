@@ -29,8 +29,8 @@ from craftmd.samples import Sample, load_samples
 from craftmd.tasks import Task
 from craftmd.tasks.diagnosis import TASK
 
-from .protocol import DEFAULT_PROMPT_SET, Conversation, Protocol
-from .runner import Estimate, Runner, case_ids_sha256, tally, tokens
+from craftmd.generation.protocol import DEFAULT_PROMPT_SET, Conversation, Protocol
+from craftmd.generation.runner import Estimate, Runner, case_ids_sha256, tally, tokens
 
 #: The settings read from the standard conversation, and from the history-only one (the task's matrix says).
 CONVERSATION_SETTINGS = tuple(dict.fromkeys(e.setting for e in TASK.experiments if e.conversation == "standard"))
@@ -81,6 +81,7 @@ class CraftMD(Runner):
     agents = AGENTS
     default_prompt_set = DEFAULT_PROMPT_SET
     unit = "answers"
+    prompts_root = Path(__file__).parent / "prompts"
 
     def __init__(self, spec):
         self.settings, self.formats = parse_experiments(spec.experiments, self.task)

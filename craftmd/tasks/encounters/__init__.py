@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from .base import Experiment, Table, Task, register
+from craftmd.tasks.base import Experiment, Table, Task, register
 
 #: The 27 emotion categories of Cowen & Keltner (PNAS 2017), as MedPI lists them.
 EMOTIONS = (
@@ -105,6 +105,6 @@ TASK = register(
             Table("memory_tags", MEMORY_TAGS, ("case_id", "memory"), (("status", STEP_STATUS),), ("error",)),
             Table("closures", CLOSURES, ("case_id", "trial"), (("label", CLOSURE_LABELS), ("status", STEP_STATUS)), ("error",)),
         ),
-        protocol="craftmd.generation.encounters:Encounters",
+        protocol="craftmd.tasks.encounters.protocol:Encounters",
     )
 )

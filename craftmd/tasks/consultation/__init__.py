@@ -21,7 +21,7 @@ case's four choices) and ``frq`` (free response), graded by CRAFT-MD's graders.
 
 from __future__ import annotations
 
-from .base import Task, parse_matrix, register
+from craftmd.tasks.base import Task, parse_matrix, register
 
 #: The conversation kinds, the consulting doctor's first.
 CONVERSATIONS = ("consult", "oracle_direct", "oracle_random", "oracle_reverse")
@@ -50,7 +50,7 @@ TASK = register(
         conversations=CONVERSATIONS,
         scorers=("paper", "strict", "offline", "keyinfo"),
         metrics=("correct",),
-        protocol="craftmd.generation.consult:Consultation",
+        protocol="craftmd.tasks.consultation.protocol:Consultation",
     )
 )
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -46,8 +47,8 @@ from craftmd.tasks.encounters import TASK
 from .patient import (EFFORTS, EMOTION_SCHEMA, Memory, MemoryStore, Retrieval, State, cognitive_effort, disclosable,
                       disclosable_sections, disclosed_in, get_embedder, memories_from_packet, memory_tags_schema, parse_emotion_step,
                       parse_memory_tags, persona, recall_summary, tag_memories)
-from .runner import Estimate, Runner, case_ids_sha256, tally, tokens
-from .shards import in_shard
+from craftmd.generation.runner import Estimate, Runner, case_ids_sha256, tally, tokens
+from craftmd.generation.shards import in_shard
 
 AGENTS = ("doctor", "patient", "closer", "tagger")  # the tagger: the patient model tagging its packet memories
 END_MARK = "[END]"
@@ -67,6 +68,7 @@ class Encounters(Runner):
     task = TASK
     agents = AGENTS
     default_prompt_set = "medpi-v1"
+    prompts_root = Path(__file__).parent / "prompts"
     unit = "encounters"
     processes = False  # the memory tags are shared by a patient's trials: one process
 
