@@ -21,7 +21,7 @@ def _extract(args) -> int:
     """
     from craftmd.commands.cli import dominant_reason
 
-    from .cli import check_base_url
+    from craftmd.commands.cli import check_base_url
     from .keyinfo import extract_keyinfo
 
     if args.base_url:

@@ -170,7 +170,7 @@ def test_bad_input_is_one_line_and_writes_nothing(medpi, tmp_path):
         run(type("S", (), {"base_url": "http://127.0.0.1:9/v1"})(), tmp_path, tmp_path / "x", tmp_path / "c")
     with pytest.raises(CraftMDError, match="unknown embedder"):
         run(type("S", (), {"base_url": "http://127.0.0.1:9/v1"})(), medpi, tmp_path / "x", tmp_path / "c", embedder="nope")
-    with pytest.raises(CraftMDError, match="--memory-tag-tokens must be at least 1"):
+    with pytest.raises(CraftMDError, match="option tag_max_tokens=0: Input should be greater than or equal to 1"):
         run(type("S", (), {"base_url": "http://127.0.0.1:9/v1"})(), medpi, tmp_path / "x", tmp_path / "c", tag_max_tokens=0)
     with pytest.raises(CraftMDError, match="--concurrency must be at least 1"):
         run(type("S", (), {"base_url": "http://127.0.0.1:9/v1"})(), medpi, tmp_path / "x", tmp_path / "c", concurrency=0)

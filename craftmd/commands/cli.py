@@ -17,7 +17,7 @@ from craftmd.tasks import load_task_files
 
 ROOMS = (
     "craftmd.dataset_builder.cli",
-    "craftmd.generation.cli",
+    "craftmd.commands.generate",
     "craftmd.generation.encounters_cli",
     "craftmd.generation.merge_cli",
     "craftmd.scoring.cli",

@@ -41,8 +41,8 @@ from inspect_ai.scorer import Score, Target, mean, scorer, stderr
 from inspect_ai.solver import Generate, TaskState, solver
 
 from craftmd import CraftMDError
-from craftmd.tasks.diagnosis.protocol import load_cases, load_diagnoses, parse_experiments
-from craftmd.generation.runner import Runner, runner_for
+from craftmd.generation.questions import load_diagnoses, parse_experiments
+from craftmd.generation.runner import Runner, load_cases, runner_for
 from craftmd.generation.protocol import PromptSet, Protocol
 from craftmd.models.base import Completion
 from craftmd.models.calls import Counts
@@ -125,26 +125,32 @@ class Job:
         self.config = config
         self.sampling = dict(SAMPLING, **{k: v for k, v in sampling.items() if v is not None})
         self.runner_class = self._runner_class()
-        self.settings, self.formats = parse_experiments(id_list(experiments), self.runner_class.task)
+        self.settings, self.formats = parse_experiments(id_list(experiments), self.task_def)
         self.prompts = PromptSet(prompt_set or self.runner_class.default_prompt_set, self.runner_class.prompts_root)
         self.protocol = Protocol(self.prompts, int(max_turns))
         self.cases, self.dataset_sha = load_cases(self.dataset, config, id_list(cases))
         self.many = load_diagnoses(self.dataset) if "mcq_many" in self.formats else []
         self.by_id = {c.case_id: c for c in self.cases}
 
-    def _runner_class(self) -> type[Runner]:
+    @cached_property
+    def task_def(self):
         from craftmd.tasks import get_task
 
-        return runner_for(get_task(self.task))  # the task's own protocol
+        return get_task(self.task)
+
+    def _runner_class(self) -> type[Runner]:
+        return runner_for(self.task_def)  # the task's own protocol
 
     def runner(self, calls: dict) -> Runner:
         """The task's runner without its own model wiring: its agents are ``calls`` (agent -> call)."""
         cls = self.runner_class
         r = cls.__new__(cls)
         r.spec = SimpleNamespace(**self.sampling, trials=1, dataset=self.dataset)
+        r.task, r.options = self.task_def, self.task_def.parse_options({"max_turns": self.protocol.max_turns})
         r.settings, r.formats, r.prompts, r.protocol, r.many = self.settings, self.formats, self.prompts, self.protocol, self.many
-        r.agent_names = {a: a for a in cls.agents}
-        r.tallies = {a: Counts() for a in cls.agents}
+        agents = [role.name for role in self.task_def.roles]
+        r.agent_names = {a: a for a in agents}
+        r.tallies = {a: Counts() for a in agents}
         r.done = 0
         r._tick = lambda: None
         r.call = lambda agent: calls[agent]
@@ -176,7 +182,7 @@ class Job:
 
     def keys(self) -> list[str]:
         """Every ``setting/format`` this run can pose (a score's dict keys)."""
-        return [f"{s}/{f}" for s in self.settings for f in self.formats if self.runner_class.task.experiment(s, f) is not None]
+        return [f"{s}/{f}" for s in self.settings for f in self.formats if self.task_def.experiment(s, f) is not None]
 
     @cached_property
     def context(self):
@@ -202,7 +208,7 @@ def release_rows(state: TaskState) -> dict:
 
 def protocol(job: Job):
     """The task's protocol for one (case, trial, image flag) as an inspect solver: conversations, summary, every question."""
-    agents = job.runner_class.agents
+    agents = [role.name for role in job.task_def.roles]
 
     @solver(name="protocol")
     def _protocol():
@@ -377,23 +383,25 @@ class EncounterJob:
                  embedder: str):
         from craftmd.atomic import sha256_file
         from craftmd.dataset_builder.packets import load_packets
-        from craftmd.tasks.encounters.protocol import AGENTS
         from craftmd.generation.runner import GenerateSpec
         from craftmd.samples import MEDPI
+        from craftmd.tasks import get_task
 
         self.dataset = Path(dataset) if dataset else Path(os.environ.get("CRAFTMD_PACKETS", "out/medpi"))
         if not (self.dataset / "packets").is_dir():
             raise CraftMDError(f"no MedPI packets at {self.dataset} (make packets, or -T dataset=DIR)")
         if int(max_messages) < 2:
             raise CraftMDError("max_messages must be at least 2")
+        self.task = get_task("encounters")
+        self.options = self.task.parse_options({"max_messages": int(max_messages), "memory_tags": bool(memory_tags),
+                                                "tag_max_tokens": int(tag_max_tokens), "embedder": embedder})
         self.spec = GenerateSpec(task="encounters", dataset=self.dataset, out=Path("-"), doctor="doctor", patient="patient", cases=id_list(cases),
-                                  max_messages=int(max_messages), memory_tags=bool(memory_tags), tag_max_tokens=int(tag_max_tokens),
-                                  embedder=embedder, prompt_set=prompt_set, **sampling)
+                                 options=self.options, prompt_set=prompt_set, **sampling)
         self.packets = {p["case_id"]: p for p in load_packets(self.dataset, self.spec.cases)}
         if not self.packets:
             raise CraftMDError(f"{self.dataset}: no packets selected")
         self.dataset_sha = sha256_file(MEDPI.file(self.dataset, "packets"))
-        self.agents = AGENTS if self.spec.memory_tags else AGENTS[:-1]
+        self.agents = tuple(r.name for r in self.task.roles if r.name != "tagger" or self.options.memory_tags)
         self._runner = None
 
     def runner(self):
@@ -408,8 +416,9 @@ class EncounterJob:
             models = {"doctor": doctor, "patient": patient, "closer": role_model("closer", patient), "tagger": patient}
             r = Encounters.__new__(Encounters)
             r.spec, r.prompts = self.spec, PromptSet(self.spec.prompt_set, Encounters.prompts_root)
+            r.task, r.options, r.calls = self.task, self.options, None
             r.objectives = {k: v for k, v in json.loads(r.prompts.text("objectives.json")).items() if not k.startswith("_")}
-            r.packets, r.dataset_sha, r.embedder = list(self.packets.values()), self.dataset_sha, get_embedder(self.spec.embedder)
+            r.packets, r.dataset_sha, r.embedder = list(self.packets.values()), self.dataset_sha, get_embedder(self.options.embedder)
             r.agents, r.agent_names = self.agents, {a: a for a in self.agents}
             r.tallies = {a: Counts() for a in self.agents}
             r._tagging, r.servers, r._tick, r.done = {}, {}, (lambda: None), 0
@@ -420,9 +429,9 @@ class EncounterJob:
 
     def describe(self) -> dict:
         return {"task": "encounters", "config": "packets", "dataset_sha256": self.dataset_sha,
-                "prompt_set": {"name": self.spec.prompt_set}, "max_messages": self.spec.max_messages,
+                "prompt_set": {"name": self.spec.prompt_set}, "max_messages": self.options.max_messages,
                 "sampling": {k: getattr(self.spec, k) for k in SAMPLING}, "cases": list(self.packets),
-                "memory_tags": self.spec.memory_tags, "embedder": self.spec.embedder}
+                "memory_tags": self.options.memory_tags, "embedder": self.options.embedder}
 
 
 @task
@@ -443,14 +452,14 @@ def encounters(dataset: str | None = None, cases: str | None = None, max_message
             r = job.runner()
             packet = job.packets[state.metadata["case_id"]]
             tags = []
-            if job.spec.memory_tags:
+            if job.options.memory_tags:
                 if packet["case_id"] not in r._tagging:
                     r._tagging[packet["case_id"]] = asyncio.ensure_future(r.tag(packet))
                 tags = (await r._tagging[packet["case_id"]])[1]
             out = await r.run_job((packet, state.epoch - 1))
             conversation, states, closure = out["conversations"][0], out["patient_states"], out["closures"][0]
             state.store.set(STORE_KEY, {"conversations": [conversation], "patient_states": states, "closures": [closure],
-                                        **({"memory_tags": tags} if job.spec.memory_tags else {})})
+                                        **({"memory_tags": tags} if job.options.memory_tags else {})})
             if conversation["messages"]:
                 state.messages = await messages_from_openai(conversation["messages"])
             state.output = ModelOutput.from_content(str(get_model()), f"{conversation['ended']}; closure: {closure['label'] or closure['status']}")

@@ -17,7 +17,11 @@ Formats: ``mcq4`` (the case's four choices), ``mcq_many`` (every diagnosis of th
 
 from __future__ import annotations
 
-from craftmd.tasks.base import Task, parse_matrix, register
+from pydantic import BaseModel, ConfigDict, Field
+
+from craftmd.tasks.base import Role, Task, parse_matrix, register
+
+from .protocol import CraftMD
 
 #: setting × format -> conversation read (standard / no_exam / -), needs history and exam apart,
 #: open to NEJM image cases, MCQ options offered (the case's four choices / the dataset's diagnoses / -).
@@ -53,6 +57,20 @@ multiturn_plus_exam  frq       standard      yes   no     -
 multiturn_plus_exam  top3      standard      yes   no     -
 """)
 
+ROLES = (
+    Role("doctor", "the model under test: interviews the patient, then answers the questions"),
+    Role("patient", "the patient-AI: holds the case's vignette (or its history only) and answers the doctor"),
+    Role("summarizer", "summarizes the patient's turns for the summarized setting", default="patient"),
+)
+
+
+class Options(BaseModel):
+    """The options of CRAFT-MD's protocol (``-T key=value``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_turns: int = Field(60, ge=1, description="most doctor turns in a conversation (upstream's longest had 59)")
+
+
 TASK = register(
     Task(
         name="craftmd",
@@ -62,6 +80,8 @@ TASK = register(
         conversations=("standard", "no_exam"),
         scorers=("paper", "strict", "offline", "history"),
         metrics=("correct",),
-        protocol="craftmd.tasks.diagnosis.protocol:CraftMD",
+        protocol=CraftMD,
+        roles=ROLES,
+        options=Options,
     )
 )

