@@ -381,7 +381,13 @@ class Runner:
         return [f"{len(v)} {k}" for k, v in rows.items()]
 
     def record_extra(self, record: RunRecord, jobs) -> RunRecord:
-        """What the task adds to the run record (default: the samples it posed, and the dataset file's hash)."""
+        """What the task adds to the run record (default: the samples it posed, the dataset file's hash, its options)."""
+        record = self.record_source(record)
+        record.notes = {**record.notes, "options": self.options.model_dump(mode="json")}
+        return record
+
+    def record_source(self, record: RunRecord) -> RunRecord:
+        """The samples the run posed (:attr:`cases`) and the hash of the dataset file they come from, in the run record."""
         if "cases" in self.__dict__:
             record.source = {"dataset_config": self.spec.config, "dataset_sha256": self.dataset_sha,
                              "case_ids_sha256": case_ids_sha256(c.case_id for c in self.cases), "cases": len(self.cases)}

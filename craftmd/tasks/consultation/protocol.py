@@ -179,7 +179,7 @@ class Consultation(Runner):
             self.note_call("solver", f"{s}:{f}", 200 + tokens(case.vignette), max_tokens)
 
     def record_extra(self, m, jobs):
-        m = super().record_extra(m, jobs)
+        m = self.record_source(m)
         m.source = {**m.source, "keyinfo_sha256": self.keyinfo_sha}
         m.counts = {**m.counts, "no_keyinfo": list(self.no_keyinfo)}
         m.notes = {

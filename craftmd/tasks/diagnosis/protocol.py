@@ -158,7 +158,7 @@ class CraftMD(Runner):
 
     # --- the run record -----------------------------------------------------------------------
     def record_extra(self, record: RunRecord, jobs) -> RunRecord:
-        record = super().record_extra(record, jobs)
+        record = self.record_source(record)
         record.notes = {
             "settings": list(self.settings),
             "formats": list(self.formats),
