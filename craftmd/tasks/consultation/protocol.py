@@ -1,23 +1,11 @@
 """``craftmd generate --task consultation``: the consultation protocol on the one runner (prompt set ``consult-v1``).
 
-Per (case, trial):
-
-* ``consult``: :meth:`Protocol.converse` with the patient opening with the case's initial request
-  (the ``keyinfo`` config), the doctor under test asking, the lazy patient answering (it holds the
-  vignette); it ends as CRAFT-MD's does (a "Final Diagnosis", a turn without a question, or
-  ``-T max_turns``).
-* ``oracle_direct`` / ``oracle_random`` / ``oracle_reverse``: the same, with a scripted doctor (no
-  model, no request) that asks ``oracle_question.txt`` over the case's keys in their extracted
-  order, shuffled with ``random.Random(f"{seed + trial}:{case_id}")``, or reversed, then closes
-  with ``oracle_closing.txt``; ``-T max_turns`` caps it too.
-* the solver (role ``solver``, a fixed model) answers each setting's question:
-  ``upper`` from the whole vignette, ``lower`` from the initial request alone, ``<kind>_<p>`` from
-  the initial request and the first ⌈p·K/100⌉ of the conversation's K rounds (a round: a doctor
-  question and the patient's answer; the doctor's closing turn is never shown).
-
-A case without key-value information (no ``ok`` row in ``keyinfo``) is posed in ``upper`` only; the
-manifest lists such cases (``counts.no_keyinfo``). A failed conversation blocks its settings' answers,
-which carry its reason.
+Per (case, trial): the ``consult`` conversation (the patient opens with the case's initial request from the
+``keyinfo`` config; the doctor under test asks; the lazy patient answers), the scripted oracle doctors
+(``oracle_direct``/``_random``/``_reverse``: one question per key, in the extracted, a seeded shuffled or the reversed
+order), and the solver's answer to each setting's question from what the conversation gathered (``upper``: the whole
+vignette; ``lower``: the request alone; ``<kind>_<p>``: the first ⌈p·K/100⌉ of its K rounds). A case without
+key-value information is posed in ``upper`` only; a failed conversation blocks its answers, which carry its reason.
 """
 
 from __future__ import annotations

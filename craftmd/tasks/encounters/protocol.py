@@ -1,33 +1,17 @@
 """Patient-led encounters (MedPI) on the one runner: ``craftmd generate --task encounters``.
 
-First, unless ``memory_tags`` is off, each packet's AI patient is instantiated: one call of the
-patient model (agent ``tagger``) tags its packet memories with 27 emotion scores and an
-importance (:func:`~craftmd.generation.patient.parse_memory_tags`); what does not validate, or
-a failed call, leaves those memories neutral and is recorded in the ``memory_tags`` table
-(status and reason per memory) and counted in the run record. The tags are shared by the
-patient's trials.
-
-One job per (packet, trial). The doctor gets the minimal clinical prompt with the patient's
-name and reason and opens. After each doctor message (unless it closed with ``[END]`` or the
-cap is reached) the AI patient takes a turn:
-
-1. recall: the top memories for the doctor's message (:mod:`craftmd.generation.patient`);
-2. the emotion-state step (patient model, JSON): 27 emotions, valence, arousal, a summary, a
-   reflection that becomes a new memory; invalid output keeps the previous state and is
-   recorded (``status`` invalid, ``error`` why), a failed call likewise (``error``);
-3. the reply, conditioned on the persona, the recalled memories and the state; ``[END]``
-   closes; what it disclosed is tracked.
-
-The encounter stops when a side closes, at ``max_messages`` messages (both sides), or when a
-doctor or patient reply fails. Then the closure classifier labels the ending. Every request
-goes through the engine's :class:`~craftmd.models.calls.Caller` and request cache, so a
-killed run resumes and a re-run over a full cache sends nothing and writes the same bytes.
+First (unless ``-T memory_tags=false``) the tagger tags each patient's packet memories once, shared by its trials.
+One job per (packet, trial): the doctor opens; after each doctor message the AI patient recalls memories
+(:mod:`.patient`), takes the emotion step (27 emotions, valence, arousal, a reflection that becomes a memory) and
+replies; either side closes with ``[END]``, ``max_messages`` caps it, and the closure classifier labels the ending.
+A step that does not validate keeps the previous state and is recorded with its reason.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +43,23 @@ def _strip_end(text: str) -> tuple[str, bool]:
 def _transcript(messages: list[dict], last: int | None = None) -> str:
     rows = messages[-last:] if last else messages
     return "\n".join(f"{'Doctor' if m['role'] == 'assistant' else 'Patient'}: {m['content']}" for m in rows) or "(nothing yet)"
+
+
+@dataclass
+class Visit:
+    """One encounter as it goes: the patient's memories and state, what was said and disclosed, the rows so far."""
+
+    packet: dict
+    key: dict  # case_id, trial
+    sampling: Sampling
+    store: MemoryStore
+    items: list[str]  # what the patient could disclose
+    sections: dict[str, list[str]]  # the same by packet section
+    state: State = field(default_factory=State)
+    messages: list[dict] = field(default_factory=list)  # the record: doctor = assistant, patient = user
+    states: list[dict] = field(default_factory=list)  # patient_states rows
+    disclosed: list[str] = field(default_factory=list)
+    by_section: list[str] = field(default_factory=list)  # "section: item", cumulative
 
 
 class Encounters(Runner):
@@ -125,93 +126,94 @@ class Encounters(Runner):
 
     async def run_job(self, job) -> dict[str, list[dict]]:
         packet, trial = job
-        P, spec = self.prompts, self.spec
-        sampling = self.sampling(trial)
-        doctor, patient, closer = (self.call(a) for a in ("doctor", "patient", "closer"))
+        v = await self.visit(packet, trial)
+        doctor_system = self.prompts.text("doctor_system.txt", patient_name=packet["name"], reason=packet["encounter_reason"])
+        ended, error = None, None
+        while ended is None:
+            c = await self.call("doctor")([{"role": "system", "content": doctor_system}, *v.messages], v.sampling)
+            if c.status != "ok":
+                ended, error = c.status, c.error or c.status
+                break
+            said, closed = _strip_end(c.text or "")
+            v.messages.append({"role": "assistant", "content": said})
+            if closed:
+                ended = "doctor_closed"
+            elif len(v.messages) >= self.options.max_messages:
+                ended = "max_messages"
+            else:
+                ended, error = await self.patient_turn(v, said)
+        conversation = {**v.key, "conversation": "encounter", "with_image": False, "messages": v.messages, "summary": None,
+                        "n_turns": sum(m["role"] == "assistant" for m in v.messages), "ended": ended,
+                        "error": error if ended in ("refusal", "error") else None}
+        closure = await self.classify(self.call("closer"), packet, v.messages, v.sampling, v.key)
+        return {"conversations": [conversation], "patient_states": v.states, "closures": [closure]}
+
+    async def visit(self, packet: dict, trial: int) -> Visit:
+        """A new encounter with ``packet``'s patient: its memories (tagged, when they are) and nothing said yet."""
         today = REFERENCE_DATE.date()
         memories = memories_from_packet(packet, today)
         if self.options.memory_tags:
             tags, _ = await self._tagging[packet["case_id"]]
             tag_memories(memories, tags)
-        store = MemoryStore(memories, self.embedder, self.options.retrieval, today)
-        state = State()
-        items = disclosable(packet)
-        sections = disclosable_sections(packet)
-        disclosed: list[str] = []
-        by_section: list[str] = []  # "section: item", cumulative
-        reason = packet["encounter_reason"]
-        doctor_system = P.text("doctor_system.txt", patient_name=packet["name"], reason=reason)
-        who = persona(packet)
-        messages: list[dict] = []  # the record: doctor = assistant, patient = user
-        states: list[dict] = []
-        ended, error = None, None
-        key = {"case_id": packet["case_id"], "trial": trial}
-        while ended is None:
-            c = await doctor([{"role": "system", "content": doctor_system}, *messages], sampling)
-            if c.status != "ok":
-                ended, error = c.status, c.error or c.status
-                break
-            said, closed = _strip_end(c.text or "")
-            messages.append({"role": "assistant", "content": said})
-            if closed:
-                ended = "doctor_closed"
-                break
-            if len(messages) >= self.options.max_messages:
-                ended = "max_messages"
-                break
-            # the patient's turn: recall, feel, reply
-            recalled = store.retrieve(said, state.emotions)
-            memory_lines = "\n".join(f"- {m.text}" for m, _ in recalled) or "- (nothing in particular)"
-            effort, summary = cognitive_effort(said), recall_summary(recalled, sections)
-            step_messages = [
-                {"role": "system", "content": P.text("emotion_system.txt", emotions=", ".join(EMOTIONS))},
-                {"role": "user", "content": P.text("emotion_user.txt", persona_line=f"{packet['name']}, {packet['age']}, {packet['sex']}",
-                                                   reason=reason, feeling=state.feeling(), conversation=_transcript(messages[:-1], 12),
-                                                   doctor_message=said, memories=memory_lines, effort=effort,
-                                                   effort_meaning=EFFORTS[effort], recall_summary=summary)},
-            ]
-            e = await patient(step_messages, structured(sampling, EMOTION_SCHEMA, name="emotion_step"))
-            row = {**key, "turn": len(states) + 1, "retrieved": [m.id for m, _ in recalled],
-                   "retrieval_scores": [s for _, s in recalled], "effort": effort, "recall_summary": summary}
-            if e.status != "ok":
-                row.update(status="error", error=e.error or e.status, summary=None, reflection=None, poignancy=None)
+        return Visit(packet, {"case_id": packet["case_id"], "trial": trial}, self.sampling(trial),
+                     MemoryStore(memories, self.embedder, self.options.retrieval, today), disclosable(packet), disclosable_sections(packet))
+
+    async def patient_turn(self, v: Visit, said: str) -> tuple[str | None, str | None]:
+        """The patient's turn after the doctor said ``said``: recall, feel (the emotion step), reply. Returns how the
+        encounter ended (and why it failed), or (None, None) when it goes on."""
+        recalled = v.store.retrieve(said, v.state.emotions)
+        memory_lines = "\n".join(f"- {m.text}" for m, _ in recalled) or "- (nothing in particular)"
+        row = await self.emotion_step(v, said, recalled, memory_lines)
+        packet = v.packet
+        flipped = [{"role": "user" if m["role"] == "assistant" else "assistant", "content": m["content"]} for m in v.messages]
+        patient_system = self.prompts.text("patient_system.txt", patient_name=packet["name"], age=packet["age"], sex=packet["sex"],
+                                           reason=packet["encounter_reason"], objective=self.objectives[packet["objective"]],
+                                           persona=persona(packet), memories=memory_lines, feeling=v.state.feeling())
+        r = await self.call("patient")([{"role": "system", "content": patient_system}, *flipped], v.sampling)
+        if r.status != "ok":
+            row["disclosed"], row["disclosed_sections"] = list(v.disclosed), list(v.by_section)
+            v.states.append(row)
+            return r.status, r.error or r.status
+        reply, closed = _strip_end(r.text or "")
+        v.messages.append({"role": "user", "content": reply})
+        v.disclosed += [it for it in disclosed_in(v.items, reply) if it not in v.disclosed]
+        v.by_section += [f"{s}: {it}" for s, its in v.sections.items() for it in disclosed_in(its, reply) if f"{s}: {it}" not in v.by_section]
+        row["disclosed"], row["disclosed_sections"] = list(v.disclosed), list(v.by_section)
+        v.states.append(row)
+        if closed:
+            return "patient_closed", None
+        return ("max_messages", None) if len(v.messages) >= self.options.max_messages else (None, None)
+
+    async def emotion_step(self, v: Visit, said: str, recalled, memory_lines: str) -> dict:
+        """The emotion step of the patient's turn: its ``patient_states`` row; a valid step moves the patient's state and
+        adds its reflection to the memories."""
+        P, packet, today = self.prompts, v.packet, REFERENCE_DATE.date()
+        effort, summary = cognitive_effort(said), recall_summary(recalled, v.sections)
+        step_messages = [
+            {"role": "system", "content": P.text("emotion_system.txt", emotions=", ".join(EMOTIONS))},
+            {"role": "user", "content": P.text("emotion_user.txt", persona_line=f"{packet['name']}, {packet['age']}, {packet['sex']}",
+                                               reason=packet["encounter_reason"], feeling=v.state.feeling(),
+                                               conversation=_transcript(v.messages[:-1], 12), doctor_message=said, memories=memory_lines,
+                                               effort=effort, effort_meaning=EFFORTS[effort], recall_summary=summary)},
+        ]
+        e = await self.call("patient")(step_messages, structured(v.sampling, EMOTION_SCHEMA, name="emotion_step"))
+        row = {**v.key, "turn": len(v.states) + 1, "retrieved": [m.id for m, _ in recalled],
+               "retrieval_scores": [s for _, s in recalled], "effort": effort, "recall_summary": summary}
+        if e.status != "ok":
+            row.update(status="error", error=e.error or e.status, summary=None, reflection=None, poignancy=None)
+        else:
+            try:
+                step = parse_emotion_step(e.text)
+            except ValueError as exc:
+                row.update(status="invalid", error=f"emotion step: {exc}", summary=None, reflection=None, poignancy=None)
             else:
-                try:
-                    step = parse_emotion_step(e.text)
-                except ValueError as exc:
-                    row.update(status="invalid", error=f"emotion step: {exc}", summary=None, reflection=None, poignancy=None)
-                else:
-                    state = State(np.array([step.emotions[n] for n in EMOTIONS], dtype=float), step.valence, step.arousal, step.summary)
-                    row.update(status="ok", error=None, summary=step.summary, reflection=step.reflection, poignancy=step.poignancy)
-                    if step.reflection.strip():
-                        store.add(Memory(f"r{len(states) + 1:02d}", step.reflection.strip(), today, step.poignancy / 10, state.emotions.copy(),
-                                         recalled=today))
-            row.update(emotions={n: int(v) for n, v in zip(EMOTIONS, state.emotions)}, valence=state.valence, arousal=state.arousal)
-            flipped = [{"role": "user" if m["role"] == "assistant" else "assistant", "content": m["content"]} for m in messages]
-            patient_system = P.text("patient_system.txt", patient_name=packet["name"], age=packet["age"], sex=packet["sex"], reason=reason,
-                                    objective=self.objectives[packet["objective"]], persona=who, memories=memory_lines,
-                                    feeling=state.feeling())
-            r = await patient([{"role": "system", "content": patient_system}, *flipped], sampling)
-            if r.status != "ok":
-                row["disclosed"], row["disclosed_sections"] = list(disclosed), list(by_section)
-                states.append(row)
-                ended, error = r.status, r.error or r.status
-                break
-            reply, closed = _strip_end(r.text or "")
-            messages.append({"role": "user", "content": reply})
-            disclosed += [it for it in disclosed_in(items, reply) if it not in disclosed]
-            by_section += [f"{s}: {it}" for s, its in sections.items() for it in disclosed_in(its, reply) if f"{s}: {it}" not in by_section]
-            row["disclosed"], row["disclosed_sections"] = list(disclosed), list(by_section)
-            states.append(row)
-            if closed:
-                ended = "patient_closed"
-            elif len(messages) >= self.options.max_messages:
-                ended = "max_messages"
-        conversation = {**key, "conversation": "encounter", "with_image": False, "messages": messages, "summary": None,
-                        "n_turns": sum(m["role"] == "assistant" for m in messages), "ended": ended,
-                        "error": error if ended in ("refusal", "error") else None}
-        closure = await self.classify(closer, packet, messages, sampling, key)
-        return {"conversations": [conversation], "patient_states": states, "closures": [closure]}
+                v.state = State(np.array([step.emotions[n] for n in EMOTIONS], dtype=float), step.valence, step.arousal, step.summary)
+                row.update(status="ok", error=None, summary=step.summary, reflection=step.reflection, poignancy=step.poignancy)
+                if step.reflection.strip():
+                    v.store.add(Memory(f"r{len(v.states) + 1:02d}", step.reflection.strip(), today, step.poignancy / 10,
+                                       v.state.emotions.copy(), recalled=today))
+        row.update(emotions={n: int(x) for n, x in zip(EMOTIONS, v.state.emotions)}, valence=v.state.valence, arousal=v.state.arousal)
+        return row
 
     async def classify(self, closer, packet, messages, sampling, key) -> dict:
         P = self.prompts
