@@ -5,7 +5,7 @@ case, its key-value medical information and the patient's initial request, then 
 asks one key question a turn and the patient answers it, ending in the doctor's analysis and the correct answer.
 Rows are in the chat ``messages`` form that fine-tuning libraries read directly (TRL's conversational format:
 a list of ``{"role", "content"}``): the system message is the consultation task's doctor prompt
-(``generation/prompts/consult-v1/doctor_system.txt``), the patient speaks as ``user``, the doctor as ``assistant``.
+(``craftmd/tasks/consultation/prompts/consult-v1/doctor_system.txt``), the patient speaks as ``user``, the doctor as ``assistant``.
 
 Candidates (:func:`mediq_candidates`, :func:`medqa_candidates`):
 
