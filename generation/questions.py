@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from craftmd import CraftMDError
 from craftmd.dataset import load_config
 from craftmd.samples import Sample
@@ -21,6 +23,13 @@ from .runner import Estimate, tally, tokens
 #: For estimates: a typical conversation's doctor turns (upstream GPT-4's median is about this) and reply tokens.
 EXPECTED_TURNS = 10
 EXPECTED_REPLY = 60
+
+
+class ConversationOptions(BaseModel):
+    """The options of the protocols built on CRAFT-MD's conversation (``-T key=value``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_turns: int = Field(60, ge=1, description="most doctor turns in a conversation (upstream's longest had 59)")
 
 
 def parse_experiments(names: list[str] | None, task: Task) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -106,5 +115,5 @@ def no_jobs_message(settings, formats) -> str:
     return f"none of the experiments {', '.join(settings)} × {', '.join(formats)} applies to the selected cases"
 
 
-__all__ = ["produced", "no_jobs_message", "parse_experiments", "load_diagnoses", "plan_cells", "failure", "conversation_row", "conversation_estimate",
+__all__ = ["ConversationOptions", "produced", "no_jobs_message", "parse_experiments", "load_diagnoses", "plan_cells", "failure", "conversation_row", "conversation_estimate",
            "EXPECTED_TURNS", "EXPECTED_REPLY"]

@@ -21,8 +21,7 @@ case's four choices) and ``frq`` (free response), graded by CRAFT-MD's graders.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from craftmd.generation.questions import ConversationOptions
 from craftmd.tasks.base import Role, Task, parse_matrix, register
 
 from .protocol import CONVERSATIONS, DOCTOR_PROMPTS, SHARES, Consultation, cut
@@ -44,13 +43,6 @@ ROLES = (
 )
 
 
-class Options(BaseModel):
-    """The options of the consultation protocol (``-T key=value``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    max_turns: int = Field(60, ge=1, description="most doctor turns in a conversation (the oracles' too)")
-
-
 TASK = register(
     Task(
         name="consultation",
@@ -62,8 +54,8 @@ TASK = register(
         metrics=("correct",),
         protocol=Consultation,
         roles=ROLES,
-        options=Options,
+        options=ConversationOptions,
     )
 )
 
-__all__ = ["TASK", "Options", "ROLES", "EXPERIMENTS", "CONVERSATIONS", "SHARES", "DOCTOR_PROMPTS", "cut"]
+__all__ = ["TASK", "ROLES", "EXPERIMENTS", "CONVERSATIONS", "SHARES", "DOCTOR_PROMPTS", "cut"]

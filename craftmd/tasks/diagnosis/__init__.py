@@ -17,8 +17,7 @@ Formats: ``mcq4`` (the case's four choices), ``mcq_many`` (every diagnosis of th
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from craftmd.generation.questions import ConversationOptions
 from craftmd.tasks.base import Role, Task, parse_matrix, register
 
 from .protocol import CraftMD
@@ -64,13 +63,6 @@ ROLES = (
 )
 
 
-class Options(BaseModel):
-    """The options of CRAFT-MD's protocol (``-T key=value``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    max_turns: int = Field(60, ge=1, description="most doctor turns in a conversation (upstream's longest had 59)")
-
-
 TASK = register(
     Task(
         name="craftmd",
@@ -82,6 +74,6 @@ TASK = register(
         metrics=("correct",),
         protocol=CraftMD,
         roles=ROLES,
-        options=Options,
+        options=ConversationOptions,
     )
 )
