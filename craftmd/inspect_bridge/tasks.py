@@ -332,7 +332,7 @@ def build(task_name: str, *, dataset, config, cases, experiments, max_turns, pro
 
     job.context.cases  # noqa: B018 - the graders' keys, read now: a dataset that cannot be graded is one line before any call
     # the package's answer scorers of the task (its defaults, or -T scorers=...), and the history metrics of every conversation
-    names = list(dict.fromkeys(id_list(scorers) or [*job.runner_class.task.scorers, "history"]))
+    names = list(dict.fromkeys(id_list(scorers) or [*job.task_def.scorers, "history"]))
     score = [answer_scorer(job, n) for n in names if n != "history" and get_scorer(n).unit == "answer"]
     grader = role_model("grader")
     if grader is not None:
