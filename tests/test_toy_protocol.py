@@ -132,3 +132,14 @@ def test_a_bad_option_or_role_is_one_line_and_writes_nothing(tiny_dataset, tmp_p
     err = capsys.readouterr().err.strip()
     assert rc == 2 and says in err and err.count("\n") == 0, err
     assert not rel.exists()
+
+
+def test_the_runner_counts_a_minimal_protocols_progress(tiny_dataset, tmp_path):
+    """The toy's protocol calls no progress hook: the runner ticks after each job, so its bar counts every job."""
+    from craftmd.generation.runner import GenerateSpec, runner
+
+    with LoopbackServer(answer, models=("m",)) as server:
+        run = runner(GenerateSpec(task=str(TASK_FILE), dataset=tiny_dataset, out=tmp_path / "r", doctor="openai/m", patient="openai/m",
+                                  options={"words": "1"}, base_url=server.base_url, cache=tmp_path / "c.sqlite", progress=False))
+        report = run.run()
+    assert run.done == 3 and report.answers == 3 and run.options.words == 1
