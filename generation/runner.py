@@ -180,7 +180,8 @@ def check_run(spec, release: bool = True) -> None:
         if not spec.prices():
             raise CraftMDError("--budget needs --price (USD per million tokens) to know what the run costs")
     if release:
-        check_writable(spec.out, overwrite=spec.overwrite, owns=RELEASE_OWNS, holds=RELEASE_HOLDS)  # exists without --overwrite, or cannot be written: said before the first call
+        # exists without --overwrite, or cannot be written: said before the first call
+        check_writable(spec.out, overwrite=spec.overwrite, owns=RELEASE_OWNS, holds=RELEASE_HOLDS)
 
 
 @dataclass
@@ -285,7 +286,8 @@ class Runner:
         if calls is None:
             self.agent_names = self.roles()
             required = {r.name for r in self.task.roles if r.required}
-            self.agents = tuple(a for a in self.agents if a in self.agent_names or a in required)  # an optional role not given: not called
+            # an optional role not given is not called
+            self.agents = tuple(a for a in self.agents if a in self.agent_names or a in required)
             check_names(self.agent_names.values(), self.call_settings())  # a missing variable: one line, now
         else:
             missing = [a for a in self.agents if a not in calls]

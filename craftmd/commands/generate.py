@@ -121,18 +121,21 @@ def _task_arguments(p: argparse.ArgumentParser) -> None:
     """``--task``, its roles (``--doctor``, ``--patient``, ``--role``) and its options (``-T``)."""
     p.add_argument("--task", default="craftmd", metavar="TASK",
                    help="the task whose protocol runs: craftmd (default: CRAFT-MD's interview and questions), consultation (the "
-                        "consultation-evaluation framework: needs the dataset's keyinfo config and a solver), encounters (MedPI's "
+                        "consultation-evaluation framework: needs the dataset's keyinfo config and a solver), "
+                        "encounters (MedPI's "
                         "patient-led encounters: --dataset is a built medpi folder, craftmd encounters build), or a task file of "
                         "your own (path/to/my_task.py: its TASK, protocol and prompts; $CRAFTMD_TASKS lists such files for every "
                         "command). --task NAME --help lists its roles and options")
     p.add_argument("--doctor", metavar="MODEL", help="the model under test (the role doctor), e.g. openai-api/local/my-model")
-    p.add_argument("--patient", metavar="MODEL", help="the patient-AI (the role patient), e.g. openai/gpt-4o, for the tasks that have one")
+    p.add_argument("--patient", metavar="MODEL",
+                   help="the patient-AI (the role patient), e.g. openai/gpt-4o, for the tasks that have one")
     p.add_argument("--role", dest="roles", action="append", metavar="NAME=MODEL",
                    help="bind one of the task's roles to a model (e.g. --role solver=openai/gpt-4o); repeatable")
     p.add_argument("-T", "--option", dest="options", action="append", metavar="KEY=VALUE",
                    help="one of the task's options (e.g. -T max_turns=20); repeatable")
     p.add_argument("--prompt-set", default=None,
-                   help="a prompt set of the task (a folder of its prompts/; default: the task's own: craftmd-v1, consult-v1, medpi-v1)")
+                   help="a prompt set of the task (a folder of its prompts/; default: the task's own: craftmd-v1, "
+                        "consult-v1, medpi-v1)")
 
 
 def _run_arguments(p: argparse.ArgumentParser) -> None:

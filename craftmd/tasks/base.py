@@ -115,7 +115,8 @@ class Task:
         if isinstance(given, self.options):
             return given
         if given is not None and not isinstance(given, dict):
-            raise CraftMDError(f"task {self.name!r}: options must be a {self.options.__name__} or a dict, not {type(given).__name__}")
+            kind = type(given).__name__
+            raise CraftMDError(f"task {self.name!r}: options must be a {self.options.__name__} or a dict, not {kind}")
         given = dict(given or {})
         known = list(self.options.model_fields)
         unknown = [k for k in given if k not in known]

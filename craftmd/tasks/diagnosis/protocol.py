@@ -99,7 +99,8 @@ class CraftMD(Runner):
             j.answers.append(answer_row(key, blocked=blocked))
             return
         msgs = self.protocol.question_messages(j.case, setting, fmt, j.with_image, conv=conv, summary=summary, many_options=self.many)
-        j.answers.append(answer_row(key, await self.call("doctor")(msgs, j.sampling, 1)))  # nothing waits on a question: turns go first
+        # priority 1: nothing waits on a question, the conversations' turns go first
+        j.answers.append(answer_row(key, await self.call("doctor")(msgs, j.sampling, 1)))
 
     async def standard(self, j: Job, need: set[str]) -> None:
         """The standard conversation, its summary, and the questions that read them."""
