@@ -124,10 +124,11 @@ SHARE_COLUMNS = {"model": pl.String, "doctor_prompt": pl.String, "conversation":
 
 def doctor_prompts(con, releases: list[str]) -> dict[str, str]:
     """Each release's doctor (``short``, ``long`` or ``other``), from its run record's prompt set."""
-    from craftmd.tasks.consultation import DOCTOR_PROMPTS
+    from craftmd.tasks import get_task
 
+    labels = dict(get_task("consultation").prompt_labels)
     rows = con.sql("select release, prompt_set from releases").fetchall()
-    return {r: DOCTOR_PROMPTS.get(p, "other") for r, p in rows if r in releases}
+    return {r: labels.get(p, "other") for r, p in rows if r in releases}
 
 
 def measure_tables(con, releases: list[str], *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> tuple[pl.DataFrame, pl.DataFrame]:

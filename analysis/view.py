@@ -14,7 +14,7 @@ import json
 import polars as pl
 
 from craftmd.scoring.scorers import rank_frq
-from craftmd.tasks.diagnosis import TASK as _CRAFTMD
+from craftmd.tasks import get_task
 
 #: The conversations the history section and figures read: standard text conversations.
 HISTORY_VARIANT = "conversation=standard"
@@ -36,8 +36,9 @@ SETTING_NOTES = {
     "singleturn": "Only the patient's first turn (the presenting complaint) is given.",
     "summarized": "A third-person summary of the patient's side of the conversation is given instead of the dialogue.",
 }
-#: CRAFT-MD's settings whose question reads a conversation (multiturn, singleturn, summarized, ...).
-CONVERSATIONAL = {e.setting for e in _CRAFTMD.experiments if e.conversation}
+def conversational() -> set[str]:
+    """CRAFT-MD's settings whose question reads a conversation (multiturn, singleturn, summarized, ...)."""
+    return {e.setting for e in get_task("craftmd").experiments if e.conversation}
 FORMAT_LABELS = {"mcq4": "MCQ (4 choices)", "mcq_many": "MCQ (many choices)", "frq": "FRQ", "top3": "Top-3"}
 MCQ_PRIMARY = "paper"
 
@@ -88,7 +89,7 @@ class View:
         #: submissions that answer conversational settings with no conversations behind them: self-reported, never ranked
         answered = acc.filter(~pl.col("with_image")).group_by("model").agg(pl.col("setting").unique())
         settings_of = {m: set(s) for m, s in answered.iter_rows()}
-        self_reported = {m for m in text_models if self.self_reported_release(m) and settings_of.get(m, set()) & CONVERSATIONAL}
+        self_reported = {m for m in text_models if self.self_reported_release(m) and settings_of.get(m, set()) & conversational()}
         text_models = [m for m in text_models if m not in self_reported]
         overall = acc.filter(~pl.col("with_image"), pl.col("group_by") == "all")
         covered = dict(overall.group_by("model").agg(pl.col("n_cases").max()).iter_rows())

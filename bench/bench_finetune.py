@@ -74,7 +74,7 @@ def items_of(facts: list[str]) -> tuple[str, list[dict]]:
 
 def write_standin_training(rows: list[dict], out: Path) -> Path:
     """A consult_train-shaped dataset folder of scripted golden dialogues from ``rows``' facts."""
-    prompts = ROOT / "generation" / "prompts" / "consult-v1"
+    prompts = ROOT / "craftmd" / "tasks" / "consultation" / "prompts" / "consult-v1"
     system = (prompts / "doctor_system.txt").read_text().strip()
     question = (prompts / "oracle_question.txt").read_text().strip()
     (out / "consult_train").mkdir(parents=True)

@@ -56,7 +56,7 @@ def main() -> int:
             started = time.monotonic() - t0
             report = generate(GenerateSpec(
                 dataset=tmp / "data", out=tmp / "rel", doctor=f"openai/{ALIAS}", patient=f"openai/{ALIAS}", cases=cases,
-                experiments=["vignette", "multiturn", "mcq4", "frq"], max_turns=2, max_tokens=a.max_tokens,
+                experiments=["vignette", "multiturn", "mcq4", "frq"], options={"max_turns": 2}, max_tokens=a.max_tokens,
                 base_url=server.base_url, api_key="EMPTY", cache=tmp / "cache.sqlite", concurrency=a.concurrency, progress=False,
             ))
             received = server.chat_requests()

@@ -86,7 +86,7 @@ def real(a, source: Source, tmp: Path) -> int:
     picked = {**picked, "text": {c: picked["text"][c] for c in short}}
     write_replay_dataset(picked, tmp / "real")
     cases = sorted(picked["text"])
-    work = dict(experiments=["multiturn", "mcq4"], max_turns=2, max_tokens=a.max_tokens, temperature=0.0)
+    work = dict(experiments=["multiturn", "mcq4"], options={"max_turns": 2}, max_tokens=a.max_tokens, temperature=0.0)
     try:
         one, two = RealModelServer(threads=2), [RealModelServer(threads=1) for _ in range(2)]
     except MissingModel as exc:

@@ -1,7 +1,7 @@
 """The dataset's ``keyinfo`` config, read by every room: its schema, its record and its loader.
 
 The config is made by a model (:mod:`craftmd.generation.keyinfo`, ``craftmd keyinfo extract``); the
-consultation protocol (:mod:`craftmd.generation.consult`) and the ``keyinfo`` scorer
+consultation protocol (:mod:`craftmd.tasks.consultation.protocol`) and the ``keyinfo`` scorer
 (:mod:`craftmd.scoring.keyinfo`) read its ``ok`` rows through :func:`load_keyinfo`.
 """
 

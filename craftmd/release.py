@@ -51,19 +51,22 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from craftmd import CraftMDError, __version__
 from craftmd.atomic import atomic_dir, inside, locked, plain_name, sha256_file
-from craftmd.tasks import TASK_FILES, TASKS, Task, load_task_files
-from craftmd.tasks.diagnosis import TASK as _CRAFTMD
+from craftmd.tasks import TASK_FILES, TASKS, Task, builtin_tasks, get_task
 
 if TYPE_CHECKING:
     import polars as pl
 
 SCHEMA_VERSION = 2
 
-# CRAFT-MD's settings, formats and conversation kinds: its task declares them
-# (craftmd.tasks.diagnosis); these names stay for the code that poses CRAFT-MD.
-SETTINGS = _CRAFTMD.settings
-FORMATS = _CRAFTMD.formats
-CONVERSATIONS = _CRAFTMD.conversations
+
+
+def __getattr__(name: str):
+    """``SETTINGS``, ``FORMATS``, ``CONVERSATIONS``: CRAFT-MD's settings, formats and conversation kinds, as its task
+    (craftmd.tasks.diagnosis) declares them; looked up when first read, since the task package sits above this module."""
+    if name in ("SETTINGS", "FORMATS", "CONVERSATIONS"):
+        return getattr(get_task("craftmd"), name.lower())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 #: Why a conversation stopped.
 ENDINGS = ("final_diagnosis", "no_question", "max_turns", "refusal", "error")
 #: What became of an answer request.
@@ -180,8 +183,9 @@ def _check_enums(table: pa.Table, enums: dict, what: str) -> None:
             raise CraftMDError(f"{what}.{col}: unknown value(s) {bad}; allowed {list(allowed)}")
 
 
-def conform(name: str, table: pa.Table, task: Task = _CRAFTMD) -> pa.Table:
-    """Check a table against its schema and ``task``'s enums, cast it, and sort it by key."""
+def conform(name: str, table: pa.Table, task: Task | None = None) -> pa.Table:
+    """Check a table against its schema and ``task``'s enums (default: CRAFT-MD's), cast it, and sort it by key."""
+    task = task or get_task("craftmd")
     if name == "scores":
         return conform_scores(table)
     schema, keys, optional = _table_spec(name, task)
@@ -355,7 +359,7 @@ def release_task(manifest: RunRecord, where: Path | str | None = None) -> Task:
     name = manifest.task
     at = f"{where}: " if where is not None else ""
     if name not in TASKS:
-        load_task_files()
+        builtin_tasks()
     if name not in TASKS:
         raise CraftMDError(f"{at}unknown task {name!r}: a release's task runs only when you name its file "
                            f"(--task FILE.py or $CRAFTMD_TASKS); known: {', '.join(sorted(TASKS))}")
@@ -410,7 +414,7 @@ def write_release(out: Path | str, manifest: RunRecord, tables: dict[str, pa.Tab
     out = Path(out)
     if manifest.task_sha256 is None:  # a task of one's own: the release records the hash of the file that made it
         if manifest.task not in TASKS:
-            load_task_files()
+            builtin_tasks()
         manifest.task_sha256 = TASK_FILES.get(manifest.task, (None, None))[1]
     task = release_task(manifest)
     unknown = set(tables) - set(SCHEMAS) - {t.name for t in task.extra_tables}

@@ -93,9 +93,11 @@ def builder_sha256() -> str:
     """
     import hashlib
 
+    import craftmd.tasks
+
     here = Path(__file__).resolve().parent
     files = sorted(here.glob("*.py")) + [here.parent / "cards" / "dataset_card.md.j2", here.parent / "cards" / "render.py",
-                                         here.parent / "generation" / "prompts" / "consult-v1" / "doctor_system.txt"]
+                                         Path(craftmd.tasks.__file__).parent / "consultation" / "prompts" / "consult-v1" / "doctor_system.txt"]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")

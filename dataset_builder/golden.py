@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from craftmd import CraftMDError
+import craftmd.tasks
 from craftmd.dataset_builder import medqa as M
 from craftmd.dataset_builder import transform as T
 from craftmd.dataset_builder.mediq import normalise, strip_number
@@ -266,7 +267,7 @@ def key_values(facts: tuple[str, ...] | list[str]) -> tuple[str, list[dict]]:
 
 
 #: The consultation task's doctor prompt (prompt set ``consult-v1``): the system message of every row.
-DOCTOR_SYSTEM = Path(__file__).resolve().parent.parent / "generation" / "prompts" / "consult-v1" / "doctor_system.txt"
+DOCTOR_SYSTEM = Path(craftmd.tasks.__file__).parent / "consultation" / "prompts" / "consult-v1" / "doctor_system.txt"
 
 
 def doctor_system() -> str:

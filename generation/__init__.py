@@ -1,13 +1,9 @@
-"""generation: run CRAFT-MD for a model and write a release (``craftmd generate``).
+"""generation: the shared machinery that poses a task to models and writes a release (``craftmd generate``).
 
-- ``models/``: one interface (``ChatModel``: ``chat``, ``chat_many``), one file per provider
-  (``openai/<model>`` for any OpenAI-compatible server, ``vllm/<model>`` for vLLM's offline engine),
-  ``get_model("provider/model")``.
-- ``cache.py``: the SQLite request cache, the record of what every model said (never expires).
-- ``calls.py``: ``Caller``: cache, bounded concurrency, capped retries with backoff and jitter, counters,
-  batching for providers that batch.
-- ``prompts/<set>/``: the versioned prompt files (verbatim upstream where recorded, reconstructed otherwise).
-- ``protocol.py``: the doctor-patient conversation and the question messages of every setting and format.
-- ``engine.py``: the experiments over a dataset, side by side under asyncio, into a release.
-- ``ingest.py``: upstream's recorded results into releases.
+- ``runner.py``: the one runner (roles on their servers, the request cache, progress, estimates, the release);
+  each task's protocol (``craftmd/tasks/<name>/protocol.py``) is a subclass of its ``Runner``.
+- ``protocol.py``: prompt sets (``PromptSet``) and CRAFT-MD's doctor-patient conversation and question messages;
+  ``questions.py``: what the protocols that ask questions after a conversation share.
+- ``prompts/<set>/``: the dataset builder's prompt sets (``keyinfo-v1``, ``golden-v1``); a task's own sit in its folder.
+- ``ingest.py``: upstream's recorded results into releases; ``shards.py``, ``context.py``: run splitting, context checks.
 """

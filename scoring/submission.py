@@ -548,7 +548,9 @@ def read_conversations(path: Path | str, answers: pa.Table, dataset_dir: Path | 
     was asked about, and every conversation must be of a case of the dataset. One line says what is wrong.
     """
     from craftmd.release import conform
-    from craftmd.tasks.diagnosis import TASK
+    from craftmd.tasks import get_task
+
+    TASK = get_task("craftmd")
 
     path = Path(path)
     if path.suffix != ".parquet" or not path.is_file():

@@ -99,6 +99,8 @@ def patient_down(medpi, *, objective: str = "diagnosis", trial: int = 1, script:
 
 
 def run(server, medpi, out, cache, **kw):
-    spec = GenerateSpec(task="encounters", dataset=medpi, out=out, doctor="openai/loopback", patient="openai/loopback", base_url=server.base_url,
+    """An encounters run against ``server``; keyword arguments are the run spec's, or the task's options (max_messages, …)."""
+    options = {k: kw.pop(k) for k in ("max_messages", "memory_tags", "tag_max_tokens", "embedder", "retrieval") if k in kw}
+    spec = GenerateSpec(options=options, task="encounters", dataset=medpi, out=out, doctor="openai/loopback", patient="openai/loopback", base_url=server.base_url,
                          api_key="sk-test", cache=cache, progress=False, max_retries=1, backoff=0.01, **kw)
     return generate(spec)

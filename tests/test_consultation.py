@@ -182,7 +182,7 @@ def test_consultation_generates_grades_and_scores_every_setting(extracted, tmp_p
     from rouge_score.rouge_scorer import RougeScorer
 
     from craftmd.keyinfo import load_keyinfo
-    from craftmd.generation.consult import oracle_keys
+    from craftmd.tasks.consultation.protocol import oracle_keys
     from craftmd.release import read_release
     from craftmd.tasks.consultation import TASK
 

@@ -327,7 +327,7 @@ def test_the_one_line_errors_and_helps_name_the_way_out(tmp_path, capsys, monkey
     with pytest.raises(SystemExit):
         main(["generate", "--help"])
     helptext = " ".join(capsys.readouterr().out.split())
-    assert "required by the craftmd, consultation and encounters tasks" in helptext
+    assert "the patient-AI: holds the case's vignette (or its history only) and answers the doctor (required)" in helptext
     # a download that cannot happen (an unreachable host) names the two ways to give the archive
     monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path))
     with pytest.raises(CraftMDError) as err:

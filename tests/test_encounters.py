@@ -17,7 +17,7 @@ from craftmd import CraftMDError
 from craftmd.dataset_builder.packets import load_packets
 from craftmd.release import read_release
 from craftmd.tasks.encounters import EMOTIONS
-from craftmd.generation.patient import (Memory, MemoryStore, Retrieval, get_embedder, memories_from_packet, parse_emotion_step,
+from craftmd.tasks.encounters.patient import (Memory, MemoryStore, Retrieval, get_embedder, memories_from_packet, parse_emotion_step,
                                         parse_memory_tags, tanimoto)
 
 from encounter_script import FEELING, Script, medpi, run  # noqa: F401  (medpi: the fixture)
@@ -170,7 +170,7 @@ def test_bad_input_is_one_line_and_writes_nothing(medpi, tmp_path):
         run(type("S", (), {"base_url": "http://127.0.0.1:9/v1"})(), tmp_path, tmp_path / "x", tmp_path / "c")
     with pytest.raises(CraftMDError, match="unknown embedder"):
         run(type("S", (), {"base_url": "http://127.0.0.1:9/v1"})(), medpi, tmp_path / "x", tmp_path / "c", embedder="nope")
-    with pytest.raises(CraftMDError, match="--memory-tag-tokens must be at least 1"):
+    with pytest.raises(CraftMDError, match="option tag_max_tokens=0: Input should be greater than or equal to 1"):
         run(type("S", (), {"base_url": "http://127.0.0.1:9/v1"})(), medpi, tmp_path / "x", tmp_path / "c", tag_max_tokens=0)
     with pytest.raises(CraftMDError, match="--concurrency must be at least 1"):
         run(type("S", (), {"base_url": "http://127.0.0.1:9/v1"})(), medpi, tmp_path / "x", tmp_path / "c", concurrency=0)

@@ -464,7 +464,7 @@ def test_max_turns_and_refusals_are_recorded_never_silent(tiny_dataset, upstream
         return "**Final Diagnosis:** Flu"
 
     with LoopbackServer(responder) as server:
-        r = generate(spec(tiny_dataset, tmp_path / "rel", server.base_url, tmp_path / "c.sqlite", max_turns=3,
+        r = generate(spec(tiny_dataset, tmp_path / "rel", server.base_url, tmp_path / "c.sqlite", options={"max_turns": 3},
                           experiments=["vignette", "multiturn", "singleturn", "frq"]))
         refusal_calls = sum(1 for q in server.log if vignette in _text(q["messages"][0]["content"]))
     conv = {c["case_id"]: c for c in read_release(r.path).table("conversations").to_pylist()}

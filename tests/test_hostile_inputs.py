@@ -370,12 +370,23 @@ def cli_refuses(capsys, argv: list[str], says: str) -> None:
     ["--timeout", "-1"], ["--timeout", "0"], ["--timeout", "nan"], ["--timeout", "inf"],
     ["--temperature", "nan"], ["--temperature", "inf"], ["--temperature", "-1"],
     ["--budget", "nan"], ["--budget", "inf"], ["--budget", "0"],
-    ["--max-retries", "-1"], ["--max-turns", "0"],
+    ["--max-retries", "-1"],
 ], ids=lambda o: "=".join(o))
 def test_generate_refuses_an_out_of_range_option_before_it_runs(world, tmp_path, capsys, option):
     out = tmp_path / "never"
     cli_refuses(capsys, ["generate", "--dataset", str(world["data"]), "--doctor", MODEL, "--patient", MODEL,
                          "--base-url", "http://127.0.0.1:9/v1", "--out", str(out), *option], option[0].split("=")[0])
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("option", [["-T", "max_turns=0"], ["--max-turns", "0"]], ids=lambda o: "=".join(o))
+def test_generate_refuses_an_out_of_range_task_option_before_it_runs(world, tmp_path, capsys, option):
+    """A task's option (``-T``, or its old flag) is checked by the task's options class: one line, nothing written."""
+    out = tmp_path / "never"
+    assert main(["generate", "--dataset", str(world["data"]), "--doctor", MODEL, "--patient", MODEL,
+                 "--base-url", "http://127.0.0.1:9/v1", "--out", str(out), *option]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and "option max_turns='0'" in err and err.count("\n") == 0, err
     assert not out.exists()
 
 

@@ -39,7 +39,6 @@ TASKS = "craftmd.tasks"
 #: Once they have, the edge is gone and ``test_the_pending_moves_are_still_pending`` says to delete its line here;
 #: after the merge this is empty.
 PENDING = {
-    ("craftmd.generation.cli", "craftmd.commands.cli"): "generate -> craftmd/commands/generate.py (h3-tasks)",
     ("craftmd.scoring.cli", "craftmd.commands.cli"): "grader-agreement, validate -> craftmd/commands/ (h5-scorers)",
     ("craftmd.scoring.cli", "craftmd.commands.audits"): "meld -> craftmd/commands/meld.py (h5-scorers)",
     ("craftmd.scoring.cli", "craftmd.analysis.agreement.graders"): "grader-agreement's handler (h5-scorers)",

@@ -124,7 +124,7 @@ def test_a_runner_on_given_calls_opens_no_connection_and_writes_nothing(tiny_dat
         return Completion("Psoriasis", "ok", "stop", 10, 1)
 
     cache, out = tmp_path / "cache.sqlite", tmp_path / "release"
-    spec = GenerateSpec(dataset=tiny_dataset, out=out, doctor="openai/nobody", task="craftmd", cache=cache, max_turns=2,
+    spec = GenerateSpec(dataset=tiny_dataset, out=out, doctor="openai/nobody", task="craftmd", cache=cache, options={"max_turns": 2},
                         experiments=["multiturn", "mcq4"])
     with pytest.raises(CraftMDError):  # without calls: the model's server and key are checked, as craftmd generate does
         runner_for(get_task("craftmd"))(spec)

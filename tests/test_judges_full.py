@@ -385,7 +385,7 @@ def test_every_dimension_has_an_acgme_competency_and_the_detail_table_is_the_han
 
 
 def test_effort_levels_and_disclosure_by_every_section():
-    from craftmd.generation.patient import Memory, SECTIONS, cognitive_effort, disclosable, disclosable_sections, persona, recall_summary
+    from craftmd.tasks.encounters.patient import Memory, SECTIONS, cognitive_effort, disclosable, disclosable_sections, persona, recall_summary
 
     assert [cognitive_effort(m) for m in ("Thank you.", "Pain?", "Do you smoke?", "How are you feeling about this?",
                                           "Any fever? Cough? Rash?", "Please tell me about your worries.")] == \

@@ -23,7 +23,7 @@ COMMANDS = (
     "craftmd.commands.build",
     "craftmd.commands.publish",
     "craftmd.commands.pin",
-    "craftmd.generation.cli",  # generate: becomes craftmd.commands.generate (issue #31, h3-tasks)
+    "craftmd.commands.generate",
     "craftmd.commands.encounters",
     "craftmd.commands.merge",
     "craftmd.scoring.cli",  # score, grader-agreement, validate, meld: become craftmd.commands.<name> (issue #31, h5-scorers)

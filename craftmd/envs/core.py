@@ -156,8 +156,8 @@ class Episodes:
             if metric not in written:
                 raise CraftMDError(f"reward weight {key!r}: scorer {name} writes {', '.join(written)}, not {metric}")
         self.spec = GenerateSpec(dataset=Path(o.dataset), out=Path(tempfile.gettempdir()) / "craftmd-env", doctor=o.doctor,
-                                 patient=o.patient, task=task, summarizer=o.summarizer, solver=o.solver, config=config,
-                                 cases=o.cases, experiments=[TASKS[task]["experiment"]], max_turns=o.max_turns,
+                                 patient=o.patient, task=task, roles={k: v for k, v in (("summarizer", o.summarizer), ("solver", o.solver)) if v},
+                                 config=config, cases=o.cases, experiments=[TASKS[task]["experiment"]], options={"max_turns": o.max_turns},
                                  max_tokens=o.max_tokens, temperature=o.temperature, seed=o.seed, base_url=o.base_url,
                                  cache=o.cache, progress=False, overwrite=True)
         self.runner = _runner_class(task)(self.spec)

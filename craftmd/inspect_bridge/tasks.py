@@ -29,7 +29,7 @@ from . import STORE_KEY
 
 IMAGE_SUFFIX = "+image"
 #: The -T options every task takes, as the spec's fields (text -> value); ``scorers`` is the bridge's own.
-COMMON = ("dataset", "config", "cases", "prompt_set", "temperature", "top_p", "max_tokens", "seed", "scorers")
+COMMON = ("dataset", "config", "cases", "experiments", "prompt_set", "temperature", "top_p", "max_tokens", "seed", "scorers")
 #: The sampling every call carries unless the task is told otherwise (craftmd generate's defaults).
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_tokens": 512, "seed": 0}
 #: Where each dataset is when ``-T dataset`` is not given: (environment variable, folder, what makes it).
@@ -70,27 +70,16 @@ def _flag(key: str, value) -> bool:
     return text in ("true", "yes", "1")
 
 
-#: -T text -> spec value, for the common options and (until each task declares its options class) today's
-#: per-task options of the spec; OWN says which of those each built-in task takes.
+#: -T text -> spec value, for the options every task takes (the task's own go to its options class).
 PARSE = {"config": lambda k, v: str(v), "cases": lambda k, v: id_list(v), "prompt_set": lambda k, v: str(v) if v else None,
          "temperature": _number(float), "top_p": _number(float), "max_tokens": _number(int), "seed": _number(int),
-         "experiments": lambda k, v: id_list(v), "max_turns": _number(int), "max_messages": _number(int), "memory_tags": _flag,
-         "tag_max_tokens": _number(int), "embedder": lambda k, v: str(v)}
-OWN = {"craftmd": ("experiments", "max_turns"), "consultation": ("experiments", "max_turns"),
-       "encounters": ("max_messages", "memory_tags", "tag_max_tokens", "embedder")}
+         "experiments": lambda k, v: id_list(v)}
 
 
 def own_options(task, given: dict) -> dict:
-    """The task's own -T options as spec fields: through its options class where it declares one
-    (``TASK.parse_options``), else today's per-task spec fields. Unknown keys: one line listing the known ones."""
-    if hasattr(task, "parse_options"):
-        return {"options": task.parse_options({k: _text(v) for k, v in given.items()})}
-    known = OWN.get(task.name, ())
-    unknown = sorted(set(given) - set(known))
-    if unknown:
-        raise CraftMDError(f"the {task.name} task has no option {unknown[0]!r}; its options: "
-                           f"{', '.join([*known, *COMMON])}")
-    return {k: PARSE[k](k, v) for k, v in given.items()}
+    """The task's own -T options, through its options class (``TASK.parse_options``: unknown keys and bad values are one
+    line naming the known ones)."""
+    return {"options": task.parse_options({k: _text(v) for k, v in given.items()})}
 
 
 def dataset_dir(task, value) -> Path:
@@ -155,25 +144,18 @@ def role_model(role: str, default: Model | None = None, *, required: bool = Fals
     return bound if bound is not None else default
 
 
-#: Until tasks declare their roles: the role whose model an unbound role reuses (None: required).
-ROLE_DEFAULTS = {"patient": "doctor", "summarizer": "patient", "closer": "patient", "tagger": "patient", "solver": None}
-
-
 def role_models(task, agents: tuple[str, ...]) -> dict[str, Model]:
     """Each role's inspect model: the doctor is the model under test, every other its ``--model-role``, else the
     model of the role it defaults to (``Role.default``; the patient: the model under test)."""
-    declared = {r.name: r for r in getattr(task, "roles", ()) or ()}
+    declared = {r.name: r for r in task.roles}
     models = {"doctor": get_model()}
-    for agent in dict.fromkeys(a for a in ("patient", *agents) if a != "doctor"):
-        role = declared.get(agent)
-        default = role.default if role else ROLE_DEFAULTS.get(agent, "doctor")
-        if agent == "patient":
-            default = default or "doctor"  # under inspect the patient is the model under test unless bound
-        required = (role.required if role else True) and default is None
-        model = role_model(agent, models.get(default) if default else None, required=required)
+    for agent in dict.fromkeys(a for a in agents if a != "doctor"):
+        role = declared[agent]
+        default = role.default or ("doctor" if agent == "patient" else None)  # under inspect the patient is the model under test
+        model = role_model(agent, models.get(default) if default else None, required=role.required and default is None)
         if model is not None:
             models[agent] = model
-    return {a: models[a] for a in agents if a in models}
+    return models
 
 
 def task_file_sha256(task) -> str | None:
@@ -210,7 +192,7 @@ class Run:
         self.doctor = get_model()
         self.spec, self.scorers = spec_for(task, str(self.doctor), options)
         cls = runner_for(task)
-        self.models = role_models(task, tuple(getattr(cls, "agents", ()) or ()))
+        self.models = role_models(task, tuple(r.name for r in task.roles))
         self.runner = cls(self.spec, calls={a: as_call(m) for a, m in self.models.items()})
         jobs = self.runner.jobs()  # trial 0 of each: a sample; an epoch is a trial
         self.jobs = {self.sample_id(j): j for j in jobs}
@@ -251,10 +233,8 @@ class Run:
     def describe(self) -> dict:
         """What the log's metadata records for ingest: the task, dataset, prompt set, options, sampling (no paths)."""
         r, spec = self.runner, self.spec
-        opts = spec.options.model_dump(mode="json") if hasattr(getattr(spec, "options", None), "model_dump") else \
-            {k: getattr(spec, k) for k in OWN.get(self.task.name, ())}
-        if "experiments" in opts:
-            opts = {k: v for k, v in opts.items() if k != "experiments"}
+        opts = spec.options.model_dump(mode="json")
+        if hasattr(r, "settings"):
             opts.update(settings=list(r.settings), formats=list(r.formats))
         config = "packets" if self.task.dataset == "medpi" else spec.config
         return {"task": self.task.name, "task_sha256": task_file_sha256(self.task), "config": config,
@@ -284,7 +264,8 @@ def protocol(run: Run):
     def _protocol():
         async def solve(state: TaskState, generate: Generate) -> TaskState:
             job = with_trial(run.jobs[str(state.sample_id)], state.epoch - 1)
-            rows = {**await run.runner.run_job(job), **await run.runner.job_tables(job)}
+            made = {**await run.runner.run_job(job), **await run.runner.job_tables(job)}
+            rows = {name: run.runner.table(name, r).to_pylist() for name, r in made.items()}  # the columns a protocol leaves out filled
             state.store.set(STORE_KEY, rows)
             conversations = rows.get("conversations") or []
             if conversations and conversations[0]["messages"]:  # what inspect view shows: the first conversation

@@ -1,12 +1,10 @@
-"""Tasks: a dataset, a protocol and its scorers, one file per task.
+"""Tasks: a dataset, a protocol with its roles and options, its prompts and scorers; one folder per task.
 
-The definitions (:class:`~craftmd.tasks.base.Task`, its experiments and tables, the registry) are in
-:mod:`craftmd.tasks.base`; the task files import them from there, and this package imports the task
-files, so each registers itself once and nothing imports back: :func:`get_task` looks a task up by name.
-
-A task of your own is one Python file that registers a ``TASK`` (with its protocol, and its scorers where
-it needs new ones) and keeps its prompts beside it: ``craftmd generate --task path/to/my_task.py`` loads
-it, and every command finds it by name when ``$CRAFTMD_TASKS`` lists its file (``os.pathsep``-separated).
+The definitions (:class:`~craftmd.tasks.base.Task`, :class:`~craftmd.tasks.base.Role`, the registry) are in
+:mod:`craftmd.tasks.base`. The built-in tasks are the packages :data:`BUILTIN` names (``diagnosis/``,
+``consultation/``, ``encounters/``), imported when first looked up (:func:`get_task`), so that nothing below
+them imports them. A task of your own is one Python file that registers a ``TASK`` and keeps its prompts beside
+it: ``craftmd generate --task path/to/my_task.py`` loads it; ``$CRAFTMD_TASKS`` lists such files for every command.
 """
 
 from __future__ import annotations
@@ -18,11 +16,11 @@ from pathlib import Path
 
 from craftmd import CraftMDError
 
-from . import consultation  # noqa: F401  (registers the consultation task)
-from . import diagnosis  # noqa: F401  (registers the CRAFT-MD task)
-from . import encounters  # noqa: F401  (registers the patient-led encounters task)
-from .base import TASKS, Experiment, Table, Task, parse_matrix, register
+from .base import TASKS, Experiment, NoOptions, Role, Table, Task, parse_matrix, register
 
+#: The built-in tasks: name -> the package that registers it (imported on first use).
+BUILTIN = {"craftmd": "craftmd.tasks.diagnosis", "consultation": "craftmd.tasks.consultation",
+           "encounters": "craftmd.tasks.encounters"}
 
 #: The task files loaded in this process: task name -> (the file, the sha256 of its bytes). A release of a task of
 #: one's own records that hash, and is read only by the same file (:func:`craftmd.release.release_task`).
@@ -67,15 +65,26 @@ def load_task_files() -> list[Task]:
     return [load_task_file(f) for f in filter(None, os.environ.get("CRAFTMD_TASKS", "").split(os.pathsep))]
 
 
+def builtin_tasks() -> dict[str, Task]:
+    """Every built-in task, registered (their packages imported), and those of ``$CRAFTMD_TASKS``: the registry, full."""
+    for module in BUILTIN.values():
+        importlib.import_module(module)
+    load_task_files()
+    return TASKS
+
+
 def get_task(name: str) -> Task:
     """The task called ``name``, or the one a task file (``*.py``) registers; a name not registered is looked for in
-    the task files ``$CRAFTMD_TASKS`` lists. For a name the user gave (``--task``); a release's task is
-    :func:`craftmd.release.release_task`, which never runs a file the release names."""
+    the built-in tasks, then in the task files ``$CRAFTMD_TASKS`` lists. For a name the user gave (``--task``); a
+    release's task is :func:`craftmd.release.release_task`, which never runs a file the release names."""
     if name.endswith(".py"):
         return load_task_file(name)
+    if name not in TASKS and name in BUILTIN:
+        importlib.import_module(BUILTIN[name])
     if name not in TASKS:
-        load_task_files()
+        builtin_tasks()
     return TASKS.lookup(name)
 
 
-__all__ = ["Task", "Table", "Experiment", "TASKS", "register", "get_task", "load_task_file", "load_task_files", "parse_matrix", "TASK_FILES"]
+__all__ = ["Task", "Table", "Experiment", "Role", "NoOptions", "TASKS", "BUILTIN", "register", "get_task", "builtin_tasks",
+           "load_task_file", "load_task_files", "parse_matrix", "TASK_FILES"]

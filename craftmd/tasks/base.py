@@ -6,15 +6,16 @@ kinds it records, the variant keys its scores carry, and the scorers and metrics
 it. A release's run record names its task; the release contract checks the release's
 settings, formats and conversation kinds against it, and analysis reads its metrics.
 
-A task names its **protocol**: the :class:`craftmd.generation.runner.Runner` subclass that generates it,
-as ``"module:Class"`` (or the class itself, for a task defined outside the package). Adding a protocol is
-adding a task file (registered with :func:`register`; a built-in one is imported in :mod:`craftmd.tasks`),
-its prompts and, where it needs new ones, its scorers (:mod:`craftmd.scoring.scorers`).
+A task links its **protocol** (the :class:`craftmd.generation.runner.Runner` subclass that generates it) by
+import, and declares the protocol's **roles** (:class:`Role`: the models it calls) and **options** (a pydantic
+model: ``craftmd generate -T key=value``), so the command line and the run spec are derived from it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from craftmd import CraftMDError
 from craftmd.registry import Registry
@@ -61,6 +62,23 @@ class Table:
 
 
 @dataclass(frozen=True)
+class Role:
+    """A model a protocol calls: ``--role NAME=provider/model`` (``--doctor``, ``--patient`` for those two).
+    ``default``: the role whose model it reuses when it is not given (the summarizer: the patient's)."""
+
+    name: str
+    help: str
+    required: bool = True
+    default: str | None = None
+
+
+class NoOptions(BaseModel):
+    """The options of a task that has none."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
 class Task:
     name: str
     description: str
@@ -73,7 +91,10 @@ class Task:
     endings: tuple[str, ...] | None = None  # why a conversation may stop (None: the release's CRAFT-MD endings)
     required_tables: tuple[str, ...] = ("answers",)  # the release tables a release of it must have
     extra_tables: tuple[Table, ...] = ()  # its own tables, declared here
-    protocol: object = None  # the generation Runner subclass, or "module:Class" naming it (None: not generated here)
+    protocol: type | None = None  # the generation Runner subclass (None: not generated here)
+    roles: tuple[Role, ...] = ()  # the models its protocol calls, in the order the run record lists them
+    options: type[BaseModel] = NoOptions  # its protocol's options (fields with defaults; -T key=value)
+    prompt_labels: tuple[tuple[str, str], ...] = ()  # (prompt set, what the page calls a release run with it)
 
     @property
     def settings(self) -> tuple[str, ...]:
@@ -89,6 +110,43 @@ class Task:
                 return e
         return None
 
+    def parse_options(self, given: BaseModel | dict | None = None) -> BaseModel:
+        """The task's options from ``given``: an instance of its options class, or a dict of values (strings, as ``-T``
+        gives them, or typed). An unknown key or a bad value is one line naming it."""
+        if isinstance(given, self.options):
+            return given
+        if given is not None and not isinstance(given, dict):
+            kind = type(given).__name__
+            raise CraftMDError(f"task {self.name!r}: options must be a {self.options.__name__} or a dict, not {kind}")
+        given = dict(given or {})
+        known = list(self.options.model_fields)
+        unknown = [k for k in given if k not in known]
+        if unknown:
+            raise CraftMDError(f"task {self.name!r} has no option {unknown[0]!r}; its options: {', '.join(known) or 'none'}")
+        try:
+            return self.options.model_validate(given)  # lax: "20" is 20, "false" is False
+        except ValidationError as exc:
+            e = exc.errors()[0]
+            key = str(e["loc"][0]) if e["loc"] else "?"
+            raise CraftMDError(f"task {self.name!r}: option {key}={given.get(key)!r}: {e['msg']}") from None
+
+    def bind_roles(self, given: dict[str, str | None]) -> dict[str, str]:
+        """role -> model for every role of the task: the ``given`` ones, a default role's model where one is not given.
+        An unknown role, or a required one left unbound, is one line."""
+        names = [r.name for r in self.roles]
+        for name, model in given.items():
+            if model and name not in names:
+                raise CraftMDError(f"task {self.name!r} has no role {name!r}; its roles: {', '.join(names)}")
+        out: dict[str, str] = {}
+        for r in self.roles:
+            model = given.get(r.name) or (out.get(r.default) if r.default else None)
+            if model:
+                out[r.name] = model
+            elif r.required:
+                how = f"--{r.name} MODEL" if r.name in ("doctor", "patient") else f"--role {r.name}=MODEL"
+                raise CraftMDError(f"the {self.name} task needs a {r.name} ({r.help}): {how}")
+        return out
+
 
 TASKS: Registry[Task] = Registry("task")
 
@@ -97,4 +155,4 @@ def register(task: Task) -> Task:
     return TASKS.register(task.name, task)
 
 
-__all__ = ["Task", "Table", "Experiment", "TASKS", "register", "parse_matrix"]
+__all__ = ["Task", "Table", "Experiment", "Role", "NoOptions", "TASKS", "register", "parse_matrix"]

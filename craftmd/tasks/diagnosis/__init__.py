@@ -17,7 +17,10 @@ Formats: ``mcq4`` (the case's four choices), ``mcq_many`` (every diagnosis of th
 
 from __future__ import annotations
 
-from .base import Task, parse_matrix, register
+from craftmd.generation.questions import ConversationOptions
+from craftmd.tasks.base import Role, Task, parse_matrix, register
+
+from .protocol import CraftMD
 
 #: setting × format -> conversation read (standard / no_exam / -), needs history and exam apart,
 #: open to NEJM image cases, MCQ options offered (the case's four choices / the dataset's diagnoses / -).
@@ -53,6 +56,13 @@ multiturn_plus_exam  frq       standard      yes   no     -
 multiturn_plus_exam  top3      standard      yes   no     -
 """)
 
+ROLES = (
+    Role("doctor", "the model under test: interviews the patient, then answers the questions"),
+    Role("patient", "the patient-AI: holds the case's vignette (or its history only) and answers the doctor"),
+    Role("summarizer", "summarizes the patient's turns for the summarized setting", default="patient"),
+)
+
+
 TASK = register(
     Task(
         name="craftmd",
@@ -62,6 +72,8 @@ TASK = register(
         conversations=("standard", "no_exam"),
         scorers=("paper", "strict", "offline", "history"),
         metrics=("correct",),
-        protocol="craftmd.generation.engine:CraftMD",
+        protocol=CraftMD,
+        roles=ROLES,
+        options=ConversationOptions,
     )
 )

