@@ -872,11 +872,16 @@ def standing_scorer(pairs, prefer: str = "auto") -> tuple[str, str, str] | None:
     return next((found[k] for k in ("calibrated", "judge", "human") if k in found), None)
 
 
+def doctor_model(rel) -> str:
+    """The model a release's conversations are judged for: its doctor's."""
+    return (rel.manifest.roles.get("doctor") or {}).get("model") or rel.manifest.models.get("doctor") or rel.manifest.model
+
+
 def check_own_family(rel, spec: JudgeSpec) -> str:
     """Refuse a judge of the doctor's own model family unless ``spec.force``; returns the doctor's model."""
     from craftmd.scoring.families import family, grades_itself
 
-    doctor = (rel.manifest.roles.get("doctor") or {}).get("model") or rel.manifest.models.get("doctor") or rel.manifest.model
+    doctor = doctor_model(rel)
     if not spec.force:
         own = [m for m in dict.fromkeys(spec.models)
                if grades_itself(f"llm:{m}", rel.manifest.model, family(doctor)) or grades_itself(f"llm:{m}", doctor, family(doctor))]
@@ -886,20 +891,24 @@ def check_own_family(rel, spec: JudgeSpec) -> str:
     return doctor
 
 
-def judge_release(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir: Path | str | None = None,
-                  conversations: list[str] | None = None, cases: list[str] | None = None) -> dict:
-    """Judge a release's conversations and add the scores to its ``scores.parquet``; returns a summary."""
-    from craftmd.release import read_release, write_scores
-    from craftmd.scoring.rubric_agreement import committee_agreement
-    from craftmd.scoring.families import family, grades_itself
-
-    rel = read_release(release_dir)
-    doctor = check_own_family(rel, spec)
+def judge_units(rel, spec: JudgeSpec, units: list[Unit], inputs: dict) -> tuple[pa.Table, dict[str, dict], dict]:
+    """Judge ``units`` (a release's conversations, :func:`read_units`, made from ``inputs``, :func:`run_inputs`): the
+    score rows, each judge's (and a committee's) record, and the run's summary. Writes nothing: the ``judge:`` scorer
+    (:class:`craftmd.scoring.scorers.Judges`) returns them to ``craftmd score``, which writes."""
     judge = Judge(spec)
-    units = read_units(rel, dataset_dir, conversations=conversations, cases=cases, packet=spec.flags is not None)
     states, total = judge.run(units)
     table, counts = score_rows(units, states, judge.dims, spec.flags)
-    inputs = run_inputs(rel, units, conversations, cases)
+    records = judge_records(rel, judge, states, table, counts, inputs)
+    return table, records, judge_summary(rel, spec, units, states, total, counts, records)
+
+
+def judge_records(rel, judge: Judge, states: list[MemberState], table: pa.Table, counts: dict, inputs: dict) -> dict[str, dict]:
+    """Each member's record (its identity, the inputs, whether it judged its own family, its counts) and, with several
+    members, the committee's (its members and their agreement)."""
+    from craftmd.scoring.families import family, grades_itself
+    from craftmd.scoring.rubric_agreement import committee_agreement
+
+    doctor = doctor_model(rel)
     records = {}
     for st in states:
         own = grades_itself(f"llm:{st.member.model}", doctor, family(doctor))
@@ -909,7 +918,11 @@ def judge_release(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir: Path
                               "catalog": judge.catalog.record(), "inputs": inputs, **counts.get(COMMITTEE, {}),
                               "agreement": committee_agreement(table.filter(pc.equal(table.column("metric"), METRIC)),
                                                                [s.member.name for s in states])}  # fmt: skip
-    write_scores(rel, table, records)
+    return records
+
+
+def judge_summary(rel, spec: JudgeSpec, units: list[Unit], states: list[MemberState], total, counts: dict, records: dict) -> dict:
+    """What ``craftmd score`` reports of a judges' run: conversations, calls, tokens, cost, scores, evidence, flags."""
     out = {"release": rel.id, "conversations": len(units), "judges": [s.member.name for s in states], "mode": spec.mode,
            "requests": total.requests, "sent": total.calls, "cached": total.cache_hits, "failures": total.failures,
            "tokens_in": total.tokens_in, "tokens_out": total.tokens_out,
@@ -924,15 +937,6 @@ def judge_release(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir: Path
     return out
 
 
-def estimate_release(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir=None, conversations=None, cases=None) -> dict:
-    from craftmd.release import read_release
-
-    rel = read_release(release_dir)
-    judge = Judge(spec)
-    units = read_units(rel, dataset_dir, conversations=conversations, cases=cases, packet=spec.flags is not None)
-    return {"release": rel.id, **judge.estimate(units)}
-
-
-__all__ = ["Judge", "JudgeSpec", "judge_release", "estimate_release", "check_own_family", "alias_warning", "validate_reply", "transcript", "reply_schema", "score_rows",
+__all__ = ["Judge", "JudgeSpec", "judge_units", "check_own_family", "doctor_model", "alias_warning", "validate_reply", "transcript", "reply_schema", "score_rows",
            "members", "read_units", "pick_scorer", "standing_scorer", "CALIBRATED", "CALIBRATED_METRIC", "HUMAN", "HUMAN_METRIC", "plan", "Unit", "METRIC", "COMMITTEE", "FLAGS", "FLAG_METRIC", "NO_EVIDENCE",
            "evidence_found", "normalise_text", "quote_found", "validate_flags", "check_flags", "SCHEMA", "MODES", "RESPONSE_FORMATS"]

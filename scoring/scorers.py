@@ -120,6 +120,26 @@ class ScoreRows:
         return pa.table(self.cols, schema=SCHEMA)
 
 
+def answer_scores(rows: list[dict], verdicts: list[Verdict | None], scorer: str) -> pa.Table:
+    """The ``correct`` scores of answer ``rows`` by their ``verdicts`` (None: an answer the scorer does not grade, no row)."""
+    out = ScoreRows()
+    for row, v in zip(rows, verdicts):
+        if v is not None:
+            out.add(row, scorer, v)
+    return out.table()
+
+
+@dataclass
+class ScorerResult:
+    """What every scorer returns (:meth:`Scorer.run`): its score ``rows``, and for each scorer name it writes its
+    ``records`` (identity, ``inputs``, counts); ``summary``: what the run reports besides (a judge's calls and cost).
+    Only ``craftmd score`` (:func:`craftmd.scoring.score.score_release`) writes them into the release."""
+
+    rows: pa.Table
+    records: dict[str, dict]
+    summary: dict | None = None
+
+
 def scores_from_grades(rows: list[dict] | pa.Table) -> pa.Table:
     """Answer-level ``correct`` scores from grade rows of the old shape (case_id, trial, setting, format,
     with_image, grader, resolved, resolved_kind, correct, detail): the one converter, used by tests and
@@ -292,22 +312,30 @@ class Scorer:
     def check(self, release, ctx: Context) -> None:
         """Refuse, with one line, what the scorer must not run on ``release`` (checked for every scorer before any runs)."""
 
-    def run(self, release, ctx: Context) -> tuple[pa.Table, dict[str, dict]]:
-        """Score ``release``: (score rows, each written scorer name's record, its ``inputs`` included). This one runs
-        an answer scorer's :meth:`score` over the release's answers; a conversation or case scorer writes its own."""
-        import polars as pl
-
+    def run(self, release, ctx: Context) -> ScorerResult:
+        """Score ``release``: its rows and each written scorer name's record, its ``inputs`` included. This one runs an
+        answer scorer's :meth:`grade` over the release's answers of its formats; a conversation or case scorer writes
+        its own."""
         if self.unit != "answer":
             raise NotImplementedError(f"scorer {self.name}: a {self.unit} scorer writes its own run()")
         answers = pl.from_arrow(release.table("answers"))
         check_answer_cases(answers, ctx)
-        out = ScoreRows()
-        counts = self.score(answers.filter(pl.col("format").is_in(self.formats)).to_dicts(), ctx, out)
-        return out.table(), {self.name: dict(self.record(), **counts, inputs=self.inputs(release, ctx))}
+        rows = answers.filter(pl.col("format").is_in(self.formats)).to_dicts()
+        verdicts, record = self.grade(rows, ctx)
+        return ScorerResult(answer_scores(rows, verdicts, self.name), {self.name: dict(record, inputs=self.inputs(release, ctx))})
+
+    def grade(self, rows: list[dict], ctx: Context) -> tuple[list[Verdict | None], dict]:
+        """An answer scorer: a verdict for each answer row of its formats (None: not gradable, no score), and its
+        record (its identity and counts)."""
+        raise NotImplementedError
 
     def score(self, rows: list[dict], ctx: Context, out: ScoreRows) -> dict:
-        """An answer scorer: score answer ``rows`` of its formats into ``out``; returns counts for the record."""
-        raise NotImplementedError
+        """:meth:`grade` with the scores added to ``out``; returns the record's counts (the inspect bridge's call)."""
+        verdicts, record = self.grade(rows, ctx)
+        for row, v in zip(rows, verdicts):
+            if v is not None:
+                out.add(row, self.name, v)
+        return {k: v for k, v in record.items() if k not in self.record()}
 
     def estimate(self, release, ctx: Context) -> dict | None:
         """What a run would send (calls, tokens) without sending it; None for a scorer that calls no model."""
@@ -337,12 +365,12 @@ class McqRule(Scorer):
 
         return {"rule": self.name, "rules_version": RULES_VERSION}
 
-    def score(self, rows, ctx, out):
+    def grade(self, rows, ctx):
         from tqdm import tqdm
 
         from craftmd.scoring.mcq import grade_mcq
 
-        n = 0
+        verdicts: list[Verdict | None] = []
         for row in tqdm(rows, desc=f"grade {self.name}", unit="answer", disable=not ctx.progress or not rows):
             choices, answer, paper_answer = ctx.cases[(row["case_id"], row["with_image"])]
             if self.name == "paper":  # the key the published rule matched, verbatim
@@ -352,11 +380,10 @@ class McqRule(Scorer):
                     raise CraftMDError(f"{ctx.dataset_dir}: no 'diagnoses' config, needed to grade mcq_many answers")
                 choices = ctx.many
             if not choices:  # NEJM image cases: no options, not gradable by rule
+                verdicts.append(None)
                 continue
-            resolved, kind, correct = grade_mcq(row["response"], choices, answer, self.name)
-            out.add(row, self.name, Verdict(resolved, kind, correct))
-            n += 1
-        return {"graded": n}
+            verdicts.append(Verdict(*grade_mcq(row["response"], choices, answer, self.name)))
+        return verdicts, dict(self.record(), graded=sum(v is not None for v in verdicts))
 
 
 class Offline(Scorer):
@@ -370,17 +397,18 @@ class Offline(Scorer):
 
         return default_grader().version
 
-    def score(self, rows, ctx, out):
+    def grade(self, rows, ctx):
         from tqdm import tqdm
 
         from craftmd.scoring.offline import default_grader
 
         og = default_grader()
+        verdicts: list[Verdict | None] = []
         for row in tqdm(rows, desc="grade offline", unit="answer", disable=not ctx.progress or not rows):
             answer = ctx.cases[(row["case_id"], row["with_image"])][1]
             r = og.grade_top3(row["response"], answer) if row["format"] == "top3" else og.grade(row["response"], answer)
-            out.add(row, self.name, Verdict(r.resolved, r.resolved_kind, r.correct, r.detail))
-        return {"graded": len(rows)}
+            verdicts.append(Verdict(r.resolved, r.resolved_kind, r.correct, r.detail))
+        return verdicts, dict(self.record(), graded=len(rows))
 
 
 class LLM(Scorer):
@@ -396,7 +424,6 @@ class LLM(Scorer):
 
         self.name = name
         self.model = parse_grader_name(name)
-        self._record: dict = {}
 
     def identity(self) -> dict:
         """The model, its prompts and sampling: a release graded with them, no call failed, is current."""
@@ -411,26 +438,21 @@ class LLM(Scorer):
 
     def run(self, release, ctx):
         self.check(release, ctx)
-        table, records = super().run(release, ctx)
+        result = super().run(release, ctx)
         if self_graders(release.manifest, [self.name]):
-            records[self.name]["self_graded"] = True
-        return table, records
+            result.records[self.name]["self_graded"] = True
+        return result
 
-    def score(self, rows, ctx, out):
+    def grade(self, rows, ctx):
         from craftmd.scoring.llm_grader import LLMGrader
 
         lg = LLMGrader(self.model, base_url=ctx.base_url, cache=ctx.cache)
         pairs = [(row["response"], ctx.cases[(row["case_id"], row["with_image"])][1]) for row in rows]
         results = lg.grade_many(pairs, progress=ctx.progress)
-        for row, r in zip(rows, results):
-            out.add(row, self.name, llm_verdict(r))
-        self._record = lg.record()
+        record = lg.record()
         if ctx.base_url or lg.server.get("service"):  # where it was called: a public URL, never a user:password or query
-            self._record.update({k: v for k, v in lg.server.items() if v is not None})
-        return {"graded": len(rows), "failures": sum(r.failed for r in results)}
-
-    def record(self) -> dict:
-        return dict(self._record)
+            record.update({k: v for k, v in lg.server.items() if v is not None})
+        return [llm_verdict(r) for r in results], dict(record, graded=len(rows), failures=sum(r.failed for r in results))
 
 
 class Recorded(Scorer):
@@ -464,11 +486,12 @@ class ModuleScorer(Scorer):
         return self.rules.inputs(release, ctx.dataset(self.name))
 
     def scores(self, release, ctx) -> tuple[pa.Table, dict]:
+        """The module's scores of ``release`` and the scorer's record."""
         raise NotImplementedError
 
     def run(self, release, ctx):
         table, record = self.scores(release, ctx)
-        return table, {self.name: record}
+        return ScorerResult(table, {self.name: record})
 
 
 class History(ModuleScorer):
@@ -511,6 +534,7 @@ class Judges(Scorer):
         self.models = list(dict.fromkeys(models))
         self.name = "judge:" + self.models[0] if len(self.models) == 1 else "judge-committee"
         self._spec = spec  # a JudgeSpec given whole (judges_stale), else made from the context
+        self._units: tuple | None = None  # (release, its units): the conversations read once
 
     @classmethod
     def parse(cls, name: str) -> Judges:
@@ -533,8 +557,18 @@ class Judges(Scorer):
         """``judge:MODEL`` per judge (``#seedK`` added with ``seeds`` > 1) and, for several, ``judge-committee``."""
         return tuple(f"judge:{m}" for m in self.models) + (("judge-committee",) if len(self.models) > 1 else ())
 
-    def _where(self, ctx: Context) -> dict:
-        return dict(dataset_dir=ctx.dataset_dir, conversations=ctx.options.get("conversations"), cases=ctx.options.get("cases"))
+    def _selection(self, ctx: Context) -> tuple[list[str] | None, list[str] | None]:
+        return ctx.options.get("conversations"), ctx.options.get("cases")
+
+    def units(self, release, ctx: Context) -> list:
+        """The release's conversations to judge (:func:`craftmd.scoring.judge.read_units`), read once per release."""
+        from craftmd.scoring.judge import read_units
+
+        if self._units is None or self._units[0] is not release:
+            conversations, cases = self._selection(ctx)
+            units = read_units(release, ctx.dataset_dir, conversations=conversations, cases=cases, packet=self.spec(ctx).flags is not None)
+            self._units = (release, units)
+        return self._units[1]
 
     def check(self, release, ctx):
         from craftmd.scoring.judge import check_own_family
@@ -560,23 +594,22 @@ class Judges(Scorer):
 
     def inputs(self, release, ctx):
         """The conversations file, the objectives judged by and the selection (:func:`craftmd.scoring.judge.run_inputs`)."""
-        from craftmd.scoring.judge import read_units, run_inputs
+        from craftmd.scoring.judge import run_inputs
 
-        where = self._where(ctx)
-        units = read_units(release, where["dataset_dir"], conversations=where["conversations"], cases=where["cases"])
-        return run_inputs(release, units, where["conversations"], where["cases"])
+        return run_inputs(release, self.units(release, ctx), *self._selection(ctx))
 
     def run(self, release, ctx):
-        from craftmd.scoring.judge import judge_release
+        """The judges' scores and records, and the run's summary (calls, tokens, cost); the family check is
+        :meth:`check`'s, done by ``craftmd score`` before any scorer runs."""
+        from craftmd.scoring.judge import judge_units
 
-        summary = judge_release(release.path, self.spec(ctx), **self._where(ctx))
-        self.summary = summary
-        return None, {}  # judge_release wrote the scores and their records
+        table, records, summary = judge_units(release, self.spec(ctx), self.units(release, ctx), self.inputs(release, ctx))
+        return ScorerResult(table, records, summary)
 
     def estimate(self, release, ctx):
-        from craftmd.scoring.judge import estimate_release
+        from craftmd.scoring.judge import Judge
 
-        return estimate_release(release.path, self.spec(ctx), **self._where(ctx))
+        return {"release": release.id, **Judge(self.spec(ctx)).estimate(self.units(release, ctx))}
 
 
 class Meld(Scorer):
@@ -616,31 +649,21 @@ class Meld(Scorer):
                             "sampling": sampling, "split": "chars", "similarity": SIMILARITY_DEFINITION, "threshold": THRESHOLD}}
 
     def inputs(self, release, ctx) -> dict:
-        from craftmd.dataset import dataset_fingerprint
-
         configs, cases = self.configs(ctx), ctx.options.get("cases")
         return {"model": self.model(release), "configs": list(configs), "dataset_sha256": dataset_fingerprint(ctx.dataset(self.name), configs),
                 "cases": sorted(cases) if cases else "all"}
 
     def run(self, release, ctx):
-        import tempfile
-
-        import pyarrow.parquet as pq
-
-        from craftmd.release import SCORERS_METADATA
-        from craftmd.scoring.meld import SCORER, run_meld
+        from craftmd.scoring.meld import SCORER, meld, scorer_record, to_scores
 
         s = self.settings(release, ctx)
-        with tempfile.TemporaryDirectory(prefix=".meld-") as tmp:
-            out = run_meld(ctx.dataset(self.name), self.model(release), Path(tmp) / "meld", base_url=ctx.base_url, cache=ctx.cache,
-                           configs=self.configs(ctx), cases=s["cases"], temperature=s["temperature"], max_tokens=s["max_tokens"], seed=s["seed"],
-                           concurrency=s["concurrency"], progress=ctx.progress)
-            table = pq.read_table(out / "scores.parquet")
-        record = json.loads(table.schema.metadata[SCORERS_METADATA])[SCORER]
-        record.pop("dataset", None)
-        failed = table.filter(pa.compute.equal(table.column("status"), "error")).num_rows // 2
-        record.update(cases=table.num_rows // 2, failures=failed, inputs=self.inputs(release, ctx))
-        return table.replace_schema_metadata(None), {self.name: record}
+        cases, summary = meld(ctx.dataset(self.name), self.model(release), base_url=ctx.base_url, cache=ctx.cache,
+                              configs=self.configs(ctx), cases=s["cases"], temperature=s["temperature"], max_tokens=s["max_tokens"],
+                              seed=s["seed"], concurrency=s["concurrency"], progress=ctx.progress)
+        record = scorer_record(summary)
+        record.pop("dataset")
+        record.update(cases=cases.height, failures=cases.filter(pl.col("similarity").is_null()).height, inputs=self.inputs(release, ctx))
+        return ScorerResult(to_scores(cases), {SCORER: record})
 
 
 #: name -> factory; ``llm:<provider/model>`` and ``judge:<provider/model>`` names are made by :data:`PATTERNS`.
