@@ -61,12 +61,15 @@ def _lit(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def _union(releases: list[Release], table: str) -> str | None:
-    parts = [
-        f"select {_lit(Path(r.id))} as release, * from read_parquet({_lit(r.path / f'{table}.parquet')})"
-        for r in releases
-        if r.has(table)
-    ]
+def _union(con: duckdb.DuckDBPyConnection, releases: list[Release], table: str) -> str | None:
+    """Every release's ``table`` with a ``release`` column, as the release has already read it (its file read once in
+    the command: :meth:`craftmd.release.Release.table`), registered with ``con``."""
+    parts = []
+    for i, r in enumerate(releases):
+        if not r.has(table):
+            continue
+        con.register(f"{table}__{i}", r.scores_with_records()[0] if table == "scores" else r.table(table))
+        parts.append(f"select {_lit(Path(r.id))} as release, * from {table}__{i}")
     return " union all by name ".join(parts) if parts else None
 
 
@@ -97,7 +100,7 @@ def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threa
     con.execute("create view setting_order as select * from setting_order_arrow")
     con.execute(f"create view pair_options as select {bool(all_pairs)} as all_pairs, {int(ALL_PAIRS_UP_TO)} as all_pairs_up_to")
     for table in ("answers", "scores", "conversations"):
-        body = _union(releases, table)
+        body = _union(con, releases, table)
         if body is None and table == "scores":
             raise CraftMDError("no release has scores.parquet; score the releases first (craftmd score)")
         claim = f"starts_with(scorer, '{CLAIM_PREFIX}')"  # a claim (an ingested log's word) is no score
@@ -172,7 +175,7 @@ def connect_tables(releases: list[Release], tables: dict[str, str]) -> duckdb.Du
     con = _open()
     _releases_view(con, releases)
     for view, table in tables.items():
-        body = _union(releases, table)
+        body = _union(con, releases, table)
         if body is not None:
             con.execute(f"create view {view} as {body}")
     return con

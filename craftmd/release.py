@@ -41,6 +41,7 @@ import os
 import re
 import shutil
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -664,10 +665,31 @@ def _signature(path: Path, names) -> tuple:
     return tuple(out)
 
 
+#: While a command runs (:func:`one_reading`), every release it opened: held, so that its next step finds them open.
+_HELD: list | None = None
+
+
+@contextmanager
+def one_reading():
+    """Hold every release opened inside (one command: ``craftmd.commands.cli.main``) until it ends, so that each release's
+    files are read and hashed once in the command, however many of its steps open the release again."""
+    global _HELD
+    outer = _HELD
+    if outer is None:
+        _HELD = []
+    try:
+        yield
+    finally:
+        if outer is None:
+            _HELD = None
+
+
 def _remember(release: Release) -> None:
     """Keep ``release`` as the open release of its folder, as its files are now."""
     release._signature = _signature(release.path, release.manifest.files)
     _OPEN[str(release.path)] = release
+    if _HELD is not None:
+        _HELD.append(release)
 
 
 def read_release(path: Path | str, verify: bool = True) -> Release:

@@ -248,9 +248,12 @@ def os_error_line(exc: OSError) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from craftmd.release import one_reading
+
     try:
         load_task_files()  # tasks of your own ($CRAFTMD_TASKS): their scorers and metrics known to every command
-        result = args.func(args)
+        with one_reading():  # a release's files read and hashed once in the command
+            result = args.func(args)
     except CraftMDError as exc:
         if args.debug:
             raise
