@@ -22,7 +22,7 @@ import polars as pl
 import pyarrow as pa
 
 from craftmd import CraftMDError
-from craftmd.scoring.scorers import MCQ_RULES, Context, answer_scores, check_answer_cases, check_scorers, get_scorer
+from craftmd.scoring.scorers import MCQ_RULES, Context, ScoreRows, check_answer_cases, check_scorers, get_scorer
 
 
 def grade_answers(
@@ -39,16 +39,16 @@ def grade_answers(
     graders = check_scorers(graders)
     ctx = Context(Path(dataset_dir), base_url=base_url, cache=cache, progress=progress)
     check_answer_cases(answers, ctx)
-    tables: list[pa.Table] = []
+    out = ScoreRows()
     records: dict[str, dict] = {}
     for g in graders:
         scorer = get_scorer(g)
         if scorer.unit != "answer":
             raise CraftMDError(f"scorer {g} does not grade answers")
         rows = answers.filter(pl.col("format").is_in(scorer.formats)).to_dicts()
-        verdicts, records[g] = scorer.grade(rows, ctx)
-        tables.append(answer_scores(rows, verdicts, g))
-    return pa.concat_tables(tables), records  # check_scorers: at least one grader
+        counts = scorer.score(rows, ctx, out)
+        records[g] = dict(scorer.record(), **counts)
+    return out.table(), records
 
 
 def grader_identity(grader: str) -> dict | None:

@@ -120,15 +120,6 @@ class ScoreRows:
         return pa.table(self.cols, schema=SCHEMA)
 
 
-def answer_scores(rows: list[dict], verdicts: list[Verdict | None], scorer: str) -> pa.Table:
-    """The ``correct`` scores of answer ``rows`` by their ``verdicts`` (None: an answer the scorer does not grade, no row)."""
-    out = ScoreRows()
-    for row, v in zip(rows, verdicts):
-        if v is not None:
-            out.add(row, scorer, v)
-    return out.table()
-
-
 @dataclass
 class ScorerResult:
     """What every scorer returns (:meth:`Scorer.run`): its score ``rows``, and for each scorer name it writes its
@@ -314,28 +305,20 @@ class Scorer:
 
     def run(self, release, ctx: Context) -> ScorerResult:
         """Score ``release``: its rows and each written scorer name's record, its ``inputs`` included. This one runs an
-        answer scorer's :meth:`grade` over the release's answers of its formats; a conversation or case scorer writes
+        answer scorer's :meth:`score` over the release's answers of its formats; a conversation or case scorer writes
         its own."""
         if self.unit != "answer":
             raise NotImplementedError(f"scorer {self.name}: a {self.unit} scorer writes its own run()")
         answers = pl.from_arrow(release.table("answers"))
         check_answer_cases(answers, ctx)
-        rows = answers.filter(pl.col("format").is_in(self.formats)).to_dicts()
-        verdicts, record = self.grade(rows, ctx)
-        return ScorerResult(answer_scores(rows, verdicts, self.name), {self.name: dict(record, inputs=self.inputs(release, ctx))})
-
-    def grade(self, rows: list[dict], ctx: Context) -> tuple[list[Verdict | None], dict]:
-        """An answer scorer: a verdict for each answer row of its formats (None: not gradable, no score), and its
-        record (its identity and counts)."""
-        raise NotImplementedError
+        out = ScoreRows()
+        counts = self.score(answers.filter(pl.col("format").is_in(self.formats)).to_dicts(), ctx, out)
+        return ScorerResult(out.table(), {self.name: dict(self.record(), **counts, inputs=self.inputs(release, ctx))})
 
     def score(self, rows: list[dict], ctx: Context, out: ScoreRows) -> dict:
-        """:meth:`grade` with the scores added to ``out``; returns the record's counts (the inspect bridge's call)."""
-        verdicts, record = self.grade(rows, ctx)
-        for row, v in zip(rows, verdicts):
-            if v is not None:
-                out.add(row, self.name, v)
-        return {k: v for k, v in record.items() if k not in self.record()}
+        """An answer scorer: score answer ``rows`` of its formats into ``out`` (a new one each run, made into the
+        result's rows by :meth:`run`); returns what its record adds to :meth:`record` (counts)."""
+        raise NotImplementedError
 
     def estimate(self, release, ctx: Context) -> dict | None:
         """What a run would send (calls, tokens) without sending it; None for a scorer that calls no model."""
@@ -365,12 +348,12 @@ class McqRule(Scorer):
 
         return {"rule": self.name, "rules_version": RULES_VERSION}
 
-    def grade(self, rows, ctx):
+    def score(self, rows, ctx, out):
         from tqdm import tqdm
 
         from craftmd.scoring.mcq import grade_mcq
 
-        verdicts: list[Verdict | None] = []
+        n = 0
         for row in tqdm(rows, desc=f"grade {self.name}", unit="answer", disable=not ctx.progress or not rows):
             choices, answer, paper_answer = ctx.cases[(row["case_id"], row["with_image"])]
             if self.name == "paper":  # the key the published rule matched, verbatim
@@ -380,10 +363,10 @@ class McqRule(Scorer):
                     raise CraftMDError(f"{ctx.dataset_dir}: no 'diagnoses' config, needed to grade mcq_many answers")
                 choices = ctx.many
             if not choices:  # NEJM image cases: no options, not gradable by rule
-                verdicts.append(None)
                 continue
-            verdicts.append(Verdict(*grade_mcq(row["response"], choices, answer, self.name)))
-        return verdicts, dict(self.record(), graded=sum(v is not None for v in verdicts))
+            out.add(row, self.name, Verdict(*grade_mcq(row["response"], choices, answer, self.name)))
+            n += 1
+        return {"graded": n}
 
 
 class Offline(Scorer):
@@ -397,18 +380,17 @@ class Offline(Scorer):
 
         return default_grader().version
 
-    def grade(self, rows, ctx):
+    def score(self, rows, ctx, out):
         from tqdm import tqdm
 
         from craftmd.scoring.offline import default_grader
 
         og = default_grader()
-        verdicts: list[Verdict | None] = []
         for row in tqdm(rows, desc="grade offline", unit="answer", disable=not ctx.progress or not rows):
             answer = ctx.cases[(row["case_id"], row["with_image"])][1]
             r = og.grade_top3(row["response"], answer) if row["format"] == "top3" else og.grade(row["response"], answer)
-            verdicts.append(Verdict(r.resolved, r.resolved_kind, r.correct, r.detail))
-        return verdicts, dict(self.record(), graded=len(rows))
+            out.add(row, self.name, Verdict(r.resolved, r.resolved_kind, r.correct, r.detail))
+        return {"graded": len(rows)}
 
 
 class LLM(Scorer):
@@ -443,16 +425,19 @@ class LLM(Scorer):
             result.records[self.name]["self_graded"] = True
         return result
 
-    def grade(self, rows, ctx):
+    def score(self, rows, ctx, out):
+        """The grades, and what the record adds: the model's record, where it was called, the counts."""
         from craftmd.scoring.llm_grader import LLMGrader
 
         lg = LLMGrader(self.model, base_url=ctx.base_url, cache=ctx.cache)
         pairs = [(row["response"], ctx.cases[(row["case_id"], row["with_image"])][1]) for row in rows]
         results = lg.grade_many(pairs, progress=ctx.progress)
+        for row, r in zip(rows, results):
+            out.add(row, self.name, llm_verdict(r))
         record = lg.record()
         if ctx.base_url or lg.server.get("service"):  # where it was called: a public URL, never a user:password or query
             record.update({k: v for k, v in lg.server.items() if v is not None})
-        return [llm_verdict(r) for r in results], dict(record, graded=len(rows), failures=sum(r.failed for r in results))
+        return dict(record, graded=len(rows), failures=sum(r.failed for r in results))
 
 
 class Recorded(Scorer):
