@@ -747,25 +747,29 @@ def run_inputs(rel, units: list[Unit], conversations: list[str] | None, cases: l
 # -- scores ------------------------------------------------------------------------------------------
 
 
-def score_rows(units: list[Unit], states: list[MemberState], dims: tuple[Dimension, ...],
-               flags: list[str] | None = None) -> tuple[pa.Table, dict[str, dict]]:
-    """Every member's scores, and the committee's medians when there are several members; per scorer, its counts. A valid
-    score none of whose quotes is in the transcript is labelled :data:`NO_EVIDENCE` (the committee's when no member's
-    valid score had found evidence). With ``flags``, each conversation's flag rows (metric :data:`FLAG_METRIC`) follow
-    its scores; the committee raises a flag any member raised."""
-    cols: dict[str, list] = {f.name: [] for f in SCHEMA}
-    counts: dict[str, dict] = {}
+class _Rows:
+    """The judges' score rows, filled a score at a time, with each scorer's counts (scored, failed, reasons, evidence,
+    flags)."""
 
-    def row(u: Unit, dim: str, scorer: str, metric: str, value, label, detail: dict) -> None:
+    def __init__(self, kinds: list[str]):
+        self.cols: dict[str, list] = {f.name: [] for f in SCHEMA}
+        self.counts: dict[str, dict] = {}
+        self.kinds = kinds
+
+    def row(self, u: Unit, dim: str, scorer: str, metric: str, value, label, detail: dict) -> None:
         for k, v in (("case_id", u.case_id), ("trial", u.trial), ("conversation", u.conversation), ("with_image", u.with_image),
                      ("dimension", dim), ("scorer", scorer), ("metric", metric), ("value", None if value is None else float(value)),
                      ("label", label), ("detail", json.dumps(detail, sort_keys=True, ensure_ascii=False)),
                      ("status", "error" if value is None else "ok")):  # fmt: skip
-            cols[k].append(v)
+            self.cols[k].append(v)
 
-    def add(u: Unit, dim: str, scorer: str, value, detail: dict, supported: bool = True) -> None:
-        row(u, dim, scorer, METRIC, value, None if value is None or supported else NO_EVIDENCE, detail)
-        c = counts.setdefault(scorer, {"scored": 0, "failed": 0, "reasons": {}})
+    def _count(self, scorer: str) -> dict:
+        return self.counts.setdefault(scorer, {"scored": 0, "failed": 0, "reasons": {}})
+
+    def add(self, u: Unit, dim: str, scorer: str, value, detail: dict, supported: bool = True) -> None:
+        """One rubric score (labelled :data:`NO_EVIDENCE` when none of its quotes is in the transcript)."""
+        self.row(u, dim, scorer, METRIC, value, None if value is None or supported else NO_EVIDENCE, detail)
+        c = self._count(scorer)
         if value is None:
             c["failed"] += 1
             r = str(detail.get("error", "unknown"))[:120]
@@ -776,64 +780,80 @@ def score_rows(units: list[Unit], states: list[MemberState], dims: tuple[Dimensi
             ev["scores"] += 1
             ev["found"] += supported
 
-    def add_flags(u: Unit, scorer: str, o: Outcome, extra: dict | None = None) -> None:
-        f = counts.setdefault(scorer, {"scored": 0, "failed": 0, "reasons": {}}).setdefault(
-            "flagged", {"conversations": 0, "flagged": 0, "failed": 0, "by_flag": {}})  # fmt: skip
+    def add_flags(self, u: Unit, scorer: str, o: Outcome, extra: dict | None = None) -> None:
+        """One conversation's flag rows (one per flag asked) by ``scorer``."""
+        f = self._count(scorer).setdefault("flagged", {"conversations": 0, "flagged": 0, "failed": 0, "by_flag": {}})
         raised = (o.detail or {}).get("raised") or {}
         if o.score is None:
             f["failed"] += 1
         else:
             f["conversations"] += 1
             f["flagged"] += bool(raised)
-        for k in kinds:
+        for k in self.kinds:
             if o.score is None:
-                row(u, k, scorer, FLAG_METRIC, None, None, {**o.detail, **(extra or {})})
+                self.row(u, k, scorer, FLAG_METRIC, None, None, {**o.detail, **(extra or {})})
                 continue
             if k in raised:
                 f["by_flag"][k] = f["by_flag"].get(k, 0) + 1
-            row(u, k, scorer, FLAG_METRIC, 1 if k in raised else 0, k if k in raised else None, {**raised.get(k, {}), **(extra or {})})
+            self.row(u, k, scorer, FLAG_METRIC, 1 if k in raised else 0, k if k in raised else None, {**raised.get(k, {}), **(extra or {})})
 
-    kinds = list(flags or [])
+    def dimension(self, u: Unit, d: Dimension, states: list[MemberState]) -> None:
+        """Every member's score of dimension ``d`` of ``u`` and, with several members, the committee's median."""
+        got = []
+        for st in states:
+            o = st.outcomes[(u.key, d.id)]
+            supported = bool(o.detail.get("evidence_found"))
+            self.add(u, d.id, st.member.name, o.score, o.detail, supported)
+            got.append((st.member.name, o.score, supported))
+        if len(states) > 1:
+            valid = [s for _, s, _ in got if s is not None]
+            detail = {"judges": {n: s for n, s, _ in got}, "category": d.category}
+            if valid:
+                detail["median"] = statistics.median(valid)
+                self.add(u, d.id, COMMITTEE, statistics.median_low(valid), detail, any(ok for _, s, ok in got if s is not None))
+            else:
+                self.add(u, d.id, COMMITTEE, None, dict(detail, error="no judge produced a valid score"))
 
+    def flags(self, u: Unit, states: list[MemberState]) -> None:
+        """Every member's flags of ``u`` and, with several members, the committee's: a flag any member raised stands
+        (a flag asks a reviewer to look)."""
+        outs = [(st.member.name, st.flags[u.key]) for st in states]
+        for name, o in outs:
+            self.add_flags(u, name, o)
+        if len(states) == 1:
+            return
+        valid = [o for _, o in outs if o.score is not None]
+        judges = {n: (None if o.score is None else sorted(o.detail.get("raised") or {})) for n, o in outs}
+        if not valid:
+            self.add_flags(u, COMMITTEE, Outcome(None, {"error": "no judge produced valid flags"}), {"judges": judges})
+            return
+        merged: dict[str, dict] = {}
+        for o in valid:
+            for k, v in (o.detail.get("raised") or {}).items():
+                m = merged.setdefault(k, {"evidence": [], "notes": [], "evidence_found": 0})
+                m["evidence"] += v["evidence"]
+                m["notes"] += v["notes"]
+                m["evidence_found"] += v["evidence_found"]
+        self.add_flags(u, COMMITTEE, Outcome(len(merged), {"raised": merged}), {"judges": judges})
+
+
+def score_rows(units: list[Unit], states: list[MemberState], dims: tuple[Dimension, ...],
+               flags: list[str] | None = None) -> tuple[pa.Table, dict[str, dict]]:
+    """Every member's scores, and the committee's medians when there are several members; per scorer, its counts. A valid
+    score none of whose quotes is in the transcript is labelled :data:`NO_EVIDENCE` (the committee's when no member's
+    valid score had found evidence). With ``flags``, each conversation's flag rows (metric :data:`FLAG_METRIC`) follow
+    its scores; the committee raises a flag any member raised."""
+    rows = _Rows(list(flags or []))
     for u in units:
         for d in applicable(dims, u.objective):
-            got = []
-            for st in states:
-                o = st.outcomes[(u.key, d.id)]
-                supported = bool(o.detail.get("evidence_found"))
-                add(u, d.id, st.member.name, o.score, o.detail, supported)
-                got.append((st.member.name, o.score, supported))
-            if len(states) > 1:
-                valid = [s for _, s, _ in got if s is not None]
-                detail = {"judges": {n: s for n, s, _ in got}, "category": d.category}
-                if valid:
-                    detail["median"] = statistics.median(valid)
-                    add(u, d.id, COMMITTEE, statistics.median_low(valid), detail, any(ok for _, s, ok in got if s is not None))
-                else:
-                    add(u, d.id, COMMITTEE, None, dict(detail, error="no judge produced a valid score"))
-        if kinds and u.key in states[0].flags:
-            outs = [(st.member.name, st.flags[u.key]) for st in states]
-            for name, o in outs:
-                add_flags(u, name, o)
-            if len(states) > 1:
-                valid = [o for _, o in outs if o.score is not None]
-                judges = {n: (None if o.score is None else sorted(o.detail.get("raised") or {})) for n, o in outs}
-                if not valid:
-                    add_flags(u, COMMITTEE, Outcome(None, {"error": "no judge produced valid flags"}), {"judges": judges})
-                    continue
-                merged: dict[str, dict] = {}
-                for o in valid:  # a flag any member raised stands: a flag asks a reviewer to look
-                    for k, v in (o.detail.get("raised") or {}).items():
-                        m = merged.setdefault(k, {"evidence": [], "notes": [], "evidence_found": 0})
-                        m["evidence"] += v["evidence"]
-                        m["notes"] += v["notes"]
-                        m["evidence_found"] += v["evidence_found"]
-                add_flags(u, COMMITTEE, Outcome(len(merged), {"raised": merged}), {"judges": judges})
-    for c in counts.values():
+            rows.dimension(u, d, states)
+        if rows.kinds and u.key in states[0].flags:
+            rows.flags(u, states)
+    for c in rows.counts.values():
         ev = c.get("evidence")
         if ev:
             ev["share"] = round(ev["found"] / ev["scores"], 4)
-    return pa.table(cols, schema=SCHEMA), counts
+    return pa.table(rows.cols, schema=SCHEMA), rows.counts
 
 
 def pick_scorer(scorers: list[str]) -> str | None:
