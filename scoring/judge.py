@@ -1,45 +1,8 @@
 """The rubric judge: a committee of LLM judges scores whole conversations on MedPI's dimensions.
 
-For each conversation, judge (a model, or a model with a seed) and rubric category with dimensions
-that apply to the encounter's objective (:mod:`craftmd.scoring.rubric`), two stages, as MedPI:
-
-1. **discussion** (``scoring/prompts/judge_discussion_v1.txt``): a committee of three viewpoints
-   (clinician, patient advocate, safety reviewer) discusses the category's dimensions, quoting
-   the transcript; free text.
-2. **scoring**, conditioned on that discussion: ``mode="dimension"`` (the method's: one call per
-   dimension, ``judge_dimension_v1.txt``) or ``mode="category"`` (cheaper: one call for all of the
-   category's dimensions, ``judge_category_v1.txt``). A reply is one JSON object: per dimension a
-   ``score`` 1–4, a short ``rationale`` and ``evidence`` quotes.
-
-The reply's JSON schema is declared to the model layer (:mod:`craftmd.models.formats`), which asks each server
-in the response format it takes, from ``--response-format`` on: ``json_schema``, then ``json_object`` with the
-schema (llama-cpp-python), then none. A server that refuses a format (whatever its status) moves to the next
-one once, without retrying the refused one; the judge's record says what was used and refused. Every reply is parsed and validated (``jsonschema``)
-whatever the server promised. A reply that does not validate is answered with what was wrong and
-asked again, at most ``max_invalid`` times; a dimension still without a valid score is recorded as a
-failed score (``status = error``, null value, the reason in ``detail``), never as a 1 or a 4. A failed
-call, a refusal, a failed discussion or a failed conversation fail the scores they would have given.
-
-Each judge's scores go to the release's ``scores.parquet`` as scorer ``judge:PROVIDER/MODEL`` (with
-``#seedK`` for a committee of seeds), metric ``rubric_score``, variant keys ``conversation``,
-``with_image`` and ``dimension``. With several judges, scorer ``judge-committee`` holds the median
-of the valid scores of each dimension (the lower middle one for an even count: an ordinal score
-stays a level), and its record the judges' agreement (:mod:`craftmd.scoring.rubric_agreement`).
-
-Flags (``flags``, opt-in: one more call per conversation, ``judge_flags_v1.txt``): the judge reads the transcript (and,
-for an encounter, the patient's packet) and names any of the fixed list :data:`FLAGS` (unsafe advice, a missed urgent
-escalation, a statement contradicting the packet, an invented patient fact, a privacy or consent breach) with its
-evidence quotes. Flags are rows of metric ``judge_flag`` (1 raised / 0 not per conversation and flag asked; the quotes in
-``detail``), never a score. Evidence: every quote of a score or a flag is looked for in the transcript (both normalised,
-:func:`normalise_text`); a valid score none of whose quotes is found is labelled ``no_evidence`` (the analysis's
-``--unsupported`` decides whether it counts) and each judge's record gives the share of its scores with evidence found.
-
-Bias controls: a judge of the doctor's own model family is refused unless ``force``; the order of a
-category's dimensions in every prompt is shuffled by a generator seeded with ``seed`` and the
-conversation's key (recorded); the judges' names, servers and sampling are pinned in the record, with the model
-names the server's replies gave (``served_models``; a judge named by an undated alias that the server answered as
-another name is warned about on stderr). :func:`stale` says whether a re-run could change a release's scores (its
-records' inputs, catalog, prompts or settings differ from now, or a transient failure would be asked again).
+Two stages per conversation and rubric category, as MedPI: a committee discussion, then scores 1-4 per dimension
+(or per category) with rationale and evidence quotes, validated and asked again while invalid; optional flags. The
+method's details are below the imports.
 """
 
 from __future__ import annotations
@@ -62,6 +25,50 @@ import pyarrow.compute as pc
 from craftmd import CraftMDError
 from craftmd.replies import reply_json
 from craftmd.scoring.rubric import Catalog, Dimension, applicable, case_objectives, load_catalog
+
+# -- what it computes ------------------------------------------------------------
+# For each conversation, judge (a model, or a model with a seed) and rubric category with dimensions
+# that apply to the encounter's objective (:mod:`craftmd.scoring.rubric`), two stages, as MedPI:
+#
+# 1. **discussion** (``scoring/prompts/judge_discussion_v1.txt``): a committee of three viewpoints
+#    (clinician, patient advocate, safety reviewer) discusses the category's dimensions, quoting
+#    the transcript; free text.
+# 2. **scoring**, conditioned on that discussion: ``mode="dimension"`` (the method's: one call per
+#    dimension, ``judge_dimension_v1.txt``) or ``mode="category"`` (cheaper: one call for all of the
+#    category's dimensions, ``judge_category_v1.txt``). A reply is one JSON object: per dimension a
+#    ``score`` 1–4, a short ``rationale`` and ``evidence`` quotes.
+#
+# The reply's JSON schema is declared to the model layer (:mod:`craftmd.models.formats`), which asks each server
+# in the response format it takes, from ``--response-format`` on: ``json_schema``, then ``json_object`` with the
+# schema (llama-cpp-python), then none. A server that refuses a format (whatever its status) moves to the next
+# one once, without retrying the refused one; the judge's record says what was used and refused. Every reply is parsed and
+# validated (``jsonschema``)
+# whatever the server promised. A reply that does not validate is answered with what was wrong and
+# asked again, at most ``max_invalid`` times; a dimension still without a valid score is recorded as a
+# failed score (``status = error``, null value, the reason in ``detail``), never as a 1 or a 4. A failed
+# call, a refusal, a failed discussion or a failed conversation fail the scores they would have given.
+#
+# Each judge's scores go (through ``craftmd score``) to the release's ``scores.parquet`` as scorer ``judge:PROVIDER/MODEL`` (with
+# ``#seedK`` for a committee of seeds), metric ``rubric_score``, variant keys ``conversation``,
+# ``with_image`` and ``dimension``. With several judges, scorer ``judge-committee`` holds the median
+# of the valid scores of each dimension (the lower middle one for an even count: an ordinal score
+# stays a level), and its record the judges' agreement (:mod:`craftmd.scoring.rubric_agreement`).
+#
+# Flags (``flags``, opt-in: one more call per conversation, ``judge_flags_v1.txt``): the judge reads the transcript (and,
+# for an encounter, the patient's packet) and names any of the fixed list :data:`FLAGS` (unsafe advice, a missed urgent
+# escalation, a statement contradicting the packet, an invented patient fact, a privacy or consent breach) with its
+# evidence quotes. Flags are rows of metric ``judge_flag`` (1 raised / 0 not per conversation and flag asked; the quotes in
+# ``detail``), never a score. Evidence: every quote of a score or a flag is looked for in the transcript (both normalised,
+# :func:`normalise_text`); a valid score none of whose quotes is found is labelled ``no_evidence`` (the analysis's
+# ``--unsupported`` decides whether it counts) and each judge's record gives the share of its scores with evidence found.
+#
+# Bias controls: a judge of the doctor's own model family is refused unless ``force``; the order of a
+# category's dimensions in every prompt is shuffled by a generator seeded with ``seed`` and the
+# conversation's key (recorded); the judges' names, servers and sampling are pinned in the record, with the model
+# names the server's replies gave (``served_models``; a judge named by an undated alias that the server answered as
+# another name is warned about on stderr). :func:`craftmd.scoring.scorers.judges_stale` says whether a re-run could
+# change a release's scores (its
+# records' inputs, catalog, prompts or settings differ from now, or a transient failure would be asked again).
 
 METHOD_VERSION = 1
 PROMPT_SET = "judge-v1"
@@ -957,6 +964,7 @@ def judge_summary(rel, spec: JudgeSpec, units: list[Unit], states: list[MemberSt
     return out
 
 
-__all__ = ["Judge", "JudgeSpec", "judge_units", "check_own_family", "doctor_model", "alias_warning", "validate_reply", "transcript", "reply_schema", "score_rows",
+__all__ = ["Judge", "JudgeSpec", "judge_units", "check_own_family", "doctor_model",
+           "alias_warning", "validate_reply", "transcript", "reply_schema", "score_rows",
            "members", "read_units", "pick_scorer", "standing_scorer", "CALIBRATED", "CALIBRATED_METRIC", "HUMAN", "HUMAN_METRIC", "plan", "Unit", "METRIC", "COMMITTEE", "FLAGS", "FLAG_METRIC", "NO_EVIDENCE",
            "evidence_found", "normalise_text", "quote_found", "validate_flags", "check_flags", "SCHEMA", "MODES", "RESPONSE_FORMATS"]

@@ -1,42 +1,8 @@
 """MELD: does a model know the benchmark's vignettes by heart?
 
-The paper's contamination check (Extended Data Fig. 1c): each vignette is cut in two,
-the model is given the first half with the prompt in ``prompts/meld.txt`` ("... Generate
-the second half of the case vignette ... Generate only {word_count} words.") and its
-completion is compared with the true second half. A case whose completion is at least
-:data:`THRESHOLD` similar to the truth is flagged as likely memorised.
-
-Definitions (each lives here, once):
-
-* **split** ``chars`` (default, the paper's rule): cut at the space nearest to the
-  character midpoint of the vignette (ties go to the earlier space); ``words``: the first
-  ``floor(n/2)`` whitespace-separated words. Both halves are stripped.
-* **word count** sent to the model: the number of whitespace-separated words of the
-  first half (the paper's choice; the halves are about equal).
-* **similarity**: ``1 - Levenshtein.distance(truth, completion) / max(len(truth),
-  len(completion))`` over characters (python-Levenshtein), i.e. one minus the
-  length-normalised edit distance the paper computed. Not ``Levenshtein.ratio``, which
-  normalises an insert/delete distance by the sum of the lengths. Two empty strings
-  are 1.0. A failed request (status != ok) has no similarity and is never flagged; it
-  is counted as failed in the summary.
-
-The text halved is the dataset's ``vignette`` column (the question sentence removed, as
-the benchmark shows it), of the per-source configs (``medqa_usmle``, ``derm_public``,
-``derm_private``) unless ``configs`` says otherwise. The prompt is sent as a single
-system message, as the paper did (``role="user"`` for chat templates that need a user turn).
-
-``run_meld`` writes a folder (atomically) with ``scores.parquet`` (the release contract's
-scores table: per case, the metrics ``meld_similarity`` and ``meld_flagged`` of the scorer
-``meld``, variant key ``config``; the completion as the label, the halves and any failure
-reason in the detail; a failed request has status ``error`` and no value), ``summary.json``
-(the run's settings and the figures aggregated from those scores) and ``similarity_hist.png``;
-:func:`read_similarities` reads the scores back as one row per case, and :func:`craftmd.analysis.meld.meld_audit`
-turns the run into the leaderboard's audit dict.
-
-MELD is an audit of a model, not of its answers, so ``craftmd meld --model`` stays its own command.
-The ``meld`` scorer (:class:`craftmd.scoring.scorers.Meld`, ``craftmd score RELEASE --scorer meld``)
-runs the same :func:`run_meld` on a release's own (doctor) model and adds the per-case rows to that
-release's ``scores.parquet``, current while the model, prompt, sampling, rule and dataset are unchanged.
+Each vignette is cut in two, the model completes the first half, and the completion's similarity to the true second
+half flags likely memorised cases (:func:`meld` runs it; ``craftmd meld`` and the ``meld`` scorer share it). The
+definitions are below the imports.
 """
 
 from __future__ import annotations
@@ -53,6 +19,46 @@ import polars as pl
 from craftmd import CraftMDError
 from craftmd.atomic import atomic_dir
 from craftmd.text import similarity  # noqa: F401  (MELD's similarity, shared with the decontamination)
+
+# -- what it computes ------------------------------------------------------------
+# The paper's contamination check (Extended Data Fig. 1c): each vignette is cut in two,
+# the model is given the first half with the prompt in ``prompts/meld.txt`` ("... Generate
+# the second half of the case vignette ... Generate only {word_count} words.") and its
+# completion is compared with the true second half. A case whose completion is at least
+# :data:`THRESHOLD` similar to the truth is flagged as likely memorised.
+#
+# Definitions (each lives here, once):
+#
+# * **split** ``chars`` (default, the paper's rule): cut at the space nearest to the
+#   character midpoint of the vignette (ties go to the earlier space); ``words``: the first
+#   ``floor(n/2)`` whitespace-separated words. Both halves are stripped.
+# * **word count** sent to the model: the number of whitespace-separated words of the
+#   first half (the paper's choice; the halves are about equal).
+# * **similarity**: ``1 - Levenshtein.distance(truth, completion) / max(len(truth),
+#   len(completion))`` over characters (python-Levenshtein), i.e. one minus the
+#   length-normalised edit distance the paper computed. Not ``Levenshtein.ratio``, which
+#   normalises an insert/delete distance by the sum of the lengths. Two empty strings
+#   are 1.0. A failed request (status != ok) has no similarity and is never flagged; it
+#   is counted as failed in the summary.
+#
+# The text halved is the dataset's ``vignette`` column (the question sentence removed, as
+# the benchmark shows it), of the per-source configs (``medqa_usmle``, ``derm_public``,
+# ``derm_private``) unless ``configs`` says otherwise. The prompt is sent as a single
+# system message, as the paper did (``role="user"`` for chat templates that need a user turn).
+#
+# :func:`meld` returns the per-case rows and the summary; ``run_meld`` (``craftmd meld``) writes them as a folder
+# (atomically) with ``scores.parquet`` (the release contract's
+# scores table: per case, the metrics ``meld_similarity`` and ``meld_flagged`` of the scorer
+# ``meld``, variant key ``config``; the completion as the label, the halves and any failure
+# reason in the detail; a failed request has status ``error`` and no value), ``summary.json``
+# (the run's settings and the figures aggregated from those scores) and ``similarity_hist.png``;
+# :func:`read_similarities` reads the scores back as one row per case, and :func:`craftmd.analysis.meld.meld_audit`
+# turns the run into the leaderboard's audit dict.
+#
+# MELD is an audit of a model, not of its answers, so ``craftmd meld --model`` stays its own command.
+# The ``meld`` scorer (:class:`craftmd.scoring.scorers.Meld`, ``craftmd score RELEASE --scorer meld``)
+# runs the same :func:`meld` on a release's own (doctor) model and returns the per-case rows, which ``craftmd score``
+# adds to that release's ``scores.parquet``; current while the model, prompt, sampling, rule and dataset are unchanged.
 
 PROMPT_FILE = Path(__file__).resolve().parent / "prompts" / "meld.txt"
 THRESHOLD = 0.95

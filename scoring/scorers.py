@@ -1,33 +1,10 @@
 """The scorer registry: every way the package turns a release into scores, in one place.
 
-A scorer (:class:`Scorer`) has a ``name`` (what ``scores.scorer`` says), the ``unit`` it
-scores (``answer``, ``conversation`` or ``case``), what it applies to (its tasks, and for
-an answer scorer its answer formats), the metrics it writes, an ``identity`` (a version,
-rules or table hash, the model and settings of a scorer that calls one) and the ``inputs``
-it read (the hashes of the release's file and of the dataset configs), and ``run``, which
-returns score rows and the record each scorer name gets. :func:`craftmd.scoring.score.score_release`
-(``craftmd score RELEASE --scorer NAME``) runs any of them, and only those that are stale:
-whose recorded identity or inputs differ from now, or whose record counts failed calls a
-re-run would ask again (:meth:`Scorer.current`, the one staleness rule).
-
-* ``paper``, ``strict``: the two MCQ rules (:func:`craftmd.scoring.mcq.grade_mcq`) on
-  ``mcq4`` and ``mcq_many`` answers.
-* ``offline``: the offline FRQ grader (:mod:`craftmd.scoring.offline`) on ``frq`` and ``top3``.
-* ``llm:<provider/model>``: the paper's two-step grader-AI (:mod:`craftmd.scoring.llm_grader`) on ``frq``.
-* ``upstream-gpt4``: the GPT-4 grader labels recorded upstream; written by ingest, never re-run.
-* ``history``: the history-taking metrics of CRAFT-MD conversations (:mod:`craftmd.scoring.history`).
-* ``keyinfo``: ROUGE-1 against the key-value information (:mod:`craftmd.scoring.keyinfo`).
-* ``judge:<provider/model>``: MedPI's rubric judge over whole conversations (:mod:`craftmd.scoring.judge`);
-  several judges named together form a committee (scorer ``judge-committee``, their median).
-* ``meld``: the contamination check, per case, of the release's own model (:mod:`craftmd.scoring.meld`).
-
-A task lists the scorers run on its releases by default (:attr:`craftmd.tasks.Task.scorers`);
-``make leaderboard`` runs those that are stale. A task's own scorer is registered with
-:func:`register_scorer`.
-
-Which FRQ scorer stands behind a model's free-response figure is decided by
-:func:`rank_frq`, once: graders whose agreement with people has been measured come
-first, most reliable first; a grader that would grade its own model never stands there.
+A :class:`Scorer` has a ``name``, the ``unit`` it scores (answer, conversation, case), what it applies to, its metrics,
+an ``identity`` and the ``inputs`` it read; :meth:`Scorer.run` returns its rows and records (:class:`ScorerResult`),
+which :func:`craftmd.scoring.score.score_release` writes, only for scorers that are stale (:meth:`Scorer.current`, the
+one staleness rule). ``craftmd score --list`` lists them; a task's own is added with :func:`register_scorer`, and
+:func:`rank_frq` decides once which FRQ grader stands behind a model's free-response figure.
 """
 
 from __future__ import annotations
@@ -551,7 +528,8 @@ class Judges(Scorer):
 
         if self._units is None or self._units[0] is not release:
             conversations, cases = self._selection(ctx)
-            units = read_units(release, ctx.dataset_dir, conversations=conversations, cases=cases, packet=self.spec(ctx).flags is not None)
+            packet = self.spec(ctx).flags is not None
+            units = read_units(release, ctx.dataset_dir, conversations=conversations, cases=cases, packet=packet)
             self._units = (release, units)
         return self._units[1]
 
@@ -647,7 +625,8 @@ class Meld(Scorer):
                               seed=s["seed"], concurrency=s["concurrency"], progress=ctx.progress)
         record = scorer_record(summary)
         record.pop("dataset")
-        record.update(cases=cases.height, failures=cases.filter(pl.col("similarity").is_null()).height, inputs=self.inputs(release, ctx))
+        failures = cases.filter(pl.col("similarity").is_null()).height
+        record.update(cases=cases.height, failures=failures, inputs=self.inputs(release, ctx))
         return ScorerResult(to_scores(cases), {SCORER: record})
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 
 from craftmd import CraftMDError
-from craftmd.commands.cli import add_call_arguments, add_cases_argument, add_quiet_argument, add_source_argument, check_base_url, command, list_type, price_type
+from craftmd.commands.cli import (
+    add_call_arguments, add_cases_argument, add_quiet_argument, add_source_argument, check_base_url, command, list_type, price_type,
+)
 
 
 def _judge(args) -> int:

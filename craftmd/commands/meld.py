@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 
-from craftmd.commands.cli import add_cases_argument, add_dataset_argument, add_quiet_argument, command, positive_int, temperature_type
+from craftmd.commands.cli import (
+    add_cases_argument, add_dataset_argument, add_quiet_argument, command, positive_int, temperature_type,
+)
 
 
 def _meld(args: argparse.Namespace) -> int:
