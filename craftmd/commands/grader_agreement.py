@@ -5,6 +5,16 @@ from __future__ import annotations
 from craftmd.commands.cli import add_dataset_argument, add_source_argument, command
 
 
+def register(sub) -> None:
+    """Add ``craftmd grader-agreement`` to the `craftmd` parser."""
+    a = command(sub, "grader-agreement", _agreement)
+    a.add_argument("--releases", required=True, help="folder of releases")
+    add_dataset_argument(a, help="built dataset folder (the held-out rule needs each case's source)")
+    a.add_argument("--out", required=True, help="audits folder")
+    add_source_argument(a)
+    a.add_argument("--no-source", action="store_true", help="skip the comparison with the dermatologists (needs the source)")
+
+
 def _agreement(args):
     """write the audit: offline FRQ grader vs the recorded GPT-4 grader-AI (kappa per model and setting)
 
@@ -20,16 +30,6 @@ def _agreement(args):
     source = None if args.no_source else Source(args.source)
     print(write_audit(args.releases, args.out, args.dataset, source))
     return 0
-
-
-def register(sub) -> None:
-    """Add ``craftmd grader-agreement`` to the `craftmd` parser."""
-    a = command(sub, "grader-agreement", _agreement)
-    a.add_argument("--releases", required=True, help="folder of releases")
-    add_dataset_argument(a, help="built dataset folder (the held-out rule needs each case's source)")
-    a.add_argument("--out", required=True, help="audits folder")
-    add_source_argument(a)
-    a.add_argument("--no-source", action="store_true", help="skip the comparison with the dermatologists (needs the source)")
 
 
 __all__ = ["register"]

@@ -8,6 +8,23 @@ from craftmd import CraftMDError
 from craftmd.commands.cli import command
 
 
+def register(sub) -> None:
+    """Add ``craftmd judge-calibrate`` to the `craftmd` parser."""
+    from craftmd.analysis.agreement.calibration import BY, MIN_RATINGS
+
+    c = command(sub, "judge-calibrate", _calibrate)
+    c.add_argument("action", choices=("fit", "apply"))
+    c.add_argument("paths", nargs="+", metavar="PATH", help="fit: filled-in judge-review .xlsx sheet(s); apply: release folder(s)")
+    c.add_argument("--out", metavar="FILE.json", help="fit: the calibration to write")
+    c.add_argument("--calibration", metavar="FILE.json", help="apply: the calibration (judge-calibrate fit)")
+    c.add_argument("--by", choices=BY, default="dimension", help="fit: one map per dimension (default) or per category")
+    c.add_argument("--min-ratings", type=int, default=MIN_RATINGS, help=f"fit: rated pairs each group needs (default {MIN_RATINGS})")
+    c.add_argument("--folds", type=int, default=5, help="fit: cross-validation folds over conversations (default 5)")
+    c.add_argument("--seed", type=int, default=15, help="fit: the folds' and the bootstrap's seed (default 15)")
+    c.add_argument("--B", type=int, default=1000, help="fit: bootstrap resamples of the CIs (default 1000)")
+    c.add_argument("--overwrite", action="store_true")
+
+
 def _calibrate(args) -> int:
     """calibrate a rubric judge against experts' ratings, or add the calibrated judge to releases
 
@@ -31,23 +48,6 @@ def _calibrate(args) -> int:
         raise CraftMDError("judge-calibrate apply needs --calibration FILE.json")
     print(json.dumps({"calibrated": apply_calibration(args.paths, args.calibration)}, sort_keys=True))
     return 0
-
-
-def register(sub) -> None:
-    """Add ``craftmd judge-calibrate`` to the `craftmd` parser."""
-    from craftmd.analysis.agreement.calibration import BY, MIN_RATINGS
-
-    c = command(sub, "judge-calibrate", _calibrate)
-    c.add_argument("action", choices=("fit", "apply"))
-    c.add_argument("paths", nargs="+", metavar="PATH", help="fit: filled-in judge-review .xlsx sheet(s); apply: release folder(s)")
-    c.add_argument("--out", metavar="FILE.json", help="fit: the calibration to write")
-    c.add_argument("--calibration", metavar="FILE.json", help="apply: the calibration (judge-calibrate fit)")
-    c.add_argument("--by", choices=BY, default="dimension", help="fit: one map per dimension (default) or per category")
-    c.add_argument("--min-ratings", type=int, default=MIN_RATINGS, help=f"fit: rated pairs each group needs (default {MIN_RATINGS})")
-    c.add_argument("--folds", type=int, default=5, help="fit: cross-validation folds over conversations (default 5)")
-    c.add_argument("--seed", type=int, default=15, help="fit: the folds' and the bootstrap's seed (default 15)")
-    c.add_argument("--B", type=int, default=1000, help="fit: bootstrap resamples of the CIs (default 1000)")
-    c.add_argument("--overwrite", action="store_true")
 
 
 __all__ = ["register"]
