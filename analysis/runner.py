@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file
-from craftmd.release import CLAIM_PREFIX, SETTINGS, Release, find_releases, natural_key
+from craftmd.release import CLAIM_PREFIX, SETTINGS, STREAMED, Release, find_releases, natural_key
 
 SQL_DIR = Path(str(resources.files("craftmd.analysis") / "sql"))
 #: Families of at most this many models test every pair of them (the six upstream releases keep every pair); larger
@@ -62,11 +62,15 @@ def _lit(path: Path) -> str:
 
 
 def _union(con: duckdb.DuckDBPyConnection, releases: list[Release], table: str) -> str | None:
-    """Every release's ``table`` with a ``release`` column, as the release has already read it (its file read once in
-    the command: :meth:`craftmd.release.Release.table`), registered with ``con``."""
+    """Every release's ``table`` with a ``release`` column: as the release has already read it (its file read once in
+    the command: :meth:`craftmd.release.Release.table`), registered with ``con``; the conversations (the bulk of a
+    release, :data:`craftmd.release.STREAMED`) read from disk by DuckDB, only the columns a query needs."""
     parts = []
     for i, r in enumerate(releases):
         if not r.has(table):
+            continue
+        if f"{table}.parquet" in STREAMED:
+            parts.append(f"select {_lit(Path(r.id))} as release, * from read_parquet({_lit(r.path / f'{table}.parquet')})")
             continue
         con.register(f"{table}__{i}", r.scores_with_records()[0] if table == "scores" else r.table(table))
         parts.append(f"select {_lit(Path(r.id))} as release, * from {table}__{i}")

@@ -727,6 +727,18 @@ def read_release(path: Path | str, verify: bool = True) -> Release:
     return release
 
 
+#: The files a release hashes as it reads them, without keeping their bytes: the conversations' text is the bulk of a
+#: release, read only by a scorer that runs and by the analysis (column by column, from disk).
+STREAMED = ("conversations.parquet",)
+
+
+def _file_sha256(release: Release, name: str) -> str:
+    """The sha256 of a release's file: of its bytes, kept for its tables (:meth:`Release.data`), or streamed."""
+    if name in STREAMED and name not in release._data:
+        return sha256_file(release.path / name)
+    return hashlib.sha256(release.data(name)).hexdigest()
+
+
 def _verify(release: Release) -> None:
     """Read every file the run record lists, once, and check it against the sha256 recorded there."""
     path, manifest = release.path, release.manifest
@@ -736,8 +748,8 @@ def _verify(release: Release) -> None:
             if name == SCORES_FILE:
                 continue  # removed to be scored again: the release reads as unscored
             raise CraftMDError(f"{f} is missing (manifest.json lists it); {rebuild_hint(manifest.kind, name, path)}")
-        if hashlib.sha256(release.data(name)).hexdigest() != info["sha256"]:
-            release._data.pop(name)
+        if _file_sha256(release, name) != info["sha256"]:
+            release._data.pop(name, None)
             raise CraftMDError(f"{f} is damaged (its sha256 is not the one manifest.json records); {rebuild_hint(manifest.kind, name, path)}")
     if SCORES_FILE not in manifest.files and (path / SCORES_FILE).exists():
         raise CraftMDError(f"{path / SCORES_FILE} is not in manifest.json's checksums (written by an older craftmd, or added by hand); "
