@@ -722,3 +722,26 @@ def test_judges_named_together_are_one_committee_and_a_judge_of_the_doctor_famil
     sent, first = server.calls, (rel / "scores.parquet").read_bytes()
     assert main(two) == 0 and json.loads(capsys.readouterr().out)["current"] == ["judge-committee"]
     assert server.calls == sent and (rel / "scores.parquet").read_bytes() == first
+
+
+def test_a_judge_returns_its_rows_and_records_and_only_craftmd_score_writes_them(tmp_path, server):
+    """The judges are a scorer like any other: run, they return the committee's rows, each judge's record and the run's
+    summary, and leave the release as it was; craftmd score (score_release) writes what they returned."""
+    from craftmd.scoring.score import score_release
+    from craftmd.scoring.scorers import Context, Judges, ScorerResult
+
+    rel = make_release(tmp_path)
+    before = {p.name: p.read_bytes() for p in rel.iterdir() if p.is_file()}
+    ctx = Context(None, base_url=server.base_url, progress=False, options={"mode": "category", "dimensions": CATS})
+    judges = Judges(["openai/judge-a", "openai/judge-b"])
+    result = judges.run(read_release(rel), ctx)
+    assert isinstance(result, ScorerResult)
+    assert {p.name: p.read_bytes() for p in rel.iterdir() if p.is_file()} == before  # nothing written
+    assert set(result.records) == {"judge:openai/judge-a", "judge:openai/judge-b", J.COMMITTEE}
+    assert set(result.rows.column("scorer").to_pylist()) == set(result.records)
+    assert result.summary["judges"] == ["judge:openai/judge-a", "judge:openai/judge-b"] and result.summary["conversations"] == 3
+    report = score_release(rel, None, ["judge:openai/judge-a", "judge:openai/judge-b"], base_url=server.base_url, progress=False,
+                           options={"mode": "category", "dimensions": CATS})
+    assert report["scored"] == [J.COMMITTEE] and report["summaries"][J.COMMITTEE]["judges"] == result.summary["judges"]
+    written, records = read_release(rel).scores_with_records()
+    assert written.num_rows == result.rows.num_rows and set(records) >= set(result.records)
