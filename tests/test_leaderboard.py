@@ -335,8 +335,10 @@ def test_a_leaderboard_with_every_score_current_reads_each_release_and_the_datas
     """With every score current, `craftmd leaderboard` (scoring's staleness checks, the analysis, the audits, the page)
     reads each release's answers.parquet from disk once, and hashes each dataset file at most once."""
     import collections
+    import weakref
 
     import craftmd.atomic
+    import craftmd.dataset
     import craftmd.release
     from craftmd.commands.cli import main
 
@@ -355,6 +357,8 @@ def test_a_leaderboard_with_every_score_current_reads_each_release_and_the_datas
 
     monkeypatch.setattr(craftmd.release, "read_file", counted_read)
     monkeypatch.setattr(craftmd.atomic, "sha256_file", counted_hash)
+    monkeypatch.setattr(craftmd.release, "_OPEN", weakref.WeakValueDictionary())  # nothing this process opened before
+    monkeypatch.setattr(craftmd.dataset, "_HASHED", {})
     monkeypatch.setenv("CRAFTMD_SOURCE", str(source.path))
     assert main(["leaderboard", "--dataset", str(dataset_dir), "--releases", str(releases), "--out", str(out.parent / "once"),
                  "--audits", str(out.parent / "audits"), "--quiet"]) == 0
