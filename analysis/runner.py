@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file
-from craftmd.release import CLAIM_PREFIX, SETTINGS, STREAMED, Release, find_releases, natural_key
+from craftmd.release import CLAIM_PREFIX, SETTINGS, Release, find_releases, natural_key
 
 SQL_DIR = Path(str(resources.files("craftmd.analysis") / "sql"))
 #: Families of at most this many models test every pair of them (the six upstream releases keep every pair); larger
@@ -43,6 +43,8 @@ ALL_PAIRS_UP_TO = 8
 #: the board) spill to a private temporary folder, removed with the connection (the six upstream releases stay far
 #: below it). 512 MB was too little for 80 releases: reading their trial grades does not spill.
 MEMORY_LIMIT = "2GB"
+#: The release tables DuckDB reads from disk itself (:func:`_union`).
+FROM_DISK = ("conversations", "scores")
 
 
 def query_names() -> list[str]:
@@ -62,17 +64,18 @@ def _lit(path: Path) -> str:
 
 
 def _union(con: duckdb.DuckDBPyConnection, releases: list[Release], table: str) -> str | None:
-    """Every release's ``table`` with a ``release`` column: as the release has already read it (its file read once in
-    the command: :meth:`craftmd.release.Release.table`), registered with ``con``; the conversations (the bulk of a
-    release, :data:`craftmd.release.STREAMED`) read from disk by DuckDB, only the columns a query needs."""
+    """Every release's ``table`` with a ``release`` column: the answers (and a task's own small tables) as the release
+    has already read them (its file read once in the command: :meth:`craftmd.release.Release.table`), registered with
+    ``con``; the conversations and the scores (the bulk of a release, their text in columns most queries never read)
+    read from disk by DuckDB, only the columns a query needs, so that a board's memory stays bounded."""
     parts = []
     for i, r in enumerate(releases):
         if not r.has(table):
             continue
-        if f"{table}.parquet" in STREAMED:
+        if table in FROM_DISK:
             parts.append(f"select {_lit(Path(r.id))} as release, * from read_parquet({_lit(r.path / f'{table}.parquet')})")
             continue
-        con.register(f"{table}__{i}", r.scores_with_records()[0] if table == "scores" else r.table(table))
+        con.register(f"{table}__{i}", r.table(table))
         parts.append(f"select {_lit(Path(r.id))} as release, * from {table}__{i}")
     return " union all by name ".join(parts) if parts else None
 
