@@ -1,7 +1,28 @@
 """The offline FRQ grader: judges a free-text diagnosis without any model.
 
-Two steps, as the paper's grader-AI: extract the diagnosis from the answer, then compare it with the correct one
-through a versioned synonym table and the paper's subtype rule; the rules are below the imports.
+Two steps, as the paper's grader-AI does them:
+
+1. :meth:`OfflineGrader.extract` pulls the diagnosis out of a free-text answer
+   (``**Final Diagnosis:** X``, ``The most likely diagnosis is X``, a bare ``X.``),
+   drops trailing explanations and hedges, and says whether the answer names one
+   diagnosis (``single``), several alternatives (``multiple``) or none (``none``:
+   empty, a refusal, "not possible to diagnose", a question back to the patient, or a
+   test, procedure or treatment instead of a diagnosis, as the recorded grader-AI's step 1
+   judged them on training cases). "X, specifically Y" keeps both names; a slash inside a
+   name ("attention-deficit/hyperactivity disorder") is one diagnosis.
+2. :meth:`OfflineGrader.equivalent` compares that diagnosis with the correct answer
+   after normalisation (case, accents, punctuation, possessives, British spellings,
+   "disease"/"syndrome"/"disorder"), abbreviations and synonyms from the versioned
+   table ``scoring/data/synonyms.tsv``, and word order. The subtype rule of the paper:
+   an answer *more general* than the correct one counts (``lymphoma`` for
+   ``Hodgkin lymphoma``); one *more specific* does not (``Hodgkin lymphoma`` for
+   ``lymphoma``), except for qualifiers of course or severity (``acute``,
+   ``chronic``, ``severe``, ...) which do not make a different disease. A one-letter
+   misspelling of a long word is forgiven; in "X with Y" either named disease counts.
+
+The table is data, reviewed by hand and built from the training cases only (see
+``scoring/data/README.md``); nothing is learnt at run time. ``multiple`` and ``none``
+always grade as wrong.
 """
 
 from __future__ import annotations
@@ -19,31 +40,6 @@ from pathlib import Path
 import Levenshtein
 
 from craftmd import CraftMDError
-
-# -- the rules ------------------------------------------------------------
-# Two steps, as the paper's grader-AI does them:
-#
-# 1. :meth:`OfflineGrader.extract` pulls the diagnosis out of a free-text answer
-#    (``**Final Diagnosis:** X``, ``The most likely diagnosis is X``, a bare ``X.``),
-#    drops trailing explanations and hedges, and says whether the answer names one
-#    diagnosis (``single``), several alternatives (``multiple``) or none (``none``:
-#    empty, a refusal, "not possible to diagnose", a question back to the patient, or a
-#    test, procedure or treatment instead of a diagnosis, as the recorded grader-AI's step 1
-#    judged them on training cases). "X, specifically Y" keeps both names; a slash inside a
-#    name ("attention-deficit/hyperactivity disorder") is one diagnosis.
-# 2. :meth:`OfflineGrader.equivalent` compares that diagnosis with the correct answer
-#    after normalisation (case, accents, punctuation, possessives, British spellings,
-#    "disease"/"syndrome"/"disorder"), abbreviations and synonyms from the versioned
-#    table ``scoring/data/synonyms.tsv``, and word order. The subtype rule of the paper:
-#    an answer *more general* than the correct one counts (``lymphoma`` for
-#    ``Hodgkin lymphoma``); one *more specific* does not (``Hodgkin lymphoma`` for
-#    ``lymphoma``), except for qualifiers of course or severity (``acute``,
-#    ``chronic``, ``severe``, ...) which do not make a different disease. A one-letter
-#    misspelling of a long word is forgiven; in "X with Y" either named disease counts.
-#
-# The table is data, reviewed by hand and built from the training cases only (see
-# ``scoring/data/README.md``); nothing is learnt at run time. ``multiple`` and ``none``
-# always grade as wrong.
 
 TABLE_VERSION = "3"
 #: What an answer more specific than the correct one gets: "qualifiers" (the paper's rule:
