@@ -43,6 +43,8 @@ ALL_PAIRS_UP_TO = 8
 #: the board) spill to a private temporary folder, removed with the connection (the six upstream releases stay far
 #: below it). 512 MB was too little for 80 releases: reading their trial grades does not spill.
 MEMORY_LIMIT = "2GB"
+#: The release tables DuckDB reads from disk itself (:func:`_union`).
+FROM_DISK = ("conversations", "scores")
 
 
 def query_names() -> list[str]:
@@ -61,12 +63,20 @@ def _lit(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def _union(releases: list[Release], table: str) -> str | None:
-    parts = [
-        f"select {_lit(Path(r.id))} as release, * from read_parquet({_lit(r.path / f'{table}.parquet')})"
-        for r in releases
-        if r.has(table)
-    ]
+def _union(con: duckdb.DuckDBPyConnection, releases: list[Release], table: str) -> str | None:
+    """Every release's ``table`` with a ``release`` column: the answers (and a task's own small tables) as the release
+    has already read them (its file read once in the command: :meth:`craftmd.release.Release.table`), registered with
+    ``con``; the conversations and the scores (the bulk of a release, their text in columns most queries never read)
+    read from disk by DuckDB, only the columns a query needs, so that a board's memory stays bounded."""
+    parts = []
+    for i, r in enumerate(releases):
+        if not r.has(table):
+            continue
+        if table in FROM_DISK:
+            parts.append(f"select {_lit(Path(r.id))} as release, * from read_parquet({_lit(r.path / f'{table}.parquet')})")
+            continue
+        con.register(f"{table}__{i}", r.table(table))
+        parts.append(f"select {_lit(Path(r.id))} as release, * from {table}__{i}")
     return " union all by name ".join(parts) if parts else None
 
 
@@ -97,7 +107,7 @@ def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threa
     con.execute("create view setting_order as select * from setting_order_arrow")
     con.execute(f"create view pair_options as select {bool(all_pairs)} as all_pairs, {int(ALL_PAIRS_UP_TO)} as all_pairs_up_to")
     for table in ("answers", "scores", "conversations"):
-        body = _union(releases, table)
+        body = _union(con, releases, table)
         if body is None and table == "scores":
             raise CraftMDError("no release has scores.parquet; score the releases first (craftmd score)")
         claim = f"starts_with(scorer, '{CLAIM_PREFIX}')"  # a claim (an ingested log's word) is no score
@@ -172,7 +182,7 @@ def connect_tables(releases: list[Release], tables: dict[str, str]) -> duckdb.Du
     con = _open()
     _releases_view(con, releases)
     for view, table in tables.items():
-        body = _union(releases, table)
+        body = _union(con, releases, table)
         if body is not None:
             con.execute(f"create view {view} as {body}")
     return con

@@ -23,10 +23,26 @@ def dataset_fingerprint(dataset_dir: Path | str, configs: tuple[str, ...]) -> st
     scorer records as the dataset it read, so it re-runs when any of them changes."""
     import hashlib
 
-    from craftmd.atomic import sha256_file
-
     parts = []
     for config in configs:
         f = config_file(dataset_dir, config)
-        parts.append(f"{config}:{sha256_file(f) if f.exists() else '-'}")
+        parts.append(f"{config}:{file_sha256(f) if f.exists() else '-'}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+#: path -> (its inode, size and times, its sha256): a dataset file is hashed once while it is unchanged on disk.
+_HASHED: dict[str, tuple[tuple, str]] = {}
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a dataset file, hashed once a process while the file is unchanged (same inode, size and times)."""
+    import os
+
+    from craftmd.atomic import sha256_file
+
+    st = os.stat(path)
+    key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    held = _HASHED.get(str(path))
+    if held is None or held[0] != key:
+        held = _HASHED[str(path)] = (key, sha256_file(path))
+    return held[1]

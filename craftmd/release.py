@@ -40,7 +40,9 @@ import math
 import os
 import re
 import shutil
-from dataclasses import dataclass
+import weakref
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -474,7 +476,7 @@ def write_scores(release: Release, new: pa.Table, records: dict[str, dict]) -> P
     """
     where = release.path.resolve()  # a release reached through a symbolic link is updated where it lives
     with locked(where):
-        current = read_release(where)  # what is on disk now, verified, not what the caller read before
+        current = read_release(release.path)  # what is on disk now, verified (the caller's, when its files are unchanged)
         old_table, old_records = current.scores_with_records()
         replaced = set(records)
         if old_table is not None:
@@ -501,8 +503,11 @@ def write_scores(release: Release, new: pa.Table, records: dict[str, dict]) -> P
                     shutil.copy2(f, tmp / f.name)
             (tmp / SCORES_FILE).write_bytes(data)
             (tmp / "manifest.json").write_text(manifest.to_json())
-    release.manifest = manifest
-    release._scores_cache = None
+        release.manifest = manifest
+        release._scores_cache = None
+        release._data = {**current._data, SCORES_FILE: data}
+        release._verified = current._verified
+        _remember(release)  # under the lock: as the files are now, no other writer between
     return release.path / SCORES_FILE
 
 
@@ -516,9 +521,15 @@ def _plain_fields(table: pa.Table) -> pa.Table:
 
 @dataclass
 class Release:
+    """An open release: its run record and, read once, its files' bytes (checked against the run record's hashes when
+    opened with ``verify``); every table is parsed from those bytes, so a command reads each file once."""
+
     path: Path
     manifest: RunRecord
     _scores_cache: tuple | None = None
+    _data: dict = field(default_factory=dict, repr=False, compare=False)  # file name -> its bytes, read once (:meth:`data`)
+    _signature: tuple = field(default=(), repr=False, compare=False)  # its files on disk when read (:func:`_signature`)
+    _verified: bool = field(default=False, repr=False, compare=False)
 
     @property
     def id(self) -> str:
@@ -533,13 +544,23 @@ class Release:
     def display(self) -> str:
         return self.manifest.display_name or self.id
 
+    def data(self, name: str) -> bytes:
+        """The bytes of the release's file ``name``, read from disk once (:func:`read_file`, the one reader)."""
+        if name not in self._data:
+            self._data[name] = read_file(self.path / name)
+        return self._data[name]
+
     def table(self, name: str, columns: list[str] | None = None) -> pa.Table:
         """Release table ``name`` (only ``columns``, when given): the one way a release's parquet is read, so that a
         file that is not parquet, or whose columns are not of the release's types, is one line naming it."""
         p = self.path / f"{name}.parquet"
-        if not p.exists():
+        if not p.exists() and p.name not in self._data:
             raise CraftMDError(f"{self.path}: no {name}.parquet")
-        return self._checked(p, _plain_fields(self._read(p, lambda f: pq.read_table(f, columns=columns))), SCHEMAS.get(name))
+        return self._checked(p, _plain_fields(self._read(p, lambda f: pq.read_table(self._buffer(f), columns=columns))),
+                             SCHEMAS.get(name))
+
+    def _buffer(self, p: Path) -> pa.BufferReader:
+        return pa.BufferReader(self.data(p.name))
 
     def _read(self, p: Path, reader):
         """``reader(p)``, a damaged file named in one line instead of a parquet error."""
@@ -571,21 +592,21 @@ class Release:
         return records
 
     def has(self, name: str) -> bool:
-        return (self.path / f"{name}.parquet").exists()
+        return f"{name}.parquet" in self._data or (self.path / f"{name}.parquet").exists()
 
     def rows(self, name: str) -> int:
         """How many rows release table ``name`` holds (0 when it has none, or no file)."""
         p = self.path / f"{name}.parquet"
-        return self._read(p, lambda f: pq.read_metadata(f).num_rows) if p.exists() else 0
+        return self._read(p, lambda f: pq.read_metadata(self._buffer(f)).num_rows) if self.has(name) else 0
 
     def scores_with_records(self) -> tuple[pa.Table | None, dict]:
         """The scores table (None when unscored) and each scorer's record."""
         if self._scores_cache is None:
             p = self.path / SCORES_FILE
-            if not p.exists():
+            if not self.has("scores"):
                 self._scores_cache = (None, {})
             else:
-                t = _plain_fields(self._read(p, pq.read_table))
+                t = _plain_fields(self._read(p, lambda f: pq.read_table(self._buffer(f))))
                 meta = (t.schema.metadata or {}).get(SCORERS_METADATA)
                 self._scores_cache = (self._checked(p, t.replace_schema_metadata(None), SCORE_COLUMNS), self._records(p, meta))
         return self._scores_cache
@@ -595,9 +616,9 @@ class Release:
         if self._scores_cache is not None:
             return self._scores_cache[1]
         p = self.path / SCORES_FILE
-        if not p.exists():
+        if not self.has("scores"):
             return {}
-        return self._records(p, (self._read(p, pq.read_schema).metadata or {}).get(SCORERS_METADATA))
+        return self._records(p, (self._read(p, lambda f: pq.read_schema(self._buffer(f))).metadata or {}).get(SCORERS_METADATA))
 
     def verdicts(self, **where) -> "pl.DataFrame":
         """The ``correct`` scores of answers, one row per answer and scorer, as a polars frame.
@@ -625,9 +646,65 @@ class Release:
         return df
 
 
+def read_file(path: Path) -> bytes:
+    """The bytes of a release's file: the one reader of a release's files (its hash and its tables come from one read)."""
+    return path.read_bytes()
+
+
+#: The releases open in this process, by folder: reading one again (the same command's next step) takes the one already
+#: read while its files are unchanged on disk (:func:`_signature`), so its files are read and hashed once a command.
+_OPEN: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _signature(path: Path, names) -> tuple:
+    """What changes when any of a release's files is written, replaced or swapped: each file's inode, size and times."""
+    out = []
+    for name in ("manifest.json", SCORES_FILE, *names):
+        try:
+            st = os.stat(path / name)
+        except OSError:
+            out.append((name, None))
+            continue
+        out.append((name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(out)
+
+
+#: While a command runs (:func:`one_reading`), every release it opened: held, so that its next step finds them open.
+_HELD: list | None = None
+
+
+@contextmanager
+def one_reading():
+    """Hold every release opened inside (one command: ``craftmd.commands.cli.main``) until it ends, so that each release's
+    files are read and hashed once in the command, however many of its steps open the release again."""
+    global _HELD
+    outer = _HELD
+    if outer is None:
+        _HELD = []
+    try:
+        yield
+    finally:
+        if outer is None:
+            _HELD = None
+
+
+def _remember(release: Release) -> None:
+    """Keep ``release`` as the open release of its folder, as its files are now."""
+    release._signature = _signature(release.path, release.manifest.files)
+    _OPEN[str(release.path)] = release
+    if _HELD is not None:
+        _HELD.append(release)
+
+
 def read_release(path: Path | str, verify: bool = True) -> Release:
-    """Open a release folder, checking its run record and (by default) its file hashes."""
+    """Open a release folder, checking its run record and (by default) its file hashes.
+
+    Within one process a release whose files are unchanged since it was last opened is that same :class:`Release`
+    (its files already read and checked), so a command reads and hashes each file once."""
     path = Path(path)
+    held = _OPEN.get(str(path))
+    if held is not None and held._signature == _signature(path, held.manifest.files) and (held._verified or not verify):
+        return held
     mf = path / "manifest.json"
     if not mf.exists():
         raise CraftMDError(f"{path}: not a release (no manifest.json)")
@@ -646,19 +723,41 @@ def read_release(path: Path | str, verify: bool = True) -> Release:
         )
     manifest = RunRecord.from_dict(raw, str(mf))
     release_task(manifest, path)  # its task known (never a file it names) before anything reads it
+    release = Release(path, manifest)
     if verify:
-        for name, info in manifest.files.items():
-            f = inside(path, name, "file name")
-            if not f.exists():
-                if name == SCORES_FILE:
-                    continue  # removed to be scored again: the release reads as unscored
-                raise CraftMDError(f"{f} is missing (manifest.json lists it); {rebuild_hint(manifest.kind, name, path)}")
-            if sha256_file(f) != info["sha256"]:
-                raise CraftMDError(f"{f} is damaged (its sha256 is not the one manifest.json records); {rebuild_hint(manifest.kind, name, path)}")
-        if SCORES_FILE not in manifest.files and (path / SCORES_FILE).exists():
-            raise CraftMDError(f"{path / SCORES_FILE} is not in manifest.json's checksums (written by an older craftmd, or added by hand); "
-                               f"{rebuild_hint(manifest.kind, SCORES_FILE, path)}")
-    return Release(path, manifest)
+        _verify(release)
+    release._verified = verify
+    _remember(release)
+    return release
+
+
+#: The files a release hashes as it reads them, without keeping their bytes: the conversations' text is the bulk of a
+#: release, read only by a scorer that runs and by the analysis (column by column, from disk).
+STREAMED = ("conversations.parquet",)
+
+
+def _file_sha256(release: Release, name: str) -> str:
+    """The sha256 of a release's file: of its bytes, kept for its tables (:meth:`Release.data`), or streamed."""
+    if name in STREAMED and name not in release._data:
+        return sha256_file(release.path / name)
+    return hashlib.sha256(release.data(name)).hexdigest()
+
+
+def _verify(release: Release) -> None:
+    """Read every file the run record lists, once, and check it against the sha256 recorded there."""
+    path, manifest = release.path, release.manifest
+    for name, info in manifest.files.items():
+        f = inside(path, name, "file name")
+        if not f.exists():
+            if name == SCORES_FILE:
+                continue  # removed to be scored again: the release reads as unscored
+            raise CraftMDError(f"{f} is missing (manifest.json lists it); {rebuild_hint(manifest.kind, name, path)}")
+        if _file_sha256(release, name) != info["sha256"]:
+            release._data.pop(name, None)
+            raise CraftMDError(f"{f} is damaged (its sha256 is not the one manifest.json records); {rebuild_hint(manifest.kind, name, path)}")
+    if SCORES_FILE not in manifest.files and (path / SCORES_FILE).exists():
+        raise CraftMDError(f"{path / SCORES_FILE} is not in manifest.json's checksums (written by an older craftmd, or added by hand); "
+                           f"{rebuild_hint(manifest.kind, SCORES_FILE, path)}")
 
 
 def rebuild_hint(kind: str, name: str, path: Path | str) -> str:

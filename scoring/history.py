@@ -1,51 +1,7 @@
 """History taking, measured without a model: the ``history`` scorer over every multi-turn conversation.
 
-After the consultation-evaluation framework (its "medical information coverage", "average
-turn and length", "diversity of doctors' queries" and turn analysis), each conversation of
-a release gets these scores (variant keys ``conversation``, ``with_image``; the trial as in
-the conversation; metrics declared in :mod:`craftmd.metrics`):
-
-* ``patient_info_recall`` / ``_precision`` / ``_f1`` — ROUGE-1 of the patient's turns joined
-  (the prediction) against what the patient was told to hold (the reference): the case's
-  ``history`` for a ``no_exam`` conversation, its ``vignette`` otherwise (an image case's
-  vignette from ``nejm_image``). Computed exactly as Google's ``rouge-score``
-  (``RougeScorer(["rouge1"], use_stemmer=True).score(reference, prediction)``), with its own
-  tokenizer and Porter stemmer; each distinct word is stemmed once (:class:`_Stems`).
-* ``patient_fact_recall`` — on cases with MediQ atomic facts (the dataset's ``facts``
-  config): the share of the facts the patient held that its turns reveal. :data:`RULES`
-  states the rule: a fact's content words are its ROUGE tokens (lower-cased, split at
-  anything but a-z and 0-9) with :data:`STOPWORDS` dropped, then stemmed as ROUGE stems;
-  the fact is covered by a text when at least half (:data:`THRESHOLD`) of its distinct
-  content stems occur in the text. A fact is *held* when the reference covers it (MediQ
-  worked from its own copy of some vignettes, and a ``no_exam`` patient holds no exam
-  findings), and *revealed* when the patient's turns cover it. The detail lists each
-  fact's hit: 1 revealed, 0 held but not revealed, null not held. Stated before looking at
-  any rating: 0.5 is "most of the fact's content words", the rule of thumb of ROUGE-style
-  coverage; it was not tuned on the dermatologists' labels.
-* ``doctor_turns`` — the doctor's messages after its fixed opening line (its questions and
-  its final diagnosis); ``doctor_words_per_turn`` and ``patient_words_per_turn`` — mean
-  ROUGE tokens per such doctor turn and per patient turn (the patient's turns are the
-  ``user`` messages after the doctor's first message: a system prompt sent as ``user``, as
-  upstream did for LLaMA-2, is not the patient).
-* ``question_similarity_rouge1`` / ``_rouge2`` / ``_rougeL`` — the framework's diversity of
-  the doctor's queries: the mean ROUGE F1 between the doctor's questions of a conversation
-  over all pairs i≠j (F1 is symmetric, so the mean over pairs i<j, summed exactly with
-  ``math.fsum``); a question is a doctor turn after the opening line that the patient
-  answered. Lower is more diverse. Left out where there are fewer than two questions.
-* ``patient_info_recall_at_10`` … ``_at_100`` — the framework's turn analysis as ten
-  metrics (not a variant key): ``patient_info_recall`` over the patient's replies to the
-  first ⌈s·K/100⌉ of the doctor's K answered turns (the opening line counts: the patient's
-  first reply answers it); ``_at_100`` equals ``patient_info_recall``.
-
-A conversation that failed (``ended = error``) gets every score with status ``error``. The
-scorer's record holds its identity (:data:`HISTORY_VERSION`, the hash of :data:`RULES`,
-the rouge-score and nltk versions, since the stemmer decides tokens) and its inputs (the
-conversations file's and the dataset files' hashes); ``craftmd score --scorer history`` re-runs it when either changes.
-Scoring runs in worker processes (fork) over slices of the conversations; the result does not
-depend on their number. The parent tokenizes every message a metric reads in one polars pass
-(:func:`encode`); a worker scores all question pairs of its slice at once with numpy and scipy
-(:func:`_similarities`: sparse products for the n-gram overlaps, a vectorised bit-parallel LCS), each
-pair's F1 the same float expression as rouge-score's, so the values are rouge-score's to the bit.
+Each conversation of a CRAFT-MD release gets ROUGE coverage of what the patient held, MediQ fact recall, turns and words
+per turn, the diversity of the doctor's questions and recall by turn; the definitions are below the imports.
 """
 
 from __future__ import annotations
@@ -63,6 +19,54 @@ import pyarrow as pa
 
 from craftmd import CraftMDError
 from craftmd.dataset import dataset_fingerprint
+
+# -- what it computes ------------------------------------------------------------
+# After the consultation-evaluation framework (its "medical information coverage", "average
+# turn and length", "diversity of doctors' queries" and turn analysis), each conversation of
+# a release gets these scores (variant keys ``conversation``, ``with_image``; the trial as in
+# the conversation; metrics declared in :mod:`craftmd.metrics`):
+#
+# * ``patient_info_recall`` / ``_precision`` / ``_f1`` — ROUGE-1 of the patient's turns joined
+#   (the prediction) against what the patient was told to hold (the reference): the case's
+#   ``history`` for a ``no_exam`` conversation, its ``vignette`` otherwise (an image case's
+#   vignette from ``nejm_image``). Computed exactly as Google's ``rouge-score``
+#   (``RougeScorer(["rouge1"], use_stemmer=True).score(reference, prediction)``), with its own
+#   tokenizer and Porter stemmer; each distinct word is stemmed once (:class:`_Stems`).
+# * ``patient_fact_recall`` — on cases with MediQ atomic facts (the dataset's ``facts``
+#   config): the share of the facts the patient held that its turns reveal. :data:`RULES`
+#   states the rule: a fact's content words are its ROUGE tokens (lower-cased, split at
+#   anything but a-z and 0-9) with :data:`STOPWORDS` dropped, then stemmed as ROUGE stems;
+#   the fact is covered by a text when at least half (:data:`THRESHOLD`) of its distinct
+#   content stems occur in the text. A fact is *held* when the reference covers it (MediQ
+#   worked from its own copy of some vignettes, and a ``no_exam`` patient holds no exam
+#   findings), and *revealed* when the patient's turns cover it. The detail lists each
+#   fact's hit: 1 revealed, 0 held but not revealed, null not held. Stated before looking at
+#   any rating: 0.5 is "most of the fact's content words", the rule of thumb of ROUGE-style
+#   coverage; it was not tuned on the dermatologists' labels.
+# * ``doctor_turns`` — the doctor's messages after its fixed opening line (its questions and
+#   its final diagnosis); ``doctor_words_per_turn`` and ``patient_words_per_turn`` — mean
+#   ROUGE tokens per such doctor turn and per patient turn (the patient's turns are the
+#   ``user`` messages after the doctor's first message: a system prompt sent as ``user``, as
+#   upstream did for LLaMA-2, is not the patient).
+# * ``question_similarity_rouge1`` / ``_rouge2`` / ``_rougeL`` — the framework's diversity of
+#   the doctor's queries: the mean ROUGE F1 between the doctor's questions of a conversation
+#   over all pairs i≠j (F1 is symmetric, so the mean over pairs i<j, summed exactly with
+#   ``math.fsum``); a question is a doctor turn after the opening line that the patient
+#   answered. Lower is more diverse. Left out where there are fewer than two questions.
+# * ``patient_info_recall_at_10`` … ``_at_100`` — the framework's turn analysis as ten
+#   metrics (not a variant key): ``patient_info_recall`` over the patient's replies to the
+#   first ⌈s·K/100⌉ of the doctor's K answered turns (the opening line counts: the patient's
+#   first reply answers it); ``_at_100`` equals ``patient_info_recall``.
+#
+# A conversation that failed (``ended = error``) gets every score with status ``error``. The
+# scorer's record holds its identity (:data:`HISTORY_VERSION`, the hash of :data:`RULES`,
+# the rouge-score and nltk versions, since the stemmer decides tokens) and its inputs (the
+# conversations file's and the dataset files' hashes); ``craftmd score --scorer history`` re-runs it when either changes.
+# Scoring runs in worker processes (fork) over slices of the conversations; the result does not
+# depend on their number. The parent tokenizes every message a metric reads in one polars pass
+# (:func:`encode`); a worker scores all question pairs of its slice at once with numpy and scipy
+# (:func:`_similarities`: sparse products for the n-gram overlaps, a vectorised bit-parallel LCS), each
+# pair's F1 the same float expression as rouge-score's, so the values are rouge-score's to the bit.
 
 SCORER = "history"
 HISTORY_VERSION = 1

@@ -1,45 +1,8 @@
 """The rubric judge: a committee of LLM judges scores whole conversations on MedPI's dimensions.
 
-For each conversation, judge (a model, or a model with a seed) and rubric category with dimensions
-that apply to the encounter's objective (:mod:`craftmd.scoring.rubric`), two stages, as MedPI:
-
-1. **discussion** (``scoring/prompts/judge_discussion_v1.txt``): a committee of three viewpoints
-   (clinician, patient advocate, safety reviewer) discusses the category's dimensions, quoting
-   the transcript; free text.
-2. **scoring**, conditioned on that discussion: ``mode="dimension"`` (the method's: one call per
-   dimension, ``judge_dimension_v1.txt``) or ``mode="category"`` (cheaper: one call for all of the
-   category's dimensions, ``judge_category_v1.txt``). A reply is one JSON object: per dimension a
-   ``score`` 1–4, a short ``rationale`` and ``evidence`` quotes.
-
-The reply's JSON schema is declared to the model layer (:mod:`craftmd.models.formats`), which asks each server
-in the response format it takes, from ``--response-format`` on: ``json_schema``, then ``json_object`` with the
-schema (llama-cpp-python), then none. A server that refuses a format (whatever its status) moves to the next
-one once, without retrying the refused one; the judge's record says what was used and refused. Every reply is parsed and validated (``jsonschema``)
-whatever the server promised. A reply that does not validate is answered with what was wrong and
-asked again, at most ``max_invalid`` times; a dimension still without a valid score is recorded as a
-failed score (``status = error``, null value, the reason in ``detail``), never as a 1 or a 4. A failed
-call, a refusal, a failed discussion or a failed conversation fail the scores they would have given.
-
-Each judge's scores go to the release's ``scores.parquet`` as scorer ``judge:PROVIDER/MODEL`` (with
-``#seedK`` for a committee of seeds), metric ``rubric_score``, variant keys ``conversation``,
-``with_image`` and ``dimension``. With several judges, scorer ``judge-committee`` holds the median
-of the valid scores of each dimension (the lower middle one for an even count: an ordinal score
-stays a level), and its record the judges' agreement (:mod:`craftmd.scoring.rubric_agreement`).
-
-Flags (``flags``, opt-in: one more call per conversation, ``judge_flags_v1.txt``): the judge reads the transcript (and,
-for an encounter, the patient's packet) and names any of the fixed list :data:`FLAGS` (unsafe advice, a missed urgent
-escalation, a statement contradicting the packet, an invented patient fact, a privacy or consent breach) with its
-evidence quotes. Flags are rows of metric ``judge_flag`` (1 raised / 0 not per conversation and flag asked; the quotes in
-``detail``), never a score. Evidence: every quote of a score or a flag is looked for in the transcript (both normalised,
-:func:`normalise_text`); a valid score none of whose quotes is found is labelled ``no_evidence`` (the analysis's
-``--unsupported`` decides whether it counts) and each judge's record gives the share of its scores with evidence found.
-
-Bias controls: a judge of the doctor's own model family is refused unless ``force``; the order of a
-category's dimensions in every prompt is shuffled by a generator seeded with ``seed`` and the
-conversation's key (recorded); the judges' names, servers and sampling are pinned in the record, with the model
-names the server's replies gave (``served_models``; a judge named by an undated alias that the server answered as
-another name is warned about on stderr). :func:`stale` says whether a re-run could change a release's scores (its
-records' inputs, catalog, prompts or settings differ from now, or a transient failure would be asked again).
+Two stages per conversation and rubric category, as MedPI: a committee discussion, then scores 1-4 per dimension
+(or per category) with rationale and evidence quotes, validated and asked again while invalid; optional flags. The
+method's details are below the imports.
 """
 
 from __future__ import annotations
@@ -62,6 +25,50 @@ import pyarrow.compute as pc
 from craftmd import CraftMDError
 from craftmd.replies import reply_json
 from craftmd.scoring.rubric import Catalog, Dimension, applicable, case_objectives, load_catalog
+
+# -- what it computes ------------------------------------------------------------
+# For each conversation, judge (a model, or a model with a seed) and rubric category with dimensions
+# that apply to the encounter's objective (:mod:`craftmd.scoring.rubric`), two stages, as MedPI:
+#
+# 1. **discussion** (``scoring/prompts/judge_discussion_v1.txt``): a committee of three viewpoints
+#    (clinician, patient advocate, safety reviewer) discusses the category's dimensions, quoting
+#    the transcript; free text.
+# 2. **scoring**, conditioned on that discussion: ``mode="dimension"`` (the method's: one call per
+#    dimension, ``judge_dimension_v1.txt``) or ``mode="category"`` (cheaper: one call for all of the
+#    category's dimensions, ``judge_category_v1.txt``). A reply is one JSON object: per dimension a
+#    ``score`` 1–4, a short ``rationale`` and ``evidence`` quotes.
+#
+# The reply's JSON schema is declared to the model layer (:mod:`craftmd.models.formats`), which asks each server
+# in the response format it takes, from ``--response-format`` on: ``json_schema``, then ``json_object`` with the
+# schema (llama-cpp-python), then none. A server that refuses a format (whatever its status) moves to the next
+# one once, without retrying the refused one; the judge's record says what was used and refused. Every reply is parsed and
+# validated (``jsonschema``)
+# whatever the server promised. A reply that does not validate is answered with what was wrong and
+# asked again, at most ``max_invalid`` times; a dimension still without a valid score is recorded as a
+# failed score (``status = error``, null value, the reason in ``detail``), never as a 1 or a 4. A failed
+# call, a refusal, a failed discussion or a failed conversation fail the scores they would have given.
+#
+# Each judge's scores go (through ``craftmd score``) to the release's ``scores.parquet`` as scorer ``judge:PROVIDER/MODEL`` (with
+# ``#seedK`` for a committee of seeds), metric ``rubric_score``, variant keys ``conversation``,
+# ``with_image`` and ``dimension``. With several judges, scorer ``judge-committee`` holds the median
+# of the valid scores of each dimension (the lower middle one for an even count: an ordinal score
+# stays a level), and its record the judges' agreement (:mod:`craftmd.scoring.rubric_agreement`).
+#
+# Flags (``flags``, opt-in: one more call per conversation, ``judge_flags_v1.txt``): the judge reads the transcript (and,
+# for an encounter, the patient's packet) and names any of the fixed list :data:`FLAGS` (unsafe advice, a missed urgent
+# escalation, a statement contradicting the packet, an invented patient fact, a privacy or consent breach) with its
+# evidence quotes. Flags are rows of metric ``judge_flag`` (1 raised / 0 not per conversation and flag asked; the quotes in
+# ``detail``), never a score. Evidence: every quote of a score or a flag is looked for in the transcript (both normalised,
+# :func:`normalise_text`); a valid score none of whose quotes is found is labelled ``no_evidence`` (the analysis's
+# ``--unsupported`` decides whether it counts) and each judge's record gives the share of its scores with evidence found.
+#
+# Bias controls: a judge of the doctor's own model family is refused unless ``force``; the order of a
+# category's dimensions in every prompt is shuffled by a generator seeded with ``seed`` and the
+# conversation's key (recorded); the judges' names, servers and sampling are pinned in the record, with the model
+# names the server's replies gave (``served_models``; a judge named by an undated alias that the server answered as
+# another name is warned about on stderr). :func:`craftmd.scoring.scorers.judges_stale` says whether a re-run could
+# change a release's scores (its
+# records' inputs, catalog, prompts or settings differ from now, or a transient failure would be asked again).
 
 METHOD_VERSION = 1
 PROMPT_SET = "judge-v1"
@@ -747,25 +754,29 @@ def run_inputs(rel, units: list[Unit], conversations: list[str] | None, cases: l
 # -- scores ------------------------------------------------------------------------------------------
 
 
-def score_rows(units: list[Unit], states: list[MemberState], dims: tuple[Dimension, ...],
-               flags: list[str] | None = None) -> tuple[pa.Table, dict[str, dict]]:
-    """Every member's scores, and the committee's medians when there are several members; per scorer, its counts. A valid
-    score none of whose quotes is in the transcript is labelled :data:`NO_EVIDENCE` (the committee's when no member's
-    valid score had found evidence). With ``flags``, each conversation's flag rows (metric :data:`FLAG_METRIC`) follow
-    its scores; the committee raises a flag any member raised."""
-    cols: dict[str, list] = {f.name: [] for f in SCHEMA}
-    counts: dict[str, dict] = {}
+class _Rows:
+    """The judges' score rows, filled a score at a time, with each scorer's counts (scored, failed, reasons, evidence,
+    flags)."""
 
-    def row(u: Unit, dim: str, scorer: str, metric: str, value, label, detail: dict) -> None:
+    def __init__(self, kinds: list[str]):
+        self.cols: dict[str, list] = {f.name: [] for f in SCHEMA}
+        self.counts: dict[str, dict] = {}
+        self.kinds = kinds
+
+    def row(self, u: Unit, dim: str, scorer: str, metric: str, value, label, detail: dict) -> None:
         for k, v in (("case_id", u.case_id), ("trial", u.trial), ("conversation", u.conversation), ("with_image", u.with_image),
                      ("dimension", dim), ("scorer", scorer), ("metric", metric), ("value", None if value is None else float(value)),
                      ("label", label), ("detail", json.dumps(detail, sort_keys=True, ensure_ascii=False)),
                      ("status", "error" if value is None else "ok")):  # fmt: skip
-            cols[k].append(v)
+            self.cols[k].append(v)
 
-    def add(u: Unit, dim: str, scorer: str, value, detail: dict, supported: bool = True) -> None:
-        row(u, dim, scorer, METRIC, value, None if value is None or supported else NO_EVIDENCE, detail)
-        c = counts.setdefault(scorer, {"scored": 0, "failed": 0, "reasons": {}})
+    def _count(self, scorer: str) -> dict:
+        return self.counts.setdefault(scorer, {"scored": 0, "failed": 0, "reasons": {}})
+
+    def add(self, u: Unit, dim: str, scorer: str, value, detail: dict, supported: bool = True) -> None:
+        """One rubric score (labelled :data:`NO_EVIDENCE` when none of its quotes is in the transcript)."""
+        self.row(u, dim, scorer, METRIC, value, None if value is None or supported else NO_EVIDENCE, detail)
+        c = self._count(scorer)
         if value is None:
             c["failed"] += 1
             r = str(detail.get("error", "unknown"))[:120]
@@ -776,64 +787,80 @@ def score_rows(units: list[Unit], states: list[MemberState], dims: tuple[Dimensi
             ev["scores"] += 1
             ev["found"] += supported
 
-    def add_flags(u: Unit, scorer: str, o: Outcome, extra: dict | None = None) -> None:
-        f = counts.setdefault(scorer, {"scored": 0, "failed": 0, "reasons": {}}).setdefault(
-            "flagged", {"conversations": 0, "flagged": 0, "failed": 0, "by_flag": {}})  # fmt: skip
+    def add_flags(self, u: Unit, scorer: str, o: Outcome, extra: dict | None = None) -> None:
+        """One conversation's flag rows (one per flag asked) by ``scorer``."""
+        f = self._count(scorer).setdefault("flagged", {"conversations": 0, "flagged": 0, "failed": 0, "by_flag": {}})
         raised = (o.detail or {}).get("raised") or {}
         if o.score is None:
             f["failed"] += 1
         else:
             f["conversations"] += 1
             f["flagged"] += bool(raised)
-        for k in kinds:
+        for k in self.kinds:
             if o.score is None:
-                row(u, k, scorer, FLAG_METRIC, None, None, {**o.detail, **(extra or {})})
+                self.row(u, k, scorer, FLAG_METRIC, None, None, {**o.detail, **(extra or {})})
                 continue
             if k in raised:
                 f["by_flag"][k] = f["by_flag"].get(k, 0) + 1
-            row(u, k, scorer, FLAG_METRIC, 1 if k in raised else 0, k if k in raised else None, {**raised.get(k, {}), **(extra or {})})
+            self.row(u, k, scorer, FLAG_METRIC, 1 if k in raised else 0, k if k in raised else None, {**raised.get(k, {}), **(extra or {})})
 
-    kinds = list(flags or [])
+    def dimension(self, u: Unit, d: Dimension, states: list[MemberState]) -> None:
+        """Every member's score of dimension ``d`` of ``u`` and, with several members, the committee's median."""
+        got = []
+        for st in states:
+            o = st.outcomes[(u.key, d.id)]
+            supported = bool(o.detail.get("evidence_found"))
+            self.add(u, d.id, st.member.name, o.score, o.detail, supported)
+            got.append((st.member.name, o.score, supported))
+        if len(states) > 1:
+            valid = [s for _, s, _ in got if s is not None]
+            detail = {"judges": {n: s for n, s, _ in got}, "category": d.category}
+            if valid:
+                detail["median"] = statistics.median(valid)
+                self.add(u, d.id, COMMITTEE, statistics.median_low(valid), detail, any(ok for _, s, ok in got if s is not None))
+            else:
+                self.add(u, d.id, COMMITTEE, None, dict(detail, error="no judge produced a valid score"))
 
+    def flags(self, u: Unit, states: list[MemberState]) -> None:
+        """Every member's flags of ``u`` and, with several members, the committee's: a flag any member raised stands
+        (a flag asks a reviewer to look)."""
+        outs = [(st.member.name, st.flags[u.key]) for st in states]
+        for name, o in outs:
+            self.add_flags(u, name, o)
+        if len(states) == 1:
+            return
+        valid = [o for _, o in outs if o.score is not None]
+        judges = {n: (None if o.score is None else sorted(o.detail.get("raised") or {})) for n, o in outs}
+        if not valid:
+            self.add_flags(u, COMMITTEE, Outcome(None, {"error": "no judge produced valid flags"}), {"judges": judges})
+            return
+        merged: dict[str, dict] = {}
+        for o in valid:
+            for k, v in (o.detail.get("raised") or {}).items():
+                m = merged.setdefault(k, {"evidence": [], "notes": [], "evidence_found": 0})
+                m["evidence"] += v["evidence"]
+                m["notes"] += v["notes"]
+                m["evidence_found"] += v["evidence_found"]
+        self.add_flags(u, COMMITTEE, Outcome(len(merged), {"raised": merged}), {"judges": judges})
+
+
+def score_rows(units: list[Unit], states: list[MemberState], dims: tuple[Dimension, ...],
+               flags: list[str] | None = None) -> tuple[pa.Table, dict[str, dict]]:
+    """Every member's scores, and the committee's medians when there are several members; per scorer, its counts. A valid
+    score none of whose quotes is in the transcript is labelled :data:`NO_EVIDENCE` (the committee's when no member's
+    valid score had found evidence). With ``flags``, each conversation's flag rows (metric :data:`FLAG_METRIC`) follow
+    its scores; the committee raises a flag any member raised."""
+    rows = _Rows(list(flags or []))
     for u in units:
         for d in applicable(dims, u.objective):
-            got = []
-            for st in states:
-                o = st.outcomes[(u.key, d.id)]
-                supported = bool(o.detail.get("evidence_found"))
-                add(u, d.id, st.member.name, o.score, o.detail, supported)
-                got.append((st.member.name, o.score, supported))
-            if len(states) > 1:
-                valid = [s for _, s, _ in got if s is not None]
-                detail = {"judges": {n: s for n, s, _ in got}, "category": d.category}
-                if valid:
-                    detail["median"] = statistics.median(valid)
-                    add(u, d.id, COMMITTEE, statistics.median_low(valid), detail, any(ok for _, s, ok in got if s is not None))
-                else:
-                    add(u, d.id, COMMITTEE, None, dict(detail, error="no judge produced a valid score"))
-        if kinds and u.key in states[0].flags:
-            outs = [(st.member.name, st.flags[u.key]) for st in states]
-            for name, o in outs:
-                add_flags(u, name, o)
-            if len(states) > 1:
-                valid = [o for _, o in outs if o.score is not None]
-                judges = {n: (None if o.score is None else sorted(o.detail.get("raised") or {})) for n, o in outs}
-                if not valid:
-                    add_flags(u, COMMITTEE, Outcome(None, {"error": "no judge produced valid flags"}), {"judges": judges})
-                    continue
-                merged: dict[str, dict] = {}
-                for o in valid:  # a flag any member raised stands: a flag asks a reviewer to look
-                    for k, v in (o.detail.get("raised") or {}).items():
-                        m = merged.setdefault(k, {"evidence": [], "notes": [], "evidence_found": 0})
-                        m["evidence"] += v["evidence"]
-                        m["notes"] += v["notes"]
-                        m["evidence_found"] += v["evidence_found"]
-                add_flags(u, COMMITTEE, Outcome(len(merged), {"raised": merged}), {"judges": judges})
-    for c in counts.values():
+            rows.dimension(u, d, states)
+        if rows.kinds and u.key in states[0].flags:
+            rows.flags(u, states)
+    for c in rows.counts.values():
         ev = c.get("evidence")
         if ev:
             ev["share"] = round(ev["found"] / ev["scores"], 4)
-    return pa.table(cols, schema=SCHEMA), counts
+    return pa.table(rows.cols, schema=SCHEMA), rows.counts
 
 
 def pick_scorer(scorers: list[str]) -> str | None:
@@ -872,11 +899,16 @@ def standing_scorer(pairs, prefer: str = "auto") -> tuple[str, str, str] | None:
     return next((found[k] for k in ("calibrated", "judge", "human") if k in found), None)
 
 
+def doctor_model(rel) -> str:
+    """The model a release's conversations are judged for: its doctor's."""
+    return (rel.manifest.roles.get("doctor") or {}).get("model") or rel.manifest.models.get("doctor") or rel.manifest.model
+
+
 def check_own_family(rel, spec: JudgeSpec) -> str:
     """Refuse a judge of the doctor's own model family unless ``spec.force``; returns the doctor's model."""
     from craftmd.scoring.families import family, grades_itself
 
-    doctor = (rel.manifest.roles.get("doctor") or {}).get("model") or rel.manifest.models.get("doctor") or rel.manifest.model
+    doctor = doctor_model(rel)
     if not spec.force:
         own = [m for m in dict.fromkeys(spec.models)
                if grades_itself(f"llm:{m}", rel.manifest.model, family(doctor)) or grades_itself(f"llm:{m}", doctor, family(doctor))]
@@ -886,20 +918,24 @@ def check_own_family(rel, spec: JudgeSpec) -> str:
     return doctor
 
 
-def judge_release(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir: Path | str | None = None,
-                  conversations: list[str] | None = None, cases: list[str] | None = None) -> dict:
-    """Judge a release's conversations and add the scores to its ``scores.parquet``; returns a summary."""
-    from craftmd.release import read_release, write_scores
-    from craftmd.scoring.rubric_agreement import committee_agreement
-    from craftmd.scoring.families import family, grades_itself
-
-    rel = read_release(release_dir)
-    doctor = check_own_family(rel, spec)
+def judge_units(rel, spec: JudgeSpec, units: list[Unit], inputs: dict) -> tuple[pa.Table, dict[str, dict], dict]:
+    """Judge ``units`` (a release's conversations, :func:`read_units`, made from ``inputs``, :func:`run_inputs`): the
+    score rows, each judge's (and a committee's) record, and the run's summary. Writes nothing: the ``judge:`` scorer
+    (:class:`craftmd.scoring.scorers.Judges`) returns them to ``craftmd score``, which writes."""
     judge = Judge(spec)
-    units = read_units(rel, dataset_dir, conversations=conversations, cases=cases, packet=spec.flags is not None)
     states, total = judge.run(units)
     table, counts = score_rows(units, states, judge.dims, spec.flags)
-    inputs = run_inputs(rel, units, conversations, cases)
+    records = judge_records(rel, judge, states, table, counts, inputs)
+    return table, records, judge_summary(rel, spec, units, states, total, counts, records)
+
+
+def judge_records(rel, judge: Judge, states: list[MemberState], table: pa.Table, counts: dict, inputs: dict) -> dict[str, dict]:
+    """Each member's record (its identity, the inputs, whether it judged its own family, its counts) and, with several
+    members, the committee's (its members and their agreement)."""
+    from craftmd.scoring.families import family, grades_itself
+    from craftmd.scoring.rubric_agreement import committee_agreement
+
+    doctor = doctor_model(rel)
     records = {}
     for st in states:
         own = grades_itself(f"llm:{st.member.model}", doctor, family(doctor))
@@ -909,7 +945,11 @@ def judge_release(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir: Path
                               "catalog": judge.catalog.record(), "inputs": inputs, **counts.get(COMMITTEE, {}),
                               "agreement": committee_agreement(table.filter(pc.equal(table.column("metric"), METRIC)),
                                                                [s.member.name for s in states])}  # fmt: skip
-    write_scores(rel, table, records)
+    return records
+
+
+def judge_summary(rel, spec: JudgeSpec, units: list[Unit], states: list[MemberState], total, counts: dict, records: dict) -> dict:
+    """What ``craftmd score`` reports of a judges' run: conversations, calls, tokens, cost, scores, evidence, flags."""
     out = {"release": rel.id, "conversations": len(units), "judges": [s.member.name for s in states], "mode": spec.mode,
            "requests": total.requests, "sent": total.calls, "cached": total.cache_hits, "failures": total.failures,
            "tokens_in": total.tokens_in, "tokens_out": total.tokens_out,
@@ -924,15 +964,7 @@ def judge_release(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir: Path
     return out
 
 
-def estimate_release(release_dir: Path | str, spec: JudgeSpec, *, dataset_dir=None, conversations=None, cases=None) -> dict:
-    from craftmd.release import read_release
-
-    rel = read_release(release_dir)
-    judge = Judge(spec)
-    units = read_units(rel, dataset_dir, conversations=conversations, cases=cases, packet=spec.flags is not None)
-    return {"release": rel.id, **judge.estimate(units)}
-
-
-__all__ = ["Judge", "JudgeSpec", "judge_release", "estimate_release", "check_own_family", "alias_warning", "validate_reply", "transcript", "reply_schema", "score_rows",
+__all__ = ["Judge", "JudgeSpec", "judge_units", "check_own_family", "doctor_model",
+           "alias_warning", "validate_reply", "transcript", "reply_schema", "score_rows",
            "members", "read_units", "pick_scorer", "standing_scorer", "CALIBRATED", "CALIBRATED_METRIC", "HUMAN", "HUMAN_METRIC", "plan", "Unit", "METRIC", "COMMITTEE", "FLAGS", "FLAG_METRIC", "NO_EVIDENCE",
            "evidence_found", "normalise_text", "quote_found", "validate_flags", "check_flags", "SCHEMA", "MODES", "RESPONSE_FORMATS"]

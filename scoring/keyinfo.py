@@ -1,37 +1,8 @@
 """The consultation-evaluation framework's information coverage against the key-value information: scorer ``keyinfo``.
 
-For each conversation of a release whose case has key-value information (the dataset's ``keyinfo``
-config, status ``ok``; :mod:`craftmd.keyinfo`), six scores (variant keys
-``conversation``, ``with_image``, as the ``history`` scorer; metrics in :mod:`craftmd.metrics`):
-
-* ``doctor_key_recall`` / ``_precision`` / ``_f1`` — ROUGE-1 of the doctor's turns joined (the
-  prediction) against the case's keys joined (the reference): how much of what there is to ask
-  the doctor asked about, and how much of what it said was on point;
-* ``patient_value_recall`` / ``_precision`` / ``_f1`` — ROUGE-1 of the patient's turns joined
-  against the case's values joined: how much of the information came out.
-
-On a conversation of the consultation task (it opens with the patient's initial request), the measures of the
-framework's Table 2, Table 3 and Figure 5 too, on the same turns:
-
-* ``doctor_turns`` — the doctor's messages (its questions and its closing turn); ``doctor_words_per_turn`` and
-  ``patient_words_per_turn`` — mean ROUGE tokens per doctor message and per patient reply (no score without one);
-* ``question_similarity_rouge1`` / ``_rouge2`` / ``_rougeL`` — the diversity of the doctor's queries (Eq. 4): the
-  mean ROUGE F1 over all pairs of its questions (a question: a doctor turn the patient answered), exactly as the
-  ``history`` scorer (:func:`craftmd.scoring.history.question_similarity`); none with fewer than two questions;
-* ``doctor_key_f1_at_<p>`` / ``patient_value_f1_at_<p>`` for p in 20, 40, 60, 80, 100 — the turn analysis: the
-  F1 of the doctor's questions and of the patient's answers of the first ⌈p·K/100⌉ of the K rounds (as the
-  consultation task's ``<kind>_<p>`` settings cut them; the closing turn is not a round).
-
-ROUGE-1 is computed exactly as ``rouge-score``'s ``RougeScorer(["rouge1"], use_stemmer=True)``
-with the ``history`` scorer's tokens (:func:`craftmd.scoring.history.token_ids`) and F-measure.
-Which turns count (:data:`RULES`): in a CRAFT-MD conversation, the doctor's turns after its fixed
-opening line and the patient's replies (:func:`craftmd.scoring.history.split_turns`); in a
-conversation that opens with the patient's initial request (the consultation task's kinds,
-:data:`craftmd.tasks.consultation.CONVERSATIONS`), every doctor turn and the patient's replies
-after that fixed first message. Image conversations and cases without key-value information get
-no scores (counted in the record as ``no_keyinfo``); a failed conversation gets every score with
-status ``error``. The record holds the rules' hash, the rouge-score and nltk versions, and the
-conversations' and the ``keyinfo`` config's hashes.
+ROUGE-1 of the doctor's turns against each case's keys and of the patient's against its values (the dataset's
+``keyinfo`` config), and on consultation conversations the framework's turn and diversity measures; the definitions are
+below the imports.
 """
 
 from __future__ import annotations
@@ -45,6 +16,40 @@ import pyarrow as pa
 
 from craftmd.dataset import dataset_fingerprint
 from craftmd.scoring.history import SCHEMA, Reference, fmeasure, split_turns, token_ids
+
+# -- what it computes ------------------------------------------------------------
+# For each conversation of a release whose case has key-value information (the dataset's ``keyinfo``
+# config, status ``ok``; :mod:`craftmd.keyinfo`), six scores (variant keys
+# ``conversation``, ``with_image``, as the ``history`` scorer; metrics in :mod:`craftmd.metrics`):
+#
+# * ``doctor_key_recall`` / ``_precision`` / ``_f1`` — ROUGE-1 of the doctor's turns joined (the
+#   prediction) against the case's keys joined (the reference): how much of what there is to ask
+#   the doctor asked about, and how much of what it said was on point;
+# * ``patient_value_recall`` / ``_precision`` / ``_f1`` — ROUGE-1 of the patient's turns joined
+#   against the case's values joined: how much of the information came out.
+#
+# On a conversation of the consultation task (it opens with the patient's initial request), the measures of the
+# framework's Table 2, Table 3 and Figure 5 too, on the same turns:
+#
+# * ``doctor_turns`` — the doctor's messages (its questions and its closing turn); ``doctor_words_per_turn`` and
+#   ``patient_words_per_turn`` — mean ROUGE tokens per doctor message and per patient reply (no score without one);
+# * ``question_similarity_rouge1`` / ``_rouge2`` / ``_rougeL`` — the diversity of the doctor's queries (Eq. 4): the
+#   mean ROUGE F1 over all pairs of its questions (a question: a doctor turn the patient answered), exactly as the
+#   ``history`` scorer (:func:`craftmd.scoring.history.question_similarity`); none with fewer than two questions;
+# * ``doctor_key_f1_at_<p>`` / ``patient_value_f1_at_<p>`` for p in 20, 40, 60, 80, 100 — the turn analysis: the
+#   F1 of the doctor's questions and of the patient's answers of the first ⌈p·K/100⌉ of the K rounds (as the
+#   consultation task's ``<kind>_<p>`` settings cut them; the closing turn is not a round).
+#
+# ROUGE-1 is computed exactly as ``rouge-score``'s ``RougeScorer(["rouge1"], use_stemmer=True)``
+# with the ``history`` scorer's tokens (:func:`craftmd.scoring.history.token_ids`) and F-measure.
+# Which turns count (:data:`RULES`): in a CRAFT-MD conversation, the doctor's turns after its fixed
+# opening line and the patient's replies (:func:`craftmd.scoring.history.split_turns`); in a
+# conversation that opens with the patient's initial request (the consultation task's kinds,
+# :data:`craftmd.tasks.consultation.CONVERSATIONS`), every doctor turn and the patient's replies
+# after that fixed first message. Image conversations and cases without key-value information get
+# no scores (counted in the record as ``no_keyinfo``); a failed conversation gets every score with
+# status ``error``. The record holds the rules' hash, the rouge-score and nltk versions, and the
+# conversations' and the ``keyinfo`` config's hashes.
 
 SCORER = "keyinfo"
 VERSION = 2

@@ -1,25 +1,7 @@
 """Two named rules for grading a four-choice MCQ answer, reported side by side.
 
-``paper``
-    The rule behind the published MCQ tables, recovered from the release: an answer
-    is correct when the correct choice's text appears in it, case-insensitively.
-    It reproduces every published overall MCQ accuracy within 0.004 when ``answer`` is
-    the key upstream matched, the dataset's ``paper_answer`` (``correct_ans`` verbatim:
-    trailing spaces, stray quotes and typos included); every caller passes that column.
-    It credits an answer that names several choices as long as one of them is the right one.
-
-``strict``
-    The answer must resolve to exactly one of the four choices: the choice's text
-    (after case, punctuation, markdown and ``Final Diagnosis:`` prefixes are
-    normalised away), a letter (``C``, ``C)``, ``(C)``, ``C.``), or a light
-    paraphrase (edit-distance ratio >= 0.9 to one choice when no choice is named
-    verbatim). An answer naming several choices is narrowed to its
-    ``Final Diagnosis:`` / first line when that names exactly one; otherwise it is
-    ``multiple`` and wrong. An answer naming none is ``none`` and wrong.
-
-Both return ``(resolved, resolved_kind, correct)``: ``resolved`` is the choice (or
-the choices joined by ``"; "``) the answer named, ``resolved_kind`` is ``single``,
-``multiple`` or ``none``.
+``paper`` (the published tables' rule: the correct choice's text appears in the answer) and ``strict`` (the answer
+resolves to exactly one choice, the right one); the rules are below the imports.
 """
 
 from __future__ import annotations
@@ -32,6 +14,28 @@ from typing import Literal
 import Levenshtein
 
 from craftmd import CraftMDError
+
+# -- the rules ------------------------------------------------------------
+# ``paper``
+#     The rule behind the published MCQ tables, recovered from the release: an answer
+#     is correct when the correct choice's text appears in it, case-insensitively.
+#     It reproduces every published overall MCQ accuracy within 0.004 when ``answer`` is
+#     the key upstream matched, the dataset's ``paper_answer`` (``correct_ans`` verbatim:
+#     trailing spaces, stray quotes and typos included); every caller passes that column.
+#     It credits an answer that names several choices as long as one of them is the right one.
+#
+# ``strict``
+#     The answer must resolve to exactly one of the four choices: the choice's text
+#     (after case, punctuation, markdown and ``Final Diagnosis:`` prefixes are
+#     normalised away), a letter (``C``, ``C)``, ``(C)``, ``C.``), or a light
+#     paraphrase (edit-distance ratio >= 0.9 to one choice when no choice is named
+#     verbatim). An answer naming several choices is narrowed to its
+#     ``Final Diagnosis:`` / first line when that names exactly one; otherwise it is
+#     ``multiple`` and wrong. An answer naming none is ``none`` and wrong.
+#
+# Both return ``(resolved, resolved_kind, correct)``: ``resolved`` is the choice (or
+# the choices joined by ``"; "``) the answer named, ``resolved_kind`` is ``single``,
+# ``multiple`` or ``none``.
 
 RULES = ("paper", "strict")
 #: Bump when either rule changes what it decides (releases graded by an older version are re-graded).

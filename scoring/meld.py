@@ -1,42 +1,8 @@
 """MELD: does a model know the benchmark's vignettes by heart?
 
-The paper's contamination check (Extended Data Fig. 1c): each vignette is cut in two,
-the model is given the first half with the prompt in ``prompts/meld.txt`` ("... Generate
-the second half of the case vignette ... Generate only {word_count} words.") and its
-completion is compared with the true second half. A case whose completion is at least
-:data:`THRESHOLD` similar to the truth is flagged as likely memorised.
-
-Definitions (each lives here, once):
-
-* **split** ``chars`` (default, the paper's rule): cut at the space nearest to the
-  character midpoint of the vignette (ties go to the earlier space); ``words``: the first
-  ``floor(n/2)`` whitespace-separated words. Both halves are stripped.
-* **word count** sent to the model: the number of whitespace-separated words of the
-  first half (the paper's choice; the halves are about equal).
-* **similarity**: ``1 - Levenshtein.distance(truth, completion) / max(len(truth),
-  len(completion))`` over characters (python-Levenshtein), i.e. one minus the
-  length-normalised edit distance the paper computed. Not ``Levenshtein.ratio``, which
-  normalises an insert/delete distance by the sum of the lengths. Two empty strings
-  are 1.0. A failed request (status != ok) has no similarity and is never flagged; it
-  is counted as failed in the summary.
-
-The text halved is the dataset's ``vignette`` column (the question sentence removed, as
-the benchmark shows it), of the per-source configs (``medqa_usmle``, ``derm_public``,
-``derm_private``) unless ``configs`` says otherwise. The prompt is sent as a single
-system message, as the paper did (``role="user"`` for chat templates that need a user turn).
-
-``run_meld`` writes a folder (atomically) with ``scores.parquet`` (the release contract's
-scores table: per case, the metrics ``meld_similarity`` and ``meld_flagged`` of the scorer
-``meld``, variant key ``config``; the completion as the label, the halves and any failure
-reason in the detail; a failed request has status ``error`` and no value), ``summary.json``
-(the run's settings and the figures aggregated from those scores) and ``similarity_hist.png``;
-:func:`read_similarities` reads the scores back as one row per case, and :func:`craftmd.analysis.meld.meld_audit`
-turns the run into the leaderboard's audit dict.
-
-MELD is an audit of a model, not of its answers, so ``craftmd meld --model`` stays its own command.
-The ``meld`` scorer (:class:`craftmd.scoring.scorers.Meld`, ``craftmd score RELEASE --scorer meld``)
-runs the same :func:`run_meld` on a release's own (doctor) model and adds the per-case rows to that
-release's ``scores.parquet``, current while the model, prompt, sampling, rule and dataset are unchanged.
+Each vignette is cut in two, the model completes the first half, and the completion's similarity to the true second
+half flags likely memorised cases (:func:`meld` runs it; ``craftmd meld`` and the ``meld`` scorer share it). The
+definitions are below the imports.
 """
 
 from __future__ import annotations
@@ -51,8 +17,48 @@ from pathlib import Path
 import polars as pl
 
 from craftmd import CraftMDError
-from craftmd.atomic import atomic_dir, sha256_file
+from craftmd.atomic import atomic_dir
 from craftmd.text import similarity  # noqa: F401  (MELD's similarity, shared with the decontamination)
+
+# -- what it computes ------------------------------------------------------------
+# The paper's contamination check (Extended Data Fig. 1c): each vignette is cut in two,
+# the model is given the first half with the prompt in ``prompts/meld.txt`` ("... Generate
+# the second half of the case vignette ... Generate only {word_count} words.") and its
+# completion is compared with the true second half. A case whose completion is at least
+# :data:`THRESHOLD` similar to the truth is flagged as likely memorised.
+#
+# Definitions (each lives here, once):
+#
+# * **split** ``chars`` (default, the paper's rule): cut at the space nearest to the
+#   character midpoint of the vignette (ties go to the earlier space); ``words``: the first
+#   ``floor(n/2)`` whitespace-separated words. Both halves are stripped.
+# * **word count** sent to the model: the number of whitespace-separated words of the
+#   first half (the paper's choice; the halves are about equal).
+# * **similarity**: ``1 - Levenshtein.distance(truth, completion) / max(len(truth),
+#   len(completion))`` over characters (python-Levenshtein), i.e. one minus the
+#   length-normalised edit distance the paper computed. Not ``Levenshtein.ratio``, which
+#   normalises an insert/delete distance by the sum of the lengths. Two empty strings
+#   are 1.0. A failed request (status != ok) has no similarity and is never flagged; it
+#   is counted as failed in the summary.
+#
+# The text halved is the dataset's ``vignette`` column (the question sentence removed, as
+# the benchmark shows it), of the per-source configs (``medqa_usmle``, ``derm_public``,
+# ``derm_private``) unless ``configs`` says otherwise. The prompt is sent as a single
+# system message, as the paper did (``role="user"`` for chat templates that need a user turn).
+#
+# :func:`meld` returns the per-case rows and the summary; ``run_meld`` (``craftmd meld``) writes them as a folder
+# (atomically) with ``scores.parquet`` (the release contract's
+# scores table: per case, the metrics ``meld_similarity`` and ``meld_flagged`` of the scorer
+# ``meld``, variant key ``config``; the completion as the label, the halves and any failure
+# reason in the detail; a failed request has status ``error`` and no value), ``summary.json``
+# (the run's settings and the figures aggregated from those scores) and ``similarity_hist.png``;
+# :func:`read_similarities` reads the scores back as one row per case, and :func:`craftmd.analysis.meld.meld_audit`
+# turns the run into the leaderboard's audit dict.
+#
+# MELD is an audit of a model, not of its answers, so ``craftmd meld --model`` stays its own command.
+# The ``meld`` scorer (:class:`craftmd.scoring.scorers.Meld`, ``craftmd score RELEASE --scorer meld``)
+# runs the same :func:`meld` on a release's own (doctor) model and returns the per-case rows, which ``craftmd score``
+# adds to that release's ``scores.parquet``; current while the model, prompt, sampling, rule and dataset are unchanged.
 
 PROMPT_FILE = Path(__file__).resolve().parent / "prompts" / "meld.txt"
 THRESHOLD = 0.95
@@ -213,8 +219,7 @@ def read_similarities(meld_dir: Path | str) -> pl.DataFrame:
 def _write_outputs(tmp: Path, table: pl.DataFrame, summary: dict, threshold: float) -> None:
     from craftmd.release import encode_scores
 
-    record = {k: summary[k] for k in ("model", "prompt", "sampling", "dataset", "split", "similarity", "threshold")}
-    (tmp / SCORES).write_bytes(encode_scores(to_scores(table), {SCORER: record}))
+    (tmp / SCORES).write_bytes(encode_scores(to_scores(table), {SCORER: scorer_record(summary)}))
     (tmp / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     plot_histogram(table, tmp / FIGURE, summary["model"], threshold)
 
@@ -272,10 +277,22 @@ def summarise(table: pl.DataFrame, threshold: float = THRESHOLD) -> dict:
     return {"configs": per, "overall": stats(table)}
 
 
-def run_meld(
+def run_meld(dataset_dir: Path | str, model: str, out: Path | str, *, threshold: float = THRESHOLD, overwrite: bool = False,
+             **settings) -> Path:
+    """``craftmd meld``: :func:`meld` for ``model`` over the dataset (``settings``: its keyword arguments), its result
+    folder ``out`` written atomically (scores, summary, histogram)."""
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
+    table, summary = meld(dataset_dir, model, threshold=threshold, **settings)
+    with atomic_dir(out, overwrite=overwrite, owns=(SUMMARY,), holds=(SCORES, SUMMARY, FIGURE)) as tmp:
+        _write_outputs(tmp, table, summary, threshold)
+    return out
+
+
+def meld(
     dataset_dir: Path | str,
     model: str,
-    out: Path | str,
     *,
     base_url: str | None = None,
     api_key: str | None = None,
@@ -290,17 +307,13 @@ def run_meld(
     seed: int = 0,
     concurrency: int = 8,
     threshold: float = THRESHOLD,
-    overwrite: bool = False,
     progress: bool = True,
-) -> Path:
-    """Run MELD for ``model`` over the dataset and write the result folder ``out`` atomically."""
-    from craftmd.dataset import config_file
+) -> tuple[pl.DataFrame, dict]:
+    """MELD of ``model`` over the dataset: one row per case (its halves, the completion, similarity, flag) and the run's
+    summary (settings, prompt, dataset hashes, figures). Writes nothing (:func:`run_meld` and the ``meld`` scorer do)."""
     from craftmd.models import Sampling
     from craftmd.models.connect import CallSettings, Connections
 
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
     if role not in ("system", "user"):
         raise CraftMDError(f"--role must be system or user, not {role!r}")
     if not 0.0 < threshold <= 1.0:
@@ -316,48 +329,55 @@ def run_meld(
             await conn.check()
             return await _complete_all(caller, todo, template, sampling, role, progress)
 
-    completions = asyncio.run(go())
+    table = _case_rows(todo, asyncio.run(go()), threshold)
+    summary = _summary(dataset_dir, conn.model(model).name, tuple(configs), role, sampling, split, threshold, table)
+    if progress:  # counters differ between a fresh run and a cached rerun, so they stay out of summary.json
+        counts = ", ".join(f"{k} {getattr(caller, k)}" for k in ("calls", "cache_hits", "retries", "failures", "tokens_in", "tokens_out"))
+        print(f"meld: {counts}", file=sys.stderr)
+    return table, summary
+
+
+#: The per-case frame of a MELD run.
+CASE_SCHEMA = {
+    "case_id": pl.String, "config": pl.String, "word_count": pl.Int32, "first_half": pl.String,
+    "second_half": pl.String, "completion": pl.String, "status": pl.String, "error": pl.String,
+    "similarity": pl.Float64, "flagged": pl.Boolean,
+}  # fmt: skip
+
+
+def _case_rows(todo: list[MeldCase], completions: list, threshold: float) -> pl.DataFrame:
+    """One row per case: its halves, the model's completion and its similarity to the true second half."""
     rows = []
     for c, comp in zip(todo, completions):
         ok = comp.status == "ok" and isinstance(comp.text, str)
         sim = similarity(c.second_half, comp.text) if ok else None
-        rows.append(
-            {
-                "case_id": c.case_id,
-                "config": c.config,
-                "word_count": c.word_count,
-                "first_half": c.first_half,
-                "second_half": c.second_half,
-                "completion": comp.text if ok else None,
-                "status": comp.status if comp.status != "ok" or ok else "error",
-                "error": comp.error,
-                "similarity": sim,
-                "flagged": bool(sim is not None and sim >= threshold),
-            }
-        )
-    schema = {
-        "case_id": pl.String, "config": pl.String, "word_count": pl.Int32, "first_half": pl.String,
-        "second_half": pl.String, "completion": pl.String, "status": pl.String, "error": pl.String,
-        "similarity": pl.Float64, "flagged": pl.Boolean,
-    }  # fmt: skip
-    table = pl.DataFrame(rows, schema=schema)
-    summary = {
-        "model": conn.model(model).name,
+        rows.append({"case_id": c.case_id, "config": c.config, "word_count": c.word_count, "first_half": c.first_half,
+                     "second_half": c.second_half, "completion": comp.text if ok else None,
+                     "status": comp.status if comp.status != "ok" or ok else "error", "error": comp.error, "similarity": sim,
+                     "flagged": bool(sim is not None and sim >= threshold)})  # fmt: skip
+    return pl.DataFrame(rows, schema=CASE_SCHEMA)
+
+
+def _summary(dataset_dir, model: str, configs: tuple[str, ...], role: str, sampling, split: str, threshold: float,
+             table: pl.DataFrame) -> dict:
+    from craftmd.dataset import config_file, file_sha256
+
+    return {
+        "model": model,
         "prompt": {"file": "scoring/prompts/meld.txt", "sha256": prompt_sha256(), "role": role},
         "sampling": sampling.to_dict(),
-        "dataset": {c: sha256_file(config_file(dataset_dir, c)) for c in configs},
+        "dataset": {c: file_sha256(config_file(dataset_dir, c)) for c in configs},
         "split": split,
         "word_count": "whitespace-separated words of the first half",
         "similarity": SIMILARITY_DEFINITION,
         "threshold": threshold,
         **summarise(table, threshold),
     }
-    if progress:  # counters differ between a fresh run and a cached rerun, so they stay out of summary.json
-        counts = ", ".join(f"{k} {getattr(caller, k)}" for k in ("calls", "cache_hits", "retries", "failures", "tokens_in", "tokens_out"))
-        print(f"meld: {counts}", file=sys.stderr)
-    with atomic_dir(out, overwrite=overwrite, owns=(SUMMARY,), holds=(SCORES, SUMMARY, FIGURE)) as tmp:
-        _write_outputs(tmp, table, summary, threshold)
-    return out
+
+
+def scorer_record(summary: dict) -> dict:
+    """The ``meld`` scorer's record of a run: what it asked, how (model, prompt, sampling, split, rule, threshold)."""
+    return {k: summary[k] for k in ("model", "prompt", "sampling", "dataset", "split", "similarity", "threshold")}
 
 
 # -- the leaderboard's view ------------------------------------------------------------
@@ -373,5 +393,5 @@ def read_summary(meld_dir: Path | str) -> dict:
 
 __all__ = [
     "THRESHOLD", "count_words", "split_halves", "similarity", "meld_prompt", "meld_cases",
-    "run_meld", "summarise", "plot_histogram",
+    "run_meld", "meld", "scorer_record", "summarise", "plot_histogram",
 ]  # fmt: skip

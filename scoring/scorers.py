@@ -1,33 +1,10 @@
 """The scorer registry: every way the package turns a release into scores, in one place.
 
-A scorer (:class:`Scorer`) has a ``name`` (what ``scores.scorer`` says), the ``unit`` it
-scores (``answer``, ``conversation`` or ``case``), what it applies to (its tasks, and for
-an answer scorer its answer formats), the metrics it writes, an ``identity`` (a version,
-rules or table hash, the model and settings of a scorer that calls one) and the ``inputs``
-it read (the hashes of the release's file and of the dataset configs), and ``run``, which
-returns score rows and the record each scorer name gets. :func:`craftmd.scoring.score.score_release`
-(``craftmd score RELEASE --scorer NAME``) runs any of them, and only those that are stale:
-whose recorded identity or inputs differ from now, or whose record counts failed calls a
-re-run would ask again (:meth:`Scorer.current`, the one staleness rule).
-
-* ``paper``, ``strict``: the two MCQ rules (:func:`craftmd.scoring.mcq.grade_mcq`) on
-  ``mcq4`` and ``mcq_many`` answers.
-* ``offline``: the offline FRQ grader (:mod:`craftmd.scoring.offline`) on ``frq`` and ``top3``.
-* ``llm:<provider/model>``: the paper's two-step grader-AI (:mod:`craftmd.scoring.llm_grader`) on ``frq``.
-* ``upstream-gpt4``: the GPT-4 grader labels recorded upstream; written by ingest, never re-run.
-* ``history``: the history-taking metrics of CRAFT-MD conversations (:mod:`craftmd.scoring.history`).
-* ``keyinfo``: ROUGE-1 against the key-value information (:mod:`craftmd.scoring.keyinfo`).
-* ``judge:<provider/model>``: MedPI's rubric judge over whole conversations (:mod:`craftmd.scoring.judge`);
-  several judges named together form a committee (scorer ``judge-committee``, their median).
-* ``meld``: the contamination check, per case, of the release's own model (:mod:`craftmd.scoring.meld`).
-
-A task lists the scorers run on its releases by default (:attr:`craftmd.tasks.Task.scorers`);
-``make leaderboard`` runs those that are stale. A task's own scorer is registered with
-:func:`register_scorer`.
-
-Which FRQ scorer stands behind a model's free-response figure is decided by
-:func:`rank_frq`, once: graders whose agreement with people has been measured come
-first, most reliable first; a grader that would grade its own model never stands there.
+A :class:`Scorer` has a ``name``, the ``unit`` it scores (answer, conversation, case), what it applies to, its metrics,
+an ``identity`` and the ``inputs`` it read; :meth:`Scorer.run` returns its rows and records (:class:`ScorerResult`),
+which :func:`craftmd.scoring.score.score_release` writes, only for scorers that are stale (:meth:`Scorer.current`, the
+one staleness rule). ``craftmd score --list`` lists them; a task's own is added with :func:`register_scorer`, and
+:func:`rank_frq` decides once which FRQ grader stands behind a model's free-response figure.
 """
 
 from __future__ import annotations
@@ -118,6 +95,17 @@ class ScoreRows:
 
     def table(self) -> pa.Table:
         return pa.table(self.cols, schema=SCHEMA)
+
+
+@dataclass
+class ScorerResult:
+    """What every scorer returns (:meth:`Scorer.run`): its score ``rows``, and for each scorer name it writes its
+    ``records`` (identity, ``inputs``, counts); ``summary``: what the run reports besides (a judge's calls and cost).
+    Only ``craftmd score`` (:func:`craftmd.scoring.score.score_release`) writes them into the release."""
+
+    rows: pa.Table
+    records: dict[str, dict]
+    summary: dict | None = None
 
 
 def scores_from_grades(rows: list[dict] | pa.Table) -> pa.Table:
@@ -292,21 +280,21 @@ class Scorer:
     def check(self, release, ctx: Context) -> None:
         """Refuse, with one line, what the scorer must not run on ``release`` (checked for every scorer before any runs)."""
 
-    def run(self, release, ctx: Context) -> tuple[pa.Table, dict[str, dict]]:
-        """Score ``release``: (score rows, each written scorer name's record, its ``inputs`` included). This one runs
-        an answer scorer's :meth:`score` over the release's answers; a conversation or case scorer writes its own."""
-        import polars as pl
-
+    def run(self, release, ctx: Context) -> ScorerResult:
+        """Score ``release``: its rows and each written scorer name's record, its ``inputs`` included. This one runs an
+        answer scorer's :meth:`score` over the release's answers of its formats; a conversation or case scorer writes
+        its own."""
         if self.unit != "answer":
             raise NotImplementedError(f"scorer {self.name}: a {self.unit} scorer writes its own run()")
         answers = pl.from_arrow(release.table("answers"))
         check_answer_cases(answers, ctx)
         out = ScoreRows()
         counts = self.score(answers.filter(pl.col("format").is_in(self.formats)).to_dicts(), ctx, out)
-        return out.table(), {self.name: dict(self.record(), **counts, inputs=self.inputs(release, ctx))}
+        return ScorerResult(out.table(), {self.name: dict(self.record(), **counts, inputs=self.inputs(release, ctx))})
 
     def score(self, rows: list[dict], ctx: Context, out: ScoreRows) -> dict:
-        """An answer scorer: score answer ``rows`` of its formats into ``out``; returns counts for the record."""
+        """An answer scorer: score answer ``rows`` of its formats into ``out`` (a new one each run, made into the
+        result's rows by :meth:`run`); returns what its record adds to :meth:`record` (counts)."""
         raise NotImplementedError
 
     def estimate(self, release, ctx: Context) -> dict | None:
@@ -353,8 +341,7 @@ class McqRule(Scorer):
                 choices = ctx.many
             if not choices:  # NEJM image cases: no options, not gradable by rule
                 continue
-            resolved, kind, correct = grade_mcq(row["response"], choices, answer, self.name)
-            out.add(row, self.name, Verdict(resolved, kind, correct))
+            out.add(row, self.name, Verdict(*grade_mcq(row["response"], choices, answer, self.name)))
             n += 1
         return {"graded": n}
 
@@ -396,7 +383,6 @@ class LLM(Scorer):
 
         self.name = name
         self.model = parse_grader_name(name)
-        self._record: dict = {}
 
     def identity(self) -> dict:
         """The model, its prompts and sampling: a release graded with them, no call failed, is current."""
@@ -411,12 +397,13 @@ class LLM(Scorer):
 
     def run(self, release, ctx):
         self.check(release, ctx)
-        table, records = super().run(release, ctx)
+        result = super().run(release, ctx)
         if self_graders(release.manifest, [self.name]):
-            records[self.name]["self_graded"] = True
-        return table, records
+            result.records[self.name]["self_graded"] = True
+        return result
 
     def score(self, rows, ctx, out):
+        """The grades, and what the record adds: the model's record, where it was called, the counts."""
         from craftmd.scoring.llm_grader import LLMGrader
 
         lg = LLMGrader(self.model, base_url=ctx.base_url, cache=ctx.cache)
@@ -424,13 +411,10 @@ class LLM(Scorer):
         results = lg.grade_many(pairs, progress=ctx.progress)
         for row, r in zip(rows, results):
             out.add(row, self.name, llm_verdict(r))
-        self._record = lg.record()
+        record = lg.record()
         if ctx.base_url or lg.server.get("service"):  # where it was called: a public URL, never a user:password or query
-            self._record.update({k: v for k, v in lg.server.items() if v is not None})
-        return {"graded": len(rows), "failures": sum(r.failed for r in results)}
-
-    def record(self) -> dict:
-        return dict(self._record)
+            record.update({k: v for k, v in lg.server.items() if v is not None})
+        return dict(record, graded=len(rows), failures=sum(r.failed for r in results))
 
 
 class Recorded(Scorer):
@@ -464,11 +448,12 @@ class ModuleScorer(Scorer):
         return self.rules.inputs(release, ctx.dataset(self.name))
 
     def scores(self, release, ctx) -> tuple[pa.Table, dict]:
+        """The module's scores of ``release`` and the scorer's record."""
         raise NotImplementedError
 
     def run(self, release, ctx):
         table, record = self.scores(release, ctx)
-        return table, {self.name: record}
+        return ScorerResult(table, {self.name: record})
 
 
 class History(ModuleScorer):
@@ -511,6 +496,7 @@ class Judges(Scorer):
         self.models = list(dict.fromkeys(models))
         self.name = "judge:" + self.models[0] if len(self.models) == 1 else "judge-committee"
         self._spec = spec  # a JudgeSpec given whole (judges_stale), else made from the context
+        self._units: tuple | None = None  # (release, its units): the conversations read once
 
     @classmethod
     def parse(cls, name: str) -> Judges:
@@ -533,8 +519,19 @@ class Judges(Scorer):
         """``judge:MODEL`` per judge (``#seedK`` added with ``seeds`` > 1) and, for several, ``judge-committee``."""
         return tuple(f"judge:{m}" for m in self.models) + (("judge-committee",) if len(self.models) > 1 else ())
 
-    def _where(self, ctx: Context) -> dict:
-        return dict(dataset_dir=ctx.dataset_dir, conversations=ctx.options.get("conversations"), cases=ctx.options.get("cases"))
+    def _selection(self, ctx: Context) -> tuple[list[str] | None, list[str] | None]:
+        return ctx.options.get("conversations"), ctx.options.get("cases")
+
+    def units(self, release, ctx: Context) -> list:
+        """The release's conversations to judge (:func:`craftmd.scoring.judge.read_units`), read once per release."""
+        from craftmd.scoring.judge import read_units
+
+        if self._units is None or self._units[0] is not release:
+            conversations, cases = self._selection(ctx)
+            packet = self.spec(ctx).flags is not None
+            units = read_units(release, ctx.dataset_dir, conversations=conversations, cases=cases, packet=packet)
+            self._units = (release, units)
+        return self._units[1]
 
     def check(self, release, ctx):
         from craftmd.scoring.judge import check_own_family
@@ -560,23 +557,22 @@ class Judges(Scorer):
 
     def inputs(self, release, ctx):
         """The conversations file, the objectives judged by and the selection (:func:`craftmd.scoring.judge.run_inputs`)."""
-        from craftmd.scoring.judge import read_units, run_inputs
+        from craftmd.scoring.judge import run_inputs
 
-        where = self._where(ctx)
-        units = read_units(release, where["dataset_dir"], conversations=where["conversations"], cases=where["cases"])
-        return run_inputs(release, units, where["conversations"], where["cases"])
+        return run_inputs(release, self.units(release, ctx), *self._selection(ctx))
 
     def run(self, release, ctx):
-        from craftmd.scoring.judge import judge_release
+        """The judges' scores and records, and the run's summary (calls, tokens, cost); the family check is
+        :meth:`check`'s, done by ``craftmd score`` before any scorer runs."""
+        from craftmd.scoring.judge import judge_units
 
-        summary = judge_release(release.path, self.spec(ctx), **self._where(ctx))
-        self.summary = summary
-        return None, {}  # judge_release wrote the scores and their records
+        table, records, summary = judge_units(release, self.spec(ctx), self.units(release, ctx), self.inputs(release, ctx))
+        return ScorerResult(table, records, summary)
 
     def estimate(self, release, ctx):
-        from craftmd.scoring.judge import estimate_release
+        from craftmd.scoring.judge import Judge
 
-        return estimate_release(release.path, self.spec(ctx), **self._where(ctx))
+        return {"release": release.id, **Judge(self.spec(ctx)).estimate(self.units(release, ctx))}
 
 
 class Meld(Scorer):
@@ -616,31 +612,22 @@ class Meld(Scorer):
                             "sampling": sampling, "split": "chars", "similarity": SIMILARITY_DEFINITION, "threshold": THRESHOLD}}
 
     def inputs(self, release, ctx) -> dict:
-        from craftmd.dataset import dataset_fingerprint
-
         configs, cases = self.configs(ctx), ctx.options.get("cases")
         return {"model": self.model(release), "configs": list(configs), "dataset_sha256": dataset_fingerprint(ctx.dataset(self.name), configs),
                 "cases": sorted(cases) if cases else "all"}
 
     def run(self, release, ctx):
-        import tempfile
-
-        import pyarrow.parquet as pq
-
-        from craftmd.release import SCORERS_METADATA
-        from craftmd.scoring.meld import SCORER, run_meld
+        from craftmd.scoring.meld import SCORER, meld, scorer_record, to_scores
 
         s = self.settings(release, ctx)
-        with tempfile.TemporaryDirectory(prefix=".meld-") as tmp:
-            out = run_meld(ctx.dataset(self.name), self.model(release), Path(tmp) / "meld", base_url=ctx.base_url, cache=ctx.cache,
-                           configs=self.configs(ctx), cases=s["cases"], temperature=s["temperature"], max_tokens=s["max_tokens"], seed=s["seed"],
-                           concurrency=s["concurrency"], progress=ctx.progress)
-            table = pq.read_table(out / "scores.parquet")
-        record = json.loads(table.schema.metadata[SCORERS_METADATA])[SCORER]
-        record.pop("dataset", None)
-        failed = table.filter(pa.compute.equal(table.column("status"), "error")).num_rows // 2
-        record.update(cases=table.num_rows // 2, failures=failed, inputs=self.inputs(release, ctx))
-        return table.replace_schema_metadata(None), {self.name: record}
+        cases, summary = meld(ctx.dataset(self.name), self.model(release), base_url=ctx.base_url, cache=ctx.cache,
+                              configs=self.configs(ctx), cases=s["cases"], temperature=s["temperature"], max_tokens=s["max_tokens"],
+                              seed=s["seed"], concurrency=s["concurrency"], progress=ctx.progress)
+        record = scorer_record(summary)
+        record.pop("dataset")
+        failures = cases.filter(pl.col("similarity").is_null()).height
+        record.update(cases=cases.height, failures=failures, inputs=self.inputs(release, ctx))
+        return ScorerResult(to_scores(cases), {SCORER: record})
 
 
 #: name -> factory; ``llm:<provider/model>`` and ``judge:<provider/model>`` names are made by :data:`PATTERNS`.

@@ -366,12 +366,13 @@ def test_a_judge_against_a_server_refusing_json_schema_scores_every_dimension(tm
 
     from craftmd.release import read_release
     from craftmd.scoring import judge as J
+    from craftmd.scoring.score import judge_release
 
     rel = make_release(tmp_path)
     with LoopbackServer(_valid_judge, models=("judge-a",), refuse_formats={"json_schema": status}) as server:
         spec = J.JudgeSpec(models=["openai/judge-a"], mode=mode, dimensions=CATS, base_url=server.base_url, progress=False,
                            max_retries=6, max_invalid=0)
-        J.judge_release(rel, spec, cases=["case_1", "case_2"])
+        judge_release(rel, spec, cases=["case_1", "case_2"])
         asked_with_schema = server.formats["json_schema"]
         calls = server.calls
     rows = [r for r in read_release(rel).scores_with_records()[0].to_pylist() if r["scorer"] == "judge:openai/judge-a"]

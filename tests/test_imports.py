@@ -34,22 +34,6 @@ ENVS = "craftmd.envs"
 #: ``craftmd/tasks/<name>/`` (a folder) sits above the rooms, whose machinery its protocol runs.
 TASKS = "craftmd.tasks"
 
-#: Imports of the command layer (and, through the judges' and graders' commands, of analysis) that stay in the rooms
-#: only until issue #31's other branches move those subcommands into craftmd.commands: (module, module it imports).
-#: Once they have, the edge is gone and ``test_the_pending_moves_are_still_pending`` says to delete its line here;
-#: after the merge this is empty.
-PENDING = {
-    ("craftmd.scoring.cli", "craftmd.commands.cli"): "grader-agreement, validate -> craftmd/commands/ (h5-scorers)",
-    ("craftmd.scoring.cli", "craftmd.commands.audits"): "meld -> craftmd/commands/meld.py (h5-scorers)",
-    ("craftmd.scoring.cli", "craftmd.analysis.agreement.graders"): "grader-agreement's handler (h5-scorers)",
-    ("craftmd.scoring.score", "craftmd.commands.cli"): "score's parser and handler -> craftmd/commands/score.py (h5-scorers)",
-    ("craftmd.scoring.judge_cli", "craftmd.commands.cli"): "judge, judge-* -> craftmd/commands/ (h5-scorers)",
-    ("craftmd.scoring.judge_cli", "craftmd.analysis.agreement.judge_validity"): "judge --validity's handler (h5-scorers)",
-    ("craftmd.scoring.judge_cli", "craftmd.analysis.agreement.rubric_review"): "judge-review's handler (h5-scorers)",
-    ("craftmd.scoring.judge_cli", "craftmd.analysis.agreement.calibration"): "judge-calibrate's handler (h5-scorers)",
-    ("craftmd.scoring.judge_cli", "craftmd.analysis.agreement.judge_sensitivity"): "judge-sensitivity's handler (h5-scorers)",
-}
-
 
 def _module(path: Path, root: Path = ROOT) -> str:
     rel = path.relative_to(root).with_suffix("")
@@ -173,7 +157,7 @@ def _room(module: str) -> str:
 
 def _edges(root: Path = ROOT) -> list[tuple[str, str, int]]:
     """Every import between two modules, but the pending ones: (module, module it imports, line)."""
-    return [(m, t, line) for m, ts in module_graph(root).items() for t, line in ts.items() if (m, t) not in PENDING]
+    return [(m, t, line) for m, ts in module_graph(root).items() for t, line in ts.items()]
 
 
 def graph(root: Path = ROOT) -> dict[str, dict[str, set[str]]]:
@@ -254,12 +238,6 @@ def test_no_room_imports_the_command_layer():
     bad = [f"{m} -> {t} (line {line})" for m, t, line in _edges() if layer(m) == "room" and t.startswith(COMMANDS)]
     assert not bad, "a room imports the command layer: " + "; ".join(bad)
 
-
-def test_the_pending_moves_are_still_pending():
-    """Each pending import is still there: one that is gone must leave :data:`PENDING` too, so nothing stays exempt."""
-    graph = module_graph()
-    gone = [f"{m} -> {t}: {why}" for (m, t), why in PENDING.items() if t not in graph.get(m, {})]
-    assert not gone, "moved already: delete these lines of PENDING in tests/test_imports.py:\n" + "\n".join(gone)
 
 
 def test_the_layers_follow_the_folders(tmp_path):

@@ -19,6 +19,7 @@ from loopback import LoopbackServer
 from craftmd import CraftMDError
 from craftmd.release import RunRecord, read_release, write_release
 from craftmd.scoring import judge as J
+from craftmd.scoring.score import judge_release
 from craftmd.scoring.scorers import judges_stale
 from craftmd.scoring.rubric import OBJECTIVES, applicable, case_objectives, load_catalog
 
@@ -204,7 +205,7 @@ def responder(request: dict) -> str | None:
 def run_judge(release, server, mode, models=("judge-a",), **kw):
     spec = J.JudgeSpec(models=[f"openai/{m}" for m in models], mode=mode, dimensions=CATS, base_url=server.base_url,
                        progress=False, **kw)  # fmt: skip
-    return J.judge_release(release, spec)
+    return judge_release(release, spec)
 
 
 @pytest.fixture
@@ -265,7 +266,7 @@ def test_category_mode_keeps_valid_items_and_fails_only_the_bad_ones(tmp_path):
     with LoopbackServer(partial, models=("judge-a",)) as s:
         spec = J.JudgeSpec(models=["openai/judge-a"], mode="category", dimensions=["final diagnosis"], base_url=s.base_url,
                            progress=False, max_invalid=1)  # fmt: skip
-        J.judge_release(rel, spec, cases=["case_1"])
+        judge_release(rel, spec, cases=["case_1"])
         calls = s.calls
     rows = read_release(rel).scores_with_records()[0].to_pylist()
     assert calls == 1 + 2  # the discussion, then the reply and one retry
@@ -310,21 +311,21 @@ def test_estimate_counts_the_calls_a_run_sends(tmp_path, server):
     rel = make_release(tmp_path)
     spec = J.JudgeSpec(models=["openai/judge-a"], mode="dimension", dimensions=CATS, base_url=server.base_url, progress=False,
                        max_invalid=0, price=(1.0, 2.0))  # fmt: skip
-    est = J.estimate_release(rel, spec)
+    est = judge_release(rel, spec, estimate=True)
     assert server.calls == 0  # nothing sent
     assert est["calls"] == 2 * (2 + 9) and est["dimension_scores"] == 2 * 9 and est["failed_conversations"] == 1
     assert est["cost_usd_at_most"] > 0
-    J.judge_release(rel, spec)
+    judge_release(rel, spec)
     assert server.calls == est["calls"]  # with no second asking, the estimate is exact
 
 
 def test_shuffled_order_is_seeded_and_recorded(tmp_path, server):
     rel = make_release(tmp_path)
-    J.judge_release(rel, J.JudgeSpec(models=["openai/judge-a"], mode="category", dimensions=["communication"],
+    judge_release(rel, J.JudgeSpec(models=["openai/judge-a"], mode="category", dimensions=["communication"],
                                      base_url=server.base_url, progress=False, seed=5, max_invalid=0), cases=["case_1"])  # fmt: skip
     first = [re.findall(r"^- ([a-z_.]+) \(", r["messages"][0]["content"], re.M) for r in server.log]
     server.reset_counters()
-    J.judge_release(rel, J.JudgeSpec(models=["openai/judge-a"], mode="category", dimensions=["communication"],
+    judge_release(rel, J.JudgeSpec(models=["openai/judge-a"], mode="category", dimensions=["communication"],
                                      base_url=server.base_url, progress=False, seed=5, max_invalid=0), cases=["case_1"])  # fmt: skip
     again = [re.findall(r"^- ([a-z_.]+) \(", r["messages"][0]["content"], re.M) for r in server.log]
     assert first == again and sorted(first[0]) == sorted(d.id for d in load_catalog().select(["communication"]))
@@ -337,9 +338,9 @@ def test_own_family_judge_is_refused_unless_forced(tmp_path, server):
     rel = make_release(tmp_path, model="openai/gpt-4-0613")
     spec = J.JudgeSpec(models=["openai/gpt-4o"], mode="category", dimensions=["final diagnosis"], base_url=server.base_url, progress=False)
     with pytest.raises(CraftMDError, match="own model family"):
-        J.judge_release(rel, spec)
+        judge_release(rel, spec)
     spec.force = True
-    J.judge_release(rel, spec, cases=["case_2"])
+    judge_release(rel, spec, cases=["case_2"])
     assert read_release(rel).scorer_records()["judge:openai/gpt-4o"]["self_judge"] is True
 
 
@@ -353,7 +354,7 @@ def test_a_server_without_response_format_is_asked_without_it(tmp_path):
     with LoopbackServer(strict, models=("judge-a",)) as s:
         spec = J.JudgeSpec(models=["openai/judge-a"], mode="category", dimensions=["final diagnosis"], base_url=s.base_url,
                            progress=False, max_invalid=0)  # fmt: skip
-        J.judge_release(rel, spec, cases=["case_2"])
+        judge_release(rel, spec, cases=["case_2"])
     rec = read_release(rel).scorer_records()["judge:openai/judge-a"]
     assert rec["response_format"]["used"] == "none" and "not supported" in rec["response_format"]["refused"]
 
@@ -626,7 +627,7 @@ def test_the_record_holds_the_served_model_and_an_alias_is_warned_about(tmp_path
     cache = tmp_path / "cache.sqlite"
     with LoopbackServer(responder, models=("judge-a", "judge-b-2025-01-31"), served_as={"judge-a": "judge-a-2025-01-31"}) as s:
         for model in ("judge-a", "judge-b-2025-01-31"):
-            J.judge_release(rel, J.JudgeSpec(models=[f"openai/{model}"], mode="category", dimensions=["final diagnosis"], base_url=s.base_url,
+            judge_release(rel, J.JudgeSpec(models=[f"openai/{model}"], mode="category", dimensions=["final diagnosis"], base_url=s.base_url,
                                              progress=False, max_invalid=0, cache=cache), cases=["case_1"])  # fmt: skip
         sent = s.calls
         err = capsys.readouterr().err
@@ -642,7 +643,7 @@ def test_the_record_holds_the_served_model_and_an_alias_is_warned_about(tmp_path
             for k, r in rows:
                 old = {a: b for a, b in json.loads(r).items() if a != "model"}
                 db.execute("update requests set response = ? where key = ?", (json.dumps(old), k))
-        J.judge_release(rel, J.JudgeSpec(models=["openai/judge-a"], mode="category", dimensions=["final diagnosis"], base_url=s.base_url,
+        judge_release(rel, J.JudgeSpec(models=["openai/judge-a"], mode="category", dimensions=["final diagnosis"], base_url=s.base_url,
                                          progress=False, max_invalid=0, cache=cache), cases=["case_1"])  # fmt: skip
         assert s.calls == sent  # every request answered by the old cache
     assert read_release(rel).scorer_records()["judge:openai/judge-a"]["served_models"] == []
@@ -697,7 +698,7 @@ def test_a_current_judgement_is_not_redone_unless_overwritten_and_a_changed_inpu
     # a transient failure is not cached: a re-run would ask again, so the scores are not current
     with LoopbackServer(responder, models=("judge-a",), error_rate=1.0, error_kinds=("500",)) as down:
         flaky = dataclasses.replace(spec, base_url=down.base_url, max_retries=0)
-        J.judge_release(rel, flaky)
+        judge_release(rel, flaky)
     assert read_release(rel).scorer_records()["judge:openai/judge-a"]["transient_failures"] > 0 and judges_stale(rel, flaky)
 
 
@@ -721,3 +722,26 @@ def test_judges_named_together_are_one_committee_and_a_judge_of_the_doctor_famil
     sent, first = server.calls, (rel / "scores.parquet").read_bytes()
     assert main(two) == 0 and json.loads(capsys.readouterr().out)["current"] == ["judge-committee"]
     assert server.calls == sent and (rel / "scores.parquet").read_bytes() == first
+
+
+def test_a_judge_returns_its_rows_and_records_and_only_craftmd_score_writes_them(tmp_path, server):
+    """The judges are a scorer like any other: run, they return the committee's rows, each judge's record and the run's
+    summary, and leave the release as it was; craftmd score (score_release) writes what they returned."""
+    from craftmd.scoring.score import score_release
+    from craftmd.scoring.scorers import Context, Judges, ScorerResult
+
+    rel = make_release(tmp_path)
+    before = {p.name: p.read_bytes() for p in rel.iterdir() if p.is_file()}
+    ctx = Context(None, base_url=server.base_url, progress=False, options={"mode": "category", "dimensions": CATS})
+    judges = Judges(["openai/judge-a", "openai/judge-b"])
+    result = judges.run(read_release(rel), ctx)
+    assert isinstance(result, ScorerResult)
+    assert {p.name: p.read_bytes() for p in rel.iterdir() if p.is_file()} == before  # nothing written
+    assert set(result.records) == {"judge:openai/judge-a", "judge:openai/judge-b", J.COMMITTEE}
+    assert set(result.rows.column("scorer").to_pylist()) == set(result.records)
+    assert result.summary["judges"] == ["judge:openai/judge-a", "judge:openai/judge-b"] and result.summary["conversations"] == 3
+    report = score_release(rel, None, ["judge:openai/judge-a", "judge:openai/judge-b"], base_url=server.base_url, progress=False,
+                           options={"mode": "category", "dimensions": CATS})
+    assert report["scored"] == [J.COMMITTEE] and report["summaries"][J.COMMITTEE]["judges"] == result.summary["judges"]
+    written, records = read_release(rel).scores_with_records()
+    assert written.num_rows == result.rows.num_rows and set(records) >= set(result.records)

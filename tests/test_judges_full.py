@@ -18,6 +18,7 @@ from loopback import LoopbackServer
 from craftmd import CraftMDError
 from craftmd.release import RunRecord, read_release, write_release
 from craftmd.scoring import judge as J
+from craftmd.scoring.score import judge_release
 from craftmd.scoring.rubric import load_catalog
 
 CATS = ["final diagnosis", "communication"]
@@ -84,7 +85,7 @@ def responder(request: dict) -> str | None:
 def judge(rel, server, **kw):
     spec = J.JudgeSpec(models=["openai/judge-a"], mode="category", dimensions=CATS, base_url=server.base_url, progress=False,
                        flags=["all"], **kw)  # fmt: skip
-    return J.judge_release(rel, spec)
+    return judge_release(rel, spec)
 
 
 @pytest.fixture
@@ -100,8 +101,8 @@ def test_flags_evidence_and_marks_are_exactly_what_the_judge_sent_and_the_page_s
 
     rel = make_release(tmp_path)
     spec = J.JudgeSpec(models=["openai/judge-a"], mode="category", dimensions=CATS, base_url=server.base_url, progress=False)
-    without = J.estimate_release(rel, spec)
-    with_flags = J.estimate_release(rel, J.JudgeSpec(**{**spec.__dict__, "flags": ["all"]}))
+    without = judge_release(rel, spec, estimate=True)
+    with_flags = judge_release(rel, J.JudgeSpec(**{**spec.__dict__, "flags": ["all"]}), estimate=True)
     assert with_flags["calls"] - without["calls"] == 2 and server.calls == 0  # one flags call per conversation that did not fail
     summary = judge(rel, server)
     assert server.calls == without["calls"] + 2

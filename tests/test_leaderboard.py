@@ -329,3 +329,42 @@ def test_a_dataset_built_by_other_builder_code_is_not_taken_for_current(source, 
     del manifest["builder"]["code_sha256"]  # built before the builder recorded its code
     mf.write_text(json.dumps(manifest))
     assert not _dataset_current(data, source)
+
+
+def test_a_leaderboard_with_every_score_current_reads_each_release_and_the_dataset_once(board, source, dataset_dir, monkeypatch):
+    """With every score current, `craftmd leaderboard` (scoring's staleness checks, the analysis, the audits, the page)
+    reads each release's answers.parquet from disk once, and hashes each dataset file at most once."""
+    import collections
+    import weakref
+
+    import craftmd.atomic
+    import craftmd.dataset
+    import craftmd.release
+    from craftmd.commands.cli import main
+
+    out, _ = board
+    releases = out.parent / "releases"
+    reads, hashes = collections.Counter(), collections.Counter()
+    read_file, sha256_file = craftmd.release.read_file, craftmd.atomic.sha256_file
+
+    def counted_read(path):
+        reads[str(path)] += 1
+        return read_file(path)
+
+    def counted_hash(path):
+        hashes[str(path)] += 1
+        return sha256_file(path)
+
+    monkeypatch.setattr(craftmd.release, "read_file", counted_read)
+    monkeypatch.setattr(craftmd.atomic, "sha256_file", counted_hash)
+    monkeypatch.setattr(craftmd.release, "_OPEN", weakref.WeakValueDictionary())  # nothing this process opened before
+    monkeypatch.setattr(craftmd.dataset, "_HASHED", {})
+    monkeypatch.setenv("CRAFTMD_SOURCE", str(source.path))
+    assert main(["leaderboard", "--dataset", str(dataset_dir), "--releases", str(releases), "--out", str(out.parent / "once"),
+                 "--audits", str(out.parent / "audits"), "--quiet"]) == 0
+    answers = sorted(str(p / "answers.parquet") for p in releases.iterdir() if (p / "answers.parquet").exists())
+    assert len(answers) >= 6
+    assert {a: reads[a] for a in answers} == dict.fromkeys(answers, 1)
+    assert all(n == 1 for n in reads.values()), reads.most_common(3)
+    dataset_hashes = {p: n for p, n in hashes.items() if p.startswith(str(dataset_dir))}
+    assert dataset_hashes and max(dataset_hashes.values()) == 1, collections.Counter(dataset_hashes).most_common(3)

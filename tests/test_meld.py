@@ -235,3 +235,40 @@ def test_meld_is_a_case_scorer_of_the_release_own_model(mini_dataset, tmp_path, 
     rec = records["meld"]
     assert rec["model"] == MODEL and rec["threshold"] == meld.THRESHOLD and rec["failures"] == 0
     assert rec["inputs"]["model"] == MODEL and rec["inputs"]["cases"] == ["case_1", "case_200"]
+
+
+def test_the_meld_scorer_is_craftmd_meld_s_run_and_writes_nothing(mini_dataset, tmp_path, monkeypatch):
+    """The ``meld`` scorer and ``craftmd meld`` are one computation: the scorer returns the rows the command writes to
+    its folder, for the same model and cases, and makes no folder of its own (no temporary run read back)."""
+    import tempfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from craftmd.release import RunRecord, read_release, write_release
+    from craftmd.scoring.scorers import Context, Meld
+
+    answers = pa.Table.from_pylist([{"case_id": "case_200", "trial": 0, "setting": "vignette", "format": "frq", "with_image": False,
+                                     "response": "x", "status": "ok"}])  # fmt: skip
+    rel = write_release(tmp_path / "lb", RunRecord(release="lb", kind="generated", model=MODEL, roles={"doctor": {"model": MODEL}}),
+                        {"answers": answers})
+    truth = truth_by_first_half(mini_dataset)
+    cases = ["case_200", "case_1"]
+
+    def no_folder(*a, **k):
+        raise AssertionError("the meld scorer made a folder")
+
+    with LoopbackServer(lambda r: truth[first_half_of(r)][: len(truth[first_half_of(r)]) // 2]) as server:
+        ctx = Context(mini_dataset, base_url=server.base_url, progress=False, options={"cases": cases})
+        with monkeypatch.context() as m:
+            m.setattr(tempfile, "TemporaryDirectory", no_folder)
+            m.setattr(tempfile, "mkdtemp", no_folder)
+            result = Meld().run(read_release(rel), ctx)
+        out = meld.run_meld(mini_dataset, MODEL, tmp_path / "m", base_url=server.base_url, configs=Meld().configs(ctx), cases=cases,
+                            progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lb", "m"]
+    keys = ("case_id", "config", "metric", "value", "label", "detail", "status")
+    rows = sorted(tuple(r[k] for k in keys) for r in result.rows.to_pylist())
+    assert len(rows) == 4 and rows == sorted(tuple(r[k] for k in keys) for r in pq.read_table(out / "scores.parquet").to_pylist())
+    assert all(r[3] < 1.0 for r in rows if r[2] == "meld_similarity")  # half a completion: not memorised
+    assert result.records["meld"]["cases"] == 2 and result.records["meld"]["failures"] == 0

@@ -19,6 +19,7 @@ from craftmd.models import get_model, parse_name
 from craftmd.models.connect import CallSettings, Connections
 from craftmd.release import read_release
 from craftmd.scoring import judge as J
+from craftmd.scoring.score import judge_release
 
 sys.path.insert(0, str(Path(__file__).parent))
 from loopback import LoopbackServer, Replay  # noqa: E402
@@ -82,7 +83,7 @@ def test_each_role_on_its_own_server_with_its_own_key(tiny_dataset, upstream, tm
                    "--summarizer", "openai-api/sum/sum", "--experiments", "multiturn,summarized,frq", "--out", str(out),
                    "--cache", str(cache), "--quiet"])
         assert rc == 0, capsys.readouterr().err
-        summary = J.judge_release(out, J.JudgeSpec(models=["openai-api/judge-a/ja", "openai-api/judge-b/jb"], mode="category",
+        summary = judge_release(out, J.JudgeSpec(models=["openai-api/judge-a/ja", "openai-api/judge-b/jb"], mode="category",
                                                    dimensions=["communication"], cache=cache, progress=False))
         printed = capsys.readouterr()
         logs = {k: [r["model"] for r in s.log] for k, s in servers.items()}

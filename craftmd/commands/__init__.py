@@ -4,7 +4,9 @@
   (:data:`~.cli.COMMANDS`) and the argument helpers they share;
 - one module per subcommand (:mod:`.build`, :mod:`.publish`, :mod:`.pin`, :mod:`.encounters`, :mod:`.merge`,
   :mod:`.review`, :mod:`.keyinfo`, :mod:`.finetune`, :mod:`.analyse`, :mod:`.ingest`, :mod:`.export`,
-  :mod:`.leaderboard`, :mod:`.submit`, ...): its arguments and its handler, which calls the rooms' functions.
+  :mod:`.leaderboard`, :mod:`.submit`, :mod:`.score`, :mod:`.validate`,
+  :mod:`.grader_agreement`, :mod:`.meld`, :mod:`.judge`, :mod:`.judge_review`, :mod:`.judge_calibrate`,
+  :mod:`.judge_sensitivity`, ...): its arguments and its handler, which calls the rooms' functions.
   The jobs that span rooms live here too: the main job (:func:`.leaderboard.leaderboard`), a submission scored
   and reported (:func:`.submit.score_submission`), upstream's results ingested (:func:`.ingest.ingest_source`).
 

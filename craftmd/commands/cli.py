@@ -26,11 +26,17 @@ COMMANDS = (
     "craftmd.commands.generate",
     "craftmd.commands.encounters",
     "craftmd.commands.merge",
-    "craftmd.scoring.cli",  # score, grader-agreement, validate, meld: become craftmd.commands.<name> (issue #31, h5-scorers)
+    "craftmd.commands.score",
+    "craftmd.commands.grader_agreement",
+    "craftmd.commands.validate",
+    "craftmd.commands.meld",
     "craftmd.commands.review",
     "craftmd.commands.keyinfo",
     "craftmd.commands.finetune",
-    "craftmd.scoring.judge_cli",  # judge, judge-review, judge-calibrate, judge-sensitivity: likewise (h5-scorers)
+    "craftmd.commands.judge",
+    "craftmd.commands.judge_review",
+    "craftmd.commands.judge_calibrate",
+    "craftmd.commands.judge_sensitivity",
     "craftmd.commands.analyse",
     "craftmd.commands.ingest",
     "craftmd.commands.export",
@@ -248,9 +254,12 @@ def os_error_line(exc: OSError) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from craftmd.release import one_reading
+
     try:
         load_task_files()  # tasks of your own ($CRAFTMD_TASKS): their scorers and metrics known to every command
-        result = args.func(args)
+        with one_reading():  # a release's files read and hashed once in the command
+            result = args.func(args)
     except CraftMDError as exc:
         if args.debug:
             raise

@@ -24,8 +24,8 @@ def _say(msg: str) -> None:
 
 def _dataset_current(data: Path, source) -> bool:
     """A built dataset of this source and this builder code whose files still match its build manifest."""
+    from craftmd.dataset import file_sha256
     from craftmd.dataset_builder.build import builder_sha256
-    from craftmd.release import sha256_file
 
     mf = data / "build_manifest.json"
     if not mf.exists():
@@ -43,7 +43,7 @@ def _dataset_current(data: Path, source) -> bool:
         return False
     for rel, info in files.items():
         f = data / rel
-        if not f.exists() or sha256_file(f) != info.get("sha256"):
+        if not f.exists() or file_sha256(f) != info.get("sha256"):
             return False
     return True
 

@@ -260,8 +260,7 @@ class Episodes:
             why = s.applies(rel)
             if why is not None:
                 continue
-            table, _ = s.run(rel, ctx)
-            for r in table.to_pylist():
+            for r in s.run(rel, ctx).rows.to_pylist():
                 out.setdefault(f"{r['scorer']}/{r['metric']}", []).append(r["value"])
         return out
 
