@@ -8,16 +8,16 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import re
+import os
+import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from encounter_script import CELLS, Script, medpi  # noqa: E402,F401  (medpi: the fixture)
+from encounter_script import CELLS, Script, judge_says, medpi  # noqa: E402,F401  (medpi: the fixture)
 from loopback import LoopbackServer  # noqa: E402
 
 from craftmd import CraftMDError  # noqa: E402
@@ -27,22 +27,11 @@ from craftmd.envs.core import episodes  # noqa: E402
 from craftmd.release import read_release  # noqa: E402
 from craftmd.scoring.rubric import applicable, load_catalog  # noqa: E402
 
+ROOT = Path(__file__).resolve().parent.parent
 ROLES = {"patient": "openai-api/sim/patient", "judge": "openai-api/sim/judge"}
 JUDGE = f"judge:{ROLES['judge']}"
 #: Two categories of the rubric: one that applies to every objective, one to diagnosis encounters only.
 WEIGHTS = {"judge/communication": 1.0, "judge/final diagnosis": 0.5}
-
-
-def judge_says(request: dict) -> str:
-    """A category-mode judge: a doctor who asked about the patient's medicines scores 1 + crc32(dimension) % 4 on each
-    dimension (not all 1s), one who did not scores 1 everywhere."""
-    prompt = request["messages"][0]["content"]
-    if prompt.startswith("You chair"):
-        return "Clinician: the doctor's questions, quoted."
-    ids = re.findall(r"^- ([a-z_]+\.[a-z_]+) \(", prompt, re.M)
-    asked = "medicines" in prompt.split("Transcript", 1)[-1]
-    return json.dumps({"scores": [{"dimension": d, "score": 1 + (zlib.crc32(d.encode()) % 4 if asked else 0), "rationale": "r",
-                                   "evidence": []} for d in ids]})
 
 
 def responder(script: Script):
@@ -171,3 +160,27 @@ def test_training_packets_are_the_train_split(medpi, tmp_path, monkeypatch):  # 
     assert s.done and s.reward > 0 and s.info["job"] == f"{case}/0"
     rel = env.write_release(tmp_path / "rollouts")
     assert [c["case_id"] for c in read_release(rel).table("conversations").to_pylist()] == [case]
+
+
+def test_openenv_serves_two_encounter_episodes_and_craftmd_score_agrees(medpi, tmp_path, monkeypatch):  # noqa: F811
+    """OpenEnv's own server (create_app) and client (GenericEnvClient) run two encounter episodes, the doctor a model on a
+    loopback server (the first asks about medicines, the second does not); `craftmd score` of their release agrees."""
+    rl_python = ROOT / ".venv-rl" / "bin" / "python"
+    if not rl_python.exists():
+        pytest.fail("the RL side venv is missing: run `make rl` (.venv-rl)", pytrace=False)
+    from openenv_episodes import ENCOUNTERS
+
+    out = tmp_path / "openenv"
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_BASE_URL")}
+    res = subprocess.run([str(rl_python), str(Path(__file__).parent / "openenv_episodes.py"), "encounters", str(medpi), str(out)],
+                         capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads((out / "rewards.json").read_text())
+    assert len(got) == 2 and got[0][1] > 0 and got[1][1] == 0.0
+    rel = out / "release"
+    assert read_release(rel).manifest.task == "encounters"
+    with LoopbackServer(judge_says, models=("judge",)) as server:
+        monkeypatch.setenv("SIM_BASE_URL", server.base_url)
+        rows = judged(rel, medpi, ["communication"])
+    for case, reward in got:
+        assert rubric_reward(rows, case, 0, ENCOUNTERS["reward_weights"]).hex() == float(reward).hex()
