@@ -41,15 +41,17 @@ def responder(script: Script):
     return respond
 
 
-def rubric_reward(rows: list[dict], case: str, trial: int, weights: dict[str, float]) -> float:
+def rubric_reward(rows: list[dict], case: str, trial: int, weights: dict[str, float], judge: str = JUDGE) -> float | None:
     """The documented reward from `craftmd score`'s rows: sum over the keys of w * mean((score - 1) / 3) over the key's
-    dimensions that the judge scored (math.fsum: the order of the rows does not matter)."""
+    dimensions that the judge scored (math.fsum: the order of the rows does not matter); None when a score failed."""
     cat = {d.id: d for d in load_catalog().dimensions}
-    mine = {r["dimension"]: r["value"] for r in rows if r["case_id"] == case and r["trial"] == trial and r["scorer"] == JUDGE}
+    mine = {r["dimension"]: r["value"] for r in rows if r["case_id"] == case and r["trial"] == trial and r["scorer"] == judge}
     total = 0.0
     for key, w in weights.items():
         what = key.split("/", 1)[1]
         values = [v for d, v in mine.items() if what == "rubric_score" or what in (d, cat[d].category, cat[d].meta_category)]
+        if any(v is None for v in values):
+            return None
         if values:
             total += w * (math.fsum((v - 1.0) / 3.0 for v in values) / len(values))
     return total
@@ -176,11 +178,11 @@ def test_openenv_serves_two_encounter_episodes_and_craftmd_score_agrees(medpi, t
                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads((out / "rewards.json").read_text())
-    assert len(got) == 2 and got[0][1] > 0 and got[1][1] == 0.0
+    assert len(got) == 2 and got[0][2] > 0 and got[1][2] == 0.0
     rel = out / "release"
     assert read_release(rel).manifest.task == "encounters"
     with LoopbackServer(judge_says, models=("judge",)) as server:
         monkeypatch.setenv("SIM_BASE_URL", server.base_url)
         rows = judged(rel, medpi, ["communication"])
-    for case, reward in got:
-        assert rubric_reward(rows, case, 0, ENCOUNTERS["reward_weights"]).hex() == float(reward).hex()
+    for case, trial, reward in got:
+        assert rubric_reward(rows, case, trial, ENCOUNTERS["reward_weights"]).hex() == float(reward).hex()
