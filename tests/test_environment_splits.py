@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from loopback import LoopbackServer, text_of  # noqa: E402
+from test_environments import weighted  # noqa: E402
 
 from craftmd import CraftMDError  # noqa: E402
 from craftmd.commands.cli import main as cli_main  # noqa: E402
@@ -121,12 +122,7 @@ def test_consultation_on_consult_train_cases_and_craftmd_score_agrees(data, tmp_
     assert cli_main(["score", str(rel), "--dataset", str(env.dataset), "--scorer", "offline", "--scorer", "keyinfo", "--quiet"]) == 0
     scores = read_release(rel).table("scores").to_pylist()
     for case, reward, _ in got:
-        back = 0.0
-        for key, w in weights.items():
-            scorer, metric = key.split("/")
-            (v,) = [r["value"] for r in scores if r["case_id"] == case and r["scorer"] == scorer and r["metric"] == metric]
-            back += w * v
-        assert back.hex() == reward.hex()
+        assert weighted(scores, case, weights).hex() == reward.hex()
 
 
 def test_craftmd_on_craftmd_train_and_craftmd_score_agrees(data, tmp_path, monkeypatch):
