@@ -130,6 +130,8 @@ def test_the_judge_is_a_role_and_bad_inputs_are_one_line(medpi, tmp_path, monkey
         ({"reward_weights": {"offline/correct": 1.0}}, "the encounters reward is the judge's"),
         ({"reward_weights": {"judge/rubric_score": "high"}}, "not a finite number"),
         ({"judge_mode": "vibes"}, "judge_mode 'vibes'"),
+        ({"judge_options": {"discussion_tokens": 64, "colour": 1}}, "unknown judge option 'colour'"),
+        ({"judge_options": {"response_format": "xml"}}, "--response-format 'xml'"),
         ({"split": "train"}, "split 'train' of encounters (config packets) is not built"),
     ]:
         args = {"task": "encounters", "split": "test", **base, **kwargs}

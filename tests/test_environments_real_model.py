@@ -5,7 +5,7 @@ the episodes wrote gives back the rewards the environment gave (the judge's scor
 is sent again). Nothing here asserts what the 135M model says.
 
 Sized for a few minutes on 2 cores: one short case, two doctor turns (encounters: four messages, no memory tags, the
-judge on one category), 32 tokens a reply (tests/openenv_episodes.py, :data:`REAL`).
+judge on one category with a short discussion), 32 tokens a reply (tests/openenv_episodes.py, :data:`REAL`).
 """
 
 from __future__ import annotations
@@ -73,9 +73,11 @@ def test_two_episodes_with_the_real_model_and_craftmd_score_agrees(task, real_mo
     assert sorted((c["case_id"], c["trial"]) for c in convs) == sorted((c, t) for c, t, _ in got)  # one conversation an episode
     if task == "encounters":  # the judge again, through craftmd score, from the episodes' request cache
         sent = real_model.chat_requests()
+        judge = REAL["encounters"]["judge_options"]
         assert cli_main(["score", str(rel), "--dataset", str(dataset), "--scorer", f"judge:{REAL_MODEL}", "--mode", "category",
-                         "--dimensions", "communication", "--base-url", real_model.base_url, "--cache", str(out / "cache.sqlite"),
-                         "--quiet"]) == 0  # fmt: skip
+                         "--dimensions", "communication", "--max-tokens", str(judge["discussion_tokens"]),
+                         "--score-tokens", str(judge["score_tokens"]), "--max-invalid", str(judge["max_invalid"]),
+                         "--base-url", real_model.base_url, "--cache", str(out / "cache.sqlite"), "--quiet"]) == 0  # fmt: skip
         assert real_model.chat_requests() == sent
         rows = read_release(rel).table("scores").to_pylist()
         for case, trial, reward in got:

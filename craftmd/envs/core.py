@@ -106,6 +106,7 @@ class Options:
     max_messages: int = 50  # encounters: the cap on messages, both sides
     memory_tags: bool = True  # encounters: the patient's memories tagged with emotions (one call per packet)
     allow_self: bool = False  # encounters: let a judge of the doctor's own family score (recorded, as craftmd score --allow-self)
+    judge_options: dict | None = None  # encounters: the judge's other settings, by JudgeSpec field (discussion_tokens, ...)
 
 
 def _runner_class(task: str):
@@ -167,6 +168,24 @@ def encounter_weights(weights: dict[str, float]) -> dict[str, tuple[str, ...] | 
     return out
 
 
+#: The judge's settings ``judge_options`` may give (:class:`craftmd.scoring.judge.JudgeSpec`'s fields, as ``craftmd score``'s
+#: judge options: ``discussion_tokens`` is its ``--max-tokens``); the judge, its mode and dimensions are options of their own.
+JUDGE_OPTIONS = ("seed", "temperature", "discussion_tokens", "score_tokens", "max_invalid", "response_format", "concurrency",
+                 "max_retries", "timeout")
+
+
+def judge_settings(given: dict | None) -> dict:
+    """``judge_options`` checked: known settings only (one line for the first that is not)."""
+    if given is None:
+        return {}
+    if not isinstance(given, dict):
+        raise CraftMDError(f"judge_options must be a mapping of the judge's settings, not {type(given).__name__}")
+    unknown = sorted(set(given) - set(JUDGE_OPTIONS))
+    if unknown:
+        raise CraftMDError(f"unknown judge option {unknown[0]!r}; known: {', '.join(JUDGE_OPTIONS)}")
+    return dict(given)
+
+
 class Episodes:
     """The episodes of one task and split: ``await reset(i)`` gives the doctor's first view of case ``i``,
     ``await step(text)`` answers it, until ``done``."""
@@ -200,6 +219,10 @@ class Episodes:
             parse_name(o.judge)  # a malformed name: one line
             if o.judge_mode not in MODES:
                 raise CraftMDError(f"judge_mode {o.judge_mode!r}: one of {', '.join(MODES)}")
+            self.judge_options = judge_settings(o.judge_options)
+            from craftmd.scoring.judge import JudgeSpec
+
+            JudgeSpec(models=[o.judge], mode=o.judge_mode, **self.judge_options).check()  # a bad setting: one line, now
             every = any(v is None for v in self.selected.values())
             self.dimensions = None if every else sorted({d for v in self.selected.values() for d in v})
         else:
@@ -371,7 +394,9 @@ class Episodes:
 
         rel = read_release(release_dir)
         o = self.options
-        options = {"mode": o.judge_mode, "dimensions": getattr(self, "dimensions", None)} if self.task == "encounters" else {}
+        options = {}
+        if self.task == "encounters":
+            options = {**self.judge_options, "mode": o.judge_mode, "dimensions": self.dimensions}
         ctx = Context(self.dataset, base_url=self.spec.base_url, cache=o.cache, progress=False, allow_self=o.allow_self,
                       options=options)
         out: list[dict] = []
@@ -463,4 +488,5 @@ def episodes(task: str, split: str = "test", **options) -> Episodes:
     return Episodes(task, split, replace(Options(dataset=options["dataset"]), **options))
 
 
-__all__ = ["Episodes", "SyncEpisodes", "Step", "Options", "episodes", "check_weights", "TASKS", "DEFAULT_WEIGHTS", "POLICY"]
+__all__ = ["Episodes", "SyncEpisodes", "Step", "Options", "episodes", "check_weights", "TASKS", "DEFAULT_WEIGHTS", "POLICY",
+           "JUDGE_OPTIONS"]
