@@ -151,7 +151,7 @@ REAL = {"craftmd": {"max_turns": 2},
         "consultation": {"max_turns": 2, "solver": REAL_MODEL},
         "encounters": {"judge": REAL_MODEL, "judge_mode": "category", "reward_weights": {"judge/communication": 1.0},
                        "judge_options": {"discussion_tokens": 32, "score_tokens": 256, "max_invalid": 0},
-                       "max_messages": 4, "memory_tags": False}}  # fmt: skip
+                       "max_messages": 2, "memory_tags": False}}  # fmt: skip
 
 
 def real(task: str, dataset: str, out: Path, base_url: str) -> list:
