@@ -4,7 +4,7 @@
 OpenEnv's ``create_app`` (uvicorn, in a thread), drives two episodes with OpenEnv's ``GenericEnvClient``, the
 doctor a model on a loopback server (answering the first case right, the second wrong; for the consultation the
 solver answers; in an encounter the right doctor asks about the patient's medicines, the judge scores by that) and the
-patient the task's own patient on the same server; writes ``OUT/rewards.json`` ([[case_id, reward], ...]) and the
+patient the task's own patient on the same server; writes ``OUT/rewards.json`` ([[case_id, trial, reward, scores], ...]) and the
 episodes' release ``OUT/release``. With ``BASE_URL`` (llama.cpp's server of SmolLM2, tests/realmodel.py), the real small
 model plays every role instead, the doctor included (:data:`REAL`: short episodes).
 """
@@ -51,7 +51,7 @@ ENCOUNTERS = {"reward_weights": {"judge/communication": 1.0}, "max_messages": 6}
 def play(task: str, make, doctor, out: Path, prepare=lambda case, right: None) -> list:
     """OpenEnv's server (``create_app`` over the factory ``make``, uvicorn in a thread) and client (``GenericEnvClient``):
     two episodes (``reset(seed=0)``, ``reset(seed=1)``), ``doctor(view)`` replying to each view; the episodes' release is
-    written to ``out/release``. Returns ``[[case_id, trial, reward], ...]``."""
+    written to ``out/release``. Returns ``[[case_id, trial, reward, the scores the reward was made of], ...]``."""
     import uvicorn
     from openenv.core.env_server.http_server import create_app
     from openenv.core.generic_client import GenericEnvClient
@@ -83,7 +83,7 @@ def play(task: str, make, doctor, out: Path, prepare=lambda case, right: None) -
                 last = made[-1].episodes.rewards[-1]  # the episode's job, as the environment recorded it
                 case, trial = last["job"].rsplit("/", 1)
                 assert last["reward"] == result.reward, (last, result.reward)
-                rewards.append([case, int(trial), result.reward])
+                rewards.append([case, int(trial), result.reward, last["scores"]])
         made[-1].write_release(out / "release")
     finally:
         uv.should_exit = True

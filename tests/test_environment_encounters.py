@@ -186,5 +186,6 @@ def test_openenv_serves_two_encounter_episodes_and_craftmd_score_agrees(medpi, t
     with LoopbackServer(judge_says, models=("judge",)) as server:
         monkeypatch.setenv("SIM_BASE_URL", server.base_url)
         rows = judged(rel, medpi, ["communication"])
-    for case, trial, reward in got:
+    for case, trial, reward, scores in got:
         assert rubric_reward(rows, case, trial, ENCOUNTERS["reward_weights"]).hex() == float(reward).hex()
+        assert scores == {r["dimension"]: r["value"] for r in rows if (r["case_id"], r["trial"], r["scorer"]) == (case, trial, JUDGE)}

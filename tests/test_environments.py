@@ -237,10 +237,10 @@ def test_openenv_serves_two_episodes_and_craftmd_score_agrees(task, data, consul
                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads((out / "rewards.json").read_text())
-    assert len(got) == 2 and [r for *_, r in got] == [1.0, 0.0]
+    assert len(got) == 2 and [r for _, _, r, _ in got] == [1.0, 0.0]
     assert read_release(out / "release").manifest.task == task
     back = scored(out / "release", dataset, "offline")
-    for case, _, reward in got:
+    for case, _, reward, _ in got:
         assert not math.isnan(reward) and back[case].hex() == float(reward).hex()
 
 

@@ -71,7 +71,7 @@ def test_two_episodes_with_the_real_model_and_craftmd_score_agrees(task, real_mo
     m = read_release(rel).manifest
     assert len(got) == 2 and m.task == task and m.roles["patient"]["model"] == REAL_MODEL
     convs = read_release(rel).table("conversations").to_pylist()
-    assert sorted((c["case_id"], c["trial"]) for c in convs) == sorted((c, t) for c, t, _ in got)  # one conversation an episode
+    assert sorted((c["case_id"], c["trial"]) for c in convs) == sorted((c, t) for c, t, _, _ in got)  # one conversation an episode
     if task == "encounters":  # the judge again, through craftmd score, from the episodes' request cache
         sent = real_model.chat_requests()
         judge = REAL["encounters"]["judge_options"]
@@ -81,11 +81,13 @@ def test_two_episodes_with_the_real_model_and_craftmd_score_agrees(task, real_mo
                          "--base-url", real_model.base_url, "--cache", str(out / "cache.sqlite"), "--quiet"]) == 0  # fmt: skip
         assert real_model.chat_requests() == sent
         rows = read_release(rel).table("scores").to_pylist()
-        for case, trial, reward in got:
+        for case, trial, reward, scores in got:  # the judge's scores, each dimension's (a failed one null), and the reward
+            mine = [r for r in rows if (r["case_id"], r["trial"], r["scorer"]) == (case, trial, f"judge:{REAL_MODEL}")]
+            assert scores == {r["dimension"]: r["value"] for r in mine} and len(mine) == 5  # the communication category
             back = rubric_reward(rows, case, trial, REAL["encounters"]["reward_weights"], judge=f"judge:{REAL_MODEL}")
             assert (None if back is None else back.hex()) == (None if reward is None else float(reward).hex())
         return
     assert cli_main(["score", str(rel), "--dataset", str(dataset), "--scorer", "offline", "--quiet"]) == 0
     back = {(r["case_id"], r["trial"]): r["value"] for r in read_release(rel).table("scores").to_pylist() if r["scorer"] == "offline"}
-    for case, trial, reward in got:
-        assert reward is not None and back[(case, trial)].hex() == float(reward).hex()
+    for case, trial, reward, scores in got:
+        assert reward is not None and back[(case, trial)].hex() == float(reward).hex() == float(scores["offline/correct"][0]).hex()
