@@ -6,7 +6,7 @@ is sent again). Nothing here asserts what the 135M model says.
 
 Sized small: one short case, two doctor turns (encounters: the doctor's opening and the patient's reply, no memory tags,
 the judge on one category with a short discussion), 32 tokens a reply (tests/openenv_episodes.py, :data:`REAL`). On a
-2-core machine loaded by other work (load average 10) CRAFT-MD took 132 s and the consultation 58 s.
+2-core machine loaded by other work (load average 7–10): CRAFT-MD 92 s, the consultation 49 s, encounters 254 s.
 """
 
 from __future__ import annotations
