@@ -71,14 +71,15 @@ def test_encounter_episodes_reward_the_judges_dimensions_and_craftmd_score_agree
     packets = {p["case_id"]: p for p in load_packets(medpi)}
     with LoopbackServer(responder(Script()), models=("patient", "judge")) as server:
         monkeypatch.setenv("SIM_BASE_URL", server.base_url)
-        env = episodes("encounters", "test", dataset=medpi, **ROLES, judge_mode="category", reward_weights=WEIGHTS, max_messages=4,
-                       cache=tmp_path / "c.sqlite")
+        env = episodes("encounters", "test", dataset=medpi, **ROLES, judge_mode="category", reward_weights=WEIGHTS,
+                       max_messages=4, cache=tmp_path / "c.sqlite")
 
         async def play() -> list:
             out = []
             s = await env.reset(0)
             packet = packets[env.case_id(0)]
-            assert [m["role"] for m in s.messages] == ["system"] and packet["name"] in s.messages[0]["content"]  # the doctor opens
+            assert [m["role"] for m in s.messages] == ["system"]  # the doctor opens
+            assert packet["name"] in s.messages[0]["content"]
             s = await env.step("Hello. What medicines do you take?")
             assert not s.done and s.messages[-1]["role"] == "user" and s.messages[-1]["content"].startswith("I have")
             s = await env.step("Thank you, goodbye. [END]")
@@ -98,7 +99,8 @@ def test_encounter_episodes_reward_the_judges_dimensions_and_craftmd_score_agree
         assert sorted(objectives.values()) == ["diagnosis", "medication_advice"]
         cat = load_catalog()
         for case, s in got:  # the judge scored exactly the weighted categories' dimensions that apply to the objective
-            want = {d.id for d in applicable(cat.dimensions, objectives[case]) if d.category in ("communication", "final diagnosis")}
+            weighed = ("communication", "final diagnosis")
+            want = {d.id for d in applicable(cat.dimensions, objectives[case]) if d.category in weighed}
             assert set(s.info["scores"]) == want and s.info["objective"] == objectives[case]
         diagnosis = next(s for c, s in got if objectives[c] == "diagnosis")
         advice = next(s for c, s in got if objectives[c] != "diagnosis")
@@ -176,8 +178,9 @@ def test_openenv_serves_two_encounter_episodes_and_craftmd_score_agrees(medpi, t
 
     out = tmp_path / "openenv"
     env = {k: v for k, v in os.environ.items() if not k.endswith("_BASE_URL")}
-    res = subprocess.run([str(rl_python), str(Path(__file__).parent / "openenv_episodes.py"), "encounters", str(medpi), str(out)],
-                         capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    script = Path(__file__).parent / "openenv_episodes.py"
+    res = subprocess.run([str(rl_python), str(script), "encounters", str(medpi), str(out)], capture_output=True, text=True,
+                         timeout=600, env=env, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads((out / "rewards.json").read_text())
     assert len(got) == 2 and got[0][2] > 0 and got[1][2] == 0.0
@@ -188,4 +191,5 @@ def test_openenv_serves_two_encounter_episodes_and_craftmd_score_agrees(medpi, t
         rows = judged(rel, medpi, ["communication"])
     for case, trial, reward, scores in got:
         assert rubric_reward(rows, case, trial, ENCOUNTERS["reward_weights"]).hex() == float(reward).hex()
-        assert scores == {r["dimension"]: r["value"] for r in rows if (r["case_id"], r["trial"], r["scorer"]) == (case, trial, JUDGE)}
+        mine = [r for r in rows if (r["case_id"], r["trial"], r["scorer"]) == (case, trial, JUDGE)]
+        assert scores == {r["dimension"]: r["value"] for r in mine}

@@ -49,8 +49,8 @@ def write_train_configs(root: Path, items: list, benchmark: dict[str, str]) -> N
     from craftmd.dataset_builder.medqa import read_jsonl
 
     f = root / "medqa_train.jsonl"
-    f.write_text("".join(json.dumps({"question": q, "options": dict(zip("ABCD", o)), "answer": o[a], "answer_idx": "ABCD"[a]}) + "\n"
-                         for q, o, a in items))  # fmt: skip
+    lines = [{"question": q, "options": dict(zip("ABCD", o)), "answer": o[a], "answer_idx": "ABCD"[a]} for q, o, a in items]
+    f.write_text("".join(json.dumps(line) + "\n" for line in lines))
     medqa = read_jsonl(f)
     consult, _ = G.build_rows(b"", medqa, benchmark)
     craft, _ = CT.build_rows(G.medqa_candidates(medqa), benchmark)
@@ -119,7 +119,8 @@ def test_consultation_on_consult_train_cases_and_craftmd_score_agrees(data, tmp_
     assert [{"key": i["key"], "value": i["value"]} for i in keyinfo["train_medqa_1"]["items"]] == rows[0]["items"]
     rel = env.write_release(tmp_path / "rollouts")
     assert read_release(rel).manifest.notes["environment"].endswith("under training, its replies given to step()")
-    assert cli_main(["score", str(rel), "--dataset", str(env.dataset), "--scorer", "offline", "--scorer", "keyinfo", "--quiet"]) == 0
+    assert cli_main(["score", str(rel), "--dataset", str(env.dataset), "--scorer", "offline", "--scorer", "keyinfo",
+                     "--quiet"]) == 0
     scores = read_release(rel).table("scores").to_pylist()
     for case, reward, _ in got:
         assert weighted(scores, case, weights).hex() == reward.hex()
@@ -207,5 +208,6 @@ def test_a_train_split_not_built_is_one_line(data, tmp_path, monkeypatch):
     bare = tmp_path / "bare"
     shutil.copytree(data, bare, ignore=shutil.ignore_patterns("*_train"))
     for task in ("craftmd", "consultation"):
-        with pytest.raises(CraftMDError, match=f"split 'train' of {task} \\(config \\w+_train\\) is not built in .*: run craftmd build"):
+        line = f"split 'train' of {task} \\(config \\w+_train\\) is not built in .*: run craftmd build"
+        with pytest.raises(CraftMDError, match=line):
             load_environment(task, "train", dataset=bare, patient=PATIENT, solver=SOLVER)

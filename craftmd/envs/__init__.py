@@ -2,8 +2,8 @@
 
 The episode logic is library-independent (:mod:`craftmd.envs.core`: reset/step over the task's own runner,
 patient and scorers; :mod:`craftmd.envs.splits`: the benchmark and the training cases); :mod:`craftmd.envs.openenv`
-adapts it to OpenEnv (``pip install craftmd[rl]``), the library the environments are served with. Nothing here is imported by ``import craftmd``, and nothing of an
-RL library is imported before :func:`load_environment` is called.
+adapts it to OpenEnv (``pip install craftmd[rl]``), the library the environments are served with. Nothing here is
+imported by ``import craftmd``, and nothing of an RL library is imported before :func:`load_environment` is called.
 """
 
 from __future__ import annotations

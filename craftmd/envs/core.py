@@ -105,7 +105,7 @@ class Options:
     closer: str | None = None  # encounters: the closure classifier (default: the patient model)
     max_messages: int = 50  # encounters: the cap on messages, both sides
     memory_tags: bool = True  # encounters: the patient's memories tagged with emotions (one call per packet)
-    allow_self: bool = False  # encounters: let a judge of the doctor's own family score (recorded, as craftmd score --allow-self)
+    allow_self: bool = False  # encounters: a judge of the doctor's own family may score (recorded; craftmd score --allow-self)
     judge_options: dict | None = None  # encounters: the judge's other settings, by JudgeSpec field (discussion_tokens, ...)
 
 
@@ -264,7 +264,8 @@ class Episodes:
             name, metric = key.rsplit("/", 1)
             s = get_scorer(name)  # an unknown scorer: one line
             if (s.tasks is not None and self.task not in s.tasks) or (s.unit == "answer" and s.formats and fmt not in s.formats):
-                raise CraftMDError(f"reward weight {key!r}: scorer {name} does not score this environment's episodes ({self.task}, {fmt} answers)")
+                raise CraftMDError(f"reward weight {key!r}: scorer {name} does not score this environment's episodes "
+                                   f"({self.task}, {fmt} answers)")
             written = (*s.metrics, *getattr(getattr(s, "rules", None), "DIALOGUE_METRICS", ()),
                        *getattr(getattr(s, "rules", None), "SHARE_METRICS", ()))
             if metric not in written:

@@ -60,21 +60,24 @@ def open_split(task: str, split: str, dataset: Path | str) -> Split:
     if split == "test":
         config = CONFIGS[task] or "packets"
         if not config_file(dataset, config).exists():
-            raise CraftMDError(f"split 'test' of {task} (config {config}) is not built in {dataset}: run {build_command(task, split, dataset)}")
+            raise CraftMDError(f"split 'test' of {task} (config {config}) is not built in {dataset}: "
+                               f"run {build_command(task, split, dataset)}")
         return Split(dataset, CONFIGS[task])
     return {"craftmd": craftmd_view, "consultation": consultation_view, "encounters": encounters_view}[task](dataset)
 
 
 def build_command(task: str, split: str, dataset: Path) -> str:
     if task == "encounters":
-        return f"craftmd encounters build --out {dataset}" + (" --split train --against BENCHMARK_PACKETS" if split == "train" else "")
+        train = " --split train --against BENCHMARK_PACKETS" if split == "train" else ""
+        return f"craftmd encounters build --out {dataset}{train}"
     return f"craftmd build --out {dataset}"
 
 
 def _source(task: str, dataset: Path, config: str) -> Path:
     path = train_file(dataset, config)
     if not path.exists():
-        raise CraftMDError(f"split 'train' of {task} (config {config}) is not built in {dataset}: run {build_command(task, 'train', dataset)}")
+        raise CraftMDError(f"split 'train' of {task} (config {config}) is not built in {dataset}: "
+                           f"run {build_command(task, 'train', dataset)}")
     return path
 
 
@@ -120,7 +123,8 @@ def consultation_cases(rows: list[dict]) -> tuple[list[dict], list[dict]]:
         try:
             row = text_row(CT.sample(G.candidate(r)))
         except (KeyError, ValueError, TypeError) as exc:
-            raise CraftMDError(f"consult_train: case {case} cannot be posed as a consultation case ({type(exc).__name__}: {exc})") from None
+            why = f"{type(exc).__name__}: {exc}"
+            raise CraftMDError(f"consult_train: case {case} cannot be posed as a consultation case ({why})") from None
         if not r["items"] or not r["initial_request"]:
             raise CraftMDError(f"consult_train: case {case} has no key-value items or no initial request")
         cases.append(row)
