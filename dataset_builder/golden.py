@@ -245,6 +245,42 @@ def decontaminate(candidates: list[Candidate], benchmark: dict[str, str]) -> tup
     return kept, dropped
 
 
+def benchmark_texts(dataset_dir: Path | str) -> dict[str, str]:
+    """Every benchmark case's text by id, read from a built dataset (the text cases, then the image cases' texts,
+    an image case whose id is a text case's as ``nejm_image/<id>``): what the build decontaminates against."""
+    import polars as pl
+
+    from craftmd.dataset import config_file
+
+    out: dict[str, str] = {}
+    for config in ("all", "nejm_image"):
+        path = config_file(dataset_dir, config)
+        if not path.exists():
+            raise CraftMDError(f"{dataset_dir}: no {config} config (expected {path}); run craftmd build --out {dataset_dir}")
+        df = pl.read_parquet(path, columns=["case_id", "vignette"])
+        out.update(((c if c not in out else f"{config}/{c}"), v or "") for c, v in zip(df["case_id"], df["vignette"]))
+    return out
+
+
+def check_disjoint(what: str, cases: dict[str, str], benchmark: dict[str, str]) -> None:
+    """Refuse (one line) training cases (``{id: vignette}``) of which one is a benchmark case by id, or by text under
+    :func:`decontaminate`'s rule and thresholds (the first named, with its case and both scores)."""
+    clash = sorted(set(cases) & set(benchmark))
+    if clash:
+        raise CraftMDError(f"{what}: training id(s) {', '.join(clash[:5])} are benchmark ids")
+    cands = [Candidate(cid, "training", text, (), "", (), "") for cid, text in cases.items()]
+    _, dropped = decontaminate(cands, benchmark)
+    if dropped:
+        d = dropped[0]
+        raise CraftMDError(f"{what}: {len(dropped)} training case(s) are benchmark cases by text, first {d['case']} ~ {d['benchmark_case']} "
+                           f"(similarity {d['similarity']:.4f}, 8-gram share {d['ngram_share']:.4f}; rule: {DECONTAMINATION_DOC})")
+
+
+def candidate(row: dict) -> Candidate:
+    """A ``consult_train`` row's case as the candidate it was made from (its facts are not kept: ``()``)."""
+    return Candidate(row["case"], row["source"], row["vignette"], (), row["question"], tuple(row["options"]), row["answer"])
+
+
 # -- the scripted dialogue ------------------------------------------------------------------------
 
 
@@ -343,5 +379,6 @@ def order(rows: list[dict]) -> list[dict]:
 
 
 __all__ = ["CONFIG", "SPLIT", "Candidate", "Prepared", "mediq_candidates", "medqa_candidates", "prepare", "decontaminate",
+           "benchmark_texts", "check_disjoint", "candidate",
            "nearest", "key_values", "script", "row", "order", "messages", "closing", "doctor_system", "KEY_RULES", "QUESTIONS",
            "LEVENSHTEIN_THRESHOLD", "NGRAM_THRESHOLD", "DECONTAMINATION_DOC"]

@@ -104,3 +104,17 @@ def run(server, medpi, out, cache, **kw):
     spec = GenerateSpec(options=options, task="encounters", dataset=medpi, out=out, doctor="openai/loopback", patient="openai/loopback", base_url=server.base_url,
                          api_key="sk-test", cache=cache, progress=False, max_retries=1, backoff=0.01, **kw)
     return generate(spec)
+
+
+def judge_says(request: dict) -> str:
+    """A category-mode rubric judge for the training environments' tests: a doctor who asked about the patient's
+    medicines scores 1 + crc32(dimension) % 4 on each dimension asked (not all alike), one who did not scores 1 on each."""
+    import zlib
+
+    prompt = request["messages"][0]["content"]
+    if prompt.startswith("You chair"):
+        return "Clinician: the doctor's questions, quoted."
+    ids = re.findall(r"^- ([a-z_]+\.[a-z_]+) \(", prompt, re.M)
+    asked = "medicines" in prompt.split("Transcript", 1)[-1]
+    return json.dumps({"scores": [{"dimension": d, "score": 1 + (zlib.crc32(d.encode()) % 4 if asked else 0), "rationale": "r",
+                                   "evidence": []} for d in ids]})

@@ -179,12 +179,17 @@ def test_consultation_episodes_reward_the_solver_and_the_keys_and_craftmd_score_
     assert cli_main(["score", str(rel), "--dataset", str(consult_data), "--scorer", "offline", "--scorer", "keyinfo", "--quiet"]) == 0
     rows = read_release(rel).table("scores").to_pylist()
     for case, reward, _ in got:
-        back = 0.0
-        for key, w in weights.items():
-            scorer, metric = key.split("/")
-            (v,) = [r["value"] for r in rows if r["case_id"] == case and r["scorer"] == scorer and r["metric"] == metric]
-            back += w * v
-        assert back.hex() == reward.hex()
+        assert weighted(rows, case, weights).hex() == reward.hex()
+
+
+def weighted(rows: list[dict], case: str, weights: dict[str, float]) -> float:
+    """The reward from `craftmd score`'s rows of ``case`` (one episode): Σ weight × the value of each scorer/metric."""
+    back = 0.0
+    for key, w in weights.items():
+        scorer, metric = key.split("/")
+        (v,) = [r["value"] for r in rows if r["case_id"] == case and r["scorer"] == scorer and r["metric"] == metric]
+        back += w * v
+    return back
 
 
 @pytest.mark.parametrize("kwargs,line", [
@@ -232,10 +237,10 @@ def test_openenv_serves_two_episodes_and_craftmd_score_agrees(task, data, consul
                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads((out / "rewards.json").read_text())
-    assert len(got) == 2 and [r for _, r in got] == [1.0, 0.0]
+    assert len(got) == 2 and [r for _, _, r, _ in got] == [1.0, 0.0]
     assert read_release(out / "release").manifest.task == task
     back = scored(out / "release", dataset, "offline")
-    for case, reward in got:
+    for case, _, reward, _ in got:
         assert not math.isnan(reward) and back[case].hex() == float(reward).hex()
 
 

@@ -12,6 +12,18 @@ scorers (:mod:`craftmd.scoring.scorers`, the code ``craftmd score`` runs, on a r
 (:data:`DEFAULT_WEIGHTS`; ``reward_weights=`` replaces them). :meth:`Episodes.write_release` writes every
 finished episode as one release; ``craftmd score`` of it gives the rewards the episodes gave, to the bit.
 
+Encounters (``task="encounters"``): the doctor opens and meets the task's own AI patient (its memories, their emotion
+tags, its affect after every doctor turn); the episode ends by the task's rules (either side closes with ``[END]``, or
+``max_messages``); the closure classifier labels it; then the rubric judge (``judge=``, a role bound like the others)
+scores the conversation on the dimensions that apply to the packet's objective, as ``craftmd score --scorer judge:MODEL``
+does. The reward is ``sum(w * mean((score - 1) / 3))`` over the weights' keys: ``judge/rubric_score`` (every dimension
+that applies; the default, weight 1) or ``judge/<dimension id, category or meta-category>`` (those of them that apply; a
+key none of whose dimensions applies to the packet's objective adds nothing, ``info["not_applicable"]`` names it); the
+judge is asked only the dimensions the weights name.
+
+The splits (:mod:`craftmd.envs.splits`): ``test`` is the benchmark itself, ``train`` the task's training cases, posed
+from a view of the dataset folder in which they stand where the benchmark's cases would (:attr:`Episodes.dataset`).
+
 The core is async (:meth:`Episodes.reset`, :meth:`Episodes.step`); :class:`SyncEpisodes` runs it on a loop of
 its own in a thread, for the synchronous APIs of the RL libraries (:mod:`craftmd.envs.openenv`).
 """
@@ -27,15 +39,15 @@ from pathlib import Path
 
 from craftmd import CraftMDError
 
-#: task -> (the experiment an episode runs, the split -> dataset config).
-TASKS = {
-    "craftmd": {"experiment": "multiturn:frq", "splits": {"test": "all", "train": "craftmd_train"}},
-    "consultation": {"experiment": "consult_100:frq", "splits": {"test": "all", "train": "consult_train"}},
-}
-#: task -> the reward's weights, by ``scorer/metric`` (``{grader}``: the grader named by ``grader=``).
+#: task -> the experiment an episode runs (None: the task has one).
+TASKS = {"craftmd": "multiturn:frq", "consultation": "consult_100:frq", "encounters": None}
+#: task -> the reward's weights, by ``scorer/metric`` (``{grader}``: the grader named by ``grader=``; ``judge``: the
+#: judge named by ``judge=``, its ``rubric_score`` over every dimension that applies, or one dimension, category or
+#: meta-category of the rubric in the metric's place).
 DEFAULT_WEIGHTS = {
     "craftmd": {"{grader}/correct": 1.0},
     "consultation": {"{grader}/correct": 1.0},
+    "encounters": {"judge/rubric_score": 1.0},
 }
 #: The name the doctor under training has in a release's run record, unless ``doctor=`` names it.
 POLICY = "openai-api/policy/policy"
@@ -88,6 +100,13 @@ class Options:
     seed: int = 0
     base_url: str | None = None
     cache: Path | None = None  # the patient's request cache (None: the runner's default, $CRAFTMD_CACHE)
+    judge: str | None = None  # encounters: the rubric judge (required)
+    judge_mode: str = "dimension"  # encounters: one judge call per dimension (the method's) or per category
+    closer: str | None = None  # encounters: the closure classifier (default: the patient model)
+    max_messages: int = 50  # encounters: the cap on messages, both sides
+    memory_tags: bool = True  # encounters: the patient's memories tagged with emotions (one call per packet)
+    allow_self: bool = False  # encounters: a judge of the doctor's own family may score (recorded; craftmd score --allow-self)
+    judge_options: dict | None = None  # encounters: the judge's other settings, by JudgeSpec field (discussion_tokens, ...)
 
 
 def _runner_class(task: str):
@@ -97,7 +116,9 @@ def _runner_class(task: str):
     base = runner_for(get_task(task))
 
     class EpisodeRunner(base):
-        """The task's runner with the doctor outside it: its requests go to the episode, not to a model."""
+        """The task's runner with the doctor outside it: its requests go to the episode, not to a model. Work a task
+        does for all its jobs before they start (the encounters' memory tags) is done per episode, when its case is
+        first played (:meth:`start`)."""
 
         def roles(self):
             return {a: n for a, n in super().roles().items() if a != "doctor"}
@@ -107,7 +128,61 @@ def _runner_class(task: str):
                 return self.doctor_call
             return super().call(agent)
 
+        async def before(self, conn) -> None:
+            """Nothing for all the jobs at once (a training split may be large): :meth:`start` does it per case."""
+
+        def start(self, job) -> None:
+            """Before an episode of ``job``: the encounters' memory tags of its patient, once (shared by its trials)."""
+            if hasattr(self, "memory_tags") and self.options.memory_tags:
+                self.memory_tags(job[0])  # starts its patient's tagging once
+
+        def tag_rows(self) -> list[dict]:
+            """The memory tags of the patients whose tagging has finished (an episode left early may leave one running)."""
+            done = {c: f for c, f in self._tagging.items() if f.done() and not f.cancelled() and f.exception() is None}
+            return [r for p in self.packets if p["case_id"] in done for r in done[p["case_id"]].result()[1]]
+
     return EpisodeRunner
+
+
+def encounter_weights(weights: dict[str, float]) -> dict[str, tuple[str, ...] | None]:
+    """key -> the rubric dimensions it weighs (None: every one), for the encounters' ``judge/...`` keys (one line for a
+    key that is not one)."""
+    from craftmd.scoring.rubric import load_catalog
+
+    catalog = load_catalog()
+    out: dict[str, tuple[str, ...] | None] = {}
+    for key in weights:
+        scorer, _, what = key.partition("/")
+        if scorer != "judge":
+            raise CraftMDError(f"reward weight {key!r}: the encounters reward is the judge's: judge/rubric_score, or "
+                               "judge/<a dimension id, category or meta-category of the rubric>")
+        if what == "rubric_score":
+            out[key] = None
+            continue
+        hit = tuple(d.id for d in catalog.dimensions if what in (d.id, d.category, d.meta_category))
+        if not hit:
+            raise CraftMDError(f"reward weight {key!r}: {what!r} is no dimension id, category or meta-category of the rubric "
+                               "(craftmd judge --catalog lists them)")
+        out[key] = hit
+    return out
+
+
+#: The judge's settings ``judge_options`` may give (:class:`craftmd.scoring.judge.JudgeSpec`'s fields, as ``craftmd score``'s
+#: judge options: ``discussion_tokens`` is its ``--max-tokens``); the judge, its mode and dimensions are options of their own.
+JUDGE_OPTIONS = ("seed", "temperature", "discussion_tokens", "score_tokens", "max_invalid", "response_format", "concurrency",
+                 "max_retries", "timeout")
+
+
+def judge_settings(given: dict | None) -> dict:
+    """``judge_options`` checked: known settings only (one line for the first that is not)."""
+    if given is None:
+        return {}
+    if not isinstance(given, dict):
+        raise CraftMDError(f"judge_options must be a mapping of the judge's settings, not {type(given).__name__}")
+    unknown = sorted(set(given) - set(JUDGE_OPTIONS))
+    if unknown:
+        raise CraftMDError(f"unknown judge option {unknown[0]!r}; known: {', '.join(JUDGE_OPTIONS)}")
+    return dict(given)
 
 
 class Episodes:
@@ -117,50 +192,56 @@ class Episodes:
     def __init__(self, task: str, split: str, options: Options):
         if task not in TASKS:
             raise CraftMDError(f"unknown task {task!r} for an environment; known: {', '.join(TASKS)}")
-        splits = TASKS[task]["splits"]
-        if split not in splits:
-            raise CraftMDError(f"unknown split {split!r}; known: {', '.join(splits)}")
-        from craftmd.dataset import config_file
         from craftmd.generation.runner import GenerateSpec
-        from craftmd.scoring.scorers import get_scorer
 
+        from .splits import SPLITS, open_split
+
+        if split not in SPLITS:
+            raise CraftMDError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
         o = options
         self.task, self.split, self.options = task, split, o
-        config = splits[split]
-        if not Path(o.dataset).is_dir():
-            raise CraftMDError(f"dataset {o.dataset} does not exist: run craftmd build --out {o.dataset}")
-        if not config_file(o.dataset, config).exists():
-            raise CraftMDError(f"split {split!r} of {task} (config {config}) is not built in {o.dataset}: run craftmd build --out {o.dataset}")
-        if (task, split) == ("consultation", "train"):  # consult_train's rows are dialogues, not samples the runner poses
-            raise CraftMDError("split 'train' of consultation (consult_train) is not an environment yet: its cases are not samples "
-                               "the runner poses nor answer keys craftmd score grades; use split='test'")
         if not o.patient:
             raise CraftMDError(f"the {task} environment needs its patient bound: patient='openai-api/<service>/<model>'")
         if task == "consultation" and not o.solver:
             raise CraftMDError("the consultation environment needs its solver bound: solver='openai-api/<service>/<model>'")
-        grader = get_scorer(o.grader)  # an unknown grader: one line
-        if grader.unit != "answer":
-            raise CraftMDError(f"grader {o.grader!r} does not grade answers")
+        if task == "encounters" and not o.judge:
+            raise CraftMDError("the encounters environment needs its judge bound: judge='openai-api/<service>/<model>'")
         weights = o.reward_weights if o.reward_weights is not None else {
             k.format(grader=o.grader): v for k, v in DEFAULT_WEIGHTS[task].items()}
         self.weights = check_weights(weights)
-        self.scorers = list(dict.fromkeys(k.rsplit("/", 1)[0] for k in self.weights))
-        fmt = TASKS[task]["experiment"].split(":")[1]
-        for key in self.weights:
-            name, metric = key.rsplit("/", 1)
-            s = get_scorer(name)  # an unknown scorer: one line
-            if (s.tasks is not None and task not in s.tasks) or (s.unit == "answer" and s.formats and fmt not in s.formats):
-                raise CraftMDError(f"reward weight {key!r}: scorer {name} does not score this environment's episodes ({task}, {fmt} answers)")
-            written = (*s.metrics, *getattr(getattr(s, "rules", None), "DIALOGUE_METRICS", ()),
-                       *getattr(getattr(s, "rules", None), "SHARE_METRICS", ()))
-            if metric not in written:
-                raise CraftMDError(f"reward weight {key!r}: scorer {name} writes {', '.join(written)}, not {metric}")
-        self.spec = GenerateSpec(dataset=Path(o.dataset), out=Path(tempfile.gettempdir()) / "craftmd-env", doctor=o.doctor,
-                                 patient=o.patient, task=task, roles={k: v for k, v in (("summarizer", o.summarizer), ("solver", o.solver)) if v},
-                                 config=config, cases=o.cases, experiments=[TASKS[task]["experiment"]], options={"max_turns": o.max_turns},
-                                 max_tokens=o.max_tokens, temperature=o.temperature, seed=o.seed, base_url=o.base_url,
-                                 cache=o.cache, progress=False, overwrite=True)
+        if task == "encounters":
+            self.selected = encounter_weights(self.weights)
+            self.scorers = [f"judge:{o.judge}"]
+            from craftmd.models import parse_name
+            from craftmd.scoring.judge import MODES
+
+            parse_name(o.judge)  # a malformed name: one line
+            if o.judge_mode not in MODES:
+                raise CraftMDError(f"judge_mode {o.judge_mode!r}: one of {', '.join(MODES)}")
+            self.judge_options = judge_settings(o.judge_options)
+            from craftmd.scoring.judge import JudgeSpec
+
+            JudgeSpec(models=[o.judge], mode=o.judge_mode, **self.judge_options).check()  # a bad setting: one line, now
+            every = any(v is None for v in self.selected.values())
+            self.dimensions = None if every else sorted({d for v in self.selected.values() for d in v})
+        else:
+            self._check_answer_weights(o)
+        self.split_data = open_split(task, split, o.dataset)  # not built, or a training case that is a benchmark case: one line
+        self.dataset = self.split_data.dataset
+        roles = {k: v for k, v in (("summarizer", o.summarizer), ("solver", o.solver), ("closer", o.closer)) if v}
+        options = ({"max_messages": o.max_messages, "memory_tags": o.memory_tags} if task == "encounters"
+                   else {"max_turns": o.max_turns})
+        self.spec = GenerateSpec(dataset=self.dataset, out=Path(tempfile.gettempdir()) / "craftmd-env", doctor=o.doctor,
+                                 patient=o.patient, task=task, roles=roles, options=options,
+                                 config=self.split_data.config or "all", cases=o.cases,
+                                 experiments=[TASKS[task]] if TASKS[task] else None, max_tokens=o.max_tokens,
+                                 temperature=o.temperature, seed=o.seed, base_url=o.base_url, cache=o.cache, progress=False,
+                                 overwrite=True)
         self.runner = _runner_class(task)(self.spec)
+        if task == "encounters":
+            from craftmd.models.connect import check_names
+
+            check_names([o.judge], self.runner.call_settings())  # its server's variable unset: one line, now
         self.jobs = self.runner.jobs()
         if not self.jobs:
             raise CraftMDError(f"no case of split {split!r} can be posed as an episode of {task}")
@@ -169,6 +250,31 @@ class Episodes:
         self.rewards: list[dict] = []  # per finished episode: its job id, scores and reward
         self._conn = None
         self._job = None
+
+    def _check_answer_weights(self, o: Options) -> None:
+        """CRAFT-MD and the consultation: each weight names a scorer of the episode's answers (or the consultation's
+        key recall) and a metric it writes."""
+        from craftmd.scoring.scorers import get_scorer
+
+        grader = get_scorer(o.grader)  # an unknown grader: one line
+        if grader.unit != "answer":
+            raise CraftMDError(f"grader {o.grader!r} does not grade answers")
+        self.scorers = list(dict.fromkeys(k.rsplit("/", 1)[0] for k in self.weights))
+        fmt = TASKS[self.task].split(":")[1]
+        for key in self.weights:
+            name, metric = key.rsplit("/", 1)
+            s = get_scorer(name)  # an unknown scorer: one line
+            if (s.tasks is not None and self.task not in s.tasks) or (s.unit == "answer" and s.formats and fmt not in s.formats):
+                raise CraftMDError(f"reward weight {key!r}: scorer {name} does not score this environment's episodes "
+                                   f"({self.task}, {fmt} answers)")
+            written = (*s.metrics, *getattr(getattr(s, "rules", None), "DIALOGUE_METRICS", ()),
+                       *getattr(getattr(s, "rules", None), "SHARE_METRICS", ()))
+            if metric not in written:
+                raise CraftMDError(f"reward weight {key!r}: scorer {name} writes {', '.join(written)}, not {metric}")
+
+    def case_id(self, index: int) -> str:
+        """The case episode ``index`` poses (modulo the number of jobs, as :meth:`reset` takes it)."""
+        return self.runner.sample_id(self.jobs[index % len(self.jobs)])
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -202,8 +308,9 @@ class Episodes:
         # release holds each of its episodes; past the release's trials the oldest is replaced.
         index %= len(self.jobs)
         n = self.plays[index] = self.plays.get(index, -1) + 1
-        case, _, flag = self.jobs[index]
-        self._current = (case, n % MAX_TRIALS, flag)
+        job = self.jobs[index]
+        self._current = (job[0], n % MAX_TRIALS, *job[2:])
+        self.runner.start(self._current)
         self._job = asyncio.ensure_future(self.runner.run_job(self._current))
         return await self._next()
 
@@ -230,38 +337,77 @@ class Episodes:
     def _finish(self, rows: dict[str, list[dict]]) -> Step:
         job_id = self.runner.job_id(self._current)
         with tempfile.TemporaryDirectory(prefix="craftmd-episode-") as tmp:
-            scores = self.score(self.write(Path(tmp) / "episode", rows))
-        reward, missing = 0.0, []
-        for key, w in self.weights.items():
-            values = scores.get(key)
-            if not values or any(v is None for v in values):
-                missing.append(key)
-                continue
-            reward += w * sum(values) / len(values)
+            scored = self.score(self.write(Path(tmp) / "episode", rows))
+        info: dict = {"job": job_id}
+        if self.task == "encounters":
+            reward, missing = self._rubric_reward(scored, info)
+            conv = rows["conversations"][0]
+            info["ended"] = conv["ended"]
+            if conv["ended"] in ("refusal", "error"):
+                info["failed"] = [f"{conv['ended']}: {conv['error']}"]
+        else:
+            scores: dict[str, list] = {}
+            for r in scored:
+                scores.setdefault(f"{r['scorer']}/{r['metric']}", []).append(r["value"])
+            info["scores"] = scores
+            reward, missing = 0.0, []
+            for key, w in self.weights.items():
+                values = scores.get(key)
+                if not values or any(v is None for v in values):
+                    missing.append(key)
+                    continue
+                reward += w * sum(values) / len(values)
+            failed = [f"{r['status']}: {r['error']}" for r in rows.get("answers", []) if r["status"] != "ok"]
+            if failed:  # the task's scorers grade a failed answer by their own rule (the reward is theirs); said here
+                info["failed"] = failed
         self.episode_rows[job_id] = rows
-        info = {"job": job_id, "scores": scores}
-        failed = [f"{r['status']}: {r['error']}" for r in rows.get("answers", []) if r["status"] != "ok"]
-        if failed:  # the task's scorers grade a failed answer by their own rule (the reward is theirs); said here
-            info["failed"] = failed
         if missing:
             info["error"] = f"no score for {', '.join(missing)} (the episode's conversation or answer failed)"
         self.rewards.append({**info, "reward": None if missing else reward})
         return Step(None, True, None if missing else reward, info)
 
-    def score(self, release_dir: Path) -> dict[str, list[float | None]]:
-        """``scorer/metric`` -> its values in ``release_dir``, by the scorers ``craftmd score`` runs."""
+    def _rubric_reward(self, scored: list[dict], info: dict) -> tuple[float, list[str]]:
+        """The encounters' reward from the judge's rows: ``sum(w * fsum((s - 1) / 3) / n)`` over the weights' keys, each
+        over its dimensions the judge scored (those that apply to the packet's objective)."""
+        from craftmd.scoring.judge import METRIC
+
+        by_dim = {r["dimension"]: r["value"] for r in scored if r["metric"] == METRIC}
+        info["objective"] = self._current[0]["objective"]
+        info["scores"] = by_dim
+        reward, missing, skipped = 0.0, [], []
+        for key, w in self.weights.items():
+            dims = self.selected[key]
+            values = [v for d, v in by_dim.items() if dims is None or d in dims]
+            if not values:
+                skipped.append(key)
+            elif any(v is None for v in values):
+                missing.append(key)
+            else:
+                reward += w * (math.fsum((v - 1.0) / 3.0 for v in values) / len(values))
+        if skipped:
+            info["not_applicable"] = skipped
+        return reward, missing
+
+    def score(self, release_dir: Path) -> list[dict]:
+        """The score rows ``craftmd score`` writes for the reward's scorers in ``release_dir`` (a judge writes them into
+        the release itself: they are read back from it)."""
         from craftmd.release import read_release
         from craftmd.scoring.scorers import Context, scorers
 
         rel = read_release(release_dir)
-        ctx = Context(self.spec.dataset, base_url=self.spec.base_url, progress=False)
-        out: dict[str, list] = {}
+        o = self.options
+        options = {}
+        if self.task == "encounters":
+            options = {**self.judge_options, "mode": o.judge_mode, "dimensions": self.dimensions}
+        ctx = Context(self.dataset, base_url=self.spec.base_url, cache=o.cache, progress=False, allow_self=o.allow_self,
+                      options=options)
+        out: list[dict] = []
         for s in scorers(self.scorers):
-            why = s.applies(rel)
-            if why is not None:
+            if s.applies(rel) is not None:
                 continue
-            for r in s.run(rel, ctx).rows.to_pylist():
-                out.setdefault(f"{r['scorer']}/{r['metric']}", []).append(r["value"])
+            s.check(rel, ctx)
+            rows = s.run(rel, ctx).rows  # only craftmd score writes: a scorer returns its rows
+            out += [r for r in rows.to_pylist() if r["scorer"] in s.writes()]
         return out
 
     def write(self, out: Path, rows: dict[str, list[dict]] | None = None, overwrite: bool = False) -> Path:
@@ -342,4 +488,5 @@ def episodes(task: str, split: str = "test", **options) -> Episodes:
     return Episodes(task, split, replace(Options(dataset=options["dataset"]), **options))
 
 
-__all__ = ["Episodes", "SyncEpisodes", "Step", "Options", "episodes", "check_weights", "TASKS", "DEFAULT_WEIGHTS", "POLICY"]
+__all__ = ["Episodes", "SyncEpisodes", "Step", "Options", "episodes", "check_weights", "TASKS", "DEFAULT_WEIGHTS", "POLICY",
+           "JUDGE_OPTIONS"]
