@@ -39,7 +39,7 @@ RL_VENV ?= .venv-rl
 TRAIN_VENV ?= .venv-train
 TRAIN_PACKAGES := torch==2.13.0 transformers[serving]==5.17.0 trl==1.13.0 peft==0.21.0 gguf==0.19.0 accelerate==1.15.0 datasets==5.2.0
 
-.PHONY: help install llm router rl train-env build packets ingest leaderboard test browser bench clean
+.PHONY: help install llm router rl train-env build packets ingest leaderboard lint format test browser bench clean
 
 help:
 	@echo "make leaderboard  build the dataset, ingest upstream results, run the stale scorers, analyse, write the page ($(LEADERBOARD_OUT)/index.html)"
@@ -108,7 +108,15 @@ browser:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; } || \
 	  echo "warning: chromium not installed; the page test will fail" >&2
 
-test: install browser llm router rl train-env
+# The linter and the formatter's check (ruff, configured in pyproject.toml): `make format` formats.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+
+test: lint install browser llm router rl train-env
 	$(BIN)/python -m pytest
 
 bench: install llm train-env

@@ -50,7 +50,9 @@ def task_boards(a) -> pl.DataFrame:
         g = v.grader_for(rel, "frq")
         if ca is None or g is None:
             continue
-        sel = ca.filter(pl.col("model") == rel, pl.col("format") == "frq", pl.col("grader") == g, pl.col("setting") == "consult_100")
+        sel = ca.filter(
+            pl.col("model") == rel, pl.col("format") == "frq", pl.col("grader") == g, pl.col("setting") == "consult_100"
+        )
         if sel.height:
             r = sel.row(0, named=True)
             add("consultation", rel, "frq_accuracy_consult_100", r["accuracy"], r["ci_low"], r["ci_high"], r["n_cases"])
@@ -64,7 +66,16 @@ def task_boards(a) -> pl.DataFrame:
         overall = a.encounters["rubric_by_encounter"].filter(pl.col("level") == "all")
         for r in overall.iter_rows(named=True):
             if r["model"] in by_display:
-                add("encounters", by_display[r["model"]], "rubric_overall", r["mean"], r["ci_low"], r["ci_high"], r["n_cases"], r["n_failed"])
+                add(
+                    "encounters",
+                    by_display[r["model"]],
+                    "rubric_overall",
+                    r["mean"],
+                    r["ci_low"],
+                    r["ci_high"],
+                    r["n_cases"],
+                    r["n_failed"],
+                )
         for rel, c in reasonable_closure(a.encounters["encounter_endings"]).items():
             add("encounters", rel, "reasonable_closure", c["share"], None, None, c["n"], c["n_failed"])
     order = {t: i for i, t in enumerate(TASK_ORDER)}

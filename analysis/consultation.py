@@ -15,12 +15,31 @@ from .bootstrap import DEFAULT_B, DEFAULT_SEED, Resampler, scale
 from .history import _Ratios, _round, tertiles
 
 TASK = "consultation"
-TABLES = ("consult_accuracy", "consult_rounds", "consult_oracle", "consult_gap", "consult_complexity", "consult_tests",
-          "consult_dialogue", "consult_f1_rounds")
+TABLES = (
+    "consult_accuracy",
+    "consult_rounds",
+    "consult_oracle",
+    "consult_gap",
+    "consult_complexity",
+    "consult_tests",
+    "consult_dialogue",
+    "consult_f1_rounds",
+)
 #: ``consult_dialogue``'s measures, in the order of the framework's tables (Table 2's turns, length, coverage; Table 3's diversity).
-DIALOGUE_MEASURES = ("doctor_turns", "doctor_words_per_turn", "patient_words_per_turn", "doctor_key_recall", "doctor_key_precision",
-                     "doctor_key_f1", "patient_value_recall", "patient_value_precision", "patient_value_f1",
-                     "question_similarity_rouge1", "question_similarity_rouge2", "question_similarity_rougeL")
+DIALOGUE_MEASURES = (
+    "doctor_turns",
+    "doctor_words_per_turn",
+    "patient_words_per_turn",
+    "doctor_key_recall",
+    "doctor_key_precision",
+    "doctor_key_f1",
+    "patient_value_recall",
+    "patient_value_precision",
+    "patient_value_f1",
+    "question_similarity_rouge1",
+    "question_similarity_rouge2",
+    "question_similarity_rougeL",
+)
 #: The settings the complexity analysis shows.
 COMPLEXITY_SETTINGS = ("upper", "lower", "consult_100", "oracle_direct_100")
 
@@ -40,7 +59,9 @@ def gap_table(cases: pl.DataFrame, *, B: int = DEFAULT_B, seed: int = DEFAULT_SE
         L = scale(trials)
         c, u, lo = (g[n].to_numpy().astype(np.int64) * (L // g[t].to_numpy().astype(np.int64))
                     for n, t in (("n_correct", "n_trials"), ("upper_correct", "upper_trials"), ("lower_correct", "lower_trials")))  # fmt: skip
-        cells.append((k, R.add(c - lo), R.add(u - lo), int((c - lo).sum()), int((u - lo).sum()), c.sum(), u.sum(), lo.sum(), L, g.height))
+        cells.append(
+            (k, R.add(c - lo), R.add(u - lo), int((c - lo).sum()), int((u - lo).sum()), c.sum(), u.sum(), lo.sum(), L, g.height)
+        )
     if cells:
         R.run()
     rows = []
@@ -78,7 +99,9 @@ def _items(con, dataset_dir) -> pl.DataFrame | None:
     return t.join(order, on="case_id").sort("position")
 
 
-def complexity_table(con, dataset_dir, case_groups: pl.DataFrame, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> pl.DataFrame:
+def complexity_table(
+    con, dataset_dir, case_groups: pl.DataFrame, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED
+) -> pl.DataFrame:
     """Accuracy per third of the cases by their number of key-value items (cut points from the dataset's cases
     with items: the framework's "three equal parts"), per release, format, grader and :data:`COMPLEXITY_SETTINGS`;
     each case's accuracy resampled over the cases with items (a part's figure is a ratio of resampled sums)."""
@@ -116,10 +139,27 @@ def complexity_table(con, dataset_dir, case_groups: pl.DataFrame, *, B: int = DE
             .sort("model", "format", "grader", "_o", "tertile").drop("_o"))  # fmt: skip
 
 
-MEASURE_COLUMNS = {"model": pl.String, "doctor_prompt": pl.String, "conversation": pl.String, "metric": pl.String,
-                   "n_cases": pl.Int64, "mean": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64}
-SHARE_COLUMNS = {"model": pl.String, "doctor_prompt": pl.String, "conversation": pl.String, "who": pl.String, "share": pl.Int32,
-                 "n_cases": pl.Int64, "f1": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64}
+MEASURE_COLUMNS = {
+    "model": pl.String,
+    "doctor_prompt": pl.String,
+    "conversation": pl.String,
+    "metric": pl.String,
+    "n_cases": pl.Int64,
+    "mean": pl.Float64,
+    "ci_low": pl.Float64,
+    "ci_high": pl.Float64,
+}
+SHARE_COLUMNS = {
+    "model": pl.String,
+    "doctor_prompt": pl.String,
+    "conversation": pl.String,
+    "who": pl.String,
+    "share": pl.Int32,
+    "n_cases": pl.Int64,
+    "f1": pl.Float64,
+    "ci_low": pl.Float64,
+    "ci_high": pl.Float64,
+}
 
 
 def doctor_prompts(con, releases: list[str]) -> dict[str, str]:
@@ -131,7 +171,9 @@ def doctor_prompts(con, releases: list[str]) -> dict[str, str]:
     return {r: labels.get(p, "other") for r, p in rows if r in releases}
 
 
-def measure_tables(con, releases: list[str], *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> tuple[pl.DataFrame, pl.DataFrame]:
+def measure_tables(
+    con, releases: list[str], *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``consult_dialogue`` and ``consult_f1_rounds`` from the releases' ``keyinfo`` scores (empty without them): per release,
     conversation kind and metric, the mean over cases of each case's mean over its trials, with a case-bootstrap CI (the
     cases that have the metric, resampled over every case with a score)."""
@@ -179,8 +221,16 @@ def measure_tables(con, releases: list[str], *, B: int = DEFAULT_B, seed: int = 
             pl.DataFrame(shares, schema=SHARE_COLUMNS) if shares else empty[1])  # fmt: skip
 
 
-def consultation_tables(con, dataset_dir, case_groups: pl.DataFrame, accuracy: pl.DataFrame, accuracy_ci: pl.DataFrame, *,
-                        B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict[str, pl.DataFrame]:
+def consultation_tables(
+    con,
+    dataset_dir,
+    case_groups: pl.DataFrame,
+    accuracy: pl.DataFrame,
+    accuracy_ci: pl.DataFrame,
+    *,
+    B: int = DEFAULT_B,
+    seed: int = DEFAULT_SEED,
+) -> dict[str, pl.DataFrame]:
     """The six tables from a prepared connection (:func:`craftmd.analysis.tables.prepared_connection`), the
     ``case_groups`` and ``accuracy`` queries' results and the accuracy with CIs; ``{}`` without a consultation release.
 
@@ -216,7 +266,9 @@ def consultation_tables(con, dataset_dir, case_groups: pl.DataFrame, accuracy: p
     groups = case_groups.filter(mine)
     out["consult_complexity"] = complexity_table(con, dataset_dir, groups, B=B, seed=seed)
     comparisons = pl.from_arrow(runner.run(con, "consult_comparisons"))
-    _, tests = bootstrap_tables(groups, accuracy.filter(pl.col("model").is_in(releases), pl.col("group_by") == "all"), comparisons, B=B, seed=seed)
+    _, tests = bootstrap_tables(
+        groups, accuracy.filter(pl.col("model").is_in(releases), pl.col("group_by") == "all"), comparisons, B=B, seed=seed
+    )
     out["consult_tests"] = tests.drop("group_by", "group")
     out["consult_dialogue"], out["consult_f1_rounds"] = measure_tables(con, releases, B=B, seed=seed)
     return {name: out[name] for name in TABLES}
@@ -244,7 +296,9 @@ def page_section(a, v) -> dict | None:
     if not t or t["consult_accuracy"].height == 0:
         return None
     acc = {(r["model"], r["format"], r["grader"], r["setting"]): r for r in t["consult_accuracy"].iter_rows(named=True)}
-    gap = {(r["model"], r["format"], r["grader"], r["conversation"], r["share"]): r for r in t["consult_gap"].iter_rows(named=True)}
+    gap = {
+        (r["model"], r["format"], r["grader"], r["conversation"], r["share"]): r for r in t["consult_gap"].iter_rows(named=True)
+    }
     releases = sorted(t["consult_accuracy"]["model"].unique().to_list(), key=lambda m: v.display(m))
     cell = lambda r: None if r is None else {k: r[k] for k in ("accuracy", "ci_low", "ci_high", "n_cases")}  # noqa: E731
     rows, oracle, complexity = [], [], []
@@ -259,11 +313,19 @@ def page_section(a, v) -> dict | None:
                          {"value": gp["gap_closed"], "ci_low": gp["ci_low"], "ci_high": gp["ci_high"], "n_cases": gp["n_cases"]}})  # fmt: skip
             oracle.append({"display": v.display(m), "format": v.format_label(fmt), "grader": g,
                            "cells": [get(f"oracle_{o}_{p}") for o in ("direct", "random", "reverse") for p in (20, 100)]})  # fmt: skip
-            sel = cx.filter(pl.col("model") == m, pl.col("format") == fmt, pl.col("grader") == g, pl.col("setting") == "consult_100")
+            sel = cx.filter(
+                pl.col("model") == m, pl.col("format") == fmt, pl.col("grader") == g, pl.col("setting") == "consult_100"
+            )
             if sel.height:
                 by = {r["tertile"]: r for r in sel.iter_rows(named=True)}
-                complexity.append({"display": v.display(m), "format": v.format_label(fmt), "grader": g,
-                                   "cells": [cell(by.get(i)) for i in range(1, len(tertiles) + 1)]})
+                complexity.append(
+                    {
+                        "display": v.display(m),
+                        "format": v.format_label(fmt),
+                        "grader": g,
+                        "cells": [cell(by.get(i)) for i in range(1, len(tertiles) + 1)],
+                    }
+                )
     tests = []
     pv = t["consult_tests"].filter(pl.col("test") == "paired-bootstrap")
     for r in pv.iter_rows(named=True):
@@ -280,8 +342,11 @@ def page_section(a, v) -> dict | None:
     lead = [r for r in rows if r["format"] == v.format_label("frq") and r["consult"]] or [r for r in rows if r["consult"]]
     best = max(lead, key=lambda r: r["consult"]["accuracy"]) if lead else None
     # what failed before the consultation could run: the cases without key-value information (posed in the upper bound only)
-    no_keyinfo = [{"display": v.display(m), "n": len(v.counts(m).get("no_keyinfo") or []), "cases": v.counts(m).get("cases")}
-                  for m in releases if v.counts(m).get("no_keyinfo")]
+    no_keyinfo = [
+        {"display": v.display(m), "n": len(v.counts(m).get("no_keyinfo") or []), "cases": v.counts(m).get("cases")}
+        for m in releases
+        if v.counts(m).get("no_keyinfo")
+    ]
     return {"rows": rows, "best": best, "oracle": [r for r in oracle if any(r["cells"])], "oracle_shares": [20, 100],
             "complexity": complexity, "tertiles": tertiles, "tests": tests, "n_tests": t["consult_tests"].height,
             "rounds_figure": bool(rounds_panels(t, v)), "no_keyinfo": no_keyinfo,
@@ -289,12 +354,20 @@ def page_section(a, v) -> dict | None:
 
 
 #: The page's labels of :data:`DIALOGUE_MEASURES`, and whether each is a share (shown as a percentage).
-MEASURE_LABELS = {"doctor_turns": ("Turns", False), "doctor_words_per_turn": ("Doctor words/turn", False),
-                  "patient_words_per_turn": ("Patient words/turn", False), "doctor_key_recall": ("Doctor recall", True),
-                  "doctor_key_precision": ("Doctor precision", True), "doctor_key_f1": ("Doctor F1", True),
-                  "patient_value_recall": ("Patient recall", True), "patient_value_precision": ("Patient precision", True),
-                  "patient_value_f1": ("Patient F1", True), "question_similarity_rouge1": ("Query sim. R-1", True),
-                  "question_similarity_rouge2": ("Query sim. R-2", True), "question_similarity_rougeL": ("Query sim. R-L", True)}
+MEASURE_LABELS = {
+    "doctor_turns": ("Turns", False),
+    "doctor_words_per_turn": ("Doctor words/turn", False),
+    "patient_words_per_turn": ("Patient words/turn", False),
+    "doctor_key_recall": ("Doctor recall", True),
+    "doctor_key_precision": ("Doctor precision", True),
+    "doctor_key_f1": ("Doctor F1", True),
+    "patient_value_recall": ("Patient recall", True),
+    "patient_value_precision": ("Patient precision", True),
+    "patient_value_f1": ("Patient F1", True),
+    "question_similarity_rouge1": ("Query sim. R-1", True),
+    "question_similarity_rouge2": ("Query sim. R-2", True),
+    "question_similarity_rougeL": ("Query sim. R-L", True),
+}
 
 
 def dialogue_section(t: dict, v, releases: list[str]) -> dict:
@@ -311,15 +384,31 @@ def dialogue_section(t: dict, v, releases: list[str]) -> dict:
         if not any(k[0] == m for k in by):
             continue
         prompt = next(r["doctor_prompt"] for k, r in by.items() if k[0] == m)
-        rows.append({"display": v.display(m), "doctor_prompt": prompt,
-                     "cells": [(cell(by.get((m, x)), "mean"), MEASURE_LABELS[x][1]) for x in DIALOGUE_MEASURES]})
+        rows.append(
+            {
+                "display": v.display(m),
+                "doctor_prompt": prompt,
+                "cells": [(cell(by.get((m, x)), "mean"), MEASURE_LABELS[x][1]) for x in DIALOGUE_MEASURES],
+            }
+        )
         for who in ("doctor", "patient"):
             if any((m, who, p) in fr for p in shares):
-                curves.append({"display": v.display(m), "doctor_prompt": prompt, "who": who,
-                               "cells": [cell(fr.get((m, who, p)), "f1") for p in shares]})
+                curves.append(
+                    {
+                        "display": v.display(m),
+                        "doctor_prompt": prompt,
+                        "who": who,
+                        "cells": [cell(fr.get((m, who, p)), "f1") for p in shares],
+                    }
+                )
     prompts = {r["doctor_prompt"] for r in rows}
-    return {"dialogue": rows, "measure_labels": [MEASURE_LABELS[x][0] for x in DIALOGUE_MEASURES], "f1_rounds": curves,
-            "f1_shares": shares, "both_doctors": {"long", "short"} <= prompts}
+    return {
+        "dialogue": rows,
+        "measure_labels": [MEASURE_LABELS[x][0] for x in DIALOGUE_MEASURES],
+        "f1_rounds": curves,
+        "f1_shares": shares,
+        "both_doctors": {"long", "short"} <= prompts,
+    }
 
 
 def rounds_panels(t, v) -> list[tuple[str, str, str]]:
@@ -347,7 +436,12 @@ def write_figures(a, v, out) -> list:
     cols = min(len(panels), 2)
     nrows = -(-len(panels) // cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 3.6 * nrows), squeeze=False)
-    styles = {"consult": ("#DD8452", "-"), "oracle_direct": ("#4C72B0", "--"), "oracle_random": ("#55A868", "--"), "oracle_reverse": ("#8172B3", "--")}
+    styles = {
+        "consult": ("#DD8452", "-"),
+        "oracle_direct": ("#4C72B0", "--"),
+        "oracle_random": ("#55A868", "--"),
+        "oracle_reverse": ("#8172B3", "--"),
+    }
     for ax, (m, fmt, g) in zip(axes.flat, panels):
         sel = rounds.filter(pl.col("model") == m, pl.col("format") == fmt, pl.col("grader") == g).sort("conversation", "share")
         for conv, (color, ls) in styles.items():
@@ -369,7 +463,7 @@ def write_figures(a, v, out) -> list:
         ax.set_ylabel("accuracy")
         ax.set_title(f"{v.display(m)} · {v.format_label(fmt)} ({g})", fontsize=9, loc="left")
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7, frameon=False, loc="lower right")
     fig.suptitle("Accuracy against the share of consultation rounds (95% case-bootstrap band on the consultation)", fontsize=10)
@@ -400,7 +494,9 @@ def f1_figure(t: dict, v, out) -> list:
                 x = c["share"].to_numpy()
                 label = f"{v.display(m)} ({c['doctor_prompt'][0]} doctor)"
                 ax.plot(x, c["f1"].to_numpy(), "-", color=colors[i % len(colors)], marker="o", ms=3, label=label)
-                ax.fill_between(x, c["ci_low"].to_numpy(), c["ci_high"].to_numpy(), color=colors[i % len(colors)], alpha=0.15, lw=0)
+                ax.fill_between(
+                    x, c["ci_low"].to_numpy(), c["ci_high"].to_numpy(), color=colors[i % len(colors)], alpha=0.15, lw=0
+                )
         ax.set_xlim(15, 105)
         ax.set_xticks([20, 40, 60, 80, 100])
         ax.set_xlabel("share of the rounds (%)")

@@ -164,6 +164,15 @@ def page_section(a, v) -> dict | None:
     # led by the overall rubric score where the encounters were judged, else by the reasonably closed share (of the labelled)
     lead = max(rows, key=lambda r: (r["rubric"] is not None, r["rubric"]["mean"] if r["rubric"] else (r["closed"]["share"] or -1)),
                default=None)  # fmt: skip
-    return {"rows": rows, "ended": list(ENDED_ORDER), "closures": list(CLOSURE_ORDER), "lead": lead, "overall": overall,
-            "objectives": objectives, "reasons": reasons, "heatmap": rub.filter(pl.col("level") == "reason_objective").height > 0,
-            "affect_figure": valid_affect(t).height > 0, "affect_failed": sum(r["affect_failed"] for r in rows)}
+    return {
+        "rows": rows,
+        "ended": list(ENDED_ORDER),
+        "closures": list(CLOSURE_ORDER),
+        "lead": lead,
+        "overall": overall,
+        "objectives": objectives,
+        "reasons": reasons,
+        "heatmap": rub.filter(pl.col("level") == "reason_objective").height > 0,
+        "affect_figure": valid_affect(t).height > 0,
+        "affect_failed": sum(r["affect_failed"] for r in rows),
+    }

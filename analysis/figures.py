@@ -47,7 +47,16 @@ def settings_bars(v: View, path: Path) -> Path:
                 acc.append(r["accuracy"] if r else np.nan)
                 lo.append(r["accuracy"] - r["ci_low"] if r else 0)
                 hi.append(r["ci_high"] - r["accuracy"] if r else 0)
-            ax.bar(x + (j - 1.5) * width, acc, width, yerr=[lo, hi], capsize=2, label=SETTING_LABELS[s], color=COLORS[s], error_kw={"elinewidth": 0.8})
+            ax.bar(
+                x + (j - 1.5) * width,
+                acc,
+                width,
+                yerr=[lo, hi],
+                capsize=2,
+                label=SETTING_LABELS[s],
+                color=COLORS[s],
+                error_kw={"elinewidth": 0.8},
+            )
         ax.set_ylim(0, 1)
         ax.set_ylabel("accuracy")
         ax.set_title(title, fontsize=10, loc="left")
@@ -74,7 +83,15 @@ def specialty_heatmap(v: View, path: Path, setting: str = "multiturn", fmt: str 
     for i in range(len(specs)):
         for j in range(len(models)):
             if np.isfinite(grid[i, j]):
-                ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=8, color="white" if grid[i, j] < 0.3 else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{grid[i, j]:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if grid[i, j] < 0.3 else "black",
+                )
     ax.set_xticks(range(len(models)), [v.display(m) for m in models], fontsize=8)
     ax.set_yticks(range(len(specs)), [f"{s} (n={v.n_cases(s)})" for s in specs], fontsize=8)
     fig.colorbar(im, ax=ax, fraction=0.04, label="accuracy")
@@ -126,6 +143,7 @@ def mcq_rules(v: View, path: Path) -> Path:
 
 MODEL_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974", "#64B5CD")
 
+
 def history_coverage_curve(v: View, path: Path) -> Path | None:
     from craftmd.scoring.history import SHARES
 
@@ -162,7 +180,10 @@ def history_coverage_accuracy(v: View, path: Path) -> Path | None:
     for ax, m in zip(np.atleast_1d(axes), models):
         g = cov.filter(cov["model"] == m, cov["grader"] == v.grader_for(m, "frq")).sort("quintile")
         q = g["quintile"].to_numpy()
-        for col, label, color, style in (("multiturn", "multi-turn", COLORS["multiturn"], "-"), ("vignette", "vignette", COLORS["vignette"], "--")):
+        for col, label, color, style in (
+            ("multiturn", "multi-turn", COLORS["multiturn"], "-"),
+            ("vignette", "vignette", COLORS["vignette"], "--"),
+        ):
             acc = g[f"{col}_accuracy"].to_numpy()
             err = [acc - g[f"{col}_ci_low"].to_numpy(), g[f"{col}_ci_high"].to_numpy() - acc]
             ax.errorbar(q, acc, yerr=err, color=color, linestyle=style, marker="o", ms=3, capsize=2, label=label, elinewidth=0.8)
@@ -174,7 +195,9 @@ def history_coverage_accuracy(v: View, path: Path) -> Path | None:
         ax.set_axisbelow(True)
     np.atleast_1d(axes)[0].set_ylabel("FRQ accuracy")
     np.atleast_1d(axes)[0].legend(fontsize=7, frameon=False)
-    fig.suptitle("Free-response accuracy by how much of the case the conversation revealed (quintiles of patient_info_recall)", fontsize=10)
+    fig.suptitle(
+        "Free-response accuracy by how much of the case the conversation revealed (quintiles of patient_info_recall)", fontsize=10
+    )
     fig.tight_layout()
     return _save(fig, path)
 
@@ -197,15 +220,29 @@ def history_complexity(v: View, path: Path) -> Path | None:
                 continue
             t = g["tertile"].to_numpy()
             mean = g["mean"].to_numpy()
-            ax.bar(t + (k - (len(models) - 1) / 2) * width, mean, width, yerr=[mean - g["ci_low"].to_numpy(), g["ci_high"].to_numpy() - mean],
-                   capsize=1.5, color=MODEL_COLORS[k % len(MODEL_COLORS)], label=v.display(m), error_kw={"elinewidth": 0.7})
+            ax.bar(
+                t + (k - (len(models) - 1) / 2) * width,
+                mean,
+                width,
+                yerr=[mean - g["ci_low"].to_numpy(), g["ci_high"].to_numpy() - mean],
+                capsize=1.5,
+                color=MODEL_COLORS[k % len(MODEL_COLORS)],
+                label=v.display(m),
+                error_kw={"elinewidth": 0.7},
+            )
         rng = cx.filter(cx["measure"] == measure).unique(["tertile", "words_low", "words_high"]).sort("tertile")
         ax.set_xticks(rng["tertile"].to_numpy(), [f"{lo}-{hi} words" for lo, hi in zip(rng["words_low"], rng["words_high"])])
         ax.set_ylabel(label)
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.93), ncol=len(models), fontsize=8,
-               frameon=False)
+    fig.legend(
+        *axes[0].get_legend_handles_labels(),
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.93),
+        ncol=len(models),
+        fontsize=8,
+        frameon=False,
+    )
     fig.suptitle("By the length of the case's history (tertiles of its words)", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.88))
     return _save(fig, path)

@@ -72,8 +72,11 @@ def tertiles(values: np.ndarray) -> tuple[np.ndarray, dict[int, tuple[int, int]]
     third's range of values (thirds with no value left out)."""
     edges = np.quantile(values, np.linspace(0, 1, TERTILES + 1)[1:-1])
     tertile = np.searchsorted(edges, values, side="right") + 1
-    return tertile, {t: (int(values[tertile == t].min()), int(values[tertile == t].max())) for t in range(1, TERTILES + 1)
-                     if (tertile == t).any()}
+    return tertile, {
+        t: (int(values[tertile == t].min()), int(values[tertile == t].max()))
+        for t in range(1, TERTILES + 1)
+        if (tertile == t).any()
+    }
 
 
 def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict[str, pl.DataFrame]:
@@ -151,7 +154,7 @@ def _add_tests(con, ratios: _Ratios, means: dict) -> None:
             ranked = sorted(have, key=lambda r: (-float(means[(r, met)][0].sum() / means[(r, met)][1].sum()), r))
             keep = {frozenset(p) for p in zip(ranked, ranked[1:])} | {frozenset((ranked[0], r)) for r in ranked[1:]}
         for i, a in enumerate(releases):
-            for b in releases[i + 1:]:
+            for b in releases[i + 1 :]:
                 if (a, met) in means and (b, met) in means and (keep is None or frozenset((a, b)) in keep):
                     (ma, ha), (mb, hb) = means[(a, met)], means[(b, met)]
                     common = ha * hb
@@ -161,9 +164,14 @@ def _add_tests(con, ratios: _Ratios, means: dict) -> None:
 def _add_coverage(ratios: _Ratios, trials: pl.DataFrame, vector) -> tuple[np.ndarray, dict, pl.DataFrame]:
     """2. coverage quintiles (pooled cut points) x FRQ accuracy: the cut points, each bin's counts and mean recall,
     and the trials with their quintile."""
-    edges = np.quantile(trials.unique(["release", "case_id", "trial"])["recall"].to_numpy(), np.linspace(0, 1, QUINTILES + 1)[1:-1]) \
-        if trials.height else np.array([])
-    trials = trials.with_columns(pl.Series("quintile", np.searchsorted(edges, trials["recall"].to_numpy(), side="right") + 1, pl.Int64))
+    edges = (
+        np.quantile(trials.unique(["release", "case_id", "trial"])["recall"].to_numpy(), np.linspace(0, 1, QUINTILES + 1)[1:-1])
+        if trials.height
+        else np.array([])
+    )
+    trials = trials.with_columns(
+        pl.Series("quintile", np.searchsorted(edges, trials["recall"].to_numpy(), side="right") + 1, pl.Int64)
+    )
     bins = {}
     for (rel, grader, q), g in trials.group_by("release", "grader", "quintile", maintain_order=True):
         per = g.group_by("pos", maintain_order=True).agg(
@@ -189,7 +197,8 @@ def _add_complexity(ratios: _Ratios, cases: pl.DataFrame, means: dict, trials: p
                 sel = has * (tertile == t)
                 ratios.add(("cx", rel, met, None, t), m * sel, sel, exact=False)
     acc = trials.group_by("release", "grader", "pos", maintain_order=True).agg(
-        pl.len().alias("k"), pl.col("multiturn_correct").fill_null(False).cast(pl.Int64).sum().alias("mt"))
+        pl.len().alias("k"), pl.col("multiturn_correct").fill_null(False).cast(pl.Int64).sum().alias("mt")
+    )
     for (rel, grader), g in acc.group_by("release", "grader", maintain_order=True):
         frac = vector(g["pos"], (g["mt"] / g["k"]).to_numpy())
         has = vector(g["pos"], np.ones(g.height))

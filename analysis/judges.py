@@ -25,7 +25,18 @@ from craftmd.scoring.judge import FLAG_METRIC, FLAGS, NO_EVIDENCE, normalise_tex
 SAMPLE = 2  # conversations per model shown with their rationales
 KEY = ["case_id", "trial", "conversation", "with_image"]
 FLAG_COLUMNS = ["model", "scorer", "flag", "n_conversations", "n_flagged", "n_failed", "share"]
-FLAGGED_COLUMNS = ["model", "scorer", "case_id", "trial", "conversation", "with_image", "flag", "notes", "evidence", "evidence_found"]
+FLAGGED_COLUMNS = [
+    "model",
+    "scorer",
+    "case_id",
+    "trial",
+    "conversation",
+    "with_image",
+    "flag",
+    "notes",
+    "evidence",
+    "evidence_found",
+]
 EVIDENCE_COLUMNS = ["model", "scorer", "n_scores", "n_evidence_found", "n_no_evidence", "share_found"]
 
 
@@ -49,7 +60,15 @@ def judge_rows(releases) -> list[tuple[object, str, pl.DataFrame]]:
         df = pl.from_arrow(t).filter(pl.col("metric").is_in([METRIC, FLAG_METRIC]))
         scorer = pick_scorer(sorted(df.filter(pl.col("metric") == METRIC)["scorer"].unique().to_list()))
         if scorer is not None:
-            out.append((r, scorer, df.filter(pl.col("scorer") == scorer).select(*KEY, "dimension", "metric", "value", "label", "detail", "status")))
+            out.append(
+                (
+                    r,
+                    scorer,
+                    df.filter(pl.col("scorer") == scorer).select(
+                        *KEY, "dimension", "metric", "value", "label", "detail", "status"
+                    ),
+                )
+            )
     return out
 
 
@@ -66,12 +85,17 @@ def flag_tables(judged) -> tuple[pl.DataFrame, pl.DataFrame]:
             n_flagged = sum(x["value"] == 1.0 for x in ok)
             counts.append({"model": r.display, "scorer": scorer, "flag": flag, "n_conversations": len(ok), "n_flagged": n_flagged,
                            "n_failed": len(mine) - len(ok), "share": round(n_flagged / len(ok), 4) if ok else None})  # fmt: skip
-        for x in sorted((x for x in fl if x["status"] == "ok" and x["value"] == 1.0), key=lambda x: (*(str(x[k]) for k in KEY), x["dimension"])):
+        for x in sorted(
+            (x for x in fl if x["status"] == "ok" and x["value"] == 1.0),
+            key=lambda x: (*(str(x[k]) for k in KEY), x["dimension"]),
+        ):
             d = json.loads(x["detail"] or "{}")
             raised.append({"model": r.display, "scorer": scorer, **{k: x[k] for k in KEY}, "flag": x["dimension"],
                            "notes": " | ".join(d.get("notes") or []), "evidence": json.dumps(d.get("evidence") or [], ensure_ascii=False),
                            "evidence_found": int(d.get("evidence_found") or 0)})  # fmt: skip
-    ct = pl.DataFrame(counts, schema=dict(zip(FLAG_COLUMNS, [pl.String, pl.String, pl.String, pl.Int64, pl.Int64, pl.Int64, pl.Float64])))
+    ct = pl.DataFrame(
+        counts, schema=dict(zip(FLAG_COLUMNS, [pl.String, pl.String, pl.String, pl.Int64, pl.Int64, pl.Int64, pl.Float64]))
+    )
     rt = pl.DataFrame(raised, schema=dict(zip(FLAGGED_COLUMNS, [pl.String, pl.String, pl.String, pl.Int64, pl.String, pl.Boolean, pl.String,
                                                                  pl.String, pl.String, pl.Int64])))  # fmt: skip
     return ct, rt
@@ -87,7 +111,9 @@ def evidence_table(judged) -> pl.DataFrame:
         none = ok.filter(pl.col("label") == NO_EVIDENCE).height
         rows.append({"model": r.display, "scorer": scorer, "n_scores": ok.height, "n_evidence_found": ok.height - none, "n_no_evidence": none,
                      "share_found": round((ok.height - none) / ok.height, 4) if ok.height else None})  # fmt: skip
-    return pl.DataFrame(rows, schema=dict(zip(EVIDENCE_COLUMNS, [pl.String, pl.String, pl.Int64, pl.Int64, pl.Int64, pl.Float64])))
+    return pl.DataFrame(
+        rows, schema=dict(zip(EVIDENCE_COLUMNS, [pl.String, pl.String, pl.Int64, pl.Int64, pl.Int64, pl.Float64]))
+    )
 
 
 def segments(text: str, quotes: list[str]) -> list[dict]:
@@ -147,8 +173,11 @@ def samples(judged, n: int = SAMPLE) -> list[dict]:
         by_conv: dict[tuple, list[dict]] = {}
         for x in xs.join(chosen, on=KEY, how="semi").to_dicts():
             by_conv.setdefault(tuple(x[k] for k in KEY), []).append(x)
-        conv = pq.read_table(r.path / "conversations.parquet", columns=[*KEY, "messages"],
-                             filters=[("case_id", "in", sorted({k[0] for k in pick}))]).to_pylist()  # only the sampled cases
+        conv = pq.read_table(
+            r.path / "conversations.parquet",
+            columns=[*KEY, "messages"],
+            filters=[("case_id", "in", sorted({k[0] for k in pick}))],
+        ).to_pylist()  # only the sampled cases
         texts = {tuple(c[k] for k in KEY): transcript(c["messages"]) for c in conv}
         for k in pick:
             text = texts.get(k, "")

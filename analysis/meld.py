@@ -41,11 +41,13 @@ def meld_audit(meld_dir: Path | str) -> dict:
         "id": f"meld-{slug(model)}",
         "title": f"Contamination (MELD): {model}",
         "description": desc,
-        "tables": [{
-            "name": "Cases flagged as likely memorised, per config",
-            "columns": ["config", "cases", "failed", "flagged", "flagged %", "mean similarity", "max similarity"],
-            "rows": rows,
-        }],  # fmt: skip
+        "tables": [
+            {
+                "name": "Cases flagged as likely memorised, per config",
+                "columns": ["config", "cases", "failed", "flagged", "flagged %", "mean similarity", "max similarity"],
+                "rows": rows,
+            }
+        ],  # fmt: skip
         "figures": figures,
     }
 

@@ -74,8 +74,12 @@ def _missing(v: View) -> dict | None:
         return None
     agg = st.group_by("model").agg(pl.col("n_answers", "n_ok", "n_missing", "n_non_text", "n_failed").sum()).sort("model")
     bad = agg.filter(pl.col("n_ok") < pl.col("n_answers"))
-    return {"rows": [{"display": v.display(r["model"]), **{k: r[k] for k in ("n_answers", "n_missing", "n_non_text", "n_failed")}}
-                     for r in bad.iter_rows(named=True)]}
+    return {
+        "rows": [
+            {"display": v.display(r["model"]), **{k: r[k] for k in ("n_answers", "n_missing", "n_non_text", "n_failed")}}
+            for r in bad.iter_rows(named=True)
+        ]
+    }
 
 
 def _specialty(v: View) -> list[dict]:
@@ -83,14 +87,21 @@ def _specialty(v: View) -> list[dict]:
     tables = []
     for fmt in ("frq", MCQ):
         for s in UPSTREAM_SETTINGS:
-            tables.append({
-                "key": f"{s}-{fmt}",
-                "label": f"{SETTING_LABELS[s]} · {FORMAT_LABELS[fmt]}",
-                "selected": (s, fmt) == LEAD,
-                "rows": [{"specialty": sp, "n_cases": v.n_cases(sp),
-                          "cells": [_acc(v.cell(m, s, fmt, group_by="specialty", group=sp)) for m in v.models]}
-                         for sp in v.specialties],
-            })
+            tables.append(
+                {
+                    "key": f"{s}-{fmt}",
+                    "label": f"{SETTING_LABELS[s]} · {FORMAT_LABELS[fmt]}",
+                    "selected": (s, fmt) == LEAD,
+                    "rows": [
+                        {
+                            "specialty": sp,
+                            "n_cases": v.n_cases(sp),
+                            "cells": [_acc(v.cell(m, s, fmt, group_by="specialty", group=sp)) for m in v.models],
+                        }
+                        for sp in v.specialties
+                    ],
+                }
+            )
     return tables
 
 
@@ -104,8 +115,15 @@ def _by_dataset(v: View) -> list[dict]:
         cells = [(v.cell(m, *LEAD, group_by=gb, group=g), v.cell(m, "vignette", MCQ, group_by=gb, group=g)) for m in v.models]
         if not any(lead for lead, _ in cells):
             continue
-        rows.append({"label": label, "n_cases": v.group_size(gb, g),
-                     "cells": [{"lead": lead["accuracy"] if lead else None, "mcq": mcq["accuracy"] if mcq else None} for lead, mcq in cells]})
+        rows.append(
+            {
+                "label": label,
+                "n_cases": v.group_size(gb, g),
+                "cells": [
+                    {"lead": lead["accuracy"] if lead else None, "mcq": mcq["accuracy"] if mcq else None} for lead, mcq in cells
+                ],
+            }
+        )
     return rows
 
 
@@ -123,13 +141,20 @@ def _mcq_rules(v: View) -> dict:
                 worst, worst_gap = m, -d
             any_higher = any_higher or (d is not None and d > 0)
         g = gap.filter(pl.col("model") == m)
-        rows.append({
-            "display": v.display(m), "settings": settings,
-            "n_answers": int(g["n_answers"].sum()) if g.height else 0,
-            "several": int(g["names_several"].sum()) if g.height else 0,
-            "credited": int(g["paper_credits_several"].sum()) if g.height else 0,
-        })
-    return {"rows": rows, "largest_gap": {"display": v.display(worst), "gap": worst_gap} if worst else None, "strict_higher": any_higher}
+        rows.append(
+            {
+                "display": v.display(m),
+                "settings": settings,
+                "n_answers": int(g["n_answers"].sum()) if g.height else 0,
+                "several": int(g["names_several"].sum()) if g.height else 0,
+                "credited": int(g["paper_credits_several"].sum()) if g.height else 0,
+            }
+        )
+    return {
+        "rows": rows,
+        "largest_gap": {"display": v.display(worst), "gap": worst_gap} if worst else None,
+        "strict_higher": any_higher,
+    }
 
 
 def _measures(v: View) -> list[dict]:
@@ -145,8 +170,11 @@ def _measures(v: View) -> list[dict]:
         if name == "rubric_score":  # its own section (analysis.rubric), by category and meta-category
             continue
         d = metric(name)
-        rows = [r for r in mt.filter(pl.col("metric") == name).to_dicts()
-                if r["model"] not in v.partial and r["model"] not in v.self_reported]  # partial runs, self-reported: in the CSV only
+        rows = [
+            r
+            for r in mt.filter(pl.col("metric") == name).to_dicts()
+            if r["model"] not in v.partial and r["model"] not in v.self_reported
+        ]  # partial runs, self-reported: in the CSV only
         rows.sort(key=lambda r: (order.get(r["model"], len(order)), r["model"], r["scorer"], r["variant"]))
         if rows:
             out.append({
@@ -188,7 +216,11 @@ def _judge_validity(audits: list[dict]) -> dict | None:
     data = next((a.get("data") or {} for a in audits if a.get("id") == AUDIT_ID), {})
     judges = data.get("judges") or sorted({r["source"] for r in rows})
     by = {(r["measure"], str(r["question"]).split()[0]): r for r in rows}
-    shown = [{"measure": m, "q2": by.get((m, "Q2")), "q1": by.get((m, "Q1"))} for m in page_measures() if (m, "Q2") in by or (m, "Q1") in by]
+    shown = [
+        {"measure": m, "q2": by.get((m, "Q2")), "q1": by.get((m, "Q1"))}
+        for m in page_measures()
+        if (m, "Q2") in by or (m, "Q1") in by
+    ]
     label = ", ".join(j.removeprefix("judge:") for j in judges)
     return {"judge": label, "rows": shown} if shown else None
 
@@ -204,8 +236,11 @@ def _history(v: View, audits: list[dict]) -> dict | None:
         cells = []
         for metric, _, digits in HISTORY_COLUMNS:
             r = v.history_cell(m, metric)
-            cells.append(None if r is None or r["mean"] is None else
-                         {"mean": r["mean"], "lo": r["ci_low"], "hi": r["ci_high"], "digits": digits, "n": r["n_cases"]})
+            cells.append(
+                None
+                if r is None or r["mean"] is None
+                else {"mean": r["mean"], "lo": r["ci_low"], "hi": r["ci_high"], "digits": digits, "n": r["n_cases"]}
+            )
         rows.append({"display": v.display(m), "cells": cells})
     # agreement with the dermatologists (the history-validity audit), beside the metrics
     auc = _audit_table(audits, "history_validity", "ROC AUC")
@@ -221,7 +256,9 @@ def _history(v: View, audits: list[dict]) -> dict | None:
                 "as_good": bool(q2 and both and both["auc"] is not None and q2["auc"] is not None and both["auc"] >= q2["auc"]),
             })  # fmt: skip
     # paired tests on the coverage metric
-    t = v.a.history_tests.filter(pl.col("metric") == "patient_info_recall", pl.col("model_a").is_in(models), pl.col("model_b").is_in(models))
+    t = v.a.history_tests.filter(
+        pl.col("metric") == "patient_info_recall", pl.col("model_a").is_in(models), pl.col("model_b").is_in(models)
+    )
     tests = [{"a": v.display(r["model_a"]), "b": v.display(r["model_b"]), "diff": r["diff"], "lo": r["ci_low"], "hi": r["ci_high"],
               "p": r["p_holm"], "n": r["n_cases"]} for r in t.iter_rows(named=True)]  # fmt: skip
     n_tests = v.a.history_tests.height
@@ -236,7 +273,11 @@ def _history(v: View, audits: list[dict]) -> dict | None:
             coverage.append({"display": v.display(m), "grader": g, "low": lo_q, "high": hi_q,
                              "gap_high": hi_q["vignette_accuracy"] - hi_q["multiturn_accuracy"]})  # fmt: skip
     edges = cov.unique(["quintile", "recall_low", "recall_high"]).sort("quintile")
-    cx = v.a.history_by_complexity.filter(pl.col("measure") == "patient_info_recall").unique(["tertile", "words_low", "words_high"]).sort("tertile")
+    cx = (
+        v.a.history_by_complexity.filter(pl.col("measure") == "patient_info_recall")
+        .unique(["tertile", "words_low", "words_high"])
+        .sort("tertile")
+    )
     best = max(rows, key=lambda r: (r["cells"][0] or {}).get("mean", -1))
     return {
         "rows": rows, "columns": [{"metric": c, "label": lbl} for c, lbl, _ in HISTORY_COLUMNS],
@@ -260,8 +301,12 @@ def _other_tasks(a, v: View) -> dict:
     from .consultation import page_section as consultation_section
     from .encounters import page_section as encounters_section
 
-    return {"craftmd": bool(v.models or v.partial or v.image_models), "task_boards": boards_section(a),
-            "consultation": consultation_section(a, v), "encounters": encounters_section(a, v)}
+    return {
+        "craftmd": bool(v.models or v.partial or v.image_models),
+        "task_boards": boards_section(a),
+        "consultation": consultation_section(a, v),
+        "encounters": encounters_section(a, v),
+    }
 
 
 def _frq_preference() -> list[dict]:
@@ -270,7 +315,10 @@ def _frq_preference() -> list[dict]:
     from craftmd.scoring.scorers import rank_frq
 
     measured = measured_agreement()
-    return [{"grader": g, "agreement": measured[g]["agreement"], "reference": measured[g]["reference"]} for g in rank_frq(list(measured))]
+    return [
+        {"grader": g, "agreement": measured[g]["agreement"], "reference": measured[g]["reference"]}
+        for g in rank_frq(list(measured))
+    ]
 
 
 def _grader_reliability(v: View, audits: list[dict]) -> list[dict]:
@@ -287,12 +335,14 @@ def _grader_reliability(v: View, audits: list[dict]) -> list[dict]:
     rows = []
     for g in rank_frq(sorted(set(v.frq_graders_all) | set(derm))):
         d = derm.get(g)
-        rows.append({
-            "grader": g,
-            "is_reference": g == REFERENCE,
-            "vs_gpt4": ({k: held[k] for k in ("agreement", "kappa", "n")} if g == GRADER and held else None),
-            "vs_derm": ({k: d[k] for k in ("agreement_pct", "cases", "trials", "count_equal_pct")} if d else None),
-        })
+        rows.append(
+            {
+                "grader": g,
+                "is_reference": g == REFERENCE,
+                "vs_gpt4": ({k: held[k] for k in ("agreement", "kappa", "n")} if g == GRADER and held else None),
+                "vs_derm": ({k: d[k] for k in ("agreement_pct", "cases", "trials", "count_equal_pct")} if d else None),
+            }
+        )
     return rows
 
 
@@ -306,14 +356,27 @@ def _tests(v: View) -> list[dict]:
             if g is None:  # no grader stands behind this model's figures (graded only by itself)
                 continue
             sel = pv.filter(
-                pl.col("family") == "setting", pl.col("model") == m, pl.col("format") == fmt, pl.col("grader") == g,
-                pl.col("group_by") == "all", pl.col("a") == "vignette", pl.col("b") == "multiturn",
+                pl.col("family") == "setting",
+                pl.col("model") == m,
+                pl.col("format") == fmt,
+                pl.col("grader") == g,
+                pl.col("group_by") == "all",
+                pl.col("a") == "vignette",
+                pl.col("b") == "multiturn",
             )
             b = sel.filter(pl.col("test") == "paired-bootstrap")
             mc = sel.filter(pl.col("test") == "mcnemar")
             if b.height:
-                rows.append({"display": v.display(m), "format": FORMAT_LABELS[fmt], "grader": g, "diff": b["diff"][0],
-                             "p_bootstrap": b["p_adjusted"][0], "p_mcnemar": mc["p_adjusted"][0] if mc.height else None})
+                rows.append(
+                    {
+                        "display": v.display(m),
+                        "format": FORMAT_LABELS[fmt],
+                        "grader": g,
+                        "diff": b["diff"][0],
+                        "p_bootstrap": b["p_adjusted"][0],
+                        "p_mcnemar": mc["p_adjusted"][0] if mc.height else None,
+                    }
+                )
     return rows
 
 
@@ -322,10 +385,17 @@ def _pairs(a) -> dict:
     :data:`.runner.ALL_PAIRS_UP_TO` models), else each model against its neighbours in the ranking and the leader."""
     from .runner import ALL_PAIRS_UP_TO
 
-    fam = a.accuracy.filter(pl.col("group_by") == "all").group_by("setting", "format", "grader", "with_image").agg(pl.col("model").n_unique())
+    fam = (
+        a.accuracy.filter(pl.col("group_by") == "all")
+        .group_by("setting", "format", "grader", "with_image")
+        .agg(pl.col("model").n_unique())
+    )
     largest = int(fam["model"].max() or 0) if fam.height else 0
-    return {"every": bool(getattr(a, "all_pairs", False)) or largest <= ALL_PAIRS_UP_TO, "requested": bool(getattr(a, "all_pairs", False)),
-            "up_to": ALL_PAIRS_UP_TO}
+    return {
+        "every": bool(getattr(a, "all_pairs", False)) or largest <= ALL_PAIRS_UP_TO,
+        "requested": bool(getattr(a, "all_pairs", False)),
+        "up_to": ALL_PAIRS_UP_TO,
+    }
 
 
 def _paper_tests(v: View) -> dict | None:
@@ -378,8 +448,13 @@ def _human(v: View) -> dict:
     rows = [{"display": v.display(m), "cells": [{"mcq": _acc(v.cell(m, "vignette", MCQ, group_by="dataset", group=d)),
                                                  "frq": _acc(v.cell(m, "vignette", "frq", group_by="dataset", group=d))} for d in datasets]}
             for m in v.models]  # fmt: skip
-    return {"mcq": DERMATOLOGISTS_REPORTED["mcq4"], "frq": DERMATOLOGISTS_REPORTED["frq"], "datasets": datasets,
-            "sizes": [v.group_size("dataset", d) for d in datasets], "rows": rows if datasets else []}
+    return {
+        "mcq": DERMATOLOGISTS_REPORTED["mcq4"],
+        "frq": DERMATOLOGISTS_REPORTED["frq"],
+        "datasets": datasets,
+        "sizes": [v.group_size("dataset", d) for d in datasets],
+        "rows": rows if datasets else [],
+    }
 
 
 #: The paper's other figures (analysis.paper_figures): file, alt text, caption; the page shows those that were drawn.
@@ -400,7 +475,11 @@ PAPER_FIGURES = (
 def _paper_figures(out: Path | None) -> list[dict]:
     if out is None:
         return []
-    return [{"src": f"figures/{f}", "alt": alt, "caption": cap} for f, alt, cap in PAPER_FIGURES if (Path(out) / "figures" / f).is_file()]
+    return [
+        {"src": f"figures/{f}", "alt": alt, "caption": cap}
+        for f, alt, cap in PAPER_FIGURES
+        if (Path(out) / "figures" / f).is_file()
+    ]
 
 
 def _audit(a: dict) -> dict:
@@ -415,8 +494,14 @@ def _audit(a: dict) -> dict:
         "id": str(a["id"]),
         "title": str(a["title"]),
         "paragraphs": [p.strip() for p in str(a.get("description", "")).split("\n\n") if p.strip()],
-        "tables": [{"name": t.get("name") or "Table", "columns": [str(c) for c in t.get("columns", [])],
-                    "rows": [list(r) for r in t.get("rows", [])]} for t in a.get("tables", [])],
+        "tables": [
+            {
+                "name": t.get("name") or "Table",
+                "columns": [str(c) for c in t.get("columns", [])],
+                "rows": [list(r) for r in t.get("rows", [])],
+            }
+            for t in a.get("tables", [])
+        ],
         "figures": figures,
     }
 
@@ -431,8 +516,9 @@ def _copy_audit_figures(ctx: dict, out: Path) -> None:
 
 def _trials_per_case(v: View) -> int | None:
     """The trials each case has on the board, when every ranked release has the same whole number of them."""
-    st = v.a.answer_status.filter(~pl.col("with_image"), pl.col("setting") == LEAD[0], pl.col("format") == LEAD[1],
-                                  pl.col("model").is_in(v.models))
+    st = v.a.answer_status.filter(
+        ~pl.col("with_image"), pl.col("setting") == LEAD[0], pl.col("format") == LEAD[1], pl.col("model").is_in(v.models)
+    )
     ratios = {n / v.board_cases for n in st["n_answers"].to_list()} if v.board_cases else set()
     if len(ratios) == 1 and (t := ratios.pop()).is_integer():
         return int(t)
@@ -462,7 +548,9 @@ def context(a, audits: list[dict] | None = None, out: Path | None = None) -> dic
     """Everything the templates show, as plain data (``out``: the page's folder, whose drawn figures it shows)."""
     v = View(a)
     audits = audits or []
-    commits = sorted({json.loads(v.release_info[m]["source"]).get("commit") or "" for m in v.models + v.partial + v.image_models} - {""})
+    commits = sorted(
+        {json.loads(v.release_info[m]["source"]).get("commit") or "" for m in v.models + v.partial + v.image_models} - {""}
+    )
     return {
         "B": a.B,
         "seed": a.seed,
@@ -480,9 +568,14 @@ def context(a, audits: list[dict] | None = None, out: Path | None = None) -> dic
         "by_dataset": _by_dataset(v),
         "mcq_rules": _mcq_rules(v),
         "frq_graders": v.frq_graders_all,
-        "frq_by_grader": [{"display": v.display(m), "cells": [_acc(v.cell(m, *LEAD, grader=g)) for g in v.frq_graders_all],
-                           "self_graded": [g in v.self_graded.get(m, ()) for g in v.frq_graders_all]}
-                          for m in v.models],
+        "frq_by_grader": [
+            {
+                "display": v.display(m),
+                "cells": [_acc(v.cell(m, *LEAD, grader=g)) for g in v.frq_graders_all],
+                "self_graded": [g in v.self_graded.get(m, ()) for g in v.frq_graders_all],
+            }
+            for m in v.models
+        ],
         "frq_preference": _frq_preference(),
         "reliability": _grader_reliability(v, audits),
         "tests": _tests(v),
@@ -493,14 +586,23 @@ def context(a, audits: list[dict] | None = None, out: Path | None = None) -> dic
         **_other_tasks(a, v),
         "audits": [_audit(x) for x in audits],
         "fold_rows": FOLD_ROWS,
-        "releases": [{**_release(v, m), "notes": _release_notes(v, m), "partial": m in v.partial, "coverage": v.coverage.get(m, 0),
-                      "self_reported": m in v.self_reported}
-                     for m in v.models + v.partial + v.self_reported + v.image_models],
+        "releases": [
+            {
+                **_release(v, m),
+                "notes": _release_notes(v, m),
+                "partial": m in v.partial,
+                "coverage": v.coverage.get(m, 0),
+                "self_reported": m in v.self_reported,
+            }
+            for m in v.models + v.partial + v.self_reported + v.image_models
+        ],
         "image": _image_rows(v),
         "paper_tests": _paper_tests(v),
         "human": _human(v),
         "paper_figures": _paper_figures(out),
-        "exam_data": any(v.cell(m, s, f) for m in v.models for s in ("exam", "multiturn_no_exam", "multiturn_plus_exam") for f in (MCQ, "frq")),
+        "exam_data": any(
+            v.cell(m, s, f) for m in v.models for s in ("exam", "multiturn_no_exam", "multiturn_plus_exam") for f in (MCQ, "frq")
+        ),
         "commits": [c[:12] for c in commits],
     }
 

@@ -81,14 +81,28 @@ def settings_with_brackets(v: View, path: Path, group_by: str = "all", group: st
         for j, s in enumerate(UPSTREAM_SETTINGS):
             cells = [v.cell(m, s, fmt, group_by=group_by, group=group) for m in models]
             acc = [c["accuracy"] if c else np.nan for c in cells]
-            err = [[c["accuracy"] - c["ci_low"] if c else 0 for c in cells], [c["ci_high"] - c["accuracy"] if c else 0 for c in cells]]
-            ax.bar(x + (j - 1.5) * width, acc, width, yerr=err, capsize=2, label=SETTING_LABELS[s], color=COLORS[s], error_kw={"elinewidth": 0.8})
+            err = [
+                [c["accuracy"] - c["ci_low"] if c else 0 for c in cells],
+                [c["ci_high"] - c["accuracy"] if c else 0 for c in cells],
+            ]
+            ax.bar(
+                x + (j - 1.5) * width,
+                acc,
+                width,
+                yerr=err,
+                capsize=2,
+                label=SETTING_LABELS[s],
+                color=COLORS[s],
+                error_kw={"elinewidth": 0.8},
+            )
         for i, m in enumerate(models):
             g = v.grader_for(m, fmt)
             base = v.cell(m, "vignette", fmt, group_by=group_by, group=group)
             if g is None or base is None:
                 continue
-            top = max((c["ci_high"] for s in UPSTREAM_SETTINGS if (c := v.cell(m, s, fmt, group_by=group_by, group=group))), default=0)
+            top = max(
+                (c["ci_high"] for s in UPSTREAM_SETTINGS if (c := v.cell(m, s, fmt, group_by=group_by, group=group))), default=0
+            )
             y = top + 0.03
             for j, s in enumerate(UPSTREAM_SETTINGS[1:], start=1):
                 p = _setting_p(v, m, "vignette", s, fmt, g, group_by, group)
@@ -104,7 +118,10 @@ def settings_with_brackets(v: View, path: Path, group_by: str = "all", group: st
         ax.set_axisbelow(True)
     axes[0].legend(ncol=4, fontsize=8, loc="upper right", frameon=False)
     axes[-1].set_xticks(x, [v.display(m) for m in models])
-    fig.suptitle(title or "Accuracy by setting, with the vignette against each conversational setting (paired bootstrap, Holm)", fontsize=10)
+    fig.suptitle(
+        title or "Accuracy by setting, with the vignette against each conversational setting (paired bootstrap, Holm)",
+        fontsize=10,
+    )
     fig.tight_layout()
     return _save(fig, path)
 
@@ -125,9 +142,20 @@ def mcq_vs_frq(v: View, path: Path) -> Path | None:
         for k, fmt in enumerate(("mcq4", "frq")):
             cells = [v.cell(m, s, fmt) for m in models]
             acc = [c["accuracy"] if c else np.nan for c in cells]
-            err = [[c["accuracy"] - c["ci_low"] if c else 0 for c in cells], [c["ci_high"] - c["accuracy"] if c else 0 for c in cells]]
-            ax.bar(x + (k - 0.5) * 0.38, acc, 0.38, yerr=err, capsize=1.5, color=FORMAT_COLORS[fmt], label=v.format_label(fmt),
-                   error_kw={"elinewidth": 0.7})
+            err = [
+                [c["accuracy"] - c["ci_low"] if c else 0 for c in cells],
+                [c["ci_high"] - c["accuracy"] if c else 0 for c in cells],
+            ]
+            ax.bar(
+                x + (k - 0.5) * 0.38,
+                acc,
+                0.38,
+                yerr=err,
+                capsize=1.5,
+                color=FORMAT_COLORS[fmt],
+                label=v.format_label(fmt),
+                error_kw={"elinewidth": 0.7},
+            )
         for i, m in enumerate(models):
             g = v.grader_for(m, "frq")
             row = ft.filter(pl.col("model") == m, pl.col("setting") == s, pl.col("mcq_grader") == "paper", pl.col("frq_grader") == g,
@@ -164,9 +192,20 @@ def vision(v: View, path: Path) -> Path | None:
             if not any(cells):
                 continue
             acc = [c["accuracy"] if c else np.nan for c in cells]
-            err = [[c["accuracy"] - c["ci_low"] if c else 0 for c in cells], [c["ci_high"] - c["accuracy"] if c else 0 for c in cells]]
-            ax.bar(x + (k - 0.5) * 0.38, acc, 0.38, yerr=err, capsize=1.5, color=IMAGE_COLORS[flag],
-                   label="with the image" if flag else "without the image", error_kw={"elinewidth": 0.7})
+            err = [
+                [c["accuracy"] - c["ci_low"] if c else 0 for c in cells],
+                [c["ci_high"] - c["accuracy"] if c else 0 for c in cells],
+            ]
+            ax.bar(
+                x + (k - 0.5) * 0.38,
+                acc,
+                0.38,
+                yerr=err,
+                capsize=1.5,
+                color=IMAGE_COLORS[flag],
+                label="with the image" if flag else "without the image",
+                error_kw={"elinewidth": 0.7},
+            )
         for j, s in enumerate(UPSTREAM_SETTINGS):
             row = (it.filter(pl.col("model") == m, pl.col("setting") == s, pl.col("format") == "frq", pl.col("grader") == g,
                              pl.col("group_by") == "all", pl.col("test") == "paired-bootstrap") if it is not None else None)  # fmt: skip
@@ -199,10 +238,21 @@ def exam_settings(v: View, path: Path) -> Path | None:
         for j, s in enumerate(EXAM_SETTINGS):
             cells = [v.cell(m, s, fmt) for m in models]
             acc = [c["accuracy"] if c else np.nan for c in cells]
-            err = [[c["accuracy"] - c["ci_low"] if c else 0 for c in cells], [c["ci_high"] - c["accuracy"] if c else 0 for c in cells]]
+            err = [
+                [c["accuracy"] - c["ci_low"] if c else 0 for c in cells],
+                [c["ci_high"] - c["accuracy"] if c else 0 for c in cells],
+            ]
             off = (j - (len(EXAM_SETTINGS) - 1) / 2) * width
-            ax.bar(x + off, acc, width, yerr=err, capsize=1.5, label=SETTING_LABELS[s], color=COLORS.get(s) or EXAM_COLORS[s],
-                   error_kw={"elinewidth": 0.7})
+            ax.bar(
+                x + off,
+                acc,
+                width,
+                yerr=err,
+                capsize=1.5,
+                label=SETTING_LABELS[s],
+                color=COLORS.get(s) or EXAM_COLORS[s],
+                error_kw={"elinewidth": 0.7},
+            )
         for i, m in enumerate(models):
             g = v.grader_for(m, fmt)
             if g is None:

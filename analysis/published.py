@@ -115,4 +115,11 @@ def source_tables(a, source, out: Path | str) -> list[Path]:
     return written
 
 
-__all__ = ["DERMATOLOGISTS_REPORTED", "published_format_comparison", "read_preprint_table", "source_tables", "FORMAT_TABLES", "PUBLISHED_COLUMNS"]
+__all__ = [
+    "DERMATOLOGISTS_REPORTED",
+    "published_format_comparison",
+    "read_preprint_table",
+    "source_tables",
+    "FORMAT_TABLES",
+    "PUBLISHED_COLUMNS",
+]

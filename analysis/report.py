@@ -13,8 +13,9 @@ import polars as pl
 from .bootstrap import DEFAULT_B
 
 
-def submission_report(releases_dir: Path | str, dataset_dir: Path | str, release_id: str, summary: dict, records: dict,
-                      *, B: int | None = None) -> dict:
+def submission_report(
+    releases_dir: Path | str, dataset_dir: Path | str, release_id: str, summary: dict, records: dict, *, B: int | None = None
+) -> dict:
     """Accuracy per setting, format, grader and specialty of ``release_id`` (a folder under ``releases_dir``)."""
     from .tables import compute
 

@@ -63,8 +63,11 @@ def judge_scores(releases, unsupported: str = "count", prefer: str = "auto") -> 
             if not current(r, r.scorer_records().get(CALIBRATED) or {}):  # the judge re-judged since: its calibration is stale
                 import sys
 
-                print(f"warning: release {r.id}: its calibrated judge was made from other judge scores than it holds now; "
-                      "not shown (craftmd judge-calibrate apply again)", file=sys.stderr)
+                print(
+                    f"warning: release {r.id}: its calibrated judge was made from other judge scores than it holds now; "
+                    "not shown (craftmd judge-calibrate apply again)",
+                    file=sys.stderr,
+                )
                 pairs.discard((CALIBRATED, CALIBRATED_METRIC))
         got = standing_scorer(pairs, prefer) if pairs else None
         if got is None:
@@ -145,7 +148,9 @@ def rubric(releases, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, unsupporte
     schema = {"model": pl.String, "scorer": pl.String, "level": pl.String, "group": pl.String, "n_cases": pl.Int64,
               "n_conversations": pl.Int64, "mean": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64}  # fmt: skip
     table = pl.DataFrame(rows, schema=schema).join(failed, on=["model", "scorer", "level", "group"], how="full", coalesce=True)
-    table = table.with_columns(pl.col("n_failed").fill_null(0), pl.col("n_cases").fill_null(0), pl.col("n_conversations").fill_null(0))
+    table = table.with_columns(
+        pl.col("n_failed").fill_null(0), pl.col("n_cases").fill_null(0), pl.col("n_conversations").fill_null(0)
+    )
     table = table.select(COLUMNS).sort("model", "level", "group")
     raw = (df.with_columns(pl.when(pl.col("status") == "ok").then(pl.col("value").round(0).cast(pl.Int64).cast(pl.String)).otherwise(pl.lit("failed"))
                            .alias("score"))
@@ -154,7 +159,9 @@ def rubric(releases, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, unsupporte
              .sort("model", "score"))  # fmt: skip
     from .judges import judge_extras
 
-    return Rubric(table, raw, B, seed, df, judge_extras(releases) if table.height else None, detail_table(df, B, seed), unsupported)
+    return Rubric(
+        table, raw, B, seed, df, judge_extras(releases) if table.height else None, detail_table(df, B, seed), unsupported
+    )
 
 
 DETAIL_COLUMNS = ["model", "scorer", "level", "group", "competency", "n_cases", "n_conversations", "mean", "ci_low", "ci_high"]
@@ -180,7 +187,9 @@ def detail_table(df: pl.DataFrame, B: int = DEFAULT_B, seed: int = DEFAULT_SEED)
         ok.group_by([*key, "competency"]).agg(pl.col("value").mean())
           .select(*key, pl.lit("competency").alias("level"), pl.col("competency").alias("group"), "competency", "value"),
     ])  # fmt: skip
-    cases = conv.group_by("model", "scorer", "level", "group", "competency", "case_id").agg(pl.col("value").mean(), pl.len().alias("n_conv"))
+    cases = conv.group_by("model", "scorer", "level", "group", "competency", "case_id").agg(
+        pl.col("value").mean(), pl.len().alias("n_conv")
+    )
     R = Resampler(B=B, seed=seed)
     cells = []
     for k, g in cases.sort("model", "scorer", "level", "group", "case_id").group_by(["model", "scorer", "level", "group", "competency"],
@@ -306,9 +315,15 @@ def write_figures(r: Rubric, out: Path) -> list[Path]:
     width = 0.8 / max(len(models), 1)
     x = np.arange(len(META_CATEGORIES))
     for j, m in enumerate(models):
-        rows = {g: (mu, lo, hi) for g, mu, lo, hi in meta.filter(pl.col("model") == m).select("group", "mean", "ci_low", "ci_high").iter_rows()}
+        rows = {
+            g: (mu, lo, hi)
+            for g, mu, lo, hi in meta.filter(pl.col("model") == m).select("group", "mean", "ci_low", "ci_high").iter_rows()
+        }
         mu = [rows[g][0] if g in rows else np.nan for g in META_CATEGORIES]
-        err = [[rows[g][0] - rows[g][1] if g in rows else 0 for g in META_CATEGORIES], [rows[g][2] - rows[g][0] if g in rows else 0 for g in META_CATEGORIES]]
+        err = [
+            [rows[g][0] - rows[g][1] if g in rows else 0 for g in META_CATEGORIES],
+            [rows[g][2] - rows[g][0] if g in rows else 0 for g in META_CATEGORIES],
+        ]
         ax.bar(x + (j - (len(models) - 1) / 2) * width, mu, width, yerr=err, capsize=2, label=m, error_kw={"elinewidth": 0.8})
     ax.set_xticks(x, [textwrap.fill(g, 14) for g in META_CATEGORIES], fontsize=7)
     ax.set_ylim(0, 100)
@@ -375,10 +390,17 @@ def page_section(r: Rubric | None) -> dict | None:
     meta = r.table.filter(pl.col("level") == "meta_category")
     rows = []
     for m in sorted(meta["model"].unique().to_list()):
-        got = {g: (mu, lo, hi) for g, mu, lo, hi in meta.filter(pl.col("model") == m).select("group", "mean", "ci_low", "ci_high").iter_rows()}
+        got = {
+            g: (mu, lo, hi)
+            for g, mu, lo, hi in meta.filter(pl.col("model") == m).select("group", "mean", "ci_low", "ci_high").iter_rows()
+        }
         failed = int(r.raw.filter(pl.col("model") == m, pl.col("score") == "failed")["n"].sum())
         total = int(r.raw.filter(pl.col("model") == m)["n"].sum())
-        kinds = r.scores.filter(pl.col("model") == m)["kind"].unique().to_list() if r.scores is not None and "kind" in r.scores.columns else []
+        kinds = (
+            r.scores.filter(pl.col("model") == m)["kind"].unique().to_list()
+            if r.scores is not None and "kind" in r.scores.columns
+            else []
+        )
         rows.append({"model": m, "scorer": meta.filter(pl.col("model") == m)["scorer"][0], "kind": kinds[0] if len(kinds) == 1 else "judge",
                      "failed": failed, "total": total,
                      "cells": [None if got.get(g, (None,))[0] is None else
@@ -393,7 +415,9 @@ def page_section(r: Rubric | None) -> dict | None:
     for m in sorted(detail["model"].unique().to_list()):
         got = {g: (mu, lo, hi) for g, mu, lo, hi in detail.filter(pl.col("model") == m, pl.col("level") == "competency")
                .select("group", "mean", "ci_low", "ci_high").iter_rows()}  # fmt: skip
-        comp_rows.append({"model": m, "cells": [f"{got[c][0]:.0f} ({got[c][1]:.0f}–{got[c][2]:.0f})" if c in got else None for c in comps]})
+        comp_rows.append(
+            {"model": m, "cells": [f"{got[c][0]:.0f} ({got[c][1]:.0f}–{got[c][2]:.0f})" if c in got else None for c in comps]}
+        )
     dim_rows = [{"dimension": x["group"], "competency": comps[x["competency"]], "model": x["model"], "mean": x["mean"], "ci_low": x["ci_low"],
                  "ci_high": x["ci_high"], "n_cases": x["n_cases"]} for x in detail.filter(pl.col("level") == "dimension").to_dicts()]  # fmt: skip
     return {"meta_categories": list(META_CATEGORIES), "rows": rows, "B": r.B, "seed": r.seed, "judges": judges_section(r.extras),

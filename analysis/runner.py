@@ -90,8 +90,9 @@ def _open() -> duckdb.DuckDBPyConnection:
     return con
 
 
-def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threads: int | None = None,
-            all_pairs: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(
+    releases: list[Release] | Path | str, dataset_dir: Path | str, threads: int | None = None, all_pairs: bool = False
+) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the releases and the dataset registered as views. ``all_pairs``: the comparisons test
     every pair of models, whatever the board's size (else every pair only up to :data:`ALL_PAIRS_UP_TO` models)."""
     if not isinstance(releases, list):
@@ -112,7 +113,9 @@ def connect(releases: list[Release] | Path | str, dataset_dir: Path | str, threa
             raise CraftMDError("no release has scores.parquet; score the releases first (craftmd score)")
         claim = f"starts_with(scorer, '{CLAIM_PREFIX}')"  # a claim (an ingested log's word) is no score
         if body is not None and table == "scores" and con.sql(f"select 1 from ({body}) where {claim} limit 1").fetchall():
-            body = f"select * from ({body}) where not {claim}"  # (only then: the views of a board without claims stay as they were)
+            body = (
+                f"select * from ({body}) where not {claim}"  # (only then: the views of a board without claims stay as they were)
+            )
         if body is not None:
             con.execute(f"create view {table} as {body}")
     con.execute((SQL_DIR / "_macros.sql").read_text())
@@ -146,7 +149,7 @@ def _score_rows_sql(con) -> str:
 
     cols = [r[0] for r in con.execute("describe scores").fetchall()]
     keys = [c for c in cols if c not in SCORE_COLUMNS.names and c != "release"]
-    parts = [f"case when \"{k}\" is not null then '{k}=' || \"{k}\"::varchar end" for k in keys]
+    parts = [f'case when "{k}" is not null then \'{k}=\' || "{k}"::varchar end' for k in keys]
     variant = f"concat_ws(', ', {', '.join(parts)})" if parts else "''"
     return f"select release, case_id, trial, {variant} as variant, scorer, metric, value, status from scores"
 

@@ -18,8 +18,37 @@ from statsmodels.stats.multitest import multipletests
 from .bootstrap import DEFAULT_B, DEFAULT_SEED, Resampler, paired_p, scale
 
 CELL = ["release", "grader", "setting", "format", "with_image", "group_by", "group"]
-ACCURACY_COLUMNS = ["model", "setting", "format", "grader", "group_by", "group", "n_cases", "accuracy", "ci_low", "ci_high", "with_image", "kind"]
-PVALUE_COLUMNS = ["model", "format", "grader", "group_by", "group", "a", "b", "diff", "p_value", "p_adjusted", "test", "family", "setting", "with_image", "n_cases"]
+ACCURACY_COLUMNS = [
+    "model",
+    "setting",
+    "format",
+    "grader",
+    "group_by",
+    "group",
+    "n_cases",
+    "accuracy",
+    "ci_low",
+    "ci_high",
+    "with_image",
+    "kind",
+]
+PVALUE_COLUMNS = [
+    "model",
+    "format",
+    "grader",
+    "group_by",
+    "group",
+    "a",
+    "b",
+    "diff",
+    "p_value",
+    "p_adjusted",
+    "test",
+    "family",
+    "setting",
+    "with_image",
+    "n_cases",
+]
 FAMILY = ["family", "model", "setting", "format", "grader", "with_image", "group_by", "group", "test"]
 DECIMALS = 6
 #: McNemar's exact (binomial) test below this many discordant pairs, chi-square with continuity correction above.
@@ -45,7 +74,9 @@ def _cells(case_groups: pl.DataFrame) -> tuple[dict[tuple, tuple[np.ndarray, np.
     cases = case_groups["case_position"].to_numpy()
     # sql/case_groups orders its rows by cell: a cell is a run of rows, found where a key column changes (no hash
     # table over the board's rows)
-    changed = case_groups.select(pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift()) for c in CELL])).to_series().to_numpy()
+    changed = (
+        case_groups.select(pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift()) for c in CELL])).to_series().to_numpy()
+    )
     if len(changed):
         changed[0] = True
     starts = np.flatnonzero(changed)
@@ -172,9 +203,9 @@ def _accuracy_with_ci(accuracy: pl.DataFrame, ci: dict) -> pl.DataFrame:
         a, b = ci[key]
         lo.append(a)
         hi.append(b)
-    acc = accuracy.with_columns(pl.Series("ci_low", lo, dtype=pl.Float64), pl.Series("ci_high", hi, dtype=pl.Float64)).with_columns(
-        pl.col("accuracy", "ci_low", "ci_high").round(DECIMALS)
-    )
+    acc = accuracy.with_columns(
+        pl.Series("ci_low", lo, dtype=pl.Float64), pl.Series("ci_high", hi, dtype=pl.Float64)
+    ).with_columns(pl.col("accuracy", "ci_low", "ci_high").round(DECIMALS))
     return acc.select(ACCURACY_COLUMNS).sort(["model", "format", "grader", "setting", "with_image", "group_by", "group"])
 
 
@@ -195,9 +226,20 @@ def _pvalues(comp: list[dict], tested: dict, L: int) -> pl.DataFrame:
         trial_diff = round((n10 - n01) / r["n_trials"], DECIMALS) if r["n_trials"] else 0.0
         rows.append({**base, "n_cases": r["n_cases"], "diff": trial_diff, "p_value": min(p, 1.0), "test": "mcnemar"})
     schema = {
-        "family": pl.String, "model": pl.String, "setting": pl.String, "format": pl.String, "grader": pl.String,
-        "with_image": pl.Boolean, "group_by": pl.String, "group": pl.String, "a": pl.String, "b": pl.String,
-        "n_cases": pl.Int64, "diff": pl.Float64, "p_value": pl.Float64, "test": pl.String,
+        "family": pl.String,
+        "model": pl.String,
+        "setting": pl.String,
+        "format": pl.String,
+        "grader": pl.String,
+        "with_image": pl.Boolean,
+        "group_by": pl.String,
+        "group": pl.String,
+        "a": pl.String,
+        "b": pl.String,
+        "n_cases": pl.Int64,
+        "diff": pl.Float64,
+        "p_value": pl.Float64,
+        "test": pl.String,
     }
     pv = pl.DataFrame(rows, schema=schema)
     return pv.with_columns(pl.Series("p_adjusted", holm(pv, FAMILY))).select(PVALUE_COLUMNS)
@@ -205,7 +247,19 @@ def _pvalues(comp: list[dict], tested: dict, L: int) -> pl.DataFrame:
 
 #: The columns of the MCQ-vs-FRQ and image tests (:func:`more_tests`): side a and side b are cells of one model in one
 #: setting (format, grader, image flag each).
-MORE_KEY = ["family", "model", "setting", "format_a", "grader_a", "image_a", "format_b", "grader_b", "image_b", "group_by", "group"]
+MORE_KEY = [
+    "family",
+    "model",
+    "setting",
+    "format_a",
+    "grader_a",
+    "image_a",
+    "format_b",
+    "grader_b",
+    "image_b",
+    "group_by",
+    "group",
+]
 MORE_COLUMNS = [*MORE_KEY, "n_cases", "diff", "p_value", "p_adjusted", "test"]
 
 
@@ -241,7 +295,9 @@ def more_tests(more: pl.DataFrame, tested: dict[int, tuple[int, int, float]], L:
         rows.append({**base, "n_cases": n, "diff": round(obs / (n * L), DECIMALS), "p_value": p_boot, "test": "paired-bootstrap"})
         n10, n01 = r["n10"], r["n01"]
         trial_diff = round((n10 - n01) / r["n_trials"], DECIMALS) if r["n_trials"] else 0.0
-        rows.append({**base, "n_cases": r["n_cases"], "diff": trial_diff, "p_value": min(mcnemar_p(n10, n01), 1.0), "test": "mcnemar"})
+        rows.append(
+            {**base, "n_cases": r["n_cases"], "diff": trial_diff, "p_value": min(mcnemar_p(n10, n01), 1.0), "test": "mcnemar"}
+        )
     schema = {k: (pl.Boolean if k.startswith("image_") else pl.String) for k in MORE_KEY}
     schema.update({"n_cases": pl.Int64, "diff": pl.Float64, "p_value": pl.Float64, "test": pl.String})
     pv = pl.DataFrame(rows, schema=schema)
@@ -249,7 +305,19 @@ def more_tests(more: pl.DataFrame, tested: dict[int, tuple[int, int, float]], L:
     return pv.with_columns(pl.Series("p_adjusted", holm(pv, family))).select(MORE_COLUMNS)  # in the query's order
 
 
-METRIC_COLUMNS = ["model", "scorer", "metric", "variant", "kind", "higher_is_better", "n_cases", "n_failed", "mean", "ci_low", "ci_high"]
+METRIC_COLUMNS = [
+    "model",
+    "scorer",
+    "metric",
+    "variant",
+    "kind",
+    "higher_is_better",
+    "n_cases",
+    "n_failed",
+    "mean",
+    "ci_low",
+    "ci_high",
+]
 FLOAT_DECIMALS = 10
 
 
@@ -268,7 +336,9 @@ def metric_table(case_scores: pl.DataFrame, *, B: int = DEFAULT_B, seed: int = D
     n_failed = {tuple(r[:4]): r[4] for r in failed.iter_rows()}
     rows = []
     done = set()  # the cells with a value
-    for _, of_release in scored.group_by("release", maintain_order=True):  # one release at a time: memory follows it, not the board
+    for _, of_release in scored.group_by(
+        "release", maintain_order=True
+    ):  # one release at a time: memory follows it, not the board
         R = Resampler(B=B, seed=seed)
         mine = []
         for k, g in of_release.group_by(key, maintain_order=True):
@@ -306,4 +376,15 @@ def metric_table(case_scores: pl.DataFrame, *, B: int = DEFAULT_B, seed: int = D
     return pl.DataFrame(rows, schema=schema).select(METRIC_COLUMNS).sort("model", "scorer", "metric", "variant")
 
 
-__all__ = ["bootstrap_tables", "bootstrap_all", "more_tests", "mcnemar_p", "holm", "metric_table", "MORE_COLUMNS", "ACCURACY_COLUMNS", "PVALUE_COLUMNS", "METRIC_COLUMNS"]
+__all__ = [
+    "bootstrap_tables",
+    "bootstrap_all",
+    "more_tests",
+    "mcnemar_p",
+    "holm",
+    "metric_table",
+    "MORE_COLUMNS",
+    "ACCURACY_COLUMNS",
+    "PVALUE_COLUMNS",
+    "METRIC_COLUMNS",
+]

@@ -25,8 +25,18 @@ from .stats import bootstrap_all, metric_table
 
 #: The paper's other tests, written beside TABLES when computed (MCQ vs FRQ, image vs none, the experts' McNemar).
 MORE_TABLES = ("format_tests", "image_tests", "expert_tests", "published_tests")
-TABLES = ("accuracy", "pvalues", "answer_status", "mcq_rule_gap", "metrics", "releases", "group_sizes", "history_tests",
-          "history_by_coverage", "history_by_complexity")
+TABLES = (
+    "accuracy",
+    "pvalues",
+    "answer_status",
+    "mcq_rule_gap",
+    "metrics",
+    "releases",
+    "group_sizes",
+    "history_tests",
+    "history_by_coverage",
+    "history_by_complexity",
+)
 
 
 @dataclass
@@ -49,10 +59,14 @@ class Analysis:
     rubric: object = None  # the rubric judge's profiles (analysis.rubric.Rubric), when a release was judged
     consultation: dict = field(default_factory=dict)  # analysis.consultation's tables, when a consultation release was analysed
     encounters: dict = field(default_factory=dict)  # analysis.encounters' tables, when an encounters release was analysed
-    boards: pl.DataFrame | None = None  # analysis.boards: each model's headline in each task (only beside another task's releases)
+    boards: pl.DataFrame | None = (
+        None  # analysis.boards: each model's headline in each task (only beside another task's releases)
+    )
     format_tests: pl.DataFrame | None = None  # four-choice MCQ against FRQ per model and setting (stats.more_tests; format_split)
     image_tests: pl.DataFrame | None = None  # with against without the image, per model, setting, format and grader
-    expert_tests: pl.DataFrame | None = None  # McNemar between models on the dermatologists' labels (analysis.published, with a source)
+    expert_tests: pl.DataFrame | None = (
+        None  # McNemar between models on the dermatologists' labels (analysis.published, with a source)
+    )
     published_tests: pl.DataFrame | None = None  # the preprint's MCQ-vs-FRQ p-values beside format_tests (analysis.published)
     all_pairs: bool = False  # every pair of models tested on request (--all-pairs); else as sql/comparisons says
 
@@ -78,12 +92,16 @@ def prepared_connection(releases: list[Release], dataset_dir: Path | str, *, all
     :func:`.runner.connect`)."""
     con = runner.connect(releases, dataset_dir, all_pairs=all_pairs)
     runner.materialize(con, "trial_grades")
-    bad = con.sql(f"select release, min(trial), max(trial) from trial_grades group by release "
-                  f"having min(trial) < 0 or max(trial) >= {MAX_TRIALS} order by release").fetchall()
+    bad = con.sql(
+        f"select release, min(trial), max(trial) from trial_grades group by release "
+        f"having min(trial) < 0 or max(trial) >= {MAX_TRIALS} order by release"
+    ).fetchall()
     if bad:  # written by hand: every craftmd writer keeps trials to 0..MAX_TRIALS-1 (craftmd.release.check_trials)
         r, lo, hi = bad[0]
-        raise CraftMDError(f"release {r}: trial {lo if lo < 0 else hi} is out of range: trials are numbered 0..{MAX_TRIALS - 1}; "
-                           "remove it from the releases folder")
+        raise CraftMDError(
+            f"release {r}: trial {lo if lo < 0 else hi} is out of range: trials are numbered 0..{MAX_TRIALS - 1}; "
+            "remove it from the releases folder"
+        )
     for name in ("case_scores", "case_membership", "case_groups"):
         runner.materialize(con, name)
     return con
@@ -95,7 +113,7 @@ def group_sizes(con) -> pl.DataFrame:
     Counted from the dataset, never from a release: a release that covers a few cases says
     nothing about how many cases a specialty has.
     """
-    members = pl.from_arrow(con.sql("select case_id, with_image, group_by, \"group\" from case_membership").to_arrow_table())
+    members = pl.from_arrow(con.sql('select case_id, with_image, group_by, "group" from case_membership').to_arrow_table())
     cases = pl.from_arrow(con.sql("select distinct case_id, with_image from cases").to_arrow_table())
     everything = cases.with_columns(pl.lit("all").alias("group_by"), pl.lit("all").alias("group"))
     return (
@@ -131,8 +149,16 @@ def _empty() -> dict[str, pl.DataFrame]:
     }  # fmt: skip
 
 
-def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED,
-            packets: Path | str | None = None, rubric_options: dict | None = None, all_pairs: bool = False) -> Analysis:
+def compute(
+    releases_dir: Path | str,
+    dataset_dir: Path | str,
+    *,
+    B: int = DEFAULT_B,
+    seed: int = DEFAULT_SEED,
+    packets: Path | str | None = None,
+    rubric_options: dict | None = None,
+    all_pairs: bool = False,
+) -> Analysis:
     """Run the named queries over the releases and add bootstrap CIs and tests. ``packets``: the built medpi folder
     whose packets give each encounter's reason and objective (the rubric by encounter needs it). ``all_pairs``: test
     every pair of models (else every pair only in families of up to :data:`.runner.ALL_PAIRS_UP_TO` models, each model
@@ -180,15 +206,41 @@ def compute(releases_dir: Path | str, dataset_dir: Path | str, *, B: int = DEFAU
 
 
 #: The columns of tables/format_tests.csv and tables/image_tests.csv.
-FORMAT_TEST_COLUMNS = ["model", "setting", "with_image", "group_by", "group", "mcq_grader", "frq_grader", "n_cases", "diff", "p_value",
-                       "p_adjusted", "test"]
-IMAGE_TEST_COLUMNS = ["model", "setting", "format", "grader", "group_by", "group", "n_cases", "diff", "p_value", "p_adjusted", "test"]
+FORMAT_TEST_COLUMNS = [
+    "model",
+    "setting",
+    "with_image",
+    "group_by",
+    "group",
+    "mcq_grader",
+    "frq_grader",
+    "n_cases",
+    "diff",
+    "p_value",
+    "p_adjusted",
+    "test",
+]
+IMAGE_TEST_COLUMNS = [
+    "model",
+    "setting",
+    "format",
+    "grader",
+    "group_by",
+    "group",
+    "n_cases",
+    "diff",
+    "p_value",
+    "p_adjusted",
+    "test",
+]
 
 
 def format_split(more: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``stats.more_tests``' rows as two tables: four-choice MCQ against FRQ (``diff`` = MCQ - FRQ; the paper's
     Supplementary Table 3) and with against without the image (``diff`` = with - without; Supplementary Table 21)."""
-    fmt = more.filter(pl.col("family") == "format").rename({"image_a": "with_image", "grader_a": "mcq_grader", "grader_b": "frq_grader"})
+    fmt = more.filter(pl.col("family") == "format").rename(
+        {"image_a": "with_image", "grader_a": "mcq_grader", "grader_b": "frq_grader"}
+    )
     img = more.filter(pl.col("family") == "image").rename({"format_a": "format", "grader_a": "grader"})
     return fmt.select(FORMAT_TEST_COLUMNS), img.select(IMAGE_TEST_COLUMNS)
 
@@ -201,8 +253,9 @@ def _with_sensitivity(judged, releases_dir) -> None:
         judged.sensitivity = read_sensitivity(releases_dir)
 
 
-def _encounters_only(encounters, packets, B: int, seed: int, t0: float, rubric_options: dict | None = None,
-                     releases_dir=None) -> Analysis:
+def _encounters_only(
+    encounters, packets, B: int, seed: int, t0: float, rubric_options: dict | None = None, releases_dir=None
+) -> Analysis:
     from .encounters import encounter_tables
     from .rubric import rubric
 
@@ -254,8 +307,18 @@ def write_tables(a: Analysis, out: Path) -> list[Path]:
 OWNS = ("tables", "index.html")
 
 
-def analyse(releases_dir: Path | str, dataset_dir: Path | str, out_dir: Path | str, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, figures: bool = True,
-            packets: Path | str | None = None, rubric_options: dict | None = None, all_pairs: bool = False) -> Analysis:
+def analyse(
+    releases_dir: Path | str,
+    dataset_dir: Path | str,
+    out_dir: Path | str,
+    *,
+    B: int = DEFAULT_B,
+    seed: int = DEFAULT_SEED,
+    figures: bool = True,
+    packets: Path | str | None = None,
+    rubric_options: dict | None = None,
+    all_pairs: bool = False,
+) -> Analysis:
     """Tables (and figures) of every graded release (and every encounters release) under ``releases_dir`` into ``out_dir``.
 
     ``out_dir`` is written into as it is: the callers (``craftmd analyse``, ``craftmd leaderboard``)

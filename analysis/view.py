@@ -36,9 +36,13 @@ SETTING_NOTES = {
     "singleturn": "Only the patient's first turn (the presenting complaint) is given.",
     "summarized": "A third-person summary of the patient's side of the conversation is given instead of the dialogue.",
 }
+
+
 def conversational() -> set[str]:
     """CRAFT-MD's settings whose question reads a conversation (multiturn, singleturn, summarized, ...)."""
     return {e.setting for e in get_task("craftmd").experiments if e.conversation}
+
+
 FORMAT_LABELS = {"mcq4": "MCQ (4 choices)", "mcq_many": "MCQ (many choices)", "frq": "FRQ", "top3": "Top-3"}
 MCQ_PRIMARY = "paper"
 
@@ -84,8 +88,9 @@ class View:
         #: the releases of CRAFT-MD's own task: the only ones its board, sections and figures show (another task's
         #: releases have their own sections and a row in the board per task, analysis.boards)
         own = {m for m, r in self.release_info.items() if r.get("task", "craftmd") == "craftmd"}
-        text_models = sorted(({m for (m, img) in by_cell if not img} | set(
-            acc.filter(~pl.col("with_image"))["model"].unique().to_list())) & own)
+        text_models = sorted(
+            ({m for (m, img) in by_cell if not img} | set(acc.filter(~pl.col("with_image"))["model"].unique().to_list())) & own
+        )
         #: submissions that answer conversational settings with no conversations behind them: self-reported, never ranked
         answered = acc.filter(~pl.col("with_image")).group_by("model").agg(pl.col("setting").unique())
         settings_of = {m: set(s) for m, s in answered.iter_rows()}
@@ -99,8 +104,10 @@ class View:
         self.board_cases = max(self.coverage.values(), default=0)
         ranked = sorted(text_models, key=lambda m: (-self._lead(m), self.display(m)))
         self.models = [m for m in ranked if self.coverage[m] == self.board_cases]
-        self.partial = sorted((m for m in ranked if self.coverage[m] < self.board_cases),
-                              key=lambda m: (-self.coverage[m], -self._lead(m), self.display(m)))
+        self.partial = sorted(
+            (m for m in ranked if self.coverage[m] < self.board_cases),
+            key=lambda m: (-self.coverage[m], -self._lead(m), self.display(m)),
+        )
         self.self_reported = sorted(self_reported, key=lambda m: (-self._lead(m), self.display(m)))
         self.image_models = sorted({r["model"] for r in acc.filter(pl.col("with_image")).iter_rows(named=True)} & own)
         self._sizes = {(r["with_image"], r["group_by"], r["group"]): r["n_cases"] for r in a.group_sizes.iter_rows(named=True)}
@@ -110,13 +117,18 @@ class View:
     def self_reported_release(self, m: str) -> bool:
         """A submission that brought no conversations (its run record names no conversations file)."""
         info = self.release_info.get(m)
-        return bool(info) and info["kind"] == "submission" and not json.loads(info.get("source") or "{}").get("conversations_file")
+        return (
+            bool(info) and info["kind"] == "submission" and not json.loads(info.get("source") or "{}").get("conversations_file")
+        )
 
     def history_cell(self, m: str, metric: str) -> dict | None:
         """The history scorer's row of ``tables/metrics.csv`` for release ``m``'s standard text conversations."""
         if not hasattr(self, "_history"):
-            mt = self.a.metrics.filter(pl.col("scorer") == "history", pl.col("variant").str.contains(HISTORY_VARIANT),
-                                       pl.col("variant").str.contains("with_image=false"))
+            mt = self.a.metrics.filter(
+                pl.col("scorer") == "history",
+                pl.col("variant").str.contains(HISTORY_VARIANT),
+                pl.col("variant").str.contains("with_image=false"),
+            )
             self._history = {(r["model"], r["metric"]): r for r in mt.iter_rows(named=True)}
         return self._history.get((m, metric))
 

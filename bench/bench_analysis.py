@@ -105,16 +105,20 @@ def main(argv=None) -> int:
         a = analyse(releases, data, tmp / "out", B=DEFAULT_B)
         vec = time.perf_counter() - t
         n_cells, n_tests = a.accuracy.height, a.pvalues.filter(pl.col("test") == "paired-bootstrap").height
-        print(f"vectorised: every table and figure in {vec:.2f} s  "
-              f"({n_cells} cells, {n_tests} paired bootstraps, {a.pvalues.height} p-values, B={DEFAULT_B}; "
-              f"sql {a.timings['sql_s']:.2f} s, bootstrap+tests {a.timings['bootstrap_s']:.2f} s, figures {a.timings['figures_s']:.2f} s)")
+        print(
+            f"vectorised: every table and figure in {vec:.2f} s  "
+            f"({n_cells} cells, {n_tests} paired bootstraps, {a.pvalues.height} p-values, B={DEFAULT_B}; "
+            f"sql {a.timings['sql_s']:.2f} s, bootstrap+tests {a.timings['bootstrap_s']:.2f} s, figures {a.timings['figures_s']:.2f} s)"
+        )
 
         cell_vecs, comp_vecs, n_cells_all, _ = _loop_items(releases, data, args.loop_sample)
         loop_s = _loop(cell_vecs, comp_vecs, DEFAULT_B)
         per = loop_s / (len(cell_vecs) + len(comp_vecs))
         loop_total = per * (n_cells_all + n_tests)
-        print(f"loop:       {loop_s:.2f} s for {len(cell_vecs)} cells + {len(comp_vecs)} comparisons "
-              f"-> {loop_total:.0f} s extrapolated to all {n_cells_all} cells + {n_tests} comparisons (bootstrap only)")
+        print(
+            f"loop:       {loop_s:.2f} s for {len(cell_vecs)} cells + {len(comp_vecs)} comparisons "
+            f"-> {loop_total:.0f} s extrapolated to all {n_cells_all} cells + {n_tests} comparisons (bootstrap only)"
+        )
         print(f"ratio:      {loop_total / vec:.0f}x (loop bootstrap alone vs the whole vectorised regeneration)")
     return 0
 

@@ -77,7 +77,9 @@ def main() -> int:
     res = upstream_expert_results(source)
     wall = time.perf_counter() - t0
     ok &= wall <= 30
-    print(f"expert figures: {wall:.1f} s (goal <= 30 s); grader vs dermatologists {res['grader_counts']['agreement_pct']} % (published 93.35 %)")
+    print(
+        f"expert figures: {wall:.1f} s (goal <= 30 s); grader vs dermatologists {res['grader_counts']['agreement_pct']} % (published 93.35 %)"
+    )
     return 0 if ok else 1
 
 

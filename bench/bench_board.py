@@ -97,8 +97,10 @@ def main(argv=None) -> int:
             r = json.loads(res.stdout.strip().splitlines()[-1])
         rows.append((n, r))
         t = r["timings"]
-        print(f"{n:>8} {r['wall_s']:>8.2f} {r['peak_mb']:>8.0f} {r['pvalues']:>9}  ({t.get('sql_s', 0):.2f} / {t.get('bootstrap_s', 0):.2f})",
-              flush=True)
+        print(
+            f"{n:>8} {r['wall_s']:>8.2f} {r['peak_mb']:>8.0f} {r['pvalues']:>9}  ({t.get('sql_s', 0):.2f} / {t.get('bootstrap_s', 0):.2f})",
+            flush=True,
+        )
     for (n0, r0), (n1, r1) in zip(rows, rows[1:]):
         print(f"growth exponent {n0}->{n1}: {math.log(r1['wall_s'] / r0['wall_s']) / math.log(n1 / n0):.2f}")
     big = [(n, r) for n, r in rows if n >= 10]

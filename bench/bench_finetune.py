@@ -50,14 +50,23 @@ sys.path.insert(0, str(ROOT / "tests"))
 from realmodel import ALIAS, MissingModel, RealModelServer, find_gguf, llm_python  # noqa: E402
 
 #: The ``keyinfo`` scorer's measures of the doctor (:data:`craftmd.scoring.keyinfo.DIALOGUE_METRICS`, recall, F1), then accuracy.
-METRICS = ("doctor_turns", "doctor_words_per_turn", "question_similarity_rouge1", "question_similarity_rouge2",
-           "question_similarity_rougeL", "doctor_key_recall", "doctor_key_f1", "accuracy_mcq4")
+METRICS = (
+    "doctor_turns",
+    "doctor_words_per_turn",
+    "question_similarity_rouge1",
+    "question_similarity_rouge2",
+    "question_similarity_rougeL",
+    "doctor_key_recall",
+    "doctor_key_f1",
+    "accuracy_mcq4",
+)
 KEYINFO_MODEL = "script/golden-key-values"
 
 
 def craftmd(*args, env=None) -> str:
-    proc = subprocess.run([sys.executable, "-m", "craftmd.commands.cli", *map(str, args)], capture_output=True, text=True,
-                          env=env or os.environ)
+    proc = subprocess.run(
+        [sys.executable, "-m", "craftmd.commands.cli", *map(str, args)], capture_output=True, text=True, env=env or os.environ
+    )
     if proc.returncode:
         raise SystemExit(f"craftmd {args[0]} failed: {proc.stderr.strip()[-2000:]}")
     return proc.stdout
@@ -101,8 +110,10 @@ def check_disjoint(train: list[dict], held: list[dict]) -> None:
     cands = [G.Candidate(t["id"], t["source"], t["vignette"], (), "", (), "") for t in train]
     for t, (cid, sim, share) in zip(train, G.nearest(cands, {r["case_id"]: r["vignette"] for r in held})):
         if cid is not None and G.contaminated(sim, share):
-            raise SystemExit(f"bench_finetune: training row {t['id']} is held-out case {cid} by its text "
-                             f"(similarity {sim:.3f}, {G.NGRAM}-gram share {share:.3f})")
+            raise SystemExit(
+                f"bench_finetune: training row {t['id']} is held-out case {cid} by its text "
+                f"(similarity {sim:.3f}, {G.NGRAM}-gram share {share:.3f})"
+            )
 
 
 def case_metrics(rel: Path) -> tuple[dict[str, dict[str, float]], int]:
@@ -113,13 +124,20 @@ def case_metrics(rel: Path) -> tuple[dict[str, dict[str, float]], int]:
     from craftmd.release import read_release
 
     release = read_release(rel)
-    failed = sum(c["conversation"] == "consult" and c["ended"] == "error"
-                 for c in release.table("conversations", columns=["conversation", "ended"]).to_pylist())
+    failed = sum(
+        c["conversation"] == "consult" and c["ended"] == "error"
+        for c in release.table("conversations", columns=["conversation", "ended"]).to_pylist()
+    )
     scores = pl.from_arrow(release.table("scores")).filter(pl.col("value").is_not_null() & (pl.col("status") == "ok"))
-    keyinfo = scores.filter((pl.col("scorer") == "keyinfo") & (pl.col("conversation") == "consult")
-                            & pl.col("metric").is_in(METRICS))
-    accuracy = scores.filter((pl.col("scorer") == "paper") & (pl.col("metric") == "correct")
-                             & (pl.col("setting") == "consult_100") & (pl.col("format") == "mcq4"))
+    keyinfo = scores.filter(
+        (pl.col("scorer") == "keyinfo") & (pl.col("conversation") == "consult") & pl.col("metric").is_in(METRICS)
+    )
+    accuracy = scores.filter(
+        (pl.col("scorer") == "paper")
+        & (pl.col("metric") == "correct")
+        & (pl.col("setting") == "consult_100")
+        & (pl.col("format") == "mcq4")
+    )
     accuracy = accuracy.with_columns(pl.lit("accuracy_mcq4").alias("metric"))
     out: dict[str, dict[str, float]] = {}
     for part in (keyinfo, accuracy):
@@ -141,8 +159,11 @@ def summarise(base: dict, tuned: dict, B: int = 2000) -> list[dict]:
             continue
         w = np.asarray(resample_counts(len(cases), B), dtype=np.float64)
         row = {"metric": metric, "n": len(cases)}
-        for name, values in (("base", [base[c][metric] for c in cases]), ("tuned", [tuned[c][metric] for c in cases]),
-                             ("diff", [tuned[c][metric] - base[c][metric] for c in cases])):
+        for name, values in (
+            ("base", [base[c][metric] for c in cases]),
+            ("tuned", [tuned[c][metric] for c in cases]),
+            ("diff", [tuned[c][metric] - base[c][metric] for c in cases]),
+        ):
             v = np.asarray(values, dtype=np.float64)
             boot = w @ v / len(cases)
             row[name] = (float(v.mean()), float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)))
@@ -160,7 +181,9 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=48, help="tokens per reply (default 48)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="also write the results here")
-    ap.add_argument("--work", type=Path, help="keep the dataset, checkpoints and releases in this new folder (default: a temporary one)")
+    ap.add_argument(
+        "--work", type=Path, help="keep the dataset, checkpoints and releases in this new folder (default: a temporary one)"
+    )
     a = ap.parse_args()
     for name in ("train", "held_out"):
         if getattr(a, name) < 1:
@@ -196,16 +219,44 @@ def main() -> int:
         kv = []
         for r in held:
             request, items = key_values(r["facts"])
-            kv.append({"case_id": r["case_id"], "items": items, "initial_request": request, "status": "ok", "error": None,
-                       "model": KEYINFO_MODEL, "prompt_sha256": "0" * 64})
+            kv.append(
+                {
+                    "case_id": r["case_id"],
+                    "items": items,
+                    "initial_request": request,
+                    "status": "ok",
+                    "error": None,
+                    "model": KEYINFO_MODEL,
+                    "prompt_sha256": "0" * 64,
+                }
+            )
         write_keyinfo(data, kv, {"model": KEYINFO_MODEL})
         ckpts, records = {}, {}
         for arm, steps in (("smollm2-base", 0), ("smollm2-ft", a.steps)):
             ckpts[arm] = tmp / "ckpts" / arm
-            out = craftmd("finetune", "train", "--dataset", data, "--base", gguf.parent, "--gguf-file", gguf.name,
-                          "--out", ckpts[arm], "--steps", steps, "--max-length", 512, "--batch-size", 2, "--seed", a.seed,
-                          "--limit", a.train,
-                          env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})  # torch's threads spin on busy cores
+            out = craftmd(
+                "finetune",
+                "train",
+                "--dataset",
+                data,
+                "--base",
+                gguf.parent,
+                "--gguf-file",
+                gguf.name,
+                "--out",
+                ckpts[arm],
+                "--steps",
+                steps,
+                "--max-length",
+                512,
+                "--batch-size",
+                2,
+                "--seed",
+                a.seed,
+                "--limit",
+                a.train,
+                env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")},
+            )  # torch's threads spin on busy cores
             records[arm] = json.loads((ckpts[arm] / "craftmd-finetune.json").read_text())
             print(f"{arm}: {out.strip()}", file=sys.stderr)
         metrics, failed = {}, {}
@@ -215,26 +266,72 @@ def main() -> int:
                 rel = tmp / "releases" / arm
                 with CheckpointServer(ckpt) as doctor:
                     env = {**os.environ, "FT_BASE_URL": doctor.base_url, "OPENAI_API_KEY": "sk-not-used"}
-                    craftmd("generate", "--task", "consultation", "--dataset", data, "--doctor", f"openai-api/ft/{arm}",
-                            "--patient", f"openai/{ALIAS}", "--solver", f"openai/{ALIAS}", "--base-url", llm.base_url,
-                            "--cases", *ids, "--experiments", "consult_100", "--max-turns", a.max_turns, "--max-tokens", a.max_tokens,
-                            "--seed", a.seed, "--concurrency", 1, "--cache", tmp / "cache.sqlite", "--out", rel, "--quiet", env=env)
-                craftmd("score", rel, "--dataset", data, "--scorer", "paper", "--scorer", "offline", "--scorer", "keyinfo", "--quiet")
+                    craftmd(
+                        "generate",
+                        "--task",
+                        "consultation",
+                        "--dataset",
+                        data,
+                        "--doctor",
+                        f"openai-api/ft/{arm}",
+                        "--patient",
+                        f"openai/{ALIAS}",
+                        "--solver",
+                        f"openai/{ALIAS}",
+                        "--base-url",
+                        llm.base_url,
+                        "--cases",
+                        *ids,
+                        "--experiments",
+                        "consult_100",
+                        "--max-turns",
+                        a.max_turns,
+                        "--max-tokens",
+                        a.max_tokens,
+                        "--seed",
+                        a.seed,
+                        "--concurrency",
+                        1,
+                        "--cache",
+                        tmp / "cache.sqlite",
+                        "--out",
+                        rel,
+                        "--quiet",
+                        env=env,
+                    )
+                craftmd(
+                    "score", rel, "--dataset", data, "--scorer", "paper", "--scorer", "offline", "--scorer", "keyinfo", "--quiet"
+                )
                 metrics[arm], failed[arm] = case_metrics(rel)
         table = summarise(metrics["smollm2-base"], metrics["smollm2-ft"])
     ft = records["smollm2-ft"]
-    training = (f"consult_train rows 1-{len(train)} ({', '.join(sorted({t['writer'] for t in train}))} dialogues from "
-                f"{', '.join(sorted({t['source'] for t in train}))}: {train[0]['case']} .. {train[-1]['case']})")
-    result = {"training": training, "train_rows": ft["rows"], "train_cases": [t["case"] for t in train], "steps": a.steps,
-              "held_out_cases": ids, "failed_consultations": failed, "max_turns": a.max_turns, "max_tokens": a.max_tokens,
-              "seed": a.seed, "loss": {"before": ft["loss_before"], "after": ft["loss_after"], "steps": ft["train_losses"]},
-              "train_seconds": ft["seconds"], "wall_seconds": round(time.monotonic() - t_start), "table": table}
+    training = (
+        f"consult_train rows 1-{len(train)} ({', '.join(sorted({t['writer'] for t in train}))} dialogues from "
+        f"{', '.join(sorted({t['source'] for t in train}))}: {train[0]['case']} .. {train[-1]['case']})"
+    )
+    result = {
+        "training": training,
+        "train_rows": ft["rows"],
+        "train_cases": [t["case"] for t in train],
+        "steps": a.steps,
+        "held_out_cases": ids,
+        "failed_consultations": failed,
+        "max_turns": a.max_turns,
+        "max_tokens": a.max_tokens,
+        "seed": a.seed,
+        "loss": {"before": ft["loss_before"], "after": ft["loss_after"], "steps": ft["train_losses"]},
+        "train_seconds": ft["seconds"],
+        "wall_seconds": round(time.monotonic() - t_start),
+        "table": table,
+    }
     steps = ft["train_losses"]
-    print(f"training: {training}; {ft['rows']} dialogues, {a.steps} LoRA steps (batch 2); mean loss over them "
-          f"{ft['loss_before']:.3f} -> {ft['loss_after']:.3f}"
-          + (f" (step losses {steps[0]:.3f} first, {steps[-1]:.3f} last)" if steps else "")
-          + f"; {len(held)} held-out cases, 1 trial, {a.max_turns} doctor turns at most, {a.max_tokens} tokens per reply; "
-          f"failed consultations {failed}; {result['wall_seconds']} s in all")
+    print(
+        f"training: {training}; {ft['rows']} dialogues, {a.steps} LoRA steps (batch 2); mean loss over them "
+        f"{ft['loss_before']:.3f} -> {ft['loss_after']:.3f}"
+        + (f" (step losses {steps[0]:.3f} first, {steps[-1]:.3f} last)" if steps else "")
+        + f"; {len(held)} held-out cases, 1 trial, {a.max_turns} doctor turns at most, {a.max_tokens} tokens per reply; "
+        f"failed consultations {failed}; {result['wall_seconds']} s in all"
+    )
     print("| measure | n | base | fine-tuned | fine-tuned − base |")
     print("|---|---|---|---|---|")
     fmt = lambda t: f"{t[0]:.3f} [{t[1]:.3f}, {t[2]:.3f}]"  # noqa: E731

@@ -69,8 +69,15 @@ class ServerProcess:
                 if cmd == "stop":
                     return
                 ru = resource.getrusage(resource.RUSAGE_SELF)
-                conn.send({"calls": server.calls, "served": server.served, "max_in_flight": server.max_in_flight,
-                           "mismatches": list(getattr(responder, "mismatches", [])), "cpu": ru.ru_utime + ru.ru_stime})
+                conn.send(
+                    {
+                        "calls": server.calls,
+                        "served": server.served,
+                        "max_in_flight": server.max_in_flight,
+                        "mismatches": list(getattr(responder, "mismatches", [])),
+                        "cpu": ru.ru_utime + ru.ru_stime,
+                    }
+                )
                 if cmd == "reset":
                     server.reset_counters()
 
@@ -118,7 +125,9 @@ def main() -> int:
     ap.add_argument("--cases", type=int, default=100)
     ap.add_argument("--latency", type=float, default=0.1, help="seconds per call at the server")
     ap.add_argument("--concurrency", type=int, default=512)
-    ap.add_argument("--processes", type=int, default=min(8, os.cpu_count() or 1), help="engine worker processes (default: cores, at most 8)")
+    ap.add_argument(
+        "--processes", type=int, default=min(8, os.cpu_count() or 1), help="engine worker processes (default: cores, at most 8)"
+    )
     ap.add_argument("--workers", type=int, default=7, help="blocking workers of the baseline (upstream ran 7)")
     ap.add_argument("--skip-baseline", action="store_true", help="estimate the baseline instead of running it")
     a = ap.parse_args()
@@ -131,9 +140,20 @@ def main() -> int:
         replay = Replay(picked["text"])
 
         def spec(out, cache, cases, concurrency, processes=1):
-            return GenerateSpec(dataset=tmp / "data", out=out, doctor="openai/loopback", patient="openai/loopback",
-                                base_url=server.base_url, cache=cache, cases=cases, trials=1, concurrency=concurrency, workers=processes,
-                                progress=False, timeout=60)
+            return GenerateSpec(
+                dataset=tmp / "data",
+                out=out,
+                doctor="openai/loopback",
+                patient="openai/loopback",
+                base_url=server.base_url,
+                cache=cache,
+                cases=cases,
+                trials=1,
+                concurrency=concurrency,
+                workers=processes,
+                progress=False,
+                timeout=60,
+            )
 
         with ServerProcess(replay, latency=a.latency, max_seconds=1800) as server:
             server_cpu0 = server.stats()["cpu"]
@@ -183,17 +203,29 @@ def main() -> int:
 
     print(f"cases                 {len(ids)} (every experiment, 1 trial), {a.latency * 1000:.0f} ms per call")
     print(f"calls                 {calls}  ({report.conversations} conversations, {report.answers} answers)")
-    print(f"wall                  {wall:.2f} s  ({a.processes} engine processes, concurrency {a.concurrency}, {os.cpu_count()} cores)")
+    print(
+        f"wall                  {wall:.2f} s  ({a.processes} engine processes, concurrency {a.concurrency}, {os.cpu_count()} cores)"
+    )
     print(f"calls/s               {calls / wall:.0f}")
-    print(f"client CPU            {cpu:.1f} s = {cpu / calls * 1000:.1f} ms per call (engine processes; bounds wall at CPU / cores)")
-    print(f"server CPU            {server_cpu:.1f} s = {server_cpu / calls * 1000:.1f} ms per call (the loopback server's process, same cores)")
+    print(
+        f"client CPU            {cpu:.1f} s = {cpu / calls * 1000:.1f} ms per call (engine processes; bounds wall at CPU / cores)"
+    )
+    print(
+        f"server CPU            {server_cpu:.1f} s = {server_cpu / calls * 1000:.1f} ms per call (the loopback server's process, same cores)"
+    )
     print(f"peak in flight        {report.peak_in_flight} (client), {peak_server} (server)")
-    print(f"floor                 {floor:.2f} s  (longest chain {chain_length_str(floor, a.latency)} calls × {a.latency * 1000:.0f} ms)")
+    print(
+        f"floor                 {floor:.2f} s  (longest chain {chain_length_str(floor, a.latency)} calls × {a.latency * 1000:.0f} ms)"
+    )
     print(f"wall / floor          {wall / floor:.2f}   (goal ≤ 1.5)")
-    print(f"engine alone          {alone_wall:.2f} s = {alone_wall / floor:.2f} × floor, {alone_cpu / calls * 1000:.2f} ms CPU per call "
-          f"(in-process model, no HTTP; same answers: {same})")
-    print(f"HTTP per call         {(cpu - alone_cpu) / calls * 1000:.2f} ms client + {server_cpu / calls * 1000:.2f} ms server CPU "
-          f"on {os.cpu_count()} cores: at least {(cpu + server_cpu) / (os.cpu_count() or 1):.1f} s of wall for this run")
+    print(
+        f"engine alone          {alone_wall:.2f} s = {alone_wall / floor:.2f} × floor, {alone_cpu / calls * 1000:.2f} ms CPU per call "
+        f"(in-process model, no HTTP; same answers: {same})"
+    )
+    print(
+        f"HTTP per call         {(cpu - alone_cpu) / calls * 1000:.2f} ms client + {server_cpu / calls * 1000:.2f} ms server CPU "
+        f"on {os.cpu_count()} cores: at least {(cpu + server_cpu) / (os.cpu_count() or 1):.1f} s of wall for this run"
+    )
     print(f"{a.workers} blocking workers    {base_wall:.1f} s  ({how})")
     print(f"speed-up              {base_wall / wall:.1f}×  (goal ≥ 10×)")
     ok = wall <= 1.5 * floor and base_wall / wall >= 10

@@ -108,7 +108,9 @@ def main() -> int:
         for r in upstream:
             shutil.copytree(r.path, copies / r.path.name)
             score_release(copies / r.path.name, data, ["offline"], progress=False, force=True)
-        print(f"score_release (offline) over {len(upstream)} releases incl. reading/writing parquet: {time.perf_counter() - t0:.1f} s")
+        print(
+            f"score_release (offline) over {len(upstream)} releases incl. reading/writing parquet: {time.perf_counter() - t0:.1f} s"
+        )
         audit = grader_agreement_audit(copies, data, Source())
         t = audit["tables"][0]
         df = pl.DataFrame([dict(zip(t["columns"], row)) for row in t["rows"]], infer_schema_length=None)

@@ -93,8 +93,10 @@ def main() -> int:
                 math.fsum(p["rougeL"].fmeasure for p in pairs)
             spent += (time.perf_counter() - t0) * len(conv) / len(sample)
             done += len(sample)
-        print(f"plain rouge-score (one process): {done:,} sampled conversations, extrapolated to all {n:,}: {spent:.0f} s "
-              f"({spent / ours:.0f}x the history scorer)")
+        print(
+            f"plain rouge-score (one process): {done:,} sampled conversations, extrapolated to all {n:,}: {spent:.0f} s "
+            f"({spent / ours:.0f}x the history scorer)"
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

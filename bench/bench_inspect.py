@@ -66,10 +66,31 @@ def log_of(n: int, tmp: Path) -> Path:
     pl.read_parquet(f).with_columns(paper_answer=pl.col("answer")).write_parquet(f)
     with LoopbackServer(Replay(up["text"]), models=("doc", "pat")) as loop:
         env = dict(os.environ, LOOP_BASE_URL=loop.base_url, LOOP_API_KEY="k")
-        subprocess.run([str(Path(sys.executable).with_name("inspect")), "eval", "craftmd/craftmd", "--model", "openai-api/loop/doc",
-                        "--model-role", "patient=openai-api/loop/pat", "-T", f"dataset={data}", "-T", f"cases={','.join(up['text'])}",
-                        "-T", "experiments=multiturn,summarized,mcq4,frq", "--log-dir", str(tmp / "logs"), "--display", "none"],
-                       env=env, cwd=tmp, check=True, capture_output=True)
+        subprocess.run(
+            [
+                str(Path(sys.executable).with_name("inspect")),
+                "eval",
+                "craftmd/craftmd",
+                "--model",
+                "openai-api/loop/doc",
+                "--model-role",
+                "patient=openai-api/loop/pat",
+                "-T",
+                f"dataset={data}",
+                "-T",
+                f"cases={','.join(up['text'])}",
+                "-T",
+                "experiments=multiturn,summarized,mcq4,frq",
+                "--log-dir",
+                str(tmp / "logs"),
+                "--display",
+                "none",
+            ],
+            env=env,
+            cwd=tmp,
+            check=True,
+            capture_output=True,
+        )
     log = read_eval_log(str(next((tmp / "logs").glob("*.eval"))))
     base = list(log.samples)
     samples = []
@@ -102,7 +123,9 @@ def main() -> None:
         tmp = Path(d)
         release = upstream_release(args.release, tmp)
         m = read_release(release).manifest
-        print(f"release {m.release}: {m.files['conversations.parquet']['rows']:,} conversations, {m.files['answers.parquet']['rows']:,} answers")
+        print(
+            f"release {m.release}: {m.files['conversations.parquet']['rows']:,} conversations, {m.files['answers.parquet']['rows']:,} answers"
+        )
         logs = timed("export the whole release (goal < 60 s)", lambda: export_release(release, tmp / "export", progress=False))
         size = sum(p.stat().st_size for p in logs)
         print(f"  {len(logs)} logs, {size / 1e6:.0f} MB")

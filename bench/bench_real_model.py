@@ -29,7 +29,12 @@ def shortest_cases(dataset: Path, n: int) -> list[str]:
     import polars as pl
 
     df = pl.read_parquet(dataset / "all" / "test-00000-of-00001.parquet").filter(pl.col("choices").list.len() == 4)
-    return df.sort(pl.col("vignette").str.len_chars(), "case_id").filter(pl.col("vignette").str.len_chars() > 0)["case_id"].head(n).to_list()
+    return (
+        df.sort(pl.col("vignette").str.len_chars(), "case_id")
+        .filter(pl.col("vignette").str.len_chars() > 0)["case_id"]
+        .head(n)
+        .to_list()
+    )
 
 
 def main() -> int:
@@ -37,7 +42,9 @@ def main() -> int:
     ap.add_argument("--cases", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: half the cores, llama.cpp's own default)")
+    ap.add_argument(
+        "--threads", type=int, default=None, help="llama.cpp threads (default: half the cores, llama.cpp's own default)"
+    )
     a = ap.parse_args()
     from craftmd.dataset_builder.build import build_dataset
     from craftmd.source import Source
@@ -54,11 +61,23 @@ def main() -> int:
         t0 = time.monotonic()
         with server:  # one server, stopped whatever happens
             started = time.monotonic() - t0
-            report = generate(GenerateSpec(
-                dataset=tmp / "data", out=tmp / "rel", doctor=f"openai/{ALIAS}", patient=f"openai/{ALIAS}", cases=cases,
-                experiments=["vignette", "multiturn", "mcq4", "frq"], options={"max_turns": 2}, max_tokens=a.max_tokens,
-                base_url=server.base_url, api_key="EMPTY", cache=tmp / "cache.sqlite", concurrency=a.concurrency, progress=False,
-            ))
+            report = generate(
+                GenerateSpec(
+                    dataset=tmp / "data",
+                    out=tmp / "rel",
+                    doctor=f"openai/{ALIAS}",
+                    patient=f"openai/{ALIAS}",
+                    cases=cases,
+                    experiments=["vignette", "multiturn", "mcq4", "frq"],
+                    options={"max_turns": 2},
+                    max_tokens=a.max_tokens,
+                    base_url=server.base_url,
+                    api_key="EMPTY",
+                    cache=tmp / "cache.sqlite",
+                    concurrency=a.concurrency,
+                    progress=False,
+                )
+            )
             received = server.chat_requests()
     c, wall = report.counts, report.wall_s
     assert received == c.calls, (received, c.calls)
@@ -67,8 +86,10 @@ def main() -> int:
     print(f"work                  {len(cases)} cases, vignette+multiturn x mcq4+frq, 2 doctor turns, max_tokens {a.max_tokens}")
     print(f"calls                 {c.calls} sent ({c.deduplicated} deduplicated, {c.failures} failed) in {wall:.1f} s")
     print(f"calls/s               {c.calls / wall:.2f}")
-    print(f"tokens/s              {c.tokens_out / wall:.1f} generated, {(c.tokens_in + c.tokens_out) / wall:.0f} prompt+generated "
-          f"({c.tokens_in:,} in, {c.tokens_out:,} out)")
+    print(
+        f"tokens/s              {c.tokens_out / wall:.1f} generated, {(c.tokens_in + c.tokens_out) / wall:.0f} prompt+generated "
+        f"({c.tokens_in:,} in, {c.tokens_out:,} out)"
+    )
     return 0
 
 

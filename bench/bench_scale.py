@@ -22,7 +22,6 @@ import os
 import signal
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,8 +37,19 @@ def run_pool(dataset: Path, tmp: Path, urls: list[str], cases: list[str], trials
     """One generation over the pool ``urls`` (a fresh cache); returns (report, the pool's members or None)."""
     os.environ["POOL_BASE_URL"] = ",".join(urls)
     try:
-        engine = runner(GenerateSpec(dataset=dataset, out=tmp / name, doctor=f"openai-api/pool/{model}", patient=f"openai-api/pool/{model}",
-                                     cases=cases, trials=trials, cache=tmp / f"{name}.sqlite", progress=False, **kw))
+        engine = runner(
+            GenerateSpec(
+                dataset=dataset,
+                out=tmp / name,
+                doctor=f"openai-api/pool/{model}",
+                patient=f"openai-api/pool/{model}",
+                cases=cases,
+                trials=trials,
+                cache=tmp / f"{name}.sqlite",
+                progress=False,
+                **kw,
+            )
+        )
         report = engine.run()
     finally:
         del os.environ["POOL_BASE_URL"]
@@ -57,32 +67,46 @@ def pools(a, source: Source, tmp: Path) -> None:
     write_replay_dataset(picked, tmp / "data")
     cases = sorted(picked["text"])
     responder = Replay({})  # the stand-in for every case: the same short interview, so conversations are alike
-    print(f"== pools: K loopback servers, each one request at a time, {a.latency * 1000:.0f} ms per request; "
-          f"{a.per_server} conversations per server (multiturn + frq: 9 calls in a chain each)")
-    print(f"{'K':>3} {'conversations':>13} {'calls':>6} {'wall s':>7} {'conv/s':>7} {'speed-up':>9} {'goal':>6}  busy share per server")
+    print(
+        f"== pools: K loopback servers, each one request at a time, {a.latency * 1000:.0f} ms per request; "
+        f"{a.per_server} conversations per server (multiturn + frq: 9 calls in a chain each)"
+    )
+    print(
+        f"{'K':>3} {'conversations':>13} {'calls':>6} {'wall s':>7} {'conv/s':>7} {'speed-up':>9} {'goal':>6}  busy share per server"
+    )
     with LoopbackServer(responder, models=("m",)) as warm:  # imports, first connections: not part of any figure
         run_pool(tmp / "data", tmp, [warm.base_url], cases[:2], 1, "warm-up", experiments=["multiturn", "frq"])
     base = None
     for i, k in enumerate(ks):
         servers = [LoopbackServer(responder, models=("m",), latency=a.latency, max_concurrent=1).start() for _ in range(k)]
         try:
-            report, members = run_pool(tmp / "data", tmp, [s.base_url for s in servers], cases, k, f"pool{i}-{k}",
-                                       experiments=["multiturn", "frq"], server_concurrency={"pool": 1})
+            report, members = run_pool(
+                tmp / "data",
+                tmp,
+                [s.base_url for s in servers],
+                cases,
+                k,
+                f"pool{i}-{k}",
+                experiments=["multiturn", "frq"],
+                server_concurrency={"pool": 1},
+            )
         finally:
             for s in servers:
                 s.stop()
         assert report.failures == 0, report.summary()
         rate = report.conversations / report.wall_s
         base = base or rate / k
-        print(f"{k:>3} {report.conversations:>13} {report.calls:>6} {report.wall_s:>7.2f} {rate:>7.2f} {rate / base:>8.2f}x "
-              f"{'ok' if rate / base >= 0.9 * k else 'MISS':>6}  {busy(members)}")
+        print(
+            f"{k:>3} {report.conversations:>13} {report.calls:>6} {report.wall_s:>7.2f} {rate:>7.2f} {rate / base:>8.2f}x "
+            f"{'ok' if rate / base >= 0.9 * k else 'MISS':>6}  {busy(members)}"
+        )
 
 
 def real(a, source: Source, tmp: Path) -> int:
     from realmodel import ALIAS, MissingModel, RealModelServer
 
     picked = pick_upstream(source, 100, seed=5)  # the shortest few: the small model on a small machine
-    short = sorted(picked["text"], key=lambda c: (len(picked["text"][c]["case_vignette"]), c))[:a.real_cases]
+    short = sorted(picked["text"], key=lambda c: (len(picked["text"][c]["case_vignette"]), c))[: a.real_cases]
     picked = {**picked, "text": {c: picked["text"][c] for c in short}}
     write_replay_dataset(picked, tmp / "real")
     cases = sorted(picked["text"])
@@ -92,8 +116,10 @@ def real(a, source: Source, tmp: Path) -> int:
     except MissingModel as exc:
         print(f"bench_scale: real model skipped: {exc}", file=sys.stderr)
         return 0
-    print(f"== a real model: SmolLM2-135M-Instruct on llama.cpp, {len(cases)} cases x {a.real_trials} trials, multiturn + mcq4, "
-          f"2 doctor turns, max_tokens {a.max_tokens}, temperature 0")
+    print(
+        f"== a real model: SmolLM2-135M-Instruct on llama.cpp, {len(cases)} cases x {a.real_trials} trials, multiturn + mcq4, "
+        f"2 doctor turns, max_tokens {a.max_tokens}, temperature 0"
+    )
     # All three servers run side by side; the two set-ups take turns (ABBA...), so a change in the machine's
     # load falls on both alike.
     with one, two[0], two[1]:
@@ -101,8 +127,19 @@ def real(a, source: Source, tmp: Path) -> int:
         order = [label for i in range(a.real_rounds) for label in (list(setups) if i % 2 == 0 else list(setups)[::-1])]
         results: dict[str, list] = {label: [] for label in setups}
         for i, label in enumerate(order):
-            results[label].append(run_pool(tmp / "real", tmp, setups[label], cases, a.real_trials, f"real{i}",
-                                           server_concurrency={"pool": 1}, model=ALIAS, **work))
+            results[label].append(
+                run_pool(
+                    tmp / "real",
+                    tmp,
+                    setups[label],
+                    cases,
+                    a.real_trials,
+                    f"real{i}",
+                    server_concurrency={"pool": 1},
+                    model=ALIAS,
+                    **work,
+                )
+            )
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     rates = {}
     for label, runs in results.items():
@@ -111,8 +148,10 @@ def real(a, source: Source, tmp: Path) -> int:
         calls, wall = sum(r.calls for r, _ in runs), sum(r.wall_s for r, _ in runs)
         rates[label] = calls / wall
         shares = " | ".join(busy(m) for _, m in runs)
-        print(f"{label:<26} {calls:>4} calls in {wall:6.1f} s ({len(runs)} rounds): {rates[label]:.2f} calls/s, "
-              f"{sum(r.counts.tokens_out for r, _ in runs) / wall:.1f} tokens out/s; busy per round {shares}")
+        print(
+            f"{label:<26} {calls:>4} calls in {wall:6.1f} s ({len(runs)} rounds): {rates[label]:.2f} calls/s, "
+            f"{sum(r.counts.tokens_out for r, _ in runs) / wall:.1f} tokens out/s; busy per round {shares}"
+        )
     first, second = rates.values()
     print(f"throughput ratio (pool / one server)  {second / first:.2f}")
     return 0

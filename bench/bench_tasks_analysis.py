@@ -45,7 +45,22 @@ def _consultation(data: Path, releases: Path, tmp: Path, n: int) -> None:
         assert cli(["generate", "--task", "consultation", "--dataset", str(sub), "--doctor", "openai/loopback", "--patient", "openai/loopback",
                     "--solver", "openai/loopback", *common, "--seed", "3", "--temperature", "0", "--out", str(releases / "consult-bench"),
                     "--quiet"]) == 0  # fmt: skip
-    assert cli(["score", str(releases / "consult-bench"), "--dataset", str(sub), "--scorer", "paper", "--scorer", "offline", "--quiet"]) == 0
+    assert (
+        cli(
+            [
+                "score",
+                str(releases / "consult-bench"),
+                "--dataset",
+                str(sub),
+                "--scorer",
+                "paper",
+                "--scorer",
+                "offline",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     shutil.copytree(sub / "keyinfo", data / "keyinfo")  # the analysis' dataset: out/data with these items
 
 
@@ -67,13 +82,19 @@ def _encounters(packets: Path, releases: Path, tmp: Path, trials: int) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--packets", type=Path, default=None,
-                   help="a built medpi folder (craftmd encounters build; default out/medpi when it is there, else no encounters release)")
+    p.add_argument(
+        "--packets",
+        type=Path,
+        default=None,
+        help="a built medpi folder (craftmd encounters build; default out/medpi when it is there, else no encounters release)",
+    )
     p.add_argument("--cases", type=int, default=100, help="consultation cases (default 100)")
     p.add_argument("--trials", type=int, default=1, help="encounters per packet (default 1)")
     p.add_argument("--keep", type=Path, help="copy the analysis' output here")
     p.add_argument("--repeat", type=int, default=2, help="time the analysis this many times (default 2)")
-    p.add_argument("--work", type=Path, help="prepare the two releases here and keep them; a folder prepared before is used as it is")
+    p.add_argument(
+        "--work", type=Path, help="prepare the two releases here and keep them; a folder prepared before is used as it is"
+    )
     args = p.parse_args(argv)
     from craftmd.analysis.bootstrap import DEFAULT_B
     from craftmd.analysis.page import write_page
@@ -83,8 +104,11 @@ def main(argv=None) -> int:
     if args.packets is None and (here / "medpi").is_dir():
         args.packets = here / "medpi"
     if args.packets is None:
-        print("note: no packets (make packets builds them into out/medpi, or pass --packets DIR): the encounters release is left "
-              "out of the timing", file=sys.stderr)
+        print(
+            "note: no packets (make packets builds them into out/medpi, or pass --packets DIR): the encounters release is left "
+            "out of the timing",
+            file=sys.stderr,
+        )
     if not (here / "releases").is_dir() or not (here / "data" / "all").is_dir():
         print("run `make leaderboard` first (it leaves out/releases and out/data)", file=sys.stderr)
         return 2

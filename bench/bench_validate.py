@@ -68,7 +68,8 @@ def write_inputs(tmp: Path, lines: int, cases: int) -> tuple[Path, Path]:
     (data / "all").mkdir(parents=True)
     ids = [f"case_{i}" for i in range(1, cases + 1)]
     pl.DataFrame({"case_id": ids, "source": ["medqa_usmle"] * cases, "specialty": ["Dermatology"] * cases}).write_parquet(
-        data / "all" / "test-00000-of-00001.parquet")
+        data / "all" / "test-00000-of-00001.parquet"
+    )
     sub = tmp / "submission.jsonl"
     per_trial = cases * len(SETTINGS) * len(FORMATS)
     with sub.open("w") as f:
@@ -76,8 +77,18 @@ def write_inputs(tmp: Path, lines: int, cases: int) -> tuple[Path, Path]:
             trial, rest = divmod(i, per_trial)
             c, rest = divmod(rest, len(SETTINGS) * len(FORMATS))
             s, fm = divmod(rest, len(FORMATS))
-            f.write(json.dumps({"case_id": ids[c], "trial": trial, "setting": SETTINGS[s], "format": FORMATS[fm],
-                                "response": f"**Final Diagnosis:** Diagnosis number {i % 997}"}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "case_id": ids[c],
+                        "trial": trial,
+                        "setting": SETTINGS[s],
+                        "format": FORMATS[fm],
+                        "response": f"**Final Diagnosis:** Diagnosis number {i % 997}",
+                    }
+                )
+                + "\n"
+            )
     return data, sub
 
 
@@ -90,8 +101,10 @@ def measure(path: Path, data: Path, trace: bool) -> dict:
 
 def report(what: str, size: int, m: dict) -> None:
     mb = lambda kb: kb / 1024  # noqa: E731 - ru_maxrss is in KiB on Linux
-    line = (f"{what:8s} {m['rows']:>9,} rows  {size / 2**20:8.1f} MiB file  {m['wall_s']:7.1f} s  baseline {mb(m['baseline_kb']):6.0f} MB  "
-            f"peak {mb(m['peak_kb']):6.0f} MB  grown {mb(m['peak_kb'] - m['baseline_kb']):6.0f} MB")
+    line = (
+        f"{what:8s} {m['rows']:>9,} rows  {size / 2**20:8.1f} MiB file  {m['wall_s']:7.1f} s  baseline {mb(m['baseline_kb']):6.0f} MB  "
+        f"peak {mb(m['peak_kb']):6.0f} MB  grown {mb(m['peak_kb'] - m['baseline_kb']):6.0f} MB"
+    )
     if "tracemalloc_peak_b" in m:
         line += f"  python allocations peak {m['tracemalloc_peak_b'] / 2**20:6.0f} MB"
     print(line)

@@ -64,8 +64,17 @@ def heat(x: float) -> str:
     return f"background: rgb({r},{g},{b})"
 
 
-FILTERS = {"fixed": fixed, "pct": pct, "thousands": thousands, "signed": signed, "p_value": p_value,
-           "audit_cell": audit_cell, "heat": heat, "md": md, "md_code": md_code}
+FILTERS = {
+    "fixed": fixed,
+    "pct": pct,
+    "thousands": thousands,
+    "signed": signed,
+    "p_value": p_value,
+    "audit_cell": audit_cell,
+    "heat": heat,
+    "md": md,
+    "md_code": md_code,
+}
 
 
 @cache

@@ -79,12 +79,16 @@ def _check_target(out: Path, overwrite: bool, owns: tuple[str, ...] | None, hold
     if owns is None:
         raise CraftMDError(f"{out} exists and this command cannot tell it is its own output; choose another --out")
     if not out.is_dir() or not any((out / n).exists() for n in owns):
-        raise CraftMDError(f"{out} exists and is not an output of this command (it has none of {', '.join(owns)}); choose another --out")
+        raise CraftMDError(
+            f"{out} exists and is not an output of this command (it has none of {', '.join(owns)}); choose another --out"
+        )
     foreign = _foreign(out, holds) if holds is not None else []
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise CraftMDError(f"{out} holds what this command did not write ({shown}); --overwrite replaces only its own output: "
-                           "choose another --out or move them away")
+        raise CraftMDError(
+            f"{out} holds what this command did not write ({shown}); --overwrite replaces only its own output: "
+            "choose another --out or move them away"
+        )
 
 
 def _umask() -> int:
@@ -108,8 +112,9 @@ def _mkdtemp(prefix: str, where: Path) -> Path:
 
 
 @contextmanager
-def atomic_dir(out: Path | str, *, overwrite: bool = True, owns: tuple[str, ...] | None = None,
-               holds: tuple[str, ...] | None = None) -> Iterator[Path]:
+def atomic_dir(
+    out: Path | str, *, overwrite: bool = True, owns: tuple[str, ...] | None = None, holds: tuple[str, ...] | None = None
+) -> Iterator[Path]:
     """Yield a temporary sibling folder of ``out``; on success it replaces ``out`` whole.
 
     On any exception the temporary folder is removed and ``out`` is left as it was.
@@ -152,8 +157,9 @@ def atomic_dir(out: Path | str, *, overwrite: bool = True, owns: tuple[str, ...]
         raise
 
 
-def check_writable(out: Path | str, *, overwrite: bool = True, owns: tuple[str, ...] | None = None,
-                   holds: tuple[str, ...] | None = None) -> None:
+def check_writable(
+    out: Path | str, *, overwrite: bool = True, owns: tuple[str, ...] | None = None, holds: tuple[str, ...] | None = None
+) -> None:
     """A one-line error now, before any work, if :func:`atomic_dir` (same ``overwrite``, ``owns`` and ``holds``)
     would refuse ``out`` or could not write it: a temporary sibling is made and removed in the
     nearest folder that exists."""
@@ -171,14 +177,20 @@ def check_writable(out: Path | str, *, overwrite: bool = True, owns: tuple[str, 
 def plain_name(name: object) -> bool:
     """Whether ``name`` (read from a file: a release id, a file name a manifest lists) names one entry inside a
     folder: a non-empty string, not ``.`` or ``..``, no separator, no control character."""
-    return (isinstance(name, str) and name not in ("", ".", "..") and len(name) <= 255
-            and not any(c in "/\\" or ord(c) < 32 or ord(c) == 127 for c in name))
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and len(name) <= 255
+        and not any(c in "/\\" or ord(c) < 32 or ord(c) == 127 for c in name)
+    )
 
 
 def inside(folder: Path | str, name: str, what: str = "name") -> Path:
     """``folder / name`` for a ``name`` read from a file, refused in one line unless it stays inside ``folder``."""
     if not plain_name(name):
-        raise CraftMDError(f"{folder}: the {what} {ascii(name)[:80]} is not a plain name inside its folder (no separators, no '..')")
+        raise CraftMDError(
+            f"{folder}: the {what} {ascii(name)[:80]} is not a plain name inside its folder (no separators, no '..')"
+        )
     return Path(folder) / name
 
 
@@ -240,8 +252,9 @@ def locked(target: Path | str, timeout: float | None = None) -> Iterator[None]:
                     print(f"craftmd: waiting for {target}: being written by {_holder(path)}", file=sys.stderr, flush=True)
                     told = True
                 if time.monotonic() > deadline:
-                    raise CraftMDError(f"{target} is being written by {_holder(path)} (waited {timeout:.0f} s); "
-                                       "try again when it is done") from None
+                    raise CraftMDError(
+                        f"{target} is being written by {_holder(path)} (waited {timeout:.0f} s); try again when it is done"
+                    ) from None
                 time.sleep(0.05)
                 continue
             try:  # the holder before us removes the file as it lets go: ours must still be the one at the path
@@ -252,7 +265,9 @@ def locked(target: Path | str, timeout: float | None = None) -> Iterator[None]:
                 break
             os.close(fd)
         try:
-            me = f"pid {os.getpid()} on {socket.gethostname()} ({' '.join(Path(sys.argv[0]).name.split() + sys.argv[1:])[:200]})\n"
+            me = (
+                f"pid {os.getpid()} on {socket.gethostname()} ({' '.join(Path(sys.argv[0]).name.split() + sys.argv[1:])[:200]})\n"
+            )
             os.ftruncate(fd, 0)
             os.pwrite(fd, me.encode(), 0)
             _held[key] = 1

@@ -51,7 +51,9 @@ def load_keyinfo(dataset_dir: Path | str) -> dict[str, KeyInfo]:
 
     path = config_file(dataset_dir, CONFIG)
     if not path.exists():
-        raise CraftMDError(f"{dataset_dir}: no keyinfo config ({path}); run `craftmd keyinfo extract --dataset {dataset_dir} --model PROVIDER/MODEL` first")
+        raise CraftMDError(
+            f"{dataset_dir}: no keyinfo config ({path}); run `craftmd keyinfo extract --dataset {dataset_dir} --model PROVIDER/MODEL` first"
+        )
     out = {}
     for r in pq.read_table(path).to_pylist():
         if r["status"] == "ok":

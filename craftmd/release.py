@@ -61,13 +61,13 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 2
 
 
-
 def __getattr__(name: str):
     """``SETTINGS``, ``FORMATS``, ``CONVERSATIONS``: CRAFT-MD's settings, formats and conversation kinds, as its task
     (craftmd.tasks.diagnosis) declares them; looked up when first read, since the task package sits above this module."""
     if name in ("SETTINGS", "FORMATS", "CONVERSATIONS"):
         return getattr(get_task("craftmd"), name.lower())
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Why a conversation stopped.
 ENDINGS = ("final_diagnosis", "no_question", "max_turns", "refusal", "error")
@@ -149,6 +149,7 @@ def _table_spec(name: str, task: Task) -> tuple[pa.Schema, list[str], tuple[str,
             return t.schema, list(t.keys), t.optional
     return SCHEMAS[name], KEYS[name], OPTIONAL[name]
 
+
 #: Columns a writer may leave out: they are filled with nulls.
 OPTIONAL = {"conversations": ("error",), "answers": ("error",)}
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=9, use_dictionary=True, write_statistics=True)
@@ -217,8 +218,10 @@ def check_trials(table: pa.Table, what: str) -> None:
     lo, hi = pc.min_max(table.column("trial")).values()
     lo, hi = lo.as_py(), hi.as_py()
     if lo is not None and (lo < 0 or hi >= MAX_TRIALS):
-        raise CraftMDError(f"{what}: trial {lo if lo < 0 else hi} is out of range: trials are numbered 0..{MAX_TRIALS - 1} "
-                           f"(at most {MAX_TRIALS} trials a release)")
+        raise CraftMDError(
+            f"{what}: trial {lo if lo < 0 else hi} is out of range: trials are numbered 0..{MAX_TRIALS - 1} "
+            f"(at most {MAX_TRIALS} trials a release)"
+        )
 
 
 def variant_keys(table: pa.Table | pa.Schema) -> list[str]:
@@ -260,7 +263,9 @@ def conform_scores(table: pa.Table) -> pa.Table:
         if (s == "ok") != (v is not None):
             raise CraftMDError(f"scores row {i}: status {s!r} with value {v!r} (a value exactly when status is ok)")
         if v is not None and (not math.isfinite(v) or not defs[m].check(v)):
-            raise CraftMDError(f"scores row {i}: {v!r} is not a valid value of metric {m!r} ({defs[m].kind}, {defs[m].low}..{defs[m].high})")
+            raise CraftMDError(
+                f"scores row {i}: {v!r} is not a valid value of metric {m!r} ({defs[m].kind}, {defs[m].low}..{defs[m].high})"
+            )
     check_trials(table, "scores")
     return _sort(table, ["case_id", "trial", *variant, "scorer", "metric"], "scores")
 
@@ -302,7 +307,9 @@ class RunRecord(BaseModel):
     @classmethod
     def _plain_id(cls, v: str) -> str:  # a release id names files and folders (export's logs): one name inside its folder
         if not plain_name(v):
-            raise ValueError(f"the release id {ascii(v)[:80]} is not a plain name (no separators, no '..', no control characters)")
+            raise ValueError(
+                f"the release id {ascii(v)[:80]} is not a plain name (no separators, no '..', no control characters)"
+            )
         return v
 
     @field_validator("task")
@@ -333,9 +340,12 @@ class RunRecord(BaseModel):
         for name, entry in files.items():
             sha = entry.get("sha256") if isinstance(entry, dict) else None
             rows = entry.get("rows") if isinstance(entry, dict) else None
-            if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha) or (
-                    rows is not None and (type(rows) is not int or rows < 0)):
-                raise ValueError(f"the entry of {name!r} is not {{\"sha256\": 64 hex digits, \"rows\": a count}}")
+            if (
+                not isinstance(sha, str)
+                or not re.fullmatch(r"[0-9a-f]{64}", sha)
+                or (rows is not None and (type(rows) is not int or rows < 0))
+            ):
+                raise ValueError(f'the entry of {name!r} is not {{"sha256": 64 hex digits, "rows": a count}}')
         return files
 
     @classmethod
@@ -363,16 +373,22 @@ def release_task(manifest: RunRecord, where: Path | str | None = None) -> Task:
     if name not in TASKS:
         builtin_tasks()
     if name not in TASKS:
-        raise CraftMDError(f"{at}unknown task {name!r}: a release's task runs only when you name its file "
-                           f"(--task FILE.py or $CRAFTMD_TASKS); known: {', '.join(sorted(TASKS))}")
+        raise CraftMDError(
+            f"{at}unknown task {name!r}: a release's task runs only when you name its file "
+            f"(--task FILE.py or $CRAFTMD_TASKS); known: {', '.join(sorted(TASKS))}"
+        )
     file, sha = TASK_FILES.get(name, (None, None))
     if sha != manifest.task_sha256:
         if sha is None:
-            raise CraftMDError(f"{at}the release records a task file (sha256 {manifest.task_sha256[:12]}…) for {name!r}, "
-                               "which is built in here; refused")
+            raise CraftMDError(
+                f"{at}the release records a task file (sha256 {manifest.task_sha256[:12]}…) for {name!r}, "
+                "which is built in here; refused"
+            )
         made = f"one with sha256 {manifest.task_sha256[:12]}…" if manifest.task_sha256 else "a file it records no hash of"
-        raise CraftMDError(f"{at}task {name!r}: the task file {file} (sha256 {sha[:12]}…) is not the one that made this release "
-                           f"({made}); name the same file")
+        raise CraftMDError(
+            f"{at}task {name!r}: the task file {file} (sha256 {sha[:12]}…) is not the one that made this release "
+            f"({made}); name the same file"
+        )
     return TASKS[name]
 
 
@@ -400,14 +416,21 @@ def git_revision() -> str | None:
         rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         if rev.returncode:
             return None
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=10
+        )
         return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
 
 
-def write_release(out: Path | str, manifest: RunRecord, tables: dict[str, pa.Table], overwrite: bool = False,
-                  scores: tuple[pa.Table, dict] | None = None) -> Path:
+def write_release(
+    out: Path | str,
+    manifest: RunRecord,
+    tables: dict[str, pa.Table],
+    overwrite: bool = False,
+    scores: tuple[pa.Table, dict] | None = None,
+) -> Path:
     """Write a release atomically: ``tables`` maps conversations/answers to arrow tables.
 
     ``scores`` (a scores table and its scorer records) is written beside them when given;
@@ -480,7 +503,9 @@ def write_scores(release: Release, new: pa.Table, records: dict[str, dict]) -> P
         old_table, old_records = current.scores_with_records()
         replaced = set(records)
         if old_table is not None:
-            keep = old_table.filter(pa.compute.invert(pa.compute.is_in(old_table.column("scorer"), pa.array(sorted(replaced), pa.string()))))
+            keep = old_table.filter(
+                pa.compute.invert(pa.compute.is_in(old_table.column("scorer"), pa.array(sorted(replaced), pa.string())))
+            )
             new = pa.concat_tables([keep, new], promote_options="permissive") if keep.num_rows else new
         merged = {k: v for k, v in old_records.items() if k not in replaced}
         merged.update(records)
@@ -492,8 +517,9 @@ def write_scores(release: Release, new: pa.Table, records: dict[str, dict]) -> P
                 if f.name in (SCORES_FILE, "manifest.json"):
                     continue
                 if f.is_symlink():  # never copied through: what it points to is not the release's
-                    raise CraftMDError(f"{f} is a symbolic link inside a release; a release holds its own files "
-                                       "(replace the link with the file)")
+                    raise CraftMDError(
+                        f"{f} is a symbolic link inside a release; a release holds its own files (replace the link with the file)"
+                    )
                 if f.is_dir():
                     shutil.copytree(f, tmp / f.name, symlinks=True)
                     continue
@@ -556,8 +582,9 @@ class Release:
         p = self.path / f"{name}.parquet"
         if not p.exists() and p.name not in self._data:
             raise CraftMDError(f"{self.path}: no {name}.parquet")
-        return self._checked(p, _plain_fields(self._read(p, lambda f: pq.read_table(self._buffer(f), columns=columns))),
-                             SCHEMAS.get(name))
+        return self._checked(
+            p, _plain_fields(self._read(p, lambda f: pq.read_table(self._buffer(f), columns=columns))), SCHEMAS.get(name)
+        )
 
     def _buffer(self, p: Path) -> pa.BufferReader:
         return pa.BufferReader(self.data(p.name))
@@ -567,16 +594,20 @@ class Release:
         try:
             return reader(p)
         except pa.ArrowException as exc:
-            raise CraftMDError(f"{p} is damaged ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
-                               f"{rebuild_hint(self.manifest.kind, p.name, self.path)}") from None
+            raise CraftMDError(
+                f"{p} is damaged ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
+                f"{rebuild_hint(self.manifest.kind, p.name, self.path)}"
+            ) from None
 
     def _checked(self, p: Path, table: pa.Table, schema: pa.Schema | None) -> pa.Table:
         """``table`` read from ``p``, refused in one line when a column of ``schema`` has another type or a trial
         number is out of range (:func:`check_trials`)."""
         for f in schema or ():
             if f.name in table.column_names and table.schema.field(f.name).type != f.type:
-                raise CraftMDError(f"{p} is damaged (column {f.name} holds {table.schema.field(f.name).type}, a release's holds "
-                                   f"{f.type}); {rebuild_hint(self.manifest.kind, p.name, self.path)}")
+                raise CraftMDError(
+                    f"{p} is damaged (column {f.name} holds {table.schema.field(f.name).type}, a release's holds "
+                    f"{f.type}); {rebuild_hint(self.manifest.kind, p.name, self.path)}"
+                )
         check_trials(table, str(p))
         return table
 
@@ -587,8 +618,10 @@ class Release:
         except (ValueError, RecursionError):
             records = None
         if not isinstance(records, dict) or not all(isinstance(r, dict) for r in records.values()):
-            raise CraftMDError(f"{p} is damaged (its scorer records are not a JSON object of records); "
-                               f"{rebuild_hint(self.manifest.kind, p.name, self.path)}")
+            raise CraftMDError(
+                f"{p} is damaged (its scorer records are not a JSON object of records); "
+                f"{rebuild_hint(self.manifest.kind, p.name, self.path)}"
+            )
         return records
 
     def has(self, name: str) -> bool:
@@ -633,13 +666,21 @@ class Release:
         t, _ = self.scores_with_records()
         if t is None:
             raise CraftMDError(f"release {self.id}: no {SCORES_FILE} (score it first: craftmd score)")
-        df = pl.from_arrow(t).filter(pl.col("metric") == "correct", pl.col("setting").is_not_null(),
-                                     ~pl.col("scorer").str.starts_with(CLAIM_PREFIX))
+        df = pl.from_arrow(t).filter(
+            pl.col("metric") == "correct", pl.col("setting").is_not_null(), ~pl.col("scorer").str.starts_with(CLAIM_PREFIX)
+        )
         df = df.select(
-            "case_id", "trial", "setting", "format", "with_image",
-            pl.col("scorer").alias("grader"), pl.col("label").alias("resolved"),
+            "case_id",
+            "trial",
+            "setting",
+            "format",
+            "with_image",
+            pl.col("scorer").alias("grader"),
+            pl.col("label").alias("resolved"),
             pl.col("detail").str.json_path_match("$.resolved_kind").alias("resolved_kind"),
-            (pl.col("value") == 1).alias("correct"), "detail", "status",
+            (pl.col("value") == 1).alias("correct"),
+            "detail",
+            "status",
         )
         for k, v in where.items():
             df = df.filter(pl.col(k) == v)
@@ -754,10 +795,14 @@ def _verify(release: Release) -> None:
             raise CraftMDError(f"{f} is missing (manifest.json lists it); {rebuild_hint(manifest.kind, name, path)}")
         if _file_sha256(release, name) != info["sha256"]:
             release._data.pop(name, None)
-            raise CraftMDError(f"{f} is damaged (its sha256 is not the one manifest.json records); {rebuild_hint(manifest.kind, name, path)}")
+            raise CraftMDError(
+                f"{f} is damaged (its sha256 is not the one manifest.json records); {rebuild_hint(manifest.kind, name, path)}"
+            )
     if SCORES_FILE not in manifest.files and (path / SCORES_FILE).exists():
-        raise CraftMDError(f"{path / SCORES_FILE} is not in manifest.json's checksums (written by an older craftmd, or added by hand); "
-                           f"{rebuild_hint(manifest.kind, SCORES_FILE, path)}")
+        raise CraftMDError(
+            f"{path / SCORES_FILE} is not in manifest.json's checksums (written by an older craftmd, or added by hand); "
+            f"{rebuild_hint(manifest.kind, SCORES_FILE, path)}"
+        )
 
 
 def rebuild_hint(kind: str, name: str, path: Path | str) -> str:
@@ -787,6 +832,8 @@ def find_releases(root: Path | str) -> list[Release]:
         run = inspect.get("eval_id") if isinstance(inspect, dict) else None
         if run is not None:  # one inspect run ingested twice (into two folders): its answers would count twice
             if run in runs:
-                raise CraftMDError(f"two releases are ingests of one inspect run ({run}): {runs[run].path} and {r.path}; remove one")
+                raise CraftMDError(
+                    f"two releases are ingests of one inspect run ({run}): {runs[run].path} and {r.path}; remove one"
+                )
             runs[run] = r
     return sorted(found, key=lambda r: r.id)

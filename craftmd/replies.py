@@ -28,7 +28,7 @@ def reply_json(text: str | None) -> object:
         candidates.append(fenced.group(1))
     braces = "{" in t and "}" in t and t.index("{") < t.rindex("}")
     if braces:
-        candidates.append(t[t.index("{"): t.rindex("}") + 1])
+        candidates.append(t[t.index("{") : t.rindex("}") + 1])
     error = None
     for c in candidates:
         try:

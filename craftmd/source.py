@@ -92,8 +92,10 @@ def _download(url: str) -> Path:
         os.replace(tmp, dest)
     except OSError as exc:  # URLError is an OSError
         Path(tmp).unlink(missing_ok=True)
-        raise CraftMDError(f"cannot download source {url}: {exc}; give the pinned archive with --source PATH_OR_URL "
-                           f"(or ${ENV_VAR}), e.g. a craft-md-{PINNED_COMMIT}.tar.gz downloaded elsewhere") from None
+        raise CraftMDError(
+            f"cannot download source {url}: {exc}; give the pinned archive with --source PATH_OR_URL "
+            f"(or ${ENV_VAR}), e.g. a craft-md-{PINNED_COMMIT}.tar.gz downloaded elsewhere"
+        ) from None
     return dest
 
 

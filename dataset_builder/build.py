@@ -44,8 +44,17 @@ from craftmd.dataset_builder import mediq as MQ
 from craftmd.dataset_builder import transform as T
 from craftmd.dataset_builder import upstream as U
 from craftmd.dataset_builder.report import BuildReport, SplitCheck
-from craftmd.dataset_builder.schema import (CONFIG_SOURCES, CONFIGS, FEATURES, SOURCES, TRAIN_CONFIGS, build_order, config_licence,
-                                            image_row, text_row)
+from craftmd.dataset_builder.schema import (
+    CONFIG_SOURCES,
+    CONFIGS,
+    FEATURES,
+    SOURCES,
+    TRAIN_CONFIGS,
+    build_order,
+    config_licence,
+    image_row,
+    text_row,
+)
 from craftmd.release import natural_key
 from craftmd.samples import Sample
 from craftmd.dataset import config_file
@@ -76,10 +85,10 @@ SINGLE_DX_DOC = (
     "`validation_clinicalllm_patientai_*.xlsx` sheets judges conversations, not vignettes, and is not used.)"
 )
 SPLIT_DOC = (
-    "The question is the last sentence of the upstream text when it ends with \"?\"; the rest is the "
-    "vignette. The dermatology cases carry no question and are asked \"{q}\", as upstream. "
-    "A premise clause that states a measured value before the question word (\"If the likelihood ratio "
-    "... is 0.04, what is ...\") stays with the vignette. MedQA stems that end with \":\" instead of \"?\" "
+    'The question is the last sentence of the upstream text when it ends with "?"; the rest is the '
+    'vignette. The dermatology cases carry no question and are asked "{q}", as upstream. '
+    'A premise clause that states a measured value before the question word ("If the likelihood ratio '
+    '... is 0.04, what is ...") stays with the vignette. MedQA stems that end with ":" instead of "?" '
     "stay in the vignette, as upstream did. `build_report.md` lists every case where the vignette differs "
     "from upstream's own split."
 ).format(q=T.DEFAULT_QUESTION)
@@ -96,8 +105,11 @@ def builder_sha256() -> str:
     import craftmd.tasks
 
     here = Path(__file__).resolve().parent
-    files = sorted(here.glob("*.py")) + [here.parent / "cards" / "dataset_card.md.j2", here.parent / "cards" / "render.py",
-                                         Path(craftmd.tasks.__file__).parent / "consultation" / "prompts" / "consult-v1" / "doctor_system.txt"]
+    files = sorted(here.glob("*.py")) + [
+        here.parent / "cards" / "dataset_card.md.j2",
+        here.parent / "cards" / "render.py",
+        Path(craftmd.tasks.__file__).parent / "consultation" / "prompts" / "consult-v1" / "doctor_system.txt",
+    ]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
@@ -195,7 +207,9 @@ def write_config(root: Path, config: str, rows: list[dict], split: str = SPLIT) 
     return path
 
 
-def card_text(version: str, source: dict, rows: dict[str, int], sizes: dict[str, int], mediq: dict, train: dict | None = None) -> str:
+def card_text(
+    version: str, source: dict, rows: dict[str, int], sizes: dict[str, int], mediq: dict, train: dict | None = None
+) -> str:
     """The card; ``train`` (config -> rows) adds the training configs (split ``train``) after the test configs."""
     train = train or {}
     data = DatasetCardData(
@@ -300,18 +314,24 @@ def build_dataset(
     cases, medqa_file = _with_medqa_file([c for c, _ in built], medqa, medqa_items)
     cases.sort(key=build_order)
     images: list[Sample] = sorted(got["images"], key=lambda c: natural_key(c.case_id))
-    table_rows, facts_info, train_info, ct_info = _table_rows(cases, images, mediq_src, mediq_files, mediq_items, train_items, golden_writer)
+    table_rows, facts_info, train_info, ct_info = _table_rows(
+        cases, images, mediq_src, mediq_files, mediq_items, train_items, golden_writer
+    )
     if medqa_train is not None:
         train_info["inputs"] = {k if k != "--medqa-train" else Path(medqa_train).name: v for k, v in train_info["inputs"].items()}
     counts = {c: len(table_rows[c]) for c in CONFIGS}
     train_counts = {c: len(table_rows[c]) for c in TRAIN_CONFIGS}
     source_info = source.describe()
 
-    with atomic_dir(out, overwrite=overwrite, owns=(MANIFEST,), holds=(MANIFEST, REPORT, CARD, *CONFIGS)) as tmp:  # an output that appeared meanwhile is refused at the swap too
+    with atomic_dir(
+        out, overwrite=overwrite, owns=(MANIFEST,), holds=(MANIFEST, REPORT, CARD, *CONFIGS)
+    ) as tmp:  # an output that appeared meanwhile is refused at the swap too
         files = _write_configs(tmp, table_rows, progress)
         sizes = {c: files[f"{c}/{SPLIT}-00000-of-00001.parquet"]["bytes"] for c in CONFIGS}
         sizes.update({c: files[f"{c}/{G.SPLIT}-00000-of-00001.parquet"]["bytes"] for c in TRAIN_CONFIGS})
-        (tmp / CARD).write_text(card_text(version, source_info, counts, sizes, facts_info["source"], train_counts), encoding="utf-8")
+        (tmp / CARD).write_text(
+            card_text(version, source_info, counts, sizes, facts_info["source"], train_counts), encoding="utf-8"
+        )
         files[CARD] = {"sha256": sha256_file(tmp / CARD), "bytes": (tmp / CARD).stat().st_size}
         report = BuildReport(
             out=out,
@@ -321,7 +341,9 @@ def build_dataset(
             by_source=dict(Counter(c.source for c in cases).most_common()),
             by_specialty=dict(sorted(Counter(c.specialty or "(none)" for c in cases).items(), key=lambda kv: (-kv[1], kv[0]))),
             by_task_type=dict(sorted(Counter(c.task_type for c in cases).items(), key=lambda kv: (-kv[1], kv[0]))),
-            single_dx={str(k).lower() if k is not None else "null": v for k, v in Counter(c.single_dx for c in cases).most_common()},
+            single_dx={
+                str(k).lower() if k is not None else "null": v for k, v in Counter(c.single_dx for c in cases).most_common()
+            },
             **quality,
             nejm={"rows": len(images), "multi_image": sorted(got["multi_image"])},
             medqa_file=medqa_file,
@@ -401,7 +423,9 @@ def _table_rows(cases, images, mediq_src, mediq_files, mediq_items, train_items,
     benchmark = {c.case_id: c.vignette for c in cases}
     benchmark.update({(c.case_id if c.case_id not in benchmark else f"nejm_image/{c.case_id}"): c.vignette for c in images})
     table_rows[G.CONFIG], train_info = G.build_rows(mediq_files[G.MEDIQ_FILE], train_items, benchmark, golden_writer)
-    ct_candidates = G.mediq_candidates(mediq_files[G.MEDIQ_FILE]) + (G.medqa_candidates(train_items) if train_items is not None else [])
+    ct_candidates = G.mediq_candidates(mediq_files[G.MEDIQ_FILE]) + (
+        G.medqa_candidates(train_items) if train_items is not None else []
+    )
     table_rows[CT.CONFIG], ct_info = CT.build_rows(ct_candidates, benchmark)  # the benchmark's n-gram index is made once
     return table_rows, facts_info, train_info, ct_info
 
@@ -424,16 +448,28 @@ def _manifest(report: BuildReport, version: str, train_counts: dict, files: dict
     return {
         "name": "craftmd",
         "version": version,
-        "builder": {"package": "craftmd", "version": __version__, "code_sha256": builder_sha256(),
-                    "pyarrow": pa.__version__, "datasets": datasets.__version__},
+        "builder": {
+            "package": "craftmd",
+            "version": __version__,
+            "code_sha256": builder_sha256(),
+            "pyarrow": pa.__version__,
+            "datasets": datasets.__version__,
+        },
         "source": report.source,
         "configs": report.rows,
         "split": SPLIT,
         "train_configs": train_counts,
-        "consult_train": {"inputs": train_info["inputs"], "rows": train_info["rows"], "by_writer": train_info["by_writer"],
-                          "dropped": len(train_info["dropped"]), "decontamination": train_info["decontamination"],
-                          "writer": None if train_info["writer"] is None else
-                          {k: v for k, v in train_info["writer"].items() if k != "failed"} | {"failed": len(train_info["writer"]["failed"])}},
+        "consult_train": {
+            "inputs": train_info["inputs"],
+            "rows": train_info["rows"],
+            "by_writer": train_info["by_writer"],
+            "dropped": len(train_info["dropped"]),
+            "decontamination": train_info["decontamination"],
+            "writer": None
+            if train_info["writer"] is None
+            else {k: v for k, v in train_info["writer"].items() if k != "failed"}
+            | {"failed": len(train_info["writer"]["failed"])},
+        },
         "craftmd_train": {"rows": ct_info["rows"], "dropped": len(ct_info["dropped"]), "id_prefix": CT.PREFIX},
         "medqa_file": report.medqa_file,
         "mediq": {**facts_info["source"], "files": facts_info["files"], "facts_cases": facts_info["cases"]},

@@ -57,7 +57,7 @@ def build_rows(candidates: list[G.Candidate], benchmark: dict[str, str]) -> tupl
     if clash:
         raise CraftMDError(f"{CONFIG}: training id(s) {', '.join(clash[:5])} are benchmark ids")
     src = {"mediq": 0, "medqa": 1}
-    samples.sort(key=lambda s: (src[s.case_id[len(PREFIX):].split("_")[0]], natural_key(s.case_id)))
+    samples.sort(key=lambda s: (src[s.case_id[len(PREFIX) :].split("_")[0]], natural_key(s.case_id)))
     rows = [text_row(s) for s in samples]
     report = {"candidates": len(candidates), "rows": len(rows), "reasons": {s: dict(sorted(r.items())) for s, r in sorted(reasons.items())},
               "dropped": dropped, "decontamination": G.DECONTAMINATION_DOC}  # fmt: skip

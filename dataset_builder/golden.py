@@ -40,23 +40,44 @@ DECONTAMINATION_DOC = (
 
 #: Ordered (key, pattern) rules: a fact's key is that of the first pattern it matches (case-insensitive).
 KEY_RULES: tuple[tuple[str, str], ...] = (
-    ("Vital signs", r"\b(temperature|pulse|heart rate|blood pressure|respirations|respiratory rate|oxygen saturation|"
-                    r"afebrile|vital signs|body mass index|bmi)\b"),
-    ("Laboratory results", r"\b(laboratory|labs?|serum|plasma|hemoglobin|hematocrit|leukocyte\w*|platelet\w*|sodium|"
-                           r"potassium|glucose|creatinine|urea|urinalysis|urine|mg/dl|meq/l|mmol/l|g/dl|titers?|"
-                           r"antibod\w*|cultures?|gram stain|biopsy|smear|pcr|serolog\w*|concentration)\b"),
-    ("Imaging and other tests", r"\b(x-rays?|radiograph\w*|ct|mri|ultrasound\w*|ultrasonograph\w*|echocardiograph\w*|ecg|"
-                                r"ekg|electrocardiogra\w*|scan|imaging|endoscop\w*|colonoscop\w*|angiograph\w*|"
-                                r"spirometry)\b"),
-    ("Physical examination", r"\b(examination|exam|auscultation|palpat\w*|inspection|appears|tender\w*|murmurs?|"
-                             r"reflex\w*|pupils?)\b"),
-    ("Family history", r"\bfamily history\b|\b(mother|father|sister|brother|siblings?|grandmother|grandfather|aunt|"
-                       r"uncle)\b[^.]*\b(has|had|have|died|diagnosed|history)\b"),
+    (
+        "Vital signs",
+        r"\b(temperature|pulse|heart rate|blood pressure|respirations|respiratory rate|oxygen saturation|"
+        r"afebrile|vital signs|body mass index|bmi)\b",
+    ),
+    (
+        "Laboratory results",
+        r"\b(laboratory|labs?|serum|plasma|hemoglobin|hematocrit|leukocyte\w*|platelet\w*|sodium|"
+        r"potassium|glucose|creatinine|urea|urinalysis|urine|mg/dl|meq/l|mmol/l|g/dl|titers?|"
+        r"antibod\w*|cultures?|gram stain|biopsy|smear|pcr|serolog\w*|concentration)\b",
+    ),
+    (
+        "Imaging and other tests",
+        r"\b(x-rays?|radiograph\w*|ct|mri|ultrasound\w*|ultrasonograph\w*|echocardiograph\w*|ecg|"
+        r"ekg|electrocardiogra\w*|scan|imaging|endoscop\w*|colonoscop\w*|angiograph\w*|"
+        r"spirometry)\b",
+    ),
+    (
+        "Physical examination",
+        r"\b(examination|exam|auscultation|palpat\w*|inspection|appears|tender\w*|murmurs?|"
+        r"reflex\w*|pupils?)\b",
+    ),
+    (
+        "Family history",
+        r"\bfamily history\b|\b(mother|father|sister|brother|siblings?|grandmother|grandfather|aunt|"
+        r"uncle)\b[^.]*\b(has|had|have|died|diagnosed|history)\b",
+    ),
     ("Medications", r"\b(medications?|takes|taking|treated with|prescribed|drugs?)\b"),
-    ("Social history", r"\b(smok\w*|cigarettes?|alcohol|drinks|illicit|cocaine|heroin|sexually|occupation|works|"
-                       r"worked|lives|travel\w*)\b"),
-    ("Pregnancy and menstrual history", r"\b(pregnan\w*|gestation\w*|gravida|menstrua\w*|menarche|menopaus\w*|"
-                                        r"contracepti\w*)\b"),
+    (
+        "Social history",
+        r"\b(smok\w*|cigarettes?|alcohol|drinks|illicit|cocaine|heroin|sexually|occupation|works|"
+        r"worked|lives|travel\w*)\b",
+    ),
+    (
+        "Pregnancy and menstrual history",
+        r"\b(pregnan\w*|gestation\w*|gravida|menstrua\w*|menarche|menopaus\w*|"
+        r"contracepti\w*)\b",
+    ),
     ("Immunizations", r"\b(immuniz\w*|vaccin\w*)\b"),
     ("Past medical history", r"\b(history of|diagnosed|previous\w*|prior|surgery|underwent|hospitali\w*)\b"),
 )
@@ -272,8 +293,10 @@ def check_disjoint(what: str, cases: dict[str, str], benchmark: dict[str, str]) 
     _, dropped = decontaminate(cands, benchmark)
     if dropped:
         d = dropped[0]
-        raise CraftMDError(f"{what}: {len(dropped)} training case(s) are benchmark cases by text, first {d['case']} ~ {d['benchmark_case']} "
-                           f"(similarity {d['similarity']:.4f}, 8-gram share {d['ngram_share']:.4f}; rule: {DECONTAMINATION_DOC})")
+        raise CraftMDError(
+            f"{what}: {len(dropped)} training case(s) are benchmark cases by text, first {d['case']} ~ {d['benchmark_case']} "
+            f"(similarity {d['similarity']:.4f}, 8-gram share {d['ngram_share']:.4f}; rule: {DECONTAMINATION_DOC})"
+        )
 
 
 def candidate(row: dict) -> Candidate:
@@ -344,7 +367,9 @@ def row(c: Candidate, writer: str, request: str, items: list[dict], msgs: list[d
     }  # fmt: skip
 
 
-def build_rows(mediq_data: bytes, medqa_train: list[M.MedQAItem] | None, benchmark: dict[str, str], writer=None) -> tuple[list[dict], dict]:
+def build_rows(
+    mediq_data: bytes, medqa_train: list[M.MedQAItem] | None, benchmark: dict[str, str], writer=None
+) -> tuple[list[dict], dict]:
     """The config's rows and the build report's account of them.
 
     ``benchmark``: every benchmark case's text by id. ``writer``: None (the script only), or a callable
@@ -378,7 +403,29 @@ def order(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: (src[r["source"]], natural_key(r["case"]), r["writer"] != WRITER_SCRIPT, r["writer"]))
 
 
-__all__ = ["CONFIG", "SPLIT", "Candidate", "Prepared", "mediq_candidates", "medqa_candidates", "prepare", "decontaminate",
-           "benchmark_texts", "check_disjoint", "candidate",
-           "nearest", "key_values", "script", "row", "order", "messages", "closing", "doctor_system", "KEY_RULES", "QUESTIONS",
-           "LEVENSHTEIN_THRESHOLD", "NGRAM_THRESHOLD", "DECONTAMINATION_DOC"]
+__all__ = [
+    "CONFIG",
+    "SPLIT",
+    "Candidate",
+    "Prepared",
+    "mediq_candidates",
+    "medqa_candidates",
+    "prepare",
+    "decontaminate",
+    "benchmark_texts",
+    "check_disjoint",
+    "candidate",
+    "nearest",
+    "key_values",
+    "script",
+    "row",
+    "order",
+    "messages",
+    "closing",
+    "doctor_system",
+    "KEY_RULES",
+    "QUESTIONS",
+    "LEVENSHTEIN_THRESHOLD",
+    "NGRAM_THRESHOLD",
+    "DECONTAMINATION_DOC",
+]

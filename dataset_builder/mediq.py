@@ -138,5 +138,17 @@ def match(items: list[Item], vignettes: dict[str, str]) -> tuple[list[dict], dic
     return rows, counts
 
 
-__all__ = ["MEDIQ_COMMIT", "FILES", "MATCH_RULE", "MATCH_DOC", "ATTRIBUTION", "Item", "open_mediq", "default_location",
-           "read_items", "match", "normalise", "strip_number"]
+__all__ = [
+    "MEDIQ_COMMIT",
+    "FILES",
+    "MATCH_RULE",
+    "MATCH_DOC",
+    "ATTRIBUTION",
+    "Item",
+    "open_mediq",
+    "default_location",
+    "read_items",
+    "match",
+    "normalise",
+    "strip_number",
+]

@@ -35,9 +35,7 @@ _PATIENT = re.compile(
     re.IGNORECASE,
 )
 # The question has to be about the patient's condition: its diagnosis, its cause or its organism.
-_ABOUT_DX = re.compile(
-    r"\bdiagnos\w*|\b(cause[ds]?|etiology|organisms?|pathogens?|infectious agents?)\b", re.IGNORECASE
-)
+_ABOUT_DX = re.compile(r"\bdiagnos\w*|\b(cause[ds]?|etiology|organisms?|pathogens?|infectious agents?)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -105,8 +103,16 @@ def read_jsonl(path: Path | str) -> list[MedQAItem]:
             raise CraftMDError(f"{path}:{n}: 'facts' must be a list of texts")
         if facts is not None and not facts:
             raise CraftMDError(f"{path}:{n}: 'facts' is an empty list (leave the field out to use the vignette's sentences)")
-        items.append(MedQAItem(n, q, {k: opts[k] for k in sorted(opts)}, opts[idx], idx,
-                               tuple(strip_number(f) for f in facts) if facts is not None else None))
+        items.append(
+            MedQAItem(
+                n,
+                q,
+                {k: opts[k] for k in sorted(opts)},
+                opts[idx],
+                idx,
+                tuple(strip_number(f) for f in facts) if facts is not None else None,
+            )
+        )
     if not items:
         raise CraftMDError(f"{path}: no MedQA items")
     return items
@@ -119,7 +125,9 @@ def case_from_item(item: MedQAItem) -> Sample:
     choices = tuple(T.clean_option(item.options[k]) for k in letters)
     idx = letters.index(item.answer_idx)
     # no upstream results for these items: the paper's key is the answer itself
-    return text_sample(f"medqa_{item.line}", "medqa_usmle", None, vignette, T.clean_question(raw_q), choices, idx, choices[idx], None)
+    return text_sample(
+        f"medqa_{item.line}", "medqa_usmle", None, vignette, T.clean_question(raw_q), choices, idx, choices[idx], None
+    )
 
 
 def pick(items: list[MedQAItem]) -> tuple[list[Sample], dict[str, int]]:

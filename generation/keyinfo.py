@@ -83,7 +83,10 @@ def prompts():
 
 def messages(vignette: str, prompt_set=None) -> list[dict]:
     p = prompt_set or prompts()
-    return [{"role": "system", "content": p.text("system.txt")}, {"role": "user", "content": p.text("user.txt", vignette=vignette.strip())}]
+    return [
+        {"role": "system", "content": p.text("system.txt")},
+        {"role": "user", "content": p.text("user.txt", vignette=vignette.strip())},
+    ]
 
 
 def row(case_id: str, c: Completion, model: str, prompt_sha256: str) -> dict:
@@ -94,7 +97,13 @@ def row(case_id: str, c: Completion, model: str, prompt_sha256: str) -> dict:
     got, why = parse_reply(c.text)
     if got is None:
         return {**base, "items": [], "initial_request": None, "status": "invalid", "error": why}
-    return {**base, "items": [i.model_dump() for i in got.items], "initial_request": got.initial_request, "status": "ok", "error": None}
+    return {
+        **base,
+        "items": [i.model_dump() for i in got.items],
+        "initial_request": got.initial_request,
+        "status": "ok",
+        "error": None,
+    }
 
 
 @dataclass
@@ -109,22 +118,35 @@ class ExtractReport:
     tokens_out: int = 0
 
     def summary(self) -> str:
-        lines = [f"keyinfo      {self.path}",
-                 f"cases        {self.cases}: {self.ok} extracted, {len(self.failed)} failed",
-                 f"requests     {self.calls} sent, {self.cache_hits} cached; tokens in {self.tokens_in:,}, out {self.tokens_out:,}"]
+        lines = [
+            f"keyinfo      {self.path}",
+            f"cases        {self.cases}: {self.ok} extracted, {len(self.failed)} failed",
+            f"requests     {self.calls} sent, {self.cache_hits} cached; tokens in {self.tokens_in:,}, out {self.tokens_out:,}",
+        ]
         lines += [f"  failed     {cid}: {why}" for cid, why in self.failed.items()]
         return "\n".join(lines)
 
 
-async def _ask_all(texts: list[tuple[str, str]], model_name: str, *, base_url, api_key, cache_path, concurrency, max_retries,
-                   timeout, progress) -> tuple[list[Completion], object, dict]:
+async def _ask_all(
+    texts: list[tuple[str, str]], model_name: str, *, base_url, api_key, cache_path, concurrency, max_retries, timeout, progress
+) -> tuple[list[Completion], object, dict]:
     from tqdm import tqdm
 
     from craftmd.models.connect import CallSettings, Connections
     from craftmd.models.formats import structured
 
-    conn = Connections(CallSettings(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries,
-                                    concurrency=concurrency, seed=SAMPLING.seed, cache=cache_path), [model_name])
+    conn = Connections(
+        CallSettings(
+            base_url=base_url,
+            api_key=api_key,
+            timeout=timeout,
+            max_retries=max_retries,
+            concurrency=concurrency,
+            seed=SAMPLING.seed,
+            cache=cache_path,
+        ),
+        [model_name],
+    )
     caller = conn.caller(model_name)
     p = prompts()
     bar = tqdm(total=len(texts), desc="keyinfo extract", unit="case", disable=not progress, file=sys.stderr, dynamic_ncols=True)
@@ -135,7 +157,9 @@ async def _ask_all(texts: list[tuple[str, str]], model_name: str, *, base_url, a
         c = await caller(messages(vignette, p), sampling)
         k = caller.counters
         bar.update(1)
-        bar.set_postfix_str(f"sent={k.calls} cached={k.cache_hits} fail={k.failures} tok_in={k.tokens_in:,} tok_out={k.tokens_out:,}")
+        bar.set_postfix_str(
+            f"sent={k.calls} cached={k.cache_hits} fail={k.failures} tok_in={k.tokens_in:,} tok_out={k.tokens_out:,}"
+        )
         return c
 
     try:
@@ -146,9 +170,19 @@ async def _ask_all(texts: list[tuple[str, str]], model_name: str, *, base_url, a
         bar.close()
 
 
-def extract_keyinfo(dataset_dir: Path | str, model: str, *, cases: list[str] | None = None, base_url: str | None = None,
-                    api_key: str | None = None, cache: Path | str | None = None, concurrency: int = 8, max_retries: int = 6,
-                    timeout: float = 120.0, progress: bool = True) -> ExtractReport:
+def extract_keyinfo(
+    dataset_dir: Path | str,
+    model: str,
+    *,
+    cases: list[str] | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    cache: Path | str | None = None,
+    concurrency: int = 8,
+    max_retries: int = 6,
+    timeout: float = 120.0,
+    progress: bool = True,
+) -> ExtractReport:
     """Extract the key-value information of the text cases (all, or ``cases``) and write the ``keyinfo`` config."""
     from craftmd.generation.runner import default_cache
     from craftmd.models.connect import CallSettings, check_names
@@ -165,8 +199,11 @@ def extract_keyinfo(dataset_dir: Path | str, model: str, *, cases: list[str] | N
         cache_path=Path(cache) if cache else default_cache(), concurrency=concurrency, max_retries=max_retries,
         timeout=timeout, progress=progress))  # fmt: skip
     rows = [row(s.case_id, c, model, p.sha256) for s, c in zip(samples, completions)]
-    path = write_keyinfo(dataset_dir, rows, {"model": model, "prompt_set": p.describe(), "sampling": SAMPLING.to_dict(),
-                                             "response_format": formats})
+    path = write_keyinfo(
+        dataset_dir,
+        rows,
+        {"model": model, "prompt_set": p.describe(), "sampling": SAMPLING.to_dict(), "response_format": formats},
+    )
     failed = {r["case_id"]: f"{r['status']}: {r['error']}" for r in rows if r["status"] != "ok"}
     return ExtractReport(path, len(rows), len(rows) - len(failed), failed, counts.calls, counts.cache_hits, counts.tokens_in,
                          counts.tokens_out)  # fmt: skip

@@ -158,8 +158,17 @@ class Protocol:
         flipped = [{"role": "user" if m["role"] == "assistant" else "assistant", "content": m["content"]} for m in conv.turns]
         return [{"role": "system", "content": self.p.text("patient_system.txt", vignette=knowledge)}] + flipped
 
-    async def converse(self, case: Sample, knowledge: str, with_image: bool, doctor: Call, patient: Call,
-                       sampling_doctor: Sampling, sampling_patient: Sampling, opening: str | None = None) -> Conversation:
+    async def converse(
+        self,
+        case: Sample,
+        knowledge: str,
+        with_image: bool,
+        doctor: Call,
+        patient: Call,
+        sampling_doctor: Sampling,
+        sampling_patient: Sampling,
+        opening: str | None = None,
+    ) -> Conversation:
         """Run one conversation; ``knowledge`` is what the patient knows (vignette or history).
 
         The doctor opens with the prompt set's opening line, or, given ``opening``, the patient opens with it."""
@@ -204,17 +213,33 @@ class Protocol:
         options = list(case.choices) if fmt == "mcq4" else many_options if fmt == "mcq_many" else []
         return self.p.text(f"format_{fmt}.txt", question=question, options="\n".join(f"- {o}" for o in options))
 
-    def question_messages(self, case: Sample, setting: str, fmt: str, with_image: bool, *,
-                          conv: Conversation | None = None, summary: str | None = None,
-                          many_options: list[str] = ()) -> list[Message]:
+    def question_messages(
+        self,
+        case: Sample,
+        setting: str,
+        fmt: str,
+        with_image: bool,
+        *,
+        conv: Conversation | None = None,
+        summary: str | None = None,
+        many_options: list[str] = (),
+    ) -> list[Message]:
         block = self.question_block(case, fmt, list(many_options))
-        text = self.p.text(f"setting_{setting}.txt", question_block=block, vignette=case.vignette,
-                           physical_exam=case.physical_exam, summary=summary or "")
+        text = self.p.text(
+            f"setting_{setting}.txt",
+            question_block=block,
+            vignette=case.vignette,
+            physical_exam=case.physical_exam,
+            summary=summary or "",
+        )
         if setting in ("multiturn", "multiturn_no_exam", "multiturn_plus_exam"):
             return conv.for_question() + [{"role": "user", "content": text}]
         if setting == "singleturn":
             return conv.first_turn() + [{"role": "user", "content": text}]
-        system = self.p.text("answer_system.txt", specialty=self.p.specialty_clause(case.specialty),
-                             image=self.p.text("doctor_image.txt") if with_image else "")
+        system = self.p.text(
+            "answer_system.txt",
+            specialty=self.p.specialty_clause(case.specialty),
+            image=self.p.text("doctor_image.txt") if with_image else "",
+        )
         content = self.image_parts(case, text) if with_image else text
         return [{"role": "system", "content": system}, {"role": "user", "content": content}]

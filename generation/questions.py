@@ -45,7 +45,9 @@ def parse_experiments(names: list[str] | None, task: Task) -> tuple[tuple[str, .
             elif part in task.formats:
                 formats.append(part)
             else:
-                raise CraftMDError(f"unknown experiment {part!r}; settings: {', '.join(task.settings)}; formats: {', '.join(task.formats)}")
+                raise CraftMDError(
+                    f"unknown experiment {part!r}; settings: {', '.join(task.settings)}; formats: {', '.join(task.formats)}"
+                )
     keep = lambda xs, order: tuple(x for x in order if x in xs)  # noqa: E731
     return keep(settings, task.settings) or task.settings, keep(formats, task.formats) or task.formats
 
@@ -87,9 +89,17 @@ def failure(conv: Conversation, what: str) -> tuple[str, str] | None:
 
 def conversation_row(case_id: str, trial: int, kind: str, with_image: bool, conv: Conversation, summary: str | None) -> dict:
     """A ``conversations`` row of the release."""
-    return {"case_id": case_id, "trial": trial, "conversation": kind, "with_image": with_image, "messages": conv.record(),
-            "summary": summary, "n_turns": conv.n_turns, "ended": conv.ended,
-            "error": conv.error if conv.ended in ("refusal", "error") else None}
+    return {
+        "case_id": case_id,
+        "trial": trial,
+        "conversation": kind,
+        "with_image": with_image,
+        "messages": conv.record(),
+        "summary": summary,
+        "n_turns": conv.n_turns,
+        "ended": conv.ended,
+        "error": conv.error if conv.ended in ("refusal", "error") else None,
+    }
 
 
 def conversation_estimate(est: dict[str, Estimate], max_turns: int, max_tokens: int, knowledge: str) -> int:
@@ -115,5 +125,16 @@ def no_jobs_message(settings, formats) -> str:
     return f"none of the experiments {', '.join(settings)} × {', '.join(formats)} applies to the selected cases"
 
 
-__all__ = ["ConversationOptions", "produced", "no_jobs_message", "parse_experiments", "load_diagnoses", "plan_cells", "failure", "conversation_row", "conversation_estimate",
-           "EXPECTED_TURNS", "EXPECTED_REPLY"]
+__all__ = [
+    "ConversationOptions",
+    "produced",
+    "no_jobs_message",
+    "parse_experiments",
+    "load_diagnoses",
+    "plan_cells",
+    "failure",
+    "conversation_row",
+    "conversation_estimate",
+    "EXPECTED_TURNS",
+    "EXPECTED_REPLY",
+]

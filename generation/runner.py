@@ -146,8 +146,10 @@ def throttled(fn, interval: float = 0.1):
 def progress_text(c: Counts, done: int, total: int, unit: str = "answers", cost: float | None = None) -> str:
     """The one-line counts shown by the progress bar (the summary spells the same numbers out)."""
     money = f" ${cost:,.2f}" if cost is not None else ""
-    return (f"{unit} {done}/{total} sent={c.calls} cached={c.cache_hits} dedup={c.deduplicated} "
-            f"retries={c.retries} fail={c.failures} tok_in={c.tokens_in:,} tok_out={c.tokens_out:,}{money}")
+    return (
+        f"{unit} {done}/{total} sent={c.calls} cached={c.cache_hits} dedup={c.deduplicated} "
+        f"retries={c.retries} fail={c.failures} tok_in={c.tokens_in:,} tok_out={c.tokens_out:,}{money}"
+    )
 
 
 def check_run(spec, release: bool = True) -> None:
@@ -173,7 +175,9 @@ def check_run(spec, release: bool = True) -> None:
         raise CraftMDError(f"--shard {spec.shard!r}: expected k/K with 1 <= k <= K")
     for role, pair in spec.prices().items():
         if len(pair) != 2 or not all(number(x) and x >= 0 for x in pair):
-            raise CraftMDError(f"--price {'' if role == '*' else role + '='}{pair!r}: IN,OUT in USD per million tokens, each finite and at least 0")
+            raise CraftMDError(
+                f"--price {'' if role == '*' else role + '='}{pair!r}: IN,OUT in USD per million tokens, each finite and at least 0"
+            )
     if spec.budget is not None:
         if not number(spec.budget) or spec.budget <= 0:
             raise CraftMDError("--budget must be a finite amount of USD more than 0")
@@ -232,8 +236,10 @@ class GenerateReport:
         lines = [f"release      {self.path}"] + [f"produced     {p}" for p in self.produced]
         if self.not_run:
             lines.append(f"not run      {self.not_run} jobs: the --budget was reached (listed in the run record as not run)")
-        lines.append(f"requests     {c.requests}: {c.calls} sent, {c.cache_hits} from cache, {c.deduplicated} deduplicated "
-                     f"(identical to one in flight); {c.retries} retries, peak {c.peak_in_flight} in flight, {self.wall_s:.1f} s")
+        lines.append(
+            f"requests     {c.requests}: {c.calls} sent, {c.cache_hits} from cache, {c.deduplicated} deduplicated "
+            f"(identical to one in flight); {c.retries} retries, peak {c.peak_in_flight} in flight, {self.wall_s:.1f} s"
+        )
         if c.failures:
             lines.append(f"failed       {c.failures} requests (reasons in the error columns of the release's tables):")
             for label, n in sorted(c.reasons.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -254,7 +260,10 @@ def context_warnings(largest, windows) -> list[str]:
     """The calls that cannot fit their server's window, as a run's start says them."""
     from .context import too_long
 
-    return [f"{t}: such calls will fail (context length exceeded); give the server a larger context" for t in too_long(largest, windows)]
+    return [
+        f"{t}: such calls will fail (context length exceeded); give the server a larger context"
+        for t in too_long(largest, windows)
+    ]
 
 
 def tally(rows, key: str) -> dict[str, int]:
@@ -396,8 +405,12 @@ class Runner:
     def record_source(self, record: RunRecord) -> RunRecord:
         """The samples the run posed (:attr:`cases`) and the hash of the dataset file they come from, in the run record."""
         if "cases" in self.__dict__:
-            record.source = {"dataset_config": self.spec.config, "dataset_sha256": self.dataset_sha,
-                             "case_ids_sha256": case_ids_sha256(c.case_id for c in self.cases), "cases": len(self.cases)}
+            record.source = {
+                "dataset_config": self.spec.config,
+                "dataset_sha256": self.dataset_sha,
+                "case_ids_sha256": case_ids_sha256(c.case_id for c in self.cases),
+                "cases": len(self.cases),
+            }
             record.counts = {"cases": len(self.cases), **record.counts}
         return record
 
@@ -408,9 +421,19 @@ class Runner:
     def call_settings(self, concurrency: int | None = None) -> CallSettings:
         """How this run calls its models (``concurrency``: this process's share per server)."""
         s = self.spec
-        return CallSettings(base_url=s.base_url, api_key=s.api_key, timeout=s.timeout, max_retries=s.max_retries, backoff=s.backoff, down=self.down,
-                            concurrency=concurrency or s.concurrency, server_concurrency=s.server_concurrency, seed=s.seed,
-                            cache=s.cache or default_cache(), engine_args=engine_args_by_model(self.agent_names, s.engine_args))
+        return CallSettings(
+            base_url=s.base_url,
+            api_key=s.api_key,
+            timeout=s.timeout,
+            max_retries=s.max_retries,
+            backoff=s.backoff,
+            down=self.down,
+            concurrency=concurrency or s.concurrency,
+            server_concurrency=s.server_concurrency,
+            seed=s.seed,
+            cache=s.cache or default_cache(),
+            engine_args=engine_args_by_model(self.agent_names, s.engine_args),
+        )
 
     def sampling(self, trial: int) -> Sampling:
         s = self.spec
@@ -542,8 +565,13 @@ class Runner:
                 continue
             what, (p, r) = max(mine.items(), key=lambda kv: (sum(kv[1]), kv[0]))
             window, where = windows.get(agent, (None, ""))
-            said = (f"window {window:,} tokens at {where}" if window is not None else
-                    f"window not reported by {where}" if where else "window: the model's")
+            said = (
+                f"window {window:,} tokens at {where}"
+                if window is not None
+                else f"window not reported by {where}"
+                if where
+                else "window: the model's"
+            )
             lines.append(f"{'largest':<12} {agent:<12} {what}: ~{p:,} prompt + {r:,} reply tokens ({said})")
         from .context import too_long
 
@@ -554,21 +582,27 @@ class Runner:
         jobs = self.shard_jobs(self.jobs())
         est = self.estimate(jobs)
         prices = self.spec.prices()
-        lines = [f"estimate     task {self.task.name}: {len(jobs)} jobs; nothing was sent. Rough: 4 characters a token, "
-                 f"a typical conversation length (calls at most: every conversation to its cap)",
-                 "role         model                              calls (at most)          tokens in       tokens out    cost"]
+        lines = [
+            f"estimate     task {self.task.name}: {len(jobs)} jobs; nothing was sent. Rough: 4 characters a token, "
+            f"a typical conversation length (calls at most: every conversation to its cap)",
+            "role         model                              calls (at most)          tokens in       tokens out    cost",
+        ]
         total = 0.0
         for agent, e in est.items():
             c = cost_of(prices, agent, e.tokens_in, e.tokens_out)
             total += c or 0.0
             money = f"${c:,.2f}" if c is not None else "-"
-            lines.append(f"{agent:<12} {self.agent_names[agent]:<34} {e.calls:>8,.0f} ({e.calls_max:>9,.0f})  "
-                         f"{e.tokens_in:>14,.0f}  {e.tokens_out:>14,.0f}    {money}")
+            lines.append(
+                f"{agent:<12} {self.agent_names[agent]:<34} {e.calls:>8,.0f} ({e.calls_max:>9,.0f})  "
+                f"{e.tokens_in:>14,.0f}  {e.tokens_out:>14,.0f}    {money}"
+            )
         if prices:
-            lines.append(f"{'total':<12} {'':<34} {sum(e.calls for e in est.values()):>8,.0f}"
-                         f" ({sum(e.calls_max for e in est.values()):>9,.0f})  "
-                         f"{sum(e.tokens_in for e in est.values()):>14,.0f}  {sum(e.tokens_out for e in est.values()):>14,.0f}    "
-                         f"${total:,.2f}")
+            lines.append(
+                f"{'total':<12} {'':<34} {sum(e.calls for e in est.values()):>8,.0f}"
+                f" ({sum(e.calls_max for e in est.values()):>9,.0f})  "
+                f"{sum(e.tokens_in for e in est.values()):>14,.0f}  {sum(e.tokens_out for e in est.values()):>14,.0f}    "
+                f"${total:,.2f}"
+            )
         else:
             lines.append("cost         give --price IN,OUT (or ROLE=IN,OUT) in USD per million tokens for the cost")
         return "\n".join(lines + self.context_lines())
@@ -603,8 +637,14 @@ class Runner:
         total_units = sum(self.planned(j) for j in jobs)
         # One tick per request: the bar counts requests (no total: a conversation's length is not known
         # ahead) and shows the units done of all planned, and the counts the summary ends with.
-        bar = tqdm(unit="req", desc=f"generate {self.task.name}", disable=not spec.progress, file=sys.stderr, dynamic_ncols=True,
-                   mininterval=0.2)
+        bar = tqdm(
+            unit="req",
+            desc=f"generate {self.task.name}",
+            disable=not spec.progress,
+            file=sys.stderr,
+            dynamic_ncols=True,
+            mininterval=0.2,
+        )
         latest: dict[int, tuple[Counts, int]] = {}
 
         def show(index: int, counts: Counts, done: int) -> None:
@@ -614,7 +654,9 @@ class Runner:
             total = Counts.total(c for c, _ in latest.values())
             bar.n = total.requests
             cost = self.cost() if workers == 1 else None
-            bar.set_postfix_str(progress_text(total, sum(d for _, d in latest.values()), total_units, self.unit, cost), refresh=False)
+            bar.set_postfix_str(
+                progress_text(total, sum(d for _, d in latest.values()), total_units, self.unit, cost), refresh=False
+            )
             bar.refresh()
 
         try:
@@ -628,9 +670,17 @@ class Runner:
         finally:
             bar.close()
         path = write_release(spec.out, mark(self.record(jobs, counts), spec.shard), self.tables(rows), overwrite=spec.overwrite)
-        return GenerateReport(path=path, produced=self.produced(rows), tallies=self.tallies, counts=counts,
-                              wall_s=time.monotonic() - start, rows=rows, cost=self.cost(), not_run=len(self.not_run),
-                              notes=self.notes())
+        return GenerateReport(
+            path=path,
+            produced=self.produced(rows),
+            tallies=self.tallies,
+            counts=counts,
+            wall_s=time.monotonic() - start,
+            rows=rows,
+            cost=self.cost(),
+            not_run=len(self.not_run),
+            notes=self.notes(),
+        )
 
     def no_jobs_message(self) -> str:
         return "nothing to run for the selected samples"
@@ -639,7 +689,9 @@ class Runner:
         """Split the jobs over forked worker processes (one event loop each, one shared cache)."""
         ctx = multiprocessing.get_context("fork")
         results, progress = ctx.Queue(), ctx.Queue()
-        procs = [ctx.Process(target=self._worker, args=(jobs, i, workers, results, progress), daemon=True) for i in range(workers)]
+        procs = [
+            ctx.Process(target=self._worker, args=(jobs, i, workers, results, progress), daemon=True) for i in range(workers)
+        ]
         for p in procs:
             p.start()
         # pyarrow imports pandas on its first conversion (~0.4 s); do it while the workers run, not after.
@@ -695,7 +747,11 @@ class Runner:
             "served_models": {a: dict(sorted(t.served.items())) for a, t in self.tallies.items() if t.served},
         }
         if self.not_run:
-            c["not_run"] = {"jobs": len(self.not_run), "ids": sorted(self.not_run), "why": f"the budget of ${spec.budget:,.2f} was reached"}
+            c["not_run"] = {
+                "jobs": len(self.not_run),
+                "ids": sorted(self.not_run),
+                "why": f"the budget of ${spec.budget:,.2f} was reached",
+            }
         record = RunRecord(
             release=Path(spec.out).name,
             kind="generated",
@@ -705,7 +761,10 @@ class Runner:
             sampling=sampling,
             seed=spec.seed,
             models=dict(self.agent_names),
-            roles={a: {"model": n, **self.servers.get(n, {"base_url": None}), "sampling": sampling[a]} for a, n in self.agent_names.items()},
+            roles={
+                a: {"model": n, **self.servers.get(n, {"base_url": None}), "sampling": sampling[a]}
+                for a, n in self.agent_names.items()
+            },
             counts=c,
             notes={"providers": {a: parse_name(n).provider for a, n in self.agent_names.items()}},
         )
@@ -729,7 +788,12 @@ def answer_row(key: dict, completion=None, blocked: tuple[str, str | None] | Non
     if blocked:
         return {**key, "response": None, "status": blocked[0], "error": blocked[1]}
     ok = completion.status == "ok"
-    return {**key, "response": completion.text if ok else None, "status": completion.status, "error": None if ok else completion.error}
+    return {
+        **key,
+        "response": completion.text if ok else None,
+        "status": completion.status,
+        "error": None if ok else completion.error,
+    }
 
 
 def runner_for(task: Task) -> type[Runner]:
@@ -752,5 +816,20 @@ def generate(spec: GenerateSpec) -> GenerateReport:
     return runner(spec).run()
 
 
-__all__ = ["GenerateSpec", "GenerateReport", "Runner", "Estimate", "generate", "runner", "runner_for", "default_cache", "check_run",
-           "progress_text", "throttled", "tokens", "load_cases", "answer_row", "case_ids_sha256"]
+__all__ = [
+    "GenerateSpec",
+    "GenerateReport",
+    "Runner",
+    "Estimate",
+    "generate",
+    "runner",
+    "runner_for",
+    "default_cache",
+    "check_run",
+    "progress_text",
+    "throttled",
+    "tokens",
+    "load_cases",
+    "answer_row",
+    "case_ids_sha256",
+]

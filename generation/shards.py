@@ -32,8 +32,23 @@ from craftmd.release import SCORES_FILE, Release, RunRecord, read_release, write
 
 SHARD_RULE = "shard k of K holds the samples whose id's SHA-256 (UTF-8), first 8 bytes big-endian, is k-1 modulo K"
 #: Run-record fields that must be equal in every shard of one run (``roles`` without where each ran).
-SAME = ("kind", "task", "model", "display_name", "dataset", "source", "roles", "prompt_set", "sampling", "seed", "models",
-        "producer", "notes", "schema_version", "package")
+SAME = (
+    "kind",
+    "task",
+    "model",
+    "display_name",
+    "dataset",
+    "source",
+    "roles",
+    "prompt_set",
+    "sampling",
+    "seed",
+    "models",
+    "producer",
+    "notes",
+    "schema_version",
+    "package",
+)
 #: Counts that are the whole run's in every shard (the rest are summed).
 WHOLE_RUN_COUNTS = ("cases", "trials")
 
@@ -63,8 +78,10 @@ def shard_record(release: Release) -> tuple[int, int] | None:
         return None
     k, of = (s.get("k"), s.get("of")) if isinstance(s, dict) else (None, None)
     if not valid_shard(k, of):
-        raise CraftMDError(f"{release.path}: its run record's producer.shard {_short(s)} is no shard (expected "
-                           "{\"k\": k, \"of\": K}, whole numbers with 1 <= k <= K)")
+        raise CraftMDError(
+            f"{release.path}: its run record's producer.shard {_short(s)} is no shard (expected "
+            '{"k": k, "of": K}, whole numbers with 1 <= k <= K)'
+        )
     return k, of
 
 
@@ -92,9 +109,13 @@ def mark(manifest: RunRecord, shard: tuple[int, int] | None) -> RunRecord:
 
 def add_shard_argument(parser) -> None:
     """``--shard k/K``, the same option (and help) on every generating subcommand."""
-    parser.add_argument("--shard", type=_shard_arg, metavar="k/K",
-                        help="run only shard k of K: the samples whose id hashes to k (SHA-256 of the id mod K); "
-                             "the K shard releases join with `craftmd merge` into the release of the whole run")
+    parser.add_argument(
+        "--shard",
+        type=_shard_arg,
+        metavar="k/K",
+        help="run only shard k of K: the samples whose id hashes to k (SHA-256 of the id mod K); "
+        "the K shard releases join with `craftmd merge` into the release of the whole run",
+    )
 
 
 def _shard_arg(text: str) -> tuple[int, int]:
@@ -114,7 +135,9 @@ class MergeReport:
     rows: dict[str, int]  # table -> rows
 
     def summary(self) -> str:
-        return f"merged       {self.shards} shards into {self.path}: " + ", ".join(f"{n} {t}" for t, n in sorted(self.rows.items()))
+        return f"merged       {self.shards} shards into {self.path}: " + ", ".join(
+            f"{n} {t}" for t, n in sorted(self.rows.items())
+        )
 
 
 def _identity(m: RunRecord, field: str):
@@ -153,7 +176,9 @@ def merge(paths: list[Path | str], out: Path | str, overwrite: bool = False) -> 
         r = read_release(p)
         s = shard_record(r)
         if s is None:
-            raise CraftMDError(f"{p} is not a shard release (its run record has no producer.shard: it was not run with --shard k/K)")
+            raise CraftMDError(
+                f"{p} is not a shard release (its run record has no producer.shard: it was not run with --shard k/K)"
+            )
         if (r.path / SCORES_FILE).exists():
             raise CraftMDError(f"{p} has been scored: merge the shards as generated, then score the merged release")
         shards.append((r, *s))
@@ -171,8 +196,10 @@ def merge(paths: list[Path | str], out: Path | str, overwrite: bool = False) -> 
         seen[k] = r.path
     missing = [k for k in range(1, of + 1) if k not in seen]
     if missing:
-        raise CraftMDError(f"shard{'s' if len(missing) > 1 else ''} {', '.join(f'{k}/{of}' for k in missing)} missing "
-                           f"(given {len(shards)} of {of})")
+        raise CraftMDError(
+            f"shard{'s' if len(missing) > 1 else ''} {', '.join(f'{k}/{of}' for k in missing)} missing "
+            f"(given {len(shards)} of {of})"
+        )
     shards.sort(key=lambda x: x[1])
     names = set(first.manifest.files)
     tables: dict[str, list[pa.Table]] = {}

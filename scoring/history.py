@@ -93,7 +93,7 @@ RULES = {
     "question_similarity": "mean over pairs i<j of RougeScorer F1(target=q_i, prediction=q_j), math.fsum; needs >= 2 questions",
     "recall_at": "patient replies to the first ceil(s*K/100) of the K answered doctor turns (opening line included)",
     "facts": f"content stems (rouge tokens minus stopwords, stemmed) covered >= {THRESHOLD} by a text; held = covered by the "
-             "reference, revealed = covered by the patient turns; recall = revealed / held; none held: no score",
+    "reference, revealed = covered by the patient turns; recall = revealed / held; none held: no score",
     "stopwords": sorted(STOPWORDS),
     "words": "rouge-score tokens",
     "failed": "ended = error -> every metric status error",
@@ -187,7 +187,9 @@ def encode(texts: list[str | None]) -> tuple[np.ndarray, np.ndarray]:
     stems, ids = _stems(), _IDS
     wanted = [stems[w] for w in uniq]
     codes = [ids.setdefault(s, len(ids)) if s else -1 for s in wanted]
-    mapped = exploded.with_columns(pl.col("w").replace_strict(uniq, codes, return_dtype=pl.Int64).alias("id")).filter(pl.col("id") >= 0)
+    mapped = exploded.with_columns(pl.col("w").replace_strict(uniq, codes, return_dtype=pl.Int64).alias("id")).filter(
+        pl.col("id") >= 0
+    )
     rows = mapped.get_column("row").to_numpy()
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(rows, minlength=n), out=offsets[1:])
@@ -347,8 +349,9 @@ def _overlaps(owner: np.ndarray, group: np.ndarray, rank: np.ndarray, nq: int, p
     return out
 
 
-def _lcs_pairs(qoff: np.ndarray, qconv: np.ndarray, qstart: np.ndarray, loc: np.ndarray, vc: np.ndarray, qa: np.ndarray,
-               qb: np.ndarray) -> np.ndarray:
+def _lcs_pairs(
+    qoff: np.ndarray, qconv: np.ndarray, qstart: np.ndarray, loc: np.ndarray, vc: np.ndarray, qa: np.ndarray, qb: np.ndarray
+) -> np.ndarray:
     """The LCS length of questions ``qa[p]`` and ``qb[p]`` of the same conversation, for every p: :func:`lcs_length`'s
     bit-parallel recurrence run for all pairs at once, a question's position masks as ``ceil(len/64)`` uint64 words.
 
@@ -549,8 +552,17 @@ _RECALL, _PRECISION, _F1, _FACTS, _TURNS, _DOCTOR_WORDS, _PATIENT_WORDS, _Q1, _Q
 _AT = tuple(range(10, 10 + len(SHARES)))
 
 
-def _scores(doctor_lens: list[int], turn_toks: list[list[int]], questions: int, answered: int, ref: Reference,
-            sim: tuple[float, float, float] | None, metric: list[int], value: list[float], detail: list[str | None]) -> None:
+def _scores(
+    doctor_lens: list[int],
+    turn_toks: list[list[int]],
+    questions: int,
+    answered: int,
+    ref: Reference,
+    sim: tuple[float, float, float] | None,
+    metric: list[int],
+    value: list[float],
+    detail: list[str | None],
+) -> None:
     """:func:`score_tokens` from the split conversation: the doctor turns' token counts, the patient turns' token
     ids, the number of questions, the answered doctor turns, and the questions' similarity (computed apart, for
     many conversations at once in :func:`_work`). Appends each score to the columns ``metric`` (its index in
@@ -620,7 +632,9 @@ def _work(span: tuple[int, int]) -> tuple:
     metric (index in :data:`METRIC_NAMES`), value and detail. (No polars here: its thread pool does not survive
     a fork.)"""
     job = _JOB
-    roles, ids, tok_off, offsets, refs, keys, ended = (job[k] for k in ("roles", "ids", "tok_off", "offsets", "refs", "keys", "ended"))
+    roles, ids, tok_off, offsets, refs, keys, ended = (
+        job[k] for k in ("roles", "ids", "tok_off", "offsets", "refs", "keys", "ended")
+    )
     convs = [i for i in range(*span) if ended[i] != "error"]
     split = [split_turns(roles[offsets[i] : offsets[i + 1]], range(offsets[i], offsets[i + 1])) for i in convs]
     lo = offsets[span[0]]
@@ -656,9 +670,13 @@ def _references(dataset_dir: Path, wanted: set[tuple[str, bool, str]]) -> dict:
     """(case_id, with_image, conversation) -> :class:`Reference`; an unknown case is an error."""
     from craftmd.dataset import config_file, load_config
 
-    text = {(c, False): (v, h) for c, v, h in load_config(dataset_dir, "all").select("case_id", "vignette", "history").iter_rows()}
+    text = {
+        (c, False): (v, h) for c, v, h in load_config(dataset_dir, "all").select("case_id", "vignette", "history").iter_rows()
+    }
     if any(w for _, w, _ in wanted):
-        text.update({(c, True): (v, None) for c, v in load_config(dataset_dir, "nejm_image").select("case_id", "vignette").iter_rows()})
+        text.update(
+            {(c, True): (v, None) for c, v in load_config(dataset_dir, "nejm_image").select("case_id", "vignette").iter_rows()}
+        )
     facts = {}
     if config_file(dataset_dir, "facts").exists():
         facts = {c: f for c, f in load_config(dataset_dir, "facts").select("case_id", "facts").iter_rows()}
@@ -724,7 +742,9 @@ def _read_turns(roles: list[str], contents: list, offsets: list[int]) -> list:
     return [c if r else None for c, r in zip(contents, read.tolist())]
 
 
-def history_scores(release, dataset_dir: Path | str, *, workers: int | None = None, progress: bool = True) -> tuple[pa.Table, dict]:
+def history_scores(
+    release, dataset_dir: Path | str, *, workers: int | None = None, progress: bool = True
+) -> tuple[pa.Table, dict]:
     """The ``history`` scores of ``release``'s conversations and the scorer's record."""
     import multiprocessing as mp
 
@@ -766,7 +786,10 @@ def history_scores(release, dataset_dir: Path | str, *, workers: int | None = No
     row_conv = np.repeat(np.arange(n), per)
     counts = {"failed": failed, "scored": n - failed,
               "with_facts": len(np.unique(row_conv[(metric == _FACTS) & ~failed_row]))}  # fmt: skip
-    keys = pa.table({"case_id": cids, "trial": trials, "conversation": convs, "with_image": imgs}, schema=pa.schema([SCHEMA.field(i) for i in range(4)]))
+    keys = pa.table(
+        {"case_id": cids, "trial": trials, "conversation": convs, "with_image": imgs},
+        schema=pa.schema([SCHEMA.field(i) for i in range(4)]),
+    )
     cols = {name: keys.column(name).take(pa.array(row_conv)) for name in keys.column_names}
     m = len(metric)
     cols.update(scorer=pa.array([SCORER] * m, pa.string()), metric=pa.array(METRIC_NAMES, pa.string()).take(pa.array(metric)),
@@ -777,6 +800,23 @@ def history_scores(release, dataset_dir: Path | str, *, workers: int | None = No
     return pa.table(cols, schema=SCHEMA), record
 
 
-__all__ = ["history_scores", "identity", "inputs", "tokens", "words", "content_stems", "covered", "fact_hits",
-           "split_turns", "question_similarity", "score_conversation", "Reference", "SCORER", "METRIC_NAMES", "RULES",
-           "THRESHOLD", "STOPWORDS", "HISTORY_VERSION"]
+__all__ = [
+    "history_scores",
+    "identity",
+    "inputs",
+    "tokens",
+    "words",
+    "content_stems",
+    "covered",
+    "fact_hits",
+    "split_turns",
+    "question_similarity",
+    "score_conversation",
+    "Reference",
+    "SCORER",
+    "METRIC_NAMES",
+    "RULES",
+    "THRESHOLD",
+    "STOPWORDS",
+    "HISTORY_VERSION",
+]

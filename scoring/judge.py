@@ -198,7 +198,12 @@ def flags_schema(kinds: list[str]) -> dict:
     item = {"type": "object", "additionalProperties": False, "required": ["flag", "evidence", "note"],
             "properties": {"flag": {"type": "string", "enum": list(kinds)}, "note": {"type": "string"},
                            "evidence": {"type": "array", "items": {"type": "string"}}}}  # fmt: skip
-    return {"type": "object", "additionalProperties": False, "required": ["flags"], "properties": {"flags": {"type": "array", "items": item}}}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["flags"],
+        "properties": {"flags": {"type": "array", "items": item}},
+    }
 
 
 def check_flags(kinds) -> list[str]:
@@ -232,7 +237,9 @@ def validate_flags(text: str | None, kinds: list[str]) -> tuple[dict[str, dict] 
     return raised, None
 
 
-_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-", "\u2014": "-", "\u2026": "..."})
+_QUOTES = str.maketrans(
+    {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-", "\u2014": "-", "\u2026": "..."}
+)
 
 
 def normalise_text(text: str) -> str:
@@ -244,7 +251,7 @@ def normalise_text(text: str) -> str:
 
 def quote_found(quote: str, folded_transcript: str) -> bool:
     """Whether one quote (its surrounding quotation marks and ellipses dropped) occurs in a :func:`normalise_text`-ed transcript."""
-    q = normalise_text(quote).strip().strip('"\'').strip(".").strip()
+    q = normalise_text(quote).strip().strip("\"'").strip(".").strip()
     return bool(q) and q in folded_transcript
 
 
@@ -316,8 +323,9 @@ def transcript(messages) -> str:
     return text if len(text) <= MAX_CELL else text[: MAX_CELL - 20] + " … [truncated]"
 
 
-def read_units(release, dataset_dir, *, conversations: list[str] | None = None, cases: list[str] | None = None,
-               packet: bool = False) -> list[Unit]:
+def read_units(
+    release, dataset_dir, *, conversations: list[str] | None = None, cases: list[str] | None = None, packet: bool = False
+) -> list[Unit]:
     """The release's conversations to judge, with their objectives (and, with ``packet``, an encounter's patient record)."""
     if not release.has("conversations"):
         raise CraftMDError(f"release {release.id}: no conversations.parquet, nothing to judge")
@@ -453,7 +461,9 @@ class MemberState:
     format_used: str
     format_refused: str | None = None  # "<format>: <the server's reason>" for each format the server refused
     outcomes: dict = field(default_factory=dict)  # (unit key, dim id) -> Outcome
-    flags: dict = field(default_factory=dict)  # unit key -> Outcome (score None: failed; detail["raised"]: flag -> evidence, notes)
+    flags: dict = field(
+        default_factory=dict
+    )  # unit key -> Outcome (score None: failed; detail["raised"]: flag -> evidence, notes)
     served: set = field(default_factory=set)  # the model names the server's replies gave
     transient: int = 0  # calls that failed transiently (not cached: a re-run asks again)
 
@@ -534,7 +544,9 @@ class Judge:
                "tokens_in": tin * n, "tokens_out_at_most": tout * n,
                "dimension_scores": sum(len(ds) for _, _, ds in p.jobs) * n}  # fmt: skip
         if self.spec.price:
-            out["cost_usd_at_most"] = round((out["tokens_in"] * self.spec.price[0] + out["tokens_out_at_most"] * self.spec.price[1]) / 1e6, 2)
+            out["cost_usd_at_most"] = round(
+                (out["tokens_in"] * self.spec.price[0] + out["tokens_out_at_most"] * self.spec.price[1]) / 1e6, 2
+            )
         return out
 
     # run
@@ -615,14 +627,23 @@ class Judge:
         from craftmd.models.connect import CallSettings
 
         s = self.spec
-        return CallSettings(base_url=s.base_url, api_key=s.api_key, timeout=s.timeout, max_retries=s.max_retries,
-                            concurrency=s.concurrency, server_concurrency=s.server_concurrency, cache=s.cache)
+        return CallSettings(
+            base_url=s.base_url,
+            api_key=s.api_key,
+            timeout=s.timeout,
+            max_retries=s.max_retries,
+            concurrency=s.concurrency,
+            server_concurrency=s.server_concurrency,
+            cache=s.cache,
+        )
 
     async def _run_member(self, state: MemberState, p: Plan, tick, counts, conn) -> None:
         caller = conn.caller(state.member.model)
         flagged = [u for u in p.units if not u.failed] if self.spec.flags is not None else []
-        await asyncio.gather(*(self._job(caller, state, u, cat, ds, counts, tick) for u, cat, ds in p.jobs),
-                             *(self._flags_job(caller, state, u, counts, tick) for u in flagged))
+        await asyncio.gather(
+            *(self._job(caller, state, u, cat, ds, counts, tick) for u, cat, ds in p.jobs),
+            *(self._flags_job(caller, state, u, counts, tick) for u in flagged),
+        )
         formats = caller.formats.record()  # what the judge's server took (shared with every caller of that server)
         if formats["used"]:
             state.format_used = formats["used"][-1]
@@ -630,7 +651,9 @@ class Judge:
         state.format_refused = "; ".join(f"{k}: {v}" for k, v in refused.items()) or None
         for u, ds in p.failed_units:
             for d in ds:
-                state.outcomes[(u.key, d.id)] = Outcome(None, {"error": "the conversation failed (ended = error)", "category": d.category})
+                state.outcomes[(u.key, d.id)] = Outcome(
+                    None, {"error": "the conversation failed (ended = error)", "category": d.category}
+                )
             if self.spec.flags is not None:
                 state.flags[u.key] = Outcome(None, {"error": "the conversation failed (ended = error)"})
 
@@ -714,7 +737,17 @@ def member_server(model: str, base_url: str | None) -> dict:
 
 
 #: The record's keys that say what happened rather than what was asked: left out when a record is compared with a re-run's.
-OUTCOME_KEYS = ("served_models", "transient_failures", "inputs", "self_judge", "scored", "failed", "reasons", "evidence", "flagged")
+OUTCOME_KEYS = (
+    "served_models",
+    "transient_failures",
+    "inputs",
+    "self_judge",
+    "scored",
+    "failed",
+    "reasons",
+    "evidence",
+    "flagged",
+)
 #: A model name that carries its version: a date (2024-08-06, 20240806) or a four-digit MMDD suffix (gpt-4-0613).
 DATED = re.compile(r"(?:\d{4}-\d{2}-\d{2}|(?<!\d)\d{8}(?!\d)|-\d{4}(?![\d.]))")
 
@@ -802,7 +835,15 @@ class _Rows:
                 continue
             if k in raised:
                 f["by_flag"][k] = f["by_flag"].get(k, 0) + 1
-            self.row(u, k, scorer, FLAG_METRIC, 1 if k in raised else 0, k if k in raised else None, {**raised.get(k, {}), **(extra or {})})
+            self.row(
+                u,
+                k,
+                scorer,
+                FLAG_METRIC,
+                1 if k in raised else 0,
+                k if k in raised else None,
+                {**raised.get(k, {}), **(extra or {})},
+            )
 
     def dimension(self, u: Unit, d: Dimension, states: list[MemberState]) -> None:
         """Every member's score of dimension ``d`` of ``u`` and, with several members, the committee's median."""
@@ -844,8 +885,9 @@ class _Rows:
         self.add_flags(u, COMMITTEE, Outcome(len(merged), {"raised": merged}), {"judges": judges})
 
 
-def score_rows(units: list[Unit], states: list[MemberState], dims: tuple[Dimension, ...],
-               flags: list[str] | None = None) -> tuple[pa.Table, dict[str, dict]]:
+def score_rows(
+    units: list[Unit], states: list[MemberState], dims: tuple[Dimension, ...], flags: list[str] | None = None
+) -> tuple[pa.Table, dict[str, dict]]:
     """Every member's scores, and the committee's medians when there are several members; per scorer, its counts. A valid
     score none of whose quotes is in the transcript is labelled :data:`NO_EVIDENCE` (the committee's when no member's
     valid score had found evidence). With ``flags``, each conversation's flag rows (metric :data:`FLAG_METRIC`) follow
@@ -910,8 +952,11 @@ def check_own_family(rel, spec: JudgeSpec) -> str:
 
     doctor = doctor_model(rel)
     if not spec.force:
-        own = [m for m in dict.fromkeys(spec.models)
-               if grades_itself(f"llm:{m}", rel.manifest.model, family(doctor)) or grades_itself(f"llm:{m}", doctor, family(doctor))]
+        own = [
+            m
+            for m in dict.fromkeys(spec.models)
+            if grades_itself(f"llm:{m}", rel.manifest.model, family(doctor)) or grades_itself(f"llm:{m}", doctor, family(doctor))
+        ]
         if own:
             raise CraftMDError(f"judge {own[0]} is of the doctor's own model family ({family(doctor)}: {doctor}); "
                                "pick another judge or pass --allow-self (the record marks it)")  # fmt: skip
@@ -964,7 +1009,38 @@ def judge_summary(rel, spec: JudgeSpec, units: list[Unit], states: list[MemberSt
     return out
 
 
-__all__ = ["Judge", "JudgeSpec", "judge_units", "check_own_family", "doctor_model",
-           "alias_warning", "validate_reply", "transcript", "reply_schema", "score_rows",
-           "members", "read_units", "pick_scorer", "standing_scorer", "CALIBRATED", "CALIBRATED_METRIC", "HUMAN", "HUMAN_METRIC", "plan", "Unit", "METRIC", "COMMITTEE", "FLAGS", "FLAG_METRIC", "NO_EVIDENCE",
-           "evidence_found", "normalise_text", "quote_found", "validate_flags", "check_flags", "SCHEMA", "MODES", "RESPONSE_FORMATS"]
+__all__ = [
+    "Judge",
+    "JudgeSpec",
+    "judge_units",
+    "check_own_family",
+    "doctor_model",
+    "alias_warning",
+    "validate_reply",
+    "transcript",
+    "reply_schema",
+    "score_rows",
+    "members",
+    "read_units",
+    "pick_scorer",
+    "standing_scorer",
+    "CALIBRATED",
+    "CALIBRATED_METRIC",
+    "HUMAN",
+    "HUMAN_METRIC",
+    "plan",
+    "Unit",
+    "METRIC",
+    "COMMITTEE",
+    "FLAGS",
+    "FLAG_METRIC",
+    "NO_EVIDENCE",
+    "evidence_found",
+    "normalise_text",
+    "quote_found",
+    "validate_flags",
+    "check_flags",
+    "SCHEMA",
+    "MODES",
+    "RESPONSE_FORMATS",
+]

@@ -57,22 +57,28 @@ RULES = {
     "doctor": "rouge1(target=keys joined by newlines, prediction=doctor turns joined by newlines)",
     "patient": "rouge1(target=values joined by newlines, prediction=patient turns joined by newlines)",
     "rouge": "rouge-score RougeScorer(['rouge1'], use_stemmer=True): overlap counted with multiplicity, precision over the "
-             "prediction's tokens, recall over the target's (each at least 1)",
+    "prediction's tokens, recall over the target's (each at least 1)",
     "craftmd_turns": "doctor: assistant messages after the first (the opening line); patient: user messages after it",
     "patient_led_turns": "doctor: every assistant message; patient: user messages after the first (the initial request)",
     "skipped": "image conversations and cases without ok key-value information: no score",
     "failed": "ended = error -> every metric status error",
     "patient_led_measures": "doctor_turns: assistant messages; words per turn: mean rouge tokens of the doctor's messages and of "
-                            "the patient's replies after the initial request; questions: assistant messages the next user message "
-                            "answers; question_similarity as the history scorer; <who>_f1_at_<p>: rouge1 F1 of the first "
-                            "ceil(p*K/100) of the K rounds' questions (doctor) and answers (patient)",
+    "the patient's replies after the initial request; questions: assistant messages the next user message "
+    "answers; question_similarity as the history scorer; <who>_f1_at_<p>: rouge1 F1 of the first "
+    "ceil(p*K/100) of the K rounds' questions (doctor) and answers (patient)",
 }
 METRIC_NAMES = tuple(f"{who}_{m}" for who in ("doctor_key", "patient_value") for m in ("recall", "precision", "f1"))
 #: The shares of rounds of the turn analysis (the consultation task's).
 SHARES = (20, 40, 60, 80, 100)
 #: The measures of a consultation-task conversation beyond :data:`METRIC_NAMES`.
-DIALOGUE_METRICS = ("doctor_turns", "doctor_words_per_turn", "patient_words_per_turn", "question_similarity_rouge1",
-                    "question_similarity_rouge2", "question_similarity_rougeL")
+DIALOGUE_METRICS = (
+    "doctor_turns",
+    "doctor_words_per_turn",
+    "patient_words_per_turn",
+    "question_similarity_rouge1",
+    "question_similarity_rouge2",
+    "question_similarity_rougeL",
+)
 SHARE_METRICS = tuple(f"{who}_f1_at_{p}" for who in ("doctor_key", "patient_value") for p in SHARES)
 
 
@@ -95,7 +101,7 @@ def turns(kind: str, roles: list[str], contents: list[str | None]) -> tuple[list
         return doctor, patient
     dialogue = [(r, c or "") for r, c in zip(roles, contents) if r in ("user", "assistant")]
     first = next((i for i, (r, _) in enumerate(dialogue) if r == "user"), len(dialogue))
-    return [c for r, c in dialogue if r == "assistant"], [c for r, c in dialogue[first + 1:] if r == "user"]
+    return [c for r, c in dialogue if r == "assistant"], [c for r, c in dialogue[first + 1 :] if r == "user"]
 
 
 def rounds(roles: list[str], contents: list[str | None]) -> list[tuple[str, str]]:
@@ -123,11 +129,15 @@ def dialogue_scores(roles: list[str], contents: list[str | None], keys: list[str
     for who, side in (("doctor_key", 0), ("patient_value", 1)):
         for p in SHARES:
             shown = pairs[: -(-p * len(pairs) // 100)]
-            out.append((f"{who}_f1_at_{p}", rouge1(keys_text if side == 0 else values_text, "\n".join(x[side] for x in shown))[2]))
+            out.append(
+                (f"{who}_f1_at_{p}", rouge1(keys_text if side == 0 else values_text, "\n".join(x[side] for x in shown))[2])
+            )
     return out
 
 
-def score_conversation(kind: str, roles: list[str], contents: list[str | None], keys: list[str], values: list[str]) -> list[tuple[str, float]]:
+def score_conversation(
+    kind: str, roles: list[str], contents: list[str | None], keys: list[str], values: list[str]
+) -> list[tuple[str, float]]:
     """(metric, value) of one conversation, in :data:`METRIC_NAMES` order, then (on a consultation-task conversation)
     :func:`dialogue_scores`."""
     from craftmd.tasks import get_task
@@ -176,7 +186,9 @@ def keyinfo_scores(release, dataset_dir: Path | str) -> tuple[pa.Table, dict]:
             counts["failed"] += 1
         else:
             msgs = r["messages"] or []
-            scores = score_conversation(r["conversation"], [m["role"] for m in msgs], [m["content"] for m in msgs], ki.keys, ki.values)
+            scores = score_conversation(
+                r["conversation"], [m["role"] for m in msgs], [m["content"] for m in msgs], ki.keys, ki.values
+            )
             detail = None
             counts["scored"] += 1
         for metric, value in scores:
@@ -193,5 +205,19 @@ def keyinfo_scores(release, dataset_dir: Path | str) -> tuple[pa.Table, dict]:
     return pa.table(cols, schema=SCHEMA), record
 
 
-__all__ = ["keyinfo_scores", "inputs", "score_conversation", "dialogue_scores", "rounds", "rouge1", "turns", "identity", "SCORER",
-           "METRIC_NAMES", "DIALOGUE_METRICS", "SHARE_METRICS", "SHARES", "RULES"]
+__all__ = [
+    "keyinfo_scores",
+    "inputs",
+    "score_conversation",
+    "dialogue_scores",
+    "rounds",
+    "rouge1",
+    "turns",
+    "identity",
+    "SCORER",
+    "METRIC_NAMES",
+    "DIALOGUE_METRICS",
+    "SHARE_METRICS",
+    "SHARES",
+    "RULES",
+]

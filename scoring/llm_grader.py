@@ -23,7 +23,6 @@ import json
 import re
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
 
 from tqdm import tqdm
 
@@ -93,14 +92,25 @@ class LLMGrader:
     so no connection is left open); a cache given as a path is opened and closed there too.
     """
 
-    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, cache=None, concurrency: int = 8,
-                 max_retries: int = 6, call=None):
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        cache=None,
+        concurrency: int = 8,
+        max_retries: int = 6,
+        call=None,
+    ):
         """``call`` (async ``(messages, sampling) -> Completion``): the model is called through it, no connection of its
         own (another harness's model, e.g. inspect's ``grader`` role); ``model`` then only names it."""
         from craftmd.models import Sampling
         from craftmd.models.connect import CallSettings, check_names
 
-        self.settings = CallSettings(base_url=base_url, api_key=api_key, concurrency=concurrency, max_retries=max_retries, cache=cache)
+        self.settings = CallSettings(
+            base_url=base_url, api_key=api_key, concurrency=concurrency, max_retries=max_retries, cache=cache
+        )
         if call is None:
             check_names([model], self.settings)  # the name, its server and key variables, now
         self.call = call
@@ -124,11 +134,13 @@ class LLMGrader:
         detail: dict = {"extract": c1.text, "judge": None}
         if c1.status != "ok" or c1.text is None:
             detail["error"] = c1.error or c1.status
-            return LLMGrade(None, "none", False, json.dumps(detail, sort_keys=True, ensure_ascii=False), failed=c1.status == "error")
+            return LLMGrade(
+                None, "none", False, json.dumps(detail, sort_keys=True, ensure_ascii=False), failed=c1.status == "error"
+            )
         dx, kind = parse_extraction(c1.text)
         if kind != "single":
             return LLMGrade(None, kind, False, json.dumps(detail, sort_keys=True, ensure_ascii=False))
-        c2 = await self.caller(self._messages("judge", diagnosis=dx, answer=answer.strip().strip("\"").strip()), self.sampling)
+        c2 = await self.caller(self._messages("judge", diagnosis=dx, answer=answer.strip().strip('"').strip()), self.sampling)
         detail["judge"] = c2.text
         verdict = parse_judgement(c2.text) if c2.status == "ok" else None
         failed = False
@@ -180,4 +192,13 @@ def parse_grader_name(name: str) -> str:
     return name[4:]
 
 
-__all__ = ["LLMGrader", "LLMGrade", "grader_record", "parse_extraction", "parse_judgement", "load_prompts", "prompt_set_record", "PROMPT_SET"]
+__all__ = [
+    "LLMGrader",
+    "LLMGrade",
+    "grader_record",
+    "parse_extraction",
+    "parse_judgement",
+    "load_prompts",
+    "prompt_set_record",
+    "PROMPT_SET",
+]

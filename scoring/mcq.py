@@ -131,9 +131,7 @@ def _strict(response: str, choices: tuple[str, ...]) -> list[int]:
     return []
 
 
-def grade_mcq(
-    response: str | None, choices: list[str], answer: str, rule: Rule
-) -> tuple[str | None, str, bool]:
+def grade_mcq(response: str | None, choices: list[str], answer: str, rule: Rule) -> tuple[str | None, str, bool]:
     """Grade one MCQ answer by ``rule``; returns ``(resolved, resolved_kind, correct)``.
 
     ``response`` None (a missing or non-text answer) is ``(None, "none", False)``.

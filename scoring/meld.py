@@ -191,11 +191,22 @@ def to_scores(table: pl.DataFrame):
 
     rows = {k: [] for k in ("case_id", "trial", "config", "scorer", "metric", "value", "label", "detail", "status")}
     for r in table.iter_rows(named=True):
-        detail = json.dumps({k: r[k] for k in ("word_count", "first_half", "second_half", "error")}, ensure_ascii=False, sort_keys=True)
+        detail = json.dumps(
+            {k: r[k] for k in ("word_count", "first_half", "second_half", "error")}, ensure_ascii=False, sort_keys=True
+        )
         ok = r["similarity"] is not None
         for metric, value in (("meld_similarity", r["similarity"]), ("meld_flagged", float(r["flagged"]) if ok else None)):
-            for k, v in (("case_id", r["case_id"]), ("trial", 0), ("config", r["config"]), ("scorer", SCORER), ("metric", metric),
-                         ("value", value), ("label", r["completion"]), ("detail", detail), ("status", "ok" if ok else "error")):
+            for k, v in (
+                ("case_id", r["case_id"]),
+                ("trial", 0),
+                ("config", r["config"]),
+                ("scorer", SCORER),
+                ("metric", metric),
+                ("value", value),
+                ("label", r["completion"]),
+                ("detail", detail),
+                ("status", "ok" if ok else "error"),
+            ):
                 rows[k].append(v)
     return pa.table(rows)
 
@@ -208,11 +219,22 @@ def read_similarities(meld_dir: Path | str) -> pl.DataFrame:
         raise CraftMDError(f"{meld_dir}: not a MELD run (no {SCORES}); run `craftmd meld` first")
     s = pl.read_parquet(path).filter(pl.col("scorer") == SCORER)
     sim = s.filter(pl.col("metric") == "meld_similarity")
-    flag = s.filter(pl.col("metric") == "meld_flagged").select("case_id", "config", (pl.col("value") == 1).fill_null(False).alias("flagged"))
-    d = sim["detail"].str.json_decode(pl.Struct({"word_count": pl.Int32, "first_half": pl.String, "second_half": pl.String, "error": pl.String}))
+    flag = s.filter(pl.col("metric") == "meld_flagged").select(
+        "case_id", "config", (pl.col("value") == 1).fill_null(False).alias("flagged")
+    )
+    d = sim["detail"].str.json_decode(
+        pl.Struct({"word_count": pl.Int32, "first_half": pl.String, "second_half": pl.String, "error": pl.String})
+    )
     return sim.select(
-        "case_id", "config", d.struct.field("word_count"), d.struct.field("first_half"), d.struct.field("second_half"),
-        pl.col("label").alias("completion"), "status", d.struct.field("error"), pl.col("value").alias("similarity"),
+        "case_id",
+        "config",
+        d.struct.field("word_count"),
+        d.struct.field("first_half"),
+        d.struct.field("second_half"),
+        pl.col("label").alias("completion"),
+        "status",
+        d.struct.field("error"),
+        pl.col("value").alias("similarity"),
     ).join(flag, on=["case_id", "config"], how="left", maintain_order="left")
 
 
@@ -277,8 +299,9 @@ def summarise(table: pl.DataFrame, threshold: float = THRESHOLD) -> dict:
     return {"configs": per, "overall": stats(table)}
 
 
-def run_meld(dataset_dir: Path | str, model: str, out: Path | str, *, threshold: float = THRESHOLD, overwrite: bool = False,
-             **settings) -> Path:
+def run_meld(
+    dataset_dir: Path | str, model: str, out: Path | str, *, threshold: float = THRESHOLD, overwrite: bool = False, **settings
+) -> Path:
     """``craftmd meld``: :func:`meld` for ``model`` over the dataset (``settings``: its keyword arguments), its result
     folder ``out`` written atomically (scores, summary, histogram)."""
     out = Path(out)
@@ -332,7 +355,9 @@ def meld(
     table = _case_rows(todo, asyncio.run(go()), threshold)
     summary = _summary(dataset_dir, conn.model(model).name, tuple(configs), role, sampling, split, threshold, table)
     if progress:  # counters differ between a fresh run and a cached rerun, so they stay out of summary.json
-        counts = ", ".join(f"{k} {getattr(caller, k)}" for k in ("calls", "cache_hits", "retries", "failures", "tokens_in", "tokens_out"))
+        counts = ", ".join(
+            f"{k} {getattr(caller, k)}" for k in ("calls", "cache_hits", "retries", "failures", "tokens_in", "tokens_out")
+        )
         print(f"meld: {counts}", file=sys.stderr)
     return table, summary
 
@@ -358,8 +383,9 @@ def _case_rows(todo: list[MeldCase], completions: list, threshold: float) -> pl.
     return pl.DataFrame(rows, schema=CASE_SCHEMA)
 
 
-def _summary(dataset_dir, model: str, configs: tuple[str, ...], role: str, sampling, split: str, threshold: float,
-             table: pl.DataFrame) -> dict:
+def _summary(
+    dataset_dir, model: str, configs: tuple[str, ...], role: str, sampling, split: str, threshold: float, table: pl.DataFrame
+) -> dict:
     from craftmd.dataset import config_file, file_sha256
 
     return {

@@ -108,10 +108,19 @@ def parse_catalog(data: bytes, where: str) -> tuple[Dimension, ...]:
         if r["id"] != f"{slug(r['category'], lower=True)}.{slug(r['dimension'], lower=True)}":
             raise CraftMDError(f"{at}: id {r['id']!r} is not category.dimension in snake case")
         objs = r["objectives"]
-        if not isinstance(objs, list) or not objs or any(o not in ("all", *OBJECTIVES) for o in objs) or ("all" in objs and len(objs) > 1):
+        if (
+            not isinstance(objs, list)
+            or not objs
+            or any(o not in ("all", *OBJECTIVES) for o in objs)
+            or ("all" in objs and len(objs) > 1)
+        ):
             raise CraftMDError(f"{at}: objectives must be ['all'] or some of {list(OBJECTIVES)}")
         a = r["anchors"]
-        if not isinstance(a, dict) or sorted(a) != ["1", "2", "3", "4"] or any(not isinstance(v, str) or not v.strip() for v in a.values()):
+        if (
+            not isinstance(a, dict)
+            or sorted(a) != ["1", "2", "3", "4"]
+            or any(not isinstance(v, str) or not v.strip() for v in a.values())
+        ):
             raise CraftMDError(f"{at}: anchors must give text for each of 1, 2, 3, 4")
         if r["meta_category"] not in META_CATEGORIES:
             raise CraftMDError(f"{at}: unknown meta-category {r['meta_category']!r}")
@@ -226,5 +235,17 @@ def normalise(score: float) -> float:
     return 100.0 * (score - 1.0) / 3.0
 
 
-__all__ = ["acgme", "Dimension", "Catalog", "load_catalog", "catalog_lines", "applicable", "case_objectives", "normalise", "OBJECTIVES",
-           "META_CATEGORIES", "COUNTS", "CATALOG_FILE"]
+__all__ = [
+    "acgme",
+    "Dimension",
+    "Catalog",
+    "load_catalog",
+    "catalog_lines",
+    "applicable",
+    "case_objectives",
+    "normalise",
+    "OBJECTIVES",
+    "META_CATEGORIES",
+    "COUNTS",
+    "CATALOG_FILE",
+]

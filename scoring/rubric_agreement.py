@@ -11,6 +11,7 @@ import numpy as np
 
 from craftmd.agreement import LEVELS, krippendorff_alpha, weighted_kappa
 
+
 def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 6)
 
@@ -35,7 +36,11 @@ def committee_agreement(table, member_names: list[str]) -> dict:
             a, b = both[x].cast(pl.Int64).to_list(), both[y].cast(pl.Int64).to_list()
             pairs.append({"a": x, "b": y, "n": len(a), "weighted_kappa": _r(weighted_kappa(a, b)),
                           "exact_agreement": _r(float(np.mean(np.array(a) == np.array(b)))) if a else None})  # fmt: skip
-        return {"units": w.height, "alpha_ordinal": _r(krippendorff_alpha(mat, "ordinal", LEVELS)) if present else None, "pairs": pairs}
+        return {
+            "units": w.height,
+            "alpha_ordinal": _r(krippendorff_alpha(mat, "ordinal", LEVELS)) if present else None,
+            "pairs": pairs,
+        }
 
     out = {"overall": figures(wide), "by_dimension": {}}
     if wide is not None:

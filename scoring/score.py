@@ -32,8 +32,16 @@ def stale(release_dir: Path | str, dataset_dir: Path | str | None, names: list[s
     return [s.name for s in scorers(names) if s.applies(rel) is None and not s.current(rel, ctx)]
 
 
-def score_release(release_dir: Path | str, dataset_dir: Path | str | None, names: list[str] | None = None, *, force: bool = False,
-                  estimate: bool = False, using: list[Scorer] | None = None, **settings) -> dict:
+def score_release(
+    release_dir: Path | str,
+    dataset_dir: Path | str | None,
+    names: list[str] | None = None,
+    *,
+    force: bool = False,
+    estimate: bool = False,
+    using: list[Scorer] | None = None,
+    **settings,
+) -> dict:
     """Run ``names`` (default: the task's scorers) on a release, those that are stale (all with ``force``), and write
     their rows and records into its ``scores.parquet``.
 
@@ -98,16 +106,29 @@ def _refusals(rel: Release, ctx: Context, todo: list[Scorer], estimate: bool) ->
     return refused
 
 
-def judge_release(release_dir: Path | str, spec, *, dataset_dir: Path | str | None = None, conversations: list[str] | None = None,
-                  cases: list[str] | None = None, estimate: bool = False) -> dict:
+def judge_release(
+    release_dir: Path | str,
+    spec,
+    *,
+    dataset_dir: Path | str | None = None,
+    conversations: list[str] | None = None,
+    cases: list[str] | None = None,
+    estimate: bool = False,
+) -> dict:
     """Judge a release with a whole :class:`~craftmd.scoring.judge.JudgeSpec` (settings the command line does not
     give) through :func:`score_release`, even where current; returns the judges' summary (with ``estimate``: what a
     run would send, and nothing is sent or written)."""
     from craftmd.scoring.scorers import Judges
 
     s = Judges(spec.models, spec=spec)
-    report = score_release(release_dir, dataset_dir, using=[s], force=True, estimate=estimate,
-                           options={"conversations": conversations, "cases": cases})
+    report = score_release(
+        release_dir,
+        dataset_dir,
+        using=[s],
+        force=True,
+        estimate=estimate,
+        options={"conversations": conversations, "cases": cases},
+    )
     if s.name in report["skipped"]:
         raise CraftMDError(f"release {read_release(release_dir).id}: nothing to judge ({report['skipped'][s.name]})")
     return report["estimates" if estimate else "summaries"][s.name]
@@ -136,17 +157,23 @@ def check_claims(release: Release, table, records: dict) -> dict[str, dict]:
         keys = [c for c in new.columns if c in claimed.columns and c not in ("scorer", "value", "label", "detail", "status")]
         mine = new.filter(pl.col("scorer") == name).select(*keys, "value", "status").unique(keys, keep="first")
         both = claimed.select(*keys, "value", "status").join(mine, on=keys, how="left", nulls_equal=True, suffix="_now")
-        differ = (pl.col("status_now").is_null() | (pl.col("status") != pl.col("status_now"))
-                  | ((pl.col("value") - pl.col("value_now")).abs() > 1e-9).fill_null(False))
+        differ = (
+            pl.col("status_now").is_null()
+            | (pl.col("status") != pl.col("status_now"))
+            | ((pl.col("value") - pl.col("value_now")).abs() > 1e-9).fill_null(False)
+        )
         out[name] = {"as": CLAIM_PREFIX + name, "checked": both.height, "disagree": both.filter(differ).height}
     return out
 
 
 def claim_lines(report: dict) -> list[str]:
     """One line for each scorer of a :func:`score_release` report whose scores disagree with what the release claimed."""
-    return [f"{report['release']}: {c['disagree']} of its {c['checked']} claimed {name} scores ({c['as']}, reported by an ingested log) "
-            f"disagree with {name}'s, computed now; the claims are kept apart and never ranked"
-            for name, c in sorted(report.get("claims", {}).items()) if c["disagree"]]
+    return [
+        f"{report['release']}: {c['disagree']} of its {c['checked']} claimed {name} scores ({c['as']}, reported by an ingested log) "
+        f"disagree with {name}'s, computed now; the claims are kept apart and never ranked"
+        for name, c in sorted(report.get("claims", {}).items())
+        if c["disagree"]
+    ]
 
 
 def outcomes(release_dir: Path | str, written: list[str]) -> dict[str, dict]:

@@ -60,8 +60,14 @@ def _detail(v: Verdict) -> str:
 
 
 #: The columns of answer-level scores: the base columns with CRAFT-MD's answer variant keys after the trial.
-SCHEMA = pa.schema([SCORE_COLUMNS.field("case_id"), SCORE_COLUMNS.field("trial"), *ANSWER_VARIANT,
-                    *[f for f in SCORE_COLUMNS if f.name not in ("case_id", "trial")]])
+SCHEMA = pa.schema(
+    [
+        SCORE_COLUMNS.field("case_id"),
+        SCORE_COLUMNS.field("trial"),
+        *ANSWER_VARIANT,
+        *[f for f in SCORE_COLUMNS if f.name not in ("case_id", "trial")],
+    ]
+)
 
 
 class ScoreRows:
@@ -70,8 +76,9 @@ class ScoreRows:
     def __init__(self):
         self.cols = {n: [] for n in SCHEMA.names}
 
-    def score(self, row: dict, scorer: str, metric: str, value: float | None, *, label: str | None = None,
-              detail: str | None = None) -> None:
+    def score(
+        self, row: dict, scorer: str, metric: str, value: float | None, *, label: str | None = None, detail: str | None = None
+    ) -> None:
         """One score of an answer ``row``; ``value`` None means the score could not be produced (status error)."""
         c = self.cols
         c["case_id"].append(row["case_id"])
@@ -117,8 +124,13 @@ def scores_from_grades(rows: list[dict] | pa.Table) -> pa.Table:
     out = ScoreRows()
     for r in rows:
         correct = r.get("correct")
-        out.add(r, r["grader"], Verdict(r.get("resolved"), r.get("resolved_kind") or "none",
-                                        None if correct is None else bool(correct), r.get("detail")))
+        out.add(
+            r,
+            r["grader"],
+            Verdict(
+                r.get("resolved"), r.get("resolved_kind") or "none", None if correct is None else bool(correct), r.get("detail")
+            ),
+        )
     return out.table()
 
 
@@ -146,7 +158,9 @@ def load_cases(dataset_dir: Path | str) -> tuple[dict[tuple[str, bool], tuple[li
     cases: dict[tuple[str, bool], tuple[list[str], str, str | None]] = {}
     ds = load_config(dataset_dir, "all")
     if "paper_answer" not in ds.columns:
-        raise CraftMDError(f"{dataset_dir}: the dataset has no paper_answer column (built by an older craftmd); rebuild it with craftmd build")
+        raise CraftMDError(
+            f"{dataset_dir}: the dataset has no paper_answer column (built by an older craftmd); rebuild it with craftmd build"
+        )
     for cid, ch, ans, key in ds.select("case_id", "choices", "answer", "paper_answer").iter_rows():
         cases[(cid, False)] = (list(ch or []), ans, key)
     if config_file(dataset_dir, "nejm_image").exists():
@@ -311,8 +325,11 @@ class McqRule(Scorer):
 
     def __init__(self, rule: str):
         self.name = rule
-        self.about = ("the published MCQ rule: right when the recorded key's text appears in the answer" if rule == "paper" else
-                      "the strict MCQ rule: the answer must resolve to exactly one option, the dataset's answer")
+        self.about = (
+            "the published MCQ rule: right when the recorded key's text appears in the answer"
+            if rule == "paper"
+            else "the strict MCQ rule: the answer must resolve to exactly one option, the dataset's answer"
+        )
 
     def applies(self, release):
         why = super().applies(release)
@@ -392,8 +409,10 @@ class LLM(Scorer):
 
     def check(self, release, ctx):
         if self_graders(release.manifest, [self.name]) and not ctx.allow_self:
-            raise CraftMDError(f"grader {self.name} would grade its own model ({release.manifest.model}); "
-                               "pick another grader, or pass --allow-self (the page then marks it and never ranks by it)")
+            raise CraftMDError(
+                f"grader {self.name} would grade its own model ({release.manifest.model}); "
+                "pick another grader, or pass --allow-self (the page then marks it and never ranks by it)"
+            )
 
     def run(self, release, ctx):
         self.check(release, ctx)
@@ -463,7 +482,9 @@ class History(ModuleScorer):
     about = "history taking without a model: ROUGE coverage of what the patient held, MediQ facts, turns, question diversity"
 
     def scores(self, release, ctx):
-        return self.rules.history_scores(release, ctx.dataset(self.name), workers=ctx.options.get("workers"), progress=ctx.progress)
+        return self.rules.history_scores(
+            release, ctx.dataset(self.name), workers=ctx.options.get("workers"), progress=ctx.progress
+        )
 
 
 class KeyInfo(ModuleScorer):
@@ -483,8 +504,10 @@ class Judges(Scorer):
     metrics = ("rubric_score", "judge_flag")
     calls_model = True
     pattern = "judge:PROVIDER/MODEL"
-    about = ("MedPI's rubric judge over whole conversations, 1-4 per dimension that applies; several judges: "
-             "also judge-committee, their median")
+    about = (
+        "MedPI's rubric judge over whole conversations, 1-4 per dimension that applies; several judges: "
+        "also judge-committee, their median"
+    )
 
     retry_keys = ("transient_failures",)
 
@@ -500,9 +523,9 @@ class Judges(Scorer):
 
     @classmethod
     def parse(cls, name: str) -> Judges:
-        if "/" not in name[len("judge:"):]:
+        if "/" not in name[len("judge:") :]:
             raise CraftMDError(f"scorer {name!r}: expected judge:PROVIDER/MODEL, e.g. judge:openai/gpt-4o")
-        return cls([name[len("judge:"):]])
+        return cls([name[len("judge:") :]])
 
     def spec(self, ctx: Context):
         from dataclasses import fields
@@ -512,8 +535,14 @@ class Judges(Scorer):
         if self._spec is not None:
             return self._spec
         known = {f.name for f in fields(JudgeSpec)} - {"models", "base_url", "cache", "force", "progress"}
-        return JudgeSpec(models=self.models, base_url=ctx.base_url, cache=ctx.cache, force=ctx.allow_self, progress=ctx.progress,
-                         **{k: v for k, v in ctx.options.items() if k in known and v is not None})
+        return JudgeSpec(
+            models=self.models,
+            base_url=ctx.base_url,
+            cache=ctx.cache,
+            force=ctx.allow_self,
+            progress=ctx.progress,
+            **{k: v for k, v in ctx.options.items() if k in known and v is not None},
+        )
 
     def writes(self):
         """``judge:MODEL`` per judge (``#seedK`` added with ``seeds`` > 1) and, for several, ``judge-committee``."""
@@ -583,8 +612,10 @@ class Meld(Scorer):
     unit = "case"
     metrics = ("meld_similarity", "meld_flagged")
     calls_model = True
-    about = ("contamination (MELD) of the release's own model: 1 - normalised edit distance of its completion of each "
-             "vignette's first half to the true second half; flagged at >= 0.95")
+    about = (
+        "contamination (MELD) of the release's own model: 1 - normalised edit distance of its completion of each "
+        "vignette's first half to the true second half; flagged at >= 0.95"
+    )
 
     @staticmethod
     def model(release) -> str:
@@ -592,8 +623,13 @@ class Meld(Scorer):
 
     def settings(self, release, ctx: Context) -> dict:
         o = ctx.options
-        return dict(temperature=o.get("temperature", 0.0), max_tokens=o.get("max_tokens") or 1024, seed=o.get("seed", 0),
-                    concurrency=o.get("concurrency", 8), cases=o.get("cases"))
+        return dict(
+            temperature=o.get("temperature", 0.0),
+            max_tokens=o.get("max_tokens") or 1024,
+            seed=o.get("seed", 0),
+            concurrency=o.get("concurrency", 8),
+            cases=o.get("cases"),
+        )
 
     def configs(self, ctx: Context) -> tuple[str, ...]:
         """MELD's per-source configs that the dataset has."""
@@ -608,21 +644,42 @@ class Meld(Scorer):
 
         s = self.settings(release, ctx)
         sampling = Sampling(temperature=s["temperature"], top_p=1.0, max_tokens=s["max_tokens"], seed=s["seed"]).to_dict()
-        return {self.name: {"prompt": {"file": "scoring/prompts/meld.txt", "sha256": prompt_sha256(), "role": "system"},
-                            "sampling": sampling, "split": "chars", "similarity": SIMILARITY_DEFINITION, "threshold": THRESHOLD}}
+        return {
+            self.name: {
+                "prompt": {"file": "scoring/prompts/meld.txt", "sha256": prompt_sha256(), "role": "system"},
+                "sampling": sampling,
+                "split": "chars",
+                "similarity": SIMILARITY_DEFINITION,
+                "threshold": THRESHOLD,
+            }
+        }
 
     def inputs(self, release, ctx) -> dict:
         configs, cases = self.configs(ctx), ctx.options.get("cases")
-        return {"model": self.model(release), "configs": list(configs), "dataset_sha256": dataset_fingerprint(ctx.dataset(self.name), configs),
-                "cases": sorted(cases) if cases else "all"}
+        return {
+            "model": self.model(release),
+            "configs": list(configs),
+            "dataset_sha256": dataset_fingerprint(ctx.dataset(self.name), configs),
+            "cases": sorted(cases) if cases else "all",
+        }
 
     def run(self, release, ctx):
         from craftmd.scoring.meld import SCORER, meld, scorer_record, to_scores
 
         s = self.settings(release, ctx)
-        cases, summary = meld(ctx.dataset(self.name), self.model(release), base_url=ctx.base_url, cache=ctx.cache,
-                              configs=self.configs(ctx), cases=s["cases"], temperature=s["temperature"], max_tokens=s["max_tokens"],
-                              seed=s["seed"], concurrency=s["concurrency"], progress=ctx.progress)
+        cases, summary = meld(
+            ctx.dataset(self.name),
+            self.model(release),
+            base_url=ctx.base_url,
+            cache=ctx.cache,
+            configs=self.configs(ctx),
+            cases=s["cases"],
+            temperature=s["temperature"],
+            max_tokens=s["max_tokens"],
+            seed=s["seed"],
+            concurrency=s["concurrency"],
+            progress=ctx.progress,
+        )
         record = scorer_record(summary)
         record.pop("dataset")
         failures = cases.filter(pl.col("similarity").is_null()).height
@@ -632,8 +689,16 @@ class Meld(Scorer):
 
 #: name -> factory; ``llm:<provider/model>`` and ``judge:<provider/model>`` names are made by :data:`PATTERNS`.
 SCORERS: Registry = Registry("scorer")
-SCORERS.update({"paper": lambda: McqRule("paper"), "strict": lambda: McqRule("strict"), "offline": Offline,
-                "history": History, "keyinfo": KeyInfo, "meld": Meld})
+SCORERS.update(
+    {
+        "paper": lambda: McqRule("paper"),
+        "strict": lambda: McqRule("strict"),
+        "offline": Offline,
+        "history": History,
+        "keyinfo": KeyInfo,
+        "meld": Meld,
+    }
+)
 #: name prefix -> the class that makes a scorer of a name with it.
 PATTERNS = {"llm:": LLM, "judge:": Judges.parse}
 
@@ -660,7 +725,9 @@ def get_scorer(name: str) -> Scorer:
     if name == RECORDED:
         raise CraftMDError(f"scorer {name!r} is the recorded upstream label; it cannot be re-run")
     if name.startswith(CLAIM_PREFIX):
-        raise CraftMDError(f"scorer {name!r} holds the scores an ingested log claimed; run {name.removeprefix(CLAIM_PREFIX)!r} to compute them")
+        raise CraftMDError(
+            f"scorer {name!r} holds the scores an ingested log claimed; run {name.removeprefix(CLAIM_PREFIX)!r} to compute them"
+        )
     raise CraftMDError(f"unknown scorer {name!r}; known: {known()}")
 
 
@@ -698,8 +765,17 @@ def listing() -> list[dict]:
     rows = []
     entries = [(n, SCORERS[n]()) for n in sorted(SCORERS)] + [(c.pattern, c) for c in (LLM, Judges)] + [(RECORDED, Recorded)]
     for name, s in entries:
-        rows.append({"scorer": name, "unit": s.unit, "tasks": list(s.tasks) if s.tasks else "any", "formats": list(s.formats),
-                     "metrics": list(s.metrics), "calls_model": s.calls_model, "about": s.about})
+        rows.append(
+            {
+                "scorer": name,
+                "unit": s.unit,
+                "tasks": list(s.tasks) if s.tasks else "any",
+                "formats": list(s.formats),
+                "metrics": list(s.metrics),
+                "calls_model": s.calls_model,
+                "about": s.about,
+            }
+        )
     return rows
 
 
@@ -720,9 +796,14 @@ def rank_frq(graders: list[str], *, self_graders: set[str] = frozenset()) -> lis
     return sorted(graders, key=key)
 
 
-
-def judges_stale(release_dir: Path | str, spec, *, dataset_dir: Path | str | None = None, conversations: list[str] | None = None,
-          cases: list[str] | None = None) -> bool:
+def judges_stale(
+    release_dir: Path | str,
+    spec,
+    *,
+    dataset_dir: Path | str | None = None,
+    conversations: list[str] | None = None,
+    cases: list[str] | None = None,
+) -> bool:
     """Whether judging ``release_dir`` with ``spec`` could change its scores: a judge's record missing, made from other
     inputs (conversations, objectives, selection), by another catalog, prompt set or setting, or with transient failures
     a re-run would ask again (the one staleness rule of :meth:`craftmd.scoring.scorers.Scorer.current`)."""
@@ -742,13 +823,35 @@ def check_answer_cases(answers: pl.DataFrame, ctx: Context) -> None:
 
 def self_graders(manifest, graders: list[str]) -> list[str]:
     """Those of ``graders`` that would grade the release's own model."""
-    doctor = (manifest.roles.get("doctor") or {})
+    doctor = manifest.roles.get("doctor") or {}
     fam = doctor.get("family")
     models = {manifest.model, doctor.get("model") or manifest.model}
     return [g for g in graders if any(grades_itself(g, m, fam) for m in models)]
 
+
 __all__ = [
-    "Scorer", "Verdict", "ScoreRows", "Context", "scores_from_grades", "get_scorer", "register_scorer", "SCORERS", "check_scorers", "scorers",
-    "listing", "UNITS", "rank_frq", "grades_itself", "family", "load_cases", "judges_stale", "dataset_inputs", "grading_inputs", "check_answer_cases", "self_graders",
-    "MCQ_RULES", "MCQ_FORMATS", "RECORDED",
+    "Scorer",
+    "Verdict",
+    "ScoreRows",
+    "Context",
+    "scores_from_grades",
+    "get_scorer",
+    "register_scorer",
+    "SCORERS",
+    "check_scorers",
+    "scorers",
+    "listing",
+    "UNITS",
+    "rank_frq",
+    "grades_itself",
+    "family",
+    "load_cases",
+    "judges_stale",
+    "dataset_inputs",
+    "grading_inputs",
+    "check_answer_cases",
+    "self_graders",
+    "MCQ_RULES",
+    "MCQ_FORMATS",
+    "RECORDED",
 ]

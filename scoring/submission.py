@@ -147,7 +147,10 @@ def _schema_problems(validator: jsonschema_rs.Validator, rules: dict, obj: dict)
     except ValueError:  # a field nested past the validator's recursion limit: every field of a row is a scalar, so an
         # empty container of the same kind in its place has the same errors (the messages show the row's own values)
         errs = validator.iter_errors({k: type(v)() if isinstance(v, (dict, list)) else v for k, v in obj.items()})
-    found = sorted(((list(map(str, e.instance_path)), list(e.schema_path), e.kind.as_dict()) for e in errs), key=lambda e: (e[0], str(e[1][-1])))
+    found = sorted(
+        ((list(map(str, e.instance_path)), list(e.schema_path), e.kind.as_dict()) for e in errs),
+        key=lambda e: (e[0], str(e[1][-1])),
+    )
     try:
         return [_describe_schema_error(rules, obj, *e) for e in found]
     except RecursionError:
@@ -479,21 +482,32 @@ def validate_submission(path: Path | str, dataset_dir: Path | str, *, config: st
     if kept.height and (kept.get_column("key").sort().diff() == 0).any():
         dup = kept.filter(pl.col("key").is_duplicated()).with_columns(first=pl.col("line").min().over("key"))
         for r in dup.filter(pl.col("line") != pl.col("first")).sort("line").iter_rows(named=True):
-            problems.add(r["line"], f"duplicate row: {r['case_id']} trial {r['trial']} {r['setting']}/{r['format']} already on line {r['first']}")
+            problems.add(
+                r["line"],
+                f"duplicate row: {r['case_id']} trial {r['trial']} {r['setting']}/{r['format']} already on line {r['first']}",
+            )
     if problems:
         raise SubmissionError(path, problems.listed(), problems.total)
     # The cells answered, and how many cases each answers: a cell short of the dataset's cases has missing ones.
     answered = kept.group_by(key=keys.cell()).agg(n=pl.len())
     cell_rows = keys.decode(answered).with_columns(pl.col("setting", "format").cast(pl.Utf8))
     cells = sorted(cell_rows.select("setting", "format", "trial", "with_image").iter_rows())
-    short = cell_rows.filter(pl.col("n") < pl.when(pl.col("with_image")).then(len(keys.index.get(True, ()))).otherwise(len(keys.index[False])))
+    short = cell_rows.filter(
+        pl.col("n") < pl.when(pl.col("with_image")).then(len(keys.index.get(True, ()))).otherwise(len(keys.index[False]))
+    )
     missing = []
     for (w,), part in short.group_by("with_image"):
-        expected = part.select("key").join(pl.DataFrame({"ci": pl.int_range(len(keys.index[w]), dtype=pl.Int64, eager=True)}), how="cross")
+        expected = part.select("key").join(
+            pl.DataFrame({"ci": pl.int_range(len(keys.index[w]), dtype=pl.Int64, eager=True)}), how="cross"
+        )
         gone = expected.select(key=pl.col("key") + pl.col("ci") * keys.cell_size).join(kept.select("key"), on="key", how="anti")
         missing.append(keys.decode(gone))
     empty = keys.decode(pl.DataFrame(schema={"key": pl.Int64}))
-    missing = pl.concat([empty, *missing], how="vertical").sort("key").with_columns(pl.col("case_id", "setting", "format").cast(pl.Utf8))
+    missing = (
+        pl.concat([empty, *missing], how="vertical")
+        .sort("key")
+        .with_columns(pl.col("case_id", "setting", "format").cast(pl.Utf8))
+    )
     missing = missing.sort("setting", "format", "trial", "with_image", maintain_order=True).select(*KEY)
     return Validated(path, kept.select(*KEY, "response"), cells, missing)
 
@@ -532,9 +546,17 @@ def submission_id(model: str) -> str:
 
 def answers_table(v: Validated) -> pa.Table:
     """The release's answers: submitted rows (ok, or missing when response is null/empty) + unanswered rows."""
-    sub = v.rows.with_columns(pl.col(pl.Categorical).cast(pl.Utf8)).with_columns(
-        status=pl.when(pl.col("response").is_null() | (pl.col("response").str.strip_chars() == "")).then(pl.lit("missing")).otherwise(pl.lit("ok")),
-    ).with_columns(response=pl.when(pl.col("status") == "ok").then(pl.col("response")).otherwise(None), error=pl.lit(None, pl.Utf8))
+    sub = (
+        v.rows.with_columns(pl.col(pl.Categorical).cast(pl.Utf8))
+        .with_columns(
+            status=pl.when(pl.col("response").is_null() | (pl.col("response").str.strip_chars() == ""))
+            .then(pl.lit("missing"))
+            .otherwise(pl.lit("ok")),
+        )
+        .with_columns(
+            response=pl.when(pl.col("status") == "ok").then(pl.col("response")).otherwise(None), error=pl.lit(None, pl.Utf8)
+        )
+    )
     miss = v.missing.with_columns(response=pl.lit(None, pl.Utf8), status=pl.lit("missing"), error=pl.lit(None, pl.Utf8))
     both = pl.concat([sub.select(ANSWERS_SCHEMA.names), miss.select(ANSWERS_SCHEMA.names)], how="vertical_relaxed")
     return both.to_arrow().cast(ANSWERS_SCHEMA)
@@ -569,15 +591,22 @@ def read_conversations(path: Path | str, answers: pa.Table, dataset_dir: Path | 
     stray = conv.join(known, on=["case_id", "with_image"], how="anti")
     if stray.height:
         r = stray.row(0, named=True)
-        raise CraftMDError(f"{path}: {stray.height} conversation(s) of cases not in the dataset, e.g. {_short(r['case_id'])} trial {r['trial']}")
-    kinds = pl.DataFrame([(e.setting, e.format, e.conversation) for e in TASK.experiments if e.conversation],
-                         schema={"setting": pl.Utf8, "format": pl.Utf8, "conversation": pl.Utf8}, orient="row")
+        raise CraftMDError(
+            f"{path}: {stray.height} conversation(s) of cases not in the dataset, e.g. {_short(r['case_id'])} trial {r['trial']}"
+        )
+    kinds = pl.DataFrame(
+        [(e.setting, e.format, e.conversation) for e in TASK.experiments if e.conversation],
+        schema={"setting": pl.Utf8, "format": pl.Utf8, "conversation": pl.Utf8},
+        orient="row",
+    )
     needed = pl.from_arrow(answers).filter(pl.col("status") == "ok").join(kinds, on=["setting", "format"])
     lacking = needed.join(conv, on=["case_id", "trial", "conversation", "with_image"], how="anti")
     if lacking.height:
         r = lacking.sort("case_id", "trial", "setting").row(0, named=True)
-        raise CraftMDError(f"{path}: {lacking.height} answer(s) in conversational settings have no conversation, e.g. {r['case_id']} "
-                           f"trial {r['trial']} {r['setting']}/{r['format']} (needs its {r['conversation']} conversation)")
+        raise CraftMDError(
+            f"{path}: {lacking.height} answer(s) in conversational settings have no conversation, e.g. {r['case_id']} "
+            f"trial {r['trial']} {r['setting']}/{r['format']} (needs its {r['conversation']} conversation)"
+        )
     return table
 
 
@@ -625,7 +654,9 @@ def submit(
     tables = {"answers": answers}
     if conversations is not None:
         tables["conversations"] = read_conversations(conversations, answers, dataset_dir, config)
-    scores, records = grade_answers(pl.from_arrow(answers), dataset_dir, graders, base_url=base_url, cache=cache, progress=progress)
+    scores, records = grade_answers(
+        pl.from_arrow(answers), dataset_dir, graders, base_url=base_url, cache=cache, progress=progress
+    )
     status = pl.from_arrow(answers)["status"].value_counts().sort("status")
     ds_sha = None
     from craftmd.release import sha256_file
@@ -638,8 +669,12 @@ def submit(
         model=model,
         display_name=f"{model} (submission)",
         dataset={"name": "craftmd", "config": config, "sha256": ds_sha},
-        source={"dataset_config": config, "dataset_sha256": ds_sha, "submission_file": Path(path).name,
-                **({"conversations_file": Path(conversations).name} if conversations is not None else {})},
+        source={
+            "dataset_config": config,
+            "dataset_sha256": ds_sha,
+            "submission_file": Path(path).name,
+            **({"conversations_file": Path(conversations).name} if conversations is not None else {}),
+        },
         roles={"doctor": {"model": model, "base_url": None}},
         producer={"name": "submission", "submission": v.summary()},
         counts={
@@ -668,5 +703,18 @@ def validate_cli(args) -> int:
     return 0
 
 
-__all__ = ["validate_submission", "submit", "default_graders", "schema", "schema_text", "SubmissionError", "Validated", "MAX_PROBLEMS",
-           "MAX_RESPONSE_CHARS", "check_model_name", "read_conversations", "parse_line", "iter_rows"]
+__all__ = [
+    "validate_submission",
+    "submit",
+    "default_graders",
+    "schema",
+    "schema_text",
+    "SubmissionError",
+    "Validated",
+    "MAX_PROBLEMS",
+    "MAX_RESPONSE_CHARS",
+    "check_model_name",
+    "read_conversations",
+    "parse_line",
+    "iter_rows",
+]

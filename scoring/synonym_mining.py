@@ -29,7 +29,9 @@ from craftmd.scoring.offline import _PAREN, _WITH, OfflineGrader, _fold
 _JUNK = re.compile(r"(?:\bdiagnosis\b|^(?:based on|symptom|patient|boy is|to be|cause|not a|these|supported|complication of)\b)")
 
 
-def mine(releases_dir, dataset_dir, *, min_accepted: int = 3, min_share: float = 0.7, max_words: int = 8) -> list[tuple[str, str, int, int]]:
+def mine(
+    releases_dir, dataset_dir, *, min_accepted: int = 3, min_share: float = 0.7, max_words: int = 8
+) -> list[tuple[str, str, int, int]]:
     """``(answer, diagnosis, accepted, seen)`` candidates from training cases, most accepted first."""
     from craftmd.dataset import load_config
 

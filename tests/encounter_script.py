@@ -30,8 +30,14 @@ FEELING = {"anxiety": 6, "fear": 3, "interest": 4}
 def emotion_json(turn_text: str, **over) -> str:
     scores = {e: 0 for e in EMOTIONS}
     scores.update(FEELING)
-    body = {"emotions": scores, "valence": -3, "arousal": 6, "summary": "worried but hopeful",
-            "reflection": f"The doctor asked about {turn_text[:30]}", "poignancy": 4}
+    body = {
+        "emotions": scores,
+        "valence": -3,
+        "arousal": 6,
+        "summary": "worried but hopeful",
+        "reflection": f"The doctor asked about {turn_text[:30]}",
+        "poignancy": 4,
+    }
     body.update(over)
     return "Here you go: " + json.dumps(body)
 
@@ -101,8 +107,21 @@ def patient_down(medpi, *, objective: str = "diagnosis", trial: int = 1, script:
 def run(server, medpi, out, cache, **kw):
     """An encounters run against ``server``; keyword arguments are the run spec's, or the task's options (max_messages, …)."""
     options = {k: kw.pop(k) for k in ("max_messages", "memory_tags", "tag_max_tokens", "embedder", "retrieval") if k in kw}
-    spec = GenerateSpec(options=options, task="encounters", dataset=medpi, out=out, doctor="openai/loopback", patient="openai/loopback", base_url=server.base_url,
-                         api_key="sk-test", cache=cache, progress=False, max_retries=1, backoff=0.01, **kw)
+    spec = GenerateSpec(
+        options=options,
+        task="encounters",
+        dataset=medpi,
+        out=out,
+        doctor="openai/loopback",
+        patient="openai/loopback",
+        base_url=server.base_url,
+        api_key="sk-test",
+        cache=cache,
+        progress=False,
+        max_retries=1,
+        backoff=0.01,
+        **kw,
+    )
     return generate(spec)
 
 
@@ -116,5 +135,11 @@ def judge_says(request: dict) -> str:
         return "Clinician: the doctor's questions, quoted."
     ids = re.findall(r"^- ([a-z_]+\.[a-z_]+) \(", prompt, re.M)
     asked = "medicines" in prompt.split("Transcript", 1)[-1]
-    return json.dumps({"scores": [{"dimension": d, "score": 1 + (zlib.crc32(d.encode()) % 4 if asked else 0), "rationale": "r",
-                                   "evidence": []} for d in ids]})
+    return json.dumps(
+        {
+            "scores": [
+                {"dimension": d, "score": 1 + (zlib.crc32(d.encode()) % 4 if asked else 0), "rationale": "r", "evidence": []}
+                for d in ids
+            ]
+        }
+    )

@@ -114,15 +114,29 @@ class StandInHub:
             if repo is None:
                 return 404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"}
             if action == "refs":
+
                 def ref(kind, name, oid):
                     return {"name": name, "ref": f"refs/{kind}/{name}", "targetCommit": oid}
-                return 200, {"branches": [ref("heads", b, o) for b, o in repo.branches.items() if o],
-                             "tags": [ref("tags", t, o) for t, o in repo.tags.items()], "converts": [], "pullRequests": []}, {}
+
+                return (
+                    200,
+                    {
+                        "branches": [ref("heads", b, o) for b, o in repo.branches.items() if o],
+                        "tags": [ref("tags", t, o) for t, o in repo.tags.items()],
+                        "converts": [],
+                        "pullRequests": [],
+                    },
+                    {},
+                )
             if method == "POST" and not token:
                 return 401, {"error": "Invalid credentials"}, {}
             if action == "preupload":
                 files = json.loads(body)["files"]
-                return 200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None} for f in files]}, {}
+                return (
+                    200,
+                    {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None} for f in files]},
+                    {},
+                )
             if action == "commit":
                 return self._commit(repo_id, repo, unquote(rev), body)
             if action == "tag":
@@ -139,11 +153,17 @@ class StandInHub:
                 return 404, {"error": "Revision not found"}, {"X-Error-Code": "RevisionNotFound"}
             tree = repo.commits[oid]
             if action == "revision":
-                return 200, {"id": repo_id, "sha": oid, "private": False,
-                             "siblings": [{"rfilename": p} for p in sorted(tree)]}, {}
+                return (
+                    200,
+                    {"id": repo_id, "sha": oid, "private": False, "siblings": [{"rfilename": p} for p in sorted(tree)]},
+                    {},
+                )
             prefix = unquote(rest or "").strip("/")
-            entries = [{"type": "file", "path": p, "size": len(d), "oid": git_oid(d)} for p, d in sorted(tree.items())
-                       if not prefix or p.startswith(prefix + "/")]
+            entries = [
+                {"type": "file", "path": p, "size": len(d), "oid": git_oid(d)}
+                for p, d in sorted(tree.items())
+                if not prefix or p.startswith(prefix + "/")
+            ]
             return 200, entries, {}
         m = re.fullmatch(r"/datasets/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
         if m and method in ("GET", "HEAD"):
@@ -177,7 +197,9 @@ class StandInHub:
                 tree = {p: d for p, d in tree.items() if not p.startswith(v["path"].rstrip("/") + "/")}
             else:
                 return 400, {"error": f"the stand-in takes no {item['key']}"}, {}
-        oid = hashlib.sha1(json.dumps([head, header["summary"], sorted((p, git_oid(d)) for p, d in tree.items())]).encode()).hexdigest()
+        oid = hashlib.sha1(
+            json.dumps([head, header["summary"], sorted((p, git_oid(d)) for p, d in tree.items())]).encode()
+        ).hexdigest()
         repo.commits[oid] = tree
         repo.branches[branch] = oid
         return 200, {"commitUrl": f"{self.url}/datasets/{repo_id}/commit/{oid}", "commitOid": oid, "pullRequestUrl": None}, {}

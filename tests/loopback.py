@@ -107,7 +107,9 @@ class LoopbackServer:
         self.refuse_formats = dict(refuse_formats or {})
         self.models_delay = models_delay
         self.context_error = context_error
-        self.roots = dict(roots or {})  # model -> the ``root`` its /v1/models entry names (vLLM: the weights behind a served name)
+        self.roots = dict(
+            roots or {}
+        )  # model -> the ``root`` its /v1/models entry names (vLLM: the weights behind a served name)
         self.formats: Counter = Counter()  # the response_format type of every chat request ('' for none)
         self._slots: asyncio.Semaphore | None = None  # made on the server's own loop
         self._open: set = set()  # the connections of the requests in flight (kill() cuts them)
@@ -246,13 +248,23 @@ class LoopbackServer:
     # --- HTTP -------------------------------------------------------------------------
     @staticmethod
     def _error(status: int, message: str, code: str | None = None, headers: dict | None = None) -> web.Response:
-        return web.json_response({"error": {"message": message, "type": "loopback", "code": code}}, status=status, headers=headers)
+        return web.json_response(
+            {"error": {"message": message, "type": "loopback", "code": code}}, status=status, headers=headers
+        )
 
     async def _models(self, request: web.Request) -> web.Response:
         if self.models_delay:
             await asyncio.sleep(self.models_delay)
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "loopback", **({"root": self.roots[m]} if m in self.roots else {})}
-                for m in self.models]
+        data = [
+            {
+                "id": m,
+                "object": "model",
+                "created": 0,
+                "owned_by": "loopback",
+                **({"root": self.roots[m]} if m in self.roots else {}),
+            }
+            for m in self.models
+        ]
         return web.json_response({"object": "list", "data": data})
 
     async def _health(self, request: web.Request) -> web.Response:
@@ -295,8 +307,11 @@ class LoopbackServer:
                 await asyncio.sleep(self.timeout_delay)
                 return self._error(504, "too late (injected timeout)")
             if self.echo_auth:
-                return self._error(400, f"invalid request; headers received: Authorization: {http.headers.get('Authorization')}",
-                                   "invalid_request")
+                return self._error(
+                    400,
+                    f"invalid request; headers received: Authorization: {http.headers.get('Authorization')}",
+                    "invalid_request",
+                )
             try:
                 request = json.loads(body)
             except json.JSONDecodeError:
@@ -320,8 +335,11 @@ class LoopbackServer:
             if self.max_context is not None and prompt > self.max_context and self.context_error is not None:
                 return self._error(self.context_error[0], self.context_error[1])
             if self.max_context is not None and prompt > self.max_context:
-                return self._error(400, f"This model's maximum context length is {self.max_context} tokens. However, you "
-                                        f"requested {prompt} tokens.", "context_length_exceeded")
+                return self._error(
+                    400,
+                    f"This model's maximum context length is {self.max_context} tokens. However, you requested {prompt} tokens.",
+                    "context_length_exceeded",
+                )
             try:
                 reply = self.completion(request)
             except Exception as exc:  # the responder could not answer this request
@@ -358,8 +376,9 @@ def _split_exam(vignette: str) -> tuple[str, str]:
     return " ".join(s for s in sentences if s not in exam), " ".join(exam)
 
 
-def pick_upstream(source, n: int, *, seed: int = 0, max_messages: int | None = None,
-                  categories: tuple[str, ...] = (), model: str = "gpt4_1106") -> dict:
+def pick_upstream(
+    source, n: int, *, seed: int = 0, max_messages: int | None = None, categories: tuple[str, ...] = (), model: str = "gpt4_1106"
+) -> dict:
     """``n`` recorded cases of ``model`` (trial 0), with unique first patient turns; one of each of ``categories`` first."""
     import polars as pl
 
@@ -385,7 +404,7 @@ def pick_upstream(source, n: int, *, seed: int = 0, max_messages: int | None = N
     return {"csv": csv, "text": chosen, "nejm": json.loads(files["results/gpt4v/case_1.json"])}
 
 
-def write_replay_dataset(picked: dict, out) -> Path:
+def write_replay_dataset(picked: dict, out) -> "Path":  # noqa: F821 - pathlib is imported inside
     """A dataset folder (configs all, diagnoses, nejm_image) of the picked cases, in the built dataset's columns."""
     import base64
     import hashlib
@@ -400,25 +419,46 @@ def write_replay_dataset(picked: dict, out) -> Path:
         vignette = rec["case_vignette"].strip()
         history, exam = _split_exam(vignette)
         choices = [r[f"choice_{i}"] for i in range(1, 5)]
-        rows.append({
-            "case_id": r["case_id"], "source": SOURCES[r["dataset"]], "specialty": CSV_SPECIALTY.get(r["category"], r["category"]),
-            "vignette": vignette, "question": rec["question"], "choices": choices, "answer": r["answer"],
-            "answer_index": choices.index(r["answer"]) if r["answer"] in choices else -1, "task_type": "diagnosis",
-            "history": history, "physical_exam": exam, "single_dx": None,
-            "content_sha256": hashlib.sha256(vignette.encode()).hexdigest(),
-        })
+        rows.append(
+            {
+                "case_id": r["case_id"],
+                "source": SOURCES[r["dataset"]],
+                "specialty": CSV_SPECIALTY.get(r["category"], r["category"]),
+                "vignette": vignette,
+                "question": rec["question"],
+                "choices": choices,
+                "answer": r["answer"],
+                "answer_index": choices.index(r["answer"]) if r["answer"] in choices else -1,
+                "task_type": "diagnosis",
+                "history": history,
+                "physical_exam": exam,
+                "single_dx": None,
+                "content_sha256": hashlib.sha256(vignette.encode()).hexdigest(),
+            }
+        )
     for config in ("all", "diagnoses", "nejm_image"):
         (out / config).mkdir(parents=True, exist_ok=True)
     pl.DataFrame(rows).write_parquet(out / "all" / "test-00000-of-00001.parquet")
     diagnoses = sorted({c for r in rows for c in r["choices"]})
-    pl.DataFrame({"diagnosis": diagnoses, "count": [1] * len(diagnoses)}).write_parquet(out / "diagnoses" / "test-00000-of-00001.parquet")
+    pl.DataFrame({"diagnosis": diagnoses, "count": [1] * len(diagnoses)}).write_parquet(
+        out / "diagnoses" / "test-00000-of-00001.parquet"
+    )
     nejm = picked["nejm"]
     url = nejm["trial_0"]["multiturn_conversation"][0]["content"][1]["image_url"]["url"]
-    pl.DataFrame([{
-        "case_id": nejm["case_id"], "image": {"bytes": base64.b64decode(url.split(",", 1)[1]), "path": None},
-        "vignette": nejm["case_vignette"].strip(), "question": nejm["question"], "answer": nejm["correct_ans"],
-        "choices": [], "specialty": None, "source": "nejm_image",
-    }]).write_parquet(out / "nejm_image" / "test-00000-of-00001.parquet")
+    pl.DataFrame(
+        [
+            {
+                "case_id": nejm["case_id"],
+                "image": {"bytes": base64.b64decode(url.split(",", 1)[1]), "path": None},
+                "vignette": nejm["case_vignette"].strip(),
+                "question": nejm["question"],
+                "answer": nejm["correct_ans"],
+                "choices": [],
+                "specialty": None,
+                "source": "nejm_image",
+            }
+        ]
+    ).write_parquet(out / "nejm_image" / "test-00000-of-00001.parquet")
     return out
 
 
@@ -450,7 +490,9 @@ class Replay:
                 return self.other(req)
             rec = self.convs[cid]
             n = len(msgs)
-            if system != rec[0]["content"] or [(m["role"], m["content"]) for m in msgs[1:]] != [(m["role"], m["content"]) for m in rec[1:n]]:
+            if system != rec[0]["content"] or [(m["role"], m["content"]) for m in msgs[1:]] != [
+                (m["role"], m["content"]) for m in rec[1:n]
+            ]:
                 self.mismatches.append(cid)
                 raise ValueError(f"{cid}: doctor request differs from upstream")
             return rec[n]["content"]
@@ -460,7 +502,7 @@ class Replay:
                 return self.other(req)
             rec = self.convs[cid]
             flipped = [{"role": "assistant" if m["role"] == "user" else "user", "content": m["content"]} for m in msgs[1:]]
-            if flipped != rec[1:1 + len(flipped)]:
+            if flipped != rec[1 : 1 + len(flipped)]:
                 self.mismatches.append(cid)
                 raise ValueError(f"{cid}: patient request differs from upstream")
             return rec[1 + len(flipped)]["content"]

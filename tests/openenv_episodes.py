@@ -132,13 +132,16 @@ def loopback(task: str, dataset: str, out: Path, _=None) -> list:
 
     with LoopbackServer(respond, models=("patient", "doctor", "solver", "judge")) as server:
         os.environ["SIM_BASE_URL"] = server.base_url
-        roles = {"consultation": {"solver": "openai-api/sim/solver"},
-                 "encounters": {"judge": "openai-api/sim/judge", "judge_mode": "category", **ENCOUNTERS}}.get(task, {})
+        roles = {
+            "consultation": {"solver": "openai-api/sim/solver"},
+            "encounters": {"judge": "openai-api/sim/judge", "judge_mode": "category", **ENCOUNTERS},
+        }.get(task, {})
         client = openai.OpenAI(base_url=server.base_url, api_key="none")
 
         def make():
-            return load_environment(task, "test", dataset=dataset, patient="openai-api/sim/patient", cache=out / "cache.sqlite",
-                                    **roles)
+            return load_environment(
+                task, "test", dataset=dataset, patient="openai-api/sim/patient", cache=out / "cache.sqlite", **roles
+            )
 
         def doctor(view: list[dict]) -> str:
             return client.chat.completions.create(model="doctor", messages=view).choices[0].message.content
@@ -163,12 +166,22 @@ def real(task: str, dataset: str, out: Path, base_url: str) -> list:
     client = openai.OpenAI(base_url=base_url, api_key="sk-not-used")
 
     def make():
-        return load_environment(task, "test", dataset=dataset, patient=REAL_MODEL, base_url=base_url, max_tokens=32,
-                                temperature=0.0, cache=out / "cache.sqlite", **REAL[task])
+        return load_environment(
+            task,
+            "test",
+            dataset=dataset,
+            patient=REAL_MODEL,
+            base_url=base_url,
+            max_tokens=32,
+            temperature=0.0,
+            cache=out / "cache.sqlite",
+            **REAL[task],
+        )
 
     def doctor(view: list[dict]) -> str:
-        reply = client.chat.completions.create(model=REAL_MODEL.split("/")[1], messages=view, max_tokens=32, temperature=0.0,
-                                               seed=0)
+        reply = client.chat.completions.create(
+            model=REAL_MODEL.split("/")[1], messages=view, max_tokens=32, temperature=0.0, seed=0
+        )
         return reply.choices[0].message.content or ""
 
     return play(task, make, doctor, out)

@@ -68,8 +68,16 @@ class RealModelServer:
     and one that fails to come up is stopped before the error is raised.
     """
 
-    def __init__(self, python: Path | None = None, *, threads: int | None = None, log: Path | None = None,
-                 start_timeout: float = 180.0, model_file: Path | None = None, options: list[str] | None = None):
+    def __init__(
+        self,
+        python: Path | None = None,
+        *,
+        threads: int | None = None,
+        log: Path | None = None,
+        start_timeout: float = 180.0,
+        model_file: Path | None = None,
+        options: list[str] | None = None,
+    ):
         self.options = options  # the server's options as a user gives them (the README's); None: this module's own
         self.python = python or llm_python()
         self.model_file = model_file or find_gguf(self.python)
@@ -89,9 +97,29 @@ class RealModelServer:
         """The server's command line (on ``self.port``): this module's options, or ``options`` as given with the model
         file, the loopback host, the free port and the threads put in (each replacing the option given, if any)."""
         if self.options is None:
-            return [str(self.python), "-m", "llama_cpp.server", "--model", str(self.model_file), "--n_ctx", str(CONTEXT),
-                    "--model_alias", ALIAS, "--host", "127.0.0.1", "--port", str(self.port), "--n_threads", str(self.threads)]
-        ours = {"--model": str(self.model_file), "--host": "127.0.0.1", "--port": str(self.port), "--n_threads": str(self.threads)}
+            return [
+                str(self.python),
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                str(self.model_file),
+                "--n_ctx",
+                str(CONTEXT),
+                "--model_alias",
+                ALIAS,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--n_threads",
+                str(self.threads),
+            ]
+        ours = {
+            "--model": str(self.model_file),
+            "--host": "127.0.0.1",
+            "--port": str(self.port),
+            "--n_threads": str(self.threads),
+        }
         given, it = [], iter(self.options)
         for opt in it:
             value = next(it)
@@ -114,8 +142,9 @@ class RealModelServer:
             return self  # one server per instance, however often start() or __enter__ is called
         self.port = free_port()
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
         atexit.register(self.stop)  # whatever happens to the caller, the server goes with the interpreter
         try:
             deadline = time.monotonic() + self.start_timeout

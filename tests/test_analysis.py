@@ -30,16 +30,43 @@ def _dataset(root):
     return root / "data"
 
 
-def _release(out, rid, cells, *, missing=(), ungraded=(), graded_missing_correct=False, cases=range(N_CASES), display=None,
-             grader="offline", record=None):
+def _release(
+    out,
+    rid,
+    cells,
+    *,
+    missing=(),
+    ungraded=(),
+    graded_missing_correct=False,
+    cases=range(N_CASES),
+    display=None,
+    grader="offline",
+    record=None,
+):
     """cells: {setting: set of (case, trial) correct}; every case (of ``cases``) x trial x setting answered (frq)."""
     ans = {k: [] for k in ("case_id", "trial", "setting", "format", "with_image", "response", "status")}
-    grd = {k: [] for k in ("case_id", "trial", "setting", "format", "with_image", "grader", "resolved", "resolved_kind", "correct", "detail")}
+    grd = {
+        k: []
+        for k in (
+            "case_id",
+            "trial",
+            "setting",
+            "format",
+            "with_image",
+            "grader",
+            "resolved",
+            "resolved_kind",
+            "correct",
+            "detail",
+        )
+    }
     for setting, correct in cells.items():
         for c in cases:
             for t in range(TRIALS):
                 miss = (setting, c, t) in missing
-                for k, v in zip(ans, (f"case_{c}", t, setting, "frq", False, None if miss else "dx", "missing" if miss else "ok")):
+                for k, v in zip(
+                    ans, (f"case_{c}", t, setting, "frq", False, None if miss else "dx", "missing" if miss else "ok")
+                ):
                     ans[k].append(v)
                 if (setting, c, t) in ungraded:
                     continue
@@ -48,8 +75,12 @@ def _release(out, rid, cells, *, missing=(), ungraded=(), graded_missing_correct
                     grd[k].append(v)
     from craftmd.scoring.scorers import scores_from_grades
 
-    m = RunRecord(release=rid, kind="generated", model=f"test/{rid}", source={"commit": "test"}, display_name=display or rid.upper())
-    return write_release(out / rid, m, {"answers": pa.table(ans)}, scores=(scores_from_grades(pa.table(grd)), {grader: record or {}}))
+    m = RunRecord(
+        release=rid, kind="generated", model=f"test/{rid}", source={"commit": "test"}, display_name=display or rid.upper()
+    )
+    return write_release(
+        out / rid, m, {"answers": pa.table(ans)}, scores=(scores_from_grades(pa.table(grd)), {grader: record or {}})
+    )
 
 
 def _all_trials(cases):
@@ -61,19 +92,29 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("constructed")
     data = _dataset(root)
     rel = root / "releases"
-    _release(rel, "a", {
-        "vignette": _all_trials(range(30)),
-        "multiturn": _all_trials(range(10)),
-        "singleturn": _all_trials(range(10)),
-    })
-    _release(rel, "b", {
-        "vignette": _all_trials(range(10)),
-        "multiturn": _all_trials(range(10)) | {(10, 0), (10, 1), (10, 2)},
-    })
+    _release(
+        rel,
+        "a",
+        {
+            "vignette": _all_trials(range(30)),
+            "multiturn": _all_trials(range(10)),
+            "singleturn": _all_trials(range(10)),
+        },
+    )
+    _release(
+        rel,
+        "b",
+        {
+            "vignette": _all_trials(range(10)),
+            "multiturn": _all_trials(range(10)) | {(10, 0), (10, 1), (10, 2)},
+        },
+    )
     # c: every answer graded correct, but cases 0-1 are missing (and a faulty grader called them correct)
     # and case 2 has no grade rows: all of them must count as wrong.
     _release(
-        rel, "c", {"vignette": _all_trials(range(N_CASES))},
+        rel,
+        "c",
+        {"vignette": _all_trials(range(N_CASES))},
         missing={("vignette", c, t) for c in (0, 1) for t in range(TRIALS)},
         ungraded={("vignette", 2, t) for t in range(TRIALS)},
         graded_missing_correct=True,
@@ -82,7 +123,9 @@ def built(tmp_path_factory):
 
 
 def acc(a, model, setting, group_by="all", group="all"):
-    r = a.accuracy.filter(pl.col("model") == model, pl.col("setting") == setting, pl.col("group_by") == group_by, pl.col("group") == group)
+    r = a.accuracy.filter(
+        pl.col("model") == model, pl.col("setting") == setting, pl.col("group_by") == group_by, pl.col("group") == group
+    )
     assert r.height == 1
     return r.row(0, named=True)
 
@@ -119,7 +162,18 @@ def test_groups_resample_within_the_group(built):
     sdx = acc(a, "a", "vignette", "single_dx", "all")
     assert sdx["n_cases"] == 20 and sdx["accuracy"] == pytest.approx(15 / 20)
     assert set(a.accuracy["group_by"].unique()) == {"all", "specialty", "dataset", "single_dx"}
-    assert a.accuracy.columns[:10] == ["model", "setting", "format", "grader", "group_by", "group", "n_cases", "accuracy", "ci_low", "ci_high"]
+    assert a.accuracy.columns[:10] == [
+        "model",
+        "setting",
+        "format",
+        "grader",
+        "group_by",
+        "group",
+        "n_cases",
+        "accuracy",
+        "ci_low",
+        "ci_high",
+    ]
 
 
 def test_paired_bootstrap_p_values(built):
@@ -135,7 +189,9 @@ def test_paired_bootstrap_p_values(built):
 
 def test_holm_within_a_family(built):
     _, _, a = built
-    fam = a.pvalues.filter(pl.col("family") == "setting", pl.col("model") == "a", pl.col("test") == "paired-bootstrap", pl.col("group_by") == "all")
+    fam = a.pvalues.filter(
+        pl.col("family") == "setting", pl.col("model") == "a", pl.col("test") == "paired-bootstrap", pl.col("group_by") == "all"
+    )
     assert fam.height == 3
     p = sorted(fam["p_value"].to_list())
     holm, run = [], 0.0
@@ -170,7 +226,16 @@ def test_tables_are_deterministic(built, tmp_path):
 def test_queries_are_named_files(built):
     rel, data, _ = built
     names = runner.query_names()
-    assert {"trial_grades", "case_scores", "case_membership", "case_groups", "accuracy", "comparisons", "answer_status", "mcq_rule_gap"} <= set(names)
+    assert {
+        "trial_grades",
+        "case_scores",
+        "case_membership",
+        "case_groups",
+        "accuracy",
+        "comparisons",
+        "answer_status",
+        "mcq_rule_gap",
+    } <= set(names)
     con = runner.connect(rel, data)
     status = runner.run(con, "answer_status")
     assert status.num_rows == 6  # a: 3 settings, b: 2, c: 1
@@ -189,8 +254,13 @@ def with_partial(tmp_path_factory):
     rel = root / "releases"
     _release(rel, "a", {"vignette": _all_trials(range(30)), "multiturn": _all_trials(range(10))})
     _release(rel, "b", {"vignette": _all_trials(range(20)), "multiturn": _all_trials(range(5))})
-    _release(rel, "p", {"vignette": _all_trials(range(4)), "multiturn": _all_trials(range(4))}, cases=range(4),
-             display="P <script>x</script>")
+    _release(
+        rel,
+        "p",
+        {"vignette": _all_trials(range(4)), "multiturn": _all_trials(range(4))},
+        cases=range(4),
+        display="P <script>x</script>",
+    )
     return data, compute(rel, data, B=200)
 
 
@@ -203,17 +273,17 @@ def test_a_partial_release_is_listed_apart_never_ranked(with_partial, tmp_path):
     assert (v.models, v.partial) == (["a", "b"], ["p"])  # p's 100 % does not rank it, let alone first
     assert v.board_cases == N_CASES and v.coverage["p"] == 4
     page = write_page(a, tmp_path).read_text()
-    lead = page[page.index('class="lead"'):page.index('id="board"')]
+    lead = page[page.index('class="lead"') : page.index('id="board"')]
     assert "<b>A</b>" in lead and "25.0%" in lead and "P &lt;script&gt;" not in lead  # the best complete release
-    board = page[page.index('id="leaderboard"'):]
+    board = page[page.index('id="leaderboard"') :]
     board = board[: board.index("</table>")]
     assert "P &lt;script&gt;" not in board
-    partial = page[page.index('id="partial-runs"'):]
+    partial = page[page.index('id="partial-runs"') :]
     partial = partial[: partial.index("</table>")]
     assert f"4 of {N_CASES} cases" in partial and "P &lt;script&gt;x&lt;/script&gt;" in partial  # escaped, with its figures
     assert 'data-v="1.000000">1.000' in partial
     assert "<script>x" not in page
-    specialty = page[page.index('id="specialty"'):page.index('id="mcq-rules"')]
+    specialty = page[page.index('id="specialty"') : page.index('id="mcq-rules"')]
     assert "P &lt;script&gt;" not in specialty  # nor in the comparisons
     md = markdown(a)
     assert "## Partial runs" in md and f"| P &lt;script&gt;x&lt;/script&gt; | generated | 4 of {N_CASES} cases |" in md
@@ -251,17 +321,22 @@ def test_a_model_graded_by_itself_never_tops_the_board(tmp_path):
     data = _dataset(tmp_path)
     rel = tmp_path / "releases"
     _release(rel, "a", {"vignette": _all_trials(range(30)), "multiturn": _all_trials(range(10))})
-    _release(rel, "me", {"vignette": _all_trials(range(N_CASES)), "multiturn": _all_trials(range(N_CASES))},
-             grader="llm:test/me", record={"self_graded": True})
+    _release(
+        rel,
+        "me",
+        {"vignette": _all_trials(range(N_CASES)), "multiturn": _all_trials(range(N_CASES))},
+        grader="llm:test/me",
+        record={"self_graded": True},
+    )
     a = compute(rel, data, B=200)
     v = View(a)
     assert v.models == ["a", "me"] and v.grader_for("me", "frq") is None and v.self_graded["me"] == {"llm:test/me"}
     page = write_page(a, tmp_path / "page").read_text()
-    lead = page[page.index('class="lead"'):page.index('id="board"')]
+    lead = page[page.index('class="lead"') : page.index('id="board"')]
     assert "<b>A</b>" in lead and "ME" not in lead
-    board = page[page.index('id="leaderboard"'):]
+    board = page[page.index('id="leaderboard"') :]
     board = board[: board.index("</table>")]
     assert "self-graded: llm:test/me" in board
-    who = page[page.index('id="frq-graders"'):]
+    who = page[page.index('id="frq-graders"') :]
     assert "self-graded</span>" in who[: who.index("</table>")]
     assert "(self-graded, not used: llm:test/me)" in markdown(a)

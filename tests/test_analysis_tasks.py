@@ -91,7 +91,12 @@ def consult_releases(source, tmp_path_factory):
         assert extract(data, server.base_url, root / "c.sqlite") == 0
         for name, doctor in (("consult-a", "openai/loopback"), ("consult-b", "openai/doc-b")):
             assert consult(data, rels / name, server.base_url, root / "c.sqlite", "--doctor", doctor) == 0
-            assert cli_main(["score", str(rels / name), "--dataset", str(data), "--scorer", "paper", "--scorer", "offline", "--quiet"]) == 0
+            assert (
+                cli_main(
+                    ["score", str(rels / name), "--dataset", str(data), "--scorer", "paper", "--scorer", "offline", "--quiet"]
+                )
+                == 0
+            )
     return data, rels
 
 
@@ -134,11 +139,21 @@ def case_scores(rel: Path) -> pl.DataFrame:
     for grader in sorted(set(scores["scorer"])):
         g = scores.filter(pl.col("scorer") == grader)
         graded = set(zip(g["setting"], g["format"]))
-        right = {(r["case_id"], r["trial"], r["setting"], r["format"]) for r in g.filter(pl.col("value") == 1).iter_rows(named=True)}
+        right = {
+            (r["case_id"], r["trial"], r["setting"], r["format"]) for r in g.filter(pl.col("value") == 1).iter_rows(named=True)
+        }
         for r in answers.iter_rows(named=True):
             if (r["setting"], r["format"]) in graded:
                 ok = r["status"] == "ok" and (r["case_id"], r["trial"], r["setting"], r["format"]) in right
-                rows.append({"grader": grader, "format": r["format"], "setting": r["setting"], "case_id": r["case_id"], "correct": float(ok)})
+                rows.append(
+                    {
+                        "grader": grader,
+                        "format": r["format"],
+                        "setting": r["setting"],
+                        "case_id": r["case_id"],
+                        "correct": float(ok),
+                    }
+                )
     return pl.DataFrame(rows).group_by("grader", "format", "setting", "case_id").agg(pl.col("correct").mean())
 
 
@@ -164,7 +179,8 @@ def test_consultation_tables_equal_a_hand_computation(together):
         assert gaps.height == 2 * 4 * 5
         for r in gaps.iter_rows(named=True):
             w = wide.filter(pl.col("grader") == r["grader"], pl.col("format") == r["format"]).drop_nulls(
-                [f"{r['conversation']}_{r['share']}", "upper", "lower"])
+                [f"{r['conversation']}_{r['share']}", "upper", "lower"]
+            )
             c, u, lo = (w[s].to_numpy() for s in (f"{r['conversation']}_{r['share']}", "upper", "lower"))
             assert r["n_cases"] == w.height and r["accuracy"] == pytest.approx(c.mean(), abs=1e-6)
             assert r["upper"] == pytest.approx(u.mean(), abs=1e-6) and r["lower"] == pytest.approx(lo.mean(), abs=1e-6)
@@ -193,12 +209,16 @@ def test_consultation_tables_equal_a_hand_computation(together):
     edges = np.quantile(list(counts.values()), [1 / 3, 2 / 3])
     part = {c: int(np.searchsorted(edges, k, side="right")) + 1 for c, k in counts.items()}
     hand = case_scores(rels / "consult-a").filter(pl.col("setting") == "consult_100", pl.col("grader") == "offline")
-    cx = t["consult_complexity"].filter(pl.col("model") == "consult-a", pl.col("setting") == "consult_100", pl.col("grader") == "offline")
+    cx = t["consult_complexity"].filter(
+        pl.col("model") == "consult-a", pl.col("setting") == "consult_100", pl.col("grader") == "offline"
+    )
     assert set(cx["tertile"]) == set(part.values())
     for r in cx.iter_rows(named=True):
         mine = hand.filter(pl.col("case_id").is_in([c for c, p in part.items() if p == r["tertile"]]))
         assert r["n_cases"] == mine.height and r["accuracy"] == pytest.approx(mine["correct"].mean(), abs=1e-6)
-        assert r["items_low"] == min(counts[c] for c in mine["case_id"]) and r["items_high"] == max(counts[c] for c in mine["case_id"])
+        assert r["items_low"] == min(counts[c] for c in mine["case_id"]) and r["items_high"] == max(
+            counts[c] for c in mine["case_id"]
+        )
 
     # paired tests: both families, both tests, Holm within each family (never below the raw p-value)
     tests = t["consult_tests"]
@@ -229,10 +249,13 @@ def test_encounter_tables_equal_a_hand_computation(together, encounter_release, 
     closures = pl.read_parquet(rel / "closures.parquet")
     # endings: ended x closure label (failed when the classifier gave none), counts and shares
     j = conv.join(closures, on=["case_id", "trial"], how="left").with_columns(
-        pl.when(pl.col("status") != "ok").then(pl.lit("failed")).otherwise(pl.col("label")).alias("closure"))
+        pl.when(pl.col("status") != "ok").then(pl.lit("failed")).otherwise(pl.col("label")).alias("closure")
+    )
     want = {(r["ended"], r["closure"]): r["len"] for r in j.group_by("ended", "closure").len().iter_rows(named=True)}
     got = {(r["ended"], r["closure"]): r["n"] for r in e["encounter_endings"].iter_rows(named=True)}
-    assert got == want and sum(got.values()) == conv.height == 4 and ("error", "failed") in got or ("error", "not_reasonable") in got
+    assert (
+        got == want and sum(got.values()) == conv.height == 4 and ("error", "failed") in got or ("error", "not_reasonable") in got
+    )
     assert e["encounter_endings"]["share"].sum() == pytest.approx(1.0)
     # length: messages per encounter, the failed one counted and not measured
     ok = conv.filter(~pl.col("ended").is_in(["error", "refusal"]))
@@ -248,7 +271,9 @@ def test_encounter_tables_equal_a_hand_computation(together, encounter_release, 
         good = s.filter(pl.col("status") == "ok")
         assert r["n_states"] == good.height and r["n_failed"] == s.height - good.height
         if good.height:
-            assert r["mean_valence"] == pytest.approx(good["valence"].mean()) and r["mean_arousal"] == pytest.approx(good["arousal"].mean())
+            assert r["mean_valence"] == pytest.approx(good["valence"].mean()) and r["mean_arousal"] == pytest.approx(
+                good["arousal"].mean()
+            )
             assert r["top_emotions"].startswith("anxiety 6.0")  # the script's feeling: anxiety 6, interest 4, fear 3
     assert e["encounter_affect"]["n_failed"].sum() > 0
     # the rubric by reason and objective: per conversation the mean of its meta-category means of categories' means
@@ -259,12 +284,19 @@ def test_encounter_tables_equal_a_hand_computation(together, encounter_release, 
     for r in scores.filter(pl.col("status") == "ok").iter_rows(named=True):
         d = cat[r["dimension"]]
         per_conv.setdefault((r["case_id"], r["trial"]), {}).setdefault(d.meta_category, {}).setdefault(d.category, []).append(
-            100 * (r["value"] - 1) / 3)
-    overall = {k: np.mean([np.mean([np.mean(v) for v in cats.values()]) for cats in metas.values()]) for k, metas in per_conv.items()}
+            100 * (r["value"] - 1) / 3
+        )
+    overall = {
+        k: np.mean([np.mean([np.mean(v) for v in cats.values()]) for cats in metas.values()]) for k, metas in per_conv.items()
+    }
     rub = e["rubric_by_encounter"]
     for r in rub.filter(pl.col("level") == "reason_objective").iter_rows(named=True):
         cases = {c for c, p in packets.items() if p["reason"] == r["reason"] and p["objective"] == r["objective"]}
-        by_case = [np.mean([v for (c, _), v in overall.items() if c == cid]) for cid in sorted(cases) if any(c == cid for c, _ in overall)]
+        by_case = [
+            np.mean([v for (c, _), v in overall.items() if c == cid])
+            for cid in sorted(cases)
+            if any(c == cid for c, _ in overall)
+        ]
         assert r["mean"] == pytest.approx(np.mean(by_case), abs=1e-3) and r["n_cases"] == len(by_case)
         failed = scores.filter(pl.col("status") != "ok", pl.col("case_id").is_in(list(cases))).height
         assert r["n_failed"] == failed and r["ci_low"] <= r["mean"] <= r["ci_high"]
@@ -363,7 +395,6 @@ def test_hostile_release_names_are_escaped_in_the_other_tasks_tables(consult_rel
     assert "=cmd\\|x" in md and "=cmd|x" not in md
 
 
-
 def test_reasonable_closure_is_one_number_of_the_labelled_encounters():
     """``reasonable_closure`` by hand: A 3 reasonable, 1 not, none failed (3/4); B 2 reasonable, 0 not, 2 labels failed
     or missing (2/2 = 100 %: failed labels are counted apart, not 2/4). The board and the encounters section show that
@@ -376,8 +407,13 @@ def test_reasonable_closure_is_one_number_of_the_labelled_encounters():
     from craftmd.metrics import metric
 
     assert metric("reasonable_closure").kind == "binary" and metric("reasonable_closure").higher_is_better
-    rows = [("rel-a", "doctor_closed", "reasonable", 3), ("rel-a", "max_messages", "not_reasonable", 1),
-            ("rel-b", "patient_closed", "reasonable", 2), ("rel-b", "error", "failed", 1), ("rel-b", "doctor_closed", "missing", 1)]
+    rows = [
+        ("rel-a", "doctor_closed", "reasonable", 3),
+        ("rel-a", "max_messages", "not_reasonable", 1),
+        ("rel-b", "patient_closed", "reasonable", 2),
+        ("rel-b", "error", "failed", 1),
+        ("rel-b", "doctor_closed", "missing", 1),
+    ]
     ends = pl.DataFrame(rows, schema=["model", "ended", "closure", "n"], orient="row")
     assert encounters.reasonable_closure(ends) == {
         "rel-a": {"n": 4, "labelled": 4, "reasonable": 3, "n_failed": 0, "share": 0.75},
@@ -402,8 +438,12 @@ def test_reasonable_closure_is_one_number_of_the_labelled_encounters():
 
     section = encounters.page_section(a, View(a))
     assert section["lead"]["display"] == "B" and [r["closed"]["share"] for r in section["rows"]] == [0.75, 1.0]
-    page = environment(True).from_string('{% import "leaderboard_tasks.html.j2" as t with context %}{{ t.boards() }}{{ t.sections() }}')
+    page = environment(True).from_string(
+        '{% import "leaderboard_tasks.html.j2" as t with context %}{{ t.boards() }}{{ t.sections() }}'
+    )
     html = page.render(task_boards=boards_section(a), consultation=None, encounters=section)
-    assert "B: 2 of the 2 encounters the closure classifier labelled reached a reasonable end (<b>100.0%</b>; 2 of 4 labels" in html
+    assert (
+        "B: 2 of the 2 encounters the closure classifier labelled reached a reasonable end (<b>100.0%</b>; 2 of 4 labels" in html
+    )
     # each model's share in the board's cell and in the section's column (B's in the lead sentence too), nowhere 2 of 4
     assert html.count(">100.0%<") == 3 and html.count(">75.0%<") == 2 and "50.0%" not in html

@@ -67,11 +67,16 @@ def test_holm_runs_over_exactly_the_family_tested(board):
 def test_all_pairs_on_request_tests_every_pair_and_keeps_the_rest(board, tmp_path):
     n, rel, data, a = board
     out = tmp_path / "all"
-    assert main(["analyse", "--releases", str(rel), "--dataset", str(data), "--out", str(out), "--resamples", str(B), "--all-pairs"]) == 0
+    assert (
+        main(["analyse", "--releases", str(rel), "--dataset", str(data), "--out", str(out), "--resamples", str(B), "--all-pairs"])
+        == 0
+    )
     full = pl.read_csv(out / "tables" / "pvalues.csv")
     ids = [f"r{i:02d}" for i in range(n)]
     for s in SETTINGS:
-        got = full.filter(pl.col("family") == "model", pl.col("setting") == s, pl.col("group_by") == "all", pl.col("test") == "paired-bootstrap")
+        got = full.filter(
+            pl.col("family") == "model", pl.col("setting") == s, pl.col("group_by") == "all", pl.col("test") == "paired-bootstrap"
+        )
         assert {(r["a"], r["b"]) for r in got.iter_rows(named=True)} == set(combinations(ids, 2))
     # the pairs the default tests have the same difference and raw p-value either way (only Holm's family differs)
     default = pl.read_csv(_write(a, tmp_path / "default") / "pvalues.csv")
@@ -95,9 +100,13 @@ def test_a_small_board_tests_every_pair_and_its_tables_equal_all_pairs(tmp_path)
     analyse(rel, data, tmp_path / "default", B=B, figures=False)
     analyse(rel, data, tmp_path / "all", B=B, figures=False, all_pairs=True)
     for name in TABLES:
-        assert (tmp_path / "default" / "tables" / f"{name}.csv").read_bytes() == (tmp_path / "all" / "tables" / f"{name}.csv").read_bytes(), name
+        assert (tmp_path / "default" / "tables" / f"{name}.csv").read_bytes() == (
+            tmp_path / "all" / "tables" / f"{name}.csv"
+        ).read_bytes(), name
     pv = pl.read_csv(tmp_path / "default" / "tables" / "pvalues.csv")
-    got = pv.filter(pl.col("family") == "model", pl.col("setting") == "vignette", pl.col("group_by") == "all", pl.col("test") == "mcnemar")
+    got = pv.filter(
+        pl.col("family") == "model", pl.col("setting") == "vignette", pl.col("group_by") == "all", pl.col("test") == "mcnemar"
+    )
     assert got.height == n * (n - 1) // 2
 
 

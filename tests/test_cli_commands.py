@@ -69,6 +69,9 @@ def test_every_subcommand_lives_in_the_command_layer():
     the list, once."""
     assert len(set(COMMANDS)) == len(COMMANDS)
     assert all(m.startswith("craftmd.commands.") for m in COMMANDS), COMMANDS
-    defined = {f"craftmd.commands.{p.stem}" for p in (ROOT / "craftmd" / "commands").glob("*.py")
-               if hasattr(importlib.import_module(f"craftmd.commands.{p.stem}"), "register")}
+    defined = {
+        f"craftmd.commands.{p.stem}"
+        for p in (ROOT / "craftmd" / "commands").glob("*.py")
+        if hasattr(importlib.import_module(f"craftmd.commands.{p.stem}"), "register")
+    }
     assert defined == {m for m in COMMANDS if m.startswith("craftmd.commands.")}

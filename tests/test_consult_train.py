@@ -30,7 +30,9 @@ TRAIN = f"{G.CONFIG}/{G.SPLIT}-00000-of-00001.parquet"
 
 
 def hashes(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def benchmark_texts(dataset_dir: Path) -> dict[str, str]:
@@ -57,7 +59,9 @@ def test_key_values_and_the_scripted_dialogue_by_hand():
         {"key": "Family history", "value": "Her mother has asthma."},
         {"key": "Social history", "value": "She smokes one pack daily."},
     ]
-    c = G.Candidate("mediq:7", "mediq", "vignette", facts, "Which is the most likely diagnosis?", ("Asthma", "Pneumonia"), "Pneumonia")
+    c = G.Candidate(
+        "mediq:7", "mediq", "vignette", facts, "Which is the most likely diagnosis?", ("Asthma", "Pneumonia"), "Pneumonia"
+    )
     row = G.script(c, "SYSTEM")
     msgs = row["messages"]
     assert [m["role"] for m in msgs] == ["system", "user"] + ["assistant", "user"] * 4 + ["assistant"]
@@ -70,27 +74,38 @@ def test_key_values_and_the_scripted_dialogue_by_hand():
     assert row["turns"] == 4 and row["id"] == "mediq:7:script" and row["licence"] == "CC BY 4.0" and row["writer"] == "script"
     with pytest.raises(CraftMDError, match="facts list is empty"):
         G.key_values(("  ",))
-    one = G.Candidate("medqa-train:2", "medqa-train", "A 30-year-old woman has a cough.", ("A 30-year-old woman has a cough.",), "q", (), "a")
+    one = G.Candidate(
+        "medqa-train:2", "medqa-train", "A 30-year-old woman has a cough.", ("A 30-year-old woman has a cough.",), "q", (), "a"
+    )
     assert G.prepare([c, one], {}).no_facts == ["medqa-train:2"]  # a lone fact is the request: nothing to ask, listed
 
 
 def test_decontamination_drops_copies_and_near_copies_with_their_scores():
     import Levenshtein
 
-    case = ("A 45-year-old man comes to the emergency department because of crushing chest pain radiating to his left arm for "
-            "one hour. He has hypertension and smokes. His pulse is 110/min. An ECG shows ST elevations in the anterior leads.")
-    other = ("A 6-year-old girl is brought to the physician because of an itchy rash on her elbows and knees for three months. "
-             "Her father has psoriasis. Examination shows silvery scaly plaques.")
+    case = (
+        "A 45-year-old man comes to the emergency department because of crushing chest pain radiating to his left arm for "
+        "one hour. He has hypertension and smokes. His pulse is 110/min. An ECG shows ST elevations in the anterior leads."
+    )
+    other = (
+        "A 6-year-old girl is brought to the physician because of an itchy rash on her elbows and knees for three months. "
+        "Her father has psoriasis. Examination shows silvery scaly plaques."
+    )
     near = case.replace("one hour", "two hours").replace("110/min", "112/min")
-    fresh = ("A 70-year-old woman has had progressive memory loss over two years and gets lost in her own neighbourhood; "
-             "she lives alone and her daughter worries about her.")
-    cand = [G.Candidate(f"medqa-train:{i}", "medqa-train", t, ("x",), "q", ("a", "b"), "a") for i, t in enumerate((case, near, fresh), 1)]
+    fresh = (
+        "A 70-year-old woman has had progressive memory loss over two years and gets lost in her own neighbourhood; "
+        "she lives alone and her daughter worries about her."
+    )
+    cand = [
+        G.Candidate(f"medqa-train:{i}", "medqa-train", t, ("x",), "q", ("a", "b"), "a")
+        for i, t in enumerate((case, near, fresh), 1)
+    ]
     kept, dropped = G.decontaminate(cand, {"case_9": case, "case_10": other})
     assert [c.case for c in kept] == ["medqa-train:3"]
     norm = G.normalise(case)
     n2 = G.normalise(near)
     sim = 1 - Levenshtein.distance(norm, n2) / max(len(norm), len(n2))
-    grams = lambda t: {tuple(t.split()[i:i + 8]) for i in range(len(t.split()) - 7)}  # noqa: E731
+    grams = lambda t: {tuple(t.split()[i : i + 8]) for i in range(len(t.split()) - 7)}  # noqa: E731
     share = len(grams(n2) & grams(norm)) / len(grams(n2))
     assert dropped == [
         {"case": "medqa-train:1", "source": "medqa-train", "benchmark_case": "case_9", "similarity": 1.0, "ngram_share": 1.0},
@@ -122,9 +137,14 @@ def test_build_writes_consult_train_deterministically_with_no_benchmark_case(sou
     assert {r["licence"] for r in rows} == {"CC BY 4.0"}
     for r in rows[:50]:
         roles = [m["role"] for m in r["messages"]]
-        assert roles[:2] == ["system", "user"] and roles[-1] == "assistant" and r["messages"][-1]["content"].endswith(
-            f"**Final Diagnosis:** {r['answer']}")
-        assert r["messages"][1]["content"] == r["initial_request"] and len(r["items"]) == r["turns"] == roles.count("assistant") - 1
+        assert (
+            roles[:2] == ["system", "user"]
+            and roles[-1] == "assistant"
+            and r["messages"][-1]["content"].endswith(f"**Final Diagnosis:** {r['answer']}")
+        )
+        assert (
+            r["messages"][1]["content"] == r["initial_request"] and len(r["items"]) == r["turns"] == roles.count("assistant") - 1
+        )
         assert r["answer"] in r["options"]
     # no row is within the thresholds of any benchmark case
     bench = benchmark_texts(dataset_dir)
@@ -153,10 +173,12 @@ def medqa_line(question: str, options: list[str], answer: int, **extra) -> str:
                        "answer_idx": letters[answer], **extra})  # fmt: skip
 
 
-FRESH = ("A 34-year-old man comes to the physician because of a painless swelling of the left testis for two months. "
-         "He has no urinary symptoms. His father had colon cancer. He smokes cigarettes. Examination shows a firm mass "
-         "that does not transilluminate. Serum alpha-fetoprotein concentration is increased. Which of the following is the "
-         "most likely diagnosis?")
+FRESH = (
+    "A 34-year-old man comes to the physician because of a painless swelling of the left testis for two months. "
+    "He has no urinary symptoms. His father had colon cancer. He smokes cigarettes. Examination shows a firm mass "
+    "that does not transilluminate. Serum alpha-fetoprotein concentration is increased. Which of the following is the "
+    "most likely diagnosis?"
+)
 
 
 class Writer:
@@ -169,7 +191,13 @@ class Writer:
         if system.startswith("You turn a clinical case"):
             vignette = last.split("Case description:\n", 1)[1].rsplit("\n\nJSON:", 1)[0]
             items = [{"key": f"Point {i}", "value": s} for i, s in enumerate(vignette.split(". ")[:3], 1)]
-            return json.dumps({"initial_request": "I have a problem, doctor.", "items": items, **({"bad": 1} if "sarcoidosis" in vignette else {})})
+            return json.dumps(
+                {
+                    "initial_request": "I have a problem, doctor.",
+                    "items": items,
+                    **({"bad": 1} if "sarcoidosis" in vignette else {}),
+                }
+            )
         if system.startswith("You write a model consultation"):
             items = [ln[2:] for ln in last.splitlines() if ln.startswith("- ")]
             turns = [{"doctor": f"What about {k.split(':')[0].lower()}?", "patient": k.split(": ", 1)[1]} for k in items]
@@ -192,7 +220,9 @@ def test_medqa_train_file_planted_case_and_model_writer(source, dataset_dir, tmp
                             "a case of sarcoidosis. Which of the following is the most likely diagnosis?",
                             ["Sarcoidosis", "Tuberculosis", "Lymphoma", "Asthma"], 0, facts=facts)  # fmt: skip
     f = tmp_path / "train.jsonl"
-    f.write_text("\n".join([medqa_line(FRESH, ["Seminoma", "Yolk sac tumor", "Hydrocele", "Varicocele"], 1), planted, with_facts]) + "\n")
+    f.write_text(
+        "\n".join([medqa_line(FRESH, ["Seminoma", "Yolk sac tumor", "Hydrocele", "Varicocele"], 1), planted, with_facts]) + "\n"
+    )
     out = tmp_path / "built"
     with LoopbackServer(Writer()) as server:
         w = writer("openai/loopback", base_url=server.base_url, cache=tmp_path / "c.sqlite", limit=None, progress=False)
@@ -209,19 +239,30 @@ def test_medqa_train_file_planted_case_and_model_writer(source, dataset_dir, tmp
                                                          ("medqa-train:1", "openai/loopback")}  # fmt: skip
     assert {r["licence"] for r in mine} == {"MIT"}
     scripted3 = next(r for r in mine if r["case"] == "medqa-train:3")
-    assert scripted3["initial_request"] == "Hello doctor. A 29-year-old woman has a dry cough and shortness of breath. Can you help me?"
-    assert [i["value"] for i in scripted3["items"]] == ["She has tender red nodules on her shins.",
-                                                        "A chest x-ray shows bilateral hilar lymphadenopathy."]  # the line's own facts
+    assert (
+        scripted3["initial_request"]
+        == "Hello doctor. A 29-year-old woman has a dry cough and shortness of breath. Can you help me?"
+    )
+    assert [i["value"] for i in scripted3["items"]] == [
+        "She has tender red nodules on her shins.",
+        "A chest x-ray shows bilateral hilar lymphadenopathy.",
+    ]  # the line's own facts
     model = next(r for r in mine if r["writer"] == "openai/loopback")
     assert model["messages"][-1]["content"] == "The findings fit one diagnosis.\n**Final Diagnosis:** Yolk sac tumor"
-    assert [m["content"] for m in model["messages"][2::2]][:-1] == ["What about point 1?", "What about point 2?", "What about point 3?"]
+    assert [m["content"] for m in model["messages"][2::2]][:-1] == [
+        "What about point 1?",
+        "What about point 2?",
+        "What about point 3?",
+    ]
     # the planted copy is dropped and reported with its benchmark case and score
     dropped = {d["case"]: d for d in report.consult_train["dropped"]}
     assert dropped["medqa-train:2"]["benchmark_case"] == bench["case_id"] and dropped["medqa-train:2"]["similarity"] == 1.0
     text = (out / "build_report.md").read_text()
     assert f"| medqa-train:2 | {bench['case_id']} | 1.0000 | 1.0000 |" in text
     # the writer's failure (its extraction reply does not validate) is listed, not written, not replaced
-    assert report.consult_train["writer"]["failed"] == {"medqa-train:3": "keyinfo invalid reply: bad: Extra inputs are not permitted"}
+    assert report.consult_train["writer"]["failed"] == {
+        "medqa-train:3": "keyinfo invalid reply: bad: Extra inputs are not permitted"
+    }
     assert "- medqa-train:3: keyinfo invalid reply" in text
     assert calls == 3  # two requests for case 1, one for case 3
 
@@ -235,9 +276,15 @@ def test_cli_golden_writer_writes_the_first_kept_cases(source, tmp_path, capsys)
         assert server.calls == 4
     rows = pq.read_table(out / TRAIN).to_pylist()
     scripted = [r["case"] for r in rows if r["writer"] == "script"]
-    assert [r["case"] for r in rows if r["writer"] == "openai/loopback"] == scripted[:2]  # the first two kept, beside their script
+    assert [r["case"] for r in rows if r["writer"] == "openai/loopback"] == scripted[
+        :2
+    ]  # the first two kept, beside their script
     manifest = json.loads((out / "build_manifest.json").read_text())["consult_train"]
-    assert manifest["writer"]["model"] == "openai/loopback" and manifest["writer"]["asked"] == 2 and manifest["writer"]["failed"] == 0
+    assert (
+        manifest["writer"]["model"] == "openai/loopback"
+        and manifest["writer"]["asked"] == 2
+        and manifest["writer"]["failed"] == 0
+    )
     assert "openai/loopback wrote 2 of 2, 0 failed" in capsys.readouterr().out
 
 
@@ -316,7 +363,9 @@ def test_consultation_measures_by_hand(two_doctors):
         assert rel.manifest.prompt_set["name"] == ("consult-v1" if name == "short" else "consult-long-v1")
         assert rel.manifest.notes["doctor_prompt"] == name  # recorded in the run record
         convs = [c for c in rel.table("conversations").to_pylist() if c["conversation"] == "consult"]
-        scores = pl.read_parquet(rels / name / "scores.parquet").filter(pl.col("scorer") == "keyinfo", pl.col("conversation") == "consult")
+        scores = pl.read_parquet(rels / name / "scores.parquet").filter(
+            pl.col("scorer") == "keyinfo", pl.col("conversation") == "consult"
+        )
         for c in convs:
             ki = info[c["case_id"]]
             msgs = c["messages"]
@@ -335,7 +384,9 @@ def test_consultation_measures_by_hand(two_doctors):
             for p in (20, 40, 60, 80, 100):
                 k = math.ceil(p * asked / 100)
                 assert got[f"doctor_key_f1_at_{p}"] == r1.score("\n".join(ki.keys), "\n".join(questions[:k]))["rouge1"].fmeasure
-                assert got[f"patient_value_f1_at_{p}"] == r1.score("\n".join(ki.values), "\n".join(answers[:k]))["rouge1"].fmeasure
+                assert (
+                    got[f"patient_value_f1_at_{p}"] == r1.score("\n".join(ki.values), "\n".join(answers[:k]))["rouge1"].fmeasure
+                )
 
 
 def test_consultation_tables_and_page_compare_the_two_doctors(two_doctors, tmp_path):
@@ -352,8 +403,12 @@ def test_consultation_tables_and_page_compare_the_two_doctors(two_doctors, tmp_p
         sc = pl.read_parquet(rels / name / "scores.parquet").filter(pl.col("scorer") == "keyinfo")
         mine = dia.filter(pl.col("model") == name)
         assert set(mine["doctor_prompt"]) == {name}
-        for conv, metric in (("consult", "doctor_turns"), ("consult", "doctor_key_f1"), ("oracle_direct", "patient_value_recall"),
-                             ("consult", "question_similarity_rouge2")):
+        for conv, metric in (
+            ("consult", "doctor_turns"),
+            ("consult", "doctor_key_f1"),
+            ("oracle_direct", "patient_value_recall"),
+            ("consult", "question_similarity_rouge2"),
+        ):
             per_case = (sc.filter(pl.col("conversation") == conv, pl.col("metric") == metric).group_by("case_id")
                         .agg(pl.col("value").mean()))  # fmt: skip
             row = mine.filter(pl.col("conversation") == conv, pl.col("metric") == metric).row(0, named=True)
@@ -362,8 +417,14 @@ def test_consultation_tables_and_page_compare_the_two_doctors(two_doctors, tmp_p
         turns = mine.filter(pl.col("conversation") == "consult", pl.col("metric") == "doctor_turns").row(0, named=True)
         assert turns["mean"] == turns["ci_low"] == turns["ci_high"] == asked + 1
         for who, metric in (("doctor", "doctor_key_f1_at_60"), ("patient", "patient_value_f1_at_60")):
-            per_case = sc.filter(pl.col("conversation") == "consult", pl.col("metric") == metric).group_by("case_id").agg(pl.col("value").mean())
-            row = f1.filter(pl.col("model") == name, pl.col("conversation") == "consult", pl.col("who") == who, pl.col("share") == 60)
+            per_case = (
+                sc.filter(pl.col("conversation") == "consult", pl.col("metric") == metric)
+                .group_by("case_id")
+                .agg(pl.col("value").mean())
+            )
+            row = f1.filter(
+                pl.col("model") == name, pl.col("conversation") == "consult", pl.col("who") == who, pl.col("share") == 60
+            )
             assert row["f1"][0] == pytest.approx(per_case["value"].mean(), abs=1e-6)
     page = (out / "index.html").read_text()
     assert "How the doctors ask" in page and "The long and the short doctor" in page

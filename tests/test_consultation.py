@@ -88,8 +88,24 @@ def vignettes(dataset: Path) -> dict[str, str]:
 
 
 def extract(dataset: Path, url: str, cache: Path, *extra: str) -> int:
-    return cli_main(["keyinfo", "extract", "--dataset", str(dataset), "--model", "openai/loopback", "--base-url", url,
-                     "--cache", str(cache), "--max-retries", "1", "--quiet", *extra])
+    return cli_main(
+        [
+            "keyinfo",
+            "extract",
+            "--dataset",
+            str(dataset),
+            "--model",
+            "openai/loopback",
+            "--base-url",
+            url,
+            "--cache",
+            str(cache),
+            "--max-retries",
+            "1",
+            "--quiet",
+            *extra,
+        ]
+    )
 
 
 def test_extraction_writes_the_config_and_records_every_failure(tiny, tmp_path, capsys):
@@ -100,8 +116,10 @@ def test_extraction_writes_the_config_and_records_every_failure(tiny, tmp_path, 
     ids = sorted(v)
     bad = {v[ids[1]]: "prose", v[ids[2]]: "raise"}
     # a built dataset's card and manifest: the new config is listed in both, nothing else of them changes
-    (tiny / "README.md").write_text("---\nconfigs:\n- config_name: all\n  data_files:\n  - split: test\n    path: all/test-00000-of-00001.parquet\n"
-                                    "pretty_name: CRAFT-MD\n---\n\n# CRAFT-MD\n\nbody text\n")
+    (tiny / "README.md").write_text(
+        "---\nconfigs:\n- config_name: all\n  data_files:\n  - split: test\n    path: all/test-00000-of-00001.parquet\n"
+        "pretty_name: CRAFT-MD\n---\n\n# CRAFT-MD\n\nbody text\n"
+    )
     (tiny / "build_manifest.json").write_text(json.dumps({"version": "1", "files": {"all/test-00000-of-00001.parquet": {}}}))
     with LoopbackServer(Models(bad)) as server:
         assert extract(tiny, server.base_url, tmp_path / "c.sqlite") == 0
@@ -148,9 +166,13 @@ def test_reply_parsing():
 
     got, why = parse_reply('{"initial_request": " Help ", "items": [{"key": "Age", "value": "61"}]}')
     assert why is None and got.initial_request == "Help" and got.items[0].key == "Age"
-    for bad, where in [('{"initial_request": "x", "items": []}', "items"), ('{"items": [{"key": "a", "value": "b"}]}', "initial_request"),
-                       ('{"initial_request": "x", "items": [{"key": "", "value": "b"}]}', "items.0.key"), ("no json", "reply"),
-                       ('{"initial_request": "x", "items": [{"key": "a", "value": "b"}], "extra": 1}', "extra")]:
+    for bad, where in [
+        ('{"initial_request": "x", "items": []}', "items"),
+        ('{"items": [{"key": "a", "value": "b"}]}', "initial_request"),
+        ('{"initial_request": "x", "items": [{"key": "", "value": "b"}]}', "items.0.key"),
+        ("no json", "reply"),
+        ('{"initial_request": "x", "items": [{"key": "a", "value": "b"}], "extra": 1}', "extra"),
+    ]:
         got, why = parse_reply(bad)
         assert got is None and why.startswith(f"invalid reply: {where}"), (bad, why)
 
@@ -173,9 +195,33 @@ def extracted(upstream, tmp_path_factory):
 
 
 def consult(dataset, out, url, cache, *extra) -> int:
-    return cli_main(["generate", "--task", "consultation", "--dataset", str(dataset), "--doctor", "openai/loopback", "--patient",
-                     "openai/loopback", "--solver", "openai/loopback", "--base-url", url, "--cache", str(cache), "--seed", "3",
-                     "--temperature", "0", "--out", str(out), "--quiet", *extra])
+    return cli_main(
+        [
+            "generate",
+            "--task",
+            "consultation",
+            "--dataset",
+            str(dataset),
+            "--doctor",
+            "openai/loopback",
+            "--patient",
+            "openai/loopback",
+            "--solver",
+            "openai/loopback",
+            "--base-url",
+            url,
+            "--cache",
+            str(cache),
+            "--seed",
+            "3",
+            "--temperature",
+            "0",
+            "--out",
+            str(out),
+            "--quiet",
+            *extra,
+        ]
+    )
 
 
 def test_consultation_generates_grades_and_scores_every_setting(extracted, tmp_path, capsys):
@@ -193,7 +239,9 @@ def test_consultation_generates_grades_and_scores_every_setting(extracted, tmp_p
         assert consult(data, rel, server.base_url, cache) == 0
         log = list(server.log)
         sent = server.calls
-        assert consult(data, tmp_path / "again" / "loopback", server.base_url, cache) == 0  # a re-run over the cache: no call, same bytes
+        assert (
+            consult(data, tmp_path / "again" / "loopback", server.base_url, cache) == 0
+        )  # a re-run over the cache: no call, same bytes
         assert server.calls == sent
     assert f"no keyinfo   1 cases posed in upper only: {failed}" in capsys.readouterr().err
     for name in ("answers.parquet", "conversations.parquet", "manifest.json"):
@@ -211,7 +259,9 @@ def test_consultation_generates_grades_and_scores_every_setting(extracted, tmp_p
     assert all(a["status"] == "ok" for a in answers)
 
     convs = release.table("conversations").to_pylist()
-    solver_requests = [r["messages"][1]["content"] for r in log if r["messages"][0]["content"].startswith("You are a medical expert")]
+    solver_requests = [
+        r["messages"][1]["content"] for r in log if r["messages"][0]["content"].startswith("You are a medical expert")
+    ]
     for c in convs:
         ki = info[c["case_id"]]
         msgs = c["messages"]
@@ -262,10 +312,18 @@ def test_consultation_generates_grades_and_scores_every_setting(extracted, tmp_p
         patient = "\n".join(x["content"] for x in msgs[2:] if x["role"] == "user")
         want_d = rs.score("\n".join(ki.keys), doctor)["rouge1"]
         want_p = rs.score("\n".join(ki.values), patient)["rouge1"]
-        got = {r["metric"]: r["value"] for r in ks.filter((pl.col("case_id") == c["case_id"]) & (pl.col("conversation") == c["conversation"])).to_dicts()}
-        assert got == {"doctor_key_recall": want_d.recall, "doctor_key_precision": want_d.precision, "doctor_key_f1": want_d.fmeasure,
-                       "patient_value_recall": want_p.recall, "patient_value_precision": want_p.precision,
-                       "patient_value_f1": want_p.fmeasure}
+        got = {
+            r["metric"]: r["value"]
+            for r in ks.filter((pl.col("case_id") == c["case_id"]) & (pl.col("conversation") == c["conversation"])).to_dicts()
+        }
+        assert got == {
+            "doctor_key_recall": want_d.recall,
+            "doctor_key_precision": want_d.precision,
+            "doctor_key_f1": want_d.fmeasure,
+            "patient_value_recall": want_p.recall,
+            "patient_value_precision": want_p.precision,
+            "patient_value_f1": want_p.fmeasure,
+        }
     rec = read_release(rel).scorer_records()["keyinfo"]
     assert rec["scored"] == len(convs) and rec["inputs"]["keyinfo_sha256"]
 
@@ -274,8 +332,25 @@ def test_consultation_refuses_bad_input_in_one_line(extracted, tiny, tmp_path, c
     data, cache, _ = extracted
     assert consult(data, tmp_path / "x", "http://127.0.0.1:9/v1", cache, "--solver", "bad") == 2
     assert "expected PROVIDER/MODEL" in capsys.readouterr().err
-    assert cli_main(["generate", "--task", "consultation", "--dataset", str(data), "--doctor", "openai/a", "--patient", "openai/a",
-                     "--out", str(tmp_path / "x"), "--quiet"]) == 2
+    assert (
+        cli_main(
+            [
+                "generate",
+                "--task",
+                "consultation",
+                "--dataset",
+                str(data),
+                "--doctor",
+                "openai/a",
+                "--patient",
+                "openai/a",
+                "--out",
+                str(tmp_path / "x"),
+                "--quiet",
+            ]
+        )
+        == 2
+    )
     assert "needs a solver" in capsys.readouterr().err
     assert consult(tiny, tmp_path / "x", "http://127.0.0.1:9/v1", cache) == 2  # no keyinfo config
     assert "run `craftmd keyinfo extract" in capsys.readouterr().err
@@ -294,18 +369,35 @@ def test_keyinfo_scores_equal_rouge_score_on_craftmd_and_consultation_turns():
     keys = ["Patient age", "Chief complaint", "Duration of the rash", "Itching at night"]
     values = ["54 years old", "An itchy red rash on both arms", "Two weeks", "Yes, itching gets worse at night"]
     roles = ["system", "assistant", "user", "assistant", "user", "assistant", "user", "assistant"]
-    contents = ["You are an AI doctor.", "Hi! What symptoms are you facing today?", "I've got an itchy rash on my arms, doctor.",
-                "How long has the rash been there, and does it itch at night?", "About two weeks, itching worse at night!",
-                "How old are you?", "I'm 54 years old.", "**Final Diagnosis:** Scabies"]
+    contents = [
+        "You are an AI doctor.",
+        "Hi! What symptoms are you facing today?",
+        "I've got an itchy rash on my arms, doctor.",
+        "How long has the rash been there, and does it itch at night?",
+        "About two weeks, itching worse at night!",
+        "How old are you?",
+        "I'm 54 years old.",
+        "**Final Diagnosis:** Scabies",
+    ]
     rs = RougeScorer(["rouge1"], use_stemmer=True)
     for kind, doctor, patient in (("standard", contents[3::2], contents[2::2]), ("consult", contents[1::2], contents[4::2])):
         rk = rs.score("\n".join(keys), "\n".join(doctor))["rouge1"]
         rv = rs.score("\n".join(values), "\n".join(patient))["rouge1"]
-        got = dict(score_conversation(kind, roles, contents, keys, values)[: len(METRIC_NAMES)])  # then a consultation's other measures
+        got = dict(
+            score_conversation(kind, roles, contents, keys, values)[: len(METRIC_NAMES)]
+        )  # then a consultation's other measures
         assert list(got) == list(METRIC_NAMES)
-        assert got == {"doctor_key_recall": rk.recall, "doctor_key_precision": rk.precision, "doctor_key_f1": rk.fmeasure,
-                       "patient_value_recall": rv.recall, "patient_value_precision": rv.precision, "patient_value_f1": rv.fmeasure}
-    assert dict(score_conversation("consult", roles, contents, keys, values)) != dict(score_conversation("standard", roles, contents, keys, values))
+        assert got == {
+            "doctor_key_recall": rk.recall,
+            "doctor_key_precision": rk.precision,
+            "doctor_key_f1": rk.fmeasure,
+            "patient_value_recall": rv.recall,
+            "patient_value_precision": rv.precision,
+            "patient_value_f1": rv.fmeasure,
+        }
+    assert dict(score_conversation("consult", roles, contents, keys, values)) != dict(
+        score_conversation("standard", roles, contents, keys, values)
+    )
 
 
 def test_estimate_sends_nothing_and_counts_each_role(extracted, tmp_path, capsys):
@@ -315,7 +407,11 @@ def test_estimate_sends_nothing_and_counts_each_role(extracted, tmp_path, capsys
         assert server.calls == 0
     out = capsys.readouterr().out
     assert not (tmp_path / "r").exists()
-    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split() and line.split()[0] in ("doctor", "patient", "solver", "total")}
+    rows = {
+        line.split()[0]: line.split()
+        for line in out.splitlines()
+        if line.split() and line.split()[0] in ("doctor", "patient", "solver", "total")
+    }
     assert set(rows) == {"doctor", "patient", "solver", "total"}
     n = len(vignettes(data))
     # the solver answers every posed question: 2 formats x (2 bounds + 4 kinds x 5 shares), upper only without keyinfo

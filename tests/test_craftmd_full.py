@@ -33,8 +33,13 @@ def _dataset(root):
         "specialty": ["Dermatology"] * N, "single_dx": [i % 4 != 0 for i in range(N)],
     }).write_parquet(d / "all" / "test-00000-of-00001.parquet")  # fmt: skip
     (d / "nejm_image").mkdir()
-    pl.DataFrame({"case_id": [f"img_{i}" for i in range(IMAGES)], "source": ["nejm_image"] * IMAGES,
-                  "specialty": pl.Series([None] * IMAGES, dtype=pl.String)}).write_parquet(d / "nejm_image" / "test-00000-of-00001.parquet")
+    pl.DataFrame(
+        {
+            "case_id": [f"img_{i}" for i in range(IMAGES)],
+            "source": ["nejm_image"] * IMAGES,
+            "specialty": pl.Series([None] * IMAGES, dtype=pl.String),
+        }
+    ).write_parquet(d / "nejm_image" / "test-00000-of-00001.parquet")
     return d
 
 
@@ -53,7 +58,9 @@ def _release(out, rid, cells: dict, display=None):
                 grd.append({"case_id": c, "trial": t, "setting": setting, "format": fmt, "with_image": img,
                             "grader": "paper" if fmt == "mcq4" else "offline", "resolved": "dx", "resolved_kind": "single",
                             "correct": (c, t) in correct, "detail": None})  # fmt: skip
-    m = RunRecord(release=rid, kind="generated", model=f"test/{rid}", source={"commit": "test"}, display_name=display or rid.upper())
+    m = RunRecord(
+        release=rid, kind="generated", model=f"test/{rid}", source={"commit": "test"}, display_name=display or rid.upper()
+    )
     return write_release(out / rid, m, {"answers": pa.table(ans)}, scores=(scores_from_grades(grd), {"paper": {}, "offline": {}}))
 
 
@@ -87,12 +94,16 @@ def built(tmp_path_factory):
     _release(rel, "a", cells)
     # b: a vision model, FRQ on the image cases with the image (right on img_0-img_3) and without (right on img_0's
     # trials 0-1 and img_5's trial 0)
-    _release(rel, "b", {
-        ("vignette", "frq", True): (IMG, _trials(IMG[:4])),
-        ("vignette", "frq", False): (IMG, _trials(["img_0"], range(2)) | {("img_5", 0)}),
-        ("multiturn", "frq", True): (IMG, _trials(IMG[:1])),
-        ("multiturn", "frq", False): (IMG, _trials(IMG[:1])),
-    })
+    _release(
+        rel,
+        "b",
+        {
+            ("vignette", "frq", True): (IMG, _trials(IMG[:4])),
+            ("vignette", "frq", False): (IMG, _trials(["img_0"], range(2)) | {("img_5", 0)}),
+            ("multiturn", "frq", True): (IMG, _trials(IMG[:1])),
+            ("multiturn", "frq", False): (IMG, _trials(IMG[:1])),
+        },
+    )
     return rel, data, compute(rel, data, B=B)
 
 
@@ -130,7 +141,9 @@ def test_mcq_against_frq_by_hand(built):
         # McNemar on the paired trials: n10 = MCQ right and FRQ wrong, n01 = the reverse
         mc = _row(ft, model="a", setting=s, group_by="all", test="mcnemar", mcq_grader="paper", frq_grader="offline")
         n10, n01 = int((mcq & ~frq).sum()), int((~mcq & frq).sum())
-        expected = binomtest(n01, n10 + n01, 0.5).pvalue if n10 + n01 < 25 else chi2.sf((abs(n10 - n01) - 1) ** 2 / (n10 + n01), 1)
+        expected = (
+            binomtest(n01, n10 + n01, 0.5).pvalue if n10 + n01 < 25 else chi2.sf((abs(n10 - n01) - 1) ** 2 / (n10 + n01), 1)
+        )
         assert mc["p_value"] == pytest.approx(expected)
         assert mc["diff"] == pytest.approx((n10 - n01) / (N * TRIALS))
     assert _row(ft, model="a", setting="summarized", group_by="all", test="mcnemar")["diff"] == pytest.approx((65 - 1) / 100)
@@ -222,7 +235,8 @@ def test_expert_mcnemar_by_hand():
     qr = _row(t, model_a="Q", model_b="R")
     assert (qr["n10"], qr["n01"]) == (1, 2) and qr["p_value"] == pytest.approx(1.0)
     assert t.sort("model_a", "model_b")["p_adjusted"].to_list() == pytest.approx(
-        _holm(t.sort("model_a", "model_b")["p_value"].to_numpy()).tolist())
+        _holm(t.sort("model_a", "model_b")["p_value"].to_numpy()).tolist()
+    )
     # a model rated twice on one case cannot be paired
     from craftmd.analysis.agreement.review import Rating, Unit
 
@@ -315,11 +329,13 @@ def test_the_page_shows_the_new_tests_figures_and_the_reported_human_row(built, 
     assert "figures/exam.png" not in srcs and 'id="exam-none"' in page  # no exam settings: said, not drawn
     assert 'id="format-tests-table"' in page and 'id="image-tests-table"' in page
     assert 'href="tables/format_tests.csv"' in page and (tmp_path / "lb" / "tables" / "format_tests.csv").is_file()
-    board = page[page.index('id="leaderboard"'):]
+    board = page[page.index('id="leaderboard"') :]
     board = board[: board.index("</table>")]
-    human = board[board.index('<tfoot id="human-row">'):]  # under the ranked rows, never sorted among them
-    assert "<tr" not in board[board.rindex("</tbody>"): board.index("<tfoot")]
-    assert "Dermatologists" in human and "reported" in human and "86.0%" in human and "87.0%" in human and "not recomputed" in human
+    human = board[board.index('<tfoot id="human-row">') :]  # under the ranked rows, never sorted among them
+    assert "<tr" not in board[board.rindex("</tbody>") : board.index("<tfoot")]
+    assert (
+        "Dermatologists" in human and "reported" in human and "86.0%" in human and "87.0%" in human and "not recomputed" in human
+    )
     md = (tmp_path / "lb" / "leaderboard.md").read_text()
     assert "reported, not recomputed" in md and "Four-choice MCQ against FRQ" in md
 

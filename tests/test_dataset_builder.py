@@ -56,7 +56,11 @@ def test_text_columns_and_values(dataset_dir):
     ]  # fmt: skip
     assert df["case_id"].n_unique() == 2004
     assert df["case_id"].str.contains(r"^case_\d+$").all()
-    assert df["source"].value_counts().sort("source").rows() == [("derm_private", 100), ("derm_public", 100), ("medqa_usmle", 1804)]
+    assert df["source"].value_counts().sort("source").rows() == [
+        ("derm_private", 100),
+        ("derm_public", 100),
+        ("medqa_usmle", 1804),
+    ]
     assert (df["choices"].list.len() == 4).all()
     # The answer is the choice its index points at.
     assert all(ch[i] == a for ch, i, a in zip(df["choices"], df["answer_index"], df["answer"]))
@@ -74,7 +78,10 @@ def test_text_columns_and_values(dataset_dir):
 def test_clean_option_drops_only_an_unbalanced_closing_quote():
     assert T.clean_option('Osteosarcoma\n"') == "Osteosarcoma"
     assert T.clean_option('  Cyclothymic   disorder \n" ') == "Cyclothymic disorder"
-    assert T.clean_option('Postpartum "blues"; her symptoms are likely self-limited') == 'Postpartum "blues"; her symptoms are likely self-limited'
+    assert (
+        T.clean_option('Postpartum "blues"; her symptoms are likely self-limited')
+        == 'Postpartum "blues"; her symptoms are likely self-limited'
+    )
     assert T.clean_option('The "kissing disease"') == 'The "kissing disease"'
     assert T.clean_option("Osteosarcoma") == "Osteosarcoma"
 
@@ -85,7 +92,9 @@ def test_stray_quotes_are_cleaned_and_counted(dataset_dir, source):
     choices = df["choices"].explode()
     assert not choices.str.contains(r'\s"$').any() and not df["answer"].str.contains(r'\s"$').any()
     assert (choices == choices.str.strip_chars()).all() and (df["answer"] == df["answer"].str.strip_chars()).all()
-    assert df.filter(pl.col("answer").str.contains('"'))["answer"].to_list() == ['Postpartum "blues"; her symptoms are likely self-limited']
+    assert df.filter(pl.col("answer").str.contains('"'))["answer"].to_list() == [
+        'Postpartum "blues"; her symptoms are likely self-limited'
+    ]
     # answer is still one of the choices, at answer_index, after cleaning.
     assert all(a in ch and ch[i] == a for ch, i, a in zip(df["choices"], df["answer_index"], df["answer"]))
     row = df.filter(pl.col("case_id") == "case_208").row(0, named=True)
@@ -102,7 +111,9 @@ def test_stray_quotes_are_cleaned_and_counted(dataset_dir, source):
     manifest = json.loads((dataset_dir / MANIFEST).read_text())
     assert manifest["stray_quotes_removed"] == {"answers": 23, "choices": 77}
     diag = load_config(dataset_dir, "diagnoses")
-    assert not diag["diagnosis"].str.ends_with('"').any() and diag.filter(pl.col("diagnosis") == "Osteosarcoma")["count"].item() >= 1
+    assert (
+        not diag["diagnosis"].str.ends_with('"').any() and diag.filter(pl.col("diagnosis") == "Osteosarcoma")["count"].item() >= 1
+    )
 
 
 def test_paper_answer_is_upstreams_recorded_key_verbatim(dataset_dir, source):
@@ -182,7 +193,9 @@ def test_vignette_agrees_with_upstream_split(dataset_dir, source):
 
 
 def test_split_question_known_forms():
-    v, q = T.split_question("A 40-year-old man has pain. His pulse is 90/min. Which of the following is the most likely diagnosis? ")
+    v, q = T.split_question(
+        "A 40-year-old man has pain. His pulse is 90/min. Which of the following is the most likely diagnosis? "
+    )
     assert v == "A 40-year-old man has pain. His pulse is 90/min."
     assert q == "Which of the following is the most likely diagnosis?"
     assert T.upstream_question(q) == "Which  is the most likely diagnosis?"
@@ -199,11 +212,16 @@ def test_split_question_known_forms():
     assert (v, q) == ("A 22-year-old man presented with painful lesions.", None)
     assert T.clean_question(q) == T.DEFAULT_QUESTION
     # A premise stating a measured value stays with the vignette.
-    v, q = T.split_question("Pre-test probability is 40%. If the likelihood ratio is 0.04, what is the chance that this is the right diagnosis?")
+    v, q = T.split_question(
+        "Pre-test probability is 40%. If the likelihood ratio is 0.04, what is the chance that this is the right diagnosis?"
+    )
     assert v.endswith("0.04,") and T.clean_question(q) == "What is the chance that this is the right diagnosis?"
     # Stems closed by ":" stay in the vignette (as upstream) unless the MedQA rule asks for them.
     assert T.split_question("A man has a cough. The most likely diagnosis is:")[1] is None
-    assert T.split_question("A man has a cough. The most likely diagnosis is:", colon_stems=True)[1] == "The most likely diagnosis is:"
+    assert (
+        T.split_question("A man has a cough. The most likely diagnosis is:", colon_stems=True)[1]
+        == "The most likely diagnosis is:"
+    )
 
 
 @pytest.mark.parametrize(
@@ -343,7 +361,10 @@ def test_card_and_manifest(dataset_dir):
     card = DatasetCard.load(dataset_dir / "README.md")
     data = card.data.to_dict()
     assert data["license"] == "other"  # each config has its sources' own terms (tests/test_publish_licences.py)
-    assert [c["config_name"] for c in data["configs"]] == list(CONFIGS) + ["consult_train", "craftmd_train"]  # the training sets: split train
+    assert [c["config_name"] for c in data["configs"]] == list(CONFIGS) + [
+        "consult_train",
+        "craftmd_train",
+    ]  # the training sets: split train
     for c in data["configs"]:
         split = "train" if c["config_name"] in ("consult_train", "craftmd_train") else "test"
         assert c["data_files"] == [{"split": split, "path": f"{c['config_name']}/{split}-00000-of-00001.parquet"}]

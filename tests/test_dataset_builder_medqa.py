@@ -60,7 +60,11 @@ SAMPLE = Path(__file__).parent / "fixtures" / "medqa" / "medqa_sample.jsonl"
             True,
             "diagnosis vignette (organism)",
         ),
-        ("Which of the following enzymes is deficient in the most common form of this diagnosis?", False, "not a patient vignette"),
+        (
+            "Which of the following enzymes is deficient in the most common form of this diagnosis?",
+            False,
+            "not a patient vignette",
+        ),
         ("A 40-year-old man has a cough and weight loss.", False, "no question sentence"),
     ],
 )
@@ -156,7 +160,12 @@ def test_cli_publish_dry_run_prints_the_plan(dataset_dir, capsys):
     assert main(["publish", str(dataset_dir), "--repo", "someone/craft-md", "--dry-run"]) == 0
     text = capsys.readouterr().out
     assert "someone/craft-md" in text and "repo_type=dataset" in text and "v0.1.0" in text
-    for rel in ("README.md", "build_manifest.json", "medqa_usmle/test-00000-of-00001.parquet", "nejm_image/test-00000-of-00001.parquet"):
+    for rel in (
+        "README.md",
+        "build_manifest.json",
+        "medqa_usmle/test-00000-of-00001.parquet",
+        "nejm_image/test-00000-of-00001.parquet",
+    ):
         size = (dataset_dir / rel).stat().st_size
         assert f"{size:,}  {rel}" in text
     assert "nothing uploaded" in text

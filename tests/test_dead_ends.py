@@ -86,8 +86,23 @@ def test_the_page_of_releases_whose_steps_failed_points_at_nothing_missing(two_c
     assert main(["score", str(tmp_path / "consult" / "c1"), "--dataset", str(two_cases), "--quiet"]) == 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an empty figure (matplotlib's "No artists with labels") fails the test
-        assert main(["analyse", "--releases", str(tmp_path / "consult"), "--dataset", str(two_cases), "--out", str(tmp_path / "p1"),
-                     "--resamples", "50", "--page"]) == 0
+        assert (
+            main(
+                [
+                    "analyse",
+                    "--releases",
+                    str(tmp_path / "consult"),
+                    "--dataset",
+                    str(two_cases),
+                    "--out",
+                    str(tmp_path / "p1"),
+                    "--resamples",
+                    "50",
+                    "--page",
+                ]
+            )
+            == 0
+        )
     assert not srcs_exist(tmp_path / "p1") and not (tmp_path / "p1" / "figures" / "consult_rounds.png").exists()
     page = (tmp_path / "p1" / "index.html").read_text()
     assert "the key-value extraction failed for 2 of 2 cases" in page and 'id="consultation"' in page
@@ -103,16 +118,50 @@ def test_the_page_of_releases_whose_steps_failed_points_at_nothing_missing(two_c
         run(server, medpi, tmp_path / "enc" / "e1", tmp_path / "e.sqlite")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert main(["analyse", "--releases", str(tmp_path / "enc"), "--dataset", str(medpi), "--packets", str(medpi),
-                     "--out", str(tmp_path / "p2"), "--resamples", "50", "--page"]) == 0
+        assert (
+            main(
+                [
+                    "analyse",
+                    "--releases",
+                    str(tmp_path / "enc"),
+                    "--dataset",
+                    str(medpi),
+                    "--packets",
+                    str(medpi),
+                    "--out",
+                    str(tmp_path / "p2"),
+                    "--resamples",
+                    "50",
+                    "--page",
+                ]
+            )
+            == 0
+        )
     assert not srcs_exist(tmp_path / "p2") and not (tmp_path / "p2" / "figures" / "encounter_affect.png").exists()
     assert "the emotion step failed at all 4 patient turns" in (tmp_path / "p2" / "index.html").read_text()
 
     # ... and where the steps worked, the figures are there and the page shows them
     with LoopbackServer(Script(doctor_turns=2)) as server:
         run(server, medpi, tmp_path / "enc2" / "e2", tmp_path / "e2.sqlite")
-    assert main(["analyse", "--releases", str(tmp_path / "enc2"), "--dataset", str(medpi), "--packets", str(medpi),
-                 "--out", str(tmp_path / "p3"), "--resamples", "50", "--page"]) == 0
+    assert (
+        main(
+            [
+                "analyse",
+                "--releases",
+                str(tmp_path / "enc2"),
+                "--dataset",
+                str(medpi),
+                "--packets",
+                str(medpi),
+                "--out",
+                str(tmp_path / "p3"),
+                "--resamples",
+                "50",
+                "--page",
+            ]
+        )
+        == 0
+    )
     assert "figures/encounter_affect.png" in srcs_exist(tmp_path / "p3")
 
 
@@ -146,11 +195,30 @@ def test_a_judge_whose_every_call_fails_exits_non_zero_and_partial_failure_is_co
 def test_a_grader_whose_every_call_fails_exits_non_zero(two_cases, tmp_path, capsys):
     with LoopbackServer(Models()) as server:
         assert extract(two_cases, server.base_url, tmp_path / "c.sqlite") == 0
-        assert consult(two_cases, tmp_path / "r" / "c1", server.base_url, tmp_path / "c.sqlite", "--experiments", "upper,frq") == 0
+        assert (
+            consult(two_cases, tmp_path / "r" / "c1", server.base_url, tmp_path / "c.sqlite", "--experiments", "upper,frq") == 0
+        )
     capsys.readouterr()
     with LoopbackServer(down, models=("grader",)) as server:
-        rc = main(["score", str(tmp_path / "r" / "c1"), "--dataset", str(two_cases), "--scorer", "offline", "--scorer", "llm:openai/grader",
-                   "--base-url", server.base_url, "--cache", str(tmp_path / "g.sqlite"), "--max-retries", "0", "--quiet"])
+        rc = main(
+            [
+                "score",
+                str(tmp_path / "r" / "c1"),
+                "--dataset",
+                str(two_cases),
+                "--scorer",
+                "offline",
+                "--scorer",
+                "llm:openai/grader",
+                "--base-url",
+                server.base_url,
+                "--cache",
+                str(tmp_path / "g.sqlite"),
+                "--max-retries",
+                "0",
+                "--quiet",
+            ]
+        )
     assert rc == 2
     assert "nothing scored: llm:openai/grader" in one_line_error(capsys.readouterr().err, "score")
     scores = pl.read_parquet(tmp_path / "r" / "c1" / "scores.parquet")
@@ -161,7 +229,17 @@ def test_score_estimate_is_a_table_with_the_worst_case_and_a_self_judge_is_estim
     from test_judge import make_release
 
     rel = make_release(tmp_path, model="openai/judge-a")  # the judge's own model: a run is refused without --allow-self
-    argv = ["score", str(rel), "--scorer", "judge:openai/judge-a", "--dimensions", "final diagnosis", "--mode", "category", "--quiet"]
+    argv = [
+        "score",
+        str(rel),
+        "--scorer",
+        "judge:openai/judge-a",
+        "--dimensions",
+        "final diagnosis",
+        "--mode",
+        "category",
+        "--quiet",
+    ]
     with LoopbackServer(down, models=("judge-a",)) as server:
         assert main([*argv, "--base-url", server.base_url, "--max-invalid", "2", "--estimate"]) == 0
         assert server.calls == 0  # nothing sent
@@ -189,12 +267,45 @@ def test_the_judges_bar_keeps_its_total_when_replies_are_asked_again(tmp_path, c
 
     rel = make_release(tmp_path)
     with LoopbackServer(invalid_first, models=("judge-a",)) as server:
-        assert main(["score", str(rel), "--scorer", "judge:openai/judge-a", "--dimensions", "final diagnosis", "--mode", "category",
-                     "--base-url", server.base_url, "--estimate"]) == 0
+        assert (
+            main(
+                [
+                    "score",
+                    str(rel),
+                    "--scorer",
+                    "judge:openai/judge-a",
+                    "--dimensions",
+                    "final diagnosis",
+                    "--mode",
+                    "category",
+                    "--base-url",
+                    server.base_url,
+                    "--estimate",
+                ]
+            )
+            == 0
+        )
         row = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("judge:openai/judge-a"))
         calls, at_most = map(int, re.search(r"([\d,]+) \(\s*([\d,]+)\)", row).groups())
-        assert main(["score", str(rel), "--scorer", "judge:openai/judge-a", "--dimensions", "final diagnosis", "--mode", "category",
-                     "--base-url", server.base_url, "--cache", str(tmp_path / "c.sqlite")]) == 0
+        assert (
+            main(
+                [
+                    "score",
+                    str(rel),
+                    "--scorer",
+                    "judge:openai/judge-a",
+                    "--dimensions",
+                    "final diagnosis",
+                    "--mode",
+                    "category",
+                    "--base-url",
+                    server.base_url,
+                    "--cache",
+                    str(tmp_path / "c.sqlite"),
+                ]
+            )
+            == 0
+        )
         sent = server.calls
     assert calls < sent <= at_most  # asked again: more than expected, never more than the worst case
     bars = re.findall(r"judge:.*?(\d+)/(\d+) \[", capsys.readouterr().err)
@@ -209,7 +320,9 @@ def test_estimate_lists_the_prompts_a_small_context_window_cannot_hold(dataset_d
 
     class Windowed(LoopbackServer):
         async def _models(self, request):
-            return web.json_response({"object": "list", "data": [{"id": m, "object": "model", "max_model_len": 2048} for m in self.models]})
+            return web.json_response(
+                {"object": "list", "data": [{"id": m, "object": "model", "max_model_len": 2048} for m in self.models]}
+            )
 
     case = pl.read_parquet(dataset_dir / "all" / "test-00000-of-00001.parquet", columns=["case_id"])["case_id"][0]
     argv = ["generate", "--dataset", str(dataset_dir), "--cases", case, "--doctor", "openai/loopback", "--patient", "openai/loopback",
@@ -221,7 +334,11 @@ def test_estimate_lists_the_prompts_a_small_context_window_cannot_hold(dataset_d
         too_long = re.findall(r"^too long\s+doctor (\w+):mcq_many: ~([\d,]+) prompt .*> the 2,048-token window", out, re.M)
         from craftmd.tasks.diagnosis import TASK
 
-        assert {s for s, _ in too_long} == {e.setting for e in TASK.experiments if e.format == "mcq_many"} >= {"vignette", "multiturn"}
+        assert (
+            {s for s, _ in too_long}
+            == {e.setting for e in TASK.experiments if e.format == "mcq_many"}
+            >= {"vignette", "multiturn"}
+        )
         assert all(int(n.replace(",", "")) > 10_000 for _, n in too_long)
         assert not re.search(r"^too long.*:mcq4:", out, re.M)  # the four-choice questions fit
         main([*argv, "--base-url", server.base_url, "--experiments", "vignette", "--out", str(tmp_path / "r")])
@@ -235,7 +352,6 @@ def test_a_servers_context_window_is_read_where_servers_report_it():
     from aiohttp import web
 
     from craftmd.generation.context import context_window
-
 
     import asyncio
     import threading
@@ -308,8 +424,14 @@ def test_exported_logs_carry_their_setting_and_format_as_task_arguments(tmp_path
     from craftmd.release import ANSWERS_SCHEMA, CONVERSATIONS_SCHEMA
 
     rec = RunRecord(release="tiny", kind="generated", model="openai/m", roles={"doctor": {"model": "openai/m"}})
-    rel = write_release(tmp_path / "tiny", rec, {"answers": pa.Table.from_pylist(answers, ANSWERS_SCHEMA),
-                                                 "conversations": pa.Table.from_pylist([], CONVERSATIONS_SCHEMA)})
+    rel = write_release(
+        tmp_path / "tiny",
+        rec,
+        {
+            "answers": pa.Table.from_pylist(answers, ANSWERS_SCHEMA),
+            "conversations": pa.Table.from_pylist([], CONVERSATIONS_SCHEMA),
+        },
+    )
     assert main(["export", str(rel), "--inspect", str(tmp_path / "logs"), "--quiet"]) == 0
     seen = {}
     for log in sorted((tmp_path / "logs").glob("*.eval")):
@@ -317,7 +439,9 @@ def test_exported_logs_carry_their_setting_and_format_as_task_arguments(tmp_path
         seen[log.name] = spec.task_args
         setting, fmt = spec.task_args["experiments"].split(",")
         assert spec.task_args_passed == spec.task_args and log.name == f"tiny_{setting}_{fmt}.eval"
-    assert sorted(a["experiments"] for a in seen.values()) == sorted(f"{s},{f}" for s in ("vignette", "multiturn") for f in ("mcq4", "frq"))
+    assert sorted(a["experiments"] for a in seen.values()) == sorted(
+        f"{s},{f}" for s in ("vignette", "multiturn") for f in ("mcq4", "frq")
+    )
 
 
 def test_the_one_line_errors_and_helps_name_the_way_out(tmp_path, capsys, monkeypatch):

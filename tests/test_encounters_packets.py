@@ -21,7 +21,9 @@ CELLS = ["anxiety:diagnosis", "lupus:medication_advice", "wellness_checkup:lifes
 
 
 def tree(path) -> dict[str, str]:
-    return {p.relative_to(path).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(path).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.rglob("*")) if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +37,26 @@ def test_matrix_is_the_papers_table_1():
     m = load_matrix()
     cells = m.cells()
     assert sum(n for *_, n in cells) == 366
-    assert sorted(m.reasons) == ["anxiety", "asthma", "breast_cancer", "depression", "dermatitis", "lupus", "pregnancy",
-                                 "seizure_disorder", "wellness_checkup"]
+    assert sorted(m.reasons) == [
+        "anxiety",
+        "asthma",
+        "breast_cancer",
+        "depression",
+        "dermatitis",
+        "lupus",
+        "pregnancy",
+        "seizure_disorder",
+        "wellness_checkup",
+    ]
     assert tuple(m.objectives) == OBJECTIVES
     per_objective = {o: sum(n for _, oo, n in cells if oo == o) for o in OBJECTIVES}
-    assert per_objective == {"diagnosis": 24, "lifestyle_advice": 93, "medical_screening": 81, "medication_advice": 90, "treatment_advice": 78}
+    assert per_objective == {
+        "diagnosis": 24,
+        "lifestyle_advice": 93,
+        "medical_screening": 81,
+        "medication_advice": 90,
+        "treatment_advice": 78,
+    }
     assert sum(n == 0 for *_, n in cells) == 11  # the table's em-dashes
     assert sum(m.demographics["gender"].values()) == sum(m.demographics["age_group"].values()) == 366
     full = select_cells(m)
@@ -79,14 +96,32 @@ def test_packets_hold_what_the_patient_knows(built):
         load_packets(built, ["medpi_9999"])
 
 
-@pytest.mark.parametrize("cells, message", [
-    (["flu:diagnosis"], "unknown encounter reason 'flu'"),
-    (["asthma:cure"], "unknown encounter objective 'cure'"),
-    (["lupus:diagnosis"], "cell lupus:diagnosis is empty"),
-])
+@pytest.mark.parametrize(
+    "cells, message",
+    [
+        (["flu:diagnosis"], "unknown encounter reason 'flu'"),
+        (["asthma:cure"], "unknown encounter objective 'cure'"),
+        (["lupus:diagnosis"], "cell lupus:diagnosis is empty"),
+    ],
+)
 def test_bad_cells_are_one_line_and_write_nothing(tmp_path, cells, message):
-    proc = subprocess.run([sys.executable, "-m", "craftmd.commands.cli", "encounters", "build", "--out", str(tmp_path / "x"),
-                           "--cells", ",".join(cells), "--quiet"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "craftmd.commands.cli",
+            "encounters",
+            "build",
+            "--out",
+            str(tmp_path / "x"),
+            "--cells",
+            ",".join(cells),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()
@@ -107,4 +142,3 @@ def test_malformed_packets_are_refused(built, tmp_path):
     path.write_bytes(b"not parquet")
     with pytest.raises(CraftMDError, match="not a readable parquet"):
         load_packets(bad)
-

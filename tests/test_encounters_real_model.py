@@ -19,7 +19,9 @@ MODEL = "openai/smollm2"
 
 
 def craftmd(*args, env=None) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "craftmd.commands.cli", *map(str, args)], capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "craftmd.commands.cli", *map(str, args)], capture_output=True, text=True, timeout=600, env=env
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc
 
@@ -27,8 +29,30 @@ def craftmd(*args, env=None) -> subprocess.CompletedProcess:
 def test_one_short_encounter_with_the_real_model(real_model, tmp_path):
     medpi = tmp_path / "medpi"
     build_packets(medpi, seed=2, scale=0.05, cells=["seizure_disorder:treatment_advice"], progress=False)
-    common = ["generate", "--task", "encounters", "--dataset", medpi, "--doctor", MODEL, "--patient", MODEL, "--base-url", real_model.base_url,
-              "--max-messages", "4", "--max-tokens", "48", "--memory-tag-tokens", "96", "--seed", "7", "--cache", tmp_path / "cache.sqlite", "--quiet"]
+    common = [
+        "generate",
+        "--task",
+        "encounters",
+        "--dataset",
+        medpi,
+        "--doctor",
+        MODEL,
+        "--patient",
+        MODEL,
+        "--base-url",
+        real_model.base_url,
+        "--max-messages",
+        "4",
+        "--max-tokens",
+        "48",
+        "--memory-tag-tokens",
+        "96",
+        "--seed",
+        "7",
+        "--cache",
+        tmp_path / "cache.sqlite",
+        "--quiet",
+    ]
     craftmd(*common, "--out", tmp_path / "a" / "rel")
     sent = real_model.chat_requests()
     rel = read_release(tmp_path / "a" / "rel")
@@ -50,15 +74,29 @@ def test_one_short_encounter_with_the_real_model(real_model, tmp_path):
     for t in tags:
         assert (t["status"] == "ok") == (t["error"] is None) and (t["status"] == "ok" or not any(t["emotions"].values()))
     closure = pl.read_parquet(tmp_path / "a" / "rel" / "closures.parquet").to_dicts()[0]
-    assert (closure["status"] == "ok") == (closure["label"] is not None) and (closure["status"] == "ok") == (closure["error"] is None)
+    assert (closure["status"] == "ok") == (closure["label"] is not None) and (closure["status"] == "ok") == (
+        closure["error"] is None
+    )
     craftmd(*common, "--out", tmp_path / "b" / "rel")
     assert real_model.chat_requests() == sent
     digest = lambda p: {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(p.iterdir())}  # noqa: E731
     assert digest(tmp_path / "a" / "rel") == digest(tmp_path / "b" / "rel")
 
     # the release reaches the page (unjudged: how the encounter ended, its length, the patient's affect; no rubric)
-    craftmd("analyse", "--releases", tmp_path / "a", "--dataset", medpi, "--packets", medpi, "--out", tmp_path / "page", "--resamples", "200",
-            "--page")
+    craftmd(
+        "analyse",
+        "--releases",
+        tmp_path / "a",
+        "--dataset",
+        medpi,
+        "--packets",
+        medpi,
+        "--out",
+        tmp_path / "page",
+        "--resamples",
+        "200",
+        "--page",
+    )
     ends = pl.read_csv(tmp_path / "page" / "tables" / "encounter_endings.csv")
     assert ends["n"].sum() == 1 and ends["ended"][0] == conv[0]["ended"]
     length = pl.read_csv(tmp_path / "page" / "tables" / "encounter_length.csv")

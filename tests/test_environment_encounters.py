@@ -71,8 +71,16 @@ def test_encounter_episodes_reward_the_judges_dimensions_and_craftmd_score_agree
     packets = {p["case_id"]: p for p in load_packets(medpi)}
     with LoopbackServer(responder(Script()), models=("patient", "judge")) as server:
         monkeypatch.setenv("SIM_BASE_URL", server.base_url)
-        env = episodes("encounters", "test", dataset=medpi, **ROLES, judge_mode="category", reward_weights=WEIGHTS,
-                       max_messages=4, cache=tmp_path / "c.sqlite")
+        env = episodes(
+            "encounters",
+            "test",
+            dataset=medpi,
+            **ROLES,
+            judge_mode="category",
+            reward_weights=WEIGHTS,
+            max_messages=4,
+            cache=tmp_path / "c.sqlite",
+        )
 
         async def play() -> list:
             out = []
@@ -112,7 +120,11 @@ def test_encounter_episodes_reward_the_judges_dimensions_and_craftmd_score_agree
         m = read_release(rel).manifest
         assert m.task == "encounters" and m.models["doctor"] == "openai-api/policy/policy"
         assert {t for t in ("conversations", "patient_states", "closures", "memory_tags") if read_release(rel).has(t)} == {
-            "conversations", "patient_states", "closures", "memory_tags"}
+            "conversations",
+            "patient_states",
+            "closures",
+            "memory_tags",
+        }
         rows = judged(rel, medpi, ["communication", "final diagnosis"])
     for case, s in got:
         assert rubric_reward(rows, case, 0, WEIGHTS).hex() == s.reward.hex()
@@ -152,8 +164,15 @@ def test_training_packets_are_the_train_split(medpi, tmp_path, monkeypatch):  # 
     (case,) = [p["case_id"] for p in load_packets(train, split="train")]
     with LoopbackServer(responder(Script()), models=("patient", "judge")) as server:
         monkeypatch.setenv("SIM_BASE_URL", server.base_url)
-        env = episodes("encounters", "train", dataset=train, **ROLES, judge_mode="category",
-                       reward_weights={"judge/communication": 1.0}, cache=tmp_path / "c.sqlite")
+        env = episodes(
+            "encounters",
+            "train",
+            dataset=train,
+            **ROLES,
+            judge_mode="category",
+            reward_weights={"judge/communication": 1.0},
+            cache=tmp_path / "c.sqlite",
+        )
         assert len(env) == 1 and env.case_id(0) == case and case.startswith("medpi_train_")
 
         async def play():
@@ -179,8 +198,14 @@ def test_openenv_serves_two_encounter_episodes_and_craftmd_score_agrees(medpi, t
     out = tmp_path / "openenv"
     env = {k: v for k, v in os.environ.items() if not k.endswith("_BASE_URL")}
     script = Path(__file__).parent / "openenv_episodes.py"
-    res = subprocess.run([str(rl_python), str(script), "encounters", str(medpi), str(out)], capture_output=True, text=True,
-                         timeout=600, env=env, cwd=ROOT)
+    res = subprocess.run(
+        [str(rl_python), str(script), "encounters", str(medpi), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=ROOT,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads((out / "rewards.json").read_text())
     assert len(got) == 2 and got[0][2] > 0 and got[1][2] == 0.0

@@ -93,8 +93,15 @@ def test_consultation_on_consult_train_cases_and_craftmd_score_agrees(data, tmp_
     state = {}
     with LoopbackServer(respond, models=("patient", "solver")) as server:
         monkeypatch.setenv("SIM_BASE_URL", server.base_url)
-        env = episodes("consultation", "train", dataset=data, patient=PATIENT, solver=SOLVER, cache=tmp_path / "c.sqlite",
-                       reward_weights=weights)
+        env = episodes(
+            "consultation",
+            "train",
+            dataset=data,
+            patient=PATIENT,
+            solver=SOLVER,
+            cache=tmp_path / "c.sqlite",
+            reward_weights=weights,
+        )
         assert [env.case_id(i) for i in range(len(env))] == ["train_medqa_1", "train_medqa_2"]
         truth = answers(env.dataset)  # the view: the training cases where the benchmark's stand
         assert truth == {"train_medqa_1": "Yolk sac tumor", "train_medqa_2": "Systemic lupus erythematosus"}
@@ -119,8 +126,9 @@ def test_consultation_on_consult_train_cases_and_craftmd_score_agrees(data, tmp_
     assert [{"key": i["key"], "value": i["value"]} for i in keyinfo["train_medqa_1"]["items"]] == rows[0]["items"]
     rel = env.write_release(tmp_path / "rollouts")
     assert read_release(rel).manifest.notes["environment"].endswith("under training, its replies given to step()")
-    assert cli_main(["score", str(rel), "--dataset", str(env.dataset), "--scorer", "offline", "--scorer", "keyinfo",
-                     "--quiet"]) == 0
+    assert (
+        cli_main(["score", str(rel), "--dataset", str(env.dataset), "--scorer", "offline", "--scorer", "keyinfo", "--quiet"]) == 0
+    )
     scores = read_release(rel).table("scores").to_pylist()
     for case, reward, _ in got:
         assert weighted(scores, case, weights).hex() == reward.hex()

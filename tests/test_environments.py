@@ -100,8 +100,14 @@ def test_reward_weights_scale_the_reward(data, tmp_path, monkeypatch):
     truth = answers(data)
     with LoopbackServer(patient_says) as server:
         monkeypatch.setenv("SIM_BASE_URL", server.base_url)
-        env = episodes("craftmd", "test", dataset=data, patient=PATIENT, cache=tmp_path / "c.sqlite",
-                       reward_weights={"offline/correct": 0.25})
+        env = episodes(
+            "craftmd",
+            "test",
+            dataset=data,
+            patient=PATIENT,
+            cache=tmp_path / "c.sqlite",
+            reward_weights={"offline/correct": 0.25},
+        )
         import asyncio
 
         async def play():
@@ -130,9 +136,18 @@ def consult_data(upstream, tmp_path_factory):
     f = out / "all" / "test-00000-of-00001.parquet"
     df = pl.read_parquet(f).with_columns(paper_answer=pl.col("answer").str.to_lowercase())
     df.write_parquet(f)
-    rows = [{"case_id": c, "items": [{"key": "fever", "value": "a fever for three days"}, {"key": "cough", "value": "a dry cough"}],
-             "initial_request": "Doctor, I feel unwell.", "status": "ok", "error": None, "model": "openai/x", "prompt_sha256": "0" * 64}
-            for c in df["case_id"]]
+    rows = [
+        {
+            "case_id": c,
+            "items": [{"key": "fever", "value": "a fever for three days"}, {"key": "cough", "value": "a dry cough"}],
+            "initial_request": "Doctor, I feel unwell.",
+            "status": "ok",
+            "error": None,
+            "model": "openai/x",
+            "prompt_sha256": "0" * 64,
+        }
+        for c in df["case_id"]
+    ]
     path = config_file(out, "keyinfo")
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows, SCHEMA), path)
@@ -154,8 +169,15 @@ def test_consultation_episodes_reward_the_solver_and_the_keys_and_craftmd_score_
     weights = {"offline/correct": 1.0, "keyinfo/doctor_key_recall": 0.5}
     with LoopbackServer(respond, models=("patient", "solver")) as server:
         monkeypatch.setenv("SIM_BASE_URL", server.base_url)
-        env = episodes("consultation", "test", dataset=consult_data, patient="openai-api/sim/patient", solver="openai-api/sim/solver",
-                       cache=tmp_path / "c.sqlite", reward_weights=weights)
+        env = episodes(
+            "consultation",
+            "test",
+            dataset=consult_data,
+            patient="openai-api/sim/patient",
+            solver="openai-api/sim/solver",
+            cache=tmp_path / "c.sqlite",
+            reward_weights=weights,
+        )
         order = [j[0].case_id for j in env.jobs]
         import asyncio
 
@@ -176,7 +198,10 @@ def test_consultation_episodes_reward_the_solver_and_the_keys_and_craftmd_score_
     assert got[0][2]["offline/correct"] == [1.0] and got[1][2]["offline/correct"] == [0.0]
     assert got[0][2]["keyinfo/doctor_key_recall"][0] > got[1][2]["keyinfo/doctor_key_recall"][0]
     rel = env.write_release(tmp_path / "rollouts")
-    assert cli_main(["score", str(rel), "--dataset", str(consult_data), "--scorer", "offline", "--scorer", "keyinfo", "--quiet"]) == 0
+    assert (
+        cli_main(["score", str(rel), "--dataset", str(consult_data), "--scorer", "offline", "--scorer", "keyinfo", "--quiet"])
+        == 0
+    )
     rows = read_release(rel).table("scores").to_pylist()
     for case, reward, _ in got:
         assert weighted(rows, case, weights).hex() == reward.hex()
@@ -192,21 +217,24 @@ def weighted(rows: list[dict], case: str, weights: dict[str, float]) -> float:
     return back
 
 
-@pytest.mark.parametrize("kwargs,line", [
-    ({"task": "chess"}, "unknown task 'chess'"),
-    ({"split": "dev"}, "unknown split 'dev'"),
-    ({"patient": None}, "needs its patient bound"),
-    ({"reward_weights": {"offline/correct": float("nan")}}, "not a finite number"),
-    ({"reward_weights": {"offline/correct": "1"}}, "not a finite number"),
-    ({"reward_weights": {"correct": 1.0}}, "name it scorer/metric"),
-    ({"reward_weights": {"paper/correct": 1.0}}, "does not score this environment's episodes"),
-    ({"reward_weights": {"offline/recall": 1.0}}, "not recall"),
-    ({"reward_weights": {}}, "is empty"),
-    ({"split": "train"}, "is not built"),
-    ({"grader": "nonsense"}, "unknown scorer"),
-    ({"task": "consultation"}, "needs its solver bound"),
-    ({"colour": "red"}, "unknown environment option 'colour'"),
-])
+@pytest.mark.parametrize(
+    "kwargs,line",
+    [
+        ({"task": "chess"}, "unknown task 'chess'"),
+        ({"split": "dev"}, "unknown split 'dev'"),
+        ({"patient": None}, "needs its patient bound"),
+        ({"reward_weights": {"offline/correct": float("nan")}}, "not a finite number"),
+        ({"reward_weights": {"offline/correct": "1"}}, "not a finite number"),
+        ({"reward_weights": {"correct": 1.0}}, "name it scorer/metric"),
+        ({"reward_weights": {"paper/correct": 1.0}}, "does not score this environment's episodes"),
+        ({"reward_weights": {"offline/recall": 1.0}}, "not recall"),
+        ({"reward_weights": {}}, "is empty"),
+        ({"split": "train"}, "is not built"),
+        ({"grader": "nonsense"}, "unknown scorer"),
+        ({"task": "consultation"}, "needs its solver bound"),
+        ({"colour": "red"}, "unknown environment option 'colour'"),
+    ],
+)
 def test_bad_inputs_are_one_line(data, tmp_path, monkeypatch, kwargs, line):
     from craftmd.envs import load_environment
 
@@ -218,8 +246,10 @@ def test_bad_inputs_are_one_line(data, tmp_path, monkeypatch, kwargs, line):
 
 
 def test_import_craftmd_pulls_no_environment_and_no_rl_library():
-    code = ("import sys, craftmd; print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('openenv', 'verifiers', 'fastapi', 'gradio', 'uvicorn') or m.startswith('craftmd.envs')))")
+    code = (
+        "import sys, craftmd; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('openenv', 'verifiers', 'fastapi', 'gradio', 'uvicorn') or m.startswith('craftmd.envs')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -233,8 +263,14 @@ def test_openenv_serves_two_episodes_and_craftmd_score_agrees(task, data, consul
     dataset = consult_data if task == "consultation" else data
     out = tmp_path / "openenv"
     env = {k: v for k, v in os.environ.items() if not k.endswith("_BASE_URL")}
-    res = subprocess.run([str(RL_PYTHON), str(Path(__file__).parent / "openenv_episodes.py"), task, str(dataset), str(out)],
-                         capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    res = subprocess.run(
+        [str(RL_PYTHON), str(Path(__file__).parent / "openenv_episodes.py"), task, str(dataset), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=ROOT,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads((out / "rewards.json").read_text())
     assert len(got) == 2 and [r for _, _, r, _ in got] == [1.0, 0.0]
@@ -270,7 +306,6 @@ def test_a_failed_patient_ends_the_episode_and_says_so(data, tmp_path, monkeypat
     rel = env.write_release(tmp_path / "rollouts")
     assert [c["ended"] for c in read_release(rel).table("conversations").to_pylist()] == ["refusal"]
     assert scored(rel, data, "offline")[env.jobs[0][0].case_id].hex() == s.reward.hex()
-
 
 
 def test_a_case_played_again_is_its_next_trial_and_the_release_holds_both(data, tmp_path, monkeypatch):

@@ -148,7 +148,13 @@ def test_grader_verdicts_from_a_release_give_the_same_agreement(source, raw, tmp
             tr = rec[f"trial_{t}"]
             key = {"case_id": cid, "trial": t, "setting": "vignette", "format": "frq", "with_image": False}
             text = tr.get("vignette_frq")
-            answers.append({**key, "response": text if isinstance(text, str) else None, "status": "ok" if isinstance(text, str) else "missing"})
+            answers.append(
+                {
+                    **key,
+                    "response": text if isinstance(text, str) else None,
+                    "status": "ok" if isinstance(text, str) else "missing",
+                }
+            )
             detail = {"evaluation": tr.get("evaluation_vignette_frq"), "extracted_ans": tr.get("extracted_ans_vignette_frq")}
             grades.append({**key, "grader": "upstream-gpt4", "resolved": None, "resolved_kind": "none",
                            "correct": tr.get("evaluation_vignette_frq") == 1, "detail": json.dumps(detail)})  # fmt: skip

@@ -64,9 +64,11 @@ def tree(path: Path) -> list[str]:
 
 
 def test_the_package_imports_no_training_library():
-    code = ("import sys, craftmd, craftmd.commands.cli, craftmd.generation.finetune, craftmd.commands.finetune; "
-            "craftmd.commands.cli.build_parser(); "
-            "bad = sorted(m for m in ('torch', 'transformers', 'trl', 'peft') if m in sys.modules); assert not bad, bad")
+    code = (
+        "import sys, craftmd, craftmd.commands.cli, craftmd.generation.finetune, craftmd.commands.finetune; "
+        "craftmd.commands.cli.build_parser(); "
+        "bad = sorted(m for m in ('torch', 'transformers', 'trl', 'peft') if m in sys.modules); assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
@@ -82,16 +84,31 @@ def test_the_training_fixture_loads_in_the_conversational_format():
         assert roles[1:] == ["user", "assistant"] * ((len(roles) - 1) // 2)
 
 
-@pytest.mark.parametrize("make, why", [
-    (lambda d: None, "is not a folder"),
-    (lambda d: d.mkdir(), "has no config.json"),
-    (lambda d: (d.mkdir(), (d / "config.json").write_text("{not json")), "config.json is not JSON"),
-    (lambda d: (d.mkdir(), (d / "config.json").write_text('{"hidden_size": 8}')), "names no model_type"),
-    (lambda d: (d.mkdir(), (d / "config.json").write_text('{"model_type": "llama"}'), (d / "pytorch_model.bin").write_bytes(b"x")),
-     "only pickled weights (pytorch_model.bin), which run code when loaded"),
-    (lambda d: (d.mkdir(), (d / "config.json").write_text('{"model_type": "llama"}'), (d / "model.safetensors").write_bytes(b"x")),
-     "has no tokenizer"),
-])
+@pytest.mark.parametrize(
+    "make, why",
+    [
+        (lambda d: None, "is not a folder"),
+        (lambda d: d.mkdir(), "has no config.json"),
+        (lambda d: (d.mkdir(), (d / "config.json").write_text("{not json")), "config.json is not JSON"),
+        (lambda d: (d.mkdir(), (d / "config.json").write_text('{"hidden_size": 8}')), "names no model_type"),
+        (
+            lambda d: (
+                d.mkdir(),
+                (d / "config.json").write_text('{"model_type": "llama"}'),
+                (d / "pytorch_model.bin").write_bytes(b"x"),
+            ),
+            "only pickled weights (pytorch_model.bin), which run code when loaded",
+        ),
+        (
+            lambda d: (
+                d.mkdir(),
+                (d / "config.json").write_text('{"model_type": "llama"}'),
+                (d / "model.safetensors").write_bytes(b"x"),
+            ),
+            "has no tokenizer",
+        ),
+    ],
+)
 def test_a_folder_that_is_not_a_model_is_one_line_and_nothing_starts(tmp_path, capsys, monkeypatch, make, why):
     monkeypatch.chdir(tmp_path)
     bad = tmp_path / "ckpt"
@@ -100,8 +117,23 @@ def test_a_folder_that_is_not_a_model_is_one_line_and_nothing_starts(tmp_path, c
     assert cli_main(["finetune", "serve", str(bad), "--python", sys.executable]) == 2
     assert why in one_line_error(capsys)
     # the same folder as a base model to train: refused before anything runs, no checkpoint written
-    assert cli_main(["finetune", "train", "--dataset", str(FIXTURE), "--base", str(bad), "--out", str(tmp_path / "out"),
-                     "--python", sys.executable]) == 2
+    assert (
+        cli_main(
+            [
+                "finetune",
+                "train",
+                "--dataset",
+                str(FIXTURE),
+                "--base",
+                str(bad),
+                "--out",
+                str(tmp_path / "out"),
+                "--python",
+                sys.executable,
+            ]
+        )
+        == 2
+    )
     assert why in one_line_error(capsys)
     assert tree(tmp_path) == before
 
@@ -119,18 +151,34 @@ def test_bad_training_arguments_are_one_line_each(tmp_path, capsys):
     (bad_card / "README.md").write_text("---\nconfigs: [unclosed\n---\n")
     train = ["finetune", "train", "--python", sys.executable]
     cases = [
-        (["--dataset", str(no_config), "--base", str(ok_base), "--gguf-file", "m.gguf"], "has no consult_train config (its card lists all)"),
+        (
+            ["--dataset", str(no_config), "--base", str(ok_base), "--gguf-file", "m.gguf"],
+            "has no consult_train config (its card lists all)",
+        ),
         (["--dataset", str(tmp_path), "--base", str(ok_base), "--gguf-file", "m.gguf"], "is not a dataset folder"),
         (["--dataset", str(bad_card), "--base", str(ok_base), "--gguf-file", "m.gguf"], "its metadata cannot be read"),
         (["--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "x.gguf"], "is not a GGUF file"),
         (["--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "none.gguf"], "cannot be read"),
         (["--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "../m.gguf"], "must be a file name inside --base"),
         (["--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "m.gguf", "--steps", "-1"], "--steps must be 0"),
-        (["--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "m.gguf", "--out", str(tmp_path / "a--b")],
-         "cannot be a served model's name"),
+        (
+            ["--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "m.gguf", "--out", str(tmp_path / "a--b")],
+            "cannot be a served model's name",
+        ),
         (["--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "m.gguf", "--lora-r", "-1"], "--lora-r must be 0"),
-        (["--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "m.gguf", "--python", str(tmp_path / "no" / "python")],
-         "the training environment is not installed"),
+        (
+            [
+                "--dataset",
+                str(FIXTURE),
+                "--base",
+                str(ok_base),
+                "--gguf-file",
+                "m.gguf",
+                "--python",
+                str(tmp_path / "no" / "python"),
+            ],
+            "the training environment is not installed",
+        ),
     ]
     before = tree(tmp_path)
     for extra, why in cases:
@@ -138,7 +186,12 @@ def test_bad_training_arguments_are_one_line_each(tmp_path, capsys):
         assert why in one_line_error(capsys), extra
     assert tree(tmp_path) == before
     (tmp_path / "out").mkdir()
-    assert cli_main([*train, "--out", str(tmp_path / "out"), "--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "m.gguf"]) == 2
+    assert (
+        cli_main(
+            [*train, "--out", str(tmp_path / "out"), "--dataset", str(FIXTURE), "--base", str(ok_base), "--gguf-file", "m.gguf"]
+        )
+        == 2
+    )
     assert "already exists" in one_line_error(capsys)
 
 
@@ -152,10 +205,28 @@ def test_a_failure_in_the_training_environment_is_one_line_and_leaves_nothing(tm
     shutil.copytree(FIXTURE, data)
     rows = (data / "consult_train" / "train-00000-of-00001.jsonl").read_text().splitlines()
     (data / "consult_train" / "train-00000-of-00001.jsonl").write_text(
-        "\n".join(json.dumps({k: v for k, v in json.loads(r).items() if k != "messages"}) for r in rows) + "\n")
+        "\n".join(json.dumps({k: v for k, v in json.loads(r).items() if k != "messages"}) for r in rows) + "\n"
+    )
     out = tmp_path / "ckpts" / "ft"
-    assert cli_main(["finetune", "train", "--dataset", str(data), "--base", str(gguf.parent), "--gguf-file", gguf.name,
-                     "--out", str(out), "--python", str(python)]) == 2
+    assert (
+        cli_main(
+            [
+                "finetune",
+                "train",
+                "--dataset",
+                str(data),
+                "--base",
+                str(gguf.parent),
+                "--gguf-file",
+                gguf.name,
+                "--out",
+                str(out),
+                "--python",
+                str(python),
+            ]
+        )
+        == 2
+    )
     err = one_line_error(capsys)
     assert err.startswith("craftmd finetune: error: the fine-tuning failed: ") and "messages" in err
     assert not out.exists() and not (tmp_path / "ckpts").exists()  # nor the folder made for it
@@ -191,9 +262,21 @@ def one_case(source, tmp_path_factory) -> tuple[Path, str]:
     df.write_parquet(f)
     cid, vignette = df["case_id"][0], df["vignette"][0]
     parts = [s for s in vignette.split(". ") if s][:3]
-    write_keyinfo(data, [{"case_id": cid, "items": [{"key": " ".join(s.split()[:3]), "value": s} for s in parts],
-                          "initial_request": "I don't feel well. Can you help me?", "status": "ok", "error": None,
-                          "model": "test/hand-written", "prompt_sha256": "0" * 64}], {"model": "test/hand-written"})
+    write_keyinfo(
+        data,
+        [
+            {
+                "case_id": cid,
+                "items": [{"key": " ".join(s.split()[:3]), "value": s} for s in parts],
+                "initial_request": "I don't feel well. Can you help me?",
+                "status": "ok",
+                "error": None,
+                "model": "test/hand-written",
+                "prompt_sha256": "0" * 64,
+            }
+        ],
+        {"model": "test/hand-written"},
+    )
     return data, cid
 
 
@@ -205,9 +288,35 @@ def test_smollm2_fine_tuned_on_cpu_then_served_as_the_doctor_of_a_consultation(o
     gguf = small_model()
     ckpt = tmp_path / "ckpts" / "smollm2-ft"
     # 1. A few LoRA steps on the CPU from the GGUF file: the mean loss over the training dialogues falls.
-    assert cli_main(["finetune", "train", "--dataset", str(FIXTURE), "--base", str(gguf.parent), "--gguf-file", gguf.name,
-                     "--out", str(ckpt), "--steps", "4", "--batch-size", "2", "--max-length", "128", "--lora-r", "8",
-                     "--learning-rate", "1e-3", "--python", str(python)]) == 0
+    assert (
+        cli_main(
+            [
+                "finetune",
+                "train",
+                "--dataset",
+                str(FIXTURE),
+                "--base",
+                str(gguf.parent),
+                "--gguf-file",
+                gguf.name,
+                "--out",
+                str(ckpt),
+                "--steps",
+                "4",
+                "--batch-size",
+                "2",
+                "--max-length",
+                "128",
+                "--lora-r",
+                "8",
+                "--learning-rate",
+                "1e-3",
+                "--python",
+                str(python),
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     record = json.loads((ckpt / "craftmd-finetune.json").read_text())
     assert summary == {"checkpoint": str(ckpt), **{k: record[k] for k in ("rows", "steps", "loss_before", "loss_after")}}
@@ -225,10 +334,38 @@ def test_smollm2_fine_tuned_on_cpu_then_served_as_the_doctor_of_a_consultation(o
         assert served.model == "smollm2-ft"
         os.environ["FT_BASE_URL"] = served.base_url
         try:
-            code = cli_main(["generate", "--task", "consultation", "--dataset", str(data), "--doctor", f"openai-api/ft/{served.model}",
-                             "--patient", "openai/loopback", "--solver", "openai/loopback", "--base-url", other.base_url,
-                             "--experiments", "consult_100", "--trials", "1", "--max-turns", "2", "--max-tokens", "24", "--temperature", "0",
-                             "--cache", str(tmp_path / "cache.sqlite"), "--out", str(rel), "--quiet"])
+            code = cli_main(
+                [
+                    "generate",
+                    "--task",
+                    "consultation",
+                    "--dataset",
+                    str(data),
+                    "--doctor",
+                    f"openai-api/ft/{served.model}",
+                    "--patient",
+                    "openai/loopback",
+                    "--solver",
+                    "openai/loopback",
+                    "--base-url",
+                    other.base_url,
+                    "--experiments",
+                    "consult_100",
+                    "--trials",
+                    "1",
+                    "--max-turns",
+                    "2",
+                    "--max-tokens",
+                    "24",
+                    "--temperature",
+                    "0",
+                    "--cache",
+                    str(tmp_path / "cache.sqlite"),
+                    "--out",
+                    str(rel),
+                    "--quiet",
+                ]
+            )
         finally:
             del os.environ["FT_BASE_URL"]
         doctor_calls = served.chat_requests()

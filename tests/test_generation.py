@@ -56,8 +56,19 @@ _text = text_of
 
 
 def spec(dataset, out, url, cache, **kw) -> GenerateSpec:
-    base = dict(dataset=dataset, out=out, doctor="openai/loopback", patient="openai/loopback", base_url=url, cache=cache,
-                trials=1, progress=False, timeout=5.0, backoff=0.01, concurrency=16)
+    base = dict(
+        dataset=dataset,
+        out=out,
+        doctor="openai/loopback",
+        patient="openai/loopback",
+        base_url=url,
+        cache=cache,
+        trials=1,
+        progress=False,
+        timeout=5.0,
+        backoff=0.01,
+        concurrency=16,
+    )
     base.update(kw)
     return GenerateSpec(**base)
 
@@ -69,7 +80,9 @@ def release_bytes(path: Path) -> dict[str, str]:
 # --- tests ------------------------------------------------------------------------------
 def test_reproduces_upstream_gpt4_conversations_turn_for_turn(tiny_dataset, upstream, replay, tmp_path):
     with LoopbackServer(replay) as server:
-        report = generate(spec(tiny_dataset, tmp_path / "rel", server.base_url, tmp_path / "c.sqlite", experiments=["multiturn", "frq"]))
+        report = generate(
+            spec(tiny_dataset, tmp_path / "rel", server.base_url, tmp_path / "c.sqlite", experiments=["multiturn", "frq"])
+        )
         log = list(server.log)
     assert not replay.mismatches
     conv = read_release(report.path).table("conversations").to_pylist()
@@ -97,29 +110,47 @@ def test_every_experiment_and_image_variants(tiny_dataset, replay, tmp_path):
         log = list(server.log)
     ans = read_release(text.path).table("answers").to_pylist()
     got = {(a["setting"], a["format"]) for a in ans}
-    assert got == {(s, f) for s in ("vignette", "multiturn", "singleturn", "summarized", "exam", "multiturn_no_exam", "multiturn_plus_exam")
-                   for f in ("mcq4", "mcq_many", "frq", "top3")}
+    assert got == {
+        (s, f)
+        for s in ("vignette", "multiturn", "singleturn", "summarized", "exam", "multiturn_no_exam", "multiturn_plus_exam")
+        for f in ("mcq4", "mcq_many", "frq", "top3")
+    }
     assert all(a["status"] == "ok" and a["response"] for a in ans)
     assert {a["trial"] for a in ans} == {0, 1}
     conv = read_release(text.path).table("conversations").to_pylist()
     assert {c["conversation"] for c in conv} == {"standard", "no_exam"}
     assert all(c["summary"] for c in conv if c["conversation"] == "standard" and c["trial"] == 0)
     # The history-only patient never sees the exam; the plus-exam question carries it.
-    no_exam_prompts = [_text(r["messages"][0]["content"]) for r in log if _text(r["messages"][0]["content"]).startswith("You are a patient")]
+    no_exam_prompts = [
+        _text(r["messages"][0]["content"]) for r in log if _text(r["messages"][0]["content"]).startswith("You are a patient")
+    ]
     assert any("Physical examination" not in p for p in no_exam_prompts)
-    plus = [r for r in log if "Physical examination findings:" in _text(r["messages"][-1]["content"]) and r["messages"][-1]["content"].startswith("Stop asking")]
+    plus = [
+        r
+        for r in log
+        if "Physical examination findings:" in _text(r["messages"][-1]["content"])
+        and r["messages"][-1]["content"].startswith("Stop asking")
+    ]
     assert plus
     # Image cases: no mcq4/mcq_many, with and without the image, the image sent as a content part.
     nans = read_release(nejm.path).table("answers").to_pylist()
     assert {a["format"] for a in nans} == {"frq", "top3"}
     assert {a["with_image"] for a in nans} == {True, False}
     assert {a["setting"] for a in nans} == {"vignette", "multiturn", "singleturn", "summarized"}
-    with_image = [r for r in log if any(isinstance(m["content"], list) and any(p.get("type") == "image_url" for p in m["content"]) for m in r["messages"])]
-    assert with_image and all(r["messages"][0]["content"].endswith("An image is also provided to help your diagnosis.") for r in with_image)
+    with_image = [
+        r
+        for r in log
+        if any(isinstance(m["content"], list) and any(p.get("type") == "image_url" for p in m["content"]) for m in r["messages"])
+    ]
+    assert with_image and all(
+        r["messages"][0]["content"].endswith("An image is also provided to help your diagnosis.") for r in with_image
+    )
     nconv = read_release(nejm.path).table("conversations").to_pylist()
     assert any("<image>" in m["content"] for c in nconv if c["with_image"] for m in c["messages"])
     manifest = read_release(text.path).manifest
-    assert manifest.kind == "generated" and manifest.prompt_set["name"] == "craftmd-v1" and len(manifest.prompt_set["sha256"]) == 64
+    assert (
+        manifest.kind == "generated" and manifest.prompt_set["name"] == "craftmd-v1" and len(manifest.prompt_set["sha256"]) == 64
+    )
     assert manifest.models == {"doctor": "openai/loopback", "patient": "openai/loopback", "summarizer": "openai/loopback"}
     assert manifest.counts["tokens_in"]["doctor"] > 0
 
@@ -129,8 +160,17 @@ def test_faults_give_the_same_release_and_full_cache_makes_no_call(tiny_dataset,
     with LoopbackServer(replay) as clean:
         a = generate(spec(tiny_dataset, tmp_path / "a" / "rel", clean.base_url, tmp_path / "a.sqlite", experiments=exp))
     with LoopbackServer(replay, error_rate=0.2, slow_rate=0.1, slow_delay=0.2, timeout_delay=0.6, seed=3) as faulty:
-        b = generate(spec(tiny_dataset, tmp_path / "b" / "rel", faulty.base_url, tmp_path / "b.sqlite", experiments=exp, timeout=0.4,
-                           max_retries=10))
+        b = generate(
+            spec(
+                tiny_dataset,
+                tmp_path / "b" / "rel",
+                faulty.base_url,
+                tmp_path / "b.sqlite",
+                experiments=exp,
+                timeout=0.4,
+                max_retries=10,
+            )
+        )
         assert set(faulty.faults) >= {"429", "500", "timeout", "drop"} and b.retries > 0
         assert b.failures == 0
         assert faulty.calls > faulty.served
@@ -151,9 +191,29 @@ def test_kill_and_resume_repeats_no_finished_call(tiny_dataset, replay, tmp_path
         ref = generate(spec(tiny_dataset, tmp_path / "ref" / "rel", clean.base_url, tmp_path / "ref.sqlite", experiments=exp))
         total = clean.served
     with LoopbackServer(replay, latency=0.05) as server:
-        cmd = [sys.executable, "-m", "craftmd.commands.cli", "generate", "--dataset", str(tiny_dataset), "--doctor", "openai/loopback",
-               "--patient", "openai/loopback", "--base-url", server.base_url, "--cache", str(cache), "--experiments", ",".join(exp),
-               "--concurrency", "2", "--quiet", "--out", str(tmp_path / "killed" / "rel")]
+        cmd = [
+            sys.executable,
+            "-m",
+            "craftmd.commands.cli",
+            "generate",
+            "--dataset",
+            str(tiny_dataset),
+            "--doctor",
+            "openai/loopback",
+            "--patient",
+            "openai/loopback",
+            "--base-url",
+            server.base_url,
+            "--cache",
+            str(cache),
+            "--experiments",
+            ",".join(exp),
+            "--concurrency",
+            "2",
+            "--quiet",
+            "--out",
+            str(tmp_path / "killed" / "rel"),
+        ]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.time() + 30
         cached = 0
@@ -195,10 +255,24 @@ def test_kill_and_resume_repeats_no_finished_call(tiny_dataset, replay, tmp_path
 )
 def test_bad_input_is_one_line_before_any_call(tiny_dataset, replay, tmp_path, capsys, args, message):
     with LoopbackServer(replay) as server:
-        argv = ["generate", "--dataset", str(tiny_dataset), "--doctor", "openai/loopback", "--patient", "openai/loopback",
-                "--base-url", server.base_url, "--cache", str(tmp_path / "c.sqlite"), "--out", str(tmp_path / "rel"), "--quiet"]
+        argv = [
+            "generate",
+            "--dataset",
+            str(tiny_dataset),
+            "--doctor",
+            "openai/loopback",
+            "--patient",
+            "openai/loopback",
+            "--base-url",
+            server.base_url,
+            "--cache",
+            str(tmp_path / "c.sqlite"),
+            "--out",
+            str(tmp_path / "rel"),
+            "--quiet",
+        ]
         for i in range(0, len(args), 2):  # later flags override earlier ones
-            argv += args[i:i + 2]
+            argv += args[i : i + 2]
         assert cli_main(argv) == 2
         assert server.calls == 0
     err = capsys.readouterr().err.strip()
@@ -208,6 +282,7 @@ def test_bad_input_is_one_line_before_any_call(tiny_dataset, replay, tmp_path, c
 
 def test_refusal_is_recorded_not_retried(tmp_path):
     with LoopbackServer(lambda req: None) as server:
+
         async def go():
             model = get_model("openai/loopback", base_url=server.base_url)
             caller = Caller(model, RequestCache(tmp_path / "c.sqlite"), backoff=0.01)
@@ -215,6 +290,7 @@ def test_refusal_is_recorded_not_retried(tmp_path):
             again = await caller([{"role": "user", "content": "hi"}], Sampling())
             await model.aclose()
             return c, again, caller
+
         c, again, caller = asyncio.run(go())
     assert c.status == "refusal" and c.finish_reason == "content_filter" and again == c
     assert server.calls == 1 and caller.retries == 0 and caller.cache_hits == 1
@@ -222,12 +298,14 @@ def test_refusal_is_recorded_not_retried(tmp_path):
 
 def test_retries_are_capped_and_failures_recorded(tmp_path):
     with LoopbackServer(lambda req: "x", error_rate=1.0, error_kinds=("500",)) as server:
+
         async def go():
             model = get_model("openai/loopback", base_url=server.base_url)
             caller = Caller(model, RequestCache(tmp_path / "c.sqlite"), max_retries=3, backoff=0.001)
             c = await caller([{"role": "user", "content": "hi"}], Sampling())
             await model.aclose()
             return c, caller
+
         c, caller = asyncio.run(go())
     assert c.status == "error" and "4 attempts" in c.error
     assert server.calls == 4 and caller.retries == 3 and caller.failures == 1
@@ -280,12 +358,21 @@ def test_cancelled_waiter_gives_its_slot_on():
     assert asyncio.run(go()) == 1
 
 
-@pytest.mark.parametrize("body, status", [
-    ({"choices": [{"message": {"content": "Hi?"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}, "ok"),
-    ({"choices": [{"message": {"content": None}, "finish_reason": "content_filter"}]}, "refusal"),
-    ({"choices": [{"message": {"content": None, "refusal": "I can't help"}, "finish_reason": "stop"}]}, "refusal"),
-    ({"choices": [{"message": {"content": None}, "finish_reason": "length"}]}, "error"),
-])
+@pytest.mark.parametrize(
+    "body, status",
+    [
+        (
+            {
+                "choices": [{"message": {"content": "Hi?"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+            },
+            "ok",
+        ),
+        ({"choices": [{"message": {"content": None}, "finish_reason": "content_filter"}]}, "refusal"),
+        ({"choices": [{"message": {"content": None, "refusal": "I can't help"}, "finish_reason": "stop"}]}, "refusal"),
+        ({"choices": [{"message": {"content": None}, "finish_reason": "length"}]}, "error"),
+    ],
+)
 def test_response_bodies_become_completions(body, status):
     c = parse_completion(body)
     assert c.status == status
@@ -293,8 +380,17 @@ def test_response_bodies_become_completions(body, status):
         assert (c.text, c.tokens_in, c.tokens_out) == ("Hi?", 3, 1)
 
 
-@pytest.mark.parametrize("body", [{}, {"choices": []}, {"choices": [{"message": {"content": 3}}]}, "not json", None,
-                                  {"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": "many"}}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"choices": []},
+        {"choices": [{"message": {"content": 3}}]},
+        "not json",
+        None,
+        {"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": "many"}},
+    ],
+)
 def test_malformed_response_is_retried_not_recorded(body):
     with pytest.raises(TransientError, match="malformed response"):
         parse_completion(body)
@@ -315,7 +411,10 @@ def _serve_chat(answers: list[web.Response]):
 
 @pytest.mark.parametrize("suffix", ["", "/"])
 def test_openai_requests_go_to_the_base_url_path_with_the_key_and_no_sdk_telemetry(suffix):
-    ok = {"choices": [{"message": {"content": "Hi?"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+    ok = {
+        "choices": [{"message": {"content": "Hi?"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+    }
     app, seen = _serve_chat([web.json_response(ok)])
 
     async def go():
@@ -335,8 +434,14 @@ def test_openai_requests_go_to_the_base_url_path_with_the_key_and_no_sdk_telemet
     assert (c.status, c.text, c.tokens_in, c.tokens_out) == ("ok", "Hi?", 3, 1)
     [req] = seen
     assert req["path"] == "/proxy/v1/chat/completions"
-    assert req["body"] == {"model": "m", "messages": [{"role": "user", "content": "héllo"}], "temperature": 0.0, "top_p": 1.0,
-                           "max_tokens": 7, "seed": 0}
+    assert req["body"] == {
+        "model": "m",
+        "messages": [{"role": "user", "content": "héllo"}],
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "max_tokens": 7,
+        "seed": 0,
+    }
     headers = {k.lower(): v for k, v in req["headers"].items()}
     assert headers["authorization"] == "Bearer sk-test" and headers["content-type"] == "application/json"
     assert not [h for h in headers if h.startswith("x-stainless")]  # the SDK's platform/runtime telemetry stays home
@@ -393,7 +498,17 @@ def test_vllm_provider_batches_every_active_conversation(tiny_dataset, replay, t
     fake = FakeLLM(replay)
     monkeypatch.setitem(models._VLLM_ENGINES, "fake", VLLMModel("fake", llm=fake, sampling_params=dict))
     exp = ["multiturn", "frq"]
-    r = generate(spec(tiny_dataset, tmp_path / "v" / "rel", None, tmp_path / "v.sqlite", doctor="vllm/fake", patient="vllm/fake", experiments=exp))
+    r = generate(
+        spec(
+            tiny_dataset,
+            tmp_path / "v" / "rel",
+            None,
+            tmp_path / "v.sqlite",
+            doctor="vllm/fake",
+            patient="vllm/fake",
+            experiments=exp,
+        )
+    )
     longest = max(c["n_turns"] for c in read_release(r.path).table("conversations").to_pylist())
     requests = sum(t.requests for t in r.tallies.values())
     assert sum(fake.batches) == requests
@@ -424,28 +539,58 @@ def test_on_the_built_dataset_reproduces_upstream_and_serves_image_cases(dataset
 
     ids = sorted(upstream["text"])
     built = load_config(dataset_dir, "all").filter(pl.col("case_id").is_in(ids))
-    same = [r["case_id"] for r in built.iter_rows(named=True) if r["vignette"].strip() == upstream["text"][r["case_id"]]["case_vignette"].strip()]
+    same = [
+        r["case_id"]
+        for r in built.iter_rows(named=True)
+        if r["vignette"].strip() == upstream["text"][r["case_id"]]["case_vignette"].strip()
+    ]
     assert same, "the built vignettes should match upstream's split for these cases"
     with LoopbackServer(replay) as server:
-        r = generate(spec(dataset_dir, tmp_path / "rel", server.base_url, tmp_path / "c.sqlite", cases=ids,
-                          experiments=["multiturn", "multiturn_no_exam", "exam", "mcq4", "mcq_many", "frq"]))
-        n = generate(spec(dataset_dir, tmp_path / "nejm", server.base_url, tmp_path / "c.sqlite", config="nejm_image",
-                          cases=["case_1"], experiments=["vignette", "frq"]))
+        r = generate(
+            spec(
+                dataset_dir,
+                tmp_path / "rel",
+                server.base_url,
+                tmp_path / "c.sqlite",
+                cases=ids,
+                experiments=["multiturn", "multiturn_no_exam", "exam", "mcq4", "mcq_many", "frq"],
+            )
+        )
+        n = generate(
+            spec(
+                dataset_dir,
+                tmp_path / "nejm",
+                server.base_url,
+                tmp_path / "c.sqlite",
+                config="nejm_image",
+                cases=["case_1"],
+                experiments=["vignette", "frq"],
+            )
+        )
     assert not replay.mismatches
     conv = {c["case_id"]: c for c in read_release(r.path).table("conversations").to_pylist() if c["conversation"] == "standard"}
     for cid in same:
         assert conv[cid]["messages"] == upstream["text"][cid]["trial_0"]["multiturn_conversation"]
     ans = read_release(r.path).table("answers").to_pylist()
     assert {a["format"] for a in ans} == {"mcq4", "mcq_many", "frq"} and all(a["status"] == "ok" for a in ans)
-    assert {(a["setting"], a["with_image"]) for a in read_release(n.path).table("answers").to_pylist()} == {("vignette", False), ("vignette", True)}
+    assert {(a["setting"], a["with_image"]) for a in read_release(n.path).table("answers").to_pylist()} == {
+        ("vignette", False),
+        ("vignette", True),
+    }
 
 
 def test_worker_processes_write_the_same_release(tiny_dataset, replay, tmp_path):
     exp = ["vignette", "multiturn", "summarized", "frq", "mcq4"]
     with LoopbackServer(replay) as server:
-        one = generate(spec(tiny_dataset, tmp_path / "a" / "rel", server.base_url, tmp_path / "a.sqlite", experiments=exp, trials=2))
+        one = generate(
+            spec(tiny_dataset, tmp_path / "a" / "rel", server.base_url, tmp_path / "a.sqlite", experiments=exp, trials=2)
+        )
         served = server.served
-        two = generate(spec(tiny_dataset, tmp_path / "b" / "rel", server.base_url, tmp_path / "b.sqlite", experiments=exp, trials=2, workers=3))
+        two = generate(
+            spec(
+                tiny_dataset, tmp_path / "b" / "rel", server.base_url, tmp_path / "b.sqlite", experiments=exp, trials=2, workers=3
+            )
+        )
         assert server.served - served == served  # the same calls, each made once
     assert two.calls == one.calls
     assert release_bytes(one.path) == release_bytes(two.path)
@@ -464,8 +609,16 @@ def test_max_turns_and_refusals_are_recorded_never_silent(tiny_dataset, upstream
         return "**Final Diagnosis:** Flu"
 
     with LoopbackServer(responder) as server:
-        r = generate(spec(tiny_dataset, tmp_path / "rel", server.base_url, tmp_path / "c.sqlite", options={"max_turns": 3},
-                          experiments=["vignette", "multiturn", "singleturn", "frq"]))
+        r = generate(
+            spec(
+                tiny_dataset,
+                tmp_path / "rel",
+                server.base_url,
+                tmp_path / "c.sqlite",
+                options={"max_turns": 3},
+                experiments=["vignette", "multiturn", "singleturn", "frq"],
+            )
+        )
         refusal_calls = sum(1 for q in server.log if vignette in _text(q["messages"][0]["content"]))
     conv = {c["case_id"]: c for c in read_release(r.path).table("conversations").to_pylist()}
     assert conv[refusing]["ended"] == "refusal" and conv[refusing]["n_turns"] == 1
@@ -521,10 +674,13 @@ def test_failures_keep_their_reason_and_a_rerun_over_the_cache_sends_nothing(tin
 def test_transient_failures_keep_their_reason_and_are_tried_again(tiny_dataset, replay, tmp_path):
     exp = ["vignette", "frq"]
     with LoopbackServer(replay, error_rate=1.0, error_kinds=("500",)) as server:
-        r = generate(spec(tiny_dataset, tmp_path / "a" / "rel", server.base_url, tmp_path / "c.sqlite", experiments=exp, max_retries=1))
+        r = generate(
+            spec(tiny_dataset, tmp_path / "a" / "rel", server.base_url, tmp_path / "c.sqlite", experiments=exp, max_retries=1)
+        )
     ans = read_release(r.path).table("answers").to_pylist()
-    assert ans and all(a["status"] == "error" and a["error"].startswith("HTTP 500") and "gave up after 2 attempts" in a["error"]
-                       for a in ans)
+    assert ans and all(
+        a["status"] == "error" and a["error"].startswith("HTTP 500") and "gave up after 2 attempts" in a["error"] for a in ans
+    )
     assert all("transient" in label for label in r.counts.reasons)
     with LoopbackServer(replay) as server:  # the server is back: nothing failed was cached
         ok = generate(spec(tiny_dataset, tmp_path / "b" / "rel", server.base_url, tmp_path / "c.sqlite", experiments=exp))
@@ -539,7 +695,15 @@ def test_identical_requests_are_sent_once_and_counted_as_deduplicated(tiny_datas
         return "It hurts." if _text(req["messages"][0]["content"]).startswith("You are a patient") else "**Final Diagnosis:** Flu"
 
     with LoopbackServer(responder) as server:
-        r = generate(spec(tiny_dataset, tmp_path / "rel", server.base_url, tmp_path / "c.sqlite", experiments=["multiturn", "singleturn", "frq"]))
+        r = generate(
+            spec(
+                tiny_dataset,
+                tmp_path / "rel",
+                server.base_url,
+                tmp_path / "c.sqlite",
+                experiments=["multiturn", "singleturn", "frq"],
+            )
+        )
         sent = server.calls
     assert r.calls == sent == 3 * N_TEXT_CASES  # patient, doctor (final diagnosis), one question for both settings
     assert r.deduplicated == N_TEXT_CASES and r.requests == 4 * N_TEXT_CASES
@@ -568,8 +732,22 @@ def test_the_same_model_on_another_server_is_called_afresh_and_no_key_is_kept(ti
 def test_a_base_url_without_v1_gets_a_hint(tiny_dataset, replay, tmp_path, capsys):
     with LoopbackServer(replay) as server:
         bare = f"http://127.0.0.1:{server.port}"
-        argv = ["generate", "--dataset", str(tiny_dataset), "--doctor", "openai/loopback", "--patient", "openai/loopback",
-                "--base-url", bare, "--cache", str(tmp_path / "c.sqlite"), "--out", str(tmp_path / "rel"), "--quiet"]
+        argv = [
+            "generate",
+            "--dataset",
+            str(tiny_dataset),
+            "--doctor",
+            "openai/loopback",
+            "--patient",
+            "openai/loopback",
+            "--base-url",
+            bare,
+            "--cache",
+            str(tmp_path / "c.sqlite"),
+            "--out",
+            str(tmp_path / "rel"),
+            "--quiet",
+        ]
         assert cli_main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert f"{bare}/models answered HTTP 404" in err and f"--base-url {bare}/v1" in err and len(err.splitlines()) == 1, err
@@ -577,8 +755,20 @@ def test_a_base_url_without_v1_gets_a_hint(tiny_dataset, replay, tmp_path, capsy
 
 @pytest.mark.parametrize("url", ["localhost:8000/v1", "http://", "ftp://host/v1", "http://host:99999/v1"])
 def test_a_bad_base_url_is_one_line(tiny_dataset, tmp_path, capsys, url):
-    argv = ["generate", "--dataset", str(tiny_dataset), "--doctor", "openai/m", "--patient", "openai/m", "--base-url", url,
-            "--out", str(tmp_path / "rel"), "--quiet"]
+    argv = [
+        "generate",
+        "--dataset",
+        str(tiny_dataset),
+        "--doctor",
+        "openai/m",
+        "--patient",
+        "openai/m",
+        "--base-url",
+        url,
+        "--out",
+        str(tmp_path / "rel"),
+        "--quiet",
+    ]
     assert cli_main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert "--base-url" in err and len(err.splitlines()) == 1, err
@@ -589,8 +779,10 @@ def test_a_bad_base_url_is_one_line(tiny_dataset, tmp_path, capsys, url):
 def test_case_ids_take_commas_and_spaces_alike(command, cases):
     from craftmd.commands.cli import build_parser
 
-    required = {"generate": ["--dataset", "d", "--doctor", "a/b", "--patient", "a/b", "--out", "o"],
-                "meld": ["--dataset", "d", "--model", "a/b", "--out", "o"]}[command]
+    required = {
+        "generate": ["--dataset", "d", "--doctor", "a/b", "--patient", "a/b", "--out", "o"],
+        "meld": ["--dataset", "d", "--model", "a/b", "--out", "o"],
+    }[command]
     args = build_parser().parse_args([command, *required, "--cases", *cases])
     assert args.cases == ["case_1", "case_2"]
 
@@ -600,9 +792,25 @@ def test_the_progress_bar_moves_per_request_and_agrees_with_the_summary_and_mani
 
     out = tmp_path / "rel"
     with LoopbackServer(replay, latency=0.05) as server:
-        argv = ["generate", "--dataset", str(tiny_dataset), "--doctor", "openai/loopback", "--patient", "openai/loopback",
-                "--base-url", server.base_url, "--cache", str(tmp_path / "c.sqlite"), "--out", str(out), "--concurrency", "2",
-                "--experiments", "vignette,multiturn,singleturn,frq,mcq4"]
+        argv = [
+            "generate",
+            "--dataset",
+            str(tiny_dataset),
+            "--doctor",
+            "openai/loopback",
+            "--patient",
+            "openai/loopback",
+            "--base-url",
+            server.base_url,
+            "--cache",
+            str(tmp_path / "c.sqlite"),
+            "--out",
+            str(out),
+            "--concurrency",
+            "2",
+            "--experiments",
+            "vignette,multiturn,singleturn,frq,mcq4",
+        ]
         assert cli_main(argv) == 0
     err = capsys.readouterr().err
     bars = re.findall(r"(\d+)req .*?answers (\d+)/(\d+) sent=(\d+) cached=(\d+) dedup=(\d+) retries=\d+ fail=(\d+)", err)

@@ -125,7 +125,9 @@ def test_fact_matching_on_hand_made_examples():
     assert fever == {"fever"} and "man" not in age and {"22", "year", "old"} <= age
     said = set(H.tokens("No, I haven't had any fevers. I'm 22 years old."))
     assert H.covered(fever, said) and H.covered(age, said)
-    assert H.covered(itch, set(H.tokens("It itches a lot"))) is False  # itchi/itch: 0 of 3 content stems ("itchi", "pain", "rash")
+    assert (
+        H.covered(itch, set(H.tokens("It itches a lot"))) is False
+    )  # itchi/itch: 0 of 3 content stems ("itchi", "pain", "rash")
     assert H.covered(itch, set(H.tokens("the rash hurts, it is painful"))) is True  # 2 of 3 >= 0.5
     reference = set(H.tokens("He denies fever. His rash is itchy and painful."))
     assert H.fact_hits([fever, itch, age], reference, said) == [1, 0, None]  # the age is not in what the patient held
@@ -141,8 +143,15 @@ def test_facts_config_is_in_the_built_dataset_with_its_attribution(dataset_dir):
     first = facts.row(0, named=True)
     assert first["case_id"] == "case_0" and first["facts"][4] == "The man denied having a fever."
     card = (dataset_dir / "README.md").read_text()
-    for needle in ("MediQ: Question-Asking LLMs and a Benchmark for Reliable Interactive Clinical Reasoning", "NeurIPS 2024",
-                   "Li, S. S.", "Tsvetkov", "CC BY 4.0", "config_name: facts", "cc-by-4.0"):
+    for needle in (
+        "MediQ: Question-Asking LLMs and a Benchmark for Reliable Interactive Clinical Reasoning",
+        "NeurIPS 2024",
+        "Li, S. S.",
+        "Tsvetkov",
+        "CC BY 4.0",
+        "config_name: facts",
+        "cc-by-4.0",
+    ):
         assert needle in card, needle
     assert "MediQ atomic facts (facts config) for 279 cases" in (dataset_dir / "build_report.md").read_text()
     from datasets import load_dataset
@@ -188,7 +197,12 @@ def test_scores_are_written_beside_the_release_and_a_rerun_is_byte_identical(rel
     old = read_release(rel).scores_with_records()[0]
     assert stale(rel, dataset_dir, ["history"]) == ["history"]
     score_release(rel, dataset_dir, ["history"], progress=False, force=True)
-    assert frozen(rel) == before and sorted(p.name for p in rel.iterdir()) == ["answers.parquet", "conversations.parquet", "manifest.json", "scores.parquet"]
+    assert frozen(rel) == before and sorted(p.name for p in rel.iterdir()) == [
+        "answers.parquet",
+        "conversations.parquet",
+        "manifest.json",
+        "scores.parquet",
+    ]
     r = read_release(rel)
     table, records = r.scores_with_records()
     hist = table.filter(pc.equal(table["scorer"], H.SCORER))

@@ -47,17 +47,51 @@ def world(upstream, tmp_path_factory):
     pl.read_parquet(f).with_columns(paper_answer=pl.col("answer")).write_parquet(f)  # the paper rule's key
     ids = ",".join(sorted(upstream["text"]))
     with LoopbackServer(Replay(upstream["text"])) as server:
-        common = ["--dataset", str(data), "--doctor", MODEL, "--patient", MODEL, "--base-url", server.base_url, "--cases", ids,
-                  "--trials", "2", "--cache", str(root / "cache.sqlite"), "--quiet"]
+        common = [
+            "--dataset",
+            str(data),
+            "--doctor",
+            MODEL,
+            "--patient",
+            MODEL,
+            "--base-url",
+            server.base_url,
+            "--cases",
+            ids,
+            "--trials",
+            "2",
+            "--cache",
+            str(root / "cache.sqlite"),
+            "--quiet",
+        ]
         assert main(["generate", *common, "--experiments", "multiturn,frq,mcq4", "--out", str(root / "mt")]) == 0
         assert main(["generate", *common, "--experiments", "vignette,frq,mcq4", "--out", str(root / "vf")]) == 0
         for k in (1, 2):
-            assert main(["generate", *common, "--experiments", "multiturn,frq,mcq4", "--shard", f"{k}/2",
-                         "--out", str(root / f"shard{k}")]) == 0
+            assert (
+                main(
+                    [
+                        "generate",
+                        *common,
+                        "--experiments",
+                        "multiturn,frq,mcq4",
+                        "--shard",
+                        f"{k}/2",
+                        "--out",
+                        str(root / f"shard{k}"),
+                    ]
+                )
+                == 0
+            )
     assert main(["score", str(root / "mt"), "--dataset", str(data), "--quiet"]) == 0
     assert main(["export", str(root / "mt"), "--inspect", str(root / "logs"), "--quiet"]) == 0
-    return {"root": root, "data": data, "mt": root / "mt", "vf": root / "vf", "logs": sorted((root / "logs").glob("*.eval")),
-            "shards": [root / "shard1", root / "shard2"]}
+    return {
+        "root": root,
+        "data": data,
+        "mt": root / "mt",
+        "vf": root / "vf",
+        "logs": sorted((root / "logs").glob("*.eval")),
+        "shards": [root / "shard1", root / "shard2"],
+    }
 
 
 def one_line(capsys, *, says: str = "") -> str:
@@ -80,12 +114,14 @@ def rewrite_log(src: Path, dst: Path, change) -> Path:
 
 def set_scores(value, metric: str = "correct"):
     """A change of a log: every score row of ``metric`` set to ``value`` (status ok)."""
+
     def change(log):
         for s in log.samples:
             for sc in s.scores.values():
                 for r in sc.metadata["craftmd"]["rows"]:
                     if r["metric"] == metric:
                         r["value"], r["status"] = value, "ok"
+
     return change
 
 
@@ -129,8 +165,17 @@ def test_a_log_with_forged_scores_gives_claims_that_scoring_computes_again_and_r
     ours = pl.from_arrow(rel.scores_with_records()[0])
     theirs = pl.from_arrow(read_release(world["mt"]).scores_with_records()[0])
     for g in ("paper", "strict", "offline"):
-        mine = ours.filter(pl.col("scorer") == g, pl.col("metric") == "correct").sort("case_id", "trial", "format")["value"].to_list()
-        assert mine == theirs.filter(pl.col("scorer") == g, pl.col("metric") == "correct").sort("case_id", "trial", "format")["value"].to_list()
+        mine = (
+            ours.filter(pl.col("scorer") == g, pl.col("metric") == "correct")
+            .sort("case_id", "trial", "format")["value"]
+            .to_list()
+        )
+        assert (
+            mine
+            == theirs.filter(pl.col("scorer") == g, pl.col("metric") == "correct")
+            .sort("case_id", "trial", "format")["value"]
+            .to_list()
+        )
         assert set(mine) == {0.0}
         assert set(ours.filter(pl.col("scorer") == f"claimed:{g}")["value"].to_list()) == {1.0}
     # no claim is ever read as a score: the analysis' scores and grades, and the release's verdicts
@@ -160,8 +205,11 @@ def test_claims_that_agree_are_not_reported_and_a_claim_is_no_scorer_to_run(worl
         register_scorer("claimed:mine", object)
 
 
-@pytest.mark.parametrize("value", [7, math.inf, -math.inf, 1e309, -0.5, "1.0", "abc", True, [1.0], {"v": 1}],
-                         ids=["7", "inf", "-inf", "1e309", "-0.5", "text-1.0", "text", "true", "list", "object"])
+@pytest.mark.parametrize(
+    "value",
+    [7, math.inf, -math.inf, 1e309, -0.5, "1.0", "abc", True, [1.0], {"v": 1}],
+    ids=["7", "inf", "-inf", "1e309", "-0.5", "text-1.0", "text", "true", "list", "object"],
+)
 def test_a_log_with_an_impossible_score_writes_nothing(world, tmp_path, capsys, value):
     log = rewrite_log(world["logs"][0], tmp_path / "bad.eval", set_scores(value))
     out = tmp_path / "r"
@@ -189,12 +237,14 @@ def _manifest(edit):
         m = json.loads((rel / "manifest.json").read_text())
         edit(m)
         (rel / "manifest.json").write_text(json.dumps(m))
+
     return change
 
 
 def _raw_manifest(data: bytes):
     def change(rel: Path) -> None:
         (rel / "manifest.json").write_bytes(data)
+
     return change
 
 
@@ -202,6 +252,7 @@ def _data_file(name: str, make):
     def change(rel: Path) -> None:
         make(rel / name)
         rehash(rel, name)
+
     return change
 
 
@@ -210,13 +261,18 @@ def _trial_column(values, type_=None):
         t = pq.read_table(path)
         t = t.set_column(t.schema.get_field_index("trial"), "trial", pa.array(values(t.column("trial").to_pylist()), type_))
         pq.write_table(t, path)
+
     return make
 
 
 TAMPERED = {  # what a hostile release holds -> what the one line says
     "deep-manifest": (_raw_manifest(b'{"a":' * 200_000 + b"1" + b"}" * 200_000), "nested too deeply"),
-    "manifest-not-utf8": (lambda rel: (rel / "manifest.json").write_bytes(
-        (rel / "manifest.json").read_bytes().replace(b'"craftmd"', '"cr\u00e4ftmd"'.encode("latin-1"))), "unreadable manifest"),
+    "manifest-not-utf8": (
+        lambda rel: (rel / "manifest.json").write_bytes(
+            (rel / "manifest.json").read_bytes().replace(b'"craftmd"', '"cr\u00e4ftmd"'.encode("latin-1"))
+        ),
+        "unreadable manifest",
+    ),
     "files-entry-no-sha256": (_manifest(lambda m: m["files"]["answers.parquet"].pop("sha256")), "invalid run record: files"),
     "files-sha256-a-number": (_manifest(lambda m: m["files"]["answers.parquet"].update(sha256=5)), "invalid run record: files"),
     "files-entry-a-string": (_manifest(lambda m: m["files"].update({"answers.parquet": "abc"})), "invalid run record: files"),
@@ -226,8 +282,14 @@ TAMPERED = {  # what a hostile release holds -> what the one line says
     "data-a-csv": (_data_file("answers.parquet", lambda p: pl.read_parquet(p).drop("with_image").write_csv(p)), "is damaged"),
     "trial-as-text": (_data_file("answers.parquet", _trial_column(lambda v: [str(x) for x in v])), "column trial holds string"),
     "trial-as-float": (_data_file("answers.parquet", _trial_column(lambda v: [x + 0.5 for x in v])), "column trial holds double"),
-    "trial-63": (_data_file("answers.parquet", _trial_column(lambda v: [MAX_TRIALS] * len(v), pa.int16())), "trial 63 is out of range"),
-    "trial-negative": (_data_file("answers.parquet", _trial_column(lambda v: [-1] * len(v), pa.int16())), "trial -1 is out of range"),
+    "trial-63": (
+        _data_file("answers.parquet", _trial_column(lambda v: [MAX_TRIALS] * len(v), pa.int16())),
+        "trial 63 is out of range",
+    ),
+    "trial-negative": (
+        _data_file("answers.parquet", _trial_column(lambda v: [-1] * len(v), pa.int16())),
+        "trial -1 is out of range",
+    ),
 }
 
 
@@ -256,6 +318,7 @@ def test_damaged_scores_file_records_are_one_line(world, tmp_path, capsys):
 
 def _sample_member(data: bytes):
     """A change of an ``.eval`` file (a zip): its first sample's member replaced by ``data``."""
+
     def change(path: Path) -> None:
         with zipfile.ZipFile(path) as z:
             members = {n: z.read(n) for n in z.namelist()}
@@ -264,12 +327,14 @@ def _sample_member(data: bytes):
         with zipfile.ZipFile(path, "w") as z:
             for n, b in members.items():
                 z.writestr(n, b)
+
     return change
 
 
 def _embedded(edit):
     def change(log) -> None:
         edit(log.eval.metadata["craftmd.manifest"])
+
     return change
 
 
@@ -278,6 +343,7 @@ def _store_rows(table: str, edit):
         for s in log.samples:
             for r in s.store["craftmd"][table]:
                 edit(r)
+
     return change
 
 
@@ -290,10 +356,16 @@ HOSTILE_LOGS = {  # a log's content -> what the one line says
     "embedded-manifest-a-list": (lambda log: log.eval.metadata.update({"craftmd.manifest": [1]}), "invalid run record"),
     "answer-trial-as-text": (_store_rows("answers", lambda r: r.update(trial=f"{r['trial']}")), "rows that do not fit a release"),
     "answer-trial-63": (_store_rows("answers", lambda r: r.update(trial=MAX_TRIALS)), "trial 63 is out of range"),
-    "score-row-a-string": (lambda log: [sc.metadata["craftmd"].update(rows=["x"]) for s in log.samples for sc in s.scores.values()],
-                           "nothing was written"),
-    "score-trial-as-list": (lambda log: [r.update(trial=[0]) for s in log.samples for sc in s.scores.values()
-                                         for r in sc.metadata["craftmd"]["rows"]], "nothing was written"),
+    "score-row-a-string": (
+        lambda log: [sc.metadata["craftmd"].update(rows=["x"]) for s in log.samples for sc in s.scores.values()],
+        "nothing was written",
+    ),
+    "score-trial-as-list": (
+        lambda log: [
+            r.update(trial=[0]) for s in log.samples for sc in s.scores.values() for r in sc.metadata["craftmd"]["rows"]
+        ],
+        "nothing was written",
+    ),
 }
 
 
@@ -362,20 +434,54 @@ def cli_refuses(capsys, argv: list[str], says: str) -> None:
     assert "Traceback" not in err and says in err.strip().splitlines()[-1], err
 
 
-@pytest.mark.parametrize("option", [
-    ["--trials", "64"], ["--trials", "0"], ["--trials", "-1"],
-    ["--price", "nan,nan"], ["--price", "inf,inf"], ["--price=-1,2"], ["--price", "1,-inf"], ["--price", "patient=nan,1"],
-    ["--price", "1e309,1"],
-    ["--max-tokens", "0"], ["--max-tokens", "-5"],
-    ["--timeout", "-1"], ["--timeout", "0"], ["--timeout", "nan"], ["--timeout", "inf"],
-    ["--temperature", "nan"], ["--temperature", "inf"], ["--temperature", "-1"],
-    ["--budget", "nan"], ["--budget", "inf"], ["--budget", "0"],
-    ["--max-retries", "-1"],
-], ids=lambda o: "=".join(o))
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--trials", "64"],
+        ["--trials", "0"],
+        ["--trials", "-1"],
+        ["--price", "nan,nan"],
+        ["--price", "inf,inf"],
+        ["--price=-1,2"],
+        ["--price", "1,-inf"],
+        ["--price", "patient=nan,1"],
+        ["--price", "1e309,1"],
+        ["--max-tokens", "0"],
+        ["--max-tokens", "-5"],
+        ["--timeout", "-1"],
+        ["--timeout", "0"],
+        ["--timeout", "nan"],
+        ["--timeout", "inf"],
+        ["--temperature", "nan"],
+        ["--temperature", "inf"],
+        ["--temperature", "-1"],
+        ["--budget", "nan"],
+        ["--budget", "inf"],
+        ["--budget", "0"],
+        ["--max-retries", "-1"],
+    ],
+    ids=lambda o: "=".join(o),
+)
 def test_generate_refuses_an_out_of_range_option_before_it_runs(world, tmp_path, capsys, option):
     out = tmp_path / "never"
-    cli_refuses(capsys, ["generate", "--dataset", str(world["data"]), "--doctor", MODEL, "--patient", MODEL,
-                         "--base-url", "http://127.0.0.1:9/v1", "--out", str(out), *option], option[0].split("=")[0])
+    cli_refuses(
+        capsys,
+        [
+            "generate",
+            "--dataset",
+            str(world["data"]),
+            "--doctor",
+            MODEL,
+            "--patient",
+            MODEL,
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--out",
+            str(out),
+            *option,
+        ],
+        option[0].split("=")[0],
+    )
     assert not out.exists()
 
 
@@ -383,28 +489,63 @@ def test_generate_refuses_an_out_of_range_option_before_it_runs(world, tmp_path,
 def test_generate_refuses_an_out_of_range_task_option_before_it_runs(world, tmp_path, capsys, option):
     """A task's option (``-T``, or its old flag) is checked by the task's options class: one line, nothing written."""
     out = tmp_path / "never"
-    assert main(["generate", "--dataset", str(world["data"]), "--doctor", MODEL, "--patient", MODEL,
-                 "--base-url", "http://127.0.0.1:9/v1", "--out", str(out), *option]) == 2
+    assert (
+        main(
+            [
+                "generate",
+                "--dataset",
+                str(world["data"]),
+                "--doctor",
+                MODEL,
+                "--patient",
+                MODEL,
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--out",
+                str(out),
+                *option,
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert "Traceback" not in err and "option max_turns='0'" in err and err.count("\n") == 0, err
     assert not out.exists()
 
 
-@pytest.mark.parametrize("option", [["--temperature", "nan"], ["--max-tokens", "0"], ["--timeout", "-1"], ["--price", "nan,1"]],
-                         ids=lambda o: "=".join(o))
+@pytest.mark.parametrize(
+    "option",
+    [["--temperature", "nan"], ["--max-tokens", "0"], ["--timeout", "-1"], ["--price", "nan,1"]],
+    ids=lambda o: "=".join(o),
+)
 def test_every_command_that_calls_models_has_the_same_limits(world, capsys, option):
-    cli_refuses(capsys, ["score", str(world["mt"]), "--dataset", str(world["data"]), "--scorer", "judge:openai/j", *option], option[0])
+    cli_refuses(
+        capsys, ["score", str(world["mt"]), "--dataset", str(world["data"]), "--scorer", "judge:openai/j", *option], option[0]
+    )
 
 
 def test_a_run_spec_out_of_range_is_refused_before_any_call(world, tmp_path):
     from craftmd.generation.runner import GenerateSpec, generate
 
-    base = dict(dataset=world["data"], out=tmp_path / "never", doctor=MODEL, patient=MODEL, base_url="http://127.0.0.1:9/v1",
-                progress=False)
-    for bad, says in ((dict(price=(math.nan, math.nan), budget=1.0), "--price"), (dict(price=(-1.0, 2.0)), "--price"),
-                      (dict(price={"patient": (math.inf, 1.0)}), "--price"), (dict(trials=MAX_TRIALS + 1), "--trials"),
-                      (dict(max_tokens=0), "--max-tokens"), (dict(timeout=-1.0), "--timeout"), (dict(temperature=math.nan), "--temperature"),
-                      (dict(shard=(1, -1)), "--shard"), (dict(price=(1.0, 1.0), budget=math.nan), "--budget")):
+    base = dict(
+        dataset=world["data"],
+        out=tmp_path / "never",
+        doctor=MODEL,
+        patient=MODEL,
+        base_url="http://127.0.0.1:9/v1",
+        progress=False,
+    )
+    for bad, says in (
+        (dict(price=(math.nan, math.nan), budget=1.0), "--price"),
+        (dict(price=(-1.0, 2.0)), "--price"),
+        (dict(price={"patient": (math.inf, 1.0)}), "--price"),
+        (dict(trials=MAX_TRIALS + 1), "--trials"),
+        (dict(max_tokens=0), "--max-tokens"),
+        (dict(timeout=-1.0), "--timeout"),
+        (dict(temperature=math.nan), "--temperature"),
+        (dict(shard=(1, -1)), "--shard"),
+        (dict(price=(1.0, 1.0), budget=math.nan), "--budget"),
+    ):
         with pytest.raises(CraftMDError, match=says):
             generate(GenerateSpec(**base, **bad))
         assert not (tmp_path / "never").exists()
@@ -422,8 +563,24 @@ def test_the_trial_limit_is_the_same_for_validate_submit_and_ingest(world, tmp_p
         sub = tmp_path / f"sub{trial}.jsonl"
         sub.write_text(json.dumps(dict(ok, trial=trial)) + "\n")
         assert main(["validate", str(sub), "--dataset", str(world["data"])]) == rc, trial
-        assert main(["submit", str(sub), "--dataset", str(world["data"]), "--model", "acme/m", "--out", str(tmp_path / f"s{trial}"),
-                     "--grader", "offline", "--quiet"]) == rc, trial
+        assert (
+            main(
+                [
+                    "submit",
+                    str(sub),
+                    "--dataset",
+                    str(world["data"]),
+                    "--model",
+                    "acme/m",
+                    "--out",
+                    str(tmp_path / f"s{trial}"),
+                    "--grader",
+                    "offline",
+                    "--quiet",
+                ]
+            )
+            == rc
+        ), trial
         assert (tmp_path / f"s{trial}").exists() == (rc == 0)
     capsys.readouterr()
     # a log of 64 epochs: refused at ingest, in one line

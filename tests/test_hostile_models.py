@@ -31,14 +31,22 @@ KEY = "sk-test-secret-0123456789abcdef"
 HI = [{"role": "user", "content": "hi"}]
 
 
-def ask(server: LoopbackServer, cache: Path | None = None, n: int = 1, sampling: Sampling = Sampling(), model: str = "loopback",
-        reverse: bool = False, **caller):
+def ask(
+    server: LoopbackServer,
+    cache: Path | None = None,
+    n: int = 1,
+    sampling: Sampling = Sampling(),
+    model: str = "loopback",
+    reverse: bool = False,
+    **caller,
+):
     async def go():
         m = get_model(f"openai/{model}", base_url=server.base_url)
         c = Caller(m, RequestCache(cache) if cache else None, **{"backoff": 0.001, **caller})
         out = [await c([{"role": "user", "content": f"q{i}"}], sampling) for i in (reversed(range(n)) if reverse else range(n))]
         await m.aclose()
         return out, c
+
     return asyncio.run(go())
 
 
@@ -48,8 +56,13 @@ def cached(cache: Path) -> list[dict]:
 
 
 def completion(content, model="loopback", **message) -> dict:
-    return {"id": "x", "object": "chat.completion", "model": model, "usage": {"prompt_tokens": 1, "completion_tokens": 0},
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content, **message}}]}
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "model": model,
+        "usage": {"prompt_tokens": 1, "completion_tokens": 0},
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content, **message}}],
+    }
 
 
 # -- an empty or foreign reply is a failure, never cached -------------------------------------------------------------
@@ -58,8 +71,13 @@ EMPTY_BODIES = {
     "empty string": completion(""),
     "whitespace": completion("   \n"),
     "null content": completion(None),
-    "message without content": {"model": "loopback", "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant"}}]},
-    "a tool call only": completion(None, tool_calls=[{"id": "t", "type": "function", "function": {"name": "f", "arguments": "{}"}}]),
+    "message without content": {
+        "model": "loopback",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant"}}],
+    },
+    "a tool call only": completion(
+        None, tool_calls=[{"id": "t", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    ),
 }
 
 
@@ -89,8 +107,16 @@ def test_an_empty_answer_an_older_version_cached_is_asked_again(tmp_path):
     assert [r["response"]["text"] for r in cached(cache)] == ["answer"]
 
 
-@pytest.mark.parametrize("asked, named", [("loopback", "other-model-7b"), ("gpt-4o", "gpt-4o-mini"), ("med-7b", "llama-3-70b-instruct"),
-                                          ("smollm2", "/models/qwen2.5-0.5b-instruct-q8_0.gguf"), ("gpt-4o", "gpt-3.5-turbo")])
+@pytest.mark.parametrize(
+    "asked, named",
+    [
+        ("loopback", "other-model-7b"),
+        ("gpt-4o", "gpt-4o-mini"),
+        ("med-7b", "llama-3-70b-instruct"),
+        ("smollm2", "/models/qwen2.5-0.5b-instruct-q8_0.gguf"),
+        ("gpt-4o", "gpt-3.5-turbo"),
+    ],
+)
 def test_a_reply_from_another_model_is_a_failure_never_cached(tmp_path, asked, named):
     cache = tmp_path / "c.sqlite"
     with LoopbackServer(lambda r: "an answer", models=(asked, named), served_as={asked: named}) as server:
@@ -100,12 +126,14 @@ def test_a_reply_from_another_model_is_a_failure_never_cached(tmp_path, asked, n
     assert caller.counters.served == {named: 1}  # the name the failed request's reply gave is counted
     # names that are the model asked are answers: llama.cpp's file path, a dated snapshot, a revision, the root the server declares
     # for the name asked, a placeholder name the server does not serve
-    for asked, named, declared, roots in [("smollm2", "/home/me/models/SmolLM2-135M-Instruct.gguf", ("smollm2",), {}),
-                                          ("smollm2", "smollm2.gguf", ("smollm2",), {}), ("gpt-4o", "gpt-4o-2024-08-06", ("gpt-4o",), {}),
-                                          ("my-doctor", "my-doctor@main", ("my-doctor",), {}),  # transformers serve: name@revision
-                                          ("my-model", "Qwen/Qwen2.5-7B-Instruct", ("my-model", "other"),
-                                           {"my-model": "Qwen/Qwen2.5-7B-Instruct"}),
-                                          ("smollm2", "gpt-3.5-turbo", ("smollm2", "other"), {})]:
+    for asked, named, declared, roots in [
+        ("smollm2", "/home/me/models/SmolLM2-135M-Instruct.gguf", ("smollm2",), {}),
+        ("smollm2", "smollm2.gguf", ("smollm2",), {}),
+        ("gpt-4o", "gpt-4o-2024-08-06", ("gpt-4o",), {}),
+        ("my-doctor", "my-doctor@main", ("my-doctor",), {}),  # transformers serve: name@revision
+        ("my-model", "Qwen/Qwen2.5-7B-Instruct", ("my-model", "other"), {"my-model": "Qwen/Qwen2.5-7B-Instruct"}),
+        ("smollm2", "gpt-3.5-turbo", ("smollm2", "other"), {}),
+    ]:
         with LoopbackServer(lambda r: "an answer", models=declared, served_as={asked: named}, roots=roots) as server:
             [c], _ = ask(server, model=asked)
         assert c.status == "ok" and c.model == named
@@ -120,11 +148,15 @@ def _serving(bad_server_kwargs: dict, n: int = 12, max_retries: int = 6):
 
         os.environ["POOL_BASE_URL"] = f"{bad.base_url},{good.base_url}"
         try:
+
             async def go():
-                async with Connections(CallSettings(max_retries=max_retries, backoff=0.001, concurrency=2), ["openai-api/pool/m"]) as conn:
+                async with Connections(
+                    CallSettings(max_retries=max_retries, backoff=0.001, concurrency=2), ["openai-api/pool/m"]
+                ) as conn:
                     caller = conn.caller("openai-api/pool/m")
-                    out = await asyncio.gather(*(in_conversation(caller([{"role": "user", "content": f"q{i}"}], Sampling()))
-                                                 for i in range(n)))
+                    out = await asyncio.gather(
+                        *(in_conversation(caller([{"role": "user", "content": f"q{i}"}], Sampling())) for i in range(n))
+                    )
                     return out, conn.pools["pool"].members, conn.counts()
 
             results, members, counts = asyncio.run(go())
@@ -133,14 +165,17 @@ def _serving(bad_server_kwargs: dict, n: int = 12, max_retries: int = 6):
         return results, members, counts, bad, good
 
 
-@pytest.mark.parametrize("kind, bad_kwargs", [
-    ("foreign", {"served_as": {"m": "other-model-7b"}}),
-    ("empty", {"body": lambda r: completion("")}),
-    ("null", {"body": lambda r: completion(None)}),
-    ("html", {"body": lambda r: "<html><body><h1>502 Bad Gateway</h1></body></html>"}),
-    ("no choices", {"body": lambda r: {"model": "m", "object": "chat.completion", "usage": {}}}),
-    ("empty choices", {"body": lambda r: {"model": "m", "choices": []}}),
-])
+@pytest.mark.parametrize(
+    "kind, bad_kwargs",
+    [
+        ("foreign", {"served_as": {"m": "other-model-7b"}}),
+        ("empty", {"body": lambda r: completion("")}),
+        ("null", {"body": lambda r: completion(None)}),
+        ("html", {"body": lambda r: "<html><body><h1>502 Bad Gateway</h1></body></html>"}),
+        ("no choices", {"body": lambda r: {"model": "m", "object": "chat.completion", "usage": {}}}),
+        ("empty choices", {"body": lambda r: {"model": "m", "choices": []}}),
+    ],
+)
 def test_a_pool_member_that_sends_no_answers_leaves_the_pool(kind, bad_kwargs, capsys):
     results, (b, g), counts, bad, good = _serving(bad_kwargs)
     assert capsys.readouterr().err.count("taken out of its pool") == 1
@@ -158,9 +193,26 @@ def test_the_run_record_lists_the_model_names_the_replies_gave(tiny_dataset, ups
     from loopback import Replay
 
     def generate(out) -> int:
-        return cli_main(["generate", "--dataset", str(tiny_dataset), "--doctor", "openai-api/pool/doc", "--patient",
-                         "openai-api/pool/doc", "--cache", str(tmp_path / "c.sqlite"), "--experiments", "vignette,frq", "--out",
-                         str(tmp_path / out), "--quiet", "--max-retries", "1"])
+        return cli_main(
+            [
+                "generate",
+                "--dataset",
+                str(tiny_dataset),
+                "--doctor",
+                "openai-api/pool/doc",
+                "--patient",
+                "openai-api/pool/doc",
+                "--cache",
+                str(tmp_path / "c.sqlite"),
+                "--experiments",
+                "vignette,frq",
+                "--out",
+                str(tmp_path / out),
+                "--quiet",
+                "--max-retries",
+                "1",
+            ]
+        )
 
     replay = Replay(upstream["text"])
     with LoopbackServer(replay, models=("doc",), served_as={"doc": "other-model-7b"}) as bad:
@@ -180,12 +232,16 @@ def test_the_run_record_lists_the_model_names_the_replies_gave(tiny_dataset, ups
 
 # -- keys scrubbed from every text that is stored ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("body", [
-    {"choices": [], "debug": f"Authorization: Bearer {KEY}"},  # malformed, echoing the header
-    {"choices": [], "debug": {"headers": {"authorization": f"Bearer {KEY}"}}},
-    {"error": "bad", "request": {"api_key": KEY}},
-    {"choices": None, "x-api-key": "an-unrelated-key-9876543210"},
-])
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"choices": [], "debug": f"Authorization: Bearer {KEY}"},  # malformed, echoing the header
+        {"choices": [], "debug": {"headers": {"authorization": f"Bearer {KEY}"}}},
+        {"error": "bad", "request": {"api_key": KEY}},
+        {"choices": None, "x-api-key": "an-unrelated-key-9876543210"},
+    ],
+)
 def test_a_key_echoed_in_a_malformed_response_is_not_stored(tmp_path, monkeypatch, body):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with LoopbackServer(lambda r: "x", body=lambda r: body) as server:
@@ -212,8 +268,10 @@ def test_a_key_in_an_error_code_or_header_is_not_stored(tmp_path, monkeypatch):
     from aiohttp import web
 
     def error(request):
-        raise web.HTTPBadRequest(text=json.dumps({"error": {"message": f"x-api-key: {KEY}; token {other}", "code": f"bad_{KEY}"}}),
-                                 content_type="application/json")
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": {"message": f"x-api-key: {KEY}; token {other}", "code": f"bad_{KEY}"}}),
+            content_type="application/json",
+        )
 
     with LoopbackServer(lambda r: "x", body=error) as server:
         [c], _ = ask(server, tmp_path / "c.sqlite")
@@ -233,6 +291,7 @@ def test_one_function_scrubs():
 
 # -- pools start with the members that answer -------------------------------------------------------------------------
 
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -244,8 +303,10 @@ def test_a_pool_with_a_refused_port_and_a_hanging_member_runs_on_the_live_one(mo
 
     monkeypatch.setattr(pool_mod, "CHECK_TIMEOUT", 1.0)
     refused = f"http://127.0.0.1:{free_port()}/v1"
-    with LoopbackServer(lambda r: "ok", models=("m",), models_delay=30, latency=30) as hanging, \
-            LoopbackServer(lambda r: "ok", models=("m",)) as live:
+    with (
+        LoopbackServer(lambda r: "ok", models=("m",), models_delay=30, latency=30) as hanging,
+        LoopbackServer(lambda r: "ok", models=("m",)) as live,
+    ):
         monkeypatch.setenv("POOL_BASE_URL", f"{refused},{hanging.base_url},{live.base_url}")
 
         async def go():
@@ -254,10 +315,16 @@ def test_a_pool_with_a_refused_port_and_a_hanging_member_runs_on_the_live_one(mo
                 await conn.check()
                 down = conn.down
             # a later connection of the same run (the run after its check) starts without them
-            async with Connections(CallSettings(max_retries=1, backoff=0.001, timeout=60, down=down), ["openai-api/pool/m"]) as conn:
+            async with Connections(
+                CallSettings(max_retries=1, backoff=0.001, timeout=60, down=down), ["openai-api/pool/m"]
+            ) as conn:
                 caller = conn.caller("openai-api/pool/m")
-                out = await asyncio.wait_for(asyncio.gather(*(in_conversation(caller([{"role": "user", "content": f"q{i}"}], Sampling()))
-                                                              for i in range(6))), 20)
+                out = await asyncio.wait_for(
+                    asyncio.gather(
+                        *(in_conversation(caller([{"role": "user", "content": f"q{i}"}], Sampling())) for i in range(6))
+                    ),
+                    20,
+                )
                 return down, out, conn.pools["pool"].members
 
         down, results, members = asyncio.run(go())
@@ -277,22 +344,41 @@ def test_a_pool_with_every_member_down_is_one_line(monkeypatch, tiny_dataset, tm
         async with Connections(CallSettings(), ["openai-api/pool/m"]) as conn:
             await conn.check()
 
-    with pytest.raises(CraftMDError, match=r"^no server of POOL_BASE_URL answers: cannot reach the model server at http://127\.0\.0\.1:\d+/v1$"):
+    with pytest.raises(
+        CraftMDError, match=r"^no server of POOL_BASE_URL answers: cannot reach the model server at http://127\.0\.0\.1:\d+/v1$"
+    ):
         asyncio.run(go())
     capsys.readouterr()
-    rc = cli_main(["generate", "--dataset", str(tiny_dataset), "--doctor", "openai-api/pool/m", "--patient", "openai-api/pool/m",
-                   "--experiments", "vignette", "--out", str(tmp_path / "rel"), "--quiet"])
+    rc = cli_main(
+        [
+            "generate",
+            "--dataset",
+            str(tiny_dataset),
+            "--doctor",
+            "openai-api/pool/m",
+            "--patient",
+            "openai-api/pool/m",
+            "--experiments",
+            "vignette",
+            "--out",
+            str(tmp_path / "rel"),
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "no server of POOL_BASE_URL answers" in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "rel").exists()
 
 
-@pytest.mark.parametrize("listed", [
-    "http://127.0.0.1:{p}/v1,http://127.0.0.1:{p}/v1/",
-    "http://127.0.0.1:{p}/v1,http://localhost:{p}/v1",
-    "http://LOCALHOST:{p}/v1/,http://[::1]:{p}/v1",
-    "http://127.0.0.1:{p}/v1,http://127.0.0.1:{p}/v1",
-])
+@pytest.mark.parametrize(
+    "listed",
+    [
+        "http://127.0.0.1:{p}/v1,http://127.0.0.1:{p}/v1/",
+        "http://127.0.0.1:{p}/v1,http://localhost:{p}/v1",
+        "http://LOCALHOST:{p}/v1/,http://[::1]:{p}/v1",
+        "http://127.0.0.1:{p}/v1,http://127.0.0.1:{p}/v1",
+    ],
+)
 def test_a_server_listed_twice_in_any_spelling_is_one_member(monkeypatch, listed):
     monkeypatch.setenv("ONE_BASE_URL", listed.format(p=8000))
     m = get_model("openai-api/one/m")
@@ -303,6 +389,7 @@ def test_a_server_listed_twice_in_any_spelling_is_one_member(monkeypatch, listed
 
 
 # -- the judge's undated-alias warning --------------------------------------------------------------------------------
+
 
 def test_a_service_judge_answered_by_its_own_name_is_no_undated_alias():
     from craftmd.scoring.judge import alias_warning
@@ -336,11 +423,14 @@ def test_a_server_refusing_every_format_is_asked_without_one():
     assert caller.formats.record()["used"] == ["none"]
 
 
-@pytest.mark.parametrize("status, message", [
-    (500, "the request exceeds the available context size, try increasing it"),  # llama.cpp
-    (400, "This model's maximum context length is 2048 tokens. However, you requested 4000 tokens."),  # vLLM
-    (500, "Requested tokens (4000) exceed context window of 2048"),  # llama-cpp-python
-])
+@pytest.mark.parametrize(
+    "status, message",
+    [
+        (500, "the request exceeds the available context size, try increasing it"),  # llama.cpp
+        (400, "This model's maximum context length is 2048 tokens. However, you requested 4000 tokens."),  # vLLM
+        (500, "Requested tokens (4000) exceed context window of 2048"),  # llama-cpp-python
+    ],
+)
 def test_a_context_overflow_is_one_try_and_cached(tmp_path, status, message):
     with LoopbackServer(lambda r: "x", max_context=0, context_error=(status, message)) as server:
         [c], caller = ask(server, tmp_path / "c.sqlite", max_retries=6)
@@ -370,17 +460,28 @@ def test_a_judge_against_a_server_refusing_json_schema_scores_every_dimension(tm
 
     rel = make_release(tmp_path)
     with LoopbackServer(_valid_judge, models=("judge-a",), refuse_formats={"json_schema": status}) as server:
-        spec = J.JudgeSpec(models=["openai/judge-a"], mode=mode, dimensions=CATS, base_url=server.base_url, progress=False,
-                           max_retries=6, max_invalid=0)
+        spec = J.JudgeSpec(
+            models=["openai/judge-a"],
+            mode=mode,
+            dimensions=CATS,
+            base_url=server.base_url,
+            progress=False,
+            max_retries=6,
+            max_invalid=0,
+        )
         judge_release(rel, spec, cases=["case_1", "case_2"])
         asked_with_schema = server.formats["json_schema"]
         calls = server.calls
     rows = [r for r in read_release(rel).scores_with_records()[0].to_pylist() if r["scorer"] == "judge:openai/judge-a"]
-    assert rows and all(r["status"] == "ok" and r["value"] == 3.0 for r in rows), [r["detail"] for r in rows if r["status"] != "ok"]
+    assert rows and all(r["status"] == "ok" and r["value"] == 3.0 for r in rows), [
+        r["detail"] for r in rows if r["status"] != "ok"
+    ]
     assert asked_with_schema == 1  # refused once; every call after went as json_object, in one try
     jobs = len({json.loads(r["detail"])["category"] + r["case_id"] for r in rows})
     scoring_calls = len(rows) if mode == "dimension" else jobs
     assert calls == jobs + scoring_calls + 1
     rec = read_release(rel).scorer_records()["judge:openai/judge-a"]["response_format"]
     assert rec["requested"] == "json_schema" and rec["used"] == "json_object"
-    assert rec["refused"].startswith(f"json_schema: response format refused (HTTP {status})") and "not supported" in rec["refused"]
+    assert (
+        rec["refused"].startswith(f"json_schema: response format refused (HTTP {status})") and "not supported" in rec["refused"]
+    )

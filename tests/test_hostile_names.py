@@ -46,16 +46,25 @@ def site(dataset_dir, releases_dir, tmp_path_factory):
         submit(vignette, dataset_dir, name, releases, graders=["paper"], progress=False)
     # Answers that copy the dataset's answer text, in the multi-turn setting, with no conversation behind them.
     ds = load_config(dataset_dir, "all")
-    copied = ds.select("case_id", trial=pl.lit(0), setting=pl.lit("multiturn"), format=pl.lit("frq"),
-                       response=pl.lit("**Final Diagnosis:** ") + pl.col("answer"))
+    copied = ds.select(
+        "case_id",
+        trial=pl.lit(0),
+        setting=pl.lit("multiturn"),
+        format=pl.lit("frq"),
+        response=pl.lit("**Final Diagnosis:** ") + pl.col("answer"),
+    )
     submit(_submission(root / "copy.parquet", copied), dataset_dir, "acme/copycat", releases, graders=["offline"], progress=False)
     # GPT-3.5's own multi-turn answers, submitted with their conversations: checked and ranked.
     conv = gpt35.table("conversations")
     conv = conv.filter(pc.and_(pc.equal(conv.column("trial"), 0), pc.equal(conv.column("conversation"), "standard")))
     conv_file = root / "conversations.parquet"
     pl.from_arrow(conv).write_parquet(conv_file)
-    multiturn = _submission(root / "multiturn.parquet", answers.filter(pl.col("setting") == "multiturn", pl.col("format") == "frq"))
-    submit(multiturn, dataset_dir, "acme/with-conversations", releases, graders=["offline"], progress=False, conversations=conv_file)
+    multiturn = _submission(
+        root / "multiturn.parquet", answers.filter(pl.col("setting") == "multiturn", pl.col("format") == "frq")
+    )
+    submit(
+        multiturn, dataset_dir, "acme/with-conversations", releases, graders=["offline"], progress=False, conversations=conv_file
+    )
     out = root / "site"
     a = analyse(releases, dataset_dir, out, B=100)
     write_page(a, out)
@@ -68,9 +77,9 @@ def test_hostile_names_are_escaped_in_every_medium(site):
     releases = pl.read_csv(out / "tables" / "releases.csv")
     display = dict(zip(releases["release"], releases["display"]))
     assert display["gpt3_1106"] == "GPT-3.5"
-    assert display[submission_id('=HYPERLINK("http://x","y")')] == "'=HYPERLINK(\"http://x\",\"y\") (submission)"
+    assert display[submission_id('=HYPERLINK("http://x","y")')] == '\'=HYPERLINK("http://x","y") (submission)'
     model = dict(zip(releases["release"], releases["model"]))
-    assert model[submission_id('=HYPERLINK("http://x","y")')] == "'=HYPERLINK(\"http://x\",\"y\")"
+    assert model[submission_id('=HYPERLINK("http://x","y")')] == '\'=HYPERLINK("http://x","y")'
     md = (out / "leaderboard.md").read_text()
     assert "<script>" not in md
     header = next(line for line in md.splitlines() if line.startswith("| # | Model"))
@@ -105,8 +114,21 @@ def test_conversations_are_checked_like_a_release(site, dataset_dir, tmp_path, c
     conv = pl.read_parquet(site["conv"])
 
     def score(conv_file) -> str:
-        code = main(["submit", str(site["multiturn"]), "--dataset", str(dataset_dir), "--model", "acme/m", "--out", str(tmp_path / "o"),
-                     "--conversations", str(conv_file), "--quiet"])
+        code = main(
+            [
+                "submit",
+                str(site["multiturn"]),
+                "--dataset",
+                str(dataset_dir),
+                "--model",
+                "acme/m",
+                "--out",
+                str(tmp_path / "o"),
+                "--conversations",
+                str(conv_file),
+                "--quiet",
+            ]
+        )
         assert code == 2 and not (tmp_path / "o").exists()
         return capsys.readouterr().err.strip()
 

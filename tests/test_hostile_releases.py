@@ -36,8 +36,18 @@ def _release(path: Path, dataset_dir: Path, *, model: str = "acme/tiny", n: int 
     from craftmd.dataset import load_config
 
     ids = load_config(dataset_dir, "derm_public")["case_id"].to_list()[:n] + list(extra_ids)
-    rows = [{"case_id": c, "trial": 0, "setting": "vignette", "format": "frq", "with_image": False, "response": "Psoriasis",
-             "status": "ok"} for c in ids]
+    rows = [
+        {
+            "case_id": c,
+            "trial": 0,
+            "setting": "vignette",
+            "format": "frq",
+            "with_image": False,
+            "response": "Psoriasis",
+            "status": "ok",
+        }
+        for c in ids
+    ]
     m = RunRecord(release=path.name, kind="generated", model=model)
     return write_release(path, m, {"answers": pa.Table.from_pylist(rows)})
 
@@ -82,8 +92,10 @@ def test_a_release_naming_a_task_file_runs_nothing_in_score_or_export(dataset_di
     monkeypatch.chdir(tmp_path)  # the issue's payload: a relative path, resolved against the working directory
     for task in (str(evil), evil.name, f"../{evil.name}", f"tasks/../{evil.name}"):
         _tamper(rel, task=task)
-        for argv in (["score", str(rel), "--dataset", str(dataset_dir), "--quiet"],
-                     ["export", str(rel), "--inspect", str(tmp_path / "logs"), "--quiet"]):
+        for argv in (
+            ["score", str(rel), "--dataset", str(dataset_dir), "--quiet"],
+            ["export", str(rel), "--inspect", str(tmp_path / "logs"), "--quiet"],
+        ):
             assert main(argv) == 2, (task, argv[0])
             err = _one_line(capsys)
             assert str(rel) in err and "task" in err, err
@@ -104,8 +116,9 @@ def test_a_pickle_in_parquet_metadata_is_never_unpickled(dataset_dir, tmp_path, 
 
     rel = _release(tmp_path / "pickled", dataset_dir)
     t = pq.read_table(rel / "answers.parquet")
-    field = t.schema.field("response").with_metadata({b"ARROW:extension:name": b"arrow.py_extension_type",
-                                                       b"ARROW:extension:metadata": pickle.dumps(Payload())})
+    field = t.schema.field("response").with_metadata(
+        {b"ARROW:extension:name": b"arrow.py_extension_type", b"ARROW:extension:metadata": pickle.dumps(Payload())}
+    )
     pq.write_table(t.cast(t.schema.set(t.schema.get_field_index("response"), field)), rel / "answers.parquet")
     raw = json.loads((rel / "manifest.json").read_text())
     raw["files"]["answers.parquet"]["sha256"] = sha256_file(rel / "answers.parquet")
@@ -146,11 +159,13 @@ def test_a_task_file_of_ones_own_is_bound_to_its_release_by_hash(dataset_dir, tm
     shutil.copytree(src, tmp_path / "oneword")
     task_file = tmp_path / "oneword" / "oneword.py"
     env = dict(os.environ, CRAFTMD_TASKS=str(task_file))
-    code = ("import pyarrow as pa, sys; from craftmd.release import RunRecord, write_release\n"
-            "rows = [{'case_id': c, 'trial': 0, 'setting': 'oneword', 'format': 'text', 'with_image': False, 'response': 'a b',"
-            " 'status': 'ok'} for c in sys.argv[2:]]\n"
-            "write_release(sys.argv[1], RunRecord(release='toy', kind='generated', model='m', task='oneword'),"
-            " {'answers': pa.Table.from_pylist(rows)})\n")
+    code = (
+        "import pyarrow as pa, sys; from craftmd.release import RunRecord, write_release\n"
+        "rows = [{'case_id': c, 'trial': 0, 'setting': 'oneword', 'format': 'text', 'with_image': False, 'response': 'a b',"
+        " 'status': 'ok'} for c in sys.argv[2:]]\n"
+        "write_release(sys.argv[1], RunRecord(release='toy', kind='generated', model='m', task='oneword'),"
+        " {'answers': pa.Table.from_pylist(rows)})\n"
+    )
     from craftmd.dataset import load_config
 
     ids = load_config(dataset_dir, "derm_public")["case_id"].to_list()[:3]
@@ -173,7 +188,9 @@ def test_a_task_file_of_ones_own_is_bound_to_its_release_by_hash(dataset_dir, tm
         read_release(rel)
 
 
-@pytest.mark.parametrize("n, body", list(enumerate(["import sys\nsys.exit(0)\n", "raise SystemExit\n", "import sys\nsys.exit(3)\n"])))
+@pytest.mark.parametrize(
+    "n, body", list(enumerate(["import sys\nsys.exit(0)\n", "raise SystemExit\n", "import sys\nsys.exit(3)\n"]))
+)
 def test_a_task_file_that_exits_is_an_error_not_a_success(n, body, dataset_dir, tmp_path, monkeypatch, capsys):
     exits = tmp_path / f"exits{n}.py"
     exits.write_text(body)
@@ -193,7 +210,12 @@ def test_two_model_names_with_one_slug_make_two_releases(dataset_dir, tmp_path):
 
     ids = load_config(dataset_dir, "derm_public")["case_id"].to_list()[:4]
     sub = tmp_path / "sub.jsonl"
-    sub.write_text("".join(json.dumps({"case_id": c, "trial": 0, "setting": "vignette", "format": "frq", "response": "Psoriasis"}) + "\n" for c in ids))
+    sub.write_text(
+        "".join(
+            json.dumps({"case_id": c, "trial": 0, "setting": "vignette", "format": "frq", "response": "Psoriasis"}) + "\n"
+            for c in ids
+        )
+    )
     releases = tmp_path / "releases"
     names = ["acme/med-7b", "acme med 7b", "acme_med_7b", "Acme/Med-7B"]
     for name in names:
@@ -202,8 +224,13 @@ def test_two_model_names_with_one_slug_make_two_releases(dataset_dir, tmp_path):
     assert sorted(r.manifest.model for r in found) == sorted(names)
     assert len({r.id for r in found}) == len(names)
     for r in found:  # still readable: the slug, then a short hash of the exact name
-        assert r.id.startswith(f"submission-{slug(r.manifest.model, '-')}-") and len(r.id) == len(f"submission-{slug(r.manifest.model, '-')}-") + 8
-    again = submit(sub, dataset_dir, "acme/med-7b", tmp_path / "again", graders=["offline"], config="derm_public", progress=False)[0]
+        assert (
+            r.id.startswith(f"submission-{slug(r.manifest.model, '-')}-")
+            and len(r.id) == len(f"submission-{slug(r.manifest.model, '-')}-") + 8
+        )
+    again = submit(
+        sub, dataset_dir, "acme/med-7b", tmp_path / "again", graders=["offline"], config="derm_public", progress=False
+    )[0]
     assert again.name in {r.id for r in found}  # stable: the same name, the same id
 
 
@@ -215,7 +242,17 @@ def test_two_releases_of_one_id_are_refused_naming_both_folders(dataset_dir, tmp
     logs = sorted(map(str, (tmp_path / "logs").glob("*.eval")))
     assert main(["ingest", "--inspect", *logs, "--out", str(releases / "tiny-again")]) == 0
     capsys.readouterr()
-    argv = ["analyse", "--releases", str(releases), "--dataset", str(dataset_dir), "--out", str(tmp_path / "site"), "--resamples", "20"]
+    argv = [
+        "analyse",
+        "--releases",
+        str(releases),
+        "--dataset",
+        str(dataset_dir),
+        "--out",
+        str(tmp_path / "site"),
+        "--resamples",
+        "20",
+    ]
     assert main(argv) == 2
     err = _one_line(capsys)
     assert str(releases / "tiny") in err and str(releases / "tiny-again") in err and "'tiny'" in err
@@ -252,11 +289,32 @@ def test_overwrite_never_replaces_a_folder_of_releases(dataset_dir, tmp_path, ca
     assert main(["ingest", "--inspect", log, "--out", str(releases), "--overwrite"]) == 2
     assert re.search(NOT_ITS_OWN, _one_line(capsys))
     sub = tmp_path / "sub.jsonl"
-    sub.write_text(json.dumps({"case_id": answers["case_id"][0].as_py(), "trial": 0, "setting": "vignette", "format": "frq",
-                               "response": "x"}) + "\n")
+    sub.write_text(
+        json.dumps(
+            {"case_id": answers["case_id"][0].as_py(), "trial": 0, "setting": "vignette", "format": "frq", "response": "x"}
+        )
+        + "\n"
+    )
     (releases / "scores.json").write_text("{}")  # even with what a score folder has, the folder holds others' files
-    assert main(["submit", str(sub), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/x", "--out",
-                 str(releases), "--overwrite", "--quiet"]) == 2
+    assert (
+        main(
+            [
+                "submit",
+                str(sub),
+                "--dataset",
+                str(dataset_dir),
+                "--config",
+                "derm_public",
+                "--model",
+                "acme/x",
+                "--out",
+                str(releases),
+                "--overwrite",
+                "--quiet",
+            ]
+        )
+        == 2
+    )
     assert re.search(NOT_ITS_OWN, _one_line(capsys))
     (releases / "scores.json").unlink()
     assert {p.name: p.stat().st_mtime_ns for p in releases.rglob("*")} == before
@@ -348,9 +406,25 @@ def test_the_leaderboard_names_a_hostile_release_and_publishes_nothing(payload, 
         _tamper(hostile, release="../../../escaped")
     out = tmp_path / "site"
     env = dict(os.environ, CRAFTMD_SOURCE=str(source.path))
-    proc = subprocess.run([sys.executable, "-m", "craftmd.commands.cli", "leaderboard", "--dataset", str(dataset_dir),
-                           "--releases", str(releases), "--out", str(out), "--quiet"], capture_output=True, text=True, env=env,
-                          timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "craftmd.commands.cli",
+            "leaderboard",
+            "--dataset",
+            str(dataset_dir),
+            "--releases",
+            str(releases),
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [ln for ln in proc.stderr.strip().splitlines() if not ln.startswith("[leaderboard]")]
     assert len(lines) == 1 and str(hostile) in lines[0], proc.stderr[-2000:]

@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from craftmd.commands.cli import main as cli_main
 from craftmd.models import Sampling, get_model
@@ -34,6 +33,7 @@ def ask(server: LoopbackServer, cache: Path | None = None, n: int = 1, sampling:
         out = [await c(HI, sampling) for _ in range(n)]
         await model.aclose()
         return out, c
+
     return asyncio.run(go())
 
 
@@ -101,9 +101,29 @@ REPLAY = {"n": 2, "seed": 5, "max_messages": 14}
 
 
 def generate_cli(dataset, out, url, cache, *extra) -> int:
-    return cli_main(["generate", "--dataset", str(dataset), "--doctor", "openai/loopback", "--patient", "openai/loopback",
-                     "--base-url", url, "--cache", str(cache), "--experiments", "vignette,frq", "--out", str(out), "--quiet",
-                     "--max-retries", "1", *extra])
+    return cli_main(
+        [
+            "generate",
+            "--dataset",
+            str(dataset),
+            "--doctor",
+            "openai/loopback",
+            "--patient",
+            "openai/loopback",
+            "--base-url",
+            url,
+            "--cache",
+            str(cache),
+            "--experiments",
+            "vignette,frq",
+            "--out",
+            str(out),
+            "--quiet",
+            "--max-retries",
+            "1",
+            *extra,
+        ]
+    )
 
 
 def test_generate_exits_non_zero_when_nothing_succeeded(tiny_dataset, upstream, tmp_path, capsys):

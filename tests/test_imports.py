@@ -23,7 +23,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ROOMS = {"dataset_builder": "dataset_builder", "generation": "generation", "scoring": "scoring", "analysis": "analysis", "cards": "cards"}
+ROOMS = {
+    "dataset_builder": "dataset_builder",
+    "generation": "generation",
+    "scoring": "scoring",
+    "analysis": "analysis",
+    "cards": "cards",
+}
 #: Every subcommand, one module each: the top layer.
 COMMANDS = "craftmd.commands"
 #: The inspect_ai bridge runs the tasks' protocols and scorers and reads and writes releases: above the rooms.
@@ -138,6 +144,7 @@ def task_package(module: str, root: Path = ROOT) -> str | None:
 
 def layer(module: str, root: Path = ROOT) -> str:
     """``commands``, ``above`` (task packages, the inspect bridge, the environments), ``room`` or ``shared``."""
+
     def under(*prefixes: str) -> bool:
         return any(module == p or module.startswith(p + ".") for p in prefixes)
 
@@ -212,7 +219,7 @@ def test_no_cycle_between_rooms():
 
     def visit(n):
         if n in stack:
-            cycle = stack[stack.index(n):] + [n]
+            cycle = stack[stack.index(n) :] + [n]
             hops = [sorted(edges[x][y])[0] for x, y in zip(cycle, cycle[1:])]
             pytest.fail("import cycle between rooms: " + " -> ".join(cycle) + " (" + "; ".join(hops) + ")")
         if n in seen:
@@ -239,7 +246,6 @@ def test_no_room_imports_the_command_layer():
     assert not bad, "a room imports the command layer: " + "; ".join(bad)
 
 
-
 def test_the_layers_follow_the_folders(tmp_path):
     """A task folder is above the rooms (its registry and base are shared ground), and the check finds the imports that
     break the layers: a room importing a task or a command, a task importing another, the shared ground a room."""
@@ -258,9 +264,18 @@ def test_the_layers_follow_the_folders(tmp_path):
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    assert [layer(m, tmp_path) for m in ("craftmd.tasks", "craftmd.tasks.base", "craftmd.tasks.toy", "craftmd.tasks.toy.protocol",
-                                         "craftmd.commands.cli", "craftmd.generation.runner", "craftmd.release")] == [
-        "shared", "shared", "above", "above", "commands", "room", "shared"]
+    assert [
+        layer(m, tmp_path)
+        for m in (
+            "craftmd.tasks",
+            "craftmd.tasks.base",
+            "craftmd.tasks.toy",
+            "craftmd.tasks.toy.protocol",
+            "craftmd.commands.cli",
+            "craftmd.generation.runner",
+            "craftmd.release",
+        )
+    ] == ["shared", "shared", "above", "above", "commands", "room", "shared"]
     assert sorted(layering_errors(tmp_path)) == [
         "craftmd.analysis.cli (room) imports craftmd.commands.cli (commands), line 1",
         "craftmd.release (shared) imports craftmd.scoring.mcq (room), line 1",

@@ -36,7 +36,9 @@ def test_every_upstream_model_becomes_a_graded_upstream_release(releases):
         read_release(r.path, verify=True)  # file hashes match the manifest
         # every scorer's record says what it scored: the answers written beside it and the dataset
         records = r.scorer_records()
-        assert records and all(rec["inputs"]["answers_sha256"] == r.manifest.files["answers.parquet"]["sha256"] for rec in records.values())
+        assert records and all(
+            rec["inputs"]["answers_sha256"] == r.manifest.files["answers.parquet"]["sha256"] for rec in records.values()
+        )
 
 
 @pytest.mark.parametrize("model", TEXT_MODELS)

@@ -58,8 +58,14 @@ def claimed(scores: pa.Table) -> pl.DataFrame:
 
 
 def inspect_eval(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([INSPECT, "eval", *args, "--display", "plain", "--log-format", "eval"], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [INSPECT, "eval", *args, "--display", "plain", "--log-format", "eval"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -69,20 +75,66 @@ def runs(upstream, tiny_dataset, tmp_path_factory):
     ids = ",".join(sorted(upstream["text"]))
     replay = Replay(upstream["text"])
     with LoopbackServer(replay, models=("doc", "pat")) as loop, LoopbackServer(grader_responder, models=("g",)) as grade:
-        env = dict(os.environ, LOOP_BASE_URL=loop.base_url, LOOP_API_KEY="sk-loop-1111", GRADE_BASE_URL=grade.base_url,
-                   GRADE_API_KEY="sk-grade-2222", INSPECT_LOG_DIR=str(root / "logs"))
-        proc = inspect_eval(["craftmd/craftmd", "--model", "openai-api/loop/doc", "--model-role", "patient=openai-api/loop/pat",
-                             "--model-role", "grader=openai-api/grade/g", "-T", f"dataset={tiny_dataset}", "-T", f"cases={ids}",
-                             "-T", f"experiments={EXPERIMENTS}", "--epochs", "2"], env, root)
+        env = dict(
+            os.environ,
+            LOOP_BASE_URL=loop.base_url,
+            LOOP_API_KEY="sk-loop-1111",
+            GRADE_BASE_URL=grade.base_url,
+            GRADE_API_KEY="sk-grade-2222",
+            INSPECT_LOG_DIR=str(root / "logs"),
+        )
+        proc = inspect_eval(
+            [
+                "craftmd/craftmd",
+                "--model",
+                "openai-api/loop/doc",
+                "--model-role",
+                "patient=openai-api/loop/pat",
+                "--model-role",
+                "grader=openai-api/grade/g",
+                "-T",
+                f"dataset={tiny_dataset}",
+                "-T",
+                f"cases={ids}",
+                "-T",
+                f"experiments={EXPERIMENTS}",
+                "--epochs",
+                "2",
+            ],
+            env,
+            root,
+        )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         inspect_calls = loop.calls
         old = {k: os.environ.get(k) for k in ("LOOP_BASE_URL", "LOOP_API_KEY", "GRADE_BASE_URL", "GRADE_API_KEY")}
         os.environ.update({k: env[k] for k in old})
         try:
             gen = root / "gen"
-            assert main(["generate", "--dataset", str(tiny_dataset), "--doctor", "openai-api/loop/doc", "--patient", "openai-api/loop/pat",
-                         "--cases", ids, "--experiments", EXPERIMENTS, "--trials", "2", "--out", str(gen), "--cache",
-                         str(root / "cache.sqlite"), "--quiet"]) == 0
+            assert (
+                main(
+                    [
+                        "generate",
+                        "--dataset",
+                        str(tiny_dataset),
+                        "--doctor",
+                        "openai-api/loop/doc",
+                        "--patient",
+                        "openai-api/loop/pat",
+                        "--cases",
+                        ids,
+                        "--experiments",
+                        EXPERIMENTS,
+                        "--trials",
+                        "2",
+                        "--out",
+                        str(gen),
+                        "--cache",
+                        str(root / "cache.sqlite"),
+                        "--quiet",
+                    ]
+                )
+                == 0
+            )
             for g in ("paper", "strict", "offline", "llm:openai-api/grade/g", "history"):
                 assert main(["score", str(gen), "--dataset", str(tiny_dataset), "--scorer", g, "--quiet"]) == 0
         finally:
@@ -131,8 +183,23 @@ def test_inspect_eval_runs_the_protocol_and_its_log_ingests_into_the_release_gen
     assert all(ours.scorer_records()[g]["claims"]["disagree"] == 0 for g in ("paper", "strict", "offline", "history"))
     # and on the page, as any release is
     site = root / "site"
-    assert main(["analyse", "--releases", str(root / "releases"), "--dataset", str(tiny_dataset), "--out", str(site), "--page",
-                 "--resamples", "50"]) == 0
+    assert (
+        main(
+            [
+                "analyse",
+                "--releases",
+                str(root / "releases"),
+                "--dataset",
+                str(tiny_dataset),
+                "--out",
+                str(site),
+                "--page",
+                "--resamples",
+                "50",
+            ]
+        )
+        == 0
+    )
     page = (site / "index.html").read_text()
     assert "via-inspect" in page
     assert "inspect view --log-dir logs/via-inspect" in page  # the page says how to read its conversations in inspect view
@@ -152,8 +219,11 @@ def test_a_log_of_another_task_or_an_unfinished_one_is_refused_in_one_line(runs,
     unfinished.status = "started"
     write_eval_log(unfinished, str(tmp_path / "unfinished.eval"))
     (tmp_path / "junk.eval").write_bytes(b"not a zip")
-    for name, says in (("other", "a log of task 'inspect_evals/healthbench'"), ("unfinished", "an unfinished log (status started)"),
-                       ("junk", "not an inspect log")):
+    for name, says in (
+        ("other", "a log of task 'inspect_evals/healthbench'"),
+        ("unfinished", "an unfinished log (status started)"),
+        ("junk", "not an inspect log"),
+    ):
         rc = main(["ingest", "--inspect", str(tmp_path / f"{name}.eval"), "--out", str(tmp_path / f"r-{name}")])
         err = capsys.readouterr().err.strip()
         assert rc == 2 and err.count("\n") == 0 and says in err, err
@@ -170,8 +240,9 @@ def exported(releases_dir, tmp_path_factory):
     keep = lambda t: t.filter(pc.is_in(t.column("case_id"), arr))  # noqa: E731
     scores, records = src.scores_with_records()
     m = src.manifest.model_copy(update={"release": "gpt4-sample", "files": {}})
-    sample = write_release(tmp_path / "gpt4-sample", m, {t: keep(src.table(t)) for t in ("conversations", "answers")},
-                           scores=(keep(scores), records))
+    sample = write_release(
+        tmp_path / "gpt4-sample", m, {t: keep(src.table(t)) for t in ("conversations", "answers")}, scores=(keep(scores), records)
+    )
     assert main(["export", str(sample), "--inspect", str(tmp_path / "logs"), "--quiet"]) == 0
     return read_release(sample), tmp_path / "logs"
 
@@ -191,9 +262,18 @@ def test_export_then_ingest_gives_back_an_upstream_release(exported, tmp_path):
     b, rb = rel.scores_with_records()
     assert claimed(a).equals(pl.from_arrow(b))  # the log's scores come back as its claims, marked as such
     assert ra == {f"claimed:{g}": dict(r, claimed=True, reported_by="an inspect log") for g, r in rb.items()}
-    same = {"release", "files", "git_revision", "kind", "notes"}  # a log makes no upstream release: it comes back generated, saying so
+    same = {
+        "release",
+        "files",
+        "git_revision",
+        "kind",
+        "notes",
+    }  # a log makes no upstream release: it comes back generated, saying so
     assert back.manifest.model_dump(exclude=same) == rel.manifest.model_dump(exclude=same)
-    assert back.manifest.kind == "generated" and back.manifest.notes == {**rel.manifest.notes, "ingested_from": back.manifest.notes["ingested_from"]}
+    assert back.manifest.kind == "generated" and back.manifest.notes == {
+        **rel.manifest.notes,
+        "ingested_from": back.manifest.notes["ingested_from"],
+    }
     # a sample is an answer: its conversation as messages, the answer as the last one, its scores
     from inspect_ai.log import read_eval_log
 
@@ -234,9 +314,20 @@ async def _screenshot(url: str, out: Path, wait_for: str, profile: Path, timeout
     import aiohttp
 
     port = _free_port()
-    proc = subprocess.Popen([shutil.which("chromium") or "/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu",
-                             "--no-first-run", f"--remote-debugging-port={port}", f"--user-data-dir={profile}", "about:blank"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            shutil.which("chromium") or "/usr/bin/chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--remote-debugging-port={port}",
+            f"--user-data-dir={profile}",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         async with aiohttp.ClientSession() as http:
             target = None
@@ -260,11 +351,15 @@ async def _screenshot(url: str, out: Path, wait_for: str, profile: Path, timeout
                         if msg.get("id") == n:
                             return msg.get("result", {})
 
-                await call("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": 2000, "deviceScaleFactor": 1, "mobile": False})
+                await call(
+                    "Emulation.setDeviceMetricsOverride", {"width": 1280, "height": 2000, "deviceScaleFactor": 1, "mobile": False}
+                )
                 text, deadline = "", time.monotonic() + timeout
                 while wait_for not in text and time.monotonic() < deadline:
                     await asyncio.sleep(0.5)
-                    r = await call("Runtime.evaluate", {"expression": "document.body ? document.body.innerText : ''", "returnByValue": True})
+                    r = await call(
+                        "Runtime.evaluate", {"expression": "document.body ? document.body.innerText : ''", "returnByValue": True}
+                    )
                     text = r["result"].get("value") or ""
                 await asyncio.sleep(1)  # let the last frame paint
                 out.write_bytes(base64.b64decode((await call("Page.captureScreenshot", {"format": "png"}))["data"]))
@@ -282,8 +377,13 @@ def test_inspect_view_shows_an_exported_conversation(exported, tmp_path):
     conv = next(c for c in rel.table("conversations").to_pylist() if c["conversation"] == "standard" and c["trial"] == 0)
     patient_first = conv["messages"][2]["content"]
     port = _free_port()
-    view = subprocess.Popen([INSPECT, "view", "--log-dir", str(folder), "--port", str(port)], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    view = subprocess.Popen(
+        [INSPECT, "view", "--log-dir", str(folder), "--port", str(port)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         log = next(p.name for p in folder.glob("*_multiturn_frq.eval"))
         url = f"http://127.0.0.1:{port}/#/logs/{log}/samples/sample/{conv['case_id']}/1/messages"
@@ -302,12 +402,36 @@ def test_inspect_view_shows_an_exported_conversation(exported, tmp_path):
 
 def test_a_real_model_through_inspect_eval(real_model, dataset_dir, tmp_path):
     """SmolLM2 behind llama.cpp's server as doctor and patient of one case, run by ``inspect eval``; the log ingests."""
-    case = pl.read_parquet(dataset_dir / "all" / "test-00000-of-00001.parquet").filter(pl.col("source") == "medqa_usmle")["case_id"][0]
+    case = pl.read_parquet(dataset_dir / "all" / "test-00000-of-00001.parquet").filter(pl.col("source") == "medqa_usmle")[
+        "case_id"
+    ][0]
     start = real_model.chat_requests()
     env = dict(os.environ, SMOL_BASE_URL=real_model.base_url, SMOL_API_KEY="none")
-    proc = inspect_eval(["craftmd/craftmd", "--model", "openai-api/smol/smollm2", "--model-role", "patient=openai-api/smol/smollm2",
-                         "-T", f"dataset={dataset_dir}", "-T", f"cases={case}", "-T", "experiments=multiturn,mcq4", "-T", "max_turns=3",
-                         "-T", "max_tokens=48", "--log-dir", str(tmp_path / "logs"), "--max-connections", "1"], env, tmp_path)
+    proc = inspect_eval(
+        [
+            "craftmd/craftmd",
+            "--model",
+            "openai-api/smol/smollm2",
+            "--model-role",
+            "patient=openai-api/smol/smollm2",
+            "-T",
+            f"dataset={dataset_dir}",
+            "-T",
+            f"cases={case}",
+            "-T",
+            "experiments=multiturn,mcq4",
+            "-T",
+            "max_turns=3",
+            "-T",
+            "max_tokens=48",
+            "--log-dir",
+            str(tmp_path / "logs"),
+            "--max-connections",
+            "1",
+        ],
+        env,
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert real_model.chat_requests() - start >= 3  # the real server answered the doctor's and the patient's turns
     out = tmp_path / "release"
@@ -335,17 +459,63 @@ def test_the_consultation_task_under_inspect_eval_is_the_release_generate_writes
         assert extract(data, server.base_url, tmp_path / "k.sqlite") == 0
         env = dict(os.environ, LOOP_BASE_URL=server.base_url, LOOP_API_KEY="k")
         m = "openai-api/loop/loopback"
-        proc = inspect_eval(["craftmd/consultation", "--model", m, "--model-role", f"patient={m}", "--model-role", f"solver={m}",
-                             "-T", f"dataset={data}", "-T", "experiments=upper,consult_40,oracle_random_100,mcq4,frq", "-T", "seed=3",
-                             "-T", "temperature=0", "--log-dir", str(tmp_path / "logs")], env, tmp_path)
+        proc = inspect_eval(
+            [
+                "craftmd/consultation",
+                "--model",
+                m,
+                "--model-role",
+                f"patient={m}",
+                "--model-role",
+                f"solver={m}",
+                "-T",
+                f"dataset={data}",
+                "-T",
+                "experiments=upper,consult_40,oracle_random_100,mcq4,frq",
+                "-T",
+                "seed=3",
+                "-T",
+                "temperature=0",
+                "--log-dir",
+                str(tmp_path / "logs"),
+            ],
+            env,
+            tmp_path,
+        )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         old = os.environ.get("LOOP_BASE_URL")
         os.environ["LOOP_BASE_URL"] = server.base_url
         try:
             gen = tmp_path / "gen"
-            assert main(["generate", "--task", "consultation", "--dataset", str(data), "--doctor", m, "--patient", m, "--solver", m,
-                         "--experiments", "upper,consult_40,oracle_random_100,mcq4,frq", "--seed", "3", "--temperature", "0",
-                         "--cache", str(tmp_path / "c.sqlite"), "--out", str(gen), "--quiet"]) == 0
+            assert (
+                main(
+                    [
+                        "generate",
+                        "--task",
+                        "consultation",
+                        "--dataset",
+                        str(data),
+                        "--doctor",
+                        m,
+                        "--patient",
+                        m,
+                        "--solver",
+                        m,
+                        "--experiments",
+                        "upper,consult_40,oracle_random_100,mcq4,frq",
+                        "--seed",
+                        "3",
+                        "--temperature",
+                        "0",
+                        "--cache",
+                        str(tmp_path / "c.sqlite"),
+                        "--out",
+                        str(gen),
+                        "--quiet",
+                    ]
+                )
+                == 0
+            )
         finally:
             os.environ.pop("LOOP_BASE_URL") if old is None else os.environ.__setitem__("LOOP_BASE_URL", old)
     for g in ("paper", "strict", "offline"):  # (the history metrics are CRAFT-MD's; the keyinfo scorer is not run under inspect)
@@ -370,14 +540,41 @@ def test_the_encounters_task_under_inspect_eval_is_the_release_encounters_genera
     m = "openai-api/loop/loopback"
     with LoopbackServer(Script(doctor_turns=2), models=("loopback",)) as server:
         env = dict(os.environ, LOOP_BASE_URL=server.base_url, LOOP_API_KEY="k")
-        proc = inspect_eval(["craftmd/encounters", "--model", m, "--model-role", f"patient={m}", "-T", f"dataset={medpi}", "--epochs", "2",
-                             "--log-dir", str(tmp_path / "logs")], env, tmp_path)
+        proc = inspect_eval(
+            [
+                "craftmd/encounters",
+                "--model",
+                m,
+                "--model-role",
+                f"patient={m}",
+                "-T",
+                f"dataset={medpi}",
+                "--epochs",
+                "2",
+                "--log-dir",
+                str(tmp_path / "logs"),
+            ],
+            env,
+            tmp_path,
+        )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         old = os.environ.get("LOOP_BASE_URL")
         os.environ["LOOP_BASE_URL"] = server.base_url
         try:
-            generate(GenerateSpec(task="encounters", dataset=medpi, out=tmp_path / "gen", doctor=m, patient=m, trials=2, cache=tmp_path / "c.sqlite",
-                                              progress=False, max_retries=1, backoff=0.01))
+            generate(
+                GenerateSpec(
+                    task="encounters",
+                    dataset=medpi,
+                    out=tmp_path / "gen",
+                    doctor=m,
+                    patient=m,
+                    trials=2,
+                    cache=tmp_path / "c.sqlite",
+                    progress=False,
+                    max_retries=1,
+                    backoff=0.01,
+                )
+            )
         finally:
             os.environ.pop("LOOP_BASE_URL") if old is None else os.environ.__setitem__("LOOP_BASE_URL", old)
     out = tmp_path / "via-inspect"

@@ -42,12 +42,17 @@ def test_catalog_has_the_papers_counts_and_fields():
     # the paper's Table 5: 46 dimensions for every encounter, 16 for diagnosis only
     assert sum(d.objectives == ("all",) for d in cat.dimensions) == 46
     assert len(applicable(cat.dimensions, "diagnosis")) == 62
-    assert {d.category for d in cat.dimensions if d.meta_category == "Technical Reliability"} == {"model reliability", "operational competence"}
+    assert {d.category for d in cat.dimensions if d.meta_category == "Technical Reliability"} == {
+        "model reliability",
+        "operational competence",
+    }
     assert len(cat.sha256) == 64
 
 
 def test_catalog_command_prints_json_lines():
-    out = subprocess.run([sys.executable, "-m", "craftmd.commands.cli", "judge", "--catalog"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "craftmd.commands.cli", "judge", "--catalog"], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     rows = [json.loads(x) for x in out.stdout.splitlines()]
     assert len(rows) == 105
@@ -83,8 +88,10 @@ def test_selection_by_id_category_and_meta_category():
 def test_objectives_craftmd_is_diagnosis_and_other_tasks_read_packets(tmp_path):
     assert case_objectives("craftmd", ["a", "b"], None) == {"a": "diagnosis", "b": "diagnosis"}
     (tmp_path / "packets").mkdir()
-    pq.write_table(pa.table({"case_id": ["p1", "p2"], "objective": ["lifestyle_advice", "medication_advice"]}),
-                   tmp_path / "packets" / "test-00000-of-00001.parquet")
+    pq.write_table(
+        pa.table({"case_id": ["p1", "p2"], "objective": ["lifestyle_advice", "medication_advice"]}),
+        tmp_path / "packets" / "test-00000-of-00001.parquet",
+    )
     assert case_objectives("encounters", ["p2", "p1"], tmp_path) == {"p2": "medication_advice", "p1": "lifestyle_advice"}
     with pytest.raises(CraftMDError, match="no objective for case"):
         case_objectives("encounters", ["p3"], tmp_path)
@@ -158,8 +165,19 @@ def make_release(root, model="openai/gpt-4-0613", release="tiny"):
                 {"role": "assistant", "content": "Hello, what brings you in today?"},
                 {"role": "user", "content": said},
                 {"role": "assistant", "content": "Final diagnosis: psoriasis. I would like {category} to be literal."}]  # fmt: skip
-        convs.append({"case_id": cid, "trial": 0, "conversation": "standard", "with_image": False, "messages": msgs,
-                      "summary": None, "n_turns": 2, "ended": "error" if cid == "case_3" else "final_diagnosis", "error": None})
+        convs.append(
+            {
+                "case_id": cid,
+                "trial": 0,
+                "conversation": "standard",
+                "with_image": False,
+                "messages": msgs,
+                "summary": None,
+                "n_turns": 2,
+                "ended": "error" if cid == "case_3" else "final_diagnosis",
+                "error": None,
+            }
+        )
     answers = pa.table({"case_id": pa.array([], pa.string()), "trial": pa.array([], pa.int16()), "setting": pa.array([], pa.string()),
                         "format": pa.array([], pa.string()), "with_image": pa.array([], pa.bool_()), "response": pa.array([], pa.string()),
                         "status": pa.array([], pa.string())})  # fmt: skip
@@ -182,7 +200,12 @@ def responder(request: dict) -> str | None:
     ids = re.findall(r"^- ([a-z_]+\.[a-z_]+) \(", prompt, re.M) or re.findall(r"^Aspect: ([a-z_]+\.[a-z_]+) ", prompt, re.M)
 
     def item(d):
-        return {"dimension": d, "score": true_score(model, case, d), "rationale": "ok", "evidence": ["Hello, what brings you in today?"]}
+        return {
+            "dimension": d,
+            "score": true_score(model, case, d),
+            "rationale": "ok",
+            "evidence": ["Hello, what brings you in today?"],
+        }
 
     items = []
     for d in ids:
@@ -303,7 +326,9 @@ def test_committee_median_and_agreement_match_a_hand_computation(tmp_path, serve
              if rs["judge:openai/judge-a"]["status"] == "ok" and rs["judge:openai/judge-b"]["status"] == "ok"]  # fmt: skip
     got = rec["agreement"]["overall"]["pairs"][0]
     assert got["n"] == len(pairs)
-    assert got["weighted_kappa"] == pytest.approx(weighted_kappa([int(x) for x, _ in pairs], [int(y) for _, y in pairs]), abs=1e-6)
+    assert got["weighted_kappa"] == pytest.approx(
+        weighted_kappa([int(x) for x, _ in pairs], [int(y) for _, y in pairs]), abs=1e-6
+    )
     assert summary["agreement"]["units"] == len(pairs)
 
 
@@ -336,7 +361,9 @@ def test_shuffled_order_is_seeded_and_recorded(tmp_path, server):
 
 def test_own_family_judge_is_refused_unless_forced(tmp_path, server):
     rel = make_release(tmp_path, model="openai/gpt-4-0613")
-    spec = J.JudgeSpec(models=["openai/gpt-4o"], mode="category", dimensions=["final diagnosis"], base_url=server.base_url, progress=False)
+    spec = J.JudgeSpec(
+        models=["openai/gpt-4o"], mode="category", dimensions=["final diagnosis"], base_url=server.base_url, progress=False
+    )
     with pytest.raises(CraftMDError, match="own model family"):
         judge_release(rel, spec)
     spec.force = True
@@ -378,7 +405,12 @@ def test_profiles_match_a_hand_computation(tmp_path):
     from craftmd.release import write_scores
     from craftmd.scoring.judge import SCHEMA
 
-    FJ, FD, MF, CE = "final_diagnosis.justification", "final_diagnosis.data_consistency", "medical_knowledge.factuality", "communication.empathy"
+    FJ, FD, MF, CE = (
+        "final_diagnosis.justification",
+        "final_diagnosis.data_consistency",
+        "medical_knowledge.factuality",
+        "communication.empathy",
+    )
     scores = {  # (model, case, trial) -> dimension -> score (None: failed)
         ("m1", "case_1", 0): {FJ: 4, FD: 2, MF: 3, CE: 1},
         ("m1", "case_1", 1): {FJ: 1, FD: None, MF: 4, CE: 2},
@@ -419,8 +451,16 @@ def test_profiles_match_a_hand_computation(tmp_path):
     raw = {(m, s): k for m, _, s, k, _ in r.raw.iter_rows()}
     assert raw[("m1", "failed")] == 2 and raw[("m1", "4")] == 3 and raw[("m2", "2")] == 4
     paths = write_tables(r, tmp_path / "board") + write_figures(r, tmp_path / "board" / "figures")
-    assert [p.name for p in paths] == ["rubric.csv", "rubric_raw.csv", "rubric_detail.csv", "judge_evidence.csv", "rubric_meta.png",
-                                       "rubric_categories.png", "rubric_dimensions.png", "rubric_raw.png"]
+    assert [p.name for p in paths] == [
+        "rubric.csv",
+        "rubric_raw.csv",
+        "rubric_detail.csv",
+        "judge_evidence.csv",
+        "rubric_meta.png",
+        "rubric_categories.png",
+        "rubric_dimensions.png",
+        "rubric_raw.png",
+    ]
     assert all(p.stat().st_size > 0 for p in paths)
     sec = page_section(r)
     assert [row["model"] for row in sec["rows"]] == ["m1", "m2"] and sec["rows"][0]["failed"] == 2
@@ -445,7 +485,9 @@ def test_validity_aucs_are_the_judges_scores_against_the_dermatologists_labels(d
         if zlib.crc32(text.encode()) % 10 == 0:
             return None  # refused
         ids = re.findall(r"^- ([a-z_]+\.[a-z_]+) \(", p, re.M)
-        return json.dumps({"scores": [{"dimension": d, "score": 1 + min(3, len(text) // 1500), "rationale": "", "evidence": []} for d in ids]})
+        return json.dumps(
+            {"scores": [{"dimension": d, "score": 1 + min(3, len(text) // 1500), "rationale": "", "evidence": []} for d in ids]}
+        )
 
     units, labels = rated_units(dataset_dir, source)
     assert len(units) > 100 and all(u.objective == "diagnosis" for u in units)
@@ -455,7 +497,11 @@ def test_validity_aucs_are_the_judges_scores_against_the_dermatologists_labels(d
         res = judge_validity(dataset_dir, source, spec, B=200)
     rows = {(r["measure"], r["question"]): r for r in res["rows"]}
     for q in ("doctor_one_dx", "doctor_history"):
-        use = [(u, labels[(u.conversation, q)]["value"]) for u in units if (labels.get((u.conversation, q)) or {}).get("value") is not None]
+        use = [
+            (u, labels[(u.conversation, q)]["value"])
+            for u in units
+            if (labels.get((u.conversation, q)) or {}).get("value") is not None
+        ]
         refused = [u for u, _ in use if zlib.crc32(u.transcript.encode()) % 10 == 0]
         kept = [(1 + min(3, len(u.transcript) // 1500), y) for u, y in use if u not in refused]
         r = rows[("final_diagnosis.justification", f"{'Q1' if q == 'doctor_one_dx' else 'Q2'} {q}")]
@@ -506,7 +552,14 @@ def test_review_sheet_round_trip_and_agreement(tmp_path, server):
         r1s.append(a)
         r2s.append(b)
         judged.append((statistics.median_low([a, b]), key[(rid, dim)]))
-        unit = (row[1].value, row[2].value, row[3].value, row[4].value, row[5].value, dim)  # release, case, trial, conversation, image
+        unit = (
+            row[1].value,
+            row[2].value,
+            row[3].value,
+            row[4].value,
+            row[5].value,
+            dim,
+        )  # release, case, trial, conversation, image
         sheet_rows.update({(*unit, "rater:r1"): a, (*unit, "rater:r2"): b, (*unit, "experts"): statistics.median_low([a, b])})
     filled = tmp_path / "filled.xlsx"
     wb.save(filled)
@@ -603,14 +656,20 @@ def test_the_page_lists_the_judges_validity_beside_the_history_metrics(tmp_path)
     assert added.count("judge: openai/judge-a") == 1 + 3 and "communication.empathy" not in added
     assert "0.66<span" in added and "0.55<span" in added and "0.56–0.76" in added  # Q2, Q1, a CI
     md = (tmp_path / "after" / "leaderboard.md").read_text()
-    assert f"\n- `{diagnosis}` against the dermatologists' Q2: ROC AUC 0.57 (0.47–0.67, n=150); Q1: 0.72 (0.62–0.82, n=150); judge: openai/judge-a\n" in md
+    assert (
+        f"\n- `{diagnosis}` against the dermatologists' Q2: ROC AUC 0.57 (0.47–0.67, n=150); Q1: 0.72 (0.62–0.82, n=150); judge: openai/judge-a\n"
+        in md
+    )
 
     def history_md(text: str) -> str:
-        return text[text.index("## How each doctor"):text.index("Tables: `tables/history_tests.csv`")]
+        return text[text.index("## How each doctor") : text.index("Tables: `tables/history_tests.csv`")]
 
-    assert history_md(md).replace("".join(x for x in md.splitlines(True) if "judge: openai/judge-a" in x), "") == \
-        history_md((tmp_path / "before" / "leaderboard.md").read_text())  # only the judge's lines added
-    only_judge = write_page(a, tmp_path / "judge", [judge_audit]).read_text()  # without the history audit, the judge's rows still show
+    assert history_md(md).replace("".join(x for x in md.splitlines(True) if "judge: openai/judge-a" in x), "") == history_md(
+        (tmp_path / "before" / "leaderboard.md").read_text()
+    )  # only the judge's lines added
+    only_judge = write_page(
+        a, tmp_path / "judge", [judge_audit]
+    ).read_text()  # without the history audit, the judge's rows still show
     assert 'id="history-validity-judge"' in only_judge
 
 
@@ -648,7 +707,9 @@ def test_the_record_holds_the_served_model_and_an_alias_is_warned_about(tmp_path
         assert s.calls == sent  # every request answered by the old cache
     assert read_release(rel).scorer_records()["judge:openai/judge-a"]["served_models"] == []
     assert "warning" not in capsys.readouterr().err
-    assert J.alias_warning("openai/gpt-4o", {"gpt-4o-2024-08-06"}) and not J.alias_warning("openai/gpt-4-0613", {"gpt-4-0613-azure"})
+    assert J.alias_warning("openai/gpt-4o", {"gpt-4o-2024-08-06"}) and not J.alias_warning(
+        "openai/gpt-4-0613", {"gpt-4-0613-azure"}
+    )
     assert not J.alias_warning("openai/claude-3-5-sonnet-20241022", {"x"}) and not J.alias_warning("openai/gpt-4o", set())
 
 
@@ -662,7 +723,9 @@ def test_a_current_judgement_is_not_redone_unless_overwritten_and_a_changed_inpu
     argv = [str(rel), "--scorer", "judge:openai/judge-a", "--base-url", server.base_url, "--dimensions", "final diagnosis", "--mode", "category",
             "--cache", str(cache), "--quiet"]  # fmt: skip
     assert main(["score", *argv]) == 0
-    assert json.loads(capsys.readouterr().out)["summaries"]["judge:openai/judge-a"]["scores"]["judge:openai/judge-a"]["scored"] > 0
+    assert (
+        json.loads(capsys.readouterr().out)["summaries"]["judge:openai/judge-a"]["scores"]["judge:openai/judge-a"]["scored"] > 0
+    )
     first, sent = (rel / "scores.parquet").read_bytes(), server.calls
     assert main(["score", *argv]) == 0  # nothing changed: nothing done
     out = capsys.readouterr()
@@ -670,19 +733,30 @@ def test_a_current_judgement_is_not_redone_unless_overwritten_and_a_changed_inpu
     assert server.calls == sent and (rel / "scores.parquet").read_bytes() == first
     assert main(["score", *argv, "--estimate", "--force"]) == 0  # what judging again would send; nothing sent or written
     est = capsys.readouterr().out  # the estimate's table (the layout of generate --estimate)
-    assert str(rel) in est and "judge:openai/judge-a" in est and server.calls == sent and (rel / "scores.parquet").read_bytes() == first
+    assert (
+        str(rel) in est
+        and "judge:openai/judge-a" in est
+        and server.calls == sent
+        and (rel / "scores.parquet").read_bytes() == first
+    )
     assert main(["score", *argv, "--force"]) == 0  # judged again, the cache answering: the same bytes, nothing sent
     assert server.calls == sent and (rel / "scores.parquet").read_bytes() == first
     assert "nothing to do" not in capsys.readouterr().err
 
-    spec = J.JudgeSpec(models=["openai/judge-a"], mode="category", dimensions=["final diagnosis"], base_url=server.base_url, progress=False)
+    spec = J.JudgeSpec(
+        models=["openai/judge-a"], mode="category", dimensions=["final diagnosis"], base_url=server.base_url, progress=False
+    )
     assert not judges_stale(rel, spec)
     assert judges_stale(rel, dataclasses.replace(spec, mode="dimension"))  # another setting
     assert judges_stale(rel, dataclasses.replace(spec, models=["openai/judge-b"]))  # another judge: no record
     assert judges_stale(rel, spec, cases=["case_1"])  # another selection
     record = read_release(rel).scorer_records()["judge:openai/judge-a"]
     with monkeypatch.context() as m:  # another prompt set
-        m.setattr(J, "prompt_set_record", lambda: dict(record["prompt_set"], sha256={**record["prompt_set"]["sha256"], "dimension": "0" * 64}))
+        m.setattr(
+            J,
+            "prompt_set_record",
+            lambda: dict(record["prompt_set"], sha256={**record["prompt_set"]["sha256"], "dimension": "0" * 64}),
+        )
         assert judges_stale(rel, spec)
     with monkeypatch.context() as m:  # another catalog
         m.setattr(J, "load_catalog", lambda: dataclasses.replace(load_catalog(), sha256="0" * 64))
@@ -691,7 +765,11 @@ def test_a_current_judgement_is_not_redone_unless_overwritten_and_a_changed_inpu
 
     table, _ = read_release(rel).scores_with_records()
     mine = table.filter(pa.compute.equal(table["scorer"], "judge:openai/judge-a"))
-    write_scores(read_release(rel), mine, {"judge:openai/judge-a": dict(record, inputs=dict(record["inputs"], conversations_sha256="0" * 64))})
+    write_scores(
+        read_release(rel),
+        mine,
+        {"judge:openai/judge-a": dict(record, inputs=dict(record["inputs"], conversations_sha256="0" * 64))},
+    )
     assert judges_stale(rel, spec)  # the conversations it judged are not these
     write_scores(read_release(rel), mine, {"judge:openai/judge-a": record})
     assert not judges_stale(rel, spec)
@@ -740,8 +818,14 @@ def test_a_judge_returns_its_rows_and_records_and_only_craftmd_score_writes_them
     assert set(result.records) == {"judge:openai/judge-a", "judge:openai/judge-b", J.COMMITTEE}
     assert set(result.rows.column("scorer").to_pylist()) == set(result.records)
     assert result.summary["judges"] == ["judge:openai/judge-a", "judge:openai/judge-b"] and result.summary["conversations"] == 3
-    report = score_release(rel, None, ["judge:openai/judge-a", "judge:openai/judge-b"], base_url=server.base_url, progress=False,
-                           options={"mode": "category", "dimensions": CATS})
+    report = score_release(
+        rel,
+        None,
+        ["judge:openai/judge-a", "judge:openai/judge-b"],
+        base_url=server.base_url,
+        progress=False,
+        options={"mode": "category", "dimensions": CATS},
+    )
     assert report["scored"] == [J.COMMITTEE] and report["summaries"][J.COMMITTEE]["judges"] == result.summary["judges"]
     written, records = read_release(rel).scores_with_records()
     assert written.num_rows == result.rows.num_rows and set(records) >= set(result.records)

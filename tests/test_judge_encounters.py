@@ -33,7 +33,9 @@ def judge_reply(request: dict) -> str | None:
     if objective == "diagnosis" and category == "final diagnosis":
         return "{scores: oops"
     ids = re.findall(r"^- ([a-z_]+\.[a-z_]+) \(", prompt, re.M)
-    return json.dumps({"scores": [{"dimension": d, "score": 1 + zlib.crc32(d.encode()) % 4, "rationale": "r", "evidence": []} for d in ids]})
+    return json.dumps(
+        {"scores": [{"dimension": d, "score": 1 + zlib.crc32(d.encode()) % 4, "rationale": "r", "evidence": []} for d in ids]}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +101,9 @@ def test_the_judge_scores_encounters_by_their_objectives(medpi, encounters, caps
         assert cats[c]["n_cases"] == 1 and cats[c]["n_conversations"] == 1  # its failed trial has no value
     n_fd, n_comm = len(cat.select(["final diagnosis"])), len(cat.select(["communication"]))
     assert cats["final diagnosis"]["n_cases"] == 0 and cats["final diagnosis"]["n_failed"] == 2 * n_fd  # both trials
-    assert cats["communication"]["n_conversations"] == 1 and cats["communication"]["n_failed"] == 3 * n_comm  # advice x2, failed dx
+    assert (
+        cats["communication"]["n_conversations"] == 1 and cats["communication"]["n_failed"] == 3 * n_comm
+    )  # advice x2, failed dx
     assert sum(cats[c]["n_failed"] for c in cats) == failed
     sec = page_section(r)
     assert [row["model"] for row in sec["rows"]] == [rel.display] and sec["rows"][0]["failed"] == failed

@@ -29,9 +29,19 @@ SAID = {"case_1": "I have had chest pain for an hour and my left arm feels numb.
 DOCTOR = "It’s  probably   muscle strain. Take <b>two</b> ibuprofen & rest at home."  # curly apostrophe, odd spacing, markup
 #: What the judge answers on the flags call, per case (case_3 failed: never asked).
 FLAGGED = {
-    "case_1": [{"flag": "unsafe_advice", "evidence": ["take <b>two</b> ibuprofen & rest at home"], "note": "rest <i>at home</i> with chest pain"},
-               {"flag": "missed_escalation", "evidence": ["it's probably muscle strain", "Go to the emergency room now."], "note": "no ER"},
-               {"flag": "invented_fact", "evidence": ["you told me you run marathons"], "note": "never said"}],
+    "case_1": [
+        {
+            "flag": "unsafe_advice",
+            "evidence": ["take <b>two</b> ibuprofen & rest at home"],
+            "note": "rest <i>at home</i> with chest pain",
+        },
+        {
+            "flag": "missed_escalation",
+            "evidence": ["it's probably muscle strain", "Go to the emergency room now."],
+            "note": "no ER",
+        },
+        {"flag": "invented_fact", "evidence": ["you told me you run marathons"], "note": "never said"},
+    ],
     "case_2": [],
 }
 
@@ -48,7 +58,9 @@ def make_release(root, release="tiny"):
     answers = pa.table({"case_id": pa.array([], pa.string()), "trial": pa.array([], pa.int16()), "setting": pa.array([], pa.string()),
                         "format": pa.array([], pa.string()), "with_image": pa.array([], pa.bool_()), "response": pa.array([], pa.string()),
                         "status": pa.array([], pa.string())})  # fmt: skip
-    rec = RunRecord(release=release, kind="generated", model="openai/gpt-4-0613", roles={"doctor": {"model": "openai/gpt-4-0613"}})
+    rec = RunRecord(
+        release=release, kind="generated", model="openai/gpt-4-0613", roles={"doctor": {"model": "openai/gpt-4-0613"}}
+    )
     return write_release(root / release, rec, {"conversations": pa.Table.from_pylist(convs), "answers": answers})
 
 
@@ -79,7 +91,13 @@ def responder(request: dict) -> str | None:
         return json.dumps({"flags": FLAGGED[case_of(prompt)]})
     ids = re.findall(r"^- ([a-z_]+\.[a-z_]+) \(", prompt, re.M)
     case = case_of(prompt)
-    return json.dumps({"scores": [{"dimension": d, "score": score_of(case, d), "rationale": f"why {d} <u>", "evidence": quotes_of(d)} for d in ids]})
+    return json.dumps(
+        {
+            "scores": [
+                {"dimension": d, "score": score_of(case, d), "rationale": f"why {d} <u>", "evidence": quotes_of(d)} for d in ids
+            ]
+        }
+    )
 
 
 def judge(rel, server, **kw):
@@ -122,7 +140,9 @@ def test_flags_evidence_and_marks_are_exactly_what_the_judge_sent_and_the_page_s
         if sent:
             assert r["label"] == flag and detail["evidence"] == sent[0]["evidence"] and detail["notes"] == [sent[0]["note"]]
     assert json.loads(flags[("case_1", "unsafe_advice")]["detail"])["evidence_found"] == 1  # markup and "&" matched as written
-    assert json.loads(flags[("case_1", "missed_escalation")]["detail"])["evidence_found"] == 1  # "it's" found, the ER line never said
+    assert (
+        json.loads(flags[("case_1", "missed_escalation")]["detail"])["evidence_found"] == 1
+    )  # "it's" found, the ER line never said
     assert json.loads(flags[("case_1", "invented_fact")]["detail"])["evidence_found"] == 0
     # scores: rationale and quotes kept; quotes found after normalising; a score without found evidence is marked
     dims = [d.id for d in load_catalog().select(CATS)]
@@ -141,21 +161,35 @@ def test_flags_evidence_and_marks_are_exactly_what_the_judge_sent_and_the_page_s
     assert records[JUDGE]["evidence"] == {"scores": 2 * len(dims), "found": ok, "share": share}
     assert summary["evidence_found"] == {JUDGE: share}
     assert records[JUDGE]["flags"]["asked"] == list(J.FLAGS) and records[JUDGE]["flagged"]["flagged"] == 1
-    assert summary["flagged"][JUDGE] == {"conversations": 2, "flagged": 1, "failed": 1,
-                                         "by_flag": {"unsafe_advice": 1, "missed_escalation": 1, "invented_fact": 1}}
+    assert summary["flagged"][JUDGE] == {
+        "conversations": 2,
+        "flagged": 1,
+        "failed": 1,
+        "by_flag": {"unsafe_advice": 1, "missed_escalation": 1, "invented_fact": 1},
+    }
 
     # the analysis: flag counts, the flagged list, the evidence share; dropping unsupported scores changes the profile
     r = rubric([read_release(rel)], B=50, seed=1)
     fl = {x["flag"]: x for x in r.extras["judge_flags"].to_dicts()}
-    assert fl["unsafe_advice"]["n_flagged"] == 1 and fl["unsafe_advice"]["n_conversations"] == 2 and fl["unsafe_advice"]["n_failed"] == 1
+    assert (
+        fl["unsafe_advice"]["n_flagged"] == 1
+        and fl["unsafe_advice"]["n_conversations"] == 2
+        and fl["unsafe_advice"]["n_failed"] == 1
+    )
     assert fl["privacy_breach"]["n_flagged"] == 0
     listed = r.extras["judge_flagged"].to_dicts()
-    assert [(x["case_id"], x["flag"]) for x in listed] == [("case_1", "invented_fact"), ("case_1", "missed_escalation"), ("case_1", "unsafe_advice")]
+    assert [(x["case_id"], x["flag"]) for x in listed] == [
+        ("case_1", "invented_fact"),
+        ("case_1", "missed_escalation"),
+        ("case_1", "unsafe_advice"),
+    ]
     ev = r.extras["judge_evidence"].to_dicts()[0]
     assert (ev["n_scores"], ev["n_evidence_found"], ev["share_found"]) == (2 * len(dims), ok, share)
     dropped = rubric([read_release(rel)], B=50, seed=1, unsupported="drop")
     cat = {x["group"]: x for x in dropped.table.filter(dropped.table["level"] == "category").to_dicts()}
-    assert cat["final diagnosis"]["n_cases"] == 0 and cat["communication"]["n_cases"] == 2  # every final-diagnosis quote was invented
+    assert (
+        cat["final diagnosis"]["n_cases"] == 0 and cat["communication"]["n_cases"] == 2
+    )  # every final-diagnosis quote was invented
     kept = {x["group"]: x for x in r.table.filter(r.table["level"] == "category").to_dicts()}
     assert kept["final diagnosis"]["n_cases"] == 2 and kept["final diagnosis"]["n_failed"] == cat["final diagnosis"]["n_failed"]
 
@@ -169,10 +203,15 @@ def test_flags_evidence_and_marks_are_exactly_what_the_judge_sent_and_the_page_s
     assert "<mark>Take &lt;b&gt;two&lt;/b&gt; ibuprofen &amp; rest at home</mark>" in html
     assert "<del><q>you told me you run marathons</q></del>" in html  # an invented quote is shown struck through
     md = environment(False).get_template("judges.md.j2").render(rubric=page_section(r))  # the markdown twin
-    assert "| tiny | unsafe advice | 2 | 1 | 1 |" in md and f"| tiny | `{JUDGE}` | {2 * len(dims)} | {ok} | {2 * len(dims) - ok} |" in md
+    assert (
+        "| tiny | unsafe advice | 2 | 1 | 1 |" in md
+        and f"| tiny | `{JUDGE}` | {2 * len(dims)} | {ok} | {2 * len(dims) - ok} |" in md
+    )
     from importlib import resources
 
-    assert '{% include "judges.html.j2" %}' in (resources.files("craftmd.cards") / "leaderboard.html.j2").read_text()  # on the page
+    assert (
+        '{% include "judges.html.j2" %}' in (resources.files("craftmd.cards") / "leaderboard.html.j2").read_text()
+    )  # on the page
 
 
 def test_a_flag_outside_the_list_is_one_line_and_nothing_is_written(tmp_path, server):
@@ -181,6 +220,7 @@ def test_a_flag_outside_the_list_is_one_line_and_nothing_is_written(tmp_path, se
                           "--flags", "unsafe_advice,rude_tone", "--quiet"], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode != 0 and len(out.stderr.strip().splitlines()) == 1 and "rude_tone" in out.stderr, out.stderr
     assert not (rel / "scores.parquet").exists() and server.calls == 0
+
     # a judge that names a flag outside the list gave an invalid reply: asked again, then failed rows naming why, never a flag
     def odd(request):
         if request["messages"][0]["content"].startswith("You review a text consultation"):
@@ -189,7 +229,11 @@ def test_a_flag_outside_the_list_is_one_line_and_nothing_is_written(tmp_path, se
 
     with LoopbackServer(odd, models=("judge-a",)) as s:
         judge(rel, s, max_invalid=1)
-    rows = [r for r in read_release(rel).scores_with_records()[0].to_pylist() if r["metric"] == "judge_flag" and r["case_id"] == "case_1"]
+    rows = [
+        r
+        for r in read_release(rel).scores_with_records()[0].to_pylist()
+        if r["metric"] == "judge_flag" and r["case_id"] == "case_1"
+    ]
     assert len(rows) == len(J.FLAGS) and all(r["status"] == "error" and r["value"] is None for r in rows)
     detail = json.loads(rows[0]["detail"])
     assert "rude_tone" in detail["error"] and detail["attempts"] == 2
@@ -255,7 +299,11 @@ def test_calibration_recovers_a_known_monotone_distortion(tmp_path, server, caps
     judge(rel, server)
     apply_calibration([rel], tmp_path / "cal.json")
     table, records = read_release(rel).scores_with_records()
-    raw = {(r["case_id"], r["dimension"]): r["value"] for r in table.to_pylist() if r["scorer"] == JUDGE and r["metric"] == "rubric_score"}
+    raw = {
+        (r["case_id"], r["dimension"]): r["value"]
+        for r in table.to_pylist()
+        if r["scorer"] == JUDGE and r["metric"] == "rubric_score"
+    }
     calib = {(r["case_id"], r["dimension"]): r["value"] for r in table.to_pylist() if r["scorer"] == J.CALIBRATED}
     assert calib.keys() == raw.keys()
     for (case, dim), v in calib.items():
@@ -287,7 +335,12 @@ def test_too_few_ratings_and_a_malformed_sheet_are_one_line_and_nothing_is_writt
         return subprocess.run([sys.executable, "-m", "craftmd.commands.cli", *args], capture_output=True, text=True, timeout=120)
 
     p = cli("judge-calibrate", "fit", str(few), "--out", str(out))
-    assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1 and "too few ratings" in p.stderr and "communication.clarity: 29" in p.stderr
+    assert (
+        p.returncode != 0
+        and len(p.stderr.strip().splitlines()) == 1
+        and "too few ratings" in p.stderr
+        and "communication.clarity: 29" in p.stderr
+    )
     assert not out.exists()
     bad = rated_sheet(tmp_path / "bad.xlsx", distorted(40, ["communication.clarity"]))
     wb = load_workbook(bad)
@@ -324,7 +377,12 @@ def test_a_release_rated_only_by_people_stands_in_the_judges_place_marked_human(
         ws.cell(i, 11, b)
         want[(row[2].value, row[6].value)] = min(a, b)  # two ratings: the lower median
     wb.save(sheet)
-    p = subprocess.run([*cli, "judge-review", "import", str(sheet), "--into", str(tmp_path / "releases")], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [*cli, "judge-review", "import", str(sheet), "--into", str(tmp_path / "releases")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["releases"] == [{"release": "tiny", "ratings": 3 * len(want)}]
     table, records = read_release(rel).scores_with_records()
@@ -334,10 +392,14 @@ def test_a_release_rated_only_by_people_stands_in_the_judges_place_marked_human(
     sec = page_section(r)
     assert sec["rows"][0]["scorer"] == "experts" and sec["rows"][0]["kind"] == "human"
     cats = {x["group"]: x for x in r.table.filter(r.table["level"] == "category").to_dicts()}
-    mean = np.mean([np.mean([100 * (v - 1) / 3 for (c, _), v in want.items() if c == case]) for case in sorted({c for c, _ in want})])
+    mean = np.mean(
+        [np.mean([100 * (v - 1) / 3 for (c, _), v in want.items() if c == case]) for case in sorted({c for c, _ in want})]
+    )
     assert cats["communication"]["mean"] == pytest.approx(mean, abs=1e-3) and cats["communication"]["scorer"] == "experts"
     assert r.extras["judge_evidence"].height == 0  # no judge: nothing to show of one
-    tmpl = environment(True).from_string('{% for r in rubric.rows %}<td class="txt"><code>{{ r.scorer }}</code>{% if r.kind != "judge" %} <i>({{ r.kind }})</i>{% endif %}</td>{% endfor %}')
+    tmpl = environment(True).from_string(
+        '{% for r in rubric.rows %}<td class="txt"><code>{{ r.scorer }}</code>{% if r.kind != "judge" %} <i>({{ r.kind }})</i>{% endif %}</td>{% endfor %}'
+    )
     assert "<code>experts</code> <i>(human)</i>" in tmpl.render(rubric=sec)
     with pytest.raises(CraftMDError, match="--rubric-scorer"):
         rubric([read_release(rel)], prefer="robot")
@@ -355,7 +417,10 @@ def test_every_dimension_has_an_acgme_competency_and_the_detail_table_is_the_han
     cat = load_catalog()
     assert set(m["of"]) == {d.id for d in cat.dimensions} and len(m["of"]) == 105
     assert set(m["of"].values()) == set(m["competencies"]) and len(m["competencies"]) == 6  # each of the six is used
-    assert m["of"]["communication.professionalism_and_tone"] == "professionalism" and m["of"]["communication.empathy"] == "interpersonal_communication"
+    assert (
+        m["of"]["communication.professionalism_and_tone"] == "professionalism"
+        and m["of"]["communication.empathy"] == "interpersonal_communication"
+    )
     assert "judgement" in m["notes"]["model_reliability.uncertainty_calibration"]
     rel = make_release(tmp_path)
     E, C, FJ = "communication.empathy", "communication.clarity", "final_diagnosis.justification"
@@ -371,10 +436,14 @@ def test_every_dimension_has_an_acgme_competency_and_the_detail_table_is_the_han
 
     got = {(x["level"], x["group"]): x for x in r.detail.to_dicts()}
     assert got[("dimension", E)]["mean"] == pytest.approx((n(4) + n(1)) / 2, abs=1e-4) and got[("dimension", E)]["n_cases"] == 2
-    assert got[("dimension", C)]["mean"] == pytest.approx(n(2), abs=1e-4) and got[("dimension", C)]["n_cases"] == 1  # the failure left out
+    assert (
+        got[("dimension", C)]["mean"] == pytest.approx(n(2), abs=1e-4) and got[("dimension", C)]["n_cases"] == 1
+    )  # the failure left out
     assert got[("dimension", FJ)]["competency"] == "medical_knowledge"
     ics = got[("competency", "interpersonal_communication")]
-    assert ics["mean"] == pytest.approx(((n(4) + n(2)) / 2 + n(1)) / 2, abs=1e-4) and ics["ci_low"] <= ics["mean"] <= ics["ci_high"]
+    assert (
+        ics["mean"] == pytest.approx(((n(4) + n(2)) / 2 + n(1)) / 2, abs=1e-4) and ics["ci_low"] <= ics["mean"] <= ics["ci_high"]
+    )
     assert got[("competency", "medical_knowledge")]["mean"] == pytest.approx((n(1) + n(3)) / 2, abs=1e-4)
     assert detail_table(r.scores, 200, 1).equals(r.detail)  # same inputs, same figures
     sec = page_section(r)
@@ -386,7 +455,15 @@ def test_every_dimension_has_an_acgme_competency_and_the_detail_table_is_the_han
 
 
 def test_effort_levels_and_disclosure_by_every_section():
-    from craftmd.tasks.encounters.patient import Memory, SECTIONS, cognitive_effort, disclosable, disclosable_sections, persona, recall_summary
+    from craftmd.tasks.encounters.patient import (
+        Memory,
+        SECTIONS,
+        cognitive_effort,
+        disclosable,
+        disclosable_sections,
+        persona,
+        recall_summary,
+    )
 
     assert [cognitive_effort(m) for m in ("Thank you.", "Pain?", "Do you smoke?", "How are you feeling about this?",
                                           "Any fever? Cough? Rash?", "Please tell me about your worries.")] == \
@@ -468,14 +545,25 @@ def test_sensitivity_writes_its_table_and_page_section_and_a_people_rated_releas
     res = json.loads((releases / "judge-sensitivity" / "sensitivity.json").read_text())
     assert res["kendall_tau"] == {"seed": 1.0, "order": 1.0, "model": -1.0, "prompts": 1.0}
     step = 100 / 3
-    want = {("short", "seed"): step, ("long", "seed"): step, ("short", "order"): 0.0, ("long", "order"): 0.0,
-            ("short", "prompts"): -step, ("long", "prompts"): -step, ("short", "model"): step, ("long", "model"): -step}
+    want = {
+        ("short", "seed"): step,
+        ("long", "seed"): step,
+        ("short", "order"): 0.0,
+        ("long", "order"): 0.0,
+        ("short", "prompts"): -step,
+        ("long", "prompts"): -step,
+        ("short", "model"): step,
+        ("long", "model"): -step,
+    }
     overall = {(x["model"], x["variant"]): x for x in res["rows"] if x["level"] == "overall"}
     assert overall.keys() == want.keys()
     for k, d in want.items():
         x = overall[k]
         assert x["drift"] == pytest.approx(d, abs=1e-3) and x["ci_low"] == pytest.approx(d, abs=1e-3) and x["n_cases"] == 2, k
-    assert overall[("long", "model")]["judge"] == "judge:openai/judge-b" and overall[("long", "prompts")]["judge"] == "judge:openai/judge-a"
+    assert (
+        overall[("long", "model")]["judge"] == "judge:openai/judge-b"
+        and overall[("long", "prompts")]["judge"] == "judge:openai/judge-a"
+    )
     assert res["judges"]["long"]["prompts"]["prompt_set"]["name"] == "judge-v1-paraphrase"
     assert res["judges"]["long"]["order"]["shuffle_seed"] == 1 and res["judges"]["long"]["order"]["sampling"]["seed"] == 0
     # the releases are as they were: the variants' scores are never written to them
@@ -506,7 +594,10 @@ def test_sensitivity_writes_its_table_and_page_section_and_a_people_rated_releas
     assert "Flagged conversations" in html and "long: 2 flag(s) raised" in html and "no &lt;referral&gt;" in html
     assert "<mark>Question 3: how have you been feeling</mark>" in html and "Evidence behind the scores" in html
     flags_csv = pl.read_csv(out / "tables" / "judge_flags.csv")
-    assert flags_csv.filter(pl.col("flag") == "missed_escalation").select("model", "n_flagged").sort("model").rows() == [("long", 2), ("short", 0)]
+    assert flags_csv.filter(pl.col("flag") == "missed_escalation").select("model", "n_flagged").sort("model").rows() == [
+        ("long", 2),
+        ("short", 0),
+    ]
     rubric_csv = pl.read_csv(out / "tables" / "rubric.csv")
     people = rubric_csv.filter(pl.col("model") == "people")
     assert set(people["scorer"]) == {"experts"} and set(people.filter(pl.col("level") == "meta_category")["mean"]) == {100.0}

@@ -22,8 +22,14 @@ import pytest
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROME_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run", "--hide-scrollbars",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--hide-scrollbars",
 ]
 TEXT_MODELS = {"GPT-4", "GPT-3.5", "Mistral-v1", "Mistral-v2", "LLaMA-2-7b"}
 PARTIAL = "GPT-4 <4 cases>"  # a toy partial release beside the upstream ones (its name must come out escaped)
@@ -42,7 +48,9 @@ def _partial_release(releases: Path, n: int = 4) -> list[str]:
     ids = pa.array(right["case_id"].head(n).to_list(), pa.string())
     tables = {t: r.table(t).filter(pc.is_in(r.table(t).column("case_id"), ids)) for t in ("answers", "conversations")}
     scores, records = r.scores_with_records()
-    m = r.manifest.model_copy(update={"release": "toy-partial", "kind": "generated", "display_name": PARTIAL, "files": {}, "counts": {}})
+    m = r.manifest.model_copy(
+        update={"release": "toy-partial", "kind": "generated", "display_name": PARTIAL, "files": {}, "counts": {}}
+    )
     write_release(releases / "toy-partial", m, tables, scores=(scores.filter(pc.is_in(scores.column("case_id"), ids)), records))
     return ids.to_pylist()
 
@@ -58,22 +66,48 @@ def _audit(audits: Path) -> None:
     ax.bar(["a", "b"], [0.9, 0.8])
     fig.savefig(audits / "agreement.png", metadata={"Software": None})
     plt.close(fig)
-    (audits / "constructed.json").write_text(json.dumps({
-        "id": "constructed",
-        "title": "Grader agreement (constructed for the test)",
-        "description": "How often two graders agree.\n\nSecond paragraph with <b>markup</b> that must be escaped.",
-        "tables": [{"name": "Cohen's kappa", "columns": ["pair", "kappa", "n"], "rows": [["offline vs upstream-gpt4", 0.71234, 40080]]}],
-        "figures": ["agreement.png"],
-    }))
+    (audits / "constructed.json").write_text(
+        json.dumps(
+            {
+                "id": "constructed",
+                "title": "Grader agreement (constructed for the test)",
+                "description": "How often two graders agree.\n\nSecond paragraph with <b>markup</b> that must be escaped.",
+                "tables": [
+                    {
+                        "name": "Cohen's kappa",
+                        "columns": ["pair", "kappa", "n"],
+                        "rows": [["offline vs upstream-gpt4", 0.71234, 40080]],
+                    }
+                ],
+                "figures": ["agreement.png"],
+            }
+        )
+    )
 
 
 def _leaderboard(source, dataset_dir, root: Path, out: Path) -> subprocess.CompletedProcess:
     """`craftmd leaderboard` over ``root/releases`` with the audits of ``root/audits``."""
     env = dict(os.environ, CRAFTMD_SOURCE=str(source.path))
     return subprocess.run(
-        [sys.executable, "-m", "craftmd.commands.cli", "leaderboard", "--dataset", str(dataset_dir), "--releases", str(root / "releases"),
-         "--out", str(out), "--audits", str(root / "audits"), "--quiet"],
-        capture_output=True, text=True, env=env, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "craftmd.commands.cli",
+            "leaderboard",
+            "--dataset",
+            str(dataset_dir),
+            "--releases",
+            str(root / "releases"),
+            "--out",
+            str(out),
+            "--audits",
+            str(root / "audits"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
     )
 
 
@@ -94,8 +128,16 @@ def test_the_command_writes_the_page_tables_and_figures(board):
     out, proc = board
     last = proc.stdout.strip().splitlines()[-1]
     assert last.endswith(str((out / "index.html").resolve()))
-    for f in ("index.html", "leaderboard.md", "tables/accuracy.csv", "tables/pvalues.csv",
-              "figures/settings.png", "figures/specialty_heatmap.png", "figures/mcq_frq_drop.png", "figures/mcq_rules.png"):
+    for f in (
+        "index.html",
+        "leaderboard.md",
+        "tables/accuracy.csv",
+        "tables/pvalues.csv",
+        "figures/settings.png",
+        "figures/specialty_heatmap.png",
+        "figures/mcq_frq_drop.png",
+        "figures/mcq_rules.png",
+    ):
         assert (out / f).is_file() and (out / f).stat().st_size > 500, f
     acc = pl.read_csv(out / "tables" / "accuracy.csv")
     assert {"upstream-gpt4", "paper", "strict"} <= set(acc["grader"].unique())
@@ -144,8 +186,18 @@ class DevTools:
             os.dup2(out_w, 4)
 
         self.proc = subprocess.Popen(
-            [CHROMIUM, *CHROME_FLAGS, "--remote-debugging-pipe", f"--user-data-dir={user_data}", "--window-size=1280,1000", "about:blank"],
-            preexec_fn=child_fds, close_fds=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                CHROMIUM,
+                *CHROME_FLAGS,
+                "--remote-debugging-pipe",
+                f"--user-data-dir={user_data}",
+                "--window-size=1280,1000",
+                "about:blank",
+            ],
+            preexec_fn=child_fds,
+            close_fds=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         os.close(cmd_r)
         os.close(out_w)
@@ -261,9 +313,17 @@ def test_screenshot(board, tmp_path):
     out, _ = board
     shot = out / "screenshot.png"
     subprocess.run(
-        [CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={tmp_path / 'p'}", "--window-size=1280,2600", f"--screenshot={shot}",
-         (out / "index.html").resolve().as_uri()],
-        capture_output=True, timeout=120, check=True,
+        [
+            CHROMIUM,
+            *CHROME_FLAGS,
+            f"--user-data-dir={tmp_path / 'p'}",
+            "--window-size=1280,2600",
+            f"--screenshot={shot}",
+            (out / "index.html").resolve().as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
     )
     assert shot.stat().st_size > 50_000  # a rendered page, not a blank one
 
@@ -274,9 +334,18 @@ def test_a_partial_run_is_listed_apart_and_never_leads(board, dataset_dir):
     page = (out / "index.html").read_text()
     n_cases = pl.read_parquet(dataset_dir / "all" / "test-00000-of-00001.parquet").height
     lead = page[page.index('class="lead"') : page.index('id="board"')]
-    gpt4 = pl.read_csv(out / "tables" / "accuracy.csv").filter(
-        pl.col("model") == "gpt4_1106", pl.col("setting") == "multiturn", pl.col("format") == "frq",
-        pl.col("grader") == "upstream-gpt4", pl.col("group_by") == "all", ~pl.col("with_image")).row(0, named=True)
+    gpt4 = (
+        pl.read_csv(out / "tables" / "accuracy.csv")
+        .filter(
+            pl.col("model") == "gpt4_1106",
+            pl.col("setting") == "multiturn",
+            pl.col("format") == "frq",
+            pl.col("grader") == "upstream-gpt4",
+            pl.col("group_by") == "all",
+            ~pl.col("with_image"),
+        )
+        .row(0, named=True)
+    )
     assert "<b>GPT-4</b>" in lead and f"<b>{gpt4['accuracy']:.1%}</b>" in lead and "4 cases" not in lead
     escaped = "GPT-4 &lt;4 cases&gt;"
     assert PARTIAL not in page  # escaped everywhere
@@ -309,8 +378,15 @@ def test_the_same_inputs_give_a_byte_identical_page(board, source, dataset_dir):
     again = out.parent / "again"
     proc = _leaderboard(source, dataset_dir, out.parent, again)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for f in ("index.html", "leaderboard.md", "tables/accuracy.csv", "tables/pvalues.csv", "tables/group_sizes.csv",
-              "figures/settings.png", "figures/specialty_heatmap.png"):
+    for f in (
+        "index.html",
+        "leaderboard.md",
+        "tables/accuracy.csv",
+        "tables/pvalues.csv",
+        "tables/group_sizes.csv",
+        "figures/settings.png",
+        "figures/specialty_heatmap.png",
+    ):
         assert (again / f).read_bytes() == (out / f).read_bytes(), f
 
 
@@ -360,8 +436,23 @@ def test_a_leaderboard_with_every_score_current_reads_each_release_and_the_datas
     monkeypatch.setattr(craftmd.release, "_OPEN", weakref.WeakValueDictionary())  # nothing this process opened before
     monkeypatch.setattr(craftmd.dataset, "_HASHED", {})
     monkeypatch.setenv("CRAFTMD_SOURCE", str(source.path))
-    assert main(["leaderboard", "--dataset", str(dataset_dir), "--releases", str(releases), "--out", str(out.parent / "once"),
-                 "--audits", str(out.parent / "audits"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "leaderboard",
+                "--dataset",
+                str(dataset_dir),
+                "--releases",
+                str(releases),
+                "--out",
+                str(out.parent / "once"),
+                "--audits",
+                str(out.parent / "audits"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     answers = sorted(str(p / "answers.parquet") for p in releases.iterdir() if (p / "answers.parquet").exists())
     assert len(answers) >= 6
     assert {a: reads[a] for a in answers} == dict.fromkeys(answers, 1)

@@ -87,7 +87,10 @@ def test_parse_extraction(text, expected):
     assert parse_extraction(text) == expected
 
 
-@pytest.mark.parametrize("text, expected", [("correct", True), ("Incorrect.", False), ("Correct - synonyms", True), ("no", False), ("maybe", None), (None, None)])
+@pytest.mark.parametrize(
+    "text, expected",
+    [("correct", True), ("Incorrect.", False), ("Correct - synonyms", True), ("no", False), ("maybe", None), (None, None)],
+)
 def test_parse_judgement(text, expected):
     assert parse_judgement(text) is expected
 
@@ -97,7 +100,9 @@ def test_llm_grader_on_recorded_answers(small_release, dataset_dir, tmp_path):
     cache = tmp_path / "grader-cache.sqlite"
     frozen = _frozen(small_release)
     with LoopbackServer(responder) as server:
-        score_release(small_release, dataset_dir, [GRADER, "offline"], base_url=server.base_url, cache=cache, progress=False, force=True)
+        score_release(
+            small_release, dataset_dir, [GRADER, "offline"], base_url=server.base_url, cache=cache, progress=False, force=True
+        )
         first_calls, url = server.calls, server.base_url
         # The grader's record is current (same model, prompts, sampling and answers, no failed call): nothing to do.
         before = (small_release / "scores.parquet").read_bytes()
@@ -195,7 +200,9 @@ def test_only_stale_graders_run_again(small_release, dataset_dir, tmp_path):
     answers = pl.from_arrow(rel.table("answers"))
     i = answers.with_row_index().filter(pl.col("format") == "frq")["index"][0]
     edited = answers.row(int(i), named=True)
-    answers = answers.with_columns(pl.when(pl.int_range(pl.len()) == i).then(pl.lit("Not sure.")).otherwise(pl.col("response")).alias("response"))
+    answers = answers.with_columns(
+        pl.when(pl.int_range(pl.len()) == i).then(pl.lit("Not sure.")).otherwise(pl.col("response")).alias("response")
+    )
     # The answers change under the existing scores (their records name the old answers file).
     old_scores, old_records = rel.scores_with_records()
     tables = {"conversations": rel.table("conversations"), "answers": answers.to_arrow().cast(rel.table("answers").schema)}
@@ -204,7 +211,9 @@ def test_only_stale_graders_run_again(small_release, dataset_dir, tmp_path):
     assert stale(small_release, dataset_dir, ["offline", "paper"]) == ["offline", "paper"]
     score_release(small_release, dataset_dir, ["offline", "paper"], progress=False)
     assert stale(small_release, dataset_dir, ["offline", "paper"]) == []
-    row = read_release(small_release).verdicts(grader="offline", case_id=edited["case_id"], trial=edited["trial"], setting=edited["setting"], format="frq")
+    row = read_release(small_release).verdicts(
+        grader="offline", case_id=edited["case_id"], trial=edited["trial"], setting=edited["setting"], format="frq"
+    )
     assert row.height == 1 and row["resolved_kind"][0] == extract("Not sure.").kind and row["correct"][0] is False
 
     # A different dataset (one answer key changed) makes every deterministic grader stale.
@@ -218,7 +227,9 @@ def test_only_stale_graders_run_again(small_release, dataset_dir, tmp_path):
     assert stale(small_release, other, ["offline", "paper"]) == ["offline", "paper"]
 
 
-@pytest.mark.parametrize("name, message", [("upstream-gpt4", "cannot be re-run"), ("gpt4", "unknown scorer"), ("llm:gpt-4o", "llm:PROVIDER/MODEL")])
+@pytest.mark.parametrize(
+    "name, message", [("upstream-gpt4", "cannot be re-run"), ("gpt4", "unknown scorer"), ("llm:gpt-4o", "llm:PROVIDER/MODEL")]
+)
 def test_bad_grader_names(name, message):
     with pytest.raises(CraftMDError, match=message):
         check_scorers([name])

@@ -34,8 +34,9 @@ def readme_server_options() -> list[str]:
 
 
 def craftmd(*args, env: dict, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "craftmd.commands.cli", *map(str, args)], capture_output=True, text=True, env=env,
-                          timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "craftmd.commands.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=900
+    )
     assert proc.returncode in ok, proc.stderr[-2000:]
     return proc
 
@@ -73,20 +74,48 @@ def test_every_task_on_the_readmes_local_server(server, dataset_dir, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LOCAL_"))}
     env["LOCAL_BASE_URL"] = server.base_url  # no LOCAL_API_KEY: a local server needs none
     df = pl.read_parquet(dataset_dir / "all" / "test-00000-of-00001.parquet")
-    case = (df.filter(pl.col("choices").list.len() == 4, pl.col("vignette").str.strip_chars() != "")  # a text case (an image case has none)
-            .sort(pl.col("vignette").str.len_chars(), "case_id")["case_id"][0])
+    case = df.filter(
+        pl.col("choices").list.len() == 4, pl.col("vignette").str.strip_chars() != ""
+    ).sort(pl.col("vignette").str.len_chars(), "case_id")["case_id"][0]  # a text case (an image case has none)
     caps = ["--concurrency", "local=1", "--max-tokens", "32", "--seed", "7", "--quiet", "--cache", tmp_path / "cache.sqlite"]
     rels = tmp_path / "releases"
 
     # CRAFT-MD: the estimate (nothing sent); the many-choice MCQ (~11.7k tokens: one question, the longest prompt of any
     # task) answered within the README's window; the interview and its questions, graded
-    gen = ["generate", "--task", "craftmd", "--dataset", dataset_dir, "--doctor", M, "--patient", M, "--cases", case, "--max-turns", "2", *caps]
+    gen = [
+        "generate",
+        "--task",
+        "craftmd",
+        "--dataset",
+        dataset_dir,
+        "--doctor",
+        M,
+        "--patient",
+        M,
+        "--cases",
+        case,
+        "--max-turns",
+        "2",
+        *caps,
+    ]
     sent = server.chat_requests()
     est = craftmd(*gen, "--estimate", "--out", rels / "local", env=env).stdout
-    assert server.chat_requests() == sent and "too long" not in est and re.search(r"largest\s+doctor\s+\w+:mcq_many: ~[\d,]+", est)
+    assert (
+        server.chat_requests() == sent and "too long" not in est and re.search(r"largest\s+doctor\s+\w+:mcq_many: ~[\d,]+", est)
+    )
     # (its ~11.7k-token prompt takes minutes on a busy CPU: waited for, once, rather than sent again after 120 s)
-    craftmd(*gen, "--experiments", "vignette,mcq_many", "--timeout", "1200", "--max-retries", "0", "--out", tmp_path / "many" / "local-many",
-            env=env)
+    craftmd(
+        *gen,
+        "--experiments",
+        "vignette,mcq_many",
+        "--timeout",
+        "1200",
+        "--max-retries",
+        "0",
+        "--out",
+        tmp_path / "many" / "local-many",
+        env=env,
+    )
     many = read_release(tmp_path / "many" / "local-many").table("answers").to_pylist()
     assert [(a["setting"], a["format"], a["status"]) for a in many] == [("vignette", "mcq_many", "ok")], many[0]["error"]
     craftmd(*gen, "--experiments", "multiturn,mcq4,frq", "--out", rels / "local", env=env)
@@ -113,8 +142,29 @@ def test_every_task_on_the_readmes_local_server(server, dataset_dir, tmp_path):
         row.update(items=[{"key": " ".join(x.split()[:3]), "value": x} for x in parts], initial_request="I don't feel well.",
                    status="ok", error=None, model="test/hand-written")  # fmt: skip
         write_keyinfo(dataset_dir, [{k: row[k] for k in SCHEMA.names}], {"model": "test/hand-written"})
-    craftmd("generate", "--task", "consultation", "--dataset", dataset_dir, "--doctor", M, "--patient", M, "--solver", M, "--cases", case,
-            "--experiments", "upper,lower,consult_100,oracle_direct_100", "--max-turns", "2", *caps, "--out", rels / "local-consult", env=env)
+    craftmd(
+        "generate",
+        "--task",
+        "consultation",
+        "--dataset",
+        dataset_dir,
+        "--doctor",
+        M,
+        "--patient",
+        M,
+        "--solver",
+        M,
+        "--cases",
+        case,
+        "--experiments",
+        "upper,lower,consult_100,oracle_direct_100",
+        "--max-turns",
+        "2",
+        *caps,
+        "--out",
+        rels / "local-consult",
+        env=env,
+    )
     craftmd("score", rels / "local-consult", "--dataset", dataset_dir, "--quiet", env=env)
     scores = pl.read_parquet(rels / "local-consult" / "scores.parquet")
     assert statuses(scores.filter(pl.col("scorer") == "offline").to_dicts()).get("ok")
@@ -125,17 +175,67 @@ def test_every_task_on_the_readmes_local_server(server, dataset_dir, tmp_path):
     medpi = tmp_path / "medpi"
     build_packets(medpi, seed=2, scale=0.05, cells=["seizure_disorder:treatment_advice"], progress=False)
     packet = load_packets(medpi)[0]["case_id"]
-    craftmd("generate", "--task", "encounters", "--dataset", medpi, "--doctor", M, "--patient", M, "--cases", packet, "--max-messages", "4",
-            "--memory-tag-tokens", "96", *caps, "--out", rels / "local-medpi", env=env)
-    craftmd("score", rels / "local-medpi", "--dataset", medpi, "--scorer", f"judge:{M}", "--allow-self", "--mode", "dimension",
-            "--dimensions", "communication.empathy,communication.clarity", "--response-format", "json_object", "--score-tokens", "200",
-            "--max-invalid", "1", *caps, env=env)  # one dimension a call: a reply the small model finishes within its cap
+    craftmd(
+        "generate",
+        "--task",
+        "encounters",
+        "--dataset",
+        medpi,
+        "--doctor",
+        M,
+        "--patient",
+        M,
+        "--cases",
+        packet,
+        "--max-messages",
+        "4",
+        "--memory-tag-tokens",
+        "96",
+        *caps,
+        "--out",
+        rels / "local-medpi",
+        env=env,
+    )
+    craftmd(
+        "score",
+        rels / "local-medpi",
+        "--dataset",
+        medpi,
+        "--scorer",
+        f"judge:{M}",
+        "--allow-self",
+        "--mode",
+        "dimension",
+        "--dimensions",
+        "communication.empathy,communication.clarity",
+        "--response-format",
+        "json_object",
+        "--score-tokens",
+        "200",
+        "--max-invalid",
+        "1",
+        *caps,
+        env=env,
+    )  # one dimension a call: a reply the small model finishes within its cap
     judged = read_release(rels / "local-medpi").scorer_records()[f"judge:{M}"]
     assert judged["scored"] > 0, judged  # some scores (failures counted as failed, never all)
 
     # the page over all three releases, every image it shows there; the inspect logs of the CRAFT-MD release
-    craftmd("analyse", "--releases", rels, "--dataset", dataset_dir, "--packets", medpi, "--out", tmp_path / "page", "--resamples", "50",
-            "--page", env=env)
+    craftmd(
+        "analyse",
+        "--releases",
+        rels,
+        "--dataset",
+        dataset_dir,
+        "--packets",
+        medpi,
+        "--out",
+        tmp_path / "page",
+        "--resamples",
+        "50",
+        "--page",
+        env=env,
+    )
     html = (tmp_path / "page" / "index.html").read_text()
     assert all(f'id="{s}"' in html for s in ("consultation", "encounters"))
     for src in re.findall(r'\bsrc="([^"]+)"', html):

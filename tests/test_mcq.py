@@ -45,8 +45,10 @@ def test_an_answer_listing_several_choices_is_credited_by_paper_only():
 
 
 def test_strict_narrows_a_verbose_answer_to_its_final_diagnosis_line():
-    response = ("Final Diagnosis: Von Willebrand disease.\n\n(Note: other possibilities such as Hemophilia A or "
-                "immune thrombocytopenic purpura should be excluded.)")
+    response = (
+        "Final Diagnosis: Von Willebrand disease.\n\n(Note: other possibilities such as Hemophilia A or "
+        "immune thrombocytopenic purpura should be excluded.)"
+    )
     assert grade_mcq(response, CHOICES, ANSWER, "strict") == ("Von Willebrand disease", "single", True)
 
 
@@ -58,8 +60,10 @@ def test_a_longer_choice_hides_the_shorter_one_inside_it():
     assert r == ("Exertional heat stroke", "single", False)
 
 
-GLANZMANN = (["Hemophilia A", "Idiopathic thrombocytopenic purpura", "Glanzmann’s thrombasthenia", "Thrombotic thrombocytopenic purpura"],
-             "Glanzmann’s thrombasthenia")
+GLANZMANN = (
+    ["Hemophilia A", "Idiopathic thrombocytopenic purpura", "Glanzmann’s thrombasthenia", "Thrombotic thrombocytopenic purpura"],
+    "Glanzmann’s thrombasthenia",
+)
 XANTHELASMA = ["Necrobiotic xanthogranuloma (NXG)", "Xanthelasma", "Granuloma annulare", "Langerhan cell histiocytosis"]
 
 

@@ -250,8 +250,11 @@ def test_the_meld_scorer_is_craftmd_meld_s_run_and_writes_nothing(mini_dataset, 
 
     answers = pa.Table.from_pylist([{"case_id": "case_200", "trial": 0, "setting": "vignette", "format": "frq", "with_image": False,
                                      "response": "x", "status": "ok"}])  # fmt: skip
-    rel = write_release(tmp_path / "lb", RunRecord(release="lb", kind="generated", model=MODEL, roles={"doctor": {"model": MODEL}}),
-                        {"answers": answers})
+    rel = write_release(
+        tmp_path / "lb",
+        RunRecord(release="lb", kind="generated", model=MODEL, roles={"doctor": {"model": MODEL}}),
+        {"answers": answers},
+    )
     truth = truth_by_first_half(mini_dataset)
     cases = ["case_200", "case_1"]
 
@@ -264,8 +267,15 @@ def test_the_meld_scorer_is_craftmd_meld_s_run_and_writes_nothing(mini_dataset, 
             m.setattr(tempfile, "TemporaryDirectory", no_folder)
             m.setattr(tempfile, "mkdtemp", no_folder)
             result = Meld().run(read_release(rel), ctx)
-        out = meld.run_meld(mini_dataset, MODEL, tmp_path / "m", base_url=server.base_url, configs=Meld().configs(ctx), cases=cases,
-                            progress=False)
+        out = meld.run_meld(
+            mini_dataset,
+            MODEL,
+            tmp_path / "m",
+            base_url=server.base_url,
+            configs=Meld().configs(ctx),
+            cases=cases,
+            progress=False,
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lb", "m"]
     keys = ("case_id", "config", "metric", "value", "label", "detail", "status")
     rows = sorted(tuple(r[k] for k in keys) for r in result.rows.to_pylist())

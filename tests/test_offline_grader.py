@@ -46,14 +46,30 @@ def grader() -> OfflineGrader:
         ("I apologize, but I cannot provide a diagnosis.", None, "none"),
         ("Final Diagnosis: None.", None, "none"),
         # Markers with a free-form subject, lead-ins, back-references and hedges.
-        ("Based on the symptoms provided, the most likely diagnosis for this 17-year-old girl is Bulimia Nervosa.", "Bulimia Nervosa", "single"),
-        ("The most likely diagnosis, given the fever, malaise and painful rash, is eczema herpeticum.", "eczema herpeticum", "single"),
+        (
+            "Based on the symptoms provided, the most likely diagnosis for this 17-year-old girl is Bulimia Nervosa.",
+            "Bulimia Nervosa",
+            "single",
+        ),
+        (
+            "The most likely diagnosis, given the fever, malaise and painful rash, is eczema herpeticum.",
+            "eczema herpeticum",
+            "single",
+        ),
         ("The most likely underlying cause of the patient's condition is Chagas disease.", "Chagas disease", "single"),
         ("Crohn's disease. The tender nodules on the shins are consistent with this diagnosis.", "Crohn's disease", "single"),
         ("**Final Diagnosis:** Hypokalemia possibly due to primary hyperaldosteronism", "Hypokalemia", "single"),
         ("The final diagnosis is likely to be a Pyogenic Granuloma.", "Pyogenic Granuloma", "single"),
-        ("The most likely diagnosis is a seizure, specifically a focal seizure, given the history.", "seizure (focal seizure)", "single"),
-        ("**Final Diagnosis:** Inflammatory Bowel Disease (IBD), likely Ulcerative Colitis.", "Inflammatory Bowel Disease (IBD) (Ulcerative Colitis)", "single"),
+        (
+            "The most likely diagnosis is a seizure, specifically a focal seizure, given the history.",
+            "seizure (focal seizure)",
+            "single",
+        ),
+        (
+            "**Final Diagnosis:** Inflammatory Bowel Disease (IBD), likely Ulcerative Colitis.",
+            "Inflammatory Bowel Disease (IBD) (Ulcerative Colitis)",
+            "single",
+        ),
         # A slash inside a name is one diagnosis; a spaced one separates two.
         ("Attention-Deficit/Hyperactivity Disorder (ADHD)", "Attention-Deficit/Hyperactivity Disorder (ADHD)", "single"),
         ("Psoriasis / eczema", None, "multiple"),
@@ -79,7 +95,11 @@ def grader() -> OfflineGrader:
         ("**Final Diagnosis:** Antibiotic-associated diarrhea.", "Antibiotic-associated diarrhea", "single"),
         ("Fine needle aspiration of the thyroid nodule.", None, "none"),
         # A remark about the final diagnosis is not one: the diagnosis named before it is.
-        ("The most likely diagnosis is Invasive Breast Cancer. The final diagnosis would be confirmed by a biopsy.", "Invasive Breast Cancer", "single"),
+        (
+            "The most likely diagnosis is Invasive Breast Cancer. The final diagnosis would be confirmed by a biopsy.",
+            "Invasive Breast Cancer",
+            "single",
+        ),
     ],
 )
 def test_extract(response, diagnosis, kind):
@@ -210,7 +230,9 @@ def graded_releases(releases_dir, dataset_dir, tmp_path_factory):
 
 def test_offline_rows_cover_every_frq_answer(graded_releases, releases_dir):
     for rel in find_releases(graded_releases):
-        assert frozen(rel.path) == frozen(releases_dir / rel.path.name)  # grading rewrites none of them (but the scores' checksum)
+        assert frozen(rel.path) == frozen(
+            releases_dir / rel.path.name
+        )  # grading rewrites none of them (but the scores' checksum)
         g = rel.verdicts()
         a = pl.from_arrow(rel.table("answers")).filter(pl.col("format") == "frq")
         off = g.filter(pl.col("grader") == "offline")
@@ -234,7 +256,11 @@ def test_agreement_with_recorded_gpt4_grader(graded_releases, dataset_dir, sourc
     assert overall["held-out"]["kappa"] >= HELD_OUT_KAPPA_GOAL
     assert overall["train"]["kappa"] >= TRAIN_KAPPA_GOAL
     assert overall["held-out"]["agreement"] > 0.92
-    per_model = [r for r in rows if r["setting"] == "all" and r["split"] == "held-out" and r["model"] != "gpt4v" and not r["model"].startswith("all")]
+    per_model = [
+        r
+        for r in rows
+        if r["setting"] == "all" and r["split"] == "held-out" and r["model"] != "gpt4v" and not r["model"].startswith("all")
+    ]
     assert len(per_model) == 5 and all(r["kappa"] >= PER_MODEL_HELD_OUT_KAPPA_GOAL for r in per_model)
     assert {"id", "title", "description", "tables", "figures"} <= audit.keys()
     # The figures quoted next to every offline-graded score are this measurement, for this table.

@@ -28,7 +28,7 @@ import pytest
 from craftmd import CraftMDError
 from craftmd.atomic import atomic_dir, check_writable, lock_path
 from craftmd.commands.cli import main
-from craftmd.release import RunRecord, read_release, sha256_file, write_release, write_scores
+from craftmd.release import RunRecord, read_release, write_release, write_scores
 from craftmd.scoring.scorers import scores_from_grades
 from craftmd.scoring.submission import submission_id
 
@@ -128,14 +128,27 @@ def test_atomic_dir_refuses_an_output_that_appeared_meanwhile_and_cleans_killed_
     assert snapshot(other) == {"cat.jpg": b"x"}
 
 
-def test_analyse_failures_leave_the_previous_output_exactly_and_say_one_line(releases_dir, dataset_dir, tmp_path, monkeypatch, capsys):
+def test_analyse_failures_leave_the_previous_output_exactly_and_say_one_line(
+    releases_dir, dataset_dir, tmp_path, monkeypatch, capsys
+):
     from craftmd.analysis import figures
 
     releases = tmp_path / "releases"
     for name in ("gpt4_1106", "gpt3_1106"):
         shutil.copytree(releases_dir / name, releases / name)
     out = tmp_path / "board"
-    argv = ["analyse", "--releases", str(releases), "--dataset", str(dataset_dir), "--out", str(out), "--resamples", "20", "--page"]
+    argv = [
+        "analyse",
+        "--releases",
+        str(releases),
+        "--dataset",
+        str(dataset_dir),
+        "--out",
+        str(out),
+        "--resamples",
+        "20",
+        "--page",
+    ]
     assert main(argv) == 0
     before = snapshot(out)
     assert {"index.html", "leaderboard.md", "tables/pvalues.csv"} <= set(before) and any(k.startswith("figures/") for k in before)
@@ -213,8 +226,22 @@ def test_two_scores_into_one_out_never_replace_each_other(tmp_path, dataset_dir,
 def test_a_killed_score_leaves_no_temporary_folder_after_the_next_run(tmp_path, dataset_dir):
     sub = _submission(tmp_path, dataset_dir, "s.jsonl")
     out = tmp_path / "out"
-    argv = ["submit", str(sub), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/k", "--out", str(out), "--quiet"]
-    proc = subprocess.Popen([sys.executable, "-m", "craftmd.commands.cli", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    argv = [
+        "submit",
+        str(sub),
+        "--dataset",
+        str(dataset_dir),
+        "--config",
+        "derm_public",
+        "--model",
+        "acme/k",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "craftmd.commands.cli", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 120
     while not leftovers(tmp_path) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -232,10 +259,24 @@ def test_the_score_summary_says_how_many_answers_were_missing_and_why(tmp_path, 
 
     n = load_config(dataset_dir, "derm_public").height
     sub = _submission(tmp_path, dataset_dir, "nulls.jsonl", n=3, response=None)  # three rows, every response null
-    argv = ["submit", str(sub), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/n", "--out", str(tmp_path / "o"), "--quiet"]
+    argv = [
+        "submit",
+        str(sub),
+        "--dataset",
+        str(dataset_dir),
+        "--config",
+        "derm_public",
+        "--model",
+        "acme/n",
+        "--out",
+        str(tmp_path / "o"),
+        "--quiet",
+    ]
     assert main(argv) == 0
     said = capsys.readouterr().out.splitlines()[0]
-    assert said.startswith(f"scored {n} answers: 0 answered, {n} missing and scored wrong ({n - 3} not in the submission, 3 with an empty response)")
+    assert said.startswith(
+        f"scored {n} answers: 0 answered, {n} missing and scored wrong ({n - 3} not in the submission, 3 with an empty response)"
+    )
 
 
 def test_a_300_character_model_name_fails_before_grading(tmp_path, dataset_dir, monkeypatch, capsys):
@@ -247,7 +288,10 @@ def test_a_300_character_model_name_fails_before_grading(tmp_path, dataset_dir, 
     monkeypatch.setattr(grade, "grade_answers", never)
     sub = _submission(tmp_path, dataset_dir, "s.jsonl")
     out = tmp_path / "o"
-    assert main(["submit", str(sub), "--dataset", str(dataset_dir), "--model", "acme/" + "m" * 300, "--out", str(out), "--quiet"]) == 2
+    assert (
+        main(["submit", str(sub), "--dataset", str(dataset_dir), "--model", "acme/" + "m" * 300, "--out", str(out), "--quiet"])
+        == 2
+    )
     assert "305 characters long" in one_line(capsys.readouterr().err)
     assert not out.exists() and leftovers(tmp_path) == []
 
@@ -351,12 +395,19 @@ def test_a_damaged_upstream_release_is_one_line_and_rebuilt_by_ingest(releases_d
     shutil.copytree(releases_dir / "gpt3_1106", rel)
     good = (rel / "scores.parquet").read_bytes()
     (rel / "scores.parquet").write_bytes(good[: len(good) // 3])
-    for argv in (["score", str(rel), "--dataset", str(dataset_dir), "--scorer", "offline", "--quiet"],
-                 ["analyse", "--releases", str(rel.parent), "--dataset", str(dataset_dir), "--out", str(tmp_path / "a")]):
+    for argv in (
+        ["score", str(rel), "--dataset", str(dataset_dir), "--scorer", "offline", "--quiet"],
+        ["analyse", "--releases", str(rel.parent), "--dataset", str(dataset_dir), "--out", str(tmp_path / "a")],
+    ):
         assert main(argv) == 2
         line = one_line(capsys.readouterr().err)
-        assert f"{rel / 'scores.parquet'} is damaged" in line and "rebuild it: craftmd ingest --overwrite (or make leaderboard)" in line
-    ingest(source, dataset_dir, rel.parent, models=["gpt3_1106"], progress=False, skip_existing=True)  # what make leaderboard runs
+        assert (
+            f"{rel / 'scores.parquet'} is damaged" in line
+            and "rebuild it: craftmd ingest --overwrite (or make leaderboard)" in line
+        )
+    ingest(
+        source, dataset_dir, rel.parent, models=["gpt3_1106"], progress=False, skip_existing=True
+    )  # what make leaderboard runs
     assert (rel / "scores.parquet").read_bytes() == good
     assert snapshot(rel) == snapshot(releases_dir / "gpt3_1106")
 
@@ -372,8 +423,24 @@ def tiny_dataset(source, tmp_path_factory):
 
 
 def _generate(dataset: Path, url: str, cache: Path, out: Path) -> list[str]:
-    return ["generate", "--dataset", str(dataset), "--doctor", "openai/loopback", "--patient", "openai/loopback", "--base-url", url,
-            "--cache", str(cache), "--out", str(out), "--experiments", "vignette,frq", "--quiet"]
+    return [
+        "generate",
+        "--dataset",
+        str(dataset),
+        "--doctor",
+        "openai/loopback",
+        "--patient",
+        "openai/loopback",
+        "--base-url",
+        url,
+        "--cache",
+        str(cache),
+        "--out",
+        str(out),
+        "--experiments",
+        "vignette,frq",
+        "--quiet",
+    ]
 
 
 def test_generate_finds_an_unwritable_output_before_its_first_call(tiny_dataset, tmp_path, capsys):
@@ -404,7 +471,7 @@ def test_a_damaged_request_cache_is_one_line_naming_it(tiny_dataset, tmp_path, c
     db.close()
     data = bytearray(cache.read_bytes())
     for off in range(2 * 4096, len(data), 4096):  # every page but the header and the schema: it opens, its queries fail
-        data[off:off + 64] = b"\xff" * 64
+        data[off : off + 64] = b"\xff" * 64
     cache.write_bytes(bytes(data))
     with LoopbackServer(lambda req: "**Final Diagnosis:** Psoriasis") as server:
         assert main(_generate(tiny_dataset, server.base_url, cache, tmp_path / "rel")) == 2
@@ -413,8 +480,10 @@ def test_a_damaged_request_cache_is_one_line_naming_it(tiny_dataset, tmp_path, c
     assert not (tmp_path / "rel").exists()
 
 
-@pytest.mark.parametrize("code, words", [(errno.EACCES, "Permission denied"), (errno.EROFS, "Read-only file system"),
-                                         (errno.ENOSPC, "No space left on device")])
+@pytest.mark.parametrize(
+    "code, words",
+    [(errno.EACCES, "Permission denied"), (errno.EROFS, "Read-only file system"), (errno.ENOSPC, "No space left on device")],
+)
 def test_os_errors_reach_the_user_as_one_line(tmp_path, monkeypatch, capsys, code, words):
     import craftmd.analysis.tables as tables
 
@@ -499,7 +568,9 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path, source):
 
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout: the wheel is built from the tracked files")
-    files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard"], capture_output=True, text=True, check=True)
+    files = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard"], capture_output=True, text=True, check=True
+    )
     src = tmp_path / "src"
     for rel in files.stdout.splitlines():
         if (ROOT / rel).is_file():
@@ -514,8 +585,12 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path, source):
     names = set(zipfile.ZipFile(wheel).namelist())
     rooms = {"craftmd": "craftmd", "dataset_builder": "craftmd/dataset_builder", "generation": "craftmd/generation",
              "scoring": "craftmd/scoring", "analysis": "craftmd/analysis", "cards": "craftmd/cards"}  # fmt: skip
-    shipped = [f"{rooms[top]}/{rest}" for top, _, rest in (r.partition("/") for r in files.stdout.splitlines()) if top in rooms and rest]
-    assert shipped and [f for f in shipped if f not in names] == []  # every tracked file of every room: code, prompts, SQL, data, templates
+    shipped = [
+        f"{rooms[top]}/{rest}" for top, _, rest in (r.partition("/") for r in files.stdout.splitlines()) if top in rooms and rest
+    ]
+    assert (
+        shipped and [f for f in shipped if f not in names] == []
+    )  # every tracked file of every room: code, prompts, SQL, data, templates
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
@@ -530,7 +605,10 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path, source):
     from craftmd.dataset_builder.mediq import default_location as mediq_location
 
     # The pinned archives are named (outside a checkout there is no ../shared beside the package to find them in).
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OPENAI_API_KEY": "sk-unused", "CRAFTMD_MEDIQ": str(mediq_location())}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {
+        "OPENAI_API_KEY": "sk-unused",
+        "CRAFTMD_MEDIQ": str(mediq_location()),
+    }
 
     def run(*args: str) -> subprocess.CompletedProcess:
         done = subprocess.run(args, capture_output=True, text=True, cwd=elsewhere, env=env, timeout=900)
@@ -542,8 +620,27 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path, source):
     craftmd = str(venv / "bin" / "craftmd")
     run(craftmd, "build", "--source", str(source.location), "--out", "data", "--quiet")
     with LoopbackServer(lambda req: "**Final Diagnosis:** Psoriasis") as server:
-        run(craftmd, "generate", "--dataset", "data", "--doctor", "openai/loopback", "--patient", "openai/loopback", "--base-url",
-            server.base_url, "--cache", "c.sqlite", "--out", "rel", "--cases", "case_1", "--experiments", "vignette,frq", "--quiet")
+        run(
+            craftmd,
+            "generate",
+            "--dataset",
+            "data",
+            "--doctor",
+            "openai/loopback",
+            "--patient",
+            "openai/loopback",
+            "--base-url",
+            server.base_url,
+            "--cache",
+            "c.sqlite",
+            "--out",
+            "rel",
+            "--cases",
+            "case_1",
+            "--experiments",
+            "vignette,frq",
+            "--quiet",
+        )
         assert server.calls >= 1
     answers = read_release(elsewhere / "rel").table("answers")
     assert answers.num_rows == 1 and answers.column("response").to_pylist() == ["**Final Diagnosis:** Psoriasis"]

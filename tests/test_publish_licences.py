@@ -23,7 +23,7 @@ def _card() -> DatasetCard:
 
 def _table(text: str, header: str) -> dict[str, str]:
     """config -> the licence cell of the card's markdown table whose header starts with ``header``."""
-    block = text[text.index(header):].split("\n\n")[0]
+    block = text[text.index(header) :].split("\n\n")[0]
     head = [h.strip() for h in block.splitlines()[0].strip("|").split("|")]
     col = next(i for i, h in enumerate(head) if h.startswith("licence"))
     out = {}
@@ -53,12 +53,19 @@ def test_no_config_says_mit_where_its_source_does_not():
 
 def test_each_source_is_attributed_with_its_licence():
     text = _card().text
-    section = text[text.index("## Licences"):text.index("## Citation")]
+    section = text[text.index("## Licences") : text.index("## Citation")]
     entries = dict(re.findall(r"^- \*\*(.+?)\*\* .*?licence `([\w.-]+)`", section, flags=re.M))
-    assert entries == {"MedQA (USMLE, 4 options)": "mit", "Derm-Public": "unknown", "Derm-Private": "mit",
-                       "NEJM Image Challenge": "other", "MediQ atomic facts": "cc-by-4.0"}
+    assert entries == {
+        "MedQA (USMLE, 4 options)": "mit",
+        "Derm-Public": "unknown",
+        "Derm-Private": "mit",
+        "NEJM Image Challenge": "other",
+        "MediQ atomic facts": "cc-by-4.0",
+    }
     # CC BY 4.0: the work, its authors and the licence named
-    assert "MediQ: Question-Asking LLMs" in section and "Li, S. S." in section and "creativecommons.org/licenses/by/4.0" in section
+    assert (
+        "MediQ: Question-Asking LLMs" in section and "Li, S. S." in section and "creativecommons.org/licenses/by/4.0" in section
+    )
     assert "Jin, D." in section and "© Massachusetts Medical Society" in section
 
 
@@ -147,9 +154,29 @@ def released(tiny_dataset, tmp_path_factory):
     all_ = data / "all" / "test-00000-of-00001.parquet"
     pl.read_parquet(all_).with_columns(pl.col("answer").str.to_lowercase().alias("paper_answer")).write_parquet(all_)
     try:
-        assert main(["generate", "--dataset", str(data), "--out", str(releases / "fake-psoriasis"), "--quiet",
-                     "--cache", str(root / "c.sqlite"), "--doctor", "vllm/fake", "--patient", "vllm/fake",
-                     "--experiments", "vignette,multiturn,frq", "--max-turns", "2"]) == 0
+        assert (
+            main(
+                [
+                    "generate",
+                    "--dataset",
+                    str(data),
+                    "--out",
+                    str(releases / "fake-psoriasis"),
+                    "--quiet",
+                    "--cache",
+                    str(root / "c.sqlite"),
+                    "--doctor",
+                    "vllm/fake",
+                    "--patient",
+                    "vllm/fake",
+                    "--experiments",
+                    "vignette,multiturn,frq",
+                    "--max-turns",
+                    "2",
+                ]
+            )
+            == 0
+        )
     finally:
         mp.undo()
     assert main(["score", str(releases / "fake-psoriasis"), "--dataset", str(data), "--scorer", "offline", "--quiet"]) == 0
@@ -200,7 +227,9 @@ def test_an_existing_dataset_version_is_refused_before_any_upload(hub, hf_home, 
     (data / "facts").mkdir(parents=True)
     (data / "facts" / "test-00000-of-00001.parquet").write_bytes(b"PAR1")
     (data / "README.md").write_text(str(_card()))
-    (data / "build_manifest.json").write_text(json.dumps({"version": "1.2.3", "files": {"README.md": {}, "facts/test-00000-of-00001.parquet": {}}}))
+    (data / "build_manifest.json").write_text(
+        json.dumps({"version": "1.2.3", "files": {"README.md": {}, "facts/test-00000-of-00001.parquet": {}}})
+    )
     assert main(["publish", str(data), "--repo", "someone/craft-md"]) == 0
     assert hub.repos["someone/craft-md"].tags.keys() == {"v1.2.3"}
     n = len(hub.writes)
@@ -223,8 +252,22 @@ def test_a_whole_leaderboard_round_trips(hub, hf_home, released, tmp_path):
     (page / "index.html").write_text("<html>board</html>")
     (page / "leaderboard.md").write_text("# board\n")
     (page / "tables" / "accuracy.csv").write_text("model,setting,format,accuracy\nfake-psoriasis,vignette,mcq4,0.5\n")
-    assert main(["publish", "--leaderboard", str(page), "--releases", str(released), "--repo", "someone/board",
-                 "--revision", "2026-11"]) == 0
+    assert (
+        main(
+            [
+                "publish",
+                "--leaderboard",
+                str(page),
+                "--releases",
+                str(released),
+                "--repo",
+                "someone/board",
+                "--revision",
+                "2026-11",
+            ]
+        )
+        == 0
+    )
     got = _download(hub.url, "someone/board", "2026-11", tmp_path / "down")
     assert (got / "page" / "index.html").read_text() == "<html>board</html>"
     assert read_release(got / "releases" / "fake-psoriasis").id == "fake-psoriasis"
@@ -261,7 +304,9 @@ def test_a_published_cards_licences_are_those_of_the_cases_its_tasks_ran_on():
     from craftmd.dataset_builder.publish import _card
 
     def text(tasks):
-        return DatasetCard(_card("release", "t", "w", {"answers": "answers.parquet"}, ["manifest.json"], "v1", tasks).decode()).text
+        return DatasetCard(
+            _card("release", "t", "w", {"answers": "answers.parquet"}, ["manifest.json"], "v1", tasks).decode()
+        ).text
 
     encounters, craftmd_ = text({"encounters"}), text({"craftmd"})
     assert "MedPI patient packets" in encounters and "Massachusetts Medical Society" not in encounters.split("## Use of")[0]

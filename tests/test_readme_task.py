@@ -30,7 +30,7 @@ MODEL = "openai-api/toy/m"
 def section() -> str:
     text = (ROOT / "README.md").read_text()
     start = text.index("## Write a task\n")
-    return text[start:text.index("\n## ", start + 1)]
+    return text[start : text.index("\n## ", start + 1)]
 
 
 def files(text: str) -> dict[str, str]:
@@ -50,13 +50,19 @@ def localised(args: list[str], data: Path, root: Path) -> list[str]:
     out = []
     for a in args:
         a = swap.get(a, a).replace("patient=openai/gpt-4o", f"patient={MODEL}")
-        a = a.replace("out/data", str(data)).replace("out/releases", str(root / "releases")).replace("out/page", str(root / "page"))
+        a = (
+            a.replace("out/data", str(data))
+            .replace("out/releases", str(root / "releases"))
+            .replace("out/page", str(root / "page"))
+        )
         out.append(a)
     return out
 
 
 def run(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    tool = [sys.executable, "-m", "craftmd.commands.cli"] if args[0] == "craftmd" else [str(Path(sys.executable).with_name(args[0]))]
+    tool = (
+        [sys.executable, "-m", "craftmd.commands.cli"] if args[0] == "craftmd" else [str(Path(sys.executable).with_name(args[0]))]
+    )
     return subprocess.run([*tool, *args[1:]], env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
@@ -78,8 +84,12 @@ def written(tmp_path) -> Path:
 
 def test_the_readme_task_generates_scores_and_shows_as_printed(written, tiny_dataset, monkeypatch):  # noqa: F811
     steps = [c for c in commands(section()) if c[0] != "inspect"]
-    assert [c[:2] for c in steps] == [["craftmd", "generate"], ["export", "CRAFTMD_TASKS=oneword/oneword.py"], ["craftmd", "score"],
-                                      ["craftmd", "analyse"]]
+    assert [c[:2] for c in steps] == [
+        ["craftmd", "generate"],
+        ["export", "CRAFTMD_TASKS=oneword/oneword.py"],
+        ["craftmd", "score"],
+        ["craftmd", "analyse"],
+    ]
     assert "-T" in steps[0] and "--page" in steps[3]
     env = {k: v for k, v in os.environ.items() if k != "CRAFTMD_TASKS"}
     env["CRAFTMD_CACHE"] = str(written / "cache")  # the request cache the README's commands use by default: a fresh one
@@ -108,9 +118,10 @@ def test_the_readme_task_generates_scores_and_shows_as_printed(written, tiny_dat
     assert json.loads(outs[1].stdout.strip().splitlines()[-1])["scored"] == ["oneword-words"]
     scores = pq.read_table(rel / SCORES_FILE).to_pylist()
     assert sorted((s["case_id"], s["trial"], s["value"]) for s in scores) == sorted(
-        (a["case_id"], a["trial"], len(a["response"].split())) for a in answers)
+        (a["case_id"], a["trial"], len(a["response"].split())) for a in answers
+    )
     page = (written / "page" / "index.html").read_text()
-    assert "<code>oneword_words</code>" in page[page.index('id="measures"'):]
+    assert "<code>oneword_words</code>" in page[page.index('id="measures"') :]
 
 
 def test_the_readme_task_runs_under_inspect_eval(written, tiny_dataset):  # noqa: F811
@@ -121,7 +132,14 @@ def test_the_readme_task_runs_under_inspect_eval(written, tiny_dataset):  # noqa
     with LoopbackServer(answer, models=("m",)) as server:
         env["TOY_BASE_URL"] = server.base_url
         env.pop("TOY_API_KEY", None)
-        args = localised(step, tiny_dataset, written) + ["--display", "plain", "--log-format", "eval", "--log-dir", str(written / "logs")]
+        args = localised(step, tiny_dataset, written) + [
+            "--display",
+            "plain",
+            "--log-format",
+            "eval",
+            "--log-dir",
+            str(written / "logs"),
+        ]
         out = run(args, env, written)
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
         assert server.calls == 6  # three cases, one epoch: the patient and the doctor each

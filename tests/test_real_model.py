@@ -37,7 +37,9 @@ COMMON = ["--max-turns", "2", "--max-tokens", "32", "--temperature", "1.0", "--s
 
 
 def craftmd(*args, env: dict, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "craftmd.commands.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "craftmd.commands.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=600
+    )
     if check:
         assert proc.returncode == 0, proc.stderr[-2000:]
     return proc
@@ -78,7 +80,9 @@ def short_cases(dataset_dir) -> list[str]:
     """The shortest cases that take part in every setting and format (an exam to split off, four choices)."""
     df = pl.read_parquet(dataset_dir / "all" / "test-00000-of-00001.parquet")
     full = df.filter(
-        (pl.col("history").str.len_chars() > 0) & (pl.col("physical_exam").str.len_chars() > 0) & (pl.col("choices").list.len() == 4)
+        (pl.col("history").str.len_chars() > 0)
+        & (pl.col("physical_exam").str.len_chars() > 0)
+        & (pl.col("choices").list.len() == 4)
     )
     return full.sort(pl.col("vignette").str.len_chars(), "case_id")["case_id"].head(N_CASES).to_list()
 
@@ -88,12 +92,30 @@ def test_a_real_model_end_to_end(real_model, dataset_dir, short_cases, tmp_path)
     cache, releases = tmp_path / "cache.sqlite", tmp_path / "releases"
     rel = releases / "smollm2"
     start = real_model.chat_requests()  # the server is shared by the session: count this test's requests only
-    gen = ["generate", "--dataset", dataset_dir, "--cases", ",".join(short_cases), "--doctor", MODEL, "--patient", MODEL,
-           "--base-url", real_model.base_url, "--cache", cache, *COMMON]
+    gen = [
+        "generate",
+        "--dataset",
+        dataset_dir,
+        "--cases",
+        ",".join(short_cases),
+        "--doctor",
+        MODEL,
+        "--patient",
+        MODEL,
+        "--base-url",
+        real_model.base_url,
+        "--cache",
+        cache,
+        *COMMON,
+    ]
 
     # 1. Killed with kill -9 mid-run: nothing is written, what finished is in the cache.
-    killed = subprocess.Popen([sys.executable, "-m", "craftmd.commands.cli", *map(str, gen), "--concurrency", "1", "--out", tmp_path / "killed"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    killed = subprocess.Popen(
+        [sys.executable, "-m", "craftmd.commands.cli", *map(str, gen), "--concurrency", "1", "--out", tmp_path / "killed"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     deadline = time.monotonic() + 240
     while cached_rows(cache) < 12 and killed.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -112,7 +134,9 @@ def test_a_real_model_end_to_end(real_model, dataset_dir, short_cases, tmp_path)
     answers = release.table("answers").to_pylist()
     assert {(a["case_id"], a["setting"], a["format"]) for a in answers} == set(itertools.product(short_cases, SETTINGS, FORMATS))
     conversations = release.table("conversations").to_pylist()
-    assert {(c["case_id"], c["conversation"]) for c in conversations} == set(itertools.product(short_cases, ("standard", "no_exam")))
+    assert {(c["case_id"], c["conversation"]) for c in conversations} == set(
+        itertools.product(short_cases, ("standard", "no_exam"))
+    )
 
     # Every failure keeps its reason; the many-choice MCQ overflows the 8k context and says so.
     for row in answers + conversations:
@@ -133,11 +157,41 @@ def test_a_real_model_end_to_end(real_model, dataset_dir, short_cases, tmp_path)
 
     # 4. The model may not grade itself unless forced; graded by the LLM grader (the same small model:
     #    self-grading forced here, so it is recorded) and the offline grader.
-    refused = craftmd("score", rel, "--dataset", dataset_dir, "--scorer", f"llm:{MODEL}", "--base-url", real_model.base_url,
-                      "--cache", cache, "--quiet", env=env, check=False)
+    refused = craftmd(
+        "score",
+        rel,
+        "--dataset",
+        dataset_dir,
+        "--scorer",
+        f"llm:{MODEL}",
+        "--base-url",
+        real_model.base_url,
+        "--cache",
+        cache,
+        "--quiet",
+        env=env,
+        check=False,
+    )
     assert refused.returncode == 2 and "would grade its own model" in refused.stderr and not (rel / "scores.parquet").exists()
-    craftmd("score", rel, "--dataset", dataset_dir, "--scorer", f"llm:{MODEL}", "--scorer", "offline", "--scorer", "paper",
-            "--base-url", real_model.base_url, "--cache", cache, "--allow-self", "--quiet", env=env)
+    craftmd(
+        "score",
+        rel,
+        "--dataset",
+        dataset_dir,
+        "--scorer",
+        f"llm:{MODEL}",
+        "--scorer",
+        "offline",
+        "--scorer",
+        "paper",
+        "--base-url",
+        real_model.base_url,
+        "--cache",
+        cache,
+        "--allow-self",
+        "--quiet",
+        env=env,
+    )
     check_scores(rel, [f"llm:{MODEL}", "offline"])
     assert read_release(rel).scorer_records()[f"llm:{MODEL}"]["self_graded"] is True
 
@@ -147,19 +201,52 @@ def test_a_real_model_end_to_end(real_model, dataset_dir, short_cases, tmp_path)
     before = frozen(rel)
     craftmd("score", rel, "--dataset", dataset_dir, "--scorer", "history", "--quiet", env=env)
     history = pl.read_parquet(rel / "scores.parquet").filter(pl.col("scorer") == "history")
-    assert {(r["case_id"], r["conversation"]) for r in history.iter_rows(named=True)} == set(itertools.product(short_cases, ("standard", "no_exam")))
+    assert {(r["case_id"], r["conversation"]) for r in history.iter_rows(named=True)} == set(
+        itertools.product(short_cases, ("standard", "no_exam"))
+    )
     assert {"patient_info_recall", "patient_info_f1", "doctor_turns", "patient_words_per_turn"} <= set(history["metric"])
     assert frozen(rel) == before  # the release as written, but for the scores' own checksum
 
     # 5. MELD on the same cases, and the page over the release.
-    meld = craftmd("meld", "--dataset", dataset_dir, "--model", MODEL, "--base-url", real_model.base_url, "--config", "medqa_usmle",
-                   "--cases", *short_cases, "--max-tokens", "32", "--cache", cache, "--out", tmp_path / "meld", "--quiet", env=env)
+    meld = craftmd(
+        "meld",
+        "--dataset",
+        dataset_dir,
+        "--model",
+        MODEL,
+        "--base-url",
+        real_model.base_url,
+        "--config",
+        "medqa_usmle",
+        "--cases",
+        *short_cases,
+        "--max-tokens",
+        "32",
+        "--cache",
+        cache,
+        "--out",
+        tmp_path / "meld",
+        "--quiet",
+        env=env,
+    )
     assert f"cases {N_CASES:5d}" in meld.stdout
-    craftmd("analyse", "--releases", releases, "--dataset", dataset_dir, "--out", tmp_path / "board", "--resamples", "200", "--page", env=env)
+    craftmd(
+        "analyse",
+        "--releases",
+        releases,
+        "--dataset",
+        dataset_dir,
+        "--out",
+        tmp_path / "board",
+        "--resamples",
+        "200",
+        "--page",
+        env=env,
+    )
     page = (tmp_path / "board" / "index.html").read_text()
     assert "smollm2" in page
     # the board's FRQ figure comes from the offline grader (measured), never the model grading itself, which is marked
-    board = page[page.index('id="leaderboard"'):]
+    board = page[page.index('id="leaderboard"') :]
     board = board[: board.index("</table>")]
     assert "<code>offline</code>" in board and f"self-graded: llm:{MODEL}" in board
     assert 'id="history"' in page and "patient_info_recall" in page  # the history section

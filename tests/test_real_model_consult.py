@@ -30,7 +30,9 @@ SETTINGS = ["upper", "lower", "consult_20", "consult_100", "oracle_direct_100", 
 
 
 def craftmd(*args, env: dict, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "craftmd.commands.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "craftmd.commands.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=600
+    )
     assert proc.returncode in ok, proc.stderr[-2000:]
     return proc
 
@@ -58,7 +60,9 @@ def test_the_consultation_protocol_with_a_real_model(real_model, one_case, tmp_p
 
     # 1. Extraction: the case gets a row, ok or a failure with its reason.
     # (exit 2 when the one case failed: nothing extracted)
-    out = craftmd("keyinfo", "extract", "--dataset", data, "--model", MODEL, *url, "--cache", cache, "--quiet", env=env, ok=(0, 2))
+    out = craftmd(
+        "keyinfo", "extract", "--dataset", data, "--model", MODEL, *url, "--cache", cache, "--quiet", env=env, ok=(0, 2)
+    )
     rows = pq.read_table(data / "keyinfo" / "test-00000-of-00001.parquet").to_pylist()
     assert [r["case_id"] for r in rows] == [cid]
     row = rows[0]
@@ -68,16 +72,45 @@ def test_the_consultation_protocol_with_a_real_model(real_model, one_case, tmp_p
     if row["status"] != "ok":
         vignette = pl.read_parquet(data / "all" / "test-00000-of-00001.parquet")["vignette"][0]
         parts = [s for s in vignette.split(". ") if s][:3]
-        row = {"case_id": cid, "items": [{"key": " ".join(s.split()[:3]), "value": s} for s in parts],
-               "initial_request": "I don't feel well. Can you help me?", "status": "ok", "error": None,
-               "model": "test/hand-written", "prompt_sha256": row["prompt_sha256"]}
+        row = {
+            "case_id": cid,
+            "items": [{"key": " ".join(s.split()[:3]), "value": s} for s in parts],
+            "initial_request": "I don't feel well. Can you help me?",
+            "status": "ok",
+            "error": None,
+            "model": "test/hand-written",
+            "prompt_sha256": row["prompt_sha256"],
+        }
         write_keyinfo(data, [row], {"model": "test/hand-written"})
     assert set(SCHEMA.names) == set(row)
 
     # 2. The protocol: consultation, oracle in three orders, bounds; the small model in every role.
     rel = tmp_path / "releases" / "smollm2"
-    gen = ["generate", "--task", "consultation", "--dataset", data, "--doctor", MODEL, "--patient", MODEL, "--solver", MODEL, *url,
-           "--cache", cache, "--experiments", ",".join(SETTINGS), "--max-turns", "2", "--max-tokens", "32", "--seed", "7", "--quiet"]
+    gen = [
+        "generate",
+        "--task",
+        "consultation",
+        "--dataset",
+        data,
+        "--doctor",
+        MODEL,
+        "--patient",
+        MODEL,
+        "--solver",
+        MODEL,
+        *url,
+        "--cache",
+        cache,
+        "--experiments",
+        ",".join(SETTINGS),
+        "--max-turns",
+        "2",
+        "--max-tokens",
+        "32",
+        "--seed",
+        "7",
+        "--quiet",
+    ]
     craftmd(*gen, "--out", rel, env=env)
     sent = real_model.chat_requests()
     release = read_release(rel)
@@ -111,7 +144,19 @@ def test_the_consultation_protocol_with_a_real_model(real_model, one_case, tmp_p
     assert set(scores.filter(pl.col("scorer") == "keyinfo")["conversation"]) == set(convs)
 
     # 5. The release reaches the page: its consultation section, its accuracy per setting against the bounds, the figure.
-    craftmd("analyse", "--releases", rel.parent, "--dataset", data, "--out", tmp_path / "page", "--resamples", "200", "--page", env=env)
+    craftmd(
+        "analyse",
+        "--releases",
+        rel.parent,
+        "--dataset",
+        data,
+        "--out",
+        tmp_path / "page",
+        "--resamples",
+        "200",
+        "--page",
+        env=env,
+    )
     acc = pl.read_csv(tmp_path / "page" / "tables" / "consult_accuracy.csv")
     assert set(acc["setting"]) == set(SETTINGS) and set(acc["model"]) == {"smollm2"}
     page = (tmp_path / "page" / "index.html").read_text()

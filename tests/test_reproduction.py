@@ -34,8 +34,11 @@ def analysis(releases_dir, dataset_dir):
 
 def _overall(a, model, setting, fmt, grader) -> dict:
     rows = a.accuracy.filter(
-        pl.col("model") == model, pl.col("setting") == setting, pl.col("format") == fmt,
-        pl.col("grader") == grader, pl.col("group_by") == "all",
+        pl.col("model") == model,
+        pl.col("setting") == setting,
+        pl.col("format") == fmt,
+        pl.col("grader") == grader,
+        pl.col("group_by") == "all",
     )
     assert rows.height == 1, (model, setting, fmt, grader)
     return rows.row(0, named=True)
@@ -85,27 +88,62 @@ def test_strict_never_credits_an_answer_naming_several_choices(releases_dir):
         g = r.verdicts(format="mcq4")
         if g.height == 0:
             continue
-        p = g.filter(pl.col("grader") == "paper").select("case_id", "trial", "setting", pl.col("correct").alias("p"), pl.col("resolved_kind").alias("pk"))
-        s = g.filter(pl.col("grader") == "strict").select("case_id", "trial", "setting", pl.col("correct").alias("s"), pl.col("resolved_kind").alias("sk"))
+        p = g.filter(pl.col("grader") == "paper").select(
+            "case_id", "trial", "setting", pl.col("correct").alias("p"), pl.col("resolved_kind").alias("pk")
+        )
+        s = g.filter(pl.col("grader") == "strict").select(
+            "case_id", "trial", "setting", pl.col("correct").alias("s"), pl.col("resolved_kind").alias("sk")
+        )
         j = p.join(s, on=["case_id", "trial", "setting"])
         assert not j.filter(pl.col("sk") == "multiple")["s"].any()
 
 
 PAPER_SPECIALTIES = {
-    "Dermatology", "Hematology and Oncology", "Neurology", "Gastroenterology", "Pediatrics and Neonatology", "Cardiology",
-    "Infectious Disease", "Obstetrics and Gynecology", "Urology and Nephrology", "Endocrinology", "Rheumatology", "Other",
+    "Dermatology",
+    "Hematology and Oncology",
+    "Neurology",
+    "Gastroenterology",
+    "Pediatrics and Neonatology",
+    "Cardiology",
+    "Infectious Disease",
+    "Obstetrics and Gynecology",
+    "Urology and Nephrology",
+    "Endocrinology",
+    "Rheumatology",
+    "Other",
 }
 
 
 def test_accuracy_table_covers_every_model_group_and_grader(analysis):
     acc = analysis.accuracy
-    assert acc.columns[:10] == ["model", "setting", "format", "grader", "group_by", "group", "n_cases", "accuracy", "ci_low", "ci_high"]
+    assert acc.columns[:10] == [
+        "model",
+        "setting",
+        "format",
+        "grader",
+        "group_by",
+        "group",
+        "n_cases",
+        "accuracy",
+        "ci_low",
+        "ci_high",
+    ]
     text = acc.filter(~pl.col("with_image"))
     assert set(text["model"].unique()) == {"gpt4_1106", "gpt3_1106", "mistral-v1", "mistral-v2", "llama2-7b"}
-    spec = text.filter(pl.col("group_by") == "specialty", pl.col("model") == "gpt4_1106", pl.col("setting") == "multiturn", pl.col("grader") == "upstream-gpt4")
+    spec = text.filter(
+        pl.col("group_by") == "specialty",
+        pl.col("model") == "gpt4_1106",
+        pl.col("setting") == "multiturn",
+        pl.col("grader") == "upstream-gpt4",
+    )
     assert set(spec["group"]) == PAPER_SPECIALTIES
     assert spec["n_cases"].sum() == 2004
-    ds = text.filter(pl.col("group_by") == "dataset", pl.col("model") == "gpt4_1106", pl.col("setting") == "multiturn", pl.col("grader") == "upstream-gpt4")
+    ds = text.filter(
+        pl.col("group_by") == "dataset",
+        pl.col("model") == "gpt4_1106",
+        pl.col("setting") == "multiturn",
+        pl.col("grader") == "upstream-gpt4",
+    )
     assert dict(zip(ds["group"], ds["n_cases"])) == {"medqa_usmle": 1804, "derm_public": 100, "derm_private": 100}
     assert ((acc["ci_low"] <= acc["accuracy"]) & (acc["accuracy"] <= acc["ci_high"])).all()
     # the image release is analysed apart: FRQ only (no choices), on its own 33 cases
@@ -120,7 +158,14 @@ def test_page_and_figures_are_byte_identical_when_rebuilt(analysis, tmp_path):
     for d in ("one", "two"):
         write_figures(analysis, tmp_path / d / "figures")
         write_page(analysis, tmp_path / d, [])
-    for f in ("index.html", "leaderboard.md", "figures/settings.png", "figures/specialty_heatmap.png", "figures/mcq_frq_drop.png", "figures/mcq_rules.png"):
+    for f in (
+        "index.html",
+        "leaderboard.md",
+        "figures/settings.png",
+        "figures/specialty_heatmap.png",
+        "figures/mcq_frq_drop.png",
+        "figures/mcq_rules.png",
+    ):
         assert (tmp_path / "one" / f).read_bytes() == (tmp_path / "two" / f).read_bytes(), f
     page = (tmp_path / "one" / "index.html").read_text()
     assert "0.820" in page and "0.264" in page  # GPT-4's vignette MCQ and conversational FRQ

@@ -48,8 +48,19 @@ def world(tmp_path_factory):
                             {"role": "assistant", "content": "What brings you in?"},
                             {"role": "user", "content": f"I have symptoms of case {n}."},
                             {"role": "assistant", "content": f"Final diagnosis: Disease {n}?"}]  # fmt: skip
-                    conv.append({**key, "conversation": "standard", "messages": msgs, "summary": None, "n_turns": 2, "ended": "final_diagnosis"})
-                    ans.append({**key, "setting": "multiturn", "format": "frq", "response": f"{model} says disease {n}", "status": "ok"})
+                    conv.append(
+                        {
+                            **key,
+                            "conversation": "standard",
+                            "messages": msgs,
+                            "summary": None,
+                            "n_turns": 2,
+                            "ended": "final_diagnosis",
+                        }
+                    )
+                    ans.append(
+                        {**key, "setting": "multiturn", "format": "frq", "response": f"{model} says disease {n}", "status": "ok"}
+                    )
                     grades.append({**key, "setting": "multiturn", "format": "frq", "grader": "upstream-gpt4",
                                    "resolved": f"disease {n}", "resolved_kind": "single", "correct": verdict(n, t, model), "detail": None})  # fmt: skip
         tables = {"conversations": pa.Table.from_pylist(conv), "answers": pa.Table.from_pylist(ans)}
@@ -142,9 +153,42 @@ def test_export_is_deterministic_and_the_seed_matters(world, tmp_path):
 def test_cli_export_and_its_refusals(world, tmp_path, capsys):
     out = tmp_path / "s.xlsx"
     rel_a = str(world["releases"] / "model-a")
-    assert cli_main(["review", "export", "--release", rel_a, "--dataset", str(world["dataset"]), "--n", "2", "--seed", "0", "--out", str(out)]) == 0
+    assert (
+        cli_main(
+            [
+                "review",
+                "export",
+                "--release",
+                rel_a,
+                "--dataset",
+                str(world["dataset"]),
+                "--n",
+                "2",
+                "--seed",
+                "0",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert {r["release"] for r in read_rows(out)} == {"model-a"} and len(read_rows(out)) == 4
-    rc = cli_main(["review", "export", "--release", rel_a, "--dataset", str(world["dataset"]), "--n", "0", "--seed", "0", "--out", str(tmp_path / "t.xlsx")])
+    rc = cli_main(
+        [
+            "review",
+            "export",
+            "--release",
+            rel_a,
+            "--dataset",
+            str(world["dataset"]),
+            "--n",
+            "0",
+            "--seed",
+            "0",
+            "--out",
+            str(tmp_path / "t.xlsx"),
+        ]
+    )
     assert rc == 2 and "--n must be at least 1" in capsys.readouterr().err
     rc = cli_main(["review", "export", "--release", rel_a, "--dataset", str(world["dataset"]), "--n", "2", "--seed", "0",
                    "--grader", "llm:nobody", "--out", str(tmp_path / "t.xlsx")])  # fmt: skip
@@ -228,8 +272,16 @@ def test_round_trip_two_raters_and_a_tiebreak_give_the_expected_kappa_shares_and
 def test_two_files_each_filled_by_one_rater_pair_up(world, tmp_path, capsys):
     sheet = export(world, tmp_path / "sheet.xlsx", n=2)
     rids = [r["review_id"] for r in read_rows(sheet)]
-    a = fill(sheet, tmp_path / "alice.xlsx", {(rid, "r1", q): "yes" if (i + j) % 3 else "no" for i, rid in enumerate(rids) for j, q in enumerate(QIDS)})
-    b = fill(sheet, tmp_path / "bob.xlsx", {(rid, "r1", q): "yes" if (i + j) % 3 else "no" for i, rid in enumerate(rids) for j, q in enumerate(QIDS)})
+    a = fill(
+        sheet,
+        tmp_path / "alice.xlsx",
+        {(rid, "r1", q): "yes" if (i + j) % 3 else "no" for i, rid in enumerate(rids) for j, q in enumerate(QIDS)},
+    )
+    b = fill(
+        sheet,
+        tmp_path / "bob.xlsx",
+        {(rid, "r1", q): "yes" if (i + j) % 3 else "no" for i, rid in enumerate(rids) for j, q in enumerate(QIDS)},
+    )
     rc = cli_main(["review", "import", str(a), str(b), "--out", str(tmp_path / "o")])
     assert rc == 0
     res = json.loads((tmp_path / "o" / "expert-review.json").read_text())["data"]

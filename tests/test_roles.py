@@ -14,7 +14,6 @@ import pytest
 
 from craftmd import CraftMDError
 from craftmd.commands.cli import main
-from craftmd.generation.runner import GenerateSpec, generate
 from craftmd.models import get_model, parse_name
 from craftmd.models.connect import CallSettings, Connections
 from craftmd.release import read_release
@@ -24,8 +23,13 @@ from craftmd.scoring.score import judge_release
 sys.path.insert(0, str(Path(__file__).parent))
 from loopback import LoopbackServer, Replay  # noqa: E402
 
-KEYS = {"DOC": "sk-doctor-1111", "PAT": "sk-patient-2222", "SUM": "sk-summary-3333", "JUDGE_A": "sk-judge-a-4444",
-        "JUDGE_B": "sk-judge-b-5555"}
+KEYS = {
+    "DOC": "sk-doctor-1111",
+    "PAT": "sk-patient-2222",
+    "SUM": "sk-summary-3333",
+    "JUDGE_A": "sk-judge-a-4444",
+    "JUDGE_B": "sk-judge-b-5555",
+}
 
 
 #: The recorded upstream cases of the conftest fixtures upstream and tiny_dataset.
@@ -53,8 +57,20 @@ def test_names_parse_the_inspect_way():
 
 def test_a_missing_or_bad_variable_is_one_line_before_any_call(tiny_dataset, tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("NOWHERE_BASE_URL", raising=False)
-    rc = main(["generate", "--dataset", str(tiny_dataset), "--doctor", "openai-api/nowhere/m", "--patient", "openai-api/nowhere/m",
-               "--out", str(tmp_path / "r"), "--quiet"])
+    rc = main(
+        [
+            "generate",
+            "--dataset",
+            str(tiny_dataset),
+            "--doctor",
+            "openai-api/nowhere/m",
+            "--patient",
+            "openai-api/nowhere/m",
+            "--out",
+            str(tmp_path / "r"),
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.count("\n") == 0 and "NOWHERE_BASE_URL" in err
     assert not (tmp_path / "r").exists()
@@ -79,12 +95,37 @@ def test_each_role_on_its_own_server_with_its_own_key(tiny_dataset, upstream, tm
             monkeypatch.setenv(f"{name}_API_KEY", KEYS[name])
         monkeypatch.delenv("OPENAI_API_KEY", raising=False)
         out, cache = tmp_path / "rel", tmp_path / "cache.sqlite"
-        rc = main(["generate", "--dataset", str(tiny_dataset), "--doctor", "openai-api/doc/doc", "--patient", "openai-api/pat/pat",
-                   "--summarizer", "openai-api/sum/sum", "--experiments", "multiturn,summarized,frq", "--out", str(out),
-                   "--cache", str(cache), "--quiet"])
+        rc = main(
+            [
+                "generate",
+                "--dataset",
+                str(tiny_dataset),
+                "--doctor",
+                "openai-api/doc/doc",
+                "--patient",
+                "openai-api/pat/pat",
+                "--summarizer",
+                "openai-api/sum/sum",
+                "--experiments",
+                "multiturn,summarized,frq",
+                "--out",
+                str(out),
+                "--cache",
+                str(cache),
+                "--quiet",
+            ]
+        )
         assert rc == 0, capsys.readouterr().err
-        summary = judge_release(out, J.JudgeSpec(models=["openai-api/judge-a/ja", "openai-api/judge-b/jb"], mode="category",
-                                                   dimensions=["communication"], cache=cache, progress=False))
+        summary = judge_release(
+            out,
+            J.JudgeSpec(
+                models=["openai-api/judge-a/ja", "openai-api/judge-b/jb"],
+                mode="category",
+                dimensions=["communication"],
+                cache=cache,
+                progress=False,
+            ),
+        )
         printed = capsys.readouterr()
         logs = {k: [r["model"] for r in s.log] for k, s in servers.items()}
         keys = {k: dict(s.keys) for k, s in servers.items()}
@@ -130,8 +171,11 @@ def test_each_server_has_its_own_concurrency_limit(monkeypatch):
         async def go():
             settings = CallSettings(concurrency=5, server_concurrency={"alpha": 2})
             async with Connections(settings, ["openai-api/alpha/m1", "openai-api/alpha/m2", "openai-api/beta/m3"]) as conn:
-                calls = [conn.caller(n)([{"role": "user", "content": f"q{i}"}], Sampling()) for i in range(12)
-                         for n in ("openai-api/alpha/m1", "openai-api/alpha/m2", "openai-api/beta/m3")]
+                calls = [
+                    conn.caller(n)([{"role": "user", "content": f"q{i}"}], Sampling())
+                    for i in range(12)
+                    for n in ("openai-api/alpha/m1", "openai-api/alpha/m2", "openai-api/beta/m3")
+                ]
                 return await asyncio.gather(*calls)
 
         results = asyncio.run(go())

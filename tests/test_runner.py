@@ -43,9 +43,31 @@ def test_estimate_sends_nothing_and_prices_each_role(tiny_dataset, tmp_path, cap
     with LoopbackServer(lambda r: "unused", models=("doc", "pat")) as server:
         monkeypatch.setenv("LOCAL_BASE_URL", server.base_url)
         monkeypatch.setenv("API_BASE_URL", server.base_url)
-        rc = main(["generate", "--task", "craftmd", "--dataset", str(tiny_dataset), "--doctor", "openai-api/local/doc",
-                   "--patient", "openai-api/api/pat", "--trials", "2", "--experiments", "multiturn,summarized,vignette,frq,mcq4",
-                   "--price", "patient=2.5,10", "--price", "summarizer=2.5,10", "--estimate", "--out", str(tmp_path / "r"), "--quiet"])
+        rc = main(
+            [
+                "generate",
+                "--task",
+                "craftmd",
+                "--dataset",
+                str(tiny_dataset),
+                "--doctor",
+                "openai-api/local/doc",
+                "--patient",
+                "openai-api/api/pat",
+                "--trials",
+                "2",
+                "--experiments",
+                "multiturn,summarized,vignette,frq,mcq4",
+                "--price",
+                "patient=2.5,10",
+                "--price",
+                "summarizer=2.5,10",
+                "--estimate",
+                "--out",
+                str(tmp_path / "r"),
+                "--quiet",
+            ]
+        )
         out = capsys.readouterr().out
         assert rc == 0 and server.calls == 0
     assert not (tmp_path / "r").exists()
@@ -63,9 +85,19 @@ def test_estimate_sends_nothing_and_prices_each_role(tiny_dataset, tmp_path, cap
 def test_budget_stops_new_conversations_and_records_them_as_not_run(tiny_dataset, upstream, tmp_path):
     replay = Replay(upstream["text"])
     with LoopbackServer(replay) as server:
-        spec = GenerateSpec(dataset=tiny_dataset, out=tmp_path / "rel", doctor="openai/loopback", patient="openai/loopback",
-                            base_url=server.base_url, cache=tmp_path / "c.sqlite", experiments=["multiturn", "frq"], progress=False,
-                            concurrency=1, price=(1e6, 1e6), budget=1.0)  # a dollar a token: the first job spends it all
+        spec = GenerateSpec(
+            dataset=tiny_dataset,
+            out=tmp_path / "rel",
+            doctor="openai/loopback",
+            patient="openai/loopback",
+            base_url=server.base_url,
+            cache=tmp_path / "c.sqlite",
+            experiments=["multiturn", "frq"],
+            progress=False,
+            concurrency=1,
+            price=(1e6, 1e6),
+            budget=1.0,
+        )  # a dollar a token: the first job spends it all
         report = runner(spec).run()
     rec = read_release(report.path)
     not_run = rec.manifest.counts["not_run"]
@@ -78,21 +110,55 @@ def test_budget_stops_new_conversations_and_records_them_as_not_run(tiny_dataset
 
 def test_budget_needs_a_price(tiny_dataset, tmp_path):
     with pytest.raises(CraftMDError, match="--budget needs --price"):
-        runner(GenerateSpec(dataset=tiny_dataset, out=tmp_path / "r", doctor="openai/x", patient="openai/x",
-                            base_url="http://127.0.0.1:9/v1", budget=5.0))
+        runner(
+            GenerateSpec(
+                dataset=tiny_dataset,
+                out=tmp_path / "r",
+                doctor="openai/x",
+                patient="openai/x",
+                base_url="http://127.0.0.1:9/v1",
+                budget=5.0,
+            )
+        )
 
 
 def test_an_unknown_task_is_one_line(tiny_dataset, tmp_path, capsys):
-    rc = main(["generate", "--task", "surgery", "--dataset", str(tiny_dataset), "--doctor", "openai/x", "--patient", "openai/x",
-               "--base-url", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "r"), "--quiet"])
+    rc = main(
+        [
+            "generate",
+            "--task",
+            "surgery",
+            "--dataset",
+            str(tiny_dataset),
+            "--doctor",
+            "openai/x",
+            "--patient",
+            "openai/x",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--out",
+            str(tmp_path / "r"),
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "surgery" in err and err.count("\n") == 0
 
 
 def test_the_progress_record_names_the_task(tiny_dataset, upstream, tmp_path):
     with LoopbackServer(Replay(upstream["text"])) as server:
-        report = runner(GenerateSpec(dataset=tiny_dataset, out=tmp_path / "rel", doctor="openai/loopback", patient="openai/loopback",
-                                     base_url=server.base_url, cache=tmp_path / "c.sqlite", experiments=["vignette", "frq"],
-                                     progress=False, price={"doctor": (1.0, 2.0)})).run()
+        report = runner(
+            GenerateSpec(
+                dataset=tiny_dataset,
+                out=tmp_path / "rel",
+                doctor="openai/loopback",
+                patient="openai/loopback",
+                base_url=server.base_url,
+                cache=tmp_path / "c.sqlite",
+                experiments=["vignette", "frq"],
+                progress=False,
+                price={"doctor": (1.0, 2.0)},
+            )
+        ).run()
     m = json.loads((report.path / "manifest.json").read_text())
     assert m["task"] == "craftmd" and report.cost is not None and report.cost > 0

@@ -37,8 +37,9 @@ REPLAY = {"n": 5, "seed": 11, "max_messages": 12}
 
 def spec(dataset, out, cache, service: str = "pool", **kw) -> GenerateSpec:
     kw = {"trials": 2, "experiments": EXPERIMENTS, "progress": False, "timeout": 5.0, "backoff": 0.01, **kw}
-    return GenerateSpec(dataset=dataset, out=out, doctor=f"openai-api/{service}/doc", patient=f"openai-api/{service}/pat",
-                        cache=cache, **kw)
+    return GenerateSpec(
+        dataset=dataset, out=out, doctor=f"openai-api/{service}/doc", patient=f"openai-api/{service}/pat", cache=cache, **kw
+    )
 
 
 def data_bytes(release: Path) -> dict[str, bytes]:
@@ -68,11 +69,14 @@ def reference(tiny_dataset, upstream, tmp_path_factory):
 
 def jobs_of(upstream: dict, replay: Replay, requests: list[dict]) -> list[tuple[str, int]]:
     """(case, trial) of each request: the case whose vignette, first recorded patient turn or summary it carries, and its seed."""
+
     def cases_in(text: str, marks: dict) -> list[str]:
         return [cid for cid, ms in marks.items() if any(json.dumps(m)[1:-1] in text for m in ms)]
 
-    marks = {cid: [rec["case_vignette"].strip(), rec["trial_0"]["multiturn_conversation"][2]["content"]]
-             for cid, rec in upstream["text"].items()}
+    marks = {
+        cid: [rec["case_vignette"].strip(), rec["trial_0"]["multiturn_conversation"][2]["content"]]
+        for cid, rec in upstream["text"].items()
+    }
     summaries: dict[str, list[str]] = {}
     for r in requests:  # a summary's question carries only the summary: know each case's summaries first
         if "summarize" in r["messages"][0]["content"]:
@@ -88,8 +92,9 @@ def jobs_of(upstream: dict, replay: Replay, requests: list[dict]) -> list[tuple[
 
 
 # --- pools ---------------------------------------------------------------------------------
-def test_a_conversation_stays_on_one_server_and_a_pool_writes_the_one_server_bytes(tiny_dataset, upstream, reference, tmp_path,
-                                                                                  monkeypatch):
+def test_a_conversation_stays_on_one_server_and_a_pool_writes_the_one_server_bytes(
+    tiny_dataset, upstream, reference, tmp_path, monkeypatch
+):
     replay = Replay(upstream["text"])
     servers = [LoopbackServer(replay, models=("doc", "pat"), latency=0.005) for _ in range(3)]
     with servers[0], servers[1], servers[2]:
@@ -123,8 +128,16 @@ def test_servers_of_different_speeds_get_work_in_proportion(tiny_dataset, upstre
     slow = LoopbackServer(replay, models=("doc", "pat"), latency=0.04, max_concurrent=1)
     with fast, slow:
         monkeypatch.setenv("POOL_BASE_URL", f"{slow.base_url},{fast.base_url}")
-        report = generate(spec(tiny_dataset, tmp_path / "rel", tmp_path / "cache.sqlite", trials=8, experiments=["multiturn", "frq"],
-                               server_concurrency={"pool": 1}))
+        report = generate(
+            spec(
+                tiny_dataset,
+                tmp_path / "rel",
+                tmp_path / "cache.sqlite",
+                trials=8,
+                experiments=["multiturn", "frq"],
+                server_concurrency={"pool": 1},
+            )
+        )
     assert report.failures == 0
     share = fast.served / (fast.served + slow.served)
     print(f"fast server's share {share:.3f} ({fast.served} of {fast.served + slow.served})")
@@ -154,7 +167,10 @@ def test_a_server_killed_mid_run_loses_nothing(tiny_dataset, upstream, reference
     assert report.failures == 0, report.summary()
     assert 12 <= victim.served < report.calls / 2 and survivor.served > report.calls / 2
     gone, alive = engine.callers["openai-api/pool/doc"].model.pool.members
-    assert gone.dead and gone.dead.startswith("connection refused") and alive.dead is None, (gone, alive)  # taken out, not retried forever
+    assert gone.dead and gone.dead.startswith("connection refused") and alive.dead is None, (
+        gone,
+        alive,
+    )  # taken out, not retried forever
     assert data_bytes(tmp_path / "rel") == data_bytes(reference)
 
 
@@ -167,7 +183,9 @@ def test_a_server_that_answers_5xx_is_taken_out_after_the_retries_and_the_last_o
 
     async def ask(conn, n):
         caller = conn.caller("openai-api/pool/m")
-        return await asyncio.gather(*(in_conversation(caller([{"role": "user", "content": f"q{i}"}], Sampling())) for i in range(n)))
+        return await asyncio.gather(
+            *(in_conversation(caller([{"role": "user", "content": f"q{i}"}], Sampling())) for i in range(n))
+        )
 
     def run(urls, n):
         monkeypatch.setenv("POOL_BASE_URL", ",".join(urls))
@@ -268,13 +286,16 @@ def test_shards_merged_give_the_unsharded_release_byte_for_byte(shards, upstream
     assert all(s == int(hashlib.sha256(c.encode()).hexdigest()[:16], 16) % 3 + 1 for c, s in cases.items())
 
 
-@pytest.mark.parametrize("given, message", [
-    (["s1", "s2"], "shard 3/3 missing (given 2 of 3)"),
-    (["s1", "s2", "s2", "s3"], "shard 2/3 given twice"),
-    (["s1", "other2", "s3"], "is not a shard of the same run as"),
-    (["s1", "s2", "half1"], "is shard 1/2"),
-    (["s1", "s2", "REF"], "is not a shard release"),
-])
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        (["s1", "s2"], "shard 3/3 missing (given 2 of 3)"),
+        (["s1", "s2", "s2", "s3"], "shard 2/3 given twice"),
+        (["s1", "other2", "s3"], "is not a shard of the same run as"),
+        (["s1", "s2", "half1"], "is shard 1/2"),
+        (["s1", "s2", "REF"], "is not a shard release"),
+    ],
+)
 def test_a_missing_repeated_or_foreign_shard_is_refused_and_nothing_written(shards, reference, tmp_path, capsys, given, message):
     paths = [str(reference) if g == "REF" else str(shards / g) for g in given]
     assert main(["merge", *paths, "--out", str(tmp_path / "merged")]) == 2
@@ -286,8 +307,21 @@ def test_a_missing_repeated_or_foreign_shard_is_refused_and_nothing_written(shar
 @pytest.mark.parametrize("bad", ["0/3", "4/3", "1/0", "x", "2"])
 def test_a_bad_shard_is_refused(tiny_dataset, tmp_path, capsys, bad):
     with pytest.raises(SystemExit) as exc:
-        main(["generate", "--dataset", str(tiny_dataset), "--doctor", "openai/m", "--patient", "openai/m", "--shard", bad,
-              "--out", str(tmp_path / "r")])
+        main(
+            [
+                "generate",
+                "--dataset",
+                str(tiny_dataset),
+                "--doctor",
+                "openai/m",
+                "--patient",
+                "openai/m",
+                "--shard",
+                bad,
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
     assert exc.value.code == 2 and "--shard" in capsys.readouterr().err and not (tmp_path / "r").exists()
 
 
@@ -305,9 +339,23 @@ def test_a_generation_through_vllm_router_in_front_of_two_servers(tiny_dataset, 
     with a, b:
         port = free_port()
         log = open(tmp_path / "router.log", "wb")
-        proc = subprocess.Popen([str(router_binary()), "--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin",
-                                 "--worker-urls", f"http://127.0.0.1:{a.port}", f"http://127.0.0.1:{b.port}"],
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                str(router_binary()),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--policy",
+                "round_robin",
+                "--worker-urls",
+                f"http://127.0.0.1:{a.port}",
+                f"http://127.0.0.1:{b.port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             deadline = time.monotonic() + 60
             while True:
@@ -334,9 +382,21 @@ from encounter_script import Script, medpi  # noqa: E402,F401  (medpi: the fixtu
 
 def test_encounters_over_a_pool_and_in_shards_merge_to_the_one_server_release(medpi, tmp_path, monkeypatch, capsys):
     def run(service: str, out: str, shard=None):
-        return generate(GenerateSpec(
-            task="encounters", dataset=medpi, out=tmp_path / out, doctor=f"openai-api/{service}/loopback", patient=f"openai-api/{service}/loopback",
-            trials=2, cache=tmp_path / f"{out}.sqlite", progress=False, max_retries=1, backoff=0.01, shard=shard))
+        return generate(
+            GenerateSpec(
+                task="encounters",
+                dataset=medpi,
+                out=tmp_path / out,
+                doctor=f"openai-api/{service}/loopback",
+                patient=f"openai-api/{service}/loopback",
+                trials=2,
+                cache=tmp_path / f"{out}.sqlite",
+                progress=False,
+                max_retries=1,
+                backoff=0.01,
+                shard=shard,
+            )
+        )
 
     one, a, b = (LoopbackServer(Script(doctor_turns=3)) for _ in range(3))
     with one, a, b:

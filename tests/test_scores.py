@@ -119,7 +119,11 @@ def test_scores_refuse_duplicate_keys(tmp_path):
 
 def test_an_error_score_has_no_value_and_says_why(tmp_path):
     rows = ScoreRows()
-    rows.add({"case_id": "case_1", "trial": 0, **KEY}, "llm:openai/x", Verdict(None, "none", None, '{"extract": null}', "HTTP 400: nope"))
+    rows.add(
+        {"case_id": "case_1", "trial": 0, **KEY},
+        "llm:openai/x",
+        Verdict(None, "none", None, '{"extract": null}', "HTTP 400: nope"),
+    )
     t = rows.table()
     assert t.column("status").to_pylist() == ["error"] and t.column("value").to_pylist() == [None]
     out = write_release(tmp_path / "r", _manifest(), {"answers": _answers(ANSWERS)}, scores=(t, {"llm:openai/x": {}}))
@@ -130,7 +134,9 @@ def test_an_error_score_has_no_value_and_says_why(tmp_path):
 
 # -- (3) write_scores replaces only the named scorers ----------------------------------------------
 def test_write_scores_replaces_only_the_named_scorers(tmp_path):
-    grades = [_grade(c, g, ok) for c in ("case_1", "case_2") for g, ok in (("offline", True), ("paper", False), ("upstream-gpt4", True))]
+    grades = [
+        _grade(c, g, ok) for c in ("case_1", "case_2") for g, ok in (("offline", True), ("paper", False), ("upstream-gpt4", True))
+    ]
     out = write_release(tmp_path / "r", _manifest(), {"answers": _answers(ANSWERS)},
                         scores=(scores_from_grades(grades), {"offline": {"v": 1}, "paper": {"v": 1}, "upstream-gpt4": {"v": 1}}))  # fmt: skip
     frozen = {n: (out / n).read_bytes() for n in ("answers.parquet",)}
@@ -138,14 +144,22 @@ def test_write_scores_replaces_only_the_named_scorers(tmp_path):
     rel = read_release(out)
     before = rel.verdicts()
     # offline re-scored (case_2 now right), paper replaced by fewer rows; upstream-gpt4 untouched.
-    new = scores_from_grades([_grade("case_1", "offline", True), _grade("case_2", "offline", True), _grade("case_1", "paper", True)])
+    new = scores_from_grades(
+        [_grade("case_1", "offline", True), _grade("case_2", "offline", True), _grade("case_1", "paper", True)]
+    )
     write_scores(rel, new, {"offline": {"v": 2}, "paper": {"v": 2}})
     assert {n: (out / n).read_bytes() for n in frozen} == frozen  # conversations/answers never rewritten
     # The run record is as written, but for the scores file's own checksum.
     now = json.loads((out / "manifest.json").read_text())
-    assert now["files"]["scores.parquet"]["sha256"] == sha256_file(out / "scores.parquet") != record["files"]["scores.parquet"]["sha256"]
+    assert (
+        now["files"]["scores.parquet"]["sha256"]
+        == sha256_file(out / "scores.parquet")
+        != record["files"]["scores.parquet"]["sha256"]
+    )
     assert {k: v for k, v in now.items() if k != "files"} == {k: v for k, v in record.items() if k != "files"}
-    assert {k: v for k, v in now["files"].items() if k != "scores.parquet"} == {k: v for k, v in record["files"].items() if k != "scores.parquet"}
+    assert {k: v for k, v in now["files"].items() if k != "scores.parquet"} == {
+        k: v for k, v in record["files"].items() if k != "scores.parquet"
+    }
     after = read_release(out)
     v = after.verdicts().sort("grader", "case_id")
     assert v.filter(pl.col("grader") == "offline")["correct"].to_list() == [True, True]
@@ -220,12 +234,19 @@ def test_an_llm_grader_never_grades_its_own_model_unless_allowed(llm_release, da
     before = frozen(path)
     assert self_graders(read_release(path).manifest, ["offline", GRADER]) == [GRADER]
     with LoopbackServer(Responder()) as server:
-        with pytest.raises(CraftMDError, match=r"grader llm:openai/loopback would grade its own model \(openai/loopback\).*--allow-self"):
+        with pytest.raises(
+            CraftMDError, match=r"grader llm:openai/loopback would grade its own model \(openai/loopback\).*--allow-self"
+        ):
             score_release(path, dataset_dir, [GRADER], base_url=server.base_url, progress=False, force=True)
-        assert main(["score", str(path), "--data", str(dataset_dir), "--scorer", GRADER, "--base-url", server.base_url, "--quiet"]) == 2
+        assert (
+            main(["score", str(path), "--data", str(dataset_dir), "--scorer", GRADER, "--base-url", server.base_url, "--quiet"])
+            == 2
+        )
         assert "would grade its own model" in capsys.readouterr().err
         assert server.calls == 0 and not (path / "scores.parquet").exists()  # refused before any call or write
-        score_release(path, dataset_dir, ["offline", GRADER], base_url=server.base_url, progress=False, allow_self=True, force=True)
+        score_release(
+            path, dataset_dir, ["offline", GRADER], base_url=server.base_url, progress=False, allow_self=True, force=True
+        )
         assert server.calls > 0
     rec = read_release(path).scorer_records()
     assert rec[GRADER]["self_graded"] is True and "self_graded" not in rec["offline"]

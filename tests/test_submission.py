@@ -14,7 +14,14 @@ import pytest
 
 from craftmd.commands.cli import main
 from craftmd.release import FORMATS, SETTINGS, find_releases, read_release
-from craftmd.scoring.submission import MAX_PROBLEMS, MAX_RESPONSE_CHARS, SubmissionError, schema, submission_id, validate_submission
+from craftmd.scoring.submission import (
+    MAX_PROBLEMS,
+    MAX_RESPONSE_CHARS,
+    SubmissionError,
+    schema,
+    submission_id,
+    validate_submission,
+)
 
 ROW = {"case_id": "case_1", "trial": 0, "setting": "vignette", "format": "frq", "response": "Psoriasis"}
 KEY = ["case_id", "trial", "setting", "format", "with_image"]
@@ -63,7 +70,10 @@ def refused(capsys, tmp_path, path, dataset_dir, *expected):
         (line(case_id="patient 7") + "\n", ["sub.jsonl:1: case_id 'patient 7' is not a case id"]),
         (line(setting="telepathy") + "\n", ["sub.jsonl:1: unknown setting 'telepathy'"]),
         (line(format="essay") + "\n", ["sub.jsonl:1: unknown format 'essay'"]),
-        (line() + "\n" + line(response="Eczema") + "\n", ["sub.jsonl:2: duplicate row: case_1 trial 0 vignette/frq already on line 1"]),
+        (
+            line() + "\n" + line(response="Eczema") + "\n",
+            ["sub.jsonl:2: duplicate row: case_1 trial 0 vignette/frq already on line 1"],
+        ),
         (line(response="x" * (MAX_RESPONSE_CHARS + 1)) + "\n", ["sub.jsonl:1: response is too long"]),
         (line(extra=1) + "\n", ["sub.jsonl:1: unexpected field(s)"]),
     ],
@@ -73,21 +83,42 @@ def test_bad_jsonl(capsys, tmp_path, dataset_dir, content, expected):
 
 
 def test_non_utf8(capsys, tmp_path, dataset_dir):
-    data = (line() + "\n").encode() + b'{"case_id": "case_2", "trial": 0, "setting": "vignette", "format": "frq", "response": "Ps\xf6riasis"}\n'
+    data = (
+        line() + "\n"
+    ).encode() + b'{"case_id": "case_2", "trial": 0, "setting": "vignette", "format": "frq", "response": "Ps\xf6riasis"}\n'
     refused(capsys, tmp_path, write(tmp_path, data), dataset_dir, "sub.jsonl:2: not UTF-8 (byte 0xf6")
 
 
 def test_all_problems_are_listed_up_to_the_limit(capsys, tmp_path, dataset_dir):
     lines = [line(trial=t, setting="nowhere") for t in range(MAX_PROBLEMS + 5)]
     lines.insert(3, "garbage")
-    err = refused(capsys, tmp_path, write(tmp_path, "\n".join(lines) + "\n"), dataset_dir, "sub.jsonl:1: unknown setting", "sub.jsonl:4: not JSON", "... and 6 more")
+    err = refused(
+        capsys,
+        tmp_path,
+        write(tmp_path, "\n".join(lines) + "\n"),
+        dataset_dir,
+        "sub.jsonl:1: unknown setting",
+        "sub.jsonl:4: not JSON",
+        "... and 6 more",
+    )
     assert f"{MAX_PROBLEMS + 6} problem(s)" in err
     assert err.count("  sub.jsonl:") == MAX_PROBLEMS
 
 
 def test_bad_parquet(capsys, tmp_path, dataset_dir):
     p = tmp_path / "sub.parquet"
-    pq.write_table(pa.table({"case_id": ["case_1", "case_1"], "trial": ["0", "1"], "setting": ["vignette"] * 2, "format": ["frq"] * 2, "response": ["a", "b"]}), p)
+    pq.write_table(
+        pa.table(
+            {
+                "case_id": ["case_1", "case_1"],
+                "trial": ["0", "1"],
+                "setting": ["vignette"] * 2,
+                "format": ["frq"] * 2,
+                "response": ["a", "b"],
+            }
+        ),
+        p,
+    )
     refused(capsys, tmp_path, p, dataset_dir, "sub.parquet:1: field 'trial' has the wrong type", "sub.parquet:2: field 'trial'")
     junk = write(tmp_path, b"PAR1 not really", "junk.parquet")
     refused(capsys, tmp_path, junk, dataset_dir, "not a readable parquet file")
@@ -119,7 +150,24 @@ def test_missing_cases_are_reported_and_scored_wrong(tmp_path, dataset_dir, caps
     assert main(["validate", str(p), "--dataset", str(dataset_dir), "--config", "derm_public"]) == 0
     assert f"{len(cases) - 61} answer(s)" in capsys.readouterr().err
     out = tmp_path / "out"
-    assert main(["submit", str(p), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/derm-1", "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "submit",
+                str(p),
+                "--dataset",
+                str(dataset_dir),
+                "--config",
+                "derm_public",
+                "--model",
+                "acme/derm-1",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     rel = read_release(out / submission_id("acme/derm-1"))
     assert rel.manifest.kind == "submission"
     a = pl.from_arrow(rel.table("answers"))
@@ -140,12 +188,52 @@ def test_missing_cases_are_reported_and_scored_wrong(tmp_path, dataset_dir, caps
 
     rec, said = recorded_agreement(), scores["grader_reliability"]["offline"]
     assert f"kappa {rec['overall']['held-out']['kappa']:.3f}" in said
-    assert f"dermatologists' verdicts on GPT-4's vignette answers (310 Dermatology cases x 5 trials) {rec['dermatologists']['offline']['agreement']:.1%}" in said
+    assert (
+        f"dermatologists' verdicts on GPT-4's vignette answers (310 Dermatology cases x 5 trials) {rec['dermatologists']['offline']['agreement']:.1%}"
+        in said
+    )
     assert (out / "scores.csv").exists() and pl.read_csv(out / "scores.csv").height == len(scores["accuracy"])
     # Scoring again without --overwrite is refused; with it, the same bytes come out.
-    before = {n: (out / submission_id("acme/derm-1") / n).read_bytes() for n in ("scores.parquet", "answers.parquet", "manifest.json")}
-    assert main(["submit", str(p), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/derm-1", "--out", str(out), "--quiet"]) == 2
-    assert main(["submit", str(p), "--dataset", str(dataset_dir), "--config", "derm_public", "--model", "acme/derm-1", "--out", str(out), "--quiet", "--overwrite"]) == 0
+    before = {
+        n: (out / submission_id("acme/derm-1") / n).read_bytes() for n in ("scores.parquet", "answers.parquet", "manifest.json")
+    }
+    assert (
+        main(
+            [
+                "submit",
+                str(p),
+                "--dataset",
+                str(dataset_dir),
+                "--config",
+                "derm_public",
+                "--model",
+                "acme/derm-1",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 2
+    )
+    assert (
+        main(
+            [
+                "submit",
+                str(p),
+                "--dataset",
+                str(dataset_dir),
+                "--config",
+                "derm_public",
+                "--model",
+                "acme/derm-1",
+                "--out",
+                str(out),
+                "--quiet",
+                "--overwrite",
+            ]
+        )
+        == 0
+    )
     assert {n: (out / submission_id("acme/derm-1") / n).read_bytes() for n in before} == before
 
 
@@ -167,13 +255,31 @@ def test_round_trip_gpt35(gpt35, source, dataset_dir, tmp_path):
     p = tmp_path / "gpt35.parquet"
     sub.write_parquet(p)
     out = tmp_path / "out"
-    assert main(["submit", str(p), "--dataset", str(dataset_dir), "--model", "openai/gpt-3.5-turbo-1106", "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "submit",
+                str(p),
+                "--dataset",
+                str(dataset_dir),
+                "--model",
+                "openai/gpt-3.5-turbo-1106",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     rel = find_releases(out)[0]
     assert rel.manifest.kind == "submission"
     mine = rel.verdicts()
     theirs = gpt35.verdicts()
     a2 = pl.from_arrow(rel.table("answers"))
-    assert a2.height == answers.height and a2.filter(pl.col("status") == "missing").height == answers.filter(pl.col("status") != "ok").height
+    assert (
+        a2.height == answers.height
+        and a2.filter(pl.col("status") == "missing").height == answers.filter(pl.col("status") != "ok").height
+    )
     # Every grade row equal, paper included: ingest and submissions both grade paper against the
     # dataset's paper_answer (upstream's recorded key) and strict/offline against its answer.
     for grader in ("paper", "strict", "offline"):
@@ -235,7 +341,14 @@ def test_one_schema_validator_names_the_field(capsys, tmp_path, dataset_dir):
     assert "jsonschema_rs" in imported and "jsonschema" not in imported
     deep = "{" + '"case_id": "case_1", "a": ' + '{"a":' * 900 + "1" + "}" * 900 + "}"
     content = "\n".join([line(trial=63), line(trial=-1, response=7), deep]) + "\n"
-    refused(capsys, tmp_path, write(tmp_path, content), dataset_dir, "sub.jsonl:1: trial: 63 is greater than the maximum of 62",
-            "sub.jsonl:2: field 'response' has the wrong type: 7 is not of type ['string', 'null']",
-            "sub.jsonl:2: trial: -1 is less than the minimum of 0", "sub.jsonl:3: 'trial' is missing (required field)",
-            "sub.jsonl:3: unexpected field(s): 'a'")
+    refused(
+        capsys,
+        tmp_path,
+        write(tmp_path, content),
+        dataset_dir,
+        "sub.jsonl:1: trial: 63 is greater than the maximum of 62",
+        "sub.jsonl:2: field 'response' has the wrong type: 7 is not of type ['string', 'null']",
+        "sub.jsonl:2: trial: -1 is less than the minimum of 0",
+        "sub.jsonl:3: 'trial' is missing (required field)",
+        "sub.jsonl:3: unexpected field(s): 'a'",
+    )

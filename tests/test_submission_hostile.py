@@ -28,7 +28,8 @@ def tiny(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny")
     (d / "all").mkdir()
     pl.DataFrame({"case_id": CASES, "source": ["medqa_usmle"] * 10, "specialty": ["Dermatology"] * 10}).write_parquet(
-        d / "all" / "test-00000-of-00001.parquet")
+        d / "all" / "test-00000-of-00001.parquet"
+    )
     return d
 
 
@@ -63,16 +64,25 @@ def test_hostile_lines_are_listed_with_their_line(tmp_path, tiny, capsys):
 def test_parquet_text_that_is_not_utf8(tmp_path, tiny):
     good = pa.array([b"Psoriasis", b"Ps\xf6riasis", b"Eczema"], pa.binary())
     bad = pa.Array.from_buffers(pa.string(), 3, good.buffers())  # string column holding invalid UTF-8
-    t = pa.table({"case_id": ["case_1", "case_2", "case_3"], "trial": pa.array([0, 0, 0], pa.int64()), "setting": ["vignette"] * 3,
-                  "format": ["frq"] * 3, "response": bad})
+    t = pa.table(
+        {
+            "case_id": ["case_1", "case_2", "case_3"],
+            "trial": pa.array([0, 0, 0], pa.int64()),
+            "setting": ["vignette"] * 3,
+            "format": ["frq"] * 3,
+            "response": bad,
+        }
+    )
     p = tmp_path / "sub.parquet"
     pq.write_table(t, p)
     assert problems(p, tiny) == [(2, "response is not UTF-8 (byte 0xf6 at character 3)")]
 
 
 def test_parquet_with_a_column_twice(tmp_path, tiny):
-    t = pa.Table.from_arrays([pa.array(["case_1"]), pa.array([0]), pa.array(["vignette"]), pa.array(["frq"]), pa.array(["a"]), pa.array(["b"])],
-                             names=["case_id", "trial", "setting", "format", "response", "response"])
+    t = pa.Table.from_arrays(
+        [pa.array(["case_1"]), pa.array([0]), pa.array(["vignette"]), pa.array(["frq"]), pa.array(["a"]), pa.array(["b"])],
+        names=["case_id", "trial", "setting", "format", "response", "response"],
+    )
     p = tmp_path / "sub.parquet"
     pq.write_table(t, p)
     assert problems(p, tiny) == [(None, "column(s) 'response' appear more than once")]
@@ -80,7 +90,9 @@ def test_parquet_with_a_column_twice(tmp_path, tiny):
 
 def test_a_line_too_long_is_skipped_without_holding_it(tmp_path, tiny):
     p = tmp_path / "sub.jsonl"
-    p.write_text(json.dumps(ROW) + "\n" + '{"response": "' + "x" * 3_000_000 + '"}\n' + json.dumps(dict(ROW, case_id="case_2")) + "\n")
+    p.write_text(
+        json.dumps(ROW) + "\n" + '{"response": "' + "x" * 3_000_000 + '"}\n' + json.dumps(dict(ROW, case_id="case_2")) + "\n"
+    )
     assert problems(p, tiny) == [(2, "line too long (3,000,016 bytes; at most 1,000,000)")]
 
 
@@ -88,7 +100,12 @@ def test_a_valid_file_read_in_batches_keeps_every_row(tmp_path, tiny, monkeypatc
     import craftmd.scoring.submission as sub
 
     monkeypatch.setattr(sub, "BATCH_ROWS", 7)  # many batches, for both formats
-    rows = [dict(ROW, case_id=c, trial=t, format=f, response=f"{c} {t} {f}") for c in CASES[:8] for t in range(3) for f in ("frq", "mcq4")]
+    rows = [
+        dict(ROW, case_id=c, trial=t, format=f, response=f"{c} {t} {f}")
+        for c in CASES[:8]
+        for t in range(3)
+        for f in ("frq", "mcq4")
+    ]
     p = tmp_path / "sub.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
     q = tmp_path / "sub.parquet"
@@ -104,19 +121,22 @@ def test_a_valid_file_read_in_batches_keeps_every_row(tmp_path, tiny, monkeypatc
     assert problems(dup, tiny) == [(len(rows) + 1, "duplicate row: case_1 trial 1 vignette/mcq4 already on line 4")]
 
 
-@pytest.mark.parametrize("name, why", [
-    ("acme\x1b[31m", "control character '\\x1b'"),
-    ("acme\nmodel", "control character '\\n'"),
-    ("a" * 500, "500 characters long"),
-    ("  ", "empty"),
-])
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("acme\x1b[31m", "control character '\\x1b'"),
+        ("acme\nmodel", "control character '\\n'"),
+        ("a" * 500, "500 characters long"),
+        ("  ", "empty"),
+    ],
+)
 def test_model_names_refused_at_submission(name, why):
     with pytest.raises(CraftMDError, match="--model: .*" + why.replace("\\", "\\\\").replace("[", "\\[")):
         check_model_name(name)
 
 
 def test_model_names_that_are_shown_escaped_pass():
-    for name in ("evil$\\frac{$x", "=HYPERLINK(\"http://x\")", "a|b", "<script>alert(1)</script>", "acme/med-7b"):
+    for name in ("evil$\\frac{$x", '=HYPERLINK("http://x")', "a|b", "<script>alert(1)</script>", "acme/med-7b"):
         assert check_model_name(name) == name
 
 
@@ -131,14 +151,36 @@ json_values = st.recursive(
     max_leaves=12,
 )
 fields = st.sampled_from([*ROW, "with_image", "extra"])
-mutated_rows = st.builds(lambda k, v, drop: {**{x: y for x, y in ROW.items() if x != drop}, k: v}, fields, json_values, st.sampled_from([None, *ROW]))
-good_rows = st.builds(lambda c, t, s, f: dict(ROW, case_id=c, trial=t, setting=s, format=f),
-                      st.sampled_from(CASES + ["case_99"]), st.integers(0, 3), st.sampled_from(["vignette", "multiturn"]), st.sampled_from(["frq", "mcq4"]))
-specials = st.sampled_from([
-    "[" * 5000, "{" * 5000, '{"a":' * 900 + "1" + "}" * 900, "9" * 5000, '{"trial": ' + "1" * 4400 + "}", '"\\ud800"',
-    '{"case_id": "\\udfff", "trial": 0}', '{"a": 1, "a": 2}', "", "   ", "\t", "null", "NaN", '{"response": "' + "é" * 30000 + '"}',
-    "\ufeff" + json.dumps(ROW), json.dumps(ROW)[:-3],
-])
+mutated_rows = st.builds(
+    lambda k, v, drop: {**{x: y for x, y in ROW.items() if x != drop}, k: v}, fields, json_values, st.sampled_from([None, *ROW])
+)
+good_rows = st.builds(
+    lambda c, t, s, f: dict(ROW, case_id=c, trial=t, setting=s, format=f),
+    st.sampled_from(CASES + ["case_99"]),
+    st.integers(0, 3),
+    st.sampled_from(["vignette", "multiturn"]),
+    st.sampled_from(["frq", "mcq4"]),
+)
+specials = st.sampled_from(
+    [
+        "[" * 5000,
+        "{" * 5000,
+        '{"a":' * 900 + "1" + "}" * 900,
+        "9" * 5000,
+        '{"trial": ' + "1" * 4400 + "}",
+        '"\\ud800"',
+        '{"case_id": "\\udfff", "trial": 0}',
+        '{"a": 1, "a": 2}',
+        "",
+        "   ",
+        "\t",
+        "null",
+        "NaN",
+        '{"response": "' + "é" * 30000 + '"}',
+        "\ufeff" + json.dumps(ROW),
+        json.dumps(ROW)[:-3],
+    ]
+)
 lines = st.one_of(
     st.binary(max_size=60).map(lambda b: b.replace(b"\n", b" ")),
     st.text(alphabet=string.printable, max_size=60).map(lambda t: t.replace("\n", " ").encode()),
@@ -149,8 +191,11 @@ lines = st.one_of(
 )
 
 
-@settings(max_examples=6000, deadline=None,  # about a minute of random files on 2 cores
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])
+@settings(
+    max_examples=6000,
+    deadline=None,  # about a minute of random files on 2 cores
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+)
 @given(st.lists(lines, min_size=0, max_size=12), st.booleans(), st.booleans())
 def test_random_malformed_files_never_crash(tmp_path, tiny, body, final_newline, crlf):
     p = tmp_path / "random.jsonl"

@@ -44,8 +44,17 @@ def _toy_release(out, dataset_dir, n_cases=12):
     for i, c in enumerate(ids):
         for t in range(2):
             missing = i == 0 and t == 1
-            rows.append({"case_id": c, "trial": t, "setting": "oneword", "format": "text", "with_image": False,
-                         "response": None if missing else " ".join(["word"] * (i + t + 1)), "status": "missing" if missing else "ok"})
+            rows.append(
+                {
+                    "case_id": c,
+                    "trial": t,
+                    "setting": "oneword",
+                    "format": "text",
+                    "with_image": False,
+                    "response": None if missing else " ".join(["word"] * (i + t + 1)),
+                    "status": "missing" if missing else "ok",
+                }
+            )
     m = RunRecord(release="toy-model", kind="generated", model="test/toy-model", task="oneword")
     return write_release(out / "toy-model", m, {"answers": pa.Table.from_pylist(rows)})
 
@@ -53,8 +62,19 @@ def _toy_release(out, dataset_dir, n_cases=12):
 def test_a_release_is_checked_against_its_task(toy, tmp_path, dataset_dir):
     rel = _toy_release(tmp_path, dataset_dir)
     assert read_release(rel).manifest.task == "oneword"
-    bad = pa.Table.from_pylist([{"case_id": "case_1", "trial": 0, "setting": "multiturn", "format": "text", "with_image": False,
-                                 "response": "x", "status": "ok"}])
+    bad = pa.Table.from_pylist(
+        [
+            {
+                "case_id": "case_1",
+                "trial": 0,
+                "setting": "multiturn",
+                "format": "text",
+                "with_image": False,
+                "response": "x",
+                "status": "ok",
+            }
+        ]
+    )
     with pytest.raises(CraftMDError, match="unknown value.*multiturn"):
         write_release(tmp_path / "bad", RunRecord(release="bad", kind="generated", model="m", task="oneword"), {"answers": bad})
     with pytest.raises(CraftMDError, match="unknown task 'nope'"):
@@ -86,8 +106,13 @@ def test_craftmd_score_lists_and_runs_the_toy_scorer_only_when_stale(toy, tmp_pa
         assert f"\n{name} " in "\n" + listed, name
 
     rel = _toy_release(tmp_path / "releases", dataset_dir)
-    assert _score(rel, dataset_dir) == {"release": str(rel), "scored": ["oneword-words"], "current": [], "skipped": {},
-                                        "writes": {"oneword-words": ["oneword-words"]}}  # the task's default
+    assert _score(rel, dataset_dir) == {
+        "release": str(rel),
+        "scored": ["oneword-words"],
+        "current": [],
+        "skipped": {},
+        "writes": {"oneword-words": ["oneword-words"]},
+    }  # the task's default
     once = (rel / "scores.parquet").read_bytes()
     assert _score(rel, dataset_dir)["current"] == ["oneword-words"]  # nothing changed: nothing done
     assert (rel / "scores.parquet").read_bytes() == once
@@ -95,7 +120,10 @@ def test_craftmd_score_lists_and_runs_the_toy_scorer_only_when_stale(toy, tmp_pa
     assert (rel / "scores.parquet").read_bytes() == once  # scored again: the same bytes
     # CRAFT-MD's scorers do not apply to the toy task's releases: named, they are refused with the reason
     assert main(["score", str(rel), "--dataset", str(dataset_dir), "--scorer", "offline", "--quiet"]) == 2
-    assert "scorer offline applies to none of the releases given: not a release of craftmd, consultation (task oneword)" in capsys.readouterr().err
+    assert (
+        "scorer offline applies to none of the releases given: not a release of craftmd, consultation (task oneword)"
+        in capsys.readouterr().err
+    )
     assert main(["score", str(rel), "--dataset", str(dataset_dir), "--scorer", "nope"]) == 2
     assert "unknown scorer 'nope'" in capsys.readouterr().err
 
@@ -137,7 +165,7 @@ def test_toy_task_reaches_the_page(toy, tmp_path, dataset_dir):
     _score(rel, dataset_dir)
     a = compute(tmp_path / "releases", dataset_dir, B=500)
     page = write_page(a, tmp_path / "page").read_text()
-    section = page[page.index('id="measures"'):page.index('id="trust"')]
+    section = page[page.index('id="measures"') : page.index('id="trust"')]
     row = a.metrics.row(0, named=True)
     assert "<code>oneword_words</code>" in section
     assert "words in the doctor&#39;s one-word diagnosis (continuous; lower is better)" in section

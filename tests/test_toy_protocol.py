@@ -42,8 +42,9 @@ def answer(request: dict) -> str:
 
 
 def craftmd(*args, env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "craftmd.commands.cli", *map(str, args)], capture_output=True, text=True, env=env,
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "craftmd.commands.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=600
+    )
 
 
 def test_a_task_file_is_generated_scored_and_shown(tiny_dataset, tmp_path, monkeypatch, capsys):
@@ -51,9 +52,26 @@ def test_a_task_file_is_generated_scored_and_shown(tiny_dataset, tmp_path, monke
     rel = releases / "toy-doctor"
     with LoopbackServer(answer, models=("m",)) as server:
         monkeypatch.setenv("TOY_BASE_URL", server.base_url)
-        common = ["generate", "--task", str(TASK_FILE), "--dataset", str(tiny_dataset), "--doctor", "openai-api/toy/m", "--role",
-                  "patient=openai-api/toy/m", "-T", "words=2", "--trials", "2", "--cache", str(tmp_path / "cache.sqlite"), "--out", str(rel),
-                  "--quiet"]
+        common = [
+            "generate",
+            "--task",
+            str(TASK_FILE),
+            "--dataset",
+            str(tiny_dataset),
+            "--doctor",
+            "openai-api/toy/m",
+            "--role",
+            "patient=openai-api/toy/m",
+            "-T",
+            "words=2",
+            "--trials",
+            "2",
+            "--cache",
+            str(tmp_path / "cache.sqlite"),
+            "--out",
+            str(rel),
+            "--quiet",
+        ]
         assert main([*common, "--estimate"]) == 0 and server.calls == 0
         est = capsys.readouterr().out
         assert "task oneword: 6 jobs" in est and "openai-api/toy/m" in est
@@ -68,8 +86,9 @@ def test_a_task_file_is_generated_scored_and_shown(tiny_dataset, tmp_path, monke
     assert set(r.manifest.roles) == {"doctor", "patient"} and r.manifest.notes["options"] == {"words": 2}
     assert r.manifest.counts["cases"] == 3 and r.manifest.source["dataset_config"] == "all"
     answers = r.table("answers").to_pylist()  # its rows name no setting, format or image flag: the runner fills them in
-    assert len(answers) == 6 and all(a["status"] == "ok" and (a["setting"], a["format"], a["with_image"]) == ("oneword", "text", False)
-                                     for a in answers)
+    assert len(answers) == 6 and all(
+        a["status"] == "ok" and (a["setting"], a["format"], a["with_image"]) == ("oneword", "text", False) for a in answers
+    )
 
     # other processes: the task known by name through $CRAFTMD_TASKS; scored with its default scorer, then on the page
     env = dict(os.environ, CRAFTMD_TASKS=str(TASK_FILE))
@@ -79,11 +98,15 @@ def test_a_task_file_is_generated_scored_and_shown(tiny_dataset, tmp_path, monke
     scores = read_release(rel).scores_with_records()[0].to_pylist()
     want = {a["case_id"]: len(a["response"].split()) for a in answers}
     assert {(s["case_id"], s["value"]) for s in scores} == set(want.items())
-    out = craftmd("analyse", "--releases", releases, "--dataset", tiny_dataset, "--out", site, "--page", "--resamples", "100", env=env)
+    out = craftmd(
+        "analyse", "--releases", releases, "--dataset", tiny_dataset, "--out", site, "--page", "--resamples", "100", env=env
+    )
     assert out.returncode == 0, out.stderr
     page = (site / "index.html").read_text()
-    section = page[page.index('id="measures"'):]
-    assert "<code>oneword_words</code>" in section and "words in the doctor&#39;s one-word diagnosis" in section.replace("'", "&#39;")
+    section = page[page.index('id="measures"') :]
+    assert "<code>oneword_words</code>" in section and "words in the doctor&#39;s one-word diagnosis" in section.replace(
+        "'", "&#39;"
+    )
     # without the task file, the release's task is unknown: one line that says so
     bare = craftmd("score", rel, "--dataset", tiny_dataset, "--quiet", env={k: v for k, v in env.items() if k != "CRAFTMD_TASKS"})
     assert bare.returncode == 2 and "unknown task 'oneword'" in bare.stderr and bare.stderr.strip().count("\n") == 0
@@ -94,9 +117,29 @@ def test_a_broken_task_file_is_one_line(tmp_path, capsys):
     bad.write_text("raise RuntimeError('no such thing')\n")
     none = tmp_path / "no_task.py"
     none.write_text("X = 1\n")
-    for f, message in ((bad, "RuntimeError: no such thing"), (none, "defines no TASK"), (tmp_path / "missing.py", "does not exist")):
-        rc = main(["generate", "--task", str(f), "--dataset", str(tmp_path), "--doctor", "openai/x", "--patient", "openai/x",
-                   "--base-url", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "r"), "--quiet"])
+    for f, message in (
+        (bad, "RuntimeError: no such thing"),
+        (none, "defines no TASK"),
+        (tmp_path / "missing.py", "does not exist"),
+    ):
+        rc = main(
+            [
+                "generate",
+                "--task",
+                str(f),
+                "--dataset",
+                str(tmp_path),
+                "--doctor",
+                "openai/x",
+                "--patient",
+                "openai/x",
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--out",
+                str(tmp_path / "r"),
+                "--quiet",
+            ]
+        )
         err = capsys.readouterr().err.strip()
         assert rc == 2 and message in err and err.count("\n") == 0
 
@@ -106,7 +149,9 @@ def test_a_task_file_lists_its_roles_and_options(capsys):
         main(["generate", "--task", str(TASK_FILE), "--help"])
     out = capsys.readouterr().out
     assert done.value.code == 0 and "task oneword: the patient says what brings them in" in out
-    assert "doctor" in out and "patient" in out and "words          int, default 3: the most words the doctor may answer with" in out
+    assert (
+        "doctor" in out and "patient" in out and "words          int, default 3: the most words the doctor may answer with" in out
+    )
     with pytest.raises(SystemExit):
         main(["generate", "--help", "--task", "encounters"])  # --task read first, wherever it stands
     out = capsys.readouterr().out
@@ -116,19 +161,40 @@ def test_a_task_file_lists_its_roles_and_options(capsys):
 P = ["--patient", "openai/x"]
 
 
-@pytest.mark.parametrize("bad, says", [
-    ([*P, "-T", "words=0"], "task 'oneword': option words='0': Input should be greater than or equal to 1"),
-    ([*P, "-T", "words=two"], "option words='two': Input should be a valid integer"),
-    ([*P, "-T", "sentences=2"], "task 'oneword' has no option 'sentences'; its options: words"),
-    ([*P, "-T", "words"], "-T 'words': expected NAME=VALUE"),
-    ([*P, "--max-turns", "3"], "task 'oneword' has no option 'max_turns'"),  # an old per-task flag, of another task
-    ([*P, "--role", "solver=openai/x"], "task 'oneword' has no role 'solver'; its roles: doctor, patient"),
-    (["-T", "words=2"], "the oneword task needs a patient (says what brings them in, from the case's vignette): --patient MODEL"),
-])
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        ([*P, "-T", "words=0"], "task 'oneword': option words='0': Input should be greater than or equal to 1"),
+        ([*P, "-T", "words=two"], "option words='two': Input should be a valid integer"),
+        ([*P, "-T", "sentences=2"], "task 'oneword' has no option 'sentences'; its options: words"),
+        ([*P, "-T", "words"], "-T 'words': expected NAME=VALUE"),
+        ([*P, "--max-turns", "3"], "task 'oneword' has no option 'max_turns'"),  # an old per-task flag, of another task
+        ([*P, "--role", "solver=openai/x"], "task 'oneword' has no role 'solver'; its roles: doctor, patient"),
+        (
+            ["-T", "words=2"],
+            "the oneword task needs a patient (says what brings them in, from the case's vignette): --patient MODEL",
+        ),
+    ],
+)
 def test_a_bad_option_or_role_is_one_line_and_writes_nothing(tiny_dataset, tmp_path, capsys, bad, says):
     rel = tmp_path / "r"
-    rc = main(["generate", "--task", str(TASK_FILE), "--dataset", str(tiny_dataset), "--doctor", "openai/x", *bad,
-               "--base-url", "http://127.0.0.1:9/v1", "--out", str(rel), "--quiet"])
+    rc = main(
+        [
+            "generate",
+            "--task",
+            str(TASK_FILE),
+            "--dataset",
+            str(tiny_dataset),
+            "--doctor",
+            "openai/x",
+            *bad,
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--out",
+            str(rel),
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert rc == 2 and says in err and err.count("\n") == 0, err
     assert not rel.exists()
@@ -139,7 +205,18 @@ def test_the_runner_counts_a_minimal_protocols_progress(tiny_dataset, tmp_path):
     from craftmd.generation.runner import GenerateSpec, runner
 
     with LoopbackServer(answer, models=("m",)) as server:
-        run = runner(GenerateSpec(task=str(TASK_FILE), dataset=tiny_dataset, out=tmp_path / "r", doctor="openai/m", patient="openai/m",
-                                  options={"words": "1"}, base_url=server.base_url, cache=tmp_path / "c.sqlite", progress=False))
+        run = runner(
+            GenerateSpec(
+                task=str(TASK_FILE),
+                dataset=tiny_dataset,
+                out=tmp_path / "r",
+                doctor="openai/m",
+                patient="openai/m",
+                options={"words": "1"},
+                base_url=server.base_url,
+                cache=tmp_path / "c.sqlite",
+                progress=False,
+            )
+        )
         report = run.run()
     assert run.done == 3 and report.answers == 3 and run.options.words == 1

@@ -54,8 +54,15 @@ def test_craftmd_train_is_medqa_posed_as_benchmark_vignettes_disjoint_from_the_b
         assert r == text_row(CT.sample(c))
         assert r["vignette"] == c.vignette and r["question"] not in r["vignette"] and "of the following" not in r["question"]
         assert r["answer"] == r["choices"][r["answer_index"]] == r["paper_answer"] and r["source"] == "medqa_usmle"
-        assert r["history"] and r["task_type"] in ("diagnosis", "next_step", "confirm_test", "cause", "organism",
-                                                   "associated_finding", "risk_factor")
+        assert r["history"] and r["task_type"] in (
+            "diagnosis",
+            "next_step",
+            "confirm_test",
+            "cause",
+            "organism",
+            "associated_finding",
+            "risk_factor",
+        )
     # disjoint by id: no training id is a benchmark id (text and image cases)
     bench = benchmark_texts(dataset_dir)
     assert not {r["case_id"] for r in rows} & set(bench)
@@ -68,7 +75,7 @@ def test_craftmd_train_is_medqa_posed_as_benchmark_vignettes_disjoint_from_the_b
     craft = {f"train_mediq_{i}" for i in facts["mediq_id"].to_list()}
     assert len(craft) > 100 and not craft & {r["case_id"] for r in rows}
     report = (dataset_dir / "build_report.md").read_text()
-    section = report[report.index("## CRAFT-MD training cases"):]
+    section = report[report.index("## CRAFT-MD training cases") :]
     listed = {ln.split(" | ")[0].removeprefix("| ") for ln in section.splitlines() if ln.startswith("| mediq:")}
     assert {f"mediq:{i}" for i in facts["mediq_id"].to_list()} <= listed
     assert len(listed) == manifest["craftmd_train"]["dropped"]
@@ -102,7 +109,7 @@ def test_planted_benchmark_case_is_dropped_and_listed_and_the_rebuild_is_byte_id
     assert [r["case_id"] for r in medqa_rows] == ["train_medqa_2"] and medqa_rows[0]["answer"] == "Yolk sac tumor"
     assert rows[-1] == medqa_rows[0]  # MediQ's rows first, then the file's
     report = (out / "build_report.md").read_text()
-    section = report[report.index("## CRAFT-MD training cases"):]
+    section = report[report.index("## CRAFT-MD training cases") :]
     dropped = {ln.split(" | ")[0].removeprefix("| "): ln for ln in section.splitlines() if ln.startswith("| medqa-train:")}
     assert set(dropped) == {"medqa-train:1", "medqa-train:3"}
     assert f"| {bench['case_id']} | 1.0000 | 1.0000 |" in dropped["medqa-train:1"]  # the case and both scores
@@ -110,15 +117,23 @@ def test_planted_benchmark_case_is_dropped_and_listed_and_the_rebuild_is_byte_id
     base = hashes(dataset_dir)
     built = hashes(out)
     assert {k: v for k, v in built.items() if k.endswith("test-00000-of-00001.parquet")} == {
-        k: v for k, v in base.items() if k.endswith("test-00000-of-00001.parquet")}
+        k: v for k, v in base.items() if k.endswith("test-00000-of-00001.parquet")
+    }
     again = tmp_path / "again"
     build_dataset(source, again, progress=False, medqa_train=f)
     assert hashes(again) == built
 
 
 def test_a_training_id_that_is_a_benchmark_id_is_refused():
-    c = G.Candidate("mediq:7", "mediq", FRESH.rsplit(" Which", 1)[0], ("x",), "Which is the most likely diagnosis?",
-                    ("Seminoma", "Yolk sac tumor"), "Yolk sac tumor")
+    c = G.Candidate(
+        "mediq:7",
+        "mediq",
+        FRESH.rsplit(" Which", 1)[0],
+        ("x",),
+        "Which is the most likely diagnosis?",
+        ("Seminoma", "Yolk sac tumor"),
+        "Yolk sac tumor",
+    )
     rows, report = CT.build_rows([c], {"case_1": "An unrelated case of a child with a rash on the elbows for a week."})
     assert [r["case_id"] for r in rows] == ["train_mediq_7"] and report["dropped"] == []
     with pytest.raises(CraftMDError, match="craftmd_train: training id.*train_mediq_7 are benchmark ids"):
@@ -183,19 +198,28 @@ def test_planted_duplicate_packets_are_caught(packets, tmp_path):
     assert overlap(train, bench) == []
     # a copy of a training patient under another id and name (the same history) / the same person in another record
     copy = {**train[0], "case_id": "medpi_0099", "name": "Someone Else", "fhir_sha256": "0" * 64}
-    same_person = {**bench[0], "case_id": "medpi_0098", "name": train[1]["name"], "birth_date": train[1]["birth_date"],
-                   "fhir_sha256": "1" * 64}
+    same_person = {
+        **bench[0],
+        "case_id": "medpi_0098",
+        "name": train[1]["name"],
+        "birth_date": train[1]["birth_date"],
+        "fhir_sha256": "1" * 64,
+    }
     same_record = {**bench[1], "case_id": "medpi_0097", "fhir_sha256": train[2]["fhir_sha256"]}
     hits = {d["case"]: d for d in overlap(train, bench + [copy, same_person, same_record])}
-    assert hits["medpi_train_0001"]["why"] == "near-identical history" and hits["medpi_train_0001"]["benchmark_case"] == "medpi_0099"
+    assert (
+        hits["medpi_train_0001"]["why"] == "near-identical history" and hits["medpi_train_0001"]["benchmark_case"] == "medpi_0099"
+    )
     assert hits["medpi_train_0001"]["similarity"] == 1.0 and hits["medpi_train_0001"]["ngram_share"] == 1.0
     assert hits["medpi_train_0002"]["why"] == "same record (name and birth date)"
     assert hits["medpi_train_0003"]["why"] == "same record (fhir_sha256)"
     # the build drops a planted benchmark packet and lists it: the benchmark here holds the training build's own packets
     planted = tmp_path / "planted"
     (planted / "packets").mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist([{**r, "case_id": f"medpi_{i:04d}"} for i, r in enumerate(train, 1)], PACKET_SCHEMA),
-                   planted / "packets" / "test-00000-of-00001.parquet")
+    pq.write_table(
+        pa.Table.from_pylist([{**r, "case_id": f"medpi_{i:04d}"} for i, r in enumerate(train, 1)], PACKET_SCHEMA),
+        planted / "packets" / "test-00000-of-00001.parquet",
+    )
     again = tmp_path / "again"
     result = build_packets(again, split="train", cells=[CELL], count=3, against=planted, progress=False)
     check = json.loads((again / "build_report.json").read_text())["benchmark_check"]

@@ -50,13 +50,41 @@ def fake_vllm(monkeypatch):
 
 
 def _generate(tiny_dataset, tmp_path, *extra: str) -> int:
-    return cli_main(["generate", "--dataset", str(tiny_dataset), "--out", str(tmp_path / "rel"), "--cache", str(tmp_path / "c.sqlite"),
-                     "--experiments", "vignette,frq", "--quiet", *extra])
+    return cli_main(
+        [
+            "generate",
+            "--dataset",
+            str(tiny_dataset),
+            "--out",
+            str(tmp_path / "rel"),
+            "--cache",
+            str(tmp_path / "c.sqlite"),
+            "--experiments",
+            "vignette,frq",
+            "--quiet",
+            *extra,
+        ]
+    )
 
 
 def test_two_roles_on_one_model_build_one_engine_with_their_settings(fake_vllm, tiny_dataset, tmp_path):
-    assert _generate(tiny_dataset, tmp_path, "--doctor", "vllm/org/m", "--patient", "vllm/org/m", "--engine-arg", "max_model_len=4096",
-                     "--engine-arg", "doctor.dtype=bfloat16", "--engine-arg", "patient.tensor_parallel_size=1") == 0
+    assert (
+        _generate(
+            tiny_dataset,
+            tmp_path,
+            "--doctor",
+            "vllm/org/m",
+            "--patient",
+            "vllm/org/m",
+            "--engine-arg",
+            "max_model_len=4096",
+            "--engine-arg",
+            "doctor.dtype=bfloat16",
+            "--engine-arg",
+            "patient.tensor_parallel_size=1",
+        )
+        == 0
+    )
     want = {"max_model_len": 4096, "dtype": "bfloat16", "tensor_parallel_size": 1, "gpu_memory_utilization": 0.9}
     assert fake_vllm == [{"model": "org/m", **want}]  # one engine, the whole share of the GPU, every setting
     roles = json.loads((tmp_path / "rel" / "manifest.json").read_text())["roles"]
@@ -79,11 +107,14 @@ def test_engines_of_two_models_split_the_gpu_by_the_rule(fake_vllm):
     assert [b["gpu_memory_utilization"] for b in fake_vllm] == [0.5, 0.2, 0.2]  # what 0.9 leaves, shared equally
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--engine-arg", "doctor.dtype=int3"], "expected one of auto"),
-    (["--engine-arg", "doctor.max_model_length=10"], "not one of tensor_parallel_size"),
-    (["--engine-arg", "gpu_memory_utilization=1.5"], r"fraction in \(0, 1\]"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--engine-arg", "doctor.dtype=int3"], "expected one of auto"),
+        (["--engine-arg", "doctor.max_model_length=10"], "not one of tensor_parallel_size"),
+        (["--engine-arg", "gpu_memory_utilization=1.5"], r"fraction in \(0, 1\]"),
+    ],
+)
 def test_a_bad_engine_setting_is_one_line(fake_vllm, tiny_dataset, tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as exc:
         _generate(tiny_dataset, tmp_path, "--doctor", "vllm/m", "--patient", "vllm/m", *args)
@@ -93,16 +124,43 @@ def test_a_bad_engine_setting_is_one_line(fake_vllm, tiny_dataset, tmp_path, cap
     assert not fake_vllm and not (tmp_path / "rel").exists()
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--doctor", "vllm/m", "--patient", "vllm/m", "--engine-arg", "doctor.max_model_len=4096", "--engine-arg",
-      "patient.max_model_len=8192"], "share the engine of vllm/m but set max_model_len"),
-    (["--doctor", "vllm/a", "--patient", "vllm/b", "--engine-arg", "doctor.gpu_memory_utilization=0.6", "--engine-arg",
-      "patient.gpu_memory_utilization=0.6"], "adds up to 1.2 > 1"),
-    (["--doctor", "vllm/a", "--patient", "openai/gpt-4o", "--engine-arg", "patient.dtype=half"], "is not a vllm/ model"),
-    (["--doctor", "vllm/a", "--patient", "vllm/a", "--engine-arg", "judge.dtype=half"], "the run's roles are"),
-    (["--doctor", "openai/a", "--patient", "openai/b", "--engine-arg", "dtype=half"], "no role of the run is one"),
-])
-def test_engine_settings_that_cannot_hold_are_refused_before_loading(fake_vllm, tiny_dataset, tmp_path, capsys, monkeypatch, args, message):
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            [
+                "--doctor",
+                "vllm/m",
+                "--patient",
+                "vllm/m",
+                "--engine-arg",
+                "doctor.max_model_len=4096",
+                "--engine-arg",
+                "patient.max_model_len=8192",
+            ],
+            "share the engine of vllm/m but set max_model_len",
+        ),
+        (
+            [
+                "--doctor",
+                "vllm/a",
+                "--patient",
+                "vllm/b",
+                "--engine-arg",
+                "doctor.gpu_memory_utilization=0.6",
+                "--engine-arg",
+                "patient.gpu_memory_utilization=0.6",
+            ],
+            "adds up to 1.2 > 1",
+        ),
+        (["--doctor", "vllm/a", "--patient", "openai/gpt-4o", "--engine-arg", "patient.dtype=half"], "is not a vllm/ model"),
+        (["--doctor", "vllm/a", "--patient", "vllm/a", "--engine-arg", "judge.dtype=half"], "the run's roles are"),
+        (["--doctor", "openai/a", "--patient", "openai/b", "--engine-arg", "dtype=half"], "no role of the run is one"),
+    ],
+)
+def test_engine_settings_that_cannot_hold_are_refused_before_loading(
+    fake_vllm, tiny_dataset, tmp_path, capsys, monkeypatch, args, message
+):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     assert _generate(tiny_dataset, tmp_path, *args) == 2
     err = capsys.readouterr().err.strip()

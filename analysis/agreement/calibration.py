@@ -36,7 +36,9 @@ def read_pairs(paths) -> tuple[list[dict], str]:
         wb = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
         names |= {row[2] for row in wb["key"].iter_rows(min_row=2, values_only=True) if row[2]}
     if len(names) > 1:
-        raise CraftMDError(f"the review files were scored by several judges ({', '.join(sorted(names))}); calibrate one judge at a time")
+        raise CraftMDError(
+            f"the review files were scored by several judges ({', '.join(sorted(names))}); calibrate one judge at a time"
+        )
     who = next(iter(names), None)
     pairs = [{"review_id": rid, "dimension": dim, "judge": who, "judge_score": judge[(rid, dim)],
               "expert": statistics.median_low(list(v.values()))}
@@ -102,13 +104,24 @@ def held_out(pairs: list[dict], by: str, folds: int, seed: int, B: int) -> dict:
         for k, v in point.items():
             boot = [f[k] for f in (_figures(x[d], human[d]) for d in draws) if f[k] is not None]
             row[k] = None if v is None else round(v, 4)
-            row[f"{k}_ci"] = [round(float(np.percentile(boot, 2.5)), 4), round(float(np.percentile(boot, 97.5)), 4)] if boot else None
+            row[f"{k}_ci"] = (
+                [round(float(np.percentile(boot, 2.5)), 4), round(float(np.percentile(boot, 97.5)), 4)] if boot else None
+            )
         out[name] = row
     return out
 
 
-def calibrate(paths, out, *, by: str = "dimension", min_ratings: int = MIN_RATINGS, folds: int = 5, seed: int = 15,
-              B: int = 1000, overwrite: bool = False) -> dict:
+def calibrate(
+    paths,
+    out,
+    *,
+    by: str = "dimension",
+    min_ratings: int = MIN_RATINGS,
+    folds: int = 5,
+    seed: int = 15,
+    B: int = 1000,
+    overwrite: bool = False,
+) -> dict:
     """Fit the judge's calibration from review workbooks and write it (JSON) to ``out``; returns what was written.
 
     MedPI recalibrates its judges against expert ratings (§3.8). From filled-in review workbooks (``craftmd judge-review
@@ -143,8 +156,10 @@ def calibrate(paths, out, *, by: str = "dimension", min_ratings: int = MIN_RATIN
         n[g] = n.get(g, 0) + 1
     few = sorted(g for g, k in n.items() if k < min_ratings)
     if few:
-        raise CraftMDError(f"too few ratings to calibrate: {len(few)} {by}(s) with fewer than {min_ratings} rated pairs "
-                           f"({', '.join(f'{g}: {n[g]}' for g in few[:4])}{' …' if len(few) > 4 else ''}); rate more or pass --by category")
+        raise CraftMDError(
+            f"too few ratings to calibrate: {len(few)} {by}(s) with fewer than {min_ratings} rated pairs "
+            f"({', '.join(f'{g}: {n[g]}' for g in few[:4])}{' …' if len(few) > 4 else ''}); rate more or pass --by category"
+        )
     maps = {g: fit_map([p["judge_score"] for p in pairs if group_of(p["dimension"], by) == g],
                        [p["expert"] for p in pairs if group_of(p["dimension"], by) == g]) for g in sorted(n)}  # fmt: skip
     result = {"format": FORMAT, "version": VERSION, "method": "isotonic (scipy.optimize.isotonic_regression, clipped)", "by": by,
@@ -160,7 +175,9 @@ def read_calibration(path) -> tuple[dict, str]:
         data = Path(path).read_bytes()
         cal = json.loads(data)
     except (OSError, ValueError) as exc:
-        raise CraftMDError(f"{path}: not a readable calibration ({getattr(exc, 'strerror', None) or type(exc).__name__})") from None
+        raise CraftMDError(
+            f"{path}: not a readable calibration ({getattr(exc, 'strerror', None) or type(exc).__name__})"
+        ) from None
     if not isinstance(cal, dict) or cal.get("format") != FORMAT or cal.get("version") != VERSION or cal.get("by") not in BY:
         raise CraftMDError(f"{path}: not a judge calibration (craftmd judge-calibrate fit)")
     return cal, hashlib.sha256(data).hexdigest()
@@ -169,7 +186,10 @@ def read_calibration(path) -> tuple[dict, str]:
 def judge_scores_sha256(rows: list[dict]) -> str:
     """A digest of a judge's rubric rows (key, value, status): the calibrated judge's record keeps the one it was made from,
     so scores re-judged since are seen (:func:`current`)."""
-    key = sorted((r["case_id"], r["trial"], r["conversation"], bool(r["with_image"]), r["dimension"], r["value"], r["status"]) for r in rows)
+    key = sorted(
+        (r["case_id"], r["trial"], r["conversation"], bool(r["with_image"]), r["dimension"], r["value"], r["status"])
+        for r in rows
+    )
     return hashlib.sha256(json.dumps(key).encode()).hexdigest()
 
 
@@ -209,12 +229,29 @@ def apply_calibration(release_dirs, path) -> list[dict]:
         mine = [r for r in rows if r["scorer"] == judge]
         missing = sorted({group_of(r["dimension"], cal["by"]) for r in mine} - set(cal["maps"]))
         if missing:
-            raise CraftMDError(f"release {rel.id}: no calibration for {cal['by']}(s) {missing[:4]}{' …' if len(missing) > 4 else ''} "
-                               "(calibrate with ratings of them, or --by category)")
+            raise CraftMDError(
+                f"release {rel.id}: no calibration for {cal['by']}(s) {missing[:4]}{' …' if len(missing) > 4 else ''} "
+                "(calibrate with ratings of them, or --by category)"
+            )
         plans.append((rel, judge, mine))
     out = []
     for rel, judge, mine in plans:
-        cols = {k: [] for k in ("case_id", "trial", "conversation", "with_image", "dimension", "scorer", "metric", "value", "label", "detail", "status")}
+        cols = {
+            k: []
+            for k in (
+                "case_id",
+                "trial",
+                "conversation",
+                "with_image",
+                "dimension",
+                "scorer",
+                "metric",
+                "value",
+                "label",
+                "detail",
+                "status",
+            )
+        }
         for r in mine:
             m = cal["maps"][group_of(r["dimension"], cal["by"])]
             ok = r["status"] == "ok" and r["value"] is not None
@@ -232,4 +269,14 @@ def apply_calibration(release_dirs, path) -> list[dict]:
     return out
 
 
-__all__ = ["calibrate", "apply_calibration", "current", "judge_scores_sha256", "read_pairs", "fit_map", "held_out", "MIN_RATINGS", "FORMAT"]
+__all__ = [
+    "calibrate",
+    "apply_calibration",
+    "current",
+    "judge_scores_sha256",
+    "read_pairs",
+    "fit_map",
+    "held_out",
+    "MIN_RATINGS",
+    "FORMAT",
+]

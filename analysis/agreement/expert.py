@@ -140,7 +140,9 @@ def graders_vs_dermatologists(source, release_dir) -> dict[str, dict]:
     if not by_grader:
         return {}
     files = source.read_files([GRADER_FILE, DATASET_CSV])
-    inp = read_review_files([(GRADER_FILE.rsplit("/", 1)[1], files[GRADER_FILE])], derm_cases=upstream_derm_cases(source, files[DATASET_CSV]))
+    inp = read_review_files(
+        [(GRADER_FILE.rsplit("/", 1)[1], files[GRADER_FILE])], derm_cases=upstream_derm_cases(source, files[DATASET_CSV])
+    )
     out = {}
     for grader, labels in sorted(by_grader.items()):
         try:
@@ -226,4 +228,15 @@ def import_review(
     audit = review_audit(results, audit_id=audit_id, title="Expert review of agents and grader")
     return write_results(Path(out), audit, resolved_table(inp))
 
-__all__ = ["dermatologists_sheets", "upstream_expert_tests", "import_review", "graders_vs_dermatologists", "upstream_expert_audit", "upstream_expert_results", "upstream_derm_cases", "upstream_grader_labels", "write_upstream_expert_audit"]
+
+__all__ = [
+    "dermatologists_sheets",
+    "upstream_expert_tests",
+    "import_review",
+    "graders_vs_dermatologists",
+    "upstream_expert_audit",
+    "upstream_expert_results",
+    "upstream_derm_cases",
+    "upstream_grader_labels",
+    "write_upstream_expert_audit",
+]

@@ -38,8 +38,12 @@ def paired_labels(releases_dir: Path | str, grader: str = GRADER, reference: str
         if not rel.has("scores"):
             continue
         g = rel.verdicts(format="frq")
-        ref = g.filter(pl.col("grader") == reference).select("case_id", "trial", "setting", "with_image", pl.col("correct").alias("ref"))
-        pred = g.filter(pl.col("grader") == grader).select("case_id", "trial", "setting", "with_image", pl.col("correct").alias("pred"))
+        ref = g.filter(pl.col("grader") == reference).select(
+            "case_id", "trial", "setting", "with_image", pl.col("correct").alias("ref")
+        )
+        pred = g.filter(pl.col("grader") == grader).select(
+            "case_id", "trial", "setting", "with_image", pl.col("correct").alias("pred")
+        )
         if ref.is_empty() or pred.is_empty():
             continue
         j = ref.join(pred, on=["case_id", "trial", "setting", "with_image"], how="inner")
@@ -117,7 +121,16 @@ def dermatologist_rows(releases_dir: Path | str, source) -> dict[str, dict]:
     return graders_vs_dermatologists(source, rel)
 
 
-DERM_COLUMNS = ["grader", "cases", "trials", "agreement %", "counts equal %", "Spearman rho", "grader correct %", "dermatologists correct %"]
+DERM_COLUMNS = [
+    "grader",
+    "cases",
+    "trials",
+    "agreement %",
+    "counts equal %",
+    "Spearman rho",
+    "grader correct %",
+    "dermatologists correct %",
+]
 
 
 def grader_agreement_audit(releases_dir: Path | str, dataset_dir: Path | str | None = None, source=None) -> dict:
@@ -135,7 +148,9 @@ def grader_agreement_audit(releases_dir: Path | str, dataset_dir: Path | str | N
                 dataset_dir = cand
                 break
     if dataset_dir is None:
-        raise CraftMDError(f"grader agreement: no dataset beside {releases_dir}; pass dataset_dir (the held-out rule needs each case's source)")
+        raise CraftMDError(
+            f"grader agreement: no dataset beside {releases_dir}; pass dataset_dir (the held-out rule needs each case's source)"
+        )
     df = paired_labels(releases_dir)
     if df.is_empty():
         return {
@@ -234,4 +249,13 @@ def write_audit(releases_dir: Path | str, audits_dir: Path | str, dataset_dir: P
     return atomic_write_json(Path(audits_dir) / f"{AUDIT_ID}.json", audit)
 
 
-__all__ = ["grader_agreement_audit", "write_audit", "agreement_table", "paired_labels", "agreement_record", "AUDIT_ID", "GRADER", "REFERENCE"]
+__all__ = [
+    "grader_agreement_audit",
+    "write_audit",
+    "agreement_table",
+    "paired_labels",
+    "agreement_record",
+    "AUDIT_ID",
+    "GRADER",
+    "REFERENCE",
+]

@@ -102,10 +102,16 @@ def history_validity(dataset_dir: Path | str, source, *, B: int = 2000, seed: in
             results.append({"measure": name, "question": q, "conversations": subset, "n": len(use),
                             "n_yes": sum(r[q] for r in use), "cases": len({r["case_id"] for r in use}),
                             "auc": point, "ci_low": lo, "ci_high": hi})  # fmt: skip
-    return {"rows": rows, "auc": results, "raters": {q: rater_agreement(inp, q) for q in ("doctor_history", "patient_terminology")}}
+    return {
+        "rows": rows,
+        "auc": results,
+        "raters": {q: rater_agreement(inp, q) for q in ("doctor_history", "patient_terminology")},
+    }
 
 
-def history_validity_audit(releases_dir: Path | str | None, dataset_dir: Path | str, source, *, B: int = 2000, seed: int = 14) -> dict:
+def history_validity_audit(
+    releases_dir: Path | str | None, dataset_dir: Path | str, source, *, B: int = 2000, seed: int = 14
+) -> dict:
     """The audit dict (``craftmd.commands.leaderboard``'s shape) of :func:`history_validity`. ``releases_dir`` is not read: the
     dermatologists' sheets hold the very conversations they rated, and the metrics are computed on those."""
 
@@ -140,11 +146,16 @@ def history_validity_audit(releases_dir: Path | str | None, dataset_dir: Path | 
         "title": "History metrics against the dermatologists",
         "description": description,
         "tables": [
-            {"name": "ROC AUC of each metric for the dermatologists' labels", "columns": cols,
-             "rows": [[r4(r[c]) if c in ("auc", "ci_low", "ci_high") else r[c] for c in cols] for r in res["auc"]]},
-            {"name": "The dermatologists' own agreement (first vs second rater, conversations both rated)",
-             "columns": ["question", "n", "agreement", "kappa", "auc"],
-             "rows": [[q, d["n"], r4(d["agreement"]), r4(d["kappa"]), r4(d["auc"])] for q, d in res["raters"].items()]},
+            {
+                "name": "ROC AUC of each metric for the dermatologists' labels",
+                "columns": cols,
+                "rows": [[r4(r[c]) if c in ("auc", "ci_low", "ci_high") else r[c] for c in cols] for r in res["auc"]],
+            },
+            {
+                "name": "The dermatologists' own agreement (first vs second rater, conversations both rated)",
+                "columns": ["question", "n", "agreement", "kappa", "auc"],
+                "rows": [[q, d["n"], r4(d["agreement"]), r4(d["kappa"]), r4(d["auc"])] for q, d in res["raters"].items()],
+            },
         ],  # fmt: skip
         "figures": [],
     }

@@ -67,7 +67,11 @@ def _profiles(df: pl.DataFrame) -> pl.DataFrame:
 
     meta = conversation_scores(df).filter(pl.col("level") == "meta_category")
     key = ["model", "scorer", *CONVERSATION]
-    overall = meta.group_by(key).agg(pl.col("value").mean()).with_columns(pl.lit("overall").alias("level"), pl.lit("overall").alias("group"))
+    overall = (
+        meta.group_by(key)
+        .agg(pl.col("value").mean())
+        .with_columns(pl.lit("overall").alias("level"), pl.lit("overall").alias("group"))
+    )
     return pl.concat([overall.select(*key, "level", "group", "value"), meta.select(*key, "level", "group", "value")])
 
 
@@ -93,8 +97,18 @@ def drift_rows(base: pl.DataFrame, var: pl.DataFrame, variant: str, judge: str, 
     return out
 
 
-def sensitivity(releases_dir, other: str, *, n: int = 10, seed: int = 0, B: int = 1000, base_url=None, cache=None, dataset_dir=None,
-                variants: list[str] | None = None) -> dict:
+def sensitivity(
+    releases_dir,
+    other: str,
+    *,
+    n: int = 10,
+    seed: int = 0,
+    B: int = 1000,
+    base_url=None,
+    cache=None,
+    dataset_dir=None,
+    variants: list[str] | None = None,
+) -> dict:
     """Re-judge a sample of every judged release under ``releases_dir`` under each variant; write and return the drift."""
     from craftmd.atomic import atomic_dir
     from craftmd.models import parse_name
@@ -122,11 +136,25 @@ def sensitivity(releases_dir, other: str, *, n: int = 10, seed: int = 0, B: int 
             raise CraftMDError(f"release {rel.id}: the record of {scorer} does not say how it judged; judge it again first")
         mine = [r for r in rows if r["scorer"] == scorer]
         judged = sorted({(r["case_id"], r["trial"], r["conversation"], r["with_image"]) for r in mine if r["status"] == "ok"})
-        units = [u for u in read_units(rel, dataset_dir) if (u.case_id, u.trial, u.conversation, u.with_image) in set(judged) and not u.failed]
-        pick = np.random.default_rng([seed, zlib.crc32(rel.id.encode())]).choice(len(units), size=min(n, len(units)), replace=False)
+        units = [
+            u
+            for u in read_units(rel, dataset_dir)
+            if (u.case_id, u.trial, u.conversation, u.with_image) in set(judged) and not u.failed
+        ]
+        pick = np.random.default_rng([seed, zlib.crc32(rel.id.encode())]).choice(
+            len(units), size=min(n, len(units)), replace=False
+        )
         sample = [units[i] for i in sorted(pick.tolist())]
         keys = {(u.case_id, u.trial, u.conversation, u.with_image) for u in sample}
-        plans.append((rel, scorer, record, sample, [r for r in mine if (r["case_id"], r["trial"], r["conversation"], r["with_image"]) in keys]))
+        plans.append(
+            (
+                rel,
+                scorer,
+                record,
+                sample,
+                [r for r in mine if (r["case_id"], r["trial"], r["conversation"], r["with_image"]) in keys],
+            )
+        )
     if not plans:
         raise CraftMDError(f"no judged release under {releases_dir} (craftmd score RELEASE --scorer judge:PROVIDER/MODEL first)")
     rows, records_out, overall = [], {}, {}

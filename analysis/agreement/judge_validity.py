@@ -93,7 +93,11 @@ def judge_validity(dataset_dir, source, spec: JudgeSpec, *, B: int = 2000, seed:
                     failed += 1
                     continue
                 use.append((v, bool(lab["value"]), u.case_id))
-            point, lo, hi = auc_ci([x[0] for x in use], [x[1] for x in use], [x[2] for x in use], B=B, seed=seed) if use else (None, None, None)
+            point, lo, hi = (
+                auc_ci([x[0] for x in use], [x[1] for x in use], [x[2] for x in use], B=B, seed=seed)
+                if use
+                else (None, None, None)
+            )
             rows.append({"measure": name, "source": scorer, "question": f"{short} {q}", "n": len(use), "n_yes": sum(x[1] for x in use),
                          "failed": failed, "auc": point, "ci_low": lo, "ci_high": hi})  # fmt: skip
     hist = history_validity(dataset_dir, source, B=B, seed=seed)
@@ -122,11 +126,26 @@ def judge_validity_audit(res: dict, *, B: int = 2000, seed: int = 14) -> dict:
             "diagnosis can be reached) and Q2 (the key history is covered) labels, with 95 % case-bootstrap CIs "
             f"({B:,} resamples, seed {seed}), next to the history metrics' AUCs for Q2. Failed judge scores are left out and counted."
         ),
-        "tables": [{"name": TABLE, "columns": cols,
-                    "rows": [[r4(r[c]) if c in ("auc", "ci_low", "ci_high") else r[c] for c in cols] for r in res["rows"]]}],
+        "tables": [
+            {
+                "name": TABLE,
+                "columns": cols,
+                "rows": [[r4(r[c]) if c in ("auc", "ci_low", "ci_high") else r[c] for c in cols] for r in res["rows"]],
+            }
+        ],
         "figures": [],
         "data": {"judges": res["judges"], "scorer": res["scorer"], "mode": res["mode"]},
     }
 
 
-__all__ = ["judge_validity", "judge_validity_audit", "rated_units", "page_measures", "DIMENSIONS", "GATHERING", "DIAGNOSIS", "COMPOSITES", "AUDIT_ID"]
+__all__ = [
+    "judge_validity",
+    "judge_validity_audit",
+    "rated_units",
+    "page_measures",
+    "DIMENSIONS",
+    "GATHERING",
+    "DIAGNOSIS",
+    "COMPOSITES",
+    "AUDIT_ID",
+]

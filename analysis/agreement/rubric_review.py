@@ -36,20 +36,28 @@ INSTRUCTIONS = ("Read the conversation (sheet 'conversations', by review_id) and
                 "r2 for the second) and leave the other alone. Leave a cell blank only if you cannot rate it.")  # fmt: skip
 
 
-def sample_rows(releases, n: int, seed: int, dimensions: list[str] | None = None, dataset_dir=None) -> tuple[list[dict], list[dict], list[dict]]:
+def sample_rows(
+    releases, n: int, seed: int, dimensions: list[str] | None = None, dataset_dir=None
+) -> tuple[list[dict], list[dict], list[dict]]:
     """(review rows, conversation rows, key rows) of ``n`` judged conversations per release."""
     cat = load_catalog()
     dims = cat.select(dimensions)
     review, convs, keys = [], [], []
     for rel in releases:
         t, _ = rel.scores_with_records()
-        judged = [] if t is None or "dimension" not in t.column_names else [r for r in t.to_pylist() if r["metric"] == JUDGE_METRIC]
+        judged = (
+            [] if t is None or "dimension" not in t.column_names else [r for r in t.to_pylist() if r["metric"] == JUDGE_METRIC]
+        )
         scorer = pick_scorer(sorted({r["scorer"] for r in judged}))
         score = {(r["case_id"], r["trial"], r["conversation"], r["with_image"], r["dimension"]): r["value"]
                  for r in judged if r["scorer"] == scorer}  # fmt: skip
         judged_convs = {k[:4] for k in score}
         # a release no judge scored is sampled whole: its experts' ratings stand in the judge's place (key: no judge score)
-        units = [u for u in read_units(rel, dataset_dir) if not u.failed and (scorer is None or (u.case_id, u.trial, u.conversation, u.with_image) in judged_convs)]
+        units = [
+            u
+            for u in read_units(rel, dataset_dir)
+            if not u.failed and (scorer is None or (u.case_id, u.trial, u.conversation, u.with_image) in judged_convs)
+        ]
         pick = sorted(_stratum_rng(seed, rel.id).choice(len(units), size=min(n, len(units)), replace=False).tolist())
         for i in pick:
             u = units[i]
@@ -69,7 +77,6 @@ def build_workbook(review: list[dict], convs: list[dict], keys: list[dict], meta
     from openpyxl.styles import Alignment, Font
     from openpyxl.utils import get_column_letter
     from openpyxl.worksheet.datavalidation import DataValidation
-
 
     wb = Workbook()
     wb.properties.creator = "craftmd"
@@ -110,8 +117,9 @@ def build_workbook(review: list[dict], convs: list[dict], keys: list[dict], meta
     return keyed_workbook_bytes(wb, keys, KEY_COLUMNS, "key")
 
 
-def export_rubric_review(release_dirs, out, *, n: int, seed: int, dimensions: list[str] | None = None, dataset_dir=None,
-                         overwrite: bool = False) -> Path:
+def export_rubric_review(
+    release_dirs, out, *, n: int, seed: int, dimensions: list[str] | None = None, dataset_dir=None, overwrite: bool = False
+) -> Path:
     """Write the review workbook of ``n`` judged conversations per release to ``out`` (an .xlsx).
 
     ``export_rubric_review`` samples ``n`` judged conversations per release (seeded, failed conversations left
@@ -155,7 +163,6 @@ def read_ratings(files: list[tuple[str, bytes]], units: dict | None = None) -> t
     from openpyxl import load_workbook
     from openpyxl.utils import get_column_letter
 
-
     known = set(load_catalog().by_id())
     problems: list[str] = []
     ratings: dict = {}
@@ -166,7 +173,10 @@ def read_ratings(files: list[tuple[str, bytes]], units: dict | None = None) -> t
         except Exception as exc:  # noqa: BLE001 - any unreadable file is one problem line
             problems.append(f"{name}: not an .xlsx workbook ({type(exc).__name__})")
             continue
-        if "instructions" not in wb.sheetnames or next(wb["instructions"].iter_rows(max_row=1, values_only=True))[:2] != ("format", FORMAT):
+        if "instructions" not in wb.sheetnames or next(wb["instructions"].iter_rows(max_row=1, values_only=True))[:2] != (
+            "format",
+            FORMAT,
+        ):
             problems.append(f"{name}: not a rubric review workbook (craftmd judge-review export)")
             continue
         for rid, dim, _, score in list(wb["key"].iter_rows(min_row=2, values_only=True)):
@@ -183,7 +193,9 @@ def read_ratings(files: list[tuple[str, bytes]], units: dict | None = None) -> t
                 problems.append(f"{name}: review row {i}: {rid} / {dim} is not in the key sheet")
                 continue
             if units is not None:
-                units[rid] = {k: row[REVIEW_COLUMNS.index(k)] for k in ("release", "case_id", "trial", "conversation", "with_image")}
+                units[rid] = {
+                    k: row[REVIEW_COLUMNS.index(k)] for k in ("release", "case_id", "trial", "conversation", "with_image")
+                }
             for rater, j in cols.items():
                 v = row[j]
                 if v is None or (isinstance(v, str) and not v.strip()):
@@ -218,7 +230,9 @@ def _figures(pairs_r: list[tuple], pairs_j: list[tuple], matrix: list[list]) -> 
 def agreement(ratings: dict, judge: dict, *, B: int = 1000, seed: int = 15) -> list[dict]:
     """Per dimension and pooled ('all'): the experts' agreement and theirs with the judge, each with a 95 % CI
     (bootstrap over conversations)."""
-    raters = sorted({r for v in ratings.values() for r in v}, key=lambda r: (r not in RATERS, RATERS.index(r) if r in RATERS else 0, r))
+    raters = sorted(
+        {r for v in ratings.values() for r in v}, key=lambda r: (r not in RATERS, RATERS.index(r) if r in RATERS else 0, r)
+    )
     first2 = raters[:2]
     items = []
     for (rid, dim), vals in sorted(ratings.items()):
@@ -229,8 +243,11 @@ def agreement(ratings: dict, judge: dict, *, B: int = 1000, seed: int = 15) -> l
     out = []
     groups = [("all", items)] + [(d, [i for i in items if i["dimension"] == d]) for d in sorted({i["dimension"] for i in items})]
     for name, its in groups:
+
         def stat(sel):
-            return _figures([i["pair"] for i in sel if i["pair"]], [i["judge"] for i in sel if i["judge"]], [i["row"] for i in sel])
+            return _figures(
+                [i["pair"] for i in sel if i["pair"]], [i["judge"] for i in sel if i["judge"]], [i["row"] for i in sel]
+            )
 
         point = stat(its)
         convs = sorted({i["review_id"] for i in its})
@@ -249,7 +266,9 @@ def agreement(ratings: dict, judge: dict, *, B: int = 1000, seed: int = 15) -> l
             for k in ("weighted_kappa", "alpha_ordinal", "spearman"):
                 v, lst = point[w][k], draws[(w, k)]
                 row[f"{w}_{k}"] = None if v is None else round(v, 4)
-                row[f"{w}_{k}_ci"] = [round(float(np.percentile(lst, 2.5)), 4), round(float(np.percentile(lst, 97.5)), 4)] if lst else None
+                row[f"{w}_{k}_ci"] = (
+                    [round(float(np.percentile(lst, 2.5)), 4), round(float(np.percentile(lst, 97.5)), 4)] if lst else None
+                )
         out.append(row)
     return out
 
@@ -292,7 +311,6 @@ def rating_rows(ratings: dict, units: dict):
     resolved one (scorer ``experts``, the lower median; label single, agreed or median_low; detail the ratings)."""
     import pyarrow as pa
 
-
     cols: dict[str, list] = {k: [] for k in ("case_id", "trial", "release", "conversation", "with_image", "dimension", "scorer", "metric",
                                              "value", "label", "detail", "status")}  # fmt: skip
 
@@ -307,7 +325,14 @@ def rating_rows(ratings: dict, units: dict):
         for rater in sorted(vals):
             add(u, dim, f"rater:{rater}", vals[rater], None, None)
         how = "single" if len(vals) == 1 else "agreed" if len(set(vals.values())) == 1 else "median_low"
-        add(u, dim, EXPERTS, statistics.median_low(list(vals.values())), how, json.dumps(dict(sorted(vals.items())), sort_keys=True))
+        add(
+            u,
+            dim,
+            EXPERTS,
+            statistics.median_low(list(vals.values())),
+            how,
+            json.dumps(dict(sorted(vals.items())), sort_keys=True),
+        )
     return pa.table(cols)
 
 
@@ -337,11 +362,19 @@ def ratings_into_releases(paths: list[Path | str], releases_dir: Path | str) -> 
                                                            columns=["case_id", "trial", "conversation", "with_image"]).to_pylist()}  # fmt: skip
         rated = {(x["case_id"], x["trial"], x["conversation"], x["with_image"]) for x in mine.to_pylist()}
         if rated - have:
-            raise CraftMDError(f"release {rid}: the review files rate conversation(s) it does not hold: {sorted(rated - have)[:2]}")
+            raise CraftMDError(
+                f"release {rid}: the review files rate conversation(s) it does not hold: {sorted(rated - have)[:2]}"
+            )
         plans.append((rel, mine))
     raters = sorted({r for v in ratings.values() for r in v})
     records = {f"rater:{r}": {"review": FORMAT, "version": VERSION, "rater": r} for r in raters}
-    records[EXPERTS] = {"review": FORMAT, "version": VERSION, "raters": raters, "resolution": "median_low", "catalog": load_catalog().record()}
+    records[EXPERTS] = {
+        "review": FORMAT,
+        "version": VERSION,
+        "raters": raters,
+        "resolution": "median_low",
+        "catalog": load_catalog().record(),
+    }
     out = []
     for rel, mine in plans:
         here = {s for s in mine.column("scorer").to_pylist()}
@@ -350,4 +383,12 @@ def ratings_into_releases(paths: list[Path | str], releases_dir: Path | str) -> 
     return out
 
 
-__all__ = ["export_rubric_review", "import_rubric_review", "ratings_into_releases", "read_ratings", "rating_rows", "agreement", "sample_rows"]
+__all__ = [
+    "export_rubric_review",
+    "import_rubric_review",
+    "ratings_into_releases",
+    "read_ratings",
+    "rating_rows",
+    "agreement",
+    "sample_rows",
+]

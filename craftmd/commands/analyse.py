@@ -27,8 +27,16 @@ def _analyse(args) -> int:
     from craftmd.analysis.tables import OWNS, analyse
 
     with atomic_dir(args.out, owns=OWNS) as tmp:  # OUT is replaced whole, or left as it was
-        a = analyse(args.releases, args.dataset, tmp, B=args.resamples, seed=args.seed, packets=args.packets,
-                    rubric_options={"unsupported": args.unsupported, "prefer": args.rubric_scorer}, all_pairs=args.all_pairs)
+        a = analyse(
+            args.releases,
+            args.dataset,
+            tmp,
+            B=args.resamples,
+            seed=args.seed,
+            packets=args.packets,
+            rubric_options={"unsupported": args.unsupported, "prefer": args.rubric_scorer},
+            all_pairs=args.all_pairs,
+        )
         if args.page:
             write_page(a, tmp)
     print(f"tables written: {Path(args.out, 'tables').resolve()}")
@@ -45,17 +53,30 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--resamples", type=int, default=DEFAULT_B, help=f"bootstrap resamples (default {DEFAULT_B})")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"bootstrap seed (default {DEFAULT_SEED})")
-    p.add_argument("--all-pairs", action="store_true",
-                   help="test every pair of models (default: every pair only up to 8 models per setting and format; on a larger "
-                        "board each model against its neighbours in the ranking and against the leader, linear in the board)")
+    p.add_argument(
+        "--all-pairs",
+        action="store_true",
+        help="test every pair of models (default: every pair only up to 8 models per setting and format; on a larger "
+        "board each model against its neighbours in the ranking and against the leader, linear in the board)",
+    )
     p.add_argument("--page", action="store_true", help="also write index.html and leaderboard.md")
-    p.add_argument("--packets", help="the built medpi folder (craftmd encounters build): gives each encounter's reason and objective")
-    p.add_argument("--unsupported", choices=("count", "drop"), default="count",
-                   help="rubric scores none of whose evidence quotes is in the transcript (label no_evidence): count them "
-                        "(default) or leave them out of the profiles; the page says which")
-    p.add_argument("--rubric-scorer", choices=("auto", "judge", "calibrated", "human"), default="auto",
-                   help="whose rubric scores stand for a release: auto (the calibrated judge, else the judge, else the "
-                        "experts' imported ratings; default), or only that kind; the page names it")
+    p.add_argument(
+        "--packets", help="the built medpi folder (craftmd encounters build): gives each encounter's reason and objective"
+    )
+    p.add_argument(
+        "--unsupported",
+        choices=("count", "drop"),
+        default="count",
+        help="rubric scores none of whose evidence quotes is in the transcript (label no_evidence): count them "
+        "(default) or leave them out of the profiles; the page says which",
+    )
+    p.add_argument(
+        "--rubric-scorer",
+        choices=("auto", "judge", "calibrated", "human"),
+        default="auto",
+        help="whose rubric scores stand for a release: auto (the calibrated judge, else the judge, else the "
+        "experts' imported ratings; default), or only that kind; the page names it",
+    )
 
 
 __all__ = ["register"]

@@ -24,12 +24,19 @@ def register(sub) -> None:
         metavar="FILE.jsonl",
         help="build medqa_usmle from this MedQA JSONL file, keeping the items the MedQA rule picks",
     )
-    b.add_argument("--medqa-train", type=Path, metavar="FILE.jsonl",
-                   help="also make golden consultations (consult_train) and CRAFT-MD training cases (craftmd_train) from this MedQA-format JSONL file (MedQA's training "
-                        "split: question, options, answer_idx; optional facts)")
-    b.add_argument("--golden-writer", metavar="PROVIDER/MODEL",
-                   help="also write golden consultations with this model playing both sides (cached; failures listed in "
-                        "build_report.md); openai-api/<service>/<model> reads <SERVICE>_BASE_URL and <SERVICE>_API_KEY")
+    b.add_argument(
+        "--medqa-train",
+        type=Path,
+        metavar="FILE.jsonl",
+        help="also make golden consultations (consult_train) and CRAFT-MD training cases (craftmd_train) from this MedQA-format JSONL file (MedQA's training "
+        "split: question, options, answer_idx; optional facts)",
+    )
+    b.add_argument(
+        "--golden-writer",
+        metavar="PROVIDER/MODEL",
+        help="also write golden consultations with this model playing both sides (cached; failures listed in "
+        "build_report.md); openai-api/<service>/<model> reads <SERVICE>_BASE_URL and <SERVICE>_API_KEY",
+    )
     b.add_argument("--golden-limit", type=int, metavar="N", help="with --golden-writer: write the first N kept cases only")
     b.add_argument("--golden-base-url", metavar="URL", help="with --golden-writer: the server of an openai/ model")
     b.add_argument("--cache", type=Path, metavar="FILE", help="with --golden-writer: the request cache (default: the package's)")
@@ -62,8 +69,9 @@ def _build(args: argparse.Namespace) -> int:
     if args.golden_writer:
         from craftmd.generation.golden import writer
 
-        golden_writer = writer(args.golden_writer, base_url=args.golden_base_url, cache=args.cache, limit=args.golden_limit,
-                               progress=not args.quiet)
+        golden_writer = writer(
+            args.golden_writer, base_url=args.golden_base_url, cache=args.cache, limit=args.golden_limit, progress=not args.quiet
+        )
 
     report = build_dataset(
         Source(args.source),

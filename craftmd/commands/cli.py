@@ -107,28 +107,54 @@ class _Concurrency(argparse.Action):
         namespace.server_concurrency = per
 
 
-def add_call_arguments(parser: argparse.ArgumentParser, *, concurrency: int = 32, max_tokens: int = 512, temperature: float = 1.0,
-                       seed_help: str = "base sampling seed (default 0)") -> None:
+def add_call_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    concurrency: int = 32,
+    max_tokens: int = 512,
+    temperature: float = 1.0,
+    seed_help: str = "base sampling seed (default 0)",
+) -> None:
     """The options every command that calls models shares: the servers, sampling, retries and the request cache.
 
     Each model is bound to its own server by its name: ``openai/<model>`` at ``--base-url`` (else
     ``OPENAI_BASE_URL``, else OpenAI) with ``OPENAI_API_KEY``; ``openai-api/<service>/<model>`` at
     ``<SERVICE>_BASE_URL`` with ``<SERVICE>_API_KEY``."""
-    parser.add_argument("--base-url", metavar="URL",
-                        help="OpenAI-compatible server for openai/ models, usually ending in /v1, e.g. http://localhost:8000/v1 "
-                             "(default: OPENAI_BASE_URL or OpenAI). An openai-api/<service>/<model> model reads its server from "
-                             "<SERVICE>_BASE_URL and its key from <SERVICE>_API_KEY instead. Recorded; never a key")
-    parser.add_argument("--concurrency", action=_Concurrency, default=concurrency, metavar="N|SERVICE=N",
-                        help=f"requests in flight per server (default {concurrency}); SERVICE=N sets one service's limit "
-                             "('openai' for openai/ models), e.g. --concurrency 32 --concurrency local=4")
+    parser.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="OpenAI-compatible server for openai/ models, usually ending in /v1, e.g. http://localhost:8000/v1 "
+        "(default: OPENAI_BASE_URL or OpenAI). An openai-api/<service>/<model> model reads its server from "
+        "<SERVICE>_BASE_URL and its key from <SERVICE>_API_KEY instead. Recorded; never a key",
+    )
+    parser.add_argument(
+        "--concurrency",
+        action=_Concurrency,
+        default=concurrency,
+        metavar="N|SERVICE=N",
+        help=f"requests in flight per server (default {concurrency}); SERVICE=N sets one service's limit "
+        "('openai' for openai/ models), e.g. --concurrency 32 --concurrency local=4",
+    )
     parser.set_defaults(server_concurrency={})
     parser.add_argument("--seed", type=int, default=0, help=seed_help)
-    parser.add_argument("--temperature", type=temperature_type, default=temperature, help=f"sampling temperature (default {temperature})")
-    parser.add_argument("--max-tokens", type=positive_int, default=max_tokens, help=f"most tokens per reply, at least 1 (default {max_tokens})")
-    parser.add_argument("--timeout", type=seconds_type, default=120.0, help="seconds to wait for one reply before retrying (default 120)")
-    parser.add_argument("--max-retries", type=count_type, default=6, help="retries of a failed call before it is recorded as an error (default 6)")
-    parser.add_argument("--cache", type=Path, metavar="PATH",
-                        help="request cache (default $CRAFTMD_CACHE/requests.sqlite, else ~/.cache/craftmd/requests.sqlite)")
+    parser.add_argument(
+        "--temperature", type=temperature_type, default=temperature, help=f"sampling temperature (default {temperature})"
+    )
+    parser.add_argument(
+        "--max-tokens", type=positive_int, default=max_tokens, help=f"most tokens per reply, at least 1 (default {max_tokens})"
+    )
+    parser.add_argument(
+        "--timeout", type=seconds_type, default=120.0, help="seconds to wait for one reply before retrying (default 120)"
+    )
+    parser.add_argument(
+        "--max-retries", type=count_type, default=6, help="retries of a failed call before it is recorded as an error (default 6)"
+    )
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        metavar="PATH",
+        help="request cache (default $CRAFTMD_CACHE/requests.sqlite, else ~/.cache/craftmd/requests.sqlite)",
+    )
 
 
 def _number(text: str, kind, ok, what: str):
@@ -244,10 +270,12 @@ def os_error_line(exc: OSError) -> str:
 
     what = exc.strerror or str(exc) or type(exc).__name__
     files = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
-    hint = {errno.ENOSPC: "; free some space and run it again (what was there before is unchanged)",
-            errno.EDQUOT: "; free some space and run it again (what was there before is unchanged)",
-            errno.EACCES: "; check the folder's permissions or choose another place",
-            errno.EROFS: "; choose a writable place"}.get(exc.errno, "")
+    hint = {
+        errno.ENOSPC: "; free some space and run it again (what was there before is unchanged)",
+        errno.EDQUOT: "; free some space and run it again (what was there before is unchanged)",
+        errno.EACCES: "; check the folder's permissions or choose another place",
+        errno.EROFS: "; choose a writable place",
+    }.get(exc.errno, "")
     return f"{what}: {files}{hint}" if files else f"{what}{hint}"
 
 

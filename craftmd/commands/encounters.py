@@ -19,19 +19,39 @@ def register(sub) -> None:
 
     b = command(inner, "build", run_build)
     b.add_argument("--out", required=True, type=Path, metavar="DIR", help="where to write the medpi dataset folder")
-    b.add_argument("--seed", type=int, default=None,
-                   help="the generator seed (default 0; 1 with --split train); the same seed builds the same bytes")
-    b.add_argument("--scale", type=float, default=1.0,
-                   help="fraction of each cell's count to build, rounded, at least 1 (default 1: the paper's 366 patients)")
-    b.add_argument("--cells", type=list_type, metavar="REASON:OBJECTIVE,...",
-                   help="only these cells of the task matrix (default: every populated cell)")
-    b.add_argument("--split", choices=("test", "train"), default="test",
-                   help="test: the benchmark's packets (default); train: training packets from another seed and population of "
-                        "the generator (ids medpi_train_NNNN), checked against the benchmark's packets (--against)")
+    b.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="the generator seed (default 0; 1 with --split train); the same seed builds the same bytes",
+    )
+    b.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="fraction of each cell's count to build, rounded, at least 1 (default 1: the paper's 366 patients)",
+    )
+    b.add_argument(
+        "--cells",
+        type=list_type,
+        metavar="REASON:OBJECTIVE,...",
+        help="only these cells of the task matrix (default: every populated cell)",
+    )
+    b.add_argument(
+        "--split",
+        choices=("test", "train"),
+        default="test",
+        help="test: the benchmark's packets (default); train: training packets from another seed and population of "
+        "the generator (ids medpi_train_NNNN), checked against the benchmark's packets (--against)",
+    )
     b.add_argument("--count", type=int, metavar="N", help="build N patients spread over the cells in proportion to their counts")
-    b.add_argument("--against", type=Path, metavar="DIR",
-                   help="with --split train: the benchmark's packets folder; a training packet sharing its id, record or a "
-                        "near-identical history with one of them is dropped and listed in build_report.json")
+    b.add_argument(
+        "--against",
+        type=Path,
+        metavar="DIR",
+        help="with --split train: the benchmark's packets folder; a training packet sharing its id, record or a "
+        "near-identical history with one of them is dropped and listed in build_report.json",
+    )
     b.add_argument("--overwrite", action="store_true", help="replace DIR if it exists (atomically)")
     add_quiet_argument(b)
 
@@ -55,8 +75,17 @@ def run_build(args) -> int:
     """
     from craftmd.dataset_builder.packets import build_packets
 
-    result = build_packets(args.out, seed=args.seed, scale=args.scale, cells=args.cells, overwrite=args.overwrite,
-                           progress=not args.quiet, split=args.split, count=args.count, against=args.against)
+    result = build_packets(
+        args.out,
+        seed=args.seed,
+        scale=args.scale,
+        cells=args.cells,
+        overwrite=args.overwrite,
+        progress=not args.quiet,
+        split=args.split,
+        count=args.count,
+        against=args.against,
+    )
     print(result.summary(), file=sys.stderr)
     return 0
 

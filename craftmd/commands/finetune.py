@@ -21,8 +21,15 @@ def _train(args) -> int:
     """
     from craftmd.generation.finetune import TrainSettings, finetune
 
-    settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
-                             max_length=args.max_length, lora_r=args.lora_r, seed=args.seed, limit=args.limit)
+    settings = TrainSettings(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        max_length=args.max_length,
+        lora_r=args.lora_r,
+        seed=args.seed,
+        limit=args.limit,
+    )
     record = finetune(args.dataset, args.base, args.out, settings, gguf_file=args.gguf_file, python=args.python)
     print(json.dumps({"checkpoint": str(args.out), **{k: record[k] for k in ("rows", "steps", "loss_before", "loss_after")}}))
     return 0
@@ -40,8 +47,11 @@ def _serve(args) -> int:
 
     server = CheckpointServer(args.checkpoint, python=args.python, port=args.port, host=args.host)
     server.start()
-    print(f"serving {server.model} at {server.base_url} (log: {server.log}); "
-          f"e.g. FT_BASE_URL={server.base_url} craftmd generate --doctor openai-api/ft/{server.model} ...", flush=True)
+    print(
+        f"serving {server.model} at {server.base_url} (log: {server.log}); "
+        f"e.g. FT_BASE_URL={server.base_url} craftmd generate --doctor openai-api/ft/{server.model} ...",
+        flush=True,
+    )
     try:
         return server.wait()
     finally:
@@ -53,26 +63,64 @@ def register(sub) -> None:
     from craftmd.generation.finetune import TrainSettings
 
     d = TrainSettings()
-    p = sub.add_parser("finetune", help="fine-tune a doctor on the golden consultations (consult_train) and serve it to the benchmark")
+    p = sub.add_parser(
+        "finetune", help="fine-tune a doctor on the golden consultations (consult_train) and serve it to the benchmark"
+    )
     inner = p.add_subparsers(dest="finetune_command", metavar="STEP", required=True)
     t = command(inner, "train", _train)
-    t.add_argument("--dataset", type=Path, required=True, metavar="DIR", help="the dataset folder (craftmd build) with the consult_train config")
-    t.add_argument("--base", type=Path, required=True, metavar="DIR", help="the base model: a transformers checkpoint folder, or the folder of --gguf-file")
-    t.add_argument("--gguf-file", metavar="NAME", help="a GGUF file inside --base to start from (transformers unpacks it into plain weights)")
+    t.add_argument(
+        "--dataset",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="the dataset folder (craftmd build) with the consult_train config",
+    )
+    t.add_argument(
+        "--base",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="the base model: a transformers checkpoint folder, or the folder of --gguf-file",
+    )
+    t.add_argument(
+        "--gguf-file", metavar="NAME", help="a GGUF file inside --base to start from (transformers unpacks it into plain weights)"
+    )
     t.add_argument("--out", type=Path, required=True, metavar="DIR", help="the new checkpoint folder (must not exist)")
-    t.add_argument("--steps", type=int, default=d.steps, help=f"optimiser steps (default {d.steps}); 0 saves the base model as it is, a baseline served the same way")
+    t.add_argument(
+        "--steps",
+        type=int,
+        default=d.steps,
+        help=f"optimiser steps (default {d.steps}); 0 saves the base model as it is, a baseline served the same way",
+    )
     t.add_argument("--batch-size", type=int, default=d.batch_size, help=f"dialogues per step (default {d.batch_size})")
-    t.add_argument("--learning-rate", type=float, default=d.learning_rate, help=f"constant learning rate (default {d.learning_rate})")
-    t.add_argument("--max-length", type=int, default=d.max_length, help=f"tokens per dialogue, the rest cut (default {d.max_length})")
-    t.add_argument("--lora-r", type=int, default=d.lora_r, help=f"LoRA rank on every linear layer; 0 trains every weight (default {d.lora_r})")
+    t.add_argument(
+        "--learning-rate", type=float, default=d.learning_rate, help=f"constant learning rate (default {d.learning_rate})"
+    )
+    t.add_argument(
+        "--max-length", type=int, default=d.max_length, help=f"tokens per dialogue, the rest cut (default {d.max_length})"
+    )
+    t.add_argument(
+        "--lora-r",
+        type=int,
+        default=d.lora_r,
+        help=f"LoRA rank on every linear layer; 0 trains every weight (default {d.lora_r})",
+    )
     t.add_argument("--limit", type=int, metavar="N", help="train on the first N rows only")
     t.add_argument("--seed", type=int, default=d.seed, help=f"seed of the initialisation and the order (default {d.seed})")
-    t.add_argument("--python", metavar="PATH", help="the training environment's interpreter (default $CRAFTMD_TRAIN_PYTHON, else .venv-train/bin/python)")
+    t.add_argument(
+        "--python",
+        metavar="PATH",
+        help="the training environment's interpreter (default $CRAFTMD_TRAIN_PYTHON, else .venv-train/bin/python)",
+    )
     s = command(inner, "serve", _serve)
     s.add_argument("checkpoint", type=Path, metavar="CHECKPOINT", help="a checkpoint folder (craftmd finetune train --out)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    s.add_argument("--python", metavar="PATH", help="the training environment's interpreter (default $CRAFTMD_TRAIN_PYTHON, else .venv-train/bin/python)")
+    s.add_argument(
+        "--python",
+        metavar="PATH",
+        help="the training environment's interpreter (default $CRAFTMD_TRAIN_PYTHON, else .venv-train/bin/python)",
+    )
 
 
 __all__ = ["register"]

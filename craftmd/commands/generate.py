@@ -13,8 +13,16 @@ from pathlib import Path
 
 from craftmd import CraftMDError
 from craftmd.commands.cli import (
-    add_call_arguments, add_cases_argument, add_dataset_argument, add_quiet_argument, check_base_url, command, list_type, price_type,
-    trials_type, usd_type,
+    add_call_arguments,
+    add_cases_argument,
+    add_dataset_argument,
+    add_quiet_argument,
+    check_base_url,
+    command,
+    list_type,
+    price_type,
+    trials_type,
+    usd_type,
 )
 from craftmd.generation.shards import add_shard_argument
 from craftmd.release import MAX_TRIALS
@@ -101,12 +109,22 @@ def register(sub) -> None:
     p.__class__ = _GenerateParser  # argparse makes every subparser of one class: this one reads --task first
     _task_arguments(p)
     add_dataset_argument(p)
-    p.add_argument("--config", default="all", help="dataset config to draw cases from (default: all; nejm_image for the image cases)")
+    p.add_argument(
+        "--config", default="all", help="dataset config to draw cases from (default: all; nejm_image for the image cases)"
+    )
     add_cases_argument(p, "only these case ids (of --config; packet ids for encounters)")
-    p.add_argument("--trials", type=trials_type, default=1,
-                   help=f"trials per case, 1 to {MAX_TRIALS} (the paper ran 5); trial t samples with seed S+t")
-    p.add_argument("--experiments", type=list_type, metavar="LIST",
-                   help="settings and/or formats to run, comma-separated (default all; --task NAME --help lists the task's)")
+    p.add_argument(
+        "--trials",
+        type=trials_type,
+        default=1,
+        help=f"trials per case, 1 to {MAX_TRIALS} (the paper ran 5); trial t samples with seed S+t",
+    )
+    p.add_argument(
+        "--experiments",
+        type=list_type,
+        metavar="LIST",
+        help="settings and/or formats to run, comma-separated (default all; --task NAME --help lists the task's)",
+    )
     add_call_arguments(p)
     _run_arguments(p)
     add_shard_argument(p)
@@ -119,43 +137,80 @@ def register(sub) -> None:
 
 def _task_arguments(p: argparse.ArgumentParser) -> None:
     """``--task``, its roles (``--doctor``, ``--patient``, ``--role``) and its options (``-T``)."""
-    p.add_argument("--task", default="craftmd", metavar="TASK",
-                   help="the task whose protocol runs: craftmd (default: CRAFT-MD's interview and questions), consultation (the "
-                        "consultation-evaluation framework: needs the dataset's keyinfo config and a solver), "
-                        "encounters (MedPI's "
-                        "patient-led encounters: --dataset is a built medpi folder, craftmd encounters build), or a task file of "
-                        "your own (path/to/my_task.py: its TASK, protocol and prompts; $CRAFTMD_TASKS lists such files for every "
-                        "command). --task NAME --help lists its roles and options")
+    p.add_argument(
+        "--task",
+        default="craftmd",
+        metavar="TASK",
+        help="the task whose protocol runs: craftmd (default: CRAFT-MD's interview and questions), consultation (the "
+        "consultation-evaluation framework: needs the dataset's keyinfo config and a solver), "
+        "encounters (MedPI's "
+        "patient-led encounters: --dataset is a built medpi folder, craftmd encounters build), or a task file of "
+        "your own (path/to/my_task.py: its TASK, protocol and prompts; $CRAFTMD_TASKS lists such files for every "
+        "command). --task NAME --help lists its roles and options",
+    )
     p.add_argument("--doctor", metavar="MODEL", help="the model under test (the role doctor), e.g. openai-api/local/my-model")
-    p.add_argument("--patient", metavar="MODEL",
-                   help="the patient-AI (the role patient), e.g. openai/gpt-4o, for the tasks that have one")
-    p.add_argument("--role", dest="roles", action="append", metavar="NAME=MODEL",
-                   help="bind one of the task's roles to a model (e.g. --role solver=openai/gpt-4o); repeatable")
-    p.add_argument("-T", "--option", dest="options", action="append", metavar="KEY=VALUE",
-                   help="one of the task's options (e.g. -T max_turns=20); repeatable")
-    p.add_argument("--prompt-set", default=None,
-                   help="a prompt set of the task (a folder of its prompts/; default: the task's own: craftmd-v1, "
-                        "consult-v1, medpi-v1)")
+    p.add_argument(
+        "--patient", metavar="MODEL", help="the patient-AI (the role patient), e.g. openai/gpt-4o, for the tasks that have one"
+    )
+    p.add_argument(
+        "--role",
+        dest="roles",
+        action="append",
+        metavar="NAME=MODEL",
+        help="bind one of the task's roles to a model (e.g. --role solver=openai/gpt-4o); repeatable",
+    )
+    p.add_argument(
+        "-T",
+        "--option",
+        dest="options",
+        action="append",
+        metavar="KEY=VALUE",
+        help="one of the task's options (e.g. -T max_turns=20); repeatable",
+    )
+    p.add_argument(
+        "--prompt-set",
+        default=None,
+        help="a prompt set of the task (a folder of its prompts/; default: the task's own: craftmd-v1, consult-v1, medpi-v1)",
+    )
 
 
 def _run_arguments(p: argparse.ArgumentParser) -> None:
     """How the run calls its models and what it may cost."""
-    p.add_argument("--engine-arg", dest="engine_args", action=_EngineArg, default={}, metavar="[ROLE.]KEY=VALUE",
-                   help="a vllm/ engine setting (tensor_parallel_size, gpu_memory_utilization, max_model_len, dtype) for every "
-                        "vllm/ role, or ROLE.KEY=VALUE for one role's engine; repeatable, recorded in the run record. Roles on one "
-                        "model share one engine; engines on distinct models share the GPU: each without its own "
-                        "gpu_memory_utilization gets an equal share of what 0.9 leaves after those given")
-    p.add_argument("--workers", type=int, default=1,
-                   help="processes sharing the work (default 1); more help against a fast local server, where the "
-                        "client's own CPU per request is the limit (ignored for vllm/ models, which batch, and for encounters)")
-    p.add_argument("--price", action=_Price, metavar="[ROLE=]IN,OUT",
-                   help="USD per million input,output tokens, for the cost in the bar, the summary and --estimate; ROLE=IN,OUT "
-                        "prices one role (e.g. --price patient=2.5,10 for an API patient beside a local doctor)")
-    p.add_argument("--budget", type=usd_type, metavar="USD",
-                   help="stop starting new conversations once the run's cost (at --price) reaches USD; what was not run is "
-                        "recorded as not run in the run record")
-    p.add_argument("--estimate", action="store_true",
-                   help="print each role's expected calls, tokens and cost for the run, and send nothing")
+    p.add_argument(
+        "--engine-arg",
+        dest="engine_args",
+        action=_EngineArg,
+        default={},
+        metavar="[ROLE.]KEY=VALUE",
+        help="a vllm/ engine setting (tensor_parallel_size, gpu_memory_utilization, max_model_len, dtype) for every "
+        "vllm/ role, or ROLE.KEY=VALUE for one role's engine; repeatable, recorded in the run record. Roles on one "
+        "model share one engine; engines on distinct models share the GPU: each without its own "
+        "gpu_memory_utilization gets an equal share of what 0.9 leaves after those given",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes sharing the work (default 1); more help against a fast local server, where the "
+        "client's own CPU per request is the limit (ignored for vllm/ models, which batch, and for encounters)",
+    )
+    p.add_argument(
+        "--price",
+        action=_Price,
+        metavar="[ROLE=]IN,OUT",
+        help="USD per million input,output tokens, for the cost in the bar, the summary and --estimate; ROLE=IN,OUT "
+        "prices one role (e.g. --price patient=2.5,10 for an API patient beside a local doctor)",
+    )
+    p.add_argument(
+        "--budget",
+        type=usd_type,
+        metavar="USD",
+        help="stop starting new conversations once the run's cost (at --price) reaches USD; what was not run is "
+        "recorded as not run in the run record",
+    )
+    p.add_argument(
+        "--estimate", action="store_true", help="print each role's expected calls, tokens and cost for the run, and send nothing"
+    )
 
 
 def pairs(given: list[str] | None, what: str) -> dict[str, str]:
@@ -207,12 +262,16 @@ def run_generate(args) -> int:
     report = run.run()
     print(report.summary(), file=sys.stderr)
     if report.answers and not report.answer_status.get("ok"):  # written, with its failures: but nothing to score
-        raise CraftMDError(f"nothing succeeded: none of the {report.answers} answers is ok ("
-                           + ", ".join(f"{k} {v}" for k, v in sorted(report.answer_status.items()))
-                           + f"); {report.path} is written with every failure's reason in its error column")
+        raise CraftMDError(
+            f"nothing succeeded: none of the {report.answers} answers is ok ("
+            + ", ".join(f"{k} {v}" for k, v in sorted(report.answer_status.items()))
+            + f"); {report.path} is written with every failure's reason in its error column"
+        )
     if not report.answers and report.conversations and report.failed_conversations == report.conversations:
-        raise CraftMDError(f"nothing succeeded: all {report.conversations} conversations failed; {report.path} is written with "
-                           "every failure's reason in its error column")
+        raise CraftMDError(
+            f"nothing succeeded: all {report.conversations} conversations failed; {report.path} is written with "
+            "every failure's reason in its error column"
+        )
     return 0
 
 
@@ -227,10 +286,32 @@ def spec_of(args):
     if args.base_url:
         check_base_url(args.base_url)
     return GenerateSpec(
-        task=args.task, dataset=Path(args.dataset), out=args.out, doctor=doctor, patient=args.patient, roles=roles, options=options,
-        config=args.config, cases=args.cases, trials=args.trials, experiments=args.experiments,
-        seed=args.seed, temperature=args.temperature, max_tokens=args.max_tokens, base_url=args.base_url,
-        concurrency=args.concurrency, server_concurrency=args.server_concurrency, engine_args=args.engine_args,
-        workers=args.workers, timeout=args.timeout, max_retries=args.max_retries, price=args.price, budget=args.budget,
-        cache=args.cache, prompt_set=args.prompt_set, shard=args.shard, overwrite=args.overwrite or args.estimate, progress=not args.quiet,
+        task=args.task,
+        dataset=Path(args.dataset),
+        out=args.out,
+        doctor=doctor,
+        patient=args.patient,
+        roles=roles,
+        options=options,
+        config=args.config,
+        cases=args.cases,
+        trials=args.trials,
+        experiments=args.experiments,
+        seed=args.seed,
+        temperature=args.temperature,
+        max_tokens=args.max_tokens,
+        base_url=args.base_url,
+        concurrency=args.concurrency,
+        server_concurrency=args.server_concurrency,
+        engine_args=args.engine_args,
+        workers=args.workers,
+        timeout=args.timeout,
+        max_retries=args.max_retries,
+        price=args.price,
+        budget=args.budget,
+        cache=args.cache,
+        prompt_set=args.prompt_set,
+        shard=args.shard,
+        overwrite=args.overwrite or args.estimate,
+        progress=not args.quiet,
     )

@@ -41,8 +41,15 @@ def _ingest(args) -> int:
 
         print(ingest_logs(args.inspect, args.out, overwrite=args.overwrite, dataset=args.dataset))
         return 0
-    paths = ingest_source(args.source, args.dataset, args.out, models=args.model or None, progress=not args.quiet,
-                          overwrite=args.overwrite, skip_existing=args.skip_existing)
+    paths = ingest_source(
+        args.source,
+        args.dataset,
+        args.out,
+        models=args.model or None,
+        progress=not args.quiet,
+        overwrite=args.overwrite,
+        skip_existing=args.skip_existing,
+    )
     for p in paths:
         print(p)
     return 0
@@ -52,11 +59,19 @@ def register(sub) -> None:
     """Add ``craftmd ingest`` to the `craftmd` parser."""
     p = command(sub, "ingest", _ingest)
     add_source_argument(p)
-    add_dataset_argument(p, required=False, help="a built dataset folder (craftmd build --out DIR); default: build one into a scratch folder "
-                         "(with --inspect: every case of the logs must be one of it, else nothing is written)")
+    add_dataset_argument(
+        p,
+        required=False,
+        help="a built dataset folder (craftmd build --out DIR); default: build one into a scratch folder "
+        "(with --inspect: every case of the logs must be one of it, else nothing is written)",
+    )
     p.add_argument("--out", required=True, help="the releases folder to write into (with --inspect: the release folder)")
-    p.add_argument("--inspect", nargs="+", metavar="LOG", help="inspect logs (.eval) of craftmd's tasks to turn into the release OUT "
-                   "(needs pip install 'craftmd[inspect]')")
+    p.add_argument(
+        "--inspect",
+        nargs="+",
+        metavar="LOG",
+        help="inspect logs (.eval) of craftmd's tasks to turn into the release OUT (needs pip install 'craftmd[inspect]')",
+    )
     p.add_argument("--model", action="append", help="only this upstream model (repeatable); default: all six")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--overwrite", action="store_true", help="replace existing releases")

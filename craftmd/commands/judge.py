@@ -10,7 +10,14 @@ import json
 
 from craftmd import CraftMDError
 from craftmd.commands.cli import (
-    add_call_arguments, add_cases_argument, add_quiet_argument, add_source_argument, check_base_url, command, list_type, price_type,
+    add_call_arguments,
+    add_cases_argument,
+    add_quiet_argument,
+    add_source_argument,
+    check_base_url,
+    command,
+    list_type,
+    price_type,
 )
 
 
@@ -30,7 +37,9 @@ def _judge(args) -> int:
             print(line)
         return 0
     if not args.validity:
-        raise CraftMDError("craftmd judge needs --catalog or --validity OUT.json (judging a release: craftmd score RELEASE --scorer judge:PROVIDER/MODEL)")
+        raise CraftMDError(
+            "craftmd judge needs --catalog or --validity OUT.json (judging a release: craftmd score RELEASE --scorer judge:PROVIDER/MODEL)"
+        )
     if args.base_url:
         check_base_url(args.base_url)
     if not args.judge:
@@ -58,23 +67,43 @@ def add_judge_arguments(p, *, selection: bool = True) -> None:
 
     g = p.add_argument_group("judges (judge:PROVIDER/MODEL scorers)")
     g.add_argument("--seeds", type=int, default=1, help="committee members per judge model, seeds 0..N-1 (default 1)")
-    g.add_argument("--dimensions", type=list_type, metavar="NAME[,NAME...]",
-                   help="only these dimension ids, categories or meta-categories (default: all that apply)")
-    g.add_argument("--mode", choices=MODES, default="dimension",
-                   help="scoring calls: one per dimension (the method's, default) or one per category (cheaper)")
-    g.add_argument("--response-format", choices=RESPONSE_FORMATS, default="json_schema",
-                   help="the first way the reply's JSON schema is requested: OpenAI json_schema (default), llama-cpp-python's "
-                        "json_object, or none; a server that refuses one is asked the next way, once (recorded)")
+    g.add_argument(
+        "--dimensions",
+        type=list_type,
+        metavar="NAME[,NAME...]",
+        help="only these dimension ids, categories or meta-categories (default: all that apply)",
+    )
+    g.add_argument(
+        "--mode",
+        choices=MODES,
+        default="dimension",
+        help="scoring calls: one per dimension (the method's, default) or one per category (cheaper)",
+    )
+    g.add_argument(
+        "--response-format",
+        choices=RESPONSE_FORMATS,
+        default="json_schema",
+        help="the first way the reply's JSON schema is requested: OpenAI json_schema (default), llama-cpp-python's "
+        "json_object, or none; a server that refuses one is asked the next way, once (recorded)",
+    )
     if selection:
-        g.add_argument("--conversation", type=list_type, metavar="KIND[,KIND...]", help="only these conversation kinds (e.g. standard)")
+        g.add_argument(
+            "--conversation", type=list_type, metavar="KIND[,KIND...]", help="only these conversation kinds (e.g. standard)"
+        )
         add_cases_argument(g)
-    g.add_argument("--score-tokens", type=int, default=SCORE_TOKENS, help=f"cap of a score reply per dimension (default {SCORE_TOKENS})")
+    g.add_argument(
+        "--score-tokens", type=int, default=SCORE_TOKENS, help=f"cap of a score reply per dimension (default {SCORE_TOKENS})"
+    )
     g.add_argument("--max-invalid", type=int, default=2, help="times a reply that does not validate is asked again (default 2)")
     g.add_argument("--price", type=price_type, metavar="IN,OUT", help="USD per million input,output tokens, for the cost")
-    g.add_argument("--flags", type=list_type, metavar="all|FLAG[,FLAG...]",
-                   help="also ask each judge, in one more call per conversation, for flags from a fixed list (unsafe_advice, "
-                        "missed_escalation, contradicts_packet, invented_fact, privacy_breach) with evidence quotes; written as "
-                        "metric judge_flag, never a score")
+    g.add_argument(
+        "--flags",
+        type=list_type,
+        metavar="all|FLAG[,FLAG...]",
+        help="also ask each judge, in one more call per conversation, for flags from a fixed list (unsafe_advice, "
+        "missed_escalation, contradicts_packet, invented_fact, privacy_breach) with evidence quotes; written as "
+        "metric judge_flag, never a score",
+    )
 
 
 def _validity(args, spec) -> int:
@@ -97,14 +126,23 @@ def register(sub) -> None:
 
     p = command(sub, "judge", _judge)
     p.add_argument("--catalog", action="store_true", help="print the rubric catalog as JSON lines and exit")
-    p.add_argument("--validity", metavar="OUT.json", default=None,
-                   help="judge the conversations the CRAFT-MD dermatologists rated and write each information-gathering and "
-                        "diagnosis dimension's AUC for their Q1/Q2 labels as an audit (needs --dataset)")
+    p.add_argument(
+        "--validity",
+        metavar="OUT.json",
+        default=None,
+        help="judge the conversations the CRAFT-MD dermatologists rated and write each information-gathering and "
+        "diagnosis dimension's AUC for their Q1/Q2 labels as an audit (needs --dataset)",
+    )
     p.add_argument("--judge", action="append", metavar="PROVIDER/MODEL", help="a judge model; repeat for a committee")
     p.add_argument("--dataset", metavar="DIR", default=None, help="the built dataset")
     add_judge_arguments(p, selection=False)
-    add_call_arguments(p, concurrency=8, max_tokens=DISCUSSION_TOKENS, temperature=0.0,
-                       seed_help="seed of the dimension order and of the judges' sampling (default 0; recorded)")
+    add_call_arguments(
+        p,
+        concurrency=8,
+        max_tokens=DISCUSSION_TOKENS,
+        temperature=0.0,
+        seed_help="seed of the dimension order and of the judges' sampling (default 0; recorded)",
+    )
     add_source_argument(p)
     add_quiet_argument(p)
 

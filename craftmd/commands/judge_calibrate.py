@@ -14,11 +14,15 @@ def register(sub) -> None:
 
     c = command(sub, "judge-calibrate", _calibrate)
     c.add_argument("action", choices=("fit", "apply"))
-    c.add_argument("paths", nargs="+", metavar="PATH", help="fit: filled-in judge-review .xlsx sheet(s); apply: release folder(s)")
+    c.add_argument(
+        "paths", nargs="+", metavar="PATH", help="fit: filled-in judge-review .xlsx sheet(s); apply: release folder(s)"
+    )
     c.add_argument("--out", metavar="FILE.json", help="fit: the calibration to write")
     c.add_argument("--calibration", metavar="FILE.json", help="apply: the calibration (judge-calibrate fit)")
     c.add_argument("--by", choices=BY, default="dimension", help="fit: one map per dimension (default) or per category")
-    c.add_argument("--min-ratings", type=int, default=MIN_RATINGS, help=f"fit: rated pairs each group needs (default {MIN_RATINGS})")
+    c.add_argument(
+        "--min-ratings", type=int, default=MIN_RATINGS, help=f"fit: rated pairs each group needs (default {MIN_RATINGS})"
+    )
     c.add_argument("--folds", type=int, default=5, help="fit: cross-validation folds over conversations (default 5)")
     c.add_argument("--seed", type=int, default=15, help="fit: the folds' and the bootstrap's seed (default 15)")
     c.add_argument("--B", type=int, default=1000, help="fit: bootstrap resamples of the CIs (default 1000)")

@@ -45,14 +45,29 @@ def register(sub) -> None:
     r = command(sub, "judge-review", _review)
     r.add_argument("action", choices=("export", "import"))
     r.add_argument("paths", nargs="+", metavar="PATH", help="export: release folder(s); import: filled-in .xlsx sheet(s)")
-    r.add_argument("--out", metavar="FILE", help="export: the .xlsx to write; import: the results .json (the ratings go beside it, .scores.parquet)")
-    r.add_argument("--into", metavar="RELEASES_DIR", default=None,
-                   help="import: also add the ratings to the rated releases under this folder (scorers rater:<name> and experts, "
-                        "metric expert_rubric_rating), where the board shows them in a judge's place, marked human")
+    r.add_argument(
+        "--out",
+        metavar="FILE",
+        help="export: the .xlsx to write; import: the results .json (the ratings go beside it, .scores.parquet)",
+    )
+    r.add_argument(
+        "--into",
+        metavar="RELEASES_DIR",
+        default=None,
+        help="import: also add the ratings to the rated releases under this folder (scorers rater:<name> and experts, "
+        "metric expert_rubric_rating), where the board shows them in a judge's place, marked human",
+    )
     r.add_argument("--n", type=int, default=10, help="export: conversations per release (default 10)")
     r.add_argument("--seed", type=int, default=15, help="the sample's and the bootstrap's seed (default 15)")
-    r.add_argument("--dimensions", type=list_type, metavar="NAME[,NAME...]", help="export: only these dimension ids, categories or meta-categories")
-    r.add_argument("--dataset", metavar="DIR", default=None, help="export: the built dataset (a release of another task than craftmd)")
+    r.add_argument(
+        "--dimensions",
+        type=list_type,
+        metavar="NAME[,NAME...]",
+        help="export: only these dimension ids, categories or meta-categories",
+    )
+    r.add_argument(
+        "--dataset", metavar="DIR", default=None, help="export: the built dataset (a release of another task than craftmd)"
+    )
     r.add_argument("--B", type=int, default=1000, help="import: bootstrap resamples (default 1000)")
     r.add_argument("--overwrite", action="store_true")
 

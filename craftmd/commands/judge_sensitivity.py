@@ -23,7 +23,11 @@ def _sensitivity(args) -> int:
         check_base_url(args.base_url)
     res = sensitivity(args.releases, args.other_judge, n=args.n, seed=args.seed, B=args.B, base_url=args.base_url, cache=args.cache,
                       dataset_dir=args.dataset, variants=args.variants)  # fmt: skip
-    print(json.dumps({"written": str(args.releases.rstrip("/") + "/judge-sensitivity"), "kendall_tau": res["kendall_tau"]}, sort_keys=True))
+    print(
+        json.dumps(
+            {"written": str(args.releases.rstrip("/") + "/judge-sensitivity"), "kendall_tau": res["kendall_tau"]}, sort_keys=True
+        )
+    )
     return 0
 
 
@@ -37,7 +41,9 @@ def register(sub) -> None:
     s.add_argument("--n", type=int, default=10, help="conversations re-judged per release (default 10)")
     s.add_argument("--seed", type=int, default=0, help="the sample's and the bootstrap's seed (default 0)")
     s.add_argument("--B", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    s.add_argument("--variants", type=list_type, metavar="NAME[,NAME...]", help=f"only these of {', '.join(VARIANTS)} (default all)")
+    s.add_argument(
+        "--variants", type=list_type, metavar="NAME[,NAME...]", help=f"only these of {', '.join(VARIANTS)} (default all)"
+    )
     s.add_argument("--dataset", metavar="DIR", default=None, help="the built dataset (an encounters release: the medpi folder)")
     s.add_argument("--base-url", default=None, help="the judges' OpenAI-compatible server (openai/ models)")
     s.add_argument("--cache", default=None, help="the call cache (sqlite)")

@@ -7,7 +7,13 @@ from pathlib import Path
 
 from craftmd import CraftMDError
 from craftmd.commands.cli import (
-    add_cases_argument, add_dataset_argument, add_quiet_argument, check_base_url, command, dominant_reason, seconds_type,
+    add_cases_argument,
+    add_dataset_argument,
+    add_quiet_argument,
+    check_base_url,
+    command,
+    dominant_reason,
+    seconds_type,
 )
 
 
@@ -25,28 +31,48 @@ def _extract(args) -> int:
 
     if args.base_url:
         check_base_url(args.base_url)
-    report = extract_keyinfo(args.dataset, args.model, cases=args.cases, base_url=args.base_url, cache=args.cache,
-                             concurrency=args.concurrency, max_retries=args.max_retries, timeout=args.timeout, progress=not args.quiet)
+    report = extract_keyinfo(
+        args.dataset,
+        args.model,
+        cases=args.cases,
+        base_url=args.base_url,
+        cache=args.cache,
+        concurrency=args.concurrency,
+        max_retries=args.max_retries,
+        timeout=args.timeout,
+        progress=not args.quiet,
+    )
     print(report.summary(), file=sys.stderr)
     if report.cases and not report.ok:  # written, with every failure: but nothing to score against
-        raise CraftMDError(f"nothing extracted: all {report.cases} cases failed (mostly {dominant_reason(report.failed.values())}); "
-                           f"{report.path} is written with every failure's reason")
+        raise CraftMDError(
+            f"nothing extracted: all {report.cases} cases failed (mostly {dominant_reason(report.failed.values())}); "
+            f"{report.path} is written with every failure's reason"
+        )
     return 0
 
 
 def register(sub) -> None:
     """Add ``craftmd keyinfo extract`` to the `craftmd` parser."""
-    p = sub.add_parser("keyinfo", help="key-value medical information: extract it with a model (craftmd score --scorer keyinfo scores against it)")
+    p = sub.add_parser(
+        "keyinfo",
+        help="key-value medical information: extract it with a model (craftmd score --scorer keyinfo scores against it)",
+    )
     inner = p.add_subparsers(dest="keyinfo_command", metavar="STEP", required=True)
     e = command(inner, "extract", _extract)
     add_dataset_argument(e)
     e.add_argument("--model", required=True, metavar="PROVIDER/MODEL", help="the extracting model")
-    e.add_argument("--base-url", metavar="URL", help="OpenAI-compatible server for openai/ models (default: OPENAI_BASE_URL or OpenAI)")
+    e.add_argument(
+        "--base-url", metavar="URL", help="OpenAI-compatible server for openai/ models (default: OPENAI_BASE_URL or OpenAI)"
+    )
     add_cases_argument(e, "only these case ids (of the all config)")
     e.add_argument("--cache", type=Path, metavar="PATH", help="request cache (default $CRAFTMD_CACHE/requests.sqlite)")
     e.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
-    e.add_argument("--max-retries", type=int, default=6, help="retries of a failed call before it is recorded as an error (default 6)")
-    e.add_argument("--timeout", type=seconds_type, default=120.0, help="seconds to wait for one reply before retrying (default 120)")
+    e.add_argument(
+        "--max-retries", type=int, default=6, help="retries of a failed call before it is recorded as an error (default 6)"
+    )
+    e.add_argument(
+        "--timeout", type=seconds_type, default=120.0, help="seconds to wait for one reply before retrying (default 120)"
+    )
     add_quiet_argument(e)
 
 

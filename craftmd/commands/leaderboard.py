@@ -56,7 +56,11 @@ def builtin_audits(releases: Path, data: Path, source, out: Path) -> list[dict]:
     from craftmd.analysis.agreement.expert import upstream_expert_audit
     from craftmd.analysis.agreement.history_validity import history_validity_audit
 
-    made = [grader_agreement_audit(releases, data, source), upstream_expert_audit(source), history_validity_audit(releases, data, source)]
+    made = [
+        grader_agreement_audit(releases, data, source),
+        upstream_expert_audit(source),
+        history_validity_audit(releases, data, source),
+    ]
     out.mkdir(parents=True, exist_ok=True)
     for a in made:
         (out / f"{a['id']}.json").write_text(json.dumps(a, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
@@ -116,7 +120,10 @@ def leaderboard(
     _say("analyse: accuracy, bootstrap CIs, paired tests")
     with atomic_dir(out, owns=OWNS) as tmp:
         a = analyse(releases, data, tmp, B=B, seed=seed)
-        _say("audits: grader agreement, expert validation, history metrics vs dermatologists" + (f", and {audits}" if audits else ""))
+        _say(
+            "audits: grader agreement, expert validation, history metrics vs dermatologists"
+            + (f", and {audits}" if audits else "")
+        )
         found = {a["id"]: a for a in builtin_audits(releases, data, src, tmp / "audits")}
         from craftmd.analysis.published import source_tables
 
@@ -139,8 +146,17 @@ def _leaderboard(args) -> int:
     the offline grader and the history metrics for CRAFT-MD; --scorer adds more), analyse, render audits, and write OUT/index.html, OUT/leaderboard.md,
     OUT/figures/ and OUT/tables/ (with the source: McNemar between models on the dermatologists' ratings, the preprint's p-values beside ours).
     """
-    leaderboard(source=args.source, dataset=args.dataset, releases=args.releases, out=args.out, audits=args.audits,
-                scorers=args.scorer, B=args.resamples, seed=args.seed, progress=not args.quiet)
+    leaderboard(
+        source=args.source,
+        dataset=args.dataset,
+        releases=args.releases,
+        out=args.out,
+        audits=args.audits,
+        scorers=args.scorer,
+        B=args.resamples,
+        seed=args.seed,
+        progress=not args.quiet,
+    )
     return 0
 
 
@@ -152,8 +168,13 @@ def register(sub) -> None:
     p.add_argument("--releases", required=True, help="releases folder (upstream releases ingested here)")
     p.add_argument("--out", required=True, help="where the page goes")
     p.add_argument("--audits", default=None, help="folder of audit JSON files to render in 'How far to trust these numbers'")
-    p.add_argument("--scorer", action="append", default=None, metavar="NAME",
-                   help="a scorer to run on every release besides its task's defaults (repeatable; craftmd score --list)")
+    p.add_argument(
+        "--scorer",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a scorer to run on every release besides its task's defaults (repeatable; craftmd score --list)",
+    )
     p.add_argument("--resamples", type=int, default=DEFAULT_B, help=f"bootstrap resamples (default {DEFAULT_B})")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"bootstrap seed (default {DEFAULT_SEED})")
     add_quiet_argument(p)

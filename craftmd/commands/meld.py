@@ -10,7 +10,12 @@ from __future__ import annotations
 import argparse
 
 from craftmd.commands.cli import (
-    add_cases_argument, add_dataset_argument, add_quiet_argument, command, positive_int, temperature_type,
+    add_cases_argument,
+    add_dataset_argument,
+    add_quiet_argument,
+    command,
+    positive_int,
+    temperature_type,
 )
 
 

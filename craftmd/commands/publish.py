@@ -17,12 +17,21 @@ def register(sub) -> None:
     pub.add_argument("dir", type=Path, nargs="?", metavar="DIR", help="a built dataset folder (what `craftmd build --out` wrote)")
     what = pub.add_mutually_exclusive_group()
     what.add_argument("--release", type=Path, metavar="DIR", help="publish this release folder instead (needs --revision)")
-    what.add_argument("--leaderboard", type=Path, metavar="DIR",
-                      help="publish this leaderboard folder (`craftmd leaderboard --out`) with the releases at --releases (needs --revision)")
-    pub.add_argument("--releases", type=Path, metavar="DIR", help="with --leaderboard: the folder of the releases its page was made from")
+    what.add_argument(
+        "--leaderboard",
+        type=Path,
+        metavar="DIR",
+        help="publish this leaderboard folder (`craftmd leaderboard --out`) with the releases at --releases (needs --revision)",
+    )
+    pub.add_argument(
+        "--releases", type=Path, metavar="DIR", help="with --leaderboard: the folder of the releases its page was made from"
+    )
     pub.add_argument("--repo", required=True, metavar="ORG/NAME", help="the dataset repo on the Hub")
-    pub.add_argument("--revision", metavar="TAG",
-                     help="the version to tag, checked before any upload (default for a dataset: v<version of the build>)")
+    pub.add_argument(
+        "--revision",
+        metavar="TAG",
+        help="the version to tag, checked before any upload (default for a dataset: v<version of the build>)",
+    )
     pub.add_argument("--dry-run", action="store_true", help="print the upload plan (files, sizes, repo, tag) and stop")
 
 

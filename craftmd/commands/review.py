@@ -26,7 +26,9 @@ def register(sub) -> None:
     ex.add_argument("--dataset", required=True, help="built dataset folder")
     ex.add_argument("--n", type=int, required=True, help="conversations per model x dataset source")
     ex.add_argument("--seed", type=int, required=True)
-    ex.add_argument("--grader", help="grader whose verdicts go into the key (default: an llm: grader, else upstream-gpt4, else offline)")
+    ex.add_argument(
+        "--grader", help="grader whose verdicts go into the key (default: an llm: grader, else upstream-gpt4, else offline)"
+    )
     ex.add_argument("--out", required=True, help="the .xlsx to write")
     ex.add_argument("--overwrite", action="store_true")
 
@@ -34,7 +36,9 @@ def register(sub) -> None:
     im.add_argument("files", nargs="+", metavar="FILE", help=".xlsx sheets (or upstream's validation_graderai.csv)")
     im.add_argument("--out", required=True, help="folder for the results (e.g. the leaderboard's audits folder)")
     im.add_argument("--dataset", help="built dataset folder: checks the case ids of upstream-layout sheets")
-    im.add_argument("--release", help="release whose grades judge upstream's grader-validation cases (default: the pinned source)")
+    im.add_argument(
+        "--release", help="release whose grades judge upstream's grader-validation cases (default: the pinned source)"
+    )
     im.add_argument("--grader", default="upstream-gpt4", help="grader of --release for the grader-validation counts")
     add_source_argument(im)
     im.add_argument("--id", default="expert-review", help="audit id (file name of the JSON)")
@@ -53,7 +57,9 @@ def _review_export(args: argparse.Namespace) -> int:
     """
     from craftmd.analysis.agreement.review import export_review
 
-    out = export_review(args.release, args.dataset, args.out, n=args.n, seed=args.seed, grader=args.grader, overwrite=args.overwrite)
+    out = export_review(
+        args.release, args.dataset, args.out, n=args.n, seed=args.seed, grader=args.grader, overwrite=args.overwrite
+    )
     print(f"wrote {out}")
     return 0
 

@@ -13,7 +13,12 @@ import sys
 
 from craftmd import CraftMDError
 from craftmd.commands.cli import (
-    add_call_arguments, add_dataset_argument, add_quiet_argument, check_base_url, command, dominant_reason,
+    add_call_arguments,
+    add_dataset_argument,
+    add_quiet_argument,
+    check_base_url,
+    command,
+    dominant_reason,
 )
 from craftmd.commands.judge import add_judge_arguments, judge_options
 from craftmd.scoring.score import claim_lines
@@ -36,7 +41,8 @@ def _score(args) -> int:
     if args.list:
         for r in listing():
             applies = ("tasks " + ",".join(r["tasks"]) if r["tasks"] != "any" else "any task") + (
-                f"; formats {','.join(r['formats'])}" if r["formats"] else "")
+                f"; formats {','.join(r['formats'])}" if r["formats"] else ""
+            )
             model = "; calls a model" if r["calls_model"] else ""
             m = r["metrics"]
             writes = ", ".join(m) if len(m) <= 4 else f"{', '.join(m[:3])}, … ({len(m)} metrics)"
@@ -51,8 +57,20 @@ def _score(args) -> int:
     options = dict(judge_options(args), workers=args.workers, max_tokens=args.max_tokens)
     reports = []
     for release in args.release:
-        reports.append(score_release(release, args.dataset, args.scorer, force=args.force, estimate=args.estimate, base_url=args.base_url,
-                                     cache=args.cache, progress=not args.quiet, allow_self=args.allow_self, options=options))
+        reports.append(
+            score_release(
+                release,
+                args.dataset,
+                args.scorer,
+                force=args.force,
+                estimate=args.estimate,
+                base_url=args.base_url,
+                cache=args.cache,
+                progress=not args.quiet,
+                allow_self=args.allow_self,
+                options=options,
+            )
+        )
     if args.scorer:
         nowhere = [n for n in dict.fromkeys(reports[0]["skipped"]) if all(n in r["skipped"] for r in reports)]
         if nowhere:
@@ -75,9 +93,11 @@ def estimate_text(report: dict) -> str:
     """``craftmd score --estimate``'s table for one release, in the layout of ``craftmd generate --estimate``: per scorer,
     its model, the calls (expected, and at most: every reply that does not validate asked again), the tokens and the cost."""
     ests = report.get("estimates") or {}
-    lines = [f"estimate     {report['release']}: nothing was sent. Rough: 4 characters a token; calls at most: every score reply "
-             "that does not validate asked again (--max-invalid), replies at their cap",
-             "scorer                         model                              calls (at most)          tokens in   tokens out (at most)    cost (at most)"]
+    lines = [
+        f"estimate     {report['release']}: nothing was sent. Rough: 4 characters a token; calls at most: every score reply "
+        "that does not validate asked again (--max-invalid), replies at their cap",
+        "scorer                         model                              calls (at most)          tokens in   tokens out (at most)    cost (at most)",
+    ]
     for name, e in ests.items():
         if not e:
             lines.append(f"{name:<30} {'':<34} {'sends nothing to estimate' if not _calls_model(name) else 'no estimate':>26}")
@@ -85,10 +105,14 @@ def estimate_text(report: dict) -> str:
         model = ", ".join(e.get("models") or []) or name.split(":", 1)[-1]
         cost = e.get("cost_usd_at_most")
         money = f"${cost:,.2f}" if cost is not None else "-"
-        lines.append(f"{name:<30} {model:<34} {e['calls']:>8,} ({e.get('calls_at_most', e['calls']):>9,})  {e['tokens_in']:>14,}  "
-                     f"{e['tokens_out_at_most']:>14,}          {money}")
-        lines.append(f"{'':<30} {e['conversations']} conversations ({e['failed_conversations']} failed, not judged), {e['judges']} "
-                     f"judge(s), mode {e['mode']}, {e['dimension_scores']} dimension scores")
+        lines.append(
+            f"{name:<30} {model:<34} {e['calls']:>8,} ({e.get('calls_at_most', e['calls']):>9,})  {e['tokens_in']:>14,}  "
+            f"{e['tokens_out_at_most']:>14,}          {money}"
+        )
+        lines.append(
+            f"{'':<30} {e['conversations']} conversations ({e['failed_conversations']} failed, not judged), {e['judges']} "
+            f"judge(s), mode {e['mode']}, {e['dimension_scores']} dimension scores"
+        )
         if e.get("refused"):
             lines.append(f"{'':<30} a run would be refused: {e['refused']}")
     if not ests:
@@ -116,15 +140,19 @@ def check_outcomes(reports: list[dict]) -> None:
         for name, o in outcomes(r["release"], [w for ws in r.get("writes", {}).values() for w in ws]).items():
             if not o["failed"]:
                 continue
-            print(f"{r['release']}: {name}: {o['scored']} scored, {o['failed']} failed (mostly {dominant_reason(o['reasons'])})",
-                  file=sys.stderr)
+            print(
+                f"{r['release']}: {name}: {o['scored']} scored, {o['failed']} failed (mostly {dominant_reason(o['reasons'])})",
+                file=sys.stderr,
+            )
             if not o["scored"]:
                 empty.append((r["release"], name, o))
     if empty:
         release, name, o = empty[0]
         more = f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""
-        raise CraftMDError(f"nothing scored: {name} on {release}: all {o['failed']} scores failed{more}, mostly "
-                           f"{dominant_reason(o['reasons'])}; the failures are written with their reasons")
+        raise CraftMDError(
+            f"nothing scored: {name} on {release}: all {o['failed']} scores failed{more}, mostly "
+            f"{dominant_reason(o['reasons'])}; the failures are written with their reasons"
+        )
 
 
 def register(sub) -> None:
@@ -133,21 +161,36 @@ def register(sub) -> None:
 
     p = command(sub, "score", _score)
     p.add_argument("release", nargs="*", metavar="RELEASE", help="release folder(s)")
-    p.add_argument("--scorer", action="append", metavar="NAME",
-                   help="a scorer (repeatable): paper, strict, offline, llm:PROVIDER/MODEL, history, keyinfo, judge:PROVIDER/MODEL, "
-                        "meld, or a task's own (default: the release's task's scorers; --list shows them all)")
+    p.add_argument(
+        "--scorer",
+        action="append",
+        metavar="NAME",
+        help="a scorer (repeatable): paper, strict, offline, llm:PROVIDER/MODEL, history, keyinfo, judge:PROVIDER/MODEL, "
+        "meld, or a task's own (default: the release's task's scorers; --list shows them all)",
+    )
     p.add_argument("--list", action="store_true", help="list every registered scorer: what it applies to and what it writes")
     add_dataset_argument(p, required=False, help="the built dataset folder (answer keys, references, objectives)")
     p.add_argument("--force", action="store_true", help="run the scorers even where their scores are current")
-    p.add_argument("--allow-self", action="store_true",
-                   help="let an LLM grader or judge score its own model (recorded; the page never ranks by it)")
-    p.add_argument("--estimate", action="store_true",
-                   help="print the calls (expected and at most), tokens and cost the judges would need, as a table, and send nothing "
-                        "(a judge a run would refuse, such as one of the doctor's own family, is estimated and the refusal named)")
+    p.add_argument(
+        "--allow-self",
+        action="store_true",
+        help="let an LLM grader or judge score its own model (recorded; the page never ranks by it)",
+    )
+    p.add_argument(
+        "--estimate",
+        action="store_true",
+        help="print the calls (expected and at most), tokens and cost the judges would need, as a table, and send nothing "
+        "(a judge a run would refuse, such as one of the doctor's own family, is estimated and the refusal named)",
+    )
     p.add_argument("--workers", type=int, default=None, help="worker processes of the history metrics (default: up to 2)")
     add_judge_arguments(p)
-    add_call_arguments(p, concurrency=8, max_tokens=DISCUSSION_TOKENS, temperature=0.0,
-                       seed_help="judges: the seed of the dimension order and of their sampling; meld: the sampling seed (default 0; recorded)")
+    add_call_arguments(
+        p,
+        concurrency=8,
+        max_tokens=DISCUSSION_TOKENS,
+        temperature=0.0,
+        seed_help="judges: the seed of the dimension order and of their sampling; meld: the sampling seed (default 0; recorded)",
+    )
     add_quiet_argument(p)
 
 

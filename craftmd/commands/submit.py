@@ -50,7 +50,9 @@ def score_submission(
     made = [p for p in (out_dir.parent, *out_dir.parent.parents) if not p.exists()]  # removed again if nothing comes of it
     done = False
     try:
-        with atomic_dir(out_dir, overwrite=overwrite, owns=OWNS, holds=HOLDS) as stage:  # checked again at the swap: two runs never replace each other
+        with atomic_dir(
+            out_dir, overwrite=overwrite, owns=OWNS, holds=HOLDS
+        ) as stage:  # checked again at the swap: two runs never replace each other
             rel_path, v, records = submit(path, dataset_dir, model, stage, **grading)
             report = submission_report(stage, dataset_dir, rel_path.name, v.summary(), records, B=B)
             (stage / "scores.json").write_text(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
@@ -93,11 +95,15 @@ def _submit(args) -> int:
     counts = read_release(rel).manifest.counts
     missing = counts.get("answers_by_status", {}).get("missing", 0)
     empty = missing - counts.get("missing_answers", 0)
-    print(f"scored {counts['answers']} answers: {counts['answers'] - missing} answered, {missing} missing and scored wrong "
-          f"({counts.get('missing_answers', 0)} not in the submission, {empty} with an empty response) -> {rel}")
+    print(
+        f"scored {counts['answers']} answers: {counts['answers'] - missing} answered, {missing} missing and scored wrong "
+        f"({counts.get('missing_answers', 0)} not in the submission, {empty} with an empty response) -> {rel}"
+    )
     for r in report["accuracy"]:
         if r.get("group_by") == "all":
-            print(f"  {r['format']:8s} {r['grader']:14s} {r['setting']:12s} {r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]")
+            print(
+                f"  {r['format']:8s} {r['grader']:14s} {r['setting']:12s} {r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+            )
     return 0
 
 
@@ -112,9 +118,13 @@ def register(sub) -> None:
     s.add_argument("--grader", action="append", metavar="NAME", help="paper | strict | offline | llm:PROVIDER/MODEL (repeatable)")
     s.add_argument("--base-url", help="OpenAI-compatible server for an LLM grader")
     s.add_argument("--cache", help="request cache (SQLite) for an LLM grader")
-    s.add_argument("--conversations", metavar="FILE", help="the conversations behind the answers (parquet, the release's "
-                   "conversations.parquet schema), checked like a release's; without them, answers in conversational settings "
-                   "are listed on the leaderboard as self-reported, not ranked")
+    s.add_argument(
+        "--conversations",
+        metavar="FILE",
+        help="the conversations behind the answers (parquet, the release's "
+        "conversations.parquet schema), checked like a release's; without them, answers in conversational settings "
+        "are listed on the leaderboard as self-reported, not ranked",
+    )
     s.add_argument("--overwrite", action="store_true", help="replace an earlier result in --out")
     add_quiet_argument(s)
 

@@ -154,23 +154,36 @@ def encounter_weights(weights: dict[str, float]) -> dict[str, tuple[str, ...] | 
     for key in weights:
         scorer, _, what = key.partition("/")
         if scorer != "judge":
-            raise CraftMDError(f"reward weight {key!r}: the encounters reward is the judge's: judge/rubric_score, or "
-                               "judge/<a dimension id, category or meta-category of the rubric>")
+            raise CraftMDError(
+                f"reward weight {key!r}: the encounters reward is the judge's: judge/rubric_score, or "
+                "judge/<a dimension id, category or meta-category of the rubric>"
+            )
         if what == "rubric_score":
             out[key] = None
             continue
         hit = tuple(d.id for d in catalog.dimensions if what in (d.id, d.category, d.meta_category))
         if not hit:
-            raise CraftMDError(f"reward weight {key!r}: {what!r} is no dimension id, category or meta-category of the rubric "
-                               "(craftmd judge --catalog lists them)")
+            raise CraftMDError(
+                f"reward weight {key!r}: {what!r} is no dimension id, category or meta-category of the rubric "
+                "(craftmd judge --catalog lists them)"
+            )
         out[key] = hit
     return out
 
 
 #: The judge's settings ``judge_options`` may give (:class:`craftmd.scoring.judge.JudgeSpec`'s fields, as ``craftmd score``'s
 #: judge options: ``discussion_tokens`` is its ``--max-tokens``); the judge, its mode and dimensions are options of their own.
-JUDGE_OPTIONS = ("seed", "temperature", "discussion_tokens", "score_tokens", "max_invalid", "response_format", "concurrency",
-                 "max_retries", "timeout")
+JUDGE_OPTIONS = (
+    "seed",
+    "temperature",
+    "discussion_tokens",
+    "score_tokens",
+    "max_invalid",
+    "response_format",
+    "concurrency",
+    "max_retries",
+    "timeout",
+)
 
 
 def judge_settings(given: dict | None) -> dict:
@@ -206,8 +219,11 @@ class Episodes:
             raise CraftMDError("the consultation environment needs its solver bound: solver='openai-api/<service>/<model>'")
         if task == "encounters" and not o.judge:
             raise CraftMDError("the encounters environment needs its judge bound: judge='openai-api/<service>/<model>'")
-        weights = o.reward_weights if o.reward_weights is not None else {
-            k.format(grader=o.grader): v for k, v in DEFAULT_WEIGHTS[task].items()}
+        weights = (
+            o.reward_weights
+            if o.reward_weights is not None
+            else {k.format(grader=o.grader): v for k, v in DEFAULT_WEIGHTS[task].items()}
+        )
         self.weights = check_weights(weights)
         if task == "encounters":
             self.selected = encounter_weights(self.weights)
@@ -229,14 +245,28 @@ class Episodes:
         self.split_data = open_split(task, split, o.dataset)  # not built, or a training case that is a benchmark case: one line
         self.dataset = self.split_data.dataset
         roles = {k: v for k, v in (("summarizer", o.summarizer), ("solver", o.solver), ("closer", o.closer)) if v}
-        options = ({"max_messages": o.max_messages, "memory_tags": o.memory_tags} if task == "encounters"
-                   else {"max_turns": o.max_turns})
-        self.spec = GenerateSpec(dataset=self.dataset, out=Path(tempfile.gettempdir()) / "craftmd-env", doctor=o.doctor,
-                                 patient=o.patient, task=task, roles=roles, options=options,
-                                 config=self.split_data.config or "all", cases=o.cases,
-                                 experiments=[TASKS[task]] if TASKS[task] else None, max_tokens=o.max_tokens,
-                                 temperature=o.temperature, seed=o.seed, base_url=o.base_url, cache=o.cache, progress=False,
-                                 overwrite=True)
+        options = (
+            {"max_messages": o.max_messages, "memory_tags": o.memory_tags} if task == "encounters" else {"max_turns": o.max_turns}
+        )
+        self.spec = GenerateSpec(
+            dataset=self.dataset,
+            out=Path(tempfile.gettempdir()) / "craftmd-env",
+            doctor=o.doctor,
+            patient=o.patient,
+            task=task,
+            roles=roles,
+            options=options,
+            config=self.split_data.config or "all",
+            cases=o.cases,
+            experiments=[TASKS[task]] if TASKS[task] else None,
+            max_tokens=o.max_tokens,
+            temperature=o.temperature,
+            seed=o.seed,
+            base_url=o.base_url,
+            cache=o.cache,
+            progress=False,
+            overwrite=True,
+        )
         self.runner = _runner_class(task)(self.spec)
         if task == "encounters":
             from craftmd.models.connect import check_names
@@ -265,10 +295,15 @@ class Episodes:
             name, metric = key.rsplit("/", 1)
             s = get_scorer(name)  # an unknown scorer: one line
             if (s.tasks is not None and self.task not in s.tasks) or (s.unit == "answer" and s.formats and fmt not in s.formats):
-                raise CraftMDError(f"reward weight {key!r}: scorer {name} does not score this environment's episodes "
-                                   f"({self.task}, {fmt} answers)")
-            written = (*s.metrics, *getattr(getattr(s, "rules", None), "DIALOGUE_METRICS", ()),
-                       *getattr(getattr(s, "rules", None), "SHARE_METRICS", ()))
+                raise CraftMDError(
+                    f"reward weight {key!r}: scorer {name} does not score this environment's episodes "
+                    f"({self.task}, {fmt} answers)"
+                )
+            written = (
+                *s.metrics,
+                *getattr(getattr(s, "rules", None), "DIALOGUE_METRICS", ()),
+                *getattr(getattr(s, "rules", None), "SHARE_METRICS", ()),
+            )
             if metric not in written:
                 raise CraftMDError(f"reward weight {key!r}: scorer {name} writes {', '.join(written)}, not {metric}")
 
@@ -399,8 +434,9 @@ class Episodes:
         options = {}
         if self.task == "encounters":
             options = {**self.judge_options, "mode": o.judge_mode, "dimensions": self.dimensions}
-        ctx = Context(self.dataset, base_url=self.spec.base_url, cache=o.cache, progress=False, allow_self=o.allow_self,
-                      options=options)
+        ctx = Context(
+            self.dataset, base_url=self.spec.base_url, cache=o.cache, progress=False, allow_self=o.allow_self, options=options
+        )
         out: list[dict] = []
         for s in scorers(self.scorers):
             if s.applies(rel) is not None:
@@ -423,9 +459,15 @@ class Episodes:
         record.counts = {**record.counts, "trials": trials}
         doctor = self.options.doctor  # the policy under training: answered through step(), not called by the runner
         record.models = {"doctor": doctor, **record.models}
-        record.roles = {"doctor": {"model": doctor, "base_url": None, "sampling": record.sampling.get("doctor", {})}, **record.roles}
-        record.notes = {**record.notes, "environment": f"craftmd.envs: {self.task} on split {self.split}; the doctor is the policy "
-                                                        "under training, its replies given to step()"}
+        record.roles = {
+            "doctor": {"model": doctor, "base_url": None, "sampling": record.sampling.get("doctor", {})},
+            **record.roles,
+        }
+        record.notes = {
+            **record.notes,
+            "environment": f"craftmd.envs: {self.task} on split {self.split}; the doctor is the policy "
+            "under training, its replies given to step()",
+        }
         return write_release(out, record, runner.tables(rows), overwrite=overwrite)
 
     @property
@@ -488,5 +530,15 @@ def episodes(task: str, split: str = "test", **options) -> Episodes:
     return Episodes(task, split, replace(Options(dataset=options["dataset"]), **options))
 
 
-__all__ = ["Episodes", "SyncEpisodes", "Step", "Options", "episodes", "check_weights", "TASKS", "DEFAULT_WEIGHTS", "POLICY",
-           "JUDGE_OPTIONS"]
+__all__ = [
+    "Episodes",
+    "SyncEpisodes",
+    "Step",
+    "Options",
+    "episodes",
+    "check_weights",
+    "TASKS",
+    "DEFAULT_WEIGHTS",
+    "POLICY",
+    "JUDGE_OPTIONS",
+]

@@ -60,8 +60,9 @@ def open_split(task: str, split: str, dataset: Path | str) -> Split:
     if split == "test":
         config = CONFIGS[task] or "packets"
         if not config_file(dataset, config).exists():
-            raise CraftMDError(f"split 'test' of {task} (config {config}) is not built in {dataset}: "
-                               f"run {build_command(task, split, dataset)}")
+            raise CraftMDError(
+                f"split 'test' of {task} (config {config}) is not built in {dataset}: run {build_command(task, split, dataset)}"
+            )
         return Split(dataset, CONFIGS[task])
     return {"craftmd": craftmd_view, "consultation": consultation_view, "encounters": encounters_view}[task](dataset)
 
@@ -76,8 +77,9 @@ def build_command(task: str, split: str, dataset: Path) -> str:
 def _source(task: str, dataset: Path, config: str) -> Path:
     path = train_file(dataset, config)
     if not path.exists():
-        raise CraftMDError(f"split 'train' of {task} (config {config}) is not built in {dataset}: "
-                           f"run {build_command(task, 'train', dataset)}")
+        raise CraftMDError(
+            f"split 'train' of {task} (config {config}) is not built in {dataset}: run {build_command(task, 'train', dataset)}"
+        )
     return path
 
 
@@ -128,9 +130,17 @@ def consultation_cases(rows: list[dict]) -> tuple[list[dict], list[dict]]:
         if not r["items"] or not r["initial_request"]:
             raise CraftMDError(f"consult_train: case {case} has no key-value items or no initial request")
         cases.append(row)
-        keyinfo.append({"case_id": row["case_id"], "items": [{"key": i["key"], "value": i["value"]} for i in r["items"]],
-                        "initial_request": r["initial_request"], "status": "ok", "error": None,
-                        "model": f"consult_train:{r['writer']}", "prompt_sha256": None})
+        keyinfo.append(
+            {
+                "case_id": row["case_id"],
+                "items": [{"key": i["key"], "value": i["value"]} for i in r["items"]],
+                "initial_request": r["initial_request"],
+                "status": "ok",
+                "error": None,
+                "model": f"consult_train:{r['writer']}",
+                "prompt_sha256": None,
+            }
+        )
     return cases, keyinfo
 
 

@@ -15,8 +15,17 @@ import pyarrow as pa
 from craftmd import CraftMDError, __version__
 from craftmd.atomic import inside
 from craftmd.release import (
-    ANSWERS_SCHEMA, CLAIM_PREFIX, CONVERSATIONS_SCHEMA, KEYS, SCORE_COLUMNS, RunRecord, conform_scores, dependency_versions, read_release,
-    release_task, write_release,
+    ANSWERS_SCHEMA,
+    CLAIM_PREFIX,
+    CONVERSATIONS_SCHEMA,
+    KEYS,
+    SCORE_COLUMNS,
+    RunRecord,
+    conform_scores,
+    dependency_versions,
+    read_release,
+    release_task,
+    write_release,
 )
 
 from . import STORE_KEY, TASKS, require_inspect
@@ -49,8 +58,9 @@ def _known_task(log) -> bool:
 def _check_header(path: Path, log) -> str:
     task = log.eval.task
     if task not in TASKS and not _known_task(log):
-        raise CraftMDError(f"{path}: a log of task {task!r}, not one of {', '.join(TASKS)} "
-                           "(nor a task file's listed in $CRAFTMD_TASKS)")
+        raise CraftMDError(
+            f"{path}: a log of task {task!r}, not one of {', '.join(TASKS)} (nor a task file's listed in $CRAFTMD_TASKS)"
+        )
     if log.status != "success":
         raise CraftMDError(f"{path}: an unfinished log (status {log.status}); only a finished run becomes a release")
     return task
@@ -76,7 +86,9 @@ def read_logs(paths: list[Path | str]) -> list:
         try:
             logs.append(read_eval_log(str(p), exclude_fields=SKIP))
         except Exception as exc:  # noqa: BLE001 - a sample that is not inspect's EvalSample, whatever inspect raised
-            raise CraftMDError(f"{p}: a sample is unreadable ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
+            raise CraftMDError(
+                f"{p}: a sample is unreadable ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+            ) from None
     if not logs:
         raise CraftMDError("no log given")
     return logs
@@ -119,7 +131,9 @@ def _rows(logs) -> tuple[list[dict], list[dict], list[dict], dict]:
         for s in log.samples or []:
             rows = s.store.get(STORE_KEY)
             if rows is None:
-                raise CraftMDError(f"{log.location}: sample {s.id} epoch {s.epoch} has no craftmd rows (not written by craftmd's task)")
+                raise CraftMDError(
+                    f"{log.location}: sample {s.id} epoch {s.epoch} has no craftmd rows (not written by craftmd's task)"
+                )
             for c in rows.get("conversations", []):
                 if "messages" not in c:  # an exported sample: the conversation is the sample's messages, less the answer
                     c = dict(c, messages=_text_messages(s.messages[:-1]))
@@ -167,7 +181,13 @@ def _scores_table(rows: list[dict], columns: list | None) -> pa.Table | None:
                 fields.append(SCORE_COLUMNS.field(n))
             else:
                 v = next((r[n] for r in rows if r.get(n) is not None), None)
-                fields.append(pa.field(n, types.get(n) or (pa.bool_() if isinstance(v, bool) else pa.int64() if isinstance(v, int) else pa.string())))
+                fields.append(
+                    pa.field(
+                        n,
+                        types.get(n)
+                        or (pa.bool_() if isinstance(v, bool) else pa.int64() if isinstance(v, int) else pa.string()),
+                    )
+                )
         schema = pa.schema(fields)
     cols = {n: [r.get(n) for r in rows] for n in schema.names}
     cols["value"] = [None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v) for v in cols["value"]]
@@ -221,20 +241,53 @@ def _run_record(log, out: Path, conversations: list[dict], answers: list[dict], 
     packages = dict(spec.packages or {})
     keyed = answers or conversations  # an encounters release has conversations and no answers
     trials = max((a["trial"] for a in keyed), default=-1) + 1
-    return RunRecord.from_dict(dict(
-        release=out.name, kind="generated", task=desc.get("task") or spec.task.split("/", 1)[1], model=spec.model,
-        **({"task_sha256": desc["task_sha256"]} if desc.get("task_sha256") else {}),  # checked against the file the user names
-        source={"dataset_config": desc.get("config"), "dataset_sha256": desc.get("dataset_sha256"),
-                "cases": len({a["case_id"] for a in keyed})},
-        prompt_set=desc.get("prompt_set"), sampling={a: r["sampling"] for a, r in roles.items() if "sampling" in r},
-        seed=(desc.get("sampling") or {}).get("seed"), models={a: r["model"] for a, r in roles.items()}, roles=roles,
-        producer={"inspect": {"task": spec.task, "eval_id": spec.eval_id, "run_id": spec.run_id, "epochs": spec.config.epochs,
-                              "inspect_ai": packages.get("inspect_ai")}},
-        dependencies={**dependency_versions(), **({"inspect_ai": packages["inspect_ai"]} if "inspect_ai" in packages else {})},
-        counts={"cases": len({a["case_id"] for a in keyed}), "trials": trials, "conversations": len(conversations), "answers": len(answers)},
-        notes={"settings": desc.get("settings"), "formats": desc.get("formats"), "max_turns": desc.get("max_turns"),
-               "protocol": f"run by inspect eval {spec.task} (inspect_ai {packages.get('inspect_ai')})"},
-    ), f"{where}: not a run of one of craftmd's tasks")  # what the log says (its task, ...) makes no run record: one line
+    return RunRecord.from_dict(
+        dict(
+            release=out.name,
+            kind="generated",
+            task=desc.get("task") or spec.task.split("/", 1)[1],
+            model=spec.model,
+            **(
+                {"task_sha256": desc["task_sha256"]} if desc.get("task_sha256") else {}
+            ),  # checked against the file the user names
+            source={
+                "dataset_config": desc.get("config"),
+                "dataset_sha256": desc.get("dataset_sha256"),
+                "cases": len({a["case_id"] for a in keyed}),
+            },
+            prompt_set=desc.get("prompt_set"),
+            sampling={a: r["sampling"] for a, r in roles.items() if "sampling" in r},
+            seed=(desc.get("sampling") or {}).get("seed"),
+            models={a: r["model"] for a, r in roles.items()},
+            roles=roles,
+            producer={
+                "inspect": {
+                    "task": spec.task,
+                    "eval_id": spec.eval_id,
+                    "run_id": spec.run_id,
+                    "epochs": spec.config.epochs,
+                    "inspect_ai": packages.get("inspect_ai"),
+                }
+            },
+            dependencies={
+                **dependency_versions(),
+                **({"inspect_ai": packages["inspect_ai"]} if "inspect_ai" in packages else {}),
+            },
+            counts={
+                "cases": len({a["case_id"] for a in keyed}),
+                "trials": trials,
+                "conversations": len(conversations),
+                "answers": len(answers),
+            },
+            notes={
+                "settings": desc.get("settings"),
+                "formats": desc.get("formats"),
+                "max_turns": desc.get("max_turns"),
+                "protocol": f"run by inspect eval {spec.task} (inspect_ai {packages.get('inspect_ai')})",
+            },
+        ),
+        f"{where}: not a run of one of craftmd's tasks",
+    )  # what the log says (its task, ...) makes no run record: one line
 
 
 def _claims(rows: list, records: dict) -> tuple[list[dict], dict]:
@@ -250,14 +303,18 @@ def _claims(rows: list, records: dict) -> tuple[list[dict], dict]:
         if isinstance(v, float) and math.isnan(v):
             v = None  # inspect's own null score
         if v is not None and (type(v) not in (int, float) or not math.isfinite(v)):
-            raise CraftMDError(f"a score of the log is not a finite number: {r['scorer']} {r.get('metric')} of {r.get('case_id')} "
-                               f"trial {r.get('trial')}: {_short(v)}; nothing was written")
+            raise CraftMDError(
+                f"a score of the log is not a finite number: {r['scorer']} {r.get('metric')} of {r.get('case_id')} "
+                f"trial {r.get('trial')}: {_short(v)}; nothing was written"
+            )
         g = r["scorer"] if r["scorer"].startswith(CLAIM_PREFIX) else CLAIM_PREFIX + r["scorer"]
         out.append(dict(r, scorer=g, value=None if v is None else float(v)))
     if not isinstance(records, dict) or not all(isinstance(rec, dict) for rec in records.values()):
         raise CraftMDError("the log's scorer records are not a JSON object of records")
-    claimed = {(g if g.startswith(CLAIM_PREFIX) else CLAIM_PREFIX + g): dict(rec, claimed=True, reported_by="an inspect log")
-               for g, rec in records.items()}
+    claimed = {
+        (g if g.startswith(CLAIM_PREFIX) else CLAIM_PREFIX + g): dict(rec, claimed=True, reported_by="an inspect log")
+        for g, rec in records.items()
+    }
     return out, claimed
 
 
@@ -272,8 +329,11 @@ def _claimed_record(raw, path: Path) -> RunRecord:
     manifest = RunRecord.from_dict(dict(raw, files={}) if isinstance(raw, dict) else raw, f"{path}: the run record it carries")
     if manifest.kind == "upstream":
         manifest.kind = "generated"
-        manifest.notes = {**manifest.notes, "ingested_from": f"inspect logs of the upstream release {manifest.release} "
-                          "(an upstream release is made only by craftmd ingest of the pinned source)"}
+        manifest.notes = {
+            **manifest.notes,
+            "ingested_from": f"inspect logs of the upstream release {manifest.release} "
+            "(an upstream release is made only by craftmd ingest of the pinned source)",
+        }
     return manifest
 
 
@@ -285,8 +345,10 @@ def _check_cases(task, dataset: Path | str, conversations: list[dict], answers: 
 
         from craftmd.scoring.scorers import Context, check_answer_cases
 
-        keys = pl.DataFrame({"case_id": [r["case_id"] for r in rows], "with_image": [bool(r["with_image"]) for r in rows]},
-                            schema={"case_id": pl.Utf8, "with_image": pl.Boolean})
+        keys = pl.DataFrame(
+            {"case_id": [r["case_id"] for r in rows], "with_image": [bool(r["with_image"]) for r in rows]},
+            schema={"case_id": pl.Utf8, "with_image": pl.Boolean},
+        )
         try:
             check_answer_cases(keys, Context(Path(dataset)))
         except CraftMDError as exc:
@@ -314,8 +376,10 @@ def ingest_logs(paths: list[Path | str], out: Path | str, *, overwrite: bool = F
     try:  # what the log's rows hold is the log's word: a row of the wrong shape or type is one line, nothing written
         manifest, tables, scores, records = _release_of(logs, out, Path(paths[0]), dataset)
     except (pa.ArrowException, TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise CraftMDError(f"{paths[0] if len(paths) == 1 else 'the logs'}: rows that do not fit a release "
-                           f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); nothing was written") from None
+        raise CraftMDError(
+            f"{paths[0] if len(paths) == 1 else 'the logs'}: rows that do not fit a release "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); nothing was written"
+        ) from None
     write_release(out, manifest, tables, overwrite=overwrite, scores=None if scores is None else (scores, records))
     return out
 
@@ -343,8 +407,13 @@ def _release_of(logs: list, out: Path, where: Path, dataset: Path | str | None) 
     tables = {}
     if answers or "answers" in task.required_tables or MANIFEST not in meta and manifest.task != "encounters":
         tables["answers"] = pa.Table.from_pylist(answers, ANSWERS_SCHEMA)
-    if conversations or MANIFEST not in meta and (task.conversations or "conversations" in task.required_tables) \
-            or MANIFEST in meta and "conversations.parquet" in (meta[MANIFEST].get("files") or {}):
+    if (
+        conversations
+        or MANIFEST not in meta
+        and (task.conversations or "conversations" in task.required_tables)
+        or MANIFEST in meta
+        and "conversations.parquet" in (meta[MANIFEST].get("files") or {})
+    ):
         tables["conversations"] = pa.Table.from_pylist(conversations, CONVERSATIONS_SCHEMA)
     for t in task.extra_tables:
         if t.name in others or t.name in task.required_tables:
@@ -480,18 +549,43 @@ class _Export:
         answer = {"role": "assistant", "content": text, "source": "generate", "model": self.model}
         sid, epoch = a["case_id"] + ("+image" if a["with_image"] else ""), int(a["trial"]) + 1
         ended = {"ended": self.convs[ckey]["ended"], "n_turns": self.convs[ckey]["n_turns"]} if has_conv else {}
-        meta = {"case_id": a["case_id"], "trial": a["trial"], "setting": a["setting"], "format": a["format"],
-                "with_image": a["with_image"], "status": a["status"], **ended}
+        meta = {
+            "case_id": a["case_id"],
+            "trial": a["trial"],
+            "setting": a["setting"],
+            "format": a["format"],
+            "with_image": a["with_image"],
+            "status": a["status"],
+            **ended,
+        }
         sample = {
-            "id": sid, "epoch": epoch, "input": convo[:1] or a["case_id"], "target": "", "messages": [*convo, answer],
+            "id": sid,
+            "epoch": epoch,
+            "input": convo[:1] or a["case_id"],
+            "target": "",
+            "messages": [*convo, answer],
             "output": {"model": self.model, "choices": [{"message": answer, "stop_reason": "stop"}], "completion": text},
-            "scores": scores, "metadata": meta,
+            "scores": scores,
+            "metadata": meta,
             "store": {STORE_KEY: {"conversations": [self.bare[ckey]] if has_conv else [], "answers": [a]}},
-            "events": [], "model_usage": {}, "role_usage": {}, "attachments": {},
+            "events": [],
+            "model_usage": {},
+            "role_usage": {},
+            "attachments": {},
         }
         first = convo[0]["content"][:200] if convo else a["case_id"]
-        summary = {"id": sid, "epoch": epoch, "input": first, "target": "", "metadata": meta, "scores": brief,
-                   "model_usage": {}, "role_usage": {}, "completed": True, "message_count": len(convo) + 1}
+        summary = {
+            "id": sid,
+            "epoch": epoch,
+            "input": first,
+            "target": "",
+            "metadata": meta,
+            "scores": brief,
+            "model_usage": {},
+            "role_usage": {},
+            "completed": True,
+            "message_count": len(convo) + 1,
+        }
         return (f"samples/{sid}_epoch_{epoch}.json", to_json(sample)), summary
 
     def header(self, setting: str, fmt: str, rows: list[dict], totals: dict, created: str):
@@ -500,28 +594,47 @@ class _Export:
         from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalMetric, EvalResults, EvalScore, EvalSpec
 
         rel, m = self.rel, self.rel.manifest
-        meta = {MANIFEST: m.model_dump(mode="json"), RECORDS: self.records, SCORE_ORDER: self.order,
-                "setting": setting, "format": fmt}
+        meta = {
+            MANIFEST: m.model_dump(mode="json"),
+            RECORDS: self.records,
+            SCORE_ORDER: self.order,
+            "setting": setting,
+            "format": fmt,
+        }
         spec = EvalSpec(
-            created=created, task=f"craftmd/{m.task}", task_id=f"{rel.id}-{setting}-{fmt}", run_id=rel.id,
+            created=created,
+            task=f"craftmd/{m.task}",
+            task_id=f"{rel.id}-{setting}-{fmt}",
+            run_id=rel.id,
             task_args={"experiments": f"{setting},{fmt}"},
             task_args_passed={"experiments": f"{setting},{fmt}"},  # what inspect view shows
             task_display_name=f"{rel.display} · {setting} · {fmt}",
             dataset=EvalDataset(name=f"{rel.id}/{setting}/{fmt}", samples=len(rows)),
-            model=self.model, config=EvalConfig(epochs=max(int(a["trial"]) for a in rows) + 1),
-            packages={"craftmd": __version__, "inspect_ai": inspect_ai.__version__}, metadata=meta,
+            model=self.model,
+            config=EvalConfig(epochs=max(int(a["trial"]) for a in rows) + 1),
+            packages={"craftmd": __version__, "inspect_ai": inspect_ai.__version__},
+            metadata=meta,
         )
-        results = EvalResults(total_samples=len(rows), completed_samples=len(rows), scores=[
-            EvalScore(name=g, scorer=g, scored_samples=len(v), metrics={"mean": EvalMetric(name="mean", value=sum(v) / len(v))})
-            for g, v in sorted(totals.items())
-        ])
+        results = EvalResults(
+            total_samples=len(rows),
+            completed_samples=len(rows),
+            scores=[
+                EvalScore(
+                    name=g, scorer=g, scored_samples=len(v), metrics={"mean": EvalMetric(name="mean", value=sum(v) / len(v))}
+                )
+                for g, v in sorted(totals.items())
+            ],
+        )
         return EvalLog(status="success", eval=spec, results=results)
 
     def extra(self) -> dict:
         """The rows no exported answer carries (the first log's metadata)."""
-        return {"conversations": [c for k, c in self.convs.items() if k not in self.used_convs],
-                "scores": self.extra_scores + [r for k, rs in self.by_answer.items() if k not in self.used_answers for r in rs]
-                + [r for k, rs in self.by_conv.items() if k not in self.used_convs for r in rs]}
+        return {
+            "conversations": [c for k, c in self.convs.items() if k not in self.used_convs],
+            "scores": self.extra_scores
+            + [r for k, rs in self.by_answer.items() if k not in self.used_answers for r in rs]
+            + [r for k, rs in self.by_conv.items() if k not in self.used_convs for r in rs],
+        }
 
 
 def _export(release, out, progress: bool) -> list[Path]:

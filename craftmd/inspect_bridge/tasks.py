@@ -71,9 +71,16 @@ def _flag(key: str, value) -> bool:
 
 
 #: -T text -> spec value, for the options every task takes (the task's own go to its options class).
-PARSE = {"config": lambda k, v: str(v), "cases": lambda k, v: id_list(v), "prompt_set": lambda k, v: str(v) if v else None,
-         "temperature": _number(float), "top_p": _number(float), "max_tokens": _number(int), "seed": _number(int),
-         "experiments": lambda k, v: id_list(v)}
+PARSE = {
+    "config": lambda k, v: str(v),
+    "cases": lambda k, v: id_list(v),
+    "prompt_set": lambda k, v: str(v) if v else None,
+    "temperature": _number(float),
+    "top_p": _number(float),
+    "max_tokens": _number(int),
+    "seed": _number(int),
+    "experiments": lambda k, v: id_list(v),
+}
 
 
 def own_options(task, given: dict) -> dict:
@@ -103,8 +110,9 @@ def spec_for(task, doctor: str, options: dict) -> tuple[GenerateSpec, list[str] 
     given = {k: v for k, v in options.items() if v is not None}
     common = {k: PARSE[k](k, given.pop(k)) for k in COMMON if k in given and k not in ("dataset", "scorers")}
     dataset, scorers = dataset_dir(task, given.pop("dataset", None)), id_list(given.pop("scorers", None))
-    spec = GenerateSpec(dataset=dataset, out=None, doctor=doctor, task=task.name, progress=False, **common,
-                        **own_options(task, given))
+    spec = GenerateSpec(
+        dataset=dataset, out=None, doctor=doctor, task=task.name, progress=False, **common, **own_options(task, given)
+    )
     return spec, scorers  # out=None: a runner on given calls writes no release
 
 
@@ -113,7 +121,9 @@ def as_call(model: Model):
     """An inspect model as a role's call: ``await call(messages, sampling, priority=0) -> Completion``."""
 
     async def call(messages, sampling, priority: int = 0) -> Completion:
-        config = GenerateConfig(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens, seed=sampling.seed)
+        config = GenerateConfig(
+            temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens, seed=sampling.seed
+        )
         try:
             out = await model.generate(await messages_from_openai(messages), config=config)
         except Exception as exc:  # noqa: BLE001 - a call that failed after inspect's retries is kept as data
@@ -125,8 +135,16 @@ def as_call(model: Model):
             return Completion.failure("error", out.error, finish_reason=stop, tokens_in=tin, tokens_out=tout)
         text = out.completion
         if stop == "content_filter":
-            return Completion(text or None, "refusal", "content_filter", tin, tout, error="content_filter: the server blocked the answer",
-                              reason="content_filter", model=out.model)
+            return Completion(
+                text or None,
+                "refusal",
+                "content_filter",
+                tin,
+                tout,
+                error="content_filter: the server blocked the answer",
+                reason="content_filter",
+                model=out.model,
+            )
         return Completion(text, "ok", stop, tin, tout, model=out.model)
 
     return call
@@ -217,8 +235,11 @@ class Run:
     def keys(self) -> list[str]:
         """Every ``setting/format`` this run can pose (an answer score's dict keys)."""
         settings, formats = getattr(self.runner, "settings", None), getattr(self.runner, "formats", None)
-        return [f"{e.setting}/{e.format}" for e in self.task.experiments
-                if (settings is None or e.setting in settings) and (formats is None or e.format in formats)]
+        return [
+            f"{e.setting}/{e.format}"
+            for e in self.task.experiments
+            if (settings is None or e.setting in settings) and (formats is None or e.format in formats)
+        ]
 
     @cached_property
     def context(self):
@@ -237,11 +258,18 @@ class Run:
         if hasattr(r, "settings"):
             opts.update(settings=list(r.settings), formats=list(r.formats))
         config = "packets" if self.task.dataset == "medpi" else spec.config
-        return {"task": self.task.name, "task_sha256": task_file_sha256(self.task), "config": config,
-                "dataset_sha256": getattr(r, "dataset_sha", None), "prompt_set": r.prompts.describe(), "sampling": self.sampling,
-                "cases": sorted({r.sample_id(j) for j in self.jobs.values()}),
-                **opts, "doctor_base_url": _base_url(self.doctor),
-                "roles": {a: {"model": str(m), "base_url": _base_url(m)} for a, m in self.models.items() if a in r.agents}}
+        return {
+            "task": self.task.name,
+            "task_sha256": task_file_sha256(self.task),
+            "config": config,
+            "dataset_sha256": getattr(r, "dataset_sha", None),
+            "prompt_set": r.prompts.describe(),
+            "sampling": self.sampling,
+            "cases": sorted({r.sample_id(j) for j in self.jobs.values()}),
+            **opts,
+            "doctor_base_url": _base_url(self.doctor),
+            "roles": {a: {"model": str(m), "base_url": _base_url(m)} for a, m in self.models.items() if a in r.agents},
+        }
 
 
 def release_rows(state: TaskState) -> dict:
@@ -252,8 +280,9 @@ def release_rows(state: TaskState) -> dict:
 def _output(rows: dict) -> str:
     """A sample's output as inspect shows it: each answer, else how each conversation ended."""
     if rows.get("answers"):
-        return "\n\n".join(f"[{a['setting']}/{a['format']}] {a['response'] if a['status'] == 'ok' else a['status']}"
-                           for a in rows["answers"])
+        return "\n\n".join(
+            f"[{a['setting']}/{a['format']}] {a['response'] if a['status'] == 'ok' else a['status']}" for a in rows["answers"]
+        )
     return "; ".join(f"{c['conversation']}: {c['ended']}" for c in rows.get("conversations", ()))
 
 
@@ -265,7 +294,9 @@ def protocol(run: Run):
         async def solve(state: TaskState, generate: Generate) -> TaskState:
             job = with_trial(run.jobs[str(state.sample_id)], state.epoch - 1)
             made = {**await run.runner.run_job(job), **await run.runner.job_tables(job)}
-            rows = {name: run.runner.table(name, r).to_pylist() for name, r in made.items()}  # the columns a protocol leaves out filled
+            rows = {
+                name: run.runner.table(name, r).to_pylist() for name, r in made.items()
+            }  # the columns a protocol leaves out filled
             state.store.set(STORE_KEY, rows)
             conversations = rows.get("conversations") or []
             if conversations and conversations[0]["messages"]:  # what inspect view shows: the first conversation
@@ -336,12 +367,15 @@ def _history_rows(run: Run, convs: list[dict]) -> list[dict]:
     for c in convs:
         key = {k: c[k] for k in ("case_id", "trial", "conversation", "with_image")}
         if c["ended"] == "error":
-            rows += [dict(key, scorer=H.SCORER, metric=m, value=None, label=None, detail=H._FAILED[1], status=H._FAILED[0])
-                     for m in H.METRIC_NAMES]
+            rows += [
+                dict(key, scorer=H.SCORER, metric=m, value=None, label=None, detail=H._FAILED[1], status=H._FAILED[0])
+                for m in H.METRIC_NAMES
+            ]
             continue
         msgs = c["messages"]
-        for metric, value, detail in H.score_conversation([m["role"] for m in msgs], [m["content"] for m in msgs],
-                                                          refs[(c["case_id"], c["with_image"], c["conversation"])]):
+        for metric, value, detail in H.score_conversation(
+            [m["role"] for m in msgs], [m["content"] for m in msgs], refs[(c["case_id"], c["with_image"], c["conversation"])]
+        ):
             rows.append(dict(key, scorer=H.SCORER, metric=metric, value=value, label=None, detail=detail, status="ok"))
     return rows
 
@@ -360,7 +394,9 @@ def history_scorer(run: Run):
                 if r["conversation"] == convs[0]["conversation"] and r["value"] is not None:
                     value[r["metric"]] = r["value"]
             failed = sum(c["ended"] == "error" for c in convs)
-            facts = len({(r["trial"], r["conversation"]) for r in rows if r["metric"] == "patient_fact_recall" and r["status"] == "ok"})
+            facts = len(
+                {(r["trial"], r["conversation"]) for r in rows if r["metric"] == "patient_fact_recall" and r["status"] == "ok"}
+            )
             counts = {"conversations": len(convs), "scored": len(convs) - failed, "failed": failed, "with_facts": facts}
             return Score(value=value, metadata={STORE_KEY: {"rows": rows, "record": H.identity(), "counts": counts}})
 
@@ -405,8 +441,14 @@ def inspect_task(task, **options) -> Task:
 
         task = get_task(str(task))
     run = Run(task, options)
-    return Task(dataset=MemoryDataset(run.samples(), name=f"{task.dataset}:{run.describe()['config']}"), solver=protocol(run),
-                scorer=scorers(run), config=GenerateConfig(**run.sampling), metadata={STORE_KEY: run.describe()}, version=1)
+    return Task(
+        dataset=MemoryDataset(run.samples(), name=f"{task.dataset}:{run.describe()['config']}"),
+        solver=protocol(run),
+        scorer=scorers(run),
+        config=GenerateConfig(**run.sampling),
+        metadata={STORE_KEY: run.describe()},
+        version=1,
+    )
 
 
 @task

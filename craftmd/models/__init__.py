@@ -33,8 +33,20 @@ PROVIDERS = ("openai", "openai-api", "vllm")
 _VLLM_ENGINES: dict[str, VLLMModel] = {}
 _SERVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
-__all__ = ["ChatModel", "Completion", "Message", "Sampling", "TransientError", "OpenAIModel", "PoolModel", "VLLMModel", "ModelName",
-           "get_model", "parse_name", "PROVIDERS"]
+__all__ = [
+    "ChatModel",
+    "Completion",
+    "Message",
+    "Sampling",
+    "TransientError",
+    "OpenAIModel",
+    "PoolModel",
+    "VLLMModel",
+    "ModelName",
+    "get_model",
+    "parse_name",
+    "PROVIDERS",
+]
 
 
 @dataclass(frozen=True)
@@ -60,12 +72,16 @@ def parse_name(name: str) -> ModelName:
     if provider == "openai-api":
         service, _, model = rest.partition("/")
         if not model or not _SERVICE.fullmatch(service):
-            raise CraftMDError(f"model {name!r}: expected openai-api/<service>/<model>, e.g. openai-api/local/my-model "
-                               "(server from LOCAL_BASE_URL, key from LOCAL_API_KEY)")
+            raise CraftMDError(
+                f"model {name!r}: expected openai-api/<service>/<model>, e.g. openai-api/local/my-model "
+                "(server from LOCAL_BASE_URL, key from LOCAL_API_KEY)"
+            )
         return ModelName(provider, model, service)
     if not rest or provider not in PROVIDERS:
-        raise CraftMDError(f"model {name!r}: expected PROVIDER/MODEL with provider one of {', '.join(PROVIDERS)} "
-                           "(openai-api/<service>/<model> for any OpenAI-compatible service)")
+        raise CraftMDError(
+            f"model {name!r}: expected PROVIDER/MODEL with provider one of {', '.join(PROVIDERS)} "
+            "(openai-api/<service>/<model> for any OpenAI-compatible service)"
+        )
     return ModelName(provider, rest)
 
 
@@ -97,8 +113,9 @@ def endpoint_of(name: ModelName, base_url: str | None = None, api_key: str | Non
     var, key_var = f"{name.prefix}_BASE_URL", f"{name.prefix}_API_KEY"
     url = os.environ.get(var, "").strip()
     if not url:
-        raise CraftMDError(f"{name} needs {var}: the service's server, e.g. {var}=http://localhost:8000/v1 "
-                           f"(and {key_var} if it wants a key)")
+        raise CraftMDError(
+            f"{name} needs {var}: the service's server, e.g. {var}=http://localhost:8000/v1 (and {key_var} if it wants a key)"
+        )
     urls = [check_url(u.strip(), var, key_var) for u in url.split(",")]  # several: a pool of servers
     # one server listed twice (url and url/, localhost and 127.0.0.1, a default port) is one server: the first spelling
     first: dict[str, str] = {}

@@ -41,7 +41,9 @@ def canonical(obj) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def request_key(provider: str, model: str, messages: list[Message], sampling: Sampling, server: str | None = None) -> tuple[str, str]:
+def request_key(
+    provider: str, model: str, messages: list[Message], sampling: Sampling, server: str | None = None
+) -> tuple[str, str]:
     """The request as canonical JSON (provider, server, model, messages, sampling) and its sha256, the cache key.
 
     ``server`` is left out of the JSON when None (an in-process engine), so such keys are as before."""
@@ -99,8 +101,16 @@ class RequestCache:
         out = []
         for provider, model, req, resp in rows:
             r = json.loads(req)
-            out.append({"provider": provider, "server": r.get("server"), "model": model, "messages": r["messages"],
-                        "sampling": r["sampling"], "response": json.loads(resp)})
+            out.append(
+                {
+                    "provider": provider,
+                    "server": r.get("server"),
+                    "model": model,
+                    "messages": r["messages"],
+                    "sampling": r["sampling"],
+                    "response": json.loads(resp),
+                }
+            )
         return out
 
     def close(self) -> None:

@@ -197,7 +197,9 @@ class Caller:
             return getattr(counters, name)
         raise AttributeError(name)
 
-    async def __call__(self, messages: list[Message], sampling: Sampling, priority: int = 0, counts: Counts | None = None) -> Completion:
+    async def __call__(
+        self, messages: list[Message], sampling: Sampling, priority: int = 0, counts: Counts | None = None
+    ) -> Completion:
         """One request: from the cache, shared with an identical one in flight, or sent. ``counts`` (say, one
         agent's) counts it too, beside this caller's own counters."""
         if sampling.schema is not None:
@@ -222,7 +224,9 @@ class Caller:
         fut = asyncio.get_running_loop().create_future()
         self._pending[key] = fut
         try:
-            result = await (self._batched(messages, sampling) if self.model.batches else self._single(messages, sampling, priority))
+            result = await (
+                self._batched(messages, sampling) if self.model.batches else self._single(messages, sampling, priority)
+            )
             result = result.scrubbed(self.model.keys)  # the one scrubber, before anything is stored
             if not result.transient and self.cache is not None:  # answers, refusals and deterministic failures
                 self.cache.put(key, self.model.provider, self.model.model, request, result, replace=stale)
@@ -278,8 +282,9 @@ class Caller:
                 tried.add(member)  # no answer there: the request goes to a server it has not tried, at once
                 continue
             if attempt >= limit:
-                return Completion.failure(error.reason, f"gave up after {attempt + 1} attempts: {error.message}", transient=True,
-                                          model=error.model)
+                return Completion.failure(
+                    error.reason, f"gave up after {attempt + 1} attempts: {error.message}", transient=True, model=error.model
+                )
             attempt += 1
             self.counters.retries += 1
             # Exponential backoff with full jitter, capped; never sooner than the server's Retry-After (capped too).
@@ -318,8 +323,13 @@ class Caller:
 
     def _format_key(self, kind: str) -> tuple[str, str]:
         """The cache's key (and request text) of the row that remembers that this model's server refused ``kind``."""
-        return request_key(self.model.provider, self.model.model, [], Sampling(response_format=json.dumps({"refused": kind})),
-                           server=self.model.cache_server)
+        return request_key(
+            self.model.provider,
+            self.model.model,
+            [],
+            Sampling(response_format=json.dumps({"refused": kind})),
+            server=self.model.cache_server,
+        )
 
     async def _batched(self, messages: list[Message], sampling: Sampling) -> Completion:
         fut = asyncio.get_running_loop().create_future()

@@ -101,15 +101,25 @@ class Connections:
             if server not in self._slots:
                 self._slots[server] = Slots(s.limit(m))
                 self._formats[server] = Formats()
-            self._callers[name] = Caller(m, self.cache, concurrency=s.limit(m), max_retries=s.max_retries,
-                                         backoff=s.backoff, seed=s.seed, slots=self._slots[server], formats=self._formats[server])
+            self._callers[name] = Caller(
+                m,
+                self.cache,
+                concurrency=s.limit(m),
+                max_retries=s.max_retries,
+                backoff=s.backoff,
+                seed=s.seed,
+                slots=self._slots[server],
+                formats=self._formats[server],
+            )
         return self._callers[name]
 
     @property
     def capacity(self) -> int:
         """The most requests one service takes at once: its limit, times its servers for a pool."""
-        return max((self.settings.limit(m) * (len(m.pool) if isinstance(m, PoolModel) else 1) for m in self._models.values()),
-                   default=self.settings.concurrency)
+        return max(
+            (self.settings.limit(m) * (len(m.pool) if isinstance(m, PoolModel) else 1) for m in self._models.values()),
+            default=self.settings.concurrency,
+        )
 
     @property
     def pools(self) -> dict[str, Pool]:

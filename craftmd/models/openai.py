@@ -51,8 +51,10 @@ MAX_CONNECTIONS = 1024
 #: The SDK's telemetry headers (platform, runtime, retry count, read timeout), removed from every chat
 #: request with ``openai.omit`` (the client's documented way to drop a default header): no server needs
 #: them, and each one is normalised by httpx and again by aiohttp, and parsed by the server.
-TELEMETRY_HEADERS = tuple(f"X-Stainless-{name}" for name in ("Lang", "Package-Version", "OS", "Arch", "Runtime", "Runtime-Version",
-                                                              "Async", "Retry-Count", "Read-Timeout"))
+TELEMETRY_HEADERS = tuple(
+    f"X-Stainless-{name}"
+    for name in ("Lang", "Package-Version", "OS", "Arch", "Runtime", "Runtime-Version", "Async", "Retry-Count", "Read-Timeout")
+)
 #: Error codes a server uses for a content-filter block (Azure, OpenAI).
 FILTER_CODES = {"content_filter", "content_policy_violation", "ResponsibleAIPolicyViolation"}
 #: The most characters a reply may have per token of ``max_tokens`` (a generous bound: tokens average about 4): a server
@@ -62,8 +64,10 @@ REPLY_CHARS_PER_TOKEN = 32
 #: no model's name when the server does not list it.
 PLACEHOLDERS = {"gpt-3.5-turbo", "gpt-3.5-turbo-0613"}
 #: A context overflow, as OpenAI, vLLM and llama.cpp word it (deterministic, whatever the status).
-CONTEXT_TEXT = re.compile(r"(?i)context_length_exceeded|exceeds? the available context size|context window|maximum context length"
-                          r"|exceed_context_size")
+CONTEXT_TEXT = re.compile(
+    r"(?i)context_length_exceeded|exceeds? the available context size|context window|maximum context length"
+    r"|exceed_context_size"
+)
 
 
 def _sdk():
@@ -78,8 +82,16 @@ def _sdk():
 class OpenAIModel(ChatModel):
     provider = "openai"
 
-    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, timeout: float = 120.0,
-                 service: str | None = None, key_var: str = "OPENAI_API_KEY"):
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 120.0,
+        service: str | None = None,
+        key_var: str = "OPENAI_API_KEY",
+    ):
         super().__init__(model)
         self.service = service  # openai-api/<service>/<model>: the service's name (its server from <SERVICE>_BASE_URL)
         if service is not None:
@@ -144,7 +156,9 @@ class OpenAIModel(ChatModel):
                 hint = f" (OpenAI-compatible servers serve under /v1: try --base-url {where.rstrip('/')}/v1)"
             raise CraftMDError(f"{public_url(url)} answered HTTP {exc.status_code}{hint}") from None
         except (ValueError, KeyError, TypeError):
-            raise CraftMDError(f"{public_url(url)} did not answer with a model list (is {where} an OpenAI-compatible API?)") from None
+            raise CraftMDError(
+                f"{public_url(url)} did not answer with a model list (is {where} an OpenAI-compatible API?)"
+            ) from None
         self.declared = declared_names(entries)
         if self.model not in served:
             shown = ", ".join(sorted(served)[:10]) + (" …" if len(served) > 10 else "")
@@ -182,8 +196,9 @@ class OpenAIModel(ChatModel):
         try:
             data = r.json()
         except ValueError:  # not JSON (a proxy's error page, a cut-off body)
-            raise TransientError(MALFORMED, f"not JSON ({r.headers.get('content-type') or 'no content type'}): "
-                                 f"{self.scrub(r.text)[:200]!r}") from None
+            raise TransientError(
+                MALFORMED, f"not JSON ({r.headers.get('content-type') or 'no content type'}): {self.scrub(r.text)[:200]!r}"
+            ) from None
         c = parse_completion(data, self.keys)
         if c.reason == EMPTY:  # no answer: not stored; asked again (a pool asks another server)
             raise TransientError(EMPTY, c.error.removeprefix(f"{EMPTY}: "), model=c.model)
@@ -247,7 +262,7 @@ def refused(exc: BaseException) -> bool:
     return False
 
 
-def status_reason(exc: openai.APIStatusError) -> tuple[str, str]:
+def status_reason(exc: "openai.APIStatusError") -> tuple[str, str]:  # noqa: F821 - the SDK is imported when a model is built
     """An HTTP error answer → (reason, message): ``("HTTP 400 context_length_exceeded", "This model's …")``."""
     body = exc.body if isinstance(exc.body, dict) else {}
     code = body.get("code") or body.get("type")
@@ -312,8 +327,15 @@ def parse_completion(r: object, keys=()) -> Completion:
         what = "no content" if text is None else f"content {text[:20]!r}"
         if msg.get("tool_calls") or msg.get("function_call"):
             what += " (a tool call only)"
-        return Completion.failure(EMPTY, f"{what}, finish_reason {finish}", transient=True, finish_reason=finish, tokens_in=tin,
-                                  tokens_out=tout, model=served)
+        return Completion.failure(
+            EMPTY,
+            f"{what}, finish_reason {finish}",
+            transient=True,
+            finish_reason=finish,
+            tokens_in=tin,
+            tokens_out=tout,
+            model=served,
+        )
     return Completion(text, "ok", finish, tin, tout, model=served)
 
 
@@ -342,6 +364,7 @@ def same_model(asked: str, named: str) -> bool:
     file's name (llama.cpp names a model by its path: ``/models/SmolLM2.Q8_0.gguf``), or the name with a version
     after it (``gpt-4o-2024-08-06`` for ``gpt-4o``), or its revision (``transformers serve`` answers ``my-doctor@main``
     for ``my-doctor``), compared without case."""
+
     def bare(x: str) -> str:
         x = x.strip().rstrip("/").rsplit("/", 1)[-1].lower().split("@", 1)[0]
         return x[:-5] if x.endswith(".gguf") else x

@@ -141,7 +141,13 @@ class Member:
         return self.busy_s / span if self.first is not None and self.last is not None and span > 0 else None
 
     def describe(self) -> dict:
-        return {"url": self.url, "calls": self.calls, "busy_s": round(self.busy_s, 3), "busy_share": self.busy_share, "dead": self.dead}
+        return {
+            "url": self.url,
+            "calls": self.calls,
+            "busy_s": round(self.busy_s, 3),
+            "busy_share": self.busy_share,
+            "dead": self.dead,
+        }
 
 
 class Pool:
@@ -215,8 +221,10 @@ class Pool:
     def take_out(self, m: Member, why: str, *, report: bool = True) -> None:
         """``m`` takes no more work; said on stderr (once) unless ``report`` is False."""
         if m.dead is None and report:
-            print(f"warning: {m.url} taken out of its pool ({scrub(why)[:ERROR_CHARS]}); the run goes on with the others",
-                  file=sys.stderr)
+            print(
+                f"warning: {m.url} taken out of its pool ({scrub(why)[:ERROR_CHARS]}); the run goes on with the others",
+                file=sys.stderr,
+            )
         m.dead = scrub(why)[:ERROR_CHARS]
 
     def describe(self) -> list[dict]:
@@ -228,11 +236,22 @@ class PoolModel(ChatModel):
 
     provider = "openai-api"
 
-    def __init__(self, model: str, urls: list[str], *, service: str, api_key: str | None = None, timeout: float = 120.0,
-                 key_var: str = "OPENAI_API_KEY", limit: int = 32):
+    def __init__(
+        self,
+        model: str,
+        urls: list[str],
+        *,
+        service: str,
+        api_key: str | None = None,
+        timeout: float = 120.0,
+        key_var: str = "OPENAI_API_KEY",
+        limit: int = 32,
+    ):
         super().__init__(model)
         self.service = service
-        self.clients = [OpenAIModel(model, base_url=u, api_key=api_key, timeout=timeout, service=service, key_var=key_var) for u in urls]
+        self.clients = [
+            OpenAIModel(model, base_url=u, api_key=api_key, timeout=timeout, service=service, key_var=key_var) for u in urls
+        ]
         self.server = ",".join(c.server for c in self.clients)
         self.pool_urls = [c.server for c in self.clients]
         #: The routing state; :class:`~craftmd.models.connect.Connections` gives every model of one service the same pool.
@@ -259,10 +278,13 @@ class PoolModel(ChatModel):
     async def check(self) -> None:
         """Every server asked for its model list, side by side (at most :data:`CHECK_TIMEOUT` s each): one that does not
         answer or does not serve the model is reported and taken out; one line when none is left."""
+
         async def one(c: OpenAIModel) -> str | None:
             try:
-                await asyncio.wait_for(c.check(), min(CHECK_TIMEOUT, c.client.timeout if isinstance(c.client.timeout, (int, float))
-                                                       else CHECK_TIMEOUT))
+                await asyncio.wait_for(
+                    c.check(),
+                    min(CHECK_TIMEOUT, c.client.timeout if isinstance(c.client.timeout, (int, float)) else CHECK_TIMEOUT),
+                )
             except asyncio.TimeoutError:
                 return f"no model list within {CHECK_TIMEOUT:g} s from {c.server}"
             except CraftMDError as exc:

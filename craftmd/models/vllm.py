@@ -75,8 +75,10 @@ def engine_args_by_model(roles: Mapping[str, str], given: Mapping[str, Mapping[s
         for key, value in {**given.get("*", {}), **given.get(role, {})}.items():
             args = out.setdefault(name, {})
             if key in args and args[key] != value:
-                raise CraftMDError(f"{owner[name, key]} and {role} share the engine of {name} but set {key} to "
-                                   f"{args[key]} and {value}; give it once")
+                raise CraftMDError(
+                    f"{owner[name, key]} and {role} share the engine of {name} but set {key} to "
+                    f"{args[key]} and {value}; give it once"
+                )
             args[key], owner[name, key] = value, owner.get((name, key), role)
     return out
 
@@ -93,8 +95,10 @@ def plan_engines(models: list[str], given: Mapping[str, Mapping[str, Any]]) -> d
     if rest:
         share = round((GPU_MEMORY - explicit) / len(rest), 4)
         if share <= 0:
-            raise CraftMDError(f"no GPU memory left for {', '.join(rest)}: the explicit gpu_memory_utilization values add up "
-                               f"to {explicit:g}; give every engine its own")
+            raise CraftMDError(
+                f"no GPU memory left for {', '.join(rest)}: the explicit gpu_memory_utilization values add up "
+                f"to {explicit:g}; give every engine its own"
+            )
         for m in rest:
             plan[m]["gpu_memory_utilization"] = share
     return plan
@@ -122,8 +126,10 @@ class VLLMModel(ChatModel):
     def configure(self, engine_args: Mapping[str, Any]) -> None:
         """Set the engine's settings before it is built; an engine already loaded cannot change them."""
         if self._built_with is not None and self._built_with != dict(engine_args):
-            raise CraftMDError(f"the vLLM engine of {self.model} is already loaded with {self._built_with}; "
-                               f"it cannot be reloaded with {dict(engine_args)} in the same process")
+            raise CraftMDError(
+                f"the vLLM engine of {self.model} is already loaded with {self._built_with}; "
+                f"it cannot be reloaded with {dict(engine_args)} in the same process"
+            )
         self.engine_args = dict(engine_args)
 
     @property
@@ -165,7 +171,12 @@ def _completion(out: Any) -> Completion:
     tin = len(out.prompt_token_ids or [])
     tout = len(gen.token_ids or [])
     if gen.text is None or not gen.text.strip():  # no answer: a failure, not cached (a re-run asks again)
-        return Completion.failure(EMPTY, f"the engine gave {'no text' if gen.text is None else 'only whitespace'} "
-                                  f"(finish_reason {gen.finish_reason})", transient=True, finish_reason=gen.finish_reason,
-                                  tokens_in=tin, tokens_out=tout)
+        return Completion.failure(
+            EMPTY,
+            f"the engine gave {'no text' if gen.text is None else 'only whitespace'} (finish_reason {gen.finish_reason})",
+            transient=True,
+            finish_reason=gen.finish_reason,
+            tokens_in=tin,
+            tokens_out=tout,
+        )
     return Completion(gen.text, "ok", gen.finish_reason, tin, tout)

@@ -19,8 +19,11 @@ from craftmd import CraftMDError
 from .base import TASKS, Experiment, NoOptions, Role, Table, Task, parse_matrix, register
 
 #: The built-in tasks: name -> the package that registers it (imported on first use).
-BUILTIN = {"craftmd": "craftmd.tasks.diagnosis", "consultation": "craftmd.tasks.consultation",
-           "encounters": "craftmd.tasks.encounters"}
+BUILTIN = {
+    "craftmd": "craftmd.tasks.diagnosis",
+    "consultation": "craftmd.tasks.consultation",
+    "encounters": "craftmd.tasks.encounters",
+}
 
 #: The task files loaded in this process: task name -> (the file, the sha256 of its bytes). A release of a task of
 #: one's own records that hash, and is read only by the same file (:func:`craftmd.release.release_task`).
@@ -86,5 +89,19 @@ def get_task(name: str) -> Task:
     return TASKS.lookup(name)
 
 
-__all__ = ["Task", "Table", "Experiment", "Role", "NoOptions", "TASKS", "BUILTIN", "register", "get_task", "builtin_tasks",
-           "load_task_file", "load_task_files", "parse_matrix", "TASK_FILES"]
+__all__ = [
+    "Task",
+    "Table",
+    "Experiment",
+    "Role",
+    "NoOptions",
+    "TASKS",
+    "BUILTIN",
+    "register",
+    "get_task",
+    "builtin_tasks",
+    "load_task_file",
+    "load_task_files",
+    "parse_matrix",
+    "TASK_FILES",
+]

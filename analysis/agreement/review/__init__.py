@@ -4,7 +4,18 @@ agreement computed (:mod:`.statistics`) and written (:mod:`.write`); the form it
 from __future__ import annotations
 
 from .read import read_review_files
-from .records import EXPERTS, KEY_SHEET, REVIEW_SHEET, CaseCount, Rating, ReviewInput, Unit, parse_answer, question_ids, upstream_question_map
+from .records import (
+    EXPERTS,
+    KEY_SHEET,
+    REVIEW_SHEET,
+    CaseCount,
+    Rating,
+    ReviewInput,
+    Unit,
+    parse_answer,
+    question_ids,
+    upstream_question_map,
+)
 from .sheets import export_review
 from .statistics import EXPERT_TEST_COLUMNS, counts_agreement, grader_count_agreement, model_tests, resolve, summarise
 from .write import release_labels_by_grader, review_audit, write_with_scores

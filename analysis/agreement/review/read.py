@@ -71,7 +71,9 @@ def _detect(name: str, data: bytes):
     labels = [r[0].strip() if r else "" for r in rows]
     if all(lbl in labels for lbl in UPSTREAM_GRADER_ROWS):
         return "upstream-grader", rows
-    raise CraftMDError(f"{name}: not a review file (a CSV must be upstream's grader validation, rows {', '.join(UPSTREAM_GRADER_ROWS)})")
+    raise CraftMDError(
+        f"{name}: not a review file (a CSV must be upstream's grader validation, rows {', '.join(UPSTREAM_GRADER_ROWS)})"
+    )
 
 
 def _read_craftmd(name: str, stem: str, wb, inp: ReviewInput, problems: _Problems, set_rows: dict) -> None:
@@ -154,7 +156,9 @@ def _key_sheet(name: str, wb, problems: _Problems) -> dict[str, dict]:
     return key
 
 
-def _row_unit(name: str, rn: int, rid: str, k: dict, cells: list, col: dict[str, int], inp: ReviewInput, problems: _Problems) -> Unit | None:
+def _row_unit(
+    name: str, rn: int, rid: str, k: dict, cells: list, col: dict[str, int], inp: ReviewInput, problems: _Problems
+) -> Unit | None:
     """The conversation a review row rates; None (a problem added) when its trial is no number or an earlier file
     gave the same review_id to another model or case."""
     trial = k.get("trial") or (_cell_text(cells[col["trial"]]) if "trial" in col else None)
@@ -172,7 +176,9 @@ def _row_unit(name: str, rn: int, rid: str, k: dict, cells: list, col: dict[str,
     )
     prev = inp.units.get(rid)
     if prev is not None and (prev.model, prev.case_id) != (unit.model, unit.case_id):
-        problems.add(f"{name} [{REVIEW_SHEET}] row {rn}: {rid} is {unit.model}/{unit.case_id} here but {prev.model}/{prev.case_id} in an earlier file")
+        problems.add(
+            f"{name} [{REVIEW_SHEET}] row {rn}: {rid} is {unit.model}/{unit.case_id} here but {prev.model}/{prev.case_id} in an earlier file"
+        )
         return None
     return unit
 
@@ -201,7 +207,9 @@ def sheet_conversation(text: str) -> tuple[list[str], list[str]]:
     return ["assistant" if who == "Doctor-AI" else "user" for who in parts[1::2]], [c.strip() for c in parts[2::2]]
 
 
-def _read_upstream_agents(name: str, stem: str, wb, inp: ReviewInput, problems: _Problems, set_rows: dict, known: set | None) -> None:
+def _read_upstream_agents(
+    name: str, stem: str, wb, inp: ReviewInput, problems: _Problems, set_rows: dict, known: set | None
+) -> None:
     qmap = upstream_question_map()
     rater = stem
     for ws in wb.worksheets:
@@ -237,7 +245,14 @@ def _read_upstream_agents(name: str, stem: str, wb, inp: ReviewInput, problems: 
                 inp.conversations.setdefault(uid, sheet_conversation(str(cells[3])))
             for q, i in qcols.items():
                 col_letter = chr(ord("A") + i)
-                set_rows[rater].append((uid, q, parse_answer(cells[i]), f"{name} [{ws.title}] row {rn}, column {col_letter} ({UPSTREAM_AGENT_HEADER[i]})"))
+                set_rows[rater].append(
+                    (
+                        uid,
+                        q,
+                        parse_answer(cells[i]),
+                        f"{name} [{ws.title}] row {rn}, column {col_letter} ({UPSTREAM_AGENT_HEADER[i]})",
+                    )
+                )
 
 
 def _read_upstream_grader(name: str, rows: list[list[str]], inp: ReviewInput, problems: _Problems, derm_cases) -> None:
@@ -267,7 +282,9 @@ def _read_upstream_grader(name: str, rows: list[list[str]], inp: ReviewInput, pr
         case_id, answer = derm_cases[k]
         correct = cell("correct_ans", j)
         if correct != answer.strip():
-            problems.add(f"{name} row {at['correct_ans'] + 1}, column {letter} ({h}): correct answer {correct!r} is not the source's {answer.strip()!r} for {case_id}")
+            problems.add(
+                f"{name} row {at['correct_ans'] + 1}, column {letter} ({h}): correct answer {correct!r} is not the source's {answer.strip()!r} for {case_id}"
+            )
             continue
         raw = cell("dermatologist_accuracy", j)
         count: int | None
@@ -279,7 +296,9 @@ def _read_upstream_grader(name: str, rows: list[list[str]], inp: ReviewInput, pr
             except ValueError:
                 f = -1.0
             if not (f.is_integer() and 0 <= f <= 5):
-                problems.add(f"{name} row {at['dermatologist_accuracy'] + 1}, column {letter} ({h}): dermatologist_accuracy {raw!r} is not a count 0–5")
+                problems.add(
+                    f"{name} row {at['dermatologist_accuracy'] + 1}, column {letter} ({h}): dermatologist_accuracy {raw!r} is not a count 0–5"
+                )
                 continue
             count = int(f)
         extracted = tuple((cell(f"trial_{t}", j) or None) for t in range(5))

@@ -13,13 +13,34 @@ from craftmd import CraftMDError
 QUESTIONS_FILE = Path(__file__).resolve().parent.parent / "review_questions.json"
 FORMAT = "craftmd-expert-review"
 REVIEW_SHEET, KEY_SHEET, INSTRUCTIONS_SHEET = "review", "key", "instructions"
-INFO_COLUMNS = ["review_id", "model", "release", "dataset", "case_id", "trial", "vignette", "conversation", "final_diagnosis", "correct_answer"]
+INFO_COLUMNS = [
+    "review_id",
+    "model",
+    "release",
+    "dataset",
+    "case_id",
+    "trial",
+    "vignette",
+    "conversation",
+    "final_diagnosis",
+    "correct_answer",
+]
 KEY_COLUMNS = ["review_id", "release", "case_id", "trial", "grader", "grader_correct"]
 RATER_SETS = ("r1", "r2")
 YES = {"yes", "y", "true", "1"}
 NO = {"no", "n", "false", "0"}
 #: Upstream's clinical-LLM / patient-AI validation sheets (one sheet per model).
-UPSTREAM_AGENT_HEADER = ["case_id", "case_vignette", "question", "multi-turn conversation", "final diagnosis", "correct diagnosis", "Q1", "Q2", "Q3"]
+UPSTREAM_AGENT_HEADER = [
+    "case_id",
+    "case_vignette",
+    "question",
+    "multi-turn conversation",
+    "final diagnosis",
+    "correct diagnosis",
+    "Q1",
+    "Q2",
+    "Q3",
+]
 #: Upstream's grader validation CSV: a transposed table, these labels in its first column.
 UPSTREAM_GRADER_ROWS = ["trial_0", "trial_1", "trial_2", "trial_3", "trial_4", "correct_ans", "dermatologist_accuracy"]
 #: Grader preference when exporting without --grader.
@@ -91,7 +112,9 @@ class ReviewInput:
     grader_labels: dict[str, bool | None] = field(default_factory=dict)  # unit -> grader's verdict
     grader_names: set[str] = field(default_factory=set)
     counts: list[CaseCount] = field(default_factory=list)
-    conversations: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)  # unit -> (roles, contents) upstream's sheet shows
+    conversations: dict[str, tuple[list[str], list[str]]] = field(
+        default_factory=dict
+    )  # unit -> (roles, contents) upstream's sheet shows
 
     @property
     def primary(self) -> list[str]:

@@ -56,9 +56,7 @@ def sample_review_rows(releases, dataset_dir, n: int, seed: int, grader: str | N
     by_case = {r["case_id"]: r for r in cases.iter_rows(named=True)}
     rows, keys, skipped = [], [], []
     for rel in releases:
-        conv = pl.from_arrow(rel.table("conversations")).filter(
-            (pl.col("conversation") == "standard") & ~pl.col("with_image")
-        )
+        conv = pl.from_arrow(rel.table("conversations")).filter((pl.col("conversation") == "standard") & ~pl.col("with_image"))
         if conv.height == 0:
             skipped.append(rel.id)  # e.g. an image-only release
             continue

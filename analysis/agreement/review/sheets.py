@@ -36,7 +36,9 @@ def _deterministic_xlsx(data: bytes) -> bytes:
         for info in src.infolist():
             body = src.read(info.filename)
             if info.filename == "docProps/core.xml":
-                body = re.sub(rb"(<dcterms:(created|modified)[^>]*>)[^<]*(</dcterms:\2>)", rb"\g<1>" + fixed.encode() + rb"\g<3>", body)
+                body = re.sub(
+                    rb"(<dcterms:(created|modified)[^>]*>)[^<]*(</dcterms:\2>)", rb"\g<1>" + fixed.encode() + rb"\g<3>", body
+                )
             zi = zipfile.ZipInfo(info.filename, date_time=(2000, 1, 1, 0, 0, 0))
             zi.compress_type = zipfile.ZIP_DEFLATED
             zi.external_attr = 0o600 << 16

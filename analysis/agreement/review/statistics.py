@@ -210,12 +210,25 @@ def resolved_table(inp: ReviewInput):
     import pyarrow as pa
 
     res = resolve(inp)
-    cols = {k: [] for k in ("case_id", "trial", "model", "question", "review_id", "scorer", "metric", "value", "label", "detail", "status")}
+    cols = {
+        k: []
+        for k in ("case_id", "trial", "model", "question", "review_id", "scorer", "metric", "value", "label", "detail", "status")
+    }
 
     def add(unit, u, q, scorer, value, label, detail):
-        for k, v in (("case_id", unit.case_id), ("trial", unit.trial), ("model", unit.model), ("question", q), ("review_id", u),
-                     ("scorer", scorer), ("metric", "expert_rating"), ("value", None if value is None else float(value)),
-                     ("label", label), ("detail", detail), ("status", "error" if value is None else "ok")):
+        for k, v in (
+            ("case_id", unit.case_id),
+            ("trial", unit.trial),
+            ("model", unit.model),
+            ("question", q),
+            ("review_id", u),
+            ("scorer", scorer),
+            ("metric", "expert_rating"),
+            ("value", None if value is None else float(value)),
+            ("label", label),
+            ("detail", detail),
+            ("status", "error" if value is None else "ok"),
+        ):
             cols[k].append(v)
 
     for (u, q), v in sorted(res.items()):
@@ -228,7 +241,20 @@ def resolved_table(inp: ReviewInput):
 
 
 #: tables/expert_tests.csv: McNemar's test between two reviewed models on the experts' resolved labels.
-EXPERT_TEST_COLUMNS = ["question", "model_a", "model_b", "n_cases", "yes_a", "yes_b", "n10", "n01", "diff", "p_value", "p_adjusted", "test"]
+EXPERT_TEST_COLUMNS = [
+    "question",
+    "model_a",
+    "model_b",
+    "n_cases",
+    "yes_a",
+    "yes_b",
+    "n10",
+    "n01",
+    "diff",
+    "p_value",
+    "p_adjusted",
+    "test",
+]
 
 
 def model_tests(inp: ReviewInput):
@@ -249,7 +275,9 @@ def model_tests(inp: ReviewInput):
         unit = inp.units[u]
         key = (q, unit.model, unit.case_id)
         if key in label:
-            raise CraftMDError(f"model {unit.model!r} was reviewed more than once on {unit.case_id} ({q}): cannot pair models by case")
+            raise CraftMDError(
+                f"model {unit.model!r} was reviewed more than once on {unit.case_id} ({q}): cannot pair models by case"
+            )
         label[key] = v["value"]
     rows = []
     for q in sorted({k[0] for k in label}):

@@ -20,8 +20,10 @@ _LISTED = (
      {"model": "model", "question": "question", "conversations": "n", "yes": "yes", "share %": "share_pct", "unresolved": "unresolved"}),
 )  # fmt: skip
 #: The audit's tables of figures: (results key, table name).
-_FIGURES = (("grader_vs_expert", "Grader-AI vs experts (per conversation)"),
-            ("grader_counts", "Grader-AI vs dermatologists (correct trials per case, 0–5)"))
+_FIGURES = (
+    ("grader_vs_expert", "Grader-AI vs experts (per conversation)"),
+    ("grader_counts", "Grader-AI vs dermatologists (correct trials per case, 0–5)"),
+)
 
 
 def review_audit(results: dict, *, audit_id: str = "expert-review", title: str = "Expert review", intro: str = "") -> dict:
@@ -29,7 +31,9 @@ def review_audit(results: dict, *, audit_id: str = "expert-review", title: str =
     tables = []
     for key, name, columns in _LISTED:  # rows of results[key], one column per field
         if results.get(key):
-            tables.append({"name": name, "columns": list(columns), "rows": [[r[f] for f in columns.values()] for r in results[key]]})
+            tables.append(
+                {"name": name, "columns": list(columns), "rows": [[r[f] for f in columns.values()] for r in results[key]]}
+            )
     for key, name in _FIGURES:  # one row per figure of results[key]
         if results.get(key):
             rows = [[k, ", ".join(v) if isinstance(v, list) else v] for k, v in results[key].items()]
@@ -58,7 +62,10 @@ def release_labels_by_grader(release_dir, setting: str = "vignette", fmt: str = 
     for r in g.iter_rows(named=True):
         if r["status"] != "ok":  # a grade that could not be produced is no verdict: left out, never counted wrong
             continue
-        out.setdefault(r["grader"], {})[(r["case_id"], int(r["trial"]))] = {"correct": bool(r["correct"]), "extracted": extracted(r)}
+        out.setdefault(r["grader"], {})[(r["case_id"], int(r["trial"]))] = {
+            "correct": bool(r["correct"]),
+            "extracted": extracted(r),
+        }
     return out
 
 
@@ -75,7 +82,9 @@ def write_results(out: Path, audit: dict, table) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{audit['id']}.json"
-    return write_with_scores(path, audit, table, {EXPERTS: {"review": audit["id"], "questions": sorted(set(table.column("question").to_pylist()))}})
+    return write_with_scores(
+        path, audit, table, {EXPERTS: {"review": audit["id"], "questions": sorted(set(table.column("question").to_pylist()))}}
+    )
 
 
 def write_with_scores(path: Path, results: dict, table, records: dict) -> Path:

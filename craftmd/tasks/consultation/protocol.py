@@ -18,8 +18,15 @@ from craftmd import CraftMDError
 from craftmd.atomic import sha256_file
 from craftmd.dataset import config_file
 from craftmd.generation.protocol import Conversation, Protocol
-from craftmd.generation.questions import (EXPECTED_REPLY, conversation_estimate, conversation_row, no_jobs_message, parse_experiments,
-                                          plan_cells, produced)
+from craftmd.generation.questions import (
+    EXPECTED_REPLY,
+    conversation_estimate,
+    conversation_row,
+    no_jobs_message,
+    parse_experiments,
+    plan_cells,
+    produced,
+)
 from craftmd.generation.runner import Estimate, Runner, answer_row, tokens
 from craftmd.keyinfo import CONFIG, load_keyinfo
 from craftmd.models.base import Completion
@@ -66,7 +73,9 @@ class Consultation(Runner):
 
     def __init__(self, spec, *, calls=None):
         if spec.config == "nejm_image":
-            raise CraftMDError("the consultation task poses text cases; pick a text config (all, medqa_usmle, derm_public, derm_private)")
+            raise CraftMDError(
+                "the consultation task poses text cases; pick a text config (all, medqa_usmle, derm_public, derm_private)"
+            )
         super().__init__(spec, calls=calls)
         self.settings, self.formats = parse_experiments(spec.experiments, self.task)
         self.protocol = Protocol(self.prompts, self.options.max_turns)
@@ -99,7 +108,9 @@ class Consultation(Runner):
             lines = [p.text("transcript_patient.txt", text=request)]
             for q, a in shown:
                 lines += [p.text("transcript_doctor.txt", text=q), p.text("transcript_patient.txt", text=a)]
-            user = p.text("solver_conversation.txt", transcript="\n".join(" ".join(x.split()) for x in lines), question_block=block)
+            user = p.text(
+                "solver_conversation.txt", transcript="\n".join(" ".join(x.split()) for x in lines), question_block=block
+            )
         return [{"role": "system", "content": p.text("solver_system.txt")}, {"role": "user", "content": user}]
 
     def scripted(self, keys: list[str]):
@@ -128,11 +139,20 @@ class Consultation(Runner):
                 answers.append(answer_row(key, await self.call("solver")(messages, sampling, 1)))
 
         async def conversation(kind: str) -> None:
-            who = self.call("doctor") if kind == "consult" else self.scripted(oracle_keys(info.keys, ORACLES[kind], sampling.seed, case.case_id))
-            conv = await self.protocol.converse(case, case.vignette, False, who, self.call("patient"), sampling, sampling,
-                                                opening=info.initial_request)
+            who = (
+                self.call("doctor")
+                if kind == "consult"
+                else self.scripted(oracle_keys(info.keys, ORACLES[kind], sampling.seed, case.case_id))
+            )
+            conv = await self.protocol.converse(
+                case, case.vignette, False, who, self.call("patient"), sampling, sampling, opening=info.initial_request
+            )
             conversations.append(conversation_row(case.case_id, trial, kind, False, conv, None))
-            failed = (conv.ended, f"the {kind} conversation failed: {conv.error or conv.ended}") if conv.ended in ("refusal", "error") else None
+            failed = (
+                (conv.ended, f"the {kind} conversation failed: {conv.error or conv.ended}")
+                if conv.ended in ("refusal", "error")
+                else None
+            )
             await asyncio.gather(*(ask(s, f, conv, failed) for s, f in plan if cut(s)[0] == kind))
 
         work = [ask(s, f, None, None) for s, f in plan if cut(s)[0] is None]
@@ -176,7 +196,7 @@ class Consultation(Runner):
             "max_turns": self.options.max_turns,
             **m.notes,
             "protocol": "the consultation protocol of the consultation-evaluation framework on CRAFT-MD's text cases: the patient opens "
-                        "with the keyinfo config's initial request and answers lazily; a fixed solver answers from the conversation",
+            "with the keyinfo config's initial request and answers lazily; a fixed solver answers from the conversation",
             "oracle_random_seed": "random.Random(f'{seed + trial}:{case_id}').shuffle(keys)",
             "shares": "a <kind>_<p> setting shows the initial request and the first ceil(p*K/100) of the K rounds",
             "doctor_prompt": DOCTOR_PROMPTS.get(self.prompts.name, "other"),

@@ -13,8 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from craftmd.generation.protocol import DEFAULT_PROMPT_SET, Conversation, Protocol
-from craftmd.generation.questions import (EXPECTED_REPLY, conversation_estimate, conversation_row, failure, load_diagnoses, no_jobs_message,
-                                          parse_experiments, plan_cells, produced)
+from craftmd.generation.questions import (
+    EXPECTED_REPLY,
+    conversation_estimate,
+    conversation_row,
+    failure,
+    load_diagnoses,
+    no_jobs_message,
+    parse_experiments,
+    plan_cells,
+    produced,
+)
 from craftmd.generation.runner import Estimate, Runner, answer_row, tokens
 from craftmd.release import RunRecord
 from craftmd.samples import Sample
@@ -91,21 +100,31 @@ class CraftMD(Runner):
         await asyncio.gather(*work)
         return {"conversations": j.conversations, "answers": j.answers}
 
-    async def ask(self, j: Job, setting: str, fmt: str, conv: Conversation | None = None, summary: str | None = None,
-                  blocked: tuple[str, str | None] | None = None) -> None:
+    async def ask(
+        self,
+        j: Job,
+        setting: str,
+        fmt: str,
+        conv: Conversation | None = None,
+        summary: str | None = None,
+        blocked: tuple[str, str | None] | None = None,
+    ) -> None:
         """One question; ``blocked`` = (status, reason) of the conversation or summary it needs, when that failed."""
         key = {"case_id": j.case.case_id, "trial": j.trial, "setting": setting, "format": fmt, "with_image": j.with_image}
         if blocked:
             j.answers.append(answer_row(key, blocked=blocked))
             return
-        msgs = self.protocol.question_messages(j.case, setting, fmt, j.with_image, conv=conv, summary=summary, many_options=self.many)
+        msgs = self.protocol.question_messages(
+            j.case, setting, fmt, j.with_image, conv=conv, summary=summary, many_options=self.many
+        )
         # priority 1: nothing waits on a question, the conversations' turns go first
         j.answers.append(answer_row(key, await self.call("doctor")(msgs, j.sampling, 1)))
 
     async def standard(self, j: Job, need: set[str]) -> None:
         """The standard conversation, its summary, and the questions that read them."""
-        conv = await self.protocol.converse(j.case, j.case.vignette, j.with_image, self.call("doctor"), self.call("patient"),
-                                            j.sampling, j.sampling)
+        conv = await self.protocol.converse(
+            j.case, j.case.vignette, j.with_image, self.call("doctor"), self.call("patient"), j.sampling, j.sampling
+        )
         failed = failure(conv, "conversation")
         summary, summary_failed = None, failed
         if "summarized" in need and not failed:
@@ -125,8 +144,9 @@ class CraftMD(Runner):
 
     async def no_exam(self, j: Job) -> None:
         """The history-only conversation and the questions that read it."""
-        conv = await self.protocol.converse(j.case, j.case.history, j.with_image, self.call("doctor"), self.call("patient"),
-                                            j.sampling, j.sampling)
+        conv = await self.protocol.converse(
+            j.case, j.case.history, j.with_image, self.call("doctor"), self.call("patient"), j.sampling, j.sampling
+        )
         j.conversations.append(conversation_row(j.case.case_id, j.trial, "no_exam", j.with_image, conv, None))
         failed = failure(conv, "history-only conversation")
         await asyncio.gather(*(self.ask(j, s, f, conv=conv, blocked=failed) for s, f in j.plan if s in self.reads("no_exam")))

