@@ -74,9 +74,9 @@ def test_every_task_on_the_readmes_local_server(server, dataset_dir, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LOCAL_"))}
     env["LOCAL_BASE_URL"] = server.base_url  # no LOCAL_API_KEY: a local server needs none
     df = pl.read_parquet(dataset_dir / "all" / "test-00000-of-00001.parquet")
-    case = df.filter(
-        pl.col("choices").list.len() == 4, pl.col("vignette").str.strip_chars() != ""
-    ).sort(pl.col("vignette").str.len_chars(), "case_id")["case_id"][0]  # a text case (an image case has none)
+    # a text case (an image case has none)
+    text = df.filter(pl.col("choices").list.len() == 4, pl.col("vignette").str.strip_chars() != "")
+    case = text.sort(pl.col("vignette").str.len_chars(), "case_id")["case_id"][0]
     caps = ["--concurrency", "local=1", "--max-tokens", "32", "--seed", "7", "--quiet", "--cache", tmp_path / "cache.sqlite"]
     rels = tmp_path / "releases"
 
