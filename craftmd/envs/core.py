@@ -244,7 +244,12 @@ class Episodes:
             self._check_answer_weights(o)
         self.split_data = open_split(task, split, o.dataset)  # not built, or a training case that is a benchmark case: one line
         self.dataset = self.split_data.dataset
-        roles = {k: v for k, v in (("summarizer", o.summarizer), ("solver", o.solver), ("closer", o.closer)) if v}
+        from craftmd.tasks import get_task
+
+        declared = {r.name for r in get_task(task).roles}  # an option of another task's role is not this task's role
+        roles = {
+            k: v for k, v in (("summarizer", o.summarizer), ("solver", o.solver), ("closer", o.closer)) if v and k in declared
+        }
         options = (
             {"max_messages": o.max_messages, "memory_tags": o.memory_tags} if task == "encounters" else {"max_turns": o.max_turns}
         )
