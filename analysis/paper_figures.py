@@ -48,6 +48,16 @@ def _accuracy_bars(ax, x, width, cells: list, *, capsize: float, elinewidth: flo
     ax.bar(x, acc, width, yerr=err, capsize=capsize, error_kw={"elinewidth": elinewidth}, **style)
 
 
+def _accuracy_axis(ax, label: str, top: float) -> None:
+    """A panel of accuracies: 0 to ``top`` (room for the brackets above 1), ticks 0 to 1, ``label`` as its title."""
+    ax.set_ylim(0, top)
+    ax.set_yticks(np.linspace(0, 1, 6))
+    ax.set_ylabel("accuracy")
+    ax.set_title(label, fontsize=10, loc="left")
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+
+
 def stars(p: float | None) -> str:
     """The paper's marks: ns, *, **, *** (Holm-adjusted p below 0.05, 0.01, 0.001)."""
     if p is None:
@@ -108,12 +118,7 @@ def settings_with_brackets(v: View, path: Path, group_by: str = "all", group: st
                     continue
                 bracket(ax, i - 1.5 * width, i + (j - 1.5) * width, y, stars(p))
                 y += 0.07
-        ax.set_ylim(0, 1.25)
-        ax.set_yticks(np.linspace(0, 1, 6))
-        ax.set_ylabel("accuracy")
-        ax.set_title(label, fontsize=10, loc="left")
-        ax.grid(axis="y", alpha=0.3)
-        ax.set_axisbelow(True)
+        _accuracy_axis(ax, label, 1.25)
     axes[0].legend(ncol=4, fontsize=8, loc="upper right", frameon=False)
     axes[-1].set_xticks(x, [v.display(m) for m in models])
     fig.suptitle(
@@ -250,12 +255,7 @@ def exam_settings(v: View, path: Path) -> Path | None:
                 c = (len(EXAM_SETTINGS) - 1) / 2
                 bracket(ax, i + (min(ia, ib) - c) * width, i + (max(ia, ib) - c) * width, y, stars(p))
                 y += 0.07
-        ax.set_ylim(0, 1.3)
-        ax.set_yticks(np.linspace(0, 1, 6))
-        ax.set_ylabel("accuracy")
-        ax.set_title(label, fontsize=10, loc="left")
-        ax.grid(axis="y", alpha=0.3)
-        ax.set_axisbelow(True)
+        _accuracy_axis(ax, label, 1.3)
     axes[0].legend(ncol=3, fontsize=7, loc="upper right", frameon=False)
     axes[-1].set_xticks(x, [v.display(m) for m in models])
     fig.suptitle("The physical exam: alone, left out of the conversation, added to it (paired bootstrap, Holm)", fontsize=10)
