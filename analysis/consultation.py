@@ -290,6 +290,25 @@ def _fmt_graders(v, rel: str) -> list[tuple[str, str]]:
     return out
 
 
+def _test_rows(t: dict, v) -> list[dict]:
+    """The section's tests: each paired bootstrap of a model's own grader (between settings, or between models at the
+    consultation) with its McNemar p-value beside it."""
+    tests = []
+    pv = t["consult_tests"].filter(pl.col("test") == "paired-bootstrap")
+    for r in pv.iter_rows(named=True):
+        fg = dict(_fmt_graders(v, r["model"] or r["a"]))
+        if fg.get(r["format"]) != r["grader"] or (r["family"] == "model" and r["setting"] != "consult_100"):
+            continue
+        mc = t["consult_tests"].filter(pl.col("test") == "mcnemar", pl.col("family") == r["family"], pl.col("a") == r["a"], pl.col("b") == r["b"],
+                                       pl.col("format") == r["format"], pl.col("grader") == r["grader"],
+                                       pl.col("model").eq_missing(r["model"]), pl.col("setting").eq_missing(r["setting"]))  # fmt: skip
+        who = v.display(r["model"]) if r["family"] == "setting" else r["setting"]
+        a_, b_ = (r["a"], r["b"]) if r["family"] == "setting" else (v.display(r["a"]), v.display(r["b"]))
+        tests.append({"family": r["family"], "who": who, "a": a_, "b": b_, "format": v.format_label(r["format"]), "grader": r["grader"],
+                      "diff": r["diff"], "n": r["n_cases"], "p": r["p_adjusted"], "p_mcnemar": mc["p_adjusted"][0] if mc.height else None})  # fmt: skip
+    return tests
+
+
 def page_section(a, v) -> dict | None:
     """What the page's consultation section shows (None without a consultation release)."""
     t = a.consultation
@@ -326,19 +345,7 @@ def page_section(a, v) -> dict | None:
                         "cells": [cell(by.get(i)) for i in range(1, len(tertiles) + 1)],
                     }
                 )
-    tests = []
-    pv = t["consult_tests"].filter(pl.col("test") == "paired-bootstrap")
-    for r in pv.iter_rows(named=True):
-        fg = dict(_fmt_graders(v, r["model"] or r["a"]))
-        if fg.get(r["format"]) != r["grader"] or (r["family"] == "model" and r["setting"] != "consult_100"):
-            continue
-        mc = t["consult_tests"].filter(pl.col("test") == "mcnemar", pl.col("family") == r["family"], pl.col("a") == r["a"], pl.col("b") == r["b"],
-                                       pl.col("format") == r["format"], pl.col("grader") == r["grader"],
-                                       pl.col("model").eq_missing(r["model"]), pl.col("setting").eq_missing(r["setting"]))  # fmt: skip
-        who = v.display(r["model"]) if r["family"] == "setting" else r["setting"]
-        a_, b_ = (r["a"], r["b"]) if r["family"] == "setting" else (v.display(r["a"]), v.display(r["b"]))
-        tests.append({"family": r["family"], "who": who, "a": a_, "b": b_, "format": v.format_label(r["format"]), "grader": r["grader"],
-                      "diff": r["diff"], "n": r["n_cases"], "p": r["p_adjusted"], "p_mcnemar": mc["p_adjusted"][0] if mc.height else None})  # fmt: skip
+    tests = _test_rows(t, v)
     lead = [r for r in rows if r["format"] == v.format_label("frq") and r["consult"]] or [r for r in rows if r["consult"]]
     best = max(lead, key=lambda r: r["consult"]["accuracy"]) if lead else None
     # what failed before the consultation could run: the cases without key-value information (posed in the upper bound only)

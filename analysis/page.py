@@ -225,6 +225,24 @@ def _judge_validity(audits: list[dict]) -> dict | None:
     return {"judge": label, "rows": shown} if shown else None
 
 
+def _validity(audits: list[dict]) -> tuple[list[dict], dict | None]:
+    """Agreement with the dermatologists (the history-validity audit), beside the metrics: each metric's ROC AUC, and
+    the dermatologists' own question on the doctor's history."""
+    auc = _audit_table(audits, "history_validity", "ROC AUC")
+    raters = {r["question"]: r for r in _audit_table(audits, "history_validity", "The dermatologists")}
+    q2 = raters.get("doctor_history")
+    validity = []
+    for metric, measure in VALIDITY_MEASURES.items():
+        by = {r["conversations"]: r for r in auc if r["measure"] == measure}
+        if by:
+            both = by.get("rated by both")
+            validity.append({
+                "metric": metric, "all": by.get("all resolved"), "both": both,
+                "as_good": bool(q2 and both and both["auc"] is not None and q2["auc"] is not None and both["auc"] >= q2["auc"]),
+            })  # fmt: skip
+    return validity, q2
+
+
 def _history(v: View, audits: list[dict]) -> dict | None:
     """The "How each doctor takes a history" section: the history metrics per model with CIs, their agreement
     with the dermatologists, paired tests, coverage against accuracy and complexity groups."""
@@ -242,19 +260,7 @@ def _history(v: View, audits: list[dict]) -> dict | None:
                 else {"mean": r["mean"], "lo": r["ci_low"], "hi": r["ci_high"], "digits": digits, "n": r["n_cases"]}
             )
         rows.append({"display": v.display(m), "cells": cells})
-    # agreement with the dermatologists (the history-validity audit), beside the metrics
-    auc = _audit_table(audits, "history_validity", "ROC AUC")
-    raters = {r["question"]: r for r in _audit_table(audits, "history_validity", "The dermatologists")}
-    q2 = raters.get("doctor_history")
-    validity = []
-    for metric, measure in VALIDITY_MEASURES.items():
-        by = {r["conversations"]: r for r in auc if r["measure"] == measure}
-        if by:
-            both = by.get("rated by both")
-            validity.append({
-                "metric": metric, "all": by.get("all resolved"), "both": both,
-                "as_good": bool(q2 and both and both["auc"] is not None and q2["auc"] is not None and both["auc"] >= q2["auc"]),
-            })  # fmt: skip
+    validity, q2 = _validity(audits)
     # paired tests on the coverage metric
     t = v.a.history_tests.filter(
         pl.col("metric") == "patient_info_recall", pl.col("model_a").is_in(models), pl.col("model_b").is_in(models)

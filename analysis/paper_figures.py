@@ -38,6 +38,26 @@ FORMAT_COLORS = {"mcq4": "#4C72B0", "frq": "#DD8452"}
 IMAGE_COLORS = {True: "#55A868", False: "#8C8C8C"}
 
 
+def _accuracy_bars(ax, x, width, cells: list, *, capsize: float, elinewidth: float, **style) -> None:
+    """Each cell's accuracy as a bar at ``x`` (``width`` wide) with its 95% CI as error bars; a missing cell: no bar."""
+    acc = [c["accuracy"] if c else np.nan for c in cells]
+    err = [
+        [c["accuracy"] - c["ci_low"] if c else 0 for c in cells],
+        [c["ci_high"] - c["accuracy"] if c else 0 for c in cells],
+    ]
+    ax.bar(x, acc, width, yerr=err, capsize=capsize, error_kw={"elinewidth": elinewidth}, **style)
+
+
+def _accuracy_axis(ax, label: str, top: float) -> None:
+    """A panel of accuracies: 0 to ``top`` (room for the brackets above 1), ticks 0 to 1, ``label`` as its title."""
+    ax.set_ylim(0, top)
+    ax.set_yticks(np.linspace(0, 1, 6))
+    ax.set_ylabel("accuracy")
+    ax.set_title(label, fontsize=10, loc="left")
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+
+
 def stars(p: float | None) -> str:
     """The paper's marks: ns, *, **, *** (Holm-adjusted p below 0.05, 0.01, 0.001)."""
     if p is None:
@@ -80,20 +100,8 @@ def settings_with_brackets(v: View, path: Path, group_by: str = "all", group: st
     for ax, (fmt, label) in zip(axes, fmts):
         for j, s in enumerate(UPSTREAM_SETTINGS):
             cells = [v.cell(m, s, fmt, group_by=group_by, group=group) for m in models]
-            acc = [c["accuracy"] if c else np.nan for c in cells]
-            err = [
-                [c["accuracy"] - c["ci_low"] if c else 0 for c in cells],
-                [c["ci_high"] - c["accuracy"] if c else 0 for c in cells],
-            ]
-            ax.bar(
-                x + (j - 1.5) * width,
-                acc,
-                width,
-                yerr=err,
-                capsize=2,
-                label=SETTING_LABELS[s],
-                color=COLORS[s],
-                error_kw={"elinewidth": 0.8},
+            _accuracy_bars(
+                ax, x + (j - 1.5) * width, width, cells, capsize=2, elinewidth=0.8, label=SETTING_LABELS[s], color=COLORS[s]
             )
         for i, m in enumerate(models):
             g = v.grader_for(m, fmt)
@@ -110,12 +118,7 @@ def settings_with_brackets(v: View, path: Path, group_by: str = "all", group: st
                     continue
                 bracket(ax, i - 1.5 * width, i + (j - 1.5) * width, y, stars(p))
                 y += 0.07
-        ax.set_ylim(0, 1.25)
-        ax.set_yticks(np.linspace(0, 1, 6))
-        ax.set_ylabel("accuracy")
-        ax.set_title(label, fontsize=10, loc="left")
-        ax.grid(axis="y", alpha=0.3)
-        ax.set_axisbelow(True)
+        _accuracy_axis(ax, label, 1.25)
     axes[0].legend(ncol=4, fontsize=8, loc="upper right", frameon=False)
     axes[-1].set_xticks(x, [v.display(m) for m in models])
     fig.suptitle(
@@ -141,20 +144,15 @@ def mcq_vs_frq(v: View, path: Path) -> Path | None:
     for ax, s in zip(axes, UPSTREAM_SETTINGS):
         for k, fmt in enumerate(("mcq4", "frq")):
             cells = [v.cell(m, s, fmt) for m in models]
-            acc = [c["accuracy"] if c else np.nan for c in cells]
-            err = [
-                [c["accuracy"] - c["ci_low"] if c else 0 for c in cells],
-                [c["ci_high"] - c["accuracy"] if c else 0 for c in cells],
-            ]
-            ax.bar(
+            _accuracy_bars(
+                ax,
                 x + (k - 0.5) * 0.38,
-                acc,
                 0.38,
-                yerr=err,
+                cells,
                 capsize=1.5,
+                elinewidth=0.7,
                 color=FORMAT_COLORS[fmt],
                 label=v.format_label(fmt),
-                error_kw={"elinewidth": 0.7},
             )
         for i, m in enumerate(models):
             g = v.grader_for(m, "frq")
@@ -191,20 +189,15 @@ def vision(v: View, path: Path) -> Path | None:
             cells = [v.cell(m, s, "frq", grader=g, with_image=flag) for s in UPSTREAM_SETTINGS]
             if not any(cells):
                 continue
-            acc = [c["accuracy"] if c else np.nan for c in cells]
-            err = [
-                [c["accuracy"] - c["ci_low"] if c else 0 for c in cells],
-                [c["ci_high"] - c["accuracy"] if c else 0 for c in cells],
-            ]
-            ax.bar(
+            _accuracy_bars(
+                ax,
                 x + (k - 0.5) * 0.38,
-                acc,
                 0.38,
-                yerr=err,
+                cells,
                 capsize=1.5,
+                elinewidth=0.7,
                 color=IMAGE_COLORS[flag],
                 label="with the image" if flag else "without the image",
-                error_kw={"elinewidth": 0.7},
             )
         for j, s in enumerate(UPSTREAM_SETTINGS):
             row = (it.filter(pl.col("model") == m, pl.col("setting") == s, pl.col("format") == "frq", pl.col("grader") == g,
@@ -237,21 +230,16 @@ def exam_settings(v: View, path: Path) -> Path | None:
     for ax, (fmt, label) in zip(axes, fmts):
         for j, s in enumerate(EXAM_SETTINGS):
             cells = [v.cell(m, s, fmt) for m in models]
-            acc = [c["accuracy"] if c else np.nan for c in cells]
-            err = [
-                [c["accuracy"] - c["ci_low"] if c else 0 for c in cells],
-                [c["ci_high"] - c["accuracy"] if c else 0 for c in cells],
-            ]
             off = (j - (len(EXAM_SETTINGS) - 1) / 2) * width
-            ax.bar(
+            _accuracy_bars(
+                ax,
                 x + off,
-                acc,
                 width,
-                yerr=err,
+                cells,
                 capsize=1.5,
+                elinewidth=0.7,
                 label=SETTING_LABELS[s],
                 color=COLORS.get(s) or EXAM_COLORS[s],
-                error_kw={"elinewidth": 0.7},
             )
         for i, m in enumerate(models):
             g = v.grader_for(m, fmt)
@@ -267,12 +255,7 @@ def exam_settings(v: View, path: Path) -> Path | None:
                 c = (len(EXAM_SETTINGS) - 1) / 2
                 bracket(ax, i + (min(ia, ib) - c) * width, i + (max(ia, ib) - c) * width, y, stars(p))
                 y += 0.07
-        ax.set_ylim(0, 1.3)
-        ax.set_yticks(np.linspace(0, 1, 6))
-        ax.set_ylabel("accuracy")
-        ax.set_title(label, fontsize=10, loc="left")
-        ax.grid(axis="y", alpha=0.3)
-        ax.set_axisbelow(True)
+        _accuracy_axis(ax, label, 1.3)
     axes[0].legend(ncol=3, fontsize=7, loc="upper right", frameon=False)
     axes[-1].set_xticks(x, [v.display(m) for m in models])
     fig.suptitle("The physical exam: alone, left out of the conversation, added to it (paired bootstrap, Holm)", fontsize=10)

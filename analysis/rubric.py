@@ -302,14 +302,24 @@ def write_figures(r: Rubric, out: Path) -> list[Path]:
     """The meta-category profile, the category heat map and the raw score distribution (none when nothing was judged)."""
     if r.table.height == 0:
         return []
-    from craftmd.scoring.rubric import META_CATEGORIES, load_catalog
-
-    from .figures import _save, plt
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     models = sorted(r.table["model"].unique().to_list())
-    paths = []
+    paths = [
+        _meta_figure(r, models, out),
+        _category_figure(r, models, out),
+        _dimension_figure(r, models, out),
+        _raw_figure(r, models, out),
+    ]
+    return [p for p in paths if p is not None]
+
+
+def _meta_figure(r: Rubric, models: list[str], out: Path) -> Path:
+    """The meta-category profile: each model's mean per meta-category with its 95% CI."""
+    from craftmd.scoring.rubric import META_CATEGORIES
+
+    from .figures import _save, plt
+
     meta = r.table.filter(pl.col("level") == "meta_category", pl.col("mean").is_not_null())
     fig, ax = plt.subplots(figsize=(9, 4.5))
     width = 0.8 / max(len(models), 1)
@@ -331,7 +341,14 @@ def write_figures(r: Rubric, out: Path) -> list[Path]:
     ax.legend(fontsize=7, frameon=False)
     ax.set_title("Rubric profile by meta-category (95% case-bootstrap CI)", fontsize=10, loc="left")
     fig.tight_layout()
-    paths.append(_save(fig, out / "rubric_meta.png"))
+    return _save(fig, out / "rubric_meta.png")
+
+
+def _category_figure(r: Rubric, models: list[str], out: Path) -> Path:
+    """The category heat map: models x categories."""
+    from craftmd.scoring.rubric import load_catalog
+
+    from .figures import _save, plt
 
     cats = list(load_catalog().categories)
     cat = r.table.filter(pl.col("level") == "category")
@@ -346,22 +363,35 @@ def write_figures(r: Rubric, out: Path) -> list[Path]:
     fig.colorbar(im, ax=ax, fraction=0.02)
     ax.set_title("Rubric categories (normalised 0-100; blank: not judged)", fontsize=10, loc="left")
     fig.tight_layout()
-    paths.append(_save(fig, out / "rubric_categories.png"))
+    return _save(fig, out / "rubric_categories.png")
+
+
+def _dimension_figure(r: Rubric, models: list[str], out: Path) -> Path | None:
+    """MedPI's Appendix E as a heat map: dimensions (rows, by category) x models (None without dimension rows)."""
+    from craftmd.scoring.rubric import load_catalog
+
+    from .figures import _save, plt
 
     dims = r.detail.filter(pl.col("level") == "dimension") if r.detail is not None else None
-    if dims is not None and dims.height:  # MedPI's Appendix E as a heat map: dimensions (rows, by category) x models
-        ids = [d.id for d in load_catalog().dimensions if d.id in set(dims["group"].to_list())]
-        grid = np.full((len(ids), len(models)), np.nan)
-        for m, g, mu in dims.select("model", "group", "mean").iter_rows():
-            grid[ids.index(g), models.index(m)] = mu
-        fig, ax = plt.subplots(figsize=(3 + 0.9 * len(models), 1.5 + 0.16 * len(ids)))
-        im = ax.imshow(np.ma.masked_invalid(grid), vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
-        ax.set_yticks(range(len(ids)), [i.replace("_", " ") for i in ids], fontsize=5)
-        ax.set_xticks(range(len(models)), models, rotation=45, ha="right", fontsize=7)
-        fig.colorbar(im, ax=ax, fraction=0.04)
-        ax.set_title("Rubric dimensions (normalised 0-100; blank: not judged)", fontsize=9, loc="left")
-        fig.tight_layout()
-        paths.append(_save(fig, out / "rubric_dimensions.png"))
+    if dims is None or not dims.height:
+        return None
+    ids = [d.id for d in load_catalog().dimensions if d.id in set(dims["group"].to_list())]
+    grid = np.full((len(ids), len(models)), np.nan)
+    for m, g, mu in dims.select("model", "group", "mean").iter_rows():
+        grid[ids.index(g), models.index(m)] = mu
+    fig, ax = plt.subplots(figsize=(3 + 0.9 * len(models), 1.5 + 0.16 * len(ids)))
+    im = ax.imshow(np.ma.masked_invalid(grid), vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
+    ax.set_yticks(range(len(ids)), [i.replace("_", " ") for i in ids], fontsize=5)
+    ax.set_xticks(range(len(models)), models, rotation=45, ha="right", fontsize=7)
+    fig.colorbar(im, ax=ax, fraction=0.04)
+    ax.set_title("Rubric dimensions (normalised 0-100; blank: not judged)", fontsize=9, loc="left")
+    fig.tight_layout()
+    return _save(fig, out / "rubric_dimensions.png")
+
+
+def _raw_figure(r: Rubric, models: list[str], out: Path) -> Path:
+    """The raw 1-4 score distribution per model (failed: no valid score)."""
+    from .figures import _save, plt
 
     fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(models) + 2), 3.5))
     levels = ["1", "2", "3", "4", "failed"]
@@ -377,8 +407,7 @@ def write_figures(r: Rubric, out: Path) -> list[Path]:
     ax.legend(fontsize=7, frameon=False, ncol=5, loc="upper center")
     ax.set_title("Raw 1-4 scores per model (failed: no valid score)", fontsize=10, loc="left")
     fig.tight_layout()
-    paths.append(_save(fig, out / "rubric_raw.png"))
-    return paths
+    return _save(fig, out / "rubric_raw.png")
 
 
 def page_section(r: Rubric | None) -> dict | None:

@@ -1,22 +1,6 @@
 """A thin runner for the named SQL files in ``analysis/sql``.
 
-:func:`connect` opens an in-memory DuckDB and registers the inputs as views, by name:
-
-* ``releases``: one row per release (``release``, ``kind``, ``model``, ``display``, ``task``, ``prompt_set``);
-* ``answers``, ``conversations``, ``scores``: every release's parquet, with a ``release`` column
-  (``scores`` unions the releases' variant keys by name, and leaves out claims: scorer ``claimed:<name>``); ``grades`` (``sql/grades.sql``): the
-  ``correct`` scores of answers, one row per answer and grader, the shape the accuracy queries read;
-  ``score_rows``: every score with its variant keys folded into one text column ``variant``;
-* ``cases``: the built dataset's case metadata (``case_id``, ``with_image``, ``source``,
-  ``specialty``, ``single_dx``): the ``all`` config, plus ``nejm_image`` (``with_image`` true);
-* ``setting_order``: the settings in :data:`craftmd.release.SETTINGS` order;
-* ``pair_options``: which pairs of models ``sql/comparisons`` tests (``all_pairs``, ``all_pairs_up_to``:
-  :data:`ALL_PAIRS_UP_TO`; see :func:`connect`);
-* ``sample_order``: every sample id of the dataset with its position in natural order
-  (``case_9`` before ``case_10``); ids are opaque, this is the only order they have;
-* the table macros of ``sql/_macros.sql`` (McNemar's counts per case and per pair).
-
-:func:`run` executes ``sql/<name>.sql`` and returns an arrow table; :func:`materialize`
+:func:`connect` opens an in-memory DuckDB with the releases and the dataset as views; :func:`run` executes ``sql/<name>.sql`` and returns an arrow table; :func:`materialize`
 keeps a query's result as a table of that name, for later queries to read.
 """
 
@@ -94,7 +78,25 @@ def connect(
     releases: list[Release] | Path | str, dataset_dir: Path | str, threads: int | None = None, all_pairs: bool = False
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the releases and the dataset registered as views. ``all_pairs``: the comparisons test
-    every pair of models, whatever the board's size (else every pair only up to :data:`ALL_PAIRS_UP_TO` models)."""
+    every pair of models, whatever the board's size (else every pair only up to :data:`ALL_PAIRS_UP_TO` models).
+
+    :func:`connect` opens an in-memory DuckDB and registers the inputs as views, by name:
+
+    * ``releases``: one row per release (``release``, ``kind``, ``model``, ``display``, ``task``, ``prompt_set``);
+    * ``answers``, ``conversations``, ``scores``: every release's parquet, with a ``release`` column
+      (``scores`` unions the releases' variant keys by name, and leaves out claims: scorer ``claimed:<name>``);
+      ``grades`` (``sql/grades.sql``): the
+      ``correct`` scores of answers, one row per answer and grader, the shape the accuracy queries read;
+      ``score_rows``: every score with its variant keys folded into one text column ``variant``;
+    * ``cases``: the built dataset's case metadata (``case_id``, ``with_image``, ``source``,
+      ``specialty``, ``single_dx``): the ``all`` config, plus ``nejm_image`` (``with_image`` true);
+    * ``setting_order``: the settings in :data:`craftmd.release.SETTINGS` order;
+    * ``pair_options``: which pairs of models ``sql/comparisons`` tests (``all_pairs``, ``all_pairs_up_to``:
+      :data:`ALL_PAIRS_UP_TO`; see :func:`connect`);
+    * ``sample_order``: every sample id of the dataset with its position in natural order
+      (``case_9`` before ``case_10``); ids are opaque, this is the only order they have;
+    * the table macros of ``sql/_macros.sql`` (McNemar's counts per case and per pair).
+    """
     if not isinstance(releases, list):
         releases = find_releases(releases)
     if not releases:

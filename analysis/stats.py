@@ -18,14 +18,10 @@ from statsmodels.stats.multitest import multipletests
 from .bootstrap import DEFAULT_B, DEFAULT_SEED, Resampler, paired_p, scale
 
 CELL = ["release", "grader", "setting", "format", "with_image", "group_by", "group"]
+#: A model's cell of a results table and its number of cases: the leading columns of the accuracy and test tables.
+CELL_COLUMNS = ["model", "setting", "format", "grader", "group_by", "group", "n_cases"]
 ACCURACY_COLUMNS = [
-    "model",
-    "setting",
-    "format",
-    "grader",
-    "group_by",
-    "group",
-    "n_cases",
+    *CELL_COLUMNS,
     "accuracy",
     "ci_low",
     "ci_high",

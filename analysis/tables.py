@@ -21,7 +21,7 @@ from .escape import csv_safe
 from . import runner
 from .bootstrap import DEFAULT_B, DEFAULT_SEED
 from .history import history_tables
-from .stats import bootstrap_all, metric_table
+from .stats import CELL_COLUMNS, bootstrap_all, metric_table
 
 #: The paper's other tests, written beside TABLES when computed (MCQ vs FRQ, image vs none, the experts' McNemar).
 MORE_TABLES = ("format_tests", "image_tests", "expert_tests", "published_tests")
@@ -221,13 +221,7 @@ FORMAT_TEST_COLUMNS = [
     "test",
 ]
 IMAGE_TEST_COLUMNS = [
-    "model",
-    "setting",
-    "format",
-    "grader",
-    "group_by",
-    "group",
-    "n_cases",
+    *CELL_COLUMNS,
     "diff",
     "p_value",
     "p_adjusted",

@@ -215,6 +215,34 @@ def _holder(path: Path) -> str:
     return text or "another process"
 
 
+def _flock(path: Path, target, timeout: float) -> int:
+    """The lock file at ``path`` opened and locked (``flock``), waiting up to ``timeout`` seconds for its holder (said once
+    on stderr); its descriptor."""
+    deadline, told = time.monotonic() + timeout, False
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            if not told:
+                print(f"craftmd: waiting for {target}: being written by {_holder(path)}", file=sys.stderr, flush=True)
+                told = True
+            if time.monotonic() > deadline:
+                raise CraftMDError(
+                    f"{target} is being written by {_holder(path)} (waited {timeout:.0f} s); try again when it is done"
+                ) from None
+            time.sleep(0.05)
+            continue
+        try:  # the holder before us removes the file as it lets go: ours must still be the one at the path
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+
+
 @contextmanager
 def locked(target: Path | str, timeout: float | None = None) -> Iterator[None]:
     """Hold the write lock of ``target`` (a folder): one writer at a time, across threads and processes.
@@ -241,29 +269,7 @@ def locked(target: Path | str, timeout: float | None = None) -> Iterator[None]:
                 _held[key] -= 1
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        deadline, told = time.monotonic() + timeout, False
-        while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                if not told:
-                    print(f"craftmd: waiting for {target}: being written by {_holder(path)}", file=sys.stderr, flush=True)
-                    told = True
-                if time.monotonic() > deadline:
-                    raise CraftMDError(
-                        f"{target} is being written by {_holder(path)} (waited {timeout:.0f} s); try again when it is done"
-                    ) from None
-                time.sleep(0.05)
-                continue
-            try:  # the holder before us removes the file as it lets go: ours must still be the one at the path
-                same = os.stat(path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
+        fd = _flock(path, target, timeout)
         try:
             me = (
                 f"pid {os.getpid()} on {socket.gethostname()} ({' '.join(Path(sys.argv[0]).name.split() + sys.argv[1:])[:200]})\n"

@@ -1,35 +1,7 @@
 """The release: the one contract every part of the package meets at.
 
-A release is a folder::
-
-    RELEASE/
-      conversations.parquet   what the agents said: one row per (case, trial, conversation kind, image flag)
-      answers.parquet         what the model answered: one row per (case, trial, setting, format, image flag)
-      scores.parquet          every number scored on them, long form (absent until scored)
-      manifest.json           the run record (:class:`RunRecord`): task, dataset, roles, prompts, versions, hashes
-
-Upstream results are *ingested* into it, new models are *generated* into it,
-submissions are *scored* into it, and analysis only ever *reads* it. Generation writes
-conversations, answers and the manifest once; scoring adds ``scores.parquet`` beside
-them and never rewrites what generation wrote, except the scores file's own checksum in
-the manifest's ``files``: every file of a release is listed there with its sha256 and
-checked when the release is read, so a damaged file (cut short, a flipped bit) is named,
-with how to rebuild it, before anything reads a number from it.
-
-``scores.parquet`` has one row per (case, trial, variant keys, scorer, metric): ``value``
-is a double whose meaning the metric registry (:mod:`craftmd.metrics`) declares, null
-when ``status`` says the score could not be produced (a failed grader call is never a
-verdict). The variant keys are the task's own columns (CRAFT-MD's ``setting``,
-``format``, ``with_image``; a conversation-level metric's ``conversation``): any column
-besides :data:`SCORE_COLUMNS` is a variant key. Each scorer's record (identity, the
-inputs it scored, counts) travels in the file's own metadata, so a re-run can tell a
-current score from a stale one.
-
-Writing is atomic (a temporary sibling swapped in whole, :mod:`craftmd.atomic`), one writer
-at a time (a lock beside the folder: concurrent scorers all keep their rows), and deterministic: rows are
-sorted by key, sample ids in natural order (``case_9`` before ``case_10``), parquet
-options fixed, and the manifest holds no timestamps, local paths or secrets. A release
-written by an older schema is refused with a message that says how to rebuild it.
+A release is a folder (conversations, answers, scores and the run record): upstream results are ingested into it, new
+models generated into it, submissions scored into it, and analysis only ever reads it (:class:`Release`).
 """
 
 from __future__ import annotations
@@ -231,7 +203,17 @@ def variant_keys(table: pa.Table | pa.Schema) -> list[str]:
 
 
 def conform_scores(table: pa.Table) -> pa.Table:
-    """Check a scores table: base columns typed, metrics registered, values in range, one row per key."""
+    """Check a scores table: base columns typed, metrics registered, values in range, one row per key.
+
+    ``scores.parquet`` has one row per (case, trial, variant keys, scorer, metric): ``value``
+    is a double whose meaning the metric registry (:mod:`craftmd.metrics`) declares, null
+    when ``status`` says the score could not be produced (a failed grader call is never a
+    verdict). The variant keys are the task's own columns (CRAFT-MD's ``setting``,
+    ``format``, ``with_image``; a conversation-level metric's ``conversation``): any column
+    besides :data:`SCORE_COLUMNS` is a variant key. Each scorer's record (identity, the
+    inputs it scored, counts) travels in the file's own metadata, so a re-run can tell a
+    current score from a stale one.
+    """
     from craftmd.metrics import metric
 
     missing = [f.name for f in SCORE_COLUMNS if f.name not in table.column_names]
@@ -435,6 +417,12 @@ def write_release(
 
     ``scores`` (a scores table and its scorer records) is written beside them when given;
     a record's ``inputs`` get the hash of the answers file written here (``answers_sha256``).
+
+    Writing is atomic (a temporary sibling swapped in whole, :mod:`craftmd.atomic`), one writer
+    at a time (a lock beside the folder: concurrent scorers all keep their rows), and deterministic: rows are
+    sorted by key, sample ids in natural order (``case_9`` before ``case_10``), parquet
+    options fixed, and the manifest holds no timestamps, local paths or secrets. A release
+    written by an older schema is refused with a message that says how to rebuild it.
     """
     out = Path(out)
     if manifest.task_sha256 is None:  # a task of one's own: the release records the hash of the file that made it
@@ -548,7 +536,24 @@ def _plain_fields(table: pa.Table) -> pa.Table:
 @dataclass
 class Release:
     """An open release: its run record and, read once, its files' bytes (checked against the run record's hashes when
-    opened with ``verify``); every table is parsed from those bytes, so a command reads each file once."""
+    opened with ``verify``); every table is parsed from those bytes, so a command reads each file once.
+
+    A release is a folder::
+
+        RELEASE/
+          conversations.parquet   what the agents said: one row per (case, trial, conversation kind, image flag)
+          answers.parquet         what the model answered: one row per (case, trial, setting, format, image flag)
+          scores.parquet          every number scored on them, long form (absent until scored)
+          manifest.json           the run record (:class:`RunRecord`): task, dataset, roles, prompts, versions, hashes
+
+    Upstream results are *ingested* into it, new models are *generated* into it,
+    submissions are *scored* into it, and analysis only ever *reads* it. Generation writes
+    conversations, answers and the manifest once; scoring adds ``scores.parquet`` beside
+    them and never rewrites what generation wrote, except the scores file's own checksum in
+    the manifest's ``files``: every file of a release is listed there with its sha256 and
+    checked when the release is read, so a damaged file (cut short, a flipped bit) is named,
+    with how to rebuild it, before anything reads a number from it.
+    """
 
     path: Path
     manifest: RunRecord

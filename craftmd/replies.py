@@ -41,3 +41,22 @@ def reply_json(text: str | None) -> object:
 
 
 __all__ = ["reply_json"]
+
+
+def validated_reply(text: str | None, model, json_where: str = "") -> tuple[object | None, str | None]:
+    """A reply as the pydantic ``model`` -> (its value, None), or (None, why it does not validate: ``invalid reply: ...``,
+    at most 300 characters; ``json_where`` comes before the reason a reply holds no JSON)."""
+    from pydantic import ValidationError
+
+    if not text or not text.strip():
+        return None, "invalid reply: empty"
+    try:
+        raw = reply_json(text)
+    except ValueError as exc:
+        return None, f"invalid reply: {json_where}{exc}"[:300]
+    try:
+        return model.model_validate(raw), None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "reply"
+        return None, f"invalid reply: {where}: {first['msg']}"[:300]

@@ -333,25 +333,8 @@ def build_dataset(
             card_text(version, source_info, counts, sizes, facts_info["source"], train_counts), encoding="utf-8"
         )
         files[CARD] = {"sha256": sha256_file(tmp / CARD), "bytes": (tmp / CARD).stat().st_size}
-        report = BuildReport(
-            out=out,
-            version=version,
-            source=source_info,
-            rows=counts,
-            by_source=dict(Counter(c.source for c in cases).most_common()),
-            by_specialty=dict(sorted(Counter(c.specialty or "(none)" for c in cases).items(), key=lambda kv: (-kv[1], kv[0]))),
-            by_task_type=dict(sorted(Counter(c.task_type for c in cases).items(), key=lambda kv: (-kv[1], kv[0]))),
-            single_dx={
-                str(k).lower() if k is not None else "null": v for k, v in Counter(c.single_dx for c in cases).most_common()
-            },
-            **quality,
-            nejm={"rows": len(images), "multi_image": sorted(got["multi_image"])},
-            medqa_file=medqa_file,
-            facts=facts_info,
-            files=dict(files),
-            empty_vignettes=[c.case_id for c in cases if not c.vignette.strip()],
-            consult_train=train_info,
-            craftmd_train=ct_info,
+        report = _report(
+            out, version, source_info, counts, cases, quality, images, got, medqa_file, facts_info, files, train_info, ct_info
         )
         (tmp / REPORT).write_text(report.to_markdown(), encoding="utf-8")
         files[REPORT] = {"sha256": sha256_file(tmp / REPORT), "bytes": (tmp / REPORT).stat().st_size}
@@ -359,6 +342,30 @@ def build_dataset(
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _report(
+    out, version, source_info, counts, cases, quality, images, got, medqa_file, facts_info, files, train_info, ct_info
+) -> BuildReport:
+    """The build's report: rows per config, the cases by source, specialty and task type, the source's quality."""
+    return BuildReport(
+        out=out,
+        version=version,
+        source=source_info,
+        rows=counts,
+        by_source=dict(Counter(c.source for c in cases).most_common()),
+        by_specialty=dict(sorted(Counter(c.specialty or "(none)" for c in cases).items(), key=lambda kv: (-kv[1], kv[0]))),
+        by_task_type=dict(sorted(Counter(c.task_type for c in cases).items(), key=lambda kv: (-kv[1], kv[0]))),
+        single_dx={str(k).lower() if k is not None else "null": v for k, v in Counter(c.single_dx for c in cases).most_common()},
+        **quality,
+        nejm={"rows": len(images), "multi_image": sorted(got["multi_image"])},
+        medqa_file=medqa_file,
+        facts=facts_info,
+        files=dict(files),
+        empty_vignettes=[c.case_id for c in cases if not c.vignette.strip()],
+        consult_train=train_info,
+        craftmd_train=ct_info,
+    )
 
 
 def _check_out(out: Path, overwrite: bool) -> None:

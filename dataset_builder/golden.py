@@ -11,7 +11,6 @@ dialogue is scripted (:func:`script`) or model-written (:mod:`craftmd.generation
 from __future__ import annotations
 
 import functools
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from craftmd import CraftMDError
 import craftmd.tasks
 from craftmd.dataset_builder import medqa as M
 from craftmd.dataset_builder import transform as T
-from craftmd.dataset_builder.mediq import normalise, strip_number
+from craftmd.dataset_builder.mediq import context_text, normalise, parse_lines, strip_number
 from craftmd.release import natural_key
 
 CONFIG = "consult_train"
@@ -130,22 +129,15 @@ class Prepared:
 def mediq_candidates(data: bytes) -> list[Candidate]:
     """MediQ's MedQA lines (``all_dev_good.jsonl``, CC BY 4.0, Li et al. 2024), in file order; a malformed line is one
     error naming it. The vignette is the joined ``context``, the facts are MediQ's atomic facts (numbering stripped)."""
-    out = []
-    for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-            context = rec["context"]
-            vignette = " ".join(context) if isinstance(context, list) else str(context)
-            options = rec["options"]
-            letters = sorted(options)
-            out.append(Candidate(f"mediq:{int(rec['id'])}", "mediq", T.normalize_ws(vignette), tuple(strip_number(f) for f in rec["facts"]),
-                                 T.normalize_ws(rec["question"]), tuple(T.clean_option(options[k]) for k in letters),
-                                 T.clean_option(options[rec["answer_idx"]])))  # fmt: skip
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CraftMDError(f"MediQ {MEDIQ_FILE}:{n}: unreadable line ({type(exc).__name__}: {exc})") from None
-    return out
+
+    def candidate(rec: dict) -> Candidate:
+        options = rec["options"]
+        letters = sorted(options)
+        return Candidate(f"mediq:{int(rec['id'])}", "mediq", T.normalize_ws(context_text(rec)), tuple(strip_number(f) for f in rec["facts"]),
+                         T.normalize_ws(rec["question"]), tuple(T.clean_option(options[k]) for k in letters),
+                         T.clean_option(options[rec["answer_idx"]]))  # fmt: skip
+
+    return parse_lines(MEDIQ_FILE, data, candidate)
 
 
 def medqa_candidates(items: list[M.MedQAItem]) -> list[Candidate]:

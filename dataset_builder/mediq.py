@@ -81,20 +81,31 @@ def strip_number(fact: str) -> str:
     return _NUMBER.sub("", fact, count=1).strip()
 
 
-def parse(path: str, data: bytes) -> list[Item]:
-    """The lines of one MediQ JSONL file; a malformed line is one error naming file and line."""
-    items = []
+def parse_lines(path: str, data: bytes, make) -> list:
+    """Each non-blank line of a MediQ JSONL file made into an item by ``make(record)``; a malformed line is one error
+    naming file and line."""
+    out = []
     for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
-            context = rec["context"]
-            text = " ".join(context) if isinstance(context, list) else str(context)
-            items.append(Item(int(rec["id"]), path, text, tuple(strip_number(f) for f in rec["facts"])))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            out.append(make(json.loads(line)))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CraftMDError(f"MediQ {path}:{n}: unreadable line ({type(exc).__name__}: {exc})") from None
-    return items
+    return out
+
+
+def context_text(rec: dict) -> str:
+    """A MediQ line's ``context`` as one text (its sentences joined)."""
+    context = rec["context"]
+    return " ".join(context) if isinstance(context, list) else str(context)
+
+
+def parse(path: str, data: bytes) -> list[Item]:
+    """The lines of one MediQ JSONL file; a malformed line is one error naming file and line."""
+    return parse_lines(
+        path, data, lambda rec: Item(int(rec["id"]), path, context_text(rec), tuple(strip_number(f) for f in rec["facts"]))
+    )
 
 
 def read_items(source) -> list[Item]:

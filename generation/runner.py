@@ -421,15 +421,11 @@ class Runner:
     def call_settings(self, concurrency: int | None = None) -> CallSettings:
         """How this run calls its models (``concurrency``: this process's share per server)."""
         s = self.spec
-        return CallSettings(
-            base_url=s.base_url,
-            api_key=s.api_key,
-            timeout=s.timeout,
-            max_retries=s.max_retries,
+        return CallSettings.of(
+            s,
             backoff=s.backoff,
             down=self.down,
             concurrency=concurrency or s.concurrency,
-            server_concurrency=s.server_concurrency,
             seed=s.seed,
             cache=s.cache or default_cache(),
             engine_args=engine_args_by_model(self.agent_names, s.engine_args),

@@ -431,6 +431,38 @@ def _f1s(overlap: np.ndarray, n_pred: np.ndarray, n_target: np.ndarray) -> np.nd
     return out
 
 
+def _pair_overlaps(tok, owner, qconv, qstart, off, qlen, pair_start, pi, pj) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ROUGE-1 and ROUGE-2 overlaps and the LCS length of every pair ``(pi[p], pj[p])`` of questions (numbered as in
+    :func:`_similarities`)."""
+    nq = len(qlen)
+    npairs = len(pi)
+    nscored = len(qstart) - 1
+    x1 = np.zeros(npairs, np.int64)
+    x2 = np.zeros(npairs, np.int64)
+    lcs = np.zeros(npairs, np.int64)
+    if not len(tok):
+        return x1, x2, lcs
+    # ROUGE-1 overlaps; the same sort gives each conversation's vocabulary (its (conversation, token) groups)
+    order, group, rank = _grouped(tok, owner, qconv, qstart)
+    x1 = _overlaps(owner[order], group, rank, nq, pair_start, npairs)
+    sconv = qconv[owner[order]]
+    vc = np.bincount(sconv[np.r_[True, group[1:] != group[:-1]]], minlength=nscored)
+    vstart = np.zeros(nscored + 1, np.int64)
+    np.cumsum(vc, out=vstart[1:])
+    loc = np.empty(len(tok), np.int64)
+    loc[order] = group - vstart[sconv]
+    # ROUGE-2 overlaps, the bigram (s, t) coded s * span + t
+    nxt = np.flatnonzero(np.arange(len(tok)) - off[owner] < qlen[owner] - 1)
+    if len(nxt):
+        span = int(tok.max()) + 1
+        order, group, rank = _grouped(tok[nxt] * span + tok[nxt + 1], owner[nxt], qconv, qstart)
+        x2 = _overlaps(owner[nxt][order], group, rank, nq, pair_start, npairs)
+    # ROUGE-L: pairs with no word in common have no common subsequence (F1 0, rouge-score's 0 for an empty side)
+    shared = np.flatnonzero(x1)
+    lcs[shared] = _lcs_pairs(off, qconv, qstart, loc, vc, pi[shared], pj[shared])
+    return x1, x2, lcs
+
+
 def _similarities(tok: np.ndarray, starts, lens, counts) -> list[tuple[float, float, float] | None]:
     """:func:`question_similarity` of many conversations: question q is ``tok[starts[q]:starts[q] + lens[q]]``
     (token ids), conversation c's ``counts[c]`` questions the next ones. Each pair's F1 as rouge-score computes it (:func:`_f1s`; n-gram
@@ -464,28 +496,7 @@ def _similarities(tok: np.ndarray, starts, lens, counts) -> list[tuple[float, fl
     owner = np.repeat(np.arange(nq, dtype=np.int64), qlen)
     qstart = np.zeros(len(scored) + 1, np.int64)
     np.cumsum(k, out=qstart[1:])
-    x1 = np.zeros(npairs, np.int64)
-    x2 = np.zeros(npairs, np.int64)
-    lcs = np.zeros(npairs, np.int64)
-    if len(tok):
-        # ROUGE-1 overlaps; the same sort gives each conversation's vocabulary (its (conversation, token) groups)
-        order, group, rank = _grouped(tok, owner, qconv, qstart)
-        x1 = _overlaps(owner[order], group, rank, nq, pair_start, npairs)
-        sconv = qconv[owner[order]]
-        vc = np.bincount(sconv[np.r_[True, group[1:] != group[:-1]]], minlength=len(scored))
-        vstart = np.zeros(len(scored) + 1, np.int64)
-        np.cumsum(vc, out=vstart[1:])
-        loc = np.empty(len(tok), np.int64)
-        loc[order] = group - vstart[sconv]
-        # ROUGE-2 overlaps, the bigram (s, t) coded s * span + t
-        nxt = np.flatnonzero(np.arange(len(tok)) - off[owner] < qlen[owner] - 1)
-        if len(nxt):
-            span = int(tok.max()) + 1
-            order, group, rank = _grouped(tok[nxt] * span + tok[nxt + 1], owner[nxt], qconv, qstart)
-            x2 = _overlaps(owner[nxt][order], group, rank, nq, pair_start, npairs)
-        # ROUGE-L: pairs with no word in common have no common subsequence (F1 0, rouge-score's 0 for an empty side)
-        shared = np.flatnonzero(x1)
-        lcs[shared] = _lcs_pairs(off, qconv, qstart, loc, vc, pi[shared], pj[shared])
+    x1, x2, lcs = _pair_overlaps(tok, owner, qconv, qstart, off, qlen, pair_start, pi, pj)
     n1 = np.maximum(qlen, 1)
     n2 = np.maximum(qlen - 1, 1)
     f1 = _f1s(x1, n1[pj], n1[pi])
@@ -552,6 +563,25 @@ _RECALL, _PRECISION, _F1, _FACTS, _TURNS, _DOCTOR_WORDS, _PATIENT_WORDS, _Q1, _Q
 _AT = tuple(range(10, 10 + len(SHARES)))
 
 
+def _rouge1_after(turn_toks: list[list[int]], refc: Counter) -> tuple[int, int, list[int]]:
+    """ROUGE-1 against the reference, after each patient turn (intersection counted as rouge-score does): the final
+    intersection, the patient's token count, and the intersection after each turn."""
+    seen: dict[int, int] = {}
+    inter, total = 0, 0
+    after: list[int] = []
+    for toks in turn_toks:
+        total += len(toks)
+        for t in toks:
+            c = refc.get(t)
+            if c:
+                n = seen.get(t, 0)
+                if n < c:
+                    inter += 1
+                seen[t] = n + 1
+        after.append(inter)
+    return inter, total, after
+
+
 def _scores(
     doctor_lens: list[int],
     turn_toks: list[list[int]],
@@ -567,21 +597,7 @@ def _scores(
     ids, the number of questions, the answered doctor turns, and the questions' similarity (computed apart, for
     many conversations at once in :func:`_work`). Appends each score to the columns ``metric`` (its index in
     :data:`METRIC_NAMES`), ``value`` and ``detail``."""
-    # ROUGE-1 against the reference, after each patient turn (intersection counted as rouge-score does)
-    refc = ref.counts
-    seen: dict[int, int] = {}
-    inter, total = 0, 0
-    after: list[int] = []
-    for toks in turn_toks:
-        total += len(toks)
-        for t in toks:
-            c = refc.get(t)
-            if c:
-                n = seen.get(t, 0)
-                if n < c:
-                    inter += 1
-                seen[t] = n + 1
-        after.append(inter)
+    inter, total, after = _rouge1_after(turn_toks, ref.counts)
     p = inter / max(total, 1)
     r = inter / max(ref.total, 1)
     metric += (_RECALL, _PRECISION, _F1)

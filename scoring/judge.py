@@ -626,16 +626,7 @@ class Judge:
     def call_settings(self):
         from craftmd.models.connect import CallSettings
 
-        s = self.spec
-        return CallSettings(
-            base_url=s.base_url,
-            api_key=s.api_key,
-            timeout=s.timeout,
-            max_retries=s.max_retries,
-            concurrency=s.concurrency,
-            server_concurrency=s.server_concurrency,
-            cache=s.cache,
-        )
+        return CallSettings.of(self.spec)
 
     async def _run_member(self, state: MemberState, p: Plan, tick, counts, conn) -> None:
         caller = conn.caller(state.member.model)

@@ -1,28 +1,7 @@
 """Submissions: a model's answers from outside the package, validated, graded and scored.
 
-A submission is a JSON Lines file (one object per line) or a parquet file with the columns
-``case_id, trial, setting, format, response`` (and optionally ``with_image``); the JSON
-Schema is ``scoring/submission.schema.json`` (``craftmd submit --schema`` prints it).
-
-:func:`validate_submission` reads the whole file, a line (or a parquet batch) at a time, and
-lists every problem (the first :data:`MAX_PROBLEMS` by line, and how many more) with its line:
-empty file, bytes that are not UTF-8, a line that is not JSON or is cut off or too long, a key
-given twice, nesting too deep, a number too long, a lone surrogate, a missing or mistyped field,
-an unknown case, setting or format, a duplicate row, an oversized response. Each message is one
-printable line, a hostile value in it cut short. Nothing is graded or written unless it passes.
-Its memory does not grow with the file beyond a few bytes per good row and its response.
-
-A model's name (``--model``) may hold anything printable up to :data:`MAX_MODEL_CHARS`
-characters; the page, the markdown and the CSV tables escape it for their medium.
-
-:func:`submit` turns a valid submission into a release of kind ``submission`` (the common
-schema, its grades in ``scores.parquet``, so the leaderboard shows it next to the others);
-``craftmd submit`` (:mod:`craftmd.commands.submit`) adds the accuracy report beside it.
-Every case of the chosen dataset config that the submission leaves unanswered, for each
-(setting, format, trial) it answers, becomes an answer row with status ``missing``: it is
-reported and scored as wrong, never skipped. Answers in conversational settings count on the
-leaderboard only with the conversations behind them (``craftmd submit --conversations``,
-checked by :func:`read_conversations`); without, they are listed apart as self-reported.
+A submission is a JSON Lines or parquet file of ``case_id, trial, setting, format, response`` rows (JSON Schema:
+``scoring/submission.schema.json``); :func:`validate_submission` checks it, :func:`submit` makes it a release.
 """
 
 from __future__ import annotations
@@ -434,10 +413,17 @@ class _Keys:
 def validate_submission(path: Path | str, dataset_dir: Path | str, *, config: str = "all") -> Validated:
     """Check a submission completely; raise :class:`SubmissionError` listing its problems.
 
-    The file is read a line (or a parquet batch) at a time: what the check holds besides the
-    rows it keeps is one batch, whatever the file's size. A good row is kept as its response,
-    its line and its key as one integer (:class:`_Keys`) with the key's parts as categoricals,
-    so finding repeated rows and unanswered cases costs a few bytes a row.
+    A submission is a JSON Lines file (one object per line) or a parquet file with the columns ``case_id, trial, setting,
+    format, response`` (and optionally ``with_image``); the JSON Schema is ``scoring/submission.schema.json`` (``craftmd
+    submit --schema`` prints it). Every problem is listed (the first :data:`MAX_PROBLEMS` by line, and how many more) with
+    its line: empty file, bytes that are not UTF-8, a line that is not JSON or is cut off or too long, a key given twice,
+    nesting too deep, a number too long, a lone surrogate, a missing or mistyped field, an unknown case, setting or format,
+    a duplicate row, an oversized response. Each message is one printable line, a hostile value in it cut short. Nothing is
+    graded or written unless it passes.
+
+    The file is read a line (or a parquet batch) at a time: what the check holds besides the rows it keeps is one batch,
+    whatever the file's size. A good row is kept as its response, its line and its key as one integer (:class:`_Keys`) with
+    the key's parts as categoricals, so finding repeated rows and unanswered cases costs a few bytes a row.
     """
     path = Path(path)
     problems = _Problems()
@@ -478,7 +464,16 @@ def validate_submission(path: Path | str, dataset_dir: Path | str, *, config: st
     flush()
     kept = pl.concat(frames, how="vertical", rechunk=False) if frames else keys.decode(pl.DataFrame(schema=ROW_SCHEMA))
     frames.clear()
-    # A key given on several lines: each repeat names the line that gave it first (sorting the keys finds them).
+    _duplicates(kept, problems)
+    if problems:
+        raise SubmissionError(path, problems.listed(), problems.total)
+    cells, missing = _unanswered(kept, keys)
+    return Validated(path, kept.select(*KEY, "response"), cells, missing)
+
+
+def _duplicates(kept: pl.DataFrame, problems: _Problems) -> None:
+    """A key given on several lines: each repeat is a problem naming the line that gave it first (sorting the keys
+    finds them)."""
     if kept.height and (kept.get_column("key").sort().diff() == 0).any():
         dup = kept.filter(pl.col("key").is_duplicated()).with_columns(first=pl.col("line").min().over("key"))
         for r in dup.filter(pl.col("line") != pl.col("first")).sort("line").iter_rows(named=True):
@@ -486,9 +481,11 @@ def validate_submission(path: Path | str, dataset_dir: Path | str, *, config: st
                 r["line"],
                 f"duplicate row: {r['case_id']} trial {r['trial']} {r['setting']}/{r['format']} already on line {r['first']}",
             )
-    if problems:
-        raise SubmissionError(path, problems.listed(), problems.total)
-    # The cells answered, and how many cases each answers: a cell short of the dataset's cases has missing ones.
+
+
+def _unanswered(kept: pl.DataFrame, keys: _Keys) -> tuple[list[tuple], pl.DataFrame]:
+    """The cells answered (setting, format, trial, with_image) and the cases each leaves unanswered: a cell short of the
+    dataset's cases has missing ones."""
     answered = kept.group_by(key=keys.cell()).agg(n=pl.len())
     cell_rows = keys.decode(answered).with_columns(pl.col("setting", "format").cast(pl.Utf8))
     cells = sorted(cell_rows.select("setting", "format", "trial", "with_image").iter_rows())
@@ -509,13 +506,14 @@ def validate_submission(path: Path | str, dataset_dir: Path | str, *, config: st
         .with_columns(pl.col("case_id", "setting", "format").cast(pl.Utf8))
     )
     missing = missing.sort("setting", "format", "trial", "with_image", maintain_order=True).select(*KEY)
-    return Validated(path, kept.select(*KEY, "response"), cells, missing)
+    return cells, missing
 
 
 def check_model_name(model: str) -> str:
     """A submitted model's name, refused with one line when it holds control characters or is absurdly long.
 
-    What it may hold otherwise (``$``, ``|``, ``<``, a leading ``=``) is escaped where it is shown:
+    It may hold anything printable up to :data:`MAX_MODEL_CHARS` characters; what it may hold otherwise (``$``, ``|``,
+    ``<``, a leading ``=``) is escaped where it is shown:
     the figures draw it as plain text, the markdown and CSV tables escape it.
     """
     if not model or not model.strip():
@@ -636,6 +634,10 @@ def submit(
     """Validate and grade a submission into the release ``OUT/submission-<model>-<hash>/`` (answers and scores).
 
     Returns the release's path, the validated submission and each grader's record.
+    The release is of kind ``submission`` (the common schema, its grades in ``scores.parquet``, so the leaderboard
+    shows it next to the others); ``craftmd submit`` (:mod:`craftmd.commands.submit`) adds the accuracy report beside
+    it. Every case of the chosen dataset config that the submission leaves unanswered, for each (setting, format,
+    trial) it answers, becomes an answer row with status ``missing``: it is reported and scored as wrong, never skipped.
     Nothing is written unless the submission is valid. ``conversations`` (a parquet file of the
     release's conversations schema) puts the conversations behind its conversational answers in
     the release, checked (:func:`read_conversations`); without them, a submission's answers in
@@ -657,13 +659,22 @@ def submit(
     scores, records = grade_answers(
         pl.from_arrow(answers), dataset_dir, graders, base_url=base_url, cache=cache, progress=progress
     )
-    status = pl.from_arrow(answers)["status"].value_counts().sort("status")
     ds_sha = None
     from craftmd.release import sha256_file
 
     if config_file(dataset_dir, config).exists():
         ds_sha = sha256_file(config_file(dataset_dir, config))
-    manifest = RunRecord(
+    manifest = _submission_record(release_id, model, config, ds_sha, path, conversations, v, answers)
+    inputs = dataset_inputs(dataset_dir)
+    records = {g: dict(r, inputs=inputs) for g, r in records.items()}
+    rel_path = write_release(Path(out_dir) / release_id, manifest, tables, scores=(scores, records))
+    return rel_path, v, records
+
+
+def _submission_record(release_id, model, config, ds_sha, path, conversations, v: Validated, answers: pa.Table) -> RunRecord:
+    """A submission release's run record: its dataset, files, the model in the doctor's role, its answers' counts."""
+    status = pl.from_arrow(answers)["status"].value_counts().sort("status")
+    return RunRecord(
         release=release_id,
         kind="submission",
         model=model,
@@ -687,10 +698,6 @@ def submit(
             "rows with status missing and a null response; every grader counts them wrong.",
         },
     )
-    inputs = dataset_inputs(dataset_dir)
-    records = {g: dict(r, inputs=inputs) for g, r in records.items()}
-    rel_path = write_release(Path(out_dir) / release_id, manifest, tables, scores=(scores, records))
-    return rel_path, v, records
 
 
 def validate_cli(args) -> int:

@@ -202,6 +202,39 @@ def current(release, record: dict) -> bool:
     return bool(rows) and record.get("judge_scores_sha256") == judge_scores_sha256(rows)
 
 
+def _calibrated_columns(mine: list[dict], judge: str, cal: dict) -> dict[str, list]:
+    """The calibrated judge's score rows (as columns) from the judge's: each score mapped by its group's map, the judge's
+    score in ``detail``; a failed score stays an error."""
+    from craftmd.scoring.judge import CALIBRATED, CALIBRATED_METRIC
+
+    cols = {
+        k: []
+        for k in (
+            "case_id",
+            "trial",
+            "conversation",
+            "with_image",
+            "dimension",
+            "scorer",
+            "metric",
+            "value",
+            "label",
+            "detail",
+            "status",
+        )
+    }
+    for r in mine:
+        m = cal["maps"][group_of(r["dimension"], cal["by"])]
+        ok = r["status"] == "ok" and r["value"] is not None
+        detail = {"judge": judge, "judge_score": r["value"]} if ok else {"judge": judge, "error": "the judge's score failed"}
+        for k, v in (("case_id", r["case_id"]), ("trial", r["trial"]), ("conversation", r["conversation"]), ("with_image", r["with_image"]),
+                     ("dimension", r["dimension"]), ("scorer", CALIBRATED), ("metric", CALIBRATED_METRIC),
+                     ("value", float(m[str(int(r["value"]))]) if ok else None), ("label", None),
+                     ("detail", json.dumps(detail, sort_keys=True)), ("status", "ok" if ok else "error")):  # fmt: skip
+            cols[k].append(v)
+    return cols
+
+
 def apply_calibration(release_dirs, path) -> list[dict]:
     """Add the calibrated judge (scorer ``judge-calibrated``) to each release, from its judge's scores; one line and
     nothing written when a release's standing judge is not the calibrated one or a judged dimension has no map.
@@ -213,7 +246,7 @@ def apply_calibration(release_dirs, path) -> list[dict]:
     import pyarrow as pa
 
     from craftmd.release import read_release, write_scores
-    from craftmd.scoring.judge import CALIBRATED, CALIBRATED_METRIC, METRIC, pick_scorer
+    from craftmd.scoring.judge import CALIBRATED, METRIC, pick_scorer
 
     cal, sha = read_calibration(path)
     plans = []
@@ -236,31 +269,7 @@ def apply_calibration(release_dirs, path) -> list[dict]:
         plans.append((rel, judge, mine))
     out = []
     for rel, judge, mine in plans:
-        cols = {
-            k: []
-            for k in (
-                "case_id",
-                "trial",
-                "conversation",
-                "with_image",
-                "dimension",
-                "scorer",
-                "metric",
-                "value",
-                "label",
-                "detail",
-                "status",
-            )
-        }
-        for r in mine:
-            m = cal["maps"][group_of(r["dimension"], cal["by"])]
-            ok = r["status"] == "ok" and r["value"] is not None
-            detail = {"judge": judge, "judge_score": r["value"]} if ok else {"judge": judge, "error": "the judge's score failed"}
-            for k, v in (("case_id", r["case_id"]), ("trial", r["trial"]), ("conversation", r["conversation"]), ("with_image", r["with_image"]),
-                         ("dimension", r["dimension"]), ("scorer", CALIBRATED), ("metric", CALIBRATED_METRIC),
-                         ("value", float(m[str(int(r["value"]))]) if ok else None), ("label", None),
-                         ("detail", json.dumps(detail, sort_keys=True)), ("status", "ok" if ok else "error")):  # fmt: skip
-                cols[k].append(v)
+        cols = _calibrated_columns(mine, judge, cal)
         record = {"method": "isotonic", "version": VERSION, "judge": judge, "judge_scores_sha256": judge_scores_sha256(mine),
                   "by": cal["by"], "calibration_sha256": sha,
                   "ratings_sha256": cal["ratings_sha256"], "pairs": cal["pairs"], "held_out": cal["held_out"]}  # fmt: skip

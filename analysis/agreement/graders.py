@@ -133,6 +133,36 @@ DERM_COLUMNS = [
 ]
 
 
+def _description(rows: list[dict], overall: dict) -> str:
+    """The audit's description: how the two graders are compared, and their agreement overall and on diagnoses."""
+    desc = (
+        "Free-response (FRQ) answers are graded by the paper's GPT-4 grader-AI (recorded upstream, grader "
+        "`upstream-gpt4`) and by this package's offline grader (`offline`: normalisation, abbreviations, "
+        "synonyms and the subtype rule from a versioned table, no model). The table gives, per model and "
+        "setting, how often the two agree and Cohen's kappa (chance-corrected; most answers are wrong, so "
+        "raw agreement flatters). The held-out cases (all derm_private cases and every case whose number is "
+        "divisible by 5) were not used to build the offline grader's table or rules. "
+    )
+    if "held-out" in overall:
+        h = overall["held-out"]
+        desc += f"Held-out, all text models: agreement {h['agreement']:.3f}, kappa {h['kappa']}. "
+    if "train" in overall:
+        t = overall["train"]
+        desc += f"Training: agreement {t['agreement']:.3f}, kappa {t['kappa']}. "
+    dq = {r["split"]: r for r in rows if r["model"] == "all text models, diagnosis questions"}
+    if "held-out" in dq:
+        desc += (
+            f"On the questions that ask for a diagnosis (task_type diagnosis) the held-out kappa is {dq['held-out']['kappa']}: "
+            "on the others (a test, a treatment, a finding) the recorded grader-AI extracts no diagnosis from a correct "
+            "answer and credits a disease the model named instead, which no rule reproduces. "
+        )
+    desc += (
+        "GPT-4V's recorded labels are all 0 (even for exact matches), so its kappa is undefined and it is "
+        "left out of the 'all text models' rows."
+    )
+    return desc
+
+
 def grader_agreement_audit(releases_dir: Path | str, dataset_dir: Path | str | None = None, source=None) -> dict:
     """The audit dict (id, title, description, tables, figures, data) the leaderboard renders.
 
@@ -165,31 +195,7 @@ def grader_agreement_audit(releases_dir: Path | str, dataset_dir: Path | str | N
     rows = agreement_table(df)
     cols = ["model", "setting", "split", "n", "agreement", "kappa", "reference_correct", "offline_correct"]
     overall = {r["split"]: r for r in rows if r["model"] == "all text models"}
-    desc = (
-        "Free-response (FRQ) answers are graded by the paper's GPT-4 grader-AI (recorded upstream, grader "
-        "`upstream-gpt4`) and by this package's offline grader (`offline`: normalisation, abbreviations, "
-        "synonyms and the subtype rule from a versioned table, no model). The table gives, per model and "
-        "setting, how often the two agree and Cohen's kappa (chance-corrected; most answers are wrong, so "
-        "raw agreement flatters). The held-out cases (all derm_private cases and every case whose number is "
-        "divisible by 5) were not used to build the offline grader's table or rules. "
-    )
-    if "held-out" in overall:
-        h = overall["held-out"]
-        desc += f"Held-out, all text models: agreement {h['agreement']:.3f}, kappa {h['kappa']}. "
-    if "train" in overall:
-        t = overall["train"]
-        desc += f"Training: agreement {t['agreement']:.3f}, kappa {t['kappa']}. "
-    dq = {r["split"]: r for r in rows if r["model"] == "all text models, diagnosis questions"}
-    if "held-out" in dq:
-        desc += (
-            f"On the questions that ask for a diagnosis (task_type diagnosis) the held-out kappa is {dq['held-out']['kappa']}: "
-            "on the others (a test, a treatment, a finding) the recorded grader-AI extracts no diagnosis from a correct "
-            "answer and credits a disease the model named instead, which no rule reproduces. "
-        )
-    desc += (
-        "GPT-4V's recorded labels are all 0 (even for exact matches), so its kappa is undefined and it is "
-        "left out of the 'all text models' rows."
-    )
+    desc = _description(rows, overall)
     tables = [{"name": "Agreement per model, setting and split", "columns": cols, "rows": [[r[c] for c in cols] for r in rows]}]
     derm = dermatologist_rows(releases_dir, source)
     if derm:

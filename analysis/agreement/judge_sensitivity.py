@@ -112,8 +112,7 @@ def sensitivity(
     """Re-judge a sample of every judged release under ``releases_dir`` under each variant; write and return the drift."""
     from craftmd.atomic import atomic_dir
     from craftmd.models import parse_name
-    from craftmd.release import find_releases
-    from craftmd.scoring.judge import METRIC, Judge, MemberState, pick_scorer, read_units, score_rows
+    from craftmd.scoring.judge import METRIC, Judge, MemberState, score_rows
 
     parse_name(other)
     variants = list(variants or VARIANTS)
@@ -122,6 +121,44 @@ def sensitivity(
         raise CraftMDError(f"--variants: {bad[0]!r} is not one of {', '.join(VARIANTS)}")
     if n < 1:
         raise CraftMDError("--n must be at least 1")
+    plans = _plans(releases_dir, n, seed, dataset_dir)
+    if not plans:
+        raise CraftMDError(f"no judged release under {releases_dir} (craftmd score RELEASE --scorer judge:PROVIDER/MODEL first)")
+    rows, records_out, overall = [], {}, {}
+    for rel, scorer, record, sample, base_rows in plans:
+        base = _frame(base_rows, rel.display, "baseline")
+        spec = base_spec(record, base_url=base_url, cache=cache)
+        overall.setdefault("baseline", {})[rel.display] = _overall(base)
+        for name, vs in variant_specs(spec, other).items():
+            if name not in variants:
+                continue
+            judge = Judge(vs)
+            states, _ = judge.run(sample)
+            table, _ = score_rows(sample, states, judge.dims)
+            var = _frame([r for r in table.to_pylist() if r["metric"] == METRIC], rel.display, name)
+            member = states[0].member
+            records_out.setdefault(rel.id, {})[name] = judge.identity(MemberState(member, vs.response_format))
+            rows += drift_rows(base, var, name, member.name, B, seed)
+            overall.setdefault(name, {})[rel.display] = _overall(var)
+    models = sorted(overall["baseline"])
+    tau = _kendall(overall, models, variants)
+    table = pl.DataFrame(rows, schema={c: (pl.Int64 if c.startswith("n_") else pl.Float64 if c in ("baseline", "variant_mean", "drift",
+                                                                                                   "ci_low", "ci_high") else pl.String)
+                                       for c in COLUMNS}).sort("model", "variant", "level", "group")  # fmt: skip
+    result = {"format": "craftmd-judge-sensitivity", "version": 1, "n": n, "seed": seed, "B": B, "other_judge": other, "variants": variants,
+              "kendall_tau": tau, "models": models, "judges": records_out, "rows": table.to_dicts()}  # fmt: skip
+    out = Path(releases_dir) / FOLDER
+    with atomic_dir(out, owns=("sensitivity.json",)) as tmp:
+        table.write_csv(tmp / "sensitivity.csv")
+        (tmp / "sensitivity.json").write_text(json.dumps(result, indent=1, sort_keys=True, ensure_ascii=False))
+    return result
+
+
+def _plans(releases_dir, n: int, seed: int, dataset_dir) -> list[tuple]:
+    """Each judged release's (release, scorer, its record, the sampled units, their baseline score rows)."""
+    from craftmd.release import find_releases
+    from craftmd.scoring.judge import METRIC, pick_scorer, read_units
+
     plans = []
     for rel in find_releases(releases_dir):
         t, records = rel.scores_with_records()
@@ -155,26 +192,12 @@ def sensitivity(
                 [r for r in mine if (r["case_id"], r["trial"], r["conversation"], r["with_image"]) in keys],
             )
         )
-    if not plans:
-        raise CraftMDError(f"no judged release under {releases_dir} (craftmd score RELEASE --scorer judge:PROVIDER/MODEL first)")
-    rows, records_out, overall = [], {}, {}
-    for rel, scorer, record, sample, base_rows in plans:
-        base = _frame(base_rows, rel.display, "baseline")
-        spec = base_spec(record, base_url=base_url, cache=cache)
-        overall.setdefault("baseline", {})[rel.display] = _overall(base)
-        for name, vs in variant_specs(spec, other).items():
-            if name not in variants:
-                continue
-            judge = Judge(vs)
-            states, _ = judge.run(sample)
-            table, _ = score_rows(sample, states, judge.dims)
-            var = _frame([r for r in table.to_pylist() if r["metric"] == METRIC], rel.display, name)
-            member = states[0].member
-            records_out.setdefault(rel.id, {})[name] = judge.identity(MemberState(member, vs.response_format))
-            rows += drift_rows(base, var, name, member.name, B, seed)
-            overall.setdefault(name, {})[rel.display] = _overall(var)
+    return plans
+
+
+def _kendall(overall: dict, models: list[str], variants: list[str]) -> dict:
+    """Kendall's tau between the baseline's ranking of ``models`` and each variant's (None where there is none)."""
     tau = {}
-    models = sorted(overall["baseline"])
     for name in variants:
         if len(models) < 2:
             tau[name] = None
@@ -186,16 +209,7 @@ def sensitivity(
             continue
         t = kendall_tau(a, b)
         tau[name] = None if t is None else round(t, 4)
-    table = pl.DataFrame(rows, schema={c: (pl.Int64 if c.startswith("n_") else pl.Float64 if c in ("baseline", "variant_mean", "drift",
-                                                                                                   "ci_low", "ci_high") else pl.String)
-                                       for c in COLUMNS}).sort("model", "variant", "level", "group")  # fmt: skip
-    result = {"format": "craftmd-judge-sensitivity", "version": 1, "n": n, "seed": seed, "B": B, "other_judge": other, "variants": variants,
-              "kendall_tau": tau, "models": models, "judges": records_out, "rows": table.to_dicts()}  # fmt: skip
-    out = Path(releases_dir) / FOLDER
-    with atomic_dir(out, owns=("sensitivity.json",)) as tmp:
-        table.write_csv(tmp / "sensitivity.csv")
-        (tmp / "sensitivity.json").write_text(json.dumps(result, indent=1, sort_keys=True, ensure_ascii=False))
-    return result
+    return tau
 
 
 def _overall(df: pl.DataFrame) -> float | None:

@@ -58,16 +58,11 @@ def _serve(args) -> int:
         server.stop()
 
 
-def register(sub) -> None:
-    """Add ``craftmd finetune train|serve`` to the `craftmd` parser."""
+def _add_train_arguments(t) -> None:
+    """``craftmd finetune train``'s arguments, their defaults those of :class:`TrainSettings`."""
     from craftmd.generation.finetune import TrainSettings
 
     d = TrainSettings()
-    p = sub.add_parser(
-        "finetune", help="fine-tune a doctor on the golden consultations (consult_train) and serve it to the benchmark"
-    )
-    inner = p.add_subparsers(dest="finetune_command", metavar="STEP", required=True)
-    t = command(inner, "train", _train)
     t.add_argument(
         "--dataset",
         type=Path,
@@ -107,20 +102,31 @@ def register(sub) -> None:
     )
     t.add_argument("--limit", type=int, metavar="N", help="train on the first N rows only")
     t.add_argument("--seed", type=int, default=d.seed, help=f"seed of the initialisation and the order (default {d.seed})")
-    t.add_argument(
+    _add_python_argument(t)
+
+
+def _add_python_argument(p) -> None:
+    """``--python``: the training environment's interpreter."""
+    p.add_argument(
         "--python",
         metavar="PATH",
         help="the training environment's interpreter (default $CRAFTMD_TRAIN_PYTHON, else .venv-train/bin/python)",
     )
+
+
+def register(sub) -> None:
+    """Add ``craftmd finetune train|serve`` to the `craftmd` parser."""
+    p = sub.add_parser(
+        "finetune", help="fine-tune a doctor on the golden consultations (consult_train) and serve it to the benchmark"
+    )
+    inner = p.add_subparsers(dest="finetune_command", metavar="STEP", required=True)
+    t = command(inner, "train", _train)
+    _add_train_arguments(t)
     s = command(inner, "serve", _serve)
     s.add_argument("checkpoint", type=Path, metavar="CHECKPOINT", help="a checkpoint folder (craftmd finetune train --out)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    s.add_argument(
-        "--python",
-        metavar="PATH",
-        help="the training environment's interpreter (default $CRAFTMD_TRAIN_PYTHON, else .venv-train/bin/python)",
-    )
+    _add_python_argument(s)
 
 
 __all__ = ["register"]

@@ -67,6 +67,32 @@ def builtin_audits(releases: Path, data: Path, source, out: Path) -> list[dict]:
     return read_audits(out)
 
 
+def _dataset(data: Path, src, progress: bool) -> None:
+    """The dataset at ``data`` built from ``src`` unless it is current (a folder that is no built dataset: one line)."""
+    if _dataset_current(data, src):
+        _say(f"dataset: {data} is current")
+    elif data.exists() and (not data.is_dir() or (any(data.iterdir()) and not (data / "build_manifest.json").exists())):
+        raise CraftMDError(f"{data} exists and is not a built dataset; choose another --dataset")
+    else:
+        from craftmd.dataset_builder.build import build_dataset
+
+        _say(f"dataset: building into {data}")
+        build_dataset(src, data, overwrite=True, progress=progress)
+
+
+def _score_all(releases: Path, data: Path, extra: list[str], progress: bool) -> None:
+    """Each release under ``releases`` scored by its task's default scorers and ``extra``, those that are stale."""
+    from craftmd.scoring.score import claim_lines, default_scorers, score_release
+
+    for r in find_releases(releases):
+        names = list(dict.fromkeys(default_scorers(r) + extra))
+        done = score_release(r.path, data, names, progress=progress)
+        for line in claim_lines(done):
+            _say(f"score: {line}")
+        current = ", ".join(done["current"]) or "none"
+        _say(f"score: {r.id}: " + (f"scored {', '.join(done['scored'])}; " if done["scored"] else "") + f"current {current}")
+
+
 def leaderboard(
     *,
     source=None,
@@ -86,7 +112,6 @@ def leaderboard(
     from craftmd.analysis.page import write_page
     from craftmd.analysis.tables import OWNS, analyse, read_audits
     from craftmd.generation.ingest import ingest
-    from craftmd.scoring.score import claim_lines, default_scorers, score_release
     from craftmd.scoring.scorers import check_scorers
     from craftmd.source import Source
 
@@ -95,27 +120,13 @@ def leaderboard(
     t0 = time.perf_counter()
     src = source if isinstance(source, Source) else Source(source)
 
-    if _dataset_current(data, src):
-        _say(f"dataset: {data} is current")
-    elif data.exists() and (not data.is_dir() or (any(data.iterdir()) and not (data / "build_manifest.json").exists())):
-        raise CraftMDError(f"{data} exists and is not a built dataset; choose another --dataset")
-    else:
-        from craftmd.dataset_builder.build import build_dataset
-
-        _say(f"dataset: building into {data}")
-        build_dataset(src, data, overwrite=True, progress=progress)
+    _dataset(data, src, progress)
 
     _say(f"ingest: upstream results into {releases}")
     ingest(src, data, releases, progress=progress, skip_existing=True)
 
     extra = check_scorers(scorers) if scorers else []
-    for r in find_releases(releases):
-        names = list(dict.fromkeys(default_scorers(r) + extra))
-        done = score_release(r.path, data, names, progress=progress)
-        for line in claim_lines(done):
-            _say(f"score: {line}")
-        current = ", ".join(done["current"]) or "none"
-        _say(f"score: {r.id}: " + (f"scored {', '.join(done['scored'])}; " if done["scored"] else "") + f"current {current}")
+    _score_all(releases, data, extra, progress)
 
     _say("analyse: accuracy, bootstrap CIs, paired tests")
     with atomic_dir(out, owns=OWNS) as tmp:

@@ -24,6 +24,20 @@ from craftmd.commands.judge import add_judge_arguments, judge_options
 from craftmd.scoring.score import claim_lines
 
 
+def _print_listing() -> None:
+    """``craftmd score --list``: every registered scorer, what it applies to and what it writes."""
+    from craftmd.scoring.scorers import listing
+
+    for r in listing():
+        applies = ("tasks " + ",".join(r["tasks"]) if r["tasks"] != "any" else "any task") + (
+            f"; formats {','.join(r['formats'])}" if r["formats"] else ""
+        )
+        model = "; calls a model" if r["calls_model"] else ""
+        m = r["metrics"]
+        writes = ", ".join(m) if len(m) <= 4 else f"{', '.join(m[:3])}, … ({len(m)} metrics)"
+        print(f"{r['scorer']:22s} {r['unit']:12s} {applies}{model}\n{'':35s} writes {writes}: {r['about']}")
+
+
 def _score(args) -> int:
     """run scorers on releases: MCQ rules, FRQ graders, history metrics, key-value metrics, judges, MELD
 
@@ -36,17 +50,10 @@ def _score(args) -> int:
     reason) and is never a verdict. --list prints every registered scorer and what it writes.
     """
     from craftmd.scoring.score import score_release
-    from craftmd.scoring.scorers import check_scorers, listing
+    from craftmd.scoring.scorers import check_scorers
 
     if args.list:
-        for r in listing():
-            applies = ("tasks " + ",".join(r["tasks"]) if r["tasks"] != "any" else "any task") + (
-                f"; formats {','.join(r['formats'])}" if r["formats"] else ""
-            )
-            model = "; calls a model" if r["calls_model"] else ""
-            m = r["metrics"]
-            writes = ", ".join(m) if len(m) <= 4 else f"{', '.join(m[:3])}, … ({len(m)} metrics)"
-            print(f"{r['scorer']:22s} {r['unit']:12s} {applies}{model}\n{'':35s} writes {writes}: {r['about']}")
+        _print_listing()
         return 0
     if not args.release:
         raise CraftMDError("no release given (craftmd score RELEASE [--scorer NAME ...]; --list shows the scorers)")

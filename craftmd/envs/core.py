@@ -1,31 +1,7 @@
 """The episode core: a task's own protocol as reset/step, with no RL library.
 
-An episode is one job of the task's own generation runner (:mod:`craftmd.generation.runner`): the same
-conversation loop, the same patient prompts and model, the same ending rules, the same release rows.
-Only the doctor is different: instead of a model called by the runner, each request the protocol makes of
-the doctor becomes an *observation* (the doctor's view: OpenAI messages), and :meth:`Episodes.step` is the
-doctor's reply. Every other role (the patient, CRAFT-MD's summarizer, the consultation's solver) is a model
-the user binds as everywhere else (``openai-api/<service>/<model>``, through
-:class:`~craftmd.models.connect.Connections`). When the job ends, its rows are scored by the task's own
-scorers (:mod:`craftmd.scoring.scorers`, the code ``craftmd score`` runs, on a release written by
-:func:`craftmd.release.write_release`), and the reward is the weighted sum of the scores
-(:data:`DEFAULT_WEIGHTS`; ``reward_weights=`` replaces them). :meth:`Episodes.write_release` writes every
-finished episode as one release; ``craftmd score`` of it gives the rewards the episodes gave, to the bit.
-
-Encounters (``task="encounters"``): the doctor opens and meets the task's own AI patient (its memories, their emotion
-tags, its affect after every doctor turn); the episode ends by the task's rules (either side closes with ``[END]``, or
-``max_messages``); the closure classifier labels it; then the rubric judge (``judge=``, a role bound like the others)
-scores the conversation on the dimensions that apply to the packet's objective, as ``craftmd score --scorer judge:MODEL``
-does. The reward is ``sum(w * mean((score - 1) / 3))`` over the weights' keys: ``judge/rubric_score`` (every dimension
-that applies; the default, weight 1) or ``judge/<dimension id, category or meta-category>`` (those of them that apply; a
-key none of whose dimensions applies to the packet's objective adds nothing, ``info["not_applicable"]`` names it); the
-judge is asked only the dimensions the weights name.
-
-The splits (:mod:`craftmd.envs.splits`): ``test`` is the benchmark itself, ``train`` the task's training cases, posed
-from a view of the dataset folder in which they stand where the benchmark's cases would (:attr:`Episodes.dataset`).
-
-The core is async (:meth:`Episodes.reset`, :meth:`Episodes.step`); :class:`SyncEpisodes` runs it on a loop of
-its own in a thread, for the synchronous APIs of the RL libraries (:mod:`craftmd.envs.openenv`).
+:class:`Episodes` runs the doctor's side of a task's generation job as an episode and scores it with the task's own
+scorers; :class:`SyncEpisodes` runs it in a thread for the synchronous APIs of the RL libraries.
 """
 
 from __future__ import annotations
@@ -200,13 +176,36 @@ def judge_settings(given: dict | None) -> dict:
 
 class Episodes:
     """The episodes of one task and split: ``await reset(i)`` gives the doctor's first view of case ``i``,
-    ``await step(text)`` answers it, until ``done``."""
+    ``await step(text)`` answers it, until ``done``.
+
+    An episode is one job of the task's own generation runner (:mod:`craftmd.generation.runner`): the same
+    conversation loop, the same patient prompts and model, the same ending rules, the same release rows.
+    Only the doctor is different: instead of a model called by the runner, each request the protocol makes of
+    the doctor becomes an *observation* (the doctor's view: OpenAI messages), and :meth:`Episodes.step` is the
+    doctor's reply. Every other role (the patient, CRAFT-MD's summarizer, the consultation's solver) is a model
+    the user binds as everywhere else (``openai-api/<service>/<model>``, through
+    :class:`~craftmd.models.connect.Connections`). When the job ends, its rows are scored by the task's own
+    scorers (:mod:`craftmd.scoring.scorers`, the code ``craftmd score`` runs, on a release written by
+    :func:`craftmd.release.write_release`), and the reward is the weighted sum of the scores
+    (:data:`DEFAULT_WEIGHTS`; ``reward_weights=`` replaces them). :meth:`Episodes.write_release` writes every
+    finished episode as one release; ``craftmd score`` of it gives the rewards the episodes gave, to the bit.
+
+    Encounters (``task="encounters"``): the doctor opens and meets the task's own AI patient (its memories, their emotion
+    tags, its affect after every doctor turn); the episode ends by the task's rules (either side closes with ``[END]``, or
+    ``max_messages``); the closure classifier labels it; then the rubric judge (``judge=``, a role bound like the others)
+    scores the conversation on the dimensions that apply to the packet's objective, as ``craftmd score --scorer judge:MODEL``
+    does. The reward is ``sum(w * mean((score - 1) / 3))`` over the weights' keys: ``judge/rubric_score`` (every dimension
+    that applies; the default, weight 1) or ``judge/<dimension id, category or meta-category>`` (those of them that apply; a
+    key none of whose dimensions applies to the packet's objective adds nothing, ``info["not_applicable"]`` names it); the
+    judge is asked only the dimensions the weights name.
+
+    The splits (:mod:`craftmd.envs.splits`): ``test`` is the benchmark itself, ``train`` the task's training cases, posed
+    from a view of the dataset folder in which they stand where the benchmark's cases would (:attr:`Episodes.dataset`).
+    """
 
     def __init__(self, task: str, split: str, options: Options):
         if task not in TASKS:
             raise CraftMDError(f"unknown task {task!r} for an environment; known: {', '.join(TASKS)}")
-        from craftmd.generation.runner import GenerateSpec
-
         from .splits import SPLITS, open_split
 
         if split not in SPLITS:
@@ -226,52 +225,12 @@ class Episodes:
         )
         self.weights = check_weights(weights)
         if task == "encounters":
-            self.selected = encounter_weights(self.weights)
-            self.scorers = [f"judge:{o.judge}"]
-            from craftmd.models import parse_name
-            from craftmd.scoring.judge import MODES
-
-            parse_name(o.judge)  # a malformed name: one line
-            if o.judge_mode not in MODES:
-                raise CraftMDError(f"judge_mode {o.judge_mode!r}: one of {', '.join(MODES)}")
-            self.judge_options = judge_settings(o.judge_options)
-            from craftmd.scoring.judge import JudgeSpec
-
-            JudgeSpec(models=[o.judge], mode=o.judge_mode, **self.judge_options).check()  # a bad setting: one line, now
-            every = any(v is None for v in self.selected.values())
-            self.dimensions = None if every else sorted({d for v in self.selected.values() for d in v})
+            self._check_judge(o)
         else:
             self._check_answer_weights(o)
         self.split_data = open_split(task, split, o.dataset)  # not built, or a training case that is a benchmark case: one line
         self.dataset = self.split_data.dataset
-        from craftmd.tasks import get_task
-
-        declared = {r.name for r in get_task(task).roles}  # an option of another task's role is not this task's role
-        roles = {
-            k: v for k, v in (("summarizer", o.summarizer), ("solver", o.solver), ("closer", o.closer)) if v and k in declared
-        }
-        options = (
-            {"max_messages": o.max_messages, "memory_tags": o.memory_tags} if task == "encounters" else {"max_turns": o.max_turns}
-        )
-        self.spec = GenerateSpec(
-            dataset=self.dataset,
-            out=Path(tempfile.gettempdir()) / "craftmd-env",
-            doctor=o.doctor,
-            patient=o.patient,
-            task=task,
-            roles=roles,
-            options=options,
-            config=self.split_data.config or "all",
-            cases=o.cases,
-            experiments=[TASKS[task]] if TASKS[task] else None,
-            max_tokens=o.max_tokens,
-            temperature=o.temperature,
-            seed=o.seed,
-            base_url=o.base_url,
-            cache=o.cache,
-            progress=False,
-            overwrite=True,
-        )
+        self.spec = self._spec(o)
         self.runner = _runner_class(task)(self.spec)
         if task == "encounters":
             from craftmd.models.connect import check_names
@@ -285,6 +244,56 @@ class Episodes:
         self.rewards: list[dict] = []  # per finished episode: its job id, scores and reward
         self._conn = None
         self._job = None
+
+    def _check_judge(self, o: Options) -> None:
+        """The encounters' judge: its name, mode and settings checked now (one line), the dimensions the weights name."""
+        self.selected = encounter_weights(self.weights)
+        self.scorers = [f"judge:{o.judge}"]
+        from craftmd.models import parse_name
+        from craftmd.scoring.judge import MODES
+
+        parse_name(o.judge)  # a malformed name: one line
+        if o.judge_mode not in MODES:
+            raise CraftMDError(f"judge_mode {o.judge_mode!r}: one of {', '.join(MODES)}")
+        self.judge_options = judge_settings(o.judge_options)
+        from craftmd.scoring.judge import JudgeSpec
+
+        JudgeSpec(models=[o.judge], mode=o.judge_mode, **self.judge_options).check()  # a bad setting: one line, now
+        every = any(v is None for v in self.selected.values())
+        self.dimensions = None if every else sorted({d for v in self.selected.values() for d in v})
+
+    def _spec(self, o: Options):
+        """The generation spec of the task's own runner, the doctor and the other roles bound as ``o`` says."""
+        from craftmd.generation.runner import GenerateSpec
+        from craftmd.tasks import get_task
+
+        declared = {r.name for r in get_task(self.task).roles}  # an option of another task's role is not this task's role
+        given = (("summarizer", o.summarizer), ("solver", o.solver), ("closer", o.closer))
+        roles = {k: v for k, v in given if v and k in declared}
+        options = (
+            {"max_messages": o.max_messages, "memory_tags": o.memory_tags}
+            if self.task == "encounters"
+            else {"max_turns": o.max_turns}
+        )
+        return GenerateSpec(
+            dataset=self.dataset,
+            out=Path(tempfile.gettempdir()) / "craftmd-env",
+            doctor=o.doctor,
+            patient=o.patient,
+            task=self.task,
+            roles=roles,
+            options=options,
+            config=self.split_data.config or "all",
+            cases=o.cases,
+            experiments=[TASKS[self.task]] if TASKS[self.task] else None,
+            max_tokens=o.max_tokens,
+            temperature=o.temperature,
+            seed=o.seed,
+            base_url=o.base_url,
+            cache=o.cache,
+            progress=False,
+            overwrite=True,
+        )
 
     def _check_answer_weights(self, o: Options) -> None:
         """CRAFT-MD and the consultation: each weight names a scorer of the episode's answers (or the consultation's
@@ -499,7 +508,8 @@ class Episodes:
 
 
 class SyncEpisodes:
-    """:class:`Episodes` for synchronous callers: its coroutines run on an event loop of its own, in a thread."""
+    """:class:`Episodes` for synchronous callers (the RL libraries' APIs, :mod:`craftmd.envs.openenv`): its coroutines run on
+    an event loop of its own, in a thread."""
 
     def __init__(self, episodes: Episodes):
         self.episodes = episodes

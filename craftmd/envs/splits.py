@@ -1,24 +1,7 @@
 """The splits an environment poses: ``test`` is the benchmark itself, ``train`` the task's training cases.
 
-Each task's runner reads its cases from a built dataset folder, in the benchmark's own configs (split ``test``). A
-training split is posed by the same runner and scored by the same scorers, from a **view**: a folder of the
-environment's own (temporary, kept while the environment lives) in which the training cases stand where the
-benchmark's would, in the benchmark's columns:
-
-* ``craftmd`` on ``train``: the ``craftmd_train`` config (MedQA items posed as CRAFT-MD vignettes, split ``train``) as
-  the ``all`` config;
-* ``consultation`` on ``train``: the cases of ``consult_train`` (the golden consultations, split ``train``), one per
-  case: its question, options and answer posed as a text case by the transforms ``craftmd_train`` uses
-  (:func:`craftmd.dataset_builder.craftmd_train.sample`, ids ``train_mediq_<id>`` / ``train_medqa_<line>``) as the
-  ``all`` config, and its key-value items and initial request (the scripted dialogue's, else the first writer's) as the
-  ``keyinfo`` config;
-* ``encounters`` on ``train``: the training packets (``craftmd encounters build --split train``, checked against the
-  benchmark's packets by the build, its report says so) as the ``packets`` config.
-
-The CRAFT-MD and consultation training cases are checked against the benchmark of the same dataset folder when the
-environment is made: no training id is a benchmark id, and no training vignette is a benchmark case by the golden
-build's decontamination rule (:func:`craftmd.dataset_builder.golden.check_disjoint`); a case that is one is refused
-with one line naming it.
+A training split is posed by the benchmark's own runner and scorers, from a view of the dataset folder
+(:class:`Split`, :func:`open_split`).
 """
 
 from __future__ import annotations
@@ -36,7 +19,23 @@ CONFIGS = {"craftmd": "all", "consultation": "all", "encounters": None}
 
 @dataclass
 class Split:
-    """What a split gives the runner: the folder it reads (``dataset``) and, for a view, the temporary folder holding it."""
+    """What a split gives the runner: the folder it reads (``dataset``) and, for a view, the temporary folder holding it.
+
+    Each task's runner reads its cases from a built dataset folder, in the benchmark's own configs (split ``test``). A
+    training split is posed by the same runner and scored by the same scorers, from a **view**: a folder of the
+    environment's own (temporary, kept while the environment lives) in which the training cases stand where the
+    benchmark's would, in the benchmark's columns:
+
+    * ``craftmd`` on ``train``: the ``craftmd_train`` config (MedQA items posed as CRAFT-MD vignettes, split ``train``) as
+      the ``all`` config;
+    * ``consultation`` on ``train``: the cases of ``consult_train`` (the golden consultations, split ``train``), one per
+      case: its question, options and answer posed as a text case by the transforms ``craftmd_train`` uses
+      (:func:`craftmd.dataset_builder.craftmd_train.sample`, ids ``train_mediq_<id>`` / ``train_medqa_<line>``) as the
+      ``all`` config, and its key-value items and initial request (the scripted dialogue's, else the first writer's) as the
+      ``keyinfo`` config;
+    * ``encounters`` on ``train``: the training packets (``craftmd encounters build --split train``, checked against the
+      benchmark's packets by the build, its report says so) as the ``packets`` config.
+    """
 
     dataset: Path
     config: str | None
@@ -49,7 +48,13 @@ def train_file(dataset: Path, config: str) -> Path:
 
 
 def open_split(task: str, split: str, dataset: Path | str) -> Split:
-    """The folder ``task``'s runner and scorers read for ``split`` (one line when it is not built or not disjoint)."""
+    """The folder ``task``'s runner and scorers read for ``split`` (one line when it is not built or not disjoint).
+
+    The CRAFT-MD and consultation training cases are checked against the benchmark of the same dataset folder when the
+    environment is made: no training id is a benchmark id, and no training vignette is a benchmark case by the golden
+    build's decontamination rule (:func:`craftmd.dataset_builder.golden.check_disjoint`); a case that is one is refused
+    with one line naming it.
+    """
     from craftmd.dataset import config_file
 
     if split not in SPLITS:

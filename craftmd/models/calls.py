@@ -1,44 +1,6 @@
 """Calling a model: cache first, bounded concurrency, capped retries, counters.
 
-``Caller(model, cache)`` is the one door every request goes through. A cached answer
-is returned without a call. Otherwise the request waits for one of ``concurrency``
-slots, handed out by priority (lower first, then first come): the engine gives a
-conversation's turns priority 0 and the questions asked after it priority 1, so the
-long chains of dependent turns never queue behind questions that nothing waits on. A
-transient failure (408/409/429, 5xx, timeout, dropped connection, malformed body) is
-retried with exponential backoff and full jitter (never sooner than the server's
-``Retry-After``, capped at :data:`RETRY_AFTER_CAP`), at most ``max_retries`` times; then
-it is recorded as a failure (status ``error``, ``transient``, with its reason), never
-retried forever, and not cached, so the next run tries it again. A deterministic
-failure (a 4xx such as a context overflow), a refusal and a content-filter block are
-answers the same request would get again: they are cached as such, so a re-run over a
-complete cache sends nothing.
-
-Every request is counted once, by how it was served (:class:`Counts`): sent to the
-model, answered from the cache, or deduplicated (an identical request was already in
-flight and its answer is shared). ``requests = calls + cache_hits + deduplicated``.
-
-A model served by a pool of servers (:mod:`craftmd.models.pool`) sends each attempt to the
-server its pool picks, under that server's own slots; an attempt that fails there so badly
-that the server is taken out of the pool starts over on another, with its retries anew.
-
-A reply that is no answer (:data:`~craftmd.models.base.BAD_REPLIES`: empty, another model's, not a chat
-completion) is never cached: in a pool the request moves at once to a server it has not tried; on one
-server an empty or foreign reply is asked once more, then recorded as a transient failure (a re-run asks
-again). A deterministic refusal (a context overflow, a refused response format) is one try.
-
-A request that asks for JSON (``sampling.schema``, :func:`craftmd.models.formats.structured`) goes in the
-response format its server takes (:class:`~craftmd.models.formats.Formats`, one per server, shared by its
-callers): a refused format moves the server to the next one and the request goes again in it (counted as a
-retry), never the refused format again.
-
-Everything stored or returned passes the one scrubber (:meth:`~craftmd.models.base.Completion.scrubbed`): no key
-reaches the cache or a release. The model name each request's reply gave (an answer's, or the
-other model's of a failure) is counted (``Counts.served``), for the run's record.
-
-For a provider that batches (``model.batches``, vLLM offline), requests arriving from
-concurrent tasks are gathered for a moment and sent as one ``chat_many`` call, so every
-active conversation's next turn goes to the engine together.
+:class:`Caller` is the one door every request to a model goes through; :class:`Counts` says what became of them.
 """
 
 from __future__ import annotations
@@ -67,7 +29,12 @@ CONVERSATION: contextvars.ContextVar = contextvars.ContextVar("craftmd_conversat
 
 @dataclass
 class Counts:
-    """What became of requests; one set of counts for the progress bar, the summary and the manifest."""
+    """What became of requests; one set of counts for the progress bar, the summary and the manifest.
+
+    Every request is counted once, by how it was served (:class:`Counts`): sent to the
+    model, answered from the cache, or deduplicated (an identical request was already in
+    flight and its answer is shared). ``requests = calls + cache_hits + deduplicated``.
+    """
 
     requests: int = 0  # every request asked for: calls + cache_hits + deduplicated
     calls: int = 0  # sent to the model (a request retried counts once here; each retry in ``retries``)
@@ -163,6 +130,44 @@ class Slots:
 
 
 class Caller:
+    """The one door every request to a model goes through: cache first, bounded concurrency, capped retries, counters.
+
+    ``Caller(model, cache)``: a cached answer is returned without a call. Otherwise the request waits for one of ``concurrency``
+    slots, handed out by priority (lower first, then first come): the engine gives a
+    conversation's turns priority 0 and the questions asked after it priority 1, so the
+    long chains of dependent turns never queue behind questions that nothing waits on. A
+    transient failure (408/409/429, 5xx, timeout, dropped connection, malformed body) is
+    retried with exponential backoff and full jitter (never sooner than the server's
+    ``Retry-After``, capped at :data:`RETRY_AFTER_CAP`), at most ``max_retries`` times; then
+    it is recorded as a failure (status ``error``, ``transient``, with its reason), never
+    retried forever, and not cached, so the next run tries it again. A deterministic
+    failure (a 4xx such as a context overflow), a refusal and a content-filter block are
+    answers the same request would get again: they are cached as such, so a re-run over a
+    complete cache sends nothing.
+
+    A model served by a pool of servers (:mod:`craftmd.models.pool`) sends each attempt to the
+    server its pool picks, under that server's own slots; an attempt that fails there so badly
+    that the server is taken out of the pool starts over on another, with its retries anew.
+
+    A reply that is no answer (:data:`~craftmd.models.base.BAD_REPLIES`: empty, another model's, not a chat
+    completion) is never cached: in a pool the request moves at once to a server it has not tried; on one
+    server an empty or foreign reply is asked once more, then recorded as a transient failure (a re-run asks
+    again). A deterministic refusal (a context overflow, a refused response format) is one try.
+
+    A request that asks for JSON (``sampling.schema``, :func:`craftmd.models.formats.structured`) goes in the
+    response format its server takes (:class:`~craftmd.models.formats.Formats`, one per server, shared by its
+    callers): a refused format moves the server to the next one and the request goes again in it (counted as a
+    retry), never the refused format again.
+
+    Everything stored or returned passes the one scrubber (:meth:`~craftmd.models.base.Completion.scrubbed`): no key
+    reaches the cache or a release. The model name each request's reply gave (an answer's, or the
+    other model's of a failure) is counted (``Counts.served``), for the run's record.
+
+    For a provider that batches (``model.batches``, vLLM offline), requests arriving from
+    concurrent tasks are gathered for a moment and sent as one ``chat_many`` call, so every
+    active conversation's next turn goes to the engine together.
+    """
+
     def __init__(
         self,
         model: ChatModel,

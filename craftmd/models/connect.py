@@ -44,6 +44,14 @@ class CallSettings:
     cache: Path | str | RequestCache | None = None  # None: no cache
     engine_args: Mapping[str, Mapping] = field(default_factory=dict)  # vllm/ model name -> engine settings (vllm.plan_engines)
 
+    @classmethod
+    def of(cls, spec, **settings) -> CallSettings:
+        """The settings a run's spec (a generation run's, a judge's) gives: its server, key, timeout, retries, concurrency
+        and cache; ``settings`` add or replace."""
+        given = dict(base_url=spec.base_url, api_key=spec.api_key, timeout=spec.timeout, max_retries=spec.max_retries,
+                     concurrency=spec.concurrency, server_concurrency=spec.server_concurrency, cache=spec.cache)  # fmt: skip
+        return cls(**(given | settings))
+
     def limit(self, model: ChatModel) -> int:
         key = getattr(model, "service", None) or model.provider
         n = self.server_concurrency.get(key, self.concurrency)

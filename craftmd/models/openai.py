@@ -1,30 +1,7 @@
 """``openai/<model>``: any OpenAI-compatible chat server through ``openai.AsyncOpenAI``.
 
-A hosted API, Azure's OpenAI endpoint, a ``vllm serve`` server or the test suite's
-loopback server. ``base_url`` and ``api_key`` default to the client's usual
-``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``; a local server needs no key. The client's own
-retries are switched off: :class:`craftmd.models.calls.Caller` retries.
-
-A 4xx answer other than 408/409/425/429 is a deterministic failure, returned as a failed
-:class:`Completion` with its status, error code and message (the caller caches it); a
-timeout, a dropped connection, a 408/409/425/429/5xx or a body that is not a chat
-completion raises :class:`TransientError` (with the server's ``Retry-After``, when it gave one).
-
-A refusal that the same request would meet again is a deterministic failure at once, one try, whatever
-its status: a context overflow (``context_length_exceeded``; llama.cpp's "exceeds the available context
-size", vLLM's "maximum context length") and a refused response format (an error naming
-``response_format``, ``json_schema`` or a grammar: :mod:`.formats` moves the server to the next format).
-
-A reply that is no answer is a failure, never stored as one: empty or whitespace-only content, ``null``
-content, a tool call alone (:data:`~.base.EMPTY`), and a reply naming a model other than the one asked
-(:data:`~.base.FOREIGN`: neither the name asked, nor a dated or path form of it, nor a name the server
-declares for it at ``/v1/models``: :meth:`OpenAIModel.answers_as`). Both raise :class:`TransientError`: not cached, so a fixed server is asked
-again, and a pool moves the request to another server.
-
-Server text that is stored (an error's message, a reply, the model name a reply gives) goes through the one
-scrubber, :func:`craftmd.models.base.scrub`: no API key, no ``Bearer`` token. A reply longer than
-:data:`REPLY_CHARS_PER_TOKEN` characters per token of ``max_tokens`` (a server that ignored the limit) is a
-failure ``reply too long``, not an answer.
+:class:`OpenAIModel` sends a request and sorts what comes back: an answer, a deterministic failure (cached by the
+caller) or a transient one (:class:`TransientError`, retried by :class:`craftmd.models.calls.Caller`).
 """
 
 from __future__ import annotations
@@ -80,6 +57,33 @@ def _sdk():
 
 
 class OpenAIModel(ChatModel):
+    """An OpenAI-compatible chat server: a hosted API, Azure's OpenAI endpoint, a ``vllm serve`` server or the test suite's
+    loopback server. ``base_url`` and ``api_key`` default to the client's usual
+    ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``; a local server needs no key. The client's own
+    retries are switched off: :class:`craftmd.models.calls.Caller` retries.
+
+    A 4xx answer other than 408/409/425/429 is a deterministic failure, returned as a failed
+    :class:`Completion` with its status, error code and message (the caller caches it); a
+    timeout, a dropped connection, a 408/409/425/429/5xx or a body that is not a chat
+    completion raises :class:`TransientError` (with the server's ``Retry-After``, when it gave one).
+
+    A refusal that the same request would meet again is a deterministic failure at once, one try, whatever
+    its status: a context overflow (``context_length_exceeded``; llama.cpp's "exceeds the available context
+    size", vLLM's "maximum context length") and a refused response format (an error naming
+    ``response_format``, ``json_schema`` or a grammar: :mod:`.formats` moves the server to the next format).
+
+    A reply that is no answer is a failure, never stored as one: empty or whitespace-only content, ``null``
+    content, a tool call alone (:data:`~.base.EMPTY`), and a reply naming a model other than the one asked
+    (:data:`~.base.FOREIGN`: neither the name asked, nor a dated or path form of it, nor a name the server
+    declares for it at ``/v1/models``: :meth:`OpenAIModel.answers_as`). Both raise :class:`TransientError`: not cached, so
+    a fixed server is asked again, and a pool moves the request to another server.
+
+    Server text that is stored (an error's message, a reply, the model name a reply gives) goes through the one
+    scrubber, :func:`craftmd.models.base.scrub`: no API key, no ``Bearer`` token. A reply longer than
+    :data:`REPLY_CHARS_PER_TOKEN` characters per token of ``max_tokens`` (a server that ignored the limit) is a
+    failure ``reply too long``, not an answer.
+    """
+
     provider = "openai"
 
     def __init__(

@@ -3,38 +3,6 @@
 ``<SERVICE>_BASE_URL`` may list several servers, comma-separated
 (``LOCAL_BASE_URL=http://gpu0:8000/v1,http://gpu1:8000/v1``): ``openai-api/<service>/<model>``
 is then a :class:`PoolModel`, one client per server, and the run spreads its work over them.
-
-- **A conversation stays on one server.** The runner runs each conversation (a CRAFT-MD job,
-  an encounter) inside :func:`in_conversation` (the context variable
-  :data:`craftmd.models.calls.CONVERSATION` holds its :class:`Pin`); its first request pins it
-  to a server, and every later turn, summary and question of it goes there, so the server's
-  prefix cache reuses the history it already holds. When it ends, its server is free for the
-  next. (A runner that only names its conversations, a string in the variable, gets them
-  pinned too, counted by their waiting requests alone.)
-- **The least-busy server takes the next conversation**: the one with the fewest pinned
-  conversations and waiting requests for its concurrency limit (``--concurrency
-  SERVICE=N`` is each server's own limit). A request outside any conversation (a judge, a
-  grader, a memory-tagging step) goes to the least-busy server too.
-- **Only servers that answer start.** Before the first call (``Connections.check``) every server is
-  asked for its model list, side by side and for at most :data:`CHECK_TIMEOUT` seconds: one that
-  refuses, hangs or does not serve the model is reported on stderr and taken out, and the run goes on
-  with the others (all down: one line naming the first reason).
-- **A server that fails takes no new work.** A refused connection takes it out at once; a
-  5xx, a timeout, a dropped connection or a body that is not a chat completion (an HTML page)
-  takes it out when a request has used up its retries on it. A reply naming another model takes
-  it out at once; :data:`BAD_LIMIT` replies in a row that are no answer (empty) take it out too,
-  and a request given one moves at once to a server it has not tried. Its conversations move to
-  the others, and their pending requests (those in flight and those waiting for it) start over
-  there. The last server left is never taken out: with none to move to, a request fails as it
-  would against one server.
-- **A server is listed once**: ``url`` and ``url/``, a host's case, a default port, and
-  ``localhost``, ``127.0.0.1`` and ``::1`` name one server (:func:`server_key`); a second spelling is
-  dropped (:func:`craftmd.models.endpoint_of`).
-
-The pool is one service to the cache: a request is keyed by the service, not by which
-server answered (:attr:`PoolModel.cache_server`), so a resumed run over a pool of another
-shape sends nothing twice. Which server answered is not recorded in the release, so a run
-over a pool writes the same bytes as a run over one server.
 """
 
 from __future__ import annotations
@@ -151,7 +119,35 @@ class Member:
 
 
 class Pool:
-    """The servers of one service and the routing state every model of the service shares."""
+    """The servers of one service and the routing state every model of the service shares.
+
+    - **A conversation stays on one server.** The runner runs each conversation (a CRAFT-MD job,
+      an encounter) inside :func:`in_conversation` (the context variable
+      :data:`craftmd.models.calls.CONVERSATION` holds its :class:`Pin`); its first request pins it
+      to a server, and every later turn, summary and question of it goes there, so the server's
+      prefix cache reuses the history it already holds. When it ends, its server is free for the
+      next. (A runner that only names its conversations, a string in the variable, gets them
+      pinned too, counted by their waiting requests alone.)
+    - **The least-busy server takes the next conversation**: the one with the fewest pinned
+      conversations and waiting requests for its concurrency limit (``--concurrency
+      SERVICE=N`` is each server's own limit). A request outside any conversation (a judge, a
+      grader, a memory-tagging step) goes to the least-busy server too.
+    - **Only servers that answer start.** Before the first call (``Connections.check``) every server is
+      asked for its model list, side by side and for at most :data:`CHECK_TIMEOUT` seconds: one that
+      refuses, hangs or does not serve the model is reported on stderr and taken out, and the run goes on
+      with the others (all down: one line naming the first reason).
+    - **A server that fails takes no new work.** A refused connection takes it out at once; a
+      5xx, a timeout, a dropped connection or a body that is not a chat completion (an HTML page)
+      takes it out when a request has used up its retries on it. A reply naming another model takes
+      it out at once; :data:`BAD_LIMIT` replies in a row that are no answer (empty) take it out too,
+      and a request given one moves at once to a server it has not tried. Its conversations move to
+      the others, and their pending requests (those in flight and those waiting for it) start over
+      there. The last server left is never taken out: with none to move to, a request fails as it
+      would against one server.
+    - **A server is listed once**: ``url`` and ``url/``, a host's case, a default port, and
+      ``localhost``, ``127.0.0.1`` and ``::1`` name one server (:func:`server_key`); a second spelling is
+      dropped (:func:`craftmd.models.endpoint_of`).
+    """
 
     def __init__(self, urls: list[str], limit: int):
         if limit < 1:
@@ -232,7 +228,13 @@ class Pool:
 
 
 class PoolModel(ChatModel):
-    """``openai-api/<service>/<model>`` served by every server listed in ``<SERVICE>_BASE_URL``."""
+    """``openai-api/<service>/<model>`` served by every server listed in ``<SERVICE>_BASE_URL``.
+
+    The pool is one service to the cache: a request is keyed by the service, not by which
+    server answered (:attr:`PoolModel.cache_server`), so a resumed run over a pool of another
+    shape sends nothing twice. Which server answered is not recorded in the release, so a run
+    over a pool writes the same bytes as a run over one server.
+    """
 
     provider = "openai-api"
 

@@ -64,15 +64,7 @@ def sample_review_rows(releases, dataset_dir, n: int, seed: int, grader: str | N
             (pl.col("setting") == "multiturn") & (pl.col("format") == "frq") & ~pl.col("with_image")
         )
         final = {(r["case_id"], r["trial"]): r for r in ans.iter_rows(named=True)}
-        verdict, gname = {}, None
-        if rel.has("scores"):
-            grades = rel.verdicts(setting="multiturn", format="frq", with_image=False)
-            gname = _pick_grader(sorted(grades["grader"].unique().to_list()), grader)
-            if grader and gname is None:
-                raise CraftMDError(f"release {rel.id}: no multiturn FRQ grades by grader {grader!r}")
-            if gname:
-                for r in grades.filter(pl.col("grader") == gname).iter_rows(named=True):
-                    verdict[(r["case_id"], r["trial"])] = r["correct"]
+        verdict, gname = _verdicts(rel, grader)
         trials: dict[str, list[int]] = defaultdict(list)
         msgs = {}
         for r in conv.iter_rows(named=True):
@@ -93,13 +85,7 @@ def sample_review_rows(releases, dataset_dir, n: int, seed: int, grader: str | N
             for cid in sorted(chosen, key=natural_key):
                 trial = int(sorted(trials[cid])[int(rng.integers(len(trials[cid])))])
                 c = by_case[cid]
-                a = final.get((cid, trial))
-                if a is None:
-                    fd = "(no answer recorded)"
-                elif a["status"] != "ok" or a["response"] is None:
-                    fd = f"(no answer: {a['status']})"
-                else:
-                    fd = a["response"]
+                fd = _final_diagnosis(final.get((cid, trial)))
                 rid = f"{rel.id}|{cid}|t{trial}"
                 rows.append({
                     "review_id": rid, "model": rel.manifest.model, "release": rel.id, "dataset": source,
@@ -114,3 +100,28 @@ def sample_review_rows(releases, dataset_dir, n: int, seed: int, grader: str | N
     if not rows:
         raise CraftMDError(f"no standard text conversations to review in release(s) {', '.join(skipped)}")
     return rows, keys
+
+
+def _verdicts(rel, grader: str | None) -> tuple[dict, str | None]:
+    """The release's multiturn FRQ verdicts by (case, trial) of the grader picked (``grader``, else the preferred one)."""
+    import polars as pl
+
+    verdict, gname = {}, None
+    if rel.has("scores"):
+        grades = rel.verdicts(setting="multiturn", format="frq", with_image=False)
+        gname = _pick_grader(sorted(grades["grader"].unique().to_list()), grader)
+        if grader and gname is None:
+            raise CraftMDError(f"release {rel.id}: no multiturn FRQ grades by grader {grader!r}")
+        if gname:
+            for r in grades.filter(pl.col("grader") == gname).iter_rows(named=True):
+                verdict[(r["case_id"], r["trial"])] = r["correct"]
+    return verdict, gname
+
+
+def _final_diagnosis(a: dict | None) -> str:
+    """The final diagnosis a reviewer reads: the answer's response, or why there is none."""
+    if a is None:
+        return "(no answer recorded)"
+    if a["status"] != "ok" or a["response"] is None:
+        return f"(no answer: {a['status']})"
+    return a["response"]

@@ -1,35 +1,7 @@
-"""Patient-led encounters (after MedPI, Fajardo et al. 2025).
+"""Patient-led encounters (after MedPI, Fajardo et al. 2025): the task's registration and its release tables.
 
-A patient books a visit for an encounter reason (anxiety, asthma, breast cancer, depression,
-dermatitis, lupus, pregnancy, seizure disorder, a wellness check-up) with an objective (a
-diagnosis, lifestyle advice, medical screening, medication advice, treatment advice). The
-doctor (the model under test) knows only the patient's name and the reason, opens the
-conversation, and gathers the rest from an AI patient built from a synthetic patient packet
-(the ``medpi`` dataset's ``packets`` config): memories from the packet's events, a
-27-emotion state updated after every doctor turn, a record of what it has disclosed. Either
-side may close; a hard cap bounds the messages; a closure classifier labels every ending.
-
-A release of this task holds:
-
-- ``conversations``: one row per (packet, trial), conversation kind ``encounter``; the doctor
-  speaks as ``assistant``, the patient as ``user``; ``ended`` is one of :data:`ENDINGS`.
-- ``patient_states``: one row per patient turn: the emotion step's 27 scores (-10..10, in
-  :data:`EMOTIONS` order, as a struct), valence, arousal, its summary and reflection, the
-  memories retrieved for the reply, what the patient had disclosed by then; ``status`` says
-  whether the emotion step's output was valid (when not, the previous state carried over and
-  ``error`` says why).
-- ``memory_tags`` (when the memory-tagging step ran, the default): one row per packet memory
-  of each patient (``m001``... in timeline order; shared by the patient's trials): its text,
-  the importance (0..1) and 27 emotion scores retrieval used, and ``status``: ``ok`` (tagged),
-  ``invalid`` (the tagger's reply, or this memory's entry in it, did not validate) or
-  ``error`` (the call failed); when not ok the memory stayed neutral with its default
-  importance and ``error`` says why. With these and ``patient_states`` (a reflection
-  ``rNN`` carries turn NN's emotions and its poignancy / 10 as importance) a reader can
-  replay every retrieval.
-- ``closures``: one row per encounter: the closure classifier's label of whether it reached a
-  reasonable end.
-
-It poses no questions (no ``answers`` table); the rubric judge scores the conversations.
+The doctor under test meets an AI patient with memory and affect, built from a synthetic patient packet, who booked a
+visit for a reason with an objective; the rubric judge scores the conversations.
 """
 
 from __future__ import annotations
@@ -43,11 +15,18 @@ from .patient import EMOTIONS, Retrieval
 from .protocol import Encounters
 
 #: Why an encounter stopped: a side closed it, the message cap, or a failed call.
+#: ``conversations``: one row per (packet, trial), conversation kind ``encounter``; the doctor
+#: speaks as ``assistant``, the patient as ``user``; ``ended`` is one of :data:`ENDINGS`.
 ENDINGS = ("doctor_closed", "patient_closed", "max_messages", "refusal", "error")
 #: What the emotion step and the closure classifier produced.
 STEP_STATUS = ("ok", "invalid", "error")
 CLOSURE_LABELS = ("reasonable", "not_reasonable")
 
+#: ``patient_states``: one row per patient turn: the emotion step's 27 scores (-10..10, in
+#: :data:`EMOTIONS` order, as a struct), valence, arousal, its summary and reflection, the
+#: memories retrieved for the reply, what the patient had disclosed by then; ``status`` says
+#: whether the emotion step's output was valid (when not, the previous state carried over and
+#: ``error`` says why).
 PATIENT_STATES = pa.schema(
     [
         ("case_id", pa.string()),
@@ -69,6 +48,14 @@ PATIENT_STATES = pa.schema(
         ("error", pa.string()),
     ]
 )
+#: ``memory_tags`` (when the memory-tagging step ran, the default): one row per packet memory
+#: of each patient (``m001``... in timeline order; shared by the patient's trials): its text,
+#: the importance (0..1) and 27 emotion scores retrieval used, and ``status``: ``ok`` (tagged),
+#: ``invalid`` (the tagger's reply, or this memory's entry in it, did not validate) or
+#: ``error`` (the call failed); when not ok the memory stayed neutral with its default
+#: importance and ``error`` says why. With these and ``patient_states`` (a reflection
+#: ``rNN`` carries turn NN's emotions and its poignancy / 10 as importance) a reader can
+#: replay every retrieval.
 MEMORY_TAGS = pa.schema(
     [
         ("case_id", pa.string()),
@@ -80,6 +67,8 @@ MEMORY_TAGS = pa.schema(
         ("error", pa.string()),
     ]
 )
+#: ``closures``: one row per encounter: the closure classifier's label of whether it reached a
+#: reasonable end.
 CLOSURES = pa.schema(
     [
         ("case_id", pa.string()),
@@ -112,6 +101,17 @@ class Options(BaseModel):
     retrieval: Retrieval = Field(default_factory=Retrieval, description="memory retrieval weights (not settable with -T)")
 
 
+#: A patient books a visit for an encounter reason (anxiety, asthma, breast cancer, depression,
+#: dermatitis, lupus, pregnancy, seizure disorder, a wellness check-up) with an objective (a
+#: diagnosis, lifestyle advice, medical screening, medication advice, treatment advice). The
+#: doctor (the model under test) knows only the patient's name and the reason, opens the
+#: conversation, and gathers the rest from an AI patient built from a synthetic patient packet
+#: (the ``medpi`` dataset's ``packets`` config): memories from the packet's events, a
+#: 27-emotion state updated after every doctor turn, a record of what it has disclosed. Either
+#: side may close; a hard cap bounds the messages; a closure classifier labels every ending.
+#:
+#: It poses no questions (no ``answers`` table); the rubric judge scores the conversations. A release of this task holds
+#: ``conversations``, ``patient_states``, ``memory_tags`` and ``closures`` (described above).
 TASK = register(
     Task(
         name="encounters",

