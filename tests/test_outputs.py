@@ -33,6 +33,7 @@ from craftmd.scoring.scorers import scores_from_grades
 from craftmd.scoring.submission import submission_id
 
 sys.path.insert(0, str(Path(__file__).parent))
+from helpers import generate_argv  # noqa: E402
 from loopback import LoopbackServer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -423,24 +424,7 @@ def tiny_dataset(source, tmp_path_factory):
 
 
 def _generate(dataset: Path, url: str, cache: Path, out: Path) -> list[str]:
-    return [
-        "generate",
-        "--dataset",
-        str(dataset),
-        "--doctor",
-        "openai/loopback",
-        "--patient",
-        "openai/loopback",
-        "--base-url",
-        url,
-        "--cache",
-        str(cache),
-        "--out",
-        str(out),
-        "--experiments",
-        "vignette,frq",
-        "--quiet",
-    ]
+    return generate_argv(dataset, "--experiments", "vignette,frq", base_url=url, cache=cache, out=out)
 
 
 def test_generate_finds_an_unwritable_output_before_its_first_call(tiny_dataset, tmp_path, capsys):
@@ -620,27 +604,8 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path, source):
     craftmd = str(venv / "bin" / "craftmd")
     run(craftmd, "build", "--source", str(source.location), "--out", "data", "--quiet")
     with LoopbackServer(lambda req: "**Final Diagnosis:** Psoriasis") as server:
-        run(
-            craftmd,
-            "generate",
-            "--dataset",
-            "data",
-            "--doctor",
-            "openai/loopback",
-            "--patient",
-            "openai/loopback",
-            "--base-url",
-            server.base_url,
-            "--cache",
-            "c.sqlite",
-            "--out",
-            "rel",
-            "--cases",
-            "case_1",
-            "--experiments",
-            "vignette,frq",
-            "--quiet",
-        )
+        options = ("--cases", "case_1", "--experiments", "vignette,frq")
+        run(craftmd, *generate_argv("data", *options, base_url=server.base_url, cache="c.sqlite", out="rel"))
         assert server.calls >= 1
     answers = read_release(elsewhere / "rel").table("answers")
     assert answers.num_rows == 1 and answers.column("response").to_pylist() == ["**Final Diagnosis:** Psoriasis"]
