@@ -573,17 +573,9 @@ def test_max_turns_and_refusals_are_recorded_never_silent(tiny_dataset, upstream
             return "Where does it hurt?"  # a doctor who never concludes
         return "**Final Diagnosis:** Flu"
 
+    run = {"options": {"max_turns": 3}, "experiments": ["vignette", "multiturn", "singleturn", "frq"]}
     with LoopbackServer(responder) as server:
-        r = generate(
-            spec(
-                tiny_dataset,
-                tmp_path / "rel",
-                server.base_url,
-                tmp_path / "c.sqlite",
-                options={"max_turns": 3},
-                experiments=["vignette", "multiturn", "singleturn", "frq"],
-            )
-        )
+        r = generate(spec(tiny_dataset, tmp_path / "rel", server.base_url, tmp_path / "c.sqlite", **run))
         refusal_calls = sum(1 for q in server.log if vignette in _text(q["messages"][0]["content"]))
     conv = {c["case_id"]: c for c in read_release(r.path).table("conversations").to_pylist()}
     assert conv[refusing]["ended"] == "refusal" and conv[refusing]["n_turns"] == 1
@@ -659,16 +651,9 @@ def test_identical_requests_are_sent_once_and_counted_as_deduplicated(tiny_datas
     def responder(req):
         return "It hurts." if _text(req["messages"][0]["content"]).startswith("You are a patient") else "**Final Diagnosis:** Flu"
 
+    exp = ["multiturn", "singleturn", "frq"]
     with LoopbackServer(responder) as server:
-        r = generate(
-            spec(
-                tiny_dataset,
-                tmp_path / "rel",
-                server.base_url,
-                tmp_path / "c.sqlite",
-                experiments=["multiturn", "singleturn", "frq"],
-            )
-        )
+        r = generate(spec(tiny_dataset, tmp_path / "rel", server.base_url, tmp_path / "c.sqlite", experiments=exp))
         sent = server.calls
     assert r.calls == sent == 3 * N_TEXT_CASES  # patient, doctor (final diagnosis), one question for both settings
     assert r.deduplicated == N_TEXT_CASES and r.requests == 4 * N_TEXT_CASES
