@@ -63,16 +63,9 @@ def real_model():
 
     Fails (never skips) with a one-line message when the side venv is missing: run `make llm`.
     """
-    from realmodel import MissingModel, RealModelServer
+    from realmodel import served
 
-    try:
-        server = RealModelServer().start()
-    except MissingModel as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from served()
 
 
 def frozen(release, names=("answers.parquet", "conversations.parquet")) -> dict:

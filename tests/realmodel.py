@@ -191,3 +191,18 @@ class RealModelServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def served(**options):
+    """A started :class:`RealModelServer` (``options`` passed to it) for a pytest fixture to ``yield from``, stopped when
+    the fixture ends; fails (never skips) with a one-line message when the side venv is missing: run `make llm`."""
+    import pytest
+
+    try:
+        server = RealModelServer(**options).start()
+    except MissingModel as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -21,6 +21,7 @@ from craftmd import CraftMDError
 from craftmd.commands.cli import main as cli_main
 
 sys.path.insert(0, str(Path(__file__).parent))
+from helpers import generate_argv  # noqa: E402
 from loopback import LoopbackServer, pick_upstream, text_of, write_replay_dataset  # noqa: E402
 
 N_CASES = 4
@@ -195,33 +196,9 @@ def extracted(upstream, tmp_path_factory):
 
 
 def consult(dataset, out, url, cache, *extra) -> int:
-    return cli_main(
-        [
-            "generate",
-            "--task",
-            "consultation",
-            "--dataset",
-            str(dataset),
-            "--doctor",
-            "openai/loopback",
-            "--patient",
-            "openai/loopback",
-            "--solver",
-            "openai/loopback",
-            "--base-url",
-            url,
-            "--cache",
-            str(cache),
-            "--seed",
-            "3",
-            "--temperature",
-            "0",
-            "--out",
-            str(out),
-            "--quiet",
-            *extra,
-        ]
-    )
+    options = ("--seed", "3", "--temperature", "0", *extra)
+    argv = generate_argv(dataset, *options, task="consultation", solver="openai/loopback", base_url=url, cache=cache, out=out)
+    return cli_main(argv)
 
 
 def test_consultation_generates_grades_and_scores_every_setting(extracted, tmp_path, capsys):
@@ -332,25 +309,7 @@ def test_consultation_refuses_bad_input_in_one_line(extracted, tiny, tmp_path, c
     data, cache, _ = extracted
     assert consult(data, tmp_path / "x", "http://127.0.0.1:9/v1", cache, "--solver", "bad") == 2
     assert "expected PROVIDER/MODEL" in capsys.readouterr().err
-    assert (
-        cli_main(
-            [
-                "generate",
-                "--task",
-                "consultation",
-                "--dataset",
-                str(data),
-                "--doctor",
-                "openai/a",
-                "--patient",
-                "openai/a",
-                "--out",
-                str(tmp_path / "x"),
-                "--quiet",
-            ]
-        )
-        == 2
-    )
+    assert cli_main(generate_argv(data, task="consultation", doctor="openai/a", out=tmp_path / "x")) == 2
     assert "needs a solver" in capsys.readouterr().err
     assert consult(tiny, tmp_path / "x", "http://127.0.0.1:9/v1", cache) == 2  # no keyinfo config
     assert "run `craftmd keyinfo extract" in capsys.readouterr().err

@@ -20,6 +20,8 @@ from craftmd.analysis.bootstrap import DEFAULT_SEED, resample_counts
 from craftmd.analysis.tables import analyse, compute
 from craftmd.release import RunRecord, write_release
 
+from helpers import analysed_twice
+
 N, TRIALS, B = 20, 5, 1000
 IMAGES = 6
 SETTINGS = ("vignette", "multiturn", "singleturn", "summarized")
@@ -182,12 +184,7 @@ def test_image_against_none_by_hand(built):
 
 def test_new_tables_are_written_and_the_published_ones_keep_their_columns(built, tmp_path):
     rel, data, a = built
-    analyse(rel, data, tmp_path / "one", B=B, figures=False)
-    analyse(rel, data, tmp_path / "two", B=B, figures=False)
-    for name in ("format_tests", "image_tests"):
-        one = (tmp_path / "one" / "tables" / f"{name}.csv").read_bytes()
-        assert one == (tmp_path / "two" / "tables" / f"{name}.csv").read_bytes()
-        assert len(one.splitlines()) > 2
+    analysed_twice(rel, data, tmp_path, ("format_tests", "image_tests"), B=B, more_than=2)
     # the tests ride on the accuracy bootstrap without changing it
     from craftmd.analysis.stats import bootstrap_tables
     from craftmd.analysis.tables import prepared_connection

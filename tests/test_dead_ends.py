@@ -24,6 +24,7 @@ import pytest
 from craftmd.commands.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent))
+from helpers import analyse_argv, generate_argv  # noqa: E402
 from loopback import LoopbackServer, pick_upstream, write_replay_dataset  # noqa: E402
 from test_consultation import Models, consult, extract, vignettes  # noqa: E402
 
@@ -86,23 +87,7 @@ def test_the_page_of_releases_whose_steps_failed_points_at_nothing_missing(two_c
     assert main(["score", str(tmp_path / "consult" / "c1"), "--dataset", str(two_cases), "--quiet"]) == 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an empty figure (matplotlib's "No artists with labels") fails the test
-        assert (
-            main(
-                [
-                    "analyse",
-                    "--releases",
-                    str(tmp_path / "consult"),
-                    "--dataset",
-                    str(two_cases),
-                    "--out",
-                    str(tmp_path / "p1"),
-                    "--resamples",
-                    "50",
-                    "--page",
-                ]
-            )
-            == 0
-        )
+        assert main(analyse_argv(tmp_path / "consult", two_cases, tmp_path / "p1", resamples=50)) == 0
     assert not srcs_exist(tmp_path / "p1") and not (tmp_path / "p1" / "figures" / "consult_rounds.png").exists()
     page = (tmp_path / "p1" / "index.html").read_text()
     assert "the key-value extraction failed for 2 of 2 cases" in page and 'id="consultation"' in page
@@ -118,50 +103,14 @@ def test_the_page_of_releases_whose_steps_failed_points_at_nothing_missing(two_c
         run(server, medpi, tmp_path / "enc" / "e1", tmp_path / "e.sqlite")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert (
-            main(
-                [
-                    "analyse",
-                    "--releases",
-                    str(tmp_path / "enc"),
-                    "--dataset",
-                    str(medpi),
-                    "--packets",
-                    str(medpi),
-                    "--out",
-                    str(tmp_path / "p2"),
-                    "--resamples",
-                    "50",
-                    "--page",
-                ]
-            )
-            == 0
-        )
+        assert main(analyse_argv(tmp_path / "enc", medpi, tmp_path / "p2", resamples=50, packets=medpi)) == 0
     assert not srcs_exist(tmp_path / "p2") and not (tmp_path / "p2" / "figures" / "encounter_affect.png").exists()
     assert "the emotion step failed at all 4 patient turns" in (tmp_path / "p2" / "index.html").read_text()
 
     # ... and where the steps worked, the figures are there and the page shows them
     with LoopbackServer(Script(doctor_turns=2)) as server:
         run(server, medpi, tmp_path / "enc2" / "e2", tmp_path / "e2.sqlite")
-    assert (
-        main(
-            [
-                "analyse",
-                "--releases",
-                str(tmp_path / "enc2"),
-                "--dataset",
-                str(medpi),
-                "--packets",
-                str(medpi),
-                "--out",
-                str(tmp_path / "p3"),
-                "--resamples",
-                "50",
-                "--page",
-            ]
-        )
-        == 0
-    )
+    assert main(analyse_argv(tmp_path / "enc2", medpi, tmp_path / "p3", resamples=50, packets=medpi)) == 0
     assert "figures/encounter_affect.png" in srcs_exist(tmp_path / "p3")
 
 
@@ -267,45 +216,12 @@ def test_the_judges_bar_keeps_its_total_when_replies_are_asked_again(tmp_path, c
 
     rel = make_release(tmp_path)
     with LoopbackServer(invalid_first, models=("judge-a",)) as server:
-        assert (
-            main(
-                [
-                    "score",
-                    str(rel),
-                    "--scorer",
-                    "judge:openai/judge-a",
-                    "--dimensions",
-                    "final diagnosis",
-                    "--mode",
-                    "category",
-                    "--base-url",
-                    server.base_url,
-                    "--estimate",
-                ]
-            )
-            == 0
-        )
+        judge = ["score", str(rel), "--scorer", "judge:openai/judge-a", "--dimensions", "final diagnosis", "--mode", "category"]
+        judge += ["--base-url", server.base_url]
+        assert main([*judge, "--estimate"]) == 0
         row = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("judge:openai/judge-a"))
         calls, at_most = map(int, re.search(r"([\d,]+) \(\s*([\d,]+)\)", row).groups())
-        assert (
-            main(
-                [
-                    "score",
-                    str(rel),
-                    "--scorer",
-                    "judge:openai/judge-a",
-                    "--dimensions",
-                    "final diagnosis",
-                    "--mode",
-                    "category",
-                    "--base-url",
-                    server.base_url,
-                    "--cache",
-                    str(tmp_path / "c.sqlite"),
-                ]
-            )
-            == 0
-        )
+        assert main([*judge, "--cache", str(tmp_path / "c.sqlite")]) == 0
         sent = server.calls
     assert calls < sent <= at_most  # asked again: more than expected, never more than the worst case
     bars = re.findall(r"judge:.*?(\d+)/(\d+) \[", capsys.readouterr().err)
@@ -325,8 +241,7 @@ def test_estimate_lists_the_prompts_a_small_context_window_cannot_hold(dataset_d
             )
 
     case = pl.read_parquet(dataset_dir / "all" / "test-00000-of-00001.parquet", columns=["case_id"])["case_id"][0]
-    argv = ["generate", "--dataset", str(dataset_dir), "--cases", case, "--doctor", "openai/loopback", "--patient", "openai/loopback",
-            "--max-turns", "1", "--quiet"]  # fmt: skip
+    argv = generate_argv(dataset_dir, "--cases", case, "--max-turns", "1")
     with Windowed(lambda r: "Final diagnosis: flu", max_context=2048) as server:
         assert main([*argv, "--base-url", server.base_url, "--estimate", "--out", str(tmp_path / "r")]) == 0
         assert server.calls == 0

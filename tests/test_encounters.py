@@ -29,6 +29,7 @@ from craftmd.tasks.encounters.patient import (
 )
 
 from encounter_script import FEELING, Script, medpi, run  # noqa: F401  (medpi: the fixture)
+from helpers import generate_argv
 from loopback import LoopbackServer
 
 
@@ -288,26 +289,8 @@ def test_estimate_sends_nothing_and_counts_each_role(medpi, tmp_path, capsys):
 
     packets = load_packets(medpi)
     with LoopbackServer(Script()) as server:
-        rc = main(
-            [
-                "generate",
-                "--task",
-                "encounters",
-                "--dataset",
-                str(medpi),
-                "--doctor",
-                "openai/loopback",
-                "--patient",
-                "openai/loopback",
-                "--base-url",
-                server.base_url,
-                "--trials",
-                "2",
-                "--estimate",
-                "--out",
-                str(tmp_path / "r"),
-            ]
-        )
+        options = ("--trials", "2", "--estimate")
+        rc = main(generate_argv(medpi, *options, task="encounters", base_url=server.base_url, out=tmp_path / "r", quiet=False))
         assert rc == 0 and server.calls == 0
     rows = {
         ln.split()[0]: ln.split()

@@ -7,52 +7,23 @@ Nothing here asserts what the 135M model says."""
 from __future__ import annotations
 
 import hashlib
-import subprocess
-import sys
 
 import polars as pl
 
 from craftmd.dataset_builder.packets import build_packets
 from craftmd.release import read_release
 
+from helpers import analyse_argv, craftmd, generate_argv
+
 MODEL = "openai/smollm2"
-
-
-def craftmd(*args, env=None) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "craftmd.commands.cli", *map(str, args)], capture_output=True, text=True, timeout=600, env=env
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc
 
 
 def test_one_short_encounter_with_the_real_model(real_model, tmp_path):
     medpi = tmp_path / "medpi"
     build_packets(medpi, seed=2, scale=0.05, cells=["seizure_disorder:treatment_advice"], progress=False)
-    common = [
-        "generate",
-        "--task",
-        "encounters",
-        "--dataset",
-        medpi,
-        "--doctor",
-        MODEL,
-        "--patient",
-        MODEL,
-        "--base-url",
-        real_model.base_url,
-        "--max-messages",
-        "4",
-        "--max-tokens",
-        "48",
-        "--memory-tag-tokens",
-        "96",
-        "--seed",
-        "7",
-        "--cache",
-        tmp_path / "cache.sqlite",
-        "--quiet",
-    ]
+    options = "--max-messages 4 --max-tokens 48 --memory-tag-tokens 96 --seed 7".split()
+    where = {"base_url": real_model.base_url, "cache": tmp_path / "cache.sqlite"}
+    common = generate_argv(medpi, *options, task="encounters", doctor=MODEL, **where)
     craftmd(*common, "--out", tmp_path / "a" / "rel")
     sent = real_model.chat_requests()
     rel = read_release(tmp_path / "a" / "rel")
@@ -83,20 +54,7 @@ def test_one_short_encounter_with_the_real_model(real_model, tmp_path):
     assert digest(tmp_path / "a" / "rel") == digest(tmp_path / "b" / "rel")
 
     # the release reaches the page (unjudged: how the encounter ended, its length, the patient's affect; no rubric)
-    craftmd(
-        "analyse",
-        "--releases",
-        tmp_path / "a",
-        "--dataset",
-        medpi,
-        "--packets",
-        medpi,
-        "--out",
-        tmp_path / "page",
-        "--resamples",
-        "200",
-        "--page",
-    )
+    craftmd(*analyse_argv(tmp_path / "a", medpi, tmp_path / "page", resamples=200, packets=medpi))
     ends = pl.read_csv(tmp_path / "page" / "tables" / "encounter_endings.csv")
     assert ends["n"].sum() == 1 and ends["ended"][0] == conv[0]["ended"]
     length = pl.read_csv(tmp_path / "page" / "tables" / "encounter_length.csv")

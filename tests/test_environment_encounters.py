@@ -6,10 +6,7 @@ release gives the rewards back to the bit. The training packets (`--split train`
 from __future__ import annotations
 
 import asyncio
-import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,16 +15,15 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from encounter_script import CELLS, Script, judge_says, medpi  # noqa: E402,F401  (medpi: the fixture)
+from helpers import openenv_episodes, sim_episodes  # noqa: E402
 from loopback import LoopbackServer  # noqa: E402
 
 from craftmd import CraftMDError  # noqa: E402
 from craftmd.commands.cli import main as cli_main  # noqa: E402
 from craftmd.dataset_builder.packets import load_packets  # noqa: E402
-from craftmd.envs.core import episodes  # noqa: E402
 from craftmd.release import read_release  # noqa: E402
 from craftmd.scoring.rubric import applicable, load_catalog  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 ROLES = {"patient": "openai-api/sim/patient", "judge": "openai-api/sim/judge"}
 JUDGE = f"judge:{ROLES['judge']}"
 #: Two categories of the rubric: one that applies to every objective, one to diagnosis encounters only.
@@ -70,17 +66,8 @@ def test_encounter_episodes_reward_the_judges_dimensions_and_craftmd_score_agree
     objective; `craftmd score` of the release the episodes write gives them back exactly."""
     packets = {p["case_id"]: p for p in load_packets(medpi)}
     with LoopbackServer(responder(Script()), models=("patient", "judge")) as server:
-        monkeypatch.setenv("SIM_BASE_URL", server.base_url)
-        env = episodes(
-            "encounters",
-            "test",
-            dataset=medpi,
-            **ROLES,
-            judge_mode="category",
-            reward_weights=WEIGHTS,
-            max_messages=4,
-            cache=tmp_path / "c.sqlite",
-        )
+        options = {**ROLES, "judge_mode": "category", "reward_weights": WEIGHTS, "max_messages": 4}
+        env = sim_episodes(monkeypatch, server, "encounters", "test", medpi, tmp_path, **options)
 
         async def play() -> list:
             out = []
@@ -163,16 +150,8 @@ def test_training_packets_are_the_train_split(medpi, tmp_path, monkeypatch):  # 
     build_packets(train, split="train", cells=CELLS[:1], count=1, against=medpi, progress=False)
     (case,) = [p["case_id"] for p in load_packets(train, split="train")]
     with LoopbackServer(responder(Script()), models=("patient", "judge")) as server:
-        monkeypatch.setenv("SIM_BASE_URL", server.base_url)
-        env = episodes(
-            "encounters",
-            "train",
-            dataset=train,
-            **ROLES,
-            judge_mode="category",
-            reward_weights={"judge/communication": 1.0},
-            cache=tmp_path / "c.sqlite",
-        )
+        options = {**ROLES, "judge_mode": "category", "reward_weights": {"judge/communication": 1.0}}
+        env = sim_episodes(monkeypatch, server, "encounters", "train", train, tmp_path, **options)
         assert len(env) == 1 and env.case_id(0) == case and case.startswith("medpi_train_")
 
         async def play():
@@ -190,24 +169,10 @@ def test_training_packets_are_the_train_split(medpi, tmp_path, monkeypatch):  # 
 def test_openenv_serves_two_encounter_episodes_and_craftmd_score_agrees(medpi, tmp_path, monkeypatch):  # noqa: F811
     """OpenEnv's own server (create_app) and client (GenericEnvClient) run two encounter episodes, the doctor a model on a
     loopback server (the first asks about medicines, the second does not); `craftmd score` of their release agrees."""
-    rl_python = ROOT / ".venv-rl" / "bin" / "python"
-    if not rl_python.exists():
-        pytest.fail("the RL side venv is missing: run `make rl` (.venv-rl)", pytrace=False)
     from openenv_episodes import ENCOUNTERS
 
     out = tmp_path / "openenv"
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_BASE_URL")}
-    script = Path(__file__).parent / "openenv_episodes.py"
-    res = subprocess.run(
-        [str(rl_python), str(script), "encounters", str(medpi), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        cwd=ROOT,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    got = json.loads((out / "rewards.json").read_text())
+    got = openenv_episodes("encounters", medpi, out)
     assert len(got) == 2 and got[0][2] > 0 and got[1][2] == 0.0
     rel = out / "release"
     assert read_release(rel).manifest.task == "encounters"

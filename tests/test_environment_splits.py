@@ -16,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from helpers import sim_episodes  # noqa: E402
 from loopback import LoopbackServer, text_of  # noqa: E402
 from test_environments import weighted  # noqa: E402
 
@@ -92,16 +93,8 @@ def test_consultation_on_consult_train_cases_and_craftmd_score_agrees(data, tmp_
 
     state = {}
     with LoopbackServer(respond, models=("patient", "solver")) as server:
-        monkeypatch.setenv("SIM_BASE_URL", server.base_url)
-        env = episodes(
-            "consultation",
-            "train",
-            dataset=data,
-            patient=PATIENT,
-            solver=SOLVER,
-            cache=tmp_path / "c.sqlite",
-            reward_weights=weights,
-        )
+        options = {"patient": PATIENT, "solver": SOLVER, "reward_weights": weights}
+        env = sim_episodes(monkeypatch, server, "consultation", "train", data, tmp_path, **options)
         assert [env.case_id(i) for i in range(len(env))] == ["train_medqa_1", "train_medqa_2"]
         truth = answers(env.dataset)  # the view: the training cases where the benchmark's stand
         assert truth == {"train_medqa_1": "Yolk sac tumor", "train_medqa_2": "Systemic lupus erythematosus"}

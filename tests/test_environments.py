@@ -4,9 +4,7 @@ and client running two episodes in the side venv (.venv-rl, `make rl`)."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from helpers import openenv_episodes, sim_episodes  # noqa: E402
 from loopback import LoopbackServer, text_of  # noqa: E402
 
 from craftmd import CraftMDError  # noqa: E402
@@ -23,8 +22,6 @@ from craftmd.commands.cli import main as cli_main  # noqa: E402
 from craftmd.envs.core import episodes  # noqa: E402
 from craftmd.release import read_release  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-RL_PYTHON = ROOT / ".venv-rl" / "bin" / "python"
 PATIENT = "openai-api/sim/loopback"
 REPLAY = {"n": 2, "seed": 3, "max_messages": 12}
 
@@ -99,15 +96,8 @@ def test_two_episodes_rewards_are_craftmd_score_of_the_written_release(data, tmp
 def test_reward_weights_scale_the_reward(data, tmp_path, monkeypatch):
     truth = answers(data)
     with LoopbackServer(patient_says) as server:
-        monkeypatch.setenv("SIM_BASE_URL", server.base_url)
-        env = episodes(
-            "craftmd",
-            "test",
-            dataset=data,
-            patient=PATIENT,
-            cache=tmp_path / "c.sqlite",
-            reward_weights={"offline/correct": 0.25},
-        )
+        options = {"patient": PATIENT, "reward_weights": {"offline/correct": 0.25}}
+        env = sim_episodes(monkeypatch, server, "craftmd", "test", data, tmp_path, **options)
         import asyncio
 
         async def play():
@@ -168,16 +158,8 @@ def test_consultation_episodes_reward_the_solver_and_the_keys_and_craftmd_score_
 
     weights = {"offline/correct": 1.0, "keyinfo/doctor_key_recall": 0.5}
     with LoopbackServer(respond, models=("patient", "solver")) as server:
-        monkeypatch.setenv("SIM_BASE_URL", server.base_url)
-        env = episodes(
-            "consultation",
-            "test",
-            dataset=consult_data,
-            patient="openai-api/sim/patient",
-            solver="openai-api/sim/solver",
-            cache=tmp_path / "c.sqlite",
-            reward_weights=weights,
-        )
+        options = {"patient": "openai-api/sim/patient", "solver": "openai-api/sim/solver", "reward_weights": weights}
+        env = sim_episodes(monkeypatch, server, "consultation", "test", consult_data, tmp_path, **options)
         order = [j[0].case_id for j in env.jobs]
         import asyncio
 
@@ -258,21 +240,9 @@ def test_import_craftmd_pulls_no_environment_and_no_rl_library():
 def test_openenv_serves_two_episodes_and_craftmd_score_agrees(task, data, consult_data, tmp_path):
     """OpenEnv's own server (create_app) and client (GenericEnvClient) run two episodes of the task's environment,
     the doctor a model on a loopback server; the release they write scores to the same rewards."""
-    if not RL_PYTHON.exists():
-        pytest.fail("the RL side venv is missing: run `make rl` (.venv-rl)", pytrace=False)
     dataset = consult_data if task == "consultation" else data
     out = tmp_path / "openenv"
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_BASE_URL")}
-    res = subprocess.run(
-        [str(RL_PYTHON), str(Path(__file__).parent / "openenv_episodes.py"), task, str(dataset), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        cwd=ROOT,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    got = json.loads((out / "rewards.json").read_text())
+    got = openenv_episodes(task, dataset, out)
     assert len(got) == 2 and [r for _, _, r, _ in got] == [1.0, 0.0]
     assert read_release(out / "release").manifest.task == task
     back = scored(out / "release", dataset, "offline")

@@ -11,13 +11,9 @@ the judge on one category with a short discussion), 32 tokens a reply (tests/ope
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -25,15 +21,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from encounter_script import medpi  # noqa: E402,F401  (the fixture)
-from loopback import pick_upstream, write_replay_dataset  # noqa: E402
+from helpers import openenv_episodes, shortest_case  # noqa: E402
 from openenv_episodes import REAL, REAL_MODEL  # noqa: E402
 from test_environment_encounters import rubric_reward  # noqa: E402
 
 from craftmd.commands.cli import main as cli_main  # noqa: E402
 from craftmd.release import read_release  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-RL_PYTHON = ROOT / ".venv-rl" / "bin" / "python"
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +36,7 @@ def one_case(source, tmp_path_factory) -> Path:
     from craftmd.keyinfo import SCHEMA
 
     data = tmp_path_factory.mktemp("env-real") / "data"
-    write_replay_dataset(pick_upstream(source, 6, seed=2, max_messages=10), data)
-    f = data / "all" / "test-00000-of-00001.parquet"
-    df = pl.read_parquet(f).filter(pl.col("choices").list.len() == 4).sort(pl.col("vignette").str.len_chars(), "case_id").head(1)
-    df.with_columns(paper_answer=pl.col("answer").str.to_lowercase()).write_parquet(f)
+    df = shortest_case(source, data, paper_key=True)
     row = {"case_id": df["case_id"][0], "items": [{"key": "complaint", "value": df["vignette"][0][:200]}],
            "initial_request": "Doctor, I do not feel well.", "status": "ok", "error": None, "model": "test/hand-written",
            "prompt_sha256": "0" * 64}  # fmt: skip
@@ -58,15 +48,9 @@ def one_case(source, tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("task", ["craftmd", "consultation", "encounters"])
 def test_two_episodes_with_the_real_model_and_craftmd_score_agrees(task, real_model, one_case, medpi, tmp_path):  # noqa: F811
-    if not RL_PYTHON.exists():
-        pytest.fail("the RL side venv is missing: run `make rl` (.venv-rl)", pytrace=False)
     dataset = medpi if task == "encounters" else one_case
     out = tmp_path / "openenv"
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_BASE_URL")}
-    res = subprocess.run([str(RL_PYTHON), str(Path(__file__).parent / "openenv_episodes.py"), task, str(dataset), str(out),
-                          real_model.base_url], capture_output=True, text=True, timeout=1500, env=env, cwd=ROOT)  # fmt: skip
-    assert res.returncode == 0, res.stderr[-3000:]
-    got = json.loads((out / "rewards.json").read_text())
+    got = openenv_episodes(task, dataset, out, real_model.base_url, timeout=1500)
     rel = out / "release"
     m = read_release(rel).manifest
     assert len(got) == 2 and m.task == task and m.roles["patient"]["model"] == REAL_MODEL

@@ -23,12 +23,19 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from loopback import LoopbackServer, pick_upstream, text_of, write_replay_dataset  # noqa: E402
+from helpers import generate_argv, hand_written_keyinfo, shortest_case  # noqa: E402
+from loopback import LoopbackServer, text_of  # noqa: E402
 
 from craftmd.commands.cli import main as cli_main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "consult_train"
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def train_argv(dataset, base, out, python, *options) -> list[str]:
+    """The argv of ``craftmd finetune train`` of ``dataset`` from the ``base`` model into ``out``, run by ``python``."""
+    argv = ["finetune", "train", "--dataset", str(dataset), "--base", str(base), "--out", str(out)]
+    return argv + [str(o) for o in options] + ["--python", str(python)]
 
 
 def train_env() -> Path:
@@ -117,23 +124,7 @@ def test_a_folder_that_is_not_a_model_is_one_line_and_nothing_starts(tmp_path, c
     assert cli_main(["finetune", "serve", str(bad), "--python", sys.executable]) == 2
     assert why in one_line_error(capsys)
     # the same folder as a base model to train: refused before anything runs, no checkpoint written
-    assert (
-        cli_main(
-            [
-                "finetune",
-                "train",
-                "--dataset",
-                str(FIXTURE),
-                "--base",
-                str(bad),
-                "--out",
-                str(tmp_path / "out"),
-                "--python",
-                sys.executable,
-            ]
-        )
-        == 2
-    )
+    assert cli_main(train_argv(FIXTURE, bad, tmp_path / "out", sys.executable)) == 2
     assert why in one_line_error(capsys)
     assert tree(tmp_path) == before
 
@@ -208,25 +199,7 @@ def test_a_failure_in_the_training_environment_is_one_line_and_leaves_nothing(tm
         "\n".join(json.dumps({k: v for k, v in json.loads(r).items() if k != "messages"}) for r in rows) + "\n"
     )
     out = tmp_path / "ckpts" / "ft"
-    assert (
-        cli_main(
-            [
-                "finetune",
-                "train",
-                "--dataset",
-                str(data),
-                "--base",
-                str(gguf.parent),
-                "--gguf-file",
-                gguf.name,
-                "--out",
-                str(out),
-                "--python",
-                str(python),
-            ]
-        )
-        == 2
-    )
+    assert cli_main(train_argv(data, gguf.parent, out, python, "--gguf-file", gguf.name)) == 2
     err = one_line_error(capsys)
     assert err.startswith("craftmd finetune: error: the fine-tuning failed: ") and "messages" in err
     assert not out.exists() and not (tmp_path / "ckpts").exists()  # nor the folder made for it
@@ -251,32 +224,13 @@ class PatientAndSolver:
 @pytest.fixture(scope="module")
 def one_case(source, tmp_path_factory) -> tuple[Path, str]:
     """A dataset of one short recorded case with hand-written key-value information."""
-    import polars as pl
 
     from craftmd.generation.keyinfo import write_keyinfo
 
     data = tmp_path_factory.mktemp("ft-case") / "data"
-    write_replay_dataset(pick_upstream(source, 6, seed=2, max_messages=10), data)
-    f = data / "all" / "test-00000-of-00001.parquet"
-    df = pl.read_parquet(f).filter(pl.col("choices").list.len() == 4).sort(pl.col("vignette").str.len_chars(), "case_id").head(1)
-    df.write_parquet(f)
-    cid, vignette = df["case_id"][0], df["vignette"][0]
-    parts = [s for s in vignette.split(". ") if s][:3]
-    write_keyinfo(
-        data,
-        [
-            {
-                "case_id": cid,
-                "items": [{"key": " ".join(s.split()[:3]), "value": s} for s in parts],
-                "initial_request": "I don't feel well. Can you help me?",
-                "status": "ok",
-                "error": None,
-                "model": "test/hand-written",
-                "prompt_sha256": "0" * 64,
-            }
-        ],
-        {"model": "test/hand-written"},
-    )
+    df = shortest_case(source, data)
+    cid = df["case_id"][0]
+    write_keyinfo(data, [hand_written_keyinfo(cid, df["vignette"][0])], {"model": "test/hand-written"})
     return data, cid
 
 
@@ -288,35 +242,8 @@ def test_smollm2_fine_tuned_on_cpu_then_served_as_the_doctor_of_a_consultation(o
     gguf = small_model()
     ckpt = tmp_path / "ckpts" / "smollm2-ft"
     # 1. A few LoRA steps on the CPU from the GGUF file: the mean loss over the training dialogues falls.
-    assert (
-        cli_main(
-            [
-                "finetune",
-                "train",
-                "--dataset",
-                str(FIXTURE),
-                "--base",
-                str(gguf.parent),
-                "--gguf-file",
-                gguf.name,
-                "--out",
-                str(ckpt),
-                "--steps",
-                "4",
-                "--batch-size",
-                "2",
-                "--max-length",
-                "128",
-                "--lora-r",
-                "8",
-                "--learning-rate",
-                "1e-3",
-                "--python",
-                str(python),
-            ]
-        )
-        == 0
-    )
+    options = "--steps 4 --batch-size 2 --max-length 128 --lora-r 8 --learning-rate 1e-3".split()
+    assert cli_main(train_argv(FIXTURE, gguf.parent, ckpt, python, "--gguf-file", gguf.name, *options)) == 0
     summary = json.loads(capsys.readouterr().out)
     record = json.loads((ckpt / "craftmd-finetune.json").read_text())
     assert summary == {"checkpoint": str(ckpt), **{k: record[k] for k in ("rows", "steps", "loss_before", "loss_after")}}
@@ -334,38 +261,11 @@ def test_smollm2_fine_tuned_on_cpu_then_served_as_the_doctor_of_a_consultation(o
         assert served.model == "smollm2-ft"
         os.environ["FT_BASE_URL"] = served.base_url
         try:
-            code = cli_main(
-                [
-                    "generate",
-                    "--task",
-                    "consultation",
-                    "--dataset",
-                    str(data),
-                    "--doctor",
-                    f"openai-api/ft/{served.model}",
-                    "--patient",
-                    "openai/loopback",
-                    "--solver",
-                    "openai/loopback",
-                    "--base-url",
-                    other.base_url,
-                    "--experiments",
-                    "consult_100",
-                    "--trials",
-                    "1",
-                    "--max-turns",
-                    "2",
-                    "--max-tokens",
-                    "24",
-                    "--temperature",
-                    "0",
-                    "--cache",
-                    str(tmp_path / "cache.sqlite"),
-                    "--out",
-                    str(rel),
-                    "--quiet",
-                ]
-            )
+            options = "--experiments consult_100 --trials 1 --max-turns 2 --max-tokens 24 --temperature 0".split()
+            roles = {"doctor": f"openai-api/ft/{served.model}", "patient": "openai/loopback", "solver": "openai/loopback"}
+            where = {"base_url": other.base_url, "cache": tmp_path / "cache.sqlite", "out": rel}
+            argv = generate_argv(data, *options, task="consultation", **roles, **where)
+            code = cli_main(argv)
         finally:
             del os.environ["FT_BASE_URL"]
         doctor_calls = served.chat_requests()

@@ -37,6 +37,7 @@ from craftmd.models.openai import parse_completion
 from craftmd.release import read_release
 
 sys.path.insert(0, str(Path(__file__).parent))
+from helpers import generate_argv  # noqa: E402
 from loopback import LoopbackServer, Replay, text_of  # noqa: E402
 
 N_TEXT_CASES = 4
@@ -191,29 +192,9 @@ def test_kill_and_resume_repeats_no_finished_call(tiny_dataset, replay, tmp_path
         ref = generate(spec(tiny_dataset, tmp_path / "ref" / "rel", clean.base_url, tmp_path / "ref.sqlite", experiments=exp))
         total = clean.served
     with LoopbackServer(replay, latency=0.05) as server:
-        cmd = [
-            sys.executable,
-            "-m",
-            "craftmd.commands.cli",
-            "generate",
-            "--dataset",
-            str(tiny_dataset),
-            "--doctor",
-            "openai/loopback",
-            "--patient",
-            "openai/loopback",
-            "--base-url",
-            server.base_url,
-            "--cache",
-            str(cache),
-            "--experiments",
-            ",".join(exp),
-            "--concurrency",
-            "2",
-            "--quiet",
-            "--out",
-            str(tmp_path / "killed" / "rel"),
-        ]
+        options = ("--experiments", ",".join(exp), "--concurrency", "2")
+        argv = generate_argv(tiny_dataset, *options, base_url=server.base_url, cache=cache, out=tmp_path / "killed" / "rel")
+        cmd = [sys.executable, "-m", "craftmd.commands.cli", *argv]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.time() + 30
         cached = 0
@@ -255,24 +236,8 @@ def test_kill_and_resume_repeats_no_finished_call(tiny_dataset, replay, tmp_path
 )
 def test_bad_input_is_one_line_before_any_call(tiny_dataset, replay, tmp_path, capsys, args, message):
     with LoopbackServer(replay) as server:
-        argv = [
-            "generate",
-            "--dataset",
-            str(tiny_dataset),
-            "--doctor",
-            "openai/loopback",
-            "--patient",
-            "openai/loopback",
-            "--base-url",
-            server.base_url,
-            "--cache",
-            str(tmp_path / "c.sqlite"),
-            "--out",
-            str(tmp_path / "rel"),
-            "--quiet",
-        ]
-        for i in range(0, len(args), 2):  # later flags override earlier ones
-            argv += args[i : i + 2]
+        # later flags override earlier ones
+        argv = generate_argv(tiny_dataset, *args, base_url=server.base_url, cache=tmp_path / "c.sqlite", out=tmp_path / "rel")
         assert cli_main(argv) == 2
         assert server.calls == 0
     err = capsys.readouterr().err.strip()
@@ -608,17 +573,9 @@ def test_max_turns_and_refusals_are_recorded_never_silent(tiny_dataset, upstream
             return "Where does it hurt?"  # a doctor who never concludes
         return "**Final Diagnosis:** Flu"
 
+    run = {"options": {"max_turns": 3}, "experiments": ["vignette", "multiturn", "singleturn", "frq"]}
     with LoopbackServer(responder) as server:
-        r = generate(
-            spec(
-                tiny_dataset,
-                tmp_path / "rel",
-                server.base_url,
-                tmp_path / "c.sqlite",
-                options={"max_turns": 3},
-                experiments=["vignette", "multiturn", "singleturn", "frq"],
-            )
-        )
+        r = generate(spec(tiny_dataset, tmp_path / "rel", server.base_url, tmp_path / "c.sqlite", **run))
         refusal_calls = sum(1 for q in server.log if vignette in _text(q["messages"][0]["content"]))
     conv = {c["case_id"]: c for c in read_release(r.path).table("conversations").to_pylist()}
     assert conv[refusing]["ended"] == "refusal" and conv[refusing]["n_turns"] == 1
@@ -694,16 +651,9 @@ def test_identical_requests_are_sent_once_and_counted_as_deduplicated(tiny_datas
     def responder(req):
         return "It hurts." if _text(req["messages"][0]["content"]).startswith("You are a patient") else "**Final Diagnosis:** Flu"
 
+    exp = ["multiturn", "singleturn", "frq"]
     with LoopbackServer(responder) as server:
-        r = generate(
-            spec(
-                tiny_dataset,
-                tmp_path / "rel",
-                server.base_url,
-                tmp_path / "c.sqlite",
-                experiments=["multiturn", "singleturn", "frq"],
-            )
-        )
+        r = generate(spec(tiny_dataset, tmp_path / "rel", server.base_url, tmp_path / "c.sqlite", experiments=exp))
         sent = server.calls
     assert r.calls == sent == 3 * N_TEXT_CASES  # patient, doctor (final diagnosis), one question for both settings
     assert r.deduplicated == N_TEXT_CASES and r.requests == 4 * N_TEXT_CASES
@@ -732,44 +682,14 @@ def test_the_same_model_on_another_server_is_called_afresh_and_no_key_is_kept(ti
 def test_a_base_url_without_v1_gets_a_hint(tiny_dataset, replay, tmp_path, capsys):
     with LoopbackServer(replay) as server:
         bare = f"http://127.0.0.1:{server.port}"
-        argv = [
-            "generate",
-            "--dataset",
-            str(tiny_dataset),
-            "--doctor",
-            "openai/loopback",
-            "--patient",
-            "openai/loopback",
-            "--base-url",
-            bare,
-            "--cache",
-            str(tmp_path / "c.sqlite"),
-            "--out",
-            str(tmp_path / "rel"),
-            "--quiet",
-        ]
-        assert cli_main(argv) == 2
+        assert cli_main(generate_argv(tiny_dataset, base_url=bare, cache=tmp_path / "c.sqlite", out=tmp_path / "rel")) == 2
     err = capsys.readouterr().err.strip()
     assert f"{bare}/models answered HTTP 404" in err and f"--base-url {bare}/v1" in err and len(err.splitlines()) == 1, err
 
 
 @pytest.mark.parametrize("url", ["localhost:8000/v1", "http://", "ftp://host/v1", "http://host:99999/v1"])
 def test_a_bad_base_url_is_one_line(tiny_dataset, tmp_path, capsys, url):
-    argv = [
-        "generate",
-        "--dataset",
-        str(tiny_dataset),
-        "--doctor",
-        "openai/m",
-        "--patient",
-        "openai/m",
-        "--base-url",
-        url,
-        "--out",
-        str(tmp_path / "rel"),
-        "--quiet",
-    ]
-    assert cli_main(argv) == 2
+    assert cli_main(generate_argv(tiny_dataset, doctor="openai/m", base_url=url, out=tmp_path / "rel")) == 2
     err = capsys.readouterr().err.strip()
     assert "--base-url" in err and len(err.splitlines()) == 1, err
 
@@ -792,25 +712,8 @@ def test_the_progress_bar_moves_per_request_and_agrees_with_the_summary_and_mani
 
     out = tmp_path / "rel"
     with LoopbackServer(replay, latency=0.05) as server:
-        argv = [
-            "generate",
-            "--dataset",
-            str(tiny_dataset),
-            "--doctor",
-            "openai/loopback",
-            "--patient",
-            "openai/loopback",
-            "--base-url",
-            server.base_url,
-            "--cache",
-            str(tmp_path / "c.sqlite"),
-            "--out",
-            str(out),
-            "--concurrency",
-            "2",
-            "--experiments",
-            "vignette,multiturn,singleturn,frq,mcq4",
-        ]
+        options = ("--concurrency", "2", "--experiments", "vignette,multiturn,singleturn,frq,mcq4")
+        argv = generate_argv(tiny_dataset, *options, base_url=server.base_url, cache=tmp_path / "c.sqlite", out=out, quiet=False)
         assert cli_main(argv) == 0
     err = capsys.readouterr().err
     bars = re.findall(r"(\d+)req .*?answers (\d+)/(\d+) sent=(\d+) cached=(\d+) dedup=(\d+) retries=\d+ fail=(\d+)", err)

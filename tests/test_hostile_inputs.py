@@ -31,6 +31,7 @@ from craftmd.commands.cli import main
 from craftmd.release import CLAIM_PREFIX, MAX_TRIALS, read_release
 
 sys.path.insert(0, str(Path(__file__).parent))
+from helpers import generate_argv, submit_argv  # noqa: E402
 from loopback import LoopbackServer, Replay, write_replay_dataset  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,41 +48,13 @@ def world(upstream, tmp_path_factory):
     pl.read_parquet(f).with_columns(paper_answer=pl.col("answer")).write_parquet(f)  # the paper rule's key
     ids = ",".join(sorted(upstream["text"]))
     with LoopbackServer(Replay(upstream["text"])) as server:
-        common = [
-            "--dataset",
-            str(data),
-            "--doctor",
-            MODEL,
-            "--patient",
-            MODEL,
-            "--base-url",
-            server.base_url,
-            "--cases",
-            ids,
-            "--trials",
-            "2",
-            "--cache",
-            str(root / "cache.sqlite"),
-            "--quiet",
-        ]
-        assert main(["generate", *common, "--experiments", "multiturn,frq,mcq4", "--out", str(root / "mt")]) == 0
-        assert main(["generate", *common, "--experiments", "vignette,frq,mcq4", "--out", str(root / "vf")]) == 0
+        common = ("--cases", ids, "--trials", "2")
+        where = {"doctor": MODEL, "base_url": server.base_url, "cache": root / "cache.sqlite"}
+        assert main(generate_argv(data, *common, "--experiments", "multiturn,frq,mcq4", **where, out=root / "mt")) == 0
+        assert main(generate_argv(data, *common, "--experiments", "vignette,frq,mcq4", **where, out=root / "vf")) == 0
         for k in (1, 2):
-            assert (
-                main(
-                    [
-                        "generate",
-                        *common,
-                        "--experiments",
-                        "multiturn,frq,mcq4",
-                        "--shard",
-                        f"{k}/2",
-                        "--out",
-                        str(root / f"shard{k}"),
-                    ]
-                )
-                == 0
-            )
+            options = (*common, "--experiments", "multiturn,frq,mcq4", "--shard", f"{k}/2")
+            assert main(generate_argv(data, *options, **where, out=root / f"shard{k}")) == 0
     assert main(["score", str(root / "mt"), "--dataset", str(data), "--quiet"]) == 0
     assert main(["export", str(root / "mt"), "--inspect", str(root / "logs"), "--quiet"]) == 0
     return {
@@ -425,6 +398,11 @@ def test_a_bad_shard_record_is_one_line_and_nothing_is_merged(world, tmp_path, c
 # -- one limit everywhere ----------------------------------------------------------------------------------------
 
 
+def generate_nowhere(data, out, *option) -> list[str]:
+    """``craftmd generate`` of ``data`` into ``out`` against a server nothing answers on, with ``option`` (not quiet)."""
+    return generate_argv(data, *option, doctor=MODEL, base_url="http://127.0.0.1:9/v1", out=out, quiet=False)
+
+
 def cli_refuses(capsys, argv: list[str], says: str) -> None:
     """The command line refuses ``argv`` before anything runs: argparse's usage and one error line."""
     with pytest.raises(SystemExit) as e:
@@ -464,24 +442,7 @@ def cli_refuses(capsys, argv: list[str], says: str) -> None:
 )
 def test_generate_refuses_an_out_of_range_option_before_it_runs(world, tmp_path, capsys, option):
     out = tmp_path / "never"
-    cli_refuses(
-        capsys,
-        [
-            "generate",
-            "--dataset",
-            str(world["data"]),
-            "--doctor",
-            MODEL,
-            "--patient",
-            MODEL,
-            "--base-url",
-            "http://127.0.0.1:9/v1",
-            "--out",
-            str(out),
-            *option,
-        ],
-        option[0].split("=")[0],
-    )
+    cli_refuses(capsys, generate_nowhere(world["data"], out, *option), option[0].split("=")[0])
     assert not out.exists()
 
 
@@ -489,25 +450,7 @@ def test_generate_refuses_an_out_of_range_option_before_it_runs(world, tmp_path,
 def test_generate_refuses_an_out_of_range_task_option_before_it_runs(world, tmp_path, capsys, option):
     """A task's option (``-T``, or its old flag) is checked by the task's options class: one line, nothing written."""
     out = tmp_path / "never"
-    assert (
-        main(
-            [
-                "generate",
-                "--dataset",
-                str(world["data"]),
-                "--doctor",
-                MODEL,
-                "--patient",
-                MODEL,
-                "--base-url",
-                "http://127.0.0.1:9/v1",
-                "--out",
-                str(out),
-                *option,
-            ]
-        )
-        == 2
-    )
+    assert main(generate_nowhere(world["data"], out, *option)) == 2
     err = capsys.readouterr().err.strip()
     assert "Traceback" not in err and "option max_turns='0'" in err and err.count("\n") == 0, err
     assert not out.exists()
@@ -563,24 +506,7 @@ def test_the_trial_limit_is_the_same_for_validate_submit_and_ingest(world, tmp_p
         sub = tmp_path / f"sub{trial}.jsonl"
         sub.write_text(json.dumps(dict(ok, trial=trial)) + "\n")
         assert main(["validate", str(sub), "--dataset", str(world["data"])]) == rc, trial
-        assert (
-            main(
-                [
-                    "submit",
-                    str(sub),
-                    "--dataset",
-                    str(world["data"]),
-                    "--model",
-                    "acme/m",
-                    "--out",
-                    str(tmp_path / f"s{trial}"),
-                    "--grader",
-                    "offline",
-                    "--quiet",
-                ]
-            )
-            == rc
-        ), trial
+        assert main(submit_argv(sub, world["data"], "acme/m", tmp_path / f"s{trial}", "--grader", "offline")) == rc, trial
         assert (tmp_path / f"s{trial}").exists() == (rc == 0)
     capsys.readouterr()
     # a log of 64 epochs: refused at ingest, in one line

@@ -15,6 +15,8 @@ from craftmd.commands.cli import main
 from craftmd.release import read_release
 from craftmd.scoring.submission import submission_id
 
+from helpers import submit_argv
+
 HOSTILE = {  # name -> how leaderboard.md must show it
     "evil$\\frac{$x": "evil$\\frac{$x (submission)",
     '=HYPERLINK("http://x","y")': '=HYPERLINK("http://x","y") (submission)',
@@ -114,21 +116,7 @@ def test_conversations_are_checked_like_a_release(site, dataset_dir, tmp_path, c
     conv = pl.read_parquet(site["conv"])
 
     def score(conv_file) -> str:
-        code = main(
-            [
-                "submit",
-                str(site["multiturn"]),
-                "--dataset",
-                str(dataset_dir),
-                "--model",
-                "acme/m",
-                "--out",
-                str(tmp_path / "o"),
-                "--conversations",
-                str(conv_file),
-                "--quiet",
-            ]
-        )
+        code = main(submit_argv(site["multiturn"], dataset_dir, "acme/m", tmp_path / "o", "--conversations", conv_file))
         assert code == 2 and not (tmp_path / "o").exists()
         return capsys.readouterr().err.strip()
 

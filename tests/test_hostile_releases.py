@@ -28,6 +28,8 @@ from craftmd.atomic import sha256_file
 from craftmd.commands.cli import main
 from craftmd.release import RunRecord, find_releases, read_release, write_release
 
+from helpers import analyse_argv, run_leaderboard, submit_argv
+
 EVIL = "import pathlib\npathlib.Path({marker!r}).write_text('ran')\n"
 
 
@@ -242,17 +244,7 @@ def test_two_releases_of_one_id_are_refused_naming_both_folders(dataset_dir, tmp
     logs = sorted(map(str, (tmp_path / "logs").glob("*.eval")))
     assert main(["ingest", "--inspect", *logs, "--out", str(releases / "tiny-again")]) == 0
     capsys.readouterr()
-    argv = [
-        "analyse",
-        "--releases",
-        str(releases),
-        "--dataset",
-        str(dataset_dir),
-        "--out",
-        str(tmp_path / "site"),
-        "--resamples",
-        "20",
-    ]
+    argv = analyse_argv(releases, dataset_dir, tmp_path / "site", resamples=20, page=False)
     assert main(argv) == 2
     err = _one_line(capsys)
     assert str(releases / "tiny") in err and str(releases / "tiny-again") in err and "'tiny'" in err
@@ -296,25 +288,7 @@ def test_overwrite_never_replaces_a_folder_of_releases(dataset_dir, tmp_path, ca
         + "\n"
     )
     (releases / "scores.json").write_text("{}")  # even with what a score folder has, the folder holds others' files
-    assert (
-        main(
-            [
-                "submit",
-                str(sub),
-                "--dataset",
-                str(dataset_dir),
-                "--config",
-                "derm_public",
-                "--model",
-                "acme/x",
-                "--out",
-                str(releases),
-                "--overwrite",
-                "--quiet",
-            ]
-        )
-        == 2
-    )
+    assert main(submit_argv(sub, dataset_dir, "acme/x", releases, "--overwrite", config="derm_public")) == 2
     assert re.search(NOT_ITS_OWN, _one_line(capsys))
     (releases / "scores.json").unlink()
     assert {p.name: p.stat().st_mtime_ns for p in releases.rglob("*")} == before
@@ -405,26 +379,7 @@ def test_the_leaderboard_names_a_hostile_release_and_publishes_nothing(payload, 
         _release(hostile, dataset_dir)
         _tamper(hostile, release="../../../escaped")
     out = tmp_path / "site"
-    env = dict(os.environ, CRAFTMD_SOURCE=str(source.path))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "craftmd.commands.cli",
-            "leaderboard",
-            "--dataset",
-            str(dataset_dir),
-            "--releases",
-            str(releases),
-            "--out",
-            str(out),
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-    )
+    proc = run_leaderboard(source, dataset_dir, releases, out)
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [ln for ln in proc.stderr.strip().splitlines() if not ln.startswith("[leaderboard]")]
     assert len(lines) == 1 and str(hostile) in lines[0], proc.stderr[-2000:]

@@ -20,6 +20,7 @@ from craftmd.models.calls import Caller
 from craftmd.release import read_release
 
 sys.path.insert(0, str(Path(__file__).parent))
+from helpers import generate_argv  # noqa: E402
 from loopback import LoopbackServer, Replay  # noqa: E402
 
 KEY = "sk-test-secret-0123456789abcdef"
@@ -101,29 +102,8 @@ REPLAY = {"n": 2, "seed": 5, "max_messages": 14}
 
 
 def generate_cli(dataset, out, url, cache, *extra) -> int:
-    return cli_main(
-        [
-            "generate",
-            "--dataset",
-            str(dataset),
-            "--doctor",
-            "openai/loopback",
-            "--patient",
-            "openai/loopback",
-            "--base-url",
-            url,
-            "--cache",
-            str(cache),
-            "--experiments",
-            "vignette,frq",
-            "--out",
-            str(out),
-            "--quiet",
-            "--max-retries",
-            "1",
-            *extra,
-        ]
-    )
+    options = ("--experiments", "vignette,frq", "--max-retries", "1", *extra)
+    return cli_main(generate_argv(dataset, *options, base_url=url, cache=cache, out=out))
 
 
 def test_generate_exits_non_zero_when_nothing_succeeded(tiny_dataset, upstream, tmp_path, capsys):

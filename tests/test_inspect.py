@@ -26,6 +26,7 @@ from craftmd.commands.cli import main
 from craftmd.release import read_release, write_release
 
 sys.path.insert(0, str(Path(__file__).parent))
+from helpers import generate_argv  # noqa: E402
 from loopback import LoopbackServer, Replay, pick_upstream, write_replay_dataset  # noqa: E402
 from encounter_script import medpi  # noqa: E402,F401  (the fixture: a few MedPI packets)
 
@@ -57,15 +58,15 @@ def claimed(scores: pa.Table) -> pl.DataFrame:
     return df.with_columns(pl.col("scorer").str.strip_prefix("claimed:"))
 
 
-def inspect_eval(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [INSPECT, "eval", *args, "--display", "plain", "--log-format", "eval"],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
+def inspect_eval(task: str, model: str, *args, env: dict, cwd: Path, roles: dict, options: dict) -> None:
+    """``inspect eval TASK --model MODEL`` with each of ``roles`` (``--model-role ROLE=MODEL``) and of the task's ``options``
+    (``-T NAME=VALUE``), then ``args``, in ``cwd`` with ``env``; it must succeed."""
+    argv = [INSPECT, "eval", task, "--model", model, *(x for r, m in roles.items() for x in ("--model-role", f"{r}={m}"))]
+    argv += [*(x for k, v in options.items() for x in ("-T", f"{k}={v}")), *map(str, args)]
+    proc = subprocess.run(
+        [*argv, "--display", "plain", "--log-format", "eval"], env=env, cwd=cwd, capture_output=True, text=True, timeout=600
     )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -83,58 +84,17 @@ def runs(upstream, tiny_dataset, tmp_path_factory):
             GRADE_API_KEY="sk-grade-2222",
             INSPECT_LOG_DIR=str(root / "logs"),
         )
-        proc = inspect_eval(
-            [
-                "craftmd/craftmd",
-                "--model",
-                "openai-api/loop/doc",
-                "--model-role",
-                "patient=openai-api/loop/pat",
-                "--model-role",
-                "grader=openai-api/grade/g",
-                "-T",
-                f"dataset={tiny_dataset}",
-                "-T",
-                f"cases={ids}",
-                "-T",
-                f"experiments={EXPERIMENTS}",
-                "--epochs",
-                "2",
-            ],
-            env,
-            root,
-        )
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        roles = {"patient": "openai-api/loop/pat", "grader": "openai-api/grade/g"}
+        options = {"dataset": tiny_dataset, "cases": ids, "experiments": EXPERIMENTS}
+        inspect_eval("craftmd/craftmd", "openai-api/loop/doc", "--epochs", "2", env=env, cwd=root, roles=roles, options=options)
         inspect_calls = loop.calls
         old = {k: os.environ.get(k) for k in ("LOOP_BASE_URL", "LOOP_API_KEY", "GRADE_BASE_URL", "GRADE_API_KEY")}
         os.environ.update({k: env[k] for k in old})
         try:
             gen = root / "gen"
-            assert (
-                main(
-                    [
-                        "generate",
-                        "--dataset",
-                        str(tiny_dataset),
-                        "--doctor",
-                        "openai-api/loop/doc",
-                        "--patient",
-                        "openai-api/loop/pat",
-                        "--cases",
-                        ids,
-                        "--experiments",
-                        EXPERIMENTS,
-                        "--trials",
-                        "2",
-                        "--out",
-                        str(gen),
-                        "--cache",
-                        str(root / "cache.sqlite"),
-                        "--quiet",
-                    ]
-                )
-                == 0
-            )
+            options = ("--cases", ids, "--experiments", EXPERIMENTS, "--trials", "2")
+            roles = {"doctor": "openai-api/loop/doc", "patient": "openai-api/loop/pat"}
+            assert main(generate_argv(tiny_dataset, *options, **roles, cache=root / "cache.sqlite", out=gen)) == 0
             for g in ("paper", "strict", "offline", "llm:openai-api/grade/g", "history"):
                 assert main(["score", str(gen), "--dataset", str(tiny_dataset), "--scorer", g, "--quiet"]) == 0
         finally:
@@ -407,32 +367,10 @@ def test_a_real_model_through_inspect_eval(real_model, dataset_dir, tmp_path):
     ][0]
     start = real_model.chat_requests()
     env = dict(os.environ, SMOL_BASE_URL=real_model.base_url, SMOL_API_KEY="none")
-    proc = inspect_eval(
-        [
-            "craftmd/craftmd",
-            "--model",
-            "openai-api/smol/smollm2",
-            "--model-role",
-            "patient=openai-api/smol/smollm2",
-            "-T",
-            f"dataset={dataset_dir}",
-            "-T",
-            f"cases={case}",
-            "-T",
-            "experiments=multiturn,mcq4",
-            "-T",
-            "max_turns=3",
-            "-T",
-            "max_tokens=48",
-            "--log-dir",
-            str(tmp_path / "logs"),
-            "--max-connections",
-            "1",
-        ],
-        env,
-        tmp_path,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    m = "openai-api/smol/smollm2"
+    options = {"dataset": dataset_dir, "cases": case, "experiments": "multiturn,mcq4", "max_turns": 3, "max_tokens": 48}
+    args = ("--log-dir", tmp_path / "logs", "--max-connections", "1")
+    inspect_eval("craftmd/craftmd", m, *args, env=env, cwd=tmp_path, roles={"patient": m}, options=options)
     assert real_model.chat_requests() - start >= 3  # the real server answered the doctor's and the patient's turns
     out = tmp_path / "release"
     assert main(["ingest", "--inspect", str(next((tmp_path / "logs").glob("*.eval"))), "--out", str(out)]) == 0
@@ -446,7 +384,7 @@ def test_a_real_model_through_inspect_eval(real_model, dataset_dir, tmp_path):
     assert rel.manifest.roles["doctor"]["model"] == "openai-api/smol/smollm2"
 
 
-def test_the_consultation_task_under_inspect_eval_is_the_release_generate_writes(source, tmp_path):
+def test_the_consultation_task_under_inspect_eval_is_the_release_generate_writes(source, tmp_path, monkeypatch):
     """``inspect eval craftmd/consultation`` (doctor, lazy patient, the ``solver`` role) ingested = ``craftmd generate --task
     consultation`` + the MCQ rules and the offline grader against the same server."""
     from test_consultation import Models, extract
@@ -459,65 +397,16 @@ def test_the_consultation_task_under_inspect_eval_is_the_release_generate_writes
         assert extract(data, server.base_url, tmp_path / "k.sqlite") == 0
         env = dict(os.environ, LOOP_BASE_URL=server.base_url, LOOP_API_KEY="k")
         m = "openai-api/loop/loopback"
-        proc = inspect_eval(
-            [
-                "craftmd/consultation",
-                "--model",
-                m,
-                "--model-role",
-                f"patient={m}",
-                "--model-role",
-                f"solver={m}",
-                "-T",
-                f"dataset={data}",
-                "-T",
-                "experiments=upper,consult_40,oracle_random_100,mcq4,frq",
-                "-T",
-                "seed=3",
-                "-T",
-                "temperature=0",
-                "--log-dir",
-                str(tmp_path / "logs"),
-            ],
-            env,
-            tmp_path,
+        options = {"dataset": data, "experiments": "upper,consult_40,oracle_random_100,mcq4,frq", "seed": 3, "temperature": 0}
+        roles = {"patient": m, "solver": m}
+        inspect_eval(
+            "craftmd/consultation", m, "--log-dir", tmp_path / "logs", env=env, cwd=tmp_path, roles=roles, options=options
         )
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        old = os.environ.get("LOOP_BASE_URL")
-        os.environ["LOOP_BASE_URL"] = server.base_url
-        try:
-            gen = tmp_path / "gen"
-            assert (
-                main(
-                    [
-                        "generate",
-                        "--task",
-                        "consultation",
-                        "--dataset",
-                        str(data),
-                        "--doctor",
-                        m,
-                        "--patient",
-                        m,
-                        "--solver",
-                        m,
-                        "--experiments",
-                        "upper,consult_40,oracle_random_100,mcq4,frq",
-                        "--seed",
-                        "3",
-                        "--temperature",
-                        "0",
-                        "--cache",
-                        str(tmp_path / "c.sqlite"),
-                        "--out",
-                        str(gen),
-                        "--quiet",
-                    ]
-                )
-                == 0
-            )
-        finally:
-            os.environ.pop("LOOP_BASE_URL") if old is None else os.environ.__setitem__("LOOP_BASE_URL", old)
+        monkeypatch.setenv("LOOP_BASE_URL", server.base_url)
+        gen = tmp_path / "gen"
+        options = ("--experiments", "upper,consult_40,oracle_random_100,mcq4,frq", "--seed", "3", "--temperature", "0")
+        argv = generate_argv(data, *options, task="consultation", doctor=m, solver=m, cache=tmp_path / "c.sqlite", out=gen)
+        assert main(argv) == 0
     for g in ("paper", "strict", "offline"):  # (the history metrics are CRAFT-MD's; the keyinfo scorer is not run under inspect)
         assert main(["score", str(gen), "--dataset", str(data), "--scorer", g, "--quiet"]) == 0
     out = tmp_path / "via-inspect"
@@ -530,7 +419,7 @@ def test_the_consultation_task_under_inspect_eval_is_the_release_generate_writes
     assert claimed(ours.scores_with_records()[0]).equals(pl.from_arrow(theirs.scores_with_records()[0]))
 
 
-def test_the_encounters_task_under_inspect_eval_is_the_release_encounters_generate_writes(medpi, tmp_path):
+def test_the_encounters_task_under_inspect_eval_is_the_release_encounters_generate_writes(medpi, tmp_path, monkeypatch):
     """``inspect eval craftmd/encounters`` (scripted doctor and AI patient on a loopback server) ingested = ``craftmd
     generate --task encounters``: the conversations, every patient state, the closures and the memory tags."""
     from encounter_script import Script
@@ -540,43 +429,23 @@ def test_the_encounters_task_under_inspect_eval_is_the_release_encounters_genera
     m = "openai-api/loop/loopback"
     with LoopbackServer(Script(doctor_turns=2), models=("loopback",)) as server:
         env = dict(os.environ, LOOP_BASE_URL=server.base_url, LOOP_API_KEY="k")
-        proc = inspect_eval(
-            [
-                "craftmd/encounters",
-                "--model",
-                m,
-                "--model-role",
-                f"patient={m}",
-                "-T",
-                f"dataset={medpi}",
-                "--epochs",
-                "2",
-                "--log-dir",
-                str(tmp_path / "logs"),
-            ],
-            env,
-            tmp_path,
-        )
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        old = os.environ.get("LOOP_BASE_URL")
-        os.environ["LOOP_BASE_URL"] = server.base_url
-        try:
-            generate(
-                GenerateSpec(
-                    task="encounters",
-                    dataset=medpi,
-                    out=tmp_path / "gen",
-                    doctor=m,
-                    patient=m,
-                    trials=2,
-                    cache=tmp_path / "c.sqlite",
-                    progress=False,
-                    max_retries=1,
-                    backoff=0.01,
-                )
+        args = ("--epochs", "2", "--log-dir", tmp_path / "logs")
+        inspect_eval("craftmd/encounters", m, *args, env=env, cwd=tmp_path, roles={"patient": m}, options={"dataset": medpi})
+        monkeypatch.setenv("LOOP_BASE_URL", server.base_url)
+        generate(
+            GenerateSpec(
+                task="encounters",
+                dataset=medpi,
+                out=tmp_path / "gen",
+                doctor=m,
+                patient=m,
+                trials=2,
+                cache=tmp_path / "c.sqlite",
+                progress=False,
+                max_retries=1,
+                backoff=0.01,
             )
-        finally:
-            os.environ.pop("LOOP_BASE_URL") if old is None else os.environ.__setitem__("LOOP_BASE_URL", old)
+        )
     out = tmp_path / "via-inspect"
     assert main(["ingest", "--inspect", str(next((tmp_path / "logs").glob("*.eval"))), "--out", str(out)]) == 0
     ours, theirs = read_release(out), read_release(tmp_path / "gen")

@@ -45,8 +45,10 @@ def run(args: list, env: dict, tool: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run([*tool, *map(str, args)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
-def inspect_eval(args: list, env: dict) -> subprocess.CompletedProcess:
-    return run(["eval", *args, "--display", "plain", "--log-format", "eval"], env, [INSPECT])
+def toy_eval(dataset, log_dir, *args, env: dict) -> subprocess.CompletedProcess:
+    """``inspect eval`` of the toy task file on ``dataset``, the model ``toy/m`` its doctor and patient, logs in ``log_dir``."""
+    argv = ["eval", TASK_FILE, "--model", "openai-api/toy/m", "-T", f"dataset={dataset}", *args, "--log-dir", log_dir]
+    return run([*argv, "--display", "plain", "--log-format", "eval"], env, [INSPECT])
 
 
 def craftmd(args: list, env: dict) -> subprocess.CompletedProcess:
@@ -60,20 +62,7 @@ def toy_log(tiny_dataset, tmp_path_factory):
     with LoopbackServer(answer, models=("m",)) as server:
         env = dict(os.environ, TOY_BASE_URL=server.base_url, CRAFTMD_TASKS=str(ROOT / TASK_FILE))
         env.pop("TOY_API_KEY", None)  # a local server: no key (the package's inspect hook)
-        proc = inspect_eval(
-            [
-                TASK_FILE,
-                "--model",
-                "openai-api/toy/m",
-                "-T",
-                f"dataset={tiny_dataset}",
-                "--epochs",
-                "2",
-                "--log-dir",
-                root / "logs",
-            ],
-            env,
-        )
+        proc = toy_eval(tiny_dataset, root / "logs", "--epochs", "2", env=env)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert server.calls >= 6  # three cases, two epochs: at least the doctor's call each
     logs = sorted((root / "logs").glob("*.eval"))
@@ -113,20 +102,7 @@ def test_a_task_file_runs_under_inspect_eval_and_craftmd_score_gives_its_scores(
 
 def test_a_task_option_it_does_not_have_is_refused_naming_the_known_ones(tiny_dataset, tmp_path):
     env = dict(os.environ, TOY_BASE_URL="http://127.0.0.1:9/v1")
-    proc = inspect_eval(
-        [
-            TASK_FILE,
-            "--model",
-            "openai-api/toy/m",
-            "-T",
-            f"dataset={tiny_dataset}",
-            "-T",
-            "no_such_option=3",
-            "--log-dir",
-            tmp_path / "logs",
-        ],
-        env,
-    )
+    proc = toy_eval(tiny_dataset, tmp_path / "logs", "-T", "no_such_option=3", env=env)
     assert proc.returncode != 0
     said = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("craftmd.CraftMDError: ")]
     assert len(said) == 1 and "no_such_option" in said[0], (proc.stdout + proc.stderr)[
@@ -150,15 +126,8 @@ def test_a_runner_on_given_calls_opens_no_connection_and_writes_nothing(tiny_dat
         return Completion("Psoriasis", "ok", "stop", 10, 1)
 
     cache, out = tmp_path / "cache.sqlite", tmp_path / "release"
-    spec = GenerateSpec(
-        dataset=tiny_dataset,
-        out=out,
-        doctor="openai/nobody",
-        task="craftmd",
-        cache=cache,
-        options={"max_turns": 2},
-        experiments=["multiturn", "mcq4"],
-    )
+    run = {"options": {"max_turns": 2}, "experiments": ["multiturn", "mcq4"]}
+    spec = GenerateSpec(dataset=tiny_dataset, out=out, doctor="openai/nobody", task="craftmd", cache=cache, **run)
     with pytest.raises(CraftMDError):  # without calls: the model's server and key are checked, as craftmd generate does
         runner_for(get_task("craftmd"))(spec)
     runner = runner_for(get_task("craftmd"))(spec, calls={"doctor": call, "patient": call, "summarizer": call})

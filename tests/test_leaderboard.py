@@ -13,12 +13,13 @@ import re
 import select
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import polars as pl
 import pytest
+
+from helpers import run_leaderboard
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROME_FLAGS = [
@@ -87,28 +88,7 @@ def _audit(audits: Path) -> None:
 
 def _leaderboard(source, dataset_dir, root: Path, out: Path) -> subprocess.CompletedProcess:
     """`craftmd leaderboard` over ``root/releases`` with the audits of ``root/audits``."""
-    env = dict(os.environ, CRAFTMD_SOURCE=str(source.path))
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "craftmd.commands.cli",
-            "leaderboard",
-            "--dataset",
-            str(dataset_dir),
-            "--releases",
-            str(root / "releases"),
-            "--out",
-            str(out),
-            "--audits",
-            str(root / "audits"),
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-    )
+    return run_leaderboard(source, dataset_dir, root / "releases", out, "--audits", root / "audits")
 
 
 @pytest.fixture(scope="module")

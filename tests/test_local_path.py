@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
+
+from helpers import analyse_argv, craftmd, generate_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 M = "openai-api/local/local-model"
@@ -33,28 +33,13 @@ def readme_server_options() -> list[str]:
     return options[0]
 
 
-def craftmd(*args, env: dict, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "craftmd.commands.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=900
-    )
-    assert proc.returncode in ok, proc.stderr[-2000:]
-    return proc
-
-
 @pytest.fixture(scope="module")
 def server():
-    from realmodel import MissingModel, RealModelServer
+    from realmodel import served
 
     options = readme_server_options()
     assert int(options[options.index("--n_ctx") + 1]) >= 12_288  # the many-choice MCQ's ~11.7k tokens and a reply
-    try:
-        s = RealModelServer(options=options).start()
-    except MissingModel as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield s
-    finally:
-        s.stop()
+    yield from served(options=options)
 
 
 def statuses(rows, key="status") -> dict[str, int]:
@@ -82,22 +67,7 @@ def test_every_task_on_the_readmes_local_server(server, dataset_dir, tmp_path):
 
     # CRAFT-MD: the estimate (nothing sent); the many-choice MCQ (~11.7k tokens: one question, the longest prompt of any
     # task) answered within the README's window; the interview and its questions, graded
-    gen = [
-        "generate",
-        "--task",
-        "craftmd",
-        "--dataset",
-        dataset_dir,
-        "--doctor",
-        M,
-        "--patient",
-        M,
-        "--cases",
-        case,
-        "--max-turns",
-        "2",
-        *caps,
-    ]
+    gen = generate_argv(dataset_dir, "--cases", case, "--max-turns", "2", *caps, task="craftmd", doctor=M, quiet=False)
     sent = server.chat_requests()
     est = craftmd(*gen, "--estimate", "--out", rels / "local", env=env).stdout
     assert (
@@ -142,27 +112,9 @@ def test_every_task_on_the_readmes_local_server(server, dataset_dir, tmp_path):
         row.update(items=[{"key": " ".join(x.split()[:3]), "value": x} for x in parts], initial_request="I don't feel well.",
                    status="ok", error=None, model="test/hand-written")  # fmt: skip
         write_keyinfo(dataset_dir, [{k: row[k] for k in SCHEMA.names}], {"model": "test/hand-written"})
+    options = ("--cases", case, "--experiments", "upper,lower,consult_100,oracle_direct_100", "--max-turns", "2", *caps)
     craftmd(
-        "generate",
-        "--task",
-        "consultation",
-        "--dataset",
-        dataset_dir,
-        "--doctor",
-        M,
-        "--patient",
-        M,
-        "--solver",
-        M,
-        "--cases",
-        case,
-        "--experiments",
-        "upper,lower,consult_100,oracle_direct_100",
-        "--max-turns",
-        "2",
-        *caps,
-        "--out",
-        rels / "local-consult",
+        *generate_argv(dataset_dir, *options, task="consultation", doctor=M, solver=M, out=rels / "local-consult", quiet=False),
         env=env,
     )
     craftmd("score", rels / "local-consult", "--dataset", dataset_dir, "--quiet", env=env)
@@ -175,27 +127,8 @@ def test_every_task_on_the_readmes_local_server(server, dataset_dir, tmp_path):
     medpi = tmp_path / "medpi"
     build_packets(medpi, seed=2, scale=0.05, cells=["seizure_disorder:treatment_advice"], progress=False)
     packet = load_packets(medpi)[0]["case_id"]
-    craftmd(
-        "generate",
-        "--task",
-        "encounters",
-        "--dataset",
-        medpi,
-        "--doctor",
-        M,
-        "--patient",
-        M,
-        "--cases",
-        packet,
-        "--max-messages",
-        "4",
-        "--memory-tag-tokens",
-        "96",
-        *caps,
-        "--out",
-        rels / "local-medpi",
-        env=env,
-    )
+    options = ("--cases", packet, "--max-messages", "4", "--memory-tag-tokens", "96", *caps)
+    craftmd(*generate_argv(medpi, *options, task="encounters", doctor=M, out=rels / "local-medpi", quiet=False), env=env)
     craftmd(
         "score",
         rels / "local-medpi",
@@ -221,21 +154,7 @@ def test_every_task_on_the_readmes_local_server(server, dataset_dir, tmp_path):
     assert judged["scored"] > 0, judged  # some scores (failures counted as failed, never all)
 
     # the page over all three releases, every image it shows there; the inspect logs of the CRAFT-MD release
-    craftmd(
-        "analyse",
-        "--releases",
-        rels,
-        "--dataset",
-        dataset_dir,
-        "--packets",
-        medpi,
-        "--out",
-        tmp_path / "page",
-        "--resamples",
-        "50",
-        "--page",
-        env=env,
-    )
+    craftmd(*analyse_argv(rels, dataset_dir, tmp_path / "page", resamples=50, packets=medpi), env=env)
     html = (tmp_path / "page" / "index.html").read_text()
     assert all(f'id="{s}"' in html for s in ("consultation", "encounters"))
     for src in re.findall(r'\bsrc="([^"]+)"', html):

@@ -33,6 +33,7 @@ from craftmd.scoring.scorers import scores_from_grades
 from craftmd.scoring.submission import submission_id
 
 sys.path.insert(0, str(Path(__file__).parent))
+from helpers import analyse_argv, generate_argv, submit_argv  # noqa: E402
 from loopback import LoopbackServer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,18 +138,7 @@ def test_analyse_failures_leave_the_previous_output_exactly_and_say_one_line(
     for name in ("gpt4_1106", "gpt3_1106"):
         shutil.copytree(releases_dir / name, releases / name)
     out = tmp_path / "board"
-    argv = [
-        "analyse",
-        "--releases",
-        str(releases),
-        "--dataset",
-        str(dataset_dir),
-        "--out",
-        str(out),
-        "--resamples",
-        "20",
-        "--page",
-    ]
+    argv = analyse_argv(releases, dataset_dir, out, resamples=20)
     assert main(argv) == 0
     before = snapshot(out)
     assert {"index.html", "leaderboard.md", "tables/pvalues.csv"} <= set(before) and any(k.startswith("figures/") for k in before)
@@ -226,19 +216,7 @@ def test_two_scores_into_one_out_never_replace_each_other(tmp_path, dataset_dir,
 def test_a_killed_score_leaves_no_temporary_folder_after_the_next_run(tmp_path, dataset_dir):
     sub = _submission(tmp_path, dataset_dir, "s.jsonl")
     out = tmp_path / "out"
-    argv = [
-        "submit",
-        str(sub),
-        "--dataset",
-        str(dataset_dir),
-        "--config",
-        "derm_public",
-        "--model",
-        "acme/k",
-        "--out",
-        str(out),
-        "--quiet",
-    ]
+    argv = submit_argv(sub, dataset_dir, "acme/k", out, config="derm_public")
     proc = subprocess.Popen(
         [sys.executable, "-m", "craftmd.commands.cli", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -259,19 +237,7 @@ def test_the_score_summary_says_how_many_answers_were_missing_and_why(tmp_path, 
 
     n = load_config(dataset_dir, "derm_public").height
     sub = _submission(tmp_path, dataset_dir, "nulls.jsonl", n=3, response=None)  # three rows, every response null
-    argv = [
-        "submit",
-        str(sub),
-        "--dataset",
-        str(dataset_dir),
-        "--config",
-        "derm_public",
-        "--model",
-        "acme/n",
-        "--out",
-        str(tmp_path / "o"),
-        "--quiet",
-    ]
+    argv = submit_argv(sub, dataset_dir, "acme/n", tmp_path / "o", config="derm_public")
     assert main(argv) == 0
     said = capsys.readouterr().out.splitlines()[0]
     assert said.startswith(
@@ -423,24 +389,7 @@ def tiny_dataset(source, tmp_path_factory):
 
 
 def _generate(dataset: Path, url: str, cache: Path, out: Path) -> list[str]:
-    return [
-        "generate",
-        "--dataset",
-        str(dataset),
-        "--doctor",
-        "openai/loopback",
-        "--patient",
-        "openai/loopback",
-        "--base-url",
-        url,
-        "--cache",
-        str(cache),
-        "--out",
-        str(out),
-        "--experiments",
-        "vignette,frq",
-        "--quiet",
-    ]
+    return generate_argv(dataset, "--experiments", "vignette,frq", base_url=url, cache=cache, out=out)
 
 
 def test_generate_finds_an_unwritable_output_before_its_first_call(tiny_dataset, tmp_path, capsys):
@@ -620,27 +569,8 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path, source):
     craftmd = str(venv / "bin" / "craftmd")
     run(craftmd, "build", "--source", str(source.location), "--out", "data", "--quiet")
     with LoopbackServer(lambda req: "**Final Diagnosis:** Psoriasis") as server:
-        run(
-            craftmd,
-            "generate",
-            "--dataset",
-            "data",
-            "--doctor",
-            "openai/loopback",
-            "--patient",
-            "openai/loopback",
-            "--base-url",
-            server.base_url,
-            "--cache",
-            "c.sqlite",
-            "--out",
-            "rel",
-            "--cases",
-            "case_1",
-            "--experiments",
-            "vignette,frq",
-            "--quiet",
-        )
+        options = ("--cases", "case_1", "--experiments", "vignette,frq")
+        run(craftmd, *generate_argv("data", *options, base_url=server.base_url, cache="c.sqlite", out="rel"))
         assert server.calls >= 1
     answers = read_release(elsewhere / "rel").table("answers")
     assert answers.num_rows == 1 and answers.column("response").to_pylist() == ["**Final Diagnosis:** Psoriasis"]

@@ -30,19 +30,12 @@ import pytest
 
 from craftmd.release import FORMATS, SETTINGS, read_release
 
+from helpers import analyse_argv, craftmd, generate_argv
+
 MODEL = "openai/smollm2"
 N_CASES = 2
 KEY = "sk-craftmd-real-model-test-0123456789abcdef"  # must never reach a file
-COMMON = ["--max-turns", "2", "--max-tokens", "32", "--temperature", "1.0", "--seed", "7", "--quiet"]
-
-
-def craftmd(*args, env: dict, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "craftmd.commands.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=600
-    )
-    if check:
-        assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc
+COMMON = ["--max-turns", "2", "--max-tokens", "32", "--temperature", "1.0", "--seed", "7"]
 
 
 def release_bytes(path: Path) -> dict[str, str]:
@@ -92,22 +85,8 @@ def test_a_real_model_end_to_end(real_model, dataset_dir, short_cases, tmp_path)
     cache, releases = tmp_path / "cache.sqlite", tmp_path / "releases"
     rel = releases / "smollm2"
     start = real_model.chat_requests()  # the server is shared by the session: count this test's requests only
-    gen = [
-        "generate",
-        "--dataset",
-        dataset_dir,
-        "--cases",
-        ",".join(short_cases),
-        "--doctor",
-        MODEL,
-        "--patient",
-        MODEL,
-        "--base-url",
-        real_model.base_url,
-        "--cache",
-        cache,
-        *COMMON,
-    ]
+    where = {"base_url": real_model.base_url, "cache": cache}
+    gen = generate_argv(dataset_dir, "--cases", ",".join(short_cases), *COMMON, doctor=MODEL, **where)
 
     # 1. Killed with kill -9 mid-run: nothing is written, what finished is in the cache.
     killed = subprocess.Popen(
@@ -157,41 +136,11 @@ def test_a_real_model_end_to_end(real_model, dataset_dir, short_cases, tmp_path)
 
     # 4. The model may not grade itself unless forced; graded by the LLM grader (the same small model:
     #    self-grading forced here, so it is recorded) and the offline grader.
-    refused = craftmd(
-        "score",
-        rel,
-        "--dataset",
-        dataset_dir,
-        "--scorer",
-        f"llm:{MODEL}",
-        "--base-url",
-        real_model.base_url,
-        "--cache",
-        cache,
-        "--quiet",
-        env=env,
-        check=False,
-    )
+    score = ["score", rel, "--dataset", dataset_dir, "--scorer", f"llm:{MODEL}"]
+    score += ["--base-url", real_model.base_url, "--cache", cache]
+    refused = craftmd(*score, "--quiet", env=env, ok=None)
     assert refused.returncode == 2 and "would grade its own model" in refused.stderr and not (rel / "scores.parquet").exists()
-    craftmd(
-        "score",
-        rel,
-        "--dataset",
-        dataset_dir,
-        "--scorer",
-        f"llm:{MODEL}",
-        "--scorer",
-        "offline",
-        "--scorer",
-        "paper",
-        "--base-url",
-        real_model.base_url,
-        "--cache",
-        cache,
-        "--allow-self",
-        "--quiet",
-        env=env,
-    )
+    craftmd(*score, "--scorer", "offline", "--scorer", "paper", "--allow-self", "--quiet", env=env)
     check_scores(rel, [f"llm:{MODEL}", "offline"])
     assert read_release(rel).scorer_records()[f"llm:{MODEL}"]["self_graded"] is True
 
@@ -230,19 +179,7 @@ def test_a_real_model_end_to_end(real_model, dataset_dir, short_cases, tmp_path)
         env=env,
     )
     assert f"cases {N_CASES:5d}" in meld.stdout
-    craftmd(
-        "analyse",
-        "--releases",
-        releases,
-        "--dataset",
-        dataset_dir,
-        "--out",
-        tmp_path / "board",
-        "--resamples",
-        "200",
-        "--page",
-        env=env,
-    )
+    craftmd(*analyse_argv(releases, dataset_dir, tmp_path / "board", resamples=200), env=env)
     page = (tmp_path / "board" / "index.html").read_text()
     assert "smollm2" in page
     # the board's FRQ figure comes from the offline grader (measured), never the model grading itself, which is marked

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,29 +22,17 @@ import pyarrow.parquet as pq
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from loopback import pick_upstream, write_replay_dataset  # noqa: E402
+from helpers import analyse_argv, craftmd, generate_argv, hand_written_keyinfo, shortest_case  # noqa: E402
 
 MODEL = "openai/smollm2"
 SETTINGS = ["upper", "lower", "consult_20", "consult_100", "oracle_direct_100", "oracle_random_100", "oracle_reverse_100"]
-
-
-def craftmd(*args, env: dict, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "craftmd.commands.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=600
-    )
-    assert proc.returncode in ok, proc.stderr[-2000:]
-    return proc
 
 
 @pytest.fixture(scope="module")
 def one_case(source, tmp_path_factory) -> tuple[Path, str]:
     """A dataset of the shortest of a few recorded cases (with a paper key, for grading)."""
     data = tmp_path_factory.mktemp("consult-real") / "data"
-    write_replay_dataset(pick_upstream(source, 6, seed=2, max_messages=10), data)
-    f = data / "all" / "test-00000-of-00001.parquet"
-    df = pl.read_parquet(f).filter(pl.col("choices").list.len() == 4).sort(pl.col("vignette").str.len_chars(), "case_id").head(1)
-    df.with_columns(paper_answer=pl.col("answer").str.to_lowercase()).write_parquet(f)
-    return data, df["case_id"][0]
+    return data, shortest_case(source, data, paper_key=True)["case_id"][0]
 
 
 def test_the_consultation_protocol_with_a_real_model(real_model, one_case, tmp_path):
@@ -71,46 +58,14 @@ def test_the_consultation_protocol_with_a_real_model(real_model, one_case, tmp_p
     assert (row["status"] == "ok") == (out.returncode == 0)
     if row["status"] != "ok":
         vignette = pl.read_parquet(data / "all" / "test-00000-of-00001.parquet")["vignette"][0]
-        parts = [s for s in vignette.split(". ") if s][:3]
-        row = {
-            "case_id": cid,
-            "items": [{"key": " ".join(s.split()[:3]), "value": s} for s in parts],
-            "initial_request": "I don't feel well. Can you help me?",
-            "status": "ok",
-            "error": None,
-            "model": "test/hand-written",
-            "prompt_sha256": row["prompt_sha256"],
-        }
+        row = hand_written_keyinfo(cid, vignette, row["prompt_sha256"])
         write_keyinfo(data, [row], {"model": "test/hand-written"})
     assert set(SCHEMA.names) == set(row)
 
     # 2. The protocol: consultation, oracle in three orders, bounds; the small model in every role.
     rel = tmp_path / "releases" / "smollm2"
-    gen = [
-        "generate",
-        "--task",
-        "consultation",
-        "--dataset",
-        data,
-        "--doctor",
-        MODEL,
-        "--patient",
-        MODEL,
-        "--solver",
-        MODEL,
-        *url,
-        "--cache",
-        cache,
-        "--experiments",
-        ",".join(SETTINGS),
-        "--max-turns",
-        "2",
-        "--max-tokens",
-        "32",
-        "--seed",
-        "7",
-        "--quiet",
-    ]
+    options = ("--experiments", ",".join(SETTINGS), "--max-turns", "2", "--max-tokens", "32", "--seed", "7")
+    gen = generate_argv(data, *url, *options, task="consultation", doctor=MODEL, solver=MODEL, cache=cache)
     craftmd(*gen, "--out", rel, env=env)
     sent = real_model.chat_requests()
     release = read_release(rel)
@@ -144,19 +99,7 @@ def test_the_consultation_protocol_with_a_real_model(real_model, one_case, tmp_p
     assert set(scores.filter(pl.col("scorer") == "keyinfo")["conversation"]) == set(convs)
 
     # 5. The release reaches the page: its consultation section, its accuracy per setting against the bounds, the figure.
-    craftmd(
-        "analyse",
-        "--releases",
-        rel.parent,
-        "--dataset",
-        data,
-        "--out",
-        tmp_path / "page",
-        "--resamples",
-        "200",
-        "--page",
-        env=env,
-    )
+    craftmd(*analyse_argv(rel.parent, data, tmp_path / "page", resamples=200), env=env)
     acc = pl.read_csv(tmp_path / "page" / "tables" / "consult_accuracy.csv")
     assert set(acc["setting"]) == set(SETTINGS) and set(acc["model"]) == {"smollm2"}
     page = (tmp_path / "page" / "index.html").read_text()

@@ -153,45 +153,12 @@ def test_export_is_deterministic_and_the_seed_matters(world, tmp_path):
 def test_cli_export_and_its_refusals(world, tmp_path, capsys):
     out = tmp_path / "s.xlsx"
     rel_a = str(world["releases"] / "model-a")
-    assert (
-        cli_main(
-            [
-                "review",
-                "export",
-                "--release",
-                rel_a,
-                "--dataset",
-                str(world["dataset"]),
-                "--n",
-                "2",
-                "--seed",
-                "0",
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    export_a = ["review", "export", "--release", rel_a, "--dataset", str(world["dataset"]), "--seed", "0"]
+    assert cli_main([*export_a, "--n", "2", "--out", str(out)]) == 0
     assert {r["release"] for r in read_rows(out)} == {"model-a"} and len(read_rows(out)) == 4
-    rc = cli_main(
-        [
-            "review",
-            "export",
-            "--release",
-            rel_a,
-            "--dataset",
-            str(world["dataset"]),
-            "--n",
-            "0",
-            "--seed",
-            "0",
-            "--out",
-            str(tmp_path / "t.xlsx"),
-        ]
-    )
+    rc = cli_main([*export_a, "--n", "0", "--out", str(tmp_path / "t.xlsx")])
     assert rc == 2 and "--n must be at least 1" in capsys.readouterr().err
-    rc = cli_main(["review", "export", "--release", rel_a, "--dataset", str(world["dataset"]), "--n", "2", "--seed", "0",
-                   "--grader", "llm:nobody", "--out", str(tmp_path / "t.xlsx")])  # fmt: skip
+    rc = cli_main([*export_a, "--n", "2", "--grader", "llm:nobody", "--out", str(tmp_path / "t.xlsx")])
     assert rc == 2 and "no multiturn FRQ grades by grader 'llm:nobody'" in capsys.readouterr().err
     assert not (tmp_path / "t.xlsx").exists()
 

@@ -17,6 +17,7 @@ from craftmd.release import read_release
 from craftmd.tasks import get_task
 
 sys.path.insert(0, str(Path(__file__).parent))
+from helpers import generate_argv  # noqa: E402
 from loopback import LoopbackServer, Replay  # noqa: E402
 
 
@@ -34,6 +35,13 @@ def estimate_rows(text: str) -> dict[str, list[str]]:
     return rows
 
 
+def loopback_spec(dataset, tmp_path, server, **kw) -> GenerateSpec:
+    """A run of ``dataset`` into tmp_path/rel, the loopback model of ``server`` the doctor and the patient, cached in
+    tmp_path/c.sqlite, with no progress bar; ``kw``: the rest of the spec."""
+    where = {"out": tmp_path / "rel", "base_url": server.base_url, "cache": tmp_path / "c.sqlite"}
+    return GenerateSpec(dataset=dataset, doctor="openai/loopback", patient="openai/loopback", **where, progress=False, **kw)
+
+
 def test_every_builtin_task_names_its_protocol():
     for name in ("craftmd", "consultation", "encounters"):
         assert issubclass(runner_for(get_task(name)), Runner)
@@ -43,31 +51,10 @@ def test_estimate_sends_nothing_and_prices_each_role(tiny_dataset, tmp_path, cap
     with LoopbackServer(lambda r: "unused", models=("doc", "pat")) as server:
         monkeypatch.setenv("LOCAL_BASE_URL", server.base_url)
         monkeypatch.setenv("API_BASE_URL", server.base_url)
-        rc = main(
-            [
-                "generate",
-                "--task",
-                "craftmd",
-                "--dataset",
-                str(tiny_dataset),
-                "--doctor",
-                "openai-api/local/doc",
-                "--patient",
-                "openai-api/api/pat",
-                "--trials",
-                "2",
-                "--experiments",
-                "multiturn,summarized,vignette,frq,mcq4",
-                "--price",
-                "patient=2.5,10",
-                "--price",
-                "summarizer=2.5,10",
-                "--estimate",
-                "--out",
-                str(tmp_path / "r"),
-                "--quiet",
-            ]
-        )
+        options = "--trials 2 --experiments multiturn,summarized,vignette,frq,mcq4 --estimate".split()
+        prices = ("--price", "patient=2.5,10", "--price", "summarizer=2.5,10")
+        roles = {"doctor": "openai-api/local/doc", "patient": "openai-api/api/pat"}
+        rc = main(generate_argv(tiny_dataset, *options, *prices, task="craftmd", **roles, out=tmp_path / "r"))
         out = capsys.readouterr().out
         assert rc == 0 and server.calls == 0
     assert not (tmp_path / "r").exists()
@@ -85,19 +72,10 @@ def test_estimate_sends_nothing_and_prices_each_role(tiny_dataset, tmp_path, cap
 def test_budget_stops_new_conversations_and_records_them_as_not_run(tiny_dataset, upstream, tmp_path):
     replay = Replay(upstream["text"])
     with LoopbackServer(replay) as server:
-        spec = GenerateSpec(
-            dataset=tiny_dataset,
-            out=tmp_path / "rel",
-            doctor="openai/loopback",
-            patient="openai/loopback",
-            base_url=server.base_url,
-            cache=tmp_path / "c.sqlite",
-            experiments=["multiturn", "frq"],
-            progress=False,
-            concurrency=1,
-            price=(1e6, 1e6),
-            budget=1.0,
-        )  # a dollar a token: the first job spends it all
+        # a dollar a token: the first job spends it all
+        spec = loopback_spec(
+            tiny_dataset, tmp_path, server, experiments=["multiturn", "frq"], concurrency=1, price=(1e6, 1e6), budget=1.0
+        )
         report = runner(spec).run()
     rec = read_release(report.path)
     not_run = rec.manifest.counts["not_run"]
@@ -124,22 +102,7 @@ def test_budget_needs_a_price(tiny_dataset, tmp_path):
 
 def test_an_unknown_task_is_one_line(tiny_dataset, tmp_path, capsys):
     rc = main(
-        [
-            "generate",
-            "--task",
-            "surgery",
-            "--dataset",
-            str(tiny_dataset),
-            "--doctor",
-            "openai/x",
-            "--patient",
-            "openai/x",
-            "--base-url",
-            "http://127.0.0.1:9/v1",
-            "--out",
-            str(tmp_path / "r"),
-            "--quiet",
-        ]
+        generate_argv(tiny_dataset, task="surgery", doctor="openai/x", base_url="http://127.0.0.1:9/v1", out=tmp_path / "r")
     )
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "surgery" in err and err.count("\n") == 0
@@ -148,17 +111,7 @@ def test_an_unknown_task_is_one_line(tiny_dataset, tmp_path, capsys):
 def test_the_progress_record_names_the_task(tiny_dataset, upstream, tmp_path):
     with LoopbackServer(Replay(upstream["text"])) as server:
         report = runner(
-            GenerateSpec(
-                dataset=tiny_dataset,
-                out=tmp_path / "rel",
-                doctor="openai/loopback",
-                patient="openai/loopback",
-                base_url=server.base_url,
-                cache=tmp_path / "c.sqlite",
-                experiments=["vignette", "frq"],
-                progress=False,
-                price={"doctor": (1.0, 2.0)},
-            )
+            loopback_spec(tiny_dataset, tmp_path, server, experiments=["vignette", "frq"], price={"doctor": (1.0, 2.0)})
         ).run()
     m = json.loads((report.path / "manifest.json").read_text())
     assert m["task"] == "craftmd" and report.cost is not None and report.cost > 0

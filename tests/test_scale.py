@@ -23,6 +23,7 @@ from craftmd.generation.shards import SHARD_RULE, shard_of
 from craftmd.release import read_release
 
 sys.path.insert(0, str(Path(__file__).parent))
+from helpers import generate_argv  # noqa: E402
 from loopback import LoopbackServer, Replay  # noqa: E402
 from realmodel import free_port  # noqa: E402
 
@@ -307,21 +308,7 @@ def test_a_missing_repeated_or_foreign_shard_is_refused_and_nothing_written(shar
 @pytest.mark.parametrize("bad", ["0/3", "4/3", "1/0", "x", "2"])
 def test_a_bad_shard_is_refused(tiny_dataset, tmp_path, capsys, bad):
     with pytest.raises(SystemExit) as exc:
-        main(
-            [
-                "generate",
-                "--dataset",
-                str(tiny_dataset),
-                "--doctor",
-                "openai/m",
-                "--patient",
-                "openai/m",
-                "--shard",
-                bad,
-                "--out",
-                str(tmp_path / "r"),
-            ]
-        )
+        main(generate_argv(tiny_dataset, "--shard", bad, doctor="openai/m", out=tmp_path / "r", quiet=False))
     assert exc.value.code == 2 and "--shard" in capsys.readouterr().err and not (tmp_path / "r").exists()
 
 

@@ -23,6 +23,8 @@ from craftmd.scoring.submission import (
     validate_submission,
 )
 
+from helpers import submit_argv
+
 ROW = {"case_id": "case_1", "trial": 0, "setting": "vignette", "format": "frq", "response": "Psoriasis"}
 KEY = ["case_id", "trial", "setting", "format", "with_image"]
 
@@ -44,7 +46,7 @@ def refused(capsys, tmp_path, path, dataset_dir, *expected):
     err = capsys.readouterr().err
     for e in expected:
         assert e in err, f"{e!r} not in:\n{err}"
-    assert main(["submit", str(path), "--dataset", str(dataset_dir), "--model", "x/y", "--out", str(out), "--quiet"]) == 2
+    assert main(submit_argv(path, dataset_dir, "x/y", out)) == 2
     err2 = capsys.readouterr().err
     for e in expected:
         assert e in err2
@@ -150,24 +152,8 @@ def test_missing_cases_are_reported_and_scored_wrong(tmp_path, dataset_dir, caps
     assert main(["validate", str(p), "--dataset", str(dataset_dir), "--config", "derm_public"]) == 0
     assert f"{len(cases) - 61} answer(s)" in capsys.readouterr().err
     out = tmp_path / "out"
-    assert (
-        main(
-            [
-                "submit",
-                str(p),
-                "--dataset",
-                str(dataset_dir),
-                "--config",
-                "derm_public",
-                "--model",
-                "acme/derm-1",
-                "--out",
-                str(out),
-                "--quiet",
-            ]
-        )
-        == 0
-    )
+    submit = submit_argv(p, dataset_dir, "acme/derm-1", out, config="derm_public")
+    assert main(submit) == 0
     rel = read_release(out / submission_id("acme/derm-1"))
     assert rel.manifest.kind == "submission"
     a = pl.from_arrow(rel.table("answers"))
@@ -197,43 +183,8 @@ def test_missing_cases_are_reported_and_scored_wrong(tmp_path, dataset_dir, caps
     before = {
         n: (out / submission_id("acme/derm-1") / n).read_bytes() for n in ("scores.parquet", "answers.parquet", "manifest.json")
     }
-    assert (
-        main(
-            [
-                "submit",
-                str(p),
-                "--dataset",
-                str(dataset_dir),
-                "--config",
-                "derm_public",
-                "--model",
-                "acme/derm-1",
-                "--out",
-                str(out),
-                "--quiet",
-            ]
-        )
-        == 2
-    )
-    assert (
-        main(
-            [
-                "submit",
-                str(p),
-                "--dataset",
-                str(dataset_dir),
-                "--config",
-                "derm_public",
-                "--model",
-                "acme/derm-1",
-                "--out",
-                str(out),
-                "--quiet",
-                "--overwrite",
-            ]
-        )
-        == 0
-    )
+    assert main(submit) == 2
+    assert main([*submit, "--overwrite"]) == 0
     assert {n: (out / submission_id("acme/derm-1") / n).read_bytes() for n in before} == before
 
 
@@ -255,22 +206,7 @@ def test_round_trip_gpt35(gpt35, source, dataset_dir, tmp_path):
     p = tmp_path / "gpt35.parquet"
     sub.write_parquet(p)
     out = tmp_path / "out"
-    assert (
-        main(
-            [
-                "submit",
-                str(p),
-                "--dataset",
-                str(dataset_dir),
-                "--model",
-                "openai/gpt-3.5-turbo-1106",
-                "--out",
-                str(out),
-                "--quiet",
-            ]
-        )
-        == 0
-    )
+    assert main(submit_argv(p, dataset_dir, "openai/gpt-3.5-turbo-1106", out)) == 0
     rel = find_releases(out)[0]
     assert rel.manifest.kind == "submission"
     mine = rel.verdicts()
