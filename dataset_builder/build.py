@@ -324,7 +324,7 @@ def build_dataset(
     source_info = source.describe()
 
     with atomic_dir(
-        out, overwrite=overwrite, owns=(MANIFEST,), holds=(MANIFEST, REPORT, CARD, *CONFIGS)
+        out, overwrite=overwrite, owns=(MANIFEST,), holds=(MANIFEST, REPORT, CARD, *CONFIGS, *TRAIN_CONFIGS)
     ) as tmp:  # an output that appeared meanwhile is refused at the swap too
         files = _write_configs(tmp, table_rows, progress)
         sizes = {c: files[f"{c}/{SPLIT}-00000-of-00001.parquet"]["bytes"] for c in CONFIGS}

@@ -404,6 +404,11 @@ def test_existing_out_is_refused_then_replaced_with_overwrite(source, tmp_path):
     assert report.rows["all"] == 2004
     assert json.loads((out / MANIFEST).read_text())["version"] == "9.8.7"
     assert leftovers(tmp_path, "data") == []
+    # a built dataset, its training configs included, is replaced by the next build (the main job rebuilds it so)
+    assert (out / "consult_train").is_dir() and (out / "craftmd_train").is_dir()
+    build_dataset(source, out, overwrite=True, version="9.8.8", progress=False)
+    assert json.loads((out / MANIFEST).read_text())["version"] == "9.8.8"
+    assert leftovers(tmp_path, "data") == []
 
 
 # --------------------------------------------------------------------------- refused inputs: nothing at --out
