@@ -92,11 +92,16 @@ def rouge1(reference: str, prediction: str) -> tuple[float, float, float]:
     return p, r, fmeasure(p, r)
 
 
-def turns(kind: str, roles: list[str], contents: list[str | None]) -> tuple[list[str], list[str]]:
-    """(doctor turns, patient turns) that count, by :data:`RULES`."""
+def consultation_kinds() -> tuple[str, ...]:
+    """The consultation task's conversation kinds, through the registry (a room never imports a task package)."""
     from craftmd.tasks import get_task
 
-    if kind not in get_task("consultation").conversations:
+    return get_task("consultation").conversations
+
+
+def turns(kind: str, roles: list[str], contents: list[str | None]) -> tuple[list[str], list[str]]:
+    """(doctor turns, patient turns) that count, by :data:`RULES`."""
+    if kind not in consultation_kinds():
         doctor, patient, _, _ = split_turns(roles, contents)
         return doctor, patient
     dialogue = [(r, c or "") for r, c in zip(roles, contents) if r in ("user", "assistant")]
@@ -140,13 +145,11 @@ def score_conversation(
 ) -> list[tuple[str, float]]:
     """(metric, value) of one conversation, in :data:`METRIC_NAMES` order, then (on a consultation-task conversation)
     :func:`dialogue_scores`."""
-    from craftmd.tasks import get_task
-
     doctor, patient = turns(kind, roles, contents)
     dp, dr, df = rouge1("\n".join(keys), "\n".join(doctor))
     pp, pr, pf = rouge1("\n".join(values), "\n".join(patient))
     out = list(zip(METRIC_NAMES, (dr, dp, df, pr, pp, pf)))
-    return out + dialogue_scores(roles, contents, keys, values) if kind in get_task("consultation").conversations else out
+    return out + dialogue_scores(roles, contents, keys, values) if kind in consultation_kinds() else out
 
 
 def identity() -> dict:
@@ -172,15 +175,14 @@ def keyinfo_scores(release, dataset_dir: Path | str) -> tuple[pa.Table, dict]:
     t = release.table("conversations", columns=["case_id", "trial", "conversation", "with_image", "messages", "ended"])
     cols: dict[str, list] = {f.name: [] for f in SCHEMA}
     counts = Counter()
+    consult_kinds = consultation_kinds()
     for r in t.to_pylist():
         ki = None if r["with_image"] else info.get(r["case_id"])
         if ki is None:
             counts["no_keyinfo"] += 1
             continue
         if r["ended"] == "error":
-            from craftmd.tasks import get_task
-
-            consult = r["conversation"] in get_task("consultation").conversations
+            consult = r["conversation"] in consult_kinds
             scores = [(m, None) for m in METRIC_NAMES + ((DIALOGUE_METRICS + SHARE_METRICS) if consult else ())]
             detail = json.dumps({"error": "the conversation failed (ended = error)"})
             counts["failed"] += 1

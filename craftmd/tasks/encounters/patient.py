@@ -371,6 +371,11 @@ def disclosed_in(items: list[str], text: str) -> list[str]:
 PERSONA_OBSERVATIONS = 6
 
 
+def persona_line(packet: dict) -> str:
+    """The patient in one line, as the tagging and emotion prompts name them: name, age, sex."""
+    return f"{packet['name']}, {packet['age']}, {packet['sex']}"
+
+
 def persona(packet: dict) -> str:
     """What the patient knows about themself, as lines for the patient prompt."""
     lines = [f"- Born {packet['birth_date']}; {packet['age']} years old; {packet['sex']}."]

@@ -43,6 +43,7 @@ from .patient import (
     parse_emotion_step,
     parse_memory_tags,
     persona,
+    persona_line,
     recall_summary,
     tag_memories,
 )
@@ -126,7 +127,7 @@ class Encounters(Runner):
                     "role": "user",
                     "content": P.text(
                         "memory_tags_user.txt",
-                        persona_line=f"{packet['name']}, {packet['age']}, {packet['sex']}",
+                        persona_line=persona_line(packet),
                         reason=packet["encounter_reason"],
                         persona=persona(packet),
                         memories="\n".join(f"- {m.id}: {m.text}" for m in memories),
@@ -254,7 +255,7 @@ class Encounters(Runner):
                 "role": "user",
                 "content": P.text(
                     "emotion_user.txt",
-                    persona_line=f"{packet['name']}, {packet['age']}, {packet['sex']}",
+                    persona_line=persona_line(packet),
                     reason=packet["encounter_reason"],
                     feeling=v.state.feeling(),
                     conversation=_transcript(v.messages[:-1], 12),
