@@ -48,6 +48,11 @@ def _accuracy_bars(ax, x, width, cells: list, *, capsize: float, elinewidth: flo
     ax.bar(x, acc, width, yerr=err, capsize=capsize, error_kw={"elinewidth": elinewidth}, **style)
 
 
+def _pair_bars(ax, x, k: int, cells: list, **style) -> None:
+    """The ``k``-th (0 or 1) bar of a pair at each ``x``: two bars side by side, each 0.38 wide, with their CIs."""
+    _accuracy_bars(ax, x + (k - 0.5) * 0.38, 0.38, cells, capsize=1.5, elinewidth=0.7, **style)
+
+
 def _accuracy_axis(ax, label: str, top: float) -> None:
     """A panel of accuracies: 0 to ``top`` (room for the brackets above 1), ticks 0 to 1, ``label`` as its title."""
     ax.set_ylim(0, top)
@@ -144,16 +149,7 @@ def mcq_vs_frq(v: View, path: Path) -> Path | None:
     for ax, s in zip(axes, UPSTREAM_SETTINGS):
         for k, fmt in enumerate(("mcq4", "frq")):
             cells = [v.cell(m, s, fmt) for m in models]
-            _accuracy_bars(
-                ax,
-                x + (k - 0.5) * 0.38,
-                0.38,
-                cells,
-                capsize=1.5,
-                elinewidth=0.7,
-                color=FORMAT_COLORS[fmt],
-                label=v.format_label(fmt),
-            )
+            _pair_bars(ax, x, k, cells, color=FORMAT_COLORS[fmt], label=v.format_label(fmt))
         for i, m in enumerate(models):
             g = v.grader_for(m, "frq")
             row = ft.filter(pl.col("model") == m, pl.col("setting") == s, pl.col("mcq_grader") == "paper", pl.col("frq_grader") == g,
@@ -189,16 +185,7 @@ def vision(v: View, path: Path) -> Path | None:
             cells = [v.cell(m, s, "frq", grader=g, with_image=flag) for s in UPSTREAM_SETTINGS]
             if not any(cells):
                 continue
-            _accuracy_bars(
-                ax,
-                x + (k - 0.5) * 0.38,
-                0.38,
-                cells,
-                capsize=1.5,
-                elinewidth=0.7,
-                color=IMAGE_COLORS[flag],
-                label="with the image" if flag else "without the image",
-            )
+            _pair_bars(ax, x, k, cells, color=IMAGE_COLORS[flag], label="with the image" if flag else "without the image")
         for j, s in enumerate(UPSTREAM_SETTINGS):
             row = (it.filter(pl.col("model") == m, pl.col("setting") == s, pl.col("format") == "frq", pl.col("grader") == g,
                              pl.col("group_by") == "all", pl.col("test") == "paired-bootstrap") if it is not None else None)  # fmt: skip
