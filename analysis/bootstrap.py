@@ -14,15 +14,23 @@ machine, whatever BLAS does with the summation order. That is the path of binary
 ordinal metrics. Continuous metrics (a similarity, a coverage) take the float path
 (``add(values, exact=False)``): case values are fixed to multiples of 1e-9 and summed as
 integers in float64 (exact below 2**53), so they too give the same bytes anywhere.
+
+A :class:`Memo` keeps what a resampling gave (an interval, a p-value), keyed by a digest of exactly what it read (the
+case vector, the draw's size, ``B`` and the seed): a later analysis of a board that gained a release reads every
+other release's intervals and pairs back instead of resampling them (``craftmd analyse`` keeps it in ``OUT/.cache``).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from craftmd import CraftMDError
 
@@ -126,4 +134,74 @@ def paired_p(sums: np.ndarray, observed: float) -> float:
     return (extreme + 1) / (len(sums) + 1)
 
 
-__all__ = ["Resampler", "resample_counts", "scale", "paired_p", "DEFAULT_B", "DEFAULT_SEED"]
+#: Part of every memo key: a change to how resamples are drawn or read makes every kept result a stranger.
+ALGORITHM = "case-bootstrap/v1: counts from default_rng([seed, n]) in chunks of 2,500; percentile 95 %; (k+1)/(B+1)"
+
+
+class Memo:
+    """Results of resampling (tuples of up to three floats, None allowed), keyed by what they read.
+
+    :meth:`key` digests the resampling's ``B`` and seed and its parts (arrays by dtype, shape and bytes; the rest by
+    ``repr``) with :data:`ALGORITHM`; a result found under its key is the one a fresh resampling would give, to the bit, since the
+    resampling is a function of exactly those. :meth:`save` writes only the entries this analysis used (read back or
+    computed), so a release gone from the board takes its entries with it. A ``Memo()`` without a file starts empty."""
+
+    def __init__(self, entries: dict[bytes, tuple] | None = None):
+        self._old = entries or {}
+        self._used: dict[bytes, tuple] = {}
+
+    @staticmethod
+    def key(B: int, seed: int, *parts) -> bytes:
+        h = hashlib.blake2b(digest_size=16)
+        for part in (ALGORITHM, int(B), int(seed), *parts):
+            if isinstance(part, np.ndarray):
+                a = np.ascontiguousarray(part)
+                h.update(f"{a.dtype.str}{a.shape}".encode())
+                h.update(a.tobytes())
+            else:
+                h.update(repr(part).encode())
+            h.update(b"\x00")
+        return h.digest()
+
+    def get(self, key: bytes) -> tuple | None:
+        found = self._used.get(key) or self._old.get(key)
+        if found is not None:
+            self._used[key] = found
+        return found
+
+    def counts(self) -> dict[str, int]:
+        """How many distinct results this analysis read back from the earlier one, and how many it resampled."""
+        old = sum(k in self._old for k in self._used)
+        return {"read_back": old, "resampled": len(self._used) - old}
+
+    def put(self, key: bytes, values: tuple) -> None:
+        self._used[key] = tuple(values)
+
+    @classmethod
+    def load(cls, path: Path | str | None) -> "Memo":
+        """The memo kept at ``path`` (an empty one when there is none, or when it cannot be read: it only saves work)."""
+        entries: dict[bytes, tuple] = {}
+        if path is not None and Path(path).is_file():
+            try:
+                t = pq.read_table(path)
+                cols = [t.column(c).to_pylist() for c in ("a", "b", "c")]
+                entries = {k: (a, b, c) for k, a, b, c in zip(t.column("key").to_pylist(), *cols)}
+            except (pa.ArrowException, KeyError, OSError):
+                entries = {}
+        return cls(entries)
+
+    def save(self, path: Path | str) -> None:
+        """The entries this analysis used, sorted by key (the same analysis writes the same bytes)."""
+        keys = sorted(self._used)
+        vals = [tuple(self._used[k]) + (None,) * (3 - len(self._used[k])) for k in keys]
+        table = pa.table(
+            {
+                "key": pa.array(keys, pa.binary(16)),
+                **{c: pa.array([v[i] for v in vals], pa.float64()) for i, c in enumerate(("a", "b", "c"))},
+            }
+        )
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, path)
+
+
+__all__ = ["Resampler", "Memo", "resample_counts", "scale", "paired_p", "DEFAULT_B", "DEFAULT_SEED"]

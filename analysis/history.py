@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from . import runner
-from .bootstrap import DEFAULT_B, DEFAULT_SEED, Resampler, paired_p
+from .bootstrap import DEFAULT_B, DEFAULT_SEED, Memo, Resampler, paired_p
 
 #: The metrics compared between models (conversation-level, standard text conversations).
 HEADLINE = (
@@ -30,37 +30,47 @@ COMPLEXITY_COLUMNS = ["model", "measure", "grader", "tertile", "words_low", "wor
 
 
 class _Ratios:
-    """Ratios of case-vector sums (a subset's values over its count), resampled with shared draws."""
+    """Ratios of case-vector sums (a subset's values over its count), resampled with shared draws; what ``memo`` holds
+    for the same two vectors is read back instead (:class:`.bootstrap.Memo`)."""
 
-    def __init__(self, B: int, seed: int):
-        self.R = Resampler(B=B, seed=seed)
+    def __init__(self, B: int, seed: int, memo: Memo | None = None):
+        self.B, self.seed = B, seed
+        self.memo = memo if memo is not None else Memo()
         self.items: list[tuple] = []
-        self._seen: dict[tuple[bytes, bool], int] = {}
-
-    def _column(self, v: np.ndarray, exact: bool) -> int:
-        """The handle of a column, one per distinct vector (subset counts repeat across measures)."""
-        key = (v.tobytes(), exact)
-        if key not in self._seen:
-            self._seen[key] = self.R.add(v, exact=exact)
-        return self._seen[key]
 
     def add(self, key: tuple, num: np.ndarray, den: np.ndarray, exact: bool) -> None:
         if den.sum() == 0:
             return
         total = float(den.sum())
-        self.items.append((key, self._column(num, exact), self._column(den, True), float(num.sum()) / total, total))
+        self.items.append((key, num, den, exact, float(num.sum()) / total, total))
 
     def results(self) -> dict[tuple, tuple[float, float, float, float | None, float]]:
         """key -> (estimate, CI low, CI high, the paired-bootstrap p-value of a test (key ``("test", ...)``; None for the
         others), the subset's count: the sum of its denominator). The resampled ratios are not kept (memory)."""
-        self.R.run()
-        out = {}
-        for key, hn, hd, est, total in self.items:
-            den = self.R.resampled(hd)
-            ratio = np.divide(self.R.resampled(hn), den, out=np.full(len(den), np.nan), where=den > 0)
+        R = Resampler(B=self.B, seed=self.seed)
+        seen: dict[tuple[bytes, bool], int] = {}  # one column per distinct vector (subset counts repeat across measures)
+
+        def column(v: np.ndarray, exact: bool) -> int:
+            if (v.tobytes(), exact) not in seen:
+                seen[(v.tobytes(), exact)] = R.add(v, exact=exact)
+            return seen[(v.tobytes(), exact)]
+
+        out, todo = {}, []
+        for key, num, den, exact, est, total in self.items:
+            test = key[0] == "test"
+            mk = self.memo.key(self.B, self.seed, "ratio", bool(exact), test, num, den)
+            if (got := self.memo.get(mk)) is not None:
+                out[key] = (est, got[0], got[1], got[2] if test else None, total)
+            else:
+                todo.append((key, mk, column(num, exact), column(den, True), est, total, test))
+        R.run()
+        for key, mk, hn, hd, est, total, test in todo:
+            den = R.resampled(hd)
+            ratio = np.divide(R.resampled(hn), den, out=np.full(len(den), np.nan), where=den > 0)
             lo, hi = np.nanquantile(ratio, [0.025, 0.975])
-            out[key] = (est, float(lo), float(hi), paired_p(ratio, est) if key[0] == "test" else None, total)
-        return out
+            out[key] = (est, float(lo), float(hi), paired_p(ratio, est) if test else None, total)
+            self.memo.put(mk, out[key][1:4])
+        return {item[0]: out[item[0]] for item in self.items}  # in the order they were added
 
 
 def _round(x: float | None) -> float | None:
@@ -79,7 +89,7 @@ def tertiles(values: np.ndarray) -> tuple[np.ndarray, dict[int, tuple[int, int]]
     }
 
 
-def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict[str, pl.DataFrame]:
+def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, memo: Memo | None = None) -> dict[str, pl.DataFrame]:
     """The three tables, from a prepared connection (:func:`craftmd.analysis.tables.prepared_connection`);
     empty tables when no release has history scores.
 
@@ -121,7 +131,7 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> dict
     trials = pl.from_arrow(runner.run(con, "history_trials")).join(positions, on="case_id", maintain_order="left")
     if per_case.height == 0:
         return empty
-    ratios = _Ratios(B, seed)
+    ratios = _Ratios(B, seed, memo)
     vector = partial(_vector, len(ids))
     # per release and metric: each case's mean over its trials, as a vector over the dataset's text cases
     means: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}

@@ -15,7 +15,7 @@ import polars as pl
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 
-from .bootstrap import DEFAULT_B, DEFAULT_SEED, Resampler, paired_p, scale
+from .bootstrap import DEFAULT_B, DEFAULT_SEED, Memo, Resampler, paired_p, scale
 
 CELL = ["release", "grader", "setting", "format", "with_image", "group_by", "group"]
 #: A model's cell of a results table and its number of cases: the leading columns of the accuracy and test tables.
@@ -96,20 +96,19 @@ def bootstrap_tables(
     return acc, pv
 
 
-def _pair(R: Resampler, cells: dict, handles: dict, ka: tuple, kb: tuple) -> tuple | None:
-    """(handle a, handle b, observed sum, n) of the paired case differences of cells ``ka`` and ``kb`` (handle b None:
-    a is the difference column); None when either cell is absent or they share no case."""
+def _paired(cells: dict, ka: tuple, kb: tuple) -> tuple[np.ndarray, bool] | None:
+    """The per-case differences of cells ``ka`` and ``kb`` over the cases both have, and whether those are all of
+    either's cases in one order (then the resampled sums of a - b are a's minus b's); None when either cell is absent or
+    they share no case."""
     if ka not in cells or kb not in cells:
         return None
     (ca, na), (cb, nb) = cells[ka], cells[kb]
     if len(ca) == len(cb) and np.array_equal(ca, cb):
-        # Same cases in the same order: the resampled sums of a - b are those of a minus those of b.
-        return handles[ka], handles[kb], int(na.sum() - nb.sum()), len(ca)
+        return na - nb, True
     _, ia, ib = np.intersect1d(ca, cb, assume_unique=True, return_indices=True)  # paired on common cases
     if len(ia) == 0:
         return None
-    d = na[ia] - nb[ib]
-    return R.add(d), None, int(d.sum()), len(d)
+    return na[ia] - nb[ib], False
 
 
 def bootstrap_all(
@@ -120,6 +119,7 @@ def bootstrap_all(
     *,
     B: int = DEFAULT_B,
     seed: int = DEFAULT_SEED,
+    memo: Memo | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None]:
     """:func:`bootstrap_tables` and, in the same resampling run, the tests of ``more`` (``sql/more_comparisons``:
     MCQ against FRQ, image against none; :func:`more_tests`), or None when ``more`` is None. Batching them with the
@@ -127,11 +127,13 @@ def bootstrap_all(
 
     The work goes one unit at a time (one group, grader, format and image flag; the tests of ``more``, one group and
     model): the resampled sums of its cells are held, turned into intervals and p-values, and dropped, so memory
-    follows the unit and never the whole board (the numbers do not depend on it: each column's sums are exact)."""
+    follows the unit and never the whole board (the numbers do not depend on it: each column's sums are exact). With
+    a ``memo`` (:class:`.bootstrap.Memo`), an interval or p-value it holds for the same case vector is read back, and
+    only the rest is resampled."""
     cells, L = _cells(case_groups)
     comp = comparisons.to_dicts()
     work = _work_units(cells, comp, more.to_dicts() if more is not None else [])
-    ci, tested = _run_units(work, cells, L, B, seed)
+    ci, tested = _run_units(work, cells, L, B, seed, memo if memo is not None else Memo())
     more_pv = more_tests(more, tested[1], L) if more is not None else None
     return _accuracy_with_ci(accuracy, ci), _pvalues(comp, tested[0], L), more_pv
 
@@ -163,32 +165,52 @@ def _work_units(cells: dict, comp: list[dict], more_rows: list[dict]) -> dict[tu
     return work
 
 
-def _run_units(work: dict, cells: dict, L: int, B: int, seed: int) -> tuple[dict, tuple[dict, dict]]:
-    """Resample unit by unit: each cell's CI (key -> (low, high)) and each test's (observed sum, n, p-value) per table."""
+def _run_units(work: dict, cells: dict, L: int, B: int, seed: int, memo: Memo) -> tuple[dict, tuple[dict, dict]]:
+    """Resample unit by unit: each cell's CI (key -> (low, high)) and each test's (observed sum, n, p-value) per table;
+    what ``memo`` holds is read back, what it lacks is resampled and put in it."""
     ci: dict[tuple, tuple[float, float]] = {}
     tested: tuple[dict, dict] = ({}, {})  # per table: row index -> (observed sum, n, p-value)
     for u in sorted(work, key=str):  # a group's units together: its resample matrices are drawn once
         keys, tests = work[u]
         R = Resampler(B=B, seed=seed)
-        handles = {key: R.add(cells[key][1]) for key in keys}  # the unit's own cells, whose intervals it gives
-        sides = dict(handles)
-        for _, _, ka, kb in tests:  # a test of ``more``: its sides' cells, resampled here
-            for k in (ka, kb):
-                if k in cells and k not in sides:
-                    sides[k] = R.add(cells[k][1])
-        pairs = []  # (table, row index, handle a, handle b, observed sum, n); handle b None: a is the difference column
+        handles: dict[tuple, int] = {}
+
+        def handle(k: tuple) -> int:
+            if k not in handles:
+                handles[k] = R.add(cells[k][1])
+            return handles[k]
+
+        intervals = []  # (cell key, memo key): the unit's own cells whose interval is not in the memo
+        for key in keys:
+            mk = memo.key(B, seed, "mean", L, cells[key][1])
+            if (got := memo.get(mk)) is not None:
+                ci[key] = (got[0], got[1])
+            else:
+                handle(key)
+                intervals.append((key, mk))
+        pairs = []  # (table, row index, memo key, observed sum, n, handle a, handle b); b None: a is the difference
         for t, i, ka, kb in tests:
-            p = _pair(R, cells, sides, ka, kb)
-            if p is not None:
-                pairs.append((t, i, *p))
+            if (paired := _paired(cells, ka, kb)) is None:
+                continue
+            d, same = paired
+            mk = memo.key(B, seed, "paired", d)
+            if (got := memo.get(mk)) is not None:
+                tested[t][i] = (int(d.sum()), len(d), got[0])
+            else:
+                hs = (handle(ka), handle(kb)) if same else (R.add(d), None)
+                pairs.append((t, i, mk, int(d.sum()), len(d), *hs))
+        if not intervals and not pairs:
+            continue
         R.run()
-        for key, h in handles.items():
+        for key, mk in intervals:
+            h = handles[key]
             a, b = R.quantiles(h)
             ci[key] = (a / (R.n(h) * L), b / (R.n(h) * L))
-        for t, i, ha, hb, obs, n in pairs:
+            memo.put(mk, ci[key])
+        for t, i, mk, obs, n, ha, hb in pairs:
             sums = R.resampled(ha) if hb is None else R.resampled(ha) - R.resampled(hb)
             tested[t][i] = (obs, n, paired_p(sums, obs))
-        del R, handles, sides, pairs
+            memo.put(mk, (tested[t][i][2],))
     return ci, tested
 
 
@@ -317,15 +339,19 @@ METRIC_COLUMNS = [
 FLOAT_DECIMALS = 10
 
 
-def metric_table(case_scores: pl.DataFrame, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> pl.DataFrame:
+def metric_table(
+    case_scores: pl.DataFrame, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, memo: Memo | None = None
+) -> pl.DataFrame:
     """Every metric other than ``correct`` (``sql/metric_case_scores``): per release, scorer, metric and
     variant, the mean over cases of each case's mean over trials, with a 95 % case-bootstrap CI.
 
     Binary and ordinal metrics take the exact-integer path (a case's value sum scaled by the
     least common multiple of the cell's trial counts); continuous metrics the float path. A
-    case whose every score failed has no value: it is counted in ``n_failed``, not in the mean."""
+    case whose every score failed has no value: it is counted in ``n_failed``, not in the mean. ``memo``: as in
+    :func:`bootstrap_all`."""
     from craftmd.metrics import metric
 
+    memo = memo if memo is not None else Memo()
     key = ["release", "scorer", "metric", "variant"]
     failed = case_scores.group_by(key, maintain_order=True).agg(pl.col("n_failed").sum())
     scored = case_scores.filter(pl.col("n_trials") > 0)
@@ -344,14 +370,19 @@ def metric_table(case_scores: pl.DataFrame, *, B: int = DEFAULT_B, seed: int = D
             exact = m.kind != "continuous" and np.all(np.mod(sums, 1) == 0)
             if exact:
                 L = scale(n_trials)
-                num = (np.rint(sums).astype(np.int64) * (L // n_trials)).astype(np.int64)
-                mine.append((k, m, R.add(num), float(num.sum()), L))
+                v = (np.rint(sums).astype(np.int64) * (L // n_trials)).astype(np.int64)
             else:
-                mine.append((k, m, R.add(sums / n_trials, exact=False), float((sums / n_trials).sum()), 1))
-        R.run()
-        for k, m, h, total, L in mine:
-            n = R.n(h)
-            lo, hi = R.quantiles(h)
+                L, v = 1, sums / n_trials
+            mk = memo.key(B, seed, "sum", bool(exact), v)
+            got = memo.get(mk)
+            mine.append((k, m, mk, got if got is not None else R.add(v, exact=exact), float(v.sum()), L, len(v)))
+        R.run()  # (nothing to do when the memo held every cell)
+        for k, m, mk, h, total, L, n in mine:
+            if isinstance(h, tuple):
+                lo, hi = h[0], h[1]
+            else:
+                lo, hi = R.quantiles(h)
+                memo.put(mk, (lo, hi))
             d = DECIMALS if L > 1 or m.kind != "continuous" else FLOAT_DECIMALS
             rows.append({
                 "model": k[0], "scorer": k[1], "metric": k[2], "variant": k[3], "kind": m.kind,

@@ -7,19 +7,21 @@ the tables and figures. The main job that builds, ingests and grades before this
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
-from craftmd import CraftMDError
+from craftmd import CraftMDError, __version__
 from craftmd.release import MAX_TRIALS, Release, find_releases
 
 from .escape import csv_safe
 from . import runner
-from .bootstrap import DEFAULT_B, DEFAULT_SEED
+from .bootstrap import DEFAULT_B, DEFAULT_SEED, Memo
 from .history import history_tables
 from .stats import CELL_COLUMNS, bootstrap_all, metric_table
 
@@ -158,11 +160,13 @@ def compute(
     packets: Path | str | None = None,
     rubric_options: dict | None = None,
     all_pairs: bool = False,
+    memo: Memo | None = None,
 ) -> Analysis:
     """Run the named queries over the releases and add bootstrap CIs and tests. ``packets``: the built medpi folder
     whose packets give each encounter's reason and objective (the rubric by encounter needs it). ``all_pairs``: test
     every pair of models (else every pair only in families of up to :data:`.runner.ALL_PAIRS_UP_TO` models, each model
-    against its neighbours in the ranking and the leader in larger ones: ``sql/comparisons``)."""
+    against its neighbours in the ranking and the leader in larger ones: ``sql/comparisons``). ``memo``: the intervals
+    and p-values of an earlier analysis, read back where their case vectors are the same (:class:`.bootstrap.Memo`)."""
     t0 = time.perf_counter()
     found = find_releases(releases_dir)
     releases = [r for r in found if r.has("scores")]
@@ -172,7 +176,7 @@ def compute(
     if not any(r.manifest.task != "encounters" for r in releases):  # patient-led encounters alone: no answers to analyse
         return _encounters_only(encounters, packets, B, seed, t0, rubric_options, releases_dir)
     con = prepared_connection(releases, dataset_dir, all_pairs=all_pairs)
-    case_groups = pl.from_arrow(runner.run(con, "case_groups"))
+    case_groups = pl.from_arrow(con.sql("select * from case_groups").to_arrow_table())  # materialised: not run again
     accuracy = pl.from_arrow(runner.run(con, "accuracy"))
     comparisons = pl.from_arrow(runner.run(con, "comparisons"))
     more = pl.from_arrow(runner.run(con, "more_comparisons"))
@@ -181,9 +185,9 @@ def compute(
     metric_cases = pl.from_arrow(runner.run(con, "metric_case_scores"))
     sizes = group_sizes(con)
     t1 = time.perf_counter()
-    acc, pv, more_pv = bootstrap_all(case_groups, accuracy, comparisons, more, B=B, seed=seed)
-    metrics = metric_table(metric_cases, B=B, seed=seed)
-    hist = history_tables(con, B=B, seed=seed)
+    acc, pv, more_pv = bootstrap_all(case_groups, accuracy, comparisons, more, B=B, seed=seed, memo=memo)
+    metrics = metric_table(metric_cases, B=B, seed=seed, memo=memo)
+    hist = history_tables(con, B=B, seed=seed, memo=memo)
     t2 = time.perf_counter()
     from .rubric import rubric
 
@@ -299,6 +303,8 @@ def write_tables(a: Analysis, out: Path) -> list[Path]:
 
 #: What an analysis (or leaderboard) folder holds: an existing --out is replaced only when it has one of these.
 OWNS = ("tables", "index.html")
+#: Inside an analysis folder: what a later analysis into the same folder reads back (never published: a dot folder).
+CACHE = ".cache"
 
 
 def analyse(
@@ -312,34 +318,73 @@ def analyse(
     packets: Path | str | None = None,
     rubric_options: dict | None = None,
     all_pairs: bool = False,
+    previous: Path | str | None = None,
 ) -> Analysis:
     """Tables (and figures) of every graded release (and every encounters release) under ``releases_dir`` into ``out_dir``.
 
     ``out_dir`` is written into as it is: the callers (``craftmd analyse``, ``craftmd leaderboard``)
-    pass the temporary sibling of :func:`craftmd.atomic.atomic_dir`, so their output appears whole."""
+    pass the temporary sibling of :func:`craftmd.atomic.atomic_dir`, so their output appears whole.
+
+    ``previous``: the folder an earlier analysis wrote (the ``--out`` being replaced). Its ``.cache`` gives back every
+    interval and p-value whose case vectors are unchanged (:class:`.bootstrap.Memo`), and its figures when their
+    inputs (every table written, the releases, this code) are byte for byte the same; the output is the same bytes a
+    full analysis writes. ``out_dir/.cache`` keeps this analysis's for the next."""
     out = Path(out_dir)
-    a = compute(releases_dir, dataset_dir, B=B, seed=seed, packets=packets, rubric_options=rubric_options, all_pairs=all_pairs)
+    cache = Path(previous) / CACHE if previous is not None else None
+    memo = Memo.load(cache / "resamples.parquet" if cache else None)
+    a = compute(
+        releases_dir, dataset_dir, B=B, seed=seed, packets=packets, rubric_options=rubric_options, all_pairs=all_pairs, memo=memo
+    )
+    memo.save(out / CACHE / "resamples.parquet")
+    a.timings["memo"] = memo.counts()
     write_tables(a, out)
     if figures:
-        from .consultation import write_figures as consultation_figures
-        from .encounters import write_figures as encounter_figures
-        from .figures import write_figures
-        from .view import View
-
         t = time.perf_counter()
-        v = View(a)
-        write_figures(v, out / "figures")
-        from .paper_figures import write_paper_figures
-
-        write_paper_figures(v, out / "figures")  # the paper's other figures, with significance brackets (each only with its data)
-        if a.rubric is not None:
-            from .rubric import write_figures as write_rubric_figures
-
-            write_rubric_figures(a.rubric, out / "figures")
-        consultation_figures(a, v, out / "figures")  # each only when such releases were analysed
-        encounter_figures(getattr(a, "encounters", {}), {m: v.display(m) for m in v.release_info}, out / "figures")
+        digest = _figure_inputs(a, out)
+        if cache is not None and _read(cache / "figures.sha256") == digest and (Path(previous) / "figures").is_dir():
+            shutil.copytree(Path(previous) / "figures", out / "figures")
+        else:
+            write_all_figures(a, out / "figures")
+        (out / CACHE / "figures.sha256").write_text(digest)
         a.timings["figures_s"] = time.perf_counter() - t
     return a
+
+
+def _read(path: Path) -> str | None:
+    return path.read_text() if path.is_file() else None
+
+
+def _figure_inputs(a: Analysis, out: Path) -> str:
+    """A digest of what the figures are drawn from: every table written under ``out/tables``, the releases (their
+    notes too), and the code that draws them (this package's analysis modules, matplotlib's version)."""
+    import matplotlib
+
+    h = hashlib.sha256(f"craftmd {__version__}; matplotlib {matplotlib.__version__}".encode())
+    for f in [*sorted(Path(__file__).parent.glob("*.py")), *sorted((out / "tables").glob("*.csv"))]:
+        h.update(f"\0{f.name}\0".encode())
+        h.update(f.read_bytes())
+    h.update(a.releases.write_csv().encode())
+    return h.hexdigest()
+
+
+def write_all_figures(a: Analysis, figures: Path) -> None:
+    """Every figure of the analysis into ``figures``: the main ones, the paper's other figures, and each other task's,
+    each only when its data is there."""
+    from .consultation import write_figures as consultation_figures
+    from .encounters import write_figures as encounter_figures
+    from .figures import write_figures
+    from .paper_figures import write_paper_figures
+    from .view import View
+
+    v = View(a)
+    write_figures(v, figures)
+    write_paper_figures(v, figures)  # the paper's other figures, with significance brackets (each only with its data)
+    if a.rubric is not None:
+        from .rubric import write_figures as write_rubric_figures
+
+        write_rubric_figures(a.rubric, figures)
+    consultation_figures(a, v, figures)  # each only when such releases were analysed
+    encounter_figures(getattr(a, "encounters", {}), {m: v.display(m) for m in v.release_info}, figures)
 
 
 # -- audits ------------------------------------------------------------------------------------

@@ -368,6 +368,12 @@ def test_the_same_inputs_give_a_byte_identical_page(board, source, dataset_dir):
         "figures/specialty_heatmap.png",
     ):
         assert (again / f).read_bytes() == (out / f).read_bytes(), f
+    # into the same folder again: what again/.cache kept is read back, and every file is the same, byte for byte
+    first = {p.relative_to(again): p.read_bytes() for p in sorted(again.rglob("*")) if p.is_file()}
+    assert Path(".cache/resamples.parquet") in first and Path("figures/settings.png") in first
+    proc = _leaderboard(source, dataset_dir, out.parent, again)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {p.relative_to(again): p.read_bytes() for p in sorted(again.rglob("*")) if p.is_file()} == first
 
 
 def test_a_dataset_built_by_other_builder_code_is_not_taken_for_current(source, dataset_dir, tmp_path):

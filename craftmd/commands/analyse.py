@@ -19,7 +19,10 @@ def _analyse(args) -> int:
     without the image) and OUT/figures/*.png. Models are compared pairwise in every setting and format while a
     family has at most 8 models; on a larger board each model is tested against its neighbours in the ranking and
     against the leader (Holm over exactly those tests), unless --all-pairs. OUT is replaced whole (a failed run leaves the
-    previous one as it was); an existing OUT must be an earlier analysis or leaderboard folder.
+    previous one as it was); an existing OUT must be an earlier analysis or leaderboard folder. An analysis into the
+    folder of an earlier one reads back, from OUT/.cache, every interval and p-value whose cases and scores are
+    unchanged (and the figures, when no table changed): adding a release computes that release and its pairs, and
+    the output is the same bytes as a full run (--no-cache recomputes everything).
     """
     from craftmd.atomic import atomic_dir
 
@@ -36,6 +39,7 @@ def _analyse(args) -> int:
             packets=args.packets,
             rubric_options={"unsupported": args.unsupported, "prefer": args.rubric_scorer},
             all_pairs=args.all_pairs,
+            previous=None if args.no_cache else args.out,
         )
         if args.page:
             write_page(a, tmp)
@@ -60,6 +64,12 @@ def register(sub) -> None:
         "board each model against its neighbours in the ranking and against the leader, linear in the board)",
     )
     p.add_argument("--page", action="store_true", help="also write index.html and leaderboard.md")
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="recompute every interval, p-value and figure (default: read back from OUT/.cache what an earlier "
+        "analysis into OUT computed from the same cases and scores; the output is the same bytes either way)",
+    )
     p.add_argument(
         "--packets", help="the built medpi folder (craftmd encounters build): gives each encounter's reason and objective"
     )

@@ -130,7 +130,7 @@ def leaderboard(
 
     _say("analyse: accuracy, bootstrap CIs, paired tests")
     with atomic_dir(out, owns=OWNS) as tmp:
-        a = analyse(releases, data, tmp, B=B, seed=seed)
+        a = analyse(releases, data, tmp, B=B, seed=seed, previous=out)  # what out/.cache holds is read back
         _say(
             "audits: grader agreement, expert validation, history metrics vs dermatologists"
             + (f", and {audits}" if audits else "")

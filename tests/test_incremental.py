@@ -1,0 +1,110 @@
+"""A board that grows, incrementally: an analysis into the folder of an earlier one reads back every interval and
+p-value whose case vectors are unchanged (OUT/.cache), resamples only what a new or changed release brings, and
+writes the same bytes as a full analysis."""
+
+from __future__ import annotations
+
+import shutil
+
+import polars as pl
+import pyarrow.parquet as pq
+from test_analysis import _all_trials, _dataset, _release
+
+from craftmd.analysis.tables import CACHE, analyse
+from craftmd.commands.cli import main
+
+B = 200
+
+
+def _files(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _add(rel, i: int):
+    _release(rel, f"r{i:02d}", {"vignette": _all_trials(range(2 + 3 * i)), "multiturn": _all_trials(range(1 + 3 * i))})
+
+
+def _keys(out) -> set[bytes]:
+    return set(pq.read_table(out / CACHE / "resamples.parquet").column("key").to_pylist())
+
+
+def _analyse(rel, data, out, previous=None):
+    return analyse(rel, data, out, B=B, figures=False, previous=previous)
+
+
+def test_adding_a_release_resamples_only_it_and_its_pairs_and_writes_what_a_full_run_writes(tmp_path):
+    data = _dataset(tmp_path)
+    rel = tmp_path / "releases"
+    for i in range(4):
+        _add(rel, i)
+    first = _analyse(rel, data, tmp_path / "one")
+    assert first.timings["memo"]["read_back"] == 0
+    again = _analyse(rel, data, tmp_path / "same", previous=tmp_path / "one")  # nothing changed: nothing resampled
+    assert again.timings["memo"] == {"read_back": first.timings["memo"]["resampled"], "resampled": 0}
+    assert _files(tmp_path / "same") == _files(tmp_path / "one")
+
+    _add(rel, 4)
+    inc = _analyse(rel, data, tmp_path / "inc", previous=tmp_path / "one")
+    full = _analyse(rel, data, tmp_path / "full")
+    assert _files(tmp_path / "inc") == _files(tmp_path / "full")  # tables and the kept memo, byte for byte
+    # what was resampled is what the new release brought: its own cells and its pairs with the four others
+    new = _keys(tmp_path / "full") - _keys(tmp_path / "one")
+    assert inc.timings["memo"]["resampled"] == len(new) > 0
+    assert inc.timings["memo"]["read_back"] == len(_keys(tmp_path / "one"))  # everything kept was still current
+    alone = tmp_path / "releases-new-only"
+    shutil.copytree(rel / "r04", alone / "r04")
+    own = _keys_of(alone, data, tmp_path / "own")  # the new release's own cells (no pairs: it is alone)
+    assert own <= _keys(tmp_path / "full") and new - own  # and its pairs with the others
+    pairs = full.pvalues.filter(pl.col("family") == "model", pl.col("test") == "paired-bootstrap")
+    assert pairs.filter((pl.col("a") == "r04") | (pl.col("b") == "r04")).height > 0
+
+
+def _keys_of(rel, data, out):
+    _analyse(rel, data, out)
+    return _keys(out)
+
+
+def test_a_changed_scores_file_resamples_exactly_what_read_it(tmp_path):
+    data = _dataset(tmp_path)
+    rel = tmp_path / "releases"
+    for i in range(3):
+        _add(rel, i)
+    _analyse(rel, data, tmp_path / "one")
+    # r01 gets one more case right in the vignette: its cells and its pairs change, r00 against r02 does not
+    shutil.rmtree(rel / "r01")
+    _release(rel, "r01", {"vignette": _all_trials(range(6)), "multiturn": _all_trials(range(4))})
+    two = _analyse(rel, data, tmp_path / "two", previous=tmp_path / "one")
+    assert _files(tmp_path / "two") == _files(_full(rel, data, tmp_path / "full"))
+    without = tmp_path / "without-r01"
+    for r in ("r00", "r02"):
+        shutil.copytree(rel / r, without / r)
+    untouched = _keys_of(without, data, tmp_path / "untouched")  # everything that never read r01
+    kept = _keys(tmp_path / "one") & _keys(tmp_path / "two")
+    assert untouched <= kept  # read back, not recomputed
+    assert two.timings["memo"]["resampled"] == len(_keys(tmp_path / "two") - _keys(tmp_path / "one")) > 0
+    assert not (_keys(tmp_path / "two") - _keys(tmp_path / "one")) & untouched
+
+
+def _full(rel, data, out):
+    _analyse(rel, data, out)
+    return out
+
+
+def test_the_command_reads_the_cache_of_its_own_folder_and_no_cache_recomputes(tmp_path, capsys):
+    data = _dataset(tmp_path)
+    rel = tmp_path / "releases"
+    for i in range(3):
+        _add(rel, i)
+    out = tmp_path / "out"
+    argv = ["analyse", "--releases", str(rel), "--dataset", str(data), "--out", str(out), "--resamples", str(B)]
+    assert main(argv) == 0
+    before = _files(out)
+    assert ".cache/resamples.parquet" in before and ".cache/figures.sha256" in before
+    # a damaged cache only costs the work it would have saved
+    (out / CACHE / "resamples.parquet").write_bytes(b"not parquet")
+    (out / "figures" / "settings.png").write_bytes(b"stale")  # figures are read back only when the digest matches...
+    (out / CACHE / "figures.sha256").write_text("0" * 64)  # ...which it no longer does
+    assert main(argv) == 0
+    assert _files(out) == before
+    assert main([*argv, "--no-cache"]) == 0
+    assert _files(out) == before
