@@ -41,7 +41,7 @@ _FIXED = 1e9  # the float path's grid: continuous case values are summed as inte
 _CHUNK = 2_500  # resamples drawn at a time (bounds memory to ~_CHUNK * n * 8 bytes)
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=4)
 def resample_counts(n: int, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> np.ndarray:
     """``B x n`` float32 matrix: how often each of ``n`` cases is drawn in each resample (read-only; the
     few most recent are kept, so every table of one analysis that resamples ``n`` cases reuses one draw)."""

@@ -224,15 +224,14 @@ def measure_tables(
 def consultation_tables(
     con,
     dataset_dir,
-    case_groups: pl.DataFrame,
     accuracy: pl.DataFrame,
     accuracy_ci: pl.DataFrame,
     *,
     B: int = DEFAULT_B,
     seed: int = DEFAULT_SEED,
 ) -> dict[str, pl.DataFrame]:
-    """The six tables from a prepared connection (:func:`craftmd.analysis.tables.prepared_connection`), the
-    ``case_groups`` and ``accuracy`` queries' results and the accuracy with CIs; ``{}`` without a consultation release.
+    """The six tables from a prepared connection (:func:`craftmd.analysis.tables.prepared_connection`, its
+    ``case_groups`` materialised), the ``accuracy`` query's result and the accuracy with CIs; ``{}`` without a consultation release.
 
     A consultation release (:mod:`craftmd.tasks.consultation`) poses every case in two bounds (``upper``: the whole
     vignette; ``lower``: the patient's initial request alone) and after 20–100 % of the rounds of four conversation
@@ -262,8 +261,11 @@ def consultation_tables(
     runner.materialize(con, "consult_accuracy")
     out = {name: pl.from_arrow(runner.run(con, name)) for name in ("consult_accuracy", "consult_rounds", "consult_oracle")}
     out["consult_gap"] = gap_table(pl.from_arrow(runner.run(con, "consult_gap_cases")), B=B, seed=seed)
-    mine = pl.col("release").is_in(releases) & (pl.col("group_by") == "all")
-    groups = case_groups.filter(mine)
+    groups = pl.from_arrow(  # the consultation releases' rows only, in the table's (cell) order
+        con.execute(
+            "select * from case_groups where group_by = 'all' and list_contains(?, release)", [releases]
+        ).fetch_arrow_table()
+    )
     out["consult_complexity"] = complexity_table(con, dataset_dir, groups, B=B, seed=seed)
     comparisons = pl.from_arrow(runner.run(con, "consult_comparisons"))
     _, tests = bootstrap_tables(

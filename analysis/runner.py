@@ -201,6 +201,26 @@ def run(con: duckdb.DuckDBPyConnection, name: str) -> pa.Table:
         raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
 
 
+def by_release(con: duckdb.DuckDBPyConnection, name: str, batch_rows: int = 262_144):
+    """``sql/<name>.sql``'s result (ordered by ``release`` first) as one polars frame per release, read in batches, so
+    that only one release's rows (and a batch) are held at a time, however large the board."""
+    import polars as pl
+
+    try:
+        reader = con.sql(sql_text(name)).fetch_record_batch(batch_rows)
+    except duckdb.Error as exc:
+        raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
+    held: list[pl.DataFrame] = []  # the current release's rows so far
+    for batch in reader:
+        for part in pl.from_arrow(batch).partition_by("release", maintain_order=True):
+            if held and held[0]["release"][0] != part["release"][0]:
+                yield pl.concat(held)
+                held = []
+            held.append(part)
+    if held:
+        yield pl.concat(held)
+
+
 def materialize(con: duckdb.DuckDBPyConnection, name: str) -> None:
     """Keep ``sql/<name>.sql``'s result as table ``name`` for the queries that read it."""
     try:
@@ -209,4 +229,4 @@ def materialize(con: duckdb.DuckDBPyConnection, name: str) -> None:
         raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
 
 
-__all__ = ["connect", "connect_tables", "run", "materialize", "query_names", "sql_text"]
+__all__ = ["connect", "connect_tables", "run", "by_release", "materialize", "query_names", "sql_text"]

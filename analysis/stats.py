@@ -8,10 +8,13 @@ McNemar's test (statsmodels) and the Holm-Bonferroni adjustment (statsmodels).
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterable
 from functools import lru_cache
 
 import numpy as np
 import polars as pl
+
+from craftmd import CraftMDError
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 
@@ -65,9 +68,6 @@ def mcnemar_p(n10: int, n01: int) -> float:
 
 def _cells(case_groups: pl.DataFrame) -> tuple[dict[tuple, tuple[np.ndarray, np.ndarray]], int]:
     """Cell key -> (case positions, integer case scores) and the scale ``L`` (scores = numerators / L)."""
-    L = scale(case_groups["n_trials"].to_numpy())
-    num = (case_groups["n_correct"].to_numpy().astype(np.int64) * (L // case_groups["n_trials"].to_numpy())).astype(np.int64)
-    cases = case_groups["case_position"].to_numpy()
     # sql/case_groups orders its rows by cell: a cell is a run of rows, found where a key column changes (no hash
     # table over the board's rows)
     changed = (
@@ -76,10 +76,32 @@ def _cells(case_groups: pl.DataFrame) -> tuple[dict[tuple, tuple[np.ndarray, np.
     if len(changed):
         changed[0] = True
     starts = np.flatnonzero(changed)
-    ends = [*starts[1:].tolist(), case_groups.height]
-    out = {}
-    for key, start, end in zip(case_groups[starts].select(CELL).iter_rows(), starts.tolist(), ends):
-        out[key] = (cases[start:end], num[start:end])
+    sizes = np.diff([*starts.tolist(), case_groups.height])
+    cols = {c: case_groups[c].to_numpy() for c in ("case_position", "n_trials", "n_correct")}
+    return _runs(case_groups[starts].select(CELL).iter_rows(), sizes, **cols)
+
+
+def cells_of(con) -> tuple[dict[tuple, tuple[np.ndarray, np.ndarray]], int]:
+    """:func:`_cells` of the connection's materialised ``case_groups`` table, read as three integer columns and the
+    cells' keys with their sizes (the rows are in cell order: a cell's rows are the next ``n``), so the board's rows
+    never stand in memory as text."""
+    quoted = ", ".join(f'"{c}"' for c in CELL)
+    found = con.sql(f"select {quoted}, count(*) as n from case_groups group by all order by all").fetchall()
+    cols = con.sql("select case_position, n_trials, n_correct from case_groups").fetchnumpy()
+    sizes = np.array([r[-1] for r in found], dtype=np.int64)
+    if int(sizes.sum()) != len(cols["case_position"]):
+        raise CraftMDError("case_groups: its rows do not follow its cells")  # (cannot happen: one table, one order)
+    return _runs((r[:-1] for r in found), sizes, **{c: np.asarray(v) for c, v in cols.items()})
+
+
+def _runs(keys, sizes: np.ndarray, case_position: np.ndarray, n_trials: np.ndarray, n_correct: np.ndarray):
+    """Consecutive runs of ``sizes`` rows, one per key: (positions, numerators) and the scale ``L``."""
+    L = scale(n_trials)
+    num = (n_correct.astype(np.int64) * (L // n_trials.astype(np.int64))).astype(np.int64)
+    out, start = {}, 0
+    for key, size in zip(keys, sizes.tolist()):
+        out[tuple(key)] = (case_position[start : start + size], num[start : start + size])
+        start += size
     return out, L
 
 
@@ -92,7 +114,7 @@ def bootstrap_tables(
     seed: int = DEFAULT_SEED,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``(accuracy with CIs, p-values)``: see the module doc and :data:`ACCURACY_COLUMNS`, :data:`PVALUE_COLUMNS`."""
-    acc, pv, _ = bootstrap_all(case_groups, accuracy, comparisons, None, B=B, seed=seed)
+    acc, pv, _ = bootstrap_all(_cells(case_groups), accuracy, comparisons, None, B=B, seed=seed)
     return acc, pv
 
 
@@ -112,7 +134,7 @@ def _paired(cells: dict, ka: tuple, kb: tuple) -> tuple[np.ndarray, bool] | None
 
 
 def bootstrap_all(
-    case_groups: pl.DataFrame,
+    cells: tuple[dict, int],
     accuracy: pl.DataFrame,
     comparisons: pl.DataFrame,
     more: pl.DataFrame | None,
@@ -121,7 +143,7 @@ def bootstrap_all(
     seed: int = DEFAULT_SEED,
     memo: Memo | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None]:
-    """:func:`bootstrap_tables` and, in the same resampling run, the tests of ``more`` (``sql/more_comparisons``:
+    """:func:`bootstrap_tables` of the ``cells`` (:func:`cells_of` a prepared connection) and, in the same resampling run, the tests of ``more`` (``sql/more_comparisons``:
     MCQ against FRQ, image against none; :func:`more_tests`), or None when ``more`` is None. Batching them with the
     accuracy cells costs only their columns: every resample matrix is drawn once per group size.
 
@@ -130,7 +152,7 @@ def bootstrap_all(
     follows the unit and never the whole board (the numbers do not depend on it: each column's sums are exact). With
     a ``memo`` (:class:`.bootstrap.Memo`), an interval or p-value it holds for the same case vector is read back, and
     only the rest is resampled."""
-    cells, L = _cells(case_groups)
+    cells, L = cells
     comp = comparisons.to_dicts()
     work = _work_units(cells, comp, more.to_dicts() if more is not None else [])
     ci, tested = _run_units(work, cells, L, B, seed, memo if memo is not None else Memo())
@@ -340,71 +362,76 @@ FLOAT_DECIMALS = 10
 
 
 def metric_table(
-    case_scores: pl.DataFrame, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, memo: Memo | None = None
+    case_scores: pl.DataFrame | Iterable[pl.DataFrame], *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, memo: Memo | None = None
 ) -> pl.DataFrame:
-    """Every metric other than ``correct`` (``sql/metric_case_scores``): per release, scorer, metric and
-    variant, the mean over cases of each case's mean over trials, with a 95 % case-bootstrap CI.
+    """Every metric other than ``correct`` (``sql/metric_case_scores``; its rows, or an iterable of one frame per
+    release: :func:`.runner.by_release`): per release, scorer, metric and variant, the mean over cases of each case's
+    mean over trials, with a 95 % case-bootstrap CI.
 
     Binary and ordinal metrics take the exact-integer path (a case's value sum scaled by the
     least common multiple of the cell's trial counts); continuous metrics the float path. A
     case whose every score failed has no value: it is counted in ``n_failed``, not in the mean. ``memo``: as in
     :func:`bootstrap_all`."""
-    from craftmd.metrics import metric
-
     memo = memo if memo is not None else Memo()
     key = ["release", "scorer", "metric", "variant"]
-    failed = case_scores.group_by(key, maintain_order=True).agg(pl.col("n_failed").sum())
-    scored = case_scores.filter(pl.col("n_trials") > 0)
-    n_failed = {tuple(r[:4]): r[4] for r in failed.iter_rows()}
+    parts = case_scores.partition_by("release", maintain_order=True) if isinstance(case_scores, pl.DataFrame) else case_scores
     rows = []
-    done = set()  # the cells with a value
-    for _, of_release in scored.group_by(
-        "release", maintain_order=True
-    ):  # one release at a time: memory follows it, not the board
-        R = Resampler(B=B, seed=seed)
-        mine = []
-        for k, g in of_release.group_by(key, maintain_order=True):
-            m = metric(k[2])
-            n_trials = g["n_trials"].to_numpy()
-            sums = g["value_sum"].to_numpy()
-            exact = m.kind != "continuous" and np.all(np.mod(sums, 1) == 0)
-            if exact:
-                L = scale(n_trials)
-                v = (np.rint(sums).astype(np.int64) * (L // n_trials)).astype(np.int64)
-            else:
-                L, v = 1, sums / n_trials
-            mk = memo.key(B, seed, "sum", bool(exact), v)
-            got = memo.get(mk)
-            mine.append((k, m, mk, got if got is not None else R.add(v, exact=exact), float(v.sum()), L, len(v)))
-        R.run()  # (nothing to do when the memo held every cell)
-        for k, m, mk, h, total, L, n in mine:
-            if isinstance(h, tuple):
-                lo, hi = h[0], h[1]
-            else:
-                lo, hi = R.quantiles(h)
-                memo.put(mk, (lo, hi))
-            d = DECIMALS if L > 1 or m.kind != "continuous" else FLOAT_DECIMALS
-            rows.append({
-                "model": k[0], "scorer": k[1], "metric": k[2], "variant": k[3], "kind": m.kind,
-                "higher_is_better": m.higher_is_better, "n_cases": n, "n_failed": int(n_failed.get(tuple(k), 0)),
-                "mean": round(total / (n * L), d), "ci_low": round(lo / (n * L), d), "ci_high": round(hi / (n * L), d),
-            })  # fmt: skip
-        done.update(tuple(c[0]) for c in mine)
-        del R
-    for k, nf in n_failed.items():  # cells where nothing could be scored still show their failures
-        if k not in done:
-            m = metric(k[2])
-            rows.append({"model": k[0], "scorer": k[1], "metric": k[2], "variant": k[3], "kind": m.kind,
-                         "higher_is_better": m.higher_is_better, "n_cases": 0, "n_failed": int(nf),
-                         "mean": None, "ci_low": None, "ci_high": None})  # fmt: skip
+    for of_release in parts:  # one release at a time: memory follows it, not the board
+        rows += _metric_rows(of_release, key, B, seed, memo)
     schema = {"model": pl.String, "scorer": pl.String, "metric": pl.String, "variant": pl.String, "kind": pl.String,
               "higher_is_better": pl.Boolean, "n_cases": pl.Int64, "n_failed": pl.Int64, "mean": pl.Float64,
               "ci_low": pl.Float64, "ci_high": pl.Float64}  # fmt: skip
     return pl.DataFrame(rows, schema=schema).select(METRIC_COLUMNS).sort("model", "scorer", "metric", "variant")
 
 
+def _metric_rows(of_release: pl.DataFrame, key: list[str], B: int, seed: int, memo: Memo) -> list[dict]:
+    """:func:`metric_table`'s rows of one release's cells (those where nothing could be scored with their failures)."""
+    from craftmd.metrics import metric
+
+    failed = of_release.group_by(key, maintain_order=True).agg(pl.col("n_failed").sum())
+    n_failed = {tuple(r[:4]): r[4] for r in failed.iter_rows()}
+    rows = []
+    R = Resampler(B=B, seed=seed)
+    mine = []
+    for k, g in of_release.filter(pl.col("n_trials") > 0).group_by(key, maintain_order=True):
+        m = metric(k[2])
+        n_trials = g["n_trials"].to_numpy()
+        sums = g["value_sum"].to_numpy()
+        exact = m.kind != "continuous" and np.all(np.mod(sums, 1) == 0)
+        if exact:
+            L = scale(n_trials)
+            v = (np.rint(sums).astype(np.int64) * (L // n_trials)).astype(np.int64)
+        else:
+            L, v = 1, sums / n_trials
+        mk = memo.key(B, seed, "sum", bool(exact), v)
+        got = memo.get(mk)
+        mine.append((k, m, mk, got if got is not None else R.add(v, exact=exact), float(v.sum()), L, len(v)))
+    R.run()  # (nothing to do when the memo held every cell)
+    for k, m, mk, h, total, L, n in mine:
+        if isinstance(h, tuple):
+            lo, hi = h[0], h[1]
+        else:
+            lo, hi = R.quantiles(h)
+            memo.put(mk, (lo, hi))
+        d = DECIMALS if L > 1 or m.kind != "continuous" else FLOAT_DECIMALS
+        rows.append({
+            "model": k[0], "scorer": k[1], "metric": k[2], "variant": k[3], "kind": m.kind,
+            "higher_is_better": m.higher_is_better, "n_cases": n, "n_failed": int(n_failed.get(tuple(k), 0)),
+            "mean": round(total / (n * L), d), "ci_low": round(lo / (n * L), d), "ci_high": round(hi / (n * L), d),
+        })  # fmt: skip
+    done = {tuple(c[0]) for c in mine}  # the cells with a value
+    for k, nf in n_failed.items():  # cells where nothing could be scored still show their failures
+        if k not in done:
+            m = metric(k[2])
+            rows.append({"model": k[0], "scorer": k[1], "metric": k[2], "variant": k[3], "kind": m.kind,
+                         "higher_is_better": m.higher_is_better, "n_cases": 0, "n_failed": int(nf),
+                         "mean": None, "ci_low": None, "ci_high": None})  # fmt: skip
+    return rows
+
+
 __all__ = [
     "bootstrap_tables",
+    "cells_of",
     "bootstrap_all",
     "more_tests",
     "mcnemar_p",

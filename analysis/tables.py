@@ -23,7 +23,7 @@ from .escape import csv_safe
 from . import runner
 from .bootstrap import DEFAULT_B, DEFAULT_SEED, Memo
 from .history import history_tables
-from .stats import CELL_COLUMNS, bootstrap_all, metric_table
+from .stats import CELL_COLUMNS, bootstrap_all, cells_of, metric_table
 
 #: The paper's other tests, written beside TABLES when computed (MCQ vs FRQ, image vs none, the experts' McNemar).
 MORE_TABLES = ("format_tests", "image_tests", "expert_tests", "published_tests")
@@ -176,17 +176,15 @@ def compute(
     if not any(r.manifest.task != "encounters" for r in releases):  # patient-led encounters alone: no answers to analyse
         return _encounters_only(encounters, packets, B, seed, t0, rubric_options, releases_dir)
     con = prepared_connection(releases, dataset_dir, all_pairs=all_pairs)
-    case_groups = pl.from_arrow(con.sql("select * from case_groups").to_arrow_table())  # materialised: not run again
     accuracy = pl.from_arrow(runner.run(con, "accuracy"))
     comparisons = pl.from_arrow(runner.run(con, "comparisons"))
     more = pl.from_arrow(runner.run(con, "more_comparisons"))
     status = pl.from_arrow(runner.run(con, "answer_status"))
     gap = pl.from_arrow(runner.run(con, "mcq_rule_gap"))
-    metric_cases = pl.from_arrow(runner.run(con, "metric_case_scores"))
     sizes = group_sizes(con)
     t1 = time.perf_counter()
-    acc, pv, more_pv = bootstrap_all(case_groups, accuracy, comparisons, more, B=B, seed=seed, memo=memo)
-    metrics = metric_table(metric_cases, B=B, seed=seed, memo=memo)
+    acc, pv, more_pv = bootstrap_all(cells_of(con), accuracy, comparisons, more, B=B, seed=seed, memo=memo)
+    metrics = metric_table(runner.by_release(con, "metric_case_scores"), B=B, seed=seed, memo=memo)
     hist = history_tables(con, B=B, seed=seed, memo=memo)
     t2 = time.perf_counter()
     from .rubric import rubric
@@ -197,7 +195,7 @@ def compute(
     from .encounters import encounter_tables
 
     t3 = time.perf_counter()
-    consult = consultation_tables(con, dataset_dir, case_groups, accuracy, acc, B=B, seed=seed)
+    consult = consultation_tables(con, dataset_dir, accuracy, acc, B=B, seed=seed)
     judged = judged if judged.table.height else None
     met = encounter_tables(encounters, packets, judged)
     shown = sorted({r.id: r for r in [*releases, *encounters]}.values(), key=lambda r: r.id)

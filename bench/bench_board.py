@@ -6,7 +6,9 @@ Each board is made of copies of the given releases (default: out/releases and ou
 them) under new ids, cycling through them: a copy is a folder whose parquet files are hard links to the original's
 (a real copy where the file system refuses) and whose manifest names the new id, so the copies cost no disk. Each size
 is analysed in a fresh process (``craftmd.analysis.tables.analyse``, tables only unless --figures, 10,000
-resamples), which reports its wall time and its peak resident memory (``ru_maxrss``). Printed: one row per size and
+resamples), which reports its wall time and its peak resident memory (``ru_maxrss``); then one more release is
+added and the board analysed again, in another fresh process, reading back what the first analysis kept
+(``previous=``: its ``.cache``), as `craftmd analyse` into the same folder does ("+1"). Printed: one row per size and
 the growth exponent of the time between consecutive sizes and between the first size of at least 10 and the last
 (1.0: linear). By default models are paired as ``craftmd analyse`` pairs them (every pair up to
 ``runner.ALL_PAIRS_UP_TO`` models per family, else neighbours in the ranking and the leader); --all-pairs tests every
@@ -52,12 +54,13 @@ def make_board(sources: list[Path], n: int, root: Path) -> Path:
     return out
 
 
-def one(releases: Path, dataset: Path, out: Path, all_pairs: bool, figures: bool) -> dict:
-    """Analyse one board in this process: wall seconds, peak RSS (MB), rows of pvalues.csv."""
+def one(releases: Path, dataset: Path, out: Path, all_pairs: bool, figures: bool, previous: Path | None = None) -> dict:
+    """Analyse one board in this process (into ``out``, reading back what ``previous`` kept): wall seconds, peak RSS
+    (MB), rows of pvalues.csv, the stages' timings."""
     from craftmd.analysis.tables import analyse
 
     t = time.perf_counter()
-    a = analyse(releases, dataset, out, figures=figures, all_pairs=all_pairs)
+    a = analyse(releases, dataset, out, figures=figures, all_pairs=all_pairs, previous=previous)
     wall = time.perf_counter() - t
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     return {"wall_s": wall, "peak_mb": peak_mb, "pvalues": a.pvalues.height, "timings": a.timings}
@@ -70,13 +73,14 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", default="5,10,20,40,80", help="board sizes (comma-separated; default 5,10,20,40,80)")
     p.add_argument("--all-pairs", action="store_true", help="test every pair of models (the analysis before boards grew)")
     p.add_argument("--figures", action="store_true", help="also draw the figures (default: tables only)")
-    p.add_argument("--one", nargs=2, type=Path, metavar=("BOARD", "OUT"), help=argparse.SUPPRESS)  # the child's side
+    p.add_argument("--one", nargs="+", type=Path, metavar="PATH", help=argparse.SUPPRESS)  # the child: BOARD OUT [PREVIOUS]
     args = p.parse_args(argv)
     here = Path(__file__).resolve().parent.parent / "out"
     releases = args.releases or here / "releases"
     dataset = args.dataset or here / "data"
     if args.one:
-        print(json.dumps(one(args.one[0], dataset, args.one[1], args.all_pairs, args.figures)))
+        prev = args.one[2] if len(args.one) > 2 else None
+        print(json.dumps(one(args.one[0], dataset, args.one[1], args.all_pairs, args.figures, prev)))
         return 0
     sources = sorted(d for d in releases.iterdir() if (d / "manifest.json").exists()) if releases.is_dir() else []
     if not sources:
@@ -84,21 +88,19 @@ def main(argv=None) -> int:
         return 2
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
-    print(f"{'releases':>8} {'seconds':>8} {'peak MB':>8} {'p-values':>9}  (sql / bootstrap+tests s)", flush=True)
+    print(f"{'releases':>8} {'seconds':>8} {'peak MB':>8} {'p-values':>9} {'+1 s':>7} {'+1 MB':>7}  (sql / bootstrap+tests s)")
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix="bench-board-") as tmp:
-            board = make_board(sources, n, Path(tmp))
-            cmd = [sys.executable, __file__, "--dataset", str(dataset), "--one", str(board), str(Path(tmp) / "out")]
-            cmd += ["--all-pairs"] * args.all_pairs + ["--figures"] * args.figures
-            res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if res.returncode != 0:
-                print(res.stderr[-2000:], file=sys.stderr)
-                return 1
-            r = json.loads(res.stdout.strip().splitlines()[-1])
-        rows.append((n, r))
-        t = r["timings"]
+            full = _child(make_board(sources, n, Path(tmp) / "a"), dataset, Path(tmp) / "out", args)
+            # one more release on the board just analysed: analysed into a new folder, reading back the first's .cache
+            grown = _child(make_board(sources, n + 1, Path(tmp) / "b"), dataset, Path(tmp) / "out2", args, Path(tmp) / "out")
+        if full is None or grown is None:
+            return 1
+        rows.append((n, full))
+        t = full["timings"]
         print(
-            f"{n:>8} {r['wall_s']:>8.2f} {r['peak_mb']:>8.0f} {r['pvalues']:>9}  ({t.get('sql_s', 0):.2f} / {t.get('bootstrap_s', 0):.2f})",
+            f"{n:>8} {full['wall_s']:>8.2f} {full['peak_mb']:>8.0f} {full['pvalues']:>9} {grown['wall_s']:>7.2f} "
+            f"{grown['peak_mb']:>7.0f}  ({t.get('sql_s', 0):.2f} / {t.get('bootstrap_s', 0):.2f})",
             flush=True,
         )
     for (n0, r0), (n1, r1) in zip(rows, rows[1:]):
@@ -108,6 +110,19 @@ def main(argv=None) -> int:
         (n0, r0), (n1, r1) = big[0], big[-1]
         print(f"growth exponent {n0}->{n1} (time): {math.log(r1['wall_s'] / r0['wall_s']) / math.log(n1 / n0):.2f}")
     return 0
+
+
+def _child(board: Path, dataset: Path, out: Path, args, previous: Path | None = None) -> dict | None:
+    """:func:`one` in a fresh process (its own peak memory); None, with its error printed, when it failed."""
+    cmd = [sys.executable, __file__, "--dataset", str(dataset), "--one", str(board), str(out)] + (
+        [str(previous)] if previous else []
+    )
+    cmd += ["--all-pairs"] * args.all_pairs + ["--figures"] * args.figures
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        print(res.stderr[-2000:], file=sys.stderr)
+        return None
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":
