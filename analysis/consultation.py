@@ -262,9 +262,9 @@ def consultation_tables(
     out = {name: pl.from_arrow(runner.run(con, name)) for name in ("consult_accuracy", "consult_rounds", "consult_oracle")}
     out["consult_gap"] = gap_table(pl.from_arrow(runner.run(con, "consult_gap_cases")), B=B, seed=seed)
     groups = pl.from_arrow(  # the consultation releases' rows only, in the table's (cell) order
-        con.execute(
-            "select * from case_groups where group_by = 'all' and list_contains(?, release)", [releases]
-        ).fetch_arrow_table()
+        con.sql(
+            "select * from case_groups where group_by = 'all' and list_contains(?, release)", params=[releases]
+        ).to_arrow_table()
     )
     out["consult_complexity"] = complexity_table(con, dataset_dir, groups, B=B, seed=seed)
     comparisons = pl.from_arrow(runner.run(con, "consult_comparisons"))

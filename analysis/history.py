@@ -127,16 +127,21 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, memo: M
 
     ids = sorted(cases["case_id"].to_list(), key=natural_key)
     positions = pl.DataFrame({"case_id": ids, "pos": np.arange(len(ids))})
-    per_case = pl.from_arrow(runner.run(con, "history_case_scores")).join(positions, on="case_id", maintain_order="left")
-    trials = pl.from_arrow(runner.run(con, "history_trials")).join(positions, on="case_id", maintain_order="left")
-    if per_case.height == 0:
-        return empty
-    ratios = _Ratios(B, seed, memo)
     vector = partial(_vector, len(ids))
-    # per release and metric: each case's mean over its trials, as a vector over the dataset's text cases
+    # per release and metric: each case's mean over its trials, as a vector over the dataset's text cases (the case
+    # scores read one release at a time)
     means: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
-    for (rel, met), g in per_case.group_by("release", "metric", maintain_order=True):
-        means[(rel, met)] = (vector(g["pos"], (g["value_sum"] / g["n_trials"]).to_numpy()), vector(g["pos"], np.ones(g.height)))
+    for per_case in runner.by_release(con, "history_case_scores"):
+        per_case = per_case.join(positions, on="case_id", maintain_order="left")
+        for (rel, met), g in per_case.group_by("release", "metric", maintain_order=True):
+            means[(rel, met)] = (
+                vector(g["pos"], (g["value_sum"] / g["n_trials"]).to_numpy()),
+                vector(g["pos"], np.ones(g.height)),
+            )
+    if not means:
+        return empty
+    trials = pl.from_arrow(runner.run(con, "history_trials")).join(positions, on="case_id", maintain_order="left")
+    ratios = _Ratios(B, seed, memo)
     _add_tests(con, ratios, means)
     edges, bins, trials = _add_coverage(ratios, trials, vector)
     t_range = _add_complexity(ratios, cases.join(positions, on="case_id", maintain_order="left"), means, trials, vector)
