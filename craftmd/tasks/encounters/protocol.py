@@ -355,8 +355,17 @@ class Encounters(Runner):
     async def job_tables(self, job) -> dict[str, list[dict]]:
         return {"memory_tags": (await self.memory_tags(job[0]))[1]} if self.options.memory_tags else {}
 
+    #: Whether :meth:`tag_rows` leaves out the patients whose tagging has not finished (or failed) instead of reading
+    #: every one started: the training environments (:mod:`craftmd.envs`), where an episode left early may leave
+    #: its patient's tagging running.
+    finished_tags_only = False
+
     def tag_rows(self) -> list[dict]:
-        return [r for p in self.packets if p["case_id"] in self._tagging for r in self._tagging[p["case_id"]].result()[1]]
+        """The memory tags' rows of the patients whose tagging was started, patient by patient in packet order."""
+        tagging = self._tagging
+        if self.finished_tags_only:
+            tagging = {c: f for c, f in tagging.items() if f.done() and not f.cancelled() and f.exception() is None}
+        return [r for p in self.packets if p["case_id"] in tagging for r in tagging[p["case_id"]].result()[1]]
 
     def tables(self, rows: dict[str, list[dict]]) -> dict[str, pa.Table]:
         """The jobs' tables, and the memory tags (made once per patient, before the jobs) when the memories were tagged."""
