@@ -216,6 +216,12 @@ def list_type(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+def keywords(args: argparse.Namespace, *names: str) -> dict:
+    """The parsed options ``names`` (``--max-retries`` is ``max_retries``) by name: the keyword arguments of the room's
+    function a handler hands them to under the same names."""
+    return {name: getattr(args, name) for name in names}
+
+
 def check_base_url(url: str) -> None:
     """A one-line error for a --base-url that is not an http(s) URL with a host, or that carries credentials."""
     from craftmd.models import check_url

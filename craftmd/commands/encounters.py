@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from craftmd.commands.cli import add_quiet_argument, command, list_type
+from craftmd.commands.cli import add_quiet_argument, command, keywords, list_type
 
 
 def register(sub) -> None:
@@ -75,17 +75,8 @@ def run_build(args) -> int:
     """
     from craftmd.dataset_builder.packets import build_packets
 
-    result = build_packets(
-        args.out,
-        seed=args.seed,
-        scale=args.scale,
-        cells=args.cells,
-        overwrite=args.overwrite,
-        progress=not args.quiet,
-        split=args.split,
-        count=args.count,
-        against=args.against,
-    )
+    options = keywords(args, "seed", "scale", "cells", "overwrite", "split", "count", "against")
+    result = build_packets(args.out, progress=not args.quiet, **options)
     print(result.summary(), file=sys.stderr)
     return 0
 

@@ -61,18 +61,18 @@ def judge_options(args) -> dict:
     )  # fmt: skip
 
 
+def add_dimensions_argument(parser, help: str) -> None:
+    """``--dimensions NAME[,NAME...]``: rubric dimensions by id, category or meta-category (a judge's, a review sheet's)."""
+    parser.add_argument("--dimensions", type=list_type, metavar="NAME[,NAME...]", help=help)
+
+
 def add_judge_arguments(p, *, selection: bool = True) -> None:
     """The judges' own options (``craftmd score`` with judge: scorers, ``craftmd judge --validity``)."""
     from craftmd.scoring.judge import MODES, RESPONSE_FORMATS, SCORE_TOKENS
 
     g = p.add_argument_group("judges (judge:PROVIDER/MODEL scorers)")
     g.add_argument("--seeds", type=int, default=1, help="committee members per judge model, seeds 0..N-1 (default 1)")
-    g.add_argument(
-        "--dimensions",
-        type=list_type,
-        metavar="NAME[,NAME...]",
-        help="only these dimension ids, categories or meta-categories (default: all that apply)",
-    )
+    add_dimensions_argument(g, "only these dimension ids, categories or meta-categories (default: all that apply)")
     g.add_argument(
         "--mode",
         choices=MODES,
@@ -147,4 +147,4 @@ def register(sub) -> None:
     add_quiet_argument(p)
 
 
-__all__ = ["register", "add_judge_arguments", "judge_options"]
+__all__ = ["register", "add_judge_arguments", "add_dimensions_argument", "judge_options"]
