@@ -71,9 +71,12 @@ $(LLM_VENV)/.installed:
 
 llm: $(LLM_VENV)/.installed
 
-$(ROUTER_VENV)/.installed:
-	$(PYTHON) -m venv $(ROUTER_VENV)
-	$(ROUTER_VENV)/bin/python -m pip install -q $(foreach p,$(ROUTER_PACKAGES),'$(p)')
+# The side venvs of pinned packages alone (the router, the fine-tuning recipe): one recipe, each its PACKAGES.
+$(ROUTER_VENV)/.installed: PACKAGES = $(ROUTER_PACKAGES)
+$(TRAIN_VENV)/.installed: PACKAGES = $(TRAIN_PACKAGES)
+$(ROUTER_VENV)/.installed $(TRAIN_VENV)/.installed:
+	$(PYTHON) -m venv $(@D)
+	$(@D)/bin/python -m pip install -q $(foreach p,$(PACKAGES),'$(p)')
 	@touch $@
 
 router: $(ROUTER_VENV)/.installed
@@ -85,11 +88,6 @@ $(RL_VENV)/.installed: pyproject.toml requirements.lock
 	@touch $@
 
 rl: $(RL_VENV)/.installed
-
-$(TRAIN_VENV)/.installed:
-	$(PYTHON) -m venv $(TRAIN_VENV)
-	$(TRAIN_VENV)/bin/python -m pip install -q $(foreach p,$(TRAIN_PACKAGES),'$(p)')
-	@touch $@
 
 train-env: $(TRAIN_VENV)/.installed
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from craftmd.metrics import metric
+
 from . import runner
 from .bootstrap import DEFAULT_B, DEFAULT_SEED, Resampler, scale
 from .history import _Ratios, _round, tertiles
@@ -25,21 +27,23 @@ TABLES = (
     "consult_dialogue",
     "consult_f1_rounds",
 )
-#: ``consult_dialogue``'s measures, in the order of the framework's tables (Table 2's turns, length, coverage; Table 3's diversity).
-DIALOGUE_MEASURES = (
-    "doctor_turns",
-    "doctor_words_per_turn",
-    "patient_words_per_turn",
-    "doctor_key_recall",
-    "doctor_key_precision",
-    "doctor_key_f1",
-    "patient_value_recall",
-    "patient_value_precision",
-    "patient_value_f1",
-    "question_similarity_rouge1",
-    "question_similarity_rouge2",
-    "question_similarity_rougeL",
-)
+#: ``consult_dialogue``'s measures, in the order of the framework's tables (Table 2's turns, length, coverage; Table 3's
+#: diversity), with the page's labels; a measure whose range (:mod:`craftmd.metrics`) is 0 to 1 is a share, shown as a
+#: percentage.
+DIALOGUE_MEASURES = {
+    "doctor_turns": "Turns",
+    "doctor_words_per_turn": "Doctor words/turn",
+    "patient_words_per_turn": "Patient words/turn",
+    "doctor_key_recall": "Doctor recall",
+    "doctor_key_precision": "Doctor precision",
+    "doctor_key_f1": "Doctor F1",
+    "patient_value_recall": "Patient recall",
+    "patient_value_precision": "Patient precision",
+    "patient_value_f1": "Patient F1",
+    "question_similarity_rouge1": "Query sim. R-1",
+    "question_similarity_rouge2": "Query sim. R-2",
+    "question_similarity_rougeL": "Query sim. R-L",
+}
 #: The settings the complexity analysis shows.
 COMPLEXITY_SETTINGS = ("upper", "lower", "consult_100", "oracle_direct_100")
 
@@ -184,7 +188,7 @@ def measure_tables(
     cols = {r[0] for r in con.execute("describe scores").fetchall()}
     if "conversation" not in cols:
         return empty
-    wanted = DIALOGUE_MEASURES + SHARE_METRICS
+    wanted = (*DIALOGUE_MEASURES, *SHARE_METRICS)
     listed = ", ".join(f"'{m}'" for m in wanted)
     rel = ", ".join("'" + r.replace("'", "''") + "'" for r in releases)
     sc = pl.from_arrow(con.sql(f"select release, case_id, trial, conversation, metric, value from scores where scorer = 'keyinfo' "
@@ -362,23 +366,6 @@ def page_section(a, v) -> dict | None:
             **dialogue_section(t, v, releases)}  # fmt: skip
 
 
-#: The page's labels of :data:`DIALOGUE_MEASURES`, and whether each is a share (shown as a percentage).
-MEASURE_LABELS = {
-    "doctor_turns": ("Turns", False),
-    "doctor_words_per_turn": ("Doctor words/turn", False),
-    "patient_words_per_turn": ("Patient words/turn", False),
-    "doctor_key_recall": ("Doctor recall", True),
-    "doctor_key_precision": ("Doctor precision", True),
-    "doctor_key_f1": ("Doctor F1", True),
-    "patient_value_recall": ("Patient recall", True),
-    "patient_value_precision": ("Patient precision", True),
-    "patient_value_f1": ("Patient F1", True),
-    "question_similarity_rouge1": ("Query sim. R-1", True),
-    "question_similarity_rouge2": ("Query sim. R-2", True),
-    "question_similarity_rougeL": ("Query sim. R-L", True),
-}
-
-
 def dialogue_section(t: dict, v, releases: list[str]) -> dict:
     """The page's Table 2/3 and Figure 5 rows: each release's ``consult`` conversations (its doctor prompt named)."""
     dia, f1 = t.get("consult_dialogue"), t.get("consult_f1_rounds")
@@ -397,7 +384,7 @@ def dialogue_section(t: dict, v, releases: list[str]) -> dict:
             {
                 "display": v.display(m),
                 "doctor_prompt": prompt,
-                "cells": [(cell(by.get((m, x)), "mean"), MEASURE_LABELS[x][1]) for x in DIALOGUE_MEASURES],
+                "cells": [(cell(by.get((m, x)), "mean"), metric(x).high == 1) for x in DIALOGUE_MEASURES],
             }
         )
         for who in ("doctor", "patient"):
@@ -413,7 +400,7 @@ def dialogue_section(t: dict, v, releases: list[str]) -> dict:
     prompts = {r["doctor_prompt"] for r in rows}
     return {
         "dialogue": rows,
-        "measure_labels": [MEASURE_LABELS[x][0] for x in DIALOGUE_MEASURES],
+        "measure_labels": list(DIALOGUE_MEASURES.values()),
         "f1_rounds": curves,
         "f1_shares": shares,
         "both_doctors": {"long", "short"} <= prompts,

@@ -25,18 +25,7 @@ from craftmd.scoring.judge import FLAG_METRIC, FLAGS, NO_EVIDENCE, normalise_tex
 SAMPLE = 2  # conversations per model shown with their rationales
 KEY = ["case_id", "trial", "conversation", "with_image"]
 FLAG_COLUMNS = ["model", "scorer", "flag", "n_conversations", "n_flagged", "n_failed", "share"]
-FLAGGED_COLUMNS = [
-    "model",
-    "scorer",
-    "case_id",
-    "trial",
-    "conversation",
-    "with_image",
-    "flag",
-    "notes",
-    "evidence",
-    "evidence_found",
-]
+FLAGGED_COLUMNS = ["model", "scorer", *KEY, "flag", "notes", "evidence", "evidence_found"]
 EVIDENCE_COLUMNS = ["model", "scorer", "n_scores", "n_evidence_found", "n_no_evidence", "share_found"]
 
 

@@ -91,6 +91,11 @@ def _setting_p(v: View, m: str, a: str, b: str, fmt: str, grader: str, group_by:
     return sel["p_adjusted"][0] if sel.height else None
 
 
+#: How the two settings figures look: inches per model and the height, the error bars' caps, the axis' top, the legend.
+SETTINGS_LOOK = dict(size=(1.8, 8), bars=dict(capsize=2, elinewidth=0.8), top=1.25, legend=dict(ncol=4, fontsize=8))
+EXAM_LOOK = dict(size=(2.0, 7), bars=dict(capsize=1.5, elinewidth=0.7), top=1.3, legend=dict(ncol=3, fontsize=7))
+
+
 def settings_with_brackets(v: View, path: Path, group_by: str = "all", group: str = "all", title: str = "") -> Path | None:
     """Per model, the four settings' accuracy (95 % CI) in one group, MCQ and FRQ panels, with brackets from the
     vignette to each conversational setting."""
@@ -98,38 +103,41 @@ def settings_with_brackets(v: View, path: Path, group_by: str = "all", group: st
               or v.cell(m, "vignette", "frq", group_by=group_by, group=group)]  # fmt: skip
     if not models:
         return None
+    title = title or "Accuracy by setting, with the vignette against each conversational setting (paired bootstrap, Holm)"
+    pairs = [("vignette", s) for s in UPSTREAM_SETTINGS[1:]]
+    return _setting_panels(v, path, models, UPSTREAM_SETTINGS, pairs, title, group_by=group_by, group=group, **SETTINGS_LOOK)
+
+
+def _setting_panels(v: View, path: Path, models, settings, pairs, title, *, group_by="all", group="all", size, bars, top, legend):
+    """Per model, ``settings``' accuracy (95 % CI) in one group, MCQ and FRQ panels (``size``, ``bars``, ``top``,
+    ``legend``: :data:`SETTINGS_LOOK`), with a bracket over each of ``pairs`` of settings that was tested (its
+    paired-bootstrap p, Holm-adjusted, as stars)."""
     fmts = [("mcq4", "MCQ (4 choices, paper rule)"), ("frq", "Free response")]
-    fig, axes = plt.subplots(len(fmts), 1, figsize=(max(7, 1.8 * len(models) + 2), 8), sharex=True)
-    width = 0.8 / len(UPSTREAM_SETTINGS)
+    fig, axes = plt.subplots(len(fmts), 1, figsize=(max(7, size[0] * len(models) + 2), size[1]), sharex=True)
+    width, middle = 0.8 / len(settings), (len(settings) - 1) / 2
     x = np.arange(len(models))
     for ax, (fmt, label) in zip(axes, fmts):
-        for j, s in enumerate(UPSTREAM_SETTINGS):
+        for j, s in enumerate(settings):
             cells = [v.cell(m, s, fmt, group_by=group_by, group=group) for m in models]
-            _accuracy_bars(
-                ax, x + (j - 1.5) * width, width, cells, capsize=2, elinewidth=0.8, label=SETTING_LABELS[s], color=COLORS[s]
-            )
+            color = COLORS.get(s) or EXAM_COLORS[s]
+            _accuracy_bars(ax, x + (j - middle) * width, width, cells, **bars, label=SETTING_LABELS[s], color=color)
         for i, m in enumerate(models):
             g = v.grader_for(m, fmt)
-            base = v.cell(m, "vignette", fmt, group_by=group_by, group=group)
-            if g is None or base is None:
+            if g is None:
                 continue
-            top = max(
-                (c["ci_high"] for s in UPSTREAM_SETTINGS if (c := v.cell(m, s, fmt, group_by=group_by, group=group))), default=0
-            )
-            y = top + 0.03
-            for j, s in enumerate(UPSTREAM_SETTINGS[1:], start=1):
-                p = _setting_p(v, m, "vignette", s, fmt, g, group_by, group)
+            shown = (v.cell(m, s, fmt, group_by=group_by, group=group) for s in settings)
+            y = max((c["ci_high"] for c in shown if c), default=0) + 0.03
+            for a, b in pairs:
+                p = _setting_p(v, m, a, b, fmt, g, group_by, group)
                 if p is None:
                     continue
-                bracket(ax, i - 1.5 * width, i + (j - 1.5) * width, y, stars(p))
+                ia, ib = settings.index(a), settings.index(b)
+                bracket(ax, i + (min(ia, ib) - middle) * width, i + (max(ia, ib) - middle) * width, y, stars(p))
                 y += 0.07
-        _accuracy_axis(ax, label, 1.25)
-    axes[0].legend(ncol=4, fontsize=8, loc="upper right", frameon=False)
+        _accuracy_axis(ax, label, top)
+    axes[0].legend(**legend, loc="upper right", frameon=False)
     axes[-1].set_xticks(x, [v.display(m) for m in models])
-    fig.suptitle(
-        title or "Accuracy by setting, with the vignette against each conversational setting (paired bootstrap, Holm)",
-        fontsize=10,
-    )
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -210,44 +218,9 @@ def exam_settings(v: View, path: Path) -> Path | None:
     models = [m for m in v.models if any(v.cell(m, s, f) for s in extra for f in ("mcq4", "frq"))]
     if not models:
         return None
-    fmts = [("mcq4", "MCQ (4 choices, paper rule)"), ("frq", "Free response")]
-    fig, axes = plt.subplots(len(fmts), 1, figsize=(max(7, 2.0 * len(models) + 2), 7), sharex=True)
-    width = 0.8 / len(EXAM_SETTINGS)
-    x = np.arange(len(models))
-    for ax, (fmt, label) in zip(axes, fmts):
-        for j, s in enumerate(EXAM_SETTINGS):
-            cells = [v.cell(m, s, fmt) for m in models]
-            off = (j - (len(EXAM_SETTINGS) - 1) / 2) * width
-            _accuracy_bars(
-                ax,
-                x + off,
-                width,
-                cells,
-                capsize=1.5,
-                elinewidth=0.7,
-                label=SETTING_LABELS[s],
-                color=COLORS.get(s) or EXAM_COLORS[s],
-            )
-        for i, m in enumerate(models):
-            g = v.grader_for(m, fmt)
-            if g is None:
-                continue
-            top = max((c["ci_high"] for s in EXAM_SETTINGS if (c := v.cell(m, s, fmt))), default=0)
-            y = top + 0.03
-            for a, b in (("exam", "vignette"), ("multiturn_no_exam", "multiturn"), ("multiturn_plus_exam", "multiturn")):
-                p = _setting_p(v, m, a, b, fmt, g, "all", "all")
-                if p is None:
-                    continue
-                ia, ib = EXAM_SETTINGS.index(a), EXAM_SETTINGS.index(b)
-                c = (len(EXAM_SETTINGS) - 1) / 2
-                bracket(ax, i + (min(ia, ib) - c) * width, i + (max(ia, ib) - c) * width, y, stars(p))
-                y += 0.07
-        _accuracy_axis(ax, label, 1.3)
-    axes[0].legend(ncol=3, fontsize=7, loc="upper right", frameon=False)
-    axes[-1].set_xticks(x, [v.display(m) for m in models])
-    fig.suptitle("The physical exam: alone, left out of the conversation, added to it (paired bootstrap, Holm)", fontsize=10)
-    fig.tight_layout()
-    return _save(fig, path)
+    title = "The physical exam: alone, left out of the conversation, added to it (paired bootstrap, Holm)"
+    pairs = [("exam", "vignette"), ("multiturn_no_exam", "multiturn"), ("multiturn_plus_exam", "multiturn")]
+    return _setting_panels(v, path, models, EXAM_SETTINGS, pairs, title, **EXAM_LOOK)
 
 
 def write_paper_figures(v: View, out: Path) -> list[Path]:

@@ -63,13 +63,13 @@ CONVERSATIONS_SCHEMA = pa.schema(
         ("error", pa.string()),  # why the conversation failed (ended = error): HTTP status, code, message; else null
     ]
 )
+#: The variant keys of CRAFT-MD's answer-level scores, in key order: an answer's key besides its case and trial.
+ANSWER_VARIANT = pa.schema([("setting", pa.string()), ("format", pa.string()), ("with_image", pa.bool_())])
 ANSWERS_SCHEMA = pa.schema(
     [
         ("case_id", pa.string()),
         ("trial", pa.int16()),
-        ("setting", pa.string()),
-        ("format", pa.string()),
-        ("with_image", pa.bool_()),
+        *ANSWER_VARIANT,
         ("response", pa.string()),  # null when status != ok
         ("status", pa.string()),
         ("error", pa.string()),  # why the answer failed (status refusal/error): HTTP status, code, message; else null
@@ -88,8 +88,6 @@ SCORE_COLUMNS = pa.schema(
         ("status", pa.string()),  # ok | error
     ]
 )
-#: The variant keys of CRAFT-MD's answer-level scores, in key order.
-ANSWER_VARIANT = pa.schema([("setting", pa.string()), ("format", pa.string()), ("with_image", pa.bool_())])
 VARIANT_TYPES = (pa.string(), pa.bool_(), pa.int16(), pa.int32(), pa.int64())
 #: The most trials a release may hold (trial numbers 0..62), the one limit every command checks (generate --trials,
 #: validate and submit, ingest, merge, analyse): the paired tests keep a case's trials as the bits of a signed 64-bit
@@ -101,7 +99,7 @@ CLAIM_PREFIX = "claimed:"
 SCHEMAS = {"conversations": CONVERSATIONS_SCHEMA, "answers": ANSWERS_SCHEMA}
 KEYS = {
     "conversations": ["case_id", "trial", "conversation", "with_image"],
-    "answers": ["case_id", "trial", "setting", "format", "with_image"],
+    "answers": ["case_id", "trial", *ANSWER_VARIANT.names],
 }
 
 

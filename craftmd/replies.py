@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
 
 _FENCED = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
 
@@ -40,7 +43,14 @@ def reply_json(text: str | None) -> object:
     raise ValueError(f"not valid JSON ({error.msg})")
 
 
-__all__ = ["reply_json"]
+class Reply(BaseModel):
+    """A JSON reply read as a typed record (:func:`validated_reply`): no field but those declared, text stripped."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+#: A text field of a :class:`Reply` that may not be empty.
+Text = Annotated[str, Field(min_length=1)]
 
 
 def validated_reply(text: str | None, model, json_where: str = "") -> tuple[object | None, str | None]:
@@ -60,3 +70,6 @@ def validated_reply(text: str | None, model, json_where: str = "") -> tuple[obje
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "reply"
         return None, f"invalid reply: {where}: {first['msg']}"[:300]
+
+
+__all__ = ["reply_json", "Reply", "Text", "validated_reply"]

@@ -15,23 +15,20 @@ it and every other role can be any other model.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from craftmd import CraftMDError
+from craftmd.models.local_server import LocalServer, free_port
 
 TRAIN_SCRIPT = Path(__file__).with_name("finetune_train.py")
 CONFIG = "consult_train"
@@ -199,13 +196,7 @@ def finetune(
     return json.loads((out / RECORD).read_text())
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class CheckpointServer:
+class CheckpointServer(LocalServer):
     """``transformers serve`` pinned to one checkpoint, on loopback; ``with CheckpointServer(ckpt) as s: s.base_url``.
 
     The server answers to the checkpoint folder's name (``s.model``), so the benchmark calls it as
@@ -216,6 +207,8 @@ class CheckpointServer:
     folder. ``stop()`` (and the end of the ``with`` block, and the interpreter's exit) stops its whole
     process group.
     """
+
+    stop_wait = 15.0  # seconds after SIGTERM: a model server may take a while to let go of its memory
 
     def __init__(
         self,
@@ -276,37 +269,16 @@ class CheckpointServer:
         ]
 
     def start(self) -> CheckpointServer:
-        if self.proc is not None and self.proc.poll() is None:
+        if self.running:
             return self
         self.port = self.port or free_port()
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(self._cache()), "TOKENIZERS_PARALLELISM": "false"}
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(
-                self.command(),
-                cwd=self.home,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        atexit.register(self.stop)
-        try:
-            deadline = time.monotonic() + self.start_timeout
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise CraftMDError(f"transformers serve exited with {self.proc.returncode}: {self.log_tail()}")
-                try:
-                    with urllib.request.urlopen(f"http://{self.host}:{self.port}/health", timeout=2) as r:
-                        if json.load(r).get("status") == "ok":
-                            return self
-                except OSError:
-                    pass
-                time.sleep(0.25)
-            raise CraftMDError(f"transformers serve did not answer within {self.start_timeout:.0f} s: {self.log_tail()}")
-        except BaseException:
-            self.stop()
-            raise
+        self.launch(self.command(), self._healthy, what="transformers serve", cwd=self.home, env=env)
+        return self
+
+    def _healthy(self) -> bool:
+        with urllib.request.urlopen(f"http://{self.host}:{self.port}/health", timeout=2) as r:
+            return json.load(r).get("status") == "ok"
 
     def wait(self) -> int:
         """Run until the server exits (``craftmd finetune serve``); its exit status."""
@@ -316,30 +288,9 @@ class CheckpointServer:
         """Chat requests the server has answered so far (its access log)."""
         return self.log.read_text(errors="replace").count("POST /v1/chat/completions")
 
-    def log_tail(self, n: int = 3) -> str:
-        lines = [ln for ln in self.log.read_text(errors="replace").splitlines() if ln.strip()] if self.log.exists() else []
-        return " | ".join(lines[-n:])
-
     def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        atexit.unregister(self.stop)
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-        except ProcessLookupError:
-            proc.poll()
+        super().stop()
         shutil.rmtree(self.home / "hub", ignore_errors=True)
-
-    def __enter__(self) -> CheckpointServer:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 __all__ = [

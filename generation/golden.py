@@ -20,27 +20,25 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from craftmd.models.base import Sampling
-from craftmd.replies import validated_reply
+from craftmd.replies import Reply, Text, validated_reply
 
 PROMPT_SET = "golden-v1"
 SAMPLING = Sampling(temperature=0.0, top_p=1.0, max_tokens=1536, seed=0)
 
 
-class Turn(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
-    doctor: str = Field(min_length=1)
-    patient: str = Field(min_length=1)
+class Turn(Reply):
+    doctor: Text
+    patient: Text
 
 
-class Dialogue(BaseModel):
+class Dialogue(Reply):
     """The reply ``golden-v1`` asks for."""
 
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
     turns: list[Turn] = Field(min_length=1)
-    analysis: str = Field(min_length=1)
+    analysis: Text
 
 
 def parse_dialogue(text: str | None) -> tuple[Dialogue | None, str | None]:
@@ -60,23 +58,13 @@ def dialogue_messages(p, request: str, items: list[dict], question: str, answer:
     return [{"role": "system", "content": p.text("system.txt")}, {"role": "user", "content": user}]
 
 
-def writer(
-    model: str,
-    *,
-    base_url: str | None = None,
-    api_key: str | None = None,
-    cache=None,
-    concurrency: int = 8,
-    max_retries: int = 6,
-    timeout: float = 120.0,
-    limit: int | None = None,
-    progress: bool = True,
-):
-    """The build's writer callable for ``model`` (its server checked now, before any work): it writes the first
-    ``limit`` (all when None) kept candidates' dialogues and returns (rows, failed {case: why}, info)."""
+def writer(model: str, *, base_url: str | None = None, cache=None, limit: int | None = None, progress: bool = True):
+    """The build's writer callable for ``model`` (its server checked now, before any work; 8 requests in flight, the
+    request cache ``cache`` or the default one): it writes the first ``limit`` (all when None) kept candidates'
+    dialogues and returns (rows, failed {case: why}, info)."""
     from craftmd.models.connect import CallSettings, check_names
 
-    check_names([model], CallSettings(base_url=base_url, api_key=api_key))
+    check_names([model], CallSettings(base_url=base_url))
     if limit is not None and limit < 1:
         from craftmd import CraftMDError
 
@@ -88,9 +76,10 @@ def writer(
         from craftmd.generation.runner import default_cache
 
         chosen = candidates[:limit] if limit else list(candidates)
-        results = asyncio.run(_write_all(chosen, system, model, base_url=base_url, api_key=api_key,
-                                         cache=Path(cache) if cache else default_cache(), concurrency=concurrency,
-                                         max_retries=max_retries, timeout=timeout, progress=progress))  # fmt: skip
+        settings = CallSettings(
+            base_url=base_url, concurrency=8, seed=SAMPLING.seed, cache=Path(cache) if cache else default_cache()
+        )
+        results = asyncio.run(_write_all(chosen, system, model, settings, progress))
         rows = [r for r, _ in results if r is not None]
         failed = {c.case: why for c, (_, why) in zip(chosen, results) if why is not None}
         from craftmd.generation import keyinfo as K
@@ -103,15 +92,14 @@ def writer(
     return write
 
 
-async def _write_all(chosen, system, model, *, base_url, api_key, cache, concurrency, max_retries, timeout, progress):
+async def _write_all(chosen, system, model, settings, progress):
     from tqdm import tqdm
 
     from craftmd.dataset_builder import golden as G
     from craftmd.generation import keyinfo as K
-    from craftmd.models.connect import CallSettings, Connections
+    from craftmd.models.connect import Connections
 
-    conn = Connections(CallSettings(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries,
-                                    concurrency=concurrency, seed=SAMPLING.seed, cache=cache), [model])  # fmt: skip
+    conn = Connections(settings, [model])
     caller = conn.caller(model)
     kp, gp = K.prompts(), prompts()
     bar = tqdm(total=len(chosen), desc="golden writer", unit="case", disable=not progress, file=sys.stderr, dynamic_ncols=True)

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from craftmd import CraftMDError
 from craftmd.keyinfo import CONFIG, SCHEMA
 from craftmd.models.base import Completion, Sampling
-from craftmd.replies import validated_reply
+from craftmd.replies import Reply, Text, validated_reply
 
 PROMPT_SET = "keyinfo-v1"
 PROMPTS_DIR = Path(__file__).parent / "prompts"
@@ -27,17 +27,15 @@ SAMPLING = Sampling(temperature=0.0, top_p=1.0, max_tokens=768, seed=0)
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=9, use_dictionary=True, write_statistics=True)
 
 
-class KeyValue(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
-    key: str = Field(min_length=1)
-    value: str = Field(min_length=1)
+class KeyValue(Reply):
+    key: Text
+    value: Text
 
 
-class Extraction(BaseModel):
+class Extraction(Reply):
     """The reply the prompt asks for."""
 
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
-    initial_request: str = Field(min_length=1)
+    initial_request: Text
     items: list[KeyValue] = Field(min_length=1)
 
 

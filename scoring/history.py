@@ -761,7 +761,8 @@ def _read_turns(roles: list[str], contents: list, offsets: list[int]) -> list:
 def history_scores(
     release, dataset_dir: Path | str, *, workers: int | None = None, progress: bool = True
 ) -> tuple[pa.Table, dict]:
-    """The ``history`` scores of ``release``'s conversations and the scorer's record."""
+    """The ``history`` scores of ``release``'s conversations and their counts (conversations, scored, failed, with_facts;
+    the scorer's record adds :func:`identity` and :func:`inputs`)."""
     import multiprocessing as mp
 
     from tqdm import tqdm
@@ -811,9 +812,7 @@ def history_scores(
     cols.update(scorer=pa.array([SCORER] * m, pa.string()), metric=pa.array(METRIC_NAMES, pa.string()).take(pa.array(metric)),
                 value=pa.array(value, pa.float64(), mask=failed_row), label=pa.nulls(m, pa.string()), detail=pa.array(detail, pa.string()),
                 status=pa.array(["ok", _FAILED[0]], pa.string()).take(pa.array(failed_row.astype(np.int8))))  # fmt: skip
-    record = dict(identity(), conversations=n, scored=counts["scored"], failed=counts["failed"], with_facts=counts["with_facts"],
-                  inputs=inputs(release, dataset_dir))  # fmt: skip
-    return pa.table(cols, schema=SCHEMA), record
+    return pa.table(cols, schema=SCHEMA), dict(conversations=n, **counts)
 
 
 __all__ = [

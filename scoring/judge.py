@@ -42,7 +42,7 @@ from craftmd.scoring.rubric import Catalog, Dimension, applicable, case_objectiv
 # in the response format it takes, from ``--response-format`` on: ``json_schema``, then ``json_object`` with the
 # schema (llama-cpp-python), then none. A server that refuses a format (whatever its status) moves to the next
 # one once, without retrying the refused one; the judge's record says what was used and refused. Every reply is parsed and
-# validated (``jsonschema``)
+# validated (``jsonschema-rs``, the submission schema's validator too)
 # whatever the server promised. A reply that does not validate is answered with what was wrong and
 # asked again, at most ``max_invalid`` times; a dimension still without a valid score is recorded as a
 # failed score (``status = error``, null value, the reason in ``detail``), never as a 1 or a 4. A failed
@@ -154,9 +154,21 @@ def reply_schema(ids: list[str], mode: str) -> dict:
             "properties": {"scores": {"type": "array", "minItems": len(ids), "maxItems": len(ids), "items": item_schema(ids)}}}  # fmt: skip
 
 
+def schema_problem(validator, value, what: str) -> str | None:
+    """What is first wrong with ``value`` by a JSON schema (a ``jsonschema_rs`` validator), ordered by where, as one line
+    ``PATH: MESSAGE`` (``what`` names the whole value); None when it is valid."""
+    try:
+        errors = sorted(validator.iter_errors(value), key=lambda e: list(e.instance_path))
+    except ValueError:  # nested past the validator's recursion limit
+        return f"{what}: nested too deeply"
+    if not errors:
+        return None
+    return f"{'.'.join(map(str, errors[0].instance_path)) or what}: {errors[0].message}"
+
+
 def validate_reply(text: str | None, ids: list[str], mode: str) -> tuple[dict[str, dict], dict[str, str]]:
     """A reply -> (valid items by dimension id, problem by dimension id without a valid item)."""
-    from jsonschema import Draft202012Validator
+    import jsonschema_rs
 
     try:
         value = reply_json(text)
@@ -168,7 +180,7 @@ def validate_reply(text: str | None, ids: list[str], mode: str) -> tuple[dict[st
         if not isinstance(value, dict) or not isinstance(value.get("scores"), list):
             return {}, dict.fromkeys(ids, "the reply has no 'scores' list")
         items = value["scores"]
-    check = Draft202012Validator(item_schema(ids))
+    check = jsonschema_rs.validator_for(item_schema(ids))
     valid: dict[str, dict] = {}
     problems: dict[str, str] = {}
     seen: dict[str, int] = {}
@@ -176,10 +188,10 @@ def validate_reply(text: str | None, ids: list[str], mode: str) -> tuple[dict[st
         dim = it.get("dimension") if isinstance(it, dict) else None
         if isinstance(dim, str):
             seen[dim] = seen.get(dim, 0) + 1
-        errors = sorted(check.iter_errors(it), key=lambda e: list(e.path))
-        if errors:
+        wrong = schema_problem(check, it, "item")
+        if wrong:
             if dim in ids:
-                problems.setdefault(dim, f"{'.'.join(map(str, errors[0].path)) or 'item'}: {errors[0].message}"[:200])
+                problems.setdefault(dim, wrong[:200])
             continue
         if isinstance(it["score"], bool) or not float(it["score"]).is_integer():
             problems.setdefault(dim, "score is not a whole number")
@@ -220,15 +232,15 @@ def check_flags(kinds) -> list[str]:
 def validate_flags(text: str | None, kinds: list[str]) -> tuple[dict[str, dict] | None, str | None]:
     """A flags reply -> (flag -> {evidence, notes} of the raised ones, None) or (None, what was wrong). Entries of one flag
     are merged in the reply's order."""
-    from jsonschema import Draft202012Validator
+    import jsonschema_rs
 
     try:
         value = reply_json(text)
     except ValueError:
         return None, "the reply is not JSON"
-    errors = sorted(Draft202012Validator(flags_schema(kinds)).iter_errors(value), key=lambda e: list(e.path))
-    if errors:
-        return None, f"{'.'.join(map(str, errors[0].path)) or 'reply'}: {errors[0].message}"[:300]
+    wrong = schema_problem(jsonschema_rs.validator_for(flags_schema(kinds)), value, "reply")
+    if wrong:
+        return None, wrong[:300]
     raised: dict[str, dict] = {}
     for it in value["flags"]:
         got = raised.setdefault(it["flag"], {"evidence": [], "notes": []})

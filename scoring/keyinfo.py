@@ -168,13 +168,14 @@ def inputs(release, dataset_dir: Path | str) -> dict:
 
 
 def keyinfo_scores(release, dataset_dir: Path | str) -> tuple[pa.Table, dict]:
-    """The ``keyinfo`` scores of ``release``'s conversations and the scorer's record."""
+    """The ``keyinfo`` scores of ``release``'s conversations and their counts (conversations, scored, failed, no_keyinfo;
+    the scorer's record adds :func:`identity` and :func:`inputs`)."""
     from craftmd.keyinfo import load_keyinfo
 
     info = load_keyinfo(dataset_dir)
     t = release.table("conversations", columns=["case_id", "trial", "conversation", "with_image", "messages", "ended"])
     cols: dict[str, list] = {f.name: [] for f in SCHEMA}
-    counts = Counter()
+    counts = dict.fromkeys(("scored", "failed", "no_keyinfo"), 0)
     consult_kinds = consultation_kinds()
     for r in t.to_pylist():
         ki = None if r["with_image"] else info.get(r["case_id"])
@@ -202,9 +203,7 @@ def keyinfo_scores(release, dataset_dir: Path | str) -> tuple[pa.Table, dict]:
             cols["label"].append(None)
             cols["detail"].append(detail)
             cols["status"].append("error" if value is None else "ok")
-    record = dict(identity(), conversations=t.num_rows, scored=counts["scored"], failed=counts["failed"],
-                  no_keyinfo=counts["no_keyinfo"], inputs=inputs(release, dataset_dir))  # fmt: skip
-    return pa.table(cols, schema=SCHEMA), record
+    return pa.table(cols, schema=SCHEMA), dict(conversations=t.num_rows, **counts)
 
 
 __all__ = [

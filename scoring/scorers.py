@@ -467,12 +467,12 @@ class ModuleScorer(Scorer):
         return self.rules.inputs(release, ctx.dataset(self.name))
 
     def scores(self, release, ctx) -> tuple[pa.Table, dict]:
-        """The module's scores of ``release`` and the scorer's record."""
+        """The module's scores of ``release`` and their counts (the conversations, those scored and failed, ...)."""
         raise NotImplementedError
 
     def run(self, release, ctx):
-        table, record = self.scores(release, ctx)
-        return ScorerResult(table, {self.name: record})
+        table, counts = self.scores(release, ctx)
+        return ScorerResult(table, {self.name: dict(self.identity(), **counts, inputs=self.inputs(release, ctx))})
 
 
 class History(ModuleScorer):

@@ -13,16 +13,14 @@ can check that a re-run over a full cache sent nothing. The model answers one re
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
-import signal
-import socket
 import subprocess
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
+
+from craftmd.models.local_server import LocalServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 ALIAS = "smollm2"  # the model name the server answers to: openai/smollm2
@@ -53,13 +51,7 @@ def find_gguf(python: Path) -> Path:
     return Path(files[0])
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RealModelServer:
+class RealModelServer(LocalServer):
     """The model server, one process (group) per instance; every process it starts is stopped.
 
     ``start()`` is idempotent (a running server is returned as it is), so ``with
@@ -133,64 +125,20 @@ class RealModelServer:
         opts = self.options or []
         return opts[opts.index("--model_alias") + 1] if "--model_alias" in opts else ALIAS
 
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def start(self) -> RealModelServer:
         if self.running:
             return self  # one server per instance, however often start() or __enter__ is called
         self.port = free_port()
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-            )
-        atexit.register(self.stop)  # whatever happens to the caller, the server goes with the interpreter
-        try:
-            deadline = time.monotonic() + self.start_timeout
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"the model server exited with {self.proc.returncode}: {self.log_tail()}")
-                try:
-                    with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as r:
-                        if self.alias in [m["id"] for m in json.load(r)["data"]]:
-                            return self
-                except OSError:
-                    pass
-                time.sleep(0.25)
-            raise RuntimeError(f"the model server did not answer within {self.start_timeout:.0f} s: {self.log_tail()}")
-        except BaseException:  # a server that never came up (or a Ctrl-C while waiting) is stopped too
-            self.stop()
-            raise
+        self.launch(self.command(), self._answers, what="the model server", error=RuntimeError)
+        return self
+
+    def _answers(self) -> bool:
+        with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as r:
+            return self.alias in [m["id"] for m in json.load(r)["data"]]
 
     def chat_requests(self) -> int:
         """Chat requests the server has received so far (its access log)."""
         return self.log.read_text(errors="replace").count('"POST /v1/chat/completions')
-
-    def log_tail(self, n: int = 5) -> str:
-        lines = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
-        return " | ".join(lines[-n:])
-
-    def stop(self) -> None:
-        """Stop the server's whole process group (idempotent)."""
-        proc = self.proc
-        if proc is None:
-            return
-        atexit.unregister(self.stop)
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-        except ProcessLookupError:  # already gone (its group too)
-            proc.poll()
-
-    def __enter__(self) -> RealModelServer:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def served(**options):

@@ -299,6 +299,29 @@ def test_category_mode_keeps_valid_items_and_fails_only_the_bad_ones(tmp_path):
     assert all(r["value"] == 3 for r in rows if r["status"] == "ok")
 
 
+def test_one_schema_validator_checks_the_replies_one_line_each():
+    """The judges' replies are checked by the submissions' validator (jsonschema-rs, not a second library): the first
+    problem of an item or a flags reply is one line naming where it is, a reply nested past the validator's recursion
+    limit is an invalid reply (asked again), never a crash."""
+    import ast
+
+    imported = {a.name for n in ast.walk(ast.parse(open(J.__file__).read())) if isinstance(n, ast.Import) for a in n.names}
+    assert "jsonschema_rs" in imported and "jsonschema" not in imported
+    item = {"dimension": "a.b", "score": 5, "rationale": "r", "evidence": []}
+    assert J.validate_reply(json.dumps(item), ["a.b"], "dimension") == ({}, {"a.b": "score: 5 is greater than the maximum of 4"})
+    deep = dict(item, score=3, evidence=json.loads("[" * 300 + "]" * 300))
+    assert J.validate_reply(json.dumps(deep), ["a.b"], "dimension") == ({}, {"a.b": "item: nested too deeply"})
+    assert J.validate_reply(json.dumps(dict(item, score=3)), ["a.b"], "dimension")[0] == {"a.b": dict(item, score=3)}
+    raised, wrong = J.validate_flags(json.dumps({"flags": [{"flag": "rude", "evidence": [], "note": ""}]}), list(J.FLAGS))
+    assert raised is None and wrong.startswith('flags.0.flag: "rude" is not one of ') and "\n" not in wrong
+    assert J.validate_flags(
+        json.dumps({"flags": [{"flag": "invented_fact", "evidence": ["q"], "note": "n"}]}), ["invented_fact"]
+    ) == (
+        {"invented_fact": {"evidence": ["q"], "notes": ["n"]}},
+        None,
+    )
+
+
 def test_committee_median_and_agreement_match_a_hand_computation(tmp_path, server):
     rel = make_release(tmp_path)
     summary = run_judge(rel, server, "dimension", models=("judge-a", "judge-b"), seeds=1)

@@ -16,11 +16,11 @@ from query_table(pairs)
 where both_mask <> 0;
 
 -- mcnemar_sums(per_case): mcnemar_cases' rows (with group_by and "group" added) summed over each group's cases, one
--- row per pair: its family, model, setting, format, grader, with_image, group, sides a and b, the pair's order
+-- row per pair: its key columns (every column but case_id, pa and the counts, in their order), the pair's order
 -- (pa, the least over its cases), the counts of cases and trials and the four cells.
 create macro mcnemar_sums(per_case) as table
 select
-    family, model, setting, format, grader, with_image, group_by, "group", a, b,
+    * exclude (case_id, pa, n_trials, n11, n10, n01, n00),
     min(pa) as pa,
     count(*)::integer as n_cases,
     sum(n_trials)::integer as n_trials,

@@ -66,9 +66,9 @@ membership as (
     select case_id, with_image, group_by, "group" from case_membership
 ),
 grouped as (
-    select p.*, 'all' as group_by, 'all' as "group" from per_case as p
+    select p.* exclude (a, b), 'all' as group_by, 'all' as "group", p.a, p.b from per_case as p
     union all
-    select p.*, m.group_by, m."group" from per_case as p join membership as m using (case_id, with_image)
+    select p.* exclude (a, b), m.group_by, m."group", p.a, p.b from per_case as p join membership as m using (case_id, with_image)
 ),
 final as (
     select * from mcnemar_sums(grouped)

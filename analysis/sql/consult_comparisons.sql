@@ -42,7 +42,7 @@ all_pairs as (
     select * from setting_pairs union all select * from model_pairs
 ),
 per_case as (
-    select *, 'all' as group_by, 'all' as "group" from mcnemar_cases(all_pairs)
+    select * exclude (a, b), 'all' as group_by, 'all' as "group", a, b from mcnemar_cases(all_pairs)
 ),
 final as (
     select * from mcnemar_sums(per_case)

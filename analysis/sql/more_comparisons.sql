@@ -19,33 +19,18 @@ s as (
 image_cases as (
     select distinct case_id from cases where with_image
 ),
-format_pairs as (
-    select
-        'format' as family, a.release as model, a.setting, a.position as pa,
-        a.format as format_a, a.grader as grader_a, a.with_image as image_a,
-        b.format as format_b, b.grader as grader_b, b.with_image as image_b,
-        a.case_id, a.with_image,
-        a.trials_mask & b.trials_mask as both_mask, a.correct_mask as ca, b.correct_mask as cb
-    from s as a
-    join s as b
-        on a.release = b.release and a.setting = b.setting and a.with_image = b.with_image and a.case_id = b.case_id
-    where a.format = 'mcq4' and b.format = 'frq'
-),
-image_pairs as (
-    select
-        'image' as family, a.release as model, a.setting, a.position as pa,
-        a.format as format_a, a.grader as grader_a, a.with_image as image_a,
-        b.format as format_b, b.grader as grader_b, b.with_image as image_b,
-        a.case_id, a.with_image,
-        a.trials_mask & b.trials_mask as both_mask, a.correct_mask as ca, b.correct_mask as cb
-    from s as a
-    join s as b
-        on a.release = b.release and a.setting = b.setting and a.format = b.format and a.grader = b.grader
-        and a.case_id = b.case_id
-    where a.with_image and not b.with_image and a.case_id in (select case_id from image_cases)
-),
 all_pairs as (
-    select * from format_pairs union all select * from image_pairs
+    select
+        if(a.format = b.format, 'image', 'format') as family, a.release as model, a.setting, a.position as pa,
+        a.format as format_a, a.grader as grader_a, a.with_image as image_a,
+        b.format as format_b, b.grader as grader_b, b.with_image as image_b,
+        a.case_id, a.with_image,
+        a.trials_mask & b.trials_mask as both_mask, a.correct_mask as ca, b.correct_mask as cb
+    from s as a
+    join s as b on a.release = b.release and a.setting = b.setting and a.case_id = b.case_id
+    where (a.format = 'mcq4' and b.format = 'frq' and a.with_image = b.with_image)
+        or (a.format = b.format and a.grader = b.grader and a.with_image and not b.with_image
+            and a.case_id in (select case_id from image_cases))
 ),
 per_case as (
     select * from mcnemar_cases(all_pairs)
@@ -54,23 +39,13 @@ membership as (
     select case_id, with_image, group_by, "group" from case_membership where group_by in ('dataset', 'single_dx')
 ),
 grouped as (
-    select p.*, 'all' as group_by, 'all' as "group" from per_case as p
+    select p.* exclude (with_image), 'all' as group_by, 'all' as "group" from per_case as p
     union all
-    select p.*, m.group_by, m."group" from per_case as p join membership as m using (case_id, with_image)
+    select p.* exclude (with_image), m.group_by, m."group" from per_case as p join membership as m using (case_id, with_image)
     where p.family = 'format'
 ),
 final as (
-    select
-        family, model, setting, format_a, grader_a, image_a, format_b, grader_b, image_b, group_by, "group",
-        min(pa) as pa,
-        count(*)::integer as n_cases,
-        sum(n_trials)::integer as n_trials,
-        sum(n11)::integer as n11,
-        sum(n10)::integer as n10,
-        sum(n01)::integer as n01,
-        sum(n00)::integer as n00
-    from grouped
-    group by all
+    select * from mcnemar_sums(grouped)
 )
 select * exclude (pa) from final
 order by family, model, grader_a, grader_b, format_a, image_a, group_by, "group", pa

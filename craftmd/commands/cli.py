@@ -82,6 +82,11 @@ def add_cases_argument(parser: argparse.ArgumentParser, help: str = "only these 
     parser.add_argument("--cases", nargs="+", action=_CaseIds, metavar="ID", help=f"{help}, comma- or space-separated")
 
 
+def add_list_argument(parser, name: str, metavar: str, help: str) -> None:
+    """An option taking a comma-separated list (:func:`list_type`), the one way every subcommand declares one."""
+    parser.add_argument(name, type=list_type, metavar=metavar, help=help)
+
+
 def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
     """``--quiet``: no progress bars, the one progress flag on every subcommand."""
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -214,6 +219,12 @@ def price_type(text: str) -> tuple[float, float]:
 def list_type(text: str) -> list[str]:
     """A comma-separated option value as a list (blanks dropped)."""
     return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def keywords(args: argparse.Namespace, *names: str) -> dict:
+    """The parsed options ``names`` (``--max-retries`` is ``max_retries``) by name: the keyword arguments of the room's
+    function a handler hands them to under the same names."""
+    return {name: getattr(args, name) for name in names}
 
 
 def check_base_url(url: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from craftmd.commands.cli import add_quiet_argument, command, list_type
+from craftmd.commands.cli import add_list_argument, add_quiet_argument, command, keywords
 
 
 def register(sub) -> None:
@@ -31,12 +31,7 @@ def register(sub) -> None:
         default=1.0,
         help="fraction of each cell's count to build, rounded, at least 1 (default 1: the paper's 366 patients)",
     )
-    b.add_argument(
-        "--cells",
-        type=list_type,
-        metavar="REASON:OBJECTIVE,...",
-        help="only these cells of the task matrix (default: every populated cell)",
-    )
+    add_list_argument(b, "--cells", "REASON:OBJECTIVE,...", "only these cells of the task matrix (default: every populated cell)")
     b.add_argument(
         "--split",
         choices=("test", "train"),
@@ -75,17 +70,8 @@ def run_build(args) -> int:
     """
     from craftmd.dataset_builder.packets import build_packets
 
-    result = build_packets(
-        args.out,
-        seed=args.seed,
-        scale=args.scale,
-        cells=args.cells,
-        overwrite=args.overwrite,
-        progress=not args.quiet,
-        split=args.split,
-        count=args.count,
-        against=args.against,
-    )
+    options = keywords(args, "seed", "scale", "cells", "overwrite", "split", "count", "against")
+    result = build_packets(args.out, progress=not args.quiet, **options)
     print(result.summary(), file=sys.stderr)
     return 0
 

@@ -16,10 +16,10 @@ from craftmd.commands.cli import (
     add_call_arguments,
     add_cases_argument,
     add_dataset_argument,
+    add_list_argument,
     add_quiet_argument,
     check_base_url,
     command,
-    list_type,
     price_type,
     trials_type,
     usd_type,
@@ -119,11 +119,11 @@ def register(sub) -> None:
         default=1,
         help=f"trials per case, 1 to {MAX_TRIALS} (the paper ran 5); trial t samples with seed S+t",
     )
-    p.add_argument(
+    add_list_argument(
+        p,
         "--experiments",
-        type=list_type,
-        metavar="LIST",
-        help="settings and/or formats to run, comma-separated (default all; --task NAME --help lists the task's)",
+        "LIST",
+        "settings and/or formats to run, comma-separated (default all; --task NAME --help lists the task's)",
     )
     add_call_arguments(p)
     _run_arguments(p)

@@ -12,11 +12,11 @@ from craftmd import CraftMDError
 from craftmd.commands.cli import (
     add_call_arguments,
     add_cases_argument,
+    add_list_argument,
     add_quiet_argument,
     add_source_argument,
     check_base_url,
     command,
-    list_type,
     price_type,
 )
 
@@ -67,11 +67,8 @@ def add_judge_arguments(p, *, selection: bool = True) -> None:
 
     g = p.add_argument_group("judges (judge:PROVIDER/MODEL scorers)")
     g.add_argument("--seeds", type=int, default=1, help="committee members per judge model, seeds 0..N-1 (default 1)")
-    g.add_argument(
-        "--dimensions",
-        type=list_type,
-        metavar="NAME[,NAME...]",
-        help="only these dimension ids, categories or meta-categories (default: all that apply)",
+    add_list_argument(
+        g, "--dimensions", "NAME[,NAME...]", "only these dimension ids, categories or meta-categories (default: all that apply)"
     )
     g.add_argument(
         "--mode",
@@ -87,20 +84,18 @@ def add_judge_arguments(p, *, selection: bool = True) -> None:
         "json_object, or none; a server that refuses one is asked the next way, once (recorded)",
     )
     if selection:
-        g.add_argument(
-            "--conversation", type=list_type, metavar="KIND[,KIND...]", help="only these conversation kinds (e.g. standard)"
-        )
+        add_list_argument(g, "--conversation", "KIND[,KIND...]", "only these conversation kinds (e.g. standard)")
         add_cases_argument(g)
     g.add_argument(
         "--score-tokens", type=int, default=SCORE_TOKENS, help=f"cap of a score reply per dimension (default {SCORE_TOKENS})"
     )
     g.add_argument("--max-invalid", type=int, default=2, help="times a reply that does not validate is asked again (default 2)")
     g.add_argument("--price", type=price_type, metavar="IN,OUT", help="USD per million input,output tokens, for the cost")
-    g.add_argument(
+    add_list_argument(
+        g,
         "--flags",
-        type=list_type,
-        metavar="all|FLAG[,FLAG...]",
-        help="also ask each judge, in one more call per conversation, for flags from a fixed list (unsafe_advice, "
+        "all|FLAG[,FLAG...]",
+        "also ask each judge, in one more call per conversation, for flags from a fixed list (unsafe_advice, "
         "missed_escalation, contradicts_packet, invented_fact, privacy_breach) with evidence quotes; written as "
         "metric judge_flag, never a score",
     )

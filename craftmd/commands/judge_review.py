@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from craftmd import CraftMDError
-from craftmd.commands.cli import command, list_type
+from craftmd.commands.cli import add_list_argument, command
 
 
 def _review(args) -> int:
@@ -59,12 +59,7 @@ def register(sub) -> None:
     )
     r.add_argument("--n", type=int, default=10, help="export: conversations per release (default 10)")
     r.add_argument("--seed", type=int, default=15, help="the sample's and the bootstrap's seed (default 15)")
-    r.add_argument(
-        "--dimensions",
-        type=list_type,
-        metavar="NAME[,NAME...]",
-        help="export: only these dimension ids, categories or meta-categories",
-    )
+    add_list_argument(r, "--dimensions", "NAME[,NAME...]", "export: only these dimension ids, categories or meta-categories")
     r.add_argument(
         "--dataset", metavar="DIR", default=None, help="export: the built dataset (a release of another task than craftmd)"
     )

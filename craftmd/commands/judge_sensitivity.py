@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from craftmd.commands.cli import check_base_url, command, list_type
+from craftmd.commands.cli import add_list_argument, check_base_url, command
 
 
 def _sensitivity(args) -> int:
@@ -41,9 +41,7 @@ def register(sub) -> None:
     s.add_argument("--n", type=int, default=10, help="conversations re-judged per release (default 10)")
     s.add_argument("--seed", type=int, default=0, help="the sample's and the bootstrap's seed (default 0)")
     s.add_argument("--B", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    s.add_argument(
-        "--variants", type=list_type, metavar="NAME[,NAME...]", help=f"only these of {', '.join(VARIANTS)} (default all)"
-    )
+    add_list_argument(s, "--variants", "NAME[,NAME...]", f"only these of {', '.join(VARIANTS)} (default all)")
     s.add_argument("--dataset", metavar="DIR", default=None, help="the built dataset (an encounters release: the medpi folder)")
     s.add_argument("--base-url", default=None, help="the judges' OpenAI-compatible server (openai/ models)")
     s.add_argument("--cache", default=None, help="the call cache (sqlite)")

@@ -13,6 +13,7 @@ from craftmd.commands.cli import (
     check_base_url,
     command,
     dominant_reason,
+    keywords,
     seconds_type,
 )
 
@@ -31,17 +32,8 @@ def _extract(args) -> int:
 
     if args.base_url:
         check_base_url(args.base_url)
-    report = extract_keyinfo(
-        args.dataset,
-        args.model,
-        cases=args.cases,
-        base_url=args.base_url,
-        cache=args.cache,
-        concurrency=args.concurrency,
-        max_retries=args.max_retries,
-        timeout=args.timeout,
-        progress=not args.quiet,
-    )
+    calls = keywords(args, "base_url", "cache", "concurrency", "max_retries", "timeout")
+    report = extract_keyinfo(args.dataset, args.model, cases=args.cases, progress=not args.quiet, **calls)
     print(report.summary(), file=sys.stderr)
     if report.cases and not report.ok:  # written, with every failure: but nothing to score against
         raise CraftMDError(

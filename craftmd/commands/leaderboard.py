@@ -14,7 +14,7 @@ from pathlib import Path
 from craftmd import CraftMDError
 from craftmd.analysis.bootstrap import DEFAULT_B, DEFAULT_SEED
 from craftmd.atomic import atomic_dir, check_writable
-from craftmd.commands.cli import add_dataset_argument, add_quiet_argument, add_source_argument, command
+from craftmd.commands.cli import add_dataset_argument, add_quiet_argument, add_source_argument, command, keywords
 from craftmd.release import find_releases
 
 
@@ -157,17 +157,8 @@ def _leaderboard(args) -> int:
     the offline grader and the history metrics for CRAFT-MD; --scorer adds more), analyse, render audits, and write OUT/index.html, OUT/leaderboard.md,
     OUT/figures/ and OUT/tables/ (with the source: McNemar between models on the dermatologists' ratings, the preprint's p-values beside ours).
     """
-    leaderboard(
-        source=args.source,
-        dataset=args.dataset,
-        releases=args.releases,
-        out=args.out,
-        audits=args.audits,
-        scorers=args.scorer,
-        B=args.resamples,
-        seed=args.seed,
-        progress=not args.quiet,
-    )
+    given = keywords(args, "source", "dataset", "releases", "out", "audits", "seed")
+    leaderboard(scorers=args.scorer, B=args.resamples, progress=not args.quiet, **given)
     return 0
 
 

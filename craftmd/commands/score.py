@@ -19,6 +19,7 @@ from craftmd.commands.cli import (
     check_base_url,
     command,
     dominant_reason,
+    keywords,
 )
 from craftmd.commands.judge import add_judge_arguments, judge_options
 from craftmd.scoring.score import claim_lines
@@ -62,22 +63,11 @@ def _score(args) -> int:
     if args.scorer:
         check_scorers(args.scorer)
     options = dict(judge_options(args), workers=args.workers, max_tokens=args.max_tokens)
-    reports = []
-    for release in args.release:
-        reports.append(
-            score_release(
-                release,
-                args.dataset,
-                args.scorer,
-                force=args.force,
-                estimate=args.estimate,
-                base_url=args.base_url,
-                cache=args.cache,
-                progress=not args.quiet,
-                allow_self=args.allow_self,
-                options=options,
-            )
-        )
+    given = keywords(args, "force", "estimate", "base_url", "cache", "allow_self")
+    reports = [
+        score_release(release, args.dataset, args.scorer, progress=not args.quiet, options=options, **given)
+        for release in args.release
+    ]
     if args.scorer:
         nowhere = [n for n in dict.fromkeys(reports[0]["skipped"]) if all(n in r["skipped"] for r in reports)]
         if nowhere:

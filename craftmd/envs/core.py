@@ -96,6 +96,8 @@ def _runner_class(task: str):
         does for all its jobs before they start (the encounters' memory tags) is done per episode, when its case is
         first played (:meth:`start`)."""
 
+        finished_tags_only = True  # the encounters' memory tags: those of the episodes' finished taggings
+
         def roles(self):
             return {a: n for a, n in super().roles().items() if a != "doctor"}
 
@@ -111,11 +113,6 @@ def _runner_class(task: str):
             """Before an episode of ``job``: the encounters' memory tags of its patient, once (shared by its trials)."""
             if hasattr(self, "memory_tags") and self.options.memory_tags:
                 self.memory_tags(job[0])  # starts its patient's tagging once
-
-        def tag_rows(self) -> list[dict]:
-            """The memory tags of the patients whose tagging has finished (an episode left early may leave one running)."""
-            done = {c: f for c, f in self._tagging.items() if f.done() and not f.cancelled() and f.exception() is None}
-            return [r for p in self.packets if p["case_id"] in done for r in done[p["case_id"]].result()[1]]
 
     return EpisodeRunner
 

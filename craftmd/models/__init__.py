@@ -12,7 +12,8 @@
 
 Adding a provider is one file with a :class:`ChatModel` subclass and one branch in
 :func:`get_model`. :class:`~craftmd.models.connect.Connections` wires a run's models (one
-client per model, one request-slot pool per server, the cache, the callers).
+client per model, one request-slot pool per server, the cache, the callers);
+:class:`~craftmd.models.local_server.LocalServer` runs a model server as a child process (group).
 """
 
 from __future__ import annotations

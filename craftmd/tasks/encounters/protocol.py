@@ -113,29 +113,25 @@ class Encounters(Runner):
         s = self.spec
         return Sampling(temperature=s.temperature, top_p=s.top_p, max_tokens=self.options.tag_max_tokens, seed=s.seed)
 
+    def patient_step(self, step: str, packet: dict, **fields) -> list[dict]:
+        """The messages of one of the patient's JSON steps (``memory_tags``, ``emotion``): its system prompt with the
+        emotions, its user prompt with the patient's persona line, encounter reason and the step's ``fields``."""
+        P = self.prompts
+        user = P.text(f"{step}_user.txt", persona_line=persona_line(packet), reason=packet["encounter_reason"], **fields)
+        return [
+            {"role": "system", "content": P.text(f"{step}_system.txt", emotions=", ".join(EMOTIONS))},
+            {"role": "user", "content": user},
+        ]
+
     async def tag(self, packet: dict) -> tuple[dict, list[dict]]:
         """The memory-tagging step for one patient: (the valid tags by memory id, a ``memory_tags`` row per memory)."""
-        P = self.prompts
         memories = memories_from_packet(packet, REFERENCE_DATE.date())
         if not memories:
             return {}, []
         ids = [m.id for m in memories]
-        c = await self.call("tagger")(
-            [
-                {"role": "system", "content": P.text("memory_tags_system.txt", emotions=", ".join(EMOTIONS))},
-                {
-                    "role": "user",
-                    "content": P.text(
-                        "memory_tags_user.txt",
-                        persona_line=persona_line(packet),
-                        reason=packet["encounter_reason"],
-                        persona=persona(packet),
-                        memories="\n".join(f"- {m.id}: {m.text}" for m in memories),
-                    ),
-                },
-            ],
-            structured(self.tag_sampling(), memory_tags_schema(ids), name="memory_tags"),
-        )
+        lines = "\n".join(f"- {m.id}: {m.text}" for m in memories)
+        messages = self.patient_step("memory_tags", packet, persona=persona(packet), memories=lines)
+        c = await self.call("tagger")(messages, structured(self.tag_sampling(), memory_tags_schema(ids), name="memory_tags"))
         tags, failed = {}, {}
         if c.status != "ok":
             status, failed = "error", dict.fromkeys(ids, c.error or c.status)
@@ -247,26 +243,19 @@ class Encounters(Runner):
     async def emotion_step(self, v: Visit, said: str, recalled, memory_lines: str) -> dict:
         """The emotion step of the patient's turn: its ``patient_states`` row; a valid step moves the patient's state and
         adds its reflection to the memories."""
-        P, packet, today = self.prompts, v.packet, REFERENCE_DATE.date()
+        packet, today = v.packet, REFERENCE_DATE.date()
         effort, summary = cognitive_effort(said), recall_summary(recalled, v.sections)
-        step_messages = [
-            {"role": "system", "content": P.text("emotion_system.txt", emotions=", ".join(EMOTIONS))},
-            {
-                "role": "user",
-                "content": P.text(
-                    "emotion_user.txt",
-                    persona_line=persona_line(packet),
-                    reason=packet["encounter_reason"],
-                    feeling=v.state.feeling(),
-                    conversation=_transcript(v.messages[:-1], 12),
-                    doctor_message=said,
-                    memories=memory_lines,
-                    effort=effort,
-                    effort_meaning=EFFORTS[effort],
-                    recall_summary=summary,
-                ),
-            },
-        ]
+        step_messages = self.patient_step(
+            "emotion",
+            packet,
+            feeling=v.state.feeling(),
+            conversation=_transcript(v.messages[:-1], 12),
+            doctor_message=said,
+            memories=memory_lines,
+            effort=effort,
+            effort_meaning=EFFORTS[effort],
+            recall_summary=summary,
+        )
         e = await self.call("patient")(step_messages, structured(v.sampling, EMOTION_SCHEMA, name="emotion_step"))
         row = {
             **v.key,
@@ -355,8 +344,17 @@ class Encounters(Runner):
     async def job_tables(self, job) -> dict[str, list[dict]]:
         return {"memory_tags": (await self.memory_tags(job[0]))[1]} if self.options.memory_tags else {}
 
+    #: Whether :meth:`tag_rows` leaves out the patients whose tagging has not finished (or failed) instead of reading
+    #: every one started: the training environments (:mod:`craftmd.envs`), where an episode left early may leave
+    #: its patient's tagging running.
+    finished_tags_only = False
+
     def tag_rows(self) -> list[dict]:
-        return [r for p in self.packets if p["case_id"] in self._tagging for r in self._tagging[p["case_id"]].result()[1]]
+        """The memory tags' rows of the patients whose tagging was started, patient by patient in packet order."""
+        tagging = self._tagging
+        if self.finished_tags_only:
+            tagging = {c: f for c, f in tagging.items() if f.done() and not f.cancelled() and f.exception() is None}
+        return [r for p in self.packets if p["case_id"] in tagging for r in tagging[p["case_id"]].result()[1]]
 
     def tables(self, rows: dict[str, list[dict]]) -> dict[str, pa.Table]:
         """The jobs' tables, and the memory tags (made once per patient, before the jobs) when the memories were tagged."""
