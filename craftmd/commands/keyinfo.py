@@ -6,16 +6,7 @@ import sys
 from pathlib import Path
 
 from craftmd import CraftMDError
-from craftmd.commands.cli import (
-    add_cases_argument,
-    add_dataset_argument,
-    add_quiet_argument,
-    check_base_url,
-    command,
-    dominant_reason,
-    keywords,
-    seconds_type,
-)
+from craftmd.commands import cli
 
 
 def _extract(args) -> int:
@@ -31,13 +22,13 @@ def _extract(args) -> int:
     from craftmd.generation.keyinfo import extract_keyinfo
 
     if args.base_url:
-        check_base_url(args.base_url)
-    calls = keywords(args, "base_url", "cache", "concurrency", "max_retries", "timeout")
+        cli.check_base_url(args.base_url)
+    calls = cli.keywords(args, "base_url", "cache", "concurrency", "max_retries", "timeout")
     report = extract_keyinfo(args.dataset, args.model, cases=args.cases, progress=not args.quiet, **calls)
     print(report.summary(), file=sys.stderr)
     if report.cases and not report.ok:  # written, with every failure: but nothing to score against
         raise CraftMDError(
-            f"nothing extracted: all {report.cases} cases failed (mostly {dominant_reason(report.failed.values())}); "
+            f"nothing extracted: all {report.cases} cases failed (mostly {cli.dominant_reason(report.failed.values())}); "
             f"{report.path} is written with every failure's reason"
         )
     return 0
@@ -50,22 +41,22 @@ def register(sub) -> None:
         help="key-value medical information: extract it with a model (craftmd score --scorer keyinfo scores against it)",
     )
     inner = p.add_subparsers(dest="keyinfo_command", metavar="STEP", required=True)
-    e = command(inner, "extract", _extract)
-    add_dataset_argument(e)
+    e = cli.command(inner, "extract", _extract)
+    cli.add_dataset_argument(e)
     e.add_argument("--model", required=True, metavar="PROVIDER/MODEL", help="the extracting model")
     e.add_argument(
         "--base-url", metavar="URL", help="OpenAI-compatible server for openai/ models (default: OPENAI_BASE_URL or OpenAI)"
     )
-    add_cases_argument(e, "only these case ids (of the all config)")
+    cli.add_cases_argument(e, "only these case ids (of the all config)")
     e.add_argument("--cache", type=Path, metavar="PATH", help="request cache (default $CRAFTMD_CACHE/requests.sqlite)")
     e.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
     e.add_argument(
         "--max-retries", type=int, default=6, help="retries of a failed call before it is recorded as an error (default 6)"
     )
     e.add_argument(
-        "--timeout", type=seconds_type, default=120.0, help="seconds to wait for one reply before retrying (default 120)"
+        "--timeout", type=cli.seconds_type, default=120.0, help="seconds to wait for one reply before retrying (default 120)"
     )
-    add_quiet_argument(e)
+    cli.add_quiet_argument(e)
 
 
 __all__ = ["register"]
