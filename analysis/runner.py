@@ -207,7 +207,7 @@ def by_release(con: duckdb.DuckDBPyConnection, name: str, batch_rows: int = 262_
     import polars as pl
 
     try:
-        reader = con.sql(sql_text(name)).fetch_record_batch(batch_rows)
+        reader = con.sql(sql_text(name)).to_arrow_reader(batch_rows)
     except duckdb.Error as exc:
         raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
     held: list[pl.DataFrame] = []  # the current release's rows so far
