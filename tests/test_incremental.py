@@ -108,3 +108,24 @@ def test_the_command_reads_the_cache_of_its_own_folder_and_no_cache_recomputes(t
     assert _files(out) == before
     assert main([*argv, "--no-cache"]) == 0
     assert _files(out) == before
+
+
+def test_a_changed_dataset_resamples_exactly_the_groups_it_changed(tmp_path):
+    data = _dataset(tmp_path)
+    rel = tmp_path / "releases"
+    for i in range(3):
+        _add(rel, i)
+    one = _analyse(rel, data, tmp_path / "one")
+    # case_0 moves from Cardiology to Neurology: those two groups' cells change; every other group's stay as they were
+    path = next((data / "all").glob("*.parquet"))
+    cases = pl.read_parquet(path)
+    cases.with_columns(pl.when(pl.col("case_id") == "case_0").then(pl.lit("Neurology")).otherwise(pl.col("specialty"))
+                       .alias("specialty")).write_parquet(path)  # fmt: skip
+    two = _analyse(rel, data, tmp_path / "two", previous=tmp_path / "one")
+    assert _files(tmp_path / "two") == _files(_full(rel, data, tmp_path / "full"))
+    assert 0 < two.timings["memo"]["resampled"] < one.timings["memo"]["resampled"]
+    moved = ("Cardiology", "Neurology")
+    for name in ("accuracy", "pvalues"):  # and the groups it did not touch have the same intervals and p-values
+        before, after = getattr(one, name), getattr(two, name)
+        assert before.filter(~pl.col("group").is_in(moved)).equals(after.filter(~pl.col("group").is_in(moved)))
+        assert not before.filter(pl.col("group").is_in(moved)).equals(after.filter(pl.col("group").is_in(moved)))
