@@ -47,8 +47,11 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def leftovers(*folders: Path) -> list[str]:
-    """Hidden entries (temporary folders, lock files) anywhere under ``folders``."""
-    return sorted(str(p) for f in folders if f.exists() for p in f.rglob(".*"))
+    """Hidden entries (temporary folders, lock files) anywhere under ``folders``; an analysis folder's own memo
+    (``.cache``, read back by the next analysis into it) is no leftover."""
+    from craftmd.analysis.tables import CACHE
+
+    return sorted(str(p) for f in folders if f.exists() for p in f.rglob(".*") if CACHE not in p.relative_to(f).parts)
 
 
 def one_line(err: str) -> str:
