@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from craftmd import CraftMDError
+from craftmd.atomic import atomic_write_bytes
 
 DEFAULT_B = 10_000
 DEFAULT_SEED = 20250301
@@ -44,9 +46,40 @@ _CHUNK = 2_500  # resamples drawn at a time (bounds memory to ~_CHUNK * n * 8 by
 @functools.lru_cache(maxsize=4)
 def resample_counts(n: int, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> np.ndarray:
     """``B x n`` float32 matrix: how often each of ``n`` cases is drawn in each resample (read-only; the
-    few most recent are kept, so every table of one analysis that resamples ``n`` cases reuses one draw)."""
+    few most recent are kept, so every table of one analysis that resamples ``n`` cases reuses one draw).
+
+    A draw is kept on disk too (``$CRAFTMD_CACHE/resamples/``, one byte a count, about 20 MB for 2,000 cases), so a
+    later analysis reads it back instead of drawing it again (about 0.1 s instead of 1.3 s for the upstream groups);
+    a missing, unreadable or mis-shaped file is drawn again, a cache that cannot be written only costs the time."""
     if n < 1:
         raise CraftMDError("cannot bootstrap an empty group")
+    path = _draws_dir() / f"counts-v1-seed{seed}-B{B}-n{n}.npy"
+    try:
+        kept = np.load(path, allow_pickle=False) if path.is_file() else None
+    except (OSError, ValueError, EOFError):
+        kept = None
+    if kept is not None and kept.shape == (B, n) and kept.dtype == np.uint8:
+        out = kept.astype(np.float32)
+    else:
+        out = _draw(n, B, seed)
+        if out.max(initial=0) < 256:  # (a count above 255 in n draws of n: never seen; then it is not kept)
+            buf = io.BytesIO()
+            np.save(buf, out.astype(np.uint8), allow_pickle=False)
+            try:
+                atomic_write_bytes(path, buf.getvalue())
+            except OSError:
+                pass
+    out.flags.writeable = False
+    return out
+
+
+def _draws_dir() -> Path:
+    from craftmd.source import cache_dir
+
+    return cache_dir() / "resamples"
+
+
+def _draw(n: int, B: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng([seed, n])
     out = np.empty((B, n), dtype=np.float32)
     for start in range(0, B, _CHUNK):
@@ -54,7 +87,6 @@ def resample_counts(n: int, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> np.
         idx = rng.integers(0, n, size=(b, n))
         idx += np.arange(b)[:, None] * n
         out[start : start + b] = np.bincount(idx.ravel(), minlength=b * n).reshape(b, n)
-    out.flags.writeable = False
     return out
 
 

@@ -129,3 +129,26 @@ def test_a_changed_dataset_resamples_exactly_the_groups_it_changed(tmp_path):
         before, after = getattr(one, name), getattr(two, name)
         assert before.filter(~pl.col("group").is_in(moved)).equals(after.filter(~pl.col("group").is_in(moved)))
         assert not before.filter(pl.col("group").is_in(moved)).equals(after.filter(pl.col("group").is_in(moved)))
+
+
+def test_a_draw_is_kept_on_disk_and_read_back_the_same_and_a_damaged_one_is_drawn_again(tmp_path, monkeypatch):
+    import numpy as np
+
+    from craftmd.analysis import bootstrap
+
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "cache"))
+    bootstrap.resample_counts.cache_clear()
+    first = bootstrap.resample_counts(37, 500, 7)
+    kept = tmp_path / "cache" / "resamples" / "counts-v1-seed7-B500-n37.npy"
+    assert kept.is_file() and np.array_equal(np.load(kept), first)
+    bootstrap.resample_counts.cache_clear()
+    monkeypatch.setattr(bootstrap, "_draw", None)  # read back: nothing drawn
+    assert np.array_equal(bootstrap.resample_counts(37, 500, 7), first)
+    monkeypatch.undo()
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "cache"))
+    for damage in (b"not an array", kept.read_bytes()[:200]):
+        kept.write_bytes(damage)
+        bootstrap.resample_counts.cache_clear()
+        assert np.array_equal(bootstrap.resample_counts(37, 500, 7), first)
+        assert np.array_equal(np.load(kept), first)  # and kept again whole
+    bootstrap.resample_counts.cache_clear()
