@@ -1,6 +1,6 @@
 """Every ``craftmd`` subcommand, one module each, above the rooms.
 
-- :mod:`.cli`: the ``craftmd`` command (``craftmd.commands.cli:main``): the list of subcommand modules
+- :mod:`.cli`: the ``craftmd`` command (``craftmd.commands.cli:run``, around ``main``): the list of subcommand modules
   (:data:`~.cli.COMMANDS`) and the argument helpers they share;
 - one module per subcommand (:mod:`.build`, :mod:`.publish`, :mod:`.pin`, :mod:`.encounters`, :mod:`.merge`,
   :mod:`.review`, :mod:`.keyinfo`, :mod:`.finetune`, :mod:`.analyse`, :mod:`.ingest`, :mod:`.export`,

@@ -315,5 +315,32 @@ def main(argv: list[str] | None = None) -> int:
     return int(result or 0)
 
 
+def run() -> None:
+    """The ``craftmd`` program: :func:`main`, then the exit. Python's own exit handlers run (temporary folders removed,
+    logs flushed), but not the native libraries' teardown after them: Arrow's parquet thread pool can abort a finished
+    process there, now and then, with "terminate called without an active exception" (apache/arrow#34314), which
+    would turn a command that did its work into a failure."""
+    import atexit
+    import os
+
+    code = [1]
+
+    def leave() -> None:  # registered first, so it runs last of the exit handlers
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code[0])
+
+    atexit.register(leave)
+    try:
+        code[0] = main()
+    except SystemExit as exc:  # argparse's usage errors (2) and --help (0), said by Python as it would
+        code[0] = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
+        raise
+    sys.exit(code[0])
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
