@@ -24,6 +24,14 @@ def _add(rel, i: int):
     _release(rel, f"r{i:02d}", {"vignette": _all_trials(range(2 + 3 * i)), "multiturn": _all_trials(range(1 + 3 * i))})
 
 
+def _board(root, n: int):
+    """The test dataset and ``n`` releases r00.. (release i right on 2 + 3 i vignette and 1 + 3 i multi-turn cases)."""
+    data, rel = _dataset(root), root / "releases"
+    for i in range(n):
+        _add(rel, i)
+    return data, rel
+
+
 def _keys(out) -> set[bytes]:
     return set(pq.read_table(out / CACHE / "resamples.parquet").column("key").to_pylist())
 
@@ -33,10 +41,7 @@ def _analyse(rel, data, out, previous=None):
 
 
 def test_adding_a_release_resamples_only_it_and_its_pairs_and_writes_what_a_full_run_writes(tmp_path):
-    data = _dataset(tmp_path)
-    rel = tmp_path / "releases"
-    for i in range(4):
-        _add(rel, i)
+    data, rel = _board(tmp_path, 4)
     first = _analyse(rel, data, tmp_path / "one")
     assert first.timings["memo"]["read_back"] == 0
     again = _analyse(rel, data, tmp_path / "same", previous=tmp_path / "one")  # nothing changed: nothing resampled
@@ -65,10 +70,7 @@ def _keys_of(rel, data, out):
 
 
 def test_a_changed_scores_file_resamples_exactly_what_read_it(tmp_path):
-    data = _dataset(tmp_path)
-    rel = tmp_path / "releases"
-    for i in range(3):
-        _add(rel, i)
+    data, rel = _board(tmp_path, 3)
     _analyse(rel, data, tmp_path / "one")
     # r01 gets one more case right in the vignette: its cells and its pairs change, r00 against r02 does not
     shutil.rmtree(rel / "r01")
@@ -91,10 +93,7 @@ def _full(rel, data, out):
 
 
 def test_the_command_reads_the_cache_of_its_own_folder_and_no_cache_recomputes(tmp_path, capsys):
-    data = _dataset(tmp_path)
-    rel = tmp_path / "releases"
-    for i in range(3):
-        _add(rel, i)
+    data, rel = _board(tmp_path, 3)
     out = tmp_path / "out"
     argv = ["analyse", "--releases", str(rel), "--dataset", str(data), "--out", str(out), "--resamples", str(B)]
     assert main(argv) == 0
@@ -111,10 +110,7 @@ def test_the_command_reads_the_cache_of_its_own_folder_and_no_cache_recomputes(t
 
 
 def test_a_changed_dataset_resamples_exactly_the_groups_it_changed(tmp_path):
-    data = _dataset(tmp_path)
-    rel = tmp_path / "releases"
-    for i in range(3):
-        _add(rel, i)
+    data, rel = _board(tmp_path, 3)
     one = _analyse(rel, data, tmp_path / "one")
     # case_0 moves from Cardiology to Neurology: those two groups' cells change; every other group's stay as they were
     path = next((data / "all").glob("*.parquet"))
