@@ -51,9 +51,10 @@ class _Ratios:
         seen: dict[tuple[bytes, bool], int] = {}  # one column per distinct vector (subset counts repeat across measures)
 
         def column(v: np.ndarray, exact: bool) -> int:
-            if (v.tobytes(), exact) not in seen:
-                seen[(v.tobytes(), exact)] = R.add(v, exact=exact)
-            return seen[(v.tobytes(), exact)]
+            k = (v.tobytes(), exact)
+            if k not in seen:
+                seen[k] = R.add(v, exact=exact)
+            return seen[k]
 
         out, todo = {}, []
         for key, num, den, exact, est, total in self.items:
