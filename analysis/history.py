@@ -141,7 +141,9 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, memo: M
             )
     if not means:
         return empty
-    trials = pl.from_arrow(runner.run(con, "history_trials")).join(positions, on="case_id", maintain_order="left")
+    trials = pl.from_arrow(con.sql("select * from history_trials").to_arrow_table()).join(
+        positions, on="case_id", maintain_order="left"
+    )
     ratios = _Ratios(B, seed, memo)
     _add_tests(con, ratios, means)
     edges, bins, trials = _add_coverage(ratios, trials, vector)

@@ -6,6 +6,8 @@ keeps a query's result as a table of that name, for later queries to read.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 import tempfile
 import weakref
@@ -17,7 +19,7 @@ import pyarrow as pa
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file
-from craftmd.release import CLAIM_PREFIX, SETTINGS, Release, find_releases, natural_key
+from craftmd.release import CLAIM_PREFIX, MAX_TRIALS, SETTINGS, Release, find_releases, natural_key
 
 SQL_DIR = Path(str(resources.files("craftmd.analysis") / "sql"))
 #: Families of at most this many models test every pair of them (the six upstream releases keep every pair); larger
@@ -202,12 +204,14 @@ def run(con: duckdb.DuckDBPyConnection, name: str) -> pa.Table:
 
 
 def by_release(con: duckdb.DuckDBPyConnection, name: str, batch_rows: int = 262_144):
-    """``sql/<name>.sql``'s result (ordered by ``release`` first) as one polars frame per release, read in batches, so
-    that only one release's rows (and a batch) are held at a time, however large the board."""
+    """Table or view ``name`` of :func:`keep` (ordered by ``release`` first) as one polars frame per release, read in
+    batches, so that only one release's rows (and a batch) are held at a time, however large the board."""
     import polars as pl
 
+    if name not in PER_RELEASE:
+        raise CraftMDError(f"by_release reads the per-release queries ({', '.join(PER_RELEASE)}), not {name!r}")
     try:
-        reader = con.sql(sql_text(name)).to_arrow_reader(batch_rows)
+        reader = con.sql(f"select * from {name}").to_arrow_reader(batch_rows)
     except duckdb.Error as exc:
         raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
     held: list[pl.DataFrame] = []  # the current release's rows so far
@@ -221,12 +225,147 @@ def by_release(con: duckdb.DuckDBPyConnection, name: str, batch_rows: int = 262_
         yield pl.concat(held)
 
 
-def materialize(con: duckdb.DuckDBPyConnection, name: str) -> None:
-    """Keep ``sql/<name>.sql``'s result as table ``name`` for the queries that read it."""
+def materialize(con: duckdb.DuckDBPyConnection, name: str, only: list[str] | None = None, query: str | None = None) -> None:
+    """Keep ``sql/<query>.sql``'s result (``query``: ``name`` unless given) as table ``name`` for the queries that read
+    it (``only``: just these releases' rows, for a query whose rows of one release read only that release)."""
+    query = query or name
+    body = sql_text(query) if only is None else f"select * from ({sql_text(query)}) where release in ({_ids(only)})"
     try:
-        con.execute(f"create or replace temp table {name} as {sql_text(name)}")
+        con.execute(f"create or replace temp table {name} as {body}")
     except duckdb.Error as exc:
-        raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
+        raise CraftMDError(f"analysis query {query}.sql failed: {exc}") from None
 
 
-__all__ = ["connect", "connect_tables", "run", "by_release", "materialize", "query_names", "sql_text"]
+def _ids(ids: list[str]) -> str:
+    return ", ".join("'" + i.replace("'", "''") + "'" for i in ids) or "null"
+
+
+#: The queries whose rows for one release read only that release and the dataset (trial grades, case scores and
+#: groups, the metrics' and the history's case scores), in the order they are made: each may read those before it.
+#: :func:`keep` makes each a table or view of its name, kept per release when the analysis keeps them (:class:`Kept`).
+PER_RELEASE = ("case_scores", "history_trials", "case_groups", "metric_case_scores", "history_case_scores")
+#: Of those, the ones that read score columns a board may not have (only the history scorer's scores have them): made
+#: only when the scores have every one (analysis.history reads them only then).
+_NEEDS = {"history_trials": ("conversation", "with_image"), "history_case_scores": ("conversation", "with_image")}
+#: Of those, the ones an analysis that keeps nothing materialises (read by several queries); the others are views.
+_MATERIALISED = ("case_scores", "case_groups")
+
+
+def _check_trials(con: duckdb.DuckDBPyConnection) -> None:
+    """A trial numbered outside 0..MAX_TRIALS-1 (the case scores' bit masks hold that many) is refused in one line."""
+    bad = con.sql(
+        f"select release, min(trial), max(trial) from trial_grades group by release "
+        f"having min(trial) < 0 or max(trial) >= {MAX_TRIALS} order by release"
+    ).fetchall()
+    if bad:  # written by hand: every craftmd writer keeps trials to 0..MAX_TRIALS-1 (craftmd.release.check_trials)
+        r, lo, hi = bad[0]
+        raise CraftMDError(
+            f"release {r}: trial {lo if lo < 0 else hi} is out of range: trials are numbered 0..{MAX_TRIALS - 1}; "
+            "remove it from the releases folder"
+        )
+
+
+class Kept:
+    """The :data:`PER_RELEASE` queries' rows, one parquet file per query and release, so that an analysis of a board
+    that gained a release runs them for that release alone and reads every other release's back.
+
+    A file's name is a digest of what its rows read: the release's run record (its id, and the sha256 of each of its
+    files), the dataset's case files, the board's answer and score columns (names and types), every analysis query's
+    text, this module and the craftmd version. A file found under its name holds the rows the query gives; anything
+    else is computed again. ``out``: the folder this analysis keeps its files in (every one it read, and only those);
+    ``previous``: an earlier analysis's (read back, by hard link where the file system allows)."""
+
+    def __init__(self, out: Path | str, previous: Path | str | None, dataset_dir: Path | str):
+        from craftmd import __version__
+
+        self.out, self.previous = Path(out), Path(previous) if previous is not None else None
+        h = hashlib.blake2b(f"craftmd {__version__}".encode(), digest_size=16)
+        for f in [*sorted(SQL_DIR.glob("*.sql")), Path(__file__)]:
+            h.update(f"\0{f.name}\0".encode() + f.read_bytes())
+        for config in ("all", "nejm_image"):
+            path = config_file(dataset_dir, config)
+            h.update(f"\0{config}\0".encode() + (path.read_bytes() if path.exists() else b""))
+        self._code_and_data = h.digest()
+        self.counts = {"read_back": 0, "computed": 0}
+
+    def names(self, con: duckdb.DuckDBPyConnection, releases: list[Release]) -> dict[str, dict[str, str]]:
+        """Query -> release id -> its file's name, for ``releases`` on the board of ``con``."""
+        board = repr([con.execute(f"describe {t}").fetchall() for t in ("answers", "scores")]).encode()
+        out: dict[str, dict[str, str]] = {}
+        for r in releases:
+            h = hashlib.blake2b(self._code_and_data + board, digest_size=16)
+            h.update((r.path / "manifest.json").read_bytes())
+            for name in PER_RELEASE:
+                out.setdefault(name, {})[r.id] = f"{name}-{h.hexdigest()}.parquet"
+        return out
+
+    def found(self, file: str) -> bool:
+        """Whether ``file`` is kept in :attr:`out`, first linked (or copied) from :attr:`previous` when only it has it."""
+        here = self.out / file
+        if _readable(here):
+            return True
+        there = self.previous / file if self.previous is not None else None
+        if there is None or not _readable(there):
+            return False
+        self.out.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(there, here)
+        except OSError:
+            shutil.copyfile(there, here)
+        return True
+
+
+def _readable(path: Path) -> bool:
+    """Whether ``path`` is a parquet file whose footer reads (a damaged kept file is computed again, never read)."""
+    import pyarrow.parquet as pq
+
+    try:
+        return path.is_file() and pq.read_metadata(path).num_columns > 0
+    except (pa.ArrowException, OSError):
+        return False
+
+
+def keep(con: duckdb.DuckDBPyConnection, releases: list[Release], kept: Kept | None = None) -> None:
+    """Every :data:`PER_RELEASE` query (that the board's scores can answer) as a table or view of its name in ``con``. Without ``kept``, as the query says
+    (materialised or a view). With it, a view over the releases' kept files, in the order of the release ids (the
+    queries order their rows by release first, so the view reads in the order the whole query gives): a release whose
+    file is missing is computed (its trial grades too) and written first."""
+    cols = {r[0] for r in con.execute("describe scores").fetchall()}
+    names = [n for n in PER_RELEASE if set(_NEEDS.get(n, ())) <= cols]
+    if kept is None:
+        materialize(con, "trial_grades")
+        _check_trials(con)
+        for name in names:
+            if name in _MATERIALISED:
+                materialize(con, name)
+            else:
+                con.execute(f"create or replace temp view {name} as {sql_text(name)}")
+        return
+    releases = sorted(releases, key=lambda r: r.id.encode())  # DuckDB's order of text: its bytes
+    files = kept.names(con, releases)
+    todo = [r.id for r in releases if not all(kept.found(files[name][r.id]) for name in names)]
+    kept.counts["read_back"] += len(releases) - len(todo)
+    kept.counts["computed"] += len(todo)
+    only = None if len(todo) == len(releases) else todo  # (a query over every release needs no filter)
+    materialize(con, "trial_grades", only=only)
+    _check_trials(con)
+    kept.out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        if todo:
+            materialize(con, f"{name}__new", only=only, query=name)
+            try:
+                for rid in todo:
+                    done = kept.out / files[name][rid]
+                    part = done.with_name(done.name + ".part")
+                    con.execute(
+                        f"copy (select * from {name}__new where release = {_ids([rid])}) to {_lit(part)} (format parquet)"
+                    )
+                    os.replace(part, done)
+                con.execute(f"drop table {name}__new")
+            except duckdb.Error as exc:
+                raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
+        paths = ", ".join(_lit(kept.out / files[name][r.id]) for r in releases)
+        con.execute(f"create or replace temp view {name} as select * from read_parquet([{paths}])")
+
+
+__all__ = ["connect", "connect_tables", "run", "by_release", "materialize", "keep", "Kept", "query_names", "sql_text"]

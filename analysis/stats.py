@@ -309,11 +309,12 @@ def holm(pv: pl.DataFrame, family: list[str]) -> np.ndarray:
     if pv.height:
         fam = pv.select(family).with_row_index("i").group_by(family, maintain_order=True).agg(pl.col("i"))
         pvals = pv["p_value"].to_numpy()
-        # statsmodels' Holm path calls gc.collect() on every call; freezing the objects that
-        # already exist keeps each of those collections cheap (seconds -> milliseconds here).
+        families = fam["i"].to_list()
+        # statsmodels' Holm path calls gc.collect() on every call; freezing the objects that already exist (the
+        # families' index lists too: made after the freeze, every collection walked them) keeps each collection cheap
         gc.freeze()
         try:
-            for idx in fam["i"].to_list():
+            for idx in families:
                 adjusted[idx] = multipletests(pvals[idx], method="holm")[1]
         finally:
             gc.unfreeze()

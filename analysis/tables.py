@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from craftmd import CraftMDError, __version__
-from craftmd.release import MAX_TRIALS, Release, find_releases
+from craftmd.release import Release, find_releases
 
 from .escape import csv_safe
 from . import runner
@@ -89,23 +89,14 @@ def _releases_frame(releases: list[Release]) -> pl.DataFrame:
     )
 
 
-def prepared_connection(releases: list[Release], dataset_dir: Path | str, *, all_pairs: bool = False):
-    """A DuckDB connection with the inputs registered and the shared models materialised, in order (``all_pairs``:
-    :func:`.runner.connect`)."""
+def prepared_connection(
+    releases: list[Release], dataset_dir: Path | str, *, all_pairs: bool = False, kept: runner.Kept | None = None
+):
+    """A DuckDB connection with the inputs registered and the shared models made, in order (``all_pairs``:
+    :func:`.runner.connect`; ``kept``: the per-release queries' rows kept and read back, :func:`.runner.keep`)."""
     con = runner.connect(releases, dataset_dir, all_pairs=all_pairs)
-    runner.materialize(con, "trial_grades")
-    bad = con.sql(
-        f"select release, min(trial), max(trial) from trial_grades group by release "
-        f"having min(trial) < 0 or max(trial) >= {MAX_TRIALS} order by release"
-    ).fetchall()
-    if bad:  # written by hand: every craftmd writer keeps trials to 0..MAX_TRIALS-1 (craftmd.release.check_trials)
-        r, lo, hi = bad[0]
-        raise CraftMDError(
-            f"release {r}: trial {lo if lo < 0 else hi} is out of range: trials are numbered 0..{MAX_TRIALS - 1}; "
-            "remove it from the releases folder"
-        )
-    for name in ("case_scores", "case_membership", "case_groups"):
-        runner.materialize(con, name)
+    runner.materialize(con, "case_membership")
+    runner.keep(con, releases, kept)
     return con
 
 
@@ -161,12 +152,14 @@ def compute(
     rubric_options: dict | None = None,
     all_pairs: bool = False,
     memo: Memo | None = None,
+    kept: runner.Kept | None = None,
 ) -> Analysis:
     """Run the named queries over the releases and add bootstrap CIs and tests. ``packets``: the built medpi folder
     whose packets give each encounter's reason and objective (the rubric by encounter needs it). ``all_pairs``: test
     every pair of models (else every pair only in families of up to :data:`.runner.ALL_PAIRS_UP_TO` models, each model
     against its neighbours in the ranking and the leader in larger ones: ``sql/comparisons``). ``memo``: the intervals
-    and p-values of an earlier analysis, read back where their case vectors are the same (:class:`.bootstrap.Memo`)."""
+    and p-values of an earlier analysis, read back where their case vectors are the same (:class:`.bootstrap.Memo`);
+    ``kept``: the per-release queries' rows, kept and read back the same way (:class:`.runner.Kept`)."""
     t0 = time.perf_counter()
     found = find_releases(releases_dir)
     releases = [r for r in found if r.has("scores")]
@@ -175,7 +168,7 @@ def compute(
         raise CraftMDError(f"no graded release under {releases_dir}")
     if not any(r.manifest.task != "encounters" for r in releases):  # patient-led encounters alone: no answers to analyse
         return _encounters_only(encounters, packets, B, seed, t0, rubric_options, releases_dir)
-    con = prepared_connection(releases, dataset_dir, all_pairs=all_pairs)
+    con = prepared_connection(releases, dataset_dir, all_pairs=all_pairs, kept=kept)
     accuracy = pl.from_arrow(runner.run(con, "accuracy"))
     comparisons = pl.from_arrow(runner.run(con, "comparisons"))
     more = pl.from_arrow(runner.run(con, "more_comparisons"))
@@ -324,17 +317,21 @@ def analyse(
     pass the temporary sibling of :func:`craftmd.atomic.atomic_dir`, so their output appears whole.
 
     ``previous``: the folder an earlier analysis wrote (the ``--out`` being replaced). Its ``.cache`` gives back every
-    interval and p-value whose case vectors are unchanged (:class:`.bootstrap.Memo`), and its figures when their
+    interval and p-value whose case vectors are unchanged (:class:`.bootstrap.Memo`), every release's case scores whose
+    inputs are unchanged (:class:`.runner.Kept`), and its figures when their
     inputs (every table written, the releases, this code) are byte for byte the same; the output is the same bytes a
     full analysis writes. ``out_dir/.cache`` keeps this analysis's for the next."""
     out = Path(out_dir)
     cache = Path(previous) / CACHE if previous is not None else None
     memo = Memo.load(cache / "resamples.parquet" if cache else None)
+    kept = runner.Kept(out / CACHE / "releases", cache / "releases" if cache else None, dataset_dir)
     a = compute(
-        releases_dir, dataset_dir, B=B, seed=seed, packets=packets, rubric_options=rubric_options, all_pairs=all_pairs, memo=memo
-    )
+        releases_dir, dataset_dir, B=B, seed=seed, packets=packets, rubric_options=rubric_options, all_pairs=all_pairs,
+        memo=memo, kept=kept,
+    )  # fmt: skip
     memo.save(out / CACHE / "resamples.parquet")
     a.timings["memo"] = memo.counts()
+    a.timings["kept"] = dict(kept.counts)
     write_tables(a, out)
     if figures:
         t = time.perf_counter()

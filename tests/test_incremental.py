@@ -56,6 +56,8 @@ def test_adding_a_release_resamples_only_it_and_its_pairs_and_writes_what_a_full
     new = _keys(tmp_path / "full") - _keys(tmp_path / "one")
     assert inc.timings["memo"]["resampled"] == len(new) > 0
     assert inc.timings["memo"]["read_back"] == len(_keys(tmp_path / "one"))  # everything kept was still current
+    # and the per-release queries (trial grades to case scores) ran for the new release alone
+    assert (first.timings["kept"], inc.timings["kept"]) == ({"read_back": 0, "computed": 4}, {"read_back": 4, "computed": 1})
     alone = tmp_path / "releases-new-only"
     shutil.copytree(rel / "r04", alone / "r04")
     own = _keys_of(alone, data, tmp_path / "own")  # the new release's own cells (no pairs: it is alone)
@@ -84,6 +86,7 @@ def test_a_changed_scores_file_resamples_exactly_what_read_it(tmp_path):
     kept = _keys(tmp_path / "one") & _keys(tmp_path / "two")
     assert untouched <= kept  # read back, not recomputed
     assert two.timings["memo"]["resampled"] == len(_keys(tmp_path / "two") - _keys(tmp_path / "one")) > 0
+    assert two.timings["kept"] == {"read_back": 2, "computed": 1}  # r01's case scores made again, the others read back
     assert not (_keys(tmp_path / "two") - _keys(tmp_path / "one")) & untouched
 
 
@@ -101,6 +104,9 @@ def test_the_command_reads_the_cache_of_its_own_folder_and_no_cache_recomputes(t
     assert ".cache/resamples.parquet" in before and ".cache/figures.sha256" in before
     # a damaged cache only costs the work it would have saved
     (out / CACHE / "resamples.parquet").write_bytes(b"not parquet")
+    kept = sorted((out / CACHE / "releases").glob("case_scores-*.parquet"))
+    assert len(kept) == 3
+    kept[0].write_bytes(kept[0].read_bytes()[:100])  # a kept release's case scores, cut short: made again
     (out / "figures" / "settings.png").write_bytes(b"stale")  # figures are read back only when the digest matches...
     (out / CACHE / "figures.sha256").write_text("0" * 64)  # ...which it no longer does
     assert main(argv) == 0
@@ -120,6 +126,7 @@ def test_a_changed_dataset_resamples_exactly_the_groups_it_changed(tmp_path):
     two = _analyse(rel, data, tmp_path / "two", previous=tmp_path / "one")
     assert _files(tmp_path / "two") == _files(_full(rel, data, tmp_path / "full"))
     assert 0 < two.timings["memo"]["resampled"] < one.timings["memo"]["resampled"]
+    assert two.timings["kept"] == {"read_back": 0, "computed": 3}  # every release's case groups read the dataset
     moved = ("Cardiology", "Neurology")
     for name in ("accuracy", "pvalues"):  # and the groups it did not touch have the same intervals and p-values
         before, after = getattr(one, name), getattr(two, name)

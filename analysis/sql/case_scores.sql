@@ -1,6 +1,7 @@
 -- case_scores: one row per cell (release x grader x setting x format x image flag) and case:
 -- how many trials the case has and how many were correct, plus the trials as bit masks
--- (bit t = trial t present / correct) so that paired comparisons can match trials per case.
+-- (bit t = trial t present / correct) so that paired comparisons can match trials per case. Ordered, so that a
+-- release's rows kept by the analysis (analysis.runner.keep) are the same bytes every time.
 with
 trial_grades as (
     select release, grader, setting, format, with_image, case_id, trial, correct from trial_grades
@@ -16,3 +17,4 @@ final as (
     group by all
 )
 select * from final
+order by release, grader, setting, format, with_image, case_id
