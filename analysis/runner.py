@@ -196,9 +196,13 @@ def connect_tables(releases: list[Release], tables: dict[str, str]) -> duckdb.Du
 
 
 def run(con: duckdb.DuckDBPyConnection, name: str) -> pa.Table:
-    """Run ``sql/<name>.sql`` and return its result."""
+    """Run ``sql/<name>.sql`` and return its result (a :data:`PER_RELEASE` query: its table or view, :func:`keep`, in
+    the order the query gives)."""
+    text = sql_text(name)
+    if name in PER_RELEASE:
+        text = f"select * from {name} order by {text.rsplit(chr(10) + 'order by ', 1)[1]}"
     try:
-        return con.sql(sql_text(name)).to_arrow_table()
+        return con.sql(text).to_arrow_table()
     except duckdb.Error as exc:
         raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
 
@@ -225,13 +229,23 @@ def by_release(con: duckdb.DuckDBPyConnection, name: str, batch_rows: int = 262_
         yield pl.concat(held)
 
 
-def materialize(con: duckdb.DuckDBPyConnection, name: str, only: list[str] | None = None, query: str | None = None) -> None:
+def materialize(
+    con: duckdb.DuckDBPyConnection, name: str, only: list[str] | None = None, query: str | None = None, column: str = "release"
+) -> None:
     """Keep ``sql/<query>.sql``'s result (``query``: ``name`` unless given) as table ``name`` for the queries that read
-    it (``only``: just these releases' rows, for a query whose rows of one release read only that release)."""
+    it (``only``: just these releases' rows, named by ``column``, for a query whose rows of one release read only that
+    release)."""
     query = query or name
-    body = sql_text(query) if only is None else f"select * from ({sql_text(query)}) where release in ({_ids(only)})"
+    # one release at a time: DuckDB pushes `column = id` down to each release's files, not `column in (ids)`
+    parts = (
+        [sql_text(query)] if only is None else [f'select * from ({sql_text(query)}) where "{column}" = {_ids([i])}' for i in only]
+    )
     try:
-        con.execute(f"create or replace temp table {name} as {body}")
+        con.execute(
+            f"create or replace temp table {name} as {parts[0] if parts else f'select * from ({sql_text(query)}) where false'}"
+        )
+        for part in parts[1:]:
+            con.execute(f"insert into {name} {part}")
     except duckdb.Error as exc:
         raise CraftMDError(f"analysis query {query}.sql failed: {exc}") from None
 
@@ -240,10 +254,21 @@ def _ids(ids: list[str]) -> str:
     return ", ".join("'" + i.replace("'", "''") + "'" for i in ids) or "null"
 
 
-#: The queries whose rows for one release read only that release and the dataset (trial grades, case scores and
-#: groups, the metrics' and the history's case scores), in the order they are made: each may read those before it.
-#: :func:`keep` makes each a table or view of its name, kept per release when the analysis keeps them (:class:`Kept`).
-PER_RELEASE = ("case_scores", "history_trials", "case_groups", "metric_case_scores", "history_case_scores")
+#: The queries whose rows for one release read only that release and the dataset, with the column that names the
+#: release, in the order they are made (each may read those before it): trial grades to case scores and groups, the
+#: metrics' and the history's case scores, the paired tests within one model (between its settings, formats, with and
+#: without the image) and the MCQ rules' gap. :func:`keep` makes each a table or view of its name, kept per release
+#: when the analysis keeps them (:class:`Kept`); :func:`run` reads it in its query's order.
+PER_RELEASE = {
+    "case_scores": "release",
+    "history_trials": "release",
+    "case_groups": "release",
+    "metric_case_scores": "release",
+    "history_case_scores": "release",
+    "setting_comparisons": "model",
+    "more_comparisons": "model",
+    "mcq_rule_gap": "model",
+}
 #: Of those, the ones that read score columns a board may not have (only the history scorer's scores have them): made
 #: only when the scores have every one (analysis.history reads them only then).
 _NEEDS = {"history_trials": ("conversation", "with_image"), "history_case_scores": ("conversation", "with_image")}
@@ -352,14 +377,14 @@ def keep(con: duckdb.DuckDBPyConnection, releases: list[Release], kept: Kept | N
     kept.out.mkdir(parents=True, exist_ok=True)
     for name in names:
         if todo:
-            materialize(con, f"{name}__new", only=only, query=name)
+            column = PER_RELEASE[name]
+            materialize(con, f"{name}__new", only=only, query=name, column=column)
             try:
                 for rid in todo:
                     done = kept.out / files[name][rid]
                     part = done.with_name(done.name + ".part")
-                    con.execute(
-                        f"copy (select * from {name}__new where release = {_ids([rid])}) to {_lit(part)} (format parquet)"
-                    )
+                    rows = f'select * from {name}__new where "{column}" = {_ids([rid])}'
+                    con.execute(f"copy ({rows}) to {_lit(part)} (format parquet)")
                     os.replace(part, done)
                 con.execute(f"drop table {name}__new")
             except duckdb.Error as exc:

@@ -1,5 +1,5 @@
 -- comparisons: the paired tests to run, with McNemar's 2x2 counts on paired trials.
--- Family 'setting': two settings of one model (same format, grader, group).
+-- Family 'setting': two settings of one model (same format, grader, group): setting_comparisons.sql.
 -- Family 'model': two models in one setting (same format, grader, group). Which pairs (pair_options, set by
 --   craftmd analyse): in each setting, format, grader and image flag, the models are ranked by accuracy over their
 --   cases (ties by release id); each is tested against its neighbour in that ranking and against the leader (the
@@ -34,16 +34,6 @@ setting_order as (
 s as (
     select cs.*, o.position from case_scores as cs join setting_order as o using (setting)
 ),
-setting_pairs as (
-    select
-        'setting' as family, a.release as model, null::varchar as setting, a.format, a.grader, a.with_image,
-        a.setting as a, b.setting as b, a.position as pa, a.case_id,
-        a.trials_mask & b.trials_mask as both_mask, a.correct_mask as ca, b.correct_mask as cb
-    from s as a
-    join s as b
-        on a.release = b.release and a.grader = b.grader and a.format = b.format
-        and a.with_image = b.with_image and a.case_id = b.case_id and a.position < b.position
-),
 model_pairs as (
     select
         'model' as family, null::varchar as model, a.setting, a.format, a.grader, a.with_image,
@@ -56,11 +46,8 @@ model_pairs as (
         on b.release = t.b and a.setting = b.setting and a.grader = b.grader and a.format = b.format
         and a.with_image = b.with_image and a.case_id = b.case_id
 ),
-all_pairs as (
-    select * from setting_pairs union all select * from model_pairs
-),
 per_case as (
-    select * from mcnemar_cases(all_pairs)
+    select * from mcnemar_cases(model_pairs)
 ),
 membership as (
     select case_id, with_image, group_by, "group" from case_membership
@@ -72,6 +59,8 @@ grouped as (
 ),
 final as (
     select * from mcnemar_sums(grouped)
+    union all by name
+    select * from setting_comparisons
 )
 select * exclude (pa) from final
 order by family, model, setting, format, grader, with_image, group_by, "group", pa, a, b

@@ -47,5 +47,5 @@ grouped as (
 final as (
     select * from mcnemar_sums(grouped)
 )
-select * exclude (pa) from final
+select * from final  -- (pa, the setting's position, stays: the analysis orders the rows it kept per release by it)
 order by family, model, grader_a, grader_b, format_a, image_a, group_by, "group", pa
