@@ -66,6 +66,20 @@ def _union(con: duckdb.DuckDBPyConnection, releases: list[Release], table: str) 
     return " union all by name ".join(parts) if parts else None
 
 
+def answers_view(con: duckdb.DuckDBPyConnection, releases: list[Release]) -> None:
+    """The ``answers`` view: these releases' answers (:func:`_union`), the tables registered for an earlier one
+    unregistered (their memory given back); none: no rows."""
+    from craftmd.release import ANSWERS_SCHEMA
+
+    for name in [n for (n,) in con.execute("select view_name from duckdb_views()").fetchall() if n.startswith("answers__")]:
+        con.unregister(name)
+    body = _union(con, releases, "answers")
+    if body is None:
+        con.register("answers__none", ANSWERS_SCHEMA.empty_table().add_column(0, "release", pa.array([], pa.string())))
+        body = "select * from answers__none"
+    con.execute(f"create or replace view answers as {body}")
+
+
 def _open() -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB held to :data:`MEMORY_LIMIT`, spilling into a temporary folder of its own."""
     con = duckdb.connect(":memory:")
@@ -77,10 +91,16 @@ def _open() -> duckdb.DuckDBPyConnection:
 
 
 def connect(
-    releases: list[Release] | Path | str, dataset_dir: Path | str, threads: int | None = None, all_pairs: bool = False
+    releases: list[Release] | Path | str,
+    dataset_dir: Path | str,
+    threads: int | None = None,
+    all_pairs: bool = False,
+    answers: list[Release] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the releases and the dataset registered as views. ``all_pairs``: the comparisons test
     every pair of models, whatever the board's size (else every pair only up to :data:`ALL_PAIRS_UP_TO` models).
+    ``answers``: the releases whose answers the ``answers`` view holds (default: every one; :func:`keep` reads only
+    those of the releases it computes).
 
     :func:`connect` opens an in-memory DuckDB and registers the inputs as views, by name:
 
@@ -111,7 +131,8 @@ def connect(
     con.register("setting_order_arrow", order)
     con.execute("create view setting_order as select * from setting_order_arrow")
     con.execute(f"create view pair_options as select {bool(all_pairs)} as all_pairs, {int(ALL_PAIRS_UP_TO)} as all_pairs_up_to")
-    for table in ("answers", "scores", "conversations"):
+    answers_view(con, releases if answers is None else answers)
+    for table in ("scores", "conversations"):
         body = _union(con, releases, table)
         if body is None and table == "scores":
             raise CraftMDError("no release has scores.parquet; score the releases first (craftmd score)")
@@ -196,10 +217,11 @@ def connect_tables(releases: list[Release], tables: dict[str, str]) -> duckdb.Du
 
 
 def run(con: duckdb.DuckDBPyConnection, name: str) -> pa.Table:
-    """Run ``sql/<name>.sql`` and return its result (a :data:`PER_RELEASE` query: its table or view, :func:`keep`, in
-    the order the query gives)."""
+    """Run ``sql/<name>.sql`` and return its result (a :data:`PER_RELEASE` query that :func:`keep` made: its table or
+    view, in the order the query gives)."""
     text = sql_text(name)
-    if name in PER_RELEASE:
+    made = "select 1 from duckdb_tables() where table_name = $1 union all select 1 from duckdb_views() where view_name = $1"
+    if name in PER_RELEASE and con.execute(made, [name]).fetchall():
         text = f"select * from {name} order by {text.rsplit(chr(10) + 'order by ', 1)[1]}"
     try:
         return con.sql(text).to_arrow_table()
@@ -260,6 +282,7 @@ def _ids(ids: list[str]) -> str:
 #: without the image) and the MCQ rules' gap. :func:`keep` makes each a table or view of its name, kept per release
 #: when the analysis keeps them (:class:`Kept`); :func:`run` reads it in its query's order.
 PER_RELEASE = {
+    "answer_status": "model",
     "case_scores": "release",
     "history_trials": "release",
     "case_groups": "release",
@@ -295,7 +318,7 @@ class Kept:
     that gained a release runs them for that release alone and reads every other release's back.
 
     A file's name is a digest of what its rows read: the release's run record (its id, and the sha256 of each of its
-    files), the dataset's case files, the board's answer and score columns (names and types), every analysis query's
+    files), the dataset's case files, the board's score columns (names and types: the answers' are fixed), every analysis query's
     text, this module and the craftmd version. A file found under its name holds the rows the query gives; anything
     else is computed again. ``out``: the folder this analysis keeps its files in (every one it read, and only those);
     ``previous``: an earlier analysis's (read back, by hard link where the file system allows)."""
@@ -315,7 +338,7 @@ class Kept:
 
     def names(self, con: duckdb.DuckDBPyConnection, releases: list[Release]) -> dict[str, dict[str, str]]:
         """Query -> release id -> its file's name, for ``releases`` on the board of ``con``."""
-        board = repr([con.execute(f"describe {t}").fetchall() for t in ("answers", "scores")]).encode()
+        board = repr(con.execute("describe scores").fetchall()).encode()
         out: dict[str, dict[str, str]] = {}
         for r in releases:
             h = hashlib.blake2b(self._code_and_data + board, digest_size=16)
@@ -372,6 +395,7 @@ def keep(con: duckdb.DuckDBPyConnection, releases: list[Release], kept: Kept | N
     kept.counts["read_back"] += len(releases) - len(todo)
     kept.counts["computed"] += len(todo)
     only = None if len(todo) == len(releases) else todo  # (a query over every release needs no filter)
+    answers_view(con, [r for r in releases if r.id in set(todo)])
     materialize(con, "trial_grades", only=only)
     _check_trials(con)
     kept.out.mkdir(parents=True, exist_ok=True)
@@ -391,6 +415,7 @@ def keep(con: duckdb.DuckDBPyConnection, releases: list[Release], kept: Kept | N
                 raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
         paths = ", ".join(_lit(kept.out / files[name][r.id]) for r in releases)
         con.execute(f"create or replace temp view {name} as select * from read_parquet([{paths}])")
+    answers_view(con, [])  # every query that reads the answers has run: their tables' memory given back
 
 
 __all__ = ["connect", "connect_tables", "run", "by_release", "materialize", "keep", "Kept", "query_names", "sql_text"]

@@ -94,7 +94,7 @@ def prepared_connection(
 ):
     """A DuckDB connection with the inputs registered and the shared models made, in order (``all_pairs``:
     :func:`.runner.connect`; ``kept``: the per-release queries' rows kept and read back, :func:`.runner.keep`)."""
-    con = runner.connect(releases, dataset_dir, all_pairs=all_pairs)
+    con = runner.connect(releases, dataset_dir, all_pairs=all_pairs, answers=None if kept is None else [])
     runner.materialize(con, "case_membership")
     runner.keep(con, releases, kept)
     return con
