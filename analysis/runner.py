@@ -299,6 +299,49 @@ _NEEDS = {"history_trials": ("conversation", "with_image"), "history_case_scores
 _MATERIALISED = ("case_scores", "case_groups")
 
 
+def model_comparisons(con: duckdb.DuckDBPyConnection, kept: Kept | None = None) -> None:
+    """``model_comparisons`` (``sql/model_comparisons.sql``) for the pairs of ``sql/tested_pairs.sql``. With ``kept``
+    (:func:`keep` having run), a pair's rows are kept too, in one file (:attr:`Kept.PAIRS`), keyed by a digest of its
+    two releases' (:meth:`Kept.names`) and the settings, formats, graders and image flags it is tested in: an analysis
+    computes only the pairs whose key the earlier one did not keep (a new release's, and those the new ranking tests
+    in other families) and reads back the others."""
+    materialize(con, "tested_pairs")
+    if kept is None:
+        con.execute("create or replace temp view pairs_to_test as select * from tested_pairs")
+        con.execute(f"create or replace temp view model_comparisons as {sql_text('model_comparisons')}")
+        return
+    import polars as pl
+
+    family = ["grader", "setting", "format", "with_image"]
+    tested = pl.from_arrow(con.sql("select * from tested_pairs").to_arrow_table())
+    keys = {}
+    for (a, b), rows in tested.group_by("a", "b", maintain_order=True):
+        h = hashlib.blake2b(kept.digests[a] + kept.digests[b], digest_size=16)
+        h.update(repr(sorted(rows.select(family).iter_rows())).encode())
+        keys[(a, b)] = h.digest()
+    pair_keys = pl.DataFrame(
+        {"a": [k[0] for k in keys], "b": [k[1] for k in keys], "pair_key": list(keys.values())},
+        schema={"a": pl.String, "b": pl.String, "pair_key": pl.Binary},
+    )
+    old = kept.read_pairs(set(keys.values()))
+    done = set(old["pair_key"].to_list()) if old is not None else set()
+    todo = tested.join(pair_keys.filter(~pl.col("pair_key").is_in(list(done))), on=["a", "b"], how="semi", maintain_order="left")
+    con.register("pairs_to_test_arrow", todo.to_arrow())
+    # a table, not the registered frame: DuckDB knows its size and joins the few pairs to the case scores first
+    con.execute("create or replace temp table pairs_to_test as select * from pairs_to_test_arrow")
+    con.unregister("pairs_to_test_arrow")
+    new = pl.from_arrow(run(con, "model_comparisons")).join(pair_keys, on=["a", "b"], how="left", maintain_order="left")
+    if old is not None and old.schema == new.schema:
+        new = pl.concat([old, new])
+    order = ["a", "b", *family, "group_by", "group"]
+    rows = new.sort(order)
+    kept.counts["pairs_read_back"] += len(done)
+    kept.counts["pairs_computed"] += len(keys) - len(done)
+    kept.write_pairs(rows)
+    con.register("model_comparisons_kept", rows.drop("pair_key").to_arrow())
+    con.execute("create or replace temp view model_comparisons as select * from model_comparisons_kept")
+
+
 def _check_trials(con: duckdb.DuckDBPyConnection) -> None:
     """A trial numbered outside 0..MAX_TRIALS-1 (the case scores' bit masks hold that many) is refused in one line."""
     bad = con.sql(
@@ -334,7 +377,8 @@ class Kept:
             path = config_file(dataset_dir, config)
             h.update(f"\0{config}\0".encode() + (path.read_bytes() if path.exists() else b""))
         self._code_and_data = h.digest()
-        self.counts = {"read_back": 0, "computed": 0}
+        self.counts = {"read_back": 0, "computed": 0, "pairs_read_back": 0, "pairs_computed": 0}
+        self.digests: dict[str, bytes] = {}  # release id -> the digest its files' names carry
 
     def names(self, con: duckdb.DuckDBPyConnection, releases: list[Release]) -> dict[str, dict[str, str]]:
         """Query -> release id -> its file's name, for ``releases`` on the board of ``con``."""
@@ -343,9 +387,31 @@ class Kept:
         for r in releases:
             h = hashlib.blake2b(self._code_and_data + board, digest_size=16)
             h.update((r.path / "manifest.json").read_bytes())
+            self.digests[r.id] = h.digest()
             for name in PER_RELEASE:
                 out.setdefault(name, {})[r.id] = f"{name}-{h.hexdigest()}.parquet"
         return out
+
+    #: The file that keeps the pairs of models' counts (:func:`model_comparisons`), beside the releases' files.
+    PAIRS = "model_pairs.parquet"
+
+    def read_pairs(self, keys: set[bytes]):
+        """The kept pairs' rows whose key is one of ``keys`` (a polars frame), or None: none kept, or unreadable."""
+        import polars as pl
+
+        path = self.previous / self.PAIRS if self.previous is not None else None
+        if path is None or not _readable(path):
+            return None
+        try:
+            rows = pl.read_parquet(path)
+            return rows.filter(pl.col("pair_key").is_in(list(keys)))
+        except (pl.exceptions.PolarsError, OSError):
+            return None
+
+    def write_pairs(self, rows) -> None:
+        """Keep ``rows`` (every pair this analysis read or computed) for the next analysis."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        rows.write_parquet(self.out / self.PAIRS)
 
     def found(self, file: str) -> bool:
         """Whether ``file`` is kept in :attr:`out`, first linked (or copied) from :attr:`previous` when only it has it."""
@@ -418,4 +484,15 @@ def keep(con: duckdb.DuckDBPyConnection, releases: list[Release], kept: Kept | N
     answers_view(con, [])  # every query that reads the answers has run: their tables' memory given back
 
 
-__all__ = ["connect", "connect_tables", "run", "by_release", "materialize", "keep", "Kept", "query_names", "sql_text"]
+__all__ = [
+    "connect",
+    "connect_tables",
+    "run",
+    "by_release",
+    "materialize",
+    "keep",
+    "model_comparisons",
+    "Kept",
+    "query_names",
+    "sql_text",
+]

@@ -97,6 +97,7 @@ def prepared_connection(
     con = runner.connect(releases, dataset_dir, all_pairs=all_pairs, answers=None if kept is None else [])
     runner.materialize(con, "case_membership")
     runner.keep(con, releases, kept)
+    runner.model_comparisons(con, kept)
     return con
 
 
@@ -324,7 +325,7 @@ def analyse(
     out = Path(out_dir)
     cache = Path(previous) / CACHE if previous is not None else None
     memo = Memo.load(cache / "resamples.parquet" if cache else None)
-    kept = runner.Kept(out / CACHE / "releases", cache / "releases" if cache else None, dataset_dir)
+    kept = runner.Kept(out / CACHE / "queries", cache / "queries" if cache else None, dataset_dir)
     a = compute(
         releases_dir, dataset_dir, B=B, seed=seed, packets=packets, rubric_options=rubric_options, all_pairs=all_pairs,
         memo=memo, kept=kept,

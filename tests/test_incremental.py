@@ -56,8 +56,10 @@ def test_adding_a_release_resamples_only_it_and_its_pairs_and_writes_what_a_full
     new = _keys(tmp_path / "full") - _keys(tmp_path / "one")
     assert inc.timings["memo"]["resampled"] == len(new) > 0
     assert inc.timings["memo"]["read_back"] == len(_keys(tmp_path / "one"))  # everything kept was still current
-    # and the per-release queries (trial grades to case scores) ran for the new release alone
-    assert (first.timings["kept"], inc.timings["kept"]) == ({"read_back": 0, "computed": 4}, {"read_back": 4, "computed": 1})
+    # and the per-release queries (trial grades to case scores) ran for the new release alone, the pairs of models'
+    # counts for its four new pairs alone
+    assert first.timings["kept"] == {"read_back": 0, "computed": 4, "pairs_read_back": 0, "pairs_computed": 6}
+    assert inc.timings["kept"] == {"read_back": 4, "computed": 1, "pairs_read_back": 6, "pairs_computed": 4}
     alone = tmp_path / "releases-new-only"
     shutil.copytree(rel / "r04", alone / "r04")
     own = _keys_of(alone, data, tmp_path / "own")  # the new release's own cells (no pairs: it is alone)
@@ -86,7 +88,8 @@ def test_a_changed_scores_file_resamples_exactly_what_read_it(tmp_path):
     kept = _keys(tmp_path / "one") & _keys(tmp_path / "two")
     assert untouched <= kept  # read back, not recomputed
     assert two.timings["memo"]["resampled"] == len(_keys(tmp_path / "two") - _keys(tmp_path / "one")) > 0
-    assert two.timings["kept"] == {"read_back": 2, "computed": 1}  # r01's case scores made again, the others read back
+    # r01's case scores made again, and its two pairs' counts; the others read back
+    assert two.timings["kept"] == {"read_back": 2, "computed": 1, "pairs_read_back": 1, "pairs_computed": 2}
     assert not (_keys(tmp_path / "two") - _keys(tmp_path / "one")) & untouched
 
 
@@ -104,7 +107,7 @@ def test_the_command_reads_the_cache_of_its_own_folder_and_no_cache_recomputes(t
     assert ".cache/resamples.parquet" in before and ".cache/figures.sha256" in before
     # a damaged cache only costs the work it would have saved
     (out / CACHE / "resamples.parquet").write_bytes(b"not parquet")
-    kept = sorted((out / CACHE / "releases").glob("case_scores-*.parquet"))
+    kept = sorted((out / CACHE / "queries").glob("case_scores-*.parquet"))
     assert len(kept) == 3
     kept[0].write_bytes(kept[0].read_bytes()[:100])  # a kept release's case scores, cut short: made again
     (out / "figures" / "settings.png").write_bytes(b"stale")  # figures are read back only when the digest matches...
@@ -126,7 +129,8 @@ def test_a_changed_dataset_resamples_exactly_the_groups_it_changed(tmp_path):
     two = _analyse(rel, data, tmp_path / "two", previous=tmp_path / "one")
     assert _files(tmp_path / "two") == _files(_full(rel, data, tmp_path / "full"))
     assert 0 < two.timings["memo"]["resampled"] < one.timings["memo"]["resampled"]
-    assert two.timings["kept"] == {"read_back": 0, "computed": 3}  # every release's case groups read the dataset
+    # every release's case groups read the dataset (and so every pair's counts)
+    assert two.timings["kept"] == {"read_back": 0, "computed": 3, "pairs_read_back": 0, "pairs_computed": 3}
     moved = ("Cardiology", "Neurology")
     for name in ("accuracy", "pvalues"):  # and the groups it did not touch have the same intervals and p-values
         before, after = getattr(one, name), getattr(two, name)
@@ -155,3 +159,22 @@ def test_a_draw_is_kept_on_disk_and_read_back_the_same_and_a_damaged_one_is_draw
         assert np.array_equal(bootstrap.resample_counts(37, 500, 7), first)
         assert np.array_equal(np.load(kept), first)  # and kept again whole
     bootstrap.resample_counts.cache_clear()
+
+
+def test_on_a_ranked_board_a_new_release_computes_its_pairs_and_those_the_new_ranking_tests(tmp_path, monkeypatch):
+    from craftmd.analysis import runner
+
+    monkeypatch.setattr(runner, "ALL_PAIRS_UP_TO", 2)  # neighbours in the ranking and the leader from three models on
+    data, rel = _board(tmp_path, 5)
+    first = _analyse(rel, data, tmp_path / "one")
+    _release(rel, "r05", {"vignette": _all_trials(range(9)), "multiturn": _all_trials(range(7))})  # ranked in the middle
+    inc = _analyse(rel, data, tmp_path / "inc", previous=tmp_path / "one")
+    full = _analyse(rel, data, tmp_path / "full")
+    assert _files(tmp_path / "inc") == _files(tmp_path / "full")
+    tested = full.pvalues.filter(pl.col("family") == "model", pl.col("test") == "paired-bootstrap")
+    pairs = set(tested.select("a", "b").iter_rows())
+    assert len(pairs) < 6 * 5 // 2  # not every pair: neighbours and the leader
+    kept = inc.timings["kept"]
+    assert kept["pairs_read_back"] + kept["pairs_computed"] == len(pairs) == full.timings["kept"]["pairs_computed"]
+    assert 0 < kept["pairs_read_back"] and kept["pairs_computed"] < len(pairs)
+    assert first.timings["kept"]["pairs_computed"] >= kept["pairs_read_back"]

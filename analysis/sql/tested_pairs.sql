@@ -1,0 +1,28 @@
+-- tested_pairs: which pairs of models the comparisons test (comparisons.sql's family 'model'), one row per setting,
+-- format, grader, image flag and pair (a < b). Which pairs (pair_options, set by craftmd analyse): in each setting,
+-- format, grader and image flag, the models are ranked by accuracy over their cases (ties by release id); each is
+-- tested against its neighbour in that ranking and against the leader (the reference), so the work grows linearly
+-- with the board; every pair when the family has at most all_pairs_up_to models, or with all_pairs (--all-pairs).
+with
+case_scores as (
+    select release, grader, setting, format, with_image, n_trials, n_correct from case_scores
+),
+ranked as (
+    select
+        release, grader, setting, format, with_image,
+        row_number() over (partition by grader, setting, format, with_image
+                           order by avg(n_correct / n_trials) desc, release) as rk,
+        count(*) over (partition by grader, setting, format, with_image) as n_models
+    from case_scores
+    group by release, grader, setting, format, with_image
+),
+tested as (
+    select x.grader, x.setting, x.format, x.with_image, x.release as a, y.release as b
+    from ranked as x
+    join ranked as y using (grader, setting, format, with_image)
+    cross join pair_options as o
+    where x.release < y.release
+        and (o.all_pairs or x.n_models <= o.all_pairs_up_to or abs(x.rk - y.rk) = 1 or least(x.rk, y.rk) = 1)
+)
+select * from tested
+order by grader, setting, format, with_image, a, b
