@@ -251,25 +251,18 @@ def by_release(con: duckdb.DuckDBPyConnection, name: str, batch_rows: int = 262_
         yield pl.concat(held)
 
 
-def materialize(
-    con: duckdb.DuckDBPyConnection, name: str, only: list[str] | None = None, query: str | None = None, column: str = "release"
-) -> None:
-    """Keep ``sql/<query>.sql``'s result (``query``: ``name`` unless given) as table ``name`` for the queries that read
-    it (``only``: just these releases' rows, named by ``column``, for a query whose rows of one release read only that
-    release)."""
-    query = query or name
-    # one release at a time: DuckDB pushes `column = id` down to each release's files, not `column in (ids)`
-    parts = (
-        [sql_text(query)] if only is None else [f'select * from ({sql_text(query)}) where "{column}" = {_ids([i])}' for i in only]
-    )
+def materialize(con: duckdb.DuckDBPyConnection, name: str, only: list[str] | None = None) -> None:
+    """Keep ``sql/<name>.sql``'s result as table ``name`` for the queries that read it (``only``: just these releases'
+    rows, for a query whose rows of one release read only that release)."""
+    text = sql_text(name)
+    # one release at a time: DuckDB pushes `release = id` down to each release's files, not `release in (ids)`
+    parts = [text] if only is None else [f"select * from ({text}) where release = {_ids([i])}" for i in only]
     try:
-        con.execute(
-            f"create or replace temp table {name} as {parts[0] if parts else f'select * from ({sql_text(query)}) where false'}"
-        )
+        con.execute(f"create or replace temp table {name} as {parts[0] if parts else f'select * from ({text}) where false'}")
         for part in parts[1:]:
             con.execute(f"insert into {name} {part}")
     except duckdb.Error as exc:
-        raise CraftMDError(f"analysis query {query}.sql failed: {exc}") from None
+        raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
 
 
 def _ids(ids: list[str]) -> str:
@@ -439,6 +432,24 @@ def _readable(path: Path) -> bool:
         return False
 
 
+def _write_each(con: duckdb.DuckDBPyConnection, name: str, only: list[str] | None, paths: dict[str, Path]) -> None:
+    """``sql/<name>.sql``'s rows (``only``: these releases' alone, one at a time), one parquet file per release (an
+    empty one for a release without rows), each written whole (a ``.part`` renamed)."""
+    import polars as pl
+
+    column, text = PER_RELEASE[name], sql_text(name)
+    parts = [text] if only is None else [f'select * from ({text}) where "{column}" = {_ids([i])}' for i in only]
+    try:
+        rows = pl.concat([pl.from_arrow(con.sql(part).to_arrow_table()) for part in parts])
+    except duckdb.Error as exc:
+        raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
+    each = rows.partition_by(column, maintain_order=True, as_dict=True)
+    for rid, path in paths.items():
+        part = path.with_name(path.name + ".part")
+        each.get((rid,), rows.clear()).write_parquet(part)
+        os.replace(part, path)
+
+
 def keep(con: duckdb.DuckDBPyConnection, releases: list[Release], kept: Kept | None = None) -> None:
     """Every :data:`PER_RELEASE` query (that the board's scores can answer) as a table or view of its name in ``con``. Without ``kept``, as the query says
     (materialised or a view). With it, a view over the releases' kept files, in the order of the release ids (the
@@ -467,18 +478,7 @@ def keep(con: duckdb.DuckDBPyConnection, releases: list[Release], kept: Kept | N
     kept.out.mkdir(parents=True, exist_ok=True)
     for name in names:
         if todo:
-            column = PER_RELEASE[name]
-            materialize(con, f"{name}__new", only=only, query=name, column=column)
-            try:
-                for rid in todo:
-                    done = kept.out / files[name][rid]
-                    part = done.with_name(done.name + ".part")
-                    rows = f'select * from {name}__new where "{column}" = {_ids([rid])}'
-                    con.execute(f"copy ({rows}) to {_lit(part)} (format parquet)")
-                    os.replace(part, done)
-                con.execute(f"drop table {name}__new")
-            except duckdb.Error as exc:
-                raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
+            _write_each(con, name, only, {rid: kept.out / files[name][rid] for rid in todo})
         paths = ", ".join(_lit(kept.out / files[name][r.id]) for r in releases)
         con.execute(f"create or replace temp view {name} as select * from read_parquet([{paths}])")
     answers_view(con, [])  # every query that reads the answers has run: their tables' memory given back
