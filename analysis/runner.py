@@ -443,7 +443,12 @@ def _write_each(con: duckdb.DuckDBPyConnection, name: str, only: list[str] | Non
         rows = pl.concat([pl.from_arrow(con.sql(part).to_arrow_table()) for part in parts])
     except duckdb.Error as exc:
         raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
-    each = rows.partition_by(column, maintain_order=True, as_dict=True)
+    runs = rows.select(pl.col(column).rle()).unnest(column)  # the release's rows together (most queries order so)
+    if runs["value"].n_unique() == runs.height:  # slices of the one frame, not copies
+        starts = [0, *runs["len"].cum_sum().to_list()]
+        each = {(v,): rows.slice(starts[i], n) for i, (n, v) in enumerate(runs.iter_rows())}
+    else:
+        each = rows.partition_by(column, maintain_order=True, as_dict=True)
     for rid, path in paths.items():
         part = path.with_name(path.name + ".part")
         each.get((rid,), rows.clear()).write_parquet(part)
