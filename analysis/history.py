@@ -169,7 +169,8 @@ def _add_tests(con, ratios: _Ratios, means: dict) -> None:
         have = [r for r in releases if (r, met) in means]
         keep = None
         if not all_pairs and len(have) > up_to:
-            ranked = sorted(have, key=lambda r: (-float(means[(r, met)][0].sum() / means[(r, met)][1].sum()), r))
+            # (ranked on the fixed-point grid of the float path: equal models tie exactly, and the tie goes to the id)
+            ranked = sorted(have, key=lambda r: (-float(np.rint(means[(r, met)][0] * 1e9).sum() / means[(r, met)][1].sum()), r))
             keep = {frozenset(p) for p in zip(ranked, ranked[1:])} | {frozenset((ranked[0], r)) for r in ranked[1:]}
         for i, a in enumerate(releases):
             for b in releases[i + 1 :]:

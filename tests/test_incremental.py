@@ -178,3 +178,19 @@ def test_on_a_ranked_board_a_new_release_computes_its_pairs_and_those_the_new_ra
     assert kept["pairs_read_back"] + kept["pairs_computed"] == len(pairs) == full.timings["kept"]["pairs_computed"]
     assert 0 < kept["pairs_read_back"] and kept["pairs_computed"] < len(pairs)
     assert first.timings["kept"]["pairs_computed"] >= kept["pairs_read_back"]
+
+
+def test_models_that_tie_are_ranked_by_release_id_so_the_pairs_tested_are_always_the_same(tmp_path, monkeypatch):
+    from craftmd.analysis import runner
+
+    monkeypatch.setattr(runner, "ALL_PAIRS_UP_TO", 2)
+    data, rel = _dataset(tmp_path), tmp_path / "releases"
+    for name in ("r03", "r01", "r02", "r00"):  # four equal models
+        _release(rel, name, {"vignette": _all_trials(range(7)), "multiturn": _all_trials(range(3))})
+    a = _analyse(rel, data, tmp_path / "a")
+    tested = a.pvalues.filter(pl.col("family") == "model", pl.col("test") == "paired-bootstrap")
+    pairs = set(tested.select("a", "b").iter_rows())
+    # neighbours in id order and the leader (the first id) against every other
+    assert pairs == {("r00", "r01"), ("r01", "r02"), ("r02", "r03"), ("r00", "r02"), ("r00", "r03")}
+    _analyse(rel, data, tmp_path / "b")
+    assert _files(tmp_path / "a") == _files(tmp_path / "b")

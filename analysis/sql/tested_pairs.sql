@@ -10,8 +10,10 @@ case_scores as (
 ranked as (
     select
         release, grader, setting, format, with_image,
+        -- accuracy over cases from integers (each case's score on a grid of 1e-9, summed exactly, divided once), so
+        -- that equal models tie exactly, whatever order the cases are summed in, and the tie goes to the release id
         row_number() over (partition by grader, setting, format, with_image
-                           order by avg(n_correct / n_trials) desc, release) as rk,
+                           order by sum(n_correct::bigint * 1000000000 // n_trials) / count(*) desc, release) as rk,
         count(*) over (partition by grader, setting, format, with_image) as n_models
     from case_scores
     group by release, grader, setting, format, with_image
