@@ -192,11 +192,13 @@ def _add_coverage(ratios: _Ratios, trials: pl.DataFrame, vector) -> tuple[np.nda
         pl.Series("quintile", np.searchsorted(edges, trials["recall"].to_numpy(), side="right") + 1, pl.Int64)
     )
     bins = {}
-    for (rel, grader, q), g in trials.group_by("release", "grader", "quintile", maintain_order=True):
-        per = g.group_by("pos", maintain_order=True).agg(
-            pl.len().alias("k"), pl.col("multiturn_correct").fill_null(False).cast(pl.Int64).sum().alias("mt"),
-            pl.col("vignette_correct").fill_null(False).cast(pl.Int64).sum().alias("vg"), pl.col("recall").sum().alias("rc"),
-        )  # fmt: skip
+    per_case = trials.group_by("release", "grader", "quintile", "pos", maintain_order=True).agg(
+        pl.len().alias("k"), pl.col("multiturn_correct").fill_null(False).cast(pl.Int64).sum().alias("mt"),
+        pl.col("vignette_correct").fill_null(False).cast(pl.Int64).sum().alias("vg"), pl.col("recall").sum().alias("rc"),
+    )  # fmt: skip
+    for (rel, grader, q), per in per_case.partition_by(
+        "release", "grader", "quintile", maintain_order=True, as_dict=True
+    ).items():
         den = vector(per["pos"], per["k"].to_numpy())
         ratios.add(("mt", rel, grader, q), vector(per["pos"], per["mt"].to_numpy()), den, exact=True)
         ratios.add(("vg", rel, grader, q), vector(per["pos"], per["vg"].to_numpy()), den, exact=True)
@@ -236,9 +238,9 @@ def _tests_frame(res: dict) -> pl.DataFrame:
         tests.append({"metric": met, "model_a": a, "model_b": b, "n_cases": int(n_common), "diff": _round(est),
                       "ci_low": _round(lo), "ci_high": _round(hi), "p": p})  # fmt: skip
     if tests:
-        from statsmodels.stats.multitest import multipletests
+        from .stats import holm_of
 
-        adj = multipletests([t["p"] for t in tests], method="holm")[1]
+        adj = holm_of([np.array([t["p"] for t in tests])])[0]
         for t, pa_ in zip(tests, adj):
             t["p_holm"] = float(pa_)
     return pl.DataFrame(tests, schema={"metric": pl.String, "model_a": pl.String, "model_b": pl.String, "n_cases": pl.Int64,
