@@ -170,6 +170,12 @@ def paired_p(sums: np.ndarray, observed: float) -> float:
 ALGORITHM = "case-bootstrap/v1: counts from default_rng([seed, n]) in chunks of 2,500; percentile 95 %; (k+1)/(B+1)"
 
 
+@functools.lru_cache(maxsize=8)
+def _key_prefix(B: int, seed: int):
+    """The hash state of every memo key's first parts: :data:`ALGORITHM`, ``B`` and the seed (copied for each key)."""
+    return hashlib.blake2b(f"{ALGORITHM}\0{B}\0{seed}\0".encode(), digest_size=16)
+
+
 def _narrow(a: np.ndarray) -> np.ndarray:
     """An integer vector in the narrowest integer type that holds its values (the same values, the same bytes: hashing
     a case vector of small counts reads an eighth of its int64 bytes); other arrays as they are."""
@@ -199,15 +205,14 @@ class Memo:
 
     @staticmethod
     def key(B: int, seed: int, *parts) -> bytes:
-        h = hashlib.blake2b(digest_size=16)
-        for part in (ALGORITHM, int(B), int(seed), *parts):
+        h = _key_prefix(int(B), int(seed)).copy()
+        for part in parts:
             if isinstance(part, np.ndarray):
                 a = np.ascontiguousarray(_narrow(part))
-                h.update(f"{a.dtype.str}{a.shape}".encode())
-                h.update(a.tobytes())
+                h.update(f"{a.dtype.str}{a.shape}\0".encode())
+                h.update(a.data)
             else:
-                h.update(repr(part).encode())
-            h.update(b"\x00")
+                h.update(f"{part!r}\0".encode())
         return h.digest()
 
     def get(self, key: bytes) -> tuple | None:
