@@ -16,6 +16,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file
@@ -49,17 +50,26 @@ def _lit(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def _union(con: duckdb.DuckDBPyConnection, releases: list[Release], table: str) -> str | None:
+def _union(
+    con: duckdb.DuckDBPyConnection, releases: list[Release], table: str, columns: list[tuple[str, str]] | None = None
+) -> str | None:
     """Every release's ``table`` with a ``release`` column: the answers (and a task's own small tables) as the release
     has already read them (its file read once in the command: :meth:`craftmd.release.Release.table`), registered with
     ``con``; the conversations and the scores (the bulk of a release, their text in columns most queries never read)
-    read from disk by DuckDB, only the columns a query needs, so that a board's memory stays bounded."""
+    read from disk by DuckDB, only the columns a query needs, so that a board's memory stays bounded. ``columns``
+    (name, type), for a table read from disk: exactly those, in that order, null where a release's file lacks one (a
+    part of a board then has the whole board's columns: :func:`keep`)."""
     parts = []
     for i, r in enumerate(releases):
         if not r.has(table):
             continue
         if table in FROM_DISK:
-            parts.append(f"select {_lit(Path(r.id))} as release, * from read_parquet({_lit(r.path / f'{table}.parquet')})")
+            path = r.path / f"{table}.parquet"
+            cols = "*"
+            if columns is not None:
+                has = set(pq.read_schema(path).names)
+                cols = ", ".join(f'"{c}"' if c in has else f'null::{t} as "{c}"' for c, t in columns if c != "release")
+            parts.append(f"select {_lit(Path(r.id))} as release, {cols} from read_parquet({_lit(path)})")
             continue
         con.register(f"{table}__{i}", r.table(table))
         parts.append(f"select {_lit(Path(r.id))} as release, * from {table}__{i}")
@@ -96,11 +106,13 @@ def connect(
     threads: int | None = None,
     all_pairs: bool = False,
     answers: list[Release] | None = None,
+    scores_columns: list[tuple[str, str]] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the releases and the dataset registered as views. ``all_pairs``: the comparisons test
     every pair of models, whatever the board's size (else every pair only up to :data:`ALL_PAIRS_UP_TO` models).
-    ``answers``: the releases whose answers the ``answers`` view holds (default: every one; :func:`keep` reads only
-    those of the releases it computes).
+    ``answers``: the releases whose answers the ``answers`` view holds (default: every one). ``scores_columns``: the
+    ``scores`` view's columns (name, type; default: those of the releases' files, by name), for a connection over a
+    part of a board (:func:`keep`).
 
     :func:`connect` opens an in-memory DuckDB and registers the inputs as views, by name:
 
@@ -133,7 +145,7 @@ def connect(
     con.execute(f"create view pair_options as select {bool(all_pairs)} as all_pairs, {int(ALL_PAIRS_UP_TO)} as all_pairs_up_to")
     answers_view(con, releases if answers is None else answers)
     for table in ("scores", "conversations"):
-        body = _union(con, releases, table)
+        body = _union(con, releases, table, scores_columns if table == "scores" else None)
         if body is None and table == "scores":
             raise CraftMDError("no release has scores.parquet; score the releases first (craftmd score)")
         claim = f"starts_with(scorer, '{CLAIM_PREFIX}')"  # a claim (an ingested log's word) is no score
@@ -251,16 +263,10 @@ def by_release(con: duckdb.DuckDBPyConnection, name: str, batch_rows: int = 262_
         yield pl.concat(held)
 
 
-def materialize(con: duckdb.DuckDBPyConnection, name: str, only: list[str] | None = None) -> None:
-    """Keep ``sql/<name>.sql``'s result as table ``name`` for the queries that read it (``only``: just these releases'
-    rows, for a query whose rows of one release read only that release)."""
-    text = sql_text(name)
-    # one release at a time: DuckDB pushes `release = id` down to each release's files, not `release in (ids)`
-    parts = [text] if only is None else [f"select * from ({text}) where release = {_ids([i])}" for i in only]
+def materialize(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Keep ``sql/<name>.sql``'s result as table ``name`` for the queries that read it."""
     try:
-        con.execute(f"create or replace temp table {name} as {parts[0] if parts else f'select * from ({text}) where false'}")
-        for part in parts[1:]:
-            con.execute(f"insert into {name} {part}")
+        con.execute(f"create or replace temp table {name} as {sql_text(name)}")
     except duckdb.Error as exc:
         raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
 
@@ -363,6 +369,7 @@ class Kept:
         from craftmd import __version__
 
         self.out, self.previous = Path(out), Path(previous) if previous is not None else None
+        self.dataset_dir = dataset_dir
         h = hashlib.blake2b(f"craftmd {__version__}".encode(), digest_size=16)
         for f in [*sorted(SQL_DIR.glob("*.sql")), Path(__file__)]:
             h.update(f"\0{f.name}\0".encode() + f.read_bytes())
@@ -422,6 +429,22 @@ class Kept:
         return True
 
 
+#: Releases computed together by :func:`keep` (in a connection of their own, dropped before the next): memory follows
+#: the batch, not the board.
+KEEP_BATCH = 4
+
+
+def _progress(batches: list, n: int):
+    """The batches, with a progress bar on a board large enough to wait for."""
+    if n < 2 * KEEP_BATCH:
+        return batches
+    import sys
+
+    from tqdm import tqdm
+
+    return tqdm(batches, desc="case scores per release", unit="batch", leave=False, file=sys.stderr)
+
+
 def _readable(path: Path) -> bool:
     """Whether ``path`` is a parquet file whose footer reads (a damaged kept file is computed again, never read)."""
     import pyarrow.parquet as pq
@@ -432,15 +455,14 @@ def _readable(path: Path) -> bool:
         return False
 
 
-def _write_each(con: duckdb.DuckDBPyConnection, name: str, only: list[str] | None, paths: dict[str, Path]) -> None:
-    """``sql/<name>.sql``'s rows (``only``: these releases' alone, one at a time), one parquet file per release (an
-    empty one for a release without rows), each written whole (a ``.part`` renamed)."""
+def _write_each(con: duckdb.DuckDBPyConnection, name: str, paths: dict[str, Path]) -> None:
+    """``sql/<name>.sql``'s rows, one parquet file per release of ``paths`` (an empty one for a release without rows),
+    each written whole (a ``.part`` renamed)."""
     import polars as pl
 
-    column, text = PER_RELEASE[name], sql_text(name)
-    parts = [text] if only is None else [f'select * from ({text}) where "{column}" = {_ids([i])}' for i in only]
+    column = PER_RELEASE[name]
     try:
-        rows = pl.concat([pl.from_arrow(con.sql(part).to_arrow_table()) for part in parts])
+        rows = pl.from_arrow(con.sql(sql_text(name)).to_arrow_table())
     except duckdb.Error as exc:
         raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
     runs = rows.select(pl.col(column).rle()).unnest(column)  # the release's rows together (most queries order so)
@@ -473,20 +495,28 @@ def keep(con: duckdb.DuckDBPyConnection, releases: list[Release], kept: Kept | N
         return
     releases = sorted(releases, key=lambda r: r.id.encode())  # DuckDB's order of text: its bytes
     files = kept.names(con, releases)
-    todo = [r.id for r in releases if not all(kept.found(files[name][r.id]) for name in names)]
+    todo = [r for r in releases if not all(kept.found(files[name][r.id]) for name in names)]
     kept.counts["read_back"] += len(releases) - len(todo)
     kept.counts["computed"] += len(todo)
-    only = None if len(todo) == len(releases) else todo  # (a query over every release needs no filter)
-    answers_view(con, [r for r in releases if r.id in set(todo)])
-    materialize(con, "trial_grades", only=only)
-    _check_trials(con)
     kept.out.mkdir(parents=True, exist_ok=True)
+    board = [(c, t) for c, t, *_ in con.execute("describe scores").fetchall()]
+    batches = [todo[i : i + KEEP_BATCH] for i in range(0, len(todo), KEEP_BATCH)]
+    for batch in _progress(batches, len(todo)):  # a few releases at a time, each batch in a connection of its own
+        part = connect(batch, kept.dataset_dir, scores_columns=board)
+        try:
+            materialize(part, "case_membership")
+            materialize(part, "trial_grades")
+            _check_trials(part)
+            for name in names:
+                ours = {r.id: kept.out / files[name][r.id] for r in batch}
+                _write_each(part, name, ours)
+                paths = ", ".join(_lit(ours[r.id]) for r in batch)  # what the batch's next queries read
+                part.execute(f"create or replace temp view {name} as select * from read_parquet([{paths}])")
+        finally:
+            part.close()
     for name in names:
-        if todo:
-            _write_each(con, name, only, {rid: kept.out / files[name][rid] for rid in todo})
         paths = ", ".join(_lit(kept.out / files[name][r.id]) for r in releases)
         con.execute(f"create or replace temp view {name} as select * from read_parquet([{paths}])")
-    answers_view(con, [])  # every query that reads the answers has run: their tables' memory given back
 
 
 __all__ = [

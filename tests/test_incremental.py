@@ -194,3 +194,36 @@ def test_models_that_tie_are_ranked_by_release_id_so_the_pairs_tested_are_always
     assert pairs == {("r00", "r01"), ("r01", "r02"), ("r02", "r03"), ("r00", "r02"), ("r00", "r03")}
     _analyse(rel, data, tmp_path / "b")
     assert _files(tmp_path / "a") == _files(tmp_path / "b")
+
+
+def test_releases_computed_apart_give_what_the_whole_boards_queries_give_whatever_their_score_columns(tmp_path, monkeypatch):
+    """The per-release queries run a few releases at a time, each batch in a connection of its own with the whole
+    board's score columns: two releases' scores have two more variant columns, in either order, and a metric of their
+    own; each release computed alone gives the tables that the queries over the whole board give."""
+    import hashlib
+    import json
+
+    from craftmd.analysis import runner
+    from craftmd.analysis.tables import compute
+
+    data, rel = _board(tmp_path, 3)
+    for rid, keys in (("r01", ("site", "ward")), ("r02", ("ward", "site"))):  # two variant keys, in either order
+        scores = pl.read_parquet(rel / rid / "scores.parquet")
+        extra = scores.filter(pl.col("metric") == "correct").with_columns(
+            pl.lit("doctor_turns").alias("metric"), pl.lit(3.0).alias("value")
+        )
+        scores = pl.concat([scores, extra]).with_columns(*(pl.lit(f"{k}-1").alias(k) for k in keys))
+        scores.write_parquet(rel / rid / "scores.parquet")
+        manifest = json.loads((rel / rid / "manifest.json").read_text())
+        manifest["files"]["scores.parquet"].update(
+            sha256=hashlib.sha256((rel / rid / "scores.parquet").read_bytes()).hexdigest(), rows=scores.height
+        )
+        (rel / rid / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setattr(runner, "KEEP_BATCH", 1)
+    apart = _analyse(rel, data, tmp_path / "apart")
+    whole = compute(rel, data, B=B)  # every query over the whole board at once, nothing kept
+    assert apart.timings["kept"]["computed"] == 3
+    for name in ("accuracy", "pvalues", "metrics", "answer_status", "mcq_rule_gap", "history_tests"):
+        assert getattr(apart, name).equals(getattr(whole, name)), name
+    variants = apart.metrics.filter(pl.col("metric") == "doctor_turns")["variant"].to_list()
+    assert len(variants) == 4 and all(v.endswith(", site=site-1, ward=ward-1") for v in variants)  # the board's order
