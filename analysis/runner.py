@@ -26,10 +26,10 @@ SQL_DIR = Path(str(resources.files("craftmd.analysis") / "sql"))
 #: Families of at most this many models test every pair of them (the six upstream releases keep every pair); larger
 #: ones test each model against its neighbours in the ranking and against the leader (``sql/comparisons``).
 ALL_PAIRS_UP_TO = 8
-#: DuckDB's memory for one analysis: past it, the materialised tables (trial grades, case scores, groups: they grow with
-#: the board) spill to a private temporary folder, removed with the connection (the six upstream releases stay far
-#: below it). 512 MB was too little for 80 releases: reading their trial grades does not spill.
-MEMORY_LIMIT = "2GB"
+#: DuckDB's memory for one connection: past it, a materialised table spills to a private temporary folder, removed with
+#: the connection. The tables that grow with the board (trial grades, case scores and groups) are made a few releases at
+#: a time (:func:`keep`) and read from their kept files, so the board's size no longer sets what a query holds.
+MEMORY_LIMIT = "1GB"
 #: The release tables DuckDB reads from disk itself (:func:`_union`).
 FROM_DISK = ("conversations", "scores")
 
@@ -271,10 +271,6 @@ def materialize(con: duckdb.DuckDBPyConnection, name: str) -> None:
         raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
 
 
-def _ids(ids: list[str]) -> str:
-    return ", ".join("'" + i.replace("'", "''") + "'" for i in ids) or "null"
-
-
 #: The queries whose rows for one release read only that release and the dataset, with the column that names the
 #: release, in the order they are made (each may read those before it): trial grades to case scores and groups, the
 #: metrics' and the history's case scores, the paired tests within one model (between its settings, formats, with and
@@ -294,21 +290,18 @@ PER_RELEASE = {
 #: Of those, the ones that read score columns a board may not have (only the history scorer's scores have them): made
 #: only when the scores have every one (analysis.history reads them only then).
 _NEEDS = {"history_trials": ("conversation", "with_image"), "history_case_scores": ("conversation", "with_image")}
-#: Of those, the ones an analysis that keeps nothing materialises (read by several queries); the others are views.
-_MATERIALISED = ("case_scores", "case_groups")
+
+#: Pairs of models whose counts one query computes (:func:`model_comparisons`).
+PAIRS_AT_ONCE = 16
 
 
-def model_comparisons(con: duckdb.DuckDBPyConnection, kept: Kept | None = None) -> None:
-    """``model_comparisons`` (``sql/model_comparisons.sql``) for the pairs of ``sql/tested_pairs.sql``. With ``kept``
-    (:func:`keep` having run), a pair's rows are kept too, in one file (:attr:`Kept.PAIRS`), keyed by a digest of its
+def model_comparisons(con: duckdb.DuckDBPyConnection, kept: Kept) -> None:
+    """``model_comparisons`` (``sql/model_comparisons.sql``) for the pairs of ``sql/tested_pairs.sql``, after
+    :func:`keep`. A pair's rows are kept too, in one file (:attr:`Kept.PAIRS`), keyed by a digest of its
     two releases' (:meth:`Kept.names`) and the settings, formats, graders and image flags it is tested in: an analysis
     computes only the pairs whose key the earlier one did not keep (a new release's, and those the new ranking tests
     in other families) and reads back the others."""
     materialize(con, "tested_pairs")
-    if kept is None:
-        con.execute("create or replace temp view pairs_to_test as select * from tested_pairs")
-        con.execute(f"create or replace temp view model_comparisons as {sql_text('model_comparisons')}")
-        return
     import polars as pl
 
     family = ["grader", "setting", "format", "with_image"]
@@ -325,11 +318,16 @@ def model_comparisons(con: duckdb.DuckDBPyConnection, kept: Kept | None = None) 
     old = kept.read_pairs(set(keys.values()))
     done = set(old["pair_key"].to_list()) if old is not None else set()
     todo = tested.join(pair_keys.filter(~pl.col("pair_key").is_in(list(done))), on=["a", "b"], how="semi", maintain_order="left")
-    con.register("pairs_to_test_arrow", todo.to_arrow())
-    # a table, not the registered frame: DuckDB knows its size and joins the few pairs to the case scores first
-    con.execute("create or replace temp table pairs_to_test as select * from pairs_to_test_arrow")
-    con.unregister("pairs_to_test_arrow")
-    new = pl.from_arrow(run(con, "model_comparisons")).join(pair_keys, on=["a", "b"], how="left", maintain_order="left")
+    todo_pairs = todo.select("a", "b").unique(maintain_order=True)
+    made = []
+    for start in range(0, max(todo_pairs.height, 1), PAIRS_AT_ONCE):  # a few pairs at a time: memory follows them
+        chunk = todo.join(todo_pairs.slice(start, PAIRS_AT_ONCE), on=["a", "b"], how="semi", maintain_order="left")
+        con.register("pairs_to_test_arrow", chunk.to_arrow())
+        # a table, not the registered frame: DuckDB knows its size and joins the few pairs to the case scores first
+        con.execute("create or replace temp table pairs_to_test as select * from pairs_to_test_arrow")
+        con.unregister("pairs_to_test_arrow")
+        made.append(pl.from_arrow(run(con, "model_comparisons")))
+    new = pl.concat(made).join(pair_keys, on=["a", "b"], how="left", maintain_order="left")
     if old is not None and old.schema == new.schema:
         new = pl.concat([old, new])
     order = ["a", "b", *family, "group_by", "group"]
@@ -365,15 +363,14 @@ class Kept:
     else is computed again. ``out``: the folder this analysis keeps its files in (every one it read, and only those);
     ``previous``: an earlier analysis's (read back, by hard link where the file system allows)."""
 
-    def __init__(self, out: Path | str, previous: Path | str | None, dataset_dir: Path | str):
+    def __init__(self, out: Path | str, previous: Path | str | None, dataset_dir: Path | str | None):
         from craftmd import __version__
 
         self.out, self.previous = Path(out), Path(previous) if previous is not None else None
-        self.dataset_dir = dataset_dir
         h = hashlib.blake2b(f"craftmd {__version__}".encode(), digest_size=16)
         for f in [*sorted(SQL_DIR.glob("*.sql")), Path(__file__)]:
             h.update(f"\0{f.name}\0".encode() + f.read_bytes())
-        for config in ("all", "nejm_image"):
+        for config in ("all", "nejm_image") if dataset_dir is not None else ():  # (None: nothing read back)
             path = config_file(dataset_dir, config)
             h.update(f"\0{config}\0".encode() + (path.read_bytes() if path.exists() else b""))
         self._code_and_data = h.digest()
@@ -477,22 +474,19 @@ def _write_each(con: duckdb.DuckDBPyConnection, name: str, paths: dict[str, Path
         os.replace(part, path)
 
 
-def keep(con: duckdb.DuckDBPyConnection, releases: list[Release], kept: Kept | None = None) -> None:
-    """Every :data:`PER_RELEASE` query (that the board's scores can answer) as a table or view of its name in ``con``. Without ``kept``, as the query says
-    (materialised or a view). With it, a view over the releases' kept files, in the order of the release ids (the
-    queries order their rows by release first, so the view reads in the order the whole query gives): a release whose
-    file is missing is computed (its trial grades too) and written first."""
+def keep(con: duckdb.DuckDBPyConnection, releases: list[Release], dataset_dir: Path | str, kept: Kept | None = None) -> Kept:
+    """Every :data:`PER_RELEASE` query (that the board's scores can answer) as a view of its name in ``con``: over the
+    releases' files of ``kept`` (without it: files kept for this connection alone, in a temporary folder removed with
+    it), in the order of the release ids (the queries order their rows by release first, so the view reads in the
+    order the whole query gives). A release whose file is missing is computed first, a few releases at a time
+    (:data:`KEEP_BATCH`), each batch in a connection of its own that has the whole board's score columns. Returns
+    the :class:`Kept`."""
     cols = {r[0] for r in con.execute("describe scores").fetchall()}
     names = [n for n in PER_RELEASE if set(_NEEDS.get(n, ())) <= cols]
-    if kept is None:
-        materialize(con, "trial_grades")
-        _check_trials(con)
-        for name in names:
-            if name in _MATERIALISED:
-                materialize(con, name)
-            else:
-                con.execute(f"create or replace temp view {name} as {sql_text(name)}")
-        return
+    if kept is None:  # kept for this connection alone, in a temporary folder removed with it
+        folder = tempfile.mkdtemp(prefix="craftmd-kept-")
+        weakref.finalize(con, shutil.rmtree, folder, True)
+        kept = Kept(folder, None, None)
     releases = sorted(releases, key=lambda r: r.id.encode())  # DuckDB's order of text: its bytes
     files = kept.names(con, releases)
     todo = [r for r in releases if not all(kept.found(files[name][r.id]) for name in names)]
@@ -502,7 +496,7 @@ def keep(con: duckdb.DuckDBPyConnection, releases: list[Release], kept: Kept | N
     board = [(c, t) for c, t, *_ in con.execute("describe scores").fetchall()]
     batches = [todo[i : i + KEEP_BATCH] for i in range(0, len(todo), KEEP_BATCH)]
     for batch in _progress(batches, len(todo)):  # a few releases at a time, each batch in a connection of its own
-        part = connect(batch, kept.dataset_dir, scores_columns=board)
+        part = connect(batch, dataset_dir, scores_columns=board)
         try:
             materialize(part, "case_membership")
             materialize(part, "trial_grades")
@@ -517,6 +511,7 @@ def keep(con: duckdb.DuckDBPyConnection, releases: list[Release], kept: Kept | N
     for name in names:
         paths = ", ".join(_lit(kept.out / files[name][r.id]) for r in releases)
         con.execute(f"create or replace temp view {name} as select * from read_parquet([{paths}])")
+    return kept
 
 
 __all__ = [

@@ -94,9 +94,9 @@ def prepared_connection(
 ):
     """A DuckDB connection with the inputs registered and the shared models made, in order (``all_pairs``:
     :func:`.runner.connect`; ``kept``: the per-release queries' rows kept and read back, :func:`.runner.keep`)."""
-    con = runner.connect(releases, dataset_dir, all_pairs=all_pairs, answers=None if kept is None else [])
+    con = runner.connect(releases, dataset_dir, all_pairs=all_pairs, answers=[])
     runner.materialize(con, "case_membership")
-    runner.keep(con, releases, kept)
+    kept = runner.keep(con, releases, dataset_dir, kept)
     runner.model_comparisons(con, kept)
     return con
 

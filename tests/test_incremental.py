@@ -221,7 +221,8 @@ def test_releases_computed_apart_give_what_the_whole_boards_queries_give_whateve
         (rel / rid / "manifest.json").write_text(json.dumps(manifest))
     monkeypatch.setattr(runner, "KEEP_BATCH", 1)
     apart = _analyse(rel, data, tmp_path / "apart")
-    whole = compute(rel, data, B=B)  # every query over the whole board at once, nothing kept
+    monkeypatch.setattr(runner, "KEEP_BATCH", 3)
+    whole = compute(rel, data, B=B)  # every query over the whole board in one connection
     assert apart.timings["kept"]["computed"] == 3
     for name in ("accuracy", "pvalues", "metrics", "answer_status", "mcq_rule_gap", "history_tests"):
         assert getattr(apart, name).equals(getattr(whole, name)), name
