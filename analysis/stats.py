@@ -157,7 +157,7 @@ def bootstrap_all(
     work = _work_units(cells, comp, more.to_dicts() if more is not None else [])
     ci, tested = _run_units(work, cells, L, B, seed, memo if memo is not None else Memo())
     more_pv = more_tests(more, tested[1], L) if more is not None else None
-    return _accuracy_with_ci(accuracy, ci), _pvalues(comp, tested[0], L), more_pv
+    return _accuracy_with_ci(accuracy, ci), _pvalues(comparisons, tested[0], L), more_pv
 
 
 def _work_units(cells: dict, comp: list[dict], more_rows: list[dict]) -> dict[tuple, tuple[list, list]]:
@@ -249,39 +249,30 @@ def _accuracy_with_ci(accuracy: pl.DataFrame, ci: dict) -> pl.DataFrame:
     return acc.select(ACCURACY_COLUMNS).sort(["model", "format", "grader", "setting", "with_image", "group_by", "group"])
 
 
-def _pvalues(comp: list[dict], tested: dict, L: int) -> pl.DataFrame:
-    """P-values: paired bootstrap and McNemar, Holm within each family."""
-    rows = []
-    for i, r in enumerate(comp):
-        if i not in tested:
-            continue
-        obs, n, p_boot = tested[i]
-        base = {k: r[k] for k in ("family", "model", "setting", "format", "grader", "with_image", "group_by", "group", "a", "b")}
-        diff = round(obs / (n * L), DECIMALS)
-        rows.append({**base, "n_cases": n, "diff": diff, "p_value": p_boot, "test": "paired-bootstrap"})
-        if r["group_by"] not in MCNEMAR_GROUPS:
-            continue
-        n10, n01 = r["n10"], r["n01"]
-        p = mcnemar_p(n10, n01)
-        trial_diff = round((n10 - n01) / r["n_trials"], DECIMALS) if r["n_trials"] else 0.0
-        rows.append({**base, "n_cases": r["n_cases"], "diff": trial_diff, "p_value": min(p, 1.0), "test": "mcnemar"})
-    schema = {
-        "family": pl.String,
-        "model": pl.String,
-        "setting": pl.String,
-        "format": pl.String,
-        "grader": pl.String,
-        "with_image": pl.Boolean,
-        "group_by": pl.String,
-        "group": pl.String,
-        "a": pl.String,
-        "b": pl.String,
-        "n_cases": pl.Int64,
-        "diff": pl.Float64,
-        "p_value": pl.Float64,
-        "test": pl.String,
-    }
-    pv = pl.DataFrame(rows, schema=schema)
+def _pvalues(comp: pl.DataFrame, tested: dict, L: int) -> pl.DataFrame:
+    """P-values: paired bootstrap and McNemar (after its paired bootstrap, in the groups of :data:`MCNEMAR_GROUPS`), in
+    the comparisons' order, Holm within each family."""
+    base = ["family", "model", "setting", "format", "grader", "with_image", "group_by", "group", "a", "b"]
+    idx = sorted(tested)
+    rows = comp.select([*base, "n_cases", "n_trials", "n10", "n01"])[idx].with_columns(pl.Series("_i", idx, pl.Int64))
+    obs, n, p = (list(x) for x in zip(*(tested[i] for i in idx))) if idx else ([], [], [])
+    boot = rows.select([*base, "_i"]).with_columns(
+        pl.Series("n_cases", n, pl.Int64),
+        pl.Series("diff", [round(o / (k * L), DECIMALS) for o, k in zip(obs, n)], pl.Float64),
+        pl.Series("p_value", p, pl.Float64),
+        pl.lit("paired-bootstrap").alias("test"),
+        pl.lit(0).alias("_k"),
+    )
+    mc = rows.filter(pl.col("group_by").is_in(MCNEMAR_GROUPS))
+    counts = list(zip(mc["n10"].to_list(), mc["n01"].to_list(), mc["n_trials"].to_list()))
+    mc = mc.select([*base, "_i"]).with_columns(
+        mc["n_cases"].cast(pl.Int64),
+        pl.Series("diff", [round((x - y) / t, DECIMALS) if t else 0.0 for x, y, t in counts], pl.Float64),
+        pl.Series("p_value", [min(mcnemar_p(x, y), 1.0) for x, y, _ in counts], pl.Float64),
+        pl.lit("mcnemar").alias("test"),
+        pl.lit(1).alias("_k"),
+    )
+    pv = pl.concat([boot, mc]).sort("_i", "_k").drop("_i", "_k")
     return pv.with_columns(pl.Series("p_adjusted", holm(pv, FAMILY))).select(PVALUE_COLUMNS)
 
 
