@@ -30,3 +30,23 @@ select
     sum(n00)::integer as n00
 from query_table(per_case)
 group by all;
+
+-- with_position(cells): the rows of a table of cells (with a setting column) and each setting's position in
+-- setting_order (the order the paired tests list their sides in).
+create macro with_position(cells) as table
+select c.*, o.position from query_table(cells) as c join setting_order as o using (setting);
+
+-- mcnemar_groups(pairs): McNemar's counts of each pair (mcnemar_cases) summed over the cases of each group
+-- (mcnemar_sums): every case (group_by and "group" 'all') and each group of case_membership; the pair's sides a and
+-- b come after the group columns.
+create macro mcnemar_groups(pairs) as table
+with
+per_case as (
+    select * from mcnemar_cases(pairs)
+),
+grouped as (
+    select p.* exclude (a, b), 'all' as group_by, 'all' as "group", p.a, p.b from per_case as p
+    union all
+    select p.* exclude (a, b), m.group_by, m."group", p.a, p.b from per_case as p join case_membership as m using (case_id, with_image)
+)
+select * from mcnemar_sums(grouped);

@@ -10,11 +10,8 @@ case_scores as (
 tested as (
     select grader, setting, format, with_image, a, b from pairs_to_test
 ),
-setting_order as (
-    select setting, position from setting_order
-),
 s as (
-    select cs.*, o.position from case_scores as cs join setting_order as o using (setting)
+    select * from with_position(case_scores)
 ),
 sides as (
     -- each tested pair's two sides, each found by one join of the pairs to the case scores (joining the case scores to
@@ -34,19 +31,8 @@ model_pairs as (
     join sides as y using (a, b, setting, format, grader, with_image, case_id)
     where x.release = x.a and y.release = y.b
 ),
-per_case as (
-    select * from mcnemar_cases(model_pairs)
-),
-membership as (
-    select case_id, with_image, group_by, "group" from case_membership
-),
-grouped as (
-    select p.* exclude (a, b), 'all' as group_by, 'all' as "group", p.a, p.b from per_case as p
-    union all
-    select p.* exclude (a, b), m.group_by, m."group", p.a, p.b from per_case as p join membership as m using (case_id, with_image)
-),
 final as (
-    select * from mcnemar_sums(grouped)
+    select * from mcnemar_groups(model_pairs)
 )
 select * from final
 order by a, b, grader, setting, format, with_image, group_by, "group"

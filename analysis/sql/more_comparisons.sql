@@ -10,11 +10,8 @@ with
 case_scores as (
     select release, grader, setting, format, with_image, case_id, trials_mask, correct_mask from case_scores
 ),
-setting_order as (
-    select setting, position from setting_order
-),
 s as (
-    select cs.*, o.position from case_scores as cs join setting_order as o using (setting)
+    select * from with_position(case_scores)
 ),
 image_cases as (
     select distinct case_id from cases where with_image

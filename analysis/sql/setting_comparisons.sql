@@ -4,14 +4,9 @@
 -- Trials pair on (case, trial): per case, the trials both settings have are matched through the bit masks of
 -- case_scores, then the counts are summed over each group's cases.
 with
-case_scores as (
-    select release, grader, setting, format, with_image, case_id, trials_mask, correct_mask from case_scores
-),
-setting_order as (
-    select setting, position from setting_order
-),
 s as (
-    select cs.*, o.position from case_scores as cs join setting_order as o using (setting)
+    select release, grader, setting, format, with_image, case_id, trials_mask, correct_mask, position
+    from with_position(case_scores)
 ),
 setting_pairs as (
     select
@@ -23,19 +18,8 @@ setting_pairs as (
         on a.release = b.release and a.grader = b.grader and a.format = b.format
         and a.with_image = b.with_image and a.case_id = b.case_id and a.position < b.position
 ),
-per_case as (
-    select * from mcnemar_cases(setting_pairs)
-),
-membership as (
-    select case_id, with_image, group_by, "group" from case_membership
-),
-grouped as (
-    select p.* exclude (a, b), 'all' as group_by, 'all' as "group", p.a, p.b from per_case as p
-    union all
-    select p.* exclude (a, b), m.group_by, m."group", p.a, p.b from per_case as p join membership as m using (case_id, with_image)
-),
 final as (
-    select * from mcnemar_sums(grouped)
+    select * from mcnemar_groups(setting_pairs)
 )
 select * from final
 order by model, format, grader, with_image, group_by, "group", pa, a, b
