@@ -428,7 +428,7 @@ class Kept:
 
 #: Releases computed together by :func:`keep` (in a connection of their own, dropped before the next): memory follows
 #: the batch, not the board.
-KEEP_BATCH = 8
+KEEP_BATCH = 6
 
 
 def _progress(batches: list, n: int):
