@@ -20,9 +20,9 @@ def _analyse(args) -> int:
     family has at most 8 models; on a larger board each model is tested against its neighbours in the ranking and
     against the leader (Holm over exactly those tests), unless --all-pairs. OUT is replaced whole (a failed run leaves the
     previous one as it was); an existing OUT must be an earlier analysis or leaderboard folder. An analysis into the
-    folder of an earlier one reads back, from OUT/.cache, every interval and p-value whose cases and scores are
-    unchanged (and the figures, when no table changed): adding a release computes that release and its pairs, and
-    the output is the same bytes as a full run (--no-cache recomputes everything).
+    folder of an earlier one reads back, from OUT/.cache, every release's case scores and every interval and p-value
+    whose inputs are unchanged (and the figures, when no table changed): adding a release computes that release and
+    its pairs, and the output is the same bytes as a full run (--no-cache recomputes everything).
     """
     from craftmd.atomic import atomic_dir
 
@@ -67,7 +67,7 @@ def register(sub) -> None:
     p.add_argument(
         "--no-cache",
         action="store_true",
-        help="recompute every interval, p-value and figure (default: read back from OUT/.cache what an earlier "
+        help="recompute every case score, interval, p-value and figure (default: read back from OUT/.cache what an earlier "
         "analysis into OUT computed from the same cases and scores; the output is the same bytes either way)",
     )
     p.add_argument(
