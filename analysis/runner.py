@@ -317,19 +317,11 @@ def model_comparisons(con: duckdb.DuckDBPyConnection, kept: Kept) -> None:
     )
     old = kept.read_pairs(set(keys.values()))
     done = set(old["pair_key"].to_list()) if old is not None else set()
-    todo = tested.join(pair_keys.filter(~pl.col("pair_key").is_in(list(done))), on=["a", "b"], how="semi", maintain_order="left")
-    todo_pairs = todo.select("a", "b").unique(maintain_order=True)
-    made = []
-    for start in range(0, max(todo_pairs.height, 1), PAIRS_AT_ONCE):  # a few pairs at a time: memory follows them
-        chunk = todo.join(todo_pairs.slice(start, PAIRS_AT_ONCE), on=["a", "b"], how="semi", maintain_order="left")
-        con.register("pairs_to_test_arrow", chunk.to_arrow())
-        # a table, not the registered frame: DuckDB knows its size and joins the few pairs to the case scores first
-        con.execute("create or replace temp table pairs_to_test as select * from pairs_to_test_arrow")
-        con.unregister("pairs_to_test_arrow")
-        made.append(pl.from_arrow(run(con, "model_comparisons")))
-    new = pl.concat(made).join(pair_keys, on=["a", "b"], how="left", maintain_order="left")
-    if old is not None and old.schema == new.schema:
-        new = pl.concat([old, new])
+    missing = pair_keys.filter(~pl.col("pair_key").is_in(list(done)))
+    new = _count_pairs(con, tested.join(missing, on=["a", "b"], how="semi", maintain_order="left"), pair_keys)
+    if old is not None and old.schema != new.schema:  # kept in another shape: every pair counted again
+        old, done, new = None, set(), _count_pairs(con, tested, pair_keys)
+    new = new if old is None else pl.concat([old, new])
     order = ["a", "b", *family, "group_by", "group"]
     rows = new.sort(order)
     kept.counts["pairs_read_back"] += len(done)
@@ -337,6 +329,23 @@ def model_comparisons(con: duckdb.DuckDBPyConnection, kept: Kept) -> None:
     kept.write_pairs(rows)
     con.register("model_comparisons_kept", rows.drop("pair_key").to_arrow())
     con.execute("create or replace temp view model_comparisons as select * from model_comparisons_kept")
+
+
+def _count_pairs(con: duckdb.DuckDBPyConnection, tested, pair_keys):
+    """``sql/model_comparisons.sql``'s rows for the pairs of ``tested`` (rows of ``sql/tested_pairs.sql``), a few
+    pairs at a time (memory follows them), each row with its pair's key (``pair_keys``)."""
+    import polars as pl
+
+    pairs = tested.select("a", "b").unique(maintain_order=True)
+    made = []
+    for start in range(0, max(pairs.height, 1), PAIRS_AT_ONCE):
+        chunk = tested.join(pairs.slice(start, PAIRS_AT_ONCE), on=["a", "b"], how="semi", maintain_order="left")
+        con.register("pairs_to_test_arrow", chunk.to_arrow())
+        # a table, not the registered frame: DuckDB knows its size and joins the few pairs to the case scores first
+        con.execute("create or replace temp table pairs_to_test as select * from pairs_to_test_arrow")
+        con.unregister("pairs_to_test_arrow")
+        made.append(pl.from_arrow(run(con, "model_comparisons")))
+    return pl.concat(made).join(pair_keys, on=["a", "b"], how="left", maintain_order="left")
 
 
 def _check_trials(con: duckdb.DuckDBPyConnection) -> None:

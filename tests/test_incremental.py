@@ -110,6 +110,8 @@ def test_the_command_reads_the_cache_of_its_own_folder_and_no_cache_recomputes(t
     kept = sorted((out / CACHE / "queries").glob("case_scores-*.parquet"))
     assert len(kept) == 3
     kept[0].write_bytes(kept[0].read_bytes()[:100])  # a kept release's case scores, cut short: made again
+    pairs = out / CACHE / "queries" / "model_pairs.parquet"  # the pairs' counts kept in another shape: counted again
+    pl.read_parquet(pairs).with_columns(pl.col("n_cases").cast(pl.Int64)).write_parquet(pairs)
     (out / "figures" / "settings.png").write_bytes(b"stale")  # figures are read back only when the digest matches...
     (out / CACHE / "figures.sha256").write_text("0" * 64)  # ...which it no longer does
     assert main(argv) == 0
