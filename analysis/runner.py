@@ -76,13 +76,10 @@ def _union(
     return " union all by name ".join(parts) if parts else None
 
 
-def answers_view(con: duckdb.DuckDBPyConnection, releases: list[Release]) -> None:
-    """The ``answers`` view: these releases' answers (:func:`_union`), the tables registered for an earlier one
-    unregistered (their memory given back); none: no rows."""
+def _answers_view(con: duckdb.DuckDBPyConnection, releases: list[Release]) -> None:
+    """The ``answers`` view: these releases' answers (:func:`_union`); none: no rows, in the answers' columns."""
     from craftmd.release import ANSWERS_SCHEMA
 
-    for name in [n for (n,) in con.execute("select view_name from duckdb_views()").fetchall() if n.startswith("answers__")]:
-        con.unregister(name)
     body = _union(con, releases, "answers")
     if body is None:
         con.register("answers__none", ANSWERS_SCHEMA.empty_table().add_column(0, "release", pa.array([], pa.string())))
@@ -143,7 +140,7 @@ def connect(
     con.register("setting_order_arrow", order)
     con.execute("create view setting_order as select * from setting_order_arrow")
     con.execute(f"create view pair_options as select {bool(all_pairs)} as all_pairs, {int(ALL_PAIRS_UP_TO)} as all_pairs_up_to")
-    answers_view(con, releases if answers is None else answers)
+    _answers_view(con, releases if answers is None else answers)
     for table in ("scores", "conversations"):
         body = _union(con, releases, table, scores_columns if table == "scores" else None)
         if body is None and table == "scores":
@@ -229,10 +226,10 @@ def connect_tables(releases: list[Release], tables: dict[str, str]) -> duckdb.Du
 
 
 def run(con: duckdb.DuckDBPyConnection, name: str) -> pa.Table:
-    """Run ``sql/<name>.sql`` and return its result (a :data:`PER_RELEASE` query that :func:`keep` made: its table or
-    view, in the order the query gives)."""
+    """Run ``sql/<name>.sql`` and return its result (a :data:`PER_RELEASE` query that :func:`keep` made: its view, in
+    the order the query gives)."""
     text = sql_text(name)
-    made = "select 1 from duckdb_tables() where table_name = $1 union all select 1 from duckdb_views() where view_name = $1"
+    made = "select 1 from duckdb_views() where view_name = $1"
     if name in PER_RELEASE and con.execute(made, [name]).fetchall():
         text = f"select * from {name} order by {text.rsplit(chr(10) + 'order by ', 1)[1]}"
     try:
@@ -386,12 +383,12 @@ class Kept:
         self.counts = {"read_back": 0, "computed": 0, "pairs_read_back": 0, "pairs_computed": 0}
         self.digests: dict[str, bytes] = {}  # release id -> the digest its files' names carry
 
-    def names(self, con: duckdb.DuckDBPyConnection, releases: list[Release]) -> dict[str, dict[str, str]]:
-        """Query -> release id -> its file's name, for ``releases`` on the board of ``con``."""
-        board = repr(con.execute("describe scores").fetchall()).encode()
+    def names(self, board: list[tuple[str, str]], releases: list[Release]) -> dict[str, dict[str, str]]:
+        """Query -> release id -> its file's name, for ``releases`` on a board of these score columns (name, type)."""
+        columns = repr(board).encode()
         out: dict[str, dict[str, str]] = {}
         for r in releases:
-            h = hashlib.blake2b(self._code_and_data + board, digest_size=16)
+            h = hashlib.blake2b(self._code_and_data + columns, digest_size=16)
             h.update((r.path / "manifest.json").read_bytes())
             self.digests[r.id] = h.digest()
             for name in PER_RELEASE:
@@ -453,8 +450,6 @@ def _progress(batches: list, n: int):
 
 def _readable(path: Path) -> bool:
     """Whether ``path`` is a parquet file whose footer reads (a damaged kept file is computed again, never read)."""
-    import pyarrow.parquet as pq
-
     try:
         return path.is_file() and pq.read_metadata(path).num_columns > 0
     except (pa.ArrowException, OSError):
@@ -490,19 +485,18 @@ def keep(con: duckdb.DuckDBPyConnection, releases: list[Release], dataset_dir: P
     order the whole query gives). A release whose file is missing is computed first, a few releases at a time
     (:data:`KEEP_BATCH`), each batch in a connection of its own that has the whole board's score columns. Returns
     the :class:`Kept`."""
-    cols = {r[0] for r in con.execute("describe scores").fetchall()}
-    names = [n for n in PER_RELEASE if set(_NEEDS.get(n, ())) <= cols]
+    board = [(c, t) for c, t, *_ in con.execute("describe scores").fetchall()]  # the board's score columns
+    names = [n for n in PER_RELEASE if set(_NEEDS.get(n, ())) <= {c for c, _ in board}]
     if kept is None:  # kept for this connection alone, in a temporary folder removed with it
         folder = tempfile.mkdtemp(prefix="craftmd-kept-")
         weakref.finalize(con, shutil.rmtree, folder, True)
         kept = Kept(folder, None, None)
     releases = sorted(releases, key=lambda r: r.id.encode())  # DuckDB's order of text: its bytes
-    files = kept.names(con, releases)
+    files = kept.names(board, releases)
     todo = [r for r in releases if not all(kept.found(files[name][r.id]) for name in names)]
     kept.counts["read_back"] += len(releases) - len(todo)
     kept.counts["computed"] += len(todo)
     kept.out.mkdir(parents=True, exist_ok=True)
-    board = [(c, t) for c, t, *_ in con.execute("describe scores").fetchall()]
     batches = [todo[i : i + KEEP_BATCH] for i in range(0, len(todo), KEEP_BATCH)]
     for batch in _progress(batches, len(todo)):  # a few releases at a time, each batch in a connection of its own
         part = connect(batch, dataset_dir, scores_columns=board)

@@ -307,9 +307,9 @@ def holm(pv: pl.DataFrame, family: list[str]) -> np.ndarray:
 
 
 def holm_of(families: list[np.ndarray]) -> list[np.ndarray]:
-    """statsmodels' Holm-adjusted p-values of each family of p-values. statsmodels calls gc.collect() on every call; freezing the objects that already exist (the families too: made after
-    the freeze, every collection would walk them) keeps each of those collections cheap (seconds -> milliseconds on a
-    large board)."""
+    """statsmodels' Holm-adjusted p-values of each family of p-values. statsmodels calls gc.collect() on every call;
+    freezing the objects that already exist (the families too: made after the freeze, every collection would walk
+    them) keeps each of those collections cheap (seconds -> milliseconds on a large board)."""
     gc.freeze()
     try:
         return [multipletests(p, method="holm")[1] for p in families]
