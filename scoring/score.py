@@ -178,10 +178,11 @@ def claim_lines(report: dict) -> list[str]:
 
 def outcomes(release_dir: Path | str, written: list[str]) -> dict[str, dict]:
     """Per scorer name among ``written`` (as the scores table has them): ``scored`` (status ok), ``failed`` (status
-    error) and ``reasons`` (each failure's reason, counted)."""
+    error), ``reasons`` (each failure's reason, counted) and, for a scorer whose record counts the answers it ``asked``
+    a model about (an LLM grader: a missing answer is scored without a call), ``answered``: those the model answered."""
     import polars as pl
 
-    table = read_release(release_dir).scores_with_records()[0] if written else None
+    table, records = read_release(release_dir).scores_with_records() if written else (None, {})
     if table is None:
         return {}
     df = pl.from_arrow(table.select(["scorer", "status", "detail"])).filter(pl.col("scorer").is_in(written))
@@ -198,6 +199,10 @@ def outcomes(release_dir: Path | str, written: list[str]) -> dict[str, dict]:
             reason = row["detail"]
         reason = str(reason or "no reason given")[:200]
         o["reasons"][reason] = o["reasons"].get(reason, 0) + 1
+    for name, o in out.items():
+        rec = records.get(name) or {}
+        if isinstance(rec.get("asked"), int):
+            o["answered"] = rec["asked"] - int(rec.get("failures") or 0)
     return out
 
 

@@ -402,10 +402,23 @@ class LLM(Scorer):
         self.model = parse_grader_name(name)
 
     def identity(self) -> dict:
-        """The model, its prompts and sampling: a release graded with them, no call failed, is current."""
+        """The model, its prompts and sampling (the default prompt set): a release graded with them, no call failed, is
+        current."""
         from craftmd.scoring.llm_grader import grader_record
 
         return grader_record(self.model)
+
+    @staticmethod
+    def prompt_set(ctx: Context) -> str:
+        """The grader's prompt set: the option ``grader_prompts`` (``craftmd score --grader-prompts``), else the default."""
+        from craftmd.scoring.llm_grader import PROMPT_SET, check_prompt_set
+
+        return check_prompt_set(ctx.options.get("grader_prompts") or PROMPT_SET)
+
+    def expected(self, release, ctx):
+        from craftmd.scoring.llm_grader import grader_record
+
+        return {self.name: grader_record(self.model, self.prompt_set(ctx))}
 
     def check(self, release, ctx):
         if self_graders(release.manifest, [self.name]) and not ctx.allow_self:
@@ -425,15 +438,23 @@ class LLM(Scorer):
         """The grades, and what the record adds: the model's record, where it was called, the counts."""
         from craftmd.scoring.llm_grader import LLMGrader
 
-        lg = LLMGrader(self.model, base_url=ctx.base_url, cache=ctx.cache)
-        pairs = [(row["response"], ctx.cases[(row["case_id"], row["with_image"])][1]) for row in rows]
+        retries = ctx.options.get("max_retries")
+        lg = LLMGrader(
+            self.model,
+            base_url=ctx.base_url,
+            cache=ctx.cache,
+            max_retries=6 if retries is None else retries,
+            prompt_set=self.prompt_set(ctx),
+        )
+        pairs = [(row["response"], lg.answer_key(*ctx.cases[(row["case_id"], row["with_image"])][1:])) for row in rows]
         results = lg.grade_many(pairs, progress=ctx.progress)
         for row, r in zip(rows, results):
             out.add(row, self.name, llm_verdict(r))
         record = lg.record()
         if ctx.base_url or lg.server.get("service"):  # where it was called: a public URL, never a user:password or query
             record.update({k: v for k, v in lg.server.items() if v is not None})
-        return dict(record, graded=len(rows), failures=sum(r.failed for r in results))
+        asked = sum(map(lg.asks, (p[0] for p in pairs)))  # answers sent to the model (the others need no call)
+        return dict(record, graded=len(rows), asked=asked, failures=sum(r.failed for r in results))
 
 
 class Recorded(Scorer):

@@ -62,7 +62,7 @@ def _score(args) -> int:
         check_base_url(args.base_url)
     if args.scorer:
         check_scorers(args.scorer)
-    options = dict(judge_options(args), workers=args.workers, max_tokens=args.max_tokens)
+    options = dict(judge_options(args), workers=args.workers, max_tokens=args.max_tokens, grader_prompts=args.grader_prompts)
     given = keywords(args, "force", "estimate", "base_url", "cache", "allow_self")
     reports = [
         score_release(release, args.dataset, args.scorer, progress=not args.quiet, options=options, **given)
@@ -141,13 +141,18 @@ def check_outcomes(reports: list[dict]) -> None:
                 f"{r['release']}: {name}: {o['scored']} scored, {o['failed']} failed (mostly {dominant_reason(o['reasons'])})",
                 file=sys.stderr,
             )
-            if not o["scored"]:
+            if not o["scored"] or o.get("answered") == 0:  # a grader's answers that need no call are no success
                 empty.append((r["release"], name, o))
     if empty:
         release, name, o = empty[0]
         more = f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""
+        what = (
+            f"all {o['failed']} scores failed"
+            if not o["scored"]
+            else f"the model answered none of the {o['failed']} answers it was asked about"
+        )
         raise CraftMDError(
-            f"nothing scored: {name} on {release}: all {o['failed']} scores failed{more}, mostly "
+            f"nothing scored: {name} on {release}: {what}{more}, mostly "
             f"{dominant_reason(o['reasons'])}; the failures are written with their reasons"
         )
 
@@ -155,6 +160,7 @@ def check_outcomes(reports: list[dict]) -> None:
 def register(sub) -> None:
     """Add ``craftmd score`` to the `craftmd` parser."""
     from craftmd.scoring.judge import DISCUSSION_TOKENS
+    from craftmd.scoring.llm_grader import PROMPT_SET, PROMPT_SETS
 
     p = command(sub, "score", _score)
     p.add_argument("release", nargs="*", metavar="RELEASE", help="release folder(s)")
@@ -178,6 +184,13 @@ def register(sub) -> None:
         action="store_true",
         help="print the calls (expected and at most), tokens and cost the judges would need, as a table, and send nothing "
         "(a judge a run would refuse, such as one of the doctor's own family, is estimated and the refusal named)",
+    )
+    p.add_argument(
+        "--grader-prompts",
+        choices=PROMPT_SETS,
+        default=PROMPT_SET,
+        help=f"the llm: graders' prompt set (default {PROMPT_SET}: upstream's two requests, read from the pinned code, "
+        "as the recorded upstream-gpt4 labels were made; grader-v1: the package's own wording)",
     )
     p.add_argument("--workers", type=int, default=None, help="worker processes of the history metrics (default: up to 2)")
     add_judge_arguments(p)
