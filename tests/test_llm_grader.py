@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from loopback import LoopbackServer, text_of  # noqa: E402
 
 GRADER = "llm:openai/loopback"
+#: The package's own wording (the default is upstream's protocol: tests/test_grader_upstream.py).
+OWN = {"options": {"grader_prompts": "grader-v1"}}
 
 
 class GraderResponder:
@@ -101,16 +103,20 @@ def test_llm_grader_on_recorded_answers(small_release, dataset_dir, tmp_path):
     frozen = _frozen(small_release)
     with LoopbackServer(responder) as server:
         score_release(
-            small_release, dataset_dir, [GRADER, "offline"], base_url=server.base_url, cache=cache, progress=False, force=True
+            small_release, dataset_dir, [GRADER, "offline"], base_url=server.base_url, cache=cache, progress=False, force=True, **OWN
         )
         first_calls, url = server.calls, server.base_url
         # The grader's record is current (same model, prompts, sampling and answers, no failed call): nothing to do.
         before = (small_release / "scores.parquet").read_bytes()
-        assert stale(small_release, dataset_dir, [GRADER, "offline"]) == []
+        assert stale(small_release, dataset_dir, [GRADER, "offline"], **OWN) == []
+        # Another prompt set (the default) would grade again.
+        assert stale(small_release, dataset_dir, [GRADER, "offline"]) == [GRADER]
         # Forced, a second run answers from the cache: no new calls, same bytes. (Same server: the LLM
         # grader's record keeps the base_url it was called at.)
         server.reset_counters()
-        score_release(small_release, dataset_dir, [GRADER], base_url=server.base_url, cache=cache, progress=False, force=True)
+        score_release(
+            small_release, dataset_dir, [GRADER], base_url=server.base_url, cache=cache, progress=False, force=True, **OWN
+        )
         assert server.calls == 0
     assert (small_release / "scores.parquet").read_bytes() == before
     assert _frozen(small_release) == frozen  # grading writes scores.parquet beside the release, nothing else
@@ -149,9 +155,9 @@ def test_llm_grader_survives_server_faults(small_release, dataset_dir, tmp_path)
     shutil.copytree(small_release, clean)
     shutil.copytree(small_release, flaky)
     with LoopbackServer(GraderResponder()) as server:
-        score_release(clean, dataset_dir, [GRADER], base_url=server.base_url, progress=False, force=True)
+        score_release(clean, dataset_dir, [GRADER], base_url=server.base_url, progress=False, force=True, **OWN)
     with LoopbackServer(GraderResponder(), error_rate=0.2, error_kinds=("429", "500")) as server:
-        score_release(flaky, dataset_dir, [GRADER], base_url=server.base_url, progress=False, force=True)
+        score_release(flaky, dataset_dir, [GRADER], base_url=server.base_url, progress=False, force=True, **OWN)
         assert sum(server.faults.values()) > 0
     a = read_release(clean).verdicts(grader=GRADER)
     b = read_release(flaky).verdicts(grader=GRADER)
