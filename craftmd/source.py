@@ -35,19 +35,20 @@ UPSTREAM_URL = "https://github.com/rajpurkarlab/craft-md/archive/{commit}.tar.gz
 ENV_VAR = "CRAFTMD_SOURCE"
 
 
-def _pin_path(commit: str) -> Path:
+def _pin_path(commit: str, part: str = "") -> Path:
     # Installed (non-editable) copies carry the pin as package data.
-    here = PIN_DIR / f"{commit}.sha256"
+    name = f"{commit}.{part}.sha256" if part else f"{commit}.sha256"
+    here = PIN_DIR / name
     if here.exists():
         return here
     from importlib import resources
 
-    return Path(str(resources.files("craftmd.dataset_builder") / "pin" / f"{commit}.sha256"))
+    return Path(str(resources.files("craftmd.dataset_builder") / "pin" / name))
 
 
-def load_pin(commit: str = PINNED_COMMIT) -> dict[str, str]:
-    """Path -> sha256 for every pinned file of ``commit``."""
-    path = _pin_path(commit)
+def load_pin(commit: str = PINNED_COMMIT, part: str = "") -> dict[str, str]:
+    """Path -> sha256 for every pinned file of ``commit`` (``part="code"``: its code files, pinned apart)."""
+    path = _pin_path(commit, part)
     if not path.exists():
         raise CraftMDError(f"no pin manifest for commit {commit} at {path}")
     pin: dict[str, str] = {}
@@ -72,6 +73,20 @@ def default_location() -> str:
         if cand.exists():
             return str(cand)
     return UPSTREAM_URL.format(commit=PINNED_COMMIT)
+
+
+def code_location(location: str | os.PathLike | None = None, commit: str = PINNED_COMMIT) -> str:
+    """Where the code files of ``commit`` are read from, given the data source's ``location`` (default as
+    :func:`default_location`): the code archive ``craft-md-code-<commit>.tgz`` beside a data archive or folder when
+    there is one, else the location itself (upstream's own archive of the commit holds ``src/`` beside ``data/``)."""
+    loc = str(location) if location is not None else default_location()
+    if loc.startswith(("http://", "https://")):
+        return loc
+    path = Path(loc).expanduser()
+    if path.is_dir() and ((path / "src").is_dir() or any(path.glob("*/src"))):
+        return loc
+    beside = path.parent / f"craft-md-code-{commit}.tgz"
+    return str(beside) if beside.exists() else loc
 
 
 def cache_dir() -> Path:
@@ -114,10 +129,10 @@ class Source:
     naming it.
     """
 
-    def __init__(self, location: str | os.PathLike | None = None, commit: str = PINNED_COMMIT):
+    def __init__(self, location: str | os.PathLike | None = None, commit: str = PINNED_COMMIT, part: str = ""):
         self.commit = commit
         self.location = str(location) if location is not None else default_location()
-        self.pin = load_pin(commit)
+        self.pin = load_pin(commit, part)
         loc = self.location
         if loc.startswith(("http://", "https://")):
             self.path = _download(loc)
@@ -202,10 +217,11 @@ class Source:
             raise CraftMDError(f"source {self.location}: unreadable archive ({msg})") from None
 
     def _dir_root(self) -> Path:
-        # Either the unpacked top folder itself, or a folder holding it.
-        if (self.path / "data").is_dir():
+        # Either the unpacked top folder itself, or a folder holding it (found by the pinned files' top folder).
+        top = min(p.split("/", 1)[0] for p in self.pin if "/" in p)
+        if (self.path / top).is_dir():
             return self.path
-        subs = [p for p in self.path.iterdir() if p.is_dir() and (p / "data").is_dir()]
+        subs = [p for p in self.path.iterdir() if p.is_dir() and (p / top).is_dir()]
         if len(subs) == 1:
             return subs[0]
         raise CraftMDError(f"source {self.location}: no CRAFT-MD release folder inside")
@@ -224,4 +240,4 @@ def write_pin(unpacked: Path, commit: str, dest: Path) -> int:
     return len(lines)
 
 
-__all__ = ["Source", "SourceFile", "load_pin", "default_location", "PINNED_COMMIT"]
+__all__ = ["Source", "SourceFile", "load_pin", "default_location", "code_location", "PINNED_COMMIT"]
