@@ -103,8 +103,9 @@ def replayed(releases_dir, dataset_dir, tmp_path_factory):
         rel = subset(releases_dir / model, tmp_path_factory.mktemp("replay") / model, sorted(set(cases)))
         rows = rows.filter(pl.col("case_id").is_in(cases))
         responder = RecordedGraderAI(rows)
+        cache = tmp_path_factory.mktemp("cache") / "requests.sqlite"
         with LoopbackServer(responder) as server:
-            score_release(rel, dataset_dir, [GRADER], base_url=server.base_url, progress=False, force=True)
+            score_release(rel, dataset_dir, [GRADER], base_url=server.base_url, cache=cache, progress=False, force=True)
             calls = server.calls
         mine = read_release(rel).verdicts(grader=GRADER).select(*KEY, "resolved", "resolved_kind", "correct", "detail", "status")
         recorded = read_release(rel).verdicts(grader="upstream-gpt4").select(*KEY, "resolved", "resolved_kind", "correct")
@@ -128,10 +129,13 @@ def test_the_grader_sends_upstreams_messages_and_reproduces_the_recorded_labels(
     for model, r in replayed.items():
         rows, responder = r["rows"], r["responder"]
         assert responder.unexpected == []  # every request: one system message, upstream's prompt for a recorded answer
-        asked = rows.filter(pl.col("response").is_not_null()).select("response", "key").unique()
-        # One extraction and one evaluation per distinct (answer, correct answer), each answered Yes / No at once:
-        # upstream's two requests, no more; none for an answer upstream did not grade.
-        assert r["calls"] == 2 * asked.height == sum(responder.asked.values())
+        # Upstream's two requests for each answer, each answered Yes / No at once (no retry), each distinct request
+        # sent once (the request cache); none for an answer upstream did not grade.
+        expected = set()
+        for response, key in rows.filter(pl.col("response").is_not_null()).select("response", "key").iter_rows():
+            extracted = responder.replies[extract_prompt(response)].lower()
+            expected |= {extract_prompt(response), evaluate_prompt(key, extracted)}
+        assert set(responder.asked) == expected and r["calls"] == len(expected) == sum(responder.asked.values())
         assert (rows["status_right"] == "ok").all()
         for row in rows.iter_rows(named=True):
             detail = json.loads(row["detail"])
@@ -221,3 +225,28 @@ def test_none_and_multiple_are_evaluated_as_upstream_does():
     assert [m[0]["role"] for m in sent] == ["system", "system"]
     assert sent[1][0]["content"] == evaluate_prompt("eczema", "multiple")
     assert (g.resolved, g.resolved_kind, g.correct) == (None, "multiple", False)
+
+
+def test_score_exits_non_zero_when_the_graders_model_answered_nothing(releases_dir, dataset_dir, tmp_path, capsys):
+    """Issue 48: a grader that got nothing but HTTP 500 exited 0, its missing answers (scored without a call) counted as
+    scored. Now: exit 2, one line, and every failure written with its reason."""
+    from craftmd.commands.cli import main
+
+    rows = recorded_rows(releases_dir / "gpt3_1106", dataset_dir)
+    missing = rows.filter(pl.col("response").is_null())["case_id"][0]
+    rel = subset(releases_dir / "gpt3_1106", tmp_path / "rel", ["case_1", missing])
+    argv = ["score", str(rel), "--dataset", str(dataset_dir), "--scorer", GRADER, "--cache", str(tmp_path / "c.sqlite")]
+    with LoopbackServer(lambda req: "yes", error_rate=1.0, error_kinds=("500",)) as server:
+        assert main([*argv, "--base-url", server.base_url, "--max-retries", "0", "--quiet"]) == 2
+        assert server.calls > 0
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("craftmd score: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"craftmd score: error: nothing scored: {GRADER} on {rel}: the model answered none")
+    assert "HTTP 500" in lines[0]
+    v = read_release(rel).verdicts(grader=GRADER)
+    asked = v.filter(pl.col("status") == "error")
+    assert asked.height == rows.filter(pl.col("case_id").is_in(["case_1", missing]), pl.col("response").is_not_null()).height
+    assert v.filter(pl.col("status") == "ok")["detail"].str.contains('"attempts": 0').all()  # the missing answers only
+    with LoopbackServer(lambda req: "Yes" if "Query Diagnosis" in req["messages"][0]["content"] else "psoriasis") as server:
+        assert main([*argv, "--base-url", server.base_url, "--quiet"]) == 0  # the server is back: graded

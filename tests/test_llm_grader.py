@@ -103,7 +103,14 @@ def test_llm_grader_on_recorded_answers(small_release, dataset_dir, tmp_path):
     frozen = _frozen(small_release)
     with LoopbackServer(responder) as server:
         score_release(
-            small_release, dataset_dir, [GRADER, "offline"], base_url=server.base_url, cache=cache, progress=False, force=True, **OWN
+            small_release,
+            dataset_dir,
+            [GRADER, "offline"],
+            base_url=server.base_url,
+            cache=cache,
+            progress=False,
+            force=True,
+            **OWN,
         )
         first_calls, url = server.calls, server.base_url
         # The grader's record is current (same model, prompts, sampling and answers, no failed call): nothing to do.

@@ -182,6 +182,7 @@ def test_write_scores_replaces_only_the_named_scorers(tmp_path):
 
 # -- (4) and (5): an LLM grader against the loopback server ----------------------------------------
 GRADER = "llm:openai/loopback"
+OWN = {"grader_prompts": "grader-v1"}  # the Responder speaks the package's own grader wording
 CASES = 4
 FAIL = "**Final Diagnosis:**"  # answers written this way make the grader's server fail (HTTP 400)
 
@@ -245,8 +246,9 @@ def test_an_llm_grader_never_grades_its_own_model_unless_allowed(llm_release, da
         assert "would grade its own model" in capsys.readouterr().err
         assert server.calls == 0 and not (path / "scores.parquet").exists()  # refused before any call or write
         score_release(
-            path, dataset_dir, ["offline", GRADER], base_url=server.base_url, progress=False, allow_self=True, force=True
-        )
+            path, dataset_dir, ["offline", GRADER], base_url=server.base_url, progress=False, allow_self=True, force=True,
+            options=OWN,
+        )  # fmt: skip
         assert server.calls > 0
     rec = read_release(path).scorer_records()
     assert rec[GRADER]["self_graded"] is True and "self_graded" not in rec["offline"]
@@ -256,7 +258,7 @@ def test_an_llm_grader_never_grades_its_own_model_unless_allowed(llm_release, da
     # The command line's --allow-self does the same.
     with LoopbackServer(Responder()) as server:
         assert main(["score", str(path), "--data", str(dataset_dir), "--scorer", GRADER, "--base-url", server.base_url,
-                     "--allow-self", "--quiet"]) == 0  # fmt: skip
+                     "--allow-self", "--grader-prompts", "grader-v1", "--quiet"]) == 0  # fmt: skip
     assert read_release(path).scorer_records()[GRADER]["self_graded"] is True
 
 
@@ -271,7 +273,9 @@ def test_a_failed_grader_call_is_no_verdict_and_analysis_leaves_it_out(llm_relea
 
     path, cases = llm_release
     with LoopbackServer(Responder()) as server:
-        score_release(path, dataset_dir, [GRADER], base_url=server.base_url, progress=False, allow_self=True, force=True)
+        score_release(
+            path, dataset_dir, [GRADER], base_url=server.base_url, progress=False, allow_self=True, force=True, options=OWN
+        )
     rel = read_release(path)
     v = rel.verdicts(grader=GRADER).sort("case_id", "trial")
     assert v.height == CASES * 2

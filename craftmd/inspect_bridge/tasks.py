@@ -325,7 +325,9 @@ async def _grade(run: Run, grader, name: str, rows: list[dict], out) -> tuple[di
 
     failures = 0
     for row in rows:
-        r = await grader.grade_one(row["response"], run.context.cases[(row["case_id"], row["with_image"])][1])
+        r = await grader.grade_one(
+            row["response"], grader.answer_key(*run.context.cases[(row["case_id"], row["with_image"])][1:])
+        )
         out.add(row, name, llm_verdict(r))
         failures += r.failed
     return {"graded": len(rows), "failures": failures}, grader.record()
