@@ -41,6 +41,14 @@ from craftmd.text import similarity  # noqa: F401  (MELD's similarity, shared wi
 #   are 1.0. A failed request (status != ok) has no similarity and is never flagged; it
 #   is counted as failed in the summary.
 #
+# * **prompt set** ``meld-upstream-3bb2737`` (default): upstream's ``get_meld_prompt(first_half, word_count)`` rendered
+#   from the pinned code (:mod:`craftmd.upstream_prompts`, ``src/meld_distance.py`` sends it as one system message);
+#   ``meld-v1``: the package's file ``prompts/meld.txt`` (the paper's printed wording). Recorded by name and sha256.
+#   Upstream's computation is the one above but for three things the package keeps on purpose: upstream stores the
+#   distance (``meld_score``), the package its complement; upstream scores a failed request 0 (a perfect match), the
+#   package leaves it without a value; upstream halved the CSV's ``case_vignette`` (question included) of the
+#   dermatology cases and the MedQA cases asking for a diagnosis, the package the benchmark's vignettes of ``configs``.
+#
 # The text halved is the dataset's ``vignette`` column (the question sentence removed, as
 # the benchmark shows it), of the per-source configs (``medqa_usmle``, ``derm_public``,
 # ``derm_private``) unless ``configs`` says otherwise. The prompt is sent as a single
@@ -61,6 +69,11 @@ from craftmd.text import similarity  # noqa: F401  (MELD's similarity, shared wi
 # adds to that release's ``scores.parquet``; current while the model, prompt, sampling, rule and dataset are unchanged.
 
 PROMPT_FILE = Path(__file__).resolve().parent / "prompts" / "meld.txt"
+UPSTREAM = "meld-upstream-3bb2737"
+OWN = "meld-v1"
+PROMPT_SETS = (UPSTREAM, OWN)
+PROMPT_SET = UPSTREAM  # the default
+UPSTREAM_FUNCTION = "get_meld_prompt"
 THRESHOLD = 0.95
 SPLITS = ("chars", "words")
 #: The per-source configs; ``all`` would repeat them.
@@ -108,7 +121,35 @@ def prompt_sha256() -> str:
 
 
 def meld_prompt(first_half: str, word_count: int, template: str | None = None) -> str:
+    """The ``meld-v1`` prompt (the package's file, or ``template``)."""
     return (template or prompt_template()).format(word_count=word_count, first_half=first_half)
+
+
+def check_prompt_set(name: str) -> str:
+    if name not in PROMPT_SETS:
+        raise CraftMDError(f"unknown MELD prompt set {name!r}; use one of {', '.join(PROMPT_SETS)}")
+    return name
+
+
+def renderer(prompt_set: str = PROMPT_SET):
+    """``(first_half, word_count) -> prompt`` of a prompt set."""
+    if check_prompt_set(prompt_set) == UPSTREAM:
+        from craftmd.upstream_prompts import upstream_prompt
+
+        return lambda first_half, word_count: upstream_prompt(UPSTREAM_FUNCTION, first_half, word_count)
+    template = prompt_template()
+    return lambda first_half, word_count: meld_prompt(first_half, word_count, template)
+
+
+def prompt_record(prompt_set: str = PROMPT_SET, role: str = "system") -> dict:
+    """What a run records about its prompt: the set's name, where it is read from, its sha256, the role it is sent as."""
+    if check_prompt_set(prompt_set) == UPSTREAM:
+        from craftmd.upstream_prompts import upstream_prompts_sha256
+
+        where = {"function": f"src/prompts.py:{UPSTREAM_FUNCTION}", "sha256": upstream_prompts_sha256([UPSTREAM_FUNCTION])}
+    else:
+        where = {"file": "scoring/prompts/meld.txt", "sha256": prompt_sha256()}
+    return {"name": prompt_set, **where, "role": role}
 
 
 @dataclass(frozen=True)
@@ -119,8 +160,9 @@ class MeldCase:
     second_half: str
     word_count: int
 
-    def messages(self, template: str, role: str = "system") -> list[dict]:
-        return [{"role": role, "content": meld_prompt(self.first_half, self.word_count, template)}]
+    def messages(self, render, role: str = "system") -> list[dict]:
+        """The request: ``render`` (:func:`renderer`) of the first half, as one message of ``role``."""
+        return [{"role": role, "content": render(self.first_half, self.word_count)}]
 
 
 def meld_cases(
@@ -168,14 +210,14 @@ def meld_cases(
 
 
 # -- running ----------------------------------------------------------------------
-async def _complete_all(caller, cases: list[MeldCase], template: str, sampling, role: str, progress: bool):
+async def _complete_all(caller, cases: list[MeldCase], render, sampling, role: str, progress: bool):
     from tqdm import tqdm
 
     bar = tqdm(total=len(cases), desc="meld", unit="case", disable=not progress, file=None)
 
     async def one(c: MeldCase):
         try:
-            return await caller(c.messages(template, role), sampling)
+            return await caller(c.messages(render, role), sampling)
         finally:
             bar.update(1)
 
@@ -331,6 +373,7 @@ def meld(
     concurrency: int = 8,
     threshold: float = THRESHOLD,
     progress: bool = True,
+    prompt_set: str = PROMPT_SET,
 ) -> tuple[pl.DataFrame, dict]:
     """MELD of ``model`` over the dataset: one row per case (its halves, the completion, similarity, flag) and the run's
     summary (settings, prompt, dataset hashes, figures). Writes nothing (:func:`run_meld` and the ``meld`` scorer do)."""
@@ -342,7 +385,7 @@ def meld(
     if not 0.0 < threshold <= 1.0:
         raise CraftMDError(f"threshold {threshold} must be in (0, 1]")
     todo = meld_cases(dataset_dir, tuple(configs), cases, limit, split)
-    template = prompt_template()
+    render = renderer(prompt_set)
     sampling = Sampling(temperature=temperature, top_p=1.0, max_tokens=max_tokens, seed=seed)
     conn = Connections(CallSettings(base_url=base_url, api_key=api_key, concurrency=concurrency, cache=cache), [model])
     caller = conn.caller(model)
@@ -350,10 +393,12 @@ def meld(
     async def go():
         async with conn:
             await conn.check()
-            return await _complete_all(caller, todo, template, sampling, role, progress)
+            return await _complete_all(caller, todo, render, sampling, role, progress)
 
     table = _case_rows(todo, asyncio.run(go()), threshold)
-    summary = _summary(dataset_dir, conn.model(model).name, tuple(configs), role, sampling, split, threshold, table)
+    summary = _summary(
+        dataset_dir, conn.model(model).name, tuple(configs), prompt_record(prompt_set, role), sampling, split, threshold, table
+    )
     if progress:  # counters differ between a fresh run and a cached rerun, so they stay out of summary.json
         counts = ", ".join(
             f"{k} {getattr(caller, k)}" for k in ("calls", "cache_hits", "retries", "failures", "tokens_in", "tokens_out")
@@ -384,13 +429,13 @@ def _case_rows(todo: list[MeldCase], completions: list, threshold: float) -> pl.
 
 
 def _summary(
-    dataset_dir, model: str, configs: tuple[str, ...], role: str, sampling, split: str, threshold: float, table: pl.DataFrame
+    dataset_dir, model: str, configs: tuple[str, ...], prompt: dict, sampling, split: str, threshold: float, table: pl.DataFrame
 ) -> dict:
     from craftmd.dataset import config_file, file_sha256
 
     return {
         "model": model,
-        "prompt": {"file": "scoring/prompts/meld.txt", "sha256": prompt_sha256(), "role": role},
+        "prompt": prompt,
         "sampling": sampling.to_dict(),
         "dataset": {c: file_sha256(config_file(dataset_dir, c)) for c in configs},
         "split": split,
@@ -418,6 +463,7 @@ def read_summary(meld_dir: Path | str) -> dict:
 
 
 __all__ = [
-    "THRESHOLD", "count_words", "split_halves", "similarity", "meld_prompt", "meld_cases",
+    "THRESHOLD", "count_words", "split_halves", "similarity", "meld_prompt", "meld_cases", "renderer", "prompt_record",
+    "PROMPT_SETS", "PROMPT_SET",
     "run_meld", "meld", "scorer_record", "summarise", "plot_histogram",
 ]  # fmt: skip

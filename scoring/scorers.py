@@ -643,6 +643,8 @@ class Meld(Scorer):
         return (release.manifest.roles.get("doctor") or {}).get("model") or release.manifest.model
 
     def settings(self, release, ctx: Context) -> dict:
+        from craftmd.scoring.meld import PROMPT_SET, check_prompt_set
+
         o = ctx.options
         return dict(
             temperature=o.get("temperature", 0.0),
@@ -650,6 +652,7 @@ class Meld(Scorer):
             seed=o.get("seed", 0),
             concurrency=o.get("concurrency", 8),
             cases=o.get("cases"),
+            prompt_set=check_prompt_set(o.get("meld_prompts") or PROMPT_SET),
         )
 
     def configs(self, ctx: Context) -> tuple[str, ...]:
@@ -661,13 +664,13 @@ class Meld(Scorer):
 
     def expected(self, release, ctx):
         from craftmd.models import Sampling
-        from craftmd.scoring.meld import SIMILARITY_DEFINITION, THRESHOLD, prompt_sha256
+        from craftmd.scoring.meld import SIMILARITY_DEFINITION, THRESHOLD, prompt_record
 
         s = self.settings(release, ctx)
         sampling = Sampling(temperature=s["temperature"], top_p=1.0, max_tokens=s["max_tokens"], seed=s["seed"]).to_dict()
         return {
             self.name: {
-                "prompt": {"file": "scoring/prompts/meld.txt", "sha256": prompt_sha256(), "role": "system"},
+                "prompt": prompt_record(s["prompt_set"]),
                 "sampling": sampling,
                 "split": "chars",
                 "similarity": SIMILARITY_DEFINITION,
@@ -700,6 +703,7 @@ class Meld(Scorer):
             seed=s["seed"],
             concurrency=s["concurrency"],
             progress=ctx.progress,
+            prompt_set=s["prompt_set"],
         )
         record = scorer_record(summary)
         record.pop("dataset")

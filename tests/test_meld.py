@@ -15,6 +15,7 @@ import pytest
 from craftmd import CraftMDError
 from craftmd.commands.cli import main as cli_main
 from craftmd.scoring import meld
+from craftmd.upstream_prompts import upstream_prompt, upstream_prompts_sha256
 
 sys.path.insert(0, str(Path(__file__).parent))
 from loopback import LoopbackServer  # noqa: E402
@@ -85,7 +86,11 @@ def test_halves_of_real_vignettes_rejoin_and_the_prompt_names_the_word_count(min
         assert c.word_count == len(c.first_half.split())
         # the halves are within one word of the character midpoint
         assert abs(len(c.first_half) - len(v) / 2) <= max(len(w) for w in v.split()) + 1
-        prompt = c.messages(meld.prompt_template())[0]
+        prompt = c.messages(meld.renderer())[0]
+        # The default: upstream's get_meld_prompt, rendered from the pinned code. The package's own file (meld-v1)
+        # holds the wording the paper prints, which is upstream's to the byte.
+        assert prompt["content"] == upstream_prompt("get_meld_prompt", c.first_half, c.word_count)
+        assert c.messages(meld.renderer("meld-v1"), "user")[0] == dict(prompt, role="user")
         assert prompt["role"] == "system"
         assert f"Generate only {c.word_count} words." in prompt["content"]
         assert prompt["content"].endswith(f"**Case Vignette**: {c.first_half}")
@@ -109,7 +114,8 @@ def test_a_model_that_recites_the_second_half_is_flagged_on_every_case(mini_data
     summary = json.loads((out / "summary.json").read_text())
     assert summary["configs"]["derm_public"]["share_flagged"] == 1.0
     assert summary["overall"]["n_flagged"] == 8
-    assert summary["prompt"]["sha256"] == meld.prompt_sha256()
+    assert summary["prompt"]["name"] == "meld-upstream-3bb2737" == meld.PROMPT_SET
+    assert summary["prompt"]["sha256"] == upstream_prompts_sha256(["get_meld_prompt"]) and summary["prompt"]["role"] == "system"
     assert (out / "similarity_hist.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     from craftmd.analysis.meld import meld_audit
 
@@ -235,6 +241,13 @@ def test_meld_is_a_case_scorer_of_the_release_own_model(mini_dataset, tmp_path, 
     rec = records["meld"]
     assert rec["model"] == MODEL and rec["threshold"] == meld.THRESHOLD and rec["failures"] == 0
     assert rec["inputs"]["model"] == MODEL and rec["inputs"]["cases"] == ["case_1", "case_200"]
+    assert rec["prompt"] == meld.prompt_record("meld-upstream-3bb2737")  # the default set, by name and sha256
+    # The package's own wording, by name: another prompt record, so the scores are made again (the cache answers).
+    with LoopbackServer(lambda r: truth[first_half_of(r)]) as server:
+        assert cli_main([*argv, "--base-url", server.base_url, "--meld-prompts", "meld-v1"]) == 0
+        assert json.loads(capsys.readouterr().out)["scored"] == ["meld"]
+    rec = read_release(rel).scorer_records()["meld"]
+    assert rec["prompt"]["name"] == "meld-v1" and rec["prompt"]["sha256"] == meld.prompt_sha256()
 
 
 def test_the_meld_scorer_is_craftmd_meld_s_run_and_writes_nothing(mini_dataset, tmp_path, monkeypatch):

@@ -22,8 +22,8 @@ from craftmd.commands.cli import (
 def _meld(args: argparse.Namespace) -> int:
     """contamination check (MELD): can a model write the second half of each vignette?
 
-    For each case, give the model the first half of the vignette with the paper's MELD prompt
-    (scoring/prompts/meld.txt) and compare its completion with the true second half: similarity = 1 -
+    For each case, give the model the first half of the vignette with the MELD prompt (--prompts: upstream's
+    get_meld_prompt read from the pinned code, or meld-v1, scoring/prompts/meld.txt) and compare its completion with the true second half: similarity = 1 -
     Levenshtein distance / length of the longer text; similarity >= threshold flags the case as likely
     memorised. Writes OUT/scores.parquet (per case: meld_similarity, meld_flagged), OUT/summary.json and
     OUT/similarity_hist.png.
@@ -33,7 +33,7 @@ def _meld(args: argparse.Namespace) -> int:
 
     out = run_meld(
         args.dataset, args.model, args.out, base_url=args.base_url, configs=tuple(args.configs or DEFAULT_CONFIGS),
-        cases=args.cases, limit=args.limit, cache=args.cache, split=args.split, role=args.role,
+        cases=args.cases, limit=args.limit, cache=args.cache, split=args.split, role=args.role, prompt_set=args.prompts,
         temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed, concurrency=args.concurrency,
         threshold=args.threshold, overwrite=args.overwrite, progress=not args.quiet,
     )  # fmt: skip
@@ -50,6 +50,8 @@ def _meld(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     """Add ``craftmd meld`` to the `craftmd` parser."""
+    from craftmd.scoring.meld import PROMPT_SET, PROMPT_SETS
+
     meld = command(sub, "meld", _meld)
     add_dataset_argument(meld)
     meld.add_argument("--model", required=True, help="PROVIDER/MODEL, e.g. openai/gpt-4o or vllm/Qwen/Qwen2.5-7B-Instruct")
@@ -61,6 +63,12 @@ def register(sub) -> None:
     meld.add_argument("--cache", help="request cache (SQLite) path; reruns answer from it")
     meld.add_argument("--split", choices=("chars", "words"), default="chars",
                       help="halve at the space nearest the character midpoint (the paper's rule, default) or by word count")  # fmt: skip
+    meld.add_argument(
+        "--prompts",
+        choices=PROMPT_SETS,
+        default=PROMPT_SET,
+        help=f"prompt set (default {PROMPT_SET}: upstream's, read from the pinned code; meld-v1: the package's file)",
+    )
     meld.add_argument("--role", choices=("system", "user"), default="system", help="send the prompt as this role (paper: system)")
     meld.add_argument("--temperature", type=temperature_type, default=0.0)
     meld.add_argument("--max-tokens", type=positive_int, default=1024)

@@ -62,7 +62,13 @@ def _score(args) -> int:
         check_base_url(args.base_url)
     if args.scorer:
         check_scorers(args.scorer)
-    options = dict(judge_options(args), workers=args.workers, max_tokens=args.max_tokens, grader_prompts=args.grader_prompts)
+    options = dict(
+        judge_options(args),
+        workers=args.workers,
+        max_tokens=args.max_tokens,
+        grader_prompts=args.grader_prompts,
+        meld_prompts=args.meld_prompts,
+    )
     given = keywords(args, "force", "estimate", "base_url", "cache", "allow_self")
     reports = [
         score_release(release, args.dataset, args.scorer, progress=not args.quiet, options=options, **given)
@@ -161,6 +167,8 @@ def register(sub) -> None:
     """Add ``craftmd score`` to the `craftmd` parser."""
     from craftmd.scoring.judge import DISCUSSION_TOKENS
     from craftmd.scoring.llm_grader import PROMPT_SET, PROMPT_SETS
+    from craftmd.scoring.meld import PROMPT_SET as MELD_PROMPT_SET
+    from craftmd.scoring.meld import PROMPT_SETS as MELD_PROMPT_SETS
 
     p = command(sub, "score", _score)
     p.add_argument("release", nargs="*", metavar="RELEASE", help="release folder(s)")
@@ -191,6 +199,13 @@ def register(sub) -> None:
         default=PROMPT_SET,
         help=f"the llm: graders' prompt set (default {PROMPT_SET}: upstream's two requests, read from the pinned code, "
         "as the recorded upstream-gpt4 labels were made; grader-v1: the package's own wording)",
+    )
+    p.add_argument(
+        "--meld-prompts",
+        choices=MELD_PROMPT_SETS,
+        default=MELD_PROMPT_SET,
+        help=f"the meld scorer's prompt set (default {MELD_PROMPT_SET}: upstream's, read from the pinned code; meld-v1: "
+        "the package's file)",
     )
     p.add_argument("--workers", type=int, default=None, help="worker processes of the history metrics (default: up to 2)")
     add_judge_arguments(p)
