@@ -47,7 +47,6 @@ SAMPLINGS = {
     OWN: {"temperature": 0.0, "top_p": 1.0, "max_tokens": 64, "seed": 0},
     UPSTREAM: {"temperature": 0.0, "top_p": 1.0, "max_tokens": 150, "seed": 0},
 }
-SAMPLING = SAMPLINGS[OWN]
 
 
 def check_prompt_set(name: str) -> str:
