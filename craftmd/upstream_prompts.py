@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import io
 import json
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
 from craftmd import CraftMDError
-from craftmd.source import PINNED_COMMIT, Source, code_location
+from craftmd.source import PINNED_COMMIT, Source, code_location, default_location
 
 PROMPTS_PY = "src/prompts.py"
 CRAFTMD_PY = "src/craftmd.py"
@@ -263,6 +265,60 @@ def upstream_code(source: Source | str | os.PathLike | None = None) -> UpstreamC
     return _load(code_location(loc, commit), commit)
 
 
+# --- upstream's inputs of a case (src/utils.py's get_case_without_question and get_choices, ported) -------------
+#: What upstream's split matches as a sentence (its regex, [A-z] included).
+SENTENCE = re.compile(r'([A-z][^.!?]*[.!?]*"?)')
+NO_QUESTION = "What is the final diagnosis?"
+CASES_CSV = "data/usmle_and_derm_dataset.csv"
+CHOICES = ("choice_1", "choice_2", "choice_3", "choice_4")  # upstream's get_choices: the columns named choice, in order
+
+
+def case_without_question(text: str) -> tuple[str, str]:
+    """Upstream's split of a CSV ``case_vignette``: (the case without its first question sentence, that question with
+    "of the following" removed); a case with no question gets upstream's default one."""
+    last = text.split("\n")[-1] if "\n" in text else text
+    question = next((s for s in SENTENCE.findall(last) if "?" in s), None)
+    if question is None:
+        return text, NO_QUESTION
+    return text.replace(question, ""), question.replace("of the following", "")
+
+
+@dataclass(frozen=True)
+class UpstreamCase:
+    """What upstream's code passes to its prompt functions for one case of its CSV."""
+
+    specialty: str  # the CSV's category, as upstream passed it ("Other" gives no specialty)
+    vignette: str  # case_desc: the case without its question, as upstream split it
+    question: str
+    choices: str  # ", ".join of the four choices, in the CSV's order
+
+
+@lru_cache(maxsize=4)
+def _cases(location: str, commit: str) -> dict[str, UpstreamCase]:
+    # Read with polars directly: the builder's parse_cases would import the dataset builder (seconds) for one CSV.
+    import polars as pl
+
+    data = Source(location, commit).read(CASES_CSV)
+    try:
+        df = pl.read_csv(io.BytesIO(data), infer_schema=False)
+        rows = df.select("case_id", "case_vignette", "category", *CHOICES).iter_rows(named=True)
+        return {
+            r["case_id"]: UpstreamCase(
+                r["category"], *case_without_question(r["case_vignette"]), ", ".join(r[c] for c in CHOICES)
+            )
+            for r in rows
+        }
+    except (pl.exceptions.PolarsError, UnicodeDecodeError, TypeError) as exc:
+        raise CraftMDError(f"{CASES_CSV}: not the CSV upstream's code reads ({str(exc).splitlines()[0]})") from None
+
+
+def upstream_cases(source: Source | str | os.PathLike | None = None) -> dict[str, UpstreamCase]:
+    """case_id -> what upstream's code passes to its prompts for that case, from the pinned CSV (cached per location)."""
+    if isinstance(source, Source):
+        return _cases(source.location, source.commit)
+    return _cases(str(source) if source is not None else default_location(), PINNED_COMMIT)
+
+
 def upstream_prompt(name: str, *args, source=None) -> str:
     """Upstream's prompt function ``name`` rendered exactly as calling it with ``args`` would."""
     return upstream_code(source).template(name).render(*args)
@@ -283,6 +339,8 @@ __all__ = [
     "parse_prompts",
     "parse_craftmd",
     "upstream_code",
+    "upstream_cases",
+    "case_without_question",
     "upstream_prompt",
     "upstream_prompts_sha256",
 ]
