@@ -32,7 +32,7 @@ from craftmd import CraftMDError
 
 from craftmd.models.base import Completion, Message, Sampling
 from craftmd.samples import Sample
-from craftmd.upstream_prompts import UpstreamCase, UpstreamCode
+from craftmd.upstream_prompts import UpstreamCase, UpstreamCode, upstream_cases, upstream_code, upstream_prompts_sha256
 
 PROMPTS_DIR = Path(__file__).parent / "prompts"
 DEFAULT_PROMPT_SET = "craftmd-v1"
@@ -76,8 +76,6 @@ class PromptSet:
             self._read_upstream(root)
 
     def _read_upstream(self, root: Path) -> None:
-        from craftmd.upstream_prompts import upstream_code
-
         spec = json.loads(self.files["upstream.json"])
         self.upstream = upstream_code()
         if spec.get("commit") != self.upstream.commit:
@@ -96,8 +94,6 @@ class PromptSet:
         for name, text in sorted(self.files.items()):
             h.update(name.encode() + b"\0" + text.encode() + b"\0")
         if self.upstream is not None:  # and what it renders from: upstream's templates and facts, the own set
-            from craftmd.upstream_prompts import upstream_prompts_sha256
-
             h.update(upstream_prompts_sha256(self.functions).encode() + b"\0")
             h.update(f"{self.upstream.opening}\0{self.upstream.opensource_message_cap}\0{self.own.sha256}".encode())
         return h.hexdigest()
@@ -105,8 +101,6 @@ class PromptSet:
     def describe(self) -> dict:
         out = {"name": self.name, "sha256": self.sha256}
         if self.upstream is not None:
-            from craftmd.upstream_prompts import upstream_prompts_sha256
-
             out["upstream"] = {
                 "commit": self.upstream.commit,
                 "functions": list(self.functions),
@@ -215,8 +209,6 @@ class Protocol:
         self.up = prompts.upstream
         self.cases: dict[str, UpstreamCase] = {}
         if self.up is not None:
-            from craftmd.upstream_prompts import upstream_cases
-
             self.cases = upstream_cases()
 
     # --- upstream's inputs ------------------------------------------------------------------

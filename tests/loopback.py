@@ -484,6 +484,15 @@ class Replay:
         # or appended to the last turn)
         return "Stop asking" in text_of(msgs[-1]["content"]) or "Answer the question" in text_of(msgs[0]["content"])
 
+    @staticmethod
+    def is_summary(msgs: list[dict]) -> bool:
+        """A summarizer's request: the package's (it asks to summarize) or upstream's (its prompt, read through the parse)."""
+        from craftmd.upstream_prompts import upstream_prompt
+
+        system = text_of(msgs[0]["content"])
+        upstream_head = upstream_prompt("convert_to_summarized_prompt", "\0").split("\0")[0]
+        return "summarize" in system or system.startswith(upstream_head)
+
     def __call__(self, req: dict) -> str | None:
         msgs = req["messages"]
         system = text_of(msgs[0]["content"])
@@ -518,7 +527,7 @@ class Replay:
         system = text_of(msgs[0]["content"])
         if system.startswith("You are a patient"):
             return f"I feel unwell ({h})."
-        if "summarize" in system:
+        if self.is_summary(msgs):
             return f"The patient reports feeling unwell ({h})."
         if system.startswith("You are an AI doctor") and not self.is_question(msgs):
             return f"Do you have a fever ({h})?" if len(msgs) < 9 else f"**Final Diagnosis:** Something ({h})"
