@@ -7,7 +7,7 @@ per function; a template renders exactly as calling upstream's function would. T
 the file uses (assignments and ``+=`` of string literals, f-strings naming a variable and ``+`` concatenation, an
 ``if name == "literal":`` with its ``else``, one final ``return``); anything else is refused in one line, so a changed
 file is never rendered wrongly in silence. ``src/craftmd.py`` gives the doctor's opening line and the open-source
-path's message cap.
+path's message cap; ``src/utils.py`` the literals of upstream's question split.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from craftmd.source import PINNED_COMMIT, Source, code_location, default_locatio
 
 PROMPTS_PY = "src/prompts.py"
 CRAFTMD_PY = "src/craftmd.py"
+UTILS_PY = "src/utils.py"
 
 
 def _unsupported(node: ast.AST, where: str, filename: str = PROMPTS_PY) -> CraftMDError:
@@ -167,11 +168,11 @@ def parse_prompts(text: str, filename: str = PROMPTS_PY) -> dict[str, Template]:
 
 
 # --- src/craftmd.py: the doctor's opening line and the open-source path's cap -------------------------
-def _function(tree: ast.Module, name: str) -> ast.FunctionDef:
+def _function(tree: ast.Module, name: str, filename: str = CRAFTMD_PY) -> ast.FunctionDef:
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == name:
             return node
-    raise CraftMDError(f"upstream {CRAFTMD_PY}: no function {name}")
+    raise CraftMDError(f"upstream {filename}: no function {name}")
 
 
 def _opening(fn: ast.FunctionDef, variable: str, role: str) -> str:
@@ -192,6 +193,38 @@ def _opening(fn: ast.FunctionDef, variable: str, role: str) -> str:
                 if isinstance(r, ast.Constant) and r.value == role and isinstance(c, ast.Constant) and isinstance(c.value, str):
                     return c.value
     raise CraftMDError(f"upstream {CRAFTMD_PY}: no literal {role} opening in {fn.name}'s {variable}")
+
+
+def parse_utils(text: str) -> dict:
+    """From upstream's ``utils.py``: the literals of ``get_case_without_question`` (its sentence regex, the words it
+    drops from the question, the question of a case without one), which :func:`case_without_question` applies."""
+    fn = _function(ast.parse(text, filename=UTILS_PY), "get_case_without_question", UTILS_PY)
+    regex = [
+        n.value.value
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Assign) and [ast.unparse(t) for t in n.targets] == ["regex"] and isinstance(n.value, ast.Constant)
+    ]
+    dropped = [
+        n.args[0].value
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Call)
+        and ast.unparse(n.func) == "last_sentence.replace"
+        and len(n.args) == 2
+        and isinstance(n.args[0], ast.Constant)
+        and isinstance(n.args[1], ast.Constant)
+        and n.args[1].value == ""
+    ]
+    default = [
+        n.value.elts[1].value
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Return)
+        and isinstance(n.value, ast.Tuple)
+        and len(n.value.elts) == 2
+        and isinstance(n.value.elts[1], ast.Constant)
+    ]
+    if len(regex) != 1 or len(dropped) != 1 or len(default) != 1:
+        raise CraftMDError(f"upstream {UTILS_PY}: get_case_without_question is not the split the package ports")
+    return {"sentence": re.compile(regex[0]), "dropped": dropped[0], "no_question": default[0]}
 
 
 def parse_craftmd(text: str) -> dict:
@@ -230,6 +263,7 @@ class UpstreamCode:
     templates: dict[str, Template]
     opening: str
     opensource_message_cap: int
+    split: dict  # get_case_without_question's literals (parse_utils)
 
     def template(self, name: str) -> Template:
         try:
@@ -244,7 +278,7 @@ class UpstreamCode:
 def _load(location: str, commit: str) -> UpstreamCode:
     src = Source(location, commit, part="code")
     try:
-        files = src.read_files([PROMPTS_PY, CRAFTMD_PY])
+        files = src.read_files([PROMPTS_PY, CRAFTMD_PY, UTILS_PY])
     except CraftMDError as exc:
         if "missing file" not in str(exc) and "no CRAFT-MD release folder" not in str(exc):
             raise
@@ -254,7 +288,8 @@ def _load(location: str, commit: str) -> UpstreamCode:
             "(--source / $CRAFTMD_SOURCE)"
         ) from None
     facts = parse_craftmd(files[CRAFTMD_PY].decode("utf-8"))
-    return UpstreamCode(location, commit, parse_prompts(files[PROMPTS_PY].decode("utf-8")), **facts)
+    split = parse_utils(files[UTILS_PY].decode("utf-8"))
+    return UpstreamCode(location, commit, parse_prompts(files[PROMPTS_PY].decode("utf-8")), **facts, split=split)
 
 
 def upstream_code(source: Source | str | os.PathLike | None = None) -> UpstreamCode:
@@ -266,21 +301,19 @@ def upstream_code(source: Source | str | os.PathLike | None = None) -> UpstreamC
 
 
 # --- upstream's inputs of a case (src/utils.py's get_case_without_question and get_choices, ported) -------------
-#: What upstream's split matches as a sentence (its regex, [A-z] included).
-SENTENCE = re.compile(r'([A-z][^.!?]*[.!?]*"?)')
-NO_QUESTION = "What is the final diagnosis?"
 CASES_CSV = "data/usmle_and_derm_dataset.csv"
 CHOICES = ("choice_1", "choice_2", "choice_3", "choice_4")  # upstream's get_choices: the columns named choice, in order
 
 
-def case_without_question(text: str) -> tuple[str, str]:
-    """Upstream's split of a CSV ``case_vignette``: (the case without its first question sentence, that question with
-    "of the following" removed); a case with no question gets upstream's default one."""
+def case_without_question(text: str, split: dict) -> tuple[str, str]:
+    """Upstream's split of a CSV ``case_vignette`` (``split``: its literals, :func:`parse_utils`): the case without the
+    first sentence with a "?" of its last line, and that sentence without the dropped words; a case with none keeps its
+    text and gets upstream's default question."""
     last = text.split("\n")[-1] if "\n" in text else text
-    question = next((s for s in SENTENCE.findall(last) if "?" in s), None)
+    question = next((q for q in split["sentence"].findall(last) if "?" in q), None)
     if question is None:
-        return text, NO_QUESTION
-    return text.replace(question, ""), question.replace("of the following", "")
+        return text, split["no_question"]
+    return text.replace(question, ""), question.replace(split["dropped"], "")
 
 
 @dataclass(frozen=True)
@@ -298,13 +331,14 @@ def _cases(location: str, commit: str) -> dict[str, UpstreamCase]:
     # Read with polars directly: the builder's parse_cases would import the dataset builder (seconds) for one CSV.
     import polars as pl
 
+    split = _load(code_location(location, commit), commit).split
     data = Source(location, commit).read(CASES_CSV)
     try:
         df = pl.read_csv(io.BytesIO(data), infer_schema=False)
         rows = df.select("case_id", "case_vignette", "category", *CHOICES).iter_rows(named=True)
         return {
             r["case_id"]: UpstreamCase(
-                r["category"], *case_without_question(r["case_vignette"]), ", ".join(r[c] for c in CHOICES)
+                r["category"], *case_without_question(r["case_vignette"], split), ", ".join(r[c] for c in CHOICES)
             )
             for r in rows
         }

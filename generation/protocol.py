@@ -222,7 +222,7 @@ class Protocol:
             return found
         named = self.p.specialties.get(case.specialty, case.specialty) if case.specialty else None
         return UpstreamCase(
-            named or "Other", case.vignette, case.question or "What is the final diagnosis?", ", ".join(case.choices)
+            named or "Other", case.vignette, case.question or self.up.split["no_question"], ", ".join(case.choices)
         )
 
     def render(self, function: str, *args) -> str:

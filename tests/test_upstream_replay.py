@@ -23,10 +23,10 @@ from craftmd.upstream_prompts import upstream_code, upstream_prompt
 sys.path.insert(0, str(Path(__file__).parent))
 from loopback import LoopbackServer  # noqa: E402
 
-#: 30 recorded cases (short conversations): one of several specialties first, "Other" and the renamed ones among them.
+#: 30 recorded cases (short conversations): MedQA, Derm-Public and Derm-Private, 11 specialties ("Other" and renamed ones).
 REPLAY = {
     "n": 30,
-    "seed": 11,
+    "seed": 12,
     "max_messages": 16,
     "categories": ("Other", "Dermatology", "Cardiovascular System", "Neurology", "Renal and Genitourinary System"),
 }
@@ -144,7 +144,7 @@ def test_every_request_is_upstreams_own_in_upstreams_roles(upstream, source, tin
     rows = rows_of(upstream)
     ids = sorted(rows)
     assert len(ids) == REPLAY["n"]
-    assert {"medqa_usmle", "derm"} <= {"derm" if r["dataset"].startswith("derm") else "medqa_usmle" for r in rows.values()}
+    assert {"MedQA_USMLE", "dermatology_public", "dermatology_private"} <= {r["dataset"] for r in rows.values()}
     assert {"Other", "Cardiovascular System"} <= {r["category"] for r in rows.values()} and len(
         {r["category"] for r in rows.values()}
     ) >= 6
