@@ -77,7 +77,12 @@ class PromptSet:
 
     def _read_upstream(self, root: Path) -> None:
         spec = json.loads(self.files["upstream.json"])
-        self.upstream = upstream_code()
+        try:
+            self.upstream = upstream_code()
+        except CraftMDError as exc:
+            raise CraftMDError(
+                f"{exc} (prompt set {self.name} reads upstream's code; --prompt-set craftmd-v1 needs none)"
+            ) from None
         if spec.get("commit") != self.upstream.commit:
             raise CraftMDError(
                 f"prompt set {self.name!r} reads commit {spec.get('commit')}, not the pinned {self.upstream.commit}"
