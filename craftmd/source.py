@@ -162,7 +162,7 @@ class Source:
     def iter_files(self, patterns: Iterable[str], progress=None) -> Iterator[SourceFile]:
         """Yield each pinned file matching ``patterns`` (in source order), verified.
 
-        After the last file, raises if any wanted file was not found.
+        Stops once every wanted file was read; after the stream's end, raises if any wanted file was not found.
         """
         wanted = set(self.pinned(patterns))
         if not wanted:
@@ -174,6 +174,8 @@ class Source:
             if progress is not None:
                 progress.update(1)
             yield SourceFile(rel, data)
+            if seen == wanted:  # the rest of the stream holds nothing wanted
+                return
         missing = sorted(wanted - seen)
         if missing:
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""

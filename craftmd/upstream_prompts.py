@@ -7,24 +7,27 @@ per function; a template renders exactly as calling upstream's function would. T
 the file uses (assignments and ``+=`` of string literals, f-strings naming a variable and ``+`` concatenation, an
 ``if name == "literal":`` with its ``else``, one final ``return``); anything else is refused in one line, so a changed
 file is never rendered wrongly in silence. ``src/craftmd.py`` gives the doctor's opening line and the open-source
-path's message cap.
+path's message cap; ``src/utils.py`` the literals of upstream's question split.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import io
 import json
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
 from craftmd import CraftMDError
-from craftmd.source import PINNED_COMMIT, Source, code_location
+from craftmd.source import PINNED_COMMIT, Source, code_location, default_location
 
 PROMPTS_PY = "src/prompts.py"
 CRAFTMD_PY = "src/craftmd.py"
+UTILS_PY = "src/utils.py"
 
 
 def _unsupported(node: ast.AST, where: str, filename: str = PROMPTS_PY) -> CraftMDError:
@@ -165,11 +168,11 @@ def parse_prompts(text: str, filename: str = PROMPTS_PY) -> dict[str, Template]:
 
 
 # --- src/craftmd.py: the doctor's opening line and the open-source path's cap -------------------------
-def _function(tree: ast.Module, name: str) -> ast.FunctionDef:
+def _function(tree: ast.Module, name: str, filename: str = CRAFTMD_PY) -> ast.FunctionDef:
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == name:
             return node
-    raise CraftMDError(f"upstream {CRAFTMD_PY}: no function {name}")
+    raise CraftMDError(f"upstream {filename}: no function {name}")
 
 
 def _opening(fn: ast.FunctionDef, variable: str, role: str) -> str:
@@ -190,6 +193,38 @@ def _opening(fn: ast.FunctionDef, variable: str, role: str) -> str:
                 if isinstance(r, ast.Constant) and r.value == role and isinstance(c, ast.Constant) and isinstance(c.value, str):
                     return c.value
     raise CraftMDError(f"upstream {CRAFTMD_PY}: no literal {role} opening in {fn.name}'s {variable}")
+
+
+def parse_utils(text: str) -> dict:
+    """From upstream's ``utils.py``: the literals of ``get_case_without_question`` (its sentence regex, the words it
+    drops from the question, the question of a case without one), which :func:`case_without_question` applies."""
+    fn = _function(ast.parse(text, filename=UTILS_PY), "get_case_without_question", UTILS_PY)
+    regex = [
+        n.value.value
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Assign) and [ast.unparse(t) for t in n.targets] == ["regex"] and isinstance(n.value, ast.Constant)
+    ]
+    dropped = [
+        n.args[0].value
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Call)
+        and ast.unparse(n.func) == "last_sentence.replace"
+        and len(n.args) == 2
+        and isinstance(n.args[0], ast.Constant)
+        and isinstance(n.args[1], ast.Constant)
+        and n.args[1].value == ""
+    ]
+    default = [
+        n.value.elts[1].value
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Return)
+        and isinstance(n.value, ast.Tuple)
+        and len(n.value.elts) == 2
+        and isinstance(n.value.elts[1], ast.Constant)
+    ]
+    if len(regex) != 1 or len(dropped) != 1 or len(default) != 1:
+        raise CraftMDError(f"upstream {UTILS_PY}: get_case_without_question is not the split the package ports")
+    return {"sentence": re.compile(regex[0]), "dropped": dropped[0], "no_question": default[0]}
 
 
 def parse_craftmd(text: str) -> dict:
@@ -228,6 +263,7 @@ class UpstreamCode:
     templates: dict[str, Template]
     opening: str
     opensource_message_cap: int
+    split: dict  # get_case_without_question's literals (parse_utils)
 
     def template(self, name: str) -> Template:
         try:
@@ -242,7 +278,7 @@ class UpstreamCode:
 def _load(location: str, commit: str) -> UpstreamCode:
     src = Source(location, commit, part="code")
     try:
-        files = src.read_files([PROMPTS_PY, CRAFTMD_PY])
+        files = src.read_files([PROMPTS_PY, CRAFTMD_PY, UTILS_PY])
     except CraftMDError as exc:
         if "missing file" not in str(exc) and "no CRAFT-MD release folder" not in str(exc):
             raise
@@ -252,7 +288,8 @@ def _load(location: str, commit: str) -> UpstreamCode:
             "(--source / $CRAFTMD_SOURCE)"
         ) from None
     facts = parse_craftmd(files[CRAFTMD_PY].decode("utf-8"))
-    return UpstreamCode(location, commit, parse_prompts(files[PROMPTS_PY].decode("utf-8")), **facts)
+    split = parse_utils(files[UTILS_PY].decode("utf-8"))
+    return UpstreamCode(location, commit, parse_prompts(files[PROMPTS_PY].decode("utf-8")), **facts, split=split)
 
 
 def upstream_code(source: Source | str | os.PathLike | None = None) -> UpstreamCode:
@@ -261,6 +298,59 @@ def upstream_code(source: Source | str | os.PathLike | None = None) -> UpstreamC
     commit = source.commit if isinstance(source, Source) else PINNED_COMMIT
     loc = source.location if isinstance(source, Source) else source
     return _load(code_location(loc, commit), commit)
+
+
+# --- upstream's inputs of a case (src/utils.py's get_case_without_question and get_choices, ported) -------------
+CASES_CSV = "data/usmle_and_derm_dataset.csv"
+CHOICES = ("choice_1", "choice_2", "choice_3", "choice_4")  # upstream's get_choices: the columns named choice, in order
+
+
+def case_without_question(text: str, split: dict) -> tuple[str, str]:
+    """Upstream's split of a CSV ``case_vignette`` (``split``: its literals, :func:`parse_utils`): the case without the
+    first sentence with a "?" of its last line, and that sentence without the dropped words; a case with none keeps its
+    text and gets upstream's default question."""
+    last = text.split("\n")[-1] if "\n" in text else text
+    question = next((q for q in split["sentence"].findall(last) if "?" in q), None)
+    if question is None:
+        return text, split["no_question"]
+    return text.replace(question, ""), question.replace(split["dropped"], "")
+
+
+@dataclass(frozen=True)
+class UpstreamCase:
+    """What upstream's code passes to its prompt functions for one case of its CSV."""
+
+    specialty: str  # the CSV's category, as upstream passed it ("Other" gives no specialty)
+    vignette: str  # case_desc: the case without its question, as upstream split it
+    question: str
+    choices: str  # ", ".join of the four choices, in the CSV's order
+
+
+@lru_cache(maxsize=4)
+def _cases(location: str, commit: str) -> dict[str, UpstreamCase]:
+    # Read with polars directly: the builder's parse_cases would import the dataset builder (seconds) for one CSV.
+    import polars as pl
+
+    split = _load(code_location(location, commit), commit).split
+    data = Source(location, commit).read(CASES_CSV)
+    try:
+        df = pl.read_csv(io.BytesIO(data), infer_schema=False)
+        rows = df.select("case_id", "case_vignette", "category", *CHOICES).iter_rows(named=True)
+        return {
+            r["case_id"]: UpstreamCase(
+                r["category"], *case_without_question(r["case_vignette"], split), ", ".join(r[c] for c in CHOICES)
+            )
+            for r in rows
+        }
+    except (pl.exceptions.PolarsError, UnicodeDecodeError, TypeError) as exc:
+        raise CraftMDError(f"{CASES_CSV}: not the CSV upstream's code reads ({str(exc).splitlines()[0]})") from None
+
+
+def upstream_cases(source: Source | str | os.PathLike | None = None) -> dict[str, UpstreamCase]:
+    """case_id -> what upstream's code passes to its prompts for that case, from the pinned CSV (cached per location)."""
+    if isinstance(source, Source):
+        return _cases(source.location, source.commit)
+    return _cases(str(source) if source is not None else default_location(), PINNED_COMMIT)
 
 
 def upstream_prompt(name: str, *args, source=None) -> str:
@@ -283,6 +373,8 @@ __all__ = [
     "parse_prompts",
     "parse_craftmd",
     "upstream_code",
+    "upstream_cases",
+    "case_without_question",
     "upstream_prompt",
     "upstream_prompts_sha256",
 ]

@@ -1,11 +1,15 @@
 """The CRAFT-MD protocol: prompts, the doctor-patient conversation, and the questions.
 
 Everything the models are told comes from a versioned prompt set (``prompts/<name>/``);
-this module only fills the templates and runs the turn-taking:
+this module only fills the templates and runs the turn-taking. A prompt set whose folder
+holds ``upstream.json`` speaks upstream CRAFT-MD's own prompts, rendered from its pinned
+code (:mod:`craftmd.upstream_prompts`) in the roles and order of upstream's GPT path (or,
+``message_roles="opensource"``, of its open-source path); the cells upstream has no
+prompt for use the package's wording of the set ``upstream.json`` names.
 
 - The doctor (the model under test) has the system prompt with the case's specialty and
-  opens with "Hi! What symptoms are you facing today?". The doctor's view is OpenAI
-  messages where the patient speaks as ``user``.
+  opens with the prompt set's opening line. The doctor's view is OpenAI messages where
+  the patient speaks as ``user``.
 - The patient-AI sees the same dialogue with the roles flipped (the doctor speaks as
   ``user``) under its own system prompt holding the vignette (or the history only).
 - The conversation ends when a doctor turn contains "Final Diagnosis" or asks no
@@ -28,11 +32,28 @@ from craftmd import CraftMDError
 
 from craftmd.models.base import Completion, Message, Sampling
 from craftmd.samples import Sample
+from craftmd.upstream_prompts import UpstreamCase, UpstreamCode, upstream_cases, upstream_code, upstream_prompts_sha256
 
 PROMPTS_DIR = Path(__file__).parent / "prompts"
 DEFAULT_PROMPT_SET = "craftmd-v1"
 FINAL_MARK = "Final Diagnosis"
 IMAGE_MARK = "<image>"  # how an image part is written in a release's text messages
+
+#: The (setting, format) cells upstream's code has a prompt for, and the function that words each question.
+UPSTREAM_CELLS = {
+    ("vignette", "mcq4"): "get_vignette_mcq_prompt",
+    ("vignette", "frq"): "get_vignette_frq_prompt",
+    ("multiturn", "mcq4"): "get_mcq_after_conversation_prompt",
+    ("multiturn", "frq"): "get_frq_after_conversation_prompt",
+    ("singleturn", "mcq4"): "get_mcq_after_conversation_prompt",
+    ("singleturn", "frq"): "get_frq_after_conversation_prompt",
+    ("summarized", "mcq4"): "get_vignette_mcq_prompt",
+    ("summarized", "frq"): "get_vignette_frq_prompt",
+}
+#: Every upstream function an upstream prompt set renders.
+UPSTREAM_FUNCTIONS = sorted({*UPSTREAM_CELLS.values(), "get_doctor_prompt", "get_patient_prompt", "convert_to_summarized_prompt"})
+#: Upstream's two message layouts (src/craftmd.py): craftmd_gpt's system prompts, craftmd_opensource's user turns.
+MESSAGE_ROLES = ("gpt", "opensource")
 
 Call = Callable[[list[Message], Sampling], Awaitable[Completion]]
 
@@ -49,21 +70,61 @@ class PromptSet:
         self.files = {p.name: p.read_text(encoding="utf-8") for p in sorted(self.dir.iterdir()) if p.is_file()}
         specialties = json.loads(self.files.get("specialties.json", "{}"))  # a set without it names no specialty
         self.specialties = {k: v for k, v in specialties.items() if not k.startswith("_")}
+        self.upstream: UpstreamCode | None = None  # upstream's parsed code, for a set that speaks upstream's prompts
+        self.own: PromptSet | None = None  # the package's wording for what upstream has no prompt for
+        if "upstream.json" in self.files:
+            self._read_upstream(root)
+
+    def _read_upstream(self, root: Path) -> None:
+        spec = json.loads(self.files["upstream.json"])
+        try:
+            self.upstream = upstream_code()
+        except CraftMDError as exc:
+            raise CraftMDError(
+                f"{exc} (prompt set {self.name} reads upstream's code; --prompt-set craftmd-v1 needs none)"
+            ) from None
+        if spec.get("commit") != self.upstream.commit:
+            raise CraftMDError(
+                f"prompt set {self.name!r} reads commit {spec.get('commit')}, not the pinned {self.upstream.commit}"
+            )
+        self.functions = tuple(UPSTREAM_FUNCTIONS)
+        for f in self.functions:
+            self.upstream.template(f)  # an unknown function: one line now, before any call
+        self.own = PromptSet(spec["own"], root)
+        self.specialties = self.own.specialties
 
     @cached_property
     def sha256(self) -> str:
         h = hashlib.sha256()
         for name, text in sorted(self.files.items()):
             h.update(name.encode() + b"\0" + text.encode() + b"\0")
+        if self.upstream is not None:  # and what it renders from: upstream's templates and facts, the own set
+            h.update(upstream_prompts_sha256(self.functions).encode() + b"\0")
+            h.update(f"{self.upstream.opening}\0{self.upstream.opensource_message_cap}\0{self.own.sha256}".encode())
         return h.hexdigest()
 
     def describe(self) -> dict:
-        return {"name": self.name, "sha256": self.sha256}
+        out = {"name": self.name, "sha256": self.sha256}
+        if self.upstream is not None:
+            out["upstream"] = {
+                "commit": self.upstream.commit,
+                "functions": list(self.functions),
+                "functions_sha256": upstream_prompts_sha256(self.functions),
+                "cells": [f"{s}:{f}" for s, f in UPSTREAM_CELLS],
+                "conversation": "upstream's doctor, patient and opening (text cases); the summarizer's too",
+            }
+            out["own"] = {
+                **self.own.describe(),
+                "cells": "every other setting:format, and every image variant",
+            }
+        return out
 
     def text(self, name: str, **fields) -> str:
         try:
             template = self.files[name]
         except KeyError:
+            if self.own is not None:
+                return self.own.text(name, **fields)
             raise CraftMDError(f"prompt set {self.name!r} has no {name}") from None
         return template.format(**fields) if fields else template
 
@@ -112,9 +173,10 @@ class Conversation:
         return [m["content"] for m in self.turns if m["role"] == "user"]
 
     def for_question(self) -> list[Message]:
-        """The doctor's view without the final-diagnosis turn."""
+        """The doctor's view without its last turn when the conversation ended on one (the final diagnosis; the
+        question at upstream's open-source cap)."""
         turns = self.turns
-        if self.ended in ("final_diagnosis", "no_question") and turns and turns[-1]["role"] == "assistant":
+        if self.ended in ("final_diagnosis", "no_question", "max_turns") and turns and turns[-1]["role"] == "assistant":
             turns = turns[:-1]
         return self.prefix + turns
 
@@ -128,14 +190,79 @@ class Conversation:
 
 
 class Protocol:
-    """Builds every message list of the protocol from a prompt set."""
+    """Builds every message list of the protocol from a prompt set.
 
-    def __init__(self, prompts: PromptSet, max_turns: int = 60):
+    With an upstream prompt set, a text case's conversation, summary and the questions of :data:`UPSTREAM_CELLS` are
+    upstream's messages, byte for byte, from what upstream's code passes its prompts (:func:`upstream_cases`): the
+    doctor's prompt as a ``system`` message (``message_roles="opensource"``: a ``user`` turn), the question after a
+    conversation as a ``system`` message after it (open-source: appended to its last message after a blank line), the
+    vignette questions as one ``system`` message (open-source: ``user``), the summarized ones as one ``user`` message.
+    Every other cell, and every image variant, is the package's wording; in the open-source layout its system text
+    becomes a user turn, joined to a user turn beside it after a blank line (no two user turns in a row).
+    """
+
+    def __init__(self, prompts: PromptSet, max_turns: int = 60, message_roles: str = "gpt"):
+        if message_roles not in MESSAGE_ROLES:
+            raise CraftMDError(f"unknown message_roles {message_roles!r}; known: {', '.join(MESSAGE_ROLES)}")
+        if message_roles != "gpt" and prompts.upstream is None:
+            raise CraftMDError(
+                f"message_roles={message_roles} is upstream's layout: it needs an upstream prompt set, not {prompts.name!r}"
+            )
         self.p = prompts
         self.max_turns = max_turns
+        self.roles = message_roles
+        self.up = prompts.upstream
+        self.cases: dict[str, UpstreamCase] = {}
+        if self.up is not None:
+            self.cases = upstream_cases()
+
+    # --- upstream's inputs ------------------------------------------------------------------
+    def upstream(self, case: Sample, with_image: bool) -> UpstreamCase | None:
+        """What upstream's code passes its prompts for ``case``; None where the package's wording applies (a package
+        prompt set, an image variant). A case upstream's CSV does not hold gets the sample's own fields."""
+        if self.up is None or with_image:
+            return None
+        found = self.cases.get(case.case_id) if case.source in ("medqa_usmle", "derm_public", "derm_private") else None
+        if found is not None:
+            return found
+        named = self.p.specialties.get(case.specialty, case.specialty) if case.specialty else None
+        return UpstreamCase(
+            named or "Other", case.vignette, case.question or self.up.split["no_question"], ", ".join(case.choices)
+        )
+
+    def render(self, function: str, *args) -> str:
+        return self.up.template(function).render(*args)
+
+    def knowledge(self, case: Sample, with_image: bool) -> str:
+        """What the patient-AI of the standard conversation holds: the vignette (upstream's ``case_desc``)."""
+        u = self.upstream(case, with_image)
+        return u.vignette if u else case.vignette
+
+    def layout(self, msgs: list[Message]) -> list[Message]:
+        """The package's messages in the open-source layout: no system role, no two user turns in a row."""
+        if self.roles == "gpt":
+            return msgs
+        out: list[Message] = []
+        for m in msgs:
+            m = {**m, "role": "user" if m["role"] == "system" else m["role"]}
+            if (
+                out
+                and out[-1]["role"] == m["role"] == "user"
+                and isinstance(out[-1]["content"], str)
+                and isinstance(m["content"], str)
+            ):
+                out[-1] = {**out[-1], "content": f"{out[-1]['content']}\n\n{m['content']}"}
+            else:
+                out.append(m)
+        return out
 
     # --- the conversation ---------------------------------------------------------------
     def doctor_prefix(self, case: Sample, with_image: bool) -> list[Message]:
+        u = self.upstream(case, with_image)
+        if u is not None:
+            return [
+                {"role": "system" if self.roles == "gpt" else "user", "content": self.render("get_doctor_prompt", u.specialty)}
+            ]
         system = self.p.text(
             "doctor_system.txt",
             specialty=self.p.specialty_clause(case.specialty),
@@ -144,7 +271,7 @@ class Protocol:
         prefix: list[Message] = [{"role": "system", "content": system}]
         if with_image:
             prefix.append({"role": "user", "content": self.image_parts(case)})
-        return prefix
+        return self.layout(prefix)
 
     def image_parts(self, case: Sample, text: str | None = None) -> list[dict]:
         if case.image is None:
@@ -154,9 +281,13 @@ class Protocol:
             {"type": "image_url", "image_url": {"url": image_url(case.image)}},
         ]
 
-    def patient_messages(self, knowledge: str, conv: Conversation) -> list[Message]:
+    def patient_messages(self, knowledge: str, conv: Conversation, upstream: bool = False) -> list[Message]:
         flipped = [{"role": "user" if m["role"] == "assistant" else "assistant", "content": m["content"]} for m in conv.turns]
-        return [{"role": "system", "content": self.p.text("patient_system.txt", vignette=knowledge)}] + flipped
+        if upstream:
+            system = self.render("get_patient_prompt", knowledge)
+        else:
+            system = self.p.text("patient_system.txt", vignette=knowledge)
+        return [{"role": "system", "content": system}] + flipped
 
     async def converse(
         self,
@@ -171,15 +302,19 @@ class Protocol:
     ) -> Conversation:
         """Run one conversation; ``knowledge`` is what the patient knows (vignette or history).
 
-        The doctor opens with the prompt set's opening line, or, given ``opening``, the patient opens with it."""
+        The doctor opens with the prompt set's opening line, or, given ``opening``, the patient opens with it. In the
+        open-source layout the conversation also ends once the doctor's view holds upstream's cap of messages."""
+        upstream = self.upstream(case, with_image) is not None
         conv = Conversation(self.doctor_prefix(case, with_image))
         if opening is None:
-            conv.turns.append({"role": "assistant", "content": self.p.text("doctor_opening.txt")})
+            line = self.up.opening if upstream else self.p.text("doctor_opening.txt")
+            conv.turns.append({"role": "assistant", "content": line})
         else:
             conv.turns.append({"role": "user", "content": opening})
+        cap = self.up.opensource_message_cap if upstream and self.roles == "opensource" else None
         while True:
             if conv.turns[-1]["role"] == "assistant":
-                c = await patient(self.patient_messages(knowledge, conv), sampling_patient)
+                c = await patient(self.patient_messages(knowledge, conv, upstream), sampling_patient)
                 if c.status != "ok":
                     conv.ended, conv.error = c.status, c.error
                     return conv
@@ -198,20 +333,48 @@ class Protocol:
             if "?" not in c.text:
                 conv.ended = "no_question"
                 return conv
+            if cap is not None and len(conv.messages) >= cap:  # upstream's open-source cap: its last question is dropped
+                conv.ended = "max_turns"
+                return conv
 
     # --- summaries ------------------------------------------------------------------
-    def summarizer_messages(self, conv: Conversation) -> list[Message]:
+    def summarizer_messages(self, conv: Conversation, upstream: bool = False) -> list[Message]:
+        if upstream:  # one system message; each patient turn followed by a space (upstream's get_patient_responses)
+            said = "".join(f"{t} " for t in conv.patient_turns())
+            return [{"role": "system", "content": self.render("convert_to_summarized_prompt", said)}]
         statements = "\n".join(" ".join(t.split()) for t in conv.patient_turns())
-        return [
-            {"role": "system", "content": self.p.text("summarizer_system.txt")},
-            {"role": "user", "content": self.p.text("summarizer_user.txt", statements=statements)},
-        ]
+        return self.layout(
+            [
+                {"role": "system", "content": self.p.text("summarizer_system.txt")},
+                {"role": "user", "content": self.p.text("summarizer_user.txt", statements=statements)},
+            ]
+        )
+
+    @staticmethod
+    def summary_text(text: str, upstream: bool = False) -> str:
+        """The summary as the summarized questions read it (upstream's: the reply as it came)."""
+        return text if upstream else text.strip()
 
     # --- questions ------------------------------------------------------------------
     def question_block(self, case: Sample, fmt: str, many_options: list[str]) -> str:
         question = case.question.strip() or "What is the most likely diagnosis?"
         options = list(case.choices) if fmt == "mcq4" else many_options if fmt == "mcq_many" else []
         return self.p.text(f"format_{fmt}.txt", question=question, options="\n".join(f"- {o}" for o in options))
+
+    def upstream_question(self, u: UpstreamCase, setting: str, fmt: str, conv, summary) -> list[Message]:
+        """Upstream's messages for one of :data:`UPSTREAM_CELLS` (``craftmd_gpt`` / ``craftmd_opensource``)."""
+        function = UPSTREAM_CELLS[(setting, fmt)]
+        gpt = self.roles == "gpt"
+        if setting in ("vignette", "summarized"):
+            text = u.vignette if setting == "vignette" else summary
+            args = (u.specialty, text, u.question, u.choices) if fmt == "mcq4" else (u.specialty, text, u.question)
+            role = "system" if setting == "vignette" and gpt else "user"
+            return [{"role": role, "content": self.render(function, *args)}]
+        prompt = self.render(function, *((u.choices, u.question) if fmt == "mcq4" else (u.question,)))
+        msgs = conv.for_question() if setting == "multiturn" else conv.first_turn()
+        if gpt:
+            return msgs + [{"role": "system", "content": prompt}]
+        return msgs[:-1] + [{**msgs[-1], "content": f"{msgs[-1]['content']}\n\n{prompt}"}]
 
     def question_messages(
         self,
@@ -224,6 +387,9 @@ class Protocol:
         summary: str | None = None,
         many_options: list[str] = (),
     ) -> list[Message]:
+        u = self.upstream(case, with_image)
+        if u is not None and (setting, fmt) in UPSTREAM_CELLS:
+            return self.upstream_question(u, setting, fmt, conv, summary)
         block = self.question_block(case, fmt, list(many_options))
         text = self.p.text(
             f"setting_{setting}.txt",
@@ -233,13 +399,13 @@ class Protocol:
             summary=summary or "",
         )
         if setting in ("multiturn", "multiturn_no_exam", "multiturn_plus_exam"):
-            return conv.for_question() + [{"role": "user", "content": text}]
+            return self.layout(conv.for_question() + [{"role": "user", "content": text}])
         if setting == "singleturn":
-            return conv.first_turn() + [{"role": "user", "content": text}]
+            return self.layout(conv.first_turn() + [{"role": "user", "content": text}])
         system = self.p.text(
             "answer_system.txt",
             specialty=self.p.specialty_clause(case.specialty),
             image=self.p.text("doctor_image.txt") if with_image else "",
         )
         content = self.image_parts(case, text) if with_image else text
-        return [{"role": "system", "content": system}, {"role": "user", "content": content}]
+        return self.layout([{"role": "system", "content": system}, {"role": "user", "content": content}])

@@ -30,11 +30,13 @@ from craftmd import CraftMDError
 from craftmd.commands.cli import main as cli_main
 from craftmd.models.cache import RequestCache
 from craftmd.models.calls import Caller, Slots
+from craftmd.generation.protocol import PromptSet
 from craftmd.generation.runner import GenerateSpec, generate
 from craftmd.models import Sampling, VLLMModel, get_model
 from craftmd.models.base import ChatModel, Completion, TransientError
 from craftmd.models.openai import parse_completion
 from craftmd.release import read_release
+from craftmd.tasks.diagnosis.protocol import CraftMD
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import generate_argv  # noqa: E402
@@ -90,15 +92,17 @@ def test_reproduces_upstream_gpt4_conversations_turn_for_turn(tiny_dataset, upst
     assert len(conv) == len(upstream["text"]) == N_TEXT_CASES
     for row in conv:
         rec = upstream["text"][row["case_id"]]["trial_0"]["multiturn_conversation"]
-        assert row["messages"] == [{"role": m["role"], "content": m["content"]} for m in rec]
+        # the doctor's prompt is the pinned code's (the GPT-4 runs recorded an earlier wording); the dialogue is theirs
+        assert row["messages"][0]["content"].startswith("You are an AI doctor") and row["messages"][0] != rec[0]
+        assert row["messages"][1:] == [{"role": m["role"], "content": m["content"]} for m in rec[1:]]
         assert row["n_turns"] == sum(m["role"] == "assistant" for m in rec)
         assert row["ended"] == ("final_diagnosis" if "Final Diagnosis" in rec[-1]["content"] else "no_question")
     # The multiturn question is asked after the conversation without its final-diagnosis turn.
-    questions = [r["messages"] for r in log if _text(r["messages"][-1]["content"]).startswith("Stop asking")]
+    questions = [r["messages"] for r in log if "Stop asking" in _text(r["messages"][-1]["content"])]
     assert len(questions) == N_TEXT_CASES
     for q in questions:
         cid = replay.by_first[q[2]["content"]]
-        assert q[:-1] == upstream["text"][cid]["trial_0"]["multiturn_conversation"][:-1]
+        assert q[1:-1] == upstream["text"][cid]["trial_0"]["multiturn_conversation"][1:-1]
         assert upstream["text"][cid]["question"].strip() in q[-1]["content"]
     answers = read_release(report.path).table("answers").to_pylist()
     assert {(a["setting"], a["format"], a["status"]) for a in answers} == {("multiturn", "frq", "ok")}
@@ -143,14 +147,16 @@ def test_every_experiment_and_image_variants(tiny_dataset, replay, tmp_path):
         for r in log
         if any(isinstance(m["content"], list) and any(p.get("type") == "image_url" for p in m["content"]) for m in r["messages"])
     ]
-    assert with_image and all(
-        r["messages"][0]["content"].endswith("An image is also provided to help your diagnosis.") for r in with_image
-    )
+    image_line = PromptSet("craftmd-v1", CraftMD.prompts_root).text("doctor_image.txt")  # image variants: the package's
+    assert with_image and all(r["messages"][0]["content"].endswith(image_line) for r in with_image)
     nconv = read_release(nejm.path).table("conversations").to_pylist()
     assert any("<image>" in m["content"] for c in nconv if c["with_image"] for m in c["messages"])
     manifest = read_release(text.path).manifest
     assert (
-        manifest.kind == "generated" and manifest.prompt_set["name"] == "craftmd-v1" and len(manifest.prompt_set["sha256"]) == 64
+        manifest.kind == "generated"
+        and manifest.prompt_set["name"] == "craftmd-upstream-3bb2737"
+        and len(manifest.prompt_set["sha256"]) == 64
+        and manifest.prompt_set["own"]["name"] == "craftmd-v1"
     )
     assert manifest.models == {"doctor": "openai/loopback", "patient": "openai/loopback", "summarizer": "openai/loopback"}
     assert manifest.counts["tokens_in"]["doctor"] > 0
@@ -534,8 +540,8 @@ def test_on_the_built_dataset_reproduces_upstream_and_serves_image_cases(dataset
         )
     assert not replay.mismatches
     conv = {c["case_id"]: c for c in read_release(r.path).table("conversations").to_pylist() if c["conversation"] == "standard"}
-    for cid in same:
-        assert conv[cid]["messages"] == upstream["text"][cid]["trial_0"]["multiturn_conversation"]
+    for cid in same:  # the dialogue is the recorded one (the doctor's prompt is the pinned code's, not the recorded)
+        assert conv[cid]["messages"][1:] == upstream["text"][cid]["trial_0"]["multiturn_conversation"][1:]
     ans = read_release(r.path).table("answers").to_pylist()
     assert {a["format"] for a in ans} == {"mcq4", "mcq_many", "frq"} and all(a["status"] == "ok" for a in ans)
     assert {(a["setting"], a["with_image"]) for a in read_release(n.path).table("answers").to_pylist()} == {
@@ -576,7 +582,8 @@ def test_max_turns_and_refusals_are_recorded_never_silent(tiny_dataset, upstream
     run = {"options": {"max_turns": 3}, "experiments": ["vignette", "multiturn", "singleturn", "frq"]}
     with LoopbackServer(responder) as server:
         r = generate(spec(tiny_dataset, tmp_path / "rel", server.base_url, tmp_path / "c.sqlite", **run))
-        refusal_calls = sum(1 for q in server.log if vignette in _text(q["messages"][0]["content"]))
+        patient = [_text(q["messages"][0]["content"]) for q in server.log if q["messages"][0]["role"] == "system"]
+        refusal_calls = sum(1 for p in patient if p.startswith("You are a patient") and vignette in p)
     conv = {c["case_id"]: c for c in read_release(r.path).table("conversations").to_pylist()}
     assert conv[refusing]["ended"] == "refusal" and conv[refusing]["n_turns"] == 1
     assert refusal_calls == 1  # a refusal is an answer: not retried

@@ -80,7 +80,7 @@ def jobs_of(upstream: dict, replay: Replay, requests: list[dict]) -> list[tuple[
     }
     summaries: dict[str, list[str]] = {}
     for r in requests:  # a summary's question carries only the summary: know each case's summaries first
-        if "summarize" in r["messages"][0]["content"]:
+        if Replay.is_summary(r["messages"]):
             [cid] = cases_in(json.dumps(r["messages"]), marks)
             summaries.setdefault(cid, []).append(replay(r))
     out = []

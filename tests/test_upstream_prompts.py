@@ -13,7 +13,9 @@ from craftmd.source import PINNED_COMMIT, code_location
 from craftmd.upstream_prompts import (
     _load,
     parse_craftmd,
+    parse_utils,
     parse_prompts,
+    upstream_cases,
     upstream_code,
     upstream_prompt,
     upstream_prompts_sha256,
@@ -170,3 +172,27 @@ def test_upstreams_own_archive_shape_is_read_too(source, tmp_path):
 def test_craftmd_py_without_its_opening_is_refused():
     with pytest.raises(CraftMDError, match="no function craftmd_gpt"):
         parse_craftmd("def other():\n    pass\n")
+
+
+def test_upstreams_inputs_of_every_case_are_the_results_files_split(source):
+    """What the package passes upstream's prompts for a case (the split ported from src/utils.py, its literals read
+    from there) is what every results file says upstream passed: its case_vignette and question, byte for byte."""
+    import json
+
+    cases = upstream_cases(source)
+    recs = [json.loads(v) for v in source.read_files(["results/gpt4_1106/*.json"]).values()]
+    assert len(recs) == len(cases) == 2004
+    differ = [
+        r["case_id"]
+        for r in recs
+        if (cases[r["case_id"]].vignette, cases[r["case_id"]].question) != (r["case_vignette"], r["question"])
+    ]
+    assert differ == []
+    assert sum("  is" in c.question for c in cases.values()) > 100  # "of the following" dropped, its double space kept
+
+
+def test_utils_py_without_the_split_is_refused():
+    with pytest.raises(CraftMDError, match="no function get_case_without_question"):
+        parse_utils("def other():\n    pass\n")
+    with pytest.raises(CraftMDError, match="not the split the package ports"):
+        parse_utils("def get_case_without_question(case):\n    return case\n")

@@ -170,7 +170,7 @@ def _task_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prompt-set",
         default=None,
-        help="a prompt set of the task (a folder of its prompts/; default: the task's own: craftmd-v1, consult-v1, medpi-v1)",
+        help="a prompt set of the task (a folder of its prompts/; default: the task's own: craftmd-upstream-3bb2737, consult-v1, medpi-v1)",
     )
 
 

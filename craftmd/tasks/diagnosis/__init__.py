@@ -17,6 +17,10 @@ Formats: ``mcq4`` (the case's four choices), ``mcq_many`` (every diagnosis of th
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import Field
+
 from craftmd.generation.questions import ConversationOptions
 from craftmd.tasks.base import Role, Task, parse_matrix, register
 
@@ -56,6 +60,17 @@ multiturn_plus_exam  frq       standard      yes   no     -
 multiturn_plus_exam  top3      standard      yes   no     -
 """)
 
+
+class CraftMDOptions(ConversationOptions):
+    """CRAFT-MD's options (``-T key=value``)."""
+
+    message_roles: Literal["gpt", "opensource"] = Field(
+        "gpt",
+        description="upstream's message layout: gpt (its GPT path: prompts as system messages) or opensource (its "
+        "open-source path, for chat templates without a system role: prompts as user turns, a 30-message cap)",
+    )
+
+
 ROLES = (
     Role("doctor", "the model under test: interviews the patient, then answers the questions"),
     Role("patient", "the patient-AI: holds the case's vignette (or its history only) and answers the doctor"),
@@ -74,6 +89,6 @@ TASK = register(
         metrics=("correct",),
         protocol=CraftMD,
         roles=ROLES,
-        options=ConversationOptions,
+        options=CraftMDOptions,
     )
 )

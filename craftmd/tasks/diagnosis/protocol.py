@@ -12,7 +12,7 @@ import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from craftmd.generation.protocol import DEFAULT_PROMPT_SET, Conversation, Protocol
+from craftmd.generation.protocol import Conversation, Protocol
 from craftmd.generation.questions import (
     EXPECTED_REPLY,
     conversation_estimate,
@@ -28,6 +28,8 @@ from craftmd.generation.runner import Estimate, Runner, answer_row, tokens
 from craftmd.release import RunRecord
 from craftmd.samples import Sample
 
+#: The default prompt set: upstream's own prompts, read from its pinned code (``craftmd-v1`` is the package's wording).
+UPSTREAM_PROMPT_SET = "craftmd-upstream-3bb2737"
 #: The settings that read the whole standard conversation (singleturn reads its first turn, summarized its summary).
 MULTITURN = ("multiturn", "multiturn_plus_exam")
 
@@ -49,14 +51,14 @@ class CraftMD(Runner):
     """One job per (case, trial, image flag): the standard conversation, the history-only conversation where the
     exam set-ups ask for it, the summary, and every selected (setting, format) question."""
 
-    default_prompt_set = DEFAULT_PROMPT_SET
+    default_prompt_set = UPSTREAM_PROMPT_SET
     prompts_root = Path(__file__).parent / "prompts"
     unit = "answers"
 
     def __init__(self, spec, *, calls=None):
         super().__init__(spec, calls=calls)
         self.settings, self.formats = parse_experiments(spec.experiments, self.task)
-        self.protocol = Protocol(self.prompts, self.options.max_turns)
+        self.protocol = Protocol(self.prompts, self.options.max_turns, self.options.message_roles)
         self.cases  # noqa: B018  (the selected cases, loaded now: a bad selection is said before anything runs)
         self.many = load_diagnoses(Path(spec.dataset)) if "mcq_many" in self.formats else []
 
@@ -122,14 +124,17 @@ class CraftMD(Runner):
 
     async def standard(self, j: Job, need: set[str]) -> None:
         """The standard conversation, its summary, and the questions that read them."""
-        conv = await self.protocol.converse(
-            j.case, j.case.vignette, j.with_image, self.call("doctor"), self.call("patient"), j.sampling, j.sampling
+        p = self.protocol
+        upstream = p.upstream(j.case, j.with_image) is not None
+        knowledge = p.knowledge(j.case, j.with_image)
+        conv = await p.converse(
+            j.case, knowledge, j.with_image, self.call("doctor"), self.call("patient"), j.sampling, j.sampling
         )
         failed = failure(conv, "conversation")
         summary, summary_failed = None, failed
         if "summarized" in need and not failed:
-            c = await self.call("summarizer")(self.protocol.summarizer_messages(conv), j.sampling)
-            summary = c.text.strip() if c.status == "ok" else None
+            c = await self.call("summarizer")(p.summarizer_messages(conv, upstream), j.sampling)
+            summary = p.summary_text(c.text, upstream) if c.status == "ok" else None
             summary_failed = None if c.status == "ok" else (c.status, f"the summary failed: {c.error or c.status}")
         j.conversations.append(conversation_row(j.case.case_id, j.trial, "standard", j.with_image, conv, summary))
         tasks = []
@@ -184,10 +189,11 @@ class CraftMD(Runner):
             "settings": list(self.settings),
             "formats": list(self.formats),
             "max_turns": self.options.max_turns,
+            "message_roles": self.options.message_roles,
             **record.notes,
-            "protocol": "CRAFT-MD (Johri et al., Nature Medicine 2025); see the prompt set's README for verbatim vs reconstructed prompts",
+            "protocol": "CRAFT-MD (Johri et al., Nature Medicine 2025); see the prompt set's README for whose wording each prompt is",
         }
         return record
 
 
-__all__ = ["CraftMD"]
+__all__ = ["CraftMD", "UPSTREAM_PROMPT_SET"]
