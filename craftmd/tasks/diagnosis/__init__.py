@@ -75,5 +75,6 @@ TASK = register(
         protocol=CraftMD,
         roles=ROLES,
         options=ConversationOptions,
+        version=1,  # the comparability version (CHANGELOG.md, "Changes that move scores")
     )
 )
