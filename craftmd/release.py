@@ -294,8 +294,9 @@ class Protocol(BaseModel):
     grader: GraderRef | None = None
 
     def key(self) -> str:
-        """The protocol as one line of JSON: equal exactly when the protocols are."""
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """The protocol as one line of JSON (its recorded grader left out: free response is compared per grader): two
+        releases are ranked together exactly when their keys are equal (:func:`protocol_differences` is empty)."""
+        return json.dumps(self.model_dump(mode="json", exclude={"grader"}), sort_keys=True, separators=(",", ":"))
 
 
 def answer_rules(task: Task) -> dict[str, int]:
@@ -349,9 +350,11 @@ def _pair(what: str, ours, theirs) -> str:
     return f"{what} {ours if ours is not None else 'not recorded'} vs {theirs if theirs is not None else 'not recorded'}"
 
 
-def protocol_differences(p: Protocol | None, reference: Protocol | None) -> list[str]:
+def protocol_differences(p: Protocol | None, reference: Protocol | None, graders: bool = False) -> list[str]:
     """Why a release of protocol ``p`` is not comparable with one of ``reference``, in words (e.g. "prompt set
-    craftmd-v1 ≠ craftmd-upstream-3bb2737", "3 trials vs 5"); empty when the two are one protocol."""
+    craftmd-v1 ≠ craftmd-upstream-3bb2737", "3 trials vs 5"); empty exactly when their keys (:meth:`Protocol.key`) are
+    equal. ``graders``: the recorded graders too, where both record one ("grader prompts differ"); the board leaves
+    them out, since it compares free response per grader (a cell names its grader; no paired test crosses graders)."""
     if p is None or reference is None:
         return [] if p is reference else ["unknown protocol (the release states none)"]
     out = []
@@ -365,8 +368,9 @@ def protocol_differences(p: Protocol | None, reference: Protocol | None) -> list
             out.append(_pair("prompt set", a and a.name, b and b.name))
     elif a.name != b.name:
         out.append(f"prompt set {a.name} ≠ {b.name}")
-    elif a.sha256 != b.sha256 and a.sha256 and b.sha256:
-        out.append(f"prompt set {a.name} differs (sha256 {a.sha256[:12]}… vs {b.sha256[:12]}…)")
+    elif a.sha256 != b.sha256:
+        sha = lambda x: f"{x[:12]}…" if x else "not recorded"  # noqa: E731
+        out.append(f"prompt set {a.name} differs (sha256 {sha(a.sha256)} vs {sha(b.sha256)})")
     for role in sorted(set(p.roles) | set(reference.roles)):
         if p.roles.get(role) != reference.roles.get(role):
             out.append(_pair(role, p.roles.get(role), reference.roles.get(role)))
@@ -376,7 +380,7 @@ def protocol_differences(p: Protocol | None, reference: Protocol | None) -> list
     if p.trials != reference.trials:
         out.append(f"{p.trials or 'unrecorded'} trials vs {reference.trials or 'unrecorded'}")
     g, h = p.grader, reference.grader
-    if g is not None and h is not None and g != h:  # a release graded after it was made names no grader: per measure
+    if graders and g is not None and h is not None and g != h:  # a release graded after it was made names none
         if g.name != h.name or g.model != h.model:
             out.append(f"grader {g.name} ({g.model}) ≠ {h.name} ({h.model})")
         if g.prompt_set != h.prompt_set:
