@@ -355,8 +355,10 @@ def protocol_differences(p: Protocol | None, reference: Protocol | None, graders
     craftmd-v1 ≠ craftmd-upstream-3bb2737", "3 trials vs 5"); empty exactly when their keys (:meth:`Protocol.key`) are
     equal. ``graders``: the recorded graders too, where both record one ("grader prompts differ"); the board leaves
     them out, since it compares free response per grader (a cell names its grader; no paired test crosses graders)."""
-    if p is None or reference is None:
-        return [] if p is reference else ["unknown protocol (the release states none)"]
+    if p is None:
+        return [] if reference is None else ["unknown protocol (the release states none)"]
+    if reference is None:
+        return ["the reference's protocol is unknown"]
     out = []
     if p.task != reference.task:
         out.append(f"task {p.task} ≠ {reference.task}")

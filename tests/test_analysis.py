@@ -352,7 +352,9 @@ def with_protocols(tmp_path_factory):
     paper = upstream_protocol()
     v1 = paper.model_copy(update={"prompt_set": PromptRef(name="craftmd-v1", sha256="0" * 64), "trials": 3, "grader": None})
     everything = {"vignette": _all_trials(range(N_CASES)), "multiturn": _all_trials(range(N_CASES))}
-    _release(rel, "u1", {"vignette": _all_trials(range(30)), "multiturn": _all_trials(range(10))}, kind="upstream", protocol=paper)
+    _release(
+        rel, "u1", {"vignette": _all_trials(range(30)), "multiturn": _all_trials(range(10))}, kind="upstream", protocol=paper
+    )
     _release(rel, "u2", {"vignette": _all_trials(range(20)), "multiturn": _all_trials(range(5))}, kind="upstream", protocol=paper)
     generated_paper = paper.model_copy(update={"grader": None})  # generation records no grader: free response per grader
     _release(rel, "gp", {"vignette": _all_trials(range(25)), "multiturn": _all_trials(range(8))}, protocol=generated_paper)
@@ -398,3 +400,21 @@ def test_releases_of_another_protocol_are_never_ranked_with_the_papers(with_prot
         "gp": True, "sub": False, "u1": True, "u2": True, "v1a": False, "v1b": False
     }  # fmt: skip
     assert t.filter(pl.col("release") == "v1a")["not_comparable_because"].item() == "; ".join(v1_reasons)
+
+
+def test_the_board_by_task_never_ranks_two_protocols_together(with_protocols):
+    from craftmd.analysis.boards import page_section, task_boards
+
+    from dataclasses import replace
+
+    a = replace(with_protocols[1])
+    a.boards = task_boards(a)
+    assert set(a.boards.filter(pl.col("release") == "v1a")["protocol"]) == {
+        a.releases.filter(pl.col("release") == "v1a")["protocol"].item()
+    }
+    tables = page_section(a)
+    assert [(t["label"], [r["release"] for r in t["rows"]]) for t in tables] == [
+        ("CRAFT-MD diagnosis", ["u1", "gp", "u2"]),
+        ("CRAFT-MD diagnosis: not comparable with the paper's runs (prompt set craftmd-v1 ≠ craftmd-upstream-3bb2737; 3 trials vs 5)", ["v1a", "v1b"]),
+        ("CRAFT-MD diagnosis: not comparable with the paper's runs (unknown protocol (the release states none))", ["sub"]),
+    ]  # fmt: skip
