@@ -11,6 +11,10 @@ headline measures, read from the analysis' tables (never recomputed):
   and ``reasonable_closure``: the share of the labelled encounters the closure classifier found reasonably closed
   (:func:`.encounters.reasonable_closure`, the encounters section's figure too; failed labels counted apart).
 
+Each row names its release's protocol (``protocol``: :meth:`craftmd.release.Protocol.key`): a task's board ranks
+together only the releases of its reference protocol (:func:`.view.task_references`); each other protocol is a table
+of its own, headed by why it is not comparable, in words.
+
 Written to ``tables/boards.csv`` only when a release of a task other than CRAFT-MD was analysed.
 """
 
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import polars as pl
 
-COLUMNS = ["task", "model", "release", "display", "measure", "value", "ci_low", "ci_high", "n_cases", "n_failed"]
+COLUMNS = ["task", "model", "release", "display", "measure", "value", "ci_low", "ci_high", "n_cases", "n_failed", "protocol"]
 TASK_ORDER = ("craftmd", "consultation", "encounters")
 LABELS = {
     "frq_accuracy_multiturn": "Multi-turn FRQ accuracy",
@@ -39,9 +43,10 @@ def task_boards(a) -> pl.DataFrame:
 
     def add(task, rel, measure, value, lo=None, hi=None, n=None, failed=None):
         rows.append({"task": task, "model": info[rel]["model"], "release": rel, "display": info[rel]["display"], "measure": measure,
-                     "value": value, "ci_low": lo, "ci_high": hi, "n_cases": n, "n_failed": failed})  # fmt: skip
+                     "value": value, "ci_low": lo, "ci_high": hi, "n_cases": n, "n_failed": failed,
+                     "protocol": info[rel]["protocol"]})  # fmt: skip
 
-    for m in v.models + v.partial:
+    for m in v.models + v.partial + [m for g in v.other_protocols for m in g["models"]]:
         c = v.cell(m, "multiturn", "frq")
         if c:
             add("craftmd", m, "frq_accuracy_multiturn", c["accuracy"], c["ci_low"], c["ci_high"], c["n_cases"])
@@ -80,7 +85,8 @@ def task_boards(a) -> pl.DataFrame:
             add("encounters", rel, "reasonable_closure", c["share"], None, None, c["n"], c["n_failed"])
     order = {t: i for i, t in enumerate(TASK_ORDER)}
     schema = {"task": pl.String, "model": pl.String, "release": pl.String, "display": pl.String, "measure": pl.String,
-              "value": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64, "n_cases": pl.Int64, "n_failed": pl.Int64}  # fmt: skip
+              "value": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64, "n_cases": pl.Int64, "n_failed": pl.Int64,
+              "protocol": pl.String}  # fmt: skip
     df = pl.DataFrame(rows, schema=schema)
     return (df.with_columns(pl.col("task").replace_strict(order, default=len(order), return_dtype=pl.Int64).alias("_t"))
             .sort("_t", "model", "release", "measure").drop("_t"))  # fmt: skip
@@ -90,23 +96,43 @@ TASK_LABELS = {"craftmd": "CRAFT-MD diagnosis", "consultation": "Consultation fr
 
 
 def page_section(a) -> list[dict] | None:
-    """One board per task with its measures as columns and a row per model (best first by the first measure)."""
+    """One board per task and protocol with its measures as columns and a row per model (best first by the first
+    measure): the task's reference protocol first, then each other protocol, headed by why it is not comparable."""
+    from .view import View, protocol_groups, task_references
+
     b = getattr(a, "boards", None)
     if b is None or b.height == 0:
         return None
+    refs = task_references(a)
     out = []
     for task in [t for t in TASK_ORDER if t in set(b["task"].to_list())]:
         sel = b.filter(pl.col("task") == task)
-        measures = sel["measure"].unique(maintain_order=True).to_list()
-        rows = []
-        for (model, rel, display), g in sel.group_by("model", "release", "display", maintain_order=True):
-            got = {r["measure"]: r for r in g.iter_rows(named=True)}
-            rows.append({"model": model, "release": rel, "display": display, "cells": [got.get(m) for m in measures]})
-        first = lambda r: (r["cells"][0] or {}).get("value")  # noqa: E731
-        rows.sort(key=lambda r: (first(r) is None, -(first(r) or 0), r["model"]))
-        out.append({"task": task, "label": TASK_LABELS.get(task, task), "measures": [LABELS.get(m, m) for m in measures],
-                    "percent": [m != "rubric_overall" for m in measures], "rows": rows})  # fmt: skip
+        keys = dict(sel.select("release", "protocol").iter_rows())
+        label = TASK_LABELS.get(task, task)
+        whom = "the paper's runs" if task == "craftmd" and View(a).reference_is_paper else "the ranked runs"
+        groups = [(refs.get(task), label)] + [
+            (k, f"{label}: not comparable with {whom} ({'; '.join(why)})") for k, why in protocol_groups(keys, refs.get(task))
+        ]
+        for key, heading in groups:
+            board = _board(sel.filter(pl.col("protocol").eq_missing(key)), task, heading)
+            if board is not None:
+                out.append(board)
     return out
+
+
+def _board(sel: pl.DataFrame, task: str, label: str) -> dict | None:
+    """One table of a task's board: ``sel``'s rows (one protocol's), best first by the first measure."""
+    if sel.height == 0:
+        return None
+    measures = sel["measure"].unique(maintain_order=True).to_list()
+    rows = []
+    for (model, rel, display), g in sel.group_by("model", "release", "display", maintain_order=True):
+        got = {r["measure"]: r for r in g.iter_rows(named=True)}
+        rows.append({"model": model, "release": rel, "display": display, "cells": [got.get(m) for m in measures]})
+    first = lambda r: (r["cells"][0] or {}).get("value")  # noqa: E731
+    rows.sort(key=lambda r: (first(r) is None, -(first(r) or 0), r["model"]))
+    return {"task": task, "label": label, "measures": [LABELS.get(m, m) for m in measures],
+            "percent": [m != "rubric_overall" for m in measures], "rows": rows}  # fmt: skip
 
 
 __all__ = ["task_boards", "page_section", "LABELS", "COLUMNS"]

@@ -161,20 +161,22 @@ def _vector(n: int, at: pl.Series, values) -> np.ndarray:
 
 
 def _add_tests(con, ratios: _Ratios, means: dict) -> None:
-    """1. paired tests: every pair up to ALL_PAIRS_UP_TO releases (or with --all-pairs), else each release against its
-    neighbours in the metric's ranking and the leader (as sql/comparisons pairs models)."""
+    """1. paired tests between releases of one protocol (as sql/tested_pairs pairs models): every pair up to
+    ALL_PAIRS_UP_TO releases (or with --all-pairs), else each release against its neighbours in the metric's ranking
+    and the leader."""
     releases = sorted({r for r, _ in means})
     all_pairs, up_to = con.sql("select all_pairs, all_pairs_up_to from pair_options").fetchall()[0]
-    for met in HEADLINE:
-        have = [r for r in releases if (r, met) in means]
+    protocol = dict(con.sql("select release, protocol from releases").fetchall())  # null: unknown, paired with none
+    for met, group in ((met, g) for met in HEADLINE for g in sorted({protocol.get(r) for r in releases} - {None})):
+        have = [r for r in releases if (r, met) in means and protocol.get(r) == group]  # one protocol's releases
         keep = None
         if not all_pairs and len(have) > up_to:
             # (ranked on the fixed-point grid of the float path: equal models tie exactly, and the tie goes to the id)
             ranked = sorted(have, key=lambda r: (-float(np.rint(means[(r, met)][0] * 1e9).sum() / means[(r, met)][1].sum()), r))
             keep = {frozenset(p) for p in zip(ranked, ranked[1:])} | {frozenset((ranked[0], r)) for r in ranked[1:]}
-        for i, a in enumerate(releases):
-            for b in releases[i + 1 :]:
-                if (a, met) in means and (b, met) in means and (keep is None or frozenset((a, b)) in keep):
+        for i, a in enumerate(have):
+            for b in have[i + 1 :]:
+                if keep is None or frozenset((a, b)) in keep:
                     (ma, ha), (mb, hb) = means[(a, met)], means[(b, met)]
                     common = ha * hb
                     ratios.add(("test", met, a, b), (ma - mb) * common, common, exact=False)

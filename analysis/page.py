@@ -16,7 +16,7 @@ import polars as pl
 
 from craftmd.cards.render import environment
 
-from .view import FORMAT_LABELS, MCQ_PRIMARY, SETTING_LABELS, SETTING_NOTES, UPSTREAM_SETTINGS, View
+from .view import FORMAT_LABELS, MCQ_PRIMARY, SETTING_LABELS, SETTING_NOTES, UPSTREAM_SETTINGS, View, describe_protocol
 
 LEAD = ("multiturn", "frq")
 #: the four-choice MCQ shown next to free response
@@ -173,8 +173,8 @@ def _measures(v: View) -> list[dict]:
         rows = [
             r
             for r in mt.filter(pl.col("metric") == name).to_dicts()
-            if r["model"] not in v.partial and r["model"] not in v.self_reported
-        ]  # partial runs, self-reported: in the CSV only
+            if r["model"] not in v.partial and r["model"] not in v.self_reported and r["model"] not in v.apart
+        ]  # partial runs, self-reported, other protocols: in the CSV only
         rows.sort(key=lambda r: (order.get(r["model"], len(order)), r["model"], r["scorer"], r["variant"]))
         if rows:
             out.append({
@@ -391,9 +391,11 @@ def _pairs(a) -> dict:
     :data:`.runner.ALL_PAIRS_UP_TO` models), else each model against its neighbours in the ranking and the leader."""
     from .runner import ALL_PAIRS_UP_TO
 
+    protocol = dict(a.releases.select("release", "protocol").iter_rows())  # pairs are tested within one protocol
     fam = (
         a.accuracy.filter(pl.col("group_by") == "all")
-        .group_by("setting", "format", "grader", "with_image")
+        .with_columns(pl.col("model").replace_strict(protocol, default=None, return_dtype=pl.String).alias("protocol"))
+        .group_by("protocol", "setting", "format", "grader", "with_image")
         .agg(pl.col("model").n_unique())
     )
     largest = int(fam["model"].max() or 0) if fam.height else 0
@@ -567,6 +569,10 @@ def context(a, audits: list[dict] | None = None, out: Path | None = None) -> dic
         "board": [_row(v, m, i) for i, m in enumerate(v.models, 1)],
         "partial": [_row(v, m) for m in v.partial],
         "self_reported": [_row(v, m) for m in v.self_reported],
+        "other_protocols": [
+            {"reasons": g["reasons"], "rows": [_row(v, m, i) for i, m in enumerate(g["models"], 1)]} for g in v.other_protocols
+        ],
+        "reference_is_paper": v.reference_is_paper,
         "settings": [{"id": s, "label": SETTING_LABELS[s], "note": SETTING_NOTES[s]} for s in UPSTREAM_SETTINGS],
         "other_frq_settings": [SETTING_LABELS[s] for s in UPSTREAM_SETTINGS if s != "multiturn"],
         "missing": _missing(v),
@@ -599,8 +605,10 @@ def context(a, audits: list[dict] | None = None, out: Path | None = None) -> dic
                 "partial": m in v.partial,
                 "coverage": v.coverage.get(m, 0),
                 "self_reported": m in v.self_reported,
+                "protocol": describe_protocol(v.protocol.get(m)),
+                "apart": m in v.apart,
             }
-            for m in v.models + v.partial + v.self_reported + v.image_models
+            for m in v.models + v.partial + [m for g in v.other_protocols for m in g["models"]] + v.self_reported + v.image_models
         ],
         "image": _image_rows(v),
         "paper_tests": _paper_tests(v),

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file
-from craftmd.release import CLAIM_PREFIX, MAX_TRIALS, SETTINGS, Release, find_releases, natural_key
+from craftmd.release import CLAIM_PREFIX, MAX_TRIALS, SETTINGS, Release, find_releases, natural_key, protocol_of
 
 SQL_DIR = Path(str(resources.files("craftmd.analysis") / "sql"))
 #: Families of at most this many models test every pair of them (the six upstream releases keep every pair); larger
@@ -113,7 +113,8 @@ def connect(
 
     :func:`connect` opens an in-memory DuckDB and registers the inputs as views, by name:
 
-    * ``releases``: one row per release (``release``, ``kind``, ``model``, ``display``, ``task``, ``prompt_set``);
+    * ``releases``: one row per release (``release``, ``kind``, ``model``, ``display``, ``task``, ``prompt_set``,
+      ``protocol``: :func:`protocol_key`, null when unknown);
     * ``answers``, ``conversations``, ``scores``: every release's parquet, with a ``release`` column
       (``scores`` unions the releases' variant keys by name, and leaves out claims: scorer ``claimed:<name>``);
       ``grades`` (``sql/grades.sql``): the
@@ -162,6 +163,12 @@ def connect(
     return con
 
 
+def protocol_key(release: Release) -> str | None:
+    """The protocol a release ran, as one line (:meth:`craftmd.release.Protocol.key`); None: unknown, equal to none."""
+    p = protocol_of(release.manifest)
+    return p.key() if p is not None else None
+
+
 def _releases_view(con, releases: list[Release]) -> None:
     rel = pa.table(
         {
@@ -171,6 +178,7 @@ def _releases_view(con, releases: list[Release]) -> None:
             "display": [r.display for r in releases],
             "task": [r.manifest.task for r in releases],
             "prompt_set": [(r.manifest.prompt_set or {}).get("name") for r in releases],
+            "protocol": [protocol_key(r) for r in releases],
         }
     )
     con.register("releases_arrow", rel)

@@ -85,6 +85,7 @@ def _releases_frame(releases: list[Release]) -> pl.DataFrame:
             "source": [json.dumps(r.manifest.source, sort_keys=True, ensure_ascii=False) for r in releases],
             "scorers": [json.dumps(r.scorer_records(), sort_keys=True, ensure_ascii=False) for r in releases],
             "task": [r.manifest.task for r in releases],
+            "protocol": [runner.protocol_key(r) for r in releases],  # tables/protocols.csv, never releases.csv
         }
     )
 
@@ -277,10 +278,15 @@ def write_tables(a: Analysis, out: Path) -> list[Path]:
     for name in TABLES:
         df = getattr(a, name)
         if name == "releases":
-            df = df.drop("notes", "counts", "source", "scorers", "task")
+            df = df.drop("notes", "counts", "source", "scorers", "task", "protocol")
         path = tables / f"{name}.csv"
         csv_safe(df).write_csv(path)
         written.append(path)
+    from .view import protocol_table
+
+    path = tables / "protocols.csv"  # each release's protocol and why it is not ranked with the board's, in words
+    csv_safe(protocol_table(a)).write_csv(path)
+    written.append(path)
     if a.rubric is not None:
         from .rubric import write_tables as write_rubric_tables
 

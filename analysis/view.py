@@ -10,9 +10,11 @@ the board and cannot lead it.
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import polars as pl
 
+from craftmd.release import Protocol, protocol_differences
 from craftmd.scoring.scorers import rank_frq
 from craftmd.tasks import get_task
 
@@ -47,13 +49,77 @@ FORMAT_LABELS = {"mcq4": "MCQ (4 choices)", "mcq_many": "MCQ (many choices)", "f
 MCQ_PRIMARY = "paper"
 
 
+def protocol(key: str | None) -> Protocol | None:
+    """A protocol from its key (the releases frame's ``protocol`` column: :meth:`Protocol.key`); None: unknown."""
+    return Protocol.model_validate_json(key) if key else None
+
+
+def reference_protocol(keys: dict[str, str | None], preferred=()) -> str | None:
+    """The protocol a board ranks by, of ``keys`` (release -> protocol key): the one most of the ``preferred`` releases
+    ran (the upstream releases: the paper's runs), else the one most releases ran; ties go to the first key in order."""
+    among = [keys[m] for m in preferred if m in keys] or list(keys.values())
+    counts = Counter(k for k in among if k is not None)
+    return min(counts, key=lambda k: (-counts[k], k)) if counts else None
+
+
+def protocol_groups(keys: dict[str, str | None], reference: str | None) -> list[tuple[str | None, list[str]]]:
+    """The protocols besides ``reference`` of ``keys`` (release -> protocol key), each with why it is not comparable
+    with the reference, in words (:func:`craftmd.release.protocol_differences`), in the order of those words."""
+    others = {k for k in keys.values() if k != reference} if reference is not None else {k for k in keys.values() if k}
+    return sorted(((k, protocol_differences(protocol(k), protocol(reference))) for k in others), key=lambda g: (g[1], g[0] or ""))
+
+
+def describe_protocol(key: str | None) -> str:
+    """A protocol in words, for the release list: task and version, prompt set, roles, trials, recorded grader."""
+    p = protocol(key)
+    if p is None:
+        return "unknown protocol (the release states none)"
+    parts = [f"{p.task} v{p.version}" if p.version is not None else f"{p.task} (version not recorded)"]
+    if p.prompt_set is not None:
+        parts.append(f"prompts {p.prompt_set.name}" + (f" ({p.prompt_set.sha256[:12]})" if p.prompt_set.sha256 else ""))
+    parts += [f"{role} {model}" for role, model in p.roles.items()]
+    if p.trials is not None:
+        parts.append(f"{p.trials} trials")
+    if p.grader is not None:
+        parts.append(f"FRQ graded by {p.grader.name}" + (f" ({p.grader.prompt_set.name})" if p.grader.prompt_set else ""))
+    return ", ".join(parts)
+
+
+def task_references(a, v: View | None = None) -> dict[str, str | None]:
+    """Each task's reference protocol (the one its board ranks by): CRAFT-MD's is the :class:`View`'s (the paper's
+    runs'), another task's the one most of its releases ran."""
+    info = list(a.releases.iter_rows(named=True))
+    out = {}
+    for task in sorted({r["task"] for r in info}):
+        keys = {r["release"]: r["protocol"] for r in info if r["task"] == task}
+        out[task] = ((v or View(a)).reference if task == "craftmd" else None) or reference_protocol(keys)
+    return out
+
+
+def protocol_table(a) -> pl.DataFrame:
+    """``tables/protocols.csv``: each release's protocol (in words and as JSON), whether it is its task's board's, and
+    if not, why, in words."""
+    refs = task_references(a)
+    rows = []
+    for r in a.releases.sort("release").iter_rows(named=True):
+        why = protocol_differences(protocol(r["protocol"]), protocol(refs.get(r["task"])))
+        rows.append({"release": r["release"], "display": r["display"], "task": r["task"], "comparable": not why,
+                     "not_comparable_because": "; ".join(why), "protocol": describe_protocol(r["protocol"]),
+                     "protocol_json": r["protocol"]})  # fmt: skip
+    schema = {"release": pl.String, "display": pl.String, "task": pl.String, "comparable": pl.Boolean,
+              "not_comparable_because": pl.String, "protocol": pl.String, "protocol_json": pl.String}  # fmt: skip
+    return pl.DataFrame(rows, schema=schema)
+
+
 class View:
     """The page's and figures' questions, answered from an analysis.
 
     ``models`` are the releases ranked on the board: every text release that covers the
     board's case set (the most cases any text release covers), best first by the leading
     measure. ``partial`` are the text releases that cover fewer cases: they are listed
-    apart, never ranked among the complete ones. ``self_reported`` are the submissions that
+    apart, never ranked among the complete ones. ``other_protocols`` are the releases whose protocol is not the
+    board's (the upstream releases', the paper's: :attr:`reference`), one table per protocol with why, in words; they
+    are never ranked with the board nor tested against it. ``self_reported`` are the submissions that
     answer conversational settings (multi-turn, single-turn, summarized, ...) without the
     conversations behind them: nothing shows those answers came from a conversation, so
     they are listed apart as self-reported, never ranked, never the board's case set. Case
@@ -96,6 +162,14 @@ class View:
         settings_of = {m: set(s) for m, s in answered.iter_rows()}
         self_reported = {m for m in text_models if self.self_reported_release(m) and settings_of.get(m, set()) & conversational()}
         text_models = [m for m in text_models if m not in self_reported]
+        #: each release's protocol (its key; None: unknown) and the board's: the one the upstream releases (the paper's
+        #: runs) ran, else the one most releases ran. Releases of another protocol are never ranked with the board's:
+        #: each protocol is its own table (:attr:`other_protocols`), with why it is not comparable, in words
+        self.protocol = {m: r.get("protocol") for m, r in self.release_info.items()}
+        upstream = [m for m in text_models if self.kind(m) == "upstream"]
+        self.reference = reference_protocol({m: self.protocol[m] for m in text_models}, upstream)
+        self.reference_is_paper = bool(upstream) and self.reference == reference_protocol({m: self.protocol[m] for m in upstream})
+        apart = {m for m in text_models if self.protocol[m] != self.reference}
         overall = acc.filter(~pl.col("with_image"), pl.col("group_by") == "all")
         covered = dict(overall.group_by("model").agg(pl.col("n_cases").max()).iter_rows())
         #: cases of the board's case set that each text release has scores for (its widest cell)
@@ -103,9 +177,15 @@ class View:
         #: the board's case set: what the complete text releases cover
         self.board_cases = max(self.coverage.values(), default=0)
         ranked = sorted(text_models, key=lambda m: (-self._lead(m), self.display(m)))
-        self.models = [m for m in ranked if self.coverage[m] == self.board_cases]
+        self.models = [m for m in ranked if self.coverage[m] == self.board_cases and m not in apart]
+        #: the other protocols, each {"protocol": key, "reasons": [words], "models": its releases, ranked among themselves}
+        self.other_protocols = [
+            {"protocol": k, "reasons": why, "models": [m for m in ranked if m in apart and self.protocol[m] == k]}
+            for k, why in protocol_groups({m: self.protocol[m] for m in apart}, self.reference)
+        ]
+        self.apart = apart
         self.partial = sorted(
-            (m for m in ranked if self.coverage[m] < self.board_cases),
+            (m for m in ranked if self.coverage[m] < self.board_cases and m not in apart),
             key=lambda m: (-self.coverage[m], -self._lead(m), self.display(m)),
         )
         self.self_reported = sorted(self_reported, key=lambda m: (-self._lead(m), self.display(m)))
@@ -179,4 +259,16 @@ class View:
         return FORMAT_LABELS.get(fmt, fmt)
 
 
-__all__ = ["View", "SETTING_LABELS", "SETTING_NOTES", "UPSTREAM_SETTINGS", "FORMAT_LABELS"]
+__all__ = [
+    "View",
+    "protocol",
+    "reference_protocol",
+    "protocol_groups",
+    "describe_protocol",
+    "protocol_table",
+    "task_references",
+    "SETTING_LABELS",
+    "SETTING_NOTES",
+    "UPSTREAM_SETTINGS",
+    "FORMAT_LABELS",
+]

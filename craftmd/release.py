@@ -250,6 +250,146 @@ def conform_scores(table: pa.Table) -> pa.Table:
     return _sort(table, ["case_id", "trial", *variant, "scorer", "metric"], "scores")
 
 
+#: The role whose model is under test: never part of a protocol (every other role is).
+UNDER_TEST = "doctor"
+_SHA256 = r"^[0-9a-f]{64}$"
+
+
+class PromptRef(BaseModel):
+    """A prompt set as a run record names it: its name and the sha256 over its prompts (null: not known)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(min_length=1, max_length=200)
+    sha256: str | None = Field(None, pattern=_SHA256)
+
+
+class GraderRef(BaseModel):
+    """The grader whose labels came with a release (upstream's recorded ones): its scorer, model and prompts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(min_length=1, max_length=200)
+    model: str | None = Field(None, max_length=200)
+    prompt_set: PromptRef | None = None
+
+
+class Protocol(BaseModel):
+    """What a release's numbers depend on besides the model under test: the protocol it ran. Releases are ranked
+    together only when their protocols are equal; :func:`protocol_differences` says, in words, why two are not.
+
+    ``roles``: every role but the doctor (the model under test, :data:`UNDER_TEST`): the patient, summarizer, solver,
+    ... whose models shape what the doctor reads. ``answer_rules``: the MCQ rules (name -> version) its answers are
+    graded by. ``grader``: only the grader whose labels came with the release (upstream's recorded GPT-4 labels); a
+    release graded after it was made names none here, since every grader of its scores, with its prompts' sha256, is
+    in its scorer records and the board compares free response per grader (a cell names its grader, and the paired
+    tests never cross graders): two releases graded by one grader are comparable on that grader's measure.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    task: str = Field(min_length=1, max_length=200)
+    version: int | None = Field(None, ge=0)  # the task's comparability version (Task.version); null: not recorded
+    prompt_set: PromptRef | None = None
+    roles: dict[str, str] = Field(default_factory=dict)  # role -> provider/model, every role but the doctor
+    answer_rules: dict[str, int] = Field(default_factory=dict)  # MCQ rule -> its version
+    trials: int | None = Field(None, ge=1, le=MAX_TRIALS)
+    grader: GraderRef | None = None
+
+    def key(self) -> str:
+        """The protocol as one line of JSON (its recorded grader left out: free response is compared per grader): two
+        releases are ranked together exactly when their keys are equal (:func:`protocol_differences` is empty)."""
+        return json.dumps(self.model_dump(mode="json", exclude={"grader"}), sort_keys=True, separators=(",", ":"))
+
+
+def answer_rules(task: Task) -> dict[str, int]:
+    """The MCQ rules (name -> version) a release of ``task`` is graded by: those among its scorers."""
+    from craftmd.scoring.mcq import RULES, RULES_VERSION
+
+    return {r: RULES_VERSION for r in RULES if r in task.scorers}
+
+
+def _prompt_ref(prompt_set: dict | None) -> PromptRef | None:
+    """A run record's ``prompt_set`` ({name, sha256, ...}) as a :class:`PromptRef` (None when it names none)."""
+    if not isinstance(prompt_set, dict) or not prompt_set.get("name"):
+        return None
+    return PromptRef(name=prompt_set["name"], sha256=prompt_set.get("sha256"))
+
+
+def run_protocol(task: Task, prompt_set: dict | None, roles: dict[str, str], trials: int | None) -> Protocol:
+    """The protocol of a run of ``task`` (its version and MCQ rules) with ``prompt_set`` ({name, sha256}), ``roles``
+    (role -> provider/model: the doctor's is left out) and ``trials``."""
+    return Protocol(
+        task=task.name,
+        version=task.version,
+        prompt_set=_prompt_ref(prompt_set),
+        roles={r: m for r, m in sorted(roles.items()) if r != UNDER_TEST},
+        answer_rules=answer_rules(task),
+        trials=trials,
+    )
+
+
+def protocol_of(manifest: RunRecord) -> Protocol | None:
+    """The protocol a release ran: the one its run record holds, or, for a record written before protocols were
+    recorded, what it says of one (task, prompt set, roles, trials; the version not known); None: unknown (a
+    submission that states none)."""
+    if manifest.protocol is not None or manifest.kind == "submission":
+        return manifest.protocol
+    names = {r.name for r in TASKS[manifest.task].roles} if manifest.task in TASKS else None
+    roles = {a: r.get("model") for a, r in manifest.roles.items() if isinstance(r, dict) and isinstance(r.get("model"), str)}
+    trials = manifest.counts.get("trials")
+    try:
+        return Protocol(
+            task=manifest.task,
+            prompt_set=_prompt_ref(manifest.prompt_set),
+            roles={a: m for a, m in sorted(roles.items()) if a != UNDER_TEST and (names is None or a in names)},
+            trials=trials if type(trials) is int else None,
+        )
+    except ValidationError:  # what the old record says is not a protocol: unknown
+        return None
+
+
+def _pair(what: str, ours, theirs) -> str:
+    return f"{what} {ours if ours is not None else 'not recorded'} vs {theirs if theirs is not None else 'not recorded'}"
+
+
+def protocol_differences(p: Protocol | None, reference: Protocol | None, graders: bool = False) -> list[str]:
+    """Why a release of protocol ``p`` is not comparable with one of ``reference``, in words (e.g. "prompt set
+    craftmd-v1 ≠ craftmd-upstream-3bb2737", "3 trials vs 5"); empty exactly when their keys (:meth:`Protocol.key`) are
+    equal. ``graders``: the recorded graders too, where both record one ("grader prompts differ"); the board leaves
+    them out, since it compares free response per grader (a cell names its grader; no paired test crosses graders)."""
+    if p is None:
+        return [] if reference is None else ["unknown protocol (the release states none)"]
+    if reference is None:
+        return ["the reference's protocol is unknown"]
+    out = []
+    if p.task != reference.task:
+        out.append(f"task {p.task} ≠ {reference.task}")
+    if p.version != reference.version:
+        out.append(_pair(f"{p.task} version", p.version, reference.version))
+    a, b = p.prompt_set, reference.prompt_set
+    if a is None or b is None:
+        if a != b:
+            out.append(_pair("prompt set", a and a.name, b and b.name))
+    elif a.name != b.name:
+        out.append(f"prompt set {a.name} ≠ {b.name}")
+    elif a.sha256 != b.sha256:
+        sha = lambda x: f"{x[:12]}…" if x else "not recorded"  # noqa: E731
+        out.append(f"prompt set {a.name} differs (sha256 {sha(a.sha256)} vs {sha(b.sha256)})")
+    for role in sorted(set(p.roles) | set(reference.roles)):
+        if p.roles.get(role) != reference.roles.get(role):
+            out.append(_pair(role, p.roles.get(role), reference.roles.get(role)))
+    if p.answer_rules != reference.answer_rules:
+        rules = lambda d: ", ".join(f"{k} v{v}" for k, v in sorted(d.items())) or None  # noqa: E731
+        out.append(_pair("MCQ rules", rules(p.answer_rules), rules(reference.answer_rules)))
+    if p.trials != reference.trials:
+        out.append(f"{p.trials or 'unrecorded'} trials vs {reference.trials or 'unrecorded'}")
+    g, h = p.grader, reference.grader
+    if graders and g is not None and h is not None and g != h:  # a release graded after it was made names none
+        if g.name != h.name or g.model != h.model:
+            out.append(f"grader {g.name} ({g.model}) ≠ {h.name} ({h.model})")
+        if g.prompt_set != h.prompt_set:
+            out.append("grader prompts differ")
+    return out
+
+
 class RunRecord(BaseModel):
     """What produced a release (``manifest.json``). Sorted keys, no timestamps, no paths, never a secret.
 
@@ -271,6 +411,7 @@ class RunRecord(BaseModel):
     source: dict = Field(default_factory=dict)  # Source.describe() of the pinned upstream, or the submission's provenance
     roles: dict[str, dict] = Field(default_factory=dict)  # agent -> {model, base_url, sampling}
     prompt_set: dict | None = None  # {"name": ..., "sha256": ...}
+    protocol: Protocol | None = None  # the protocol it ran (absent: not recorded; protocol_of derives what it can)
     sampling: dict | None = None  # temperature, max_tokens, seed, ... per agent
     seed: int | None = None
     models: dict = Field(default_factory=dict)  # agent -> provider/model (doctor, patient, ...)
@@ -311,6 +452,8 @@ class RunRecord(BaseModel):
         d = self.model_dump(mode="json")
         if d["task_sha256"] is None:  # a built-in task: the run record as before
             del d["task_sha256"]
+        if d["protocol"] is None:  # none recorded (a record written before protocols were, a submission stating none)
+            del d["protocol"]
         return json.dumps(d, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
     @field_validator("files")

@@ -31,18 +31,42 @@ from tqdm import tqdm
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file
-from craftmd.release import RunRecord, read_release, sha256_file, write_release
+from craftmd.release import GraderRef, PromptRef, Protocol, RunRecord, answer_rules, read_release, sha256_file, write_release
 from craftmd.scoring.grade import grader_identity
 from craftmd.scoring.scorers import dataset_inputs, load_cases
 from craftmd.scoring.mcq import RULES_VERSION, grade_mcq
 from craftmd.scoring.scorers import RECORDED, Verdict, ScoreRows
-from craftmd.source import Source
+from craftmd.source import PINNED_COMMIT, Source
 
 #: Bump when what ingest writes changes; a release of another version is re-ingested.
 INGEST_VERSION = 2  # 2: paper grades the dataset's paper_answer; strict the cleaned answer
 UPSTREAM_SETTINGS = ("vignette", "multiturn", "singleturn", "summarized")
 UPSTREAM_FORMATS = {"mcq": "mcq4", "frq": "frq"}
 PATIENT_AND_GRADER = "openai/gpt-4-1106-preview"
+#: Upstream's summarizer: src/utils.py convert_to_summarized calls call_gpt3_api (deployment gpt31106).
+SUMMARIZER = "openai/gpt-3.5-turbo-1106"
+#: Trials per case in upstream's results (trial_0..trial_4).
+UPSTREAM_TRIALS = 5
+#: The version of the craftmd task whose protocol is upstream's code at the pinned commit (CHANGELOG.md, "Changes that
+#: move scores"): the upstream releases ran it, whatever the task's version is now.
+UPSTREAM_TASK_VERSION = 1
+#: The prompt sets of upstream's code at the pinned commit, as the package names them (its CRAFT-MD generation prompts,
+#: and its grader-AI's two prompts), with the src/prompts.py functions each is read from.
+UPSTREAM_PROMPT_SET = f"craftmd-upstream-{PINNED_COMMIT[:7]}"
+UPSTREAM_GRADER_PROMPT_SET = f"grader-upstream-{PINNED_COMMIT[:7]}"
+UPSTREAM_PROMPTS = (
+    "get_doctor_prompt",
+    "get_patient_prompt",
+    "convert_to_summarized_prompt",
+    "get_vignette_mcq_prompt",
+    "get_vignette_frq_prompt",
+    "get_mcq_after_conversation_prompt",
+    "get_frq_after_conversation_prompt",
+    "get_doctor_prompt_multimodal",
+    "get_vignette_mcq_prompt_multimodal",
+    "get_vignette_frq_prompt_multimodal",
+)
+UPSTREAM_GRADER_PROMPTS = ("get_extract_diagnosis_name_prompt", "get_diagnosis_evaluation_prompt")
 
 
 @dataclass(frozen=True)
@@ -65,6 +89,38 @@ UPSTREAM_MODELS = {
     )
 }
 _FILE = re.compile(r"^results/([^/]+)/(case_\d+)\.json$")
+
+
+def upstream_prompt_ref(name: str, functions: tuple[str, ...]) -> PromptRef:
+    """Prompt set ``name``: upstream's ``functions`` of src/prompts.py, with the sha256 :mod:`craftmd.upstream_prompts`
+    gives them (over their parsed templates: the one the package's prompt set of that name records). Without that
+    module the sha256 is null, and the name alone identifies the prompts."""
+    try:
+        from craftmd.upstream_prompts import upstream_prompts_sha256
+    except ImportError:
+        return PromptRef(name=name)
+    return PromptRef(name=name, sha256=upstream_prompts_sha256(functions))
+
+
+def upstream_protocol() -> Protocol:
+    """The protocol of the upstream releases: upstream's code at the pinned commit (its prompts; GPT-4 as patient,
+    GPT-3.5 as summarizer; 5 trials), their free response graded by upstream's GPT-4 grader-AI with its two prompts.
+    It is the board's reference: the paper's runs."""
+    from craftmd.tasks import get_task
+
+    return Protocol(
+        task="craftmd",
+        version=UPSTREAM_TASK_VERSION,
+        prompt_set=upstream_prompt_ref(UPSTREAM_PROMPT_SET, UPSTREAM_PROMPTS),
+        roles={"patient": PATIENT_AND_GRADER, "summarizer": SUMMARIZER},
+        answer_rules=answer_rules(get_task("craftmd")),
+        trials=UPSTREAM_TRIALS,
+        grader=GraderRef(
+            name=RECORDED,
+            model=PATIENT_AND_GRADER,
+            prompt_set=upstream_prompt_ref(UPSTREAM_GRADER_PROMPT_SET, UPSTREAM_GRADER_PROMPTS),
+        ),
+    )
 
 
 def _text(content) -> tuple[str, bool]:
@@ -266,6 +322,7 @@ class _Release:
             model=self.spec.model,
             task="craftmd",
             display_name=self.spec.display,
+            protocol=upstream_protocol(),
             dataset={"name": "craftmd", "config": "all", "sha256": dataset_sha},
             source=source.describe(),
             models={"doctor": self.spec.model, "patient": PATIENT_AND_GRADER, "grader": PATIENT_AND_GRADER},
@@ -298,6 +355,7 @@ def _valid_existing(path: Path, source: Source, dataset_sha: str | None) -> bool
         and m.producer.get("ingest_version") == INGEST_VERSION
         and m.producer.get("mcq_rules_version") == RULES_VERSION
         and m.dataset.get("sha256") == dataset_sha
+        and m.protocol == upstream_protocol()
         and RECORDED in rel.scorer_records()
     )
 
@@ -366,4 +424,4 @@ def ingest(
     return [paths[m] for m in models]
 
 
-__all__ = ["ingest", "UPSTREAM_MODELS", "INGEST_VERSION"]
+__all__ = ["ingest", "upstream_protocol", "UPSTREAM_MODELS", "INGEST_VERSION"]

@@ -42,7 +42,7 @@ from craftmd.models.calls import Counts
 from craftmd.models.connect import CallSettings, Connections, check_names
 from craftmd.models.pool import in_conversation
 from craftmd.models.vllm import engine_args_by_model
-from craftmd.release import RELEASE_HOLDS, RELEASE_OWNS, SCHEMAS, RunRecord, write_release
+from craftmd.release import RELEASE_HOLDS, RELEASE_OWNS, SCHEMAS, RunRecord, run_protocol, write_release
 from craftmd.samples import Sample, load_samples
 from craftmd.tasks import Task, get_task
 
@@ -754,6 +754,7 @@ class Runner:
             task=self.task.name,
             model=spec.doctor,
             prompt_set=self.prompts.describe(),
+            protocol=run_protocol(self.task, self.prompts.describe(), dict(self.agent_names), spec.trials),
             sampling=sampling,
             seed=spec.seed,
             models=dict(self.agent_names),

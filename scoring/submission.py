@@ -18,11 +18,12 @@ import jsonschema_rs
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import ValidationError
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file, load_config
 from craftmd.registry import slug
-from craftmd.release import ANSWERS_SCHEMA, RunRecord, write_release
+from craftmd.release import ANSWERS_SCHEMA, Protocol, RunRecord, write_release
 
 MAX_PROBLEMS = 20
 MAX_RESPONSE_CHARS = 20_000
@@ -630,6 +631,7 @@ def submit(
     cache=None,
     progress: bool = True,
     conversations: Path | str | None = None,
+    protocol: Path | str | None = None,
 ) -> tuple[Path, Validated, dict]:
     """Validate and grade a submission into the release ``OUT/submission-<model>-<hash>/`` (answers and scores).
 
@@ -641,12 +643,15 @@ def submit(
     Nothing is written unless the submission is valid. ``conversations`` (a parquet file of the
     release's conversations schema) puts the conversations behind its conversational answers in
     the release, checked (:func:`read_conversations`); without them, a submission's answers in
-    conversational settings are listed on the leaderboard as self-reported, never ranked.
+    conversational settings are listed on the leaderboard as self-reported, never ranked. ``protocol`` (a JSON file of
+    :class:`craftmd.release.Protocol`) states the protocol its answers were made by; without it the submission's
+    protocol is unknown, and the board lists it apart from the paper's runs.
     """
     from craftmd.scoring.grade import grade_answers
     from craftmd.scoring.scorers import dataset_inputs
     from craftmd.scoring.scorers import check_scorers
 
+    stated = read_protocol(protocol) if protocol is not None else None
     v = validate_submission(path, dataset_dir, config=config)
     graders = check_scorers(graders or default_graders(v))
     if not graders:
@@ -665,10 +670,29 @@ def submit(
     if config_file(dataset_dir, config).exists():
         ds_sha = sha256_file(config_file(dataset_dir, config))
     manifest = _submission_record(release_id, model, config, ds_sha, path, conversations, v, answers)
+    manifest.protocol = stated
     inputs = dataset_inputs(dataset_dir)
     records = {g: dict(r, inputs=inputs) for g, r in records.items()}
     rel_path = write_release(Path(out_dir) / release_id, manifest, tables, scores=(scores, records))
     return rel_path, v, records
+
+
+def read_protocol(path: Path | str) -> Protocol:
+    """The protocol a submission states (``--protocol FILE``: a JSON object of :class:`craftmd.release.Protocol`);
+    anything else is one line naming the file."""
+    try:
+        data = json.loads(Path(path).read_bytes())
+    except OSError as exc:
+        raise CraftMDError(f"--protocol {path}: cannot read it ({exc.strerror or exc})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise CraftMDError(f"--protocol {path}: not a JSON object (a protocol: task, version, prompt_set, roles, ...)") from None
+    if not isinstance(data, dict):
+        raise CraftMDError(f"--protocol {path}: not a JSON object (a protocol: task, version, prompt_set, roles, ...)")
+    try:
+        return Protocol.model_validate(data)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        raise CraftMDError(f"--protocol {path}: {'.'.join(str(x) for x in e['loc']) or 'protocol'}: {e['msg']}") from None
 
 
 def _submission_record(release_id, model, config, ds_sha, path, conversations, v: Validated, answers: pa.Table) -> RunRecord:

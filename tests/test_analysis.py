@@ -44,6 +44,9 @@ def _release(
     display=None,
     grader="offline",
     record=None,
+    kind="generated",
+    protocol=None,
+    source=None,
 ):
     """cells: {setting: set of (case, trial) correct}; every case (of ``cases``) x trial x setting answered (frq)."""
     ans = {k: [] for k in ("case_id", "trial", "setting", "format", "with_image", "response", "status")}
@@ -78,7 +81,12 @@ def _release(
     from craftmd.scoring.scorers import scores_from_grades
 
     m = RunRecord(
-        release=rid, kind="generated", model=f"test/{rid}", source={"commit": "test"}, display_name=display or rid.upper()
+        release=rid,
+        kind=kind,
+        model=f"test/{rid}",
+        source=source or {"commit": "test"},
+        display_name=display or rid.upper(),
+        protocol=protocol,
     )
     return write_release(
         out / rid, m, {"answers": pa.table(ans)}, scores=(scores_from_grades(pa.table(grd)), {grader: record or {}})
@@ -326,3 +334,87 @@ def test_a_model_graded_by_itself_never_tops_the_board(tmp_path):
     who = page[page.index('id="frq-graders"') :]
     assert "self-graded</span>" in who[: who.index("</table>")]
     assert "(self-graded, not used: llm:test/me)" in markdown(a)
+
+
+# -- releases of other protocols beside the paper's ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def with_protocols(tmp_path_factory):
+    """Two releases of the paper's protocol (upstream's), one generated with it, two generated with craftmd-v1 over 3
+    trials (all right: they would top the board if ranked) and a submission stating no protocol (all right too)."""
+    from craftmd.generation.ingest import upstream_protocol
+    from craftmd.release import PromptRef
+
+    root = tmp_path_factory.mktemp("protocols")
+    data = _dataset(root)
+    rel = root / "releases"
+    paper = upstream_protocol()
+    v1 = paper.model_copy(update={"prompt_set": PromptRef(name="craftmd-v1", sha256="0" * 64), "trials": 3, "grader": None})
+    everything = {"vignette": _all_trials(range(N_CASES)), "multiturn": _all_trials(range(N_CASES))}
+    _release(
+        rel, "u1", {"vignette": _all_trials(range(30)), "multiturn": _all_trials(range(10))}, kind="upstream", protocol=paper
+    )
+    _release(rel, "u2", {"vignette": _all_trials(range(20)), "multiturn": _all_trials(range(5))}, kind="upstream", protocol=paper)
+    generated_paper = paper.model_copy(update={"grader": None})  # generation records no grader: free response per grader
+    _release(rel, "gp", {"vignette": _all_trials(range(25)), "multiturn": _all_trials(range(8))}, protocol=generated_paper)
+    _release(rel, "v1a", everything, protocol=v1)
+    _release(rel, "v1b", {"vignette": _all_trials(range(35)), "multiturn": _all_trials(range(30))}, protocol=v1)
+    _release(rel, "sub", everything, kind="submission", source={"conversations_file": "c.parquet"})  # states none
+    return data, compute(rel, data, B=200)
+
+
+def test_releases_of_another_protocol_are_never_ranked_with_the_papers(with_protocols, tmp_path):
+    from craftmd.analysis.page import markdown, write_page
+    from craftmd.analysis.tables import write_tables
+    from craftmd.analysis.view import View
+
+    _, a = with_protocols
+    v = View(a)
+    assert v.models == ["u1", "gp", "u2"] and v.partial == [] and v.self_reported == []  # the paper's protocol alone
+    v1_reasons = ["prompt set craftmd-v1 ≠ craftmd-upstream-3bb2737", "3 trials vs 5"]
+    unknown = ["unknown protocol (the release states none)"]
+    assert [(g["reasons"], g["models"]) for g in v.other_protocols] == [(v1_reasons, ["v1a", "v1b"]), (unknown, ["sub"])]
+    # no model-vs-model test pairs releases of two protocols; each protocol's releases are tested among themselves
+    pairs = {frozenset((r["a"], r["b"])) for r in a.pvalues.filter(pl.col("family") == "model").iter_rows(named=True)}
+    groups = [{"u1", "u2", "gp"}, {"v1a", "v1b"}, {"sub"}]
+    assert pairs and all(any(p <= g for g in groups) for p in pairs), pairs
+    assert frozenset(("v1a", "v1b")) in pairs and frozenset(("gp", "u1")) in pairs
+    page = write_page(a, tmp_path).read_text()
+    board = page[page.index('id="leaderboard"') :]
+    board = board[: board.index("</table>")]
+    assert "V1A" not in board and "SUB" not in board and "GP" in board
+    assert f"Not comparable with the paper's runs: {'; '.join(v1_reasons)}</h3>" in page
+    assert "Not comparable with the paper's runs: unknown protocol (the release states none)</h3>" in page
+    apart = page[page.index('id="protocol-runs-1"') :]
+    assert "V1A" in apart[: apart.index("</table>")]
+    releases = page[page.index("<h3>Releases</h3>") :]
+    assert "protocol: craftmd v1, prompts craftmd-upstream-3bb2737, patient openai/gpt-4-1106-preview" in releases
+    assert "protocol: unknown protocol" in releases
+    md = markdown(a)
+    assert f"## Not comparable with the paper's runs: {'; '.join(v1_reasons)}" in md
+    assert md.index("| V1A |") > md.index("## Not comparable") and md.index("| SUB |") > md.index("unknown protocol")
+    write_tables(a, tmp_path)
+    t = pl.read_csv(tmp_path / "tables" / "protocols.csv")
+    assert dict(t.select("release", "comparable").iter_rows()) == {
+        "gp": True, "sub": False, "u1": True, "u2": True, "v1a": False, "v1b": False
+    }  # fmt: skip
+    assert t.filter(pl.col("release") == "v1a")["not_comparable_because"].item() == "; ".join(v1_reasons)
+
+
+def test_the_board_by_task_never_ranks_two_protocols_together(with_protocols):
+    from craftmd.analysis.boards import page_section, task_boards
+
+    from dataclasses import replace
+
+    a = replace(with_protocols[1])
+    a.boards = task_boards(a)
+    assert set(a.boards.filter(pl.col("release") == "v1a")["protocol"]) == {
+        a.releases.filter(pl.col("release") == "v1a")["protocol"].item()
+    }
+    tables = page_section(a)
+    assert [(t["label"], [r["release"] for r in t["rows"]]) for t in tables] == [
+        ("CRAFT-MD diagnosis", ["u1", "gp", "u2"]),
+        ("CRAFT-MD diagnosis: not comparable with the paper's runs (prompt set craftmd-v1 ≠ craftmd-upstream-3bb2737; 3 trials vs 5)", ["v1a", "v1b"]),
+        ("CRAFT-MD diagnosis: not comparable with the paper's runs (unknown protocol (the release states none))", ["sub"]),
+    ]  # fmt: skip

@@ -160,6 +160,18 @@ def test_every_experiment_and_image_variants(tiny_dataset, replay, tmp_path):
     )
     assert manifest.models == {"doctor": "openai/loopback", "patient": "openai/loopback", "summarizer": "openai/loopback"}
     assert manifest.counts["tokens_in"]["doctor"] > 0
+    # the protocol it ran: the task's version, its prompt set, every role but the doctor (the model under test), trials
+    p = manifest.protocol
+    assert (p.task, p.version, p.prompt_set.model_dump(), p.trials) == (
+        "craftmd",
+        1,
+        manifest.prompt_set,
+        manifest.counts["trials"],
+    )
+    assert p.roles == {"patient": "openai/loopback", "summarizer": "openai/loopback"} and p.answer_rules == {
+        "paper": 4,
+        "strict": 4,
+    }
 
 
 def test_faults_give_the_same_release_and_full_cache_makes_no_call(tiny_dataset, replay, tmp_path):

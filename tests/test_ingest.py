@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from craftmd import CraftMDError
-from craftmd.generation.ingest import UPSTREAM_MODELS, ingest
+from craftmd.generation.ingest import UPSTREAM_MODELS, ingest, upstream_protocol
 from craftmd.release import ANSWER_STATUS, ENDINGS, find_releases, read_release
 
 TEXT_MODELS = [m for m, spec in UPSTREAM_MODELS.items() if not spec.with_image]
@@ -33,6 +33,11 @@ def test_every_upstream_model_becomes_a_graded_upstream_release(releases):
         assert not r.has("grades")  # schema 2: the grades are scores
         assert r.manifest.schema_version == 2
         assert r.manifest.display_name == UPSTREAM_MODELS[rid].display
+        # the protocol it ran: upstream's code at the pinned commit (GPT-4 patient, GPT-3.5 summarizer, 5 trials)
+        p = r.manifest.protocol
+        assert p == upstream_protocol() and (p.task, p.version, p.trials) == ("craftmd", 1, 5)
+        assert p.roles == {"patient": "openai/gpt-4-1106-preview", "summarizer": "openai/gpt-3.5-turbo-1106"}
+        assert p.prompt_set.name == "craftmd-upstream-3bb2737" and p.grader.name == "upstream-gpt4"
         read_release(r.path, verify=True)  # file hashes match the manifest
         # every scorer's record says what it scored: the answers written beside it and the dataset
         records = r.scorer_records()
@@ -138,6 +143,11 @@ def test_ingest_is_deterministic_and_refuses_to_overwrite(source, dataset_dir, r
     before = (out / "gpt4v" / "answers.parquet").stat().st_mtime_ns
     ingest(source, dataset_dir, out, models=["gpt4v"], progress=False, skip_existing=True)
     assert (out / "gpt4v" / "answers.parquet").stat().st_mtime_ns == before  # a valid release is kept
+    older = json.loads((out / "gpt4v" / "manifest.json").read_text())
+    del older["protocol"]  # as an ingest that recorded no protocol wrote it: ingested again, with its protocol
+    (out / "gpt4v" / "manifest.json").write_text(json.dumps(older))
+    ingest(source, dataset_dir, out, models=["gpt4v"], progress=False, skip_existing=True)
+    assert read_release(out / "gpt4v").manifest.protocol == upstream_protocol()
     with pytest.raises(CraftMDError, match="unknown upstream model"):
         ingest(source, dataset_dir, out, models=["gpt5"], progress=False)
 

@@ -186,6 +186,24 @@ def test_missing_cases_are_reported_and_scored_wrong(tmp_path, dataset_dir, caps
     assert main(submit) == 2
     assert main([*submit, "--overwrite"]) == 0
     assert {n: (out / submission_id("acme/derm-1") / n).read_bytes() for n in before} == before
+    # No --protocol: the submission's protocol is unknown (the board lists it apart from the paper's runs); stated, kept.
+    from craftmd.generation.ingest import upstream_protocol
+    from craftmd.release import protocol_of
+
+    assert rel.manifest.protocol is None and protocol_of(rel.manifest) is None
+    stated = tmp_path / "protocol.json"
+    stated.write_text(upstream_protocol().model_dump_json())
+    assert (
+        main([*submit_argv(p, dataset_dir, "acme/derm-1", tmp_path / "stated", config="derm_public"), "--protocol", str(stated)])
+        == 0
+    )
+    assert read_release(tmp_path / "stated" / submission_id("acme/derm-1")).manifest.protocol == upstream_protocol()
+    stated.write_text('{"task": "craftmd", "trials": 0}')
+    assert (
+        main([*submit_argv(p, dataset_dir, "acme/derm-1", tmp_path / "refused", config="derm_public"), "--protocol", str(stated)])
+        == 2
+    )
+    assert "--protocol" in capsys.readouterr().err and not (tmp_path / "refused").exists()
 
 
 @pytest.fixture(scope="module")

@@ -88,6 +88,7 @@ def _submit(args) -> int:
     report = score_submission(
         args.submission, args.dataset, args.model, args.out, graders=args.grader, config=args.config,
         base_url=args.base_url, cache=args.cache, progress=not args.quiet, overwrite=args.overwrite, conversations=args.conversations,
+        protocol=args.protocol,
     )  # fmt: skip
     from craftmd.release import read_release
 
@@ -124,6 +125,12 @@ def register(sub) -> None:
         help="the conversations behind the answers (parquet, the release's "
         "conversations.parquet schema), checked like a release's; without them, answers in conversational settings "
         "are listed on the leaderboard as self-reported, not ranked",
+    )
+    s.add_argument(
+        "--protocol",
+        metavar="FILE",
+        help="the protocol the answers were made by (JSON: task, version, prompt_set, roles, answer_rules, trials); "
+        "without it the submission's protocol is unknown and the leaderboard lists it apart from the paper's runs",
     )
     s.add_argument("--overwrite", action="store_true", help="replace an earlier result in --out")
     add_quiet_argument(s)

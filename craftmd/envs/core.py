@@ -468,6 +468,8 @@ class Episodes:
         record.release = Path(out).name
         trials = 1 + max((r["trial"] for t in rows.values() for r in t), default=0)
         record.counts = {**record.counts, "trials": trials}
+        if record.protocol is not None:  # the episodes' trials, as the counts say
+            record.protocol = record.protocol.model_copy(update={"trials": trials})
         doctor = self.options.doctor  # the policy under training: answered through step(), not called by the runner
         record.models = {"doctor": doctor, **record.models}
         record.roles = {

@@ -229,6 +229,28 @@ def _roles(spec, desc: dict) -> dict:
     return roles
 
 
+def _protocol(desc: dict, roles: dict, trials: int) -> dict | None:
+    """The protocol the logged run ran (:class:`craftmd.release.Protocol`, checked with the rest of the record): its
+    task's version as the log records it (a log written before versions were records none), its prompt set, the models
+    of its task's roles but the doctor's, the MCQ rules, trials; None when the log names no task or prompt set."""
+    from craftmd.release import UNDER_TEST, answer_rules
+    from craftmd.tasks import TASKS as REGISTERED
+
+    name, prompts = desc.get("task"), desc.get("prompt_set")
+    if not isinstance(name, str) or name not in REGISTERED or not isinstance(prompts, dict):
+        return None
+    task = REGISTERED[name]
+    names = {r.name for r in task.roles} - {UNDER_TEST}
+    return {
+        "task": task.name,
+        "version": desc.get("version"),
+        "prompt_set": {"name": prompts.get("name"), "sha256": prompts.get("sha256")},
+        "roles": {a: r.get("model") for a, r in sorted(roles.items()) if a in names and isinstance(r, dict)},
+        "answer_rules": answer_rules(task),
+        "trials": trials or None,
+    }
+
+
 def _run_record(log, out: Path, conversations: list[dict], answers: list[dict], where: Path) -> RunRecord:
     """The run record of a release made by ``inspect eval`` of one of the package's tasks."""
     spec = log.eval
@@ -256,6 +278,7 @@ def _run_record(log, out: Path, conversations: list[dict], answers: list[dict], 
                 "cases": len({a["case_id"] for a in keyed}),
             },
             prompt_set=desc.get("prompt_set"),
+            protocol=_protocol(desc, roles, trials),
             sampling={a: r["sampling"] for a, r in roles.items() if "sampling" in r},
             seed=(desc.get("sampling") or {}).get("seed"),
             models={a: r["model"] for a, r in roles.items()},

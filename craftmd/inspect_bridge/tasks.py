@@ -260,6 +260,7 @@ class Run:
         config = "packets" if self.task.dataset == "medpi" else spec.config
         return {
             "task": self.task.name,
+            "version": self.task.version,  # its comparability version (the release's protocol)
             "task_sha256": task_file_sha256(self.task),
             "config": config,
             "dataset_sha256": getattr(r, "dataset_sha", None),

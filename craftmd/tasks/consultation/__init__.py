@@ -56,6 +56,7 @@ TASK = register(
         roles=ROLES,
         options=ConversationOptions,
         prompt_labels=tuple(DOCTOR_PROMPTS.items()),  # the framework's short and long doctors
+        version=1,  # the comparability version (CHANGELOG.md, "Changes that move scores")
     )
 )
 

@@ -137,5 +137,6 @@ TASK = register(
         protocol=Encounters,
         roles=ROLES,
         options=Options,
+        version=1,  # the comparability version (CHANGELOG.md, "Changes that move scores")
     )
 )
