@@ -58,3 +58,38 @@ def test_figure_module_docstrings_cite_no_wrong_figure():
         # Extended Data Fig. 1 may only be named as what it is (the specialties and MELD), never as the exam figure
         for m in re.finditer(r"Extended Data Fig\. 1", text):
             assert "specialties and MELD" in text[m.start() : m.start() + 60]
+
+
+def _published_paragraph() -> str:
+    from craftmd.cards.render import environment
+
+    row = {
+        "table": "figs3b_stats.tsv",
+        "preprint_model": "GPT-3.5",
+        "group": "derm_private",
+        "published_p": 0.149,
+        "p_value": 1e-4,
+    }
+    t = {
+        "published": [row, row],
+        "published_same": [row],
+        "published_differ": [row],
+        "format": [],
+        "image": [],
+        "image_models": [],
+        "experts": [],
+    }
+    html = (
+        environment(True)
+        .get_template("leaderboard_paper.html.j2")
+        .render(board=False, paper_tests=t, paper_figures=[], exam_data=True)
+    )
+    return re.search(r'<p id="published-tests">(.*?)</p>', html, re.S).group(1)
+
+
+def test_the_preprint_comparison_is_described_as_another_experiment():
+    text = _published_paragraph()
+    assert "not a replication" in text
+    for difference in ("140 dermatology cases", "earlier versions", "10 trials"):
+        assert difference in text
+    assert "equal in 1 of 2 cells" in text and "not that they measured the same thing" in text
