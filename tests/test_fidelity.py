@@ -93,3 +93,21 @@ def test_the_preprint_comparison_is_described_as_another_experiment():
     for difference in ("140 dermatology cases", "earlier versions", "10 trials"):
         assert difference in text
     assert "equal in 1 of 2 cells" in text and "not that they measured the same thing" in text
+
+
+def test_the_page_says_which_cases_the_skin_panels_hold():
+    from craftmd.cards.render import environment
+
+    html = (
+        environment(True)
+        .get_template("leaderboard_paper.html.j2")
+        .render(
+            board=False,
+            paper_tests=None,
+            paper_figures=[{"src": "figures/single_dx.png", "alt": "a", "caption": "c"}],
+            exam_data=True,
+        )
+    )
+    note = re.search(r'<p class="note" id="skin-panels">(.*?)</p>', html, re.S).group(1)
+    assert "Nature Medicine 2025, Fig. 3" in note and "MedQA's dermatology cases only" in note
+    assert "Derm-Public and Derm-Private cases only" in note and "Extended Data Fig. 5" in note
