@@ -235,7 +235,7 @@ def write_paper_figures(v: View, out: Path) -> list[Path]:
     made = (
         settings_with_brackets(v, out / "settings_tests.png"),
         settings_with_brackets(v, out / "single_dx.png", "single_dx", "all",
-                               "Single-diagnosis subset (Derm-Public and Derm-Private; Nature Medicine 2025, Extended Data Fig. 5): vignette against each conversational setting (paired bootstrap, Holm)"),
+                               "Single-diagnosis subset, Derm-Public and Derm-Private (Nature Medicine 2025, Extended Data Fig. 5):\nvignette against each conversational setting (paired bootstrap, Holm)"),
         mcq_vs_frq(v, out / "mcq_vs_frq.png"),
         vision(v, out / "vision.png"),
         exam_settings(v, out / "exam.png"),
