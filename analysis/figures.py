@@ -1,7 +1,7 @@
 """Figures in the manner of the paper (matplotlib, Agg, deterministic PNGs).
 
 * ``settings.png``: per model, the four settings' accuracy with 95 % CI error bars,
-  MCQ and FRQ side by side (the paper's Fig. 2);
+  MCQ and FRQ side by side (Nature Medicine 2025, Fig. 2);
 * ``specialty_heatmap.png``: conversational FRQ accuracy per specialty and model;
 * ``mcq_frq_drop.png``: how far accuracy falls from the four-choice MCQ to free response;
 * ``mcq_rules.png``: the ``paper`` and ``strict`` MCQ rules side by side;

@@ -468,15 +468,15 @@ def _human(v: View) -> dict:
 #: The paper's other figures (analysis.paper_figures): file, alt text, caption; the page shows those that were drawn.
 PAPER_FIGURES = (
     ("settings_tests.png", "Accuracy by setting per model with significance brackets",
-     "The paper's Fig. 2 with its brackets: per model, the vignette against each conversational setting; Holm-adjusted paired-bootstrap p-values (ns, * < 0.05, ** < 0.01, *** < 0.001)."),
+     "Nature Medicine 2025, Fig. 2, with its brackets: per model, the vignette against each conversational setting; Holm-adjusted paired-bootstrap p-values (ns, * < 0.05, ** < 0.01, *** < 0.001)."),
     ("single_dx.png", "Accuracy by setting on the single-diagnosis subset with significance brackets",
-     "The single-diagnosis subset (Fig. 3 / Extended Data Fig. 4): the vignettes whose dermatologists found one most likely diagnosis (dataset column single_dx)."),
+     "Nature Medicine 2025, Extended Data Fig. 5: the single-diagnosis subset, the Derm-Public and Derm-Private vignettes whose dermatologists found one most likely diagnosis (dataset column single_dx). It holds no MedQA case: the dermatologists labelled only the two dermatology datasets."),
     ("mcq_vs_frq.png", "Four-choice MCQ against FRQ per model and setting with significance brackets",
-     "Four-choice MCQ (paper rule) against free response (each model's FRQ grader), per setting (Supplementary Table 3)."),
+     "Four-choice MCQ (paper rule) against free response (each model's FRQ grader), per setting (Nature Medicine 2025, Supplementary Table 3)."),
     ("vision.png", "FRQ accuracy on the image cases per setting, with and without the image",
-     "The image cases (Fig. 4): with the image and, where a release has them, without it, bracketed by the paired tests (Supplementary Table 21)."),
+     "The image cases (Nature Medicine 2025, Fig. 4): with the image and, where a release has them, without it, bracketed by the paired tests (Nature Medicine 2025, Supplementary Table 21)."),
     ("exam.png", "The exam settings beside the vignette and the multi-turn conversation",
-     "The physical exam (Extended Data Fig. 1): exam findings alone against the vignette, the conversation without and with them against the multi-turn conversation."),
+     "The physical exam, as the preprint (medRxiv 2024) tested it: exam findings alone against the vignette (its Fig. 2c and 3d; upstream's results/statistics/fig2c_stats.tsv, fig3d_stats.tsv), the conversation without them against the multi-turn conversation (its Fig. 4c; fig4c_stats.tsv), and with them added (no published counterpart in those tables)."),
 )  # fmt: skip
 
 

@@ -3,16 +3,21 @@
 Brackets carry the paired bootstrap's Holm-adjusted p-value of the comparison they span, as the paper marks them:
 ``ns`` (p >= 0.05), ``*`` (< 0.05), ``**`` (< 0.01), ``***`` (< 0.001).
 
-* ``settings_tests.png``: the paper's Fig. 2 with its brackets: per model, vignette against each conversational
-  setting (``tables/pvalues.csv``, family ``setting``);
-* ``single_dx.png``: the same on the single-diagnosis subset (Fig. 3 / Extended Data Fig. 4);
+Each names the paper and figure it reproduces: *Nature Medicine* 2025 (Johri et al.) or the preprint (medRxiv 2024,
+whose p-value tables are upstream's ``results/statistics/``).
+
+* ``settings_tests.png``: Nature Medicine 2025, Fig. 2, with its brackets: per model, vignette against each
+  conversational setting (``tables/pvalues.csv``, family ``setting``);
+* ``single_dx.png``: the same on the single-diagnosis subset (Nature Medicine 2025, Extended Data Fig. 5): the
+  Derm-Public and Derm-Private cases the dermatologists labelled single-diagnosis (MedQA has no such label);
 * ``mcq_vs_frq.png``: four-choice MCQ against FRQ per model and setting (``tables/format_tests.csv``;
-  Supplementary Table 3);
+  Nature Medicine 2025, Supplementary Table 3);
 * ``vision.png``: the image cases' FRQ accuracy per setting, with the image and, where a release has them, without
-  it, bracketed by ``tables/image_tests.csv`` (Fig. 4; Supplementary Table 21);
+  it, bracketed by ``tables/image_tests.csv`` (Nature Medicine 2025, Fig. 4; Supplementary Table 21);
 * ``exam.png``: the exam settings (exam findings alone, the conversation without and with them) beside the vignette
-  and the multi-turn conversation (Extended Data Fig. 1): drawn only when a release has answers in those settings
-  (upstream released none).
+  and the multi-turn conversation (the preprint's, medRxiv 2024: Fig. 2c and 3d for the exam alone, Fig. 4c for the
+  conversation without it; *Nature Medicine*'s Extended Data Fig. 1 is the specialties and MELD): drawn only when a
+  release has answers in those settings (upstream released none).
 
 A figure whose data no release has is not drawn: :func:`write_paper_figures` returns the files it wrote.
 """
@@ -31,7 +36,7 @@ import polars as pl  # noqa: E402
 from .figures import COLORS, PNG  # noqa: E402
 from .view import SETTING_LABELS, UPSTREAM_SETTINGS, View  # noqa: E402
 
-#: the settings of Extended Data Fig. 1, in order
+#: the settings of the exam figure (the preprint's, medRxiv 2024: Fig. 2c, 3d and 4c), in order
 EXAM_SETTINGS = ("vignette", "exam", "multiturn", "multiturn_no_exam", "multiturn_plus_exam")
 EXAM_COLORS = {"exam": "#C44E52", "multiturn_no_exam": "#937860", "multiturn_plus_exam": "#DA8BC3"}
 FORMAT_COLORS = {"mcq4": "#4C72B0", "frq": "#DD8452"}
@@ -213,7 +218,8 @@ def vision(v: View, path: Path) -> Path | None:
 
 
 def exam_settings(v: View, path: Path) -> Path | None:
-    """Extended Data Fig. 1: the exam settings beside the vignette and the multi-turn conversation, per model and format."""
+    """The preprint's exam comparisons (medRxiv 2024, Fig. 2c, 3d and 4c): the exam settings beside the vignette and the
+    multi-turn conversation, per model and format."""
     extra = [s for s in EXAM_SETTINGS if s not in UPSTREAM_SETTINGS]
     models = [m for m in v.models if any(v.cell(m, s, f) for s in extra for f in ("mcq4", "frq"))]
     if not models:
@@ -229,7 +235,7 @@ def write_paper_figures(v: View, out: Path) -> list[Path]:
     made = (
         settings_with_brackets(v, out / "settings_tests.png"),
         settings_with_brackets(v, out / "single_dx.png", "single_dx", "all",
-                               "Single-diagnosis subset: accuracy by setting, vignette against each conversational setting (paired bootstrap, Holm)"),
+                               "Single-diagnosis subset, Derm-Public and Derm-Private (Nature Medicine 2025, Extended Data Fig. 5):\nvignette against each conversational setting (paired bootstrap, Holm)"),
         mcq_vs_frq(v, out / "mcq_vs_frq.png"),
         vision(v, out / "vision.png"),
         exam_settings(v, out / "exam.png"),

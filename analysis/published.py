@@ -2,9 +2,11 @@
 
 * ``tables/expert_tests.csv``: McNemar's test between models on the dermatologists' labels of their conversations
   (the paper's Supplementary Table 18; :func:`craftmd.analysis.agreement.expert.upstream_expert_tests`).
-* ``tables/published_format_tests.csv``: the preprint's p-values of FRQ against four-choice MCQ
-  (``results/statistics/fig3c_stats.tsv``, ``figs3a_stats.tsv``, ``figs3b_stats.tsv``) beside the same tests
-  recomputed here (``tables/format_tests.csv``), cell by cell.
+* ``tables/published_tests.csv``: the preprint's p-values of FRQ against four-choice MCQ
+  (``results/statistics/fig3c_stats.tsv``, ``figs3a_stats.tsv``, ``figs3b_stats.tsv``) beside the nearest tests
+  here (``tables/format_tests.csv``), cell by cell. A comparison with a different experiment, not a replication:
+  the preprint (medRxiv 2024) ran 140 dermatology cases, earlier versions of GPT-4 and GPT-3.5, and 10 trials;
+  ``same_p`` says two numbers are equal, not that the experiments agree.
 
 ``results/statistics/`` holds the preprint's tables only (GPT-4 and GPT-3.5; the Nature Medicine supplementary
 tables are not in the source). Of their comparisons, only "FRQ vs 4-choice MCQ" has data here: upstream released

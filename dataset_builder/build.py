@@ -71,7 +71,7 @@ CONFIG_DOC = {
     "derm_private": "dermatology cases written by board-certified dermatologists",
     "all": "all text cases (the three above)",
     "nejm_image": "NEJM Image Challenge cases with their image (no answer choices)",
-    "diagnoses": "distinct answers of the text cases, with counts",
+    "diagnoses": "the many-choice options: distinct diagnoses answering the text cases, with counts",
     "facts": "MediQ's atomic facts of the text cases it re-used (CC BY 4.0, Li et al. 2024)",
     "consult_train": "golden consultations for training a doctor (split `train`; no benchmark case)",
     "craftmd_train": "MedQA training cases posed as CRAFT-MD vignettes (split `train`; no benchmark case)",
@@ -180,9 +180,10 @@ def split_check(cases: list[tuple[Sample, str | None]], refs: dict[str, U.Refere
 
 
 def diagnoses(cases: list[Sample]) -> list[dict]:
-    """Distinct answers (ignoring case and spacing), each in its most frequent spelling, with counts."""
+    """The many-choice options: the distinct answers (ignoring case and spacing) that name a diagnosis
+    (:func:`transform.names_a_diagnosis`), each in its most frequent spelling, with the cases that have it."""
     spellings: dict[str, Counter] = {}
-    for c in cases:
+    for c in (c for c in cases if T.names_a_diagnosis(c.question, c.answer)):
         key = T.normalize_ws(c.answer).casefold()
         spellings.setdefault(key, Counter())[T.normalize_ws(c.answer)] += 1
     rows = []
@@ -246,6 +247,8 @@ def card_text(
         "default_question": T.DEFAULT_QUESTION,
         "task_types": ", ".join(f"`{t}`" for t in T.TASK_TYPES),
         "single_dx_doc": SINGLE_DX_DOC,
+        "diagnoses_rule": T.DIAGNOSIS_OPTION_RULE,
+        "diagnoses_rows": f"{rows['diagnoses']:,}",
         "nejm_rows": rows["nejm_image"],
         "split_doc": SPLIT_DOC,
         "source_location": source["location"],

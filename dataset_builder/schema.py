@@ -122,10 +122,12 @@ SOURCES = {
         "Derm-Public",
         "unknown",
         "unknown",
-        "no terms stated: the vignettes were taken from public online dermatology question banks, which neither "
-        "the upstream release nor the paper names with their terms; the upstream release's MIT licence does not "
-        "establish rights in texts it took from them",
-        "the question banks the vignettes came from (not named upstream), via Johri et al. 2025",
+        "no terms stated: the vignettes were taken from public online dermatology resources, which the papers "
+        "(Johri et al., Nature Medicine 2025, and its preprint) name but the upstream release does not, and whose "
+        "names this build cannot quote (no source pinned beside it names them: see the papers' Methods); the upstream "
+        "release's MIT licence does not establish rights in texts it took from them",
+        "the public dermatology resources the vignettes came from, as named in the Methods of Johri et al. 2025 "
+        "(not named in the upstream release), via Johri et al. 2025",
         "https://github.com/rajpurkarlab/craft-md",
     ),
     "derm_private": DataSource(

@@ -254,6 +254,36 @@ def task_type(question: str) -> str:
 
 
 # ---------------------------------------------------------------------------
+# The many-choice options
+# ---------------------------------------------------------------------------
+
+# A "diagnosis" question that asks for something about the diagnosis rather than its name
+# ("Which best describes the most likely diagnosis?", "Which is true regarding ...", "Which underlies ...").
+_ABOUT_THE_DIAGNOSIS = re.compile(
+    r"\b(true|describes?|underlies|mechanism|pathognomonic|images?|prevent|originates?|aid|stage|explanation|outcome)\b",
+    re.IGNORECASE,
+)
+
+#: The rule of :func:`names_a_diagnosis`, in words (the dataset card and the build report quote it).
+DIAGNOSIS_OPTION_RULE = (
+    "the correct answers of the text cases whose question asks for the diagnosis itself: the question's "
+    "`task_type` is `diagnosis` and it does not ask about the diagnosis (which best describes it, what is true "
+    "of it, what underlies it, its mechanism, stage, outcome, a pathognomonic sign or image of it, what "
+    "prevents it, what would aid it); an answer with no letter (a number, percentage or ratio) is never one. "
+    "Answers to every other question (statistics, treatment and drugs, next steps, tests, mechanisms, organisms, "
+    "causes, risk factors, associated findings) are left out"
+)
+
+
+def names_a_diagnosis(question: str, answer: str) -> bool:
+    """Whether a case's correct ``answer`` is a diagnosis, by :data:`DIAGNOSIS_OPTION_RULE`: the many-choice
+    question's options are the distinct answers for which this holds."""
+    if task_type(question) != "diagnosis" or _ABOUT_THE_DIAGNOSIS.search(question):
+        return False
+    return re.search(r"[^\W\d_]", answer) is not None
+
+
+# ---------------------------------------------------------------------------
 # History versus physical examination
 # ---------------------------------------------------------------------------
 

@@ -44,7 +44,7 @@ def test_rows_per_config(dataset_dir):
     assert n["all"] == 2004
     assert n["nejm_image"] >= 33
     diag = load_config(dataset_dir, "diagnoses")
-    assert diag["count"].sum() == 2004
+    assert diag["count"].sum() == 1558  # the cases whose answer names a diagnosis (test_many_choice_options_are_diagnoses)
     assert diag["diagnosis"].n_unique() == diag.height
 
 
@@ -246,6 +246,54 @@ def test_task_type(question, expected):
     assert T.task_type(question) == expected
 
 
+@pytest.mark.parametrize(
+    ("question", "answer", "expected"),
+    [
+        ("What is the final diagnosis?", "Lymphogranuloma venereum", True),
+        ("Which is the most likely underlying diagnosis?", "Neurofibromatosis type 1", True),
+        ("What is the chance that this is the correct diagnosis?", "2.5%", False),  # statistics
+        ("Which is the most appropriate next step in diagnosis?", "Lumbar puncture", False),
+        ("Which is the most appropriate pharmacotherapy?", "Hydrochlorothiazide 25 mg", False),
+        ("Which best describes the most likely diagnosis?", "Linear IgG along the basement membrane", False),
+        ("Which is true regarding this patient's most likely diagnosis?", "CA 19-9 is a marker for this condition.", False),
+        ("Which images on ophthalmoscopy corresponds with this patient's most likely diagnosis?", "Figure E", False),
+        ("What is the most likely diagnosis?", "90/100", False),  # no letter: never a diagnosis
+    ],
+)
+def test_names_a_diagnosis(question, answer, expected):
+    assert T.names_a_diagnosis(question, answer) is expected
+
+
+def test_many_choice_options_are_diagnoses(dataset_dir):
+    """The ``diagnoses`` config (the mcq_many options) holds the distinct answers of the cases whose question asks for
+    the diagnosis itself, nothing else: 1,136 options from 1,558 cases of the pinned source."""
+    diag = load_config(dataset_dir, "diagnoses")
+    rows = load_config(dataset_dir, "all")
+    named = rows.filter(
+        pl.struct("question", "answer").map_elements(
+            lambda r: T.names_a_diagnosis(r["question"], r["answer"]), return_dtype=pl.Boolean
+        )
+    )
+    assert (diag.height, int(diag["count"].sum()), named.height) == (1136, 1558, 1558)
+    options = {d.casefold() for d in diag["diagnosis"]}
+    assert options == {T.normalize_ws(a).casefold() for a in named["answer"]}
+    assert set(named["task_type"]) == {"diagnosis"}
+    for not_a_diagnosis in ("0.25", "2.5%", "70%", "90/100", "hydrochlorothiazide", "figure e"):
+        assert not_a_diagnosis not in options
+    assert not any(re.fullmatch(r"[\d\s.,%/:-]+", d) for d in options)
+    assert {"lymphogranuloma venereum", "neurofibromatosis type 1", "osteosarcoma"} <= options
+    assert "1,136 distinct diagnoses" in (dataset_dir / "README.md").read_text()
+
+
+def test_medqa_dermatology_cases_are_the_skin_panels_case_set(dataset_dir):
+    """Nature Medicine's Fig. 3 MedQA panel holds MedQA's dermatology cases only: the page's note gives their count."""
+    df = load_config(dataset_dir, "all")
+    skin = df.filter(pl.col("specialty") == "Dermatology")
+    assert dict(skin.group_by("source").len().iter_rows()) == {"medqa_usmle": 117, "derm_public": 100, "derm_private": 100}
+    note = (Path(T.__file__).resolve().parents[1] / "cards" / "leaderboard_paper.html.j2").read_text()
+    assert "117 of the 1,804 in the pinned source" in note
+
+
 def test_task_types_in_the_dataset(dataset_dir):
     df = load_config(dataset_dir, "all")
     counts = dict(df["task_type"].value_counts().rows())
@@ -352,7 +400,7 @@ def test_load_dataset_round_trip(dataset_dir, tmp_path, monkeypatch):
     assert img[0]["choices"] == []
 
     diag = datasets.load_dataset(str(dataset_dir), "diagnoses", split="test", cache_dir=cache)
-    assert sum(diag["count"]) == 2004
+    assert sum(diag["count"]) == 1558
 
 
 def test_card_and_manifest(dataset_dir):

@@ -13,20 +13,44 @@ from craftmd.analysis.tables import compute
 
 from helpers import ACCURACY_HEAD
 
-# (release, setting, format, grader) -> published accuracy
+# The paper's published accuracies (Johri et al., Nature Medicine 2025, Fig. 2 and text): every value of the README's
+# "What it reproduces" table (5 models x MCQ/FRQ x vignette/multi-turn), and a few more settings.
+# (release, setting) -> published accuracy; MCQ under the paper rule, FRQ under the recorded GPT-4 grader-AI.
 PUBLISHED_MCQ = {
     ("gpt4_1106", "vignette"): 0.820,
     ("gpt4_1106", "multiturn"): 0.627,
     ("gpt4_1106", "singleturn"): 0.520,
     ("gpt4_1106", "summarized"): 0.669,
+    ("gpt3_1106", "vignette"): 0.657,
+    ("gpt3_1106", "multiturn"): 0.467,
     ("mistral-v2", "vignette"): 0.637,
+    ("mistral-v2", "multiturn"): 0.426,
+    ("mistral-v1", "vignette"): 0.441,
+    ("mistral-v1", "multiturn"): 0.331,
+    ("llama2-7b", "vignette"): 0.395,
+    ("llama2-7b", "multiturn"): 0.319,
 }
 PUBLISHED_FRQ = {
     ("gpt4_1106", "vignette"): 0.486,
     ("gpt4_1106", "multiturn"): 0.264,
+    ("gpt3_1106", "vignette"): 0.375,
+    ("gpt3_1106", "multiturn"): 0.169,
+    ("mistral-v2", "vignette"): 0.222,
+    ("mistral-v2", "multiturn"): 0.066,
+    ("mistral-v1", "vignette"): 0.174,
+    ("mistral-v1", "multiturn"): 0.078,
+    ("llama2-7b", "vignette"): 0.169,
+    ("llama2-7b", "multiturn"): 0.066,
     ("llama2-7b", "summarized"): 0.081,
 }
-PUBLISHED_CI = {("gpt4_1106", "vignette", "mcq4", "paper"): (0.804, 0.837)}
+# every 95 % CI the README's table shows (the paper's)
+PUBLISHED_CI = {
+    ("gpt4_1106", "vignette", "mcq4", "paper"): (0.804, 0.837),
+    ("gpt4_1106", "multiturn", "frq", "upstream-gpt4"): (0.248, 0.280),
+}
+#: the README's table: its models and columns, each cell one of the published values above
+README_MODELS = ("gpt4_1106", "gpt3_1106", "mistral-v2", "mistral-v1", "llama2-7b")
+README_COLUMNS = (("mcq4", "vignette"), ("mcq4", "multiturn"), ("frq", "vignette"), ("frq", "multiturn"))
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +83,19 @@ def test_published_frq_accuracy_to_three_decimals(analysis, model, setting):
     assert round(r["accuracy"], 3) == PUBLISHED_FRQ[(model, setting)]
 
 
-def test_published_confidence_interval(analysis):
-    for key, (lo, hi) in PUBLISHED_CI.items():
-        r = _overall(analysis, *key)
-        assert r["ci_low"] < r["accuracy"] < r["ci_high"]
-        assert abs((r["ci_high"] - r["ci_low"]) - (hi - lo)) <= 0.01
-        assert abs(r["ci_low"] - lo) <= 0.005 and abs(r["ci_high"] - hi) <= 0.005
+def test_every_value_of_the_readme_table_is_checked():
+    published = {"mcq4": PUBLISHED_MCQ, "frq": PUBLISHED_FRQ}
+    cells = [(m, fmt, s) for m in README_MODELS for fmt, s in README_COLUMNS]
+    assert len(cells) == 20 and all((m, s) in published[fmt] for m, fmt, s in cells)
+
+
+@pytest.mark.parametrize("key", sorted(PUBLISHED_CI))
+def test_published_confidence_interval(analysis, key):
+    lo, hi = PUBLISHED_CI[key]
+    r = _overall(analysis, *key)
+    assert r["ci_low"] < r["accuracy"] < r["ci_high"]
+    assert abs((r["ci_high"] - r["ci_low"]) - (hi - lo)) <= 0.01
+    assert abs(r["ci_low"] - lo) <= 0.005 and abs(r["ci_high"] - hi) <= 0.005
 
 
 def test_strict_rule_removes_the_credit_for_naming_several_choices(analysis):
