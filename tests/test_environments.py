@@ -215,6 +215,9 @@ def weighted(rows: list[dict], case: str, weights: dict[str, float]) -> float:
         ({"grader": "nonsense"}, "unknown scorer"),
         ({"task": "consultation"}, "needs its solver bound"),
         ({"colour": "red"}, "unknown environment option 'colour'"),
+        ({"base_url": "file:///etc/passwd"}, "base_url 'file:///etc/passwd' is not an http(s) URL"),  # issue #48
+        ({"base_url": "gopher://127.0.0.1:70/v1"}, "is not an http(s) URL"),
+        ({"base_url": "http://user:pw@127.0.0.1:9/v1"}, "base_url has credentials in it"),
     ],
 )
 def test_bad_inputs_are_one_line(data, tmp_path, monkeypatch, kwargs, line):

@@ -209,6 +209,10 @@ class Episodes:
             raise CraftMDError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
         o = options
         self.task, self.split, self.options = task, split, o
+        if o.base_url is not None:  # only an http(s) server: never a file:// URL or another scheme
+            from craftmd.models import check_url
+
+            check_url(o.base_url if isinstance(o.base_url, str) else repr(o.base_url), "base_url", "OPENAI_API_KEY")
         if not o.patient:
             raise CraftMDError(f"the {task} environment needs its patient bound: patient='openai-api/<service>/<model>'")
         if task == "consultation" and not o.solver:
