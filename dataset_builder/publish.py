@@ -129,7 +129,8 @@ def _own_files(folder: Path, allowed: re.Pattern, what: str) -> dict[str, Path]:
 
 
 def _one_path_each(sources: dict) -> None:
-    """Refuse two paths of the repo that differ only in case: one would replace the other on a case-blind disk."""
+    """Refuse two paths of the repo (or configs) that differ only in case: one would replace the other on a case-blind
+    disk. (A release's table names never hold ``--`` (:data:`RELEASE_FILE`), so ``<release>--<table>`` names one config.)"""
     seen: dict[str, str] = {}
     for p in sources:
         other = seen.setdefault(p.casefold(), p)
@@ -307,6 +308,7 @@ def plan_leaderboard(folder: Path | str, releases: Path | str | None, repo: str,
         files = _release_files(r, f"releases/{_config_name(r.id)}/")
         sources.update(files)
         tables.update({_config_name(r.id, Path(n).stem): n for n in files if n.endswith(".parquet")})
+    _one_path_each(tables)  # configs of two releases (or tables) are never one
     what = (
         f"The craftmd leaderboard: its page (`page/index.html`, `page/leaderboard.md`, tables and figures) and the "
         f"{len(found)} releases it was made from ({', '.join(f'`{r.id}`' for r in found)})."
