@@ -166,9 +166,12 @@ class OpenAIModel(ChatModel):
         where = self.server
         url = endpoint(str(self.client.base_url), "models")
         try:
-            page = await self.client.get(url, cast_to=httpx2.Response)
+            async with asyncio.timeout(self.timeout):  # the deadline of every request
+                page = await self.client.get(url, cast_to=httpx2.Response)
             entries = page.json()["data"]
             served = [str(m["id"]) for m in entries]
+        except TimeoutError:
+            raise CraftMDError(f"the server at {where} sent no model list within {self.timeout:g} s") from None
         except (openai.APIConnectionError, openai.APITimeoutError):
             raise CraftMDError(f"cannot reach the model server at {where}") from None
         except openai.AuthenticationError:
@@ -266,7 +269,8 @@ class OpenAIModel(ChatModel):
     async def _declared(self) -> dict[str, set[str]]:
         _, httpx2 = _sdk()
         try:
-            page = await self.client.get(endpoint(str(self.client.base_url), "models"), cast_to=httpx2.Response)
+            async with asyncio.timeout(self.timeout):
+                page = await self.client.get(endpoint(str(self.client.base_url), "models"), cast_to=httpx2.Response)
             return declared_names(page.json()["data"])
         except Exception:  # noqa: BLE001 - a server without a model list declares nothing
             return {}
