@@ -483,3 +483,14 @@ def test_the_nejm_images_stay_out_unless_asked_for(hub, hf_home, tmp_path, capsy
     )
     assert main(["publish", "--release", str(data), "--repo", "someone/r", "--revision", "v1", "--include-nejm-images"]) == 2
     _refused(capsys, "--include-nejm-images goes with a built dataset")
+
+
+def test_a_revision_named_like_a_branch_of_the_repo_is_refused_before_any_upload(hub, hf_home, released, capsys):
+    rel = released / "fake-psoriasis"
+    assert main(["publish", "--release", str(rel), "--repo", "someone/r", "--revision", "v1"]) == 0
+    repo = hub.repos["someone/r"]
+    repo.branches["dev"] = repo.branches["main"]  # the repo has a branch dev
+    before, n = dict(repo.tags), len(hub.writes)
+    assert main(["publish", "--release", str(rel), "--repo", "someone/r", "--revision", "dev"]) == 2
+    _refused(capsys, "someone/r has a branch dev", "nothing uploaded")
+    assert hub.writes[n:] == [] and repo.tags == before
