@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from craftmd import CraftMDError
 from craftmd.models import Sampling, get_model
 from craftmd.models.base import MALFORMED, Completion
 from craftmd.models.cache import RequestCache
@@ -35,7 +36,7 @@ class RawServer:
     """An HTTP server on 127.0.0.1 that answers every POST with ``reply(path) -> (status, headers, body)``, the body sent
     ``chunk`` bytes at a time, ``pause`` seconds apart; ``sent`` counts the body bytes it got out, ``paths`` what was asked."""
 
-    def __init__(self, reply, *, chunk: int = 1 << 20, pause: float = 0.0):
+    def __init__(self, reply, *, chunk: int = 1 << 20, pause: float = 0.0, models: tuple[str, ...] = ("loopback",)):
         self.reply, self.chunk, self.pause = reply, chunk, pause
         self.sent, self.paths = 0, []
         outer = self
@@ -58,8 +59,8 @@ class RawServer:
                 except OSError:  # the client hung up
                     pass
 
-            def do_GET(self):  # /v1/models: the one model it serves
-                body = json.dumps({"object": "list", "data": [{"id": "loopback", "object": "model"}]}).encode()
+            def do_GET(self):  # /v1/models: the models it serves
+                body = json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in models]}).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(body)))
@@ -137,6 +138,21 @@ def test_terminal_escapes_from_a_server_are_neither_printed_nor_stored(tmp_path)
     assert c.status == "ok" and c.text == "first[2J]0;owned31m\nsecond\tthird"  # the reply's lines and tabs are kept
     with RequestCache(tmp_path / "d.sqlite") as db:
         assert "\x1b" not in json.dumps(db.requests(), ensure_ascii=False)
+
+
+def test_a_model_list_with_terminal_escapes_is_shown_without_them():
+    async def check(url: str) -> None:
+        m = get_model("openai/loopback", base_url=url)
+        try:
+            await m.check()
+        finally:
+            await m.aclose()
+
+    with RawServer(ok(completion()), models=(f"other{ESCAPES}",)) as server:
+        with pytest.raises(CraftMDError) as e:
+            asyncio.run(check(server.base_url))
+    said = str(e.value)
+    assert "does not serve 'loopback' (it serves: other" in said and not any(ch in said for ch in CONTROLS + "\n")
 
 
 @pytest.mark.parametrize("bad", [-1_000_000, 1e400, 2.5, "12", True])

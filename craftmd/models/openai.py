@@ -187,7 +187,7 @@ class OpenAIModel(ChatModel):
             ) from None
         self.declared = declared_names(entries)
         if self.model not in served:
-            shown = ", ".join(sorted(served)[:10]) + (" …" if len(served) > 10 else "")
+            shown = ", ".join(self.scrub(s) for s in sorted(served)[:10]) + (" …" if len(served) > 10 else "")
             raise CraftMDError(f"the server at {where} does not serve {self.model!r} (it serves: {shown or 'nothing'})")
 
     async def chat(self, messages: list[Message], sampling: Sampling) -> Completion:
