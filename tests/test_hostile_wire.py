@@ -36,16 +36,24 @@ class RawServer:
     """An HTTP server on 127.0.0.1 that answers every POST with ``reply(path) -> (status, headers, body)``, the body sent
     ``chunk`` bytes at a time, ``pause`` seconds apart; ``sent`` counts the body bytes it got out, ``paths`` what was asked."""
 
-    def __init__(self, reply, *, chunk: int = 1 << 20, pause: float = 0.0, models: tuple[str, ...] = ("loopback",)):
+    def __init__(self, reply, *, chunk: int = 1 << 20, pause: float = 0.0, models: tuple[str, ...] = ("loopback",), get=None):
         self.reply, self.chunk, self.pause = reply, chunk, pause
         self.sent, self.paths = 0, []
+        listed = json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in models]}).encode()
+        self.get = get or (lambda path: (200, {}, listed))  # GET (/v1/models): the models it serves
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 self.rfile.read(int(self.headers.get("content-length") or 0))
                 outer.paths.append(self.path)
-                status, headers, body = outer.reply(self.path)
+                self.answer(*outer.reply(self.path))
+
+            def do_GET(self):
+                outer.paths.append(self.path)
+                self.answer(*outer.get(self.path))
+
+            def answer(self, status, headers, body):
                 self.send_response(status)
                 for k, v in {"content-type": "application/json", "content-length": str(len(body)), **headers}.items():
                     self.send_header(k, v)
@@ -58,14 +66,6 @@ class RawServer:
                         time.sleep(outer.pause)
                 except OSError:  # the client hung up
                     pass
-
-            def do_GET(self):  # /v1/models: the models it serves
-                body = json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in models]}).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
 
             def log_message(self, *args):
                 pass
@@ -153,6 +153,21 @@ def test_a_model_list_with_terminal_escapes_is_shown_without_them():
             asyncio.run(check(server.base_url))
     said = str(e.value)
     assert "does not serve 'loopback' (it serves: other" in said and not any(ch in said for ch in CONTROLS + "\n")
+
+
+def test_the_context_window_is_read_under_a_deadline_and_never_through_a_redirect():
+    from craftmd.generation.context import context_window
+
+    window = json.dumps({"data": [{"id": "loopback", "max_model_len": 4096}]}).encode()
+    with RawServer(ok(completion()), get=lambda path: (200, {}, window)) as other:
+        moved = lambda path: (302, {"location": f"{other.base_url}/models"}, b"")  # noqa: E731
+        with RawServer(ok(completion()), get=moved) as server:
+            assert context_window(server.base_url, "loopback", key="sk-secret-key-0123456789") is None
+        assert other.paths == []  # neither the request nor its key went to the other host
+        assert context_window(other.base_url, "loopback") == 4096
+    with RawServer(ok(completion()), get=lambda path: (200, {}, window + b" " * 400), chunk=1, pause=0.02) as slow:
+        assert context_window(slow.base_url, "loopback", timeout=0.5) is None  # trickled: cut off at the deadline
+        assert slow.sent < len(window) + 400
 
 
 @pytest.mark.parametrize("bad", [-1_000_000, 1e400, 2.5, "12", True])
