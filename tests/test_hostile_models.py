@@ -495,3 +495,18 @@ def test_a_judge_against_a_server_refusing_json_schema_scores_every_dimension(tm
     assert (
         rec["refused"].startswith(f"json_schema: response format refused (HTTP {status})") and "not supported" in rec["refused"]
     )
+
+
+@pytest.mark.parametrize("text", ["\u200b\u200d", "\u2800\u2800", " \u3164 "])
+def test_the_offline_engines_invisible_reply_is_no_answer(text):
+    from types import SimpleNamespace
+
+    from craftmd.models.vllm import _completion
+
+    out = SimpleNamespace(prompt_token_ids=[1], outputs=[SimpleNamespace(text=text, token_ids=[2], finish_reason="stop")])
+    c = _completion(out)
+    assert c.status == "error" and c.transient and c.reason == EMPTY and "no visible text" in c.error
+    good = SimpleNamespace(
+        prompt_token_ids=[1], outputs=[SimpleNamespace(text=f"{text}psoriasis", token_ids=[2], finish_reason="stop")]
+    )
+    assert _completion(good).status == "ok"
