@@ -53,6 +53,8 @@ DATASET_FILE = re.compile(
 RELEASE_FILE = re.compile(r"manifest\.json|[a-z0-9]+(?:_[a-z0-9]+)*\.parquet")
 #: The files of a leaderboard's page: its pages, tables and figures.
 PAGE_FILE = re.compile(r"[^/]+(?:/[^/]+)*\.(?:html|md|csv|tsv|json|png|svg)")
+#: The most bytes a build manifest may have (a build's is a few kilobytes).
+MAX_MANIFEST_BYTES = 1 << 20
 #: The config of the NEJM Image Challenge cases, whose images are © Massachusetts Medical Society, all rights reserved.
 NEJM_CONFIG = "nejm_image"
 NEJM_NOTE = (
@@ -153,11 +155,14 @@ def plan(folder: Path | str, repo: str, revision: str | None = None, include_nej
     manifest_path = folder / MANIFEST
     if not (folder / CARD).is_file() or not manifest_path.is_file():
         raise CraftMDError(f"{folder}: not a built dataset (needs {CARD} and {MANIFEST}; run `craftmd build` first)")
+    found = _own_files(folder, DATASET_FILE, "craftmd build")  # no link, nothing irregular: before anything is read
+    if manifest_path.stat().st_size > MAX_MANIFEST_BYTES:
+        raise CraftMDError(f"{manifest_path}: {manifest_path.stat().st_size:,} bytes is no build manifest; rebuild the folder")
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
         version = str(manifest["version"])
         listed = manifest["files"]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, KeyError, TypeError) as exc:
         raise CraftMDError(f"{manifest_path}: unreadable build manifest ({exc})") from None
     if not isinstance(listed, dict):
         raise CraftMDError(f"{manifest_path}: unreadable build manifest (its files are not a table of names)")
@@ -165,7 +170,7 @@ def plan(folder: Path | str, repo: str, revision: str | None = None, include_nej
     if odd is not None:
         raise CraftMDError(f"{manifest_path} lists {ascii(odd)[:80]}, which craftmd build does not write; rebuild the folder")
     sources: dict[str, Path | bytes] = {}
-    for rel, p in _own_files(folder, DATASET_FILE, "craftmd build").items():
+    for rel, p in found.items():
         if rel != MANIFEST and rel not in listed:
             raise CraftMDError(f"{folder}: {rel} is not in {MANIFEST}; rebuild the folder")
         sources[rel] = p

@@ -403,6 +403,20 @@ def test_a_link_a_build_manifest_lists_is_never_followed(hub, hf_home, tmp_path,
         assert main(["publish", str(data), "--repo", "someone/d", *extra]) == 2
         _refused(capsys, "test-00000-of-00001.parquet is a symbolic link")
     assert hub.log == []
+    (data / "facts" / "test-00000-of-00001.parquet").unlink()
+    (data / "facts" / "test-00000-of-00001.parquet").write_bytes(b"PAR1")
+    (data / "build_manifest.json").rename(tmp_path / "elsewhere.json")
+    (data / "build_manifest.json").symlink_to(tmp_path / "elsewhere.json")  # the manifest itself: refused, not read
+    assert main(["publish", str(data), "--repo", "someone/d", "--dry-run"]) == 2
+    _refused(capsys, "build_manifest.json is a symbolic link")
+    (data / "build_manifest.json").unlink()
+    (data / "build_manifest.json").symlink_to("/dev/zero")  # never read
+    assert main(["publish", str(data), "--repo", "someone/d", "--dry-run"]) == 2
+    _refused(capsys, "not a built dataset")
+    (data / "build_manifest.json").unlink()
+    (data / "build_manifest.json").write_bytes(b"[" * 100_000)
+    assert main(["publish", str(data), "--repo", "someone/d", "--dry-run"]) == 2
+    _refused(capsys, "unreadable build manifest")
     # a manifest listing a file no build writes (it would land at the repo's root) is refused, dry run or not
     for name in (".gitattributes", "index.html", "facts/../../x.parquet"):
         data = _dataset(tmp_path / name.replace("/", "_"), {name: b"x"} if "/" not in name else {})
@@ -410,7 +424,8 @@ def test_a_link_a_build_manifest_lists_is_never_followed(hub, hf_home, tmp_path,
         record["files"][name] = {}
         (data / "build_manifest.json").write_text(json.dumps(record))
         assert main(["publish", str(data), "--repo", "someone/d", "--dry-run"]) == 2
-        _refused(capsys, "which craftmd build does not write")
+        err = _refused(capsys, name.rsplit("/", 1)[-1])  # the file in the folder, or the name its manifest lists
+        assert "is not a file craftmd build writes" in err or "which craftmd build does not write" in err
 
 
 def test_a_release_listing_other_files_or_a_link_is_refused(hub, hf_home, released, tmp_path, capsys):
