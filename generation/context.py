@@ -13,14 +13,34 @@ answers something else, has an unknown window (None): nothing is refused on a gu
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from urllib.parse import urlsplit, urlunsplit
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """No redirect is followed (as in the model layer): the key would go to wherever it points."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None  # the 3xx is an error: the window is unknown
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+#: The most bytes of an answer read.
+MAX_BYTES = 1 << 20
+
+
 def _get(url: str, key: str | None, timeout: float) -> object:
+    """The JSON at ``url``, read whole within ``timeout`` seconds (a deadline: a body trickled byte by byte is cut off)."""
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
-    with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - an http(s) URL checked by check_url
-        return json.loads(r.read(1 << 20))
+    deadline = time.monotonic() + timeout
+    with _OPENER.open(req, timeout=timeout) as r:  # noqa: S310 - an http(s) URL checked by check_url
+        body = b""
+        while len(body) < MAX_BYTES and (chunk := r.read1(min(65536, MAX_BYTES - len(body)))):
+            body += chunk
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url}: no whole answer within {timeout:g} s")
+        return json.loads(body)
 
 
 def context_window(base_url: str, model: str, key: str | None = None, timeout: float = 5.0) -> int | None:

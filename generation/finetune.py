@@ -46,11 +46,17 @@ def train_python(python: str | Path | None = None) -> Path:
     return path
 
 
+#: The suffixes of pickle-format files (PyTorch's ``torch.save``, Python's pickle, Lightning's checkpoints): loading one
+#: may run any code it holds.
+PICKLED = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+
+
 def check_checkpoint(path: Path) -> Path:
     """``path`` if it is a transformers checkpoint folder a server can load without running code; else one line.
 
-    A checkpoint has a ``config.json`` naming its ``model_type``, its weights in safetensors (a pickled
-    ``*.bin`` runs code when loaded: refused) and its tokenizer.
+    A checkpoint has a ``config.json`` naming its ``model_type``, its weights in safetensors and its tokenizer. A
+    folder holding any pickle-format file (:data:`PICKLED`: ``pytorch_model.bin``, ``*.pt``, ``*.ckpt``, ...), at any
+    depth, is refused whatever else it holds: a loader that finds it may unpickle it, and unpickling runs code.
     """
     path = Path(path)
     if not path.is_dir():
@@ -63,9 +69,17 @@ def check_checkpoint(path: Path) -> Path:
         raise CraftMDError(f"checkpoint {path} is not a model: its config.json is not JSON ({exc})") from None
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
         raise CraftMDError(f"checkpoint {path} is not a model: its config.json names no model_type")
-    if not any(path.glob("*.safetensors")):
-        pickled = sorted(p.name for p in path.glob("*.bin"))
-        why = f"only pickled weights ({', '.join(pickled)}), which run code when loaded" if pickled else "no weights"
+    safe = any(path.glob("*.safetensors"))
+    pickled = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.suffix.lower() in PICKLED)
+    if pickled or not safe:
+        shown = ", ".join(pickled[:5]) + (", …" if len(pickled) > 5 else "")
+        why = (
+            "no weights"
+            if not pickled
+            else f"pickled weights ({shown}) beside its safetensors, which run code when loaded; remove them"
+            if safe
+            else f"only pickled weights ({shown}), which run code when loaded"
+        )
         raise CraftMDError(f"checkpoint {path} is not a model it is safe to load: it has {why}; save it with safetensors")
     if not (path / "tokenizer.json").exists() and not (path / "tokenizer_config.json").exists():
         raise CraftMDError(f"checkpoint {path} is not a model: it has no tokenizer (tokenizer.json)")

@@ -164,9 +164,18 @@ def load_catalog(path: str | None = None) -> Catalog:
 
 
 def catalog_lines(catalog: Catalog | None = None) -> list[str]:
-    """The catalog as JSON lines (what ``craftmd judge --catalog`` prints)."""
+    """The catalog as JSON lines (what ``craftmd judge --catalog`` prints): each dimension with its ACGME core
+    competency (:func:`acgme`: ``acgme_competency``, its id, and ``acgme_competency_name``)."""
     catalog = catalog or load_catalog()
-    return [json.dumps(d.to_dict(), ensure_ascii=False, sort_keys=False) for d in catalog.dimensions]
+    m = acgme()
+    return [
+        json.dumps(
+            {**d.to_dict(), "acgme_competency": m["of"][d.id], "acgme_competency_name": m["competencies"][m["of"][d.id]]},
+            ensure_ascii=False,
+            sort_keys=False,
+        )
+        for d in catalog.dimensions
+    ]
 
 
 def applicable(dims: tuple[Dimension, ...] | list[Dimension], objective: str) -> list[Dimension]:

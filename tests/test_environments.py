@@ -215,6 +215,9 @@ def weighted(rows: list[dict], case: str, weights: dict[str, float]) -> float:
         ({"grader": "nonsense"}, "unknown scorer"),
         ({"task": "consultation"}, "needs its solver bound"),
         ({"colour": "red"}, "unknown environment option 'colour'"),
+        ({"base_url": "file:///etc/passwd"}, "base_url 'file:///etc/passwd' is not an http(s) URL"),  # issue #48
+        ({"base_url": "gopher://127.0.0.1:70/v1"}, "is not an http(s) URL"),
+        ({"base_url": "http://user:pw@127.0.0.1:9/v1"}, "base_url has credentials in it"),
     ],
 )
 def test_bad_inputs_are_one_line(data, tmp_path, monkeypatch, kwargs, line):
@@ -304,3 +307,35 @@ def test_a_case_played_again_is_its_next_trial_and_the_release_holds_both(data, 
     assert cli_main(["score", str(rel), "--dataset", str(data), "--scorer", "offline", "--quiet"]) == 0
     back = {r["trial"]: r["value"] for r in read_release(rel).table("scores").to_pylist() if r["scorer"] == "offline"}
     assert back == {0: 1.0, 1: 0.0, 2: 1.0}
+
+
+# -- issue #48: what a remote client reads ------------------------------------------------------------------------
+
+
+def test_a_servers_errors_are_one_line_4xx_for_the_clients_mistakes_and_never_name_a_local_path(data, tmp_path):
+    """OpenEnv's server (create_app) in the side venv: a stateless HTTP /step (no reset before it) is a 409 with one
+    line, not a 500; a step before a reset in a session is that line; a failure naming the dataset's path reaches the
+    client without the path."""
+    import json
+    import os
+
+    rl_python = Path(__file__).resolve().parent.parent / ".venv-rl" / "bin" / "python"
+    if not rl_python.exists():
+        pytest.fail("the RL side venv is missing: run `make rl` (.venv-rl)", pytrace=False)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_BASE_URL")}
+    script = Path(__file__).parent / "openenv_errors.py"
+    res = subprocess.run(
+        [str(rl_python), str(script), str(data), str(tmp_path)], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads((tmp_path / "answers.json").read_text())
+    step = got["http_step"]
+    assert step["status"] == 409, step
+    detail = json.loads(step["body"])["detail"]
+    assert detail.startswith("no episode in progress: call reset first") and "\n" not in detail and "Traceback" not in detail
+    assert got["ws_step"]["type"] == "error" and "no episode in progress" in got["ws_step"]["data"]["message"]
+    said = json.dumps([got["ws_reset"], got["http_reset"]])
+    assert "is damaged; rebuild it" in said and "<path>" in said
+    for path in {str(data), str(data.resolve()), str(tmp_path), str(Path.home())}:
+        assert path not in said and path not in json.dumps(got)
+    assert got["http_reset"]["status"] == 409

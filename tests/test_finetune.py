@@ -106,6 +106,20 @@ def test_the_training_fixture_loads_in_the_conversational_format():
             ),
             "only pickled weights (pytorch_model.bin), which run code when loaded",
         ),
+        *(
+            (  # issue #48: a pickle beside safetensors is refused too, whatever its suffix or folder
+                lambda d, name=name: (
+                    d.mkdir(),
+                    (d / "config.json").write_text('{"model_type": "llama"}'),
+                    (d / "model.safetensors").write_bytes(b"x"),
+                    (d / "tokenizer.json").write_text("{}"),
+                    (d / name).parent.mkdir(exist_ok=True),
+                    (d / name).write_bytes(b"\x80\x04pickle"),
+                ),
+                f"pickled weights ({name}) beside its safetensors, which run code when loaded",
+            )
+            for name in ("pytorch_model.bin", "weights.PT", "model.pth", "extra.pkl", "sub/last.ckpt")
+        ),
         (
             lambda d: (
                 d.mkdir(),

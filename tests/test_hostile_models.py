@@ -75,6 +75,9 @@ EMPTY_BODIES = {
         "model": "loopback",
         "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant"}}],
     },
+    "zero-width characters only": completion("\u200b\u200c\u200d\u2060\ufeff"),
+    "braille blanks only": completion("\u2800\u2800 \u2800"),
+    "Hangul fillers and combining marks only": completion("\u3164\u115f \u0301\u20dd"),
     "a tool call only": completion(
         None, tool_calls=[{"id": "t", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
     ),
@@ -115,6 +118,10 @@ def test_an_empty_answer_an_older_version_cached_is_asked_again(tmp_path):
         ("med-7b", "llama-3-70b-instruct"),
         ("smollm2", "/models/qwen2.5-0.5b-instruct-q8_0.gguf"),
         ("gpt-4o", "gpt-3.5-turbo"),
+        ("gpt-4", "gpt-4.5-preview"),  # issue #48: a longer name is another model, unless what follows is a date
+        ("llama-3", "llama-3-70b"),
+        ("loopback", "evil-org/loopback"),  # an organisation added is another model
+        ("gpt-4o", "gpt-4o-2024-08-06-evil"),
     ],
 )
 def test_a_reply_from_another_model_is_a_failure_never_cached(tmp_path, asked, named):
@@ -130,6 +137,9 @@ def test_a_reply_from_another_model_is_a_failure_never_cached(tmp_path, asked, n
         ("smollm2", "/home/me/models/SmolLM2-135M-Instruct.gguf", ("smollm2",), {}),
         ("smollm2", "smollm2.gguf", ("smollm2",), {}),
         ("gpt-4o", "gpt-4o-2024-08-06", ("gpt-4o",), {}),
+        ("gpt-4", "gpt-4-0613", ("gpt-4", "gpt-4.5-preview"), {}),  # dated snapshots: MMDD, YYYYMMDD
+        ("claude-3-5-sonnet", "claude-3-5-sonnet-20241022", ("claude-3-5-sonnet", "other"), {}),
+        ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b-instruct", ("Qwen/Qwen2.5-7B-Instruct", "other"), {}),
         ("my-doctor", "my-doctor@main", ("my-doctor",), {}),  # transformers serve: name@revision
         ("my-model", "Qwen/Qwen2.5-7B-Instruct", ("my-model", "other"), {"my-model": "Qwen/Qwen2.5-7B-Instruct"}),
         ("smollm2", "gpt-3.5-turbo", ("smollm2", "other"), {}),
@@ -485,3 +495,18 @@ def test_a_judge_against_a_server_refusing_json_schema_scores_every_dimension(tm
     assert (
         rec["refused"].startswith(f"json_schema: response format refused (HTTP {status})") and "not supported" in rec["refused"]
     )
+
+
+@pytest.mark.parametrize("text", ["\u200b\u200d", "\u2800\u2800", " \u3164 "])
+def test_the_offline_engines_invisible_reply_is_no_answer(text):
+    from types import SimpleNamespace
+
+    from craftmd.models.vllm import _completion
+
+    out = SimpleNamespace(prompt_token_ids=[1], outputs=[SimpleNamespace(text=text, token_ids=[2], finish_reason="stop")])
+    c = _completion(out)
+    assert c.status == "error" and c.transient and c.reason == EMPTY and "no visible text" in c.error
+    good = SimpleNamespace(
+        prompt_token_ids=[1], outputs=[SimpleNamespace(text=f"{text}psoriasis", token_ids=[2], finish_reason="stop")]
+    )
+    assert _completion(good).status == "ok"

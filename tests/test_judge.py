@@ -57,6 +57,13 @@ def test_catalog_command_prints_json_lines():
     rows = [json.loads(x) for x in out.stdout.splitlines()]
     assert len(rows) == 105
     assert {"dimension", "category", "meta_category", "objectives"} <= set(rows[0])
+    # each dimension's ACGME core competency (issue #48), as the rubric's mapping gives it
+    from craftmd.scoring.rubric import acgme
+
+    m = acgme()
+    assert all(r["acgme_competency"] == m["of"][r["id"]] for r in rows)
+    assert all(r["acgme_competency_name"] == m["competencies"][r["acgme_competency"]] for r in rows)
+    assert set(m["competencies"]) == {r["acgme_competency"] for r in rows}  # all six appear
 
 
 def test_a_bad_catalog_line_is_one_clear_error(tmp_path):

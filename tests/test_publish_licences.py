@@ -311,3 +311,201 @@ def test_a_published_cards_licences_are_those_of_the_cases_its_tasks_ran_on():
     encounters, craftmd_ = text({"encounters"}), text({"craftmd"})
     assert "MedPI patient packets" in encounters and "Massachusetts Medical Society" not in encounters.split("## Use of")[0]
     assert "Massachusetts Medical Society" in craftmd_ and "MedPI patient packets" not in craftmd_
+
+
+# --- issue #48: nothing is published but regular files craftmd wrote and listed ----------------------------------
+
+import hashlib  # noqa: E402
+import os  # noqa: E402
+
+
+def _page(tmp_path: Path) -> Path:
+    page = tmp_path / "board"
+    (page / "tables").mkdir(parents=True)
+    (page / "index.html").write_text("<html>board</html>")
+    (page / "tables" / "accuracy.csv").write_text("model,accuracy\nfake-psoriasis,0.5\n")
+    return page
+
+
+def _board(page: Path, releases: Path, *extra: str) -> list[str]:
+    return ["publish", "--leaderboard", str(page), "--releases", str(releases), "--repo", "someone/b", "--revision", "v1", *extra]
+
+
+def _refused(capsys, *words: str) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and all(w in err for w in words), err
+    return err
+
+
+def _copy_release(released: Path, tmp_path: Path, name: str = "fake-psoriasis", **manifest) -> Path:
+    """A copy of the test release under ``releases/<name>``, its run record changed by ``manifest``."""
+    dest = tmp_path / "releases" / name
+    shutil.copytree(released / "fake-psoriasis", dest)
+    record = json.loads((dest / "manifest.json").read_text())
+    record.update(manifest)
+    (dest / "manifest.json").write_text(json.dumps(record))
+    return dest
+
+
+def _list_in(release: Path, name: str, data: bytes) -> None:
+    """Add a file to a release and to its run record, with its true sha256 (so the release verifies)."""
+    (release / name).write_bytes(data)
+    record = json.loads((release / "manifest.json").read_text())
+    record["files"][name] = {"sha256": hashlib.sha256(data).hexdigest()}
+    (release / "manifest.json").write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_link_in_a_leaderboard_folder_is_never_followed(hub, hf_home, released, tmp_path, capsys, dry_run):
+    secret = tmp_path / "id_rsa"
+    secret.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    page = _page(tmp_path)
+    (page / "tables" / "keys.csv").symlink_to(secret)
+    assert main(_board(page, released, *(["--dry-run"] if dry_run else []))) == 2
+    _refused(capsys, "keys.csv is a symbolic link", "nothing was published")
+    assert hub.log == [] and "OPENSSH" not in capsys.readouterr().out
+    (page / "tables" / "keys.csv").unlink()
+    (page / "figures").symlink_to(tmp_path, target_is_directory=True)  # a linked folder too
+    assert main(_board(page, released, "--dry-run")) == 2
+    _refused(capsys, "figures is a symbolic link")
+    (page / "figures").unlink()
+    os.mkfifo(page / "tables" / "pipe.csv")  # a FIFO would hang the upload: refused, never opened
+    assert main(_board(page, released, "--dry-run")) == 2
+    _refused(capsys, "pipe.csv is not a regular file")
+    (page / "tables" / "pipe.csv").unlink()
+    (page / "id_rsa").write_text("key")  # a file no craftmd command writes
+    assert main(_board(page, released, "--dry-run")) == 2
+    _refused(capsys, "id_rsa is not a file craftmd leaderboard writes")
+    (page / "id_rsa").unlink()
+    assert main(_board(page, released, "--dry-run")) == 0 and hub.log == []
+
+
+def _dataset(tmp_path: Path, files: dict[str, bytes]) -> Path:
+    """A built dataset's folder (its card, manifest and ``files``) standing for `craftmd build`'s output."""
+    data = tmp_path / "data"
+    data.mkdir(parents=True)
+    for name, content in files.items():
+        (data / name).parent.mkdir(parents=True, exist_ok=True)
+        (data / name).write_bytes(content)
+    (data / "README.md").write_text(str(_card()))
+    listed = {"README.md": {}, **dict.fromkeys(files, {})}
+    (data / "build_manifest.json").write_text(json.dumps({"version": "1.2.3", "files": listed}))
+    return data
+
+
+def test_a_link_a_build_manifest_lists_is_never_followed(hub, hf_home, tmp_path, capsys):
+    secret = tmp_path / "secret.key"
+    secret.write_bytes(b"PAR1 a key")
+    data = _dataset(tmp_path, {"facts/test-00000-of-00001.parquet": b"PAR1"})
+    (data / "facts" / "test-00000-of-00001.parquet").unlink()
+    (data / "facts" / "test-00000-of-00001.parquet").symlink_to(secret)
+    for extra in (["--dry-run"], []):
+        assert main(["publish", str(data), "--repo", "someone/d", *extra]) == 2
+        _refused(capsys, "test-00000-of-00001.parquet is a symbolic link")
+    assert hub.log == []
+    (data / "facts" / "test-00000-of-00001.parquet").unlink()
+    (data / "facts" / "test-00000-of-00001.parquet").write_bytes(b"PAR1")
+    (data / "build_manifest.json").rename(tmp_path / "elsewhere.json")
+    (data / "build_manifest.json").symlink_to(tmp_path / "elsewhere.json")  # the manifest itself: refused, not read
+    assert main(["publish", str(data), "--repo", "someone/d", "--dry-run"]) == 2
+    _refused(capsys, "build_manifest.json is a symbolic link")
+    (data / "build_manifest.json").unlink()
+    (data / "build_manifest.json").symlink_to("/dev/zero")  # never read
+    assert main(["publish", str(data), "--repo", "someone/d", "--dry-run"]) == 2
+    _refused(capsys, "not a built dataset")
+    (data / "build_manifest.json").unlink()
+    (data / "build_manifest.json").write_bytes(b"[" * 100_000)
+    assert main(["publish", str(data), "--repo", "someone/d", "--dry-run"]) == 2
+    _refused(capsys, "unreadable build manifest")
+    # a manifest listing a file no build writes (it would land at the repo's root) is refused, dry run or not
+    for name in (".gitattributes", "index.html", "facts/../../x.parquet"):
+        data = _dataset(tmp_path / name.replace("/", "_"), {name: b"x"} if "/" not in name else {})
+        record = json.loads((data / "build_manifest.json").read_text())
+        record["files"][name] = {}
+        (data / "build_manifest.json").write_text(json.dumps(record))
+        assert main(["publish", str(data), "--repo", "someone/d", "--dry-run"]) == 2
+        err = _refused(capsys, name.rsplit("/", 1)[-1])  # the file in the folder, or the name its manifest lists
+        assert "is not a file craftmd build writes" in err or "which craftmd build does not write" in err
+
+
+def test_a_release_listing_other_files_or_a_link_is_refused(hub, hf_home, released, tmp_path, capsys):
+    for name in (".gitattributes", "index.html", "b--answers.parquet"):
+        rel = _copy_release(released, tmp_path / name)
+        _list_in(rel, name, b"*.parquet filter=lfs\n" if name != "b--answers.parquet" else (rel / "answers.parquet").read_bytes())
+        assert read_release(rel).id == "fake-psoriasis"  # it verifies: the checksums are right
+        assert main(["publish", "--release", str(rel), "--repo", "someone/r", "--revision", "v1", "--dry-run"]) == 2
+        _refused(capsys, f"lists '{name}', which is not a table of a release")
+    rel = _copy_release(released, tmp_path / "linked")
+    (tmp_path / "answers.parquet").write_bytes((rel / "answers.parquet").read_bytes())
+    (rel / "answers.parquet").unlink()
+    (rel / "answers.parquet").symlink_to(tmp_path / "answers.parquet")  # its bytes verify, but it is a link
+    assert main(["publish", "--release", str(rel), "--repo", "someone/r", "--revision", "v1"]) == 2
+    _refused(capsys, "answers.parquet is a symbolic link")
+    assert hub.log == []
+
+
+def test_a_revision_that_is_a_branch_and_releases_that_differ_in_case_are_refused(hub, hf_home, released, tmp_path, capsys):
+    rel = released / "fake-psoriasis"
+    for revision in ("main", "HEAD", "a" * 40):
+        assert main(["publish", "--release", str(rel), "--repo", "someone/r", "--revision", revision]) == 2
+        _refused(capsys, f"--revision {revision!r} names a branch or a commit")
+    _copy_release(released, tmp_path)
+    _copy_release(released, tmp_path, "Fake-Psoriasis", release="Fake-Psoriasis")
+    assert main(_board(_page(tmp_path), tmp_path / "releases", "--dry-run")) == 2
+    _refused(capsys, "differ only in case")
+    assert hub.log == []
+
+
+def test_a_model_name_in_a_run_record_is_shown_as_text_on_the_card(hub, hf_home, released, tmp_path):
+    from markdown_it import MarkdownIt
+
+    model = "x` <script>alert(1)</script> [docs](javascript:alert(1)) ``y"
+    rel = _copy_release(released, tmp_path, model=model)
+    assert main(["publish", "--release", str(rel), "--repo", "someone/r", "--revision", "v1"]) == 0
+    card = hub.repos["someone/r"].commits[hub.repos["someone/r"].tags["v1"]]["README.md"].decode()
+    html = MarkdownIt("commonmark").render(card.split("---\n", 2)[-1])
+    assert "<script>" not in html and "javascript:" not in html.replace("<code>", "\0").split("\0", 1)[0]
+    assert 'href="javascript' not in html and "<code>x` &lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_the_nejm_images_stay_out_unless_asked_for(hub, hf_home, tmp_path, capsys):
+    import yaml
+
+    card = DatasetCard(str(_card()))
+    assert "nejm_image" in {c["config_name"] for c in card.data.configs}  # the built card names the config
+    data = _dataset(
+        tmp_path, {"nejm_image/test-00000-of-00001.parquet": b"PAR1 images", "facts/test-00000-of-00001.parquet": b"PAR1"}
+    )
+    assert main(["publish", str(data), "--repo", "someone/d", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "  left out      nejm_image/test-00000-of-00001.parquet: © Massachusetts Medical Society" in out
+    assert not re.search(r"\d  nejm_image/", out)  # not among the files that go
+    assert main(["publish", str(data), "--repo", "someone/d"]) == 0
+    repo = hub.repos["someone/d"]
+    tree = repo.commits[repo.tags["v1.2.3"]]
+    assert "nejm_image/test-00000-of-00001.parquet" not in tree and "facts/test-00000-of-00001.parquet" in tree
+    text = tree["README.md"].decode()
+    meta = yaml.safe_load(text.split("---\n")[1])
+    assert "nejm_image" not in {c["config_name"] for c in meta["configs"]}
+    assert "nejm_image" not in {c["config_name"] for c in meta.get("dataset_info", [])}
+    assert text.count("© Massachusetts Medical Society, all rights reserved") >= 2 and "--include-nejm-images" in text
+    assert main(["publish", str(data), "--repo", "someone/d2", "--include-nejm-images"]) == 0
+    repo = hub.repos["someone/d2"]
+    tree = repo.commits[repo.tags["v1.2.3"]]
+    assert (
+        tree["nejm_image/test-00000-of-00001.parquet"] == b"PAR1 images"
+        and tree["README.md"] == (data / "README.md").read_bytes()
+    )
+    assert main(["publish", "--release", str(data), "--repo", "someone/r", "--revision", "v1", "--include-nejm-images"]) == 2
+    _refused(capsys, "--include-nejm-images goes with a built dataset")
+
+
+def test_a_revision_named_like_a_branch_of_the_repo_is_refused_before_any_upload(hub, hf_home, released, capsys):
+    rel = released / "fake-psoriasis"
+    assert main(["publish", "--release", str(rel), "--repo", "someone/r", "--revision", "v1"]) == 0
+    repo = hub.repos["someone/r"]
+    repo.branches["dev"] = repo.branches["main"]  # the repo has a branch dev
+    before, n = dict(repo.tags), len(hub.writes)
+    assert main(["publish", "--release", str(rel), "--repo", "someone/r", "--revision", "dev"]) == 2
+    _refused(capsys, "someone/r has a branch dev", "nothing uploaded")
+    assert hub.writes[n:] == [] and repo.tags == before

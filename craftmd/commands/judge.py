@@ -24,7 +24,7 @@ from craftmd.commands.cli import (
 def _judge(args) -> int:
     """print MedPI's rubric, or measure the judge against the dermatologists' labels
 
-    --catalog prints the rubric catalog (105 dimensions) as JSON lines. --validity judges the conversations the
+    --catalog prints the rubric catalog (105 dimensions, each with its ACGME core competency) as JSON lines. --validity judges the conversations the
     CRAFT-MD dermatologists rated and writes each information-gathering and diagnosis dimension's AUC for their
     Q1/Q2 labels as an audit. Judging a release's conversations is a scorer: craftmd score RELEASE --scorer
     judge:PROVIDER/MODEL [--scorer judge:...] (several judges form a committee).
@@ -120,7 +120,11 @@ def register(sub) -> None:
     from craftmd.scoring.judge import DISCUSSION_TOKENS
 
     p = command(sub, "judge", _judge)
-    p.add_argument("--catalog", action="store_true", help="print the rubric catalog as JSON lines and exit")
+    p.add_argument(
+        "--catalog",
+        action="store_true",
+        help="print the rubric catalog as JSON lines (each dimension with its ACGME core competency) and exit",
+    )
     p.add_argument(
         "--validity",
         metavar="OUT.json",

@@ -32,7 +32,18 @@ def register(sub) -> None:
         metavar="TAG",
         help="the version to tag, checked before any upload (default for a dataset: v<version of the build>)",
     )
-    pub.add_argument("--dry-run", action="store_true", help="print the upload plan (files, sizes, repo, tag) and stop")
+    pub.add_argument(
+        "--include-nejm-images",
+        action="store_true",
+        help="with a built dataset: publish the nejm_image config too. Left out by default: its images are © Massachusetts "
+        "Medical Society, all rights reserved, and no licence lets them be redistributed (for a private repo, or with the "
+        "Society's permission)",
+    )
+    pub.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the upload plan (files, sizes, repo, tag) and stop; it refuses what an upload would",
+    )
 
 
 def _publish(args: argparse.Namespace) -> int:
@@ -44,7 +55,9 @@ def _publish(args: argparse.Namespace) -> int:
     page/ and every release under releases/<id>/, with a card). Everything is checked locally first, then the
     version on the Hub: a tag that exists already is refused in one line and nothing is uploaded. One commit makes
     the repo's main exactly what is published, and the tag is put on it. The key is read from $HF_TOKEN only and
-    never written ($HF_ENDPOINT picks another hub); --dry-run only prints the plan.
+    never written ($HF_ENDPOINT picks another hub); --dry-run only prints the plan. Only regular files craftmd wrote
+    and listed are published: a symbolic link, a file that is not regular or one no craftmd command writes is refused
+    in one line. A dataset's NEJM Image Challenge images are left out (its card says why) unless --include-nejm-images.
     """
     from craftmd import CraftMDError
     from craftmd.dataset_builder.publish import hub_url, publish
@@ -55,7 +68,15 @@ def _publish(args: argparse.Namespace) -> int:
     if args.releases is not None and args.leaderboard is None:
         raise CraftMDError("--releases goes with --leaderboard")
     kind = "release" if args.release else "leaderboard" if args.leaderboard else "dataset"
-    plan = publish(chosen[0], args.repo, revision=args.revision, dry_run=args.dry_run, kind=kind, releases=args.releases)
+    plan = publish(
+        chosen[0],
+        args.repo,
+        revision=args.revision,
+        dry_run=args.dry_run,
+        kind=kind,
+        releases=args.releases,
+        include_nejm_images=args.include_nejm_images,
+    )
     if args.dry_run:
         print(plan.describe())
         print("dry run: nothing uploaded")

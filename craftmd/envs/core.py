@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import tempfile
 import threading
 from dataclasses import dataclass, field, replace
@@ -209,6 +210,10 @@ class Episodes:
             raise CraftMDError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
         o = options
         self.task, self.split, self.options = task, split, o
+        if o.base_url is not None:  # only an http(s) server: never a file:// URL or another scheme
+            from craftmd.models import check_url
+
+            check_url(o.base_url if isinstance(o.base_url, str) else repr(o.base_url), "base_url", "OPENAI_API_KEY")
         if not o.patient:
             raise CraftMDError(f"the {task} environment needs its patient bound: patient='openai-api/<service>/<model>'")
         if task == "consultation" and not o.solver:
@@ -241,6 +246,13 @@ class Episodes:
         self.rewards: list[dict] = []  # per finished episode: its job id, scores and reward
         self._conn = None
         self._job = None
+
+    def public(self, text: str) -> str:
+        """An error's ``text`` as the environment's remote clients may read it (:func:`public_message`): no path of the
+        dataset, its split's view, the cache, the temporary folder or the home folder."""
+        o = self.options
+        paths = [o.dataset, o.cache, getattr(self, "dataset", None), tempfile.gettempdir(), Path.home()]
+        return public_message(text, [*paths, *(Path(p).resolve() for p in paths if p)])
 
     def _check_judge(self, o: Options) -> None:
         """The encounters' judge: its name, mode and settings checked now (one line), the dimensions the weights name."""
@@ -363,7 +375,10 @@ class Episodes:
     async def step(self, text: str) -> Step:
         """The doctor's reply to the last view."""
         if self._job is None or self._job.done():
-            raise CraftMDError("no episode in progress: call reset first")
+            raise CraftMDError(
+                "no episode in progress: call reset first (an OpenEnv server's HTTP /step starts from a new environment: "
+                "play episodes over its WebSocket session)"
+            )
         if not isinstance(text, str):
             raise CraftMDError(f"the doctor's reply must be text, not {type(text).__name__}")
         self._replies.put_nowait(text)
@@ -532,6 +547,19 @@ class SyncEpisodes:
             self._thread.join()
 
 
+#: An absolute local path in a message (not a URL's path): ``/srv/data/all/test.parquet``, ``C:\\data``.
+_LOCAL_PATH = re.compile(r"(?<![\w:/.~<>-])(?:~|[A-Za-z]:)?[/\\](?:[^\s'\"/\\]+[/\\])+[^\s'\"/\\,;)]*")
+
+
+def public_message(text: str, paths=()) -> str:
+    """``text`` as a remote client may read it: one line, every local path in it (``paths`` first, the folders it is
+    known by, then any absolute path) shown as ``<path>``: a server never tells its clients where its files are."""
+    for p in sorted({str(x) for x in paths if x}, key=len, reverse=True):
+        text = text.replace(p, "<path>")
+    text = re.sub(r"<path>[/\\][^\s'\",;)]*", "<path>", text)  # a file in a known folder: the folder alone
+    return " ".join(_LOCAL_PATH.sub("<path>", text).split())
+
+
 def episodes(task: str, split: str = "test", **options) -> Episodes:
     """The library-independent environment of ``task`` on ``split`` (options: :class:`Options`' fields)."""
     known = set(Options.__dataclass_fields__)
@@ -550,6 +578,7 @@ __all__ = [
     "Step",
     "Options",
     "episodes",
+    "public_message",
     "check_weights",
     "TASKS",
     "DEFAULT_WEIGHTS",

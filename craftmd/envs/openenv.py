@@ -5,6 +5,9 @@ the conversation (:class:`DoctorObservation`: ``messages``, OpenAI chat messages
 ``user``), with ``done`` and ``reward`` (the task's scorers, weighted) when the episode ends and, in
 ``metadata``, the episode's job and scores. ``reset(seed=i)`` poses case ``i`` of the split (modulo its size);
 ``reset()`` the next case in order. Serve it with OpenEnv's own server (``openenv.core.env_server.create_app``).
+
+A client's mistake (a step before a reset: the server's stateless HTTP ``/step`` starts from a new environment) is an
+HTTP 409 with one line, not a 500; no error a client reads names a local path (:meth:`~.core.Episodes.public`).
 """
 
 from __future__ import annotations
@@ -49,15 +52,25 @@ class DoctorEnvironment(Environment[DoctorAction, DoctorObservation, State]):
     def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> DoctorObservation:
         index = self._next if seed is None else int(seed)
         self._next = index + 1
-        step = self._core.reset(index)
+        step = self._guarded(self._core.reset, index)
         job = self.episodes.runner.job_id(self.episodes.jobs[index % len(self.episodes)])
         self._state = State(episode_id=episode_id or job, step_count=0)
         return self._observe(step)
 
     def step(self, action: DoctorAction, timeout_s: Optional[float] = None, **kwargs: Any) -> DoctorObservation:
-        step = self._core.step(action.message)
+        step = self._guarded(self._core.step, action.message)
         self._state.step_count += 1
         return self._observe(step)
+
+    def _guarded(self, call, *args):
+        """``call(*args)``; an error raised as its remote client may read it: a :class:`CraftMDError` (the client's
+        mistake) as HTTP 409 with its one line, anything else as the server's failure; local paths never in either."""
+        try:
+            return call(*args)
+        except CraftMDError as exc:
+            raise _client_error(self.episodes.public(str(exc))) from None
+        except Exception as exc:
+            raise RuntimeError(self.episodes.public(f"{type(exc).__name__}: {exc}")) from exc
 
     @property
     def state(self) -> State:
@@ -72,6 +85,16 @@ class DoctorEnvironment(Environment[DoctorAction, DoctorObservation, State]):
 
     def close(self) -> None:
         self._core.close()
+
+
+def _client_error(message: str) -> Exception:
+    """The error a client's mistake is answered with: FastAPI's ``HTTPException`` (409, its one line) under OpenEnv's
+    server; where FastAPI is not installed, a :class:`CraftMDError`."""
+    try:
+        from fastapi import HTTPException
+    except ImportError:  # pragma: no cover - OpenEnv's server needs FastAPI
+        return CraftMDError(message)
+    return HTTPException(status_code=409, detail=message)
 
 
 __all__ = ["DoctorEnvironment", "DoctorAction", "DoctorObservation"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import unicodedata
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -102,9 +103,23 @@ class Completion:
 #: a server that keeps sending them is taken out (:mod:`.pool`).
 EMPTY = "empty reply"
 FOREIGN = "reply from another model"
+#: A server that answered with a redirect (to another host, or anywhere): never followed, so no prompt goes elsewhere and
+#: no other server's answer counts as the model's.
+REDIRECT = "redirect not followed"
 #: A body that is not a chat completion (an HTML page, a cut-off body, no ``choices``).
 MALFORMED = "malformed response"
 BAD_REPLIES = (EMPTY, FOREIGN, MALFORMED)
+
+#: What shows nothing on its own: spaces and separators, control and format characters (zero-width space and joiners,
+#: the word joiner, the byte-order mark), combining marks with nothing to mark, unassigned and private code points.
+_UNSEEN = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf", "Cs", "Co", "Cn", "Mn", "Me"})
+#: Letters and symbols drawn blank: the braille pattern blank, the Hangul fillers, the Mongolian vowel separator.
+_BLANK = frozenset("\u2800\u3164\u115f\u1160\uffa0\u180e")
+
+
+def visible(text: str) -> bool:
+    """Whether ``text`` shows anything: one character that is not blank (:data:`_UNSEEN`, :data:`_BLANK`)."""
+    return any(c not in _BLANK and unicodedata.category(c) not in _UNSEEN for c in text)
 
 
 class TransientError(Exception):
@@ -133,6 +148,11 @@ CREDENTIALS = (
     (re.compile(r"(?i)\b((?:x-)?(?:api|goog-api|subscription)[-_]?key[\"']?\s*[:=]\s*[\"']?)(?!\[)[^\s\"',;]+"), r"\1[API key]"),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), "[API key]"),
 )
+#: Control characters in server text: a terminal escape (``ESC [ 2 J``), a bell, a carriage return, the C1 controls and the
+#: bidirectional overrides, none of which may reach a terminal or a release. Taken out of a reply (its newlines and tabs
+#: kept) and, with the line breaks, out of everything else a server says (an error is one line).
+CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+LINE_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]+")
 
 
 def secrets(keys=()) -> list[str]:
@@ -150,10 +170,12 @@ def secrets(keys=()) -> list[str]:
 def scrub(text, keys=(), *, patterns: bool = True, known: list[str] | None = None):
     """The one scrubber of every text that is stored (an error, a reason, a model name, a header, a cached body):
     ``text`` with every key (:func:`secrets`) replaced by ``[API key]`` and, unless ``patterns`` is False (a reply's own
-    words), every credential-shaped string (:data:`CREDENTIALS`). None and non-text pass through. ``known``: the keys,
-    when :func:`secrets` was already asked."""
+    words), every credential-shaped string (:data:`CREDENTIALS`); its control characters taken out (:data:`CONTROLS`:
+    a reply keeps its newlines and tabs; other server text becomes one line). None and non-text pass through.
+    ``known``: the keys, when :func:`secrets` was already asked."""
     if not isinstance(text, str) or not text:
         return text
+    text = LINE_CONTROLS.sub(" ", text) if patterns else CONTROLS.sub("", text)
     for key in secrets(keys) if known is None else known:
         if key in text:
             text = text.replace(key, "[API key]")

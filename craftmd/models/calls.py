@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass, field
 
 from .cache import RequestCache, request_key
-from .base import BAD_REPLIES, EMPTY, FOREIGN, ChatModel, Completion, Message, Sampling, TransientError
+from .base import BAD_REPLIES, EMPTY, FOREIGN, REDIRECT, ChatModel, Completion, Message, Sampling, TransientError, visible
 from .formats import FORMATS, Formats, as_sent, refused, start_of
 
 #: The longest a server's ``Retry-After`` makes a retry wait (seconds; or the caller's max_backoff, if longer).
@@ -88,9 +88,9 @@ class Counts:
 
 
 def no_answer(c: Completion) -> bool:
-    """Whether a cached completion is an empty reply that earlier versions stored (as an answer with no text, or as a
-    deterministic failure ``no text``): never replayed, the request is asked again."""
-    return (c.status == "ok" and not (c.text or "").strip()) or (c.status == "error" and c.reason == "no text")
+    """Whether a cached completion is an empty reply that earlier versions stored (as an answer with no text or none that
+    shows, :func:`~.base.visible`, or as a deterministic failure ``no text``): never replayed, the request is asked again."""
+    return (c.status == "ok" and not visible(c.text or "")) or (c.status == "error" and c.reason == "no text")
 
 
 def failure_label(c: Completion) -> str:
@@ -279,7 +279,7 @@ class Caller:
                     pool.answered(member)
                 return result
             # an empty or foreign reply is asked once more at most (the same server says the same again)
-            limit = min(self.max_retries, 1) if error.reason in (EMPTY, FOREIGN) else self.max_retries
+            limit = min(self.max_retries, 1) if error.reason in (EMPTY, FOREIGN, REDIRECT) else self.max_retries
             if member is not None and pool.failed(member, error, attempt >= limit):
                 attempt = 0  # that server takes no more work: the request starts over on another
                 continue

@@ -17,7 +17,20 @@ from urllib.parse import urlsplit, urlunsplit
 
 from craftmd import CraftMDError
 
-from .base import EMPTY, ERROR_CHARS, FOREIGN, MALFORMED, ChatModel, Completion, Message, Sampling, TransientError, scrub
+from .base import (
+    EMPTY,
+    ERROR_CHARS,
+    FOREIGN,
+    MALFORMED,
+    REDIRECT,
+    ChatModel,
+    Completion,
+    Message,
+    Sampling,
+    TransientError,
+    scrub,
+    visible,
+)
 from .formats import FORMAT_REFUSED, REFUSAL_TEXT
 
 #: HTTP statuses worth retrying.
@@ -72,11 +85,16 @@ class OpenAIModel(ChatModel):
     size", vLLM's "maximum context length") and a refused response format (an error naming
     ``response_format``, ``json_schema`` or a grammar: :mod:`.formats` moves the server to the next format).
 
-    A reply that is no answer is a failure, never stored as one: empty or whitespace-only content, ``null``
-    content, a tool call alone (:data:`~.base.EMPTY`), and a reply naming a model other than the one asked
-    (:data:`~.base.FOREIGN`: neither the name asked, nor a dated or path form of it, nor a name the server
-    declares for it at ``/v1/models``: :meth:`OpenAIModel.answers_as`). Both raise :class:`TransientError`: not cached, so
-    a fixed server is asked again, and a pool moves the request to another server.
+    A reply that is no answer is a failure, never stored as one: content that shows nothing (empty, whitespace, zero-width
+    or blank characters alone: :func:`~.base.visible`), ``null`` content, a tool call alone (:data:`~.base.EMPTY`), and a
+    reply naming a model other than the one asked (:data:`~.base.FOREIGN`: neither the name asked, nor a dated snapshot
+    of it, nor a name the server declares for it at ``/v1/models``: :func:`same_model`, :meth:`OpenAIModel.answers_as`).
+    Both raise :class:`TransientError`: not cached, so a fixed server is asked again, and a pool moves the request to
+    another server. A redirect is never followed (:data:`~.base.REDIRECT`): the prompts go to the server configured and
+    nowhere else. A reply whose ``usage`` is not a token count (negative, fractional, not a number) is malformed.
+
+    ``timeout`` is a deadline for the whole request, from connecting to the last byte of the body: a server that
+    trickles its reply byte by byte is cut off when it passes, like one that never answers.
 
     Server text that is stored (an error's message, a reply, the model name a reply gives) goes through the one
     scrubber, :func:`craftmd.models.base.scrub`: no API key, no ``Bearer`` token. A reply longer than
@@ -114,7 +132,8 @@ class OpenAIModel(ChatModel):
         # aiohttp as the client's transport (openai's ``aiohttp`` extra): a few times less CPU per request
         # than the default httpx pool, which is what bounds a run against a fast local server.
         limits = httpx2.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
-        http = openai.DefaultAioHttpClient(verify=_TLS, limits=limits)
+        http = openai.DefaultAioHttpClient(verify=_TLS, limits=limits, follow_redirects=False)
+        self.timeout = timeout
         self.client = openai.AsyncOpenAI(api_key=key, base_url=self.base_url, max_retries=0, timeout=timeout, http_client=http)
         # The endpoint as an absolute URL, joined once: a relative path is re-joined to the base URL
         # (two more URL parses) on every request.
@@ -147,9 +166,12 @@ class OpenAIModel(ChatModel):
         where = self.server
         url = endpoint(str(self.client.base_url), "models")
         try:
-            page = await self.client.get(url, cast_to=httpx2.Response)
+            async with asyncio.timeout(self.timeout):  # the deadline of every request
+                page = await self.client.get(url, cast_to=httpx2.Response)
             entries = page.json()["data"]
             served = [str(m["id"]) for m in entries]
+        except TimeoutError:
+            raise CraftMDError(f"the server at {where} sent no model list within {self.timeout:g} s") from None
         except (openai.APIConnectionError, openai.APITimeoutError):
             raise CraftMDError(f"cannot reach the model server at {where}") from None
         except openai.AuthenticationError:
@@ -165,7 +187,7 @@ class OpenAIModel(ChatModel):
             ) from None
         self.declared = declared_names(entries)
         if self.model not in served:
-            shown = ", ".join(sorted(served)[:10]) + (" …" if len(served) > 10 else "")
+            shown = ", ".join(self.scrub(s) for s in sorted(served)[:10]) + (" …" if len(served) > 10 else "")
             raise CraftMDError(f"the server at {where} does not serve {self.model!r} (it serves: {shown or 'nothing'})")
 
     async def chat(self, messages: list[Message], sampling: Sampling) -> Completion:
@@ -178,7 +200,10 @@ class OpenAIModel(ChatModel):
             body = {"model": self.model, "messages": messages, **sampling.to_dict()}
             if sampling.response_format is not None:  # sent as the JSON object it is
                 body["response_format"] = json.loads(sampling.response_format)
-            r = await self.client.post(self._chat_url, body=body, cast_to=httpx2.Response, options=self._options)
+            async with asyncio.timeout(self.timeout):  # one deadline for the whole request (a trickled body too)
+                r = await self.client.post(self._chat_url, body=body, cast_to=httpx2.Response, options=self._options)
+        except TimeoutError:
+            raise TransientError("timeout", f"no whole answer within {self.timeout:g} s") from None
         except openai.APIConnectionError as exc:  # a timeout too (APITimeoutError)
             if refused(exc):  # nothing listens (a server down or gone; the transport calls it a connect timeout)
                 raise TransientError("connection refused", self.scrub(str(exc.__cause__ or exc))) from None
@@ -187,6 +212,10 @@ class OpenAIModel(ChatModel):
             raise TransientError("connection error", self.scrub(str(exc.__cause__ or exc))) from None
         except openai.APIStatusError as exc:
             reason, message = (self.scrub(x) for x in status_reason(exc))
+            if 300 <= exc.status_code < 400:  # never followed: another host would get the prompts and give the answers
+                where = self.scrub(public_url(exc.response.headers.get("location") or "") or "nowhere")
+                raise TransientError(REDIRECT, f"{self.server} answered HTTP {exc.status_code} to {where}; set the "
+                                     "server's own address") from None  # fmt: skip
             said = f"{reason} {message}"
             if CONTEXT_TEXT.search(said):  # the same request overflows again: one try
                 return Completion.failure(f"HTTP {exc.status_code} context_length_exceeded", message)
@@ -232,13 +261,16 @@ class OpenAIModel(ChatModel):
         every = set().union(*self.declared.values())
         if name in PLACEHOLDERS and not any(same_model(d, name) for d in every):
             return True  # llama.cpp's server named every reply so: a name it does not serve is no model
+        if len(self.declared) == 1 and _FILE.search(name.strip().lower()):
+            return True  # a server of one model may name it by its file (llama.cpp: /models/SmolLM2-135M-Instruct.gguf)
         mine = every if len(self.declared) == 1 else self.declared.get(self.model, set())
         return any(same_model(d, name) for d in mine)
 
     async def _declared(self) -> dict[str, set[str]]:
         _, httpx2 = _sdk()
         try:
-            page = await self.client.get(endpoint(str(self.client.base_url), "models"), cast_to=httpx2.Response)
+            async with asyncio.timeout(self.timeout):
+                page = await self.client.get(endpoint(str(self.client.base_url), "models"), cast_to=httpx2.Response)
             return declared_names(page.json()["data"])
         except Exception:  # noqa: BLE001 - a server without a model list declares nothing
             return {}
@@ -314,7 +346,7 @@ def parse_completion(r: object, keys=()) -> Completion:
     the client's, taken out of the body's text in a failure (:func:`~.base.scrub`)."""
     try:
         usage = r.get("usage") or {}
-        tin, tout = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+        tin, tout = _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
         choice = r["choices"][0]
         msg, finish = choice["message"], choice.get("finish_reason")
         text, refusal = msg.get("content"), msg.get("refusal")
@@ -327,7 +359,7 @@ def parse_completion(r: object, keys=()) -> Completion:
         reason = "content_filter" if finish == "content_filter" else "refusal"
         why = f"{reason}: {' '.join(str(refusal or text or 'the server blocked the answer').split())}"
         return Completion(refusal or text, "refusal", finish, tin, tout, error=why[:ERROR_CHARS], reason=reason, model=served)
-    if text is None or not text.strip():
+    if text is None or not visible(text):
         what = "no content" if text is None else f"content {text[:20]!r}"
         if msg.get("tool_calls") or msg.get("function_call"):
             what += " (a tool call only)"
@@ -343,9 +375,26 @@ def parse_completion(r: object, keys=()) -> Completion:
     return Completion(text, "ok", finish, tin, tout, model=served)
 
 
-#: What may follow a model's name in the name a reply gives for it: a version (gpt-4o -> gpt-4o-2024-08-06, a date,
-#: a number) or a deployment's tag.
-_VERSION = re.compile(r"[-_:@.]\d")
+#: The most tokens a reply's ``usage`` may count: more is no count a server made (and a cost no budget could hold).
+MAX_TOKENS_COUNTED = 10**9
+#: A dated snapshot of a model, after its name: a date as OpenAI, Anthropic and Mistral write it (``gpt-4-0613``,
+#: ``mistral-large-2407``: four digits; ``claude-3-5-sonnet-20241022``: eight; ``gpt-4o-2024-08-06``).
+_SNAPSHOT = re.compile(r"[-_](?:\d{4}|\d{8}|\d{4}-\d{2}-\d{2})")
+#: A model named by its file (llama.cpp): a path, or a ``.gguf`` file name.
+_FILE = re.compile(r"^(?:/|\./|~/|[a-z]:\\)|\.gguf$")
+
+
+def _tokens(usage: dict, key: str) -> int:
+    """A token count of a reply's ``usage``: 0 when absent, else a whole number from 0 to :data:`MAX_TOKENS_COUNTED`
+    (a negative count would make a negative cost, and ``--budget`` would never trip); anything else is malformed."""
+    n = usage.get(key)
+    if n is None:
+        return 0
+    if type(n) is float and n.is_integer():
+        n = int(n)
+    if type(n) is not int or not 0 <= n <= MAX_TOKENS_COUNTED:
+        raise TransientError(MALFORMED, f"usage {key} {scrub(str(n))[:40]!r} is not a token count")
+    return n
 
 
 def declared_names(entries: list) -> dict[str, set[str]]:
@@ -364,19 +413,18 @@ def declared_names(entries: list) -> dict[str, set[str]]:
 
 
 def same_model(asked: str, named: str) -> bool:
-    """Whether a reply naming ``named`` is the model ``asked`` (or a name the server declares): the same name, its
-    file's name (llama.cpp names a model by its path: ``/models/SmolLM2.Q8_0.gguf``), or the name with a version
-    after it (``gpt-4o-2024-08-06`` for ``gpt-4o``), or its revision (``transformers serve`` answers ``my-doctor@main``
-    for ``my-doctor``), compared without case."""
+    """Whether a reply naming ``named`` is the model ``asked`` (or a name the server declares), compared without case:
 
-    def bare(x: str) -> str:
-        x = x.strip().rstrip("/").rsplit("/", 1)[-1].lower().split("@", 1)[0]
-        return x[:-5] if x.endswith(".gguf") else x
-
-    a, n = asked.strip().lower(), named.strip().lower()
-    if a == n or bare(asked) == bare(named) or n.endswith("/" + a):
-        return True
-    for full, short in ((n, a), (bare(named), bare(asked))):
-        if full.startswith(short) and _VERSION.match(full, len(short)):
-            return True
-    return False
+    - the same name, or that name at a revision (``transformers serve`` answers ``my-doctor@main`` for ``my-doctor``);
+    - a dated snapshot of it: the name, then ``-`` or ``_`` and a date alone (:data:`_SNAPSHOT`: ``gpt-4-0613`` and
+      ``gpt-4o-2024-08-06`` are ``gpt-4`` and ``gpt-4o``; ``gpt-4.5-preview``, ``gpt-4o-mini`` and ``llama-3-70b`` are
+      other models);
+    - the name without its organisation (``Qwen2.5-7B`` for ``Qwen/Qwen2.5-7B``), never with one added
+      (``evil-org/loopback`` is not ``loopback``);
+    - its file (llama.cpp names a model by its path: ``/models/smollm2.gguf`` for ``smollm2``)."""
+    a, n = asked.strip().lower(), named.strip().lower().split("@", 1)[0]
+    if _FILE.search(n):
+        a, n = (x.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".gguf") for x in (a, n))
+    elif "/" not in n:
+        a = a.rsplit("/", 1)[-1]
+    return n == a or (n.startswith(a) and _SNAPSHOT.fullmatch(n, len(a)) is not None)

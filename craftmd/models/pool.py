@@ -15,7 +15,19 @@ from urllib.parse import urlsplit, urlunsplit
 
 from craftmd import CraftMDError
 
-from .base import EMPTY, ERROR_CHARS, FOREIGN, MALFORMED, ChatModel, Completion, Message, Sampling, TransientError, scrub
+from .base import (
+    EMPTY,
+    ERROR_CHARS,
+    FOREIGN,
+    MALFORMED,
+    REDIRECT,
+    ChatModel,
+    Completion,
+    Message,
+    Sampling,
+    TransientError,
+    scrub,
+)
 from .calls import CONVERSATION, Slots
 from .openai import OpenAIModel
 
@@ -208,7 +220,7 @@ class Pool:
         if error.reason in (EMPTY, MALFORMED):
             m.bad += 1
         gone = error.reason.startswith("HTTP 5") or error.reason in ("timeout", "connection error", MALFORMED)
-        fatal = error.reason in (REFUSED, FOREIGN) or (exhausted and gone) or m.bad >= BAD_LIMIT
+        fatal = error.reason in (REFUSED, FOREIGN, REDIRECT) or (exhausted and gone) or m.bad >= BAD_LIMIT
         if not fatal or sum(not x.dead for x in self.members) < 2:
             return False
         self.take_out(m, f"{error.reason}: {error.message}" if error.message else error.reason)

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 
 from craftmd import CraftMDError
 
-from .base import EMPTY, ChatModel, Completion, Message, Sampling
+from .base import EMPTY, ChatModel, Completion, Message, Sampling, visible
 
 
 def _vllm():
@@ -170,10 +170,10 @@ def _completion(out: Any) -> Completion:
     gen = out.outputs[0]
     tin = len(out.prompt_token_ids or [])
     tout = len(gen.token_ids or [])
-    if gen.text is None or not gen.text.strip():  # no answer: a failure, not cached (a re-run asks again)
+    if gen.text is None or not visible(gen.text):  # no answer: a failure, not cached (a re-run asks again)
         return Completion.failure(
             EMPTY,
-            f"the engine gave {'no text' if gen.text is None else 'only whitespace'} (finish_reason {gen.finish_reason})",
+            f"the engine gave {'no text' if gen.text is None else 'no visible text'} (finish_reason {gen.finish_reason})",
             transient=True,
             finish_reason=gen.finish_reason,
             tokens_in=tin,

@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 from craftmd import CraftMDError
+from craftmd.analysis.escape import FORMULA_START
 from craftmd.atomic import atomic_write_bytes
 
 from .records import (
@@ -44,6 +45,22 @@ def _deterministic_xlsx(data: bytes) -> bytes:
             zi.external_attr = 0o600 << 16
             dst.writestr(zi, body)
     return out.getvalue()
+
+
+_FORMULA = re.compile(FORMULA_START)
+
+
+def _as_text(wb) -> None:
+    """Every cell of ``wb`` whose text a spreadsheet would take for a formula (an answer, a model name or a release id
+    starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return: the rule the CSV tables follow,
+    :data:`craftmd.analysis.escape.FORMULA_START`) stored as text and marked so (Excel's quote prefix): shown and read
+    back exactly as it is, never run, not even when a rater edits the cell."""
+    for ws in wb.worksheets:
+        for row in ws.iter_rows():
+            for cell in row:
+                if isinstance(cell.value, str) and _FORMULA.match(cell.value):
+                    cell.data_type = "s"
+                    cell.quotePrefix = True
 
 
 def build_workbook(rows: list[dict], keys: list[dict], meta: dict) -> bytes:
@@ -100,12 +117,15 @@ def build_workbook(rows: list[dict], keys: list[dict], meta: dict) -> bytes:
 
 
 def keyed_workbook_bytes(wb, keys: list[dict], columns: list[str], sheet: str = KEY_SHEET) -> bytes:
-    """A review workbook with its hidden key sheet (``columns`` of ``keys``) added, as deterministic .xlsx bytes."""
+    """A review workbook with its hidden key sheet (``columns`` of ``keys``) added, as deterministic .xlsx bytes; every
+    text that starts like a formula kept as text (:func:`_as_text`). Both review exports (``review export``,
+    ``judge-review export``) are written here."""
     key = wb.create_sheet(sheet)
     key.append(columns)
     for k in keys:
         key.append([k[c] for c in columns])
     key.sheet_state = "hidden"
+    _as_text(wb)
     buf = io.BytesIO()
     wb.save(buf)
     return _deterministic_xlsx(buf.getvalue())
