@@ -22,8 +22,8 @@ from craftmd.text import similarity  # noqa: F401  (MELD's similarity, shared wi
 
 # -- what it computes ------------------------------------------------------------
 # The paper's contamination check (Extended Data Fig. 1c): each vignette is cut in two,
-# the model is given the first half with the prompt in ``prompts/meld.txt`` ("... Generate
-# the second half of the case vignette ... Generate only {word_count} words.") and its
+# the model is given the first half with the prompt of the chosen prompt set (upstream's
+# ``get_meld_prompt`` by default: continue the vignette in as many words) and its
 # completion is compared with the true second half. A case whose completion is at least
 # :data:`THRESHOLD` similar to the truth is flagged as likely memorised.
 #
@@ -43,7 +43,8 @@ from craftmd.text import similarity  # noqa: F401  (MELD's similarity, shared wi
 #
 # * **prompt set** ``meld-upstream-3bb2737`` (default): upstream's ``get_meld_prompt(first_half, word_count)`` rendered
 #   from the pinned code (:mod:`craftmd.upstream_prompts`, ``src/meld_distance.py`` sends it as one system message);
-#   ``meld-v1``: the package's file ``prompts/meld.txt`` (the paper's printed wording). Recorded by name and sha256.
+#   ``meld-v1``: the package's file ``prompts/meld.txt`` (the same request in the package's own words). Recorded by name
+#   and sha256.
 #   Upstream's computation is the one above but for three things the package keeps on purpose: upstream stores the
 #   distance (``meld_score``), the package its complement; upstream scores a failed request 0 (a perfect match), the
 #   package leaves it without a value; upstream halved the CSV's ``case_vignette`` (question included) of the
