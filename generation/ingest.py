@@ -92,13 +92,17 @@ _FILE = re.compile(r"^results/([^/]+)/(case_\d+)\.json$")
 
 
 def upstream_prompt_ref(name: str, functions: tuple[str, ...]) -> PromptRef:
-    """Prompt set ``name``: upstream's ``functions`` of src/prompts.py, with the sha256 :mod:`craftmd.upstream_prompts`
-    gives them (over their parsed templates: the one the package's prompt set of that name records). Without that
-    module the sha256 is null, and the name alone identifies the prompts."""
-    try:
-        from craftmd.upstream_prompts import upstream_prompts_sha256
-    except ImportError:
-        return PromptRef(name=name)
+    """Prompt set ``name``: upstream's ``functions`` of src/prompts.py, identified by the sha256 the package's prompt set
+    of that name records when it runs (the CRAFT-MD task's folder of that name: its files and what it renders from), so
+    a run made here with it has the upstream releases' prompt set; a set that is no folder of the task (the grader-AI's)
+    by the sha256 of upstream's parsed templates (:mod:`craftmd.upstream_prompts`)."""
+    from craftmd.generation.protocol import PromptSet
+    from craftmd.tasks import get_task
+    from craftmd.upstream_prompts import upstream_prompts_sha256
+
+    root = get_task("craftmd").protocol.prompts_root
+    if (root / name).is_dir():
+        return PromptRef(name=name, sha256=PromptSet(name, root).sha256)
     return PromptRef(name=name, sha256=upstream_prompts_sha256(functions))
 
 

@@ -165,13 +165,19 @@ def test_every_experiment_and_image_variants(tiny_dataset, replay, tmp_path):
     assert (p.task, p.version, p.prompt_set.model_dump(), p.trials) == (
         "craftmd",
         1,
-        manifest.prompt_set,
+        {"name": manifest.prompt_set["name"], "sha256": manifest.prompt_set["sha256"]},
         manifest.counts["trials"],
     )
     assert p.roles == {"patient": "openai/loopback", "summarizer": "openai/loopback"} and p.answer_rules == {
         "paper": 4,
         "strict": 4,
     }
+    # the default prompt set is the paper's runs' (the upstream releases' protocol): only the roles and trials differ
+    from craftmd.generation.ingest import upstream_protocol
+    from craftmd.release import protocol_differences
+
+    differences = protocol_differences(p, upstream_protocol())
+    assert differences and not [d for d in differences if "prompt" in d or "version" in d], differences
 
 
 def test_faults_give_the_same_release_and_full_cache_makes_no_call(tiny_dataset, replay, tmp_path):
