@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from craftmd import CraftMDError, __version__
-from craftmd.atomic import atomic_dir, inside, locked, plain_name, sha256_file
+from craftmd.atomic import atomic_dir, atomic_write_json, inside, locked, plain_name, sha256_file
 from craftmd.tasks import TASK_FILES, TASKS, Task, builtin_tasks, get_task
 
 if TYPE_CHECKING:
@@ -453,6 +453,7 @@ def write_release(
             data = encode_scores(scores[0], records)
             (tmp / SCORES_FILE).write_bytes(data)
             files[SCORES_FILE] = _file_entry(data)
+            note_made_here(files[SCORES_FILE]["sha256"], records)
         manifest.files = dict(sorted(files.items()))
         (tmp / "manifest.json").write_text(manifest.to_json())
     return out
@@ -471,6 +472,36 @@ def encode_scores(table: pa.Table, records: dict) -> bytes:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, **PARQUET_OPTIONS)
     return sink.getvalue().to_pybytes()
+
+
+#: This machine's note of the scores it made: ``$CRAFTMD_CACHE/scores-made-here/<sha256 of a scores file>.json``, the
+#: scorer names whose rows in that file were computed (or ingested from the pinned source, or recomputed and found equal)
+#: here. A scores file that arrived from elsewhere has no note: its deterministic scorers are recomputed before anything
+#: ranks them (:func:`craftmd.scoring.score.check_made_here`).
+MADE_HERE = "scores-made-here"
+
+
+def _made_here_path(sha: str) -> Path:
+    from craftmd.source import cache_dir
+
+    return cache_dir() / MADE_HERE / f"{sha}.json"
+
+
+def made_here(release: Release) -> set[str]:
+    """The scorer names whose rows in ``release``'s scores file this machine computed or checked (none when unnoted)."""
+    info = release.manifest.files.get(SCORES_FILE)
+    if not info or not re.fullmatch(r"[0-9a-f]{64}", str(info.get("sha256"))):
+        return set()
+    try:
+        names = json.loads(_made_here_path(info["sha256"]).read_bytes())
+    except (OSError, ValueError):
+        return set()
+    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+
+
+def note_made_here(sha: str, names) -> None:
+    """Note that the rows of scorers ``names`` in the scores file of sha256 ``sha`` were computed or checked here."""
+    atomic_write_json(_made_here_path(sha), sorted(set(names)))
 
 
 def write_scores(release: Release, new: pa.Table, records: dict[str, dict]) -> Path:
@@ -496,6 +527,8 @@ def write_scores(release: Release, new: pa.Table, records: dict[str, dict]) -> P
         merged = {k: v for k, v in old_records.items() if k not in replaced}
         merged.update(records)
         data = encode_scores(new, merged)
+        kept = made_here(current) - replaced  # the rows kept: made here only where the file they come from was
+        note_made_here(hashlib.sha256(data).hexdigest(), kept | set(records))
         manifest = current.manifest.model_copy(deep=True)
         manifest.files = dict(sorted({**manifest.files, SCORES_FILE: _file_entry(data)}.items()))
         with atomic_dir(where, owns=RELEASE_OWNS) as tmp:  # the release itself: what else it holds is kept

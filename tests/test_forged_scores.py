@@ -1,0 +1,94 @@
+"""Numbers no one can forge (issue 48, part B): no score is ranked that this machine did not compute or check, a scores
+file is validated where it is read, and a copy of a release under another id is one release, not two.
+
+Each test plays the hostile user of the issue: a scores file rewritten (every answer right) with its checksum updated in
+the manifest, values no metric takes, a release copied under a new id, an inspect run renamed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from craftmd.commands.cli import main
+from craftmd.release import RunRecord, encode_scores, write_release
+
+
+def _release(path: Path, dataset_dir: Path, *, model: str = "acme/tiny", n: int = 4, response: str = "no idea") -> Path:
+    """A small CRAFT-MD release of vignette MCQ and FRQ answers for ``n`` derm cases, every answer wrong."""
+    from craftmd.dataset import load_config
+
+    ids = load_config(dataset_dir, "derm_public")["case_id"].to_list()[:n]
+    rows = [
+        {"case_id": c, "trial": 0, "setting": "vignette", "format": f, "with_image": False, "response": response, "status": "ok"}
+        for c in ids
+        for f in ("mcq4", "frq")
+    ]
+    return write_release(
+        path, RunRecord(release=path.name, kind="generated", model=model), {"answers": pa.Table.from_pylist(rows)}
+    )
+
+
+def _rewrite_scores(rel: Path, change) -> None:
+    """Rewrite a release's scores file as a hostile hand would (``change(table) -> table``, its records kept) and put
+    its new sha256 in the manifest."""
+    t = pq.read_table(rel / "scores.parquet")
+    records = json.loads(t.schema.metadata[b"craftmd.scorers"])
+    data = encode_scores(change(t.replace_schema_metadata(None)), records)
+    (rel / "scores.parquet").write_bytes(data)
+    raw = json.loads((rel / "manifest.json").read_text())
+    raw["files"]["scores.parquet"]["sha256"] = hashlib.sha256(data).hexdigest()
+    (rel / "manifest.json").write_text(json.dumps(raw))
+
+
+def _all_right(t: pa.Table) -> pa.Table:
+    ok = pc.equal(t.column("status"), "ok")
+    return t.set_column(t.schema.get_field_index("value"), "value", pc.if_else(ok, 1.0, t.column("value")))
+
+
+def _score(rel: Path, dataset_dir: Path, *scorers: str) -> int:
+    argv = ["score", str(rel), "--dataset", str(dataset_dir), "--quiet"]
+    for s in scorers:
+        argv += ["--scorer", s]
+    return main(argv)
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err and err.count("\n") == 0, err
+    return err
+
+
+@pytest.mark.parametrize("scorer", ["paper", "strict", "offline"])
+def test_forged_scores_of_a_deterministic_scorer_are_refused_naming_release_and_scorer(
+    scorer, dataset_dir, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "cache"))
+    rel = _release(tmp_path / "releases" / "tiny", dataset_dir)
+    assert _score(rel, dataset_dir, scorer) == 0
+    _rewrite_scores(rel, _all_right)  # every answer right, the manifest's checksum updated
+    capsys.readouterr()
+    assert _score(rel, dataset_dir, scorer) == 2
+    err = _one_line(capsys)
+    assert "tiny" in err and scorer in err and "not what" in err
+
+
+def test_scores_from_another_machine_are_recomputed_once_then_kept(dataset_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "there"))
+    rel = _release(tmp_path / "releases" / "tiny", dataset_dir)
+    assert _score(rel, dataset_dir, "paper", "offline") == 0
+    before = (rel / "scores.parquet").read_bytes()
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "here"))  # the release arrives on a machine that did not score it
+    capsys.readouterr()
+    assert _score(rel, dataset_dir, "paper", "offline") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["verified"] == ["offline", "paper"] and report["scored"] == []
+    assert (rel / "scores.parquet").read_bytes() == before  # checked, not rewritten
+    assert _score(rel, dataset_dir, "paper", "offline") == 0
+    assert "verified" not in json.loads(capsys.readouterr().out)  # noted: not recomputed again
