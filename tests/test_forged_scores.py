@@ -19,6 +19,8 @@ import pytest
 from craftmd.commands.cli import main
 from craftmd.release import RunRecord, encode_scores, write_release
 
+from helpers import analyse_argv
+
 
 def _release(path: Path, dataset_dir: Path, *, model: str = "acme/tiny", n: int = 4, response: str = "no idea") -> Path:
     """A small CRAFT-MD release of vignette MCQ and FRQ answers for ``n`` derm cases, every answer wrong."""
@@ -92,3 +94,50 @@ def test_scores_from_another_machine_are_recomputed_once_then_kept(dataset_dir, 
     assert (rel / "scores.parquet").read_bytes() == before  # checked, not rewritten
     assert _score(rel, dataset_dir, "paper", "offline") == 0
     assert "verified" not in json.loads(capsys.readouterr().out)  # noted: not recomputed again
+
+
+def _write_raw_scores(rel: Path, change) -> None:
+    """Write a release's scores file with pyarrow alone (no check of the package in the way), its records kept, its
+    sha256 put in the manifest: what a hand outside the package can write."""
+    t = pq.read_table(rel / "scores.parquet")
+    out = change(t)
+    pq.write_table(out.replace_schema_metadata(t.schema.metadata), rel / "scores.parquet")
+    raw = json.loads((rel / "manifest.json").read_text())
+    raw["files"]["scores.parquet"]["sha256"] = hashlib.sha256((rel / "scores.parquet").read_bytes()).hexdigest()
+    (rel / "manifest.json").write_text(json.dumps(raw))
+
+
+def _set_row(column: str, value):
+    def change(t: pa.Table) -> pa.Table:
+        col = t.column(column).to_pylist()
+        col[1] = value
+        i = t.schema.get_field_index(column)
+        return t.set_column(i, t.schema.field(i), pa.array(col, t.schema.field(i).type))
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "column, value, said",
+    [
+        ("value", float("nan"), "nan is not a valid value of metric 'correct'"),
+        ("value", float("inf"), "inf is not a valid value of metric 'correct'"),
+        ("value", 7.0, "7.0 is not a valid value of metric 'correct'"),
+        ("value", None, "status 'ok' with value None"),
+        ("status", "OK", "status 'OK' is not one of"),
+    ],
+)
+def test_a_scores_row_no_scorer_writes_is_one_line_where_the_release_is_read(
+    column, value, said, dataset_dir, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "cache"))
+    rel = _release(tmp_path / "releases" / "tiny", dataset_dir)
+    assert _score(rel, dataset_dir, "offline") == 0
+    _write_raw_scores(rel, _set_row(column, value))
+    capsys.readouterr()
+    analyse = analyse_argv(rel.parent, dataset_dir, tmp_path / "site", resamples=20, page=False)
+    for args in (["score", str(rel), "--dataset", str(dataset_dir), "--quiet"], analyse):
+        assert main(args) == 2
+        err = _one_line(capsys)
+        assert "release tiny" in err and str(rel / "scores.parquet") in err and "row 1" in err and said in err
+    assert not (tmp_path / "site").exists()
