@@ -141,3 +141,34 @@ def test_a_scores_row_no_scorer_writes_is_one_line_where_the_release_is_read(
         err = _one_line(capsys)
         assert "release tiny" in err and str(rel / "scores.parquet") in err and "row 1" in err and said in err
     assert not (tmp_path / "site").exists()
+
+
+def test_two_releases_sharing_a_display_name_are_two_rows_of_the_rubric_tables(tmp_path, monkeypatch):
+    """Issue 48, 3: the rubric's tables are keyed by release id; the shared display name appears only where text is
+    written (the page's rows, the figures' labels)."""
+    import polars as pl
+
+    from craftmd.analysis.rubric import page_section, rubric
+    from craftmd.release import read_release, write_scores
+    from craftmd.scoring.judge import SCHEMA
+
+    from test_judge import make_release
+
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "cache"))
+    releases = []
+    for model, score in (("m1", 4.0), ("m2", 1.0)):
+        path = make_release(tmp_path, model=f"openai/{model}", release=model)
+        raw = json.loads((path / "manifest.json").read_text())
+        (path / "manifest.json").write_text(json.dumps(dict(raw, display_name="Same Name")))
+        rel = read_release(path)
+        rows = [{"case_id": "case_1", "trial": 0, "conversation": "standard", "with_image": False,
+                 "dimension": "communication.empathy", "scorer": "judge-committee", "metric": "rubric_score", "value": score,
+                 "label": None, "detail": "{}", "status": "ok"}]  # fmt: skip
+        write_scores(rel, pa.Table.from_pylist(rows, schema=SCHEMA), {"judge-committee": {}})
+        releases.append(read_release(path))
+    r = rubric(releases, B=50, seed=1)
+    meta = r.table.filter(pl.col("level") == "meta_category", pl.col("group") == "Communication Skills")
+    assert dict(meta.select("model", "mean").iter_rows()) == {"m1": 100.0, "m2": 0.0}
+    assert sorted(r.raw["model"].unique().to_list()) == ["m1", "m2"]
+    sec = page_section(r)
+    assert [(row["model"], row["release"]) for row in sec["rows"]] == [("Same Name", "m1"), ("Same Name", "m2")]
