@@ -901,6 +901,16 @@ def rebuild_hint(kind: str, name: str, path: Path | str) -> str:
     return f"rebuild it: craftmd generate {path} again with --overwrite (the request cache answers what was asked before)"
 
 
+def _content(release: Release) -> list[tuple[str, str]]:
+    """What a release holds, by content: each of its tables that has rows (not its run record, not its scores), by
+    name and sha256. Two releases that share one (the same answers, or the same conversations) are one run."""
+    return sorted(
+        (n, i["sha256"])
+        for n, i in release.manifest.files.items()
+        if n.endswith(".parquet") and n != SCORES_FILE and i.get("rows")
+    )
+
+
 def find_releases(root: Path | str) -> list[Release]:
     """Every release folder directly under ``root``, sorted by id."""
     root = Path(root)
@@ -909,10 +919,18 @@ def find_releases(root: Path | str) -> list[Release]:
     found = [read_release(p) for p in sorted(root.iterdir()) if (p / "manifest.json").exists()]
     seen: dict[str, Release] = {}
     runs: dict[str, Release] = {}
+    held: dict[tuple[str, str], Release] = {}
     for r in found:
         if r.id in seen:  # two releases of one id would be counted as one model: refused, never merged
             raise CraftMDError(f"two releases have the id {r.id!r}: {seen[r.id].path} and {r.path}; remove one")
         seen[r.id] = r
+        for name, sha in _content(r):  # one run under two ids (a copied folder, a renamed log) would be ranked twice
+            other = held.setdefault((name, sha), r)
+            if other is not r:
+                raise CraftMDError(
+                    f"two releases hold the same {name.removesuffix('.parquet')}, byte for byte: {other.path} ({other.id!r}) "
+                    f"and {r.path} ({r.id!r}); one run is one release: remove one"
+                )
         inspect = r.manifest.producer.get("inspect")
         run = inspect.get("eval_id") if isinstance(inspect, dict) else None
         if run is not None:  # one inspect run ingested twice (into two folders): its answers would count twice

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -172,3 +173,46 @@ def test_two_releases_sharing_a_display_name_are_two_rows_of_the_rubric_tables(t
     assert sorted(r.raw["model"].unique().to_list()) == ["m1", "m2"]
     sec = page_section(r)
     assert [(row["model"], row["release"]) for row in sec["rows"]] == [("Same Name", "m1"), ("Same Name", "m2")]
+
+
+def test_a_copy_of_a_release_under_a_new_id_is_refused_naming_both(dataset_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "cache"))
+    releases = tmp_path / "releases"
+    rel = _release(releases / "tiny", dataset_dir)
+    other = _release(releases / "other", dataset_dir, model="acme/other", response="Psoriasis")  # other answers: fine
+    shutil.copytree(rel, releases / "tiny-copy")
+    raw = json.loads((releases / "tiny-copy" / "manifest.json").read_text())
+    (releases / "tiny-copy" / "manifest.json").write_text(json.dumps(dict(raw, release="tiny-copy", model="acme/copy")))
+    capsys.readouterr()
+    assert main(analyse_argv(releases, dataset_dir, tmp_path / "site", resamples=20, page=False)) == 2
+    err = _one_line(capsys)
+    assert str(rel) in err and str(releases / "tiny-copy") in err and "same answers" in err
+    assert not (tmp_path / "site").exists() and other.exists()
+
+
+def test_a_renamed_copy_of_an_inspect_run_is_refused_naming_both(dataset_dir, tmp_path, monkeypatch, capsys):
+    """Issue 48, 14: an exported run's log with a zero-width space added to its release id and its ``eval_id`` edited
+    ingests, but the board refuses it beside the original: the same answers."""
+    import zipfile
+
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "cache"))
+    releases = tmp_path / "releases"
+    rel = _release(releases / "tiny", dataset_dir)
+    assert main(["export", str(rel), "--inspect", str(tmp_path / "logs"), "--quiet"]) == 0
+    for log in (tmp_path / "logs").glob("*.eval"):
+        with zipfile.ZipFile(log) as z:
+            members = {n: z.read(n) for n in z.namelist()}
+        for name in [n for n in members if n.endswith(".json")]:
+            text = members[name].decode()
+            text = text.replace('"eval_id":"', '"eval_id":"x').replace('"release":"tiny"', '"release":"tiny\\u200b"')
+            members[name] = text.encode()
+        with zipfile.ZipFile(log, "w") as z:
+            for n, data in members.items():
+                z.writestr(n, data)
+    logs = sorted(map(str, (tmp_path / "logs").glob("*.eval")))
+    assert main(["ingest", "--inspect", *logs, "--out", str(releases / "tiny\u200b")]) == 0
+    assert json.loads((releases / "tiny\u200b" / "manifest.json").read_text())["release"] == "tiny\u200b"
+    capsys.readouterr()
+    assert main(analyse_argv(releases, dataset_dir, tmp_path / "site", resamples=20, page=False)) == 2
+    err = _one_line(capsys)
+    assert str(rel) in err and "same answers" in err
