@@ -747,7 +747,10 @@ class Release:
         t, _ = self.scores_with_records()
         if t is None:
             raise CraftMDError(f"release {self.id}: no {SCORES_FILE} (score it first: craftmd score)")
-        df = pl.from_arrow(t).filter(
+        df = pl.from_arrow(t)
+        missing = [f for f in ANSWER_VARIANT if f.name not in df.columns]  # a conversation task's scores: no answer's keys
+        df = df.with_columns(pl.Series(f.name, pa.nulls(df.height, f.type)) for f in missing)
+        df = df.filter(
             pl.col("metric") == "correct", pl.col("setting").is_not_null(), ~pl.col("scorer").str.starts_with(CLAIM_PREFIX)
         )
         df = df.select(

@@ -216,3 +216,28 @@ def test_a_renamed_copy_of_an_inspect_run_is_refused_naming_both(dataset_dir, tm
     assert main(analyse_argv(releases, dataset_dir, tmp_path / "site", resamples=20, page=False)) == 2
     err = _one_line(capsys)
     assert str(rel) in err and "same answers" in err
+
+
+def test_a_judged_conversation_release_beside_craftmd_ones_is_no_crash_of_the_audits(dataset_dir, source, tmp_path, monkeypatch):
+    """The README's local encounters release in ``out/releases`` crashed ``make leaderboard`` (ColumnNotFoundError:
+    ``setting``): its scores have no answer variant keys. Its scores are no verdicts; the grader-agreement and
+    history audits, which read every release, read the CRAFT-MD ones."""
+    from craftmd.analysis.agreement.graders import paired_labels
+    from craftmd.analysis.agreement.history_validity import history_validity_audit
+    from craftmd.release import read_release, write_scores
+    from craftmd.scoring.judge import SCHEMA
+
+    from test_judge import make_release
+
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "cache"))
+    releases = tmp_path / "releases"
+    rel = _release(releases / "tiny", dataset_dir)
+    assert _score(rel, dataset_dir, "offline") == 0
+    judged = read_release(make_release(releases, model="openai/doc", release="judged"))
+    rows = [{"case_id": "case_1", "trial": 0, "conversation": "standard", "with_image": False,
+             "dimension": "communication.empathy", "scorer": "judge-committee", "metric": "rubric_score", "value": 3.0,
+             "label": None, "detail": "{}", "status": "ok"}]  # fmt: skip
+    write_scores(judged, pa.Table.from_pylist(rows, schema=SCHEMA), {"judge-committee": {}})
+    assert read_release(judged.path).verdicts().is_empty()
+    assert paired_labels(releases).is_empty()  # no upstream-gpt4 labels here: nothing paired, and no crash
+    history_validity_audit(releases, dataset_dir, source)
