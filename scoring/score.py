@@ -99,7 +99,7 @@ def check_made_here(rel: Release, ctx: Context, report: dict) -> list[Scorer]:
     from craftmd.scoring.scorers import get_scorer
 
     table, records = rel.scores_with_records()
-    if table is None:
+    if table is None or ctx.dataset_dir is None:  # without the dataset nothing is recomputed, and nothing is noted
         return []
     here = made_here(rel)
     names = sorted({n for n in {*table.column("scorer").unique().to_pylist(), *records} if deterministic(n)} - here)
