@@ -67,13 +67,12 @@ def task_boards(a) -> pl.DataFrame:
             r = sel.row(0, named=True)
             add("consultation", rel, "gap_closed", r["gap_closed"], r["ci_low"], r["ci_high"], r["n_cases"])
     if a.encounters:
-        by_display = {i["display"]: rel for rel, i in info.items() if i["task"] == "encounters"}
         overall = a.encounters["rubric_by_encounter"].filter(pl.col("level") == "all")
-        for r in overall.iter_rows(named=True):
-            if r["model"] in by_display:
+        for r in overall.iter_rows(named=True):  # the rubric's tables are keyed by release id
+            if r["model"] in info and info[r["model"]]["task"] == "encounters":
                 add(
                     "encounters",
-                    by_display[r["model"]],
+                    r["model"],
                     "rubric_overall",
                     r["mean"],
                     r["ci_low"],

@@ -151,7 +151,7 @@ def page_section(a, v) -> dict | None:
         af = mine.filter(pl.col("n_states") > 0).sort("turn")
         first = af.row(0, named=True) if af.height else None
         last = af.row(af.height - 1, named=True) if af.height else None
-        rows.append({"display": v.display(m), "n": total, "ended": [by_end[k] for k in ENDED_ORDER],
+        rows.append({"release": m, "display": v.display(m), "n": total, "ended": [by_end[k] for k in ENDED_ORDER],
                      "closure": [by_closure[k] for k in CLOSURE_ORDER], "closed": closed[m], "length": ln, "first": first, "last": last,
                      "affect_failed": int(mine["n_failed"].sum()), "affect_states": int(mine["n_states"].sum())})  # fmt: skip
     rub = t["rubric_by_encounter"]
@@ -160,7 +160,7 @@ def page_section(a, v) -> dict | None:
     overall = rub.filter(pl.col("level") == "all").to_dicts()
     scored = {r["model"]: r for r in rub.filter(pl.col("level") == "all", pl.col("mean").is_not_null()).iter_rows(named=True)}
     for r in rows:
-        r["rubric"] = scored.get(r["display"])
+        r["rubric"] = scored.get(r["release"])  # keyed by release: two releases may share a display name
     # led by the overall rubric score where the encounters were judged, else by the reasonably closed share (of the labelled)
     lead = max(rows, key=lambda r: (r["rubric"] is not None, r["rubric"]["mean"] if r["rubric"] else (r["closed"]["share"] or -1)),
                default=None)  # fmt: skip

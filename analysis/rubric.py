@@ -31,6 +31,11 @@ class Rubric:
     detail: pl.DataFrame | None = None  # detail_table(): per dimension (MedPI's Appendix E) and per ACGME competency
     unsupported: str = "count"  # whether scores without found evidence (label no_evidence) count ("count") or not ("drop")
     sensitivity: dict | None = None  # craftmd judge-sensitivity's result for the releases folder, when present
+    display: dict | None = None  # release id -> its display name: the tables' ``model`` is the release id, text says this
+
+    def name(self, release: str) -> str:
+        """What text (a figure's label, the page) calls ``release``."""
+        return (self.display or {}).get(release, release)
 
 
 #: What the profiles do with a valid score none of whose evidence quotes is in the transcript (label ``no_evidence``).
@@ -79,7 +84,7 @@ def judge_scores(releases, unsupported: str = "count", prefer: str = "auto") -> 
 
             df = df.filter(pl.col("label").is_null() | (pl.col("label") != NO_EVIDENCE))
         df = df.select(*CONVERSATION, "dimension", "scorer", "kind", "value", "status")
-        frames.append(df.with_columns(pl.lit(r.display).alias("model")))
+        frames.append(df.with_columns(pl.lit(r.id).alias("model")))  # keyed by release: two may share a display name
     if not frames:
         return pl.DataFrame(schema={"model": pl.String, **{c: pl.String for c in CONVERSATION}, "dimension": pl.String,
                                     "scorer": pl.String, "kind": pl.String, "value": pl.Float64, "status": pl.String,
@@ -160,7 +165,15 @@ def rubric(releases, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, unsupporte
     from .judges import judge_extras
 
     return Rubric(
-        table, raw, B, seed, df, judge_extras(releases) if table.height else None, detail_table(df, B, seed), unsupported
+        table,
+        raw,
+        B,
+        seed,
+        df,
+        judge_extras(releases) if table.height else None,
+        detail_table(df, B, seed),
+        unsupported,
+        display={r.id: r.display for r in releases},
     )
 
 
@@ -304,7 +317,7 @@ def write_figures(r: Rubric, out: Path) -> list[Path]:
         return []
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    models = sorted(r.table["model"].unique().to_list())
+    models = sorted(r.table["model"].unique().to_list(), key=lambda m: (r.name(m), m))
     paths = [
         _meta_figure(r, models, out),
         _category_figure(r, models, out),
@@ -334,7 +347,9 @@ def _meta_figure(r: Rubric, models: list[str], out: Path) -> Path:
             [rows[g][0] - rows[g][1] if g in rows else 0 for g in META_CATEGORIES],
             [rows[g][2] - rows[g][0] if g in rows else 0 for g in META_CATEGORIES],
         ]
-        ax.bar(x + (j - (len(models) - 1) / 2) * width, mu, width, yerr=err, capsize=2, label=m, error_kw={"elinewidth": 0.8})
+        ax.bar(
+            x + (j - (len(models) - 1) / 2) * width, mu, width, yerr=err, capsize=2, label=r.name(m), error_kw={"elinewidth": 0.8}
+        )
     ax.set_xticks(x, [textwrap.fill(g, 14) for g in META_CATEGORIES], fontsize=7)
     ax.set_ylim(0, 100)
     ax.set_ylabel("normalised score (0-100)")
@@ -359,7 +374,7 @@ def _category_figure(r: Rubric, models: list[str], out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(12, 3.2 + 0.45 * len(models)))
     im = ax.imshow(np.ma.masked_invalid(grid), vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
     ax.set_xticks(range(len(cats)), cats, rotation=60, ha="right", fontsize=7)
-    ax.set_yticks(range(len(models)), models, fontsize=8)
+    ax.set_yticks(range(len(models)), [r.name(m) for m in models], fontsize=8)
     fig.colorbar(im, ax=ax, fraction=0.02)
     ax.set_title("Rubric categories (normalised 0-100; blank: not judged)", fontsize=10, loc="left")
     fig.tight_layout()
@@ -382,7 +397,7 @@ def _dimension_figure(r: Rubric, models: list[str], out: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(3 + 0.9 * len(models), 1.5 + 0.16 * len(ids)))
     im = ax.imshow(np.ma.masked_invalid(grid), vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
     ax.set_yticks(range(len(ids)), [i.replace("_", " ") for i in ids], fontsize=5)
-    ax.set_xticks(range(len(models)), models, rotation=45, ha="right", fontsize=7)
+    ax.set_xticks(range(len(models)), [r.name(m) for m in models], rotation=45, ha="right", fontsize=7)
     fig.colorbar(im, ax=ax, fraction=0.04)
     ax.set_title("Rubric dimensions (normalised 0-100; blank: not judged)", fontsize=9, loc="left")
     fig.tight_layout()
@@ -401,7 +416,7 @@ def _raw_figure(r: Rubric, models: list[str], out: Path) -> Path:
         share = [dict(r.raw.filter(pl.col("model") == m).select("score", "share").iter_rows()).get(s, 0.0) for m in models]
         ax.bar(range(len(models)), share, bottom=bottom, color=colors[s], label=s)
         bottom += np.array(share)
-    ax.set_xticks(range(len(models)), models, fontsize=8)
+    ax.set_xticks(range(len(models)), [r.name(m) for m in models], fontsize=8)
     ax.set_ylabel("share of dimension scores")
     ax.set_ylim(0, 1.18)
     ax.legend(fontsize=7, frameon=False, ncol=5, loc="upper center")
@@ -418,7 +433,7 @@ def page_section(r: Rubric | None) -> dict | None:
 
     meta = r.table.filter(pl.col("level") == "meta_category")
     rows = []
-    for m in sorted(meta["model"].unique().to_list()):
+    for m in sorted(meta["model"].unique().to_list(), key=lambda m: (r.name(m), m)):
         got = {
             g: (mu, lo, hi)
             for g, mu, lo, hi in meta.filter(pl.col("model") == m).select("group", "mean", "ci_low", "ci_high").iter_rows()
@@ -430,7 +445,7 @@ def page_section(r: Rubric | None) -> dict | None:
             if r.scores is not None and "kind" in r.scores.columns
             else []
         )
-        rows.append({"model": m, "scorer": meta.filter(pl.col("model") == m)["scorer"][0], "kind": kinds[0] if len(kinds) == 1 else "judge",
+        rows.append({"model": r.name(m), "release": m, "scorer": meta.filter(pl.col("model") == m)["scorer"][0], "kind": kinds[0] if len(kinds) == 1 else "judge",
                      "failed": failed, "total": total,
                      "cells": [None if got.get(g, (None,))[0] is None else
                                f"{got[g][0]:.0f} ({got[g][1]:.0f}–{got[g][2]:.0f})" for g in META_CATEGORIES]})  # fmt: skip
@@ -441,13 +456,17 @@ def page_section(r: Rubric | None) -> dict | None:
     comps = acgme()["competencies"]
     detail = r.detail if r.detail is not None else pl.DataFrame(schema={c: pl.String for c in DETAIL_COLUMNS})
     comp_rows = []
-    for m in sorted(detail["model"].unique().to_list()):
+    for m in sorted(detail["model"].unique().to_list(), key=lambda m: (r.name(m), m)):
         got = {g: (mu, lo, hi) for g, mu, lo, hi in detail.filter(pl.col("model") == m, pl.col("level") == "competency")
                .select("group", "mean", "ci_low", "ci_high").iter_rows()}  # fmt: skip
         comp_rows.append(
-            {"model": m, "cells": [f"{got[c][0]:.0f} ({got[c][1]:.0f}–{got[c][2]:.0f})" if c in got else None for c in comps]}
+            {
+                "model": r.name(m),
+                "release": m,
+                "cells": [f"{got[c][0]:.0f} ({got[c][1]:.0f}–{got[c][2]:.0f})" if c in got else None for c in comps],
+            }
         )
-    dim_rows = [{"dimension": x["group"], "competency": comps[x["competency"]], "model": x["model"], "mean": x["mean"], "ci_low": x["ci_low"],
+    dim_rows = [{"dimension": x["group"], "competency": comps[x["competency"]], "model": r.name(x["model"]), "mean": x["mean"], "ci_low": x["ci_low"],
                  "ci_high": x["ci_high"], "n_cases": x["n_cases"]} for x in detail.filter(pl.col("level") == "dimension").to_dicts()]  # fmt: skip
     return {"meta_categories": list(META_CATEGORIES), "rows": rows, "B": r.B, "seed": r.seed, "judges": judges_section(r.extras),
             "sensitivity": None if not r.sensitivity else {

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 import shutil
@@ -24,7 +23,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from craftmd import CraftMDError, __version__
-from craftmd.atomic import atomic_dir, inside, locked, plain_name, sha256_file
+from craftmd.atomic import atomic_dir, atomic_write_json, inside, locked, plain_name, sha256_file
 from craftmd.tasks import TASK_FILES, TASKS, Task, builtin_tasks, get_task
 
 if TYPE_CHECKING:
@@ -200,6 +199,49 @@ def variant_keys(table: pa.Table | pa.Schema) -> list[str]:
     return [c for c in names if c not in SCORE_COLUMNS.names]
 
 
+def _codes(column: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
+    """A text column as its distinct values and each row's index into them (a dictionary column as it is read)."""
+    col = column.combine_chunks() if column.num_chunks else pa.array([], pa.string())
+    if not pa.types.is_dictionary(col.type):
+        col = col.dictionary_encode()
+    return col.dictionary, col.indices
+
+
+def score_row_problem(table: pa.Table) -> str | None:
+    """The first row of a scores table that no scorer writes, said in words (``row 7: ...``), or None: a status
+    outside :data:`SCORE_STATUS` (``OK`` is not ``ok``), a value that is not there exactly when the status is ``ok``,
+    or a value outside its metric's declared range and kind (NaN and infinities never are). Checked column by column,
+    so that every read of a scores file can afford it."""
+    from craftmd.metrics import metric
+
+    status, value, names = (table.column(c) for c in ("status", "value", "metric"))
+    value = value.combine_chunks() if value.num_chunks else pa.array([], pa.float64())
+    words, at = _codes(status)
+    known = pc.fill_null(pc.is_in(words, pa.array(SCORE_STATUS)).take(at), False)
+    has = pc.is_valid(value)
+    bad = pc.or_(pc.invert(known), pc.not_equal(pc.fill_null(pc.equal(words, "ok").take(at), False), has))
+    uniq, at = _codes(names)
+    defs = {m: metric(m) for m in uniq.to_pylist() if m is not None}
+    low, high, binary, ordinal = (
+        pa.array([None if m is None else f(defs[m]) for m in uniq.to_pylist()]).take(at)
+        for f in (lambda d: float(d.low), lambda d: float(d.high), lambda d: d.kind == "binary", lambda d: d.kind == "ordinal")
+    )
+    fits = pc.and_(pc.greater_equal(value, low), pc.less_equal(value, high))
+    fits = pc.and_(fits, pc.or_(pc.invert(binary), pc.or_(pc.equal(value, 0.0), pc.equal(value, 1.0))))
+    fits = pc.and_(fits, pc.or_(pc.invert(ordinal), pc.equal(pc.floor(value), value)))
+    bad = pc.or_(bad, pc.and_(has, pc.invert(pc.fill_null(fits, False))))
+    i = pc.index(bad, True).as_py()
+    if i < 0:
+        return None
+    s, v, m = status[i].as_py(), value[i].as_py(), names[i].as_py()
+    if s not in SCORE_STATUS:
+        return f"row {i}: status {s!r} is not one of {list(SCORE_STATUS)}"
+    if (s == "ok") != (v is not None):
+        return f"row {i}: status {s!r} with value {v!r} (a value exactly when status is ok)"
+    d = defs[m]
+    return f"row {i}: {v!r} is not a valid value of metric {m!r} ({d.kind}, {d.low}..{d.high})"
+
+
 def conform_scores(table: pa.Table) -> pa.Table:
     """Check a scores table: base columns typed, metrics registered, values in range, one row per key.
 
@@ -212,7 +254,6 @@ def conform_scores(table: pa.Table) -> pa.Table:
     inputs it scored, counts) travels in the file's own metadata, so a re-run can tell a
     current score from a stale one.
     """
-    from craftmd.metrics import metric
 
     missing = [f.name for f in SCORE_COLUMNS if f.name not in table.column_names]
     if missing:
@@ -235,17 +276,9 @@ def conform_scores(table: pa.Table) -> pa.Table:
     for col in ("case_id", "scorer", "metric", "status"):
         if table.column(col).null_count:
             raise CraftMDError(f"scores.{col}: key column has nulls")
-    status = table.column("status").to_pylist()
-    values = table.column("value").to_pylist()
-    metrics = table.column("metric").to_pylist()
-    defs = {m: metric(m) for m in set(metrics)}
-    for i, (s, v, m) in enumerate(zip(status, values, metrics)):
-        if (s == "ok") != (v is not None):
-            raise CraftMDError(f"scores row {i}: status {s!r} with value {v!r} (a value exactly when status is ok)")
-        if v is not None and (not math.isfinite(v) or not defs[m].check(v)):
-            raise CraftMDError(
-                f"scores row {i}: {v!r} is not a valid value of metric {m!r} ({defs[m].kind}, {defs[m].low}..{defs[m].high})"
-            )
+    problem = score_row_problem(table)
+    if problem:
+        raise CraftMDError(f"scores {problem}")
     check_trials(table, "scores")
     return _sort(table, ["case_id", "trial", *variant, "scorer", "metric"], "scores")
 
@@ -596,6 +629,7 @@ def write_release(
             data = encode_scores(scores[0], records)
             (tmp / SCORES_FILE).write_bytes(data)
             files[SCORES_FILE] = _file_entry(data)
+            note_made_here(files[SCORES_FILE]["sha256"], records)
         manifest.files = dict(sorted(files.items()))
         (tmp / "manifest.json").write_text(manifest.to_json())
     return out
@@ -614,6 +648,36 @@ def encode_scores(table: pa.Table, records: dict) -> bytes:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, **PARQUET_OPTIONS)
     return sink.getvalue().to_pybytes()
+
+
+#: This machine's note of the scores it made: ``$CRAFTMD_CACHE/scores-made-here/<sha256 of a scores file>.json``, the
+#: scorer names whose rows in that file were computed (or ingested from the pinned source, or recomputed and found equal)
+#: here. A scores file that arrived from elsewhere has no note: its deterministic scorers are recomputed before anything
+#: ranks them (:func:`craftmd.scoring.score.check_made_here`).
+MADE_HERE = "scores-made-here"
+
+
+def _made_here_path(sha: str) -> Path:
+    from craftmd.source import cache_dir
+
+    return cache_dir() / MADE_HERE / f"{sha}.json"
+
+
+def made_here(release: Release) -> set[str]:
+    """The scorer names whose rows in ``release``'s scores file this machine computed or checked (none when unnoted)."""
+    info = release.manifest.files.get(SCORES_FILE)
+    if not info or not re.fullmatch(r"[0-9a-f]{64}", str(info.get("sha256"))):
+        return set()
+    try:
+        names = json.loads(_made_here_path(info["sha256"]).read_bytes())
+    except (OSError, ValueError):
+        return set()
+    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+
+
+def note_made_here(sha: str, names) -> None:
+    """Note that the rows of scorers ``names`` in the scores file of sha256 ``sha`` were computed or checked here."""
+    atomic_write_json(_made_here_path(sha), sorted(set(names)))
 
 
 def write_scores(release: Release, new: pa.Table, records: dict[str, dict]) -> Path:
@@ -639,6 +703,8 @@ def write_scores(release: Release, new: pa.Table, records: dict[str, dict]) -> P
         merged = {k: v for k, v in old_records.items() if k not in replaced}
         merged.update(records)
         data = encode_scores(new, merged)
+        kept = made_here(current) - replaced  # the rows kept: made here only where the file they come from was
+        note_made_here(hashlib.sha256(data).hexdigest(), kept | set(records))
         manifest = current.manifest.model_copy(deep=True)
         manifest.files = dict(sorted({**manifest.files, SCORES_FILE: _file_entry(data)}.items()))
         with atomic_dir(where, owns=RELEASE_OWNS) as tmp:  # the release itself: what else it holds is kept
@@ -757,6 +823,17 @@ class Release:
         check_trials(table, str(p))
         return table
 
+    def _score_rows_checked(self, p: Path, table: pa.Table) -> pa.Table:
+        """``table`` (the scores file ``p``, or its status, value and metric columns) refused in one line naming the
+        release, the file and the first row no scorer writes (:func:`score_row_problem`)."""
+        missing = [c for c in ("status", "value", "metric") if c not in table.column_names]
+        problem = f"columns missing {missing}" if missing else score_row_problem(table)
+        if problem:
+            raise CraftMDError(
+                f"release {self.id}: {p} is damaged ({problem}); {rebuild_hint(self.manifest.kind, p.name, self.path)}"
+            )
+        return table
+
     def _records(self, p: Path, meta: bytes | None) -> dict:
         """The scorer records in a scores file's metadata (``meta``), a damaged one named in one line."""
         try:
@@ -787,7 +864,8 @@ class Release:
             else:
                 t = _plain_fields(self._read(p, lambda f: pq.read_table(self._buffer(f))))
                 meta = (t.schema.metadata or {}).get(SCORERS_METADATA)
-                self._scores_cache = (self._checked(p, t.replace_schema_metadata(None), SCORE_COLUMNS), self._records(p, meta))
+                t = self._checked(p, t.replace_schema_metadata(None), SCORE_COLUMNS)
+                self._scores_cache = (self._score_rows_checked(p, t), self._records(p, meta))
         return self._scores_cache
 
     def scorer_records(self) -> dict[str, dict]:
@@ -812,7 +890,10 @@ class Release:
         t, _ = self.scores_with_records()
         if t is None:
             raise CraftMDError(f"release {self.id}: no {SCORES_FILE} (score it first: craftmd score)")
-        df = pl.from_arrow(t).filter(
+        df = pl.from_arrow(t)
+        missing = [f for f in ANSWER_VARIANT if f.name not in df.columns]  # a conversation task's scores: no answer's keys
+        df = df.with_columns(pl.Series(f.name, pa.nulls(df.height, f.type)) for f in missing)
+        df = df.filter(
             pl.col("metric") == "correct", pl.col("setting").is_not_null(), ~pl.col("scorer").str.starts_with(CLAIM_PREFIX)
         )
         df = df.select(
@@ -944,6 +1025,10 @@ def _verify(release: Release) -> None:
             raise CraftMDError(
                 f"{f} is damaged (its sha256 is not the one manifest.json records); {rebuild_hint(manifest.kind, name, path)}"
             )
+        if name == SCORES_FILE:  # its rows are checked where it is read: the analysis reads it from disk, not from here
+            cols, words = ["status", "value", "metric"], ["status", "metric"]
+            read = lambda p: pq.read_table(release._buffer(p), columns=cols, read_dictionary=words)  # noqa: E731
+            release._score_rows_checked(f, release._read(f, read))
     if SCORES_FILE not in manifest.files and (path / SCORES_FILE).exists():
         raise CraftMDError(
             f"{path / SCORES_FILE} is not in manifest.json's checksums (written by an older craftmd, or added by hand); "
@@ -962,6 +1047,16 @@ def rebuild_hint(kind: str, name: str, path: Path | str) -> str:
     return f"rebuild it: craftmd generate {path} again with --overwrite (the request cache answers what was asked before)"
 
 
+def _content(release: Release) -> list[tuple[str, str]]:
+    """What a release holds, by content: each of its tables that has rows (not its run record, not its scores), by
+    name and sha256. Two releases that share one (the same answers, or the same conversations) are one run."""
+    return sorted(
+        (n, i["sha256"])
+        for n, i in release.manifest.files.items()
+        if n.endswith(".parquet") and n != SCORES_FILE and i.get("rows")
+    )
+
+
 def find_releases(root: Path | str) -> list[Release]:
     """Every release folder directly under ``root``, sorted by id."""
     root = Path(root)
@@ -970,10 +1065,18 @@ def find_releases(root: Path | str) -> list[Release]:
     found = [read_release(p) for p in sorted(root.iterdir()) if (p / "manifest.json").exists()]
     seen: dict[str, Release] = {}
     runs: dict[str, Release] = {}
+    held: dict[tuple[str, str], Release] = {}
     for r in found:
         if r.id in seen:  # two releases of one id would be counted as one model: refused, never merged
             raise CraftMDError(f"two releases have the id {r.id!r}: {seen[r.id].path} and {r.path}; remove one")
         seen[r.id] = r
+        for name, sha in _content(r):  # one run under two ids (a copied folder, a renamed log) would be ranked twice
+            other = held.setdefault((name, sha), r)
+            if other is not r:
+                raise CraftMDError(
+                    f"two releases hold the same {name.removesuffix('.parquet')}, byte for byte: {other.path} ({other.id!r}) "
+                    f"and {r.path} ({r.id!r}); one run is one release: remove one"
+                )
         inspect = r.manifest.producer.get("inspect")
         run = inspect.get("eval_id") if isinstance(inspect, dict) else None
         if run is not None:  # one inspect run ingested twice (into two folders): its answers would count twice

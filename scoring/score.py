@@ -55,6 +55,8 @@ def score_release(
     report: dict = {"release": str(release_dir), "scored": [], "current": [], "skipped": {}}
     names = names or default_scorers(rel)
     todo = _stale(rel, ctx, using if using is not None else scorers(names) if names else [], force, report)
+    if not estimate:
+        todo += [s for s in check_made_here(rel, ctx, report) if s.name not in {t.name for t in todo}]
     refused = _refusals(rel, ctx, todo, estimate)
     for s in todo:
         if estimate:
@@ -75,6 +77,79 @@ def score_release(
         if result.summary:
             report.setdefault("summaries", {})[s.name] = result.summary
     return report
+
+
+def deterministic(name: str) -> bool:
+    """Whether scorer ``name`` computes its scores here without a model (the MCQ rules, the offline grader, the history
+    and key-value metrics, a task's own such scorer): scores this machine can always recompute from the release."""
+    from craftmd.scoring.scorers import SCORERS
+
+    return name in SCORERS and not SCORERS[name]().calls_model
+
+
+def check_made_here(rel: Release, ctx: Context, report: dict) -> list[Scorer]:
+    """Check the deterministic scorers' rows of a scores file this machine did not write (one that arrived with the
+    release): each is recomputed from the release's answers and conversations, and rows that differ from what the
+    scorer computes are refused in one line naming the release and the scorer; equal rows are noted as checked here
+    (:func:`craftmd.release.note_made_here`, so the next run does not recompute them) and reported as ``verified``.
+    Returns the scorers whose rows are stale (made by other rules or from other inputs): they are scored again."""
+    import hashlib
+
+    from craftmd.release import SCORES_FILE, made_here, note_made_here
+    from craftmd.scoring.scorers import get_scorer
+
+    table, records = rel.scores_with_records()
+    if table is None or ctx.dataset_dir is None:  # without the dataset nothing is recomputed, and nothing is noted
+        return []
+    here = made_here(rel)
+    names = sorted({n for n in {*table.column("scorer").unique().to_pylist(), *records} if deterministic(n)} - here)
+    again, checked = [], []
+    for name in names:
+        s = get_scorer(name)
+        why = s.applies(rel)
+        if why:
+            raise CraftMDError(
+                f"release {rel.id}: {SCORES_FILE} holds {name} scores, yet {name} does not apply ({why}); remove the file and score the release again"
+            )
+        if not s.current(rel, ctx):
+            again.append(s)
+            continue
+        differ = _differ(table, s.run(rel, ctx).rows, s.writes())
+        if differ:
+            raise CraftMDError(
+                f"release {rel.id}: {differ} of its {name} scores are not what {name} computes from its answers "
+                f"(scores not made here are never ranked); remove {rel.path / SCORES_FILE} and score the release again"
+            )
+        checked += s.writes()
+    if checked:
+        note_made_here(hashlib.sha256(rel.data(SCORES_FILE)).hexdigest(), here | set(checked))
+        report["verified"] = checked
+    return again
+
+
+def _differ(old, new, names) -> int:
+    """How many of scorers ``names``' rows differ between scores tables ``old`` and ``new`` (a row on one side only, or
+    another status, label or value)."""
+    import polars as pl
+
+    o = pl.from_arrow(old).filter(pl.col("scorer").is_in(list(names)))
+    n = pl.from_arrow(new).filter(pl.col("scorer").is_in(list(names)))
+    cols = [c for c in n.columns if c != "detail"]
+    if any(c not in o.columns for c in cols):
+        return max(o.height, n.height)
+    keys = [c for c in cols if c not in ("value", "label", "status")]
+    o = o.select(cols)
+    n = n.select(cols).cast({c: o.schema[c] for c in cols})
+    both = o.join(n, on=keys, how="full", nulls_equal=True, suffix="_now", coalesce=True)
+    differ = (
+        pl.col("status").is_null()
+        | pl.col("status_now").is_null()
+        | (pl.col("status") != pl.col("status_now"))
+        | pl.col("label").ne_missing(pl.col("label_now"))
+        | pl.col("value").is_null().ne(pl.col("value_now").is_null())
+        | ((pl.col("value") - pl.col("value_now")).abs() > 1e-9).fill_null(False)
+    )
+    return both.filter(differ).height
 
 
 def _stale(rel: Release, ctx: Context, chosen: list[Scorer], force: bool, report: dict) -> list[Scorer]:

@@ -43,9 +43,12 @@ def site(dataset_dir, releases_dir, tmp_path_factory):
     shutil.copytree(releases_dir / "gpt3_1106", releases / "gpt3_1106")
     gpt35 = read_release(releases / "gpt3_1106")
     answers = pl.from_arrow(gpt35.table("answers")).filter(pl.col("trial") == 0, ~pl.col("with_image"))
-    vignette = _submission(root / "vignette.parquet", answers.filter(pl.col("setting") == "vignette", pl.col("format") == "mcq4"))
-    for name in HOSTILE:
-        submit(vignette, dataset_dir, name, releases, graders=["paper"], progress=False)
+    vignette = answers.filter(pl.col("setting") == "vignette", pl.col("format") == "mcq4")
+    for i, name in enumerate(HOSTILE):  # one answer told apart: one set of answers under two ids is one run (refused)
+        mine = vignette.with_columns(
+            response=pl.when(pl.int_range(pl.len()) == 0).then(pl.col("response") + f" ({i})").otherwise(pl.col("response"))
+        )
+        submit(_submission(root / f"vignette{i}.parquet", mine), dataset_dir, name, releases, graders=["paper"], progress=False)
     # Answers that copy the dataset's answer text, in the multi-turn setting, with no conversation behind them.
     ds = load_config(dataset_dir, "all")
     copied = ds.select(

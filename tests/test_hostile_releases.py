@@ -211,17 +211,19 @@ def test_two_model_names_with_one_slug_make_two_releases(dataset_dir, tmp_path):
     from craftmd.scoring.submission import submit
 
     ids = load_config(dataset_dir, "derm_public")["case_id"].to_list()[:4]
-    sub = tmp_path / "sub.jsonl"
-    sub.write_text(
-        "".join(
-            json.dumps({"case_id": c, "trial": 0, "setting": "vignette", "format": "frq", "response": "Psoriasis"}) + "\n"
-            for c in ids
-        )
-    )
     releases = tmp_path / "releases"
     names = ["acme/med-7b", "acme med 7b", "acme_med_7b", "Acme/Med-7B"]
-    for name in names:
+    for i, name in enumerate(names):  # four models, four sets of answers (one set under two ids is one run: refused)
+        sub = tmp_path / f"sub{i}.jsonl"
+        sub.write_text(
+            "".join(
+                json.dumps({"case_id": c, "trial": 0, "setting": "vignette", "format": "frq", "response": f"Psoriasis {i}"})
+                + "\n"
+                for c in ids
+            )
+        )
         submit(sub, dataset_dir, name, releases, graders=["offline"], config="derm_public", progress=False)
+    sub = tmp_path / "sub0.jsonl"
     found = find_releases(releases)
     assert sorted(r.manifest.model for r in found) == sorted(names)
     assert len({r.id for r in found}) == len(names)
