@@ -10,6 +10,9 @@ or interrupted run never leaves a half-written output and never destroys the pre
 * :func:`locked`: one writer at a time of a folder whose contents are read, changed and
   written back (a release's scores); a second writer waits and is told who holds it;
 * :func:`check_writable`: that an output folder can be written, asked before the work starts.
+
+Reads of what a user hands in go through :func:`open_regular` / :func:`read_regular`: a regular file of a bounded
+size, checked on the descriptor before a byte is parsed (a FIFO, ``/dev/zero`` or a folder is one line, never a hang).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import threading
@@ -29,6 +33,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from craftmd import CraftMDError
 
@@ -316,10 +321,49 @@ def atomic_write_json(path: Path | str, obj) -> Path:
     return atomic_write_bytes(path, text.encode())
 
 
+#: The most bytes the package reads from one file it is handed (a release's table or manifest, an inspect log): 4 GiB.
+MAX_READ_BYTES = 4 << 30
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "device"), (stat.S_ISBLK, "device")):
+        if test(mode):
+            return name
+    return "socket" if stat.S_ISSOCK(mode) else "special file"
+
+
+@contextmanager
+def open_regular(path: Path | str, limit: int = MAX_READ_BYTES) -> Iterator[BinaryIO]:
+    """``path`` opened for reading, refused in one line unless it is a regular file of at most ``limit`` bytes: checked
+    on the open descriptor (never blocking: a FIFO or ``/dev/zero`` is refused, not read), so nothing is parsed first."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise CraftMDError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+        os.close(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CraftMDError(f"{path}: not a regular file (a {_kind(st.st_mode)}); only a file's bytes are read")
+        raise CraftMDError(f"{path}: too large ({st.st_size:,} bytes; at most {limit:,} are read)")
+    with os.fdopen(fd, "rb") as f:
+        yield f
+
+
+def read_regular(path: Path | str, limit: int = MAX_READ_BYTES) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes (:func:`open_regular`; a file that grows past
+    ``limit`` as it is read is refused too)."""
+    with open_regular(path, limit) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise CraftMDError(f"{path}: too large (more than {limit:,} bytes; at most {limit:,} are read)")
+    return data
+
+
 def sha256_file(path: Path | str) -> str:
-    """The sha256 of a file's bytes, read in chunks."""
+    """The sha256 of a file's bytes, read in chunks (a regular file only: :func:`open_regular`)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from craftmd import CraftMDError, __version__
-from craftmd.atomic import atomic_dir, inside, locked, plain_name, sha256_file
+from craftmd.atomic import atomic_dir, inside, locked, plain_name, read_regular, sha256_file
 from craftmd.tasks import TASK_FILES, TASKS, Task, builtin_tasks, get_task
 
 if TYPE_CHECKING:
@@ -690,9 +690,14 @@ class Release:
         return df
 
 
-def read_file(path: Path) -> bytes:
-    """The bytes of a release's file: the one reader of a release's files (its hash and its tables come from one read)."""
-    return path.read_bytes()
+#: The most bytes a release's run record (manifest.json) may hold: a few kilobytes of record, its prompts and hashes.
+MAX_MANIFEST_BYTES = 16 << 20
+
+
+def read_file(path: Path, limit: int | None = None) -> bytes:
+    """The bytes of a release's file: the one reader of a release's files (its hash and its tables come from one read),
+    a regular file of bounded size (:func:`craftmd.atomic.read_regular`: a FIFO or ``/dev/zero`` is one line)."""
+    return read_regular(path, limit) if limit is not None else read_regular(path)
 
 
 #: The releases open in this process, by folder: reading one again (the same command's next step) takes the one already
@@ -753,9 +758,9 @@ def read_release(path: Path | str, verify: bool = True) -> Release:
     if not mf.exists():
         raise CraftMDError(f"{path}: not a release (no manifest.json)")
     try:
-        raw = json.loads(mf.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CraftMDError(f"{mf}: unreadable manifest ({exc})") from None
+        raw = json.loads(read_file(mf, MAX_MANIFEST_BYTES).decode("utf-8"))
+    except ValueError as exc:  # not UTF-8, not JSON, or a number of more digits than Python converts
+        raise CraftMDError(f"{mf}: unreadable manifest ({' '.join(str(exc).split())[:200]})") from None
     except RecursionError:
         raise CraftMDError(f"{mf}: unreadable manifest (nested too deeply; a run record is a few levels deep)") from None
     version = raw.get("schema_version") if isinstance(raw, dict) else None
