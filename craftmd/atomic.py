@@ -6,7 +6,8 @@ page, submissions' results, MELD runs, review sheets) goes through these helpers
 or interrupted run never leaves a half-written output and never destroys the previous one:
 
 * :func:`atomic_dir`: a whole output folder, written in a temporary sibling and swapped in;
-* :func:`atomic_write_bytes` / :func:`atomic_write_json`: one file, renamed into place;
+* :func:`atomic_write_bytes` / :func:`atomic_write_json`: one file, renamed into place (:func:`atomic_write_files`:
+  several, all or none);
 * :func:`locked`: one writer at a time of a folder whose contents are read, changed and
   written back (a release's scores); a second writer waits and is told who holds it;
 * :func:`check_writable`: that an output folder can be written, asked before the work starts.
@@ -248,6 +249,20 @@ def _flock(path: Path, target, timeout: float) -> int:
         os.close(fd)
 
 
+def lock_timeout() -> float:
+    """:data:`LOCK_TIMEOUT`, or ``$CRAFTMD_LOCK_TIMEOUT`` when set: seconds, a finite number >= 0 (else one line)."""
+    raw = os.environ.get("CRAFTMD_LOCK_TIMEOUT")
+    if raw is None:
+        return LOCK_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise CraftMDError(f"CRAFTMD_LOCK_TIMEOUT={ascii(raw)[1:-1][:40]} is not a number of seconds (a finite number >= 0)")
+    return value
+
+
 @contextmanager
 def locked(target: Path | str, timeout: float | None = None) -> Iterator[None]:
     """Hold the write lock of ``target`` (a folder): one writer at a time, across threads and processes.
@@ -262,7 +277,7 @@ def locked(target: Path | str, timeout: float | None = None) -> Iterator[None]:
     with _registry:
         rlock = _thread_locks.setdefault(key, threading.RLock())
     if timeout is None:
-        timeout = float(os.environ.get("CRAFTMD_LOCK_TIMEOUT", LOCK_TIMEOUT))
+        timeout = lock_timeout()
     if not rlock.acquire(timeout=timeout):
         raise CraftMDError(f"{target} is locked by another writer in this process (waited {timeout:.0f} s)")
     try:
@@ -279,16 +294,17 @@ def locked(target: Path | str, timeout: float | None = None) -> Iterator[None]:
             me = (
                 f"pid {os.getpid()} on {socket.gethostname()} ({' '.join(Path(sys.argv[0]).name.split() + sys.argv[1:])[:200]})\n"
             )
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, me.encode(), 0)
+            try:  # who holds it: a courtesy to the next writer, never a reason to fail (a full disk)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, me.encode(), 0)
+            except OSError:
+                pass
             _held[key] = 1
-            try:
-                yield
-            finally:
-                _held[key] = 0
-                Path(path).unlink(missing_ok=True)  # removed while still held: no lock files left beside the outputs
-                fcntl.flock(fd, fcntl.LOCK_UN)
+            yield
         finally:
+            _held[key] = 0
+            Path(path).unlink(missing_ok=True)  # removed while still held, on every path: no lock files left behind
+            fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
     finally:
         rlock.release()
@@ -300,25 +316,41 @@ def locked(target: Path | str, timeout: float | None = None) -> Iterator[None]:
 def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary file renamed into place."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_files({path: data})
     return path
 
 
-def atomic_write_json(path: Path | str, obj) -> Path:
-    """Write ``obj`` as stable JSON (sorted keys, 2-space indent, UTF-8, final newline)."""
+def atomic_write_files(files: dict[Path, bytes]) -> None:
+    """Write several files together: each to a temporary sibling first, then all renamed into place, so a failure
+    while writing (a full disk) leaves every one as it was (a rename needs no space)."""
+    tmps: list[tuple[str, Path]] = []
+    try:
+        for path, data in files.items():
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            tmps.append((tmp, path))
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, 0o666 & ~_umask())
+        for tmp, path in tmps:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in tmps:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def json_bytes(obj) -> bytes:
+    """``obj`` as stable JSON (sorted keys, 2-space indent, UTF-8, final newline): what :func:`atomic_write_json` writes."""
     import json
 
-    text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    return atomic_write_bytes(path, text.encode())
+    return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+def atomic_write_json(path: Path | str, obj) -> Path:
+    """Write ``obj`` as stable JSON (:func:`json_bytes`)."""
+    return atomic_write_bytes(path, json_bytes(obj))
 
 
 #: The most bytes the package reads from one file it is handed (a release's table or manifest, an inspect log): 4 GiB.

@@ -92,3 +92,124 @@ def test_a_manifest_with_a_5000_digit_number_is_one_line(dataset_dir, tmp_path, 
     (rel / "manifest.json").write_text(text.replace('"schema_version": 2', '"schema_version": ' + "9" * 5000))
     assert main(["score", str(rel), "--dataset", str(dataset_dir), "--quiet"]) == 2
     one_line(capsys, "unreadable manifest")
+
+
+def test_a_log_of_nested_brackets_is_refused_before_inspect_reads_it(tmp_path, capsys):
+    pytest.importorskip("inspect_ai")
+    log = tmp_path / "nested.json"
+    log.write_text("[" * 200_000 + "]" * 200_000)  # 400 KB: inspect's reader took 20 GB over it
+    out = tmp_path / "out"
+    assert main(["ingest", "--inspect", str(log), "--out", str(out)]) == 2
+    one_line(capsys, "nested more than")
+    assert not out.exists()
+
+
+def test_an_eval_log_whose_member_is_nested_brackets_is_refused(tmp_path, capsys):
+    pytest.importorskip("inspect_ai")
+    import zipfile
+
+    log = tmp_path / "nested.eval"
+    with zipfile.ZipFile(log, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("header.json", "[" * 200_000 + "]" * 200_000)
+    assert main(["ingest", "--inspect", str(log), "--out", str(tmp_path / "out")]) == 2
+    one_line(capsys, "nested more than")
+
+
+def test_a_log_that_is_a_fifo_is_one_line(tmp_path, capsys):
+    pytest.importorskip("inspect_ai")
+    log = tmp_path / "run.eval"
+    os.mkfifo(log)
+    assert main(["ingest", "--inspect", str(log), "--out", str(tmp_path / "out")]) == 2
+    one_line(capsys, "not a regular file (a FIFO)")
+
+
+# -- nothing written half -----------------------------------------------------------------------------------------------
+
+
+class _Boom:
+    """A scorer of FRQ answers that fails as it scores (a grader whose dataset config is missing, a crash)."""
+
+    def __new__(cls):
+        from craftmd.scoring.scorers import Offline
+
+        class Boom(Offline):
+            name = "boom"
+
+            def score(self, rows, ctx, out):
+                from craftmd import CraftMDError
+
+                raise CraftMDError("boom: the second scorer failed")
+
+        return Boom()
+
+
+def test_score_writes_every_scorers_rows_or_none(dataset_dir, tmp_path, capsys, monkeypatch):
+    from craftmd.scoring import scorers
+
+    monkeypatch.setitem(scorers.SCORERS, "boom", _Boom)
+    rel = _release(tmp_path / "r", dataset_dir)
+    before = {p.name: p.read_bytes() for p in rel.iterdir()}
+    assert main(["score", str(rel), "--dataset", str(dataset_dir), "--scorer", "offline", "--scorer", "boom", "--quiet"]) == 2
+    one_line(capsys, "the second scorer failed")
+    assert {p.name: p.read_bytes() for p in rel.iterdir()} == before  # offline's rows not written without boom's
+    assert main(["score", str(rel), "--dataset", str(dataset_dir), "--scorer", "offline", "--quiet"]) == 0
+    assert (rel / "scores.parquet").exists()
+
+
+def test_a_lock_is_let_go_on_a_full_disk(dataset_dir, tmp_path, capsys, monkeypatch):
+    import errno
+
+    from craftmd import atomic
+
+    def full(*a):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    rel = _release(tmp_path / "r", dataset_dir)
+    monkeypatch.setattr(atomic.os, "pwrite", full)  # the lock's holder line cannot be written
+    main(["score", str(rel), "--dataset", str(dataset_dir), "--scorer", "offline", "--quiet"])
+    capsys.readouterr()
+    assert not atomic.lock_path(rel).exists()
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "nan", "inf"])
+def test_a_lock_timeout_that_is_no_number_is_one_line(dataset_dir, tmp_path, capsys, monkeypatch, value):
+    rel = _release(tmp_path / "r", dataset_dir)
+    monkeypatch.setenv("CRAFTMD_LOCK_TIMEOUT", value)
+    assert main(["score", str(rel), "--dataset", str(dataset_dir), "--scorer", "offline", "--quiet"]) == 2
+    one_line(capsys, "CRAFTMD_LOCK_TIMEOUT")
+    assert not (rel / "scores.parquet").exists()
+
+
+def test_review_results_and_their_scores_are_written_together_or_not_at_all(tmp_path, monkeypatch):
+    import errno
+
+    import pyarrow as pa
+
+    from craftmd import atomic
+    from analysis.agreement.review import write_with_scores
+
+    table = pa.table(
+        {
+            "case_id": ["c1"],
+            "trial": pa.array([0], pa.int16()),
+            "scorer": ["experts"],
+            "metric": ["correct"],
+            "value": [1.0],
+            "label": [None],
+            "detail": [None],
+            "status": ["ok"],
+        }
+    )
+    real, calls = atomic.os.fdopen, []
+
+    def second_write_fails(fd, *a, **k):  # the disk fills after the first file
+        calls.append(fd)
+        if len(calls) == 2:
+            os.close(fd)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, *a, **k)
+
+    monkeypatch.setattr(atomic.os, "fdopen", second_write_fails)
+    with pytest.raises(OSError):
+        write_with_scores(tmp_path / "review.json", {"id": "review"}, table, {"experts": {}})
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
