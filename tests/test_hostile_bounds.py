@@ -213,3 +213,37 @@ def test_review_results_and_their_scores_are_written_together_or_not_at_all(tmp_
     with pytest.raises(OSError):
         write_with_scores(tmp_path / "review.json", {"id": "review"}, table, {"experts": {}})
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+# -- one line for every bad input ------------------------------------------------------------------------------------
+
+_ANALYSE = ["analyse", "--releases", "R", "--dataset", "D", "--out", "O"]
+_REVIEW = ["judge-review", "import", "S.xlsx", "--out", "O.json"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        ([*_ANALYSE, "--resamples", "0"], "--resamples"),
+        ([*_ANALYSE, "--resamples", "-1"], "--resamples"),
+        ([*_ANALYSE, "--resamples", "10000000000"], "--resamples"),
+        ([*_ANALYSE, "--seed", "-5"], "--seed"),
+        (["leaderboard", "--dataset", "D", "--releases", "R", "--out", "O", "--seed", "-5"], "--seed"),
+        ([*_REVIEW, "--B", "0"], "--B"),
+        ([*_REVIEW, "--seed", "-1"], "--seed"),
+        (["judge-review", "export", "R", "--out", "S.xlsx", "--n", "0"], "--n"),
+        (["judge-calibrate", "fit", "S.xlsx", "--out", "C.json", "--folds", "0"], "--folds"),
+        (["judge-sensitivity", "R", "--other-judge", "openai/x", "--B", "-3"], "--B"),
+        (["review", "export", "--release", "R", "--dataset", "D", "--n", "-2", "--seed", "1", "--out", "O"], "--n"),
+        (["meld", "--dataset", "D", "--model", "openai/x", "--out", "O", "--threshold", "2"], "--threshold"),
+        (["generate", "R", "--seed", "-5"], "--seed"),
+    ],
+    ids=lambda x: x if isinstance(x, str) else "_".join(x[:1] + x[-2:]),
+)
+def test_a_nonsense_number_on_the_command_line_is_one_line(capsys, tmp_path, monkeypatch, argv, option):
+    monkeypatch.chdir(tmp_path)  # the folders named are relative: nothing is written beside the tests if a command ran
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and option in err.strip().splitlines()[-1], err

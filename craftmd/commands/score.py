@@ -20,6 +20,7 @@ from craftmd.commands.cli import (
     command,
     dominant_reason,
     keywords,
+    positive_int,
 )
 from craftmd.commands.judge import add_judge_arguments, judge_options
 from craftmd.scoring.score import claim_lines
@@ -179,7 +180,9 @@ def register(sub) -> None:
         help="print the calls (expected and at most), tokens and cost the judges would need, as a table, and send nothing "
         "(a judge a run would refuse, such as one of the doctor's own family, is estimated and the refusal named)",
     )
-    p.add_argument("--workers", type=int, default=None, help="worker processes of the history metrics (default: up to 2)")
+    p.add_argument(
+        "--workers", type=positive_int, default=None, help="worker processes of the history metrics (default: up to 2)"
+    )
     add_judge_arguments(p)
     add_call_arguments(
         p,
