@@ -585,9 +585,18 @@ class Release:
         p = self.path / f"{name}.parquet"
         if not p.exists() and p.name not in self._data:
             raise CraftMDError(f"{self.path}: no {name}.parquet")
-        return self._checked(
+        table = self._checked(
             p, _plain_fields(self._read(p, lambda f: pq.read_table(self._buffer(f), columns=columns))), SCHEMAS.get(name)
         )
+        if name in SCHEMAS:  # every column a reader may ask for is there (a renamed response, a dropped status: one line)
+            wanted = columns if columns is not None else [f.name for f in SCHEMAS[name] if f.name not in OPTIONAL[name]]
+            missing = [c for c in wanted if c not in table.column_names]
+            if missing:
+                raise CraftMDError(
+                    f"{p} is damaged (no column {', '.join(missing)}; a release's {name} has "
+                    f"{', '.join(SCHEMAS[name].names)}); {rebuild_hint(self.manifest.kind, p.name, self.path)}"
+                )
+        return table
 
     def _buffer(self, p: Path) -> pa.BufferReader:
         return pa.BufferReader(self.data(p.name))

@@ -247,3 +247,33 @@ def test_a_nonsense_number_on_the_command_line_is_one_line(capsys, tmp_path, mon
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and option in err.strip().splitlines()[-1], err
+
+
+def _rewrite_answers(rel: Path, change) -> None:
+    """``change(table)`` written over the release's answers, its sha256 recorded: a file that passes the checksum."""
+    import hashlib
+    import json
+
+    import pyarrow.parquet as pq
+
+    pq.write_table(change(pq.read_table(rel / "answers.parquet")), rel / "answers.parquet")
+    m = json.loads((rel / "manifest.json").read_text())
+    m["files"]["answers.parquet"]["sha256"] = hashlib.sha256((rel / "answers.parquet").read_bytes()).hexdigest()
+    (rel / "manifest.json").write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize(
+    ("change", "column"),
+    [
+        (lambda t: t.drop(["status"]), "status"),
+        (lambda t: t.rename_columns(["reply" if c == "response" else c for c in t.column_names]), "response"),
+        (lambda t: t.drop(["setting"]), "setting"),
+    ],
+    ids=["no-status", "response-renamed", "no-setting"],
+)
+def test_a_release_missing_a_column_is_one_line_at_score(dataset_dir, tmp_path, capsys, change, column):
+    rel = _release(tmp_path / "r", dataset_dir)
+    _rewrite_answers(rel, change)
+    assert main(["score", str(rel), "--dataset", str(dataset_dir), "--quiet"]) == 2
+    one_line(capsys, f"no column {column}")
+    assert not (rel / "scores.parquet").exists()
