@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -277,3 +278,16 @@ def test_a_release_missing_a_column_is_one_line_at_score(dataset_dir, tmp_path, 
     assert main(["score", str(rel), "--dataset", str(dataset_dir), "--quiet"]) == 2
     one_line(capsys, f"no column {column}")
     assert not (rel / "scores.parquet").exists()
+
+
+@pytest.mark.parametrize(
+    "usage", [{"prompt_tokens": 1e400}, {"completion_tokens": float("inf")}, {"prompt_tokens": 1e400, "completion_tokens": 1}]
+)
+def test_a_reply_whose_usage_is_no_count_is_malformed_not_a_traceback(usage):
+    from craftmd.models.base import MALFORMED, TransientError
+    from craftmd.models.openai import parse_completion
+
+    body = json.loads(json.dumps({"usage": usage, "choices": [{"message": {"content": "Psoriasis"}, "finish_reason": "stop"}]}))
+    with pytest.raises(TransientError) as e:
+        parse_completion(body)
+    assert e.value.reason == MALFORMED

@@ -422,7 +422,7 @@ def ingest_logs(paths: list[Path | str], out: Path | str, *, overwrite: bool = F
     logs = read_logs(paths)
     try:  # what the log's rows hold is the log's word: a row of the wrong shape or type is one line, nothing written
         manifest, tables, scores, records = _release_of(logs, out, Path(paths[0]), dataset)
-    except (pa.ArrowException, TypeError, ValueError, KeyError, AttributeError) as exc:
+    except (pa.ArrowException, TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:  # a trial of 2**70
         raise CraftMDError(
             f"{paths[0] if len(paths) == 1 else 'the logs'}: rows that do not fit a release "
             f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); nothing was written"
