@@ -313,16 +313,18 @@ def locked(target: Path | str, timeout: float | None = None) -> Iterator[None]:
 # -- files ----------------------------------------------------------------------------------------
 
 
-def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file renamed into place."""
+def atomic_write_bytes(path: Path | str, data: bytes, *, overwrite: bool = True) -> Path:
+    """Write ``data`` to ``path`` through a temporary file renamed into place; with ``overwrite=False`` the file is
+    created exclusively (an existing ``path``, or one another run made meanwhile, is one line and is kept)."""
     path = Path(path)
-    atomic_write_files({path: data})
+    atomic_write_files({path: data}, overwrite=overwrite)
     return path
 
 
-def atomic_write_files(files: dict[Path, bytes]) -> None:
+def atomic_write_files(files: dict[Path, bytes], *, overwrite: bool = True) -> None:
     """Write several files together: each to a temporary sibling first, then all renamed into place, so a failure
-    while writing (a full disk) leaves every one as it was (a rename needs no space)."""
+    while writing (a full disk) leaves every one as it was (a rename needs no space). With ``overwrite=False`` each is
+    linked into place instead, which fails when the name exists: of two runs writing one new file, one wins."""
     tmps: list[tuple[str, Path]] = []
     try:
         for path, data in files.items():
@@ -334,7 +336,14 @@ def atomic_write_files(files: dict[Path, bytes]) -> None:
                 f.write(data)
             os.chmod(tmp, 0o666 & ~_umask())
         for tmp, path in tmps:
-            os.replace(tmp, path)
+            if overwrite:
+                os.replace(tmp, path)
+                continue
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise CraftMDError(f"{path} exists (pass --overwrite to replace it)") from None
+            os.unlink(tmp)
     except BaseException:
         for tmp, _ in tmps:
             Path(tmp).unlink(missing_ok=True)

@@ -291,3 +291,55 @@ def test_a_reply_whose_usage_is_no_count_is_malformed_not_a_traceback(usage):
     with pytest.raises(TransientError) as e:
         parse_completion(body)
     assert e.value.reason == MALFORMED
+
+
+# -- output replaced only when it is the command's own ---------------------------------------------------------------
+
+
+def test_judge_sensitivity_never_replaces_a_folder_holding_a_users_file(tmp_path):
+    from craftmd import CraftMDError
+    from craftmd.analysis.agreement.judge_sensitivity import FOLDER, sensitivity
+
+    folder = tmp_path / FOLDER
+    folder.mkdir()
+    (folder / "sensitivity.json").write_text("{}")  # an earlier run's
+    (folder / "notes.txt").write_text("mine")
+    with pytest.raises(CraftMDError, match="notes.txt"):
+        sensitivity(tmp_path, "openai/judge-b", n=2, B=10)
+    assert (folder / "notes.txt").read_text() == "mine"
+
+
+def test_two_meld_audits_whose_names_make_one_file_name_are_kept_apart(tmp_path, monkeypatch):
+    from craftmd import CraftMDError
+    from craftmd.analysis import meld
+
+    def audit(meld_dir):  # openai/x and openai:x: one slug
+        model = Path(meld_dir).name.replace("_", "/" if "slash" in str(meld_dir) else ":")
+        return {"id": "meld-openai_x", "title": f"Contamination (MELD): {model}", "figures": []}
+
+    monkeypatch.setattr(meld, "meld_audit", audit)
+    audits = tmp_path / "audits"
+    first = meld.write_meld_audit(tmp_path / "slash" / "openai_x", audits)
+    kept = first.read_bytes()
+    with pytest.raises(CraftMDError, match="same file name"):
+        meld.write_meld_audit(tmp_path / "colon" / "openai_x", audits)
+    assert first.read_bytes() == kept
+    assert meld.write_meld_audit(tmp_path / "slash" / "openai_x", audits) == first  # the same model's: replaced
+
+
+def test_an_export_into_a_file_another_run_made_meanwhile_is_refused(tmp_path, monkeypatch):
+    from craftmd import CraftMDError
+    from craftmd.analysis.agreement import rubric_review
+
+    out = tmp_path / "review.xlsx"
+
+    def meanwhile(*a, **k):  # another export into the same new file finishes first
+        out.write_bytes(b"the other run's sheet")
+        return b"this run's sheet"
+
+    monkeypatch.setattr(rubric_review, "build_workbook", meanwhile)
+    monkeypatch.setattr(rubric_review, "sample_rows", lambda *a, **k: ([], [], []))
+    with pytest.raises(CraftMDError, match="exists"):
+        rubric_review.export_rubric_review([], out, n=1, seed=0)
+    assert out.read_bytes() == b"the other run's sheet"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["review.xlsx"]

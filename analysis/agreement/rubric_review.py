@@ -138,7 +138,7 @@ def export_rubric_review(
     review, convs, keys = sample_rows(releases, n, seed, dimensions, dataset_dir)
 
     meta = {"seed": seed, "n": n, "catalog": load_catalog().record(), "releases": sorted(r.id for r in releases)}
-    atomic_write_bytes(out, build_workbook(review, convs, keys, meta))
+    atomic_write_bytes(out, build_workbook(review, convs, keys, meta), overwrite=overwrite)  # or made meanwhile: refused
     return out
 
 
