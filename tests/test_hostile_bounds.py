@@ -343,3 +343,36 @@ def test_an_export_into_a_file_another_run_made_meanwhile_is_refused(tmp_path, m
         rubric_review.export_rubric_review([], out, n=1, seed=0)
     assert out.read_bytes() == b"the other run's sheet"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["review.xlsx"]
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        "not json",
+        "[1, 2]",
+        '"text"',
+        '{"status": "ok"}',
+        '{"text": 7, "status": "ok"}',
+        '{"text": "Psoriasis", "status": "OK"}',
+        '{"text": "Psoriasis", "status": "ok", "tokens_in": "5"}',
+        '{"text": "Psoriasis", "status": "ok", "tokens_in": 1e400}',
+        42,
+    ],
+)
+def test_a_cache_row_that_is_no_stored_reply_is_one_line(tmp_path, stored):
+    import sqlite3
+
+    from craftmd import CraftMDError
+    from craftmd.models.base import Completion
+    from craftmd.models.cache import RequestCache
+
+    path = tmp_path / "requests.sqlite"
+    with RequestCache(path) as cache:
+        cache.put("k", "openai", "m", "{}", Completion("Psoriasis", "ok", tokens_in=3))
+        assert cache.get("k") == Completion("Psoriasis", "ok", tokens_in=3)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE requests SET response = ? WHERE key = 'k'", (stored,))
+    db.commit()
+    db.close()
+    with RequestCache(path) as cache, pytest.raises(CraftMDError, match="a stored reply is not one"):
+        cache.get("k")
