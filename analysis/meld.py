@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from craftmd import CraftMDError
 from craftmd.atomic import atomic_write_bytes, atomic_write_json
 from craftmd.registry import slug
 from craftmd.scoring.meld import FIGURE, read_summary
@@ -57,12 +58,29 @@ def write_meld_audit(meld_dir: Path | str, audits_dir: Path | str) -> Path:
     audit = meld_audit(meld_dir)
     audits_dir = Path(audits_dir)
     audits_dir.mkdir(parents=True, exist_ok=True)
+    _check_not_another_models(audits_dir / f"{audit['id']}.json", audit)
     if audit["figures"]:
         fig = f"{audit['id']}.png"
         atomic_write_bytes(audits_dir / fig, (Path(meld_dir) / audit["figures"][0]).read_bytes())
         audit["figures"] = [fig]
     path = audits_dir / f"{audit['id']}.json"
     return atomic_write_json(path, audit)
+
+
+def _check_not_another_models(path: Path, audit: dict) -> None:
+    """Refuse to replace the audit of another model whose name makes the same file name (``openai/x`` and
+    ``openai:x``): one line, both kept apart (the audit of the same model is replaced, as a rerun should)."""
+    if not path.exists():
+        return
+    try:
+        title = json.loads(path.read_bytes()).get("title")
+    except (OSError, ValueError, AttributeError):
+        title = None
+    if title != audit["title"]:
+        raise CraftMDError(
+            f"{path} holds another audit ({str(title)[:80]!r}) whose name makes the same file name as "
+            f"{audit['title']!r}; give the audits another --audits folder"
+        )
 
 
 __all__ = ["meld_audit", "write_meld_audit"]

@@ -6,10 +6,14 @@ page, submissions' results, MELD runs, review sheets) goes through these helpers
 or interrupted run never leaves a half-written output and never destroys the previous one:
 
 * :func:`atomic_dir`: a whole output folder, written in a temporary sibling and swapped in;
-* :func:`atomic_write_bytes` / :func:`atomic_write_json`: one file, renamed into place;
+* :func:`atomic_write_bytes` / :func:`atomic_write_json`: one file, renamed into place (:func:`atomic_write_files`:
+  several, all or none);
 * :func:`locked`: one writer at a time of a folder whose contents are read, changed and
   written back (a release's scores); a second writer waits and is told who holds it;
 * :func:`check_writable`: that an output folder can be written, asked before the work starts.
+
+Reads of what a user hands in go through :func:`open_regular` / :func:`read_regular`: a regular file of a bounded
+size, checked on the descriptor before a byte is parsed (a FIFO, ``/dev/zero`` or a folder is one line, never a hang).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import threading
@@ -29,6 +34,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from craftmd import CraftMDError
 
@@ -243,6 +249,20 @@ def _flock(path: Path, target, timeout: float) -> int:
         os.close(fd)
 
 
+def lock_timeout() -> float:
+    """:data:`LOCK_TIMEOUT`, or ``$CRAFTMD_LOCK_TIMEOUT`` when set: seconds, a finite number >= 0 (else one line)."""
+    raw = os.environ.get("CRAFTMD_LOCK_TIMEOUT")
+    if raw is None:
+        return LOCK_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise CraftMDError(f"CRAFTMD_LOCK_TIMEOUT={ascii(raw)[1:-1][:40]} is not a number of seconds (a finite number >= 0)")
+    return value
+
+
 @contextmanager
 def locked(target: Path | str, timeout: float | None = None) -> Iterator[None]:
     """Hold the write lock of ``target`` (a folder): one writer at a time, across threads and processes.
@@ -257,7 +277,7 @@ def locked(target: Path | str, timeout: float | None = None) -> Iterator[None]:
     with _registry:
         rlock = _thread_locks.setdefault(key, threading.RLock())
     if timeout is None:
-        timeout = float(os.environ.get("CRAFTMD_LOCK_TIMEOUT", LOCK_TIMEOUT))
+        timeout = lock_timeout()
     if not rlock.acquire(timeout=timeout):
         raise CraftMDError(f"{target} is locked by another writer in this process (waited {timeout:.0f} s)")
     try:
@@ -274,16 +294,17 @@ def locked(target: Path | str, timeout: float | None = None) -> Iterator[None]:
             me = (
                 f"pid {os.getpid()} on {socket.gethostname()} ({' '.join(Path(sys.argv[0]).name.split() + sys.argv[1:])[:200]})\n"
             )
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, me.encode(), 0)
+            try:  # who holds it: a courtesy to the next writer, never a reason to fail (a full disk)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, me.encode(), 0)
+            except OSError:
+                pass
             _held[key] = 1
-            try:
-                yield
-            finally:
-                _held[key] = 0
-                Path(path).unlink(missing_ok=True)  # removed while still held: no lock files left beside the outputs
-                fcntl.flock(fd, fcntl.LOCK_UN)
+            yield
         finally:
+            _held[key] = 0
+            Path(path).unlink(missing_ok=True)  # removed while still held, on every path: no lock files left behind
+            fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
     finally:
         rlock.release()
@@ -292,34 +313,98 @@ def locked(target: Path | str, timeout: float | None = None) -> Iterator[None]:
 # -- files ----------------------------------------------------------------------------------------
 
 
-def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file renamed into place."""
+def atomic_write_bytes(path: Path | str, data: bytes, *, overwrite: bool = True) -> Path:
+    """Write ``data`` to ``path`` through a temporary file renamed into place; with ``overwrite=False`` the file is
+    created exclusively (an existing ``path``, or one another run made meanwhile, is one line and is kept)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_files({path: data}, overwrite=overwrite)
     return path
 
 
-def atomic_write_json(path: Path | str, obj) -> Path:
-    """Write ``obj`` as stable JSON (sorted keys, 2-space indent, UTF-8, final newline)."""
+def atomic_write_files(files: dict[Path, bytes], *, overwrite: bool = True) -> None:
+    """Write several files together: each to a temporary sibling first, then all renamed into place, so a failure
+    while writing (a full disk) leaves every one as it was (a rename needs no space). With ``overwrite=False`` each is
+    linked into place instead, which fails when the name exists: of two runs writing one new file, one wins."""
+    tmps: list[tuple[str, Path]] = []
+    try:
+        for path, data in files.items():
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            tmps.append((tmp, path))
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, 0o666 & ~_umask())
+        for tmp, path in tmps:
+            if overwrite:
+                os.replace(tmp, path)
+                continue
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise CraftMDError(f"{path} exists (pass --overwrite to replace it)") from None
+            os.unlink(tmp)
+    except BaseException:
+        for tmp, _ in tmps:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def json_bytes(obj) -> bytes:
+    """``obj`` as stable JSON (sorted keys, 2-space indent, UTF-8, final newline): what :func:`atomic_write_json` writes."""
     import json
 
-    text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    return atomic_write_bytes(path, text.encode())
+    return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+def atomic_write_json(path: Path | str, obj) -> Path:
+    """Write ``obj`` as stable JSON (:func:`json_bytes`)."""
+    return atomic_write_bytes(path, json_bytes(obj))
+
+
+#: The most bytes the package reads from one file it is handed (a release's table or manifest, an inspect log): 4 GiB.
+MAX_READ_BYTES = 4 << 30
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "device"), (stat.S_ISBLK, "device")):
+        if test(mode):
+            return name
+    return "socket" if stat.S_ISSOCK(mode) else "special file"
+
+
+@contextmanager
+def open_regular(path: Path | str, limit: int = MAX_READ_BYTES) -> Iterator[BinaryIO]:
+    """``path`` opened for reading, refused in one line unless it is a regular file of at most ``limit`` bytes: checked
+    on the open descriptor (never blocking: a FIFO or ``/dev/zero`` is refused, not read), so nothing is parsed first."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise CraftMDError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+        os.close(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CraftMDError(f"{path}: not a regular file (a {_kind(st.st_mode)}); only a file's bytes are read")
+        raise CraftMDError(f"{path}: too large ({st.st_size:,} bytes; at most {limit:,} are read)")
+    with os.fdopen(fd, "rb") as f:
+        yield f
+
+
+def read_regular(path: Path | str, limit: int = MAX_READ_BYTES) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes (:func:`open_regular`; a file that grows past
+    ``limit`` as it is read is refused too)."""
+    with open_regular(path, limit) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise CraftMDError(f"{path}: too large (more than {limit:,} bytes; at most {limit:,} are read)")
+    return data
 
 
 def sha256_file(path: Path | str) -> str:
-    """The sha256 of a file's bytes, read in chunks."""
+    """The sha256 of a file's bytes, read in chunks (a regular file only: :func:`open_regular`)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from craftmd import CraftMDError, __version__
-from craftmd.atomic import atomic_dir, atomic_write_json, inside, locked, plain_name, sha256_file
+from craftmd.atomic import atomic_dir, atomic_write_json, inside, locked, plain_name, read_regular, sha256_file
 from craftmd.tasks import TASK_FILES, TASKS, Task, builtin_tasks, get_task
 
 if TYPE_CHECKING:
@@ -794,9 +794,18 @@ class Release:
         p = self.path / f"{name}.parquet"
         if not p.exists() and p.name not in self._data:
             raise CraftMDError(f"{self.path}: no {name}.parquet")
-        return self._checked(
+        table = self._checked(
             p, _plain_fields(self._read(p, lambda f: pq.read_table(self._buffer(f), columns=columns))), SCHEMAS.get(name)
         )
+        if name in SCHEMAS:  # every column a reader may ask for is there (a renamed response, a dropped status: one line)
+            wanted = columns if columns is not None else [f.name for f in SCHEMAS[name] if f.name not in OPTIONAL[name]]
+            missing = [c for c in wanted if c not in table.column_names]
+            if missing:
+                raise CraftMDError(
+                    f"{p} is damaged (no column {', '.join(missing)}; a release's {name} has "
+                    f"{', '.join(SCHEMAS[name].names)}); {rebuild_hint(self.manifest.kind, p.name, self.path)}"
+                )
+        return table
 
     def _buffer(self, p: Path) -> pa.BufferReader:
         return pa.BufferReader(self.data(p.name))
@@ -914,9 +923,14 @@ class Release:
         return df
 
 
-def read_file(path: Path) -> bytes:
-    """The bytes of a release's file: the one reader of a release's files (its hash and its tables come from one read)."""
-    return path.read_bytes()
+#: The most bytes a release's run record (manifest.json) may hold: a few kilobytes of record, its prompts and hashes.
+MAX_MANIFEST_BYTES = 16 << 20
+
+
+def read_file(path: Path, limit: int | None = None) -> bytes:
+    """The bytes of a release's file: the one reader of a release's files (its hash and its tables come from one read),
+    a regular file of bounded size (:func:`craftmd.atomic.read_regular`: a FIFO or ``/dev/zero`` is one line)."""
+    return read_regular(path, limit) if limit is not None else read_regular(path)
 
 
 #: The releases open in this process, by folder: reading one again (the same command's next step) takes the one already
@@ -977,9 +991,9 @@ def read_release(path: Path | str, verify: bool = True) -> Release:
     if not mf.exists():
         raise CraftMDError(f"{path}: not a release (no manifest.json)")
     try:
-        raw = json.loads(mf.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CraftMDError(f"{mf}: unreadable manifest ({exc})") from None
+        raw = json.loads(read_file(mf, MAX_MANIFEST_BYTES).decode("utf-8"))
+    except ValueError as exc:  # not UTF-8, not JSON, or a number of more digits than Python converts
+        raise CraftMDError(f"{mf}: unreadable manifest ({' '.join(str(exc).split())[:200]})") from None
     except RecursionError:
         raise CraftMDError(f"{mf}: unreadable manifest (nested too deeply; a run record is a few levels deep)") from None
     version = raw.get("schema_version") if isinstance(raw, dict) else None

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
+
 from craftmd import CraftMDError
 from craftmd.release import Release, read_release, write_scores
 from craftmd.scoring.scorers import Context, Scorer, scorers
@@ -58,6 +60,7 @@ def score_release(
     if not estimate:
         todo += [s for s in check_made_here(rel, ctx, report) if s.name not in {t.name for t in todo}]
     refused = _refusals(rel, ctx, todo, estimate)
+    rows, records = [], {}  # every scorer's, written once at the end: all of them, or (a scorer failing) none
     for s in todo:
         if estimate:
             est = s.estimate(rel, ctx)
@@ -67,15 +70,18 @@ def score_release(
             continue
         result = s.run(rel, ctx)
         if result.records:
-            records = dict(result.records)
-            for name, found in check_claims(rel, result.rows, records).items():
-                records[name] = dict(records[name], claims=found)
+            mine = dict(result.records)
+            for name, found in check_claims(rel, result.rows, mine).items():
+                mine[name] = dict(mine[name], claims=found)
                 report.setdefault("claims", {})[name] = found
-            write_scores(rel, result.rows, records)
+            rows.append(result.rows)
+            records.update(mine)
         report["scored"].append(s.name)
         report.setdefault("writes", {})[s.name] = list(s.writes())
         if result.summary:
             report.setdefault("summaries", {})[s.name] = result.summary
+    if records:
+        write_scores(rel, pa.concat_tables(rows, promote_options="permissive") if len(rows) > 1 else rows[0], records)
     return report
 
 

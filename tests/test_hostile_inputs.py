@@ -329,6 +329,8 @@ HOSTILE_LOGS = {  # a log's content -> what the one line says
     "embedded-manifest-a-list": (lambda log: log.eval.metadata.update({"craftmd.manifest": [1]}), "invalid run record"),
     "answer-trial-as-text": (_store_rows("answers", lambda r: r.update(trial=f"{r['trial']}")), "rows that do not fit a release"),
     "answer-trial-63": (_store_rows("answers", lambda r: r.update(trial=MAX_TRIALS)), "trial 63 is out of range"),
+    "answer-trial-2**70": (_store_rows("answers", lambda r: r.update(trial=2**70)), "rows that do not fit a release"),
+    "conversation-trial-2**70": (_store_rows("conversations", lambda r: r.update(trial=2**70)), "rows that do not fit"),
     "score-row-a-string": (
         lambda log: [sc.metadata["craftmd"].update(rows=["x"]) for s in log.samples for sc in s.scores.values()],
         "nothing was written",

@@ -859,3 +859,83 @@ def test_a_judge_returns_its_rows_and_records_and_only_craftmd_score_writes_them
     assert report["scored"] == [J.COMMITTEE] and report["summaries"][J.COMMITTEE]["judges"] == result.summary["judges"]
     written, records = read_release(rel).scores_with_records()
     assert written.num_rows == result.rows.num_rows and set(records) >= set(result.records)
+
+
+# -- a rating sheet is bound to what was exported (issue 48) ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A judged release and its exported rating sheet (two conversations x the 4 final-diagnosis dimensions)."""
+    from craftmd.analysis.agreement.rubric_review import export_rubric_review
+
+    root = tmp_path_factory.mktemp("sheet")
+    rel = make_release(root)
+    with LoopbackServer(responder, models=("judge-a", "judge-b", "gpt-4o")) as s:
+        run_judge(rel, s, "dimension")
+    sheet = root / "review.xlsx"
+    export_rubric_review([rel], sheet, n=2, seed=15, dimensions=["final diagnosis"])
+    return sheet
+
+
+def _filled(wb, raters=(10, 11)):
+    for i in range(2, wb["review"].max_row + 1):
+        for j in raters:
+            wb["review"].cell(i, j, 1 + (i + j) % 4)
+
+
+def _third_rater(wb):
+    wb["review"].cell(1, 12, "r3")
+    wb["review"].cell(2, 12, 4)
+
+
+def _repeated(wb):
+    ws = wb["review"]
+    ws.append([c.value for c in ws[2]])
+
+
+SHEET_DAMAGE = {  # a change of a filled-in sheet -> what the one line says
+    "no-key-sheet": (lambda wb: wb.remove(wb["key"]), "no key sheet"),
+    "no-review-sheet": (lambda wb: wb.remove(wb["review"]), "no review sheet"),
+    "a-judge-score-of-7": (lambda wb: wb["key"].cell(2, 4, 7), "the judge's score 7 is not 1-4"),
+    "a-judge-score-as-text": (lambda wb: wb["key"].cell(3, 4, "high"), "the judge's score 'high' is not 1-4"),
+    "release-column-edited": (lambda wb: wb["review"].cell(2, 2, "other-release"), "not the one its review id"),
+    "case-column-edited": (lambda wb: wb["review"].cell(3, 3, "case_9"), "not the one its review id"),
+    "a-repeated-row": (_repeated, "is row 2 again"),
+    "a-third-rater": (_third_rater, "a column 'r3'"),
+    "a-formula-rating": (lambda wb: wb["review"].cell(2, 10, "=1+2"), "a formula (=1+2)"),
+    "a-rating-of-7": (lambda wb: wb["review"].cell(2, 10, 7), "7 is not a rating 1-4"),
+    "a-rating-true": (lambda wb: wb["review"].cell(2, 10, True), "True is not a rating 1-4"),
+}
+
+
+@pytest.mark.parametrize("how", list(SHEET_DAMAGE))
+def test_a_damaged_rating_sheet_is_one_line_and_nothing_is_written(exported, tmp_path, capsys, how):
+    from openpyxl import load_workbook
+
+    from craftmd.commands.cli import main
+
+    change, says = SHEET_DAMAGE[how]
+    wb = load_workbook(exported)
+    _filled(wb)
+    change(wb)
+    filled = tmp_path / "filled.xlsx"
+    wb.save(filled)
+    out = tmp_path / "results.json"
+    assert main(["judge-review", "import", str(filled), "--out", str(out), "--B", "20"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err and says in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["filled.xlsx"]
+
+
+def test_a_sheet_of_one_rater_is_imported(exported, tmp_path, capsys):
+    from openpyxl import load_workbook
+
+    from craftmd.commands.cli import main
+
+    wb = load_workbook(exported)
+    _filled(wb, raters=(10,))
+    wb.save(tmp_path / "filled.xlsx")
+    assert main(["judge-review", "import", str(tmp_path / "filled.xlsx"), "--out", str(tmp_path / "r.json"), "--B", "20"]) == 0
+    got = json.loads((tmp_path / "r.json").read_text())
+    assert got["ratings"] == 8 and got["agreement"][0]["experts_n"] == 0  # no second rater: no agreement between raters

@@ -604,3 +604,69 @@ def test_sensitivity_writes_its_table_and_page_section_and_a_people_rated_releas
     board = pl.read_csv(out / "tables" / "boards.csv")
     overall = board.filter(pl.col("release") == "people", pl.col("measure") == "rubric_overall")
     assert overall.height == 1 and overall["value"][0] == 100.0  # the board's encounters measure, from the experts
+
+
+# -- a calibration file is checked where it enters (issue 48) -------------------------------------------------------
+
+
+def _degenerate(cal):
+    for m in cal["maps"].values():
+        m.update({k: 4.0 for k in "1234"})
+
+
+CALIBRATION_DAMAGE = {  # a change of a fitted calibration -> what the one line says
+    "judge-null-every-level-to-4": (lambda c: (c.update(judge=None), _degenerate(c)), "judge"),
+    "judge-null": (lambda c: c.update(judge=None), "judge"),
+    "every-level-to-4": (_degenerate, "sends every level to 4"),
+    "no-maps": (lambda c: c.pop("maps"), "maps"),
+    "a-map-missing-a-level": (lambda c: [m.pop("4") for m in c["maps"].values()], "not the judge's levels 1-4"),
+    "a-level-to-7": (lambda c: [m.update({"4": 7}) for m in c["maps"].values()], "outside the ratings 1-4"),
+    "decreasing": (lambda c: [m.update({"1": 3.9}) for m in c["maps"].values()], "not non-decreasing"),
+    "no-held-out": (lambda c: c.pop("held_out"), "held_out"),
+    "maps-a-list": (lambda c: c.update(maps=[1, 2]), "maps"),
+    "another-judge": (lambda c: c.update(judge="judge:openai/other"), "the calibration is of judge:openai/other"),
+}
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """A calibration fitted to JUDGE's scores and a release JUDGE judged."""
+    from craftmd.analysis.agreement.calibration import calibrate
+
+    root = tmp_path_factory.mktemp("calibrated")
+    sheet = rated_sheet(root / "rated.xlsx", distorted(40, ["final_diagnosis.justification", "communication.clarity"]))
+    calibrate([sheet], root / "cal.json", by="category", B=20)
+    rel = make_release(root)
+    with LoopbackServer(responder, models=("judge-a",)) as server:
+        judge(rel, server)
+    return root / "cal.json", rel
+
+
+@pytest.mark.parametrize("how", list(CALIBRATION_DAMAGE))
+def test_a_calibration_file_is_checked_and_bound_to_its_judge(fitted, tmp_path, capsys, how):
+    from craftmd.commands.cli import main
+
+    good, rel = fitted
+    change, says = CALIBRATION_DAMAGE[how]
+    cal = json.loads(good.read_text())
+    change(cal)
+    bad = tmp_path / "cal.json"
+    bad.write_text(json.dumps(cal))
+    before = (rel / "scores.parquet").read_bytes()
+    assert main(["judge-calibrate", "apply", str(rel), "--calibration", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err and says in err, err
+    assert (rel / "scores.parquet").read_bytes() == before
+
+
+def test_an_applied_calibrations_held_out_figures_are_kept_as_its_claims(fitted, tmp_path):
+    from craftmd.analysis.agreement.calibration import apply_calibration
+
+    good, made = fitted
+    rel = tmp_path / "tiny"
+    import shutil
+
+    shutil.copytree(made, rel)
+    apply_calibration([rel], good)
+    record = read_release(rel).scorer_records()[J.CALIBRATED]
+    assert "held_out" not in record and record["held_out_claimed"] == json.loads(good.read_text())["held_out"]

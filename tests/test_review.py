@@ -156,8 +156,9 @@ def test_cli_export_and_its_refusals(world, tmp_path, capsys):
     export_a = ["review", "export", "--release", rel_a, "--dataset", str(world["dataset"]), "--seed", "0"]
     assert cli_main([*export_a, "--n", "2", "--out", str(out)]) == 0
     assert {r["release"] for r in read_rows(out)} == {"model-a"} and len(read_rows(out)) == 4
-    rc = cli_main([*export_a, "--n", "0", "--out", str(tmp_path / "t.xlsx")])
-    assert rc == 2 and "--n must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # refused by the command line before anything is read
+        cli_main([*export_a, "--n", "0", "--out", str(tmp_path / "t.xlsx")])
+    assert e.value.code == 2 and "--n: '0': expected a whole number of at least 1" in capsys.readouterr().err
     rc = cli_main([*export_a, "--n", "2", "--grader", "llm:nobody", "--out", str(tmp_path / "t.xlsx")])
     assert rc == 2 and "no multiturn FRQ grades by grader 'llm:nobody'" in capsys.readouterr().err
     assert not (tmp_path / "t.xlsx").exists()
@@ -305,3 +306,19 @@ def test_parse_answer():
     assert review.parse_answer(1) is True and review.parse_answer(False) is False
     assert review.parse_answer("") is None and review.parse_answer(None) is None
     assert review.parse_answer("unsure") == "unsure"
+
+
+@pytest.mark.parametrize("column", ["release", "case_id"])
+def test_a_rating_never_moves_to_what_an_edited_column_names(world, tmp_path, column):
+    """A row's release and case are its key's (the hidden sheet written at export): an edited column is a problem."""
+    sheet = export(world, tmp_path / "sheet.xlsx", n=1)
+    rids = [r["review_id"] for r in read_rows(sheet)]
+    filled = fill(sheet, tmp_path / "filled.xlsx", {(rid, s, q): "yes" for rid in rids for s in ("r1", "r2") for q in QIDS})
+    wb = openpyxl.load_workbook(filled)
+    ws = wb[review.REVIEW_SHEET]
+    ws.cell(2, header_index(ws)[column]).value = "model-z" if column == "release" else "case_99"
+    wb.save(filled)
+    out = tmp_path / "o"
+    with pytest.raises(CraftMDError, match=f"row 2: its {column} is not the one .* was exported with"):
+        expert.import_review([filled], out)
+    assert not out.exists()

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from craftmd import CraftMDError
 
@@ -40,6 +43,8 @@ def read_pairs(paths) -> tuple[list[dict], str]:
             f"the review files were scored by several judges ({', '.join(sorted(names))}); calibrate one judge at a time"
         )
     who = next(iter(names), None)
+    if who is None:  # a calibration is of one judge, named: it is applied to that judge's scores only
+        raise CraftMDError("the review files' key sheets name no judge; export them again (craftmd judge-review export)")
     pairs = [{"review_id": rid, "dimension": dim, "judge": who, "judge_score": judge[(rid, dim)],
               "expert": statistics.median_low(list(v.values()))}
              for (rid, dim), v in sorted(ratings.items()) if judge.get((rid, dim)) is not None]  # fmt: skip
@@ -170,16 +175,61 @@ def calibrate(
     return result
 
 
+#: The most bytes a calibration file may hold (a few maps and figures).
+MAX_CALIBRATION_BYTES = 1 << 20
+LEVELS = ("1", "2", "3", "4")
+
+
+class _Calibration(BaseModel):
+    """What :func:`calibrate` writes, checked where a calibration file enters (:func:`read_calibration`): the judge it
+    was fitted to, named; each map from the judge's levels 1-4 to finite ratings 1-4, non-decreasing (an isotonic fit)
+    and not one value for every level (a map that says nothing of the judge's score)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    format: Literal["craftmd-judge-calibration"]
+    version: Literal[1]
+    by: Literal["dimension", "category"]
+    judge: str = Field(min_length=1)
+    ratings_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    pairs: int = Field(ge=1)
+    maps: dict[str, dict[str, float]] = Field(min_length=1)
+    held_out: dict
+
+    @field_validator("maps")
+    @classmethod
+    def _monotone(cls, maps: dict) -> dict:
+        for g, m in maps.items():
+            if sorted(m) != list(LEVELS):
+                raise ValueError(f"the map of {g!r} maps {sorted(m)}, not the judge's levels 1-4")
+            v = [m[k] for k in LEVELS]
+            if not all(math.isfinite(x) and 1 <= x <= 4 for x in v):
+                raise ValueError(f"the map of {g!r} sends a level outside the ratings 1-4")
+            if any(a > b for a, b in zip(v, v[1:])):
+                raise ValueError(f"the map of {g!r} is not non-decreasing (an isotonic fit is)")
+            if v[0] == v[-1]:
+                raise ValueError(f"the map of {g!r} sends every level to {v[0]:g} (it says nothing of the judge's score)")
+        return maps
+
+
 def read_calibration(path) -> tuple[dict, str]:
+    """A calibration file (:func:`calibrate`), bounded and checked (:class:`_Calibration`); its sha256. Its held-out
+    figures are its sender's claims (made from ratings not here): an applied calibration's record keeps them as such."""
+    from craftmd.atomic import read_regular
+
+    data = read_regular(path, MAX_CALIBRATION_BYTES)
     try:
-        data = Path(path).read_bytes()
         cal = json.loads(data)
-    except (OSError, ValueError) as exc:
-        raise CraftMDError(
-            f"{path}: not a readable calibration ({getattr(exc, 'strerror', None) or type(exc).__name__})"
-        ) from None
-    if not isinstance(cal, dict) or cal.get("format") != FORMAT or cal.get("version") != VERSION or cal.get("by") not in BY:
+    except (ValueError, RecursionError) as exc:
+        raise CraftMDError(f"{path}: not a readable calibration ({type(exc).__name__})") from None
+    if not isinstance(cal, dict) or cal.get("format") != FORMAT:
         raise CraftMDError(f"{path}: not a judge calibration (craftmd judge-calibrate fit)")
+    try:
+        _Calibration.model_validate(cal)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"]) or "the file"
+        raise CraftMDError(f"{path}: not a judge calibration: {loc}: {first['msg'].removeprefix('Value error, ')}") from None
     return cal, hashlib.sha256(data).hexdigest()
 
 
@@ -257,7 +307,7 @@ def apply_calibration(release_dirs, path) -> list[dict]:
         judge = pick_scorer(sorted({r["scorer"] for r in rows}))
         if judge is None:
             raise CraftMDError(f"release {rel.id}: not judged; nothing to calibrate")
-        if cal["judge"] and judge != cal["judge"]:
+        if judge != cal["judge"]:  # a calibration is of its judge alone
             raise CraftMDError(f"release {rel.id}: judged by {judge}, the calibration is of {cal['judge']}")
         mine = [r for r in rows if r["scorer"] == judge]
         missing = sorted({group_of(r["dimension"], cal["by"]) for r in mine} - set(cal["maps"]))
@@ -267,12 +317,12 @@ def apply_calibration(release_dirs, path) -> list[dict]:
                 "(calibrate with ratings of them, or --by category)"
             )
         plans.append((rel, judge, mine))
-    out = []
+    out = []  # the file's held-out figures, made from ratings not here, are kept as its claims (held_out_claimed)
     for rel, judge, mine in plans:
         cols = _calibrated_columns(mine, judge, cal)
         record = {"method": "isotonic", "version": VERSION, "judge": judge, "judge_scores_sha256": judge_scores_sha256(mine),
                   "by": cal["by"], "calibration_sha256": sha,
-                  "ratings_sha256": cal["ratings_sha256"], "pairs": cal["pairs"], "held_out": cal["held_out"]}  # fmt: skip
+                  "ratings_sha256": cal["ratings_sha256"], "pairs": cal["pairs"], "held_out_claimed": cal["held_out"]}  # fmt: skip
         write_scores(rel, pa.table(cols), {CALIBRATED: record})
         out.append({"release": rel.id, "judge": judge, "scores": len(mine)})
     return out

@@ -23,6 +23,9 @@ from craftmd.agreement import kendall_tau
 
 VARIANTS = ("seed", "order", "model", "prompts")
 FOLDER = "judge-sensitivity"
+#: What its folder holds: replaced whole by a new run, refused when anything else is in it (a file of the user's).
+OWNS = ("sensitivity.json",)
+HOLDS = ("sensitivity.json", "sensitivity.csv")
 COLUMNS = ["model", "variant", "judge", "level", "group", "n_cases", "n_conversations", "n_failed", "baseline", "variant_mean", "drift",
            "ci_low", "ci_high"]  # fmt: skip
 
@@ -110,7 +113,7 @@ def sensitivity(
     variants: list[str] | None = None,
 ) -> dict:
     """Re-judge a sample of every judged release under ``releases_dir`` under each variant; write and return the drift."""
-    from craftmd.atomic import atomic_dir
+    from craftmd.atomic import atomic_dir, check_writable
     from craftmd.models import parse_name
     from craftmd.scoring.judge import METRIC, Judge, MemberState, score_rows
 
@@ -121,6 +124,7 @@ def sensitivity(
         raise CraftMDError(f"--variants: {bad[0]!r} is not one of {', '.join(VARIANTS)}")
     if n < 1:
         raise CraftMDError("--n must be at least 1")
+    check_writable(Path(releases_dir) / FOLDER, owns=OWNS, holds=HOLDS)  # before a judge is asked anything
     plans = _plans(releases_dir, n, seed, dataset_dir)
     if not plans:
         raise CraftMDError(f"no judged release under {releases_dir} (craftmd score RELEASE --scorer judge:PROVIDER/MODEL first)")
@@ -148,7 +152,7 @@ def sensitivity(
     result = {"format": "craftmd-judge-sensitivity", "version": 1, "n": n, "seed": seed, "B": B, "other_judge": other, "variants": variants,
               "kendall_tau": tau, "models": models, "judges": records_out, "rows": table.to_dicts()}  # fmt: skip
     out = Path(releases_dir) / FOLDER
-    with atomic_dir(out, owns=("sensitivity.json",)) as tmp:
+    with atomic_dir(out, owns=OWNS, holds=HOLDS) as tmp:  # never a file of the user's in it
         table.write_csv(tmp / "sensitivity.csv")
         (tmp / "sensitivity.json").write_text(json.dumps(result, indent=1, sort_keys=True, ensure_ascii=False))
     return result

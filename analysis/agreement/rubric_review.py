@@ -138,7 +138,7 @@ def export_rubric_review(
     review, convs, keys = sample_rows(releases, n, seed, dimensions, dataset_dir)
 
     meta = {"seed": seed, "n": n, "catalog": load_catalog().record(), "releases": sorted(r.id for r in releases)}
-    atomic_write_bytes(out, build_workbook(review, convs, keys, meta))
+    atomic_write_bytes(out, build_workbook(review, convs, keys, meta), overwrite=overwrite)  # or made meanwhile: refused
     return out
 
 
@@ -156,10 +156,53 @@ def review_files(paths) -> list[tuple[str, bytes]]:
     return files
 
 
+def _level(v) -> int | None:
+    """A cell's rating 1-4 (a whole number, typed or as text), else None."""
+    try:
+        level = int(str(v).strip()) if not isinstance(v, float) or v.is_integer() else None
+    except ValueError:
+        return None
+    return level if level in (1, 2, 3, 4) and not isinstance(v, bool) else None
+
+
+def _key(name: str, wb, problems: list[str]) -> dict:
+    """The key sheet: (review_id, dimension) -> (judge, the judge's score 1-4 or None), each row checked."""
+    judge: dict = {}
+    for i, row in enumerate(wb["key"].iter_rows(min_row=2, values_only=True), 2):
+        row = tuple(row) + (None,) * (len(KEY_COLUMNS) - len(row))
+        rid, dim, _, score = row[: len(KEY_COLUMNS)]
+        if (rid, dim) in judge:
+            problems.append(f"{name}: key row {i}: {rid} / {dim} is there twice")
+        elif score is not None and _level(score) is None:
+            problems.append(f"{name}: key row {i}: the judge's score {score!r} is not 1-4")
+        judge[(rid, dim)] = None if score is None else _level(score)
+    return judge
+
+
+def _formulas(data: bytes, cols: dict) -> dict[tuple[int, str], str]:
+    """The rating cells holding a formula, (row, rater) -> its text: a formula's value is not in the file openpyxl
+    writes, so read for values alone it would be a blank, a rating lost without a word."""
+    from openpyxl import load_workbook
+
+    wb = load_workbook(io.BytesIO(data), read_only=True, data_only=False)
+    out = {}
+    for i, row in enumerate(wb["review"].iter_rows(min_row=2, values_only=True), 2):
+        for rater, j in cols.items():
+            v = row[j] if j < len(row) else None
+            if isinstance(v, str) and v.startswith("="):
+                out[(i, rater)] = v
+    return out
+
+
 def read_ratings(files: list[tuple[str, bytes]], units: dict | None = None) -> tuple[dict, dict]:
     """Filled-in workbooks -> (ratings: (review_id, dimension) -> {rater: 1..4}, judge: (review_id, dimension) -> score or None).
     Every problem is collected; one CraftMDError lists them (file, row, column) and nothing is returned. ``units``, when
-    given, is filled with review_id -> the row's release, case_id, trial, conversation and with_image."""
+    given, is filled with review_id -> the row's release, case_id, trial, conversation and with_image.
+
+    A row is bound to what was exported: its review id (which names its release, case, trial, conversation and image
+    flag) must be in the key sheet, its other columns those its id names, and its release one the workbook was
+    exported from; a row given twice, a rater column the sheet was not exported with, a formula for a rating and a
+    judge's score that is not 1-4 are problems, never guessed at."""
     from openpyxl import load_workbook
     from openpyxl.utils import get_column_letter
 
@@ -179,39 +222,80 @@ def read_ratings(files: list[tuple[str, bytes]], units: dict | None = None) -> t
         ):
             problems.append(f"{name}: not a rubric review workbook (craftmd judge-review export)")
             continue
-        for rid, dim, _, score in list(wb["key"].iter_rows(min_row=2, values_only=True)):
-            judge[(rid, dim)] = None if score is None else int(score)
+        lost = [s for s in ("review", "key") if s not in wb.sheetnames]
+        if lost:
+            problems.append(f"{name}: no {' or '.join(lost)} sheet (export the workbook again: craftmd judge-review export)")
+            continue
+        exported = _meta(wb).get("releases")
+        keys = _key(name, wb, problems)
+        judge.update(keys)
         rows = list(wb["review"].iter_rows(values_only=True))
-        header = list(rows[0])
+        header = list(rows[0]) if rows else []
         cols = {r: header.index(r) for r in RATERS if r in header}
+        extra = [(j, h) for j, h in enumerate(header) if h is not None and h not in REVIEW_COLUMNS and h not in RATERS]
+        for j, h in extra:
+            problems.append(
+                f"{name}: review!{get_column_letter(j + 1)}1: a column {h!r} the sheet was not exported with "
+                f"(its raters are {', '.join(RATERS)}: a third rater rates in a sheet of their own)"
+            )
+        formulas = _formulas(data, cols)
+        seen: dict = {}
         for i, row in enumerate(rows[1:], 2):
+            row = tuple(row) + (None,) * (len(header) - len(row))
             rid, dim = row[0], row[REVIEW_COLUMNS.index("dimension")]
+            unit = {k: row[REVIEW_COLUMNS.index(k)] for k in ("release", "case_id", "trial", "conversation", "with_image")}
             if dim not in known:
                 problems.append(f"{name}: review row {i}: unknown dimension {dim!r}")
                 continue
-            if (rid, dim) not in judge:
+            if (rid, dim) not in keys:
                 problems.append(f"{name}: review row {i}: {rid} / {dim} is not in the key sheet")
                 continue
+            if (rid, dim) in seen:
+                problems.append(f"{name}: review row {i}: {rid} / {dim} is row {seen[(rid, dim)]} again")
+                continue
+            seen[(rid, dim)] = i
+            named = f"{unit['release']}:{unit['case_id']}:{unit['trial']}:{unit['conversation']}:{int(bool(unit['with_image']))}"
+            if named != rid or (exported is not None and unit["release"] not in exported):
+                problems.append(
+                    f"{name}: review row {i}: its release, case, trial, conversation or image flag is not the one its "
+                    f"review id {rid} was exported with"
+                )
+                continue
             if units is not None:
-                units[rid] = {
-                    k: row[REVIEW_COLUMNS.index(k)] for k in ("release", "case_id", "trial", "conversation", "with_image")
-                }
+                units[rid] = unit
             for rater, j in cols.items():
+                if (i, rater) in formulas:
+                    problems.append(
+                        f"{name}: review!{get_column_letter(j + 1)}{i}: a formula ({formulas[(i, rater)][:40]}), not a rating 1-4"
+                    )
+                    continue
                 v = row[j]
                 if v is None or (isinstance(v, str) and not v.strip()):
                     continue
-                try:
-                    level = int(str(v).strip()) if not isinstance(v, float) or v.is_integer() else None
-                except ValueError:
-                    level = None
-                if level not in (1, 2, 3, 4):
+                level = _level(v)
+                if level is None:
                     problems.append(f"{name}: review!{get_column_letter(j + 1)}{i}: {v!r} is not a rating 1-4")
+                    continue
+                if rater in ratings.get((rid, dim), {}):
+                    problems.append(f"{name}: review row {i}: {rid} / {dim} is rated by {rater} in another file too")
                     continue
                 ratings.setdefault((rid, dim), {})[rater] = level
     if problems:
         shown = "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else "")
         raise CraftMDError(f"{len(problems)} problem(s) in the review files: {shown}")
     return ratings, judge
+
+
+def _meta(wb) -> dict:
+    """The instructions sheet's recorded fields (key -> its JSON value; a value that is not JSON is left out)."""
+    out = {}
+    for row in wb["instructions"].iter_rows(min_row=2, values_only=True):
+        if len(row) >= 2 and isinstance(row[0], str) and isinstance(row[1], str):
+            try:
+                out[row[0]] = json.loads(row[1])
+            except ValueError:
+                continue
+    return out
 
 
 def _figures(pairs_r: list[tuple], pairs_j: list[tuple], matrix: list[list]) -> dict:
@@ -237,7 +321,7 @@ def agreement(ratings: dict, judge: dict, *, B: int = 1000, seed: int = 15) -> l
     items = []
     for (rid, dim), vals in sorted(ratings.items()):
         resolved = statistics.median_low(list(vals.values()))
-        items.append({"review_id": rid, "dimension": dim, "pair": tuple(vals[r] for r in first2) if all(r in vals for r in first2) else None,
+        items.append({"review_id": rid, "dimension": dim, "pair": tuple(vals[r] for r in first2) if len(first2) == 2 and all(r in vals for r in first2) else None,
                       "judge": (resolved, judge[(rid, dim)]) if judge.get((rid, dim)) is not None else None,
                       "row": [vals.get(r, np.nan) for r in raters]})  # fmt: skip
     out = []

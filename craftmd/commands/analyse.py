@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from craftmd.commands.cli import add_dataset_argument, command
+from craftmd.commands.cli import add_dataset_argument, command, resamples_type, seed_type
 
 
 def _analyse(args) -> int:
@@ -55,8 +55,8 @@ def register(sub) -> None:
     p.add_argument("--releases", required=True, help="folder of release folders")
     add_dataset_argument(p, help="the built dataset folder (case metadata)")
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--resamples", type=int, default=DEFAULT_B, help=f"bootstrap resamples (default {DEFAULT_B})")
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"bootstrap seed (default {DEFAULT_SEED})")
+    p.add_argument("--resamples", type=resamples_type, default=DEFAULT_B, help=f"bootstrap resamples (default {DEFAULT_B})")
+    p.add_argument("--seed", type=seed_type, default=DEFAULT_SEED, help=f"bootstrap seed (default {DEFAULT_SEED})")
     p.add_argument(
         "--all-pairs",
         action="store_true",

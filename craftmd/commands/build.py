@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from craftmd.commands.cli import add_quiet_argument, add_source_argument, command
+from craftmd.commands.cli import add_quiet_argument, add_source_argument, command, positive_int
 
 
 def register(sub) -> None:
@@ -37,7 +37,9 @@ def register(sub) -> None:
         help="also write golden consultations with this model playing both sides (cached; failures listed in "
         "build_report.md); openai-api/<service>/<model> reads <SERVICE>_BASE_URL and <SERVICE>_API_KEY",
     )
-    b.add_argument("--golden-limit", type=int, metavar="N", help="with --golden-writer: write the first N kept cases only")
+    b.add_argument(
+        "--golden-limit", type=positive_int, metavar="N", help="with --golden-writer: write the first N kept cases only"
+    )
     b.add_argument("--golden-base-url", metavar="URL", help="with --golden-writer: the server of an openai/ model")
     b.add_argument("--cache", type=Path, metavar="FILE", help="with --golden-writer: the request cache (default: the package's)")
     b.add_argument("--overwrite", action="store_true", help="replace an existing build at --out (atomically)")

@@ -141,7 +141,7 @@ def add_call_arguments(
         "('openai' for openai/ models), e.g. --concurrency 32 --concurrency local=4",
     )
     parser.set_defaults(server_concurrency={})
-    parser.add_argument("--seed", type=int, default=0, help=seed_help)
+    parser.add_argument("--seed", type=seed_type, default=0, help=seed_help)
     parser.add_argument(
         "--temperature", type=temperature_type, default=temperature, help=f"sampling temperature (default {temperature})"
     )
@@ -188,6 +188,27 @@ def positive_int(text: str) -> int:
 def count_type(text: str) -> int:
     """A whole number ≥ 0 (``--max-retries``)."""
     return _number(text, int, lambda n: n >= 0, "a whole number of at least 0")
+
+
+#: The most bootstrap resamples a command draws: the draws are a resamples x cases array held in memory.
+MAX_RESAMPLES = 100_000
+#: Seeds are whole numbers that fit a signed 64-bit integer and are at least 0 (numpy's generators refuse a negative one).
+MAX_SEED = 2**63 - 1
+
+
+def seed_type(text: str) -> int:
+    """A seed: a whole number from 0 to :data:`MAX_SEED` (``--seed``)."""
+    return _number(text, int, lambda n: 0 <= n <= MAX_SEED, f"a whole-number seed from 0 to {MAX_SEED}")
+
+
+def resamples_type(text: str) -> int:
+    """Bootstrap resamples: a whole number from 1 to :data:`MAX_RESAMPLES` (``--resamples``, ``--B``)."""
+    return _number(text, int, lambda n: 1 <= n <= MAX_RESAMPLES, f"a whole number of resamples from 1 to {MAX_RESAMPLES:,}")
+
+
+def fraction_type(text: str) -> float:
+    """A finite number from 0 to 1 (``--threshold`` of a similarity)."""
+    return _number(text, float, lambda x: 0 <= x <= 1, "a number from 0 to 1")
 
 
 def seconds_type(text: str) -> float:

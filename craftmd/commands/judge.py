@@ -17,6 +17,8 @@ from craftmd.commands.cli import (
     add_source_argument,
     check_base_url,
     command,
+    count_type,
+    positive_int,
     price_type,
 )
 
@@ -66,7 +68,7 @@ def add_judge_arguments(p, *, selection: bool = True) -> None:
     from craftmd.scoring.judge import MODES, RESPONSE_FORMATS, SCORE_TOKENS
 
     g = p.add_argument_group("judges (judge:PROVIDER/MODEL scorers)")
-    g.add_argument("--seeds", type=int, default=1, help="committee members per judge model, seeds 0..N-1 (default 1)")
+    g.add_argument("--seeds", type=positive_int, default=1, help="committee members per judge model, seeds 0..N-1 (default 1)")
     add_list_argument(
         g, "--dimensions", "NAME[,NAME...]", "only these dimension ids, categories or meta-categories (default: all that apply)"
     )
@@ -87,9 +89,14 @@ def add_judge_arguments(p, *, selection: bool = True) -> None:
         add_list_argument(g, "--conversation", "KIND[,KIND...]", "only these conversation kinds (e.g. standard)")
         add_cases_argument(g)
     g.add_argument(
-        "--score-tokens", type=int, default=SCORE_TOKENS, help=f"cap of a score reply per dimension (default {SCORE_TOKENS})"
+        "--score-tokens",
+        type=positive_int,
+        default=SCORE_TOKENS,
+        help=f"cap of a score reply per dimension (default {SCORE_TOKENS})",
     )
-    g.add_argument("--max-invalid", type=int, default=2, help="times a reply that does not validate is asked again (default 2)")
+    g.add_argument(
+        "--max-invalid", type=count_type, default=2, help="times a reply that does not validate is asked again (default 2)"
+    )
     g.add_argument("--price", type=price_type, metavar="IN,OUT", help="USD per million input,output tokens, for the cost")
     add_list_argument(
         g,

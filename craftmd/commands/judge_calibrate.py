@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from craftmd import CraftMDError
-from craftmd.commands.cli import command
+from craftmd.commands.cli import command, positive_int, resamples_type, seed_type
 
 
 def register(sub) -> None:
@@ -21,11 +21,11 @@ def register(sub) -> None:
     c.add_argument("--calibration", metavar="FILE.json", help="apply: the calibration (judge-calibrate fit)")
     c.add_argument("--by", choices=BY, default="dimension", help="fit: one map per dimension (default) or per category")
     c.add_argument(
-        "--min-ratings", type=int, default=MIN_RATINGS, help=f"fit: rated pairs each group needs (default {MIN_RATINGS})"
+        "--min-ratings", type=positive_int, default=MIN_RATINGS, help=f"fit: rated pairs each group needs (default {MIN_RATINGS})"
     )
-    c.add_argument("--folds", type=int, default=5, help="fit: cross-validation folds over conversations (default 5)")
-    c.add_argument("--seed", type=int, default=15, help="fit: the folds' and the bootstrap's seed (default 15)")
-    c.add_argument("--B", type=int, default=1000, help="fit: bootstrap resamples of the CIs (default 1000)")
+    c.add_argument("--folds", type=positive_int, default=5, help="fit: cross-validation folds over conversations (default 5)")
+    c.add_argument("--seed", type=seed_type, default=15, help="fit: the folds' and the bootstrap's seed (default 15)")
+    c.add_argument("--B", type=resamples_type, default=1000, help="fit: bootstrap resamples of the CIs (default 1000)")
     c.add_argument("--overwrite", action="store_true")
 
 

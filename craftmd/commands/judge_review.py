@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from craftmd import CraftMDError
-from craftmd.commands.cli import add_list_argument, command
+from craftmd.commands.cli import add_list_argument, command, positive_int, resamples_type, seed_type
 
 
 def _review(args) -> int:
@@ -57,13 +57,13 @@ def register(sub) -> None:
         help="import: also add the ratings to the rated releases under this folder (scorers rater:<name> and experts, "
         "metric expert_rubric_rating), where the board shows them in a judge's place, marked human",
     )
-    r.add_argument("--n", type=int, default=10, help="export: conversations per release (default 10)")
-    r.add_argument("--seed", type=int, default=15, help="the sample's and the bootstrap's seed (default 15)")
+    r.add_argument("--n", type=positive_int, default=10, help="export: conversations per release (default 10)")
+    r.add_argument("--seed", type=seed_type, default=15, help="the sample's and the bootstrap's seed (default 15)")
     add_list_argument(r, "--dimensions", "NAME[,NAME...]", "export: only these dimension ids, categories or meta-categories")
     r.add_argument(
         "--dataset", metavar="DIR", default=None, help="export: the built dataset (a release of another task than craftmd)"
     )
-    r.add_argument("--B", type=int, default=1000, help="import: bootstrap resamples (default 1000)")
+    r.add_argument("--B", type=resamples_type, default=1000, help="import: bootstrap resamples (default 1000)")
     r.add_argument("--overwrite", action="store_true")
 
 

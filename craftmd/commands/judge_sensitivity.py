@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from craftmd.commands.cli import add_list_argument, check_base_url, command
+from craftmd.commands.cli import add_list_argument, check_base_url, command, positive_int, resamples_type, seed_type
 
 
 def _sensitivity(args) -> int:
@@ -38,9 +38,9 @@ def register(sub) -> None:
     s = command(sub, "judge-sensitivity", _sensitivity)
     s.add_argument("releases", metavar="RELEASES", help="folder of release folders, judged")
     s.add_argument("--other-judge", required=True, metavar="PROVIDER/MODEL", help="the judge model of the 'model' variant")
-    s.add_argument("--n", type=int, default=10, help="conversations re-judged per release (default 10)")
-    s.add_argument("--seed", type=int, default=0, help="the sample's and the bootstrap's seed (default 0)")
-    s.add_argument("--B", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    s.add_argument("--n", type=positive_int, default=10, help="conversations re-judged per release (default 10)")
+    s.add_argument("--seed", type=seed_type, default=0, help="the sample's and the bootstrap's seed (default 0)")
+    s.add_argument("--B", type=resamples_type, default=1000, help="bootstrap resamples (default 1000)")
     add_list_argument(s, "--variants", "NAME[,NAME...]", f"only these of {', '.join(VARIANTS)} (default all)")
     s.add_argument("--dataset", metavar="DIR", default=None, help="the built dataset (an encounters release: the medpi folder)")
     s.add_argument("--base-url", default=None, help="the judges' OpenAI-compatible server (openai/ models)")

@@ -49,9 +49,12 @@ def register(sub) -> None:
     )
     cli.add_cases_argument(e, "only these case ids (of the all config)")
     e.add_argument("--cache", type=Path, metavar="PATH", help="request cache (default $CRAFTMD_CACHE/requests.sqlite)")
-    e.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
+    e.add_argument("--concurrency", type=cli.positive_int, default=8, help="requests in flight (default 8)")
     e.add_argument(
-        "--max-retries", type=int, default=6, help="retries of a failed call before it is recorded as an error (default 6)"
+        "--max-retries",
+        type=cli.count_type,
+        default=6,
+        help="retries of a failed call before it is recorded as an error (default 6)",
     )
     e.add_argument(
         "--timeout", type=cli.seconds_type, default=120.0, help="seconds to wait for one reply before retrying (default 120)"

@@ -14,7 +14,15 @@ from pathlib import Path
 from craftmd import CraftMDError
 from craftmd.analysis.bootstrap import DEFAULT_B, DEFAULT_SEED
 from craftmd.atomic import atomic_dir, check_writable
-from craftmd.commands.cli import add_dataset_argument, add_quiet_argument, add_source_argument, command, keywords
+from craftmd.commands.cli import (
+    add_dataset_argument,
+    add_quiet_argument,
+    add_source_argument,
+    command,
+    keywords,
+    resamples_type,
+    seed_type,
+)
 from craftmd.release import find_releases
 
 
@@ -177,8 +185,8 @@ def register(sub) -> None:
         metavar="NAME",
         help="a scorer to run on every release besides its task's defaults (repeatable; craftmd score --list)",
     )
-    p.add_argument("--resamples", type=int, default=DEFAULT_B, help=f"bootstrap resamples (default {DEFAULT_B})")
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"bootstrap seed (default {DEFAULT_SEED})")
+    p.add_argument("--resamples", type=resamples_type, default=DEFAULT_B, help=f"bootstrap resamples (default {DEFAULT_B})")
+    p.add_argument("--seed", type=seed_type, default=DEFAULT_SEED, help=f"bootstrap seed (default {DEFAULT_SEED})")
     add_quiet_argument(p)
 
 

@@ -14,7 +14,9 @@ from craftmd.commands.cli import (
     add_dataset_argument,
     add_quiet_argument,
     command,
+    fraction_type,
     positive_int,
+    seed_type,
     temperature_type,
 )
 
@@ -59,7 +61,7 @@ def register(sub) -> None:
     meld.add_argument("--config", action="append", dest="configs", metavar="CONFIG",
                       help="dataset config(s) to test (repeatable; default medqa_usmle, derm_public, derm_private)")  # fmt: skip
     add_cases_argument(meld)
-    meld.add_argument("--limit", type=int, help="only the first N cases of each config")
+    meld.add_argument("--limit", type=positive_int, help="only the first N cases of each config")
     meld.add_argument("--cache", help="request cache (SQLite) path; reruns answer from it")
     meld.add_argument("--split", choices=("chars", "words"), default="chars",
                       help="halve at the space nearest the character midpoint (the paper's rule, default) or by word count")  # fmt: skip
@@ -72,9 +74,9 @@ def register(sub) -> None:
     meld.add_argument("--role", choices=("system", "user"), default="system", help="send the prompt as this role (paper: system)")
     meld.add_argument("--temperature", type=temperature_type, default=0.0)
     meld.add_argument("--max-tokens", type=positive_int, default=1024)
-    meld.add_argument("--seed", type=int, default=0)
-    meld.add_argument("--concurrency", type=int, default=8)
-    meld.add_argument("--threshold", type=float, default=0.95, help="similarity that flags a case (default 0.95)")
+    meld.add_argument("--seed", type=seed_type, default=0)
+    meld.add_argument("--concurrency", type=positive_int, default=8)
+    meld.add_argument("--threshold", type=fraction_type, default=0.95, help="similarity that flags a case (default 0.95)")
     meld.add_argument("--out", required=True, help="output folder (written atomically)")
     meld.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     meld.add_argument("--audits", help="also write the leaderboard audit JSON (and figure) into this folder")

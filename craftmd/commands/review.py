@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from craftmd.commands.cli import add_source_argument, command
+from craftmd.commands.cli import add_source_argument, command, positive_int, seed_type
 
 
 def register(sub) -> None:
@@ -24,8 +24,8 @@ def register(sub) -> None:
     ex.add_argument("--release", action="append", required=True, metavar="DIR",
                     help="a release folder, or a folder of releases (repeatable)")  # fmt: skip
     ex.add_argument("--dataset", required=True, help="built dataset folder")
-    ex.add_argument("--n", type=int, required=True, help="conversations per model x dataset source")
-    ex.add_argument("--seed", type=int, required=True)
+    ex.add_argument("--n", type=positive_int, required=True, help="conversations per model x dataset source")
+    ex.add_argument("--seed", type=seed_type, required=True)
     ex.add_argument(
         "--grader", help="grader whose verdicts go into the key (default: an llm: grader, else upstream-gpt4, else offline)"
     )

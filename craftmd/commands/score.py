@@ -20,6 +20,7 @@ from craftmd.commands.cli import (
     command,
     dominant_reason,
     keywords,
+    positive_int,
 )
 from craftmd.commands.judge import add_judge_arguments, judge_options
 from craftmd.scoring.score import claim_lines
@@ -207,7 +208,9 @@ def register(sub) -> None:
         help=f"the meld scorer's prompt set (default {MELD_PROMPT_SET}: upstream's, read from the pinned code; meld-v1: "
         "the package's file)",
     )
-    p.add_argument("--workers", type=int, default=None, help="worker processes of the history metrics (default: up to 2)")
+    p.add_argument(
+        "--workers", type=positive_int, default=None, help="worker processes of the history metrics (default: up to 2)"
+    )
     add_judge_arguments(p)
     add_call_arguments(
         p,

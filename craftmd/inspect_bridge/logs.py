@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from craftmd import CraftMDError, __version__
-from craftmd.atomic import inside
+from craftmd.atomic import MAX_READ_BYTES, inside, open_regular
 from craftmd.release import (
     ANSWERS_SCHEMA,
     CLAIM_PREFIX,
@@ -36,6 +36,9 @@ EXTRA = "craftmd.extra"  # ... rows no exported answer carries (first log only)
 SCORE_ORDER = "craftmd.score_columns"  # ... the scores table's column order
 CONV_KEY = KEYS["conversations"]
 ANSWER_KEY = KEYS["answers"]
+#: The deepest nesting of JSON a log may hold (inspect's own logs are a dozen levels deep): deeper is refused before
+#: inspect parses it (its reader's memory grows with depth times length: 400 KB of brackets took 20 GB).
+MAX_JSON_DEPTH = 100
 #: What ingest never reads from a sample (the events hold every model call: most of a log's bytes).
 SKIP = {"events", "attachments", "model_usage", "role_usage", "timelines", "output"}
 
@@ -66,6 +69,49 @@ def _check_header(path: Path, log) -> str:
     return task
 
 
+def _json_depth(f, where: str) -> None:
+    """Refuse JSON read from ``f`` (a binary stream) nested deeper than :data:`MAX_JSON_DEPTH`, streaming (nothing
+    built); JSON that does not parse is left for inspect's reader to name."""
+    import ijson
+
+    depth = 0
+    try:
+        for event, _ in ijson.basic_parse(f, use_float=True):
+            if event in ("start_map", "start_array"):
+                depth += 1
+                if depth > MAX_JSON_DEPTH:
+                    raise CraftMDError(
+                        f"{where}: not an inspect log (JSON nested more than {MAX_JSON_DEPTH} levels deep; not read)"
+                    )
+            elif event in ("end_map", "end_array"):
+                depth -= 1
+    except ijson.JSONError:
+        return
+
+
+def check_log_bounds(p: Path) -> None:
+    """A log read only when bounded: a regular file of at most :data:`~craftmd.atomic.MAX_READ_BYTES` (an ``.eval``
+    zip's members too, as they inflate), its JSON at most :data:`MAX_JSON_DEPTH` deep; else one line, before inspect
+    reads a byte of it."""
+    import zipfile
+
+    with open_regular(p) as f:
+        if not zipfile.is_zipfile(f):
+            f.seek(0)
+            return _json_depth(f, str(p))
+        f.seek(0)
+        try:
+            with zipfile.ZipFile(f) as z:
+                members = z.infolist()
+                if sum(m.file_size for m in members) > MAX_READ_BYTES:
+                    raise CraftMDError(f"{p}: too large as it inflates (more than {MAX_READ_BYTES:,} bytes; not read)")
+                for m in members:
+                    with z.open(m) as member:
+                        _json_depth(member, f"{p} ({m.filename})")
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError):
+            return  # a damaged zip: inspect's reader names it
+
+
 def read_logs(paths: list[Path | str]) -> list:
     """The logs, each checked from its header before its samples are read."""
     require_inspect()
@@ -75,6 +121,7 @@ def read_logs(paths: list[Path | str]) -> list:
     for p in map(Path, paths):
         if not p.exists():
             raise CraftMDError(f"{p}: no such log")
+        check_log_bounds(p)
         try:
             head = read_eval_log(str(p), header_only=True)
         except Exception as exc:  # noqa: BLE001 - an unreadable file, whatever inspect raised
@@ -398,7 +445,7 @@ def ingest_logs(paths: list[Path | str], out: Path | str, *, overwrite: bool = F
     logs = read_logs(paths)
     try:  # what the log's rows hold is the log's word: a row of the wrong shape or type is one line, nothing written
         manifest, tables, scores, records = _release_of(logs, out, Path(paths[0]), dataset)
-    except (pa.ArrowException, TypeError, ValueError, KeyError, AttributeError) as exc:
+    except (pa.ArrowException, TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:  # a trial of 2**70
         raise CraftMDError(
             f"{paths[0] if len(paths) == 1 else 'the logs'}: rows that do not fit a release "
             f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); nothing was written"

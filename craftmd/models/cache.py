@@ -54,6 +54,10 @@ def request_key(
     return hashlib.sha256(payload.encode()).hexdigest(), payload
 
 
+#: The validator of a stored reply (:meth:`RequestCache._stored`), made when first needed.
+_STORED = None
+
+
 class RequestCache:
     """A SQLite request cache, safe for concurrent asyncio tasks, threads and processes."""
 
@@ -82,7 +86,26 @@ class RequestCache:
 
     def get(self, key: str) -> Completion | None:
         row = self._sql("SELECT response FROM requests WHERE key = ?", (key,), "one")
-        return Completion.from_dict(json.loads(row[0])) if row else None
+        return self._stored(row[0]) if row else None
+
+    def _stored(self, raw) -> Completion:
+        """A stored reply, checked field by field (types, status) where it enters: a row that is not one is one line."""
+        from pydantic import TypeAdapter, ValidationError
+
+        global _STORED
+        if _STORED is None:
+            _STORED = TypeAdapter(Completion)
+        try:
+            if not isinstance(raw, (str, bytes)):
+                raise TypeError(type(raw).__name__)
+            return _STORED.validate_json(raw, strict=True)
+        except (ValidationError, TypeError) as exc:
+            why = exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": (), "msg": f"a {exc} value"}
+            where = ".".join(map(str, why["loc"])) or "the row"
+            raise CraftMDError(
+                f"{self.path}: request cache: a stored reply is not one ({where}: {why['msg']}); it is damaged: move it "
+                "away (a new cache starts empty) or restore a copy"
+            ) from None
 
     def put(self, key: str, provider: str, model: str, request: str, completion: Completion, *, replace: bool = False) -> None:
         """Store ``completion`` for the request ``request_key`` gave as ``(key, request)`` (``replace``: over a row that

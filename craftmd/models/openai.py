@@ -351,7 +351,7 @@ def parse_completion(r: object, keys=()) -> Completion:
         msg, finish = choice["message"], choice.get("finish_reason")
         text, refusal = msg.get("content"), msg.get("refusal")
         served = r.get("model") if isinstance(r.get("model"), str) and r.get("model") else None
-    except (AttributeError, KeyError, IndexError, TypeError, ValueError):
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError, OverflowError):  # usage of 1e400: no count
         raise TransientError(MALFORMED, scrub(str(r), keys)[:200]) from None  # scrubbed before it is cut
     if text is not None and not isinstance(text, str):
         raise TransientError(MALFORMED, f"content is {type(text).__name__}")

@@ -161,6 +161,12 @@ def _row_unit(
 ) -> Unit | None:
     """The conversation a review row rates; None (a problem added) when its trial is no number or an earlier file
     gave the same review_id to another model or case."""
+    edited = [
+        c for c in ("release", "case_id") if k.get(c) is not None and c in col and _cell_text(cells[col[c]]) != _cell_text(k[c])
+    ]
+    if edited:  # the row's conversation is the one its key names: an edited column never moves a rating elsewhere
+        problems.add(f"{name} [{REVIEW_SHEET}] row {rn}: its {' and '.join(edited)} is not the one {rid} was exported with")
+        return None
     trial = k.get("trial") or (_cell_text(cells[col["trial"]]) if "trial" in col else None)
     try:
         trial_n = int(float(trial)) if trial not in (None, "") else None

@@ -143,5 +143,5 @@ def export_review(releases, dataset_dir, out, *, n: int, seed: int, grader: str 
     meta = {"seed": seed, "n_per_stratum": n, "releases": [r.id for r in rels], "questions_sha256": questions_sha256()}
     data = build_workbook(rows, keys, meta)
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out, data)
+    atomic_write_bytes(out, data, overwrite=overwrite)  # or made meanwhile: refused
     return out

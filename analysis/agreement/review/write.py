@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from craftmd import CraftMDError
-from craftmd.atomic import atomic_write_bytes, atomic_write_json
+from craftmd.atomic import atomic_write_files, json_bytes
 
 from .records import EXPERTS
 
@@ -94,6 +94,5 @@ def write_with_scores(path: Path, results: dict, table, records: dict) -> Path:
 
     path = Path(path)
     data = encode_scores(table, records)
-    atomic_write_bytes(path.with_name(f"{path.stem}.scores.parquet"), data)
-    atomic_write_json(path, results)
+    atomic_write_files({path.with_name(f"{path.stem}.scores.parquet"): data, path: json_bytes(results)})  # both, or neither
     return path
