@@ -39,13 +39,14 @@ RL_VENV ?= .venv-rl
 TRAIN_VENV ?= .venv-train
 TRAIN_PACKAGES := torch==2.13.0 transformers[serving]==5.17.0 trl==1.13.0 peft==0.21.0 gguf==0.19.0 accelerate==1.15.0 datasets==5.2.0
 
-.PHONY: help install llm router rl train-env build packets ingest leaderboard lint format test browser bench clean
+.PHONY: help install llm router rl train-env build packets ingest leaderboard lint format docs test browser bench clean
 
 help:
 	@echo "make leaderboard  build the dataset, ingest upstream results, run the stale scorers, analyse, write the page ($(LEADERBOARD_OUT)/index.html)"
 	@echo "make build        build the Hugging Face dataset into DATA_OUT=$(DATA_OUT)"
 	@echo "make packets      build MedPI's 366 synthetic patient packets into PACKETS_OUT=$(PACKETS_OUT) (about 18 min)"
-	@echo "make test         run the test suite"
+	@echo "make test         run the test suite (the documentation is built first)"
+	@echo "make docs         build the documentation site into DOCS_OUT=$(DOCS_OUT) (warnings are errors)"
 	@echo "make llm          install the real test model and its server into $(LLM_VENV) (compiles llama.cpp)"
 	@echo "make router       install vllm-router (the scaling test's router) into $(ROUTER_VENV)"
 	@echo "make train-env    install the fine-tuning recipe (torch, transformers, TRL, peft) into $(TRAIN_VENV)"
@@ -106,6 +107,18 @@ browser:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; } || \
 	  echo "warning: chromium not installed; the page test will fail" >&2
 
+# The documentation site (docs/: Sphinx with MyST Markdown, the furo theme, sphinx-argparse for the command reference,
+# autodoc for the API), built with warnings as errors: a broken cross-reference, a link to a missing page or heading
+# anchor, a page in no table of contents or a docstring reST cannot parse fails the build. Its packages are the
+# `docs` extra, installed into .venv.
+DOCS_OUT ?= docs/_build/html
+$(VENV)/.docs: $(VENV)/.installed
+	$(BIN)/python -m pip install -q -c requirements.lock -e '.[test,inspect,docs]'
+	@touch $@
+
+docs: $(VENV)/.docs
+	$(BIN)/python -m sphinx -W --keep-going -q -b html docs $(DOCS_OUT)
+
 # The linter and the formatter's check (ruff, configured in pyproject.toml): `make format` formats.
 lint: install
 	$(BIN)/ruff check .
@@ -114,11 +127,11 @@ lint: install
 format: install
 	$(BIN)/ruff format .
 
-test: lint install browser llm router rl train-env
+test: lint install docs browser llm router rl train-env
 	$(BIN)/python -m pytest
 
 bench: install llm train-env
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf out $(LEADERBOARD_OUT) .pytest_cache
+	rm -rf out $(LEADERBOARD_OUT) .pytest_cache docs/_build docs/_generated

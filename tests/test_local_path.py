@@ -25,11 +25,12 @@ M = "openai-api/local/local-model"
 
 
 def readme_server_options() -> list[str]:
-    """The options of the README's llama.cpp server command (every such command in README.md is the same one)."""
-    lines = [ln.split("&")[0] for ln in (ROOT / "README.md").read_text().splitlines() if "-m llama_cpp.server" in ln]
-    assert lines, "README.md has no llama.cpp server command"
+    """The options of the documented llama.cpp server command (every such command of the local-model page,
+    ``docs/local.md``, is the same one)."""
+    lines = [ln.split("&")[0] for ln in (ROOT / "docs" / "local.md").read_text().splitlines() if "-m llama_cpp.server" in ln]
+    assert lines, "docs/local.md has no llama.cpp server command"
     options = [shlex.split(ln.split("-m llama_cpp.server", 1)[1]) for ln in lines]
-    assert all(o == options[0] for o in options), f"README.md's server commands differ: {options}"
+    assert all(o == options[0] for o in options), f"docs/local.md's server commands differ: {options}"
     return options[0]
 
 

@@ -1,4 +1,5 @@
-"""The README's "Write a task" example runs as printed (issue #31): its files are taken from the README's text and
+"""The documentation's "Write a task" example runs as printed (issue #31): its files are taken from the page's text
+(``docs/write-a-task.md``) and
 written to a fresh folder, and its commands (``craftmd generate --task … -T …``, ``craftmd score``, ``craftmd analyse
 --page``, ``inspect eval``) run there against a loopback model server, each in its own process as a user runs them.
 The example is the toy task of ``tests/fixtures/oneword/``, byte for byte, so the two cannot drift apart."""
@@ -28,9 +29,8 @@ MODEL = "openai-api/toy/m"
 
 
 def section() -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index("## Write a task\n")
-    return text[start : text.index("\n## ", start + 1)]
+    """The page "Write a task" of the documentation, whole."""
+    return (ROOT / "docs" / "write-a-task.md").read_text()
 
 
 def files(text: str) -> dict[str, str]:

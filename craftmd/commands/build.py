@@ -57,7 +57,7 @@ def _build(args: argparse.Namespace) -> int:
     MedQA lines (and --medqa-train's), no model needed, and with --golden-writer also written by a model; every
     benchmark case is excluded (dropped candidates listed in build_report.md).
     The craftmd_train config (split train) holds the same MedQA items posed as CRAFT-MD vignettes (the columns
-    of medqa_usmle, ids train_...), for training; every benchmark case is excluded the same way.
+    of medqa_usmle, ids such as train_mediq_8), for training; every benchmark case is excluded the same way.
     Writes parquet per config, a README.md card, build_manifest.json and build_report.md into --out,
     atomically; any bad input stops the build with one line and leaves nothing at --out.
     """
