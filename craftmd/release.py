@@ -1061,14 +1061,15 @@ def rebuild_hint(kind: str, name: str, path: Path | str) -> str:
     return f"rebuild it: craftmd generate {path} again with --overwrite (the request cache answers what was asked before)"
 
 
+#: The tables that hold a run's own output: one run under two ids holds the same of either.
+OUTPUT_TABLES = ("answers.parquet", "conversations.parquet")
+
+
 def _content(release: Release) -> list[tuple[str, str]]:
-    """What a release holds, by content: each of its tables that has rows (not its run record, not its scores), by
-    name and sha256. Two releases that share one (the same answers, or the same conversations) are one run."""
-    return sorted(
-        (n, i["sha256"])
-        for n, i in release.manifest.files.items()
-        if n.endswith(".parquet") and n != SCORES_FILE and i.get("rows")
-    )
+    """What a release holds, by content: its model's output, the answers and the conversations that have rows, by name
+    and sha256. Two releases that share one are one run. (A task's other tables, such as the encounters' closures, may
+    be equal in two runs of different models.)"""
+    return sorted((n, i["sha256"]) for n, i in release.manifest.files.items() if n in OUTPUT_TABLES and i.get("rows"))
 
 
 def copies_allowed() -> bool:

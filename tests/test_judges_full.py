@@ -573,7 +573,7 @@ def test_sensitivity_writes_its_table_and_page_section_and_a_people_rated_releas
     # an encounters release no judge scored, rated by people: on the board and in the rubric tables, marked human
     from openpyxl import load_workbook
 
-    with LoopbackServer(Script(doctor_turns=2)) as s:
+    with LoopbackServer(Script(doctor_turns=4)) as s:  # another run than short's (one run under two ids is refused)
         run(s, medpi, releases / "people", tmp_path / "people.sqlite", trials=1)
     sheet = tmp_path / "review.xlsx"
     assert main(["judge-review", "export", str(releases / "people"), "--dataset", str(medpi), "--out", str(sheet), "--n", "5",

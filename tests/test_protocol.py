@@ -80,8 +80,9 @@ def test_the_differences_in_words():
     other = paper.model_copy(update={"version": 2, "roles": {**paper.roles, "patient": "openai/gpt-4o"}, "grader": None})
     assert protocol_differences(other, paper) == ["craftmd version 2 vs 1", "patient openai/gpt-4o vs openai/gpt-4-1106-preview"]
     resha = paper.model_copy(update={"prompt_set": PromptRef(name=paper.prompt_set.name, sha256="b" * 64)})
+    assert paper.prompt_set.sha256 and len(paper.prompt_set.sha256) == 64  # upstream's prompt set, as a run records it
     assert protocol_differences(resha, paper) == [
-        "prompt set craftmd-upstream-3bb2737 differs (sha256 bbbbbbbbbbbb… vs not recorded)"
+        f"prompt set craftmd-upstream-3bb2737 differs (sha256 bbbbbbbbbbbb… vs {paper.prompt_set.sha256[:12]}…)"
     ]
     # the board compares free response per grader; a comparison of two recorded graders names theirs
     regraded = paper.model_copy(update={"grader": paper.grader.model_copy(update={"prompt_set": PromptRef(name="grader-v1")})})

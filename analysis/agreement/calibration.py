@@ -185,7 +185,7 @@ class _Calibration(BaseModel):
     was fitted to, named; each map from the judge's levels 1-4 to finite ratings 1-4, non-decreasing (an isotonic fit)
     and not one value for every level (a map that says nothing of the judge's score)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="ignore")  # checks what it names; the file keeps its other keys
 
     format: Literal["craftmd-judge-calibration"]
     version: Literal[1]
