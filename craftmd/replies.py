@@ -35,7 +35,9 @@ def reply_json(text: str | None) -> object:
     error = None
     for c in candidates:
         try:
-            return json.loads(c)
+            # strict=False: control characters inside strings (a raw newline or tab) are kept, as llama.cpp's JSON grammar
+            # lets a model write them (its string character is anything but a quote or a backslash)
+            return json.loads(c, strict=False)
         except json.JSONDecodeError as exc:
             error = exc
     if not braces:

@@ -41,21 +41,23 @@ def _serve(args) -> int:
     The server answers to the checkpoint folder's name: with SERVICE_BASE_URL=http://HOST:PORT/v1 the benchmark
     calls it as openai-api/SERVICE/<folder name>, e.g. craftmd generate --task consultation --doctor
     openai-api/ft/<folder name>. A folder that is not a checkpoint (no config.json with a model_type, no
-    safetensors weights, no tokenizer) is refused before the server starts. Runs until interrupted.
+    safetensors weights, no tokenizer) is refused before the server starts. Runs until interrupted (Ctrl-C, or
+    SIGTERM/SIGHUP to this command's process), then stops the server.
     """
-    from craftmd.generation.finetune import CheckpointServer
+    from craftmd.generation.finetune import CheckpointServer, stopped_by_signals
 
     server = CheckpointServer(args.checkpoint, python=args.python, port=args.port, host=args.host)
-    server.start()
-    print(
-        f"serving {server.model} at {server.base_url} (log: {server.log}); "
-        f"e.g. FT_BASE_URL={server.base_url} craftmd generate --doctor openai-api/ft/{server.model} ...",
-        flush=True,
-    )
-    try:
-        return server.wait()
-    finally:
-        server.stop()
+    with stopped_by_signals():  # `kill PID` of this command stops the server too (its own session: no signal reaches it)
+        server.start()
+        print(
+            f"serving {server.model} at {server.base_url} (log: {server.log}); "
+            f"e.g. FT_BASE_URL={server.base_url} craftmd generate --doctor openai-api/ft/{server.model} ...",
+            flush=True,
+        )
+        try:
+            return server.wait()
+        finally:
+            server.stop()
 
 
 def _add_train_arguments(t) -> None:
