@@ -21,7 +21,8 @@ COMMAND_WORD = re.compile(r"[a-z][a-z0-9-]*(/[a-z][a-z0-9-]*)*")  # a subcommand
 
 
 def documents() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    """The README, the documentation site's pages and the task pages kept in the tasks' folders."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "craftmd" / "tasks").glob("*/README.md"))]
 
 
 def code_lines(text: str) -> list[tuple[int, str]]:
@@ -64,8 +65,7 @@ def unknown(words: list[str]) -> str | None:
 
 def test_the_documentation_names_at_least_the_readmes_commands():
     """The reading finds the commands (a reading that finds none would pass anything)."""
-    text = (ROOT / "README.md").read_text()
-    found = {tuple(w[:2]) for _, ln in code_lines(text) for w in commands(ln)}
+    found = {tuple(w[:2]) for doc in documents() for _, ln in code_lines(doc.read_text()) for w in commands(ln)}
     assert {("generate", "--task"), ("encounters", "build"), ("judge-review", "export"), ("finetune", "serve")} <= found
 
 
@@ -81,10 +81,10 @@ def test_every_craftmd_command_the_documentation_names_exists(doc):
 
 
 def readme_outputs() -> list[str]:
-    """The relative paths the README's commands write: ``--out``, ``craftmd export --inspect``, and the ``logs/`` folder
-    ``inspect eval`` writes unless told ``--log-dir``."""
+    """The relative paths the documented commands write (the README's and the site's): ``--out``, ``craftmd export
+    --inspect``, and the ``logs/`` folder ``inspect eval`` writes unless told ``--log-dir``."""
     out = []
-    for _, line in code_lines((ROOT / "README.md").read_text()):
+    for _, line in (pair for doc in documents() for pair in code_lines(doc.read_text())):
         for part in SEPARATOR.split(line):
             words = part.split()
             for flag, value in zip(words, words[1:]):
