@@ -48,7 +48,8 @@ def _release(
     protocol=None,
     source=None,
 ):
-    """cells: {setting: set of (case, trial) correct}; every case (of ``cases``) x trial x setting answered (frq)."""
+    """cells: {setting: set of (case, trial) correct}; every case (of ``cases``) x trial x setting answered (frq), each
+    release's answers its own (two releases of one answer file are one run, refused on a board)."""
     ans = {k: [] for k in ("case_id", "trial", "setting", "format", "with_image", "response", "status")}
     grd = {
         k: []
@@ -70,7 +71,7 @@ def _release(
             for t in range(TRIALS):
                 miss = (setting, c, t) in missing
                 for k, v in zip(
-                    ans, (f"case_{c}", t, setting, "frq", False, None if miss else "dx", "missing" if miss else "ok")
+                    ans, (f"case_{c}", t, setting, "frq", False, None if miss else f"dx ({rid})", "missing" if miss else "ok")
                 ):
                     ans[k].append(v)
                 if (setting, c, t) in ungraded:
@@ -389,7 +390,8 @@ def test_releases_of_another_protocol_are_never_ranked_with_the_papers(with_prot
     apart = page[page.index('id="protocol-runs-1"') :]
     assert "V1A" in apart[: apart.index("</table>")]
     releases = page[page.index("<h3>Releases</h3>") :]
-    assert "protocol: craftmd v1, prompts craftmd-upstream-3bb2737, patient openai/gpt-4-1106-preview" in releases
+    assert "protocol: craftmd v1, prompts craftmd-upstream-3bb2737 (" in releases  # its sha256's first 12 digits
+    assert ", patient openai/gpt-4-1106-preview, summarizer openai/gpt-3.5-turbo-1106, 5 trials" in releases
     assert "protocol: unknown protocol" in releases
     md = markdown(a)
     assert f"## Not comparable with the paper's runs: {'; '.join(v1_reasons)}" in md

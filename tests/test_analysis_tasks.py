@@ -426,7 +426,7 @@ def test_reasonable_closure_is_one_number_of_the_labelled_encounters():
                                                           "reason": pl.String, "mean": pl.Float64})}  # fmt: skip
     releases = pl.DataFrame({"release": ["rel-a", "rel-b"], "kind": ["run", "run"], "model": ["openai/a", "openai/b"],
                              "display": ["A", "B"], "notes": ["{}", "{}"], "task": ["encounters", "encounters"],
-                             "scorers": ["{}", "{}"]})  # fmt: skip
+                             "scorers": ["{}", "{}"], "protocol": [None, None]})  # fmt: skip
     e = _empty()
     fields = [f.name for f in dataclasses.fields(Analysis)][:10]
     a = _with_boards(Analysis(**{f: (releases if f == "releases" else e[f]) for f in fields}, encounters=tables))

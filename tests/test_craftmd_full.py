@@ -55,7 +55,7 @@ def _release(out, rid, cells: dict, display=None):
     for (setting, fmt, img), (cases, correct) in cells.items():
         for c in cases:
             for t in range(TRIALS):
-                for k, v in zip(ans, (c, t, setting, fmt, img, "dx", "ok")):
+                for k, v in zip(ans, (c, t, setting, fmt, img, f"dx ({rid})", "ok")):  # each release's answers its own
                     ans[k].append(v)
                 grd.append({"case_id": c, "trial": t, "setting": setting, "format": fmt, "with_image": img,
                             "grader": "paper" if fmt == "mcq4" else "offline", "resolved": "dx", "resolved_kind": "single",
