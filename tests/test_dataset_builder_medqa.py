@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 import pytest
@@ -160,14 +162,12 @@ def test_cli_publish_dry_run_prints_the_plan(dataset_dir, capsys):
     assert main(["publish", str(dataset_dir), "--repo", "someone/craft-md", "--dry-run"]) == 0
     text = capsys.readouterr().out
     assert "someone/craft-md" in text and "repo_type=dataset" in text and "v0.1.0" in text
-    for rel in (
-        "README.md",
-        "build_manifest.json",
-        "medqa_usmle/test-00000-of-00001.parquet",
-        "nejm_image/test-00000-of-00001.parquet",
-    ):
+    for rel in ("build_manifest.json", "medqa_usmle/test-00000-of-00001.parquet"):
         size = (dataset_dir / rel).stat().st_size
         assert f"{size:,}  {rel}" in text
+    # the card as published (it says why the NEJM images are left out), and the images left out unless asked for
+    assert re.search(r"^ +[\d,]+  README\.md$", text, re.M)
+    assert "left out      nejm_image/test-00000-of-00001.parquet: © Massachusetts Medical Society" in text
     assert "nothing uploaded" in text
 
 

@@ -150,7 +150,7 @@ def test_task_pages_are_the_tasks_own(site):
 
     for name, package in BUILTIN.items():
         task = get_task(name)
-        folder = ROOT / package.replace("craftmd.", "", 1).replace(".", "/")
+        folder = ROOT / package.replace(".", "/")  # craftmd.tasks.diagnosis: craftmd/tasks/diagnosis
         readme = (folder / "README.md").read_text()
         html = (site / "tasks" / f"{name}.html").read_text(encoding="utf-8")
         title = readme.splitlines()[0].lstrip("# ").split(" (")[0]
