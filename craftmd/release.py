@@ -222,9 +222,14 @@ def score_row_problem(table: pa.Table) -> str | None:
     bad = pc.or_(pc.invert(known), pc.not_equal(pc.fill_null(pc.equal(words, "ok").take(at), False), has))
     uniq, at = _codes(names)
     defs = {m: metric(m) for m in uniq.to_pylist() if m is not None}
-    low, high, binary, ordinal = (
-        pa.array([None if m is None else f(defs[m]) for m in uniq.to_pylist()]).take(at)
-        for f in (lambda d: float(d.low), lambda d: float(d.high), lambda d: d.kind == "binary", lambda d: d.kind == "ordinal")
+    low, high, binary, ordinal = (  # typed: an empty table (or one of no named metric) gives no null-typed column
+        pa.array([None if m is None else f(defs[m]) for m in uniq.to_pylist()], type=t).take(at)
+        for f, t in (
+            (lambda d: float(d.low), pa.float64()),
+            (lambda d: float(d.high), pa.float64()),
+            (lambda d: d.kind == "binary", pa.bool_()),
+            (lambda d: d.kind == "ordinal", pa.bool_()),
+        )
     )
     fits = pc.and_(pc.greater_equal(value, low), pc.less_equal(value, high))
     fits = pc.and_(fits, pc.or_(pc.invert(binary), pc.or_(pc.equal(value, 0.0), pc.equal(value, 1.0))))
