@@ -337,13 +337,6 @@ class Protocol(BaseModel):
         return json.dumps(self.model_dump(mode="json", exclude={"grader"}), sort_keys=True, separators=(",", ":"))
 
 
-def answer_rules(task: Task) -> dict[str, int]:
-    """The MCQ rules (name -> version) a release of ``task`` is graded by: those among its scorers."""
-    from craftmd.scoring.mcq import RULES, RULES_VERSION
-
-    return {r: RULES_VERSION for r in RULES if r in task.scorers}
-
-
 def _prompt_ref(prompt_set: dict | None) -> PromptRef | None:
     """A run record's ``prompt_set`` ({name, sha256, ...}) as a :class:`PromptRef` (None when it names none)."""
     if not isinstance(prompt_set, dict) or not prompt_set.get("name"):
@@ -351,15 +344,18 @@ def _prompt_ref(prompt_set: dict | None) -> PromptRef | None:
     return PromptRef(name=prompt_set["name"], sha256=prompt_set.get("sha256"))
 
 
-def run_protocol(task: Task, prompt_set: dict | None, roles: dict[str, str], trials: int | None) -> Protocol:
-    """The protocol of a run of ``task`` (its version and MCQ rules) with ``prompt_set`` ({name, sha256}), ``roles``
-    (role -> provider/model: the doctor's is left out) and ``trials``."""
+def run_protocol(
+    task: Task, prompt_set: dict | None, roles: dict[str, str], trials: int | None, answer_rules: dict[str, int]
+) -> Protocol:
+    """The protocol of a run of ``task`` (its version) with ``prompt_set`` ({name, sha256}), ``roles`` (role ->
+    provider/model: the doctor's is left out), ``trials`` and ``answer_rules`` (the MCQ rules and their versions,
+    :func:`craftmd.scoring.mcq.answer_rules`: a room's, which the ground does not import)."""
     return Protocol(
         task=task.name,
         version=task.version,
         prompt_set=_prompt_ref(prompt_set),
         roles={r: m for r, m in sorted(roles.items()) if r != UNDER_TEST},
-        answer_rules=answer_rules(task),
+        answer_rules=answer_rules,
         trials=trials,
     )
 

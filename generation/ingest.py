@@ -31,10 +31,10 @@ from tqdm import tqdm
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file
-from craftmd.release import GraderRef, PromptRef, Protocol, RunRecord, answer_rules, read_release, sha256_file, write_release
+from craftmd.release import GraderRef, PromptRef, Protocol, RunRecord, read_release, sha256_file, write_release
 from craftmd.scoring.grade import grader_identity
 from craftmd.scoring.scorers import dataset_inputs, load_cases
-from craftmd.scoring.mcq import RULES_VERSION, grade_mcq
+from craftmd.scoring.mcq import RULES_VERSION, answer_rules, grade_mcq
 from craftmd.scoring.scorers import RECORDED, Verdict, ScoreRows
 from craftmd.source import PINNED_COMMIT, Source
 

@@ -44,6 +44,7 @@ from craftmd.models.pool import in_conversation
 from craftmd.models.vllm import engine_args_by_model
 from craftmd.release import RELEASE_HOLDS, RELEASE_OWNS, SCHEMAS, RunRecord, run_protocol, write_release
 from craftmd.samples import Sample, load_samples
+from craftmd.scoring.mcq import answer_rules
 from craftmd.tasks import Task, get_task
 
 from .protocol import PromptSet
@@ -754,7 +755,9 @@ class Runner:
             task=self.task.name,
             model=spec.doctor,
             prompt_set=self.prompts.describe(),
-            protocol=run_protocol(self.task, self.prompts.describe(), dict(self.agent_names), spec.trials),
+            protocol=run_protocol(
+                self.task, self.prompts.describe(), dict(self.agent_names), spec.trials, answer_rules(self.task)
+            ),
             sampling=sampling,
             seed=spec.seed,
             models=dict(self.agent_names),

@@ -165,3 +165,9 @@ def grade_mcq(response: str | None, choices: list[str], answer: str, rule: Rule)
 
 
 __all__ = ["grade_mcq", "RULES", "RULES_VERSION"]
+
+
+def answer_rules(task) -> dict[str, int]:
+    """The MCQ rules (name -> version) a release of ``task`` is graded by: those among its scorers (a protocol's
+    ``answer_rules``, :class:`craftmd.release.Protocol`)."""
+    return {r: RULES_VERSION for r in RULES if r in task.scorers}

@@ -280,7 +280,8 @@ def _protocol(desc: dict, roles: dict, trials: int) -> dict | None:
     """The protocol the logged run ran (:class:`craftmd.release.Protocol`, checked with the rest of the record): its
     task's version as the log records it (a log written before versions were records none), its prompt set, the models
     of its task's roles but the doctor's, the MCQ rules, trials; None when the log names no task or prompt set."""
-    from craftmd.release import UNDER_TEST, answer_rules
+    from craftmd.release import UNDER_TEST
+    from craftmd.scoring.mcq import answer_rules
     from craftmd.tasks import TASKS as REGISTERED
 
     name, prompts = desc.get("task"), desc.get("prompt_set")
