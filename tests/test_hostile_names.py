@@ -67,8 +67,19 @@ def site(dataset_dir, releases_dir, tmp_path_factory):
     multiturn = _submission(
         root / "multiturn.parquet", answers.filter(pl.col("setting") == "multiturn", pl.col("format") == "frq")
     )
+    from craftmd.generation.ingest import upstream_protocol
+
+    stated = root / "protocol.json"  # the paper's protocol, stated: a submission of another or none is never ranked with it
+    stated.write_text(upstream_protocol().model_dump_json())
     submit(
-        multiturn, dataset_dir, "acme/with-conversations", releases, graders=["offline"], progress=False, conversations=conv_file
+        multiturn,
+        dataset_dir,
+        "acme/with-conversations",
+        releases,
+        graders=["offline"],
+        progress=False,
+        conversations=conv_file,
+        protocol=stated,
     )
     out = root / "site"
     a = analyse(releases, dataset_dir, out, B=100)
@@ -87,10 +98,11 @@ def test_hostile_names_are_escaped_in_every_medium(site):
     assert model[submission_id('=HYPERLINK("http://x","y")')] == '\'=HYPERLINK("http://x","y")'
     md = (out / "leaderboard.md").read_text()
     assert "<script>" not in md
-    header = next(line for line in md.splitlines() if line.startswith("| # | Model"))
+    lines = md.splitlines()
     for name, shown in HOSTILE.items():
-        row = next(line for line in md.splitlines() if f"| {shown} |" in line)
-        assert row.replace("\\|", "").count("|") == header.count("|"), row  # no column shifted
+        at = next(i for i, line in enumerate(lines) if f"| {shown} |" in line)
+        header = next(lines[i] for i in range(at, -1, -1) if lines[i].startswith("| # | Model"))  # its own table's
+        assert lines[at].replace("\\|", "").count("|") == header.count("|"), lines[at]  # no column shifted
     page = (out / "index.html").read_text()
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
