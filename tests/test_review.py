@@ -44,7 +44,7 @@ def world(tmp_path_factory):
             for n in ns:
                 for t in (0, 1):
                     key = {"case_id": f"case_{n}", "trial": t, "with_image": False}
-                    msgs = [{"role": "system", "content": "You are a doctor."},
+                    msgs = [{"role": "system", "content": f"You are a doctor ({model})."},  # each release's own run
                             {"role": "assistant", "content": "What brings you in?"},
                             {"role": "user", "content": f"I have symptoms of case {n}."},
                             {"role": "assistant", "content": f"Final diagnosis: Disease {n}?"}]  # fmt: skip
