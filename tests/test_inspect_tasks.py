@@ -136,6 +136,13 @@ def test_a_runner_on_given_calls_opens_no_connection_and_writes_nothing(tiny_dat
     assert runner.tallies["doctor"].requests + runner.tallies["patient"].requests == len(sent) > 0
     with pytest.raises(CraftMDError, match="no call"):
         runner_for(get_task("craftmd"))(spec, calls={"doctor": call})
-    grader = LLMGrader("openai/nobody", call=call)
-    assert [g.resolved for g in grader.grade_many([("It is psoriasis.", "Psoriasis")], progress=False)] == ["Psoriasis"]
+    asked = []
+
+    async def grade(messages, sampling):  # upstream's grader-AI: the extraction, then the yes/no equivalence
+        asked.append(messages)
+        return Completion("Psoriasis" if len(asked) == 1 else "Yes", "ok", "stop", 10, 1)
+
+    grader = LLMGrader("openai/nobody", call=grade)
+    graded = grader.grade_many([("It is psoriasis.", "Psoriasis")], progress=False)
+    assert [(g.resolved, g.correct) for g in graded] == [("psoriasis", True)] and len(asked) == 2  # lower-cased
     assert not cache.exists() and not out.exists()
