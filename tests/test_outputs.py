@@ -560,6 +560,7 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path, source):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {
         "OPENAI_API_KEY": "sk-unused",
         "CRAFTMD_MEDIQ": str(mediq_location()),
+        "CRAFTMD_SOURCE": str(source.location),  # and upstream's code beside it (the default prompt set reads it)
     }
 
     def run(*args: str) -> subprocess.CompletedProcess:
