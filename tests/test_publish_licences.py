@@ -200,7 +200,9 @@ def test_a_release_round_trips_through_the_hub_and_load_dataset_reads_it(hub, hf
     again = read_release(got)  # the download is itself a release whose checksums verify
     assert again.manifest == read_release(rel).manifest
     for name in ("conversations", "answers", "scores"):
-        ds = datasets.load_dataset(str(got), name, split="test")
+        # a cache of this test's own: datasets reads HF_DATASETS_CACHE once, at import, and keys a download by what the
+        # stand-in hub says of it, so an earlier run's tables could be handed back
+        ds = datasets.load_dataset(str(got), name, split="test", cache_dir=str(tmp_path / "datasets-cache"))
         local = datasets.Dataset.from_parquet(str(rel / f"{name}.parquet"))
         assert ds.num_rows == local.num_rows > 0 and ds.to_list() == local.to_list()
     card = DatasetCard.load(got / "README.md")
@@ -272,7 +274,7 @@ def test_a_whole_leaderboard_round_trips(hub, hf_home, released, tmp_path):
     assert (got / "page" / "index.html").read_text() == "<html>board</html>"
     assert read_release(got / "releases" / "fake-psoriasis").id == "fake-psoriasis"
     for name in ("conversations", "answers", "scores"):
-        ds = datasets.load_dataset(str(got), f"fake-psoriasis--{name}", split="test")
+        ds = datasets.load_dataset(str(got), f"fake-psoriasis--{name}", split="test", cache_dir=str(tmp_path / "datasets-cache"))
         assert ds.num_rows == pq_rows(released / "fake-psoriasis" / f"{name}.parquet")
     assert (got / "page" / "tables" / "accuracy.csv").read_bytes() == (page / "tables" / "accuracy.csv").read_bytes()
     card = DatasetCard.load(got / "README.md")
