@@ -5,7 +5,7 @@ command line: ``generate`` (every setting and format) killed with ``kill -9`` an
 then re-run over its cache; the LLM grader (refused on its own model unless forced, then marked)
 and the offline grader; the history-taking metrics; MELD; the page. Nothing
 here asserts what the 135M model answers: only that releases are complete, every failed call
-keeps its reason, the many-choice MCQ (~11.6k tokens, over the 8k context) fails with the
+keeps its reason, the many-choice MCQ (~8.6k tokens, over the 6k context) fails with the
 server's context-length reason, a re-run over a full cache sends nothing and writes the same
 bytes, and the API key is nowhere on disk.
 
@@ -117,7 +117,7 @@ def test_a_real_model_end_to_end(real_model, dataset_dir, short_cases, tmp_path)
         itertools.product(short_cases, ("standard", "no_exam"))
     )
 
-    # Every failure keeps its reason; the many-choice MCQ overflows the 8k context and says so.
+    # Every failure keeps its reason; the many-choice MCQ overflows the 6k context and says so.
     for row in answers + conversations:
         failed = row.get("status", row.get("ended")) in ("error", "refusal")
         assert bool(row["error"]) == failed or row.get("status") == "refusal", row
