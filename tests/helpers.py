@@ -142,3 +142,20 @@ def sim_episodes(monkeypatch, server, task: str, split: str, dataset, tmp_path, 
 
     monkeypatch.setenv("SIM_BASE_URL", server.base_url)
     return episodes(task, split, dataset=dataset, cache=tmp_path / "c.sqlite", **options)
+
+
+def assert_tables_documented(tables: Path) -> None:
+    """Every CSV in ``tables`` is on the documentation's analysis page (``docs/analysis.md``), with exactly its columns."""
+    import csv
+    import re
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "analysis.md").read_text()
+    documented = {
+        name: re.findall(r"`([^`]+)`", cols)
+        for name, cols in re.findall(r"^### `tables/([\w.]+)`\n\n.*?\n\nColumns: ([^\n]*)\.$", page, re.M | re.S)
+    }
+    for table in sorted(tables.glob("*.csv")):
+        with open(table, newline="") as f:
+            columns = next(csv.reader(f))
+        assert table.name in documented, f"tables/{table.name} is not on docs/analysis.md"
+        assert documented[table.name] == columns, table.name

@@ -452,16 +452,7 @@ def test_reasonable_closure_is_one_number_of_the_labelled_encounters():
 def test_every_table_is_documented_with_its_columns(together):
     """The analysis page of the documentation lists every table an analysis of the other tasks writes, with exactly
     its columns (the CRAFT-MD board's are checked in test_leaderboard.py)."""
-    import csv
+    from helpers import assert_tables_documented
 
     out = together[3]
-    page = (Path(__file__).resolve().parent.parent / "docs" / "analysis.md").read_text()
-    documented = {
-        name: re.findall(r"`([^`]+)`", cols)
-        for name, cols in re.findall(r"^### `tables/([\w.]+)`\n\n.*?\n\nColumns: ([^\n]*)\.$", page, re.M | re.S)
-    }
-    for table in sorted((out / "tables").glob("*.csv")):
-        with open(table, newline="") as f:
-            columns = next(csv.reader(f))
-        assert table.name in documented, f"tables/{table.name} is not on docs/analysis.md"
-        assert documented[table.name] == columns, table.name
+    assert_tables_documented(out / "tables")

@@ -449,16 +449,7 @@ def test_a_leaderboard_with_every_score_current_reads_each_release_and_the_datas
 
 def test_every_table_is_documented_with_its_columns(board):
     """The analysis page of the documentation lists every table the board writes, with exactly its columns."""
-    import csv
+    from helpers import assert_tables_documented
 
     out, _ = board
-    page = (Path(__file__).resolve().parent.parent / "docs" / "analysis.md").read_text()
-    documented = {
-        name: re.findall(r"`([^`]+)`", cols)
-        for name, cols in re.findall(r"^### `tables/([\w.]+)`\n\n.*?\n\nColumns: ([^\n]*)\.$", page, re.M | re.S)
-    }
-    for table in sorted((out / "tables").glob("*.csv")):
-        with open(table, newline="") as f:
-            columns = next(csv.reader(f))
-        assert table.name in documented, f"tables/{table.name} is not on docs/analysis.md"
-        assert documented[table.name] == columns, table.name
+    assert_tables_documented(out / "tables")
