@@ -39,12 +39,13 @@ RL_VENV ?= .venv-rl
 TRAIN_VENV ?= .venv-train
 TRAIN_PACKAGES := torch==2.13.0 transformers[serving]==5.17.0 trl==1.13.0 peft==0.21.0 gguf==0.19.0 accelerate==1.15.0 datasets==5.2.0
 
-.PHONY: help install llm router rl train-env build packets ingest leaderboard lint format docs test browser bench clean
+.PHONY: help quickstart install llm router rl train-env build packets ingest leaderboard lint format docs test browser bench clean
 
 help:
 	@echo "make leaderboard  build the dataset, ingest upstream results, run the stale scorers, analyse, write the page ($(LEADERBOARD_OUT)/index.html)"
 	@echo "make build        build the Hugging Face dataset into DATA_OUT=$(DATA_OUT)"
 	@echo "make packets      build MedPI's 366 synthetic patient packets into PACKETS_OUT=$(PACKETS_OUT) (about 18 min)"
+	@echo "make quickstart   a first page from a local model: SmolLM2 on llama.cpp, a small subset of two tasks (docs/quickstart.sh)"
 	@echo "make test         run the test suite (the documentation is built first)"
 	@echo "make docs         build the documentation site into DOCS_OUT=$(DOCS_OUT) (warnings are errors)"
 	@echo "make llm          install the real test model and its server into $(LLM_VENV) (compiles llama.cpp)"
@@ -115,6 +116,9 @@ DOCS_OUT ?= docs/_build/html
 $(VENV)/.docs: $(VENV)/.installed
 	$(BIN)/python -m pip install -q -c requirements.lock -e '.[test,inspect,docs]'
 	@touch $@
+
+quickstart: install llm
+	bash docs/quickstart.sh
 
 docs: $(VENV)/.docs
 	$(BIN)/python -m sphinx -W --keep-going -q -b html docs $(DOCS_OUT)

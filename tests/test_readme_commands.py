@@ -107,3 +107,30 @@ def test_what_the_readmes_commands_write_into_the_checkout_is_git_ignored():
     assert proc.returncode in (0, 1), proc.stderr
     tracked = [ln.split("\t", 1)[1] for ln in proc.stdout.splitlines() if ln.startswith("::")]
     assert not tracked, f"not git-ignored: {tracked}"
+
+
+def test_the_quick_start_script_parses_as_printed():
+    """Every ``craftmd`` command of the quick start (``docs/quickstart.sh``, which ``make quickstart`` runs and the quick
+    start page shows) is accepted by the program's own parser, option by option, its shell variables filled with
+    placeholders; and the page includes the file, so what is shown is what runs."""
+    import shlex
+
+    from craftmd.commands.cli import build_parser
+
+    script = (ROOT / "docs" / "quickstart.sh").read_text()
+    assert "literalinclude} quickstart.sh" in (ROOT / "docs" / "quickstart.md").read_text()
+    joined = re.sub(r"\\\n\s*", " ", script)  # continuation lines joined
+    values = {"$M": "openai-api/local/local-model", "${C[@]}": "--concurrency local=1 --max-tokens 128 --seed 0"}
+    found = 0
+    for line in joined.splitlines():
+        words = shlex.split(re.sub(r"(^|\s)#.*", "", line))
+        if not words or not words[0].endswith("/craftmd"):
+            continue
+        argv = [values.get(w, re.sub(r"\$\{?\w+\}?", "x", w)) for w in words[1:]]
+        argv = [a for w in argv for a in (w.split() if w.startswith("--concurrency ") else [w])]
+        try:
+            build_parser().parse_args(argv)
+        except SystemExit:
+            pytest.fail(f"docs/quickstart.sh: the parser refuses: craftmd {' '.join(argv)}")
+        found += 1
+    assert found >= 6, f"docs/quickstart.sh has {found} craftmd commands"
