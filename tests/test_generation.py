@@ -164,7 +164,7 @@ def test_every_experiment_and_image_variants(tiny_dataset, replay, tmp_path):
     p = manifest.protocol
     assert (p.task, p.version, p.prompt_set.model_dump(), p.trials) == (
         "craftmd",
-        1,
+        2,
         {"name": manifest.prompt_set["name"], "sha256": manifest.prompt_set["sha256"]},
         manifest.counts["trials"],
     )
