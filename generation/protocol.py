@@ -270,10 +270,9 @@ class Protocol:
             found = self.cases.get(case.case_id) if case.source in ("medqa_usmle", "derm_public", "derm_private") else None
         if found is not None:
             return found
-        named = self.p.specialties.get(case.specialty, case.specialty) if case.specialty and not with_image else None
-        return UpstreamCase(
-            named or IMAGE_SPECIALTY, case.vignette, case.question or self.up.split["no_question"], ", ".join(case.choices)
-        )
+        named = self.p.specialties.get(case.specialty, case.specialty) if case.specialty else None
+        specialty = IMAGE_SPECIALTY if with_image else named or "Other"  # "Other": upstream's functions name none
+        return UpstreamCase(specialty, case.vignette, case.question or self.up.split["no_question"], ", ".join(case.choices))
 
     def render(self, function: str, *args) -> str:
         return self.up.template(function).render(*args)
