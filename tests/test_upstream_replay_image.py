@@ -10,6 +10,9 @@ the pinned ``get_doctor_prompt_multimodal``, so the doctor's requests carry the 
 the recorded turns. The pinned ``craftmd_multimodal`` reads an undefined ``specialty`` for its summarized questions (a
 NameError): the package gives "Other", with which the text path's functions name no specialty, as the multimodal ones name
 none. The same cases' jobs without the image speak upstream's text path on the same inputs (the specialty "Other").
+What cannot be replayed: the recorded MCQ answers (``*_mcq``), since the pinned data holds no choices for the NEJM cases
+(upstream's ``data/nejmai_dataset.csv`` was never released) and the task poses no MCQ on them; and the summarized
+questions' exact prompts, which the recorded files do not hold (only their answers).
 """
 
 from __future__ import annotations
