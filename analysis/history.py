@@ -98,7 +98,7 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, memo: M
       :data:`.runner.ALL_PAIRS_UP_TO` releases, each against its neighbours in that metric's ranking and the leader,
       unless ``--all-pairs``): the mean over their common cases of the per-case difference (each case's mean over its
       trials), with a 95 % case-bootstrap CI and a two-sided paired-bootstrap p-value, Holm-adjusted over all pairs
-      and metrics (``statsmodels``).
+      and metrics of one protocol (``statsmodels``; releases of two protocols are never paired nor in one family).
     * ``history_by_coverage`` — the conversations cut into quintiles of ``patient_info_recall`` (cut points from every
       release's conversations together, so a quintile means the same coverage for every model), and per release, FRQ
       grader and quintile: the share of those conversations whose multi-turn answer was right, beside the share whose
@@ -145,11 +145,11 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, memo: M
         positions, on="case_id", maintain_order="left"
     )
     ratios = _Ratios(B, seed, memo)
-    _add_tests(con, ratios, means)
+    protocol = _add_tests(con, ratios, means)
     edges, bins, trials = _add_coverage(ratios, trials, vector)
     t_range = _add_complexity(ratios, cases.join(positions, on="case_id", maintain_order="left"), means, trials, vector)
     res = ratios.results()
-    return {"history_tests": _tests_frame(res), "history_by_coverage": _coverage_frame(res, bins, edges),
+    return {"history_tests": _tests_frame(res, protocol), "history_by_coverage": _coverage_frame(res, bins, edges),
             "history_by_complexity": _complexity_frame(res, t_range)}  # fmt: skip
 
 
@@ -160,10 +160,10 @@ def _vector(n: int, at: pl.Series, values) -> np.ndarray:
     return v
 
 
-def _add_tests(con, ratios: _Ratios, means: dict) -> None:
+def _add_tests(con, ratios: _Ratios, means: dict) -> dict[str, str | None]:
     """1. paired tests between releases of one protocol (as sql/tested_pairs pairs models): every pair up to
     ALL_PAIRS_UP_TO releases (or with --all-pairs), else each release against its neighbours in the metric's ranking
-    and the leader."""
+    and the leader. Returns each release's protocol (its key; None: unknown)."""
     releases = sorted({r for r, _ in means})
     all_pairs, up_to = con.sql("select all_pairs, all_pairs_up_to from pair_options").fetchall()[0]
     protocol = dict(con.sql("select release, protocol from releases").fetchall())  # null: unknown, paired with none
@@ -180,6 +180,7 @@ def _add_tests(con, ratios: _Ratios, means: dict) -> None:
                     (ma, ha), (mb, hb) = means[(a, met)], means[(b, met)]
                     common = ha * hb
                     ratios.add(("test", met, a, b), (ma - mb) * common, common, exact=False)
+    return protocol
 
 
 def _add_coverage(ratios: _Ratios, trials: pl.DataFrame, vector) -> tuple[np.ndarray, dict, pl.DataFrame]:
@@ -231,7 +232,9 @@ def _add_complexity(ratios: _Ratios, cases: pl.DataFrame, means: dict, trials: p
     return t_range
 
 
-def _tests_frame(res: dict) -> pl.DataFrame:
+def _tests_frame(res: dict, protocol: dict[str, str | None]) -> pl.DataFrame:
+    """The tests with Holm's adjustment over all pairs and metrics of one protocol (``protocol``: release -> its key;
+    a pair's two releases ran one): a family never holds two protocols' tests."""
     tests = []
     for key, (est, lo, hi, p, n_common) in res.items():
         if key[0] != "test":
@@ -242,9 +245,13 @@ def _tests_frame(res: dict) -> pl.DataFrame:
     if tests:
         from .stats import holm_of
 
-        adj = holm_of([np.array([t["p"] for t in tests])])[0]
-        for t, pa_ in zip(tests, adj):
-            t["p_holm"] = float(pa_)
+        families: dict[str | None, list[dict]] = {}
+        for t in tests:
+            families.setdefault(protocol.get(t["model_a"]), []).append(t)
+        groups = list(families.values())
+        for group, adj in zip(groups, holm_of([np.array([t["p"] for t in g]) for g in groups])):
+            for t, pa_ in zip(group, adj):
+                t["p_holm"] = float(pa_)
     return pl.DataFrame(tests, schema={"metric": pl.String, "model_a": pl.String, "model_b": pl.String, "n_cases": pl.Int64,
                                        "diff": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64, "p": pl.Float64,
                                        "p_holm": pl.Float64}).sort("metric", "model_a", "model_b")  # fmt: skip

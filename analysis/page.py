@@ -534,13 +534,17 @@ def _trials_per_case(v: View) -> int | None:
 
 
 def _image_rows(v: View) -> list[dict]:
+    """The image table: the releases of its protocol first, then each other one with why it is not comparable."""
     rows = []
-    for m in v.image_models:
+    for m in sorted(v.image_models, key=lambda m: (m in v.image_apart, m)):
+        apart = "; ".join(v.image_apart.get(m, []))
         for g in v.frq_graders_all:
             for s in UPSTREAM_SETTINGS:
                 r = v.cell(m, s, "frq", grader=g, with_image=True)
                 if r:
-                    rows.append({"display": v.display(m), "setting": SETTING_LABELS[s], "grader": g, "cell": _acc(r)})
+                    rows.append(
+                        {"display": v.display(m), "setting": SETTING_LABELS[s], "grader": g, "cell": _acc(r), "apart": apart}
+                    )
     return rows
 
 
@@ -611,6 +615,7 @@ def context(a, audits: list[dict] | None = None, out: Path | None = None) -> dic
             for m in v.models + v.partial + [m for g in v.other_protocols for m in g["models"]] + v.self_reported + v.image_models
         ],
         "image": _image_rows(v),
+        "image_whom": "GPT-4V's recorded run (the paper's)" if v.image_reference_is_paper else "the first releases listed",
         "paper_tests": _paper_tests(v),
         "human": _human(v),
         "paper_figures": _paper_figures(out),

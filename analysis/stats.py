@@ -48,7 +48,8 @@ PVALUE_COLUMNS = [
     "with_image",
     "n_cases",
 ]
-FAMILY = ["family", "model", "setting", "format", "grader", "with_image", "group_by", "group", "test"]
+#: A Holm family: one kind of comparison in one cell, of one protocol's releases (the comparisons' ``protocol``).
+FAMILY = ["family", "protocol", "model", "setting", "format", "grader", "with_image", "group_by", "group", "test"]
 DECIMALS = 6
 #: McNemar's exact (binomial) test below this many discordant pairs, chi-square with continuity correction above.
 MCNEMAR_EXACT_BELOW = 25
@@ -251,8 +252,10 @@ def _accuracy_with_ci(accuracy: pl.DataFrame, ci: dict) -> pl.DataFrame:
 
 def _pvalues(comp: pl.DataFrame, tested: dict, L: int) -> pl.DataFrame:
     """P-values: paired bootstrap and McNemar (after its paired bootstrap, in the groups of :data:`MCNEMAR_GROUPS`), in
-    the comparisons' order, Holm within each family."""
-    base = ["family", "model", "setting", "format", "grader", "with_image", "group_by", "group", "a", "b"]
+    the comparisons' order, Holm within each family (:data:`FAMILY`: never across protocols)."""
+    if "protocol" not in comp.columns:
+        raise CraftMDError("comparisons: no protocol column (each test's protocol keeps Holm's families apart)")
+    base = ["family", "protocol", "model", "setting", "format", "grader", "with_image", "group_by", "group", "a", "b"]
     idx = sorted(tested)
     rows = comp.select([*base, "n_cases", "n_trials", "n10", "n01"])[idx].with_columns(pl.Series("_i", idx, pl.Int64))
     obs, n, p = (list(x) for x in zip(*(tested[i] for i in idx))) if idx else ([], [], [])

@@ -97,12 +97,16 @@ def task_references(a, v: View | None = None) -> dict[str, str | None]:
 
 
 def protocol_table(a) -> pl.DataFrame:
-    """``tables/protocols.csv``: each release's protocol (in words and as JSON), whether it is its task's board's, and
-    if not, why, in words."""
-    refs = task_references(a)
+    """``tables/protocols.csv``: each release's protocol (in words and as JSON), whether it is its task's board's (a
+    CRAFT-MD run that showed the doctor images: the image table's, :attr:`View.image_reference`), and if not, why, in
+    words."""
+    v = View(a)
+    refs = task_references(a, v)
     rows = []
     for r in a.releases.sort("release").iter_rows(named=True):
-        why = protocol_differences(protocol(r["protocol"]), protocol(refs.get(r["task"])))
+        p = protocol(r["protocol"])
+        images = r["task"] == "craftmd" and p is not None and p.images
+        why = protocol_differences(p, protocol(v.image_reference if images else refs.get(r["task"])))
         rows.append({"release": r["release"], "display": r["display"], "task": r["task"], "comparable": not why,
                      "not_comparable_because": "; ".join(why), "protocol": describe_protocol(r["protocol"]),
                      "protocol_json": r["protocol"]})  # fmt: skip
@@ -190,6 +194,19 @@ class View:
         )
         self.self_reported = sorted(self_reported, key=lambda m: (-self._lead(m), self.display(m)))
         self.image_models = sorted({r["model"] for r in acc.filter(pl.col("with_image")).iter_rows(named=True)} & own)
+        #: the image table's protocol: the one the upstream image releases ran (GPT-4V's recorded run, upstream's
+        #: multimodal path), else the one most image releases ran; an image release of another protocol is listed with
+        #: why it is not comparable, in words (:attr:`image_apart`), never beside it silently
+        image_upstream = [m for m in self.image_models if self.kind(m) == "upstream"]
+        self.image_reference = reference_protocol({m: self.protocol[m] for m in self.image_models}, image_upstream)
+        self.image_reference_is_paper = bool(image_upstream) and self.image_reference == reference_protocol(
+            {m: self.protocol[m] for m in image_upstream}
+        )
+        self.image_apart: dict[str, list[str]] = {
+            m: why
+            for m in self.image_models
+            if (why := protocol_differences(protocol(self.protocol[m]), protocol(self.image_reference)))
+        }
         self._sizes = {(r["with_image"], r["group_by"], r["group"]): r["n_cases"] for r in a.group_sizes.iter_rows(named=True)}
         self.specialties = sorted(self.groups("specialty"), key=lambda s: (s == "Other", s))
         self.frq_graders_all = rank_frq(acc.filter(pl.col("format") == "frq")["grader"].unique().to_list())

@@ -315,8 +315,9 @@ class Protocol(BaseModel):
     together only when their protocols are equal; :func:`protocol_differences` says, in words, why two are not.
 
     ``roles``: every role but the doctor (the model under test, :data:`UNDER_TEST`): the patient, summarizer, solver,
-    ... whose models shape what the doctor reads. ``answer_rules``: the MCQ rules (name -> version) its answers are
-    graded by. ``grader``: only the grader whose labels came with the release (upstream's recorded GPT-4 labels); a
+    ... whose models shape what the doctor reads. ``images``: whether the doctor was shown cases' images (CRAFT-MD's
+    NEJM image jobs, upstream's multimodal path): an image run is another experiment than a text run, never ranked
+    with one. ``answer_rules``: the MCQ rules (name -> version) its answers are graded by. ``grader``: only the grader whose labels came with the release (upstream's recorded GPT-4 labels); a
     release graded after it was made names none here, since every grader of its scores, with its prompts' sha256, is
     in its scorer records and the board compares free response per grader (a cell names its grader, and the paired
     tests never cross graders): two releases graded by one grader are comparable on that grader's measure.
@@ -327,6 +328,7 @@ class Protocol(BaseModel):
     version: int | None = Field(None, ge=0)  # the task's comparability version (Task.version); null: not recorded
     prompt_set: PromptRef | None = None
     roles: dict[str, str] = Field(default_factory=dict)  # role -> provider/model, every role but the doctor
+    images: bool = False  # the doctor was shown cases' images (an image run)
     answer_rules: dict[str, int] = Field(default_factory=dict)  # MCQ rule -> its version
     trials: int | None = Field(None, ge=1, le=MAX_TRIALS)
     grader: GraderRef | None = None
@@ -345,16 +347,23 @@ def _prompt_ref(prompt_set: dict | None) -> PromptRef | None:
 
 
 def run_protocol(
-    task: Task, prompt_set: dict | None, roles: dict[str, str], trials: int | None, answer_rules: dict[str, int]
+    task: Task,
+    prompt_set: dict | None,
+    roles: dict[str, str],
+    trials: int | None,
+    answer_rules: dict[str, int],
+    images: bool = False,
 ) -> Protocol:
     """The protocol of a run of ``task`` (its version) with ``prompt_set`` ({name, sha256}), ``roles`` (role ->
-    provider/model: the doctor's is left out), ``trials`` and ``answer_rules`` (the MCQ rules and their versions,
-    :func:`craftmd.scoring.mcq.answer_rules`: a room's, which the ground does not import)."""
+    provider/model: the doctor's is left out), ``trials``, ``answer_rules`` (the MCQ rules and their versions,
+    :func:`craftmd.scoring.mcq.answer_rules`: a room's, which the ground does not import) and ``images`` (whether a
+    job showed the doctor a case's image)."""
     return Protocol(
         task=task.name,
         version=task.version,
         prompt_set=_prompt_ref(prompt_set),
         roles={r: m for r, m in sorted(roles.items()) if r != UNDER_TEST},
+        images=images,
         answer_rules=answer_rules,
         trials=trials,
     )
@@ -410,6 +419,9 @@ def protocol_differences(p: Protocol | None, reference: Protocol | None, graders
     for role in sorted(set(p.roles) | set(reference.roles)):
         if p.roles.get(role) != reference.roles.get(role):
             out.append(_pair(role, p.roles.get(role), reference.roles.get(role)))
+    if p.images != reference.images:
+        shown = lambda x: "images shown to the doctor" if x.images else "text only"  # noqa: E731
+        out.append(f"{shown(p)} vs {shown(reference)}")
     if p.answer_rules != reference.answer_rules:
         rules = lambda d: ", ".join(f"{k} v{v}" for k, v in sorted(d.items())) or None  # noqa: E731
         out.append(_pair("MCQ rules", rules(p.answer_rules), rules(reference.answer_rules)))

@@ -6,8 +6,9 @@ commit (:func:`craftmd.source.code_location`). ``src/prompts.py`` is parsed with
 per function; a template renders exactly as calling upstream's function would. The parser reads only the constructs
 the file uses (assignments and ``+=`` of string literals, f-strings naming a variable and ``+`` concatenation, an
 ``if name == "literal":`` with its ``else``, one final ``return``); anything else is refused in one line, so a changed
-file is never rendered wrongly in silence. ``src/craftmd.py`` gives the doctor's opening line and the open-source
-path's message cap; ``src/utils.py`` the literals of upstream's question split.
+file is never rendered wrongly in silence. ``src/craftmd.py`` gives the doctor's opening line, the open-source
+path's message cap and the multimodal path's image message (its role and content parts); ``src/utils.py`` the literals
+of upstream's question split.
 """
 
 from __future__ import annotations
@@ -227,14 +228,60 @@ def parse_utils(text: str) -> dict:
     return {"sentence": re.compile(regex[0]), "dropped": dropped[0], "no_question": default[0]}
 
 
+def _image_messages(fn: ast.FunctionDef) -> list[tuple[str, tuple[str, ...]]]:
+    """Every message literal inside ``fn`` whose content is a list of parts: (its role, the types of its parts in
+    order), each part checked to be a text part (``text``) or an image part (``image_url`` holding ``url``)."""
+    out = []
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Dict):
+            continue
+        kv = {k.value: v for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant)}
+        role, content = kv.get("role"), kv.get("content")
+        if not (isinstance(role, ast.Constant) and isinstance(content, ast.List)):
+            continue
+        types = []
+        for part in content.elts:
+            pv = (
+                {k.value: v for k, v in zip(part.keys, part.values) if isinstance(k, ast.Constant)}
+                if isinstance(part, ast.Dict)
+                else {}
+            )
+            kind = pv.get("type")
+            kind = kind.value if isinstance(kind, ast.Constant) else None
+            inner = pv.get(kind) if kind else None
+            if kind == "image_url" and isinstance(inner, ast.Dict) and [getattr(k, "value", None) for k in inner.keys] == ["url"]:
+                types.append(kind)
+            elif kind == "text" and inner is not None:
+                types.append(kind)
+            else:
+                raise CraftMDError(
+                    f"upstream {CRAFTMD_PY}:{part.lineno}: a content part of {fn.name} is not a text or image_url part"
+                )
+        out.append((role.value, tuple(types)))
+    return out
+
+
 def parse_craftmd(text: str) -> dict:
-    """From upstream's ``craftmd.py``: the doctor's opening line (GPT path) and the open-source path's cap on the
-    doctor's message count (the conversation stops once ``len(history) >= cap``)."""
+    """From upstream's ``craftmd.py``: the doctor's opening line (GPT path), the open-source path's cap on the
+    doctor's message count (the conversation stops once ``len(history) >= cap``), and the multimodal path's image
+    message (``craftmd_multimodal``): the role of the message that carries the image and its content parts in order,
+    one layout for the doctor's prompt and both vignette questions."""
     tree = ast.parse(text, filename=CRAFTMD_PY)
     gpt = _function(tree, "craftmd_gpt")
     opening = _opening(gpt, "conversation_history_doctor", "assistant")
     if _opening(gpt, "conversation_history_patient", "user") != opening:
         raise CraftMDError(f"upstream {CRAFTMD_PY}: the doctor's and the patient's opening lines differ")
+    mm = _function(tree, "craftmd_multimodal")
+    if {_opening(mm, "conversation_history_doctor", "assistant"), _opening(mm, "conversation_history_patient", "user")} != {
+        opening
+    }:
+        raise CraftMDError(f"upstream {CRAFTMD_PY}: craftmd_multimodal opens with another line than craftmd_gpt")
+    layouts = _image_messages(mm)
+    if len(layouts) < 3 or len(set(layouts)) != 1 or sorted(layouts[0][1]) != ["image_url", "text"]:
+        raise CraftMDError(
+            f"upstream {CRAFTMD_PY}: craftmd_multimodal has no single image message layout (one text part and one image "
+            "part, for the doctor and both vignette questions)"
+        )
     caps = [
         n.comparators[0].value
         for n in ast.walk(_function(tree, "craftmd_opensource"))
@@ -250,7 +297,7 @@ def parse_craftmd(text: str) -> dict:
     ]
     if len(caps) != 1:
         raise CraftMDError(f"upstream {CRAFTMD_PY}: craftmd_opensource has no single len(history) >= N cap")
-    return {"opening": opening, "opensource_message_cap": caps[0]}
+    return {"opening": opening, "opensource_message_cap": caps[0], "image_message": layouts[0]}
 
 
 # --- reading the pinned code ---------------------------------------------------------------------------
@@ -263,6 +310,7 @@ class UpstreamCode:
     templates: dict[str, Template]
     opening: str
     opensource_message_cap: int
+    image_message: tuple[str, tuple[str, ...]]  # craftmd_multimodal's image message: its role, its parts' types in order
     split: dict  # get_case_without_question's literals (parse_utils)
 
     def template(self, name: str) -> Template:
@@ -353,6 +401,40 @@ def upstream_cases(source: Source | str | os.PathLike | None = None) -> dict[str
     return _cases(str(source) if source is not None else default_location(), PINNED_COMMIT)
 
 
+#: Upstream's GPT-4V results: the pinned data holds no NEJM case file with its vignettes (``data/nejm_imagechallenge_dataset.csv``
+#: names the cases' URLs only; ``parallel_craftmd_multimodal.py`` reads an unreleased ``data/nejmai_dataset.csv``), so
+#: what upstream's multimodal path passed its prompts for an NEJM case is what its results file recorded of the split.
+IMAGE_RESULTS = "results/gpt4v/*.json"
+#: The specialty an NEJM case is given: upstream's multimodal prompts name none, and its summarized questions call the
+#: text path's functions with a ``specialty`` craftmd_multimodal never defines (a NameError in the pinned code): "Other"
+#: is the value with which those functions name no specialty either.
+IMAGE_SPECIALTY = "Other"
+
+
+@lru_cache(maxsize=4)
+def _image_cases(location: str, commit: str) -> dict[str, UpstreamCase]:
+    out = {}
+    for path, data in Source(location, commit).read_files([IMAGE_RESULTS]).items():
+        try:
+            d = json.loads(data)
+            case_id, vignette, question = d["case_id"], d["case_vignette"], d["question"]
+        except (ValueError, TypeError, KeyError) as exc:
+            raise CraftMDError(f"{path}: not a results file of upstream's multimodal run ({type(exc).__name__})") from None
+        if not all(isinstance(x, str) for x in (case_id, vignette, question)):
+            raise CraftMDError(f"{path}: case_id, case_vignette and question must be text")
+        out[case_id] = UpstreamCase(IMAGE_SPECIALTY, vignette, question, "")  # no choices are pinned for NEJM cases
+    return out
+
+
+def upstream_image_cases(source: Source | str | os.PathLike | None = None) -> dict[str, UpstreamCase]:
+    """case_id -> what upstream's multimodal path passed its prompts for an NEJM Image Challenge case: the case and
+    question as its GPT-4V results file recorded them (upstream's split of its unreleased CSV), the specialty
+    :data:`IMAGE_SPECIALTY`, no choices (cached per location)."""
+    if isinstance(source, Source):
+        return _image_cases(source.location, source.commit)
+    return _image_cases(str(source) if source is not None else default_location(), PINNED_COMMIT)
+
+
 def upstream_prompt(name: str, *args, source=None) -> str:
     """Upstream's prompt function ``name`` rendered exactly as calling it with ``args`` would."""
     return upstream_code(source).template(name).render(*args)
@@ -374,6 +456,7 @@ __all__ = [
     "parse_craftmd",
     "upstream_code",
     "upstream_cases",
+    "upstream_image_cases",
     "case_without_question",
     "upstream_prompt",
     "upstream_prompts_sha256",

@@ -67,7 +67,7 @@ CARD = "README.md"
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=9, use_dictionary=True, write_statistics=True)
 CONFIG_DOC = {
     "medqa_usmle": "MedQA-USMLE diagnosis vignettes",
-    "derm_public": "dermatology cases from public online question banks",
+    "derm_public": "dermatology cases from public online sources (named in the CRAFT-MD paper's Methods)",
     "derm_private": "dermatology cases written by board-certified dermatologists",
     "all": "all text cases (the three above)",
     "nejm_image": "NEJM Image Challenge cases with their image (no answer choices)",

@@ -122,12 +122,14 @@ SOURCES = {
         "Derm-Public",
         "unknown",
         "unknown",
-        "no terms stated: the vignettes were taken from public online dermatology resources, which the papers "
-        "(Johri et al., Nature Medicine 2025, and its preprint) name but the upstream release does not, and whose "
-        "names this build cannot quote (no source pinned beside it names them: see the papers' Methods); the upstream "
-        "release's MIT licence does not establish rights in texts it took from them",
-        "the public dermatology resources the vignettes came from, as named in the Methods of Johri et al. 2025 "
-        "(not named in the upstream release), via Johri et al. 2025",
+        "no terms stated: the vignettes were taken from public online dermatology sources. The CRAFT-MD paper's "
+        "Methods (Johri et al., Nature Medicine 2025, https://doi.org/10.1038/s41591-024-03328-5; its preprint "
+        "too) name those sources; no file pinned beside this build does (the upstream release's README, its CSV, "
+        "which has no column for a case's source, its code, MediQ's data), so this card does not name them: read "
+        "them in the paper's Methods. The upstream release's MIT licence does not establish rights in texts it took "
+        "from them",
+        "the online dermatology sources named in the Methods of Johri et al., Nature Medicine 2025 "
+        "(https://doi.org/10.1038/s41591-024-03328-5), via that paper",
         "https://github.com/rajpurkarlab/craft-md",
     ),
     "derm_private": DataSource(

@@ -48,8 +48,9 @@ SUMMARIZER = "openai/gpt-3.5-turbo-1106"
 #: Trials per case in upstream's results (trial_0..trial_4).
 UPSTREAM_TRIALS = 5
 #: The version of the craftmd task whose protocol is upstream's code at the pinned commit (CHANGELOG.md, "Changes that
-#: move scores"): the upstream releases ran it, whatever the task's version is now.
-UPSTREAM_TASK_VERSION = 1
+#: move scores"): the upstream releases ran it, whatever the task's version is now. 2: an image job speaks upstream's
+#: multimodal path (GPT-4V's recorded run), as the text jobs speak its text path.
+UPSTREAM_TASK_VERSION = 2
 #: The prompt sets of upstream's code at the pinned commit, as the package names them (its CRAFT-MD generation prompts,
 #: and its grader-AI's two prompts), with the src/prompts.py functions each is read from.
 UPSTREAM_PROMPT_SET = f"craftmd-upstream-{PINNED_COMMIT[:7]}"
@@ -106,10 +107,11 @@ def upstream_prompt_ref(name: str, functions: tuple[str, ...]) -> PromptRef:
     return PromptRef(name=name, sha256=upstream_prompts_sha256(functions))
 
 
-def upstream_protocol() -> Protocol:
+def upstream_protocol(images: bool = False) -> Protocol:
     """The protocol of the upstream releases: upstream's code at the pinned commit (its prompts; GPT-4 as patient,
     GPT-3.5 as summarizer; 5 trials), their free response graded by upstream's GPT-4 grader-AI with its two prompts.
-    It is the board's reference: the paper's runs."""
+    It is the board's reference: the paper's runs. ``images``: GPT-4V's run (upstream's multimodal path, the NEJM
+    cases' images shown to the doctor), the reference of the image cases' table."""
     from craftmd.tasks import get_task
 
     return Protocol(
@@ -117,6 +119,7 @@ def upstream_protocol() -> Protocol:
         version=UPSTREAM_TASK_VERSION,
         prompt_set=upstream_prompt_ref(UPSTREAM_PROMPT_SET, UPSTREAM_PROMPTS),
         roles={"patient": PATIENT_AND_GRADER, "summarizer": SUMMARIZER},
+        images=images,
         answer_rules=answer_rules(get_task("craftmd")),
         trials=UPSTREAM_TRIALS,
         grader=GraderRef(
@@ -326,7 +329,7 @@ class _Release:
             model=self.spec.model,
             task="craftmd",
             display_name=self.spec.display,
-            protocol=upstream_protocol(),
+            protocol=upstream_protocol(self.spec.with_image),
             dataset={"name": "craftmd", "config": "all", "sha256": dataset_sha},
             source=source.describe(),
             models={"doctor": self.spec.model, "patient": PATIENT_AND_GRADER, "grader": PATIENT_AND_GRADER},
@@ -359,7 +362,7 @@ def _valid_existing(path: Path, source: Source, dataset_sha: str | None) -> bool
         and m.producer.get("ingest_version") == INGEST_VERSION
         and m.producer.get("mcq_rules_version") == RULES_VERSION
         and m.dataset.get("sha256") == dataset_sha
-        and m.protocol == upstream_protocol()
+        and m.protocol == upstream_protocol(m.release in UPSTREAM_MODELS and UPSTREAM_MODELS[m.release].with_image)
         and RECORDED in rel.scorer_records()
     )
 

@@ -4,8 +4,9 @@ Everything the models are told comes from a versioned prompt set (``prompts/<nam
 this module only fills the templates and runs the turn-taking. A prompt set whose folder
 holds ``upstream.json`` speaks upstream CRAFT-MD's own prompts, rendered from its pinned
 code (:mod:`craftmd.upstream_prompts`) in the roles and order of upstream's GPT path (or,
-``message_roles="opensource"``, of its open-source path); the cells upstream has no
-prompt for use the package's wording of the set ``upstream.json`` names.
+``message_roles="opensource"``, of its open-source path), an image job in those of its
+multimodal path; the cells upstream has no prompt for use the package's wording of the
+set ``upstream.json`` names.
 
 - The doctor (the model under test) has the system prompt with the case's specialty and
   opens with the prompt set's opening line. The doctor's view is OpenAI messages where
@@ -32,7 +33,15 @@ from craftmd import CraftMDError
 
 from craftmd.models.base import Completion, Message, Sampling
 from craftmd.samples import Sample
-from craftmd.upstream_prompts import UpstreamCase, UpstreamCode, upstream_cases, upstream_code, upstream_prompts_sha256
+from craftmd.upstream_prompts import (
+    IMAGE_SPECIALTY,
+    UpstreamCase,
+    UpstreamCode,
+    upstream_cases,
+    upstream_code,
+    upstream_image_cases,
+    upstream_prompts_sha256,
+)
 
 PROMPTS_DIR = Path(__file__).parent / "prompts"
 DEFAULT_PROMPT_SET = "craftmd-v1"
@@ -50,8 +59,27 @@ UPSTREAM_CELLS = {
     ("summarized", "mcq4"): "get_vignette_mcq_prompt",
     ("summarized", "frq"): "get_vignette_frq_prompt",
 }
+#: The cells of an image job (an NEJM case shown with its image) upstream's multimodal path (``craftmd_multimodal``)
+#: has a prompt for, and the function that words each question: the vignette questions are its own (the image beside
+#: them), the questions after a conversation and on the summary the text path's. The task poses no MCQ on image cases
+#: (the pinned data holds no choices for them).
+UPSTREAM_IMAGE_CELLS = {
+    ("vignette", "frq"): "get_vignette_frq_prompt_multimodal",
+    ("multiturn", "frq"): "get_frq_after_conversation_prompt",
+    ("singleturn", "frq"): "get_frq_after_conversation_prompt",
+    ("summarized", "frq"): "get_vignette_frq_prompt",
+}
 #: Every upstream function an upstream prompt set renders.
-UPSTREAM_FUNCTIONS = sorted({*UPSTREAM_CELLS.values(), "get_doctor_prompt", "get_patient_prompt", "convert_to_summarized_prompt"})
+UPSTREAM_FUNCTIONS = sorted(
+    {
+        *UPSTREAM_CELLS.values(),
+        *UPSTREAM_IMAGE_CELLS.values(),
+        "get_doctor_prompt",
+        "get_doctor_prompt_multimodal",
+        "get_patient_prompt",
+        "convert_to_summarized_prompt",
+    }
+)
 #: Upstream's two message layouts (src/craftmd.py): craftmd_gpt's system prompts, craftmd_opensource's user turns.
 MESSAGE_ROLES = ("gpt", "opensource")
 
@@ -101,6 +129,7 @@ class PromptSet:
         if self.upstream is not None:  # and what it renders from: upstream's templates and facts, the own set
             h.update(upstream_prompts_sha256(self.functions).encode() + b"\0")
             h.update(f"{self.upstream.opening}\0{self.upstream.opensource_message_cap}\0{self.own.sha256}".encode())
+            h.update(json.dumps(self.upstream.image_message).encode())
         return h.hexdigest()
 
     def describe(self) -> dict:
@@ -110,12 +139,13 @@ class PromptSet:
                 "commit": self.upstream.commit,
                 "functions": list(self.functions),
                 "functions_sha256": upstream_prompts_sha256(self.functions),
-                "cells": [f"{s}:{f}" for s, f in UPSTREAM_CELLS],
-                "conversation": "upstream's doctor, patient and opening (text cases); the summarizer's too",
+                "cells": [f"{s}:{f}" for s, f in UPSTREAM_CELLS] + [f"{s}:{f}:image" for s, f in UPSTREAM_IMAGE_CELLS],
+                "conversation": "upstream's doctor, patient, opening and summarizer; an image job's doctor prompt and "
+                "vignette questions its multimodal path's, the image a part of their system message",
             }
             out["own"] = {
                 **self.own.describe(),
-                "cells": "every other setting:format, and every image variant",
+                "cells": "every other setting:format, of text and image jobs",
             }
         return out
 
@@ -197,8 +227,14 @@ class Protocol:
     doctor's prompt as a ``system`` message (``message_roles="opensource"``: a ``user`` turn), the question after a
     conversation as a ``system`` message after it (open-source: appended to its last message after a blank line), the
     vignette questions as one ``system`` message (open-source: ``user``), the summarized ones as one ``user`` message.
-    Every other cell, and every image variant, is the package's wording; in the open-source layout its system text
-    becomes a user turn, joined to a user turn beside it after a blank line (no two user turns in a row).
+    An image job (an NEJM case shown with its image) follows upstream's multimodal path (``craftmd_multimodal``, for
+    the cells of :data:`UPSTREAM_IMAGE_CELLS`; :func:`upstream_image_cases` gives its inputs): the doctor's prompt and
+    the vignette question are its own functions', each the text part of one message whose content parts are laid out
+    as the pinned code lays them out (a text part, then the image as a data URL; a ``system`` message, open-source:
+    ``user``); its patient, opening, summarizer and the questions after a conversation are the text path's, the
+    summarized question given the specialty "Other" (the pinned code names none there). Every other cell is the
+    package's wording; in the open-source layout its system text becomes a user turn, joined to a user turn beside it
+    after a blank line (no two user turns in a row).
     """
 
     def __init__(self, prompts: PromptSet, max_turns: int = 60, message_roles: str = "gpt"):
@@ -217,21 +253,41 @@ class Protocol:
             self.cases = upstream_cases()
 
     # --- upstream's inputs ------------------------------------------------------------------
+    @cached_property
+    def image_cases(self) -> dict[str, UpstreamCase]:
+        """What upstream's multimodal path passed its prompts for the NEJM cases (read once, when first needed)."""
+        return upstream_image_cases() if self.up is not None else {}
+
     def upstream(self, case: Sample, with_image: bool) -> UpstreamCase | None:
-        """What upstream's code passes its prompts for ``case``; None where the package's wording applies (a package
-        prompt set, an image variant). A case upstream's CSV does not hold gets the sample's own fields."""
-        if self.up is None or with_image:
+        """What upstream's code passes its prompts for ``case`` (an NEJM case: what its multimodal path passed, for the
+        image job and the job without the image alike); None where the package's wording applies (a package prompt
+        set). A case upstream's data does not hold gets the sample's own fields."""
+        if self.up is None:
             return None
-        found = self.cases.get(case.case_id) if case.source in ("medqa_usmle", "derm_public", "derm_private") else None
+        if case.source == "nejm_image":
+            found = self.image_cases.get(case.case_id)
+        else:
+            found = self.cases.get(case.case_id) if case.source in ("medqa_usmle", "derm_public", "derm_private") else None
         if found is not None:
             return found
         named = self.p.specialties.get(case.specialty, case.specialty) if case.specialty else None
-        return UpstreamCase(
-            named or "Other", case.vignette, case.question or self.up.split["no_question"], ", ".join(case.choices)
-        )
+        specialty = IMAGE_SPECIALTY if with_image else named or "Other"  # "Other": upstream's functions name none
+        return UpstreamCase(specialty, case.vignette, case.question or self.up.split["no_question"], ", ".join(case.choices))
 
     def render(self, function: str, *args) -> str:
         return self.up.template(function).render(*args)
+
+    def upstream_image_message(self, case: Sample, text: str) -> Message:
+        """One message of upstream's multimodal path: ``text`` and the case's image as content parts, in the role and
+        order the pinned code gives them (open-source layout: a ``user`` turn)."""
+        role, kinds = self.up.image_message
+        if case.image is None:
+            raise CraftMDError(f"{case.case_id}: no image")
+        parts = {
+            "text": {"type": "text", "text": text},
+            "image_url": {"type": "image_url", "image_url": {"url": image_url(case.image)}},
+        }
+        return {"role": role if self.roles == "gpt" else "user", "content": [parts[k] for k in kinds]}
 
     def knowledge(self, case: Sample, with_image: bool) -> str:
         """What the patient-AI of the standard conversation holds: the vignette (upstream's ``case_desc``)."""
@@ -259,6 +315,8 @@ class Protocol:
     # --- the conversation ---------------------------------------------------------------
     def doctor_prefix(self, case: Sample, with_image: bool) -> list[Message]:
         u = self.upstream(case, with_image)
+        if u is not None and with_image:  # upstream's multimodal doctor: its prompt names no specialty
+            return [self.upstream_image_message(case, self.render("get_doctor_prompt_multimodal"))]
         if u is not None:
             return [
                 {"role": "system" if self.roles == "gpt" else "user", "content": self.render("get_doctor_prompt", u.specialty)}
@@ -361,13 +419,18 @@ class Protocol:
         options = list(case.choices) if fmt == "mcq4" else many_options if fmt == "mcq_many" else []
         return self.p.text(f"format_{fmt}.txt", question=question, options="\n".join(f"- {o}" for o in options))
 
-    def upstream_question(self, u: UpstreamCase, setting: str, fmt: str, conv, summary) -> list[Message]:
-        """Upstream's messages for one of :data:`UPSTREAM_CELLS` (``craftmd_gpt`` / ``craftmd_opensource``)."""
-        function = UPSTREAM_CELLS[(setting, fmt)]
+    def upstream_question(
+        self, u: UpstreamCase, setting: str, fmt: str, conv, summary, case: Sample, with_image: bool = False
+    ) -> list[Message]:
+        """Upstream's messages for one of :data:`UPSTREAM_CELLS` (``craftmd_gpt`` / ``craftmd_opensource``), or, for an
+        image job, of :data:`UPSTREAM_IMAGE_CELLS` (``craftmd_multimodal``)."""
+        function = (UPSTREAM_IMAGE_CELLS if with_image else UPSTREAM_CELLS)[(setting, fmt)]
         gpt = self.roles == "gpt"
         if setting in ("vignette", "summarized"):
             text = u.vignette if setting == "vignette" else summary
             args = (u.specialty, text, u.question, u.choices) if fmt == "mcq4" else (u.specialty, text, u.question)
+            if with_image and setting == "vignette":  # the multimodal vignette question: no specialty, the image beside
+                return [self.upstream_image_message(case, self.render(function, *args[1:]))]
             role = "system" if setting == "vignette" and gpt else "user"
             return [{"role": role, "content": self.render(function, *args)}]
         prompt = self.render(function, *((u.choices, u.question) if fmt == "mcq4" else (u.question,)))
@@ -388,8 +451,8 @@ class Protocol:
         many_options: list[str] = (),
     ) -> list[Message]:
         u = self.upstream(case, with_image)
-        if u is not None and (setting, fmt) in UPSTREAM_CELLS:
-            return self.upstream_question(u, setting, fmt, conv, summary)
+        if u is not None and (setting, fmt) in (UPSTREAM_IMAGE_CELLS if with_image else UPSTREAM_CELLS):
+            return self.upstream_question(u, setting, fmt, conv, summary, case, with_image)
         block = self.question_block(case, fmt, list(many_options))
         text = self.p.text(
             f"setting_{setting}.txt",

@@ -397,6 +397,11 @@ class Runner:
     def produced(self, rows: dict[str, list[dict]]) -> list[str]:
         return [f"{len(v)} {k}" for k, v in rows.items()]
 
+    def shows_images(self) -> bool:
+        """Whether a job of the run (every shard's) shows the doctor a case's image: the protocol records it (an image
+        run is never ranked with a text run). Default: no."""
+        return False
+
     def record_extra(self, record: RunRecord, jobs) -> RunRecord:
         """What the task adds to the run record (default: the samples it posed, the dataset file's hash, its options)."""
         record = self.record_source(record)
@@ -756,7 +761,12 @@ class Runner:
             model=spec.doctor,
             prompt_set=self.prompts.describe(),
             protocol=run_protocol(
-                self.task, self.prompts.describe(), dict(self.agent_names), spec.trials, answer_rules(self.task)
+                self.task,
+                self.prompts.describe(),
+                dict(self.agent_names),
+                spec.trials,
+                answer_rules(self.task),
+                images=self.shows_images(),
             ),
             sampling=sampling,
             seed=spec.seed,

@@ -47,9 +47,12 @@ def _release(
     kind="generated",
     protocol=None,
     source=None,
+    image=False,
 ):
     """cells: {setting: set of (case, trial) correct}; every case (of ``cases``) x trial x setting answered (frq), each
-    release's answers its own (two releases of one answer file are one run, refused on a board)."""
+    release's answers its own (two releases of one answer file are one run, refused on a board); ``image``: the NEJM
+    cases of :func:`_nejm` (``nejm_<i>``), shown with their image."""
+    prefix = "nejm" if image else "case"
     ans = {k: [] for k in ("case_id", "trial", "setting", "format", "with_image", "response", "status")}
     grd = {
         k: []
@@ -71,13 +74,13 @@ def _release(
             for t in range(TRIALS):
                 miss = (setting, c, t) in missing
                 for k, v in zip(
-                    ans, (f"case_{c}", t, setting, "frq", False, None if miss else f"dx ({rid})", "missing" if miss else "ok")
+                    ans, (f"{prefix}_{c}", t, setting, "frq", image, None if miss else f"dx ({rid})", "missing" if miss else "ok")
                 ):
                     ans[k].append(v)
                 if (setting, c, t) in ungraded:
                     continue
                 ok = (c, t) in correct or (miss and graded_missing_correct)
-                for k, v in zip(grd, (f"case_{c}", t, setting, "frq", False, grader, "dx", "single", ok, None)):
+                for k, v in zip(grd, (f"{prefix}_{c}", t, setting, "frq", image, grader, "dx", "single", ok, None)):
                     grd[k].append(v)
     from craftmd.scoring.scorers import scores_from_grades
 
@@ -92,6 +95,15 @@ def _release(
     return write_release(
         out / rid, m, {"answers": pa.table(ans)}, scores=(scores_from_grades(pa.table(grd)), {grader: record or {}})
     )
+
+
+def _nejm(data, n=10):
+    """The dataset's ``nejm_image`` config: ``n`` image cases (no specialty)."""
+    d = data / "nejm_image"
+    d.mkdir(parents=True)
+    pl.DataFrame(
+        {"case_id": [f"nejm_{i}" for i in range(n)], "source": ["nejm_image"] * n, "specialty": [None] * n}
+    ).write_parquet(d / "test-00000-of-00001.parquet")
 
 
 def _all_trials(cases):
@@ -390,7 +402,7 @@ def test_releases_of_another_protocol_are_never_ranked_with_the_papers(with_prot
     apart = page[page.index('id="protocol-runs-1"') :]
     assert "V1A" in apart[: apart.index("</table>")]
     releases = page[page.index("<h3>Releases</h3>") :]
-    assert "protocol: craftmd v1, prompts craftmd-upstream-3bb2737 (" in releases  # its sha256's first 12 digits
+    assert "protocol: craftmd v2, prompts craftmd-upstream-3bb2737 (" in releases  # its sha256's first 12 digits
     assert ", patient openai/gpt-4-1106-preview, summarizer openai/gpt-3.5-turbo-1106, 5 trials" in releases
     assert "protocol: unknown protocol" in releases
     md = markdown(a)
@@ -402,6 +414,71 @@ def test_releases_of_another_protocol_are_never_ranked_with_the_papers(with_prot
         "gp": True, "sub": False, "u1": True, "u2": True, "v1a": False, "v1b": False
     }  # fmt: skip
     assert t.filter(pl.col("release") == "v1a")["not_comparable_because"].item() == "; ".join(v1_reasons)
+
+
+def test_a_holm_family_holds_one_protocols_tests(with_protocols):
+    """Models are paired within a protocol, and Holm adjusts each protocol's pairs apart: in a setting where the
+    paper's protocol and craftmd-v1 both have pairs, each protocol's adjusted p-values are Holm's over its own pairs."""
+    import numpy as np
+    from statsmodels.stats.multitest import multipletests
+
+    _, a = with_protocols
+    proto = dict(a.releases.select("release", "protocol").iter_rows())
+    rows = a.pvalues.filter(pl.col("family") == "model").with_columns(pl.col("a").replace_strict(proto).alias("protocol"))
+    cell = ["setting", "format", "grader", "with_image", "group_by", "group", "test"]
+    mixed = 0
+    for _, g in rows.group_by(cell, maintain_order=True):
+        for _, f in g.group_by("protocol", maintain_order=True):
+            assert f["p_adjusted"].to_list() == pytest.approx(multipletests(f["p_value"].to_numpy(), method="holm")[1].tolist())
+        if g["protocol"].n_unique() > 1:
+            mixed += not np.allclose(multipletests(g["p_value"].to_numpy(), method="holm")[1], g["p_adjusted"].to_numpy())
+    assert mixed  # one family of both protocols' pairs would have adjusted them otherwise
+
+
+def test_a_history_holm_family_holds_one_protocols_tests():
+    from craftmd.analysis.history import _tests_frame
+
+    res = {
+        ("test", "m", a, b): (0.1, 0.0, 0.2, p, 10) for a, b, p in (("x1", "x2", 0.01), ("x1", "x3", 0.02), ("y1", "y2", 0.04))
+    }
+    t = _tests_frame(res, {"x1": "X", "x2": "X", "x3": "X", "y1": "Y", "y2": "Y"})
+    assert dict(zip(t["model_b"], t["p_holm"])) == pytest.approx({"x2": 0.02, "x3": 0.02, "y2": 0.04})  # not 0.03, 0.04, 0.04
+
+
+def test_an_image_run_is_never_ranked_with_a_text_run_nor_silently_beside_gpt4v(tmp_path):
+    """A run that showed the doctor the images is another protocol than a text run (its words say so); the image
+    cases' table puts first the releases of GPT-4V's recorded run's protocol, and says of any other image run why it is
+    not comparable; tables/protocols.csv judges an image run against GPT-4V's."""
+    from craftmd.analysis.page import _image_rows
+    from craftmd.analysis.view import View, protocol_table
+    from craftmd.generation.ingest import upstream_protocol
+    from craftmd.release import protocol_differences
+
+    data = _dataset(tmp_path)
+    _nejm(data)
+    rel = tmp_path / "releases"
+    paper, gpt4v = upstream_protocol(), upstream_protocol(images=True)
+    assert protocol_differences(gpt4v, paper) == ["images shown to the doctor vs text only"]
+    assert paper.key() != gpt4v.key()
+    local = gpt4v.model_copy(update={"roles": {"patient": "local/p", "summarizer": "local/p"}, "grader": None})
+    same = gpt4v.model_copy(update={"grader": None})
+    _release(
+        rel, "u1", {"vignette": _all_trials(range(30)), "multiturn": _all_trials(range(10))}, kind="upstream", protocol=paper
+    )
+    for rid, p, right in (("v", gpt4v, 5), ("g", local, 9), ("h", same, 2)):  # g: the best, of another protocol
+        cells = {"vignette": _all_trials(range(right)), "multiturn": _all_trials(range(right))}
+        _release(rel, rid, cells, kind="upstream" if rid == "v" else "generated", protocol=p, image=True, cases=range(10))
+    a = compute(rel, data, B=200)
+    v = View(a)
+    assert v.models == ["u1"] and v.image_models == ["g", "h", "v"]
+    assert v.image_reference == gpt4v.key() and v.image_reference_is_paper
+    why = ["patient local/p vs openai/gpt-4-1106-preview", "summarizer local/p vs openai/gpt-3.5-turbo-1106"]
+    assert v.image_apart == {"g": why}
+    rows = _image_rows(v)
+    assert list(dict.fromkeys(r["display"] for r in rows)) == ["H", "V", "G"] and rows[-1]["apart"] == "; ".join(why)
+    t = protocol_table(a)
+    assert dict(t.select("release", "comparable").iter_rows()) == {"g": False, "h": True, "u1": True, "v": True}
+    assert t.filter(pl.col("release") == "g")["not_comparable_because"].item() == "; ".join(why)
 
 
 def test_the_board_by_task_never_ranks_two_protocols_together(with_protocols):

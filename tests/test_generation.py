@@ -147,8 +147,18 @@ def test_every_experiment_and_image_variants(tiny_dataset, replay, tmp_path):
         for r in log
         if any(isinstance(m["content"], list) and any(p.get("type") == "image_url" for p in m["content"]) for m in r["messages"])
     ]
-    image_line = PromptSet("craftmd-v1", CraftMD.prompts_root).text("doctor_image.txt")  # image variants: the package's
-    assert with_image and all(r["messages"][0]["content"].endswith(image_line) for r in with_image)
+    # an image job speaks upstream's multimodal path: its prompt the text part of a system message, the image beside it
+    from craftmd.upstream_prompts import upstream_prompt
+
+    upstream_image = [r for r in with_image if isinstance(r["messages"][0]["content"], list)]
+    assert upstream_image and all(
+        r["messages"][0]["role"] == "system" and [p["type"] for p in r["messages"][0]["content"]] == ["text", "image_url"]
+        for r in upstream_image
+    )
+    assert any(r["messages"][0]["content"][0]["text"] == upstream_prompt("get_doctor_prompt_multimodal") for r in upstream_image)
+    own = [r for r in with_image if r not in upstream_image]  # vignette × top3: the package's wording and image line
+    image_line = PromptSet("craftmd-v1", CraftMD.prompts_root).text("doctor_image.txt")
+    assert own and all(r["messages"][0]["content"].endswith(image_line) for r in own)
     nconv = read_release(nejm.path).table("conversations").to_pylist()
     assert any("<image>" in m["content"] for c in nconv if c["with_image"] for m in c["messages"])
     manifest = read_release(text.path).manifest
@@ -164,7 +174,7 @@ def test_every_experiment_and_image_variants(tiny_dataset, replay, tmp_path):
     p = manifest.protocol
     assert (p.task, p.version, p.prompt_set.model_dump(), p.trials) == (
         "craftmd",
-        1,
+        2,
         {"name": manifest.prompt_set["name"], "sha256": manifest.prompt_set["sha256"]},
         manifest.counts["trials"],
     )

@@ -35,7 +35,10 @@ def test_every_upstream_model_becomes_a_graded_upstream_release(releases):
         assert r.manifest.display_name == UPSTREAM_MODELS[rid].display
         # the protocol it ran: upstream's code at the pinned commit (GPT-4 patient, GPT-3.5 summarizer, 5 trials)
         p = r.manifest.protocol
-        assert p == upstream_protocol() and (p.task, p.version, p.trials) == ("craftmd", 1, 5)
+        # (GPT-4V's run showed the doctor the NEJM images: upstream's multimodal path, its own protocol)
+        assert p == upstream_protocol(images=UPSTREAM_MODELS[rid].with_image)
+        assert (p.task, p.version, p.trials) == ("craftmd", 2, 5)
+        assert p.images is (rid == "gpt4v")
         assert p.roles == {"patient": "openai/gpt-4-1106-preview", "summarizer": "openai/gpt-3.5-turbo-1106"}
         assert p.prompt_set.name == "craftmd-upstream-3bb2737" and p.grader.name == "upstream-gpt4"
         read_release(r.path, verify=True)  # file hashes match the manifest
@@ -147,7 +150,7 @@ def test_ingest_is_deterministic_and_refuses_to_overwrite(source, dataset_dir, r
     del older["protocol"]  # as an ingest that recorded no protocol wrote it: ingested again, with its protocol
     (out / "gpt4v" / "manifest.json").write_text(json.dumps(older))
     ingest(source, dataset_dir, out, models=["gpt4v"], progress=False, skip_existing=True)
-    assert read_release(out / "gpt4v").manifest.protocol == upstream_protocol()
+    assert read_release(out / "gpt4v").manifest.protocol == upstream_protocol(images=True)
     with pytest.raises(CraftMDError, match="unknown upstream model"):
         ingest(source, dataset_dir, out, models=["gpt5"], progress=False)
 

@@ -126,7 +126,7 @@ def test_inspect_eval_runs_the_protocol_and_its_log_ingests_into_the_release_gen
     assert m.roles["summarizer"]["model"] == "openai-api/loop/pat"
     assert m.roles["doctor"]["sampling"] == theirs.manifest.roles["doctor"]["sampling"]
     assert m.prompt_set == theirs.manifest.prompt_set and m.source["dataset_sha256"] == theirs.manifest.source["dataset_sha256"]
-    assert m.protocol == theirs.manifest.protocol and m.protocol.version == 1  # the protocol it ran, as generate records it
+    assert m.protocol == theirs.manifest.protocol and m.protocol.version == 2  # the protocol it ran, as generate records it
     from importlib.metadata import version
 
     assert m.dependencies["inspect_ai"] == version("inspect-ai") == m.producer["inspect"]["inspect_ai"]

@@ -43,7 +43,7 @@ def test_a_record_without_a_protocol_reads_and_says_what_it_can(tmp_path):
     assert derived == Protocol(task="craftmd", prompt_set=PromptRef(name="craftmd-v1", sha256="a" * 64),
                                roles={"patient": "openai/p"}, trials=3)  # fmt: skip
     assert protocol_differences(derived, upstream_protocol()) == [
-        "craftmd version not recorded vs 1",
+        "craftmd version not recorded vs 2",
         "prompt set craftmd-v1 ≠ craftmd-upstream-3bb2737",
         "patient openai/p vs openai/gpt-4-1106-preview",
         "summarizer not recorded vs openai/gpt-3.5-turbo-1106",
@@ -77,8 +77,12 @@ def test_a_protocol_that_is_not_one_is_one_line(tmp_path, protocol, where):
 def test_the_differences_in_words():
     paper = upstream_protocol()
     assert protocol_differences(paper, paper) == []
-    other = paper.model_copy(update={"version": 2, "roles": {**paper.roles, "patient": "openai/gpt-4o"}, "grader": None})
-    assert protocol_differences(other, paper) == ["craftmd version 2 vs 1", "patient openai/gpt-4o vs openai/gpt-4-1106-preview"]
+    other = paper.model_copy(update={"version": 1, "roles": {**paper.roles, "patient": "openai/gpt-4o"}, "grader": None})
+    assert protocol_differences(other, paper) == ["craftmd version 1 vs 2", "patient openai/gpt-4o vs openai/gpt-4-1106-preview"]
+    # an image run (the doctor shown the cases' images: upstream's multimodal path) is another experiment than a text run
+    image = paper.model_copy(update={"images": True})
+    assert protocol_differences(image, paper) == ["images shown to the doctor vs text only"] and image.key() != paper.key()
+    assert protocol_differences(paper, image) == ["text only vs images shown to the doctor"]
     resha = paper.model_copy(update={"prompt_set": PromptRef(name=paper.prompt_set.name, sha256="b" * 64)})
     assert paper.prompt_set.sha256 and len(paper.prompt_set.sha256) == 64  # upstream's prompt set, as a run records it
     assert protocol_differences(resha, paper) == [

@@ -67,6 +67,9 @@ def test_each_source_is_attributed_with_its_licence():
         "MediQ: Question-Asking LLMs" in section and "Li, S. S." in section and "creativecommons.org/licenses/by/4.0" in section
     )
     assert "Jin, D." in section and "© Massachusetts Medical Society" in section
+    # Derm-Public's sources: where they are named (the paper's Methods, by its DOI), and that no pinned file names them
+    derm = " ".join(section[section.index("- **Derm-Public**") :].split("\n- **")[0].split())
+    assert "Methods" in derm and "10.1038/s41591-024-03328-5" in derm and "no file pinned beside this build does" in derm
 
 
 def test_packets_card_states_the_generators_licence_from_its_metadata():

@@ -17,6 +17,7 @@ from craftmd.upstream_prompts import (
     parse_prompts,
     upstream_cases,
     upstream_code,
+    upstream_image_cases,
     upstream_prompt,
     upstream_prompts_sha256,
 )
@@ -196,3 +197,32 @@ def test_utils_py_without_the_split_is_refused():
         parse_utils("def other():\n    pass\n")
     with pytest.raises(CraftMDError, match="not the split the package ports"):
         parse_utils("def get_case_without_question(case):\n    return case\n")
+
+
+def test_the_multimodal_image_message_is_read_from_the_pinned_code(source):
+    """craftmd_multimodal's image message (role, parts in order) is read with ast, alike for its three messages; a file
+    where one of them is laid out otherwise, or without the function, is refused in one line."""
+    from craftmd.source import Source
+
+    assert upstream_code(source).image_message == ("system", ("text", "image_url"))
+    text = Source(code_location(source.location), source.commit, part="code").read("src/craftmd.py").decode()
+    head = 'conv = [{"role": "system", "content": [{"type": "text",'
+    assert text.count(head) == 2  # the two vignette questions (the doctor's message is a third)
+    with pytest.raises(CraftMDError, match="no single image message layout") as err:
+        parse_craftmd(text.replace(head, head.replace("system", "user"), 1))
+    assert "\n" not in str(err.value)
+    with pytest.raises(CraftMDError, match="no function craftmd_multimodal"):
+        parse_craftmd(text.replace("def craftmd_multimodal(", "def renamed("))
+
+
+def test_upstreams_inputs_of_the_nejm_cases_are_their_gpt4v_results_split(source):
+    """What upstream's multimodal path passed for an NEJM case: its results file's case_vignette and question (the
+    split left "of the following" out, its double space kept), the specialty "Other", no choices."""
+    import json
+
+    cases = upstream_image_cases(source)
+    recs = [json.loads(v) for v in source.read_files(["results/gpt4v/*.json"]).values()]
+    assert len(cases) == len(recs) == 33
+    assert all((cases[r["case_id"]].vignette, cases[r["case_id"]].question) == (r["case_vignette"], r["question"]) for r in recs)
+    assert {(c.specialty, c.choices) for c in cases.values()} == {("Other", "")}
+    assert sum("  is" in c.question for c in cases.values()) >= 5

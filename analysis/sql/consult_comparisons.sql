@@ -2,8 +2,12 @@
 -- the shape of comparisons.sql (McNemar's counts on paired trials, from case_scores' bit masks), all text cases.
 -- Family 'setting': within a release, the bounds against each other and against the doctor's whole
 -- consultation, the consultation against the direct-order oracle, and the oracle's three orders against each other.
--- Family 'model': two releases in one setting (same format and grader).
+-- Family 'model': two releases of one protocol in one setting (same format and grader); releases of two protocols are
+-- never paired, and each row names its protocol, so that a Holm family never holds two protocols' tests.
 with
+protocols as (
+    select release, protocol from releases
+),
 case_scores as (
     select release, grader, setting, format, with_image, case_id, trials_mask, correct_mask
     from case_scores
@@ -37,6 +41,9 @@ model_pairs as (
     from case_scores as x
     join case_scores as y
         on x.setting = y.setting and x.grader = y.grader and x.format = y.format and x.case_id = y.case_id and x.release < y.release
+    join protocols as px on px.release = x.release
+    join protocols as py on py.release = y.release
+    where px.protocol = py.protocol
 ),
 all_pairs as (
     select * from setting_pairs union all select * from model_pairs
@@ -47,5 +54,7 @@ per_case as (
 final as (
     select * from mcnemar_sums(per_case)
 )
-select * exclude (pa) from final
-order by family, model, setting, format, grader, pa, a, b
+select f.* exclude (pa), p.protocol
+from final as f
+left join protocols as p on p.release = coalesce(f.model, f.a)
+order by f.family, f.model, f.setting, f.format, f.grader, f.pa, f.a, f.b

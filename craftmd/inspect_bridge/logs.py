@@ -279,7 +279,8 @@ def _roles(spec, desc: dict) -> dict:
 def _protocol(desc: dict, roles: dict, trials: int) -> dict | None:
     """The protocol the logged run ran (:class:`craftmd.release.Protocol`, checked with the rest of the record): its
     task's version as the log records it (a log written before versions were records none), its prompt set, the models
-    of its task's roles but the doctor's, the MCQ rules, trials; None when the log names no task or prompt set."""
+    of its task's roles but the doctor's, whether it showed the doctor images, the MCQ rules, trials; None when the log
+    names no task or prompt set."""
     from craftmd.release import UNDER_TEST
     from craftmd.scoring.mcq import answer_rules
     from craftmd.tasks import TASKS as REGISTERED
@@ -294,6 +295,7 @@ def _protocol(desc: dict, roles: dict, trials: int) -> dict | None:
         "version": desc.get("version"),
         "prompt_set": {"name": prompts.get("name"), "sha256": prompts.get("sha256")},
         "roles": {a: r.get("model") for a, r in sorted(roles.items()) if a in names and isinstance(r, dict)},
+        "images": desc.get("images", False),  # (checked as a bool with the rest of the record)
         "answer_rules": answer_rules(task),
         "trials": trials or None,
     }

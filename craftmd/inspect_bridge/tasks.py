@@ -265,6 +265,7 @@ class Run:
             "config": config,
             "dataset_sha256": getattr(r, "dataset_sha", None),
             "prompt_set": r.prompts.describe(),
+            "images": r.shows_images(),  # whether a job shows the doctor a case's image (the protocol's images)
             "sampling": self.sampling,
             "cases": sorted({r.sample_id(j) for j in self.jobs.values()}),
             **opts,

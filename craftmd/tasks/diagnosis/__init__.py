@@ -90,6 +90,6 @@ TASK = register(
         protocol=CraftMD,
         roles=ROLES,
         options=CraftMDOptions,
-        version=1,  # the comparability version (CHANGELOG.md, "Changes that move scores")
+        version=2,  # the comparability version (CHANGELOG.md, "Changes that move scores")
     )
 )

@@ -61,6 +61,8 @@ class CraftMD(Runner):
         self.protocol = Protocol(self.prompts, self.options.max_turns, self.options.message_roles)
         self.cases  # noqa: B018  (the selected cases, loaded now: a bad selection is said before anything runs)
         self.many = load_diagnoses(Path(spec.dataset)) if "mcq_many" in self.formats else []
+        if any(c.source == "nejm_image" for c in self.cases):
+            self.protocol.image_cases  # noqa: B018  (upstream's inputs of the NEJM cases, read now, once)
 
     def plan(self, case: Sample, with_image: bool) -> list[tuple[str, str]]:
         """The experiments a case is posed in: the cells of the task's matrix whose needs the case meets."""
@@ -70,15 +72,21 @@ class CraftMD(Runner):
         """The settings whose questions read conversation ``kind`` (standard, no_exam)."""
         return {e.setting for e in self.task.experiments if e.conversation == kind}
 
+    def flags(self, case: Sample) -> tuple[bool, ...]:
+        """The image flags a case is posed with: an NEJM case with its image both without and with it."""
+        return (False, True) if case.source == "nejm_image" and case.image is not None else (False,)
+
     def jobs(self) -> list[tuple[Sample, int, bool]]:
         out = []
         for case in self.cases:
-            flags = (False, True) if case.source == "nejm_image" and case.image is not None else (False,)
             for trial in range(self.spec.trials):
-                for flag in flags:
+                for flag in self.flags(case):
                     if self.plan(case, flag):
                         out.append((case, trial, flag))
         return out
+
+    def shows_images(self) -> bool:
+        return any(flag and self.plan(case, flag) for case in self.cases for flag in self.flags(case))
 
     def job_id(self, job) -> str:
         case, trial, flag = job
