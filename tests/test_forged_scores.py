@@ -20,7 +20,7 @@ import pytest
 from craftmd.commands.cli import main
 from craftmd.release import RunRecord, encode_scores, write_release
 
-from helpers import analyse_argv
+from helpers import analyse_argv, assert_tables_documented
 
 
 def _release(path: Path, dataset_dir: Path, *, model: str = "acme/tiny", n: int = 4, response: str = "no idea") -> Path:
@@ -319,6 +319,7 @@ def test_an_llm_graders_scores_from_elsewhere_are_their_senders_claims_shown_apa
     ]
     assert claims[0]["reported_by"] == FROM_SENDER and claims[0]["scored_by"] == "openai/loopback"
     assert claims[0]["run_record"].startswith("tiny/manifest.json")
+    assert_tables_documented(site / "tables")  # claims.csv with its columns on the analysis page
     page = (site / "index.html").read_text()
     assert "Claimed by their senders, not recomputed here" in page and 'id="claims-table"' in page
     assert "## Claimed by their senders, not recomputed here" in (site / "leaderboard.md").read_text()

@@ -140,17 +140,23 @@ def test_terminal_escapes_from_a_server_are_neither_printed_nor_stored(tmp_path)
         assert "\x1b" not in json.dumps(db.requests(), ensure_ascii=False)
 
 
-def test_a_model_list_with_terminal_escapes_is_shown_without_them():
-    async def check(url: str) -> None:
+def check_model(url: str) -> None:
+    """``openai/loopback``'s check of the server at ``url`` (its model list read, :meth:`OpenAIModel.check`)."""
+
+    async def go() -> None:
         m = get_model("openai/loopback", base_url=url)
         try:
             await m.check()
         finally:
             await m.aclose()
 
+    asyncio.run(go())
+
+
+def test_a_model_list_with_terminal_escapes_is_shown_without_them():
     with RawServer(ok(completion()), models=(f"other{ESCAPES}",)) as server:
         with pytest.raises(CraftMDError) as e:
-            asyncio.run(check(server.base_url))
+            check_model(server.base_url)
     said = str(e.value)
     assert "does not serve 'loopback' (it serves: other" in said and not any(ch in said for ch in CONTROLS + "\n")
 
@@ -232,17 +238,9 @@ def test_a_gzip_bomb_is_cut_off_as_it_inflates_never_read_whole(tmp_path):
     assert c.status == "error" and c.reason == "reply too long" and peak < 16 << 20, (c, peak)
 
     listed = gzip_bomb(48, status_body=b'{"object": "list", "data": [{"id": "loopback", "object": "model", "x": "')
-
-    async def check(url: str) -> None:
-        m = get_model("openai/loopback", base_url=url)
-        try:
-            await m.check()
-        finally:
-            await m.aclose()
-
     with RawServer(ok(completion()), get=lambda path: (200, gz, listed)) as server:
         with pytest.raises(CraftMDError) as e:
-            asyncio.run(check(server.base_url))
+            check_model(server.base_url)
     assert "/v1/models: the reply's body passed 16,777,216 bytes" in str(e.value) and "\n" not in str(e.value)
 
     import gzip
