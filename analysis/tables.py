@@ -203,7 +203,8 @@ def compute(
                  "tasks_s": time.perf_counter() - t3}, B, seed, judged, consult, met)  # fmt: skip
     a.format_tests, a.image_tests = format_split(more_pv)
     a.all_pairs = all_pairs
-    return _with_boards(a, found)
+    a.claims = claims_table(found)
+    return _with_boards(a)
 
 
 #: The columns of tables/format_tests.csv and tables/image_tests.csv.
@@ -263,17 +264,16 @@ def _encounters_only(
                  e["group_sizes"], e["history_tests"], e["history_by_coverage"], e["history_by_complexity"],
                  {"sql_s": time.perf_counter() - t0, "bootstrap_s": 0.0}, B, seed, judged, {},
                  encounter_tables(encounters, packets, judged))  # fmt: skip
-    return _with_boards(a, encounters)
+    a.claims = claims_table(encounters)
+    return _with_boards(a)
 
 
-def _with_boards(a: Analysis, releases: list[Release]) -> Analysis:
-    """Beside another task's releases, the board per task (:mod:`.boards`); CRAFT-MD alone has its own board only. And
-    the scores ``releases`` hold as claims (:func:`claims_table`), when any."""
+def _with_boards(a: Analysis) -> Analysis:
+    """Beside another task's releases, the board per task (:mod:`.boards`); CRAFT-MD alone has its own board only."""
     if set(a.releases["task"].to_list()) - {"craftmd"}:
         from .boards import task_boards
 
         a.boards = task_boards(a)
-    a.claims = claims_table(releases)
     return a
 
 
