@@ -301,6 +301,12 @@ def _rubric(a) -> dict | None:
     return page_section(getattr(a, "rubric", None))
 
 
+def _claims(a) -> list[dict]:
+    """The scores claimed by their senders, not computed here (tables/claims.csv), one row each: never ranked."""
+    claims = getattr(a, "claims", None)
+    return [] if claims is None else claims.to_dicts()
+
+
 def _other_tasks(a, v: View) -> dict:
     """The sections of the other tasks' releases (each None when no such release was analysed) and the board per task."""
     from .boards import page_section as boards_section
@@ -599,6 +605,7 @@ def context(a, audits: list[dict] | None = None, out: Path | None = None) -> dic
         "measures": _measures(v),
         "history": _history(v, audits),
         "rubric": _rubric(a),
+        "claims": _claims(a),
         **_other_tasks(a, v),
         "audits": [_audit(x) for x in audits],
         "fold_rows": FOLD_ROWS,

@@ -71,6 +71,7 @@ class Analysis:
     )
     published_tests: pl.DataFrame | None = None  # the preprint's MCQ-vs-FRQ p-values beside format_tests (analysis.published)
     all_pairs: bool = False  # every pair of models tested on request (--all-pairs); else as sql/comparisons says
+    claims: pl.DataFrame | None = None  # scores claimed by their sender, not computed here (claims_table), when any
 
 
 def _releases_frame(releases: list[Release]) -> pl.DataFrame:
@@ -164,6 +165,9 @@ def compute(
     ``kept``: the per-release queries' rows, kept and read back the same way (:class:`.runner.Kept`)."""
     t0 = time.perf_counter()
     found = find_releases(releases_dir)
+    from craftmd.scoring.score import check_standing
+
+    check_standing(found)  # every score read is made here or a claim kept apart (craftmd score settles the others)
     releases = [r for r in found if r.has("scores")]
     encounters = [r for r in found if r.manifest.task == "encounters"]
     if not releases and not encounters:
@@ -199,6 +203,7 @@ def compute(
                  "tasks_s": time.perf_counter() - t3}, B, seed, judged, consult, met)  # fmt: skip
     a.format_tests, a.image_tests = format_split(more_pv)
     a.all_pairs = all_pairs
+    a.claims = claims_table(found)
     return _with_boards(a)
 
 
@@ -259,6 +264,7 @@ def _encounters_only(
                  e["group_sizes"], e["history_tests"], e["history_by_coverage"], e["history_by_complexity"],
                  {"sql_s": time.perf_counter() - t0, "bootstrap_s": 0.0}, B, seed, judged, {},
                  encounter_tables(encounters, packets, judged))  # fmt: skip
+    a.claims = claims_table(encounters)
     return _with_boards(a)
 
 
@@ -269,6 +275,40 @@ def _with_boards(a: Analysis) -> Analysis:
 
         a.boards = task_boards(a)
     return a
+
+
+#: The columns of tables/claims.csv.
+CLAIM_COLUMNS = ["release", "display", "scorer", "metric", "n_scores", "n_ok", "mean", "reported_by", "scored_by", "run_record"]
+
+
+def claims_table(releases: list[Release]) -> pl.DataFrame | None:
+    """The scores the releases hold as claims (scorer ``claimed:<name>``: an inspect log's word, or scores that came with
+    the release and only a model could compute again, :func:`craftmd.scoring.score.sender_claims`): per release, claimed
+    scorer and metric, how many, how many ok and their mean, who reported them and which model the claim says scored
+    them, and what the release's run record says made it. Never ranked, never tested; None when no release holds one."""
+    from craftmd.release import CLAIM_PREFIX
+    from craftmd.scoring.score import CLAIM, standing
+
+    rows = []
+    for r in releases:
+        names = [n for n, s in standing(r).items() if s == CLAIM]
+        if not names:
+            continue
+        table, records = r.scores_with_records()
+        df = pl.from_arrow(table.select(["scorer", "metric", "value", "status"])).filter(pl.col("scorer").is_in(names))
+        made = r.manifest.producer.get("name") or r.manifest.kind
+        run = f"{r.id}/manifest.json: {made}" + (f", git {r.manifest.git_revision[:12]}" if r.manifest.git_revision else "")
+        for (scorer, metric), g in df.group_by("scorer", "metric", maintain_order=True):
+            rec = records.get(scorer) or {}
+            ok = g.filter(pl.col("status") == "ok")
+            rows.append({"release": r.id, "display": r.display, "scorer": scorer.removeprefix(CLAIM_PREFIX), "metric": metric,
+                         "n_scores": g.height, "n_ok": ok.height, "mean": ok["value"].mean() if ok.height else None,
+                         "reported_by": str(rec.get("reported_by") or "not said"), "scored_by": str(rec.get("model") or ""),
+                         "run_record": run})  # fmt: skip
+    if not rows:
+        return None
+    schema = {c: pl.String for c in CLAIM_COLUMNS} | {"n_scores": pl.Int64, "n_ok": pl.Int64, "mean": pl.Float64}
+    return pl.DataFrame(rows, schema=schema).sort("release", "scorer", "metric")
 
 
 def write_tables(a: Analysis, out: Path) -> list[Path]:
@@ -292,7 +332,8 @@ def write_tables(a: Analysis, out: Path) -> list[Path]:
 
         written += write_rubric_tables(a.rubric, out)
     more = {name: getattr(a, name) for name in MORE_TABLES if getattr(a, name, None) is not None}  # the paper's other tests
-    for name, df in {**a.consultation, **a.encounters, **({"boards": a.boards} if a.boards is not None else {}), **more}.items():
+    apart = {name: df for name, df in (("boards", a.boards), ("claims", a.claims)) if df is not None}
+    for name, df in {**a.consultation, **a.encounters, **apart, **more}.items():
         path = tables / f"{name}.csv"  # the other tasks' tables: written only when such releases were analysed
         csv_safe(df).write_csv(path)
         written.append(path)

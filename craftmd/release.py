@@ -693,10 +693,11 @@ def note_made_here(sha: str, names) -> None:
     atomic_write_json(_made_here_path(sha), sorted(set(names)))
 
 
-def write_scores(release: Release, new: pa.Table, records: dict[str, dict]) -> Path:
+def write_scores(release: Release, new: pa.Table, records: dict[str, dict], drop=()) -> Path:
     """Add (or replace) scorers' rows in ``release``'s scores; conversations and answers stay as written.
 
-    Every scorer named in ``records`` has its old rows replaced by its rows in ``new``;
+    Every scorer named in ``records`` has its old rows replaced by its rows in ``new``; the scorers named in ``drop``
+    lose their rows and records (those :func:`craftmd.scoring.score.sender_claims` keeps as claims under another name);
     other scorers' rows and records are kept. One writer at a time (:func:`craftmd.atomic.locked`):
     the scores are read again under the lock, so concurrent scorers of one release all keep
     their rows. The new scores file and its checksum in ``manifest.json`` are swapped in together
@@ -707,7 +708,7 @@ def write_scores(release: Release, new: pa.Table, records: dict[str, dict]) -> P
     with locked(where):
         current = read_release(release.path)  # what is on disk now, verified (the caller's, when its files are unchanged)
         old_table, old_records = current.scores_with_records()
-        replaced = set(records)
+        replaced = set(records) | set(drop)
         if old_table is not None:
             keep = old_table.filter(
                 pa.compute.invert(pa.compute.is_in(old_table.column("scorer"), pa.array(sorted(replaced), pa.string())))
@@ -889,6 +890,15 @@ class Release:
                 t = self._checked(p, t.replace_schema_metadata(None), SCORE_COLUMNS)
                 self._scores_cache = (self._score_rows_checked(p, t), self._records(p, meta))
         return self._scores_cache
+
+    def scorer_names(self) -> set[str]:
+        """Every scorer name of the release's scores: its records' and its rows' (a row may name a scorer no record
+        speaks for)."""
+        if not self.has("scores"):
+            return set()
+        p = self.path / SCORES_FILE
+        column = self._read(p, lambda f: pq.read_table(self._buffer(f), columns=["scorer"])).column("scorer")
+        return set(self.scorer_records()) | {n for n in pc.unique(column).to_pylist() if isinstance(n, str)}
 
     def scorer_records(self) -> dict[str, dict]:
         """Each scorer's record (identity, inputs, counts), read from the scores file's metadata alone."""

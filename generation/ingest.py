@@ -350,10 +350,16 @@ class _Release:
 
 
 def _valid_existing(path: Path, source: Source, dataset_sha: str | None) -> bool:
-    """An already-ingested release of this source, ingest version and dataset."""
+    """An already-ingested release of this source, ingest version and dataset, ingested on this machine: its recorded
+    GPT-4 labels noted as made here (:func:`craftmd.release.made_here`); one that came from elsewhere (a copied
+    releases folder) is ingested again from the pinned source, never taken at its word."""
+    from craftmd.release import made_here
+
     try:
         rel = read_release(path)
     except CraftMDError:
+        return False
+    if RECORDED not in made_here(rel):
         return False
     m = rel.manifest
     return (

@@ -748,6 +748,9 @@ class Runner:
             # per role, the model names its server's replies gave (a reply from another model is a failure, named here)
             "served_models": {a: dict(sorted(t.served.items())) for a, t in self.tallies.items() if t.served},
         }
+        unlisted = {a: t.unlisted for a, t in self.tallies.items() if t.unlisted}
+        if unlisted:  # per role, the answers whose model rests on the reply's name alone (the server lists no models)
+            c["model_named_by_reply_only"] = unlisted
         if self.not_run:
             c["not_run"] = {
                 "jobs": len(self.not_run),

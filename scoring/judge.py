@@ -478,11 +478,13 @@ class MemberState:
     )  # unit key -> Outcome (score None: failed; detail["raised"]: flag -> evidence, notes)
     served: set = field(default_factory=set)  # the model names the server's replies gave
     transient: int = 0  # calls that failed transiently (not cached: a re-run asks again)
+    unlisted: int = 0  # answers whose model rests on the reply's name alone (the server lists no models)
 
     def saw(self, c) -> None:
         if c.model:
             self.served.add(c.model)
         self.transient += bool(c.transient)
+        self.unlisted += c.unlisted
 
 
 class Judge:
@@ -713,6 +715,7 @@ class Judge:
             "response_format": {"requested": s.response_format, "used": state.format_used, "refused": state.format_refused},
             "max_invalid": s.max_invalid, "dimensions": [d.id for d in self.dims] if s.dimensions else "all",
             "served_models": sorted(state.served), "transient_failures": state.transient,
+            **({"model_named_by_reply_only": state.unlisted} if state.unlisted else {}),
             **({"flags": flags_record(s.flags)} if s.flags is not None else {}),
         }  # fmt: skip
 
@@ -742,6 +745,7 @@ def member_server(model: str, base_url: str | None) -> dict:
 #: The record's keys that say what happened rather than what was asked: left out when a record is compared with a re-run's.
 OUTCOME_KEYS = (
     "served_models",
+    "model_named_by_reply_only",
     "transient_failures",
     "inputs",
     "self_judge",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from craftmd import CraftMDError
-from craftmd.release import Release, read_release, write_scores
+from craftmd.release import CLAIM_PREFIX, Release, read_release, write_scores
 from craftmd.scoring.scorers import Context, Scorer, scorers
 
 
@@ -56,11 +56,13 @@ def score_release(
     ctx = context(dataset_dir, **settings)
     report: dict = {"release": str(release_dir), "scored": [], "current": [], "skipped": {}}
     names = names or default_scorers(rel)
-    todo = _stale(rel, ctx, using if using is not None else scorers(names) if names else [], force, report)
+    claims, claimed = (None, {}) if estimate else sender_claims(rel, report)  # kept as claims, or scored here again
+    elsewhere = {r.removeprefix(CLAIM_PREFIX) for r in claimed}
+    todo = _stale(rel, ctx, using if using is not None else scorers(names) if names else [], force, report, elsewhere)
     if not estimate:
         todo += [s for s in check_made_here(rel, ctx, report) if s.name not in {t.name for t in todo}]
     refused = _refusals(rel, ctx, todo, estimate)
-    rows, records = [], {}  # every scorer's, written once at the end: all of them, or (a scorer failing) none
+    rows, records = ([claims], dict(claimed)) if claimed else ([], {})  # written once at the end: all, or none
     for s in todo:
         if estimate:
             est = s.estimate(rel, ctx)
@@ -71,7 +73,7 @@ def score_release(
         result = s.run(rel, ctx)
         if result.records:
             mine = dict(result.records)
-            for name, found in check_claims(rel, result.rows, mine).items():
+            for name, found in check_claims(rel, result.rows, mine, claims).items():
                 mine[name] = dict(mine[name], claims=found)
                 report.setdefault("claims", {})[name] = found
             rows.append(result.rows)
@@ -81,7 +83,8 @@ def score_release(
         if result.summary:
             report.setdefault("summaries", {})[s.name] = result.summary
     if records:
-        write_scores(rel, pa.concat_tables(rows, promote_options="permissive") if len(rows) > 1 else rows[0], records)
+        table = pa.concat_tables(rows, promote_options="permissive") if len(rows) > 1 else rows[0]
+        write_scores(rel, table, records, drop=elsewhere)
     return report
 
 
@@ -91,6 +94,64 @@ def deterministic(name: str) -> bool:
     from craftmd.scoring.scorers import SCORERS
 
     return name in SCORERS and not SCORERS[name]().calls_model
+
+
+#: Whose word each scorer name of a release's scores is (:func:`standing`): computed, ingested or checked on this machine;
+#: a claim kept apart (``claimed:<name>``); rows that arrived from elsewhere of a scorer without a model (recomputed and
+#: compared by ``craftmd score``); rows that arrived from elsewhere that only a model could make again (an LLM grader's,
+#: a judge's, MELD's, the recorded GPT-4 labels, the experts' ratings: kept by ``craftmd score`` as the sender's claims).
+HERE, CLAIM, TO_CHECK, TO_CLAIM = "made here", "claim", "to check", "to claim"
+
+
+def standing(rel: Release) -> dict[str, str]:
+    """The one place that says, for every scorer name of ``rel``'s scores (its rows' and its records'), whose word its
+    scores are: :data:`HERE`, :data:`CLAIM`, :data:`TO_CHECK` or :data:`TO_CLAIM`. Only scores made here are ranked;
+    claims are shown apart as their sender's; the other two are settled by ``craftmd score`` before anything reads them
+    (:func:`check_standing`)."""
+    from craftmd.release import made_here
+
+    here = made_here(rel)
+    return {
+        n: CLAIM if n.startswith(CLAIM_PREFIX) else HERE if n in here else TO_CHECK if deterministic(n) else TO_CLAIM
+        for n in sorted(rel.scorer_names())
+    }
+
+
+def check_standing(releases: list[Release]) -> None:
+    """Refuse, in one line naming the release and its scorers, a release whose scores arrived from elsewhere and were
+    not yet checked here (``craftmd score`` recomputes those it can and keeps the others as the sender's claims): what
+    the analysis reads is either made here or a claim, never a number no one checked."""
+    for rel in releases:
+        unsettled = [n for n, s in standing(rel).items() if s in (TO_CHECK, TO_CLAIM)]
+        if unsettled:
+            raise CraftMDError(
+                f"release {rel.id}: its {', '.join(unsettled)} scores were not computed or checked on this machine (its "
+                f"scores file came from elsewhere); run `craftmd score {rel.path} --dataset DATA` first: it recomputes "
+                "those it can and keeps the others apart as the sender's claims, never ranked"
+            )
+
+
+#: What a claim's record says of where its scores came from (:func:`sender_claims`).
+FROM_SENDER = "the release's scores file, made elsewhere (not computed here)"
+
+
+def sender_claims(rel: Release, report: dict) -> tuple[pa.Table | None, dict[str, dict]]:
+    """The rows of ``rel``'s scores that arrived from elsewhere and that only a model could make again
+    (:data:`TO_CLAIM`), renamed as claims (scorer ``claimed:<name>``, :data:`craftmd.release.CLAIM_PREFIX`), and their
+    records, marked ``claimed`` and who reported them: the sender's word, kept apart and never ranked (the analysis's
+    ``claims`` table shows them). Reported as ``claimed`` (scorer names). (None, {}) when there are none."""
+    import pyarrow.compute as pc
+
+    names = [n for n, s in standing(rel).items() if s == TO_CLAIM]
+    if not names:
+        return None, {}
+    table, records = rel.scores_with_records()
+    rows = table.filter(pc.is_in(table.column("scorer"), pa.array(names, pa.string())))
+    renamed = pc.binary_join_element_wise(CLAIM_PREFIX, rows.column("scorer"), "")
+    rows = rows.set_column(rows.schema.get_field_index("scorer"), "scorer", renamed)
+    claimed = {CLAIM_PREFIX + n: dict(records.get(n) or {}, claimed=True, reported_by=FROM_SENDER) for n in names}
+    report["claimed"] = names
+    return rows, claimed
 
 
 def check_made_here(rel: Release, ctx: Context, report: dict) -> list[Scorer]:
@@ -108,7 +169,7 @@ def check_made_here(rel: Release, ctx: Context, report: dict) -> list[Scorer]:
     if table is None or ctx.dataset_dir is None:  # without the dataset nothing is recomputed, and nothing is noted
         return []
     here = made_here(rel)
-    names = sorted({n for n in {*table.column("scorer").unique().to_pylist(), *records} if deterministic(n)} - here)
+    names = [n for n, s in standing(rel).items() if s == TO_CHECK]
     again, checked = [], []
     for name in names:
         s = get_scorer(name)
@@ -158,15 +219,18 @@ def _differ(old, new, names) -> int:
     return both.filter(differ).height
 
 
-def _stale(rel: Release, ctx: Context, chosen: list[Scorer], force: bool, report: dict) -> list[Scorer]:
-    """Those of ``chosen`` to run on ``rel``: that apply and are not current (all that apply with ``force``); the others
-    are noted in ``report`` (a task may have no default scorers: encounters' judges cost money)."""
+def _stale(
+    rel: Release, ctx: Context, chosen: list[Scorer], force: bool, report: dict, elsewhere: set[str] = frozenset()
+) -> list[Scorer]:
+    """Those of ``chosen`` to run on ``rel``: that apply and are not current (all that apply with ``force``; a scorer
+    whose rows arrived from elsewhere, ``elsewhere``, is never current); the others are noted in ``report`` (a task may
+    have no default scorers: encounters' judges cost money)."""
     todo = []
     for s in chosen:
         why = s.applies(rel)
         if why:
             report["skipped"][s.name] = why
-        elif not force and s.current(rel, ctx):
+        elif not force and not set(s.writes()) & elsewhere and s.current(rel, ctx):
             report["current"].append(s.name)
         else:
             todo.append(s)
@@ -215,17 +279,21 @@ def judge_release(
     return report["estimates" if estimate else "summaries"][s.name]
 
 
-def check_claims(release: Release, table, records: dict) -> dict[str, dict]:
-    """The release's claims (scorer ``claimed:<name>``: scores an ingested log reported) checked against the scores
-    ``table`` just computed: for each scorer name of ``records`` that has claims, how many there are (``checked``) and how
-    many ``disagree`` (another value or status than the score computed, or no such score computed)."""
+def check_claims(release: Release, table, records: dict, also: pa.Table | None = None) -> dict[str, dict]:
+    """The release's claims (scorer ``claimed:<name>``: scores an ingested log reported, or that arrived with the
+    release: ``also``, :func:`sender_claims`) checked against the scores ``table`` just computed: for each scorer name of
+    ``records`` that has claims, how many there are (``checked``) and how many ``disagree`` (another value or status than
+    the score computed, or no such score computed)."""
     import polars as pl
-
-    from craftmd.release import CLAIM_PREFIX
 
     old, _ = release.scores_with_records()
     if old is None or table is None:
         return {}
+    if also is not None:  # the sender's claims replace any claim of the same scorer the file held
+        old = pa.concat_tables(
+            [old.filter(pa.compute.invert(pa.compute.is_in(old.column("scorer"), also.column("scorer").unique()))), also],
+            promote_options="permissive",
+        )
     claims = pl.from_arrow(old).filter(pl.col("scorer").str.starts_with(CLAIM_PREFIX))
     if claims.is_empty():
         return {}
@@ -248,9 +316,16 @@ def check_claims(release: Release, table, records: dict) -> dict[str, dict]:
 
 
 def claim_lines(report: dict) -> list[str]:
-    """One line for each scorer of a :func:`score_release` report whose scores disagree with what the release claimed."""
-    return [
-        f"{report['release']}: {c['disagree']} of its {c['checked']} claimed {name} scores ({c['as']}, reported by an ingested log) "
+    """One line for each scorer of a :func:`score_release` report whose rows arrived with the release and are now kept
+    as the sender's claims, and for each whose scores disagree with what the release claimed."""
+    kept = [
+        f"{report['release']}: its {name} scores came with the release, made elsewhere, and only a model could compute "
+        f"them again: kept apart as the sender's claims ({CLAIM_PREFIX}{name}), never ranked "
+        f"(`craftmd score {report['release']} --scorer {name}` computes them here)"
+        for name in report.get("claimed", [])
+    ]
+    return kept + [
+        f"{report['release']}: {c['disagree']} of its {c['checked']} claimed {name} scores ({c['as']}) "
         f"disagree with {name}'s, computed now; the claims are kept apart and never ranked"
         for name, c in sorted(report.get("claims", {}).items())
         if c["disagree"]
@@ -287,4 +362,15 @@ def outcomes(release_dir: Path | str, written: list[str]) -> dict[str, dict]:
     return out
 
 
-__all__ = ["score_release", "judge_release", "stale", "default_scorers", "check_claims", "claim_lines", "outcomes"]
+__all__ = [
+    "score_release",
+    "judge_release",
+    "stale",
+    "default_scorers",
+    "check_claims",
+    "claim_lines",
+    "outcomes",
+    "standing",
+    "check_standing",
+    "sender_claims",
+]

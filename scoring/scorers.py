@@ -454,6 +454,9 @@ class LLM(Scorer):
         if ctx.base_url or lg.server.get("service"):  # where it was called: a public URL, never a user:password or query
             record.update({k: v for k, v in lg.server.items() if v is not None})
         asked = sum(map(lg.asks, (p[0] for p in pairs)))  # answers sent to the model (the others need no call)
+        unlisted = getattr(getattr(lg.caller, "counters", None), "unlisted", 0)  # the server lists no models
+        if unlisted:
+            record["model_named_by_reply_only"] = unlisted
         return dict(record, graded=len(rows), asked=asked, failures=sum(r.failed for r in results))
 
 

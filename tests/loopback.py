@@ -27,6 +27,8 @@ so the real ``openai`` client talks to it exactly as it talks to a hosted API or
 - ``context_error``: (status, message) a prompt over ``max_context`` is answered with instead (llama.cpp's 500 wording).
 - ``roots``: model -> the ``root`` its ``/v1/models`` entry names (as vLLM names the weights behind a served name).
 - ``models_delay``: seconds ``GET /v1/models`` waits before answering (a member that hangs).
+- ``list_models=False``: ``GET /v1/models`` answers HTTP 404 (a server that lists no models; its chat still serves
+  ``models``).
 - Counters: ``calls`` (chat requests received), ``served`` (answered 200), ``faults``
   (by kind), ``max_in_flight``, ``log`` (every request answered 200, in order), ``keys``
   (the bearer key of every chat request received, counted).
@@ -85,6 +87,7 @@ class LoopbackServer:
         models_delay: float = 0.0,
         context_error: tuple[int, str] | None = None,
         roots: dict[str, str] | None = None,
+        list_models: bool = True,
     ):
         unknown = set(error_kinds) - {"429", "500", "timeout", "drop"}
         if unknown:
@@ -106,6 +109,7 @@ class LoopbackServer:
         self.body = body
         self.refuse_formats = dict(refuse_formats or {})
         self.models_delay = models_delay
+        self.list_models = list_models
         self.context_error = context_error
         self.roots = dict(
             roots or {}
@@ -255,6 +259,8 @@ class LoopbackServer:
     async def _models(self, request: web.Request) -> web.Response:
         if self.models_delay:
             await asyncio.sleep(self.models_delay)
+        if not self.list_models:
+            return self._error(404, "not found")
         data = [
             {
                 "id": m,

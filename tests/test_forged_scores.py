@@ -20,7 +20,7 @@ import pytest
 from craftmd.commands.cli import main
 from craftmd.release import RunRecord, encode_scores, write_release
 
-from helpers import analyse_argv
+from helpers import analyse_argv, assert_tables_documented
 
 
 def _release(path: Path, dataset_dir: Path, *, model: str = "acme/tiny", n: int = 4, response: str = "no idea") -> Path:
@@ -246,3 +246,178 @@ def test_a_judged_conversation_release_beside_craftmd_ones_is_no_crash_of_the_au
     assert read_release(judged.path).verdicts().is_empty()
     assert paired_labels(releases).is_empty()  # no upstream-gpt4 labels here: nothing paired, and no crash
     history_validity_audit(releases, dataset_dir, source)
+
+
+# -- scores only a model could compute again: the sender's claims (issue 48, "Done when") --------------------------------
+
+
+def _graded_right_by(rel: Path, grader: str) -> None:
+    """Add ``grader``'s rows to a release as an LLM grader would write them, every FRQ answer called right (on the
+    machine the release comes from: its scores file noted as made there)."""
+    import polars as pl
+
+    from craftmd.release import read_release, write_scores
+    from craftmd.scoring.llm_grader import grader_record, parse_grader_name
+    from craftmd.scoring.scorers import scores_from_grades
+
+    r = read_release(rel)
+    frq = pl.from_arrow(r.table("answers")).filter(pl.col("format") == "frq")
+    grades = [{"case_id": a["case_id"], "trial": a["trial"], "setting": a["setting"], "format": "frq", "with_image": False,
+               "grader": grader, "resolved": "psoriasis", "resolved_kind": "single", "correct": True, "detail": None}
+              for a in frq.iter_rows(named=True)]  # fmt: skip
+    n = len(grades)
+    record = dict(grader_record(parse_grader_name(grader), "grader-v1"), graded=n, asked=n, failures=0)
+    write_scores(r, scores_from_grades(pa.Table.from_pylist(grades)), {grader: record})
+
+
+def test_an_llm_graders_scores_from_elsewhere_are_their_senders_claims_shown_apart_never_ranked(
+    dataset_dir, tmp_path, monkeypatch, capsys
+):
+    """A release arrives with an LLM grader's scores (every answer right): ``craftmd analyse`` alone refuses it in one
+    line until ``craftmd score`` has settled it; ``craftmd score`` keeps those scores as the sender's claims
+    (``claimed:<grader>``), which the analysis never ranks and shows apart (tables/claims.csv, the page's own table)
+    naming who reported them and the run record; the grader run here computes its own, and says how many claims
+    disagree."""
+    import polars as pl
+
+    from craftmd.scoring.score import FROM_SENDER
+
+    from loopback import LoopbackServer
+    from test_llm_grader import GraderResponder
+
+    grader = "llm:openai/loopback"
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "there"))
+    releases = tmp_path / "releases"
+    rel = _release(releases / "tiny", dataset_dir)
+    assert _score(rel, dataset_dir, "paper", "strict", "offline") == 0
+    _graded_right_by(rel, grader)
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "here"))  # the release arrives on a machine that did not score it
+    capsys.readouterr()
+    site = tmp_path / "site"
+    analyse = analyse_argv(releases, dataset_dir, site, resamples=20)
+    assert main(analyse) == 2
+    err = _one_line(capsys)
+    assert "release tiny" in err and grader in err and "craftmd score" in err and "not computed or checked" in err
+    assert not site.exists()
+
+    assert (
+        _score(rel, dataset_dir) == 0
+    )  # the task's scorers: the rule scorers recomputed and found equal, the grader's kept apart
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["claimed"] == [grader] and report["verified"] == ["offline", "paper", "strict"]
+    assert f"its {grader} scores came with the release" in captured.err and f"claimed:{grader}" in captured.err
+    held = set(pq.read_table(rel / "scores.parquet").column("scorer").to_pylist())
+    assert grader not in held and f"claimed:{grader}" in held
+
+    assert main(analyse) == 0
+    accuracy = pl.read_csv(site / "tables" / "accuracy.csv")
+    assert grader not in accuracy["grader"].to_list() and "offline" in accuracy["grader"].to_list()  # never ranked
+    claims = pl.read_csv(site / "tables" / "claims.csv").to_dicts()
+    assert [(c["release"], c["scorer"], c["metric"], c["n_ok"], c["mean"]) for c in claims] == [
+        ("tiny", grader, "correct", 4, 1.0)
+    ]
+    assert claims[0]["reported_by"] == FROM_SENDER and claims[0]["scored_by"] == "openai/loopback"
+    assert claims[0]["run_record"].startswith("tiny/manifest.json")
+    assert_tables_documented(site / "tables")  # claims.csv with its columns on the analysis page
+    page = (site / "index.html").read_text()
+    assert "Claimed by their senders, not recomputed here" in page and 'id="claims-table"' in page
+    assert "## Claimed by their senders, not recomputed here" in (site / "leaderboard.md").read_text()
+
+    with LoopbackServer(GraderResponder()) as server:  # the grader run here: its own scores, the claims compared
+        argv = ["score", str(rel), "--dataset", str(dataset_dir), "--scorer", grader, "--base-url", server.base_url]
+        assert main([*argv, "--grader-prompts", "grader-v1", "--cache", str(tmp_path / "c.sqlite"), "--quiet"]) == 0
+    assert f"4 of its 4 claimed {grader} scores (claimed:{grader}) disagree" in capsys.readouterr().err
+    assert main(analyse) == 0
+    accuracy = pl.read_csv(site / "tables" / "accuracy.csv").filter(pl.col("grader") == grader)
+    assert accuracy.height and set(accuracy["accuracy"].to_list()) == {0.0}  # what it computed here: "no idea" is wrong
+
+
+def test_a_judges_scores_from_elsewhere_are_claims_the_rubric_never_reads(tmp_path, monkeypatch, capsys):
+    """A judged release from elsewhere: its rubric scores are the sender's claims, out of the rubric's tables and in the
+    claims table."""
+    from craftmd.analysis.rubric import rubric
+    from craftmd.analysis.tables import claims_table
+    from craftmd.release import read_release, write_scores
+    from craftmd.scoring.judge import SCHEMA
+    from craftmd.scoring.score import check_standing, score_release
+
+    from test_judge import make_release
+
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "there"))
+    path = make_release(tmp_path / "releases", model="openai/doc", release="judged")
+    rows = [{"case_id": "case_1", "trial": 0, "conversation": "standard", "with_image": False,
+             "dimension": "communication.empathy", "scorer": "judge-committee", "metric": "rubric_score", "value": 4.0,
+             "label": None, "detail": "{}", "status": "ok"}]  # fmt: skip
+    write_scores(read_release(path), pa.Table.from_pylist(rows, schema=SCHEMA), {"judge-committee": {"members": ["judge:x/y"]}})
+    assert rubric([read_release(path)], B=20, seed=1).table.height  # there, made there: ranked
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "here"))
+    with pytest.raises(Exception, match="judge-committee scores were not computed or checked on this machine"):
+        check_standing([read_release(path)])
+    report = score_release(path, None, using=[], progress=False)  # no scorer to run: the file settled alone
+    assert report["claimed"] == ["judge-committee"]
+    rel = read_release(path)
+    check_standing([rel])  # settled: a claim now
+    assert rubric([rel], B=20, seed=1).table.height == 0
+    [claim] = claims_table([rel]).to_dicts()
+    assert (claim["release"], claim["scorer"], claim["metric"], claim["mean"]) == (
+        "judged",
+        "judge-committee",
+        "rubric_score",
+        4.0,
+    )
+
+
+@pytest.mark.parametrize(
+    "name, standing_here",
+    [
+        ("llm:openai/gpt-4o", "to claim"),
+        ("judge:openai/gpt-4o", "to claim"),
+        ("judge-committee", "to claim"),
+        ("judge-calibrated", "to claim"),
+        ("experts", "to claim"),
+        ("meld", "to claim"),
+        ("upstream-gpt4", "to claim"),
+        ("a-scorer-no-one-registered", "to claim"),
+        ("paper", "to check"),
+        ("strict", "to check"),
+        ("offline", "to check"),
+        ("history", "to check"),
+        ("keyinfo", "to check"),
+        ("claimed:paper", "claim"),
+    ],
+)
+def test_one_place_says_whose_word_a_score_is(name, standing_here, tmp_path, monkeypatch):
+    """:func:`craftmd.scoring.score.standing`: of a scores file this machine has no note of, the scorers without a model are
+    recomputed and checked; every other scorer's rows (a model's, the recorded labels, the experts', one unknown here)
+    can only be the sender's claims; a note of the file makes them all made here."""
+    from types import SimpleNamespace
+
+    from craftmd.release import note_made_here
+    from craftmd.scoring.score import standing
+
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "cache"))
+    sha = "ab" * 32
+    rel = SimpleNamespace(manifest=SimpleNamespace(files={"scores.parquet": {"sha256": sha}}), scorer_names=lambda: {name})
+    assert standing(rel) == {name: standing_here}
+    note_made_here(sha, [name])
+    assert standing(rel) == {name: "claim" if name.startswith("claimed:") else "made here"}
+
+
+def test_an_upstream_release_copied_from_elsewhere_is_ingested_again_from_the_pinned_source(
+    source, dataset_dir, tmp_path, monkeypatch
+):
+    """``make leaderboard`` keeps an upstream release only when this machine ingested it: one in a releases folder copied
+    from elsewhere (its recorded labels rewritten, every answer right) is ingested again from the pinned, checked source."""
+    from craftmd.generation.ingest import ingest
+    from craftmd.release import made_here, read_release
+
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "there"))
+    out = tmp_path / "releases"
+    ingest(source, dataset_dir, out, models=["gpt4v"], progress=False)
+    honest = (out / "gpt4v" / "scores.parquet").read_bytes()
+    _rewrite_scores(out / "gpt4v", _all_right)
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "here"))
+    ingest(source, dataset_dir, out, models=["gpt4v"], progress=False, skip_existing=True)
+    assert (out / "gpt4v" / "scores.parquet").read_bytes() == honest
+    assert "upstream-gpt4" in made_here(read_release(out / "gpt4v"))

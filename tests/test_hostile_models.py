@@ -510,3 +510,61 @@ def test_the_offline_engines_invisible_reply_is_no_answer(text):
         prompt_token_ids=[1], outputs=[SimpleNamespace(text=f"{text}psoriasis", token_ids=[2], finish_reason="stop")]
     )
     assert _completion(good).status == "ok"
+
+
+@pytest.mark.parametrize("named", ["evil-org/loopback", "other-model-7b", "gpt-3.5-turbo", None])
+def test_a_server_that_lists_no_models_is_taken_at_its_word_only_for_the_model_asked(tmp_path, named, capsys):
+    """Issue 48, 6: a server without ``/v1/models`` was trusted on any name its replies gave. Now a reply counts only when
+    it names the model asked (or a dated snapshot of it); another name, or none, is a reply from another model (never
+    cached)."""
+    cache = tmp_path / "c.sqlite"
+    body = (lambda r: completion("an answer", model=None)) if named is None else None  # a reply that names no model
+    with LoopbackServer(lambda r: "an answer", list_models=False, served_as={"loopback": named or ""}, body=body) as server:
+        [c], _ = ask(server, cache, max_retries=6)
+    assert c.status == "error" and c.transient and c.reason == FOREIGN, c
+    assert ("names no model" in c.error) if named is None else (named in c.error)
+    assert not cached(cache) and server.calls == 2
+
+
+@pytest.mark.parametrize("named", ["loopback", "loopback-2024-08-06"])
+def test_a_reply_whose_model_field_is_the_only_evidence_is_said_once_and_recorded(tmp_path, named, capsys):
+    """The model asked (or its dated snapshot), from a server that lists no models: an answer, with one line on stderr
+    that its model field is the only evidence, and the answer marked so (``unlisted``: cached with it, counted by the
+    caller as ``unlisted``, recorded in a run record as ``model_named_by_reply_only``)."""
+    cache = tmp_path / "c.sqlite"
+    with LoopbackServer(lambda r: "an answer", list_models=False, served_as={"loopback": named}) as server:
+        out, caller = ask(server, cache, n=3)
+        assert [c.status for c in out] == ["ok"] * 3 and all(c.unlisted for c in out)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "lists no models" in err[0] and "model field alone" in err[0], err
+        assert caller.counters.unlisted == 3
+        assert all(r["response"]["unlisted"] is True for r in cached(cache))
+        out, caller = ask(server, cache, n=3)  # again, from the cache: the same record
+    assert caller.counters.unlisted == 3 and caller.counters.cache_hits == 3 and server.calls == 3
+    with LoopbackServer(lambda r: "an answer") as server:  # a server that lists its models: nothing to say
+        out, caller = ask(server, tmp_path / "d.sqlite", n=2)
+    assert caller.counters.unlisted == 0 and not any(c.unlisted for c in out)
+    assert "unlisted" not in json.dumps([r["response"] for r in cached(tmp_path / "d.sqlite")])
+    assert capsys.readouterr().err == ""
+
+
+def test_an_llm_grader_on_a_server_that_lists_no_models_records_that_its_reply_names_are_the_only_evidence(
+    dataset_dir, tmp_path, capsys
+):
+    """The run record of scores from such a server (the LLM grader's record in the release) says how many answers rest on
+    the reply's model name alone (``model_named_by_reply_only``), and the command says so in one line."""
+    from craftmd.commands.cli import main
+    from craftmd.release import read_release
+
+    from test_forged_scores import _release
+    from test_llm_grader import GraderResponder
+
+    rel = _release(tmp_path / "releases" / "tiny", dataset_dir)
+    with LoopbackServer(GraderResponder(), list_models=False) as server:
+        argv = ["score", str(rel), "--dataset", str(dataset_dir), "--scorer", "llm:openai/loopback"]
+        argv += ["--base-url", server.base_url, "--cache", str(tmp_path / "c.sqlite"), "--grader-prompts", "grader-v1", "--quiet"]
+        assert main(argv) == 0
+    record = read_release(rel).scorer_records()["llm:openai/loopback"]
+    assert record["model_named_by_reply_only"] == 2 * record["asked"] > 0  # two steps per answer asked: extract, judge
+    warned = [line for line in capsys.readouterr().err.splitlines() if "lists no models" in line]
+    assert len(warned) == 1

@@ -86,10 +86,13 @@ def test_an_echoed_key_in_a_reply_is_taken_out(monkeypatch):
 
 
 def test_a_reply_of_megabytes_under_a_small_max_tokens_is_a_failure(tmp_path):
-    with LoopbackServer(lambda req: "word " * 400_000) as server:
+    with LoopbackServer(lambda req: "word " * 10_000) as server:  # 50,000 characters: within the body's bound
+        [c], _ = ask(server, tmp_path / "small.sqlite", sampling=Sampling(max_tokens=512))
+    assert c.status == "error" and c.reason == "reply too long" and "50,000 characters under max_tokens 512" in c.error
+    with LoopbackServer(lambda req: "word " * 400_000) as server:  # 2 MB: past the body's bound, read no further
         [c, again], caller = ask(server, tmp_path / "c.sqlite", n=2, sampling=Sampling(max_tokens=512))
     assert c.status == "error" and c.text is None and c.reason == "reply too long"
-    assert "2,000,000 characters under max_tokens 512" in c.error
+    assert "under max_tokens 512" in c.error and "read no further" in c.error  # its body was cut off at its bound
     assert again == c and server.calls == 1  # deterministic: the same request gets it again, so it is cached (without the text)
     assert (tmp_path / "c.sqlite").stat().st_size < 200_000
 

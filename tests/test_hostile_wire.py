@@ -140,17 +140,23 @@ def test_terminal_escapes_from_a_server_are_neither_printed_nor_stored(tmp_path)
         assert "\x1b" not in json.dumps(db.requests(), ensure_ascii=False)
 
 
-def test_a_model_list_with_terminal_escapes_is_shown_without_them():
-    async def check(url: str) -> None:
+def check_model(url: str) -> None:
+    """``openai/loopback``'s check of the server at ``url`` (its model list read, :meth:`OpenAIModel.check`)."""
+
+    async def go() -> None:
         m = get_model("openai/loopback", base_url=url)
         try:
             await m.check()
         finally:
             await m.aclose()
 
+    asyncio.run(go())
+
+
+def test_a_model_list_with_terminal_escapes_is_shown_without_them():
     with RawServer(ok(completion()), models=(f"other{ESCAPES}",)) as server:
         with pytest.raises(CraftMDError) as e:
-            asyncio.run(check(server.base_url))
+            check_model(server.base_url)
     said = str(e.value)
     assert "does not serve 'loopback' (it serves: other" in said and not any(ch in said for ch in CONTROLS + "\n")
 
@@ -182,3 +188,64 @@ def test_a_usage_that_is_no_token_count_is_no_answer(tmp_path, bad):
     with RawServer(ok(completion(prompt_tokens=7.0, completion_tokens=None))) as server:
         c = ask(server.base_url)
     assert c.status == "ok" and (c.tokens_in, c.tokens_out) == (7, 0)
+
+
+def gzip_bomb(inflated_mib: int, status_body: bytes | None = None) -> bytes:
+    """A gzip body a few hundred KiB on the wire that inflates to ``inflated_mib`` MiB: a chat completion whose content is
+    that many MiB of one letter (or, with ``status_body``, that text followed by as much padding)."""
+    import zlib
+
+    z = zlib.compressobj(6, zlib.DEFLATED, 31)
+    head = status_body or json.dumps(completion("")).encode().split(b'"content": ""')[0] + b'"content": "'
+    parts = [z.compress(head)]
+    block = b"a" * (1 << 20)
+    parts += [z.compress(block) for _ in range(inflated_mib)]
+    parts.append(z.compress(b"" if status_body else b'"}}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}'))
+    return b"".join(parts) + z.flush()
+
+
+def _peak(call):
+    """``call()``'s result and the most memory Python held while it ran (tracemalloc's peak), in bytes; the model layer's
+    modules imported first (their import is no part of it)."""
+    import tracemalloc
+
+    import craftmd.models.body  # noqa: F401 - the SDK and the bounded client
+
+    tracemalloc.start()
+    try:
+        out = call()
+        return out, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_gzip_bomb_is_cut_off_as_it_inflates_never_read_whole(tmp_path):
+    """Issue 48, 4: a reply small on the wire and 48 MiB once inflated (gzip) is read only up to the reply's bound
+    (from its max_tokens), decoded a piece at a time: a failure ``reply too long`` in one line, well before memory grows;
+    an error's body the same; a model list too (one line). An honest gzip reply is an answer."""
+    bomb = gzip_bomb(48)
+    assert len(bomb) < 1 << 20
+    gz = {"content-encoding": "gzip"}
+    with RawServer(lambda path: (200, gz, bomb)) as server:
+        c, peak = _peak(lambda: ask(server.base_url, tmp_path / "c.sqlite"))
+    assert c.status == "error" and c.reason == "reply too long" and c.text is None, c
+    assert "\n" not in c.error and "gzip-encoded" in c.error and "under max_tokens 512" in c.error
+    assert peak < 16 << 20, f"{peak:,} bytes held"  # the bound is ~1.4 MiB decoded; inflated whole it would be 48 MiB
+
+    error = gzip_bomb(48, status_body=b'{"error": {"message": "')
+    with RawServer(lambda path: (500, gz, error)) as server:
+        c, peak = _peak(lambda: ask(server.base_url, tmp_path / "d.sqlite"))
+    assert c.status == "error" and c.reason == "reply too long" and peak < 16 << 20, (c, peak)
+
+    listed = gzip_bomb(48, status_body=b'{"object": "list", "data": [{"id": "loopback", "object": "model", "x": "')
+    with RawServer(ok(completion()), get=lambda path: (200, gz, listed)) as server:
+        with pytest.raises(CraftMDError) as e:
+            check_model(server.base_url)
+    assert "/v1/models: the reply's body passed 16,777,216 bytes" in str(e.value) and "\n" not in str(e.value)
+
+    import gzip
+
+    honest = gzip.compress(json.dumps(completion("psoriasis")).encode())
+    with RawServer(lambda path: (200, gz, honest)) as server:
+        c = ask(server.base_url)
+    assert c.status == "ok" and c.text == "psoriasis"

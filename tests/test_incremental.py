@@ -207,6 +207,7 @@ def test_releases_computed_apart_give_what_the_whole_boards_queries_give_whateve
 
     from craftmd.analysis import runner
     from craftmd.analysis.tables import compute
+    from craftmd.release import note_made_here
 
     data, rel = _board(tmp_path, 3)
     for rid, keys in (("r01", ("site", "ward")), ("r02", ("ward", "site"))):  # two variant keys, in either order
@@ -217,10 +218,10 @@ def test_releases_computed_apart_give_what_the_whole_boards_queries_give_whateve
         scores = pl.concat([scores, extra]).with_columns(*(pl.lit(f"{k}-1").alias(k) for k in keys))
         scores.write_parquet(rel / rid / "scores.parquet")
         manifest = json.loads((rel / rid / "manifest.json").read_text())
-        manifest["files"]["scores.parquet"].update(
-            sha256=hashlib.sha256((rel / rid / "scores.parquet").read_bytes()).hexdigest(), rows=scores.height
-        )
+        sha = hashlib.sha256((rel / rid / "scores.parquet").read_bytes()).hexdigest()
+        manifest["files"]["scores.parquet"].update(sha256=sha, rows=scores.height)
         (rel / rid / "manifest.json").write_text(json.dumps(manifest))
+        note_made_here(sha, scores["scorer"].unique().to_list())  # written here, by hand: made here, as a scorer's are
     monkeypatch.setattr(runner, "KEEP_BATCH", 1)
     apart = _analyse(rel, data, tmp_path / "apart")
     monkeypatch.setattr(runner, "KEEP_BATCH", 3)

@@ -73,9 +73,15 @@ class Completion:
     reason: str | None = None  # the short key that groups like failures, e.g. "HTTP 400 context_length_exceeded"
     transient: bool = False  # failed after capped retries: not cached, a re-run tries again
     model: str | None = None  # the model the server says answered (its reply's ``model``); None where unknown or cached before
+    #: The server lists no models (no ``/v1/models``): that the reply came from the model asked rests on its ``model``
+    #: field alone (recorded as ``model_named_by_reply_only``; left out of :meth:`to_dict` when False).
+    unlisted: bool = False
 
     def to_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}  # scalars only: no deep copy
+        d = {name: getattr(self, name) for name in self.__dataclass_fields__}  # scalars only: no deep copy
+        if not d["unlisted"]:  # (the cache's rows of servers that list their models stay as they were)
+            del d["unlisted"]
+        return d
 
     def scrubbed(self, keys=()) -> Completion:
         """This completion with every key taken out of what is stored (:func:`scrub`): its error, reason and model name

@@ -50,8 +50,10 @@ class Counts:
     peak_in_flight: int = 0
     batches: list[int] = field(default_factory=list)
     served: dict[str, int] = field(default_factory=dict)  # the model name a request's reply gave -> requests
+    unlisted: int = 0  # answers whose model rests on the reply's name alone (the server lists no models: Completion.unlisted)
 
-    SUMS = ("requests", "calls", "cache_hits", "deduplicated", "retries", "tokens_in", "tokens_out", "refusals", "failures")
+    SUMS = ("requests", "calls", "cache_hits", "deduplicated", "retries", "tokens_in", "tokens_out", "refusals", "failures",
+            "unlisted")  # fmt: skip
 
     def add(self, c: Completion, source: str) -> None:
         """Count one request's outcome; ``source`` is ``calls``, ``cache_hits`` or ``deduplicated``."""
@@ -62,6 +64,7 @@ class Counts:
         self.refusals += c.status == "refusal"
         if c.model:  # the name the reply gave (from the cache too: a re-run over a full cache records the same)
             self.served[c.model] = self.served.get(c.model, 0) + 1
+        self.unlisted += c.unlisted
         if c.status == "error":
             self.failures += 1
             label = failure_label(c)

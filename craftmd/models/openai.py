@@ -7,10 +7,13 @@ caller) or a transient one (:class:`TransientError`, retried by :class:`craftmd.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import os
 import re
 import ssl
+import sys
+from dataclasses import replace
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit, urlunsplit
@@ -50,6 +53,18 @@ FILTER_CODES = {"content_filter", "content_policy_violation", "ResponsibleAIPoli
 #: The most characters a reply may have per token of ``max_tokens`` (a generous bound: tokens average about 4): a server
 #: that ignores max_tokens and sends megabytes gets a failure ``reply too long``, never a stored answer.
 REPLY_CHARS_PER_TOKEN = 32
+#: The most bytes a chat reply's body may hold, once decoded, per character of that bound (a character JSON-escapes to
+#: at most 12 bytes, a reply may carry its text twice: content and reasoning), plus :data:`REPLY_OVERHEAD` for the rest
+#: of the body: past it the body is read no further (:mod:`.body`), a gzip bomb included.
+REPLY_BYTES_PER_CHAR = 24
+REPLY_OVERHEAD = 1 << 20
+
+
+def reply_bytes(max_tokens: int) -> int:
+    """The most bytes a chat reply's body under ``max_tokens`` may hold once decoded (:data:`REPLY_BYTES_PER_CHAR`)."""
+    return REPLY_BYTES_PER_CHAR * REPLY_CHARS_PER_TOKEN * max_tokens + REPLY_OVERHEAD
+
+
 #: Names some servers give every reply whatever model answers (llama.cpp's server before it echoed the request's name):
 #: no model's name when the server does not list it.
 PLACEHOLDERS = {"gpt-3.5-turbo", "gpt-3.5-turbo-0613"}
@@ -67,6 +82,20 @@ def _sdk():
     import openai
 
     return openai, httpx2
+
+
+#: The most bytes one reply body may hold once decoded (:mod:`.body` cuts it off there): a model list or an error's body
+#: (16 MiB); a chat request sets its own for the request it sends (:func:`reply_bytes`).
+BODY_LIMIT: contextvars.ContextVar[int] = contextvars.ContextVar("craftmd_body_limit", default=16 << 20)
+
+
+class BodyTooLarge(CraftMDError):
+    """A reply body that passed :data:`BODY_LIMIT` once decoded (read no further: :mod:`.body`)."""
+
+    def __init__(self, limit: int, encoding: str | None):
+        self.limit, self.encoding = limit, encoding
+        sent = f"sent {encoding}-encoded, " if encoding else ""
+        super().__init__(f"the reply's body passed {limit:,} bytes ({sent}decoded a piece at a time); read no further")
 
 
 class OpenAIModel(ChatModel):
@@ -132,7 +161,9 @@ class OpenAIModel(ChatModel):
         # aiohttp as the client's transport (openai's ``aiohttp`` extra): a few times less CPU per request
         # than the default httpx pool, which is what bounds a run against a fast local server.
         limits = httpx2.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
-        http = openai.DefaultAioHttpClient(verify=_TLS, limits=limits, follow_redirects=False)
+        from .body import BoundedClient  # every reply body bounded as it is decoded (a gzip bomb is cut off)
+
+        http = BoundedClient(verify=_TLS, limits=limits, follow_redirects=False)
         self.timeout = timeout
         self.client = openai.AsyncOpenAI(api_key=key, base_url=self.base_url, max_retries=0, timeout=timeout, http_client=http)
         # The endpoint as an absolute URL, joined once: a relative path is re-joined to the base URL
@@ -144,6 +175,7 @@ class OpenAIModel(ChatModel):
         #: :meth:`check`, or when a reply first names another model); None until read.
         self.declared: dict[str, set[str]] | None = None
         self._declaring = None
+        self._said_unlisted = False  # the warning that the server lists no models, said once
 
     @property
     def name(self) -> str:
@@ -172,6 +204,8 @@ class OpenAIModel(ChatModel):
             served = [str(m["id"]) for m in entries]
         except TimeoutError:
             raise CraftMDError(f"the server at {where} sent no model list within {self.timeout:g} s") from None
+        except BodyTooLarge as exc:
+            raise CraftMDError(f"{public_url(url)}: {exc}") from None
         except (openai.APIConnectionError, openai.APITimeoutError):
             raise CraftMDError(f"cannot reach the model server at {where}") from None
         except openai.AuthenticationError:
@@ -200,8 +234,14 @@ class OpenAIModel(ChatModel):
             body = {"model": self.model, "messages": messages, **sampling.to_dict()}
             if sampling.response_format is not None:  # sent as the JSON object it is
                 body["response_format"] = json.loads(sampling.response_format)
-            async with asyncio.timeout(self.timeout):  # one deadline for the whole request (a trickled body too)
-                r = await self.client.post(self._chat_url, body=body, cast_to=httpx2.Response, options=self._options)
+            bound = BODY_LIMIT.set(reply_bytes(sampling.max_tokens))  # the body's bound, decoded (this request's alone)
+            try:
+                async with asyncio.timeout(self.timeout):  # one deadline for the whole request (a trickled body too)
+                    r = await self.client.post(self._chat_url, body=body, cast_to=httpx2.Response, options=self._options)
+            finally:
+                BODY_LIMIT.reset(bound)
+        except BodyTooLarge as exc:  # a body inflated past the bound (a gzip bomb): read no further, never an answer
+            return Completion.failure("reply too long", f"{exc} under max_tokens {sampling.max_tokens}; not stored")
         except TimeoutError:
             raise TransientError("timeout", f"no whole answer within {self.timeout:g} s") from None
         except openai.APIConnectionError as exc:  # a timeout too (APITimeoutError)
@@ -235,8 +275,11 @@ class OpenAIModel(ChatModel):
         c = parse_completion(data, self.keys)
         if c.reason == EMPTY:  # no answer: not stored; asked again (a pool asks another server)
             raise TransientError(EMPTY, c.error.removeprefix(f"{EMPTY}: "), model=c.model)
-        if c.model is not None and not await self.answers_as(c.model):
-            raise TransientError(FOREIGN, f"asked for {self.model!r}, the reply names {self.scrub(c.model)!r}", model=c.model)
+        if not await self.answers_as(c.model):
+            named = f"names {self.scrub(c.model)!r}" if c.model is not None else "names no model (and the server lists none)"
+            raise TransientError(FOREIGN, f"asked for {self.model!r}, the reply {named}", model=c.model)
+        if not self.declared:  # the server lists no models: the reply's name is all that says the model asked answered
+            c = replace(c, unlisted=True)
         cap = REPLY_CHARS_PER_TOKEN * sampling.max_tokens
         if c.text is not None and len(c.text) > cap:  # the server ignored max_tokens: nothing of it is stored
             return Completion.failure("reply too long", f"{len(c.text):,} characters under max_tokens {sampling.max_tokens} (at most "
@@ -244,19 +287,27 @@ class OpenAIModel(ChatModel):
                                       tokens_out=c.tokens_out, model=c.model)  # fmt: skip
         return c  # scrubbed by the Caller, the one door every request goes through
 
-    async def answers_as(self, name: str) -> bool:
-        """Whether a reply naming ``name`` comes from the model asked: the same name (:func:`same_model`: a dated or
-        path form of it) or a name the server declares for it at /v1/models (its entry's ``root``, ``parent`` or
-        ``aliases``; every name of a server that declares one model alone: llama.cpp's alias and file), read once, the
-        first time a reply needs it. A server that declares no model list (a hosted deployment that names the model
-        behind it) is taken at its word."""
-        if same_model(self.model, name):
-            return True
+    async def answers_as(self, name: str | None) -> bool:
+        """Whether a reply naming ``name`` comes from the model asked, by the server's model list at /v1/models (read
+        once, the first time a reply needs it, unless :meth:`check` read it): the same name (:func:`same_model`: a dated
+        or path form of it) or a name the server declares for it (its entry's ``root``, ``parent`` or ``aliases``; every
+        name of a server that declares one model alone: llama.cpp's alias and file); a reply naming no model, from a
+        server that lists its models. A server that lists none is taken at its reply's word only for the name asked (or
+        its dated snapshot): that is then the only evidence, said once on stderr and recorded with every such answer
+        (:attr:`~.base.Completion.unlisted`); another name, or none, is no answer."""
         if self.declared is None:
             if self._declaring is None:
                 self._declaring = asyncio.ensure_future(self._declared())
             self.declared = await asyncio.shield(self._declaring)
         if not self.declared:
+            if name is None or not same_model(self.model, name):
+                return False
+            if not self._said_unlisted:
+                self._said_unlisted = True
+                print(f"warning: {self.server} lists no models (no /v1/models): that its replies come from {self.model} "
+                      "rests on their model field alone (recorded as model_named_by_reply_only)", file=sys.stderr)  # fmt: skip
+            return True
+        if name is None or same_model(self.model, name):
             return True
         every = set().union(*self.declared.values())
         if name in PLACEHOLDERS and not any(same_model(d, name) for d in every):
