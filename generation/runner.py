@@ -756,7 +756,12 @@ class Runner:
             model=spec.doctor,
             prompt_set=self.prompts.describe(),
             protocol=run_protocol(
-                self.task, self.prompts.describe(), dict(self.agent_names), spec.trials, answer_rules(self.task)
+                self.task,
+                self.prompts.describe(),
+                dict(self.agent_names),
+                spec.trials,
+                answer_rules(self.task),
+                self.task.protocol_options(self.options),
             ),
             sampling=sampling,
             seed=spec.seed,

@@ -342,11 +342,21 @@ class McqRule(Scorer):
 
         return {"rule": self.name, "rules_version": RULES_VERSION}
 
+    def run(self, release, ctx):
+        from craftmd.release import protocol_of
+        from craftmd.tasks.diagnosis.order import release_order
+
+        # the options in the order the release's questions showed them (-T answer_order): a letter names one of those
+        self._order = release_order(protocol_of(release.manifest) if release.manifest.task == "craftmd" else None)
+        return super().run(release, ctx)
+
     def score(self, rows, ctx, out):
         from tqdm import tqdm
 
         from craftmd.scoring.mcq import grade_mcq
+        from craftmd.tasks.diagnosis.order import shown
 
+        order, seed = getattr(self, "_order", ("upstream", 0))
         n = 0
         for row in tqdm(rows, desc=f"grade {self.name}", unit="answer", disable=not ctx.progress or not rows):
             choices, answer, paper_answer = ctx.cases[(row["case_id"], row["with_image"])]
@@ -358,6 +368,7 @@ class McqRule(Scorer):
                 choices = ctx.many
             if not choices:  # NEJM image cases: no options, not gradable by rule
                 continue
+            choices = shown(choices, row["case_id"], row["trial"], row["format"], order, seed)
             out.add(row, self.name, Verdict(*grade_mcq(row["response"], choices, answer, self.name)))
             n += 1
         return {"graded": n}
