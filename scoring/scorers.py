@@ -344,7 +344,7 @@ class McqRule(Scorer):
 
     def run(self, release, ctx):
         from craftmd.release import protocol_of
-        from craftmd.tasks.diagnosis.order import release_order
+        from craftmd.answer_order import release_order
 
         # the options in the order the release's questions showed them (-T answer_order): a letter names one of those
         self._order = release_order(protocol_of(release.manifest) if release.manifest.task == "craftmd" else None)
@@ -354,7 +354,7 @@ class McqRule(Scorer):
         from tqdm import tqdm
 
         from craftmd.scoring.mcq import grade_mcq
-        from craftmd.tasks.diagnosis.order import shown
+        from craftmd.answer_order import shown
 
         order, seed = getattr(self, "_order", ("upstream", 0))
         n = 0

@@ -21,7 +21,7 @@ from craftmd import CraftMDError
 from craftmd.commands.cli import main as cli_main
 from craftmd.release import protocol_differences, read_release
 from craftmd.tasks import get_task
-from craftmd.tasks.diagnosis.order import permutation, shown
+from craftmd.answer_order import permutation, shown
 from helpers import assert_tables_documented, generate_argv
 from loopback import LoopbackServer, text_of
 

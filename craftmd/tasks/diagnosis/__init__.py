@@ -21,10 +21,10 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from craftmd.answer_order import ANSWER_ORDERS, AnswerOrder
 from craftmd.generation.questions import ConversationOptions
 from craftmd.tasks.base import Role, Task, parse_matrix, register
 
-from .order import ANSWER_ORDERS, AnswerOrder
 from .protocol import CraftMD
 
 #: setting × format -> conversation read (standard / no_exam / -), needs history and exam apart,

@@ -12,6 +12,7 @@ import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from craftmd.answer_order import ORDERED_FORMATS, permutation
 from craftmd.generation.protocol import Conversation, Protocol
 from craftmd.generation.questions import (
     EXPECTED_REPLY,
@@ -27,8 +28,6 @@ from craftmd.generation.questions import (
 from craftmd.generation.runner import Estimate, Runner, answer_row, tokens
 from craftmd.release import RunRecord
 from craftmd.samples import Sample
-
-from .order import ORDERED_FORMATS, permutation
 
 #: The default prompt set: upstream's own prompts, read from its pinned code (``craftmd-v1`` is the package's wording).
 UPSTREAM_PROMPT_SET = "craftmd-upstream-3bb2737"
@@ -125,7 +124,7 @@ class CraftMD(Runner):
         j.answers.append(answer_row(key, await self.call("doctor")(msgs, j.sampling, 1)))
 
     def order(self, j: Job, fmt: str) -> list[int] | None:
-        """The order the question's options are shown in (``-T answer_order``; :mod:`.order`): None, as given."""
+        """The order the question's options are shown in (``-T answer_order``; :mod:`craftmd.answer_order`): None, as given."""
         o = self.options
         if o.answer_order == "upstream" or fmt not in ORDERED_FORMATS:
             return None

@@ -1,4 +1,5 @@
-"""The order CRAFT-MD's multiple-choice questions present their options in (``-T answer_order``).
+"""The order a multiple-choice question shows its options in: CRAFT-MD's ``-T answer_order`` (declared in its task,
+:mod:`craftmd.tasks.diagnosis`; here, on the shared ground, because its protocol and the MCQ rules both read it).
 
 ``upstream`` (the default) keeps the order of every published run: the case's four choices as upstream's CSV lists
 them, the many-choice list as the dataset's ``diagnoses`` config holds it. ``shuffled`` gives each case, trial and
