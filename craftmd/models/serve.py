@@ -100,7 +100,36 @@ def _answers(base_url: str, name: str) -> bool:
         return name in [m.get("id") for m in json.load(r).get("data", [])]
 
 
-class LlamaCppServer(LocalServer):
+class ModelServer(LocalServer):
+    """A local OpenAI-compatible server of one model on loopback, answering to ``alias``: a subclass gives ``command()``
+    (on ``self.port``) and ``what`` (its name in an error); ``env``: what its environment adds (nothing: this one's)."""
+
+    alias: str
+    port: int | None = None
+    env: dict[str, str] = {}
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def what(self) -> str:
+        raise NotImplementedError
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self):
+        """Start it on its port (a free one when none was given) and wait until it lists its model (idempotent)."""
+        if self.running:
+            return self
+        self.port = self.port or free_port()
+        env = {"env": {**os.environ, **self.env}} if self.env else {}
+        self.launch(self.command(), lambda: _answers(self.base_url, self.alias), what=self.what, **env)
+        return self
+
+
+class LlamaCppServer(ModelServer):
     """One llama.cpp server (llama-cpp-python's ``python -m llama_cpp.server``) of one GGUF file, on loopback.
 
     ``options``: the server's options as a user gives them; the model file, the name it answers to (``alias``), the
@@ -129,8 +158,8 @@ class LlamaCppServer(LocalServer):
         self.start_timeout = start_timeout
 
     @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+    def what(self) -> str:
+        return f"llama.cpp's server of {self.model_file.name}"
 
     def command(self) -> list[str]:
         ours = {"--model": str(self.model_file), "--model_alias": self.alias, "--host": "127.0.0.1", "--port": str(self.port)}
@@ -141,21 +170,12 @@ class LlamaCppServer(LocalServer):
             given += ["--n_threads", str(self.threads)]
         return [str(self.python), "-m", "llama_cpp.server", *given, *(x for kv in ours.items() for x in kv)]
 
-    def start(self) -> LlamaCppServer:
-        if self.running:
-            return self
-        self.port = self.port or free_port()
-        self.launch(
-            self.command(), lambda: _answers(self.base_url, self.alias), what=f"llama.cpp's server of {self.model_file.name}"
-        )
-        return self
-
     def chat_requests(self) -> int:
         """Chat requests the server has received so far (its access log)."""
         return self.log.read_text(errors="replace").count('"POST /v1/chat/completions')
 
 
-class VLLMServer(LocalServer):
+class VLLMServer(ModelServer):
     """One ``vllm serve MODEL`` on loopback, answering to ``alias``; ``env``: its environment's additions (the GPUs it
     sees). ``options`` as :class:`LlamaCppServer`'s (vLLM's own: ``--max-model-len``, ``--dtype``, ...)."""
 
@@ -179,24 +199,12 @@ class VLLMServer(LocalServer):
         self.log, self.port, self.start_timeout = Path(log), port, start_timeout
 
     @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+    def what(self) -> str:
+        return f"vllm serve {self.model}"
 
     def command(self) -> list[str]:
         ours = {"--served-model-name": self.alias, "--host": "127.0.0.1", "--port": str(self.port)}
         return [self.executable, "serve", self.model, *_without(self.options, ours), *(x for kv in ours.items() for x in kv)]
-
-    def start(self) -> VLLMServer:
-        if self.running:
-            return self
-        self.port = self.port or free_port()
-        self.launch(
-            self.command(),
-            lambda: _answers(self.base_url, self.alias),
-            what=f"vllm serve {self.model}",
-            env={**os.environ, **self.env},
-        )
-        return self
 
 
 def _without(options: list[str], ours) -> list[str]:
@@ -236,7 +244,7 @@ class Served:
     service: str  # openai-api/<service>/<name>
     name: str  # the name the servers answer to
     ports: list[int] = field(default_factory=list)
-    servers: list[LocalServer] = field(default_factory=list)
+    servers: list[ModelServer] = field(default_factory=list)
     sha256: str | None = None  # the GGUF file's
 
     @property
@@ -342,7 +350,7 @@ class ServePlan:
         """model name (as the run calls it) -> what the run record says was served."""
         return {s.model_name: s.describe(self.logs) for s in self.models}
 
-    def _servers(self, s: Served) -> list[LocalServer]:
+    def _servers(self, s: Served) -> list[ModelServer]:
         logs = s.logs(self.logs)
         if s.engine == "llama.cpp":
             threads = max(1, (os.cpu_count() or 2) // (2 * s.replicas))
@@ -409,4 +417,14 @@ def serve_args(given: list[str] | None) -> dict[str, list[str]]:
     return out
 
 
-__all__ = ["ServePlan", "Served", "LlamaCppServer", "VLLMServer", "llm_python", "vllm_executable", "serve_args", "gpus"]
+__all__ = [
+    "ServePlan",
+    "Served",
+    "ModelServer",
+    "LlamaCppServer",
+    "VLLMServer",
+    "llm_python",
+    "vllm_executable",
+    "serve_args",
+    "gpus",
+]
