@@ -103,6 +103,7 @@ def test_every_task_on_the_readmes_local_server(server, dataset_dir, tmp_path):
         "--out",
         tmp_path / "many" / "local-many",
         env=env,
+        timeout=1800,  # the run's own server started, then the one long prompt (--timeout 1200) on a busy CPU
     )
     many = read_release(tmp_path / "many" / "local-many").table("answers").to_pylist()
     assert [(a["setting"], a["format"], a["status"]) for a in many] == [("vignette", "mcq_many", "ok")], many[0]["error"]

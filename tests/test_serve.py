@@ -229,6 +229,7 @@ def test_vllm_serve_replicas_each_get_a_gpu_and_the_documented_command(dataset, 
         (["--doctor", "llama.cpp/{gguf}", "--serve", "doctor=two"], "expected ROLE or ROLE=K"),
         (["--doctor", "vllm/some/model", "--serve", "doctor"], "need vLLM's `vllm` command"),
         (["--doctor", "openai/loopback", "--serve-args", "--n_ctx 9"], "no role of the run is served"),
+        (["--doctor", "llama.cpp/{gguf}", "--serve-args", "patient=--n_ctx 9"], "its model openai/loopback is not one the run"),
     ],
 )
 def test_what_cannot_be_served_is_one_line_and_starts_nothing(dataset, gguf, tmp_path, args, says):

@@ -333,26 +333,25 @@ def run_generate(args) -> int:
     """
     from craftmd.models.local_server import stopped_by_signals
 
+    from craftmd.generation.runner import runner
+
     plan, spec = serve_plan(args, spec_of(args))
     if plan is None:
-        return _generate(spec, args.estimate)
+        return _generate(runner(spec), args.estimate)
     with environment(plan.env), stopped_by_signals():  # a `kill PID` stops the servers too (and a kill -9: their guard)
-        from craftmd.generation.runner import runner
-
-        runner(spec)  # the whole run checked (one line) before any server starts
+        run = runner(spec)  # the whole run checked (one line) before any server starts
         try:
             plan.start()
+            os.environ.update(plan.env)  # the ports they were started on (the block puts the variables back)
             served = ", ".join(f"{m} ({d['replicas']} x {d['engine']})" for m, d in spec.served.items())
             print(f"serving {served}; logs in {plan.logs}", file=sys.stderr)
-            return _generate(spec, args.estimate)
+            return _generate(run, args.estimate)
         finally:
             plan.stop()
 
 
-def _generate(spec, estimate: bool) -> int:
-    from craftmd.generation.runner import runner
-
-    run = runner(spec)
+def _generate(run, estimate: bool) -> int:
+    """Run (or, ``estimate``, only estimate) the runner ``run``; one line when nothing succeeded."""
     if estimate:
         print(run.estimate_text())
         return 0

@@ -275,14 +275,14 @@ class Served:
 class ServePlan:
     """The local models of a run (role -> model name as given; ``serve``: role -> replicas; ``options``: role or ``*`` ->
     server options), checked and named, nothing started: :attr:`names` (role -> the name the run calls it by) and
-    :attr:`env` (the servers' variables) are known before :meth:`start`, so the run is checked whole before any server
-    starts (minutes for vLLM). ``logs``: the folder the replicas' logs go to."""
+    :attr:`env` (the servers' variables; set them again after :meth:`start`, which picks the ports) are known before
+    :meth:`start`, so the run is checked whole before any server starts (minutes for vLLM). ``logs``: the folder the replicas' logs go to."""
 
     def __init__(self, roles: dict[str, str], serve: dict[str, int], options: dict[str, list[str]], logs: Path):
         self.logs = Path(logs)
-        unknown = sorted(set(serve) - set(roles)) or sorted(set(options) - set(roles) - {"*"})
-        if unknown:
-            raise CraftMDError(f"--serve {unknown[0]}: the run's roles are {', '.join(roles)}")
+        for flag, given in (("--serve", set(serve)), ("--serve-args", set(options) - {"*"})):
+            if given - set(roles):
+                raise CraftMDError(f"{flag} {sorted(given - set(roles))[0]}: the run's roles are {', '.join(roles)}")
         by_model: dict[str, Served] = {}
         taken: dict[str, int] = {}
         # a model is served when it is a GGUF file, or a role that names it is given --serve; every role on it shares it
@@ -334,9 +334,16 @@ class ServePlan:
             else:
                 self.vllm = vllm_executable()
         self.names = {role: s.model_name for s in self.models for role in s.roles}
+        idle = sorted(set(options) - set(self.names) - {"*"})
+        if idle:
+            raise CraftMDError(f"--serve-args {idle[0]}=...: its model {roles[idle[0]]} is not one the run serves")
         for s in self.models:
             s.ports = [free_port() for _ in range(s.replicas)]
-        self.env = {s.variable: ",".join(s.urls) for s in self.models}
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The servers' variables (``<SERVICE>_BASE_URL``: every replica); their ports are chosen again at :meth:`start`."""
+        return {s.variable: ",".join(s.urls) for s in self.models}
 
     def __bool__(self) -> bool:
         return bool(self.models)
@@ -377,6 +384,7 @@ class ServePlan:
         one line says why."""
         self.logs.mkdir(parents=True, exist_ok=True)
         for s in self.models:
+            s.ports = [free_port() for _ in range(s.replicas)]  # free now (the run was checked since the plan was made)
             s.servers = self._servers(s)
         every = [x for s in self.models for x in s.servers]
         try:
