@@ -14,7 +14,7 @@ ranked with an upstream-order one as one protocol).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal, get_args
 
 AnswerOrder = Literal["upstream", "shuffled"]
@@ -40,10 +40,10 @@ def shown(options: Sequence[str], case_id: str, trial: int, fmt: str, order: str
     return [options[i] for i in permutation(len(options), case_id, trial, fmt, seed)]
 
 
-def release_order(protocol) -> tuple[str, int]:
-    """(answer order, order seed) of a release's protocol (:class:`craftmd.release.Protocol`, or None: unknown, which is
-    upstream's order: every release written before the option, ingested or submitted, showed it)."""
-    options = getattr(protocol, "options", None) or {}
+def release_order(options: Mapping | None) -> tuple[str, int]:
+    """(answer order, order seed) of a run's protocol options (:attr:`craftmd.release.Protocol.options`, absent where at
+    their default: upstream's order, which every release written before the option showed, ingested or submitted)."""
+    options = options or {}
     return str(options.get("answer_order", ANSWER_ORDERS[0])), int(options.get("order_seed", 0))
 
 

@@ -167,3 +167,21 @@ def test_the_analysis_reports_the_order_effect_with_a_paired_ci(graded, tmp_path
     alone = tmp_path / "alone"
     shutil.copytree(rels / "upstream", alone / "upstream")
     assert compute(alone, data, B=50).order_tests is None
+
+
+def test_a_scorer_given_the_rows_alone_reads_the_order_from_its_context(graded):
+    """inspect's scorers grade a sample's rows without a release: the run's protocol options come in the context."""
+    from craftmd.scoring.scorers import Context, ScoreRows, get_scorer
+
+    data, _, _, rels, _ = graded
+    rows = [a for a in read_release(rels / "shuffled").table("answers").to_pylist() if a["format"] == "mcq4"]
+    written = pl.read_parquet(rels / "shuffled" / "scores.parquet").filter(
+        pl.col("scorer") == "strict", pl.col("format") == "mcq4"
+    )
+    want = {(r["case_id"], r["trial"]): r["value"] for r in written.to_dicts()}
+    got = {}
+    for options in ({"answer_order": "shuffled"}, {}):
+        out = ScoreRows()
+        get_scorer("strict").score(rows, Context(data, progress=False, options={"protocol": options}), out)
+        got[bool(options)] = {(r["case_id"], r["trial"]): r["value"] for r in out.table().to_pylist() if r["metric"] == "correct"}
+    assert got[True] == want and got[False] != want  # told the order: the release's grades; not told: upstream's order
