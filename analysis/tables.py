@@ -26,7 +26,7 @@ from .history import history_tables
 from .stats import CELL_COLUMNS, bootstrap_all, cells_of, metric_table
 
 #: The paper's other tests, written beside TABLES when computed (MCQ vs FRQ, image vs none, the experts' McNemar).
-MORE_TABLES = ("format_tests", "image_tests", "expert_tests", "published_tests")
+MORE_TABLES = ("format_tests", "image_tests", "expert_tests", "published_tests", "order_tests")
 TABLES = (
     "accuracy",
     "pvalues",
@@ -70,6 +70,7 @@ class Analysis:
         None  # McNemar between models on the dermatologists' labels (analysis.published, with a source)
     )
     published_tests: pl.DataFrame | None = None  # the preprint's MCQ-vs-FRQ p-values beside format_tests (analysis.published)
+    order_tests: pl.DataFrame | None = None  # shuffled against upstream's answer order, per model (analysis.answer_order)
     all_pairs: bool = False  # every pair of models tested on request (--all-pairs); else as sql/comparisons says
     claims: pl.DataFrame | None = None  # scores claimed by their sender, not computed here (claims_table), when any
 
@@ -202,6 +203,9 @@ def compute(
                  hist["history_by_complexity"], {"sql_s": t1 - t0, "bootstrap_s": t2 - t1, "rubric_s": t3 - t2,
                  "tasks_s": time.perf_counter() - t3}, B, seed, judged, consult, met)  # fmt: skip
     a.format_tests, a.image_tests = format_split(more_pv)
+    from .answer_order import order_tests
+
+    a.order_tests = order_tests(con, B=B, seed=seed)
     a.all_pairs = all_pairs
     a.claims = claims_table(found)
     return _with_boards(a)

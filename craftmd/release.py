@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer
 
 from craftmd import CraftMDError, __version__
 from craftmd.atomic import atomic_dir, atomic_write_json, inside, locked, plain_name, read_regular, sha256_file
@@ -321,6 +321,9 @@ class Protocol(BaseModel):
     release graded after it was made names none here, since every grader of its scores, with its prompts' sha256, is
     in its scorer records and the board compares free response per grader (a cell names its grader, and the paired
     tests never cross graders): two releases graded by one grader are comparable on that grader's measure.
+    ``options``: the task's options that change what the doctor is asked (declared so in its options class,
+    :func:`craftmd.tasks.base.protocol_options`), each only where it is not its default (CRAFT-MD's ``answer_order``):
+    absent, the default, so a record written before it stays the protocol it was, and is written without it.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -332,6 +335,14 @@ class Protocol(BaseModel):
     answer_rules: dict[str, int] = Field(default_factory=dict)  # MCQ rule -> its version
     trials: int | None = Field(None, ge=1, le=MAX_TRIALS)
     grader: GraderRef | None = None
+    options: dict[str, str | int] = Field(default_factory=dict)  # task option -> value, those not at their default only
+
+    @model_serializer(mode="wrap")
+    def _without_default_options(self, handler):
+        d = handler(self)
+        if not d.get("options"):  # every option at its default: the protocol's bytes (its key, its record) as before
+            d.pop("options", None)
+        return d
 
     def key(self) -> str:
         """The protocol as one line of JSON (its recorded grader left out: free response is compared per grader): two
@@ -353,11 +364,13 @@ def run_protocol(
     trials: int | None,
     answer_rules: dict[str, int],
     images: bool = False,
+    options: dict[str, str | int] | None = None,
 ) -> Protocol:
     """The protocol of a run of ``task`` (its version) with ``prompt_set`` ({name, sha256}), ``roles`` (role ->
     provider/model: the doctor's is left out), ``trials``, ``answer_rules`` (the MCQ rules and their versions,
-    :func:`craftmd.scoring.mcq.answer_rules`: a room's, which the ground does not import) and ``images`` (whether a
-    job showed the doctor a case's image)."""
+    :func:`craftmd.scoring.mcq.answer_rules`: a room's, which the ground does not import), ``images`` (whether a
+    job showed the doctor a case's image) and ``options`` (the task's options of the protocol not at their default,
+    :func:`craftmd.tasks.base.protocol_options`)."""
     return Protocol(
         task=task.name,
         version=task.version,
@@ -366,6 +379,7 @@ def run_protocol(
         images=images,
         answer_rules=answer_rules,
         trials=trials,
+        options=dict(sorted((options or {}).items())),
     )
 
 
@@ -427,6 +441,9 @@ def protocol_differences(p: Protocol | None, reference: Protocol | None, graders
         out.append(_pair("MCQ rules", rules(p.answer_rules), rules(reference.answer_rules)))
     if p.trials != reference.trials:
         out.append(f"{p.trials or 'unrecorded'} trials vs {reference.trials or 'unrecorded'}")
+    for key in sorted(set(p.options) | set(reference.options)):  # absent: the option's default
+        if p.options.get(key) != reference.options.get(key):
+            out.append(f"-T {key}={p.options.get(key, 'default')} vs {reference.options.get(key, 'default')}")
     g, h = p.grader, reference.grader
     if graders and g is not None and h is not None and g != h:  # a release graded after it was made names none
         if g.name != h.name or g.model != h.model:

@@ -372,6 +372,7 @@ class UpstreamCase:
     vignette: str  # case_desc: the case without its question, as upstream split it
     question: str
     choices: str  # ", ".join of the four choices, in the CSV's order
+    options: tuple[str, ...] = ()  # the four choices, in the CSV's order (what -T answer_order=shuffled reorders)
 
 
 @lru_cache(maxsize=4)
@@ -386,7 +387,10 @@ def _cases(location: str, commit: str) -> dict[str, UpstreamCase]:
         rows = df.select("case_id", "case_vignette", "category", *CHOICES).iter_rows(named=True)
         return {
             r["case_id"]: UpstreamCase(
-                r["category"], *case_without_question(r["case_vignette"], split), ", ".join(r[c] for c in CHOICES)
+                r["category"],
+                *case_without_question(r["case_vignette"], split),
+                ", ".join(r[c] for c in CHOICES),
+                tuple(r[c] for c in CHOICES),
             )
             for r in rows
         }

@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -211,23 +210,6 @@ def finetune(
     return json.loads((out / RECORD).read_text())
 
 
-@contextlib.contextmanager
-def stopped_by_signals():
-    """SIGTERM and SIGHUP (a user's ``kill PID``, the terminal closing) raise ``SystemExit`` (128 + the signal) inside the
-    block, as Ctrl-C raises ``KeyboardInterrupt``: a server started in a session of its own, which no signal to this
-    process reaches, is then stopped by the caller's ``finally`` rather than left answering."""
-
-    def leave(signum, frame):
-        raise SystemExit(128 + signum)
-
-    before = {sig: signal.signal(sig, leave) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
-
-
 class CheckpointServer(LocalServer):
     """``transformers serve`` pinned to one checkpoint, on loopback; ``with CheckpointServer(ckpt) as s: s.base_url``.
 
@@ -334,7 +316,6 @@ __all__ = [
     "check_served_name",
     "check_training_data",
     "finetune",
-    "stopped_by_signals",
     "train_python",
 ]
 

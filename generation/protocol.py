@@ -24,7 +24,8 @@ import base64
 import hashlib
 import io
 import json
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -272,7 +273,9 @@ class Protocol:
             return found
         named = self.p.specialties.get(case.specialty, case.specialty) if case.specialty else None
         specialty = IMAGE_SPECIALTY if with_image else named or "Other"  # "Other": upstream's functions name none
-        return UpstreamCase(specialty, case.vignette, case.question or self.up.split["no_question"], ", ".join(case.choices))
+        return UpstreamCase(
+            specialty, case.vignette, case.question or self.up.split["no_question"], ", ".join(case.choices), case.choices
+        )
 
     def render(self, function: str, *args) -> str:
         return self.up.template(function).render(*args)
@@ -449,8 +452,18 @@ class Protocol:
         conv: Conversation | None = None,
         summary: str | None = None,
         many_options: list[str] = (),
+        order: Sequence[int] | None = None,
     ) -> list[Message]:
+        """The doctor's messages for one question. ``order``: the options of an MCQ (the case's four choices for mcq4,
+        ``many_options`` for mcq_many) shown in that order (``order[k]``: the option shown k-th); None: as given."""
         u = self.upstream(case, with_image)
+        if order is not None and fmt == "mcq4":
+            case = replace(case, choices=tuple(case.choices[i] for i in order))
+            if u is not None and u.options:
+                options = tuple(u.options[i] for i in order)
+                u = replace(u, choices=", ".join(options), options=options)
+        elif order is not None and fmt == "mcq_many":
+            many_options = [many_options[i] for i in order]
         if u is not None and (setting, fmt) in (UPSTREAM_IMAGE_CELLS if with_image else UPSTREAM_CELLS):
             return self.upstream_question(u, setting, fmt, conv, summary, case, with_image)
         block = self.question_block(case, fmt, list(many_options))

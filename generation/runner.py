@@ -95,6 +95,7 @@ class GenerateSpec:
     shard: tuple[int, int] | None = None  # (k, K): only the samples of shard k of K (generation.shards)
     cache: Path | None = None
     prompt_set: str | None = None  # default: the task's own
+    served: dict[str, dict] = field(default_factory=dict)  # model name -> what the run served it with (craftmd.models.serve)
     overwrite: bool = False
     progress: bool = True
 
@@ -770,12 +771,18 @@ class Runner:
                 spec.trials,
                 answer_rules(self.task),
                 images=self.shows_images(),
+                options=self.task.protocol_options(self.options),
             ),
             sampling=sampling,
             seed=spec.seed,
             models=dict(self.agent_names),
             roles={
-                a: {"model": n, **self.servers.get(n, {"base_url": None}), "sampling": sampling[a]}
+                a: {
+                    "model": n,
+                    **self.servers.get(n, {"base_url": None}),
+                    **({"served": spec.served[n]} if n in spec.served else {}),  # a local model the run started (--serve)
+                    "sampling": sampling[a],
+                }
                 for a, n in self.agent_names.items()
             },
             counts=c,

@@ -178,7 +178,9 @@ class Context:
     """What a scorer needs besides the release: the dataset, the model layer's settings, its options.
 
     ``options`` holds what a scorer reads of its own (a judge's ``mode``, ``dimensions``, ...; the
-    call settings ``concurrency``, ``max_retries``, ``timeout``; ``workers`` of the history metrics).
+    call settings ``concurrency``, ``max_retries``, ``timeout``; ``workers`` of the history metrics; ``protocol``: the
+    scored run's protocol options, :attr:`craftmd.release.Protocol.options`, which the MCQ rules read the order of the
+    options from).
     """
 
     dataset_dir: Path | None = None
@@ -342,11 +344,24 @@ class McqRule(Scorer):
 
         return {"rule": self.name, "rules_version": RULES_VERSION}
 
+    def run(self, release, ctx):
+        import copy
+
+        from craftmd.release import protocol_of
+
+        # the order the release's questions showed their options in (-T answer_order): a letter names one of those
+        protocol = protocol_of(release.manifest)
+        ctx = copy.copy(ctx)  # (the dataset it has read stays read)
+        ctx.options = {**ctx.options, "protocol": dict(protocol.options) if protocol is not None else {}}
+        return super().run(release, ctx)
+
     def score(self, rows, ctx, out):
         from tqdm import tqdm
 
         from craftmd.scoring.mcq import grade_mcq
+        from craftmd.answer_order import release_order, shown
 
+        order, seed = release_order(ctx.options.get("protocol"))  # the run's protocol options (inspect: its -T options)
         n = 0
         for row in tqdm(rows, desc=f"grade {self.name}", unit="answer", disable=not ctx.progress or not rows):
             choices, answer, paper_answer = ctx.cases[(row["case_id"], row["with_image"])]
@@ -358,6 +373,7 @@ class McqRule(Scorer):
                 choices = ctx.many
             if not choices:  # NEJM image cases: no options, not gradable by rule
                 continue
+            choices = shown(choices, row["case_id"], row["trial"], row["format"], order, seed)
             out.add(row, self.name, Verdict(*grade_mcq(row["response"], choices, answer, self.name)))
             n += 1
         return {"graded": n}

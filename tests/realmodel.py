@@ -5,7 +5,8 @@
 its dependencies would fight ``requirements.lock``. ``$CRAFTMD_LLM_PYTHON`` names another
 interpreter that has both.
 
-``RealModelServer()`` starts ``python -m llama_cpp.server`` on a free loopback port, waits until
+``RealModelServer()`` starts ``python -m llama_cpp.server`` on a free loopback port (the package's
+:class:`craftmd.models.serve.LlamaCppServer`, which ``craftmd generate --serve`` starts too), waits until
 ``/v1/models`` answers, and stops it (the whole process group) at the end. Its log is kept:
 ``chat_requests()`` counts the chat requests the server received, from its access log, so a test
 can check that a re-run over a full cache sent nothing. The model answers one request at a time.
@@ -13,14 +14,14 @@ can check that a re-run over a full cache sent nothing. The model answers one re
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import tempfile
-import urllib.request
 from pathlib import Path
 
-from craftmd.models.local_server import LocalServer, free_port
+from craftmd import CraftMDError
+from craftmd.models.local_server import free_port  # noqa: F401 (the benchmarks' and tests' free port)
+from craftmd.models.serve import LlamaCppServer
 
 ROOT = Path(__file__).resolve().parent.parent
 ALIAS = "smollm2"  # the model name the server answers to: openai/smollm2
@@ -33,12 +34,16 @@ class MissingModel(Exception):
 
 
 def llm_python() -> Path:
-    """The interpreter of the side venv: ``$CRAFTMD_LLM_PYTHON``, else ``.venv-llm/bin/python``."""
-    named = os.environ.get("CRAFTMD_LLM_PYTHON")
-    python = Path(named) if named else ROOT / ".venv-llm" / "bin" / "python"
-    if not python.exists():
-        raise MissingModel(f"the real test model is not installed ({python} is missing): {INSTALL_HINT}")
-    return python
+    """The interpreter of the side venv: ``$CRAFTMD_LLM_PYTHON``, else the checkout's ``.venv-llm/bin/python`` (the
+    package's :func:`craftmd.models.serve.llm_python`, its error as :class:`MissingModel`)."""
+    from craftmd.models import serve
+
+    if not os.environ.get("CRAFTMD_LLM_PYTHON") and (ROOT / ".venv-llm" / "bin" / "python").exists():
+        return ROOT / ".venv-llm" / "bin" / "python"
+    try:
+        return serve.llm_python(ROOT)
+    except CraftMDError as exc:
+        raise MissingModel(f"the real test model is not installed: {exc}") from None
 
 
 def find_gguf(python: Path) -> Path:
@@ -51,13 +56,15 @@ def find_gguf(python: Path) -> Path:
     return Path(files[0])
 
 
-class RealModelServer(LocalServer):
-    """The model server, one process (group) per instance; every process it starts is stopped.
+class RealModelServer(LlamaCppServer):
+    """The model server (the package's llama.cpp server, :class:`craftmd.models.serve.LlamaCppServer`: the one
+    ``craftmd generate --serve`` starts), one process (group) per instance; every process it starts is stopped.
 
     ``start()`` is idempotent (a running server is returned as it is), so ``with
     RealModelServer().start():`` and ``with RealModelServer():`` both start one server and stop
     it at the end; a server still running when the interpreter exits is stopped then (atexit),
-    and one that fails to come up is stopped before the error is raised.
+    and one that fails to come up is stopped before the error is raised. ``options``: the server's options as a user
+    gives them (the README's; None: this module's own window, :data:`CONTEXT`); its name is their ``--model_alias``.
     """
 
     def __init__(
@@ -70,75 +77,24 @@ class RealModelServer(LocalServer):
         model_file: Path | None = None,
         options: list[str] | None = None,
     ):
-        self.options = options  # the server's options as a user gives them (the README's); None: this module's own
-        self.python = python or llm_python()
-        self.model_file = model_file or find_gguf(self.python)
-        # llama.cpp's own default, half the cores: measured on 2 cores, 2 threads ran 1.8x slower than 1 when
-        # anything else wanted a core (the test's client, other processes)
-        self.threads = threads or max(1, (os.cpu_count() or 2) // 2)
-        self.log = log or Path(tempfile.mkdtemp(prefix="craftmd-llm-")) / "server.log"
-        self.start_timeout = start_timeout
-        self.port: int | None = None
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def command(self) -> list[str]:
-        """The server's command line (on ``self.port``): this module's options, or ``options`` as given with the model
-        file, the loopback host, the free port and the threads put in (each replacing the option given, if any)."""
-        if self.options is None:
-            return [
-                str(self.python),
-                "-m",
-                "llama_cpp.server",
-                "--model",
-                str(self.model_file),
-                "--n_ctx",
-                str(CONTEXT),
-                "--model_alias",
-                ALIAS,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--n_threads",
-                str(self.threads),
-            ]
-        ours = {
-            "--model": str(self.model_file),
-            "--host": "127.0.0.1",
-            "--port": str(self.port),
-            "--n_threads": str(self.threads),
-        }
-        given, it = [], iter(self.options)
-        for opt in it:
-            value = next(it)
-            if opt not in ours:
-                given += [opt, value]
-        return [str(self.python), "-m", "llama_cpp.server", *given, *(x for kv in ours.items() for x in kv)]
-
-    @property
-    def alias(self) -> str:
-        """The model name the server answers to."""
-        opts = self.options or []
-        return opts[opts.index("--model_alias") + 1] if "--model_alias" in opts else ALIAS
+        python = python or llm_python()
+        given = list(options) if options is not None else ["--n_ctx", str(CONTEXT)]
+        alias = given[given.index("--model_alias") + 1] if "--model_alias" in given else ALIAS
+        super().__init__(
+            model_file or find_gguf(python),
+            alias=alias,
+            python=python,
+            options=given,
+            threads=threads,
+            log=log or Path(tempfile.mkdtemp(prefix="craftmd-llm-")) / "server.log",
+            start_timeout=start_timeout,
+        )
 
     def start(self) -> RealModelServer:
-        if self.running:
-            return self  # one server per instance, however often start() or __enter__ is called
-        self.port = free_port()
-        self.launch(self.command(), self._answers, what="the model server", error=RuntimeError)
-        return self
-
-    def _answers(self) -> bool:
-        with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as r:
-            return self.alias in [m["id"] for m in json.load(r)["data"]]
-
-    def chat_requests(self) -> int:
-        """Chat requests the server has received so far (its access log)."""
-        return self.log.read_text(errors="replace").count('"POST /v1/chat/completions')
+        try:
+            return super().start()
+        except CraftMDError as exc:  # the tests' own error type for a server that does not come up
+            raise RuntimeError(str(exc)) from None
 
 
 def served(**options):

@@ -1,6 +1,8 @@
-"""The README's local-model path, every task, with a real model: SmolLM2-135M on llama.cpp's server started with the
-README's own command (its options parsed from README.md: the context the tasks need), every role an
-``openai-api/local/...`` model at ``LOCAL_BASE_URL`` with no key. One case (one packet) and one trial each, low caps:
+"""The README's local-model path, every task, with a real model: SmolLM2-135M on llama.cpp's server. Each generation
+run starts its own (``--doctor llama.cpp/FILE.gguf``, ``--serve-args`` as the page gives them: the context the tasks
+need); the steps that call a model outside a run use the server the page's own command starts (its options parsed
+from the page), an ``openai-api/local/...`` model at ``LOCAL_BASE_URL`` with no key. One case (one packet) and one
+trial each, low caps:
 
 CRAFT-MD's interview and questions (the many-choice MCQ among them: it fits the README's window), its graders (the rules,
 the offline grader, the LLM grader); key-value extraction and the consultation; an encounter and its judge; the page; the
@@ -34,6 +36,17 @@ def readme_server_options() -> list[str]:
     return options[0]
 
 
+def readme_serve_args() -> list[str]:
+    """The ``--serve-args`` of the page's ``craftmd generate`` commands (every one gives the same)."""
+    given = []
+    for ln in (ROOT / "docs" / "local.md").read_text().splitlines():
+        if ln.startswith("craftmd generate") and "--serve-args" in ln:
+            argv = shlex.split(ln.split("#")[0].replace("<packet id>", "x"))
+            given.append(shlex.split(argv[argv.index("--serve-args") + 1]))
+    assert given and all(g == given[0] for g in given), f"docs/local.md's --serve-args differ: {given}"
+    return given[0]
+
+
 @pytest.fixture(scope="module")
 def server():
     from realmodel import served
@@ -59,6 +72,11 @@ def test_every_task_on_the_readmes_local_server(server, dataset_dir, tmp_path):
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LOCAL_"))}
     env["LOCAL_BASE_URL"] = server.base_url  # no LOCAL_API_KEY: a local server needs none
+    env["CRAFTMD_LLM_PYTHON"] = str(server.python)  # the interpreter of .venv-llm, which a generation run starts
+    serve = readme_serve_args()
+    assert int(serve[serve.index("--n_ctx") + 1]) >= 12_288  # the many-choice MCQ in the window of a run's own server
+    L = f"llama.cpp/{server.model_file}"  # a generation run's model: it starts its own server (docs/local.md)
+    served = ("--serve-args", " ".join(serve))
     df = pl.read_parquet(dataset_dir / "all" / "test-00000-of-00001.parquet")
     # a text case (an image case has none)
     text = df.filter(pl.col("choices").list.len() == 4, pl.col("vignette").str.strip_chars() != "")
@@ -68,12 +86,11 @@ def test_every_task_on_the_readmes_local_server(server, dataset_dir, tmp_path):
 
     # CRAFT-MD: the estimate (nothing sent); the many-choice MCQ (~11.7k tokens: one question, the longest prompt of any
     # task) answered within the README's window; the interview and its questions, graded
-    gen = generate_argv(dataset_dir, "--cases", case, "--max-turns", "2", *caps, task="craftmd", doctor=M, quiet=False)
-    sent = server.chat_requests()
+    gen = generate_argv(dataset_dir, "--cases", case, "--max-turns", "2", *served, *caps, task="craftmd", doctor=L, quiet=False)
     est = craftmd(*gen, "--estimate", "--out", rels / "local", env=env).stdout
-    assert (
-        server.chat_requests() == sent and "too long" not in est and re.search(r"largest\s+doctor\s+\w+:mcq_many: ~[\d,]+", est)
-    )
+    logs = sorted((rels / "local.servers").glob("*.log"))  # the run's own server: started, sent nothing
+    assert logs and not any('"POST /v1/chat/completions' in p.read_text(errors="replace") for p in logs)
+    assert "too long" not in est and re.search(r"largest\s+doctor\s+\w+:mcq_many: ~[\d,]+", est)
     # (its ~11.7k-token prompt takes minutes on a busy CPU: waited for, once, rather than sent again after 120 s)
     craftmd(
         *gen,
@@ -86,11 +103,14 @@ def test_every_task_on_the_readmes_local_server(server, dataset_dir, tmp_path):
         "--out",
         tmp_path / "many" / "local-many",
         env=env,
+        timeout=1800,  # the run's own server started, then the one long prompt (--timeout 1200) on a busy CPU
     )
     many = read_release(tmp_path / "many" / "local-many").table("answers").to_pylist()
     assert [(a["setting"], a["format"], a["status"]) for a in many] == [("vignette", "mcq_many", "ok")], many[0]["error"]
     craftmd(*gen, "--experiments", "multiturn,mcq4,frq", "--out", rels / "local", env=env)
     answers = read_release(rels / "local").table("answers").to_pylist()
+    doctor = read_release(rels / "local").manifest.roles["doctor"]  # the run's own server, recorded as any server is
+    assert doctor["service"] == "llamacpp" and doctor["served"]["engine"] == "llama.cpp" and doctor["served"]["options"] == serve
     assert {(a["setting"], a["format"]) for a in answers} == {("multiturn", "mcq4"), ("multiturn", "frq")}
     craftmd("score", rels / "local", "--dataset", dataset_dir, "--quiet", env=env)
     craftmd("score", rels / "local", "--dataset", dataset_dir, "--scorer", f"llm:{M}", "--allow-self", *caps, env=env)
@@ -115,7 +135,9 @@ def test_every_task_on_the_readmes_local_server(server, dataset_dir, tmp_path):
         write_keyinfo(dataset_dir, [{k: row[k] for k in SCHEMA.names}], {"model": "test/hand-written"})
     options = ("--cases", case, "--experiments", "upper,lower,consult_100,oracle_direct_100", "--max-turns", "2", *caps)
     craftmd(
-        *generate_argv(dataset_dir, *options, task="consultation", doctor=M, solver=M, out=rels / "local-consult", quiet=False),
+        *generate_argv(
+            dataset_dir, *options, *served, task="consultation", doctor=L, solver=L, out=rels / "local-consult", quiet=False
+        ),
         env=env,
     )
     craftmd("score", rels / "local-consult", "--dataset", dataset_dir, "--quiet", env=env)
@@ -129,7 +151,7 @@ def test_every_task_on_the_readmes_local_server(server, dataset_dir, tmp_path):
     build_packets(medpi, seed=2, scale=0.05, cells=["seizure_disorder:treatment_advice"], progress=False)
     packet = load_packets(medpi)[0]["case_id"]
     options = ("--cases", packet, "--max-messages", "4", "--memory-tag-tokens", "96", *caps)
-    craftmd(*generate_argv(medpi, *options, task="encounters", doctor=M, out=rels / "local-medpi", quiet=False), env=env)
+    craftmd(*generate_argv(medpi, *options, *served, task="encounters", doctor=L, out=rels / "local-medpi", quiet=False), env=env)
     craftmd(
         "score",
         rels / "local-medpi",

@@ -44,7 +44,8 @@ def _serve(args) -> int:
     safetensors weights, no tokenizer) is refused before the server starts. Runs until interrupted (Ctrl-C, or
     SIGTERM/SIGHUP to this command's process), then stops the server.
     """
-    from craftmd.generation.finetune import CheckpointServer, stopped_by_signals
+    from craftmd.generation.finetune import CheckpointServer
+    from craftmd.models.local_server import stopped_by_signals
 
     server = CheckpointServer(args.checkpoint, python=args.python, port=args.port, host=args.host)
     with stopped_by_signals():  # `kill PID` of this command stops the server too (its own session: no signal reaches it)

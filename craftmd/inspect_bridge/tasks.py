@@ -245,7 +245,8 @@ class Run:
     def context(self):
         from craftmd.scoring.scorers import Context
 
-        return Context(self.spec.dataset, progress=False)
+        # the protocol's options the scorers read (the order the MCQ options were shown in)
+        return Context(self.spec.dataset, progress=False, options={"protocol": self.task.protocol_options(self.runner.options)})
 
     @property
     def sampling(self) -> dict:

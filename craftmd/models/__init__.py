@@ -9,6 +9,8 @@
   servers, comma-separated: a pool the run spreads its conversations over (:mod:`.pool`; a server
   listed twice, in any spelling of its URL, is one server).
 - ``vllm/<model-or-path>``: vLLM's offline engine in this process.
+- ``llama.cpp/<file.gguf>`` (and ``vllm/`` with ``--serve``): a local model ``craftmd generate`` starts servers for,
+  then calls as ``openai-api/<engine>/<name>`` (:mod:`.serve`).
 
 Adding a provider is one file with a :class:`ChatModel` subclass and one branch in
 :func:`get_model`. :class:`~craftmd.models.connect.Connections` wires a run's models (one
@@ -78,6 +80,11 @@ def parse_name(name: str) -> ModelName:
                 "(server from LOCAL_BASE_URL, key from LOCAL_API_KEY)"
             )
         return ModelName(provider, model, service)
+    if provider == "llama.cpp":
+        raise CraftMDError(
+            f"model {name!r}: a llama.cpp/ model is started by `craftmd generate` itself (--serve); here, start its "
+            "server and name it openai-api/<service>/<model> (docs/local.md)"
+        )
     if not rest or provider not in PROVIDERS:
         raise CraftMDError(
             f"model {name!r}: expected PROVIDER/MODEL with provider one of {', '.join(PROVIDERS)} "

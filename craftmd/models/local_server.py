@@ -1,21 +1,48 @@
-"""A model server run as a child of this process (a fine-tuned checkpoint's ``transformers serve``, the tests' llama.cpp).
+"""A model server run as a child of this process (a fine-tuned checkpoint's ``transformers serve``, the servers
+``craftmd generate --serve`` starts, the tests' llama.cpp).
 
 :class:`LocalServer` starts it in its own process group with its output to a log, waits until it answers, and stops
 the whole group: at ``stop()``, at the end of a ``with`` block, when it fails to come up, and at the interpreter's exit.
+The server runs under a guard (:mod:`craftmd.models.guard`) that stops the group when this process is gone, however it
+ended (a ``kill -9`` runs no handler): no server outlives the run that started it. :func:`stopped_by_signals` turns a
+SIGTERM or SIGHUP into ``SystemExit``, so a ``finally`` stops the servers at once.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from craftmd import CraftMDError
+
+
+#: The guard every server runs under (:mod:`craftmd.models.guard`), run as a script: it imports nothing of the package.
+GUARD = Path(__file__).with_name("guard.py")
+
+
+@contextlib.contextmanager
+def stopped_by_signals():
+    """SIGTERM and SIGHUP (a user's ``kill PID``, the terminal closing) raise ``SystemExit`` (128 + the signal) inside the
+    block, as Ctrl-C raises ``KeyboardInterrupt``: a server started in a session of its own, which no signal to this
+    process reaches, is then stopped by the caller's ``finally`` rather than by its guard a moment later."""
+
+    def leave(signum, frame):
+        raise SystemExit(128 + signum)
+
+    before = {sig: signal.signal(sig, leave) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def free_port() -> int:
@@ -43,9 +70,10 @@ class LocalServer:
         """Start ``command`` (``popen``: ``cwd``, ``env``) and wait until ``ready()`` holds (an ``OSError`` from it: not
         yet); a server that exits first or does not answer within ``start_timeout`` is stopped and ``error`` raised,
         naming ``what`` and the log's last lines."""
+        guarded = [sys.executable, str(GUARD), str(os.getpid()), *command]
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, **popen
+                guarded, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, **popen
             )
         atexit.register(self.stop)  # whatever happens to the caller, the server goes with the interpreter
         try:
@@ -94,4 +122,4 @@ class LocalServer:
         self.stop()
 
 
-__all__ = ["LocalServer", "free_port"]
+__all__ = ["LocalServer", "free_port", "stopped_by_signals", "GUARD"]

@@ -134,6 +134,17 @@ class Task:
             key = str(e["loc"][0]) if e["loc"] else "?"
             raise CraftMDError(f"task {self.name!r}: option {key}={given.get(key)!r}: {e['msg']}") from None
 
+    def protocol_options(self, options: BaseModel) -> dict[str, str | int]:
+        """The options of ``options`` (this task's, :meth:`parse_options`) that are part of its protocol's identity
+        (declared with ``json_schema_extra={"protocol": True}``) and not at their default: what
+        :class:`craftmd.release.Protocol` records, so that runs that asked the doctor differently are not ranked as one."""
+        out = {}
+        for name, f in type(options).model_fields.items():
+            value = getattr(options, name)
+            if (f.json_schema_extra or {}).get("protocol") and value != f.get_default(call_default_factory=True):
+                out[name] = value
+        return out
+
     def bind_roles(self, given: dict[str, str | None]) -> dict[str, str]:
         """role -> model for every role of the task: the ``given`` ones, a default role's model where one is not given.
         An unknown role, or a required one left unbound, is one line."""

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
+from craftmd.answer_order import ANSWER_ORDERS, AnswerOrder
 from craftmd.generation.questions import ConversationOptions
 from craftmd.tasks.base import Role, Task, parse_matrix, register
 
@@ -69,6 +70,23 @@ class CraftMDOptions(ConversationOptions):
         description="upstream's message layout: gpt (its GPT path: prompts as system messages) or opensource (its "
         "open-source path, for chat templates without a system role: prompts as user turns, a 30-message cap)",
     )
+    answer_order: AnswerOrder = Field(
+        ANSWER_ORDERS[0],
+        description="the order the MCQ options are shown in: upstream (the published runs' order) or shuffled (each "
+        "case, trial and format its own permutation, from order_seed; the correct letter follows its choice); part of "
+        "the protocol, so the two are never ranked as one",
+        json_schema_extra={"protocol": True},
+    )
+    order_seed: int = Field(
+        0, ge=0, description="the seed of answer_order=shuffled's permutations (recorded)", json_schema_extra={"protocol": True}
+    )
+
+    @field_validator("order_seed")
+    @classmethod
+    def _seed_needs_shuffled(cls, v: int, info: ValidationInfo) -> int:
+        if v and info.data.get("answer_order") != "shuffled":
+            raise ValueError("order_seed is the seed of answer_order=shuffled: give -T answer_order=shuffled too")
+        return v
 
 
 ROLES = (

@@ -12,6 +12,7 @@ import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from craftmd.answer_order import ORDERED_FORMATS, permutation
 from craftmd.generation.protocol import Conversation, Protocol
 from craftmd.generation.questions import (
     EXPECTED_REPLY,
@@ -125,10 +126,18 @@ class CraftMD(Runner):
             j.answers.append(answer_row(key, blocked=blocked))
             return
         msgs = self.protocol.question_messages(
-            j.case, setting, fmt, j.with_image, conv=conv, summary=summary, many_options=self.many
+            j.case, setting, fmt, j.with_image, conv=conv, summary=summary, many_options=self.many, order=self.order(j, fmt)
         )
         # priority 1: nothing waits on a question, the conversations' turns go first
         j.answers.append(answer_row(key, await self.call("doctor")(msgs, j.sampling, 1)))
+
+    def order(self, j: Job, fmt: str) -> list[int] | None:
+        """The order the question's options are shown in (``-T answer_order``; :mod:`craftmd.answer_order`): None, as given."""
+        o = self.options
+        if o.answer_order == "upstream" or fmt not in ORDERED_FORMATS:
+            return None
+        n = len(j.case.choices) if fmt == "mcq4" else len(self.many)
+        return permutation(n, j.case.case_id, j.trial, fmt, o.order_seed)
 
     async def standard(self, j: Job, need: set[str]) -> None:
         """The standard conversation, its summary, and the questions that read them."""
@@ -198,6 +207,7 @@ class CraftMD(Runner):
             "formats": list(self.formats),
             "max_turns": self.options.max_turns,
             "message_roles": self.options.message_roles,
+            **self.task.protocol_options(self.options),  # -T answer_order, where it is not upstream's
             **record.notes,
             "protocol": "CRAFT-MD (Johri et al., Nature Medicine 2025); see the prompt set's README for whose wording each prompt is",
         }
