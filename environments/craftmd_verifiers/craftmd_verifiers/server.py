@@ -38,9 +38,7 @@ class Server:
             argv += ["--release", release]
         self.release = release
         try:
-            self.proc = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-            )
+            self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         except OSError as exc:
             raise ServerError(f"cannot start the environment server with {python}: {exc}") from None
         self.said: deque[str] = deque(maxlen=20)
