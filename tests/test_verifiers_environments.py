@@ -92,7 +92,7 @@ def doctor_and_roles(task: str, dataset: Path | None = None):
 
 def vf_eval(task: str, dataset: Path, out: Path, base_url: str, *, limit: int = 2) -> list[dict]:
     """``vf-eval @ eval.toml`` in .venv-verifiers: ``limit`` cases of ``task`` on split test, one episode each, the doctor
-    ``doctor`` on ``base_url``; the server started by the taskset with .venv-rl's Python (this checkout's craftmd), its
+    ``doctor`` on ``base_url``; the server started by the taskset with .venv-rl's Python, its
     release written to ``out/release``. Returns the episodes verifiers wrote (traces.jsonl)."""
     options = {"dataset": str(dataset), "cache": str(out / "cache.sqlite"), **OPTIONS[task]}
     config = {
@@ -114,7 +114,7 @@ def vf_eval(task: str, dataset: Path, out: Path, base_url: str, *, limit: int = 
     }
     (out / "eval.json").write_text(json.dumps(config))
     env = {k: v for k, v in os.environ.items() if not k.endswith("_BASE_URL")}
-    env.update(SIM_BASE_URL=base_url, PYTHONPATH=str(ROOT), PATH=f"{VF_BIN}{os.pathsep}{env.get('PATH', '')}")
+    env.update(SIM_BASE_URL=base_url, PATH=f"{VF_BIN}{os.pathsep}{env.get('PATH', '')}")  # uv: the chat harness's
     cmd = [str(VF_BIN / "vf-eval"), "@", str(out / "eval.json"), "--no-rich"]
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200, cwd=out)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -178,7 +178,7 @@ def test_load_environment_trains_on_the_train_split_and_bad_inputs_are_one_line(
         "    except ServerError as e:\n"
         "        print(json.dumps([env.taskset.config.split, str(e)]))\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(ROOT), SIM_BASE_URL="http://127.0.0.1:9/v1")
+    env = dict(os.environ, SIM_BASE_URL="http://127.0.0.1:9/v1")
     res = subprocess.run(
         [str(VF_BIN / "python"), "-c", code, str(RL_PYTHON), str(data)],
         capture_output=True,
