@@ -32,6 +32,9 @@ ROUTER_PACKAGES := vllm-router==0.1.17
 # The training environments' library (OpenEnv, the `rl` extra) in a side venv of its own, the package installed
 # editable beside it, unconstrained: OpenEnv's web UI (gradio) wants pillow < 13 where requirements.lock has 13.
 RL_VENV ?= .venv-rl
+# The tasks as verifiers environments (environments/craftmd_verifiers: verifiers 0.4.0, which pins openai<3 against
+# requirements.lock's openai 3.x) in a side venv of their own; they drive the package's environment server, run by .venv-rl.
+VERIFIERS_VENV ?= .venv-verifiers
 
 # The fine-tuning recipe (`craftmd finetune`: TRL's SFTTrainer with LoRA, transformers serve) in a side venv of its own:
 # torch==2.13.0 is the CPU build pip takes from this machine's disk (192 MB; a plain `torch` would fetch a CUDA build,
@@ -39,7 +42,7 @@ RL_VENV ?= .venv-rl
 TRAIN_VENV ?= .venv-train
 TRAIN_PACKAGES := torch==2.13.0 transformers[serving]==5.17.0 trl==1.13.0 peft==0.21.0 gguf==0.19.0 accelerate==1.15.0 datasets==5.2.0
 
-.PHONY: help quickstart install llm router rl train-env build packets ingest leaderboard lint format docs test browser bench clean
+.PHONY: help quickstart install llm router rl verifiers train-env build packets ingest leaderboard lint format docs test browser bench clean
 
 help:
 	@echo "make leaderboard  build the dataset, ingest upstream results, run the stale scorers, analyse, write the page ($(LEADERBOARD_OUT)/index.html)"
@@ -53,6 +56,7 @@ help:
 	@echo "make train-env    install the fine-tuning recipe (torch, transformers, TRL, peft) into $(TRAIN_VENV)"
 	@echo "make bench        run the benchmarks in bench/"
 	@echo "make rl           install the training environments' extra (.[rl]: OpenEnv) into $(RL_VENV)"
+	@echo "make verifiers    install the verifiers environments (environments/craftmd_verifiers) into $(VERIFIERS_VENV)"
 
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -90,6 +94,15 @@ $(RL_VENV)/.installed: pyproject.toml requirements.lock
 	@touch $@
 
 rl: $(RL_VENV)/.installed
+
+# Its pins are the package's own (environments/craftmd_verifiers/pyproject.toml); made again only when they change.
+$(VERIFIERS_VENV)/.installed: environments/craftmd_verifiers/pyproject.toml
+	$(PYTHON) -m venv $(VERIFIERS_VENV)
+	$(VERIFIERS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VERIFIERS_VENV)/bin/python -m pip install -q -e environments/craftmd_verifiers
+	@touch $@
+
+verifiers: $(VERIFIERS_VENV)/.installed
 
 train-env: $(TRAIN_VENV)/.installed
 
@@ -131,7 +144,7 @@ lint: install
 format: install
 	$(BIN)/ruff format .
 
-test: lint install docs browser llm router rl train-env
+test: lint install docs browser llm router rl verifiers train-env
 	$(BIN)/python -m pytest
 
 bench: install llm train-env

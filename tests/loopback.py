@@ -29,6 +29,7 @@ so the real ``openai`` client talks to it exactly as it talks to a hosted API or
 - ``models_delay``: seconds ``GET /v1/models`` waits before answering (a member that hangs).
 - ``list_models=False``: ``GET /v1/models`` answers HTTP 404 (a server that lists no models; its chat still serves
   ``models``).
+- A request with ``"stream": true`` is answered as a server-sent event stream of chunks (the whole message in one).
 - Counters: ``calls`` (chat requests received), ``served`` (answered 200), ``faults``
   (by kind), ``max_in_flight``, ``log`` (every request answered 200, in order), ``keys``
   (the bearer key of every chat request received, counted).
@@ -351,9 +352,30 @@ class LoopbackServer:
             except Exception as exc:  # the responder could not answer this request
                 return self._error(400, f"responder: {type(exc).__name__}: {exc}")
             answered = request
+            if request.get("stream"):
+                return await self._stream(http, request, reply)
             return web.json_response(reply)
         finally:
             self._done(answered)
+
+    async def _stream(self, http: web.Request, request: dict, reply: dict) -> web.StreamResponse:
+        """``reply`` as a server-sent event stream of chat completion chunks (``"stream": true``): the whole message in
+        one chunk, the finish reason in the next, the usage where ``stream_options.include_usage`` asks, then ``[DONE]``."""
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await out.prepare(http)
+        head = {k: reply[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+        choice = reply["choices"][0]
+        chunks = [
+            {**head, "choices": [{"index": 0, "delta": choice["message"], "finish_reason": None, "logprobs": None}]},
+            {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"], "logprobs": None}]},
+        ]
+        if (request.get("stream_options") or {}).get("include_usage"):
+            chunks.append({**head, "choices": [], "usage": reply["usage"]})
+        for chunk in chunks:
+            await out.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await out.write(b"data: [DONE]\n\n")
+        await out.write_eof()
+        return out
 
 
 # --- replaying upstream transcripts --------------------------------------------------------

@@ -309,6 +309,38 @@ def test_a_case_played_again_is_its_next_trial_and_the_release_holds_both(data, 
     assert back == {0: 1.0, 1: 0.0, 2: 1.0}
 
 
+def test_environments_on_one_ledger_number_a_cases_trials_in_one_sequence(data, tmp_path, monkeypatch):
+    """The environment server's sessions (craftmd.envs.serve) share a ledger: a case played in two of them is trial 0 in
+    the first and trial 1 in the second, and one release holds both, each scored as its episode was (issue #45)."""
+    import asyncio
+
+    from craftmd.envs.core import Ledger
+
+    truth = answers(data)
+    with LoopbackServer(patient_says) as server:
+        monkeypatch.setenv("SIM_BASE_URL", server.base_url)
+        ledger = Ledger()
+        one, two = (
+            episodes("craftmd", "test", ledger=ledger, dataset=data, patient=PATIENT, cache=tmp_path / f"{n}.sqlite")
+            for n in ("one", "two")
+        )
+        case = one.case_id(0)
+
+        async def play(env, reply: str):
+            await env.reset(0)
+            await env.step("Final Diagnosis: ?")
+            done = await env.step(reply)
+            await env.aclose()
+            return done
+
+        got = [asyncio.run(play(one, truth[case])), asyncio.run(play(two, "sunburn"))]
+    assert [(s.info["job"], s.reward) for s in got] == [(f"{case}/0", 1.0), (f"{case}/1", 0.0)]
+    rel = one.write_release(tmp_path / "rollouts")
+    assert cli_main(["score", str(rel), "--dataset", str(data), "--scorer", "offline", "--quiet"]) == 0
+    back = {r["trial"]: r["value"] for r in read_release(rel).table("scores").to_pylist() if r["scorer"] == "offline"}
+    assert back == {0: 1.0, 1: 0.0}
+
+
 # -- issue #48: what a remote client reads ------------------------------------------------------------------------
 
 

@@ -59,6 +59,25 @@ class Step:
     info: dict = field(default_factory=dict)
 
 
+class Ledger:
+    """What the episodes of one task, split and options share: each case's episodes started (its next episode is its next
+    trial), the finished episodes' release rows and their rewards. Each :class:`Episodes` has one of its own unless given
+    one: the environment server (:mod:`craftmd.envs.serve`) gives every session's environment the same, so concurrent
+    sessions number a case's trials in one sequence and write their episodes as one release."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.plays: dict[int, int] = {}  # job index -> episodes started
+        self.episode_rows: dict[str, dict[str, list[dict]]] = {}  # job id -> its latest episode's release rows
+        self.rewards: list[dict] = []  # per finished episode: its job id, scores and reward
+
+    def next_trial(self, index: int) -> int:
+        """The number of job ``index``'s episode now starting (0 for its first)."""
+        with self.lock:
+            n = self.plays[index] = self.plays.get(index, -1) + 1
+        return n
+
+
 @dataclass
 class Options:
     """What ``load_environment`` takes besides the task and split (documented in the README, "Training environments")."""
@@ -201,7 +220,7 @@ class Episodes:
     from a view of the dataset folder in which they stand where the benchmark's cases would (:attr:`Episodes.dataset`).
     """
 
-    def __init__(self, task: str, split: str, options: Options):
+    def __init__(self, task: str, split: str, options: Options, ledger: Ledger | None = None):
         if task not in TASKS:
             raise CraftMDError(f"unknown task {task!r} for an environment; known: {', '.join(TASKS)}")
         from .splits import SPLITS, open_split
@@ -241,9 +260,8 @@ class Episodes:
         self.jobs = self.runner.jobs()
         if not self.jobs:
             raise CraftMDError(f"no case of split {split!r} can be posed as an episode of {task}")
-        self.episode_rows: dict[str, dict[str, list[dict]]] = {}  # job id -> its latest episode's release rows
-        self.plays: dict[int, int] = {}  # job index -> episodes started
-        self.rewards: list[dict] = []  # per finished episode: its job id, scores and reward
+        self.ledger = ledger or Ledger()
+        self.episode_rows, self.plays, self.rewards = self.ledger.episode_rows, self.ledger.plays, self.ledger.rewards
         self._conn = None
         self._job = None
 
@@ -365,7 +383,7 @@ class Episodes:
         # A case's n-th episode is its trial n (the patient's sampling seed is seed + trial, as in a run), so the
         # release holds each of its episodes; past the release's trials the oldest is replaced.
         index %= len(self.jobs)
-        n = self.plays[index] = self.plays.get(index, -1) + 1
+        n = self.ledger.next_trial(index)
         job = self.jobs[index]
         self._current = (job[0], n % MAX_TRIALS, *job[2:])
         self.runner.start(self._current)
@@ -560,8 +578,9 @@ def public_message(text: str, paths=()) -> str:
     return " ".join(_LOCAL_PATH.sub("<path>", text).split())
 
 
-def episodes(task: str, split: str = "test", **options) -> Episodes:
-    """The library-independent environment of ``task`` on ``split`` (options: :class:`Options`' fields)."""
+def episodes(task: str, split: str = "test", ledger: Ledger | None = None, **options) -> Episodes:
+    """The library-independent environment of ``task`` on ``split`` (options: :class:`Options`' fields; ``ledger``: one
+    shared with other environments of the same task, split and options, :class:`Ledger`)."""
     known = set(Options.__dataclass_fields__)
     unknown = sorted(set(options) - known)
     if unknown:
@@ -569,7 +588,7 @@ def episodes(task: str, split: str = "test", **options) -> Episodes:
     if "dataset" not in options:
         raise CraftMDError("an environment needs the built dataset: dataset='DIR' (craftmd build --out DIR)")
     options["dataset"] = Path(options["dataset"])
-    return Episodes(task, split, replace(Options(dataset=options["dataset"]), **options))
+    return Episodes(task, split, replace(Options(dataset=options["dataset"]), **options), ledger)
 
 
 __all__ = [
@@ -577,6 +596,7 @@ __all__ = [
     "SyncEpisodes",
     "Step",
     "Options",
+    "Ledger",
     "episodes",
     "public_message",
     "check_weights",
