@@ -184,6 +184,12 @@ class Synthea:
         with _quiet():
             return self.exporter.create_bundle(person)
 
+    def warm(self) -> None:
+        """Load what the generator, the exporter and the FHIR models load at their first person (names, modules, tables,
+        model classes: about a second), by simulating a newborn, so that worker processes forked from this one share
+        them instead of each loading them again. Each person depends on nothing but (seed, index): this changes none."""
+        parse_bundle(self.bundle(self.person(0, "F", 0, 0)))
+
     def close(self) -> None:
         self.tmp.cleanup()
 
@@ -524,10 +530,14 @@ class BuildResult:
     draws: dict[str, dict] = field(default_factory=dict)
     wall_s: float = 0.0
     dropped: list[dict] | None = None  # a training build: the packets dropped as benchmark packets (None: a test build)
+    simulated: int = 0  # draws simulated: the build's own and those run ahead that it did not need
+    workers: int = 1
 
     def summary(self) -> str:
         lines = [
-            f"packets      {self.path}: {self.patients} patients in {len(self.draws)} cells ({self.wall_s:.0f} s)",
+            f"packets      {self.path}: {self.patients} patients in {len(self.draws)} cells ({self.wall_s:.0f} s, "
+            f"{self.workers} worker(s), {self.simulated} draws simulated for "
+            f"{sum(d['draws'] for d in self.draws.values())})",
             "cell                                   patients  draws",
         ]
         for cell, d in self.draws.items():
@@ -604,7 +614,8 @@ def build_packets(
     synthea = Synthea(matrix, seed)
     try:
         first, prefix = (TRAIN_INDEX_BASE, TRAIN_PREFIX) if train else (0, "medpi_")
-        rows, draws = _draw_patients(synthea, matrix, chosen, seed, first, prefix, progress, workers or _cpus())
+        workers = workers or _cpus()
+        rows, draws, simulated = _draw_patients(synthea, matrix, chosen, seed, first, prefix, progress, workers)
     finally:
         synthea.close()
     targets = [r.pop("_target") for r in rows]
@@ -626,6 +637,8 @@ def build_packets(
         {c: {"patients": d["patients"], "draws": d["draws"]} for c, d in draws.items()},
         time.monotonic() - start,
         dropped if train else None,
+        simulated,
+        workers,
     )
 
 
@@ -717,7 +730,9 @@ class _Workers:
         self.n, self.running, self.finished = n, set(), queue.SimpleQueue()
         self.pool = None
         if n > 1 and "fork" in mp.get_all_start_methods():
+            synthea.warm()
             _WORKER.update(synthea=synthea, matrix=matrix)
+            gc.freeze()
             self.pool = mp.get_context("fork").Pool(n, initializer=_start_worker)
         elif n > 1:
             self.pool = mp.get_context("spawn").Pool(n, initializer=_start_worker, initargs=(matrix, seed))
@@ -751,6 +766,7 @@ class _Workers:
             self.pool.terminate()  # draws run ahead that the build no longer needs
             self.pool.join()
         _WORKER.clear()
+        gc.unfreeze()
 
 
 def _wanted(slots: list, key, slot: int, index: int, outcomes: dict, rate, horizon: int) -> list[Draw]:
@@ -783,9 +799,9 @@ def _cpus() -> int:
 
 def _draw_patients(
     synthea: Synthea, matrix: Matrix, chosen: list, seed: int, index: int, prefix: str, progress: bool, workers: int
-) -> tuple[list[dict], dict]:
+) -> tuple[list[dict], dict, int]:
     """Draw each cell's patients (a draw the cell's reason does not accept is redrawn, up to MAX_DRAWS): their packet
-    rows (with the slot's target demographics in ``_target``) and each cell's draws.
+    rows (with the slot's target demographics in ``_target``), each cell's draws and the draws simulated.
 
     The draws are those of one pass in order (each has its own generator index: the cell's block, then the slot's,
     then the attempt); ``workers`` processes make the draws this pass is likely to need next ahead of it
@@ -813,6 +829,7 @@ def _draw_patients(
     rows: list[dict] = []
     draws: dict[str, dict] = {}
     outcomes: dict[Draw, tuple] = {}
+    simulated = 0
     bar = tqdm(total=len(slots), unit="patient", desc="packets", disable=not progress, file=sys.stderr, dynamic_ncols=True)
     pool = _Workers(max(1, workers), synthea, matrix, seed)
     try:
@@ -824,6 +841,7 @@ def _draw_patients(
             while draw not in outcomes:
                 pool.run([draw] + _wanted(slots, key, slot, index, outcomes, rate, HORIZON * pool.n))
                 for d, row, exc in pool.collect():
+                    simulated += 1
                     outcomes[d] = (row, exc)
                     count = seen.setdefault(d[1:3], [0, 0])
                     count[0] += row is not None
@@ -854,7 +872,7 @@ def _draw_patients(
     finally:
         pool.close()
         bar.close()
-    return rows, draws
+    return rows, draws, simulated
 
 
 def _packets_report(
