@@ -830,8 +830,8 @@ def _draw_patients(
     draws: dict[str, dict] = {}
     outcomes: dict[Draw, tuple] = {}
     simulated = 0
+    pool = _Workers(max(1, workers), synthea, matrix, seed)  # forked before the progress bar starts its thread
     bar = tqdm(total=len(slots), unit="patient", desc="packets", disable=not progress, file=sys.stderr, dynamic_ncols=True)
-    pool = _Workers(max(1, workers), synthea, matrix, seed)
     try:
         slot, tried, attempts = 0, 0, 0
         while slot < len(slots):
