@@ -164,13 +164,16 @@ def test_vf_eval_plays_two_encounters_and_craftmd_score_agrees(medpi, tmp_path, 
 
 
 def test_load_environment_trains_on_the_train_split_and_bad_inputs_are_one_line(data, tmp_path):
-    """`load_environment` (what a trainer loads) poses the train split by default: on a dataset without the training
-    cases, the server it starts refuses in one line, which the environment passes on; so does an unknown task."""
+    """`load_environment` (what a trainer loads, also named by the package's `verifiers.environments` entry point) poses
+    the train split by default: on a dataset without the training cases, the server it starts refuses in one line, which
+    the environment passes on; so does an unknown task."""
     side_venvs()
     code = (
         "import sys, json\n"
+        "from importlib.metadata import entry_points\n"
         "from craftmd_verifiers import load_environment\n"
         "from craftmd_verifiers.server import ServerError\n"
+        "assert entry_points(group='verifiers.environments')['craftmd-verifiers'].load() is load_environment\n"
         "for task in ('craftmd', 'chess'):\n"
         "    env = load_environment(task, python=sys.argv[1], dataset=sys.argv[2], patient='openai-api/sim/p')\n"
         "    try:\n"
