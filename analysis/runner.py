@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file
-from craftmd.release import CLAIM_PREFIX, MAX_TRIALS, SETTINGS, Release, find_releases, natural_key, protocol_of
+from craftmd.release import CLAIM_PREFIX, MAX_TRIALS, Release, find_releases, natural_key, protocol_of
 
 SQL_DIR = Path(str(resources.files("craftmd.analysis") / "sql"))
 #: Families of at most this many models test every pair of them (the six upstream releases keep every pair); larger
@@ -122,7 +122,8 @@ def connect(
       ``score_rows``: every score with its variant keys folded into one text column ``variant``;
     * ``cases``: the built dataset's case metadata (``case_id``, ``with_image``, ``source``,
       ``specialty``, ``single_dx``): the ``all`` config, plus ``nejm_image`` (``with_image`` true);
-    * ``setting_order``: the settings in :data:`craftmd.release.SETTINGS` order;
+    * ``setting_order``: the settings the releases' tasks test against each other
+      (:attr:`craftmd.tasks.Task.paired_settings`), in their order, the tasks by name;
     * ``pair_options``: which pairs of models ``sql/comparisons`` tests (``all_pairs``, ``all_pairs_up_to``:
       :data:`ALL_PAIRS_UP_TO`; see :func:`connect`);
     * ``sample_order``: every sample id of the dataset with its position in natural order
@@ -137,7 +138,9 @@ def connect(
     if threads:
         con.execute(f"set threads = {int(threads)}")
     _releases_view(con, releases)
-    order = pa.table({"setting": list(SETTINGS), "position": list(range(len(SETTINGS)))})
+    tasks = {r.manifest.task: r.task for r in releases}
+    paired = list(dict.fromkeys(s for name in sorted(tasks) for s in tasks[name].paired_settings))
+    order = pa.table({"setting": pa.array(paired, pa.string()), "position": pa.array(range(len(paired)), pa.int64())})
     con.register("setting_order_arrow", order)
     con.execute("create view setting_order as select * from setting_order_arrow")
     con.execute(f"create view pair_options as select {bool(all_pairs)} as all_pairs, {int(ALL_PAIRS_UP_TO)} as all_pairs_up_to")

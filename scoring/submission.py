@@ -701,6 +701,7 @@ def _submission_record(release_id, model, config, ds_sha, path, conversations, v
     return RunRecord(
         release=release_id,
         kind="submission",
+        task="craftmd",
         model=model,
         display_name=f"{model} (submission)",
         dataset={"name": "craftmd", "config": config, "sha256": ds_sha},

@@ -188,7 +188,7 @@ def make_release(root, model="openai/gpt-4-0613", release="tiny"):
     answers = pa.table({"case_id": pa.array([], pa.string()), "trial": pa.array([], pa.int16()), "setting": pa.array([], pa.string()),
                         "format": pa.array([], pa.string()), "with_image": pa.array([], pa.bool_()), "response": pa.array([], pa.string()),
                         "status": pa.array([], pa.string())})  # fmt: skip
-    rec = RunRecord(release=release, kind="generated", model=model, roles={"doctor": {"model": model}})
+    rec = RunRecord(task="craftmd", release=release, kind="generated", model=model, roles={"doctor": {"model": model}})
     return write_release(root / release, rec, {"conversations": pa.Table.from_pylist(convs), "answers": answers})
 
 

@@ -95,6 +95,9 @@ class Task:
     roles: tuple[Role, ...] = ()  # the models its protocol calls, in the order the run record lists them
     options: type[BaseModel] = NoOptions  # its protocol's options (fields with defaults; -T key=value)
     prompt_labels: tuple[tuple[str, str], ...] = ()  # (prompt set, what the page calls a release run with it)
+    #: the settings the analysis tests against each other (McNemar, per model and between models), in the order the
+    #: tests list their sides; () none (a task whose analysis compares its settings its own way)
+    paired_settings: tuple[str, ...] = ()
     #: the comparability version of its protocol, recorded in every release it makes (craftmd.release.Protocol): bumped
     #: by every change that moves its scores (CHANGELOG.md, "Changes that move scores"); releases of two versions are
     #: never ranked together

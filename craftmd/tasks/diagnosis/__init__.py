@@ -90,6 +90,7 @@ TASK = register(
         protocol=CraftMD,
         roles=ROLES,
         options=CraftMDOptions,
+        paired_settings=tuple(dict.fromkeys(e.setting for e in EXPERIMENTS)),
         version=1,  # the comparability version (CHANGELOG.md, "Changes that move scores")
     )
 )
