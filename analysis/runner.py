@@ -34,15 +34,17 @@ MEMORY_LIMIT = "1GB"
 FROM_DISK = ("conversations", "scores")
 
 
-def query_names() -> list[str]:
-    """The queries' names; ``_macros.sql`` is not one (it defines the table macros every connection has)."""
-    return sorted(p.stem for p in SQL_DIR.glob("*.sql") if not p.stem.startswith("_"))
+def query_names(folder: Path | None = None) -> list[str]:
+    """The queries' names (of the analysis, or of a task's ``folder``); ``_macros.sql`` is not one (it defines the table
+    macros every connection has)."""
+    return sorted(p.stem for p in (folder or SQL_DIR).glob("*.sql") if not p.stem.startswith("_"))
 
 
-def sql_text(name: str) -> str:
-    path = SQL_DIR / f"{name}.sql"
+def sql_text(name: str, folder: Path | None = None) -> str:
+    """The text of query ``name``: ``sql/<name>.sql`` of the analysis, or of a task's ``folder`` of SQL files."""
+    path = (folder or SQL_DIR) / f"{name}.sql"
     if name.startswith("_") or not path.exists():
-        raise CraftMDError(f"no analysis query named {name!r}; known: {', '.join(query_names())}")
+        raise CraftMDError(f"no analysis query named {name!r}; known: {', '.join(query_names(folder))}")
     return path.read_text()
 
 
@@ -236,10 +238,10 @@ def connect_tables(releases: list[Release], tables: dict[str, str]) -> duckdb.Du
     return con
 
 
-def run(con: duckdb.DuckDBPyConnection, name: str) -> pa.Table:
-    """Run ``sql/<name>.sql`` and return its result (a :data:`PER_RELEASE` query that :func:`keep` made: its view, in
-    the order the query gives)."""
-    text = sql_text(name)
+def run(con: duckdb.DuckDBPyConnection, name: str, folder: Path | None = None) -> pa.Table:
+    """Run ``sql/<name>.sql`` (of a task's ``folder`` of SQL files, when given) and return its result (a
+    :data:`PER_RELEASE` query that :func:`keep` made: its view, in the order the query gives)."""
+    text = sql_text(name, folder)
     made = "select 1 from duckdb_views() where view_name = $1"
     if name in PER_RELEASE and con.execute(made, [name]).fetchall():
         text = f"select * from {name} order by {text.rsplit(chr(10) + 'order by ', 1)[1]}"
@@ -271,10 +273,11 @@ def by_release(con: duckdb.DuckDBPyConnection, name: str, batch_rows: int = 262_
         yield pl.concat(held)
 
 
-def materialize(con: duckdb.DuckDBPyConnection, name: str) -> None:
-    """Keep ``sql/<name>.sql``'s result as table ``name`` for the queries that read it."""
+def materialize(con: duckdb.DuckDBPyConnection, name: str, folder: Path | None = None) -> None:
+    """Keep ``sql/<name>.sql``'s result (of a task's ``folder`` of SQL files, when given) as table ``name`` for the
+    queries that read it."""
     try:
-        con.execute(f"create or replace temp table {name} as {sql_text(name)}")
+        con.execute(f"create or replace temp table {name} as {sql_text(name, folder)}")
     except duckdb.Error as exc:
         raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
 

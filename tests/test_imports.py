@@ -9,7 +9,8 @@ from the source, and every module sits in one layer, from the bottom:
   one direction only, and nothing above them;
 - above the rooms: the task packages (``craftmd/tasks/<name>/``: a task, its protocol, its prompts; none imports
   another), the inspect bridge and the training environments;
-- the command layer, ``craftmd.commands``: every subcommand, one module each. Nothing else imports it.
+- the command layer, ``craftmd.commands``: every subcommand, one module each, and a task's own subcommands (its
+  folder's ``commands.py``). Nothing else imports it.
 
 Between modules there is no cycle at all (``from package import module`` counts as importing the module; a
 package's ``__init__`` counts as a module of its own). No module is exempt.
@@ -153,7 +154,7 @@ def layer(module: str, root: Path = ROOT) -> str:
     def under(*prefixes: str) -> bool:
         return any(module == p or module.startswith(p + ".") for p in prefixes)
 
-    if under(COMMANDS):
+    if under(COMMANDS) or (task_package(module, root) and module.split(".")[3:4] == ["commands"]):
         return "commands"
     if under(BRIDGE, ENVS) or task_package(module, root):
         return "above"
@@ -247,7 +248,7 @@ def test_no_module_reaches_up_a_layer():
 
 
 def test_no_room_imports_the_command_layer():
-    bad = [f"{m} -> {t} (line {line})" for m, t, line in _edges() if layer(m) == "room" and t.startswith(COMMANDS)]
+    bad = [f"{m} -> {t} (line {line})" for m, t, line in _edges() if layer(m) == "room" and layer(t) == "commands"]
     assert not bad, "a room imports the command layer: " + "; ".join(bad)
 
 
@@ -259,6 +260,7 @@ def test_the_layers_follow_the_folders(tmp_path):
         "craftmd/tasks/base.py": "",
         "craftmd/tasks/toy/__init__.py": "from craftmd.tasks.toy.protocol import Toy\n",
         "craftmd/tasks/toy/protocol.py": "from craftmd.generation.runner import Runner\nfrom craftmd.tasks.base import Task\n",
+        "craftmd/tasks/toy/commands.py": "from craftmd.commands.cli import command\nfrom craftmd.tasks.toy import Toy\n",
         "craftmd/tasks/other/__init__.py": "from craftmd.tasks.toy import protocol\n",
         "craftmd/commands/cli.py": "from craftmd.tasks.toy import Toy\n",
         "craftmd/release.py": "from craftmd.scoring.mcq import grade\n",
@@ -276,11 +278,12 @@ def test_the_layers_follow_the_folders(tmp_path):
             "craftmd.tasks.base",
             "craftmd.tasks.toy",
             "craftmd.tasks.toy.protocol",
+            "craftmd.tasks.toy.commands",
             "craftmd.commands.cli",
             "craftmd.generation.runner",
             "craftmd.release",
         )
-    ] == ["shared", "shared", "above", "above", "commands", "room", "shared"]
+    ] == ["shared", "shared", "above", "above", "commands", "commands", "room", "shared"]
     assert sorted(layering_errors(tmp_path)) == [
         "craftmd.analysis.cli (room) imports craftmd.commands.cli (commands), line 1",
         "craftmd.release (shared) imports craftmd.scoring.mcq (room), line 1",

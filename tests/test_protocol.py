@@ -17,7 +17,9 @@ ROWS = {"case_id": ["case_1"], "trial": [0], "setting": ["vignette"], "format": 
 
 
 def _written(tmp_path, **fields):
-    record = RunRecord(release="toy", kind="generated", model="openai/toy", source={"commit": "x"}, **{"task": "craftmd", **fields})
+    record = RunRecord(
+        release="toy", kind="generated", model="openai/toy", source={"commit": "x"}, **{"task": "craftmd", **fields}
+    )
     return write_release(tmp_path / "toy", record, {"answers": pa.table(ROWS)})
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from craftmd import CraftMDError
 
-from .base import TASKS, Experiment, NoOptions, Role, Table, Task, parse_matrix, register
+from .base import TASKS, Analysis, Experiment, Measure, NoOptions, Role, Table, Task, parse_matrix, register
 
 #: The built-in tasks: name -> the package that registers it (imported on first use).
 BUILTIN = {
@@ -89,8 +89,18 @@ def get_task(name: str) -> Task:
     return TASKS.lookup(name)
 
 
+def in_order(names) -> list[Task]:
+    """The tasks called ``names`` (each once): the built-in ones in :data:`BUILTIN`'s order, then the others by name. The
+    order of the page's sections and boards."""
+    rank = {n: i for i, n in enumerate(BUILTIN)}
+    return [get_task(n) for n in sorted(set(names), key=lambda n: (rank.get(n, len(rank)), n))]
+
+
 __all__ = [
     "Task",
+    "Analysis",
+    "Measure",
+    "in_order",
     "Table",
     "Experiment",
     "Role",

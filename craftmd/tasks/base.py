@@ -13,7 +13,9 @@ model: ``craftmd generate -T key=value``), so the command line and the run spec 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -72,6 +74,44 @@ class Role:
     default: str | None = None
 
 
+@dataclass(frozen=True)
+class Measure:
+    """One of a task's headline measures: a column of its table on the board per task (:mod:`craftmd.analysis.boards`)."""
+
+    name: str
+    label: str
+    percent: bool = True  # a share, shown as a percentage (else a score shown as it is)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What a task brings to an analysis (``craftmd analyse``, the leaderboard): each part its folder's own, each
+    optional. The analysis calls the hooks over the releases of the task, in the registry's order of tasks.
+
+    * ``main``: its releases are the page's main board (accuracy by setting and format, its tests, figures and sections);
+    * ``unscored``: its releases are analysed before they are scored (their own tables: conversations, states);
+    * ``tables(inputs)``: its tables, name -> polars frame (``inputs``: :class:`craftmd.analysis.tables.TaskInputs`),
+      written as ``tables/<name>.csv``; its SQL files sit in its folder (``sql/``);
+    * ``figures(a, view, folder)``: its figures, drawn into ``folder``;
+    * ``section(a, view)``: its page section's data (None: no section), filled into ``<template>.html.j2`` and
+      ``<template>.md.j2`` in its folder, linked from the page's navigation as ``nav`` (anchor ``anchor``);
+    * ``measures`` and ``board(a, view)``: its columns on the board per task, and its rows there (dicts of ``release``,
+      ``measure``, ``value``, ``ci_low``, ``ci_high``, ``n_cases``, ``n_failed``), headed ``label``.
+    """
+
+    main: bool = False
+    unscored: bool = False
+    tables: Callable | None = None
+    figures: Callable | None = None
+    section: Callable | None = None
+    template: str | None = None
+    nav: str | None = None
+    anchor: str | None = None
+    measures: tuple[Measure, ...] = ()
+    board: Callable | None = None
+    label: str | None = None
+
+
 class NoOptions(BaseModel):
     """The options of a task that has none."""
 
@@ -98,6 +138,8 @@ class Task:
     #: the settings the analysis tests against each other (McNemar, per model and between models), in the order the
     #: tests list their sides; () none (a task whose analysis compares its settings its own way)
     paired_settings: tuple[str, ...] = ()
+    folder: Path | None = None  # its folder: its page section's templates, its SQL (None: a task file's own folder)
+    analysis: Analysis = Analysis()  # what it brings to an analysis beyond the accuracy of its answers
     #: the comparability version of its protocol, recorded in every release it makes (craftmd.release.Protocol): bumped
     #: by every change that moves its scores (CHANGELOG.md, "Changes that move scores"); releases of two versions are
     #: never ranked together
@@ -162,4 +204,4 @@ def register(task: Task) -> Task:
     return TASKS.register(task.name, task)
 
 
-__all__ = ["Task", "Table", "Experiment", "Role", "NoOptions", "TASKS", "register", "parse_matrix"]
+__all__ = ["Task", "Table", "Experiment", "Role", "NoOptions", "Analysis", "Measure", "TASKS", "register", "parse_matrix"]

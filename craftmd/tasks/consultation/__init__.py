@@ -21,9 +21,12 @@ case's four choices) and ``frq`` (free response), graded by CRAFT-MD's graders.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from craftmd.generation.questions import ConversationOptions
 from craftmd.tasks.base import Role, Task, parse_matrix, register
 
+from .analysis import ANALYSIS
 from .protocol import CONVERSATIONS, DOCTOR_PROMPTS, SHARES, Consultation, cut
 
 
@@ -56,6 +59,8 @@ TASK = register(
         roles=ROLES,
         options=ConversationOptions,
         prompt_labels=tuple(DOCTOR_PROMPTS.items()),  # the framework's short and long doctors
+        folder=Path(__file__).parent,
+        analysis=ANALYSIS,
         version=1,  # the comparability version (CHANGELOG.md, "Changes that move scores")
     )
 )

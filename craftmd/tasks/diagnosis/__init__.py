@@ -17,6 +17,8 @@ Formats: ``mcq4`` (the case's four choices), ``mcq_many`` (every diagnosis of th
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from typing import Literal
 
 from pydantic import Field
@@ -24,6 +26,7 @@ from pydantic import Field
 from craftmd.generation.questions import ConversationOptions
 from craftmd.tasks.base import Role, Task, parse_matrix, register
 
+from .analysis import ANALYSIS
 from .protocol import CraftMD
 
 #: setting × format -> conversation read (standard / no_exam / -), needs history and exam apart,
@@ -91,6 +94,8 @@ TASK = register(
         roles=ROLES,
         options=CraftMDOptions,
         paired_settings=tuple(dict.fromkeys(e.setting for e in EXPERIMENTS)),
+        folder=Path(__file__).parent,
+        analysis=ANALYSIS,
         version=1,  # the comparability version (CHANGELOG.md, "Changes that move scores")
     )
 )
