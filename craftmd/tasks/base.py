@@ -112,6 +112,32 @@ class Analysis:
     label: str | None = None
 
 
+@dataclass(frozen=True)
+class Environment:
+    """How a task is posed as a training environment (:mod:`craftmd.envs`): its roles and options are the task's own (its
+    required roles must be bound; the environment's ``max_turns``, ``max_messages``, ``memory_tags`` go to the options it
+    has); the rest is declared here, in its folder.
+
+    * ``experiment``: the experiment an episode poses, ``setting:format`` (None: the task has one);
+    * ``reward``: the reward's default weights by ``scorer/metric`` (``{grader}``: the grader named by ``grader=``);
+    * ``judged``: its reward is the rubric judge's (``judge=``; weights ``judge/...``), not its answers' scorers';
+    * ``config``: the dataset config its test split poses (None: its dataset's only one, ``packets``);
+    * ``train(dataset)``: its training split, a view of the dataset folder (a :class:`craftmd.envs.splits.Split`);
+      ``train_config``: the dataset config that view reads; ``train_prompt``: the doctor's system prompt its training
+      dialogues carry, where the dataset's builder writes them (the golden consultations');
+    * ``build``: the command that builds its data, with ``{dataset}`` and ``{train}`` (the training split's options).
+    """
+
+    reward: tuple[tuple[str, float], ...]
+    experiment: str | None = None
+    judged: bool = False
+    config: str | None = None
+    train: Callable | None = None
+    train_config: str | None = None
+    train_prompt: Path | None = None
+    build: str = "craftmd build --out {dataset}"
+
+
 class NoOptions(BaseModel):
     """The options of a task that has none."""
 
@@ -125,6 +151,7 @@ class Task:
     dataset: str  # a registered dataset name
     experiments: tuple[Experiment, ...]
     conversations: tuple[str, ...] = ()
+    patient_led: tuple[str, ...] = ()  # the conversation kinds that open with the patient's initial request (not the doctor)
     scorers: tuple[str, ...] = ()  # the scorers `craftmd score` and the leaderboard run on its releases by default
     metrics: tuple[str, ...] = ()  # the metrics its scorers write
     variant_keys: tuple[str, ...] = ("setting", "format", "with_image")
@@ -140,6 +167,9 @@ class Task:
     paired_settings: tuple[str, ...] = ()
     folder: Path | None = None  # its folder: its page section's templates, its SQL (None: a task file's own folder)
     analysis: Analysis = Analysis()  # what it brings to an analysis beyond the accuracy of its answers
+    environment: Environment | None = None  # how it is posed as a training environment (None: it is not)
+    upstream: bool = False  # the pinned upstream source's recorded results are releases of it (craftmd ingest)
+    submissions: bool = False  # it takes submitted answers (craftmd submit, scoring/submission.schema.json)
     #: the comparability version of its protocol, recorded in every release it makes (craftmd.release.Protocol): bumped
     #: by every change that moves its scores (CHANGELOG.md, "Changes that move scores"); releases of two versions are
     #: never ranked together
@@ -204,4 +234,16 @@ def register(task: Task) -> Task:
     return TASKS.register(task.name, task)
 
 
-__all__ = ["Task", "Table", "Experiment", "Role", "NoOptions", "Analysis", "Measure", "TASKS", "register", "parse_matrix"]
+__all__ = [
+    "Task",
+    "Table",
+    "Experiment",
+    "Role",
+    "NoOptions",
+    "Analysis",
+    "Measure",
+    "Environment",
+    "TASKS",
+    "register",
+    "parse_matrix",
+]

@@ -27,6 +27,7 @@ from craftmd.generation.questions import ConversationOptions
 from craftmd.tasks.base import Role, Task, parse_matrix, register
 
 from .analysis import ANALYSIS
+from .environment import ENVIRONMENT
 from .protocol import CraftMD
 
 #: setting × format -> conversation read (standard / no_exam / -), needs history and exam apart,
@@ -94,8 +95,11 @@ TASK = register(
         roles=ROLES,
         options=CraftMDOptions,
         paired_settings=tuple(dict.fromkeys(e.setting for e in EXPERIMENTS)),
+        upstream=True,  # upstream's recorded results (craftmd ingest) are releases of this task
+        submissions=True,  # craftmd submit takes answers to its experiments
         folder=Path(__file__).parent,
         analysis=ANALYSIS,
+        environment=ENVIRONMENT,
         version=1,  # the comparability version (CHANGELOG.md, "Changes that move scores")
     )
 )

@@ -15,6 +15,7 @@ from craftmd.tasks.base import Experiment, Role, Table, Task, register
 
 from .patient import EMOTIONS, Retrieval
 from .analysis import ANALYSIS
+from .environment import ENVIRONMENT
 from .protocol import Encounters
 
 #: Why an encounter stopped: a side closed it, the message cap, or a failed call.
@@ -142,6 +143,7 @@ TASK = register(
         options=Options,
         folder=Path(__file__).parent,
         analysis=ANALYSIS,
+        environment=ENVIRONMENT,
         version=1,  # the comparability version (CHANGELOG.md, "Changes that move scores")
     )
 )
