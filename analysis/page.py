@@ -308,16 +308,23 @@ def _claims(a) -> list[dict]:
 
 
 def _other_tasks(a, v: View) -> dict:
-    """The sections of the other tasks' releases (each None when no such release was analysed) and the board per task."""
-    from .boards import page_section as boards_section
-    from .consultation import page_section as consultation_section
-    from .encounters import page_section as encounters_section
+    """Each task's own section (:attr:`craftmd.tasks.Analysis.section`: its data, and the templates in its folder that show
+    it; none when the task's releases give it nothing to show), in the registry's order, and the board per task."""
+    from craftmd.tasks import in_order
 
+    from .boards import page_section as boards_section
+
+    sections = []
+    for task in in_order(a.releases["task"].to_list()):
+        t = task.analysis
+        data = t.section(a, v) if t.section is not None else None
+        if data:
+            where = f"task:{task.name}/{t.template}"
+            sections.append({"data": data, "html": f"{where}.html.j2", "md": f"{where}.md.j2", "nav": t.nav, "anchor": t.anchor})
     return {
-        "craftmd": bool(v.models or v.partial or v.image_models),
+        "main_board": bool(v.models or v.partial or v.image_models),
         "task_boards": boards_section(a),
-        "consultation": consultation_section(a, v),
-        "encounters": encounters_section(a, v),
+        "task_sections": sections,
     }
 
 

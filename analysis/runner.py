@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file
-from craftmd.release import CLAIM_PREFIX, MAX_TRIALS, SETTINGS, Release, find_releases, natural_key, protocol_of
+from craftmd.release import CLAIM_PREFIX, MAX_TRIALS, Release, find_releases, natural_key, protocol_of
 
 SQL_DIR = Path(str(resources.files("craftmd.analysis") / "sql"))
 #: Families of at most this many models test every pair of them (the six upstream releases keep every pair); larger
@@ -34,15 +34,17 @@ MEMORY_LIMIT = "1GB"
 FROM_DISK = ("conversations", "scores")
 
 
-def query_names() -> list[str]:
-    """The queries' names; ``_macros.sql`` is not one (it defines the table macros every connection has)."""
-    return sorted(p.stem for p in SQL_DIR.glob("*.sql") if not p.stem.startswith("_"))
+def query_names(folder: Path | None = None) -> list[str]:
+    """The queries' names (of the analysis, or of a task's ``folder``); ``_macros.sql`` is not one (it defines the table
+    macros every connection has)."""
+    return sorted(p.stem for p in (folder or SQL_DIR).glob("*.sql") if not p.stem.startswith("_"))
 
 
-def sql_text(name: str) -> str:
-    path = SQL_DIR / f"{name}.sql"
+def sql_text(name: str, folder: Path | None = None) -> str:
+    """The text of query ``name``: ``sql/<name>.sql`` of the analysis, or of a task's ``folder`` of SQL files."""
+    path = (folder or SQL_DIR) / f"{name}.sql"
     if name.startswith("_") or not path.exists():
-        raise CraftMDError(f"no analysis query named {name!r}; known: {', '.join(query_names())}")
+        raise CraftMDError(f"no analysis query named {name!r}; known: {', '.join(query_names(folder))}")
     return path.read_text()
 
 
@@ -122,7 +124,8 @@ def connect(
       ``score_rows``: every score with its variant keys folded into one text column ``variant``;
     * ``cases``: the built dataset's case metadata (``case_id``, ``with_image``, ``source``,
       ``specialty``, ``single_dx``): the ``all`` config, plus ``nejm_image`` (``with_image`` true);
-    * ``setting_order``: the settings in :data:`craftmd.release.SETTINGS` order;
+    * ``setting_order``: the settings the releases' tasks test against each other
+      (:attr:`craftmd.tasks.Task.paired_settings`), in their order, the tasks by name;
     * ``pair_options``: which pairs of models ``sql/comparisons`` tests (``all_pairs``, ``all_pairs_up_to``:
       :data:`ALL_PAIRS_UP_TO`; see :func:`connect`);
     * ``sample_order``: every sample id of the dataset with its position in natural order
@@ -137,7 +140,9 @@ def connect(
     if threads:
         con.execute(f"set threads = {int(threads)}")
     _releases_view(con, releases)
-    order = pa.table({"setting": list(SETTINGS), "position": list(range(len(SETTINGS)))})
+    tasks = {r.manifest.task: r.task for r in releases}
+    paired = list(dict.fromkeys(s for name in sorted(tasks) for s in tasks[name].paired_settings))
+    order = pa.table({"setting": pa.array(paired, pa.string()), "position": pa.array(range(len(paired)), pa.int64())})
     con.register("setting_order_arrow", order)
     con.execute("create view setting_order as select * from setting_order_arrow")
     con.execute(f"create view pair_options as select {bool(all_pairs)} as all_pairs, {int(ALL_PAIRS_UP_TO)} as all_pairs_up_to")
@@ -233,10 +238,10 @@ def connect_tables(releases: list[Release], tables: dict[str, str]) -> duckdb.Du
     return con
 
 
-def run(con: duckdb.DuckDBPyConnection, name: str) -> pa.Table:
-    """Run ``sql/<name>.sql`` and return its result (a :data:`PER_RELEASE` query that :func:`keep` made: its view, in
-    the order the query gives)."""
-    text = sql_text(name)
+def run(con: duckdb.DuckDBPyConnection, name: str, folder: Path | None = None) -> pa.Table:
+    """Run ``sql/<name>.sql`` (of a task's ``folder`` of SQL files, when given) and return its result (a
+    :data:`PER_RELEASE` query that :func:`keep` made: its view, in the order the query gives)."""
+    text = sql_text(name, folder)
     made = "select 1 from duckdb_views() where view_name = $1"
     if name in PER_RELEASE and con.execute(made, [name]).fetchall():
         text = f"select * from {name} order by {text.rsplit(chr(10) + 'order by ', 1)[1]}"
@@ -268,10 +273,11 @@ def by_release(con: duckdb.DuckDBPyConnection, name: str, batch_rows: int = 262_
         yield pl.concat(held)
 
 
-def materialize(con: duckdb.DuckDBPyConnection, name: str) -> None:
-    """Keep ``sql/<name>.sql``'s result as table ``name`` for the queries that read it."""
+def materialize(con: duckdb.DuckDBPyConnection, name: str, folder: Path | None = None) -> None:
+    """Keep ``sql/<name>.sql``'s result (of a task's ``folder`` of SQL files, when given) as table ``name`` for the
+    queries that read it."""
     try:
-        con.execute(f"create or replace temp table {name} as {sql_text(name)}")
+        con.execute(f"create or replace temp table {name} as {sql_text(name, folder)}")
     except duckdb.Error as exc:
         raise CraftMDError(f"analysis query {name}.sql failed: {exc}") from None
 

@@ -59,8 +59,8 @@ class Analysis:
     B: int = DEFAULT_B
     seed: int = DEFAULT_SEED
     rubric: object = None  # the rubric judge's profiles (analysis.rubric.Rubric), when a release was judged
-    consultation: dict = field(default_factory=dict)  # analysis.consultation's tables, when a consultation release was analysed
-    encounters: dict = field(default_factory=dict)  # analysis.encounters' tables, when an encounters release was analysed
+    #: task -> its own tables (name -> frame: craftmd.tasks.Analysis.tables), for each task of the releases that has any
+    tasks: dict[str, dict[str, pl.DataFrame]] = field(default_factory=dict)
     boards: pl.DataFrame | None = (
         None  # analysis.boards: each model's headline in each task (only beside another task's releases)
     )
@@ -73,6 +73,37 @@ class Analysis:
     order_tests: pl.DataFrame | None = None  # shuffled against upstream's answer order, per model (analysis.answer_order)
     all_pairs: bool = False  # every pair of models tested on request (--all-pairs); else as sql/comparisons says
     claims: pl.DataFrame | None = None  # scores claimed by their sender, not computed here (claims_table), when any
+
+
+@dataclass
+class TaskInputs:
+    """What a task's tables are made from (:attr:`craftmd.tasks.Analysis.tables`): its releases, the connection over the
+    scored releases (None when none has answers), the dataset, the accuracy tables, the rubric, the packets."""
+
+    releases: list[Release]
+    con: object
+    dataset_dir: Path | str | None
+    accuracy: pl.DataFrame | None  # sql/accuracy.sql's rows, before the bootstrap
+    acc: pl.DataFrame | None  # with the bootstrap CIs
+    rubric: object
+    packets: Path | str | None
+    B: int
+    seed: int
+
+
+def task_tables(releases: list[Release], inputs: dict) -> dict[str, dict[str, pl.DataFrame]]:
+    """Each task's own tables (:attr:`craftmd.tasks.Analysis.tables`) over its releases, the tasks in the registry's order;
+    a task whose hook gives no table has none."""
+    from craftmd.tasks import in_order
+
+    out = {}
+    for task in in_order(r.manifest.task for r in releases):
+        if task.analysis.tables is not None:
+            mine = [r for r in releases if r.manifest.task == task.name]
+            made = task.analysis.tables(TaskInputs(releases=mine, **inputs))
+            if made:
+                out[task.name] = made
+    return out
 
 
 def _releases_frame(releases: list[Release]) -> pl.DataFrame:
@@ -170,11 +201,11 @@ def compute(
 
     check_standing(found)  # every score read is made here or a claim kept apart (craftmd score settles the others)
     releases = [r for r in found if r.has("scores")]
-    encounters = [r for r in found if r.manifest.task == "encounters"]
-    if not releases and not encounters:
+    unscored = [r for r in found if r.task.analysis.unscored]  # analysed before they are scored (their own tables)
+    if not releases and not unscored:
         raise CraftMDError(f"no graded release under {releases_dir}")
-    if not any(r.manifest.task != "encounters" for r in releases):  # patient-led encounters alone: no answers to analyse
-        return _encounters_only(encounters, packets, B, seed, t0, rubric_options, releases_dir)
+    if not any("answers" in r.task.required_tables for r in releases):  # no answers to analyse (patient-led encounters)
+        return _without_answers(unscored, packets, B, seed, t0, rubric_options, releases_dir)
     con = prepared_connection(releases, dataset_dir, all_pairs=all_pairs, kept=kept)
     accuracy = pl.from_arrow(runner.run(con, "accuracy"))
     comparisons = pl.from_arrow(runner.run(con, "comparisons"))
@@ -191,17 +222,14 @@ def compute(
 
     judged = rubric(releases, B=B, seed=seed, **(rubric_options or {}))
     _with_sensitivity(judged, releases_dir)
-    from .consultation import consultation_tables
-    from .encounters import encounter_tables
-
     t3 = time.perf_counter()
-    consult = consultation_tables(con, dataset_dir, accuracy, acc, B=B, seed=seed)
     judged = judged if judged.table.height else None
-    met = encounter_tables(encounters, packets, judged)
-    shown = sorted({r.id: r for r in [*releases, *encounters]}.values(), key=lambda r: r.id)
+    shown = sorted({r.id: r for r in [*releases, *unscored]}.values(), key=lambda r: r.id)
+    tasks = task_tables(shown, dict(con=con, dataset_dir=dataset_dir, accuracy=accuracy, acc=acc, rubric=judged, packets=packets,
+                                    B=B, seed=seed))  # fmt: skip
     a = Analysis(acc, pv, status, gap, metrics, _releases_frame(shown), sizes, hist["history_tests"], hist["history_by_coverage"],
                  hist["history_by_complexity"], {"sql_s": t1 - t0, "bootstrap_s": t2 - t1, "rubric_s": t3 - t2,
-                 "tasks_s": time.perf_counter() - t3}, B, seed, judged, consult, met)  # fmt: skip
+                 "tasks_s": time.perf_counter() - t3}, B, seed, judged, tasks)  # fmt: skip
     a.format_tests, a.image_tests = format_split(more_pv)
     from .answer_order import order_tests
 
@@ -253,28 +281,32 @@ def _with_sensitivity(judged, releases_dir) -> None:
         judged.sensitivity = read_sensitivity(releases_dir)
 
 
-def _encounters_only(
-    encounters, packets, B: int, seed: int, t0: float, rubric_options: dict | None = None, releases_dir=None
+def _without_answers(
+    releases, packets, B: int, seed: int, t0: float, rubric_options: dict | None = None, releases_dir=None
 ) -> Analysis:
-    from .encounters import encounter_tables
+    """An analysis of releases without answers (patient-led encounters alone): the rubric and their tasks' own tables."""
     from .rubric import rubric
 
-    judged = rubric([r for r in encounters if r.has("scores")], B=B, seed=seed, **(rubric_options or {}))
+    judged = rubric([r for r in releases if r.has("scores")], B=B, seed=seed, **(rubric_options or {}))
     if releases_dir is not None:
         _with_sensitivity(judged, releases_dir)
     judged = judged if judged.table.height else None
     e = _empty()
-    a = Analysis(e["accuracy"], e["pvalues"], e["answer_status"], e["mcq_rule_gap"], e["metrics"], _releases_frame(encounters),
+    tasks = task_tables(releases, dict(con=None, dataset_dir=None, accuracy=None, acc=None, rubric=judged, packets=packets, B=B,
+                                       seed=seed))  # fmt: skip
+    a = Analysis(e["accuracy"], e["pvalues"], e["answer_status"], e["mcq_rule_gap"], e["metrics"], _releases_frame(releases),
                  e["group_sizes"], e["history_tests"], e["history_by_coverage"], e["history_by_complexity"],
-                 {"sql_s": time.perf_counter() - t0, "bootstrap_s": 0.0}, B, seed, judged, {},
-                 encounter_tables(encounters, packets, judged))  # fmt: skip
-    a.claims = claims_table(encounters)
+                 {"sql_s": time.perf_counter() - t0, "bootstrap_s": 0.0}, B, seed, judged, tasks)  # fmt: skip
+    a.claims = claims_table(releases)
     return _with_boards(a)
 
 
 def _with_boards(a: Analysis) -> Analysis:
-    """Beside another task's releases, the board per task (:mod:`.boards`); CRAFT-MD alone has its own board only."""
-    if set(a.releases["task"].to_list()) - {"craftmd"}:
+    """Beside the releases of a task that is not the main board's, the board per task (:mod:`.boards`); the main board's
+    tasks alone have their own board only."""
+    from .view import main_tasks
+
+    if set(a.releases["task"].to_list()) - {t.name for t in main_tasks(a)}:
         from .boards import task_boards
 
         a.boards = task_boards(a)
@@ -337,7 +369,8 @@ def write_tables(a: Analysis, out: Path) -> list[Path]:
         written += write_rubric_tables(a.rubric, out)
     more = {name: getattr(a, name) for name in MORE_TABLES if getattr(a, name, None) is not None}  # the paper's other tests
     apart = {name: df for name, df in (("boards", a.boards), ("claims", a.claims)) if df is not None}
-    for name, df in {**a.consultation, **a.encounters, **apart, **more}.items():
+    own = {name: df for tables in a.tasks.values() for name, df in tables.items()}
+    for name, df in {**own, **apart, **more}.items():
         path = tables / f"{name}.csv"  # the other tasks' tables: written only when such releases were analysed
         csv_safe(df).write_csv(path)
         written.append(path)
@@ -417,8 +450,8 @@ def _figure_inputs(a: Analysis, out: Path) -> str:
 def write_all_figures(a: Analysis, figures: Path) -> None:
     """Every figure of the analysis into ``figures``: the main ones, the paper's other figures, and each other task's,
     each only when its data is there."""
-    from .consultation import write_figures as consultation_figures
-    from .encounters import write_figures as encounter_figures
+    from craftmd.tasks import in_order
+
     from .figures import write_figures
     from .paper_figures import write_paper_figures
     from .view import View
@@ -430,8 +463,9 @@ def write_all_figures(a: Analysis, figures: Path) -> None:
         from .rubric import write_figures as write_rubric_figures
 
         write_rubric_figures(a.rubric, figures)
-    consultation_figures(a, v, figures)  # each only when such releases were analysed
-    encounter_figures(getattr(a, "encounters", {}), {m: v.display(m) for m in v.release_info}, figures)
+    for task in in_order(a.tasks):  # each only when such releases were analysed
+        if task.analysis.figures is not None:
+            task.analysis.figures(a, v, figures)
 
 
 # -- audits ------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import polars as pl
 
 from craftmd.release import Protocol, protocol_differences
 from craftmd.scoring.scorers import rank_frq
-from craftmd.tasks import get_task
+from craftmd.tasks import in_order
 
 #: The conversations the history section and figures read: standard text conversations.
 HISTORY_VARIANT = "conversation=standard"
@@ -40,9 +40,14 @@ SETTING_NOTES = {
 }
 
 
-def conversational() -> set[str]:
-    """CRAFT-MD's settings whose question reads a conversation (multiturn, singleturn, summarized, ...)."""
-    return {e.setting for e in get_task("craftmd").experiments if e.conversation}
+def main_tasks(a) -> list:
+    """The tasks of the analysed releases whose releases are the page's main board (:attr:`craftmd.tasks.Analysis.main`)."""
+    return [t for t in in_order(a.releases["task"].to_list()) if t.analysis.main]
+
+
+def conversational(tasks) -> set[str]:
+    """The settings of ``tasks`` whose question reads a conversation (CRAFT-MD's multiturn, singleturn, summarized, ...)."""
+    return {e.setting for t in tasks for e in t.experiments if e.conversation}
 
 
 FORMAT_LABELS = {"mcq4": "MCQ (4 choices)", "mcq_many": "MCQ (many choices)", "frq": "FRQ", "top3": "Top-3"}
@@ -86,13 +91,14 @@ def describe_protocol(key: str | None) -> str:
 
 
 def task_references(a, v: View | None = None) -> dict[str, str | None]:
-    """Each task's reference protocol (the one its board ranks by): CRAFT-MD's is the :class:`View`'s (the paper's
+    """Each task's reference protocol (the one its board ranks by): the main board's is the :class:`View`'s (the paper's
     runs'), another task's the one most of its releases ran."""
     info = list(a.releases.iter_rows(named=True))
+    main = {t.name for t in main_tasks(a)}
     out = {}
     for task in sorted({r["task"] for r in info}):
         keys = {r["release"]: r["protocol"] for r in info if r["task"] == task}
-        out[task] = ((v or View(a)).reference if task == "craftmd" else None) or reference_protocol(keys)
+        out[task] = ((v or View(a)).reference if task in main else None) or reference_protocol(keys)
     return out
 
 
@@ -155,16 +161,19 @@ class View:
             best = rank_frq(graders, self_graders=own)[0]
             if best not in own:
                 self.frq_grader[(m, img)] = best
-        #: the releases of CRAFT-MD's own task: the only ones its board, sections and figures show (another task's
-        #: releases have their own sections and a row in the board per task, analysis.boards)
-        own = {m for m, r in self.release_info.items() if r.get("task", "craftmd") == "craftmd"}
+        #: the releases of the main board's tasks (CRAFT-MD's): the only ones its board, sections and figures show (another
+        #: task's releases have their own sections and a row in the board per task, analysis.boards)
+        main = main_tasks(a)
+        own = {m for m, r in self.release_info.items() if r.get("task") in {t.name for t in main}}
         text_models = sorted(
             ({m for (m, img) in by_cell if not img} | set(acc.filter(~pl.col("with_image"))["model"].unique().to_list())) & own
         )
         #: submissions that answer conversational settings with no conversations behind them: self-reported, never ranked
         answered = acc.filter(~pl.col("with_image")).group_by("model").agg(pl.col("setting").unique())
         settings_of = {m: set(s) for m, s in answered.iter_rows()}
-        self_reported = {m for m in text_models if self.self_reported_release(m) and settings_of.get(m, set()) & conversational()}
+        self_reported = {
+            m for m in text_models if self.self_reported_release(m) and settings_of.get(m, set()) & conversational(main)
+        }
         text_models = [m for m in text_models if m not in self_reported]
         #: each release's protocol (its key; None: unknown) and the board's: the one the upstream releases (the paper's
         #: runs) ran, else the one most releases ran. Releases of another protocol are never ranked with the board's:

@@ -143,11 +143,13 @@ def main(argv=None) -> int:
             a = analyse(releases, data, tmp / "out", B=DEFAULT_B, packets=args.packets)
             write_page(a, tmp / "out")
             total = time.perf_counter() - t
-            n_consult = a.consultation["consult_accuracy"].filter(pl.col("setting") == "upper")["n_cases"].max()
+            n_consult = a.tasks["consultation"]["consult_accuracy"].filter(pl.col("setting") == "upper")["n_cases"].max()
             encounters = "no encounters release (no packets)"
             if args.packets is not None:
-                n_enc = a.encounters["encounter_endings"]["n"].sum()
-                encounters = f"{n_enc} encounters of {a.encounters['rubric_by_encounter']['n_cases'].max()} judged packets"
+                n_enc = a.tasks["encounters"]["encounter_endings"]["n"].sum()
+                encounters = (
+                    f"{n_enc} encounters of {a.tasks['encounters']['rubric_by_encounter']['n_cases'].max()} judged packets"
+                )
             print(f"every table, figure and the page in {total:.2f} s (B={DEFAULT_B}; sql {a.timings['sql_s']:.2f} s, "
                   f"bootstrap+tests {a.timings['bootstrap_s']:.2f} s, rubric {a.timings['rubric_s']:.2f} s, other tasks {a.timings['tasks_s']:.2f} s, figures {a.timings['figures_s']:.2f} s): 6 upstream releases, "
                   f"a consultation release of {n_consult} cases, {encounters}")  # fmt: skip

@@ -77,11 +77,28 @@ FILTERS = {
 }
 
 
+def task_template(name: str):
+    """``task:<task>/<file>``: a template in a registered task's folder (its page section, :class:`craftmd.tasks.Analysis`);
+    None for any other name, or a file the task's folder does not hold."""
+    from pathlib import Path
+
+    from craftmd.tasks import TASKS
+
+    task, _, file = name.removeprefix("task:").partition("/") if name.startswith("task:") else ("", "", "")
+    folder = TASKS[task].folder if task in TASKS else None
+    path = Path(folder) / file if folder is not None and file and "/" not in file else None
+    if path is None or not path.is_file():
+        return None
+    mtime = path.stat().st_mtime_ns
+    return path.read_text(encoding="utf-8"), str(path), lambda: path.is_file() and path.stat().st_mtime_ns == mtime
+
+
 @cache
 def environment(autoescape: bool) -> jinja2.Environment:
-    """The templates of ``cards/``: HTML autoescaped, markdown not; an undefined name is an error."""
+    """The templates of ``cards/`` and the tasks' own (:func:`task_template`): HTML autoescaped, markdown not; an undefined
+    name is an error."""
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("craftmd.cards", ""),
+        loader=jinja2.ChoiceLoader([jinja2.PackageLoader("craftmd.cards", ""), jinja2.FunctionLoader(task_template)]),
         autoescape=autoescape,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,

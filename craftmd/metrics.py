@@ -191,7 +191,7 @@ for _m in (
         "an expert's 1-4 rating of one rubric dimension of a whole conversation (craftmd judge-review import; scorers expert:<rater> "
         "and experts, the lower median); the dimension is the variant key 'dimension'",
     ),
-    # MedPI's encounters (craftmd.analysis.encounters.reasonable_closure): the closure classifier's label of one encounter
+    # MedPI's encounters (craftmd.tasks.encounters.analysis.reasonable_closure): the closure classifier's label of one encounter
     Metric(
         "reasonable_closure",
         "binary",

@@ -24,20 +24,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from craftmd import CraftMDError, __version__
 from craftmd.atomic import atomic_dir, atomic_write_json, inside, locked, plain_name, read_regular, sha256_file
-from craftmd.tasks import TASK_FILES, TASKS, Task, builtin_tasks, get_task
+from craftmd.tasks import TASK_FILES, TASKS, Task, builtin_tasks
 
 if TYPE_CHECKING:
     import polars as pl
 
 SCHEMA_VERSION = 2
-
-
-def __getattr__(name: str):
-    """``SETTINGS``, ``FORMATS``, ``CONVERSATIONS``: CRAFT-MD's settings, formats and conversation kinds, as its task
-    (craftmd.tasks.diagnosis) declares them; looked up when first read, since the task package sits above this module."""
-    if name in ("SETTINGS", "FORMATS", "CONVERSATIONS"):
-        return getattr(get_task("craftmd"), name.lower())
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: Why a conversation stopped.
@@ -155,9 +147,8 @@ def _check_enums(table: pa.Table, enums: dict, what: str) -> None:
             raise CraftMDError(f"{what}.{col}: unknown value(s) {bad}; allowed {list(allowed)}")
 
 
-def conform(name: str, table: pa.Table, task: Task | None = None) -> pa.Table:
-    """Check a table against its schema and ``task``'s enums (default: CRAFT-MD's), cast it, and sort it by key."""
-    task = task or get_task("craftmd")
+def conform(name: str, table: pa.Table, task: Task) -> pa.Table:
+    """Check a table against its schema and ``task``'s enums, cast it, and sort it by key."""
     if name == "scores":
         return conform_scores(table)
     schema, keys, optional = _table_spec(name, task)
@@ -467,7 +458,7 @@ class RunRecord(BaseModel):
     release: str  # the release id, e.g. "gpt4_1106"
     kind: Literal["upstream", "generated", "submission"]
     model: str  # provider/model under test, or upstream's name
-    task: str = "craftmd"  # the task (craftmd.tasks) whose protocol produced it: a registered name, never a file
+    task: str  # the task (craftmd.tasks) whose protocol produced it: a registered name, never a file
     task_sha256: str | None = None  # a task of one's own: the sha256 of the task file that produced it (release_task)
     display_name: str | None = None
     dataset: dict = Field(default_factory=dict)  # {"name": ..., "sha256": ...} of the dataset files it was made from

@@ -102,13 +102,13 @@ def builder_sha256() -> str:
     """
     import hashlib
 
-    import craftmd.tasks
+    from craftmd.dataset_builder.golden import doctor_system_file
 
     here = Path(__file__).resolve().parent
     files = sorted(here.glob("*.py")) + [
         here.parent / "cards" / "dataset_card.md.j2",
         here.parent / "cards" / "render.py",
-        Path(craftmd.tasks.__file__).parent / "consultation" / "prompts" / "consult-v1" / "doctor_system.txt",
+        doctor_system_file(),
     ]
     h = hashlib.sha256()
     for f in files:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from craftmd import CraftMDError
-import craftmd.tasks
 from craftmd.dataset_builder import medqa as M
 from craftmd.dataset_builder import transform as T
 from craftmd.dataset_builder.mediq import context_text, normalise, parse_lines, strip_number
@@ -317,12 +316,22 @@ def key_values(facts: tuple[str, ...] | list[str]) -> tuple[str, list[dict]]:
     return OPENING.format(first_fact=facts[0]), [{"key": k, "value": " ".join(v)} for k, v in grouped.items()]
 
 
-#: The consultation task's doctor prompt (prompt set ``consult-v1``): the system message of every row.
-DOCTOR_SYSTEM = Path(craftmd.tasks.__file__).parent / "consultation" / "prompts" / "consult-v1" / "doctor_system.txt"
+def doctor_system_file() -> Path:
+    """The doctor prompt the system message of every row is: the one the task whose training split this config is
+    declares (:attr:`craftmd.tasks.Environment.train_prompt`: the consultation task's, prompt set ``consult-v1``)."""
+    from craftmd.tasks import builtin_tasks
+
+    found = {
+        t.environment.train_prompt for t in builtin_tasks().values() if t.environment and t.environment.train_config == CONFIG
+    }
+    found.discard(None)
+    if len(found) != 1:
+        raise CraftMDError(f"{len(found)} tasks declare the doctor prompt of the {CONFIG} config; one must")
+    return found.pop()
 
 
 def doctor_system() -> str:
-    return DOCTOR_SYSTEM.read_text(encoding="utf-8")
+    return doctor_system_file().read_text(encoding="utf-8")
 
 
 def closing(values: list[str], answer: str) -> str:

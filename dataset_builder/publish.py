@@ -247,12 +247,16 @@ def _config_name(*parts: str) -> str:
     return name
 
 
-def _card(kind: str, title: str, what: str, tables: dict[str, str], records: list[str], revision: str, tasks: set[str]) -> bytes:
-    """The card of a published release or leaderboard; its licences are those of the cases its tasks ran on."""
+def _card(
+    kind: str, title: str, what: str, tables: dict[str, str], records: list[str], revision: str, datasets: set[str]
+) -> bytes:
+    """The card of a published release or leaderboard; its licences are those of the cases its tasks ran on (the
+    ``datasets`` its releases' tasks pose)."""
     from craftmd.cards.render import render_card
     from craftmd.dataset_builder.schema import PACKETS_SOURCE, SOURCES
+    from craftmd.samples import MEDPI
 
-    sources = {**(SOURCES if tasks - {"encounters"} else {}), **({"medpi": PACKETS_SOURCE} if "encounters" in tasks else {})}
+    sources = {**(SOURCES if datasets - {MEDPI.name} else {}), **({MEDPI.name: PACKETS_SOURCE} if MEDPI.name in datasets else {})}
 
     data = DatasetCardData(
         license="other",
@@ -289,7 +293,7 @@ def plan_release(folder: Path | str, repo: str, revision: str | None) -> Plan:
         f"Release `{rel.id}` of craftmd: the {_code(rel.manifest.task)} task, model {_code(rel.manifest.model)} "
         f"({_code(rel.manifest.kind)})."
     )
-    sources[CARD] = _card("release", f"craftmd release {rel.id}", what, tables, ["manifest.json"], revision, {rel.manifest.task})
+    sources[CARD] = _card("release", f"craftmd release {rel.id}", what, tables, ["manifest.json"], revision, {rel.task.dataset})
     return _with_sources(Plan(repo=repo, revision=revision, version=revision, folder=Path(folder), kind="release"), sources)
 
 
@@ -319,7 +323,7 @@ def plan_leaderboard(folder: Path | str, releases: Path | str | None, repo: str,
         f"{len(found)} releases it was made from ({', '.join(f'`{r.id}`' for r in found)})."
     )
     records = [f"releases/{r.id}/manifest.json" for r in found]
-    sources[CARD] = _card("leaderboard", "craftmd leaderboard", what, tables, records, revision, {r.manifest.task for r in found})
+    sources[CARD] = _card("leaderboard", "craftmd leaderboard", what, tables, records, revision, {r.task.dataset for r in found})
     return _with_sources(Plan(repo=repo, revision=revision, version=revision, folder=folder, kind="leaderboard"), sources)
 
 

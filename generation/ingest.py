@@ -98,10 +98,10 @@ def upstream_prompt_ref(name: str, functions: tuple[str, ...]) -> PromptRef:
     a run made here with it has the upstream releases' prompt set; a set that is no folder of the task (the grader-AI's)
     by the sha256 of upstream's parsed templates (:mod:`craftmd.upstream_prompts`)."""
     from craftmd.generation.protocol import PromptSet
-    from craftmd.tasks import get_task
+    from craftmd.tasks import declaring
     from craftmd.upstream_prompts import upstream_prompts_sha256
 
-    root = get_task("craftmd").protocol.prompts_root
+    root = declaring("upstream").protocol.prompts_root
     if (root / name).is_dir():
         return PromptRef(name=name, sha256=PromptSet(name, root).sha256)
     return PromptRef(name=name, sha256=upstream_prompts_sha256(functions))
@@ -110,17 +110,19 @@ def upstream_prompt_ref(name: str, functions: tuple[str, ...]) -> PromptRef:
 def upstream_protocol(images: bool = False) -> Protocol:
     """The protocol of the upstream releases: upstream's code at the pinned commit (its prompts; GPT-4 as patient,
     GPT-3.5 as summarizer; 5 trials), their free response graded by upstream's GPT-4 grader-AI with its two prompts.
-    It is the board's reference: the paper's runs. ``images``: GPT-4V's run (upstream's multimodal path, the NEJM
+    It is the board's reference: the paper's runs. Its task is the one that declares upstream's results its own
+    (:attr:`craftmd.tasks.Task.upstream`: CRAFT-MD's). ``images``: GPT-4V's run (upstream's multimodal path, the NEJM
     cases' images shown to the doctor), the reference of the image cases' table."""
-    from craftmd.tasks import get_task
+    from craftmd.tasks import declaring
 
+    task = declaring("upstream")
     return Protocol(
-        task="craftmd",
+        task=task.name,
         version=UPSTREAM_TASK_VERSION,
         prompt_set=upstream_prompt_ref(UPSTREAM_PROMPT_SET, UPSTREAM_PROMPTS),
         roles={"patient": PATIENT_AND_GRADER, "summarizer": SUMMARIZER},
         images=images,
-        answer_rules=answer_rules(get_task("craftmd")),
+        answer_rules=answer_rules(task),
         trials=UPSTREAM_TRIALS,
         grader=GraderRef(
             name=RECORDED,
@@ -295,6 +297,9 @@ class _Release:
         return out
 
     def manifest(self, source: Source, dataset_sha: str | None) -> RunRecord:
+        from craftmd.tasks import declaring
+
+        task = declaring("upstream")
         status = Counter()
         for c in self.status_by_cell.values():
             status.update(c)
@@ -327,10 +332,10 @@ class _Release:
             release=self.spec.release,
             kind="upstream",
             model=self.spec.model,
-            task="craftmd",
+            task=task.name,
             display_name=self.spec.display,
             protocol=upstream_protocol(self.spec.with_image),
-            dataset={"name": "craftmd", "config": "all", "sha256": dataset_sha},
+            dataset={"name": task.dataset, "config": "all", "sha256": dataset_sha},
             source=source.describe(),
             models={"doctor": self.spec.model, "patient": PATIENT_AND_GRADER, "grader": PATIENT_AND_GRADER},
             roles={

@@ -69,8 +69,8 @@ class GenerateSpec:
     dataset: Path
     out: Path
     doctor: str  # the model under test (the role ``doctor``)
+    task: str  # a registered task, or a task file (*.py)
     patient: str | None = None  # the role ``patient``, for the tasks that have one (``--patient``)
-    task: str = "craftmd"  # craftmd, consultation, encounters, a registered task, or a task file (*.py)
     roles: dict[str, str] = field(default_factory=dict)  # role -> provider/model (``--role``): the task's other roles
     options: BaseModel | dict = field(default_factory=dict)  # the task's options, or a dict of them (``-T key=value``)
     config: str = "all"

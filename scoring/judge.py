@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from craftmd import CraftMDError
 from craftmd.replies import reply_json
-from craftmd.scoring.rubric import Catalog, Dimension, applicable, case_objectives, load_catalog
+from craftmd.scoring.rubric import Catalog, Dimension, applicable, case_objectives, has_packets, load_catalog
 
 # -- what it computes ------------------------------------------------------------
 # For each conversation, judge (a model, or a model with a seed) and rubric category with dimensions
@@ -354,8 +354,8 @@ def read_units(
         if missing:
             raise CraftMDError(f"release {release.id}: no conversations of case(s) {missing}")
         rows = [r for r in rows if r["case_id"] in set(cases)]
-    objectives = case_objectives(release.manifest.task, sorted({r["case_id"] for r in rows}), dataset_dir)
-    packets = packet_texts(release.manifest.task, dataset_dir) if packet else {}
+    objectives = case_objectives(release.task, sorted({r["case_id"] for r in rows}), dataset_dir)
+    packets = packet_texts(release.task, dataset_dir) if packet else {}
     return [Unit(r["case_id"], r["trial"], r["conversation"], r["with_image"], transcript(r["messages"]), objectives[r["case_id"]],
                  r["ended"] == "error", packets.get(r["case_id"], "")) for r in rows]  # fmt: skip
 
@@ -365,9 +365,10 @@ PACKET_FIELDS = ("name", "sex", "age", "encounter_reason", "conditions", "hidden
                  "events")  # fmt: skip
 
 
-def packet_texts(task: str, dataset_dir) -> dict[str, str]:
-    """case_id -> the patient's record as compact JSON (an encounters release's packets; {} for another task)."""
-    if task != "encounters" or dataset_dir is None:
+def packet_texts(task, dataset_dir) -> dict[str, str]:
+    """case_id -> the patient's record as compact JSON (the packets of a release of ``task``, a
+    :class:`craftmd.tasks.Task` that poses packets; {} for another)."""
+    if not has_packets(task) or dataset_dir is None:
         return {}
     from craftmd.dataset_builder.packets import load_packets
 

@@ -44,8 +44,8 @@ from craftmd.scoring.history import SCHEMA, Reference, fmeasure, split_turns, to
 # with the ``history`` scorer's tokens (:func:`craftmd.scoring.history.token_ids`) and F-measure.
 # Which turns count (:data:`RULES`): in a CRAFT-MD conversation, the doctor's turns after its fixed
 # opening line and the patient's replies (:func:`craftmd.scoring.history.split_turns`); in a
-# conversation that opens with the patient's initial request (the consultation task's kinds,
-# :data:`craftmd.tasks.consultation.CONVERSATIONS`), every doctor turn and the patient's replies
+# conversation that opens with the patient's initial request (the kinds its task declares patient-led,
+# :attr:`craftmd.tasks.Task.patient_led`: the consultation task's), every doctor turn and the patient's replies
 # after that fixed first message. Image conversations and cases without key-value information get
 # no scores (counted in the record as ``no_keyinfo``); a failed conversation gets every score with
 # status ``error``. The record holds the rules' hash, the rouge-score and nltk versions, and the
@@ -92,16 +92,10 @@ def rouge1(reference: str, prediction: str) -> tuple[float, float, float]:
     return p, r, fmeasure(p, r)
 
 
-def consultation_kinds() -> tuple[str, ...]:
-    """The consultation task's conversation kinds, through the registry (a room never imports a task package)."""
-    from craftmd.tasks import get_task
-
-    return get_task("consultation").conversations
-
-
-def turns(kind: str, roles: list[str], contents: list[str | None]) -> tuple[list[str], list[str]]:
-    """(doctor turns, patient turns) that count, by :data:`RULES`."""
-    if kind not in consultation_kinds():
+def turns(patient_led: bool, roles: list[str], contents: list[str | None]) -> tuple[list[str], list[str]]:
+    """(doctor turns, patient turns) that count, by :data:`RULES` (``patient_led``: the conversation opens with the
+    patient's initial request, :attr:`craftmd.tasks.Task.patient_led`)."""
+    if not patient_led:
         doctor, patient, _, _ = split_turns(roles, contents)
         return doctor, patient
     dialogue = [(r, c or "") for r, c in zip(roles, contents) if r in ("user", "assistant")]
@@ -120,7 +114,7 @@ def dialogue_scores(roles: list[str], contents: list[str | None], keys: list[str
     """(metric, value) of :data:`DIALOGUE_METRICS` (those that exist) and :data:`SHARE_METRICS` of a consultation-task conversation."""
     from craftmd.scoring.history import question_similarity, token_ids
 
-    doctor, patient = turns("consult", roles, contents)
+    doctor, patient = turns(True, roles, contents)
     out = [("doctor_turns", float(len(doctor)))]
     if doctor:
         out.append(("doctor_words_per_turn", sum(len(token_ids(t)) for t in doctor) / len(doctor)))
@@ -141,15 +135,15 @@ def dialogue_scores(roles: list[str], contents: list[str | None], keys: list[str
 
 
 def score_conversation(
-    kind: str, roles: list[str], contents: list[str | None], keys: list[str], values: list[str]
+    patient_led: bool, roles: list[str], contents: list[str | None], keys: list[str], values: list[str]
 ) -> list[tuple[str, float]]:
-    """(metric, value) of one conversation, in :data:`METRIC_NAMES` order, then (on a consultation-task conversation)
-    :func:`dialogue_scores`."""
-    doctor, patient = turns(kind, roles, contents)
+    """(metric, value) of one conversation, in :data:`METRIC_NAMES` order, then (on a patient-led conversation, one that
+    opens with the patient's initial request: the consultation task's) :func:`dialogue_scores`."""
+    doctor, patient = turns(patient_led, roles, contents)
     dp, dr, df = rouge1("\n".join(keys), "\n".join(doctor))
     pp, pr, pf = rouge1("\n".join(values), "\n".join(patient))
     out = list(zip(METRIC_NAMES, (dr, dp, df, pr, pp, pf)))
-    return out + dialogue_scores(roles, contents, keys, values) if kind in consultation_kinds() else out
+    return out + dialogue_scores(roles, contents, keys, values) if patient_led else out
 
 
 def identity() -> dict:
@@ -176,21 +170,20 @@ def keyinfo_scores(release, dataset_dir: Path | str) -> tuple[pa.Table, dict]:
     t = release.table("conversations", columns=["case_id", "trial", "conversation", "with_image", "messages", "ended"])
     cols: dict[str, list] = {f.name: [] for f in SCHEMA}
     counts = dict.fromkeys(("scored", "failed", "no_keyinfo"), 0)
-    consult_kinds = consultation_kinds()
+    led = set(release.task.patient_led)  # the kinds that open with the patient's initial request
     for r in t.to_pylist():
         ki = None if r["with_image"] else info.get(r["case_id"])
         if ki is None:
             counts["no_keyinfo"] += 1
             continue
         if r["ended"] == "error":
-            consult = r["conversation"] in consult_kinds
-            scores = [(m, None) for m in METRIC_NAMES + ((DIALOGUE_METRICS + SHARE_METRICS) if consult else ())]
+            scores = [(m, None) for m in METRIC_NAMES + ((DIALOGUE_METRICS + SHARE_METRICS) if r["conversation"] in led else ())]
             detail = json.dumps({"error": "the conversation failed (ended = error)"})
             counts["failed"] += 1
         else:
             msgs = r["messages"] or []
             scores = score_conversation(
-                r["conversation"], [m["role"] for m in msgs], [m["content"] for m in msgs], ki.keys, ki.values
+                r["conversation"] in led, [m["role"] for m in msgs], [m["content"] for m in msgs], ki.keys, ki.values
             )
             detail = None
             counts["scored"] += 1

@@ -185,13 +185,24 @@ def applicable(dims: tuple[Dimension, ...] | list[Dimension], objective: str) ->
     return [d for d in dims if d.applies(objective)]
 
 
-def case_objectives(task: str, case_ids: list[str], dataset_dir: Path | str | None) -> dict[str, str]:
-    """case_id -> encounter objective. CRAFT-MD's cases are all diagnosis encounters; another task's come from
-    the dataset's ``packets`` config (columns ``case_id``, ``objective``)."""
-    if task == "craftmd":
+def has_packets(task) -> bool:
+    """Whether ``task`` (a :class:`craftmd.tasks.Task`) poses patient packets: its dataset has a ``packets`` config (the
+    encounters'), whose packets give each case's encounter objective and record."""
+    from craftmd.samples import dataset
+
+    return any(c.kind == "packets" for c in dataset(task.dataset).configs)
+
+
+def case_objectives(task, case_ids: list[str], dataset_dir: Path | str | None) -> dict[str, str]:
+    """case_id -> encounter objective, for a release of ``task`` (a :class:`craftmd.tasks.Task`). A case of a dataset
+    without packets (CRAFT-MD's) is a diagnosis encounter; a packet's objective is in the dataset's ``packets`` config
+    (columns ``case_id``, ``objective``)."""
+    if not has_packets(task):
         return dict.fromkeys(case_ids, "diagnosis")
     if dataset_dir is None:
-        raise CraftMDError(f"a release of task {task!r}: --dataset is needed (its packets config gives each case's objective)")
+        raise CraftMDError(
+            f"a release of task {task.name!r}: --dataset is needed (its packets config gives each case's objective)"
+        )
     import pyarrow.parquet as pq
 
     from craftmd.dataset import config_file

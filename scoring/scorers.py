@@ -19,7 +19,7 @@ import polars as pl
 import pyarrow as pa
 
 from craftmd import CraftMDError
-from craftmd.dataset import config_file, dataset_fingerprint, load_config
+from craftmd.dataset import CRAFTMD, config_file, dataset_fingerprint, load_config
 from craftmd.registry import Registry
 from craftmd.scoring.families import family, grades_itself
 from craftmd.release import ANSWER_VARIANT, CLAIM_PREFIX, SCORE_COLUMNS
@@ -229,7 +229,12 @@ class Scorer:
     name: str
     unit: str = "answer"  # answer | conversation | case
     formats: tuple[str, ...] = ()  # an answer scorer: the answer formats it scores
-    tasks: tuple[str, ...] | None = None  # the tasks whose releases it scores (None: any release with its unit's table)
+    #: the datasets whose cases it reads (their answer keys, texts, configs): it scores the releases of any task that poses
+    #: them (None: any dataset's)
+    datasets: tuple[str, ...] | None = None
+    tasks: tuple[str, ...] | None = (
+        None  # a task's own scorer: the tasks whose releases it scores (None: any release with its unit's table)
+    )
     metrics: tuple[str, ...] = ("correct",)
     calls_model: bool = False
     about: str = ""  # one line for `craftmd score --list`
@@ -244,18 +249,27 @@ class Scorer:
         """The scorer names its rows and records carry."""
         return (self.name,)
 
+    def fits(self, task) -> str | None:
+        """Why the scorer does not score the releases of ``task`` (a :class:`craftmd.tasks.Task`) at all, by what it
+        reads (a short reason), or None when it may."""
+        if self.tasks is not None and task.name not in self.tasks:
+            return f"not a release of {', '.join(self.tasks)} (task {task.name})"
+        if self.datasets is not None and task.dataset not in self.datasets:
+            return f"not a release of {', '.join(self.datasets)}'s cases (task {task.name} poses {task.dataset}'s)"
+        if self.formats and not set(self.formats) & set(task.formats):
+            return f"no {'/'.join(self.formats)} answers in task {task.name}"
+        return None
+
     def applies(self, release) -> str | None:
         """Why the scorer does not apply to ``release`` (a short reason), or None when it does."""
-        task = release.manifest.task
-        if self.tasks is not None and task not in self.tasks:
-            return f"not a release of {', '.join(self.tasks)} (task {task})"
+        why = self.fits(release.task)
+        if why is not None:
+            return why
         table = UNITS[self.unit]
         if table and not release.has(table):
             return f"no {table}.parquet"
         if table and not release.rows(table):  # a run of settings without a conversation (vignette): nothing to score
             return f"no {table} (its {table}.parquet is empty)"
-        if self.formats and not set(self.formats) & set(release.task.formats):
-            return f"no {'/'.join(self.formats)} answers in task {task}"
         if self.formats and not set(self.formats) & answer_formats(release):
             return f"no {'/'.join(self.formats)} answers"
         return None
@@ -323,7 +337,7 @@ class Scorer:
 
 class McqRule(Scorer):
     formats = MCQ_FORMATS
-    tasks = ("craftmd", "consultation")
+    datasets = (CRAFTMD.name,)  # its answer keys and options
 
     def __init__(self, rule: str):
         self.name = rule
@@ -382,7 +396,7 @@ class McqRule(Scorer):
 class Offline(Scorer):
     name = "offline"
     formats = ("frq", "top3")
-    tasks = ("craftmd", "consultation")
+    datasets = (CRAFTMD.name,)  # its answer keys
     about = "the offline FRQ grader: synonym table and matching rules, no model"
 
     def identity(self) -> dict:
@@ -405,7 +419,7 @@ class Offline(Scorer):
 
 class LLM(Scorer):
     formats = ("frq",)
-    tasks = ("craftmd", "consultation")
+    datasets = (CRAFTMD.name,)  # its answer keys
     calls_model = True
     pattern = "llm:PROVIDER/MODEL"
     about = "the paper's two-step grader-AI through any chat model (never its own model unless --allow-self)"
@@ -481,7 +495,7 @@ class Recorded(Scorer):
 
     name = RECORDED
     formats = ("frq",)
-    tasks = ("craftmd",)
+    datasets = (CRAFTMD.name,)
     about = "the GPT-4 grader-AI's labels recorded upstream (written by ingest; cannot be re-run)"
 
 
@@ -518,8 +532,16 @@ class ModuleScorer(Scorer):
 class History(ModuleScorer):
     name = "history"
     module = "craftmd.scoring.history"
-    tasks = ("craftmd",)
+    datasets = (CRAFTMD.name,)  # its vignettes, histories and MediQ facts
     about = "history taking without a model: ROUGE coverage of what the patient held, MediQ facts, turns, question diversity"
+
+    def fits(self, task):
+        """Only on a task with conversations the doctor opens: it reads them after the doctor's fixed opening line
+        (:func:`craftmd.scoring.history.split_turns`), never a conversation that opens with the patient's request."""
+        why = super().fits(task)
+        if why is None and not set(task.conversations) - set(task.patient_led):
+            return f"no conversation the doctor opens in task {task.name}"
+        return why
 
     def scores(self, release, ctx):
         return self.rules.history_scores(
@@ -530,7 +552,7 @@ class History(ModuleScorer):
 class KeyInfo(ModuleScorer):
     name = "keyinfo"
     module = "craftmd.scoring.keyinfo"
-    tasks = ("craftmd", "consultation")
+    datasets = (CRAFTMD.name,)  # its keyinfo config
     about = "ROUGE-1 of the doctor's turns against the case's keys and of the patient's against its values (the keyinfo config)"
 
     def scores(self, release, ctx):
@@ -814,6 +836,7 @@ def listing() -> list[dict]:
                 "scorer": name,
                 "unit": s.unit,
                 "tasks": list(s.tasks) if s.tasks else "any",
+                "datasets": list(s.datasets) if s.datasets else "any",
                 "formats": list(s.formats),
                 "metrics": list(s.metrics),
                 "calls_model": s.calls_model,

@@ -569,9 +569,9 @@ def read_conversations(path: Path | str, answers: pa.Table, dataset_dir: Path | 
     was asked about, and every conversation must be of a case of the dataset. One line says what is wrong.
     """
     from craftmd.release import conform
-    from craftmd.tasks import get_task
+    from craftmd.tasks import declaring
 
-    TASK = get_task("craftmd")
+    TASK = declaring("submissions")
 
     path = Path(path)
     if path.suffix != ".parquet" or not path.is_file():
@@ -696,14 +696,19 @@ def read_protocol(path: Path | str) -> Protocol:
 
 
 def _submission_record(release_id, model, config, ds_sha, path, conversations, v: Validated, answers: pa.Table) -> RunRecord:
-    """A submission release's run record: its dataset, files, the model in the doctor's role, its answers' counts."""
+    """A submission release's run record: its task (the one that takes submissions, CRAFT-MD's), dataset, files, the
+    model in the doctor's role, its answers' counts."""
+    from craftmd.tasks import declaring
+
+    task = declaring("submissions")
     status = pl.from_arrow(answers)["status"].value_counts().sort("status")
     return RunRecord(
         release=release_id,
         kind="submission",
+        task=task.name,
         model=model,
         display_name=f"{model} (submission)",
-        dataset={"name": "craftmd", "config": config, "sha256": ds_sha},
+        dataset={"name": task.dataset, "config": config, "sha256": ds_sha},
         source={
             "dataset_config": config,
             "dataset_sha256": ds_sha,

@@ -85,6 +85,7 @@ def _release(
     from craftmd.scoring.scorers import scores_from_grades
 
     m = RunRecord(
+        task="craftmd",
         release=rid,
         kind=kind,
         model=f"test/{rid}",

@@ -159,7 +159,7 @@ def case_scores(rel: Path) -> pl.DataFrame:
 
 def test_consultation_tables_equal_a_hand_computation(together):
     a, rels, data, out = together
-    t = a.consultation
+    t = a.tasks["consultation"]
     for name in ("consult_accuracy", "consult_rounds", "consult_oracle", "consult_gap", "consult_complexity", "consult_tests"):
         assert (out / "tables" / f"{name}.csv").exists() and t[name].height > 0, name
     for rel in ("consult-a", "consult-b"):
@@ -242,7 +242,7 @@ def test_encounter_tables_equal_a_hand_computation(together, encounter_release, 
 
     a, _, _, out = together
     rel = encounter_release[0]
-    e = a.encounters
+    e = a.tasks["encounters"]
     for name in ("encounter_endings", "encounter_length", "encounter_affect", "rubric_by_encounter"):
         assert (out / "tables" / f"{name}.csv").exists() and e[name].height > 0, name
     conv = pl.read_parquet(rel / "conversations.parquet")
@@ -316,11 +316,11 @@ def test_one_board_per_task_under_one_name(together):
     assert set(b.filter(pl.col("model") == "openai/loopback")["task"]) == {"consultation", "encounters"}
     assert set(b.filter(pl.col("model") == "openai/doc-b")["task"]) == {"consultation"}
     lead = b.filter(pl.col("release") == "consult-a", pl.col("measure") == "frq_accuracy_consult_100").row(0, named=True)
-    acc = a.consultation["consult_accuracy"].filter(pl.col("model") == "consult-a", pl.col("setting") == "consult_100",
+    acc = a.tasks["consultation"]["consult_accuracy"].filter(pl.col("model") == "consult-a", pl.col("setting") == "consult_100",
                                                     pl.col("format") == "frq", pl.col("grader") == "offline").row(0, named=True)  # fmt: skip
     assert (lead["value"], lead["ci_low"], lead["ci_high"]) == (acc["accuracy"], acc["ci_low"], acc["ci_high"])
     closure = b.filter(pl.col("measure") == "reasonable_closure").row(0, named=True)
-    ends = a.encounters["encounter_endings"]
+    ends = a.tasks["encounters"]["encounter_endings"]
     labelled = ends.filter(pl.col("closure").is_in(["reasonable", "not_reasonable"]))
     assert closure["value"] == pytest.approx(labelled.filter(pl.col("closure") == "reasonable")["n"].sum() / labelled["n"].sum())
 
@@ -336,7 +336,7 @@ def test_the_sections_render_and_appear_only_with_their_releases(together, consu
     assert 'id="board"' not in page and 'id="specialty"' not in page  # no CRAFT-MD release: none of its sections
     for fig in ("consult_rounds.png", "encounter_affect.png", "rubric_reason_objective.png", "rubric_meta.png"):
         assert (out / "figures" / fig).stat().st_size > 10_000 and f"figures/{fig}" in page, fig
-    best = a.consultation["consult_accuracy"]
+    best = a.tasks["consultation"]["consult_accuracy"]
     assert "closes" in page and "of the gap between the bounds" in page
     md = (out / "leaderboard.md").read_text()
     assert "## Boards by task" in md and "## The consultation framework" in md and "## MedPI's patient-led encounters" in md
@@ -353,7 +353,10 @@ def test_the_sections_render_and_appear_only_with_their_releases(together, consu
     p = write_page(enc, tmp_path / "e").read_text()
     assert 'id="encounters"' in p and 'id="consultation"' not in p and 'id="rubric"' not in p and 'id="board"' not in p
     assert not (tmp_path / "e" / "tables" / "consult_accuracy.csv").exists()
-    assert enc.encounters["rubric_by_encounter"].height == 0 and enc.encounters["encounter_endings"]["n"].sum() == 4
+    assert (
+        enc.tasks["encounters"]["rubric_by_encounter"].height == 0
+        and enc.tasks["encounters"]["encounter_endings"]["n"].sum() == 4
+    )
 
     chromium = shutil.which("chromium")
     if chromium is None:
@@ -366,7 +369,7 @@ def test_the_sections_render_and_appear_only_with_their_releases(together, consu
     if keep.parent.is_dir():  # for a person to look at
         shutil.rmtree(keep, ignore_errors=True)
         shutil.copytree(out, keep)
-    assert math.isfinite(float(a.consultation["consult_gap"]["gap_closed"].drop_nulls().mean()))
+    assert math.isfinite(float(a.tasks["consultation"]["consult_gap"]["gap_closed"].drop_nulls().mean()))
 
 
 def test_hostile_release_names_are_escaped_in_the_other_tasks_tables(consult_releases, encounter_release, medpi, tmp_path):  # noqa: F811
@@ -401,7 +404,7 @@ def test_reasonable_closure_is_one_number_of_the_labelled_encounters():
     one figure: the section is led by B, its lead sentence and table state B's share of its labelled encounters."""
     import dataclasses
 
-    from craftmd.analysis import encounters
+    from craftmd.tasks.encounters import analysis as encounters
     from craftmd.analysis.page import environment
     from craftmd.analysis.tables import Analysis, _empty, _with_boards
     from craftmd.metrics import metric
@@ -429,7 +432,7 @@ def test_reasonable_closure_is_one_number_of_the_labelled_encounters():
                              "scorers": ["{}", "{}"], "protocol": [None, None]})  # fmt: skip
     e = _empty()
     fields = [f.name for f in dataclasses.fields(Analysis)][:10]
-    a = _with_boards(Analysis(**{f: (releases if f == "releases" else e[f]) for f in fields}, encounters=tables))
+    a = _with_boards(Analysis(**{f: (releases if f == "releases" else e[f]) for f in fields}, tasks={"encounters": tables}))
     board = a.boards.filter(pl.col("measure") == "reasonable_closure")
     assert board.select("release", "value", "n_cases", "n_failed").rows() == [("rel-a", 0.75, 4, 0), ("rel-b", 1.0, 4, 2)]
 
@@ -441,7 +444,8 @@ def test_reasonable_closure_is_one_number_of_the_labelled_encounters():
     page = environment(True).from_string(
         '{% import "leaderboard_tasks.html.j2" as t with context %}{{ t.boards() }}{{ t.sections() }}'
     )
-    html = page.render(task_boards=boards_section(a), consultation=None, encounters=section)
+    where = "task:encounters/section"
+    html = page.render(task_boards=boards_section(a), task_sections=[{"data": section, "html": f"{where}.html.j2"}])
     assert (
         "B: 2 of the 2 encounters the closure classifier labelled reached a reasonable end (<b>100.0%</b>; 2 of 4 labels" in html
     )

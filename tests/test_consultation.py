@@ -19,6 +19,7 @@ import pytest
 
 from craftmd import CraftMDError
 from craftmd.commands.cli import main as cli_main
+from craftmd.tasks import get_task
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import generate_argv  # noqa: E402
@@ -339,11 +340,11 @@ def test_keyinfo_scores_equal_rouge_score_on_craftmd_and_consultation_turns():
         "**Final Diagnosis:** Scabies",
     ]
     rs = RougeScorer(["rouge1"], use_stemmer=True)
-    for kind, doctor, patient in (("standard", contents[3::2], contents[2::2]), ("consult", contents[1::2], contents[4::2])):
+    for led, doctor, patient in ((False, contents[3::2], contents[2::2]), (True, contents[1::2], contents[4::2])):
         rk = rs.score("\n".join(keys), "\n".join(doctor))["rouge1"]
         rv = rs.score("\n".join(values), "\n".join(patient))["rouge1"]
         got = dict(
-            score_conversation(kind, roles, contents, keys, values)[: len(METRIC_NAMES)]
+            score_conversation(led, roles, contents, keys, values)[: len(METRIC_NAMES)]
         )  # then a consultation's other measures
         assert list(got) == list(METRIC_NAMES)
         assert got == {
@@ -354,9 +355,11 @@ def test_keyinfo_scores_equal_rouge_score_on_craftmd_and_consultation_turns():
             "patient_value_precision": rv.precision,
             "patient_value_f1": rv.fmeasure,
         }
-    assert dict(score_conversation("consult", roles, contents, keys, values)) != dict(
-        score_conversation("standard", roles, contents, keys, values)
+    assert dict(score_conversation(True, roles, contents, keys, values)) != dict(
+        score_conversation(False, roles, contents, keys, values)
     )
+    # which kinds are patient-led is the task's word (its folder), not the scorer's
+    assert get_task("consultation").patient_led == get_task("consultation").conversations and not get_task("craftmd").patient_led
 
 
 def test_estimate_sends_nothing_and_counts_each_role(extracted, tmp_path, capsys):

@@ -61,7 +61,12 @@ def _release(out, rid, cells: dict, display=None):
                             "grader": "paper" if fmt == "mcq4" else "offline", "resolved": "dx", "resolved_kind": "single",
                             "correct": (c, t) in correct, "detail": None})  # fmt: skip
     m = RunRecord(
-        release=rid, kind="generated", model=f"test/{rid}", source={"commit": "test"}, display_name=display or rid.upper()
+        task="craftmd",
+        release=rid,
+        kind="generated",
+        model=f"test/{rid}",
+        source={"commit": "test"},
+        display_name=display or rid.upper(),
     )
     return write_release(out / rid, m, {"answers": pa.table(ans)}, scores=(scores_from_grades(grd), {"paper": {}, "offline": {}}))
 

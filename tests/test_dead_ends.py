@@ -338,7 +338,7 @@ def test_exported_logs_carry_their_setting_and_format_as_task_arguments(tmp_path
                 "error": None} for s in ("vignette", "multiturn") for f in ("mcq4", "frq")]  # fmt: skip
     from craftmd.release import ANSWERS_SCHEMA, CONVERSATIONS_SCHEMA
 
-    rec = RunRecord(release="tiny", kind="generated", model="openai/m", roles={"doctor": {"model": "openai/m"}})
+    rec = RunRecord(task="craftmd", release="tiny", kind="generated", model="openai/m", roles={"doctor": {"model": "openai/m"}})
     rel = write_release(
         tmp_path / "tiny",
         rec,

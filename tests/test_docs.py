@@ -19,7 +19,7 @@ from urllib.parse import unquote, urldefrag
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_imports import ROOMS, _imports, _module  # noqa: E402
+from test_imports import ROOMS, _imports, _module, stated_room_imports  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -163,10 +163,7 @@ def test_task_pages_are_the_tasks_own(site):
 
 def test_layout_page_states_the_rooms_imports_as_they_are():
     """The room-to-room import table of the layout page is the code's: every import of every module, at any depth."""
-    text = (DOCS / "layout.md").read_text()
-    stated = {}
-    for room, deps in re.findall(r"^\| `(\w+)` \| ([^|]+) \|$", text, re.M):
-        stated[room] = set() if deps.strip() == "none" else set(re.findall(r"`(\w+)`", deps))
+    stated = stated_room_imports()
     assert set(stated) == set(ROOMS)
     actual = {}
     for room, folder in ROOMS.items():

@@ -158,7 +158,7 @@ def test_grader_verdicts_from_a_release_give_the_same_agreement(source, raw, tmp
             detail = {"evaluation": tr.get("evaluation_vignette_frq"), "extracted_ans": tr.get("extracted_ans_vignette_frq")}
             grades.append({**key, "grader": "upstream-gpt4", "resolved": None, "resolved_kind": "none",
                            "correct": tr.get("evaluation_vignette_frq") == 1, "detail": json.dumps(detail)})  # fmt: skip
-    rel = write_release(tmp_path / "gpt4_1106", RunRecord(release="gpt4_1106", kind="upstream", model="gpt4_1106", source={}),
+    rel = write_release(tmp_path / "gpt4_1106", RunRecord(task="craftmd", release="gpt4_1106", kind="upstream", model="gpt4_1106", source={}),
                         {"answers": pa.Table.from_pylist(answers)},
                         scores=(scores_from_grades(grades), {"upstream-gpt4": {}}))  # fmt: skip
     csv = tmp_path / "validation_graderai.csv"

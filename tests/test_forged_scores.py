@@ -34,7 +34,7 @@ def _release(path: Path, dataset_dir: Path, *, model: str = "acme/tiny", n: int 
         for f in ("mcq4", "frq")
     ]
     return write_release(
-        path, RunRecord(release=path.name, kind="generated", model=model), {"answers": pa.Table.from_pylist(rows)}
+        path, RunRecord(task="craftmd", release=path.name, kind="generated", model=model), {"answers": pa.Table.from_pylist(rows)}
     )
 
 

@@ -63,6 +63,7 @@ def spec(dataset, out, url, cache, **kw) -> GenerateSpec:
         dataset=dataset,
         out=out,
         doctor="openai/loopback",
+        task="craftmd",
         patient="openai/loopback",
         base_url=url,
         cache=cache,

@@ -38,7 +38,9 @@ def _release(path: Path, dataset_dir: Path, n: int = 3) -> Path:
         for c in ids
     ]
     return write_release(
-        path, RunRecord(release=path.name, kind="generated", model="acme/tiny"), {"answers": pa.Table.from_pylist(rows)}
+        path,
+        RunRecord(task="craftmd", release=path.name, kind="generated", model="acme/tiny"),
+        {"answers": pa.Table.from_pylist(rows)},
     )
 
 

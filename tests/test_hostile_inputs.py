@@ -476,6 +476,7 @@ def test_a_run_spec_out_of_range_is_refused_before_any_call(world, tmp_path):
         dataset=world["data"],
         out=tmp_path / "never",
         doctor=MODEL,
+        task="craftmd",
         patient=MODEL,
         base_url="http://127.0.0.1:9/v1",
         progress=False,

@@ -50,7 +50,7 @@ def _release(path: Path, dataset_dir: Path, *, model: str = "acme/tiny", n: int 
         }
         for c in ids
     ]
-    m = RunRecord(release=path.name, kind="generated", model=model)
+    m = RunRecord(task="craftmd", release=path.name, kind="generated", model=model)
     return write_release(path, m, {"answers": pa.Table.from_pylist(rows)})
 
 
@@ -272,7 +272,7 @@ def _folder_of_releases(tmp_path: Path, dataset_dir: Path) -> tuple[Path, dict]:
 
 def test_overwrite_never_replaces_a_folder_of_releases(dataset_dir, tmp_path, capsys):
     releases, before = _folder_of_releases(tmp_path, dataset_dir)
-    m = RunRecord(release="releases", kind="generated", model="acme/x")
+    m = RunRecord(task="craftmd", release="releases", kind="generated", model="acme/x")
     answers = read_release(releases / "theirs").table("answers")
     with pytest.raises(CraftMDError, match=NOT_ITS_OWN):  # generate, merge and ingest all write through it
         write_release(releases, m, {"answers": answers}, overwrite=True)

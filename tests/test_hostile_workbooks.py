@@ -55,7 +55,9 @@ def hostile_world(tmp_path_factory):
         grades.append({**key, "setting": "multiturn", "format": "frq", "grader": "upstream-gpt4", "resolved": "x",
                        "resolved_kind": "single", "correct": True, "detail": None})  # fmt: skip
     release = "=1+1"
-    manifest = RunRecord(release=release, kind="generated", model='=HYPERLINK("http://evil.example","m")', source={})
+    manifest = RunRecord(
+        task="craftmd", release=release, kind="generated", model='=HYPERLINK("http://evil.example","m")', source={}
+    )
     tables = {"conversations": pa.Table.from_pylist(conv), "answers": pa.Table.from_pylist(ans)}
     write_release(root / "releases" / release, manifest, tables, scores=(scores_from_grades(grades), {"upstream-gpt4": {}}))
     return root

@@ -9,10 +9,16 @@ from the source, and every module sits in one layer, from the bottom:
   one direction only, and nothing above them;
 - above the rooms: the task packages (``craftmd/tasks/<name>/``: a task, its protocol, its prompts; none imports
   another), the inspect bridge and the training environments;
-- the command layer, ``craftmd.commands``: every subcommand, one module each. Nothing else imports it.
+- the command layer, ``craftmd.commands``: every subcommand, one module each, and a task's own subcommands (its
+  folder's ``commands.py``). Nothing else imports it.
 
 Between modules there is no cycle at all (``from package import module`` counts as importing the module; a
 package's ``__init__`` counts as a module of its own). No module is exempt.
+
+The source walk cannot see what a module does when it runs (a module ``__getattr__`` that looks a task up, a
+default task resolved on import), so every module of the shared ground and of the rooms is also imported as in a
+fresh interpreter, and the modules that import loads are checked against the same layers and the layout page's
+table of rooms (``docs/layout.md``).
 """
 
 from __future__ import annotations
@@ -148,7 +154,7 @@ def layer(module: str, root: Path = ROOT) -> str:
     def under(*prefixes: str) -> bool:
         return any(module == p or module.startswith(p + ".") for p in prefixes)
 
-    if under(COMMANDS):
+    if under(COMMANDS) or (task_package(module, root) and module.split(".")[3:4] == ["commands"]):
         return "commands"
     if under(BRIDGE, ENVS) or task_package(module, root):
         return "above"
@@ -242,7 +248,7 @@ def test_no_module_reaches_up_a_layer():
 
 
 def test_no_room_imports_the_command_layer():
-    bad = [f"{m} -> {t} (line {line})" for m, t, line in _edges() if layer(m) == "room" and t.startswith(COMMANDS)]
+    bad = [f"{m} -> {t} (line {line})" for m, t, line in _edges() if layer(m) == "room" and layer(t) == "commands"]
     assert not bad, "a room imports the command layer: " + "; ".join(bad)
 
 
@@ -254,6 +260,7 @@ def test_the_layers_follow_the_folders(tmp_path):
         "craftmd/tasks/base.py": "",
         "craftmd/tasks/toy/__init__.py": "from craftmd.tasks.toy.protocol import Toy\n",
         "craftmd/tasks/toy/protocol.py": "from craftmd.generation.runner import Runner\nfrom craftmd.tasks.base import Task\n",
+        "craftmd/tasks/toy/commands.py": "from craftmd.commands.cli import command\nfrom craftmd.tasks.toy import Toy\n",
         "craftmd/tasks/other/__init__.py": "from craftmd.tasks.toy import protocol\n",
         "craftmd/commands/cli.py": "from craftmd.tasks.toy import Toy\n",
         "craftmd/release.py": "from craftmd.scoring.mcq import grade\n",
@@ -271,11 +278,12 @@ def test_the_layers_follow_the_folders(tmp_path):
             "craftmd.tasks.base",
             "craftmd.tasks.toy",
             "craftmd.tasks.toy.protocol",
+            "craftmd.tasks.toy.commands",
             "craftmd.commands.cli",
             "craftmd.generation.runner",
             "craftmd.release",
         )
-    ] == ["shared", "shared", "above", "above", "commands", "room", "shared"]
+    ] == ["shared", "shared", "above", "above", "commands", "commands", "room", "shared"]
     assert sorted(layering_errors(tmp_path)) == [
         "craftmd.analysis.cli (room) imports craftmd.commands.cli (commands), line 1",
         "craftmd.release (shared) imports craftmd.scoring.mcq (room), line 1",
@@ -293,3 +301,79 @@ def test_analysis_only_reads():
             if imp.startswith(("craftmd.dataset_builder", "craftmd.generation")) or imp.endswith(("grade", "ingest")):
                 bad.append(f"{_module(path)} -> {imp}")
     assert not bad, "analysis imports a writer: " + "; ".join(bad)
+
+
+def stated_room_imports(root: Path = ROOT) -> dict[str, set[str]]:
+    """The layout page's table (``docs/layout.md``): room -> the rooms it imports."""
+    import re
+
+    text = (root / "docs" / "layout.md").read_text()
+    stated = {}
+    for room, deps in re.findall(r"^\| `(\w+)` \| ([^|]+) \|$", text, re.M):
+        stated[room] = set() if deps.strip() == "none" else set(re.findall(r"`(\w+)`", deps))
+    return stated
+
+
+def may_load(module: str, root: Path = ROOT) -> callable:
+    """Whether importing ``module`` (of the shared ground or a room) may load a module: the shared ground only the
+    shared ground; a room that too, itself, and the rooms the layout page says it imports, and theirs in turn."""
+    if layer(module, root) == "shared":
+        return lambda m: layer(m, root) == "shared"
+    stated, rooms, todo = stated_room_imports(root), set(), [_room(module)]
+    while todo:
+        r = todo.pop()
+        if r not in rooms:
+            rooms.add(r)
+            todo += stated.get(r, ())
+    return lambda m: layer(m, root) == "shared" or (layer(m, root) == "room" and _room(m) in rooms)
+
+
+#: Run in a fresh interpreter: import each module named on stdin, one per line, and print, for each, the package's
+#: modules then loaded; between two, every module of the package is dropped again (the next one loads as in a new
+#: interpreter; the libraries beneath stay loaded, so the walk takes seconds rather than a minute a module).
+LOADS = """
+import importlib, json, sys
+for name in sys.stdin.read().split():
+    importlib.import_module(name)
+    ours = sorted(m for m in sys.modules if m == "craftmd" or m.startswith("craftmd."))
+    print(json.dumps([name, ours]), flush=True)
+    for m in ours:
+        del sys.modules[m]
+"""
+
+
+def loaded_by_import(modules: list[str]) -> dict[str, list[str]]:
+    """module -> every module of the package that importing it loads, each module imported as in a new interpreter."""
+    import json
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", LOADS], input="\n".join(modules), capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return dict(json.loads(line) for line in run.stdout.splitlines())
+
+
+def test_the_ground_and_the_rooms_load_nothing_above_them_when_imported():
+    """At run time too, not only in the source: importing a module of the shared ground or of a room loads no task
+    package, no inspect bridge, environment or command, and no room its own does not import (the layout page's
+    table). A module that looks a task up when it is imported (a default task, a module ``__getattr__``) fails here."""
+    mods = _modules()
+    below = sorted(m for m in mods if layer(m) in ("shared", "room"))
+    bad = []
+    for name, loaded in loaded_by_import(below).items():
+        allowed = may_load(name)
+        bad += [f"importing {name} ({layer(name)}) loads {m} ({layer(m)})" for m in loaded if m in mods and not allowed(m)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_run_time_check_sees_a_task_looked_up_on_import():
+    """The check above catches what the source walk cannot: a module whose import looks the diagnosis task up."""
+    loaded = loaded_by_import(["craftmd.tasks"])["craftmd.tasks"]
+    assert "craftmd.tasks.diagnosis" not in loaded and not may_load("craftmd.release")("craftmd.tasks.diagnosis")
+    import subprocess
+    import sys
+
+    probe = "import craftmd.tasks, sys; craftmd.tasks.get_task('craftmd'); print('craftmd.tasks.diagnosis' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip() == "True"
+    assert not may_load("craftmd.analysis.runner")("craftmd.generation.runner")  # analysis does not import generation
+    assert may_load("craftmd.analysis.runner")("craftmd.dataset_builder.schema")  # through scoring, which does

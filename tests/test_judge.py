@@ -22,6 +22,7 @@ from craftmd.scoring import judge as J
 from craftmd.scoring.score import judge_release
 from craftmd.scoring.scorers import judges_stale
 from craftmd.scoring.rubric import OBJECTIVES, applicable, case_objectives, load_catalog
+from craftmd.tasks import get_task
 
 CATS = ["final diagnosis", "communication"]  # 4 + 5 dimensions, both apply to diagnosis encounters
 
@@ -93,17 +94,20 @@ def test_selection_by_id_category_and_meta_category():
 
 
 def test_objectives_craftmd_is_diagnosis_and_other_tasks_read_packets(tmp_path):
-    assert case_objectives("craftmd", ["a", "b"], None) == {"a": "diagnosis", "b": "diagnosis"}
+    assert case_objectives(get_task("craftmd"), ["a", "b"], None) == {"a": "diagnosis", "b": "diagnosis"}
     (tmp_path / "packets").mkdir()
     pq.write_table(
         pa.table({"case_id": ["p1", "p2"], "objective": ["lifestyle_advice", "medication_advice"]}),
         tmp_path / "packets" / "test-00000-of-00001.parquet",
     )
-    assert case_objectives("encounters", ["p2", "p1"], tmp_path) == {"p2": "medication_advice", "p1": "lifestyle_advice"}
+    assert case_objectives(get_task("encounters"), ["p2", "p1"], tmp_path) == {
+        "p2": "medication_advice",
+        "p1": "lifestyle_advice",
+    }
     with pytest.raises(CraftMDError, match="no objective for case"):
-        case_objectives("encounters", ["p3"], tmp_path)
+        case_objectives(get_task("encounters"), ["p3"], tmp_path)
     with pytest.raises(CraftMDError, match="--dataset is needed"):
-        case_objectives("encounters", ["p1"], None)
+        case_objectives(get_task("encounters"), ["p1"], None)
     cat = load_catalog()
     life = applicable(cat.dimensions, "lifestyle_advice")
     assert len(life) == 46 + 10 and not any("diagnosis" in d.objectives for d in life)
@@ -188,7 +192,7 @@ def make_release(root, model="openai/gpt-4-0613", release="tiny"):
     answers = pa.table({"case_id": pa.array([], pa.string()), "trial": pa.array([], pa.int16()), "setting": pa.array([], pa.string()),
                         "format": pa.array([], pa.string()), "with_image": pa.array([], pa.bool_()), "response": pa.array([], pa.string()),
                         "status": pa.array([], pa.string())})  # fmt: skip
-    rec = RunRecord(release=release, kind="generated", model=model, roles={"doctor": {"model": model}})
+    rec = RunRecord(task="craftmd", release=release, kind="generated", model=model, roles={"doctor": {"model": model}})
     return write_release(root / release, rec, {"conversations": pa.Table.from_pylist(convs), "answers": answers})
 
 

@@ -59,7 +59,11 @@ def make_release(root, release="tiny"):
                         "format": pa.array([], pa.string()), "with_image": pa.array([], pa.bool_()), "response": pa.array([], pa.string()),
                         "status": pa.array([], pa.string())})  # fmt: skip
     rec = RunRecord(
-        release=release, kind="generated", model="openai/gpt-4-0613", roles={"doctor": {"model": "openai/gpt-4-0613"}}
+        task="craftmd",
+        release=release,
+        kind="generated",
+        model="openai/gpt-4-0613",
+        roles={"doctor": {"model": "openai/gpt-4-0613"}},
     )
     return write_release(root / release, rec, {"conversations": pa.Table.from_pylist(convs), "answers": answers})
 

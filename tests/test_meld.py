@@ -220,7 +220,7 @@ def test_meld_is_a_case_scorer_of_the_release_own_model(mini_dataset, tmp_path, 
 
     answers = pa.Table.from_pylist([{"case_id": "case_200", "trial": 0, "setting": "vignette", "format": "frq", "with_image": False,
                                      "response": "x", "status": "ok"}])  # fmt: skip
-    manifest = RunRecord(release="lb", kind="generated", model=MODEL, roles={"doctor": {"model": MODEL}})
+    manifest = RunRecord(task="craftmd", release="lb", kind="generated", model=MODEL, roles={"doctor": {"model": MODEL}})
     rel = write_release(tmp_path / "lb", manifest, {"answers": answers})
     from conftest import frozen
 
@@ -265,7 +265,7 @@ def test_the_meld_scorer_is_craftmd_meld_s_run_and_writes_nothing(mini_dataset, 
                                      "response": "x", "status": "ok"}])  # fmt: skip
     rel = write_release(
         tmp_path / "lb",
-        RunRecord(release="lb", kind="generated", model=MODEL, roles={"doctor": {"model": MODEL}}),
+        RunRecord(task="craftmd", release="lb", kind="generated", model=MODEL, roles={"doctor": {"model": MODEL}}),
         {"answers": answers},
     )
     truth = truth_by_first_half(mini_dataset)

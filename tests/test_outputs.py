@@ -64,7 +64,7 @@ def toy_release(path: Path, graders=("offline",)) -> Path:
     cols = ["case_id", "trial", "setting", "format", "with_image", "response", "status"]
     rows = [(f"case_{i}", 0, "vignette", "frq", False, "Psoriasis", "ok") for i in (1, 2, 3)]
     answers = pa.table({c: [r[i] for r in rows] for i, c in enumerate(cols)})
-    manifest = RunRecord(release=path.name, kind="generated", model="openai/toy", source={})
+    manifest = RunRecord(task="craftmd", release=path.name, kind="generated", model="openai/toy", source={})
     return write_release(path, manifest, {"answers": answers}, scores=(grades(*graders), {g: {"v": 1} for g in graders}))
 
 

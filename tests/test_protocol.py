@@ -17,7 +17,9 @@ ROWS = {"case_id": ["case_1"], "trial": [0], "setting": ["vignette"], "format": 
 
 
 def _written(tmp_path, **fields):
-    record = RunRecord(release="toy", kind="generated", model="openai/toy", source={"commit": "x"}, **fields)
+    record = RunRecord(
+        release="toy", kind="generated", model="openai/toy", source={"commit": "x"}, **{"task": "craftmd", **fields}
+    )
     return write_release(tmp_path / "toy", record, {"answers": pa.table(ROWS)})
 
 
@@ -50,7 +52,7 @@ def test_a_record_without_a_protocol_reads_and_says_what_it_can(tmp_path):
         "MCQ rules not recorded vs paper v4, strict v4",
         "3 trials vs 5",
     ]
-    submitted = RunRecord(release="s", kind="submission", model="acme/x")
+    submitted = RunRecord(task="craftmd", release="s", kind="submission", model="acme/x")
     assert protocol_of(submitted) is None  # a submission that states none: unknown
     assert protocol_differences(None, upstream_protocol()) == ["unknown protocol (the release states none)"]
 

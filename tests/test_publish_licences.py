@@ -9,6 +9,7 @@ from huggingface_hub import DatasetCard
 
 from craftmd.dataset_builder.build import card_text
 from craftmd.dataset_builder.schema import CONFIGS
+from craftmd.tasks import get_task
 
 SOURCE = {"location": "craft-md.tar.gz", "commit": "c" * 40, "content_sha256": "d" * 64}
 MEDIQ = {"commit": "e" * 40, "content_sha256": "f" * 64}
@@ -308,9 +309,10 @@ def test_no_token_and_no_hub_are_one_line_and_nothing_is_sent(hub, hf_home, rele
 def test_a_published_cards_licences_are_those_of_the_cases_its_tasks_ran_on():
     from craftmd.dataset_builder.publish import _card
 
-    def text(tasks):
+    def text(tasks):  # the datasets the tasks pose
+        datasets = {get_task(t).dataset for t in tasks}
         return DatasetCard(
-            _card("release", "t", "w", {"answers": "answers.parquet"}, ["manifest.json"], "v1", tasks).decode()
+            _card("release", "t", "w", {"answers": "answers.parquet"}, ["manifest.json"], "v1", datasets).decode()
         ).text
 
     encounters, craftmd_ = text({"encounters"}), text({"craftmd"})

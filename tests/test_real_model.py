@@ -28,7 +28,8 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from craftmd.release import FORMATS, SETTINGS, read_release
+from craftmd.release import read_release
+from craftmd.tasks import get_task
 
 from helpers import analyse_argv, craftmd, generate_argv
 
@@ -111,7 +112,9 @@ def test_a_real_model_end_to_end(real_model, dataset_dir, short_cases, tmp_path)
     assert sent - start - after <= 1, "only the one request in flight at the kill may be sent twice"
     release = read_release(rel)
     answers = release.table("answers").to_pylist()
-    assert {(a["case_id"], a["setting"], a["format"]) for a in answers} == set(itertools.product(short_cases, SETTINGS, FORMATS))
+    assert {(a["case_id"], a["setting"], a["format"]) for a in answers} == set(
+        itertools.product(short_cases, get_task("craftmd").settings, get_task("craftmd").formats)
+    )
     conversations = release.table("conversations").to_pylist()
     assert {(c["case_id"], c["conversation"]) for c in conversations} == set(
         itertools.product(short_cases, ("standard", "no_exam"))

@@ -24,7 +24,7 @@ ROWS = [
 
 
 def _manifest():
-    return RunRecord(release="toy", kind="generated", model="openai/toy", source={"commit": "x"})
+    return RunRecord(task="craftmd", release="toy", kind="generated", model="openai/toy", source={"commit": "x"})
 
 
 def test_write_sorts_cases_by_number_and_is_byte_identical(tmp_path):

@@ -64,7 +64,7 @@ def world(tmp_path_factory):
                     grades.append({**key, "setting": "multiturn", "format": "frq", "grader": "upstream-gpt4",
                                    "resolved": f"disease {n}", "resolved_kind": "single", "correct": verdict(n, t, model), "detail": None})  # fmt: skip
         tables = {"conversations": pa.Table.from_pylist(conv), "answers": pa.Table.from_pylist(ans)}
-        manifest = RunRecord(release=model, kind="generated", model=f"openai/{model}", source={})
+        manifest = RunRecord(task="craftmd", release=model, kind="generated", model=f"openai/{model}", source={})
         write_release(rels / model, manifest, tables, scores=(scores_from_grades(grades), {"upstream-gpt4": {}}))
     return {"dataset": root / "data", "releases": rels}
 

@@ -39,6 +39,7 @@ def loopback_spec(dataset, tmp_path, server, **kw) -> GenerateSpec:
     """A run of ``dataset`` into tmp_path/rel, the loopback model of ``server`` the doctor and the patient, cached in
     tmp_path/c.sqlite, with no progress bar; ``kw``: the rest of the spec."""
     where = {"out": tmp_path / "rel", "base_url": server.base_url, "cache": tmp_path / "c.sqlite"}
+    kw = {"task": "craftmd", **kw}
     return GenerateSpec(dataset=dataset, doctor="openai/loopback", patient="openai/loopback", **where, progress=False, **kw)
 
 
@@ -93,6 +94,7 @@ def test_budget_needs_a_price(tiny_dataset, tmp_path):
                 dataset=tiny_dataset,
                 out=tmp_path / "r",
                 doctor="openai/x",
+                task="craftmd",
                 patient="openai/x",
                 base_url="http://127.0.0.1:9/v1",
                 budget=5.0,

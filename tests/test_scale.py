@@ -37,7 +37,7 @@ REPLAY = {"n": 5, "seed": 11, "max_messages": 12}
 
 
 def spec(dataset, out, cache, service: str = "pool", **kw) -> GenerateSpec:
-    kw = {"trials": 2, "experiments": EXPERIMENTS, "progress": False, "timeout": 5.0, "backoff": 0.01, **kw}
+    kw = {"task": "craftmd", "trials": 2, "experiments": EXPERIMENTS, "progress": False, "timeout": 5.0, "backoff": 0.01, **kw}
     return GenerateSpec(
         dataset=dataset, out=out, doctor=f"openai-api/{service}/doc", patient=f"openai-api/{service}/pat", cache=cache, **kw
     )

@@ -32,7 +32,7 @@ ANSWERS = [("case_1", 0, "vignette", "frq", False, "Psoriasis", "ok"), ("case_2"
 
 
 def _manifest():
-    return RunRecord(release="toy", kind="generated", model="openai/toy", source={})
+    return RunRecord(task="craftmd", release="toy", kind="generated", model="openai/toy", source={})
 
 
 def _grade(case_id, grader, correct, trial=0, **kw):
@@ -221,7 +221,7 @@ def llm_release(dataset_dir, tmp_path):
                 text = "Final Diagnosis: Something else entirely"
             rows.append((cid, t, "vignette", "frq", False, text, "ok"))
     releases = tmp_path / "releases"
-    manifest = RunRecord(release="loopback", kind="generated", model="openai/loopback", source={})
+    manifest = RunRecord(task="craftmd", release="loopback", kind="generated", model="openai/loopback", source={})
     out = write_release(releases / "loopback", manifest, {"answers": _answers(rows)})
     return out, ds["case_id"].to_list()
 

@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from craftmd.commands.cli import main
-from craftmd.release import FORMATS, SETTINGS, find_releases, read_release
+from craftmd.release import find_releases, read_release
+from craftmd.tasks import get_task
 from craftmd.scoring.submission import (
     MAX_PROBLEMS,
     MAX_RESPONSE_CHARS,
@@ -133,7 +134,8 @@ def test_schema_is_shipped_and_matches_the_release_contract(capsys):
     printed = json.loads(capsys.readouterr().out)
     assert printed == schema()
     props = printed["properties"]
-    assert tuple(props["setting"]["enum"]) == SETTINGS and tuple(props["format"]["enum"]) == FORMATS
+    task = get_task("craftmd")
+    assert tuple(props["setting"]["enum"]) == task.settings and tuple(props["format"]["enum"]) == task.formats
     assert set(printed["required"]) == {"case_id", "trial", "setting", "format", "response"}
 
 

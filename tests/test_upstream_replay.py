@@ -108,6 +108,7 @@ def spec(dataset, out, url, **kw) -> GenerateSpec:
         dataset=dataset,
         out=out,
         doctor="openai/loopback",
+        task="craftmd",
         patient="openai/loopback",
         base_url=url,
         cache=out.parent / f"{out.name}.sqlite",

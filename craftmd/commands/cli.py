@@ -18,20 +18,19 @@ from craftmd.tasks import load_task_files
 
 #: The modules of the subcommands, in the order of ``craftmd --help``: each one's ``register(subparsers)`` adds
 #: its subcommand. A new subcommand is a module of craftmd.commands and one line here. They are imported by name
-#: when the parser is built (each imports this module for the argument helpers below).
+#: when the parser is built (each imports this module for the argument helpers below). A built-in task's own
+#: subcommands are its folder's ``commands.py`` (:func:`task_commands`), after these.
 COMMANDS = (
     "craftmd.commands.build",
     "craftmd.commands.publish",
     "craftmd.commands.pin",
     "craftmd.commands.generate",
-    "craftmd.commands.encounters",
     "craftmd.commands.merge",
     "craftmd.commands.score",
     "craftmd.commands.grader_agreement",
     "craftmd.commands.validate",
     "craftmd.commands.meld",
     "craftmd.commands.review",
-    "craftmd.commands.keyinfo",
     "craftmd.commands.finetune",
     "craftmd.commands.judge",
     "craftmd.commands.judge_review",
@@ -279,6 +278,23 @@ def command(sub, name: str, handler) -> argparse.ArgumentParser:
     return parser
 
 
+def task_commands() -> list[str]:
+    """The modules of the built-in tasks' own subcommands: the ``commands.py`` of a task's folder, where it has one (its
+    ``register(subparsers)`` as above), in the registry's order. Only those tasks are imported."""
+    import importlib.util
+    from pathlib import Path
+
+    from craftmd.tasks import BUILTIN
+
+    out = []
+    for package in BUILTIN.values():
+        spec = importlib.util.find_spec(package)  # the task's folder, found without importing the task
+        folders = (spec.submodule_search_locations if spec is not None else None) or ()
+        if any((Path(p) / "commands.py").is_file() for p in folders):
+            out.append(f"{package}.commands")
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="craftmd",
@@ -291,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"craftmd {__version__}")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
+    for name in (*COMMANDS, *task_commands()):
         importlib.import_module(name).register(sub)
     return parser
 

@@ -28,7 +28,7 @@ from craftmd.commands.cli import (
 )
 from craftmd.generation.shards import add_shard_argument
 from craftmd.release import MAX_TRIALS
-from craftmd.tasks import Task, get_task
+from craftmd.tasks import BUILTIN, DEFAULT, Task, get_task
 
 #: The old per-task flags, kept as hidden aliases: flag -> (``roles`` or ``options``, the key, the value a switch gives).
 ALIASES = {
@@ -89,11 +89,11 @@ class _Alias(argparse.Action):
 class _GenerateParser(argparse.ArgumentParser):
     """The ``generate`` parser: it reads ``--task`` first, so that its ``--help`` lists that task's roles and options."""
 
-    task_name = "craftmd"
+    task_name = DEFAULT
 
     def parse_known_args(self, args=None, namespace=None):
         first = argparse.ArgumentParser(add_help=False)
-        first.add_argument("--task", default="craftmd")
+        first.add_argument("--task", default=DEFAULT)
         self.task_name = first.parse_known_args(args)[0].task
         return super().parse_known_args(args, namespace)
 
@@ -142,14 +142,11 @@ def _task_arguments(p: argparse.ArgumentParser) -> None:
     """``--task``, its roles (``--doctor``, ``--patient``, ``--role``) and its options (``-T``)."""
     p.add_argument(
         "--task",
-        default="craftmd",
+        default=DEFAULT,
         metavar="TASK",
-        help="the task whose protocol runs: craftmd (default: CRAFT-MD's interview and questions), consultation (the "
-        "consultation-evaluation framework: needs the dataset's keyinfo config and a solver), "
-        "encounters (MedPI's "
-        "patient-led encounters: --dataset is a built medpi folder, craftmd encounters build), or a task file of "
+        help=f"the task whose protocol runs: a built-in task ({', '.join(BUILTIN)}; default {DEFAULT}), or a task file of "
         "your own (path/to/my_task.py: its TASK, protocol and prompts; $CRAFTMD_TASKS lists such files for every "
-        "command). --task NAME --help lists its roles and options",
+        "command). --task NAME --help lists its roles, options and what it needs (its dataset, its models)",
     )
     p.add_argument("--doctor", metavar="MODEL", help="the model under test (the role doctor), e.g. openai-api/local/my-model")
     p.add_argument(

@@ -31,8 +31,10 @@ def _print_listing() -> None:
     from craftmd.scoring.scorers import listing
 
     for r in listing():
-        applies = ("tasks " + ",".join(r["tasks"]) if r["tasks"] != "any" else "any task") + (
-            f"; formats {','.join(r['formats'])}" if r["formats"] else ""
+        applies = (
+            ("tasks " + ",".join(r["tasks"]) if r["tasks"] != "any" else "any task")
+            + (f" posing {','.join(r['datasets'])}" if r["datasets"] != "any" else "")
+            + (f"; formats {','.join(r['formats'])}" if r["formats"] else "")
         )
         model = "; calls a model" if r["calls_model"] else ""
         m = r["metrics"]

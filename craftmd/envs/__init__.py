@@ -9,8 +9,8 @@ imported by ``import craftmd``, and nothing of an RL library is imported before 
 from __future__ import annotations
 
 
-def load_environment(task: str = "craftmd", split: str = "test", **options):
-    """An OpenEnv environment of ``task`` (``craftmd``, ``consultation``, ``encounters``) on ``split`` (``test``: the
+def load_environment(task: str, split: str = "test", **options):
+    """An OpenEnv environment of ``task`` (a task posed as one, :attr:`craftmd.tasks.Task.environment`) on ``split`` (``test``: the
     benchmark; ``train``: the task's training cases, :mod:`craftmd.envs.splits`). ``options``: ``dataset`` (the built
     dataset folder, or packets folder for encounters; required), ``patient`` (required), ``solver`` (consultation),
     ``judge`` (encounters), ``grader``, ``reward_weights``, ... (:class:`craftmd.envs.core.Options`)."""

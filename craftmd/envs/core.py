@@ -16,16 +16,8 @@ from pathlib import Path
 
 from craftmd import CraftMDError
 
-#: task -> the experiment an episode runs (None: the task has one).
-TASKS = {"craftmd": "multiturn:frq", "consultation": "consult_100:frq", "encounters": None}
-#: task -> the reward's weights, by ``scorer/metric`` (``{grader}``: the grader named by ``grader=``; ``judge``: the
-#: judge named by ``judge=``, its ``rubric_score`` over every dimension that applies, or one dimension, category or
-#: meta-category of the rubric in the metric's place).
-DEFAULT_WEIGHTS = {
-    "craftmd": {"{grader}/correct": 1.0},
-    "consultation": {"{grader}/correct": 1.0},
-    "encounters": {"judge/rubric_score": 1.0},
-}
+#: The options of an environment that are its task's options, where the task has them (:attr:`craftmd.tasks.Task.options`).
+TASK_OPTIONS = ("max_turns", "max_messages", "memory_tags")
 #: The name the doctor under training has in a release's run record, unless ``doctor=`` names it.
 POLICY = "openai-api/policy/policy"
 
@@ -105,11 +97,10 @@ class Options:
     judge_options: dict | None = None  # encounters: the judge's other settings, by JudgeSpec field (discussion_tokens, ...)
 
 
-def _runner_class(task: str):
+def _runner_class(task):
     from craftmd.generation.runner import runner_for
-    from craftmd.tasks import get_task
 
-    base = runner_for(get_task(task))
+    base = runner_for(task)
 
     class EpisodeRunner(base):
         """The task's runner with the doctor outside it: its requests go to the episode, not to a model. Work a task
@@ -204,10 +195,10 @@ class Episodes:
     :class:`~craftmd.models.connect.Connections`). When the job ends, its rows are scored by the task's own
     scorers (:mod:`craftmd.scoring.scorers`, the code ``craftmd score`` runs, on a release written by
     :func:`craftmd.release.write_release`), and the reward is the weighted sum of the scores
-    (:data:`DEFAULT_WEIGHTS`; ``reward_weights=`` replaces them). :meth:`Episodes.write_release` writes every
+    (the task's, :attr:`craftmd.tasks.Environment.reward`; ``reward_weights=`` replaces them). :meth:`Episodes.write_release` writes every
     finished episode as one release; ``craftmd score`` of it gives the rewards the episodes gave, to the bit.
 
-    Encounters (``task="encounters"``): the doctor opens and meets the task's own AI patient (its memories, their emotion
+    A judged task (:attr:`craftmd.tasks.Environment.judged`: the encounters): the doctor opens and meets the task's own AI patient (its memories, their emotion
     tags, its affect after every doctor turn); the episode ends by the task's rules (either side closes with ``[END]``, or
     ``max_messages``); the closure classifier labels it; then the rubric judge (``judge=``, a role bound like the others)
     scores the conversation on the dimensions that apply to the packet's objective, as ``craftmd score --scorer judge:MODEL``
@@ -221,9 +212,10 @@ class Episodes:
     """
 
     def __init__(self, task: str, split: str, options: Options, ledger: Ledger | None = None):
-        if task not in TASKS:
-            raise CraftMDError(f"unknown task {task!r} for an environment; known: {', '.join(TASKS)}")
-        from .splits import SPLITS, open_split
+        from .splits import SPLITS, environment_task, open_split
+
+        self.definition = environment_task(task)  # the task, posed as an environment
+        env = self.definition.environment
 
         if split not in SPLITS:
             raise CraftMDError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
@@ -233,27 +225,24 @@ class Episodes:
             from craftmd.models import check_url
 
             check_url(o.base_url if isinstance(o.base_url, str) else repr(o.base_url), "base_url", "OPENAI_API_KEY")
-        if not o.patient:
-            raise CraftMDError(f"the {task} environment needs its patient bound: patient='openai-api/<service>/<model>'")
-        if task == "consultation" and not o.solver:
-            raise CraftMDError("the consultation environment needs its solver bound: solver='openai-api/<service>/<model>'")
-        if task == "encounters" and not o.judge:
-            raise CraftMDError("the encounters environment needs its judge bound: judge='openai-api/<service>/<model>'")
-        weights = (
-            o.reward_weights
-            if o.reward_weights is not None
-            else {k.format(grader=o.grader): v for k, v in DEFAULT_WEIGHTS[task].items()}
-        )
+        for role in self.definition.roles:  # its required roles bound (the doctor is the policy under training)
+            if role.name != "doctor" and role.required and not role.default and not getattr(o, role.name, None):
+                raise CraftMDError(
+                    f"the {task} environment needs its {role.name} bound: {role.name}='openai-api/<service>/<model>'"
+                )
+        if env.judged and not o.judge:
+            raise CraftMDError(f"the {task} environment needs its judge bound: judge='openai-api/<service>/<model>'")
+        weights = o.reward_weights if o.reward_weights is not None else {k.format(grader=o.grader): v for k, v in env.reward}
         self.weights = check_weights(weights)
-        if task == "encounters":
+        if env.judged:
             self._check_judge(o)
         else:
             self._check_answer_weights(o)
-        self.split_data = open_split(task, split, o.dataset)  # not built, or a training case that is a benchmark case: one line
+        self.split_data = open_split(self.definition, split, o.dataset)  # not built, or a training case that is a benchmark case
         self.dataset = self.split_data.dataset
         self.spec = self._spec(o)
-        self.runner = _runner_class(task)(self.spec)
-        if task == "encounters":
+        self.runner = _runner_class(self.definition)(self.spec)
+        if env.judged:
             from craftmd.models.connect import check_names
 
             check_names([o.judge], self.runner.call_settings())  # its server's variable unset: one line, now
@@ -292,16 +281,11 @@ class Episodes:
     def _spec(self, o: Options):
         """The generation spec of the task's own runner, the doctor and the other roles bound as ``o`` says."""
         from craftmd.generation.runner import GenerateSpec
-        from craftmd.tasks import get_task
 
-        declared = {r.name for r in get_task(self.task).roles}  # an option of another task's role is not this task's role
+        declared = {r.name for r in self.definition.roles}  # an option of another task's role is not this task's role
         given = (("summarizer", o.summarizer), ("solver", o.solver), ("closer", o.closer))
         roles = {k: v for k, v in given if v and k in declared}
-        options = (
-            {"max_messages": o.max_messages, "memory_tags": o.memory_tags}
-            if self.task == "encounters"
-            else {"max_turns": o.max_turns}
-        )
+        options = {k: getattr(o, k) for k in TASK_OPTIONS if k in self.definition.options.model_fields}
         return GenerateSpec(
             dataset=self.dataset,
             out=Path(tempfile.gettempdir()) / "craftmd-env",
@@ -312,7 +296,7 @@ class Episodes:
             options=options,
             config=self.split_data.config or "all",
             cases=o.cases,
-            experiments=[TASKS[self.task]] if TASKS[self.task] else None,
+            experiments=[self.definition.environment.experiment] if self.definition.environment.experiment else None,
             max_tokens=o.max_tokens,
             temperature=o.temperature,
             seed=o.seed,
@@ -323,19 +307,19 @@ class Episodes:
         )
 
     def _check_answer_weights(self, o: Options) -> None:
-        """CRAFT-MD and the consultation: each weight names a scorer of the episode's answers (or the consultation's
-        key recall) and a metric it writes."""
+        """A task rewarded by its answers' scorers (CRAFT-MD, the consultation): each weight names a scorer of the episode's
+        answers (or the consultation's key recall) and a metric it writes."""
         from craftmd.scoring.scorers import get_scorer
 
         grader = get_scorer(o.grader)  # an unknown grader: one line
         if grader.unit != "answer":
             raise CraftMDError(f"grader {o.grader!r} does not grade answers")
         self.scorers = list(dict.fromkeys(k.rsplit("/", 1)[0] for k in self.weights))
-        fmt = TASKS[self.task].split(":")[1]
+        fmt = self.definition.environment.experiment.split(":")[1]
         for key in self.weights:
             name, metric = key.rsplit("/", 1)
             s = get_scorer(name)  # an unknown scorer: one line
-            if (s.tasks is not None and self.task not in s.tasks) or (s.unit == "answer" and s.formats and fmt not in s.formats):
+            if s.fits(self.definition) is not None or (s.unit == "answer" and s.formats and fmt not in s.formats):
                 raise CraftMDError(
                     f"reward weight {key!r}: scorer {name} does not score this environment's episodes "
                     f"({self.task}, {fmt} answers)"
@@ -418,7 +402,7 @@ class Episodes:
         with tempfile.TemporaryDirectory(prefix="craftmd-episode-") as tmp:
             scored = self.score(self.write(Path(tmp) / "episode", rows))
         info: dict = {"job": job_id}
-        if self.task == "encounters":
+        if self.definition.environment.judged:
             reward, missing = self._rubric_reward(scored, info)
             conv = rows["conversations"][0]
             info["ended"] = conv["ended"]
@@ -476,7 +460,7 @@ class Episodes:
         rel = read_release(release_dir)
         o = self.options
         options = {}
-        if self.task == "encounters":
+        if self.definition.environment.judged:
             options = {**self.judge_options, "mode": o.judge_mode, "dimensions": self.dimensions}
         ctx = Context(
             self.dataset, base_url=self.spec.base_url, cache=o.cache, progress=False, allow_self=o.allow_self, options=options
@@ -600,8 +584,7 @@ __all__ = [
     "episodes",
     "public_message",
     "check_weights",
-    "TASKS",
-    "DEFAULT_WEIGHTS",
+    "TASK_OPTIONS",
     "POLICY",
     "JUDGE_OPTIONS",
 ]

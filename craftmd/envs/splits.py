@@ -13,8 +13,6 @@ from pathlib import Path
 from craftmd import CraftMDError
 
 SPLITS = ("test", "train")
-#: task -> the configs a run of it poses from (the dataset's ``config`` option of the runner; None: the task has one).
-CONFIGS = {"craftmd": "all", "consultation": "all", "encounters": None}
 
 
 @dataclass
@@ -24,17 +22,8 @@ class Split:
     Each task's runner reads its cases from a built dataset folder, in the benchmark's own configs (split ``test``). A
     training split is posed by the same runner and scored by the same scorers, from a **view**: a folder of the
     environment's own (temporary, kept while the environment lives) in which the training cases stand where the
-    benchmark's would, in the benchmark's columns:
-
-    * ``craftmd`` on ``train``: the ``craftmd_train`` config (MedQA items posed as CRAFT-MD vignettes, split ``train``) as
-      the ``all`` config;
-    * ``consultation`` on ``train``: the cases of ``consult_train`` (the golden consultations, split ``train``), one per
-      case: its question, options and answer posed as a text case by the transforms ``craftmd_train`` uses
-      (:func:`craftmd.dataset_builder.craftmd_train.sample`, ids ``train_mediq_<id>`` / ``train_medqa_<line>``) as the
-      ``all`` config, and its key-value items and initial request (the scripted dialogue's, else the first writer's) as the
-      ``keyinfo`` config;
-    * ``encounters`` on ``train``: the training packets (``craftmd encounters build --split train``, checked against the
-      benchmark's packets by the build, its report says so) as the ``packets`` config.
+    benchmark's would, in the benchmark's columns. Each task makes its own view (:attr:`craftmd.tasks.Environment.train`,
+    in its folder's ``environment.py``), with the helpers below.
     """
 
     dataset: Path
@@ -47,52 +36,71 @@ def train_file(dataset: Path, config: str) -> Path:
     return Path(dataset) / config / "train-00000-of-00001.parquet"
 
 
-def open_split(task: str, split: str, dataset: Path | str) -> Split:
-    """The folder ``task``'s runner and scorers read for ``split`` (one line when it is not built or not disjoint).
+def environment_task(name: str):
+    """The task called ``name``, when it is posed as an environment (:attr:`craftmd.tasks.Task.environment`); else one line."""
+    from craftmd.tasks import builtin_tasks, get_task, in_order
 
-    The CRAFT-MD and consultation training cases are checked against the benchmark of the same dataset folder when the
-    environment is made: no training id is a benchmark id, and no training vignette is a benchmark case by the golden
-    build's decontamination rule (:func:`craftmd.dataset_builder.golden.check_disjoint`); a case that is one is refused
-    with one line naming it.
+    task = get_task(name) if isinstance(name, str) and name in builtin_tasks() else None
+    if task is None or task.environment is None:
+        known = [t.name for t in in_order(builtin_tasks()) if t.environment is not None]
+        raise CraftMDError(f"unknown task {name!r} for an environment; known: {', '.join(known)}")
+    return task
+
+
+def open_split(task, split: str, dataset: Path | str) -> Split:
+    """The folder ``task``'s (a :class:`craftmd.tasks.Task` posed as an environment, or its name) runner and scorers read
+    for ``split`` (one line when it is not built or not disjoint):
+    ``test`` the benchmark's config (:attr:`craftmd.tasks.Environment.config`), ``train`` the task's own view
+    (:attr:`craftmd.tasks.Environment.train`).
+
+    The training cases of a task that poses the benchmark's dataset are checked against the benchmark of the same
+    dataset folder when the environment is made: no training id is a benchmark id, and no training vignette is a
+    benchmark case by the golden build's decontamination rule (:func:`craftmd.dataset_builder.golden.check_disjoint`); a
+    case that is one is refused with one line naming it.
     """
     from craftmd.dataset import config_file
 
     if split not in SPLITS:
         raise CraftMDError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    if isinstance(task, str):
+        task = environment_task(task)
+    env = task.environment
     dataset = Path(dataset)
     if not dataset.is_dir():
         raise CraftMDError(f"dataset {dataset} does not exist: run {build_command(task, split, dataset)}")
     if split == "test":
-        config = CONFIGS[task] or "packets"
+        config = env.config or "packets"
         if not config_file(dataset, config).exists():
             raise CraftMDError(
-                f"split 'test' of {task} (config {config}) is not built in {dataset}: run {build_command(task, split, dataset)}"
+                f"split 'test' of {task.name} (config {config}) is not built in {dataset}: run {build_command(task, split, dataset)}"
             )
-        return Split(dataset, CONFIGS[task])
-    return {"craftmd": craftmd_view, "consultation": consultation_view, "encounters": encounters_view}[task](dataset)
+        return Split(dataset, env.config)
+    return env.train(task, dataset)
 
 
-def build_command(task: str, split: str, dataset: Path) -> str:
-    if task == "encounters":
-        train = " --split train --against BENCHMARK_PACKETS" if split == "train" else ""
-        return f"craftmd encounters build --out {dataset}{train}"
-    return f"craftmd build --out {dataset}"
+def build_command(task, split: str, dataset: Path) -> str:
+    """The command that builds ``task``'s data for ``split`` (:attr:`craftmd.tasks.Environment.build`)."""
+    train = " --split train --against BENCHMARK_PACKETS" if split == "train" else ""
+    return task.environment.build.format(dataset=dataset, train=train)
 
 
-def _source(task: str, dataset: Path, config: str) -> Path:
+def train_source(task, dataset: Path, config: str) -> Path:
+    """The training split's file of ``config`` in ``dataset`` (one line, with the command that builds it, when it is not built)."""
     path = train_file(dataset, config)
     if not path.exists():
         raise CraftMDError(
-            f"split 'train' of {task} (config {config}) is not built in {dataset}: run {build_command(task, 'train', dataset)}"
+            f"split 'train' of {task.name} (config {config}) is not built in {dataset}: run {build_command(task, 'train', dataset)}"
         )
     return path
 
 
-def _view(prefix: str) -> tempfile.TemporaryDirectory:
+def new_view(prefix: str) -> tempfile.TemporaryDirectory:
+    """A view's folder: temporary, kept while the environment lives."""
     return tempfile.TemporaryDirectory(prefix=f"craftmd-env-{prefix}-")
 
 
-def _link(view: Path, config: str, source: Path) -> None:
+def link(view: Path, config: str, source: Path) -> None:
+    """``source`` standing as ``config`` of the view (a link, not a copy)."""
     from craftmd.dataset import config_file
 
     target = config_file(view, config)
@@ -100,84 +108,4 @@ def _link(view: Path, config: str, source: Path) -> None:
     target.symlink_to(source.resolve())
 
 
-def craftmd_view(dataset: Path) -> Split:
-    import pyarrow.parquet as pq
-
-    from craftmd.dataset_builder import craftmd_train as CT
-    from craftmd.dataset_builder import golden as G
-
-    source = _source("craftmd", dataset, CT.CONFIG)
-    rows = pq.read_table(source, columns=["case_id", "vignette"]).to_pylist()
-    G.check_disjoint(f"{source}", {r["case_id"]: r["vignette"] or "" for r in rows}, G.benchmark_texts(dataset))
-    view = _view("craftmd-train")
-    _link(Path(view.name), "all", source)
-    return Split(Path(view.name), "all", view, len(rows))
-
-
-def consultation_cases(rows: list[dict]) -> tuple[list[dict], list[dict]]:
-    """``consult_train`` rows -> (one text case per training case, its keyinfo row), in the rows' order. A case's key-value
-    items and initial request are its scripted dialogue's (else its first writer's)."""
-    from craftmd.dataset_builder import craftmd_train as CT
-    from craftmd.dataset_builder import golden as G
-    from craftmd.dataset_builder.schema import text_row
-
-    chosen: dict[str, dict] = {}
-    for r in rows:
-        if r["case"] not in chosen or (r["writer"] == G.WRITER_SCRIPT and chosen[r["case"]]["writer"] != G.WRITER_SCRIPT):
-            chosen[r["case"]] = r
-    cases, keyinfo = [], []
-    for case, r in chosen.items():
-        try:
-            row = text_row(CT.sample(G.candidate(r)))
-        except (KeyError, ValueError, TypeError) as exc:
-            why = f"{type(exc).__name__}: {exc}"
-            raise CraftMDError(f"consult_train: case {case} cannot be posed as a consultation case ({why})") from None
-        if not r["items"] or not r["initial_request"]:
-            raise CraftMDError(f"consult_train: case {case} has no key-value items or no initial request")
-        cases.append(row)
-        keyinfo.append(
-            {
-                "case_id": row["case_id"],
-                "items": [{"key": i["key"], "value": i["value"]} for i in r["items"]],
-                "initial_request": r["initial_request"],
-                "status": "ok",
-                "error": None,
-                "model": f"consult_train:{r['writer']}",
-                "prompt_sha256": None,
-            }
-        )
-    return cases, keyinfo
-
-
-def consultation_view(dataset: Path) -> Split:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from craftmd.dataset import config_file
-    from craftmd.dataset_builder import golden as G
-    from craftmd.dataset_builder.schema import TEXT_FEATURES
-    from craftmd.keyinfo import CONFIG as KEYINFO, SCHEMA as KEYINFO_SCHEMA
-
-    source = _source("consultation", dataset, G.CONFIG)
-    cases, keyinfo = consultation_cases(pq.read_table(source).to_pylist())
-    G.check_disjoint(f"{source}", {r["case_id"]: r["vignette"] for r in cases}, G.benchmark_texts(dataset))
-    view = _view("consultation-train")
-    root = Path(view.name)
-    for config, rows, schema in (("all", cases, TEXT_FEATURES.arrow_schema), (KEYINFO, keyinfo, KEYINFO_SCHEMA)):
-        path = config_file(root, config)
-        path.parent.mkdir(parents=True)
-        pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
-    return Split(root, "all", view, len(cases))
-
-
-def encounters_view(dataset: Path) -> Split:
-    from craftmd.dataset_builder.packets import load_packets
-
-    source = _source("encounters", dataset, "packets")
-    packets = load_packets(dataset, split="train")  # a malformed file: one line
-    view = _view("encounters-train")
-    _link(Path(view.name), "packets", source)
-    return Split(Path(view.name), None, view, len(packets))
-
-
-__all__ = ["Split", "open_split", "consultation_cases", "SPLITS"]
+__all__ = ["Split", "open_split", "environment_task", "train_source", "new_view", "link", "train_file", "build_command", "SPLITS"]

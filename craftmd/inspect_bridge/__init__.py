@@ -10,8 +10,16 @@ inspect_ai is imported only when one of these is used: a task file imports this 
 
 #: Where a sample's store keeps the release rows it produced, and a score's metadata its score rows.
 STORE_KEY = "craftmd"
-#: The package's tasks as inspect names them (``inspect eval craftmd/craftmd``).
-TASKS = ("craftmd/craftmd", "craftmd/consultation", "craftmd/encounters")
+
+
+def _tasks() -> tuple[str, ...]:
+    from craftmd.tasks import BUILTIN
+
+    return tuple(f"craftmd/{name}" for name in BUILTIN)
+
+
+#: The package's tasks as inspect names them (``inspect eval craftmd/craftmd``): every built-in task.
+TASKS = _tasks()
 
 
 def require_inspect():

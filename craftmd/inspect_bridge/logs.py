@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from craftmd import CraftMDError, __version__
 from craftmd.atomic import MAX_READ_BYTES, inside, open_regular
+from craftmd.samples import CRAFTMD
 from craftmd.release import (
     ANSWERS_SCHEMA,
     CLAIM_PREFIX,
@@ -267,13 +268,34 @@ def _roles(spec, desc: dict) -> dict:
         if agent in roles_cfg:
             roles[agent] = _role(roles_cfg[agent])
     roles.setdefault("patient", dict(doctor))
-    if desc.get("task") == "craftmd":
-        roles.setdefault("summarizer", dict(roles["patient"]))
-    if desc.get("task") == "encounters":
-        roles.setdefault("closer", dict(roles["patient"]))
-        if desc.get("memory_tags"):
-            roles["tagger"] = dict(roles["patient"])
+    task = _registered(desc.get("task"))
+    if task is not None:  # a role the run did not bind has its default's model, as the runner binds it, where it ran
+        active = _active_roles(task, desc)
+        for r in task.roles:
+            if r.default and r.name in active and r.default in roles:
+                roles.setdefault(r.name, dict(roles[r.default]))
     return roles
+
+
+def _registered(name):
+    """The registered task called ``name`` (None for another name: the log's own word is never code that runs)."""
+    from craftmd.tasks import BUILTIN, TASKS, get_task
+
+    return get_task(name) if isinstance(name, str) and (name in TASKS or name in BUILTIN) else None
+
+
+def _active_roles(task, desc: dict) -> tuple[str, ...]:
+    """The roles ``task``'s protocol calls with the options the log records (its ``active_roles``: the encounters' tagger
+    only with memory tags)."""
+    from types import SimpleNamespace
+
+    try:
+        options = task.parse_options({k: desc[k] for k in task.options.model_fields if k in desc})
+    except CraftMDError:
+        options = task.parse_options()
+    if task.protocol is None:
+        return tuple(r.name for r in task.roles)
+    return task.protocol.active_roles(SimpleNamespace(task=task, options=options))
 
 
 def _protocol(desc: dict, roles: dict, trials: int) -> dict | None:
@@ -413,7 +435,7 @@ def _claimed_record(raw, path: Path) -> RunRecord:
 def _check_cases(task, dataset: Path | str, conversations: list[dict], answers: list[dict], path: Path) -> None:
     """Refuse (one line, naming them) case ids the dataset does not hold: nothing is dropped without a word."""
     rows = [*answers, *conversations]
-    if task.dataset == "craftmd":  # the scorers' own check, by (case, image flag)
+    if task.dataset == CRAFTMD.name:  # the scorers' own check, by (case, image flag)
         import polars as pl
 
         from craftmd.scoring.scorers import Context, check_answer_cases
@@ -478,7 +500,7 @@ def _release_of(logs: list, out: Path, where: Path, dataset: Path | str | None) 
     if dataset is not None:
         _check_cases(task, dataset, conversations, answers, where)
     tables = {}
-    if answers or "answers" in task.required_tables or MANIFEST not in meta and manifest.task != "encounters":
+    if answers or "answers" in task.required_tables:
         tables["answers"] = pa.Table.from_pylist(answers, ANSWERS_SCHEMA)
     if (
         conversations

@@ -416,7 +416,7 @@ def scorers(run: Run) -> list:
     from craftmd.scoring.scorers import get_scorer
 
     names = list(dict.fromkeys(run.scorers or [*run.task.scorers, "history"]))
-    history = "history" in names and run.task.name in (get_scorer("history").tasks or (run.task.name,))
+    history = "history" in names and get_scorer("history").fits(run.task) is None
     answer = [n for n in names if n != "history" and get_scorer(n).unit == "answer"]
     named = [n for n in run.scorers or () if n != "history" and n not in answer]
     if named:
@@ -456,19 +456,21 @@ def inspect_task(task, **options) -> Task:
     )
 
 
-@task
-def craftmd(**options) -> Task:
-    """CRAFT-MD: the doctor (the model under test) interviews a patient-AI holding a case, then names the diagnosis."""
-    return inspect_task("craftmd", **options)
+def builtin(name: str):
+    """The inspect task ``craftmd/<name>`` of the built-in task ``name``: :func:`inspect_task` under inspect's ``@task``,
+    described as the task describes itself."""
+    from craftmd.tasks import get_task
+
+    def make(**options) -> Task:
+        return inspect_task(name, **options)
+
+    make.__name__ = make.__qualname__ = name
+    make.__doc__ = get_task(name).description
+    return task(name=name)(make)
 
 
-@task
-def consultation(**options) -> Task:
-    """The consultation protocol: the doctor interviews a lazy patient; the solver role answers from the conversation."""
-    return inspect_task("consultation", **options)
+def register_builtin() -> dict:
+    """Every built-in task under inspect (``inspect eval craftmd/<name>``), one factory each: name -> its inspect task."""
+    from craftmd.tasks import BUILTIN
 
-
-@task
-def encounters(**options) -> Task:
-    """MedPI's patient-led encounters: the doctor (the model under test) meets an AI patient with memory and affect."""
-    return inspect_task("encounters", **options)
+    return {name: builtin(name) for name in BUILTIN}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from craftmd import CraftMDError
 
-from .base import TASKS, Experiment, NoOptions, Role, Table, Task, parse_matrix, register
+from .base import TASKS, Analysis, Environment, Experiment, Measure, NoOptions, Role, Table, Task, parse_matrix, register
 
 #: The built-in tasks: name -> the package that registers it (imported on first use).
 BUILTIN = {
@@ -24,6 +24,9 @@ BUILTIN = {
     "consultation": "craftmd.tasks.consultation",
     "encounters": "craftmd.tasks.encounters",
 }
+
+#: The task a command runs when none is named (``craftmd generate`` without ``--task``): the benchmark's own.
+DEFAULT = "craftmd"
 
 #: The task files loaded in this process: task name -> (the file, the sha256 of its bytes). A release of a task of
 #: one's own records that hash, and is read only by the same file (:func:`craftmd.release.release_task`).
@@ -89,8 +92,30 @@ def get_task(name: str) -> Task:
     return TASKS.lookup(name)
 
 
+def declaring(what: str) -> Task:
+    """The one registered task that declares ``what`` (a flag of :class:`Task`: ``upstream``, ``submissions``): the task
+    the pinned upstream's results, or the submitted answers, belong to. None or two is one line."""
+    found = [t for t in builtin_tasks().values() if getattr(t, what)]
+    if len(found) != 1:
+        raise CraftMDError(f"{len(found)} tasks declare {what} ({', '.join(t.name for t in found) or 'none'}); one must")
+    return found[0]
+
+
+def in_order(names) -> list[Task]:
+    """The tasks called ``names`` (each once): the built-in ones in :data:`BUILTIN`'s order, then the others by name. The
+    order of the page's sections and boards."""
+    rank = {n: i for i, n in enumerate(BUILTIN)}
+    return [get_task(n) for n in sorted(set(names), key=lambda n: (rank.get(n, len(rank)), n))]
+
+
 __all__ = [
     "Task",
+    "Analysis",
+    "Measure",
+    "Environment",
+    "in_order",
+    "declaring",
+    "DEFAULT",
     "Table",
     "Experiment",
     "Role",

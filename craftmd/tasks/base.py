@@ -13,7 +13,9 @@ model: ``craftmd generate -T key=value``), so the command line and the run spec 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -72,6 +74,70 @@ class Role:
     default: str | None = None
 
 
+@dataclass(frozen=True)
+class Measure:
+    """One of a task's headline measures: a column of its table on the board per task (:mod:`craftmd.analysis.boards`)."""
+
+    name: str
+    label: str
+    percent: bool = True  # a share, shown as a percentage (else a score shown as it is)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What a task brings to an analysis (``craftmd analyse``, the leaderboard): each part its folder's own, each
+    optional. The analysis calls the hooks over the releases of the task, in the registry's order of tasks.
+
+    * ``main``: its releases are the page's main board (accuracy by setting and format, its tests, figures and sections);
+    * ``unscored``: its releases are analysed before they are scored (their own tables: conversations, states);
+    * ``tables(inputs)``: its tables, name -> polars frame (``inputs``: :class:`craftmd.analysis.tables.TaskInputs`),
+      written as ``tables/<name>.csv``; its SQL files sit in its folder (``sql/``);
+    * ``figures(a, view, folder)``: its figures, drawn into ``folder``;
+    * ``section(a, view)``: its page section's data (None: no section), filled into ``<template>.html.j2`` and
+      ``<template>.md.j2`` in its folder, linked from the page's navigation as ``nav`` (anchor ``anchor``);
+    * ``measures`` and ``board(a, view)``: its columns on the board per task, and its rows there (dicts of ``release``,
+      ``measure``, ``value``, ``ci_low``, ``ci_high``, ``n_cases``, ``n_failed``), headed ``label``.
+    """
+
+    main: bool = False
+    unscored: bool = False
+    tables: Callable | None = None
+    figures: Callable | None = None
+    section: Callable | None = None
+    template: str | None = None
+    nav: str | None = None
+    anchor: str | None = None
+    measures: tuple[Measure, ...] = ()
+    board: Callable | None = None
+    label: str | None = None
+
+
+@dataclass(frozen=True)
+class Environment:
+    """How a task is posed as a training environment (:mod:`craftmd.envs`): its roles and options are the task's own (its
+    required roles must be bound; the environment's ``max_turns``, ``max_messages``, ``memory_tags`` go to the options it
+    has); the rest is declared here, in its folder.
+
+    * ``experiment``: the experiment an episode poses, ``setting:format`` (None: the task has one);
+    * ``reward``: the reward's default weights by ``scorer/metric`` (``{grader}``: the grader named by ``grader=``);
+    * ``judged``: its reward is the rubric judge's (``judge=``; weights ``judge/...``), not its answers' scorers';
+    * ``config``: the dataset config its test split poses (None: its dataset's only one, ``packets``);
+    * ``train(dataset)``: its training split, a view of the dataset folder (a :class:`craftmd.envs.splits.Split`);
+      ``train_config``: the dataset config that view reads; ``train_prompt``: the doctor's system prompt its training
+      dialogues carry, where the dataset's builder writes them (the golden consultations');
+    * ``build``: the command that builds its data, with ``{dataset}`` and ``{train}`` (the training split's options).
+    """
+
+    reward: tuple[tuple[str, float], ...]
+    experiment: str | None = None
+    judged: bool = False
+    config: str | None = None
+    train: Callable | None = None
+    train_config: str | None = None
+    train_prompt: Path | None = None
+    build: str = "craftmd build --out {dataset}"
+
+
 class NoOptions(BaseModel):
     """The options of a task that has none."""
 
@@ -85,6 +151,7 @@ class Task:
     dataset: str  # a registered dataset name
     experiments: tuple[Experiment, ...]
     conversations: tuple[str, ...] = ()
+    patient_led: tuple[str, ...] = ()  # the conversation kinds that open with the patient's initial request (not the doctor)
     scorers: tuple[str, ...] = ()  # the scorers `craftmd score` and the leaderboard run on its releases by default
     metrics: tuple[str, ...] = ()  # the metrics its scorers write
     variant_keys: tuple[str, ...] = ("setting", "format", "with_image")
@@ -95,6 +162,14 @@ class Task:
     roles: tuple[Role, ...] = ()  # the models its protocol calls, in the order the run record lists them
     options: type[BaseModel] = NoOptions  # its protocol's options (fields with defaults; -T key=value)
     prompt_labels: tuple[tuple[str, str], ...] = ()  # (prompt set, what the page calls a release run with it)
+    #: the settings the analysis tests against each other (McNemar, per model and between models), in the order the
+    #: tests list their sides; () none (a task whose analysis compares its settings its own way)
+    paired_settings: tuple[str, ...] = ()
+    folder: Path | None = None  # its folder: its page section's templates, its SQL (None: a task file's own folder)
+    analysis: Analysis = Analysis()  # what it brings to an analysis beyond the accuracy of its answers
+    environment: Environment | None = None  # how it is posed as a training environment (None: it is not)
+    upstream: bool = False  # the pinned upstream source's recorded results are releases of it (craftmd ingest)
+    submissions: bool = False  # it takes submitted answers (craftmd submit, scoring/submission.schema.json)
     #: the comparability version of its protocol, recorded in every release it makes (craftmd.release.Protocol): bumped
     #: by every change that moves its scores (CHANGELOG.md, "Changes that move scores"); releases of two versions are
     #: never ranked together
@@ -170,4 +245,16 @@ def register(task: Task) -> Task:
     return TASKS.register(task.name, task)
 
 
-__all__ = ["Task", "Table", "Experiment", "Role", "NoOptions", "TASKS", "register", "parse_matrix"]
+__all__ = [
+    "Task",
+    "Table",
+    "Experiment",
+    "Role",
+    "NoOptions",
+    "Analysis",
+    "Measure",
+    "Environment",
+    "TASKS",
+    "register",
+    "parse_matrix",
+]

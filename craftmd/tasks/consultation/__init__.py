@@ -21,9 +21,13 @@ case's four choices) and ``frq`` (free response), graded by CRAFT-MD's graders.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from craftmd.generation.questions import ConversationOptions
 from craftmd.tasks.base import Role, Task, parse_matrix, register
 
+from .analysis import ANALYSIS
+from .environment import ENVIRONMENT
 from .protocol import CONVERSATIONS, DOCTOR_PROMPTS, SHARES, Consultation, cut
 
 
@@ -50,12 +54,16 @@ TASK = register(
         dataset="craftmd",
         experiments=EXPERIMENTS,
         conversations=CONVERSATIONS,
+        patient_led=CONVERSATIONS,  # each opens with the patient's initial request
         scorers=("paper", "strict", "offline", "keyinfo"),
         metrics=("correct",),
         protocol=Consultation,
         roles=ROLES,
         options=ConversationOptions,
         prompt_labels=tuple(DOCTOR_PROMPTS.items()),  # the framework's short and long doctors
+        folder=Path(__file__).parent,
+        analysis=ANALYSIS,
+        environment=ENVIRONMENT,
         version=1,  # the comparability version (CHANGELOG.md, "Changes that move scores")
     )
 )

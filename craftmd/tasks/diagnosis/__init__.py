@@ -17,6 +17,8 @@ Formats: ``mcq4`` (the case's four choices), ``mcq_many`` (every diagnosis of th
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
@@ -25,6 +27,8 @@ from craftmd.answer_order import ANSWER_ORDERS, AnswerOrder
 from craftmd.generation.questions import ConversationOptions
 from craftmd.tasks.base import Role, Task, parse_matrix, register
 
+from .analysis import ANALYSIS
+from .environment import ENVIRONMENT
 from .protocol import CraftMD
 
 #: setting × format -> conversation read (standard / no_exam / -), needs history and exam apart,
@@ -108,6 +112,12 @@ TASK = register(
         protocol=CraftMD,
         roles=ROLES,
         options=CraftMDOptions,
+        paired_settings=tuple(dict.fromkeys(e.setting for e in EXPERIMENTS)),
+        upstream=True,  # upstream's recorded results (craftmd ingest) are releases of this task
+        submissions=True,  # craftmd submit takes answers to its experiments
+        folder=Path(__file__).parent,
+        analysis=ANALYSIS,
+        environment=ENVIRONMENT,
         version=2,  # the comparability version (CHANGELOG.md, "Changes that move scores")
     )
 )

@@ -6,12 +6,16 @@ visit for a reason with an objective; the rubric judge scores the conversations.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from craftmd.tasks.base import Experiment, Role, Table, Task, register
 
 from .patient import EMOTIONS, Retrieval
+from .analysis import ANALYSIS
+from .environment import ENVIRONMENT
 from .protocol import Encounters
 
 #: Why an encounter stopped: a side closed it, the message cap, or a failed call.
@@ -137,6 +141,9 @@ TASK = register(
         protocol=Encounters,
         roles=ROLES,
         options=Options,
+        folder=Path(__file__).parent,
+        analysis=ANALYSIS,
+        environment=ENVIRONMENT,
         version=1,  # the comparability version (CHANGELOG.md, "Changes that move scores")
     )
 )

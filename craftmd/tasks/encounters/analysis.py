@@ -1,4 +1,5 @@
-"""MedPI's patient-led encounters: the tables behind the page's encounters section.
+"""MedPI's patient-led encounters: the tables behind the page's encounters section, the section, its figures and the
+task's row on the board per task (:data:`ANALYSIS`: what the task brings to an analysis).
 
 Read from every release of the ``encounters`` task (:mod:`craftmd.tasks.encounters`), judged or not, over their own
 tables (:func:`craftmd.analysis.runner.connect_tables`):
@@ -22,9 +23,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from . import runner
+from craftmd.analysis import runner
+from craftmd.tasks.base import Analysis, Measure
 
 TASK = "encounters"
+#: Its queries (``sql/<name>.sql`` beside this file).
+SQL = Path(__file__).parent / "sql"
 TABLES = ("encounter_endings", "encounter_length", "encounter_affect", "rubric_by_encounter")
 VIEWS = {"encounter_conversations": "conversations", "patient_states": "patient_states", "closures": "closures"}
 
@@ -35,8 +39,8 @@ def encounter_tables(releases, packets_dir=None, rubric=None) -> dict[str, pl.Da
     if not mine:
         return {}
     con = runner.connect_tables(mine, VIEWS)
-    out = {name: pl.from_arrow(runner.run(con, name)) for name in TABLES[:3]}
-    from .rubric import by_encounter, packet_cells
+    out = {name: pl.from_arrow(runner.run(con, name, SQL)) for name in TABLES[:3]}
+    from craftmd.analysis.rubric import by_encounter, packet_cells
 
     out["rubric_by_encounter"] = by_encounter(rubric, packet_cells(packets_dir))
     return out
@@ -56,7 +60,7 @@ def write_figures(tables: dict[str, pl.DataFrame], display: dict[str, str], out:
 
     from matplotlib.ticker import MaxNLocator
 
-    from .figures import _save, plt
+    from craftmd.analysis.figures import _save, plt
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -107,7 +111,17 @@ def write_figures(tables: dict[str, pl.DataFrame], display: dict[str, str], out:
     return paths
 
 
-__all__ = ["encounter_tables", "write_figures", "reasonable_closure", "page_section", "TABLES", "TASK"]
+__all__ = [
+    "encounter_tables",
+    "write_figures",
+    "reasonable_closure",
+    "page_section",
+    "tables",
+    "board",
+    "ANALYSIS",
+    "TABLES",
+    "TASK",
+]
 
 
 ENDED_ORDER = ("doctor_closed", "patient_closed", "max_messages", "refusal", "error")
@@ -133,7 +147,7 @@ def reasonable_closure(endings: pl.DataFrame) -> dict[str, dict]:
 
 def page_section(a, v) -> dict | None:
     """What the page's encounters section shows (None without an encounters release)."""
-    t = a.encounters
+    t = a.tasks.get(TASK)
     if not t:
         return None
     ends, length, affect = t["encounter_endings"], t["encounter_length"], t["encounter_affect"]
@@ -176,3 +190,48 @@ def page_section(a, v) -> dict | None:
         "affect_figure": valid_affect(t).height > 0,
         "affect_failed": sum(r["affect_failed"] for r in rows),
     }
+
+
+def tables(inputs) -> dict[str, pl.DataFrame]:
+    """The task's tables from an analysis' inputs (:class:`craftmd.analysis.tables.TaskInputs`): its releases, judged or not."""
+    return encounter_tables(inputs.releases, inputs.packets, inputs.rubric)
+
+
+def figures(a, v, out: Path) -> list[Path]:
+    """The task's figures (:func:`write_figures`), its releases under their display names."""
+    return write_figures(a.tasks.get(TASK, {}), {m: v.display(m) for m in v.release_info}, out)
+
+
+def board(a, v) -> list[dict]:
+    """The task's rows on the board per task: each release's overall rubric score (0-100, the mean of a conversation's
+    meta-category scores) when judged, and the share of its labelled encounters reasonably closed."""
+    t = a.tasks.get(TASK)
+    if not t:
+        return []
+    rows = []
+    overall = t["rubric_by_encounter"].filter(pl.col("level") == "all")
+    for r in overall.iter_rows(named=True):  # the rubric's tables are keyed by release id
+        if r["model"] in v.release_info and v.release_info[r["model"]]["task"] == TASK:
+            rows.append(dict(release=r["model"], measure="rubric_overall", value=r["mean"], ci_low=r["ci_low"], ci_high=r["ci_high"],
+                             n_cases=r["n_cases"], n_failed=r["n_failed"]))  # fmt: skip
+    for rel, c in reasonable_closure(t["encounter_endings"]).items():
+        rows.append(dict(release=rel, measure="reasonable_closure", value=c["share"], n_cases=c["n"], n_failed=c["n_failed"]))
+    return rows
+
+
+#: What the encounters task brings to an analysis.
+ANALYSIS = Analysis(
+    unscored=True,
+    tables=tables,
+    figures=figures,
+    section=page_section,
+    template="section",
+    nav="Encounters",
+    anchor="encounters",
+    measures=(
+        Measure("rubric_overall", "Overall rubric score (0-100)", percent=False),
+        Measure("reasonable_closure", "Reasonably closed (of the labelled encounters)"),
+    ),
+    board=board,
+    label="MedPI encounters",
+)

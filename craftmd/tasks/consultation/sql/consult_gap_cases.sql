@@ -1,7 +1,7 @@
 -- consult_gap_cases: for the share of the bound gap a conversation closes ((consult - lower) / (upper - lower)),
 -- per consultation release, grader, format, conversation kind and share of rounds: each case's correct trials
 -- and trials in that setting and in both bounds, on the cases that have all three (the pairing). Read by
--- analysis/consultation.py, which resamples the cases.
+-- analysis.py beside this folder, which resamples the cases.
 with
 cases as (
     select release, grader, setting, format, case_position, n_trials, n_correct

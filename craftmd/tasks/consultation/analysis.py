@@ -1,4 +1,5 @@
-"""The consultation framework's results: the tables behind the page's consultation section (:func:`consultation_tables`).
+"""The consultation framework's results: the tables behind the page's consultation section (:func:`consultation_tables`),
+the section, its figures and the task's row on the board per task (:data:`ANALYSIS`: what the task brings to an analysis).
 
 A consultation release poses every case in two bounds (the whole vignette; the patient's initial request alone) and
 after 20–100 % of the rounds of four conversation kinds; its accuracy cells are CRAFT-MD's (same graders, same case
@@ -7,16 +8,20 @@ resampling). Every table is empty when no consultation release was analysed (and
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 
+from craftmd.analysis import runner
+from craftmd.analysis.bootstrap import DEFAULT_B, DEFAULT_SEED, Resampler, scale
+from craftmd.analysis.history import _Ratios, _round, tertiles
 from craftmd.metrics import metric
-
-from . import runner
-from .bootstrap import DEFAULT_B, DEFAULT_SEED, Resampler, scale
-from .history import _Ratios, _round, tertiles
+from craftmd.tasks.base import Analysis, Measure
 
 TASK = "consultation"
+#: Its queries (``sql/<name>.sql`` beside this file).
+SQL = Path(__file__).parent / "sql"
 TABLES = (
     "consult_accuracy",
     "consult_rounds",
@@ -258,20 +263,20 @@ def consultation_tables(
     releases = con.sql(f"select release from releases where task = '{TASK}'").fetchnumpy()["release"].tolist()
     if not releases:
         return {}
-    from .stats import bootstrap_tables
+    from craftmd.analysis.stats import bootstrap_tables
 
     con.register("accuracy_ci_arrow", accuracy_ci.to_arrow())
     con.execute("create or replace temp view accuracy_ci as select * from accuracy_ci_arrow")
-    runner.materialize(con, "consult_accuracy")
-    out = {name: pl.from_arrow(runner.run(con, name)) for name in ("consult_accuracy", "consult_rounds", "consult_oracle")}
-    out["consult_gap"] = gap_table(pl.from_arrow(runner.run(con, "consult_gap_cases")), B=B, seed=seed)
+    runner.materialize(con, "consult_accuracy", SQL)
+    out = {name: pl.from_arrow(runner.run(con, name, SQL)) for name in ("consult_accuracy", "consult_rounds", "consult_oracle")}
+    out["consult_gap"] = gap_table(pl.from_arrow(runner.run(con, "consult_gap_cases", SQL)), B=B, seed=seed)
     groups = pl.from_arrow(  # the consultation releases' rows only, in the table's (cell) order
         con.sql(
             "select * from case_groups where group_by = 'all' and list_contains(?, release)", params=[releases]
         ).to_arrow_table()
     )
     out["consult_complexity"] = complexity_table(con, dataset_dir, groups, B=B, seed=seed)
-    comparisons = pl.from_arrow(runner.run(con, "consult_comparisons"))
+    comparisons = pl.from_arrow(runner.run(con, "consult_comparisons", SQL))
     _, tests = bootstrap_tables(
         groups, accuracy.filter(pl.col("model").is_in(releases), pl.col("group_by") == "all"), comparisons, B=B, seed=seed
     )
@@ -280,7 +285,9 @@ def consultation_tables(
     return {name: out[name] for name in TABLES}
 
 
-__all__ = ["consultation_tables", "gap_table", "complexity_table", "TABLES", "TASK"]
+def tables(inputs) -> dict[str, pl.DataFrame]:
+    """The task's tables from an analysis' inputs (:class:`craftmd.analysis.tables.TaskInputs`)."""
+    return consultation_tables(inputs.con, inputs.dataset_dir, inputs.accuracy, inputs.acc, B=inputs.B, seed=inputs.seed)
 
 
 # -- the page and figures ------------------------------------------------------------------------
@@ -317,7 +324,7 @@ def _test_rows(t: dict, v) -> list[dict]:
 
 def page_section(a, v) -> dict | None:
     """What the page's consultation section shows (None without a consultation release)."""
-    t = a.consultation
+    t = a.tasks.get(TASK)
     if not t or t["consult_accuracy"].height == 0:
         return None
     acc = {(r["model"], r["format"], r["grader"], r["setting"]): r for r in t["consult_accuracy"].iter_rows(named=True)}
@@ -420,13 +427,11 @@ def rounds_panels(t, v) -> list[tuple[str, str, str]]:
 def write_figures(a, v, out) -> list:
     """``consult_rounds.png``: per release and format, accuracy against the share of rounds for the doctor's
     consultation and the oracle's three orders, with the upper and lower bounds drawn in (the framework's Figures 5-6)."""
-    t = a.consultation
+    t = a.tasks.get(TASK)
     panels = rounds_panels(t, v)
     if not panels:
         return []
-    from pathlib import Path
-
-    from .figures import _save, plt
+    from craftmd.analysis.figures import _save, plt
 
     rounds = t["consult_rounds"]
     cols = min(len(panels), 2)
@@ -475,9 +480,7 @@ def f1_figure(t: dict, v, out) -> list:
     f1 = t.get("consult_f1_rounds")
     if f1 is None or f1.filter(pl.col("conversation") == "consult").height == 0:
         return []
-    from pathlib import Path
-
-    from .figures import _save, plt
+    from craftmd.analysis.figures import _save, plt
 
     f1 = f1.filter(pl.col("conversation") == "consult")
     models = sorted(f1["model"].unique().to_list(), key=v.display)
@@ -503,3 +506,48 @@ def f1_figure(t: dict, v, out) -> list:
     fig.suptitle("Doctor and patient F1 after each share of the consultation's rounds (95% case-bootstrap bands)", fontsize=10)
     fig.tight_layout()
     return [_save(fig, Path(out) / "consult_f1_rounds.png")]
+
+
+def board(a, v) -> list[dict]:
+    """The task's rows on the board per task: each release's free-response accuracy after the whole consultation
+    (``consult_100``) and the share of the bound gap it closes, with the board's FRQ grader."""
+    t = a.tasks.get(TASK, {})
+    ca, gap = t.get("consult_accuracy"), t.get("consult_gap")
+    rows = []
+    for rel in sorted(r for r, i in v.release_info.items() if i["task"] == TASK):
+        g = v.grader_for(rel, "frq")
+        if ca is None or g is None:
+            continue
+        sel = ca.filter(
+            pl.col("model") == rel, pl.col("format") == "frq", pl.col("grader") == g, pl.col("setting") == "consult_100"
+        )
+        if sel.height:
+            r = sel.row(0, named=True)
+            rows.append(dict(release=rel, measure="frq_accuracy_consult_100", value=r["accuracy"], ci_low=r["ci_low"],
+                             ci_high=r["ci_high"], n_cases=r["n_cases"]))  # fmt: skip
+        sel = gap.filter(pl.col("model") == rel, pl.col("format") == "frq", pl.col("grader") == g, pl.col("conversation") == "consult",
+                         pl.col("share") == 100)  # fmt: skip
+        if sel.height:
+            r = sel.row(0, named=True)
+            rows.append(dict(release=rel, measure="gap_closed", value=r["gap_closed"], ci_low=r["ci_low"], ci_high=r["ci_high"],
+                             n_cases=r["n_cases"]))  # fmt: skip
+    return rows
+
+
+#: What the consultation task brings to an analysis.
+ANALYSIS = Analysis(
+    tables=tables,
+    figures=write_figures,
+    section=page_section,
+    template="section",
+    nav="Consultation",
+    anchor="consultation",
+    measures=(
+        Measure("frq_accuracy_consult_100", "FRQ accuracy after the whole consultation"),
+        Measure("gap_closed", "Share of the bound gap closed"),
+    ),
+    board=board,
+    label="Consultation framework",
+)
+
+__all__ = ["consultation_tables", "gap_table", "complexity_table", "tables", "board", "ANALYSIS", "TABLES", "TASK"]
