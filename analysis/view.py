@@ -111,7 +111,7 @@ def protocol_table(a) -> pl.DataFrame:
     rows = []
     for r in a.releases.sort("release").iter_rows(named=True):
         p = protocol(r["protocol"])
-        images = r["task"] == "craftmd" and p is not None and p.images
+        images = p is not None and p.images  # only a task whose jobs show images records it (CRAFT-MD's NEJM cases)
         why = protocol_differences(p, protocol(v.image_reference if images else refs.get(r["task"])))
         rows.append({"release": r["release"], "display": r["display"], "task": r["task"], "comparable": not why,
                      "not_comparable_because": "; ".join(why), "protocol": describe_protocol(r["protocol"]),

@@ -18,12 +18,15 @@ retries is *transient* (``transient=True``) and is tried again by the next run.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import re
 import unicodedata
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import Any, Literal
+
+from craftmd import CraftMDError
 
 #: A chat message in the OpenAI format; ``content`` is a string or a list of content parts.
 Message = dict[str, Any]
@@ -239,3 +242,17 @@ class ChatModel(ABC):
     def describe(self) -> dict:
         """What goes into a release manifest about this model (never credentials)."""
         return {"name": self.name, "provider": self.provider, "model": self.model}
+
+
+#: The most bytes one reply body may hold once decoded (:mod:`craftmd.models.body` cuts it off there): a model list or an error's body
+#: (16 MiB); a chat request sets its own for the request it sends (:func:`craftmd.models.openai.reply_bytes`).
+BODY_LIMIT: contextvars.ContextVar[int] = contextvars.ContextVar("craftmd_body_limit", default=16 << 20)
+
+
+class BodyTooLarge(CraftMDError):
+    """A reply body that passed :data:`BODY_LIMIT` once decoded (read no further: :mod:`craftmd.models.body`)."""
+
+    def __init__(self, limit: int, encoding: str | None):
+        self.limit, self.encoding = limit, encoding
+        sent = f"sent {encoding}-encoded, " if encoding else ""
+        super().__init__(f"the reply's body passed {limit:,} bytes ({sent}decoded a piece at a time); read no further")

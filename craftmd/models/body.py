@@ -4,8 +4,8 @@
 httpx2 decodes a body a bounded piece at a time (its ``aiter_bytes``); reading a whole body (``aread``, what a client
 does for every reply it does not stream, an error's too) joins every piece. :class:`BoundedClient` (the openai SDK's
 aiohttp client) gives every response a stream of the body already decoded by those same decoders, counted piece by
-piece: past :data:`~craftmd.models.openai.BODY_LIMIT` bytes it raises
-:class:`~craftmd.models.openai.BodyTooLarge`, and nothing more is read. :mod:`.openai` sets the limit
+piece: past :data:`~craftmd.models.base.BODY_LIMIT` bytes it raises
+:class:`~craftmd.models.base.BodyTooLarge`, and nothing more is read. :mod:`.openai` sets the limit
 of a chat request from its ``max_tokens`` (:func:`craftmd.models.openai.reply_bytes`); anything else (a model list, an
 error's body) has the default.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import httpx2
 import openai
 
-from .openai import BODY_LIMIT, BodyTooLarge
+from .base import BODY_LIMIT, BodyTooLarge
 
 
 class _Decoded(httpx2.AsyncByteStream):

@@ -7,7 +7,6 @@ caller) or a transient one (:class:`TransientError`, retried by :class:`craftmd.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import json
 import os
 import re
@@ -21,6 +20,8 @@ from urllib.parse import urlsplit, urlunsplit
 from craftmd import CraftMDError
 
 from .base import (
+    BODY_LIMIT,
+    BodyTooLarge,
     EMPTY,
     ERROR_CHARS,
     FOREIGN,
@@ -82,20 +83,6 @@ def _sdk():
     import openai
 
     return openai, httpx2
-
-
-#: The most bytes one reply body may hold once decoded (:mod:`.body` cuts it off there): a model list or an error's body
-#: (16 MiB); a chat request sets its own for the request it sends (:func:`reply_bytes`).
-BODY_LIMIT: contextvars.ContextVar[int] = contextvars.ContextVar("craftmd_body_limit", default=16 << 20)
-
-
-class BodyTooLarge(CraftMDError):
-    """A reply body that passed :data:`BODY_LIMIT` once decoded (read no further: :mod:`.body`)."""
-
-    def __init__(self, limit: int, encoding: str | None):
-        self.limit, self.encoding = limit, encoding
-        sent = f"sent {encoding}-encoded, " if encoding else ""
-        super().__init__(f"the reply's body passed {limit:,} bytes ({sent}decoded a piece at a time); read no further")
 
 
 class OpenAIModel(ChatModel):
