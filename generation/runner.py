@@ -475,6 +475,12 @@ class Runner:
 
         return call
 
+    async def ask(self, agent: str, system: str, user: str, sampling: Sampling, priority: int = 0):
+        """One call of ``agent`` (:meth:`call`) with a system message and a user message: a protocol's simplest turn."""
+        return await self.call(agent)(
+            [{"role": "system", "content": system}, {"role": "user", "content": user}], sampling, priority
+        )
+
     def cost(self, counts: dict[str, Counts] | None = None) -> float | None:
         prices = self.spec.prices()
         if not prices:

@@ -3,7 +3,8 @@
 Any :class:`~craftmd.scoring.scorers.Scorer` of the registry (answer graders, conversation measures, judges, MELD)
 returns its rows and records (:class:`~craftmd.scoring.scorers.ScorerResult`); :func:`score_release` runs those whose
 record is not current (:meth:`~craftmd.scoring.scorers.Scorer.current`) and adds their rows to the release's
-``scores.parquet`` (:func:`craftmd.release.write_scores`, atomic). Nothing else writes scores into a release.
+``scores.parquet`` (:func:`craftmd.release.write_scores`, atomic); :func:`score_with` runs a scorer given whole (a
+calibrated judge, people's ratings) the same way. Nothing else writes scores into a release.
 """
 
 from __future__ import annotations
@@ -86,6 +87,25 @@ def score_release(
         table = pa.concat_tables(rows, promote_options="permissive") if len(rows) > 1 else rows[0]
         write_scores(rel, table, records, drop=elsewhere)
     return report
+
+
+def score_with(scorer: Scorer, release_dirs, dataset_dir: Path | str | None = None, **settings) -> list[dict]:
+    """``scorer``, given whole (made from something besides the release: a calibration applied, people's ratings), on
+    each of ``release_dirs``: every release checked first (:meth:`~craftmd.scoring.scorers.Scorer.check`: one line, and
+    nothing written when one is refused), then each scored by :func:`score_release`, this module's one writer. Returns
+    what each run reports besides (its summary)."""
+    releases = [read_release(d) for d in release_dirs]
+    ctx = context(dataset_dir, **settings)
+    for rel in releases:
+        why = scorer.applies(rel)
+        if why:
+            raise CraftMDError(f"release {rel.id}: {scorer.name} does not apply ({why})")
+        scorer.check(rel, ctx)
+    out = []
+    for rel in releases:
+        report = score_release(rel.path, dataset_dir, using=[scorer], force=True, **settings)
+        out.append((report.get("summaries") or {}).get(scorer.name))
+    return out
 
 
 def deterministic(name: str) -> bool:

@@ -294,11 +294,13 @@ def test_the_layers_follow_the_folders(tmp_path):
 
 
 def test_analysis_only_reads():
-    """Analysis never writes a release, builds a dataset or ingests: it imports none of those."""
+    """Analysis never writes a release, builds a dataset or ingests: it imports none of those, nor a writer of releases or
+    scores (a calibrated judge and people's ratings are scorers, written by ``craftmd score``'s writer)."""
+    writers = ("grade", "ingest", "write_scores", "write_release", "score_release", "score_with", "note_made_here")
     bad = []
     for path in sorted((ROOT / "analysis").rglob("*.py")):
         for imp in _imports(path, _module(path)):
-            if imp.startswith(("craftmd.dataset_builder", "craftmd.generation")) or imp.endswith(("grade", "ingest")):
+            if imp.startswith(("craftmd.dataset_builder", "craftmd.generation")) or imp.endswith(writers):
                 bad.append(f"{_module(path)} -> {imp}")
     assert not bad, "analysis imports a writer: " + "; ".join(bad)
 

@@ -283,7 +283,8 @@ def distorted(n_conv: int, dims: list[str], seed: int = 3) -> list[tuple[str, st
 
 def test_calibration_recovers_a_known_monotone_distortion(tmp_path, server, capsys):
     from craftmd.analysis.rubric import page_section, rubric
-    from craftmd.analysis.agreement.calibration import apply_calibration, calibrate
+    from craftmd.analysis.agreement.calibration import calibrate, calibrated_judge
+    from craftmd.scoring.score import score_with
 
     dims = ["final_diagnosis.justification", "communication.clarity"]
     sheet = rated_sheet(tmp_path / "rated.xlsx", distorted(120, dims))
@@ -301,8 +302,10 @@ def test_calibration_recovers_a_known_monotone_distortion(tmp_path, server, caps
     # the calibrated judge is a scorer of its own, its record naming the ratings; the board says which it shows
     rel = make_release(tmp_path)
     judge(rel, server)
-    apply_calibration([rel], tmp_path / "cal.json")
+    done = score_with(calibrated_judge(tmp_path / "cal.json"), [rel])  # through craftmd score's writer
     table, records = read_release(rel).scores_with_records()
+    n = sum(r["scorer"] == J.CALIBRATED for r in table.to_pylist())
+    assert done == [{"release": rel.name, "judge": JUDGE, "scores": n}] and n > 0
     raw = {
         (r["case_id"], r["dimension"]): r["value"]
         for r in table.to_pylist()
@@ -664,13 +667,14 @@ def test_a_calibration_file_is_checked_and_bound_to_its_judge(fitted, tmp_path, 
 
 
 def test_an_applied_calibrations_held_out_figures_are_kept_as_its_claims(fitted, tmp_path):
-    from craftmd.analysis.agreement.calibration import apply_calibration
+    from craftmd.analysis.agreement.calibration import calibrated_judge
+    from craftmd.scoring.score import score_with
 
     good, made = fitted
     rel = tmp_path / "tiny"
     import shutil
 
     shutil.copytree(made, rel)
-    apply_calibration([rel], good)
+    score_with(calibrated_judge(good), [rel])
     record = read_release(rel).scorer_records()[J.CALIBRATED]
     assert "held_out" not in record and record["held_out_claimed"] == json.loads(good.read_text())["held_out"]

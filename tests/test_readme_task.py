@@ -69,6 +69,7 @@ def run(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
 def test_the_readme_example_is_the_toy_task():
     printed = files(section())
     assert printed["oneword/oneword.py"] == (FIXTURE / "oneword.py").read_text()
+    assert len(printed["oneword/oneword.py"].splitlines()) <= 80  # a task of one's own is short: the rest is the package's
     prompts = {p.name: p.read_text() for p in (FIXTURE / "prompts" / "oneword-v1").iterdir()}
     assert {k.rsplit("/", 1)[1]: v for k, v in printed.items() if k.endswith(".txt")} == prompts
 

@@ -100,7 +100,7 @@ def test_craftmd_score_lists_and_runs_the_toy_scorer_only_when_stale(toy, tmp_pa
 
     assert main(["score", "--list"]) == 0
     listed = capsys.readouterr().out
-    assert "oneword-words" in listed and "tasks oneword; formats text" in listed
+    assert "oneword-words" in listed and "any task; formats text" in listed
     assert "writes oneword_words: words in the doctor's answer" in listed
     for name in ("paper", "strict", "offline", "history", "keyinfo", "meld", "llm:PROVIDER/MODEL", "judge:PROVIDER/MODEL"):
         assert f"\n{name} " in "\n" + listed, name

@@ -1,6 +1,6 @@
 """The rubric judge calibrated against people (MedPI §3.8): a monotone map from the judge's 1–4 score to the experts'
 rating per dimension (:func:`calibrate`, measured out of sample), applied to releases as scorer ``judge-calibrated``
-(:func:`apply_calibration`).
+(:class:`CalibratedJudge`, run and written by ``craftmd score``'s writer: analysis only reads releases).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from craftmd import CraftMDError
+from craftmd.scoring.scorers import Scorer, ScorerResult
 
 FORMAT = "craftmd-judge-calibration"
 VERSION = 1
@@ -285,52 +286,67 @@ def _calibrated_columns(mine: list[dict], judge: str, cal: dict) -> dict[str, li
     return cols
 
 
-def apply_calibration(release_dirs, path) -> list[dict]:
-    """Add the calibrated judge (scorer ``judge-calibrated``) to each release, from its judge's scores; one line and
-    nothing written when a release's standing judge is not the calibrated one or a judged dimension has no map.
-
-    The fitted maps (on all pairs) are written as JSON naming the ratings' sha256 (over the pairs, in order); applying them
-    to a release adds scorer ``judge-calibrated`` (metric ``rubric_score_calibrated``, continuous 1–4, the judge's score in
-    ``detail``) whose record names the calibration and the ratings' hash; the board shows it in the judge's place
-    (``craftmd analyse --rubric-scorer``)."""
-    import pyarrow as pa
-
-    from craftmd.release import read_release, write_scores
-    from craftmd.scoring.judge import CALIBRATED, METRIC, pick_scorer
-
+def calibrated_judge(path) -> "CalibratedJudge":
+    """The calibrated judge of the fitted maps at ``path`` (:func:`calibrate`'s file), as a scorer: ``craftmd judge-calibrate
+    apply`` runs it on releases through ``craftmd score``'s writer (:func:`craftmd.scoring.score.score_with`)."""
     cal, sha = read_calibration(path)
-    plans = []
-    for d in release_dirs:
-        rel = read_release(d)
-        t, _ = rel.scores_with_records()
+    return CalibratedJudge(cal, sha)
+
+
+class CalibratedJudge(Scorer):
+    """Scorer ``judge-calibrated`` (metric ``rubric_score_calibrated``, continuous 1–4, the judge's score in ``detail``):
+    a release's judge scores mapped by a fitted calibration; its record names the calibration and the ratings' sha256, and
+    the board shows it in the judge's place (``craftmd analyse --rubric-scorer``). A release not judged, judged by another
+    judge than the calibration's, or with a judged dimension the calibration has no map for is refused in one line
+    (:meth:`check`, before anything is written)."""
+
+    unit = "conversation"
+    about = "the rubric judge's scores mapped by a calibration against experts' ratings (craftmd judge-calibrate)"
+
+    def __init__(self, cal: dict, sha: str):
+        from craftmd.scoring.judge import CALIBRATED, CALIBRATED_METRIC
+
+        self.name, self.metrics, self.cal, self.sha = CALIBRATED, (CALIBRATED_METRIC,), cal, sha
+
+    def judged(self, release) -> tuple[str, list[dict]]:
+        """The release's standing judge and its rubric rows (one line when it cannot be calibrated)."""
+        from craftmd.scoring.judge import METRIC, pick_scorer
+
+        t, _ = release.scores_with_records()
         rows = [] if t is None or "dimension" not in t.column_names else [r for r in t.to_pylist() if r["metric"] == METRIC]
         judge = pick_scorer(sorted({r["scorer"] for r in rows}))
         if judge is None:
-            raise CraftMDError(f"release {rel.id}: not judged; nothing to calibrate")
-        if judge != cal["judge"]:  # a calibration is of its judge alone
-            raise CraftMDError(f"release {rel.id}: judged by {judge}, the calibration is of {cal['judge']}")
+            raise CraftMDError(f"release {release.id}: not judged; nothing to calibrate")
+        if judge != self.cal["judge"]:  # a calibration is of its judge alone
+            raise CraftMDError(f"release {release.id}: judged by {judge}, the calibration is of {self.cal['judge']}")
         mine = [r for r in rows if r["scorer"] == judge]
-        missing = sorted({group_of(r["dimension"], cal["by"]) for r in mine} - set(cal["maps"]))
+        missing = sorted({group_of(r["dimension"], self.cal["by"]) for r in mine} - set(self.cal["maps"]))
         if missing:
             raise CraftMDError(
-                f"release {rel.id}: no calibration for {cal['by']}(s) {missing[:4]}{' …' if len(missing) > 4 else ''} "
+                f"release {release.id}: no calibration for {self.cal['by']}(s) {missing[:4]}{' …' if len(missing) > 4 else ''} "
                 "(calibrate with ratings of them, or --by category)"
             )
-        plans.append((rel, judge, mine))
-    out = []  # the file's held-out figures, made from ratings not here, are kept as its claims (held_out_claimed)
-    for rel, judge, mine in plans:
-        cols = _calibrated_columns(mine, judge, cal)
+        return judge, mine
+
+    def check(self, release, ctx) -> None:
+        self.judged(release)
+
+    def run(self, release, ctx) -> ScorerResult:
+        import pyarrow as pa
+
+        judge, mine = self.judged(release)
+        cal = self.cal  # the file's held-out figures, made from ratings not here, are kept as its claims (held_out_claimed)
         record = {"method": "isotonic", "version": VERSION, "judge": judge, "judge_scores_sha256": judge_scores_sha256(mine),
-                  "by": cal["by"], "calibration_sha256": sha,
+                  "by": cal["by"], "calibration_sha256": self.sha,
                   "ratings_sha256": cal["ratings_sha256"], "pairs": cal["pairs"], "held_out_claimed": cal["held_out"]}  # fmt: skip
-        write_scores(rel, pa.table(cols), {CALIBRATED: record})
-        out.append({"release": rel.id, "judge": judge, "scores": len(mine)})
-    return out
+        summary = {"release": release.id, "judge": judge, "scores": len(mine)}
+        return ScorerResult(pa.table(_calibrated_columns(mine, judge, cal)), {self.name: record}, summary)
 
 
 __all__ = [
     "calibrate",
-    "apply_calibration",
+    "calibrated_judge",
+    "CalibratedJudge",
     "current",
     "judge_scores_sha256",
     "read_pairs",

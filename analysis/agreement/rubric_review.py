@@ -1,6 +1,7 @@
 """The expert-review loop for the rubric: 1–4 ratings of sampled conversations × dimensions out
 (:func:`export_rubric_review`), back in (:func:`import_rubric_review`), and the experts' agreement with each other and
-with the judge; the ratings go into releases as a scorer (:func:`ratings_into_releases`).
+with the judge; the ratings go into releases as a scorer (:class:`PeopleRatings`, written by ``craftmd score``'s writer:
+analysis only reads releases).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from craftmd.atomic import atomic_write_bytes
 from craftmd.scoring.judge import METRIC as JUDGE_METRIC
 from craftmd.scoring.judge import pick_scorer, read_units
 from craftmd.scoring.rubric import applicable, load_catalog
+from craftmd.scoring.scorers import Scorer, ScorerResult
 
 from .review.records import EXPERTS
 from .review.sample import _stratum_rng
@@ -420,14 +422,15 @@ def rating_rows(ratings: dict, units: dict):
     return pa.table(cols)
 
 
-def ratings_into_releases(paths: list[Path | str], releases_dir: Path | str) -> list[dict]:
-    """Add filled-in workbooks' ratings to the rated releases under ``releases_dir`` (scorers ``rater:<name>`` and
-    ``experts``, metric ``expert_rubric_rating``), where the board reads them in a judge's place, marked human. Every
-    rated release and conversation must be there; a problem is one line and no release is changed."""
+def people_ratings(paths: list[Path | str], releases_dir: Path | str) -> tuple[PeopleRatings, list]:
+    """Filled-in workbooks' ratings as a scorer for the rated releases under ``releases_dir`` (:class:`PeopleRatings`),
+    and those releases; ``craftmd judge-review import --into`` runs it through ``craftmd score``'s writer
+    (:func:`craftmd.scoring.score.score_with`). Every rated release and conversation must be there; a problem is one line
+    and no release is changed."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from craftmd.release import find_releases, write_scores
+    from craftmd.release import find_releases
 
     files = review_files(paths)
     units: dict = {}
@@ -436,7 +439,7 @@ def ratings_into_releases(paths: list[Path | str], releases_dir: Path | str) -> 
         raise CraftMDError("the review files hold no rating")
     found = {r.id: r for r in find_releases(releases_dir)}
     table = rating_rows(ratings, units)
-    plans = []
+    rated, by_release = [], {}
     for rid in sorted(set(table.column("release").to_pylist())):
         rel = found.get(rid)
         if rel is None:
@@ -444,12 +447,13 @@ def ratings_into_releases(paths: list[Path | str], releases_dir: Path | str) -> 
         mine = table.filter(pc.equal(table.column("release"), rid)).drop_columns(["release"])
         have = {tuple(x.values()) for x in pq.read_table(rel.path / "conversations.parquet",
                                                            columns=["case_id", "trial", "conversation", "with_image"]).to_pylist()}  # fmt: skip
-        rated = {(x["case_id"], x["trial"], x["conversation"], x["with_image"]) for x in mine.to_pylist()}
-        if rated - have:
+        keys = {(x["case_id"], x["trial"], x["conversation"], x["with_image"]) for x in mine.to_pylist()}
+        if keys - have:
             raise CraftMDError(
-                f"release {rid}: the review files rate conversation(s) it does not hold: {sorted(rated - have)[:2]}"
+                f"release {rid}: the review files rate conversation(s) it does not hold: {sorted(keys - have)[:2]}"
             )
-        plans.append((rel, mine))
+        rated.append(rel)
+        by_release[rid] = mine
     raters = sorted({r for v in ratings.values() for r in v})
     records = {f"rater:{r}": {"review": FORMAT, "version": VERSION, "rater": r} for r in raters}
     records[EXPERTS] = {
@@ -459,18 +463,40 @@ def ratings_into_releases(paths: list[Path | str], releases_dir: Path | str) -> 
         "resolution": "median_low",
         "catalog": load_catalog().record(),
     }
-    out = []
-    for rel, mine in plans:
-        here = {s for s in mine.column("scorer").to_pylist()}
-        write_scores(rel, mine, {k: v for k, v in records.items() if k in here})
-        out.append({"release": rel.id, "ratings": mine.num_rows})
-    return out
+    return PeopleRatings(by_release, records), rated
+
+
+class PeopleRatings(Scorer):
+    """People's ratings in a judge's place (scorers ``rater:<name>`` and ``experts``, metric ``expert_rubric_rating``): the
+    rows :func:`rating_rows` makes of the workbooks, per rated release, where the board reads them marked human."""
+
+    unit = "conversation"
+    metrics = (METRIC,)
+    about = "experts' 1-4 ratings of the rubric's dimensions, from filled-in review workbooks (craftmd judge-review)"
+
+    def __init__(self, by_release: dict, records: dict):
+        self.name, self.by_release, self.records = EXPERTS, by_release, records
+
+    def writes(self) -> tuple[str, ...]:
+        return tuple(self.records)
+
+    def check(self, release, ctx) -> None:
+        if release.id not in self.by_release:
+            raise CraftMDError(f"release {release.id}: the review files rate none of its conversations")
+
+    def run(self, release, ctx) -> ScorerResult:
+        self.check(release, ctx)
+        mine = self.by_release[release.id]
+        here = set(mine.column("scorer").to_pylist())
+        records = {k: v for k, v in self.records.items() if k in here}
+        return ScorerResult(mine, records, {"release": release.id, "ratings": mine.num_rows})
 
 
 __all__ = [
     "export_rubric_review",
     "import_rubric_review",
-    "ratings_into_releases",
+    "people_ratings",
+    "PeopleRatings",
     "read_ratings",
     "rating_rows",
     "agreement",

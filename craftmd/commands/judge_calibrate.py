@@ -39,7 +39,8 @@ def _calibrate(args) -> int:
     judge-calibrated (metric rubric_score_calibrated) to each RELEASE from its judge's scores; its record names the
     calibration's and the ratings' sha256. craftmd analyse --rubric-scorer chooses whose scores the board shows.
     """
-    from craftmd.analysis.agreement.calibration import apply_calibration, calibrate
+    from craftmd.analysis.agreement.calibration import calibrate, calibrated_judge
+    from craftmd.scoring.score import score_with
 
     if args.action == "fit":
         if args.out is None:
@@ -50,7 +51,7 @@ def _calibrate(args) -> int:
         return 0
     if args.calibration is None:
         raise CraftMDError("judge-calibrate apply needs --calibration FILE.json")
-    print(json.dumps({"calibrated": apply_calibration(args.paths, args.calibration)}, sort_keys=True))
+    print(json.dumps({"calibrated": score_with(calibrated_judge(args.calibration), args.paths)}, sort_keys=True))
     return 0
 
 

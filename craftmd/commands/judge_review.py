@@ -29,9 +29,11 @@ def _review(args) -> int:
         if args.out is None and args.into is None:
             raise CraftMDError("judge-review import needs --out FILE.json, --into RELEASES_DIR, or both")
         if args.into is not None:
-            from craftmd.analysis.agreement.rubric_review import ratings_into_releases
+            from craftmd.analysis.agreement.rubric_review import people_ratings
+            from craftmd.scoring.score import score_with
 
-            got = ratings_into_releases(args.paths, args.into)
+            scorer, rated = people_ratings(args.paths, args.into)
+            got = score_with(scorer, [r.path for r in rated])
             if args.out is None:
                 print(json.dumps({"releases": got}, sort_keys=True))
                 return 0
