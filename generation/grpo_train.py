@@ -23,6 +23,7 @@ before and after, seconds and versions. ``--out`` must not exist; a failed run l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -209,6 +210,7 @@ def run(a: argparse.Namespace) -> dict:
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental: said in the docs, not each run
     transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
     seconds, log = {}, []
     clock = time.monotonic()
     held = list(range(a.cases, a.cases + a.eval_cases))
@@ -224,7 +226,8 @@ def run(a: argparse.Namespace) -> dict:
         before = evaluate(trainer, env, held, a.eval_trials, a.seed, "before", log)
         seconds["eval_before"] = time.monotonic() - clock
         clock = time.monotonic()
-        trainer.train()
+        with contextlib.redirect_stdout(sys.stderr):  # TRL's log of each step: stdout holds the run's summary alone
+            trainer.train()
         seconds["train"] = time.monotonic() - clock
         clock = time.monotonic()
         after = evaluate(trainer, env, held, a.eval_trials, a.seed, "after", log)
