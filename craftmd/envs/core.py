@@ -253,6 +253,7 @@ class Episodes:
         self.episode_rows, self.plays, self.rewards = self.ledger.episode_rows, self.ledger.plays, self.ledger.rewards
         self._conn = None
         self._job = None
+        self.current = None  # the job of the episode last started: (case, trial, ...), a case's n-th play its trial n
 
     def public(self, text: str) -> str:
         """An error's ``text`` as the environment's remote clients may read it (:func:`public_message`): no path of the
@@ -369,9 +370,9 @@ class Episodes:
         index %= len(self.jobs)
         n = self.ledger.next_trial(index)
         job = self.jobs[index]
-        self._current = (job[0], n % MAX_TRIALS, *job[2:])
-        self.runner.start(self._current)
-        self._job = asyncio.ensure_future(self.runner.run_job(self._current))
+        self.current = (job[0], n % MAX_TRIALS, *job[2:])
+        self.runner.start(self.current)
+        self._job = asyncio.ensure_future(self.runner.run_job(self.current))
         return await self._next()
 
     async def step(self, text: str) -> Step:
@@ -398,7 +399,7 @@ class Episodes:
 
     # --- the reward ---------------------------------------------------------------------------------
     def _finish(self, rows: dict[str, list[dict]]) -> Step:
-        job_id = self.runner.job_id(self._current)
+        job_id = self.runner.job_id(self.current)
         with tempfile.TemporaryDirectory(prefix="craftmd-episode-") as tmp:
             scored = self.score(self.write(Path(tmp) / "episode", rows))
         info: dict = {"job": job_id}
@@ -435,7 +436,7 @@ class Episodes:
         from craftmd.scoring.judge import METRIC
 
         by_dim = {r["dimension"]: r["value"] for r in scored if r["metric"] == METRIC}
-        info["objective"] = self._current[0]["objective"]
+        info["objective"] = self.current[0]["objective"]
         info["scores"] = by_dim
         reward, missing, skipped = 0.0, [], []
         for key, w in self.weights.items():

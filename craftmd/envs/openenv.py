@@ -53,7 +53,7 @@ class DoctorEnvironment(Environment[DoctorAction, DoctorObservation, State]):
         index = self._next if seed is None else int(seed)
         self._next = index + 1
         step = self._guarded(self._core.reset, index)
-        job = self.episodes.runner.job_id(self.episodes.jobs[index % len(self.episodes)])
+        job = self.episodes.runner.job_id(self.episodes.current)  # case_id/trial: a case played again is its next trial
         self._state = State(episode_id=episode_id or job, step_count=0)
         return self._observe(step)
 
