@@ -823,8 +823,10 @@ def _draw_patients(
     seen: dict[tuple[str, str], list[int]] = {}  # per cell: draws accepted, draws made (run ahead included)
 
     def rate(draw: Draw) -> float:
+        """The cell's acceptance rate so far, drawn towards the build's (a new cell starts at the build's rate)."""
         accepted, made = seen.get(draw[1:3], (0, 0))
-        return (accepted + 1) / (made + 2)
+        every = [sum(c[i] for c in seen.values()) for i in (0, 1)]
+        return (accepted + 2 * (every[0] + 1) / (every[1] + 2)) / (made + 2)
 
     rows: list[dict] = []
     draws: dict[str, dict] = {}
