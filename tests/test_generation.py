@@ -782,8 +782,13 @@ def test_processes_opening_one_new_cache_at_once_all_get_it(tmp_path):
 
     path = tmp_path / "c.sqlite"
     procs = [
-        subprocess.Popen([sys.executable, "-c", _OPEN_AND_PUT, str(path), f"k{i}"], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        subprocess.Popen(
+            [sys.executable, "-c", _OPEN_AND_PUT, str(path), f"k{i}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
         for i in range(12)
     ]
     outs = [p.communicate("go", timeout=120) for p in procs]
