@@ -157,6 +157,17 @@ def _mcq_rules(v: View) -> dict:
     }
 
 
+def _answer_order(v: View) -> list[dict]:
+    """A model's MCQ accuracy with its options shuffled against in upstream's order, per pair of releases, grader,
+    setting and format (``tables/order_tests.csv``, :mod:`.answer_order`); empty when no model has runs in both orders
+    (the page then shows nothing of it)."""
+    t = getattr(v.a, "order_tests", None)
+    if t is None:
+        return []
+    return [{**r, "display": v.display(r["upstream_release"]), "setting": SETTING_LABELS.get(r["setting"], r["setting"]),
+             "format": FORMAT_LABELS.get(r["format"], r["format"])} for r in t.to_dicts()]  # fmt: skip
+
+
 def _measures(v: View) -> list[dict]:
     """Every metric besides accuracy (tables/metrics.csv), one table per metric; runs covering fewer cases than
     the board (partial runs) are left out here, as from every comparison, and stay in the CSV."""
@@ -596,6 +607,7 @@ def context(a, audits: list[dict] | None = None, out: Path | None = None) -> dic
         "specialty": _specialty(v),
         "by_dataset": _by_dataset(v),
         "mcq_rules": _mcq_rules(v),
+        "answer_order": _answer_order(v),
         "frq_graders": v.frq_graders_all,
         "frq_by_grader": [
             {

@@ -28,6 +28,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -279,13 +280,21 @@ def _card(
     return render_card("publish_card", context, data).encode()
 
 
-def plan_release(folder: Path | str, repo: str, revision: str | None) -> Plan:
-    """A release (verified: its run record and every file's sha256) and its card."""
+#: What a release's scores must be to be published (``craftmd publish`` passes
+#: :func:`craftmd.scoring.score.check_standing`, the check ``craftmd analyse`` runs, which this room cannot import): called
+#: with the releases read, it raises :class:`~craftmd.CraftMDError` for one whose scores are neither made here nor claims.
+StandingCheck = Callable[[list], None]
+
+
+def plan_release(folder: Path | str, repo: str, revision: str | None, check: StandingCheck | None = None) -> Plan:
+    """A release (verified: its run record and every file's sha256; its scores by ``check``) and its card."""
     from craftmd.release import read_release
 
     _check_repo(repo)
     revision = _check_tag(revision, "release")
     rel = read_release(folder)
+    if check is not None:
+        check([rel])
     _config_name(rel.id)  # it titles the card: a plain name
     sources: dict[str, Path | bytes] = dict(_release_files(rel))
     tables = {_config_name(Path(n).stem): n for n in sources if n.endswith(".parquet")}
@@ -297,8 +306,11 @@ def plan_release(folder: Path | str, repo: str, revision: str | None) -> Plan:
     return _with_sources(Plan(repo=repo, revision=revision, version=revision, folder=Path(folder), kind="release"), sources)
 
 
-def plan_leaderboard(folder: Path | str, releases: Path | str | None, repo: str, revision: str | None) -> Plan:
-    """A leaderboard's page folder under ``page/`` and each of its releases under ``releases/<id>/``, and a card."""
+def plan_leaderboard(
+    folder: Path | str, releases: Path | str | None, repo: str, revision: str | None, check: StandingCheck | None = None
+) -> Plan:
+    """A leaderboard's page folder under ``page/`` and each of its releases under ``releases/<id>/`` (their scores
+    checked by ``check``), and a card."""
     from craftmd.release import find_releases
 
     folder = Path(folder)
@@ -311,6 +323,8 @@ def plan_leaderboard(folder: Path | str, releases: Path | str | None, repo: str,
     found = find_releases(releases)  # each verified
     if not found:
         raise CraftMDError(f"{releases}: no release folders in it")
+    if check is not None:
+        check(found)
     sources: dict[str, Path | bytes] = {f"page/{k}": v for k, v in _own_files(folder, PAGE_FILE, "craftmd leaderboard").items()}
     tables: dict[str, str] = {}
     for r in found:
@@ -336,16 +350,18 @@ def publish(
     kind: str = "dataset",
     releases: Path | str | None = None,
     include_nejm_images: bool = False,
+    check: StandingCheck | None = None,
 ) -> Plan:
-    """Plan (every local check), then check the version on the hub, upload it as one commit and tag it. Returns the plan."""
+    """Plan (every local check; a release's or a leaderboard's releases' scores by ``check``, :data:`StandingCheck`), then
+    check the version on the hub, upload it as one commit and tag it. Returns the plan."""
     if include_nejm_images and kind != "dataset":
         raise CraftMDError("--include-nejm-images goes with a built dataset DIR (a release or a leaderboard holds no images)")
     if kind == "dataset":
         p = plan(folder, repo, revision, include_nejm_images)
     elif kind == "release":
-        p = plan_release(folder, repo, revision)
+        p = plan_release(folder, repo, revision, check)
     elif kind == "leaderboard":
-        p = plan_leaderboard(folder, releases, repo, revision)
+        p = plan_leaderboard(folder, releases, repo, revision, check)
     else:
         raise CraftMDError(f"cannot publish a {kind!r}: one of {', '.join(KINDS)}")
     if dry_run:

@@ -92,9 +92,12 @@ def score_release(
 def score_with(scorer: Scorer, release_dirs, dataset_dir: Path | str | None = None, **settings) -> list[dict]:
     """``scorer``, given whole (made from something besides the release: a calibration applied, people's ratings), on
     each of ``release_dirs``: every release checked first (:meth:`~craftmd.scoring.scorers.Scorer.check`: one line, and
-    nothing written when one is refused), then each scored by :func:`score_release`, this module's one writer. Returns
+    nothing written when one is refused), then each scored by :func:`score_release`, this module's one writer. A release
+    whose scores arrived from elsewhere and were not yet checked here is refused first (:func:`check_standing`, as
+    ``craftmd analyse`` does): a calibrated judge maps the judge's scores it finds, so they must be made here. Returns
     what each run reports besides (its summary)."""
     releases = [read_release(d) for d in release_dirs]
+    check_standing(releases)
     ctx = context(dataset_dir, **settings)
     for rel in releases:
         why = scorer.applies(rel)

@@ -169,6 +169,42 @@ def test_the_analysis_reports_the_order_effect_with_a_paired_ci(graded, tmp_path
     assert compute(alone, data, B=50).order_tests is None
 
 
+def test_the_page_shows_the_order_effect_beside_the_mcq_rules_and_nothing_of_it_without_such_runs(graded, tmp_path):
+    """The page (HTML and its markdown twin) shows tables/order_tests.csv in the MCQ section, every row with its numbers;
+    a board without runs in two orders shows nothing of it (the published page unchanged)."""
+    from craftmd.analysis.page import write_page
+    from craftmd.analysis.tables import compute
+    from craftmd.cards.render import fixed, p_value, signed
+
+    data, cases, _, rels, _ = graded
+    a = compute(rels, data, B=50)
+    write_page(a, tmp_path / "both")
+    html, md = ((tmp_path / "both" / n).read_text() for n in ("index.html", "leaderboard.md"))
+    assert html.index('id="mcq-rules"') < html.index('id="answer-order"') < html.index('id="frq-graders"')
+    table = html.split('id="answer-order-table"')[1].split("</table>")[0]
+    rows = table.split("<tbody>")[1].split("</tr>")[:-1]
+    assert len(rows) == a.order_tests.height > 0
+    for row, r in zip(rows, a.order_tests.to_dicts()):
+        cells = [c.split("</td>")[0] for c in row.split("<td")[1:]]
+        assert cells[1].endswith(f"<code>{r['upstream_release']}</code> / <code>{r['other_release']}</code> (shuffled)")
+        assert cells[5:] == [
+            f">{r['n_cases']}",
+            f">{fixed(r['upstream_accuracy'])}",
+            f">{fixed(r['other_accuracy'])}",
+            f'>{signed(r["diff"])}<span class="ci">{signed(r["ci_low"])}–{signed(r["ci_high"])}</span>',
+            f">{p_value(r['p_value'])}",
+        ], cells
+    assert 'href="tables/order_tests.csv"' in html
+    assert "## MCQ: shuffled choices against upstream's order" in md
+    assert md.count("| `upstream` / `shuffled` (shuffled) |") == len(rows)
+
+    alone = tmp_path / "alone"
+    shutil.copytree(rels / "upstream", alone / "upstream")
+    write_page(compute(alone, data, B=50), tmp_path / "one")
+    html, md = ((tmp_path / "one" / n).read_text() for n in ("index.html", "leaderboard.md"))
+    assert "answer-order" not in html and "order_tests" not in html and "shuffled" not in md and "order_tests" not in md
+
+
 def test_a_scorer_given_the_rows_alone_reads_the_order_from_its_context(graded):
     """inspect's scorers grade a sample's rows without a release: the run's protocol options come in the context."""
     from craftmd.scoring.scorers import Context, ScoreRows, get_scorer

@@ -34,11 +34,12 @@ def completion(content: str = "an answer", **usage) -> dict:
 
 class RawServer:
     """An HTTP server on 127.0.0.1 that answers every POST with ``reply(path) -> (status, headers, body)``, the body sent
-    ``chunk`` bytes at a time, ``pause`` seconds apart; ``sent`` counts the body bytes it got out, ``paths`` what was asked."""
+    ``chunk`` bytes at a time, ``pause`` seconds apart; ``sent`` counts the body bytes it got out, ``paths`` what was asked,
+    ``headers`` each request's headers."""
 
     def __init__(self, reply, *, chunk: int = 1 << 20, pause: float = 0.0, models: tuple[str, ...] = ("loopback",), get=None):
         self.reply, self.chunk, self.pause = reply, chunk, pause
-        self.sent, self.paths = 0, []
+        self.sent, self.paths, self.headers = 0, [], []
         listed = json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in models]}).encode()
         self.get = get or (lambda path: (200, {}, listed))  # GET (/v1/models): the models it serves
         outer = self
@@ -47,10 +48,12 @@ class RawServer:
             def do_POST(self):
                 self.rfile.read(int(self.headers.get("content-length") or 0))
                 outer.paths.append(self.path)
+                outer.headers.append({k.lower(): v for k, v in self.headers.items()})
                 self.answer(*outer.reply(self.path))
 
             def do_GET(self):
                 outer.paths.append(self.path)
+                outer.headers.append({k.lower(): v for k, v in self.headers.items()})
                 self.answer(*outer.get(self.path))
 
             def answer(self, status, headers, body):
@@ -249,3 +252,51 @@ def test_a_gzip_bomb_is_cut_off_as_it_inflates_never_read_whole(tmp_path):
     with RawServer(lambda path: (200, gz, honest)) as server:
         c = ask(server.base_url)
     assert c.status == "ok" and c.text == "psoriasis"
+
+
+class _Unbounded:
+    """A stand-in for a brotli (or zstd) decoder as httpx2 would install it: its whole output in one piece, 48 MiB from
+    any input (what a brotli bomb inflates to); ``calls`` counts how often it was asked."""
+
+    calls = 0
+
+    def decode(self, data: bytes):
+        type(self).calls += 1
+        yield b"a" * (48 << 20)
+
+    def flush(self):
+        yield from ()
+
+
+@pytest.mark.parametrize("encoding", ["br", "zstd", "gzip, br", "x-gzip"])
+def test_only_gzip_and_deflate_are_asked_for_and_a_reply_in_another_encoding_is_never_decoded(encoding, monkeypatch, tmp_path):
+    """Issue 48, 4 (brotli): httpx2 offers and decodes ``br`` and ``zstd`` once ``brotli`` or ``zstandard`` is installed,
+    with decoders the reply's bound does not govern. Both are simulated here (installed or not on this machine): every
+    request accepts gzip and deflate only, and a reply sent in another encoding is a malformed reply in one line, none
+    of it decoded (the decoder is never called) and nothing stored; an honest reply is an answer."""
+    import httpx2._client
+    import httpx2._decoders
+
+    import craftmd.models.body  # noqa: F401 - the SDK and the bounded client
+
+    monkeypatch.setattr(httpx2._client, "ACCEPT_ENCODING", "gzip, deflate, br, zstd")  # as with brotli and zstandard
+    _Unbounded.calls = 0
+    for name in ("br", "zstd", "x-gzip"):
+        monkeypatch.setitem(httpx2._decoders.SUPPORTED_DECODERS, name, _Unbounded)
+    with RawServer(ok(completion("psoriasis"))) as server:
+        c = ask(server.base_url)
+        accepted = {h.get("accept-encoding") for h in server.headers}
+    assert c.status == "ok" and c.text == "psoriasis", c
+    assert accepted == {"gzip, deflate"}, accepted
+
+    with RawServer(ok(completion("psoriasis"), {"content-encoding": encoding})) as server:
+        c, peak = _peak(lambda: ask(server.base_url, tmp_path / "c.sqlite"))
+    assert c.status == "error" and c.text is None and c.reason == MALFORMED, c
+    assert "\n" not in c.error and "which the request did not accept (gzip, deflate); not read" in c.error, c.error
+    assert _Unbounded.calls == 0 and peak < 16 << 20, (_Unbounded.calls, peak)
+    assert "psoriasis" not in (tmp_path / "c.sqlite").read_bytes().decode("latin-1")  # nothing of it stored
+
+    with RawServer(ok(completion()), get=lambda path: (200, {"content-encoding": encoding}, b'{"data": []}')) as server:
+        with pytest.raises(CraftMDError) as e:
+            check_model(server.base_url)
+    assert "/v1/models: the reply's body was sent" in str(e.value) and "\n" not in str(e.value)

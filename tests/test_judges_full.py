@@ -678,3 +678,58 @@ def test_an_applied_calibrations_held_out_figures_are_kept_as_its_claims(fitted,
     score_with(calibrated_judge(good), [rel])
     record = read_release(rel).scorer_records()[J.CALIBRATED]
     assert "held_out" not in record and record["held_out_claimed"] == json.loads(good.read_text())["held_out"]
+
+
+#: Every command that reads a release's judge scores, or sends them on, with a release at R in releases folder RS, the
+#: calibration C and a scratch folder T (issue 48: each checks their standing the way ``craftmd analyse`` does).
+READERS = {
+    "judge-sensitivity": ["judge-sensitivity", "RS", "--other-judge", "openai/judge-b"],
+    "judge-calibrate apply": ["judge-calibrate", "apply", "R", "--calibration", "C"],
+    "review export": ["review", "export", "--release", "R", "--dataset", "T/data", "--n", "1", "--seed", "0", "--out", "T/r.xlsx"],
+    "judge-review export": ["judge-review", "export", "R", "--out", "T/s.xlsx", "--n", "1"],
+    "publish --release": ["publish", "--release", "R", "--repo", "someone/r", "--revision", "v1", "--dry-run"],
+    "publish --leaderboard": ["publish", "--leaderboard", "T/page", "--releases", "RS", "--repo", "someone/b", "--revision", "v1",
+                              "--dry-run"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", list(READERS))
+def test_judge_scores_from_elsewhere_are_refused_by_every_reader_as_analyse_refuses_them(
+    fitted, command, tmp_path, monkeypatch, capsys
+):
+    """A judged release copied from another machine (no note here of its scores file): every command that would read
+    its judge scores, or publish them, refuses it in the one line :func:`craftmd.scoring.score.check_standing` (the check
+    ``craftmd analyse`` runs) gives, and writes nothing; once ``craftmd score`` has kept them as the sender's claims, the
+    release is published with them marked as claims."""
+    import shutil
+
+    from craftmd.commands.cli import main
+    from craftmd.scoring.score import check_standing, score_release
+
+    good, made = fitted
+    releases = tmp_path / "releases"
+    rel = releases / "tiny"
+    shutil.copytree(made, rel)
+    (tmp_path / "page" / "tables").mkdir(parents=True)
+    (tmp_path / "page" / "index.html").write_text("<html></html>")
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "here"))  # this machine never saw the scores file made
+    with pytest.raises(CraftMDError) as analyse_says:
+        check_standing([read_release(rel)])
+    names = {"RS": releases, "R": rel, "C": good}
+    argv = [str(names[a]) if a in names else a.replace("T/", f"{tmp_path}/") for a in READERS[command]]
+    files = sorted(p for p in tmp_path.rglob("*") if "here" not in p.parts)
+    before = {p: p.read_bytes() for p in files if p.is_file()}
+    capsys.readouterr()
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.endswith(f": error: {analyse_says.value}"), err
+    assert JUDGE in err and "were not computed or checked on this machine" in err
+    assert sorted(p for p in tmp_path.rglob("*") if "here" not in p.parts) == files  # nothing written
+    assert {p: p.read_bytes() for p in before} == before
+
+    if command.startswith("publish"):
+        score_release(rel, None, using=[], progress=False)  # settled: the sender's claims, kept apart
+        assert main(argv) == 0
+        assert "scores.parquet" in capsys.readouterr().out
+        assert JUDGE not in read_release(rel).scorer_names() and f"claimed:{JUDGE}" in read_release(rel).scorer_names()

@@ -241,3 +241,82 @@ def test_what_cannot_be_served_is_one_line_and_starts_nothing(dataset, gguf, tmp
                   *args, "--out", tmp_path / "rel", env=env, ok=(2,))  # fmt: skip
     assert out.stderr.count("\n") == 1 and says in out.stderr, out.stderr
     assert not (tmp_path / "rel").exists() and not (tmp_path / "rel.servers").exists() and not processes_naming(str(gguf))
+
+
+def test_score_serves_an_llm_graders_local_model_as_generate_serves_a_role(dataset, tmp_path):
+    """``--serve`` is one option of every command that calls a model (:mod:`craftmd.commands.serving`): ``craftmd score``
+    starts an ``llm:`` grader's vLLM model itself (the stand-in), grades under the name its server answers to, keeps the
+    server's log beside the release (never in the release's own servers' folder) and stops it when the command ends."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import shutil
+
+    import polars as pl
+
+    from craftmd.dataset import load_config
+    from craftmd.release import RunRecord, write_release
+
+    dataset = shutil.copytree(dataset, tmp_path / "data")  # with the answer key the grader reads (as a build writes it)
+    cases = dataset / "all" / "test-00000-of-00001.parquet"
+    pl.read_parquet(cases).with_columns(paper_answer=pl.col("answer")).write_parquet(cases)
+    ids = load_config(dataset, "all")["case_id"].to_list()[:2]
+    rows = [{"case_id": c, "trial": 0, "setting": "vignette", "format": "frq", "with_image": False,
+             "response": "Final Diagnosis: eczema", "status": "ok"} for c in ids]  # fmt: skip
+    rel = tmp_path / "releases" / "tiny"
+    write_release(rel, RunRecord(task="craftmd", release="tiny", kind="generated", model="acme/tiny"),
+                  {"answers": pa.Table.from_pylist(rows)})  # fmt: skip
+    env = {**os.environ, "CRAFTMD_VLLM": str(stand_in(tmp_path)), "CUDA_VISIBLE_DEVICES": "0"}
+    run = craftmd("score", rel, "--dataset", dataset, "--scorer", "llm:vllm/other/grader-7b", "--serve", "grader",
+                  "--serve-args", "--max-model-len 4096", "--cache", tmp_path / "c.sqlite", "--quiet", env=env)  # fmt: skip
+
+    [start] = started(tmp_path)
+    a = start["argv"]
+    assert a[:2] == ["serve", "other/grader-7b"] and a[a.index("--max-model-len") + 1] == "4096"
+    assert gone_within(lambda: alive(start["pid"]), 30), "the grader's server outlived the command"
+    name = "llm:openai-api/vllm/other/grader-7b"  # the name its server answers to, as generate names a served role
+    assert "serving openai-api/vllm/other/grader-7b (1 x vllm)" in run.stderr
+    scores = pq.read_table(rel / "scores.parquet").to_pylist()
+    graded = [r for r in scores if r["scorer"] == name and r["metric"] == "correct"]
+    assert len(graded) == len(ids) and all(r["status"] == "ok" for r in graded), scores
+    log = tmp_path / "releases" / "tiny.score-servers" / "vllm-0.log"
+    assert log.read_text().count("POST /v1/chat/completions") >= len(ids)
+
+    bad = craftmd("score", rel, "--dataset", dataset, "--scorer", "llm:vllm/other/grader-7b", "--serve", "judge",
+                  env=env, ok=(2,))  # fmt: skip
+    assert bad.stderr.count("\n") == 1 and "--serve judge: the run's roles are grader" in bad.stderr, bad.stderr
+    assert len(started(tmp_path)) == 1  # nothing started for a refused command
+
+
+def test_every_command_that_takes_a_model_takes_serve():
+    """Every command with an option naming a model (or a scorer or grader that calls one) offers ``--serve`` and
+    ``--serve-args``, the one pair of :func:`craftmd.commands.serving.add_serve_arguments`."""
+    import argparse
+
+    from craftmd.commands.cli import build_parser
+
+    models = {"--doctor", "--model", "--judge", "--other-judge", "--scorer", "--grader", "--golden-writer"}
+    #: options of those names that call no model: a grader whose recorded verdicts are read, an upstream model's results
+    names_only = {"review export", "review import", "ingest"}
+
+    def commands(parser, path=()):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from commands(sub, (*path, name))
+        yield path, {o for a in parser._actions for o in a.option_strings}
+
+    found = {" ".join(p): opts for p, opts in commands(build_parser()) if opts & models and " ".join(p) not in names_only}
+    assert {
+        "generate",
+        "score",
+        "judge",
+        "judge-sensitivity",
+        "meld",
+        "submit",
+        "build",
+        "keyinfo extract",
+        "leaderboard",
+    } <= set(found)
+    without = {c: sorted(opts & models) for c, opts in found.items() if not {"--serve", "--serve-args"} <= opts}
+    assert not without, without

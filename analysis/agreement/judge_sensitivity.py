@@ -162,9 +162,12 @@ def _plans(releases_dir, n: int, seed: int, dataset_dir) -> list[tuple]:
     """Each judged release's (release, scorer, its record, the sampled units, their baseline score rows)."""
     from craftmd.release import find_releases
     from craftmd.scoring.judge import METRIC, pick_scorer, read_units
+    from craftmd.scoring.score import check_standing
 
+    found = find_releases(releases_dir)
+    check_standing(found)  # the baseline is the release's own judge scores: made here or a claim (never re-judged)
     plans = []
-    for rel in find_releases(releases_dir):
+    for rel in found:
         t, records = rel.scores_with_records()
         rows = [] if t is None or "dimension" not in t.column_names else [r for r in t.to_pylist() if r["metric"] == METRIC]
         scorer = pick_scorer(sorted({r["scorer"] for r in rows}))

@@ -136,7 +136,10 @@ def export_rubric_review(
         raise CraftMDError(f"{out} exists (pass --overwrite to replace it)")
     if n < 1:
         raise CraftMDError("--n must be at least 1")
+    from craftmd.scoring.score import check_standing
+
     releases = [read_release(p) for p in release_dirs]
+    check_standing(releases)  # the key holds the judge's scores: made here, never a claim
     review, convs, keys = sample_rows(releases, n, seed, dimensions, dataset_dir)
 
     meta = {"seed": seed, "n": n, "catalog": load_catalog().record(), "releases": sorted(r.id for r in releases)}

@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from craftmd.commands.cli import add_quiet_argument, add_source_argument, command, positive_int
+from craftmd.commands.serving import add_serve_arguments
 
 
 def register(sub) -> None:
@@ -42,6 +43,7 @@ def register(sub) -> None:
     )
     b.add_argument("--golden-base-url", metavar="URL", help="with --golden-writer: the server of an openai/ model")
     b.add_argument("--cache", type=Path, metavar="FILE", help="with --golden-writer: the request cache (default: the package's)")
+    add_serve_arguments(b, "writer (--golden-writer's model)", "DIR.build-servers/ beside --out")
     b.add_argument("--overwrite", action="store_true", help="replace an existing build at --out (atomically)")
     add_quiet_argument(b)
 
@@ -62,29 +64,34 @@ def _build(args: argparse.Namespace) -> int:
     atomically; any bad input stops the build with one line and leaves nothing at --out.
     """
     from craftmd import CraftMDError
+    from craftmd.commands.serving import logs_folder, plan, serving
     from craftmd.dataset_builder.build import build_dataset
     from craftmd.source import Source
 
     if args.golden_writer is None and any(x is not None for x in (args.golden_limit, args.golden_base_url, args.cache)):
         raise CraftMDError("--golden-limit, --golden-base-url and --cache go with --golden-writer")
-    golden_writer = None
+    golden_writer, served = None, None
     if args.golden_writer:
         from craftmd.generation.golden import writer
 
+        served, called = plan(args, {"writer": args.golden_writer}, logs_folder(args.out, "build"))
         golden_writer = writer(
-            args.golden_writer, base_url=args.golden_base_url, cache=args.cache, limit=args.golden_limit, progress=not args.quiet
+            called["writer"], base_url=args.golden_base_url, cache=args.cache, limit=args.golden_limit, progress=not args.quiet
         )
+    elif args.serve or args.serve_args:
+        raise CraftMDError("--serve and --serve-args go with --golden-writer")
 
-    report = build_dataset(
-        Source(args.source),
-        args.out,
-        version=args.data_version,
-        overwrite=args.overwrite,
-        progress=not args.quiet,
-        medqa=args.medqa,
-        medqa_train=args.medqa_train,
-        golden_writer=golden_writer,
-    )
+    with serving(served):
+        report = build_dataset(
+            Source(args.source),
+            args.out,
+            version=args.data_version,
+            overwrite=args.overwrite,
+            progress=not args.quiet,
+            medqa=args.medqa,
+            medqa_train=args.medqa_train,
+            golden_writer=golden_writer,
+        )
     print(report.summary())
     print(f'dataset written to {args.out}; load it with datasets.load_dataset("{args.out}", "medqa_usmle")')
     return 0

@@ -8,8 +8,6 @@ NAME --help`` lists them. The flags of the old per-task options stay as hidden a
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from craftmd.commands.cli import (
     trials_type,
     usd_type,
 )
+from craftmd.commands.serving import add_serve_arguments
 from craftmd.generation.shards import add_shard_argument
 from craftmd.release import MAX_TRIALS
 from craftmd.tasks import BUILTIN, DEFAULT, Task, get_task
@@ -129,7 +128,11 @@ def register(sub) -> None:
     )
     add_call_arguments(p)
     _run_arguments(p)
-    _serve_arguments(p)
+    add_serve_arguments(
+        p,
+        "the task's (doctor, patient, and those --task NAME --help lists)",
+        "RELEASE_DIR.servers/ (the run record lists them)",
+    )
     add_shard_argument(p)
     p.add_argument("--out", required=True, type=Path, metavar="RELEASE_DIR", help="the release folder to write")
     p.add_argument("--overwrite", action="store_true", help="replace RELEASE_DIR if it exists")
@@ -213,79 +216,28 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _serve_arguments(p: argparse.ArgumentParser) -> None:
-    """``--serve`` and ``--serve-args``: the local models the run starts itself (:mod:`craftmd.models.serve`)."""
-    p.add_argument(
-        "--serve",
-        action="append",
-        metavar="ROLE[=K]",
-        help="start ROLE's local model as K servers (default 1) on free loopback ports, pooled, and stop them when the "
-        "run ends or is stopped or killed: ROLE's model is llama.cpp/PATH.gguf (llama.cpp's server; such a model is "
-        "always started, --serve sets its replicas) or vllm/MODEL, a model folder or hub id (`vllm serve`, instead of "
-        "the offline engine). The run calls it openai-api/llamacpp/<file name> (or openai-api/vllm/<model>), records "
-        "it like any server, and keeps each server's log in RELEASE_DIR.servers/; roles on one model share its "
-        "servers. Repeatable, e.g. --doctor llama.cpp/models/my.gguf --serve doctor=2",
-    )
-    p.add_argument(
-        "--serve-args",
-        action="append",
-        metavar="[ROLE=]OPTIONS",
-        help="options for the servers --serve starts (every one, or ROLE's), as one string, e.g. --serve-args "
-        "'--n_ctx 16384 --n_gpu_layers 99' (llama.cpp; its default window is 16,384) or 'doctor=--max-model-len 8192' "
-        "(vLLM); the model, its name, the host and the port are the run's. Recorded in the run record",
-    )
-
-
 def serve_plan(args, spec):
-    """The local models of the run (:class:`craftmd.models.serve.ServePlan`, nothing started) and the spec that calls
+    """The local models of the run (:func:`craftmd.commands.serving.plan`, nothing started) and the spec that calls
     them by the names their servers will answer to; (None, spec) when the run serves none."""
     from dataclasses import replace
 
-    from craftmd.models.serve import ServePlan, serve_args
+    from craftmd.commands.serving import concurrency, logs_folder, plan
 
     given = {"doctor": spec.doctor, **({"patient": spec.patient} if spec.patient else {}), **spec.roles}
-    local = any(str(m).startswith("llama.cpp/") for m in given.values())
-    if not (args.serve or args.serve_args or local):
-        return None, spec
-    replicas: dict[str, int] = {}
-    for item in args.serve or []:
-        role, eq, k = item.partition("=")
-        try:
-            replicas[role.strip()] = int(k) if eq else 1
-        except ValueError:
-            raise CraftMDError(f"--serve {item!r}: expected ROLE or ROLE=K (K a number of replicas)") from None
     bound = get_task(spec.task).bind_roles(given)
-    logs = Path(spec.out).parent / f"{Path(spec.out).name}.servers"
-    plan = ServePlan(bound, replicas, serve_args(args.serve_args), logs)
-    if not plan:
-        raise CraftMDError("--serve-args: no role of the run is served (--serve ROLE, or a llama.cpp/ model)")
-    names = {r: plan.names.get(r, m) for r, m in bound.items()}
-    roles = {r: names[r] for r in bound if r not in ("doctor", "patient") and (r in spec.roles or r in plan.names)}
-    concurrency = {**{svc: 1 for svc in plan.one_at_a_time}, **spec.server_concurrency}  # llama.cpp: one at a time
+    served, names = plan(args, bound, logs_folder(spec.out))
+    if served is None:
+        return None, spec
+    roles = {r: names[r] for r in bound if r not in ("doctor", "patient") and (r in spec.roles or r in served.names)}
     spec = replace(
         spec,
         doctor=names["doctor"],
         patient=names.get("patient") if spec.patient else None,
         roles=roles,
-        served=plan.describe(),
-        server_concurrency=concurrency,
+        served=served.describe(),
+        server_concurrency=concurrency(served, spec.server_concurrency),
     )
-    return plan, spec
-
-
-@contextlib.contextmanager
-def environment(values: dict[str, str]):
-    """``os.environ`` with ``values`` set inside the block (each variable as it was after it)."""
-    before = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return served, spec
 
 
 def pairs(given: list[str] | None, what: str) -> dict[str, str]:
@@ -328,23 +280,12 @@ def run_generate(args) -> int:
     cached (--cache), so a killed run resumes and a re-run makes no call; --estimate prints each role's calls, tokens
     and cost first and sends nothing. Writes a release (the task's tables and manifest.json).
     """
-    from craftmd.models.local_server import stopped_by_signals
-
+    from craftmd.commands.serving import serving
     from craftmd.generation.runner import runner
 
-    plan, spec = serve_plan(args, spec_of(args))
-    if plan is None:
-        return _generate(runner(spec), args.estimate)
-    with environment(plan.env), stopped_by_signals():  # a `kill PID` stops the servers too (and a kill -9: their guard)
-        run = runner(spec)  # the whole run checked (one line) before any server starts
-        try:
-            plan.start()
-            os.environ.update(plan.env)  # the ports they were started on (the block puts the variables back)
-            served = ", ".join(f"{m} ({d['replicas']} x {d['engine']})" for m, d in spec.served.items())
-            print(f"serving {served}; logs in {plan.logs}", file=sys.stderr)
-            return _generate(run, args.estimate)
-        finally:
-            plan.stop()
+    served, spec = serve_plan(args, spec_of(args))
+    with serving(served, lambda: runner(spec)) as run:  # the whole run checked (one line) before any server starts
+        return _generate(run, args.estimate)
 
 
 def _generate(run, estimate: bool) -> int:

@@ -21,6 +21,7 @@ from craftmd.commands.cli import (
     positive_int,
     price_type,
 )
+from craftmd.commands.serving import add_serve_arguments
 
 
 def _judge(args) -> int:
@@ -31,6 +32,7 @@ def _judge(args) -> int:
     Q1/Q2 labels as an audit. Judging a release's conversations is a scorer: craftmd score RELEASE --scorer
     judge:PROVIDER/MODEL [--scorer judge:...] (several judges form a committee).
     """
+    from craftmd.commands.serving import concurrency, logs_folder, numbered, plan, serving
     from craftmd.scoring.judge import JudgeSpec
     from craftmd.scoring.rubric import catalog_lines, load_catalog
 
@@ -46,9 +48,15 @@ def _judge(args) -> int:
         check_base_url(args.base_url)
     if not args.judge:
         raise CraftMDError("no judge given (--judge PROVIDER/MODEL, once per judge)")
+    if args.dataset is None:
+        raise CraftMDError("--validity needs --dataset (the built dataset)")
+    roles = dict(zip(numbered(args.judge, "judge"), args.judge))
+    served, called = plan(args, roles, logs_folder(args.validity, "judge"))
+    args.server_concurrency = concurrency(served, args.server_concurrency)
     options = {k: v for k, v in judge_options(args).items() if k not in ("conversations", "cases")}
-    spec = JudgeSpec(models=args.judge, base_url=args.base_url, cache=args.cache, progress=not args.quiet, **options)
-    return _validity(args, spec)
+    spec = JudgeSpec(models=list(called.values()), base_url=args.base_url, cache=args.cache, progress=not args.quiet, **options)
+    with serving(served):
+        return _validity(args, spec)
 
 
 def judge_options(args) -> dict:
@@ -114,8 +122,6 @@ def _validity(args, spec) -> int:
     from craftmd.analysis.agreement.judge_validity import judge_validity, judge_validity_audit
     from craftmd.source import Source, default_location
 
-    if args.dataset is None:
-        raise CraftMDError("--validity needs --dataset (the built dataset)")
     res = judge_validity(args.dataset, Source(args.source or default_location()), spec)
     atomic_write_json(args.validity, judge_validity_audit(res))
     print(json.dumps({k: res[k] for k in ("conversations", "judges", "scorer", "requests", "sent", "failures")}, sort_keys=True))
@@ -142,6 +148,7 @@ def register(sub) -> None:
     p.add_argument("--judge", action="append", metavar="PROVIDER/MODEL", help="a judge model; repeat for a committee")
     p.add_argument("--dataset", metavar="DIR", default=None, help="the built dataset")
     add_judge_arguments(p, selection=False)
+    add_serve_arguments(p, "judge (the first --judge; judge-2, ... for the others)", "OUT.json.judge-servers/")
     add_call_arguments(
         p,
         concurrency=8,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from craftmd.commands.cli import add_list_argument, check_base_url, command, positive_int, resamples_type, seed_type
+from craftmd.commands.serving import add_serve_arguments
 
 
 def _sensitivity(args) -> int:
@@ -18,11 +20,14 @@ def _sensitivity(args) -> int:
     Written to RELEASES/judge-sensitivity/ (sensitivity.csv, sensitivity.json); craftmd analyse shows it on the page.
     """
     from craftmd.analysis.agreement.judge_sensitivity import sensitivity
+    from craftmd.commands.serving import logs_folder, plan, serving
 
     if args.base_url:
         check_base_url(args.base_url)
-    res = sensitivity(args.releases, args.other_judge, n=args.n, seed=args.seed, B=args.B, base_url=args.base_url, cache=args.cache,
-                      dataset_dir=args.dataset, variants=args.variants)  # fmt: skip
+    served, called = plan(args, {"judge": args.other_judge}, logs_folder(Path(args.releases), "judge-sensitivity"))
+    with serving(served):
+        res = sensitivity(args.releases, called["judge"], n=args.n, seed=args.seed, B=args.B, base_url=args.base_url, cache=args.cache,
+                          dataset_dir=args.dataset, variants=args.variants)  # fmt: skip
     print(
         json.dumps(
             {"written": str(args.releases.rstrip("/") + "/judge-sensitivity"), "kendall_tau": res["kendall_tau"]}, sort_keys=True
@@ -44,6 +49,7 @@ def register(sub) -> None:
     add_list_argument(s, "--variants", "NAME[,NAME...]", f"only these of {', '.join(VARIANTS)} (default all)")
     s.add_argument("--dataset", metavar="DIR", default=None, help="the built dataset (an encounters release: the medpi folder)")
     s.add_argument("--base-url", default=None, help="the judges' OpenAI-compatible server (openai/ models)")
+    add_serve_arguments(s, "judge (--other-judge's model)", "RELEASES.judge-sensitivity-servers/ beside RELEASES")
     s.add_argument("--cache", default=None, help="the call cache (sqlite)")
 
 

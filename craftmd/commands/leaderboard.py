@@ -23,6 +23,7 @@ from craftmd.commands.cli import (
     resamples_type,
     seed_type,
 )
+from craftmd.commands.serving import add_serve_arguments
 from craftmd.release import find_releases
 
 
@@ -165,8 +166,12 @@ def _leaderboard(args) -> int:
     the offline grader and the history metrics for CRAFT-MD; --scorer adds more), analyse, render audits, and write OUT/index.html, OUT/leaderboard.md,
     OUT/figures/ and OUT/tables/ (with the source: McNemar between models on the dermatologists' ratings, the preprint's p-values beside ours).
     """
+    from craftmd.commands.serving import logs_folder, served_scorers, serving
+
     given = keywords(args, "source", "dataset", "releases", "out", "audits", "seed")
-    leaderboard(scorers=args.scorer, B=args.resamples, progress=not args.quiet, **given)
+    served, scorers = served_scorers(args, args.scorer, logs_folder(args.out, "leaderboard"))
+    with serving(served):
+        leaderboard(scorers=scorers, B=args.resamples, progress=not args.quiet, **given)
     return 0
 
 
@@ -184,6 +189,11 @@ def register(sub) -> None:
         default=None,
         metavar="NAME",
         help="a scorer to run on every release besides its task's defaults (repeatable; craftmd score --list)",
+    )
+    add_serve_arguments(
+        p,
+        "grader (an llm: scorer's model), judge (a judge: scorer's; grader-2, judge-2, ... for more)",
+        "OUT.leaderboard-servers/",
     )
     p.add_argument("--resamples", type=resamples_type, default=DEFAULT_B, help=f"bootstrap resamples (default {DEFAULT_B})")
     p.add_argument("--seed", type=seed_type, default=DEFAULT_SEED, help=f"bootstrap seed (default {DEFAULT_SEED})")

@@ -19,6 +19,7 @@ from craftmd.commands.cli import (
     seed_type,
     temperature_type,
 )
+from craftmd.commands.serving import add_serve_arguments
 
 
 def _meld(args: argparse.Namespace) -> int:
@@ -31,14 +32,17 @@ def _meld(args: argparse.Namespace) -> int:
     OUT/similarity_hist.png.
     """
     from craftmd.analysis.meld import write_meld_audit
+    from craftmd.commands.serving import logs_folder, plan, serving
     from craftmd.scoring.meld import DEFAULT_CONFIGS, read_summary, run_meld
 
-    out = run_meld(
-        args.dataset, args.model, args.out, base_url=args.base_url, configs=tuple(args.configs or DEFAULT_CONFIGS),
-        cases=args.cases, limit=args.limit, cache=args.cache, split=args.split, role=args.role, prompt_set=args.prompts,
-        temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed, concurrency=args.concurrency,
-        threshold=args.threshold, overwrite=args.overwrite, progress=not args.quiet,
-    )  # fmt: skip
+    served, called = plan(args, {"model": args.model}, logs_folder(args.out, "meld"))
+    with serving(served):
+        out = run_meld(
+            args.dataset, called["model"], args.out, base_url=args.base_url, configs=tuple(args.configs or DEFAULT_CONFIGS),
+            cases=args.cases, limit=args.limit, cache=args.cache, split=args.split, role=args.role, prompt_set=args.prompts,
+            temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed, concurrency=args.concurrency,
+            threshold=args.threshold, overwrite=args.overwrite, progress=not args.quiet,
+        )  # fmt: skip
     s = read_summary(out)
     for name, st in [*sorted(s["configs"].items()), ("all", s["overall"])]:
         share = "n/a" if st["share_flagged"] is None else f"{100 * st['share_flagged']:.2f} %"
@@ -58,6 +62,7 @@ def register(sub) -> None:
     add_dataset_argument(meld)
     meld.add_argument("--model", required=True, help="PROVIDER/MODEL, e.g. openai/gpt-4o or vllm/Qwen/Qwen2.5-7B-Instruct")
     meld.add_argument("--base-url", help="OpenAI-compatible server (e.g. a vllm serve endpoint)")
+    add_serve_arguments(meld, "model (--model's)", "OUT.meld-servers/ beside OUT")
     meld.add_argument("--config", action="append", dest="configs", metavar="CONFIG",
                       help="dataset config(s) to test (repeatable; default medqa_usmle, derm_public, derm_private)")  # fmt: skip
     add_cases_argument(meld)

@@ -57,10 +57,13 @@ def _publish(args: argparse.Namespace) -> int:
     the repo's main exactly what is published, and the tag is put on it. The key is read from $HF_TOKEN only and
     never written ($HF_ENDPOINT picks another hub); --dry-run only prints the plan. Only regular files craftmd wrote
     and listed are published: a symbolic link, a file that is not regular or one no craftmd command writes is refused
-    in one line. A dataset's NEJM Image Challenge images are left out (its card says why) unless --include-nejm-images.
+    in one line, and so is a release whose scores came from elsewhere and were not checked here (craftmd score
+    settles them, as craftmd analyse asks). A dataset's NEJM Image Challenge images are left out (its card says why)
+    unless --include-nejm-images.
     """
     from craftmd import CraftMDError
     from craftmd.dataset_builder.publish import hub_url, publish
+    from craftmd.scoring.score import check_standing
 
     chosen = [x for x in (args.dir, args.release, args.leaderboard) if x is not None]
     if len(chosen) != 1:
@@ -76,6 +79,7 @@ def _publish(args: argparse.Namespace) -> int:
         kind=kind,
         releases=args.releases,
         include_nejm_images=args.include_nejm_images,
+        check=check_standing,  # as craftmd analyse: scores made here, or claims kept apart; never a number no one checked
     )
     if args.dry_run:
         print(plan.describe())

@@ -23,6 +23,7 @@ from craftmd.commands.cli import (
     positive_int,
 )
 from craftmd.commands.judge import add_judge_arguments, judge_options
+from craftmd.commands.serving import add_serve_arguments
 from craftmd.scoring.score import claim_lines
 
 
@@ -53,7 +54,7 @@ def _score(args) -> int:
     (judge-committee, their median). A failed grader or judge call scores nothing (status error, with its
     reason) and is never a verdict. --list prints every registered scorer and what it writes.
     """
-    from craftmd.scoring.score import score_release
+    from craftmd.commands.serving import concurrency, logs_folder, served_scorers, serving
     from craftmd.scoring.scorers import check_scorers
 
     if args.list:
@@ -63,8 +64,18 @@ def _score(args) -> int:
         raise CraftMDError("no release given (craftmd score RELEASE [--scorer NAME ...]; --list shows the scorers)")
     if args.base_url:
         check_base_url(args.base_url)
+    served, args.scorer = served_scorers(args, args.scorer, logs_folder(args.release[0], "score"))
     if args.scorer:
         check_scorers(args.scorer)
+    args.server_concurrency = concurrency(served, args.server_concurrency)
+    with serving(None if args.estimate else served):  # an estimate sends nothing: no server to start
+        return _run(args)
+
+
+def _run(args) -> int:
+    """Score every release given (its servers, if any, running) and report."""
+    from craftmd.scoring.score import score_release
+
     options = dict(
         judge_options(args),
         workers=args.workers,
@@ -214,6 +225,11 @@ def register(sub) -> None:
         "--workers", type=positive_int, default=None, help="worker processes of the history metrics (default: up to 2)"
     )
     add_judge_arguments(p)
+    add_serve_arguments(
+        p,
+        "grader (an llm: scorer's model), judge (a judge: scorer's; grader-2, judge-2, ... for more)",
+        "RELEASE.score-servers/ beside the first release",
+    )
     add_call_arguments(
         p,
         concurrency=8,

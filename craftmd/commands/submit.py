@@ -15,6 +15,7 @@ import polars as pl
 from craftmd import CraftMDError
 from craftmd.atomic import atomic_dir, check_writable
 from craftmd.commands.cli import add_dataset_argument, add_quiet_argument, command
+from craftmd.commands.serving import add_serve_arguments
 
 #: What a score folder holds: an existing --out is replaced (with --overwrite) only when it has it.
 OWNS = ("scores.json",)
@@ -78,6 +79,7 @@ def _submit(args) -> int:
     settings (multiturn, singleturn, summarized, ...) without --conversations are shown on the leaderboard as
     self-reported, never ranked. --schema prints the submission format's JSON Schema.
     """
+    from craftmd.commands.serving import logs_folder, served_scorers, serving
     from craftmd.scoring.submission import schema_text
 
     if args.schema:
@@ -85,11 +87,13 @@ def _submit(args) -> int:
         return 0
     if not (args.submission and args.dataset and args.model and args.out):
         raise CraftMDError("craftmd submit needs SUBMISSION --dataset DIR --model NAME --out DIR (or --schema)")
-    report = score_submission(
-        args.submission, args.dataset, args.model, args.out, graders=args.grader, config=args.config,
-        base_url=args.base_url, cache=args.cache, progress=not args.quiet, overwrite=args.overwrite, conversations=args.conversations,
-        protocol=args.protocol,
-    )  # fmt: skip
+    served, graders = served_scorers(args, args.grader, logs_folder(args.out, "submit"))
+    with serving(served):
+        report = score_submission(
+            args.submission, args.dataset, args.model, args.out, graders=graders, config=args.config,
+            base_url=args.base_url, cache=args.cache, progress=not args.quiet, overwrite=args.overwrite,
+            conversations=args.conversations, protocol=args.protocol,
+        )  # fmt: skip
     from craftmd.release import read_release
 
     rel = Path(args.out) / report["release"]
@@ -119,6 +123,7 @@ def register(sub) -> None:
     s.add_argument("--grader", action="append", metavar="NAME", help="paper | strict | offline | llm:PROVIDER/MODEL (repeatable)")
     s.add_argument("--base-url", help="OpenAI-compatible server for an LLM grader")
     s.add_argument("--cache", help="request cache (SQLite) for an LLM grader")
+    add_serve_arguments(s, "grader (an llm: grader's model; grader-2, ... for more)", "OUT.submit-servers/ beside OUT")
     s.add_argument(
         "--conversations",
         metavar="FILE",

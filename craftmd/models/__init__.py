@@ -9,7 +9,7 @@
   servers, comma-separated: a pool the run spreads its conversations over (:mod:`.pool`; a server
   listed twice, in any spelling of its URL, is one server).
 - ``vllm/<model-or-path>``: vLLM's offline engine in this process.
-- ``llama.cpp/<file.gguf>`` (and ``vllm/`` with ``--serve``): a local model ``craftmd generate`` starts servers for,
+- ``llama.cpp/<file.gguf>`` (and ``vllm/`` with ``--serve``): a local model the command that calls it starts servers for,
   then calls as ``openai-api/<engine>/<name>`` (:mod:`.serve`).
 
 Adding a provider is one file with a :class:`ChatModel` subclass and one branch in
@@ -82,7 +82,7 @@ def parse_name(name: str) -> ModelName:
         return ModelName(provider, model, service)
     if provider == "llama.cpp":
         raise CraftMDError(
-            f"model {name!r}: a llama.cpp/ model is started by `craftmd generate` itself (--serve); here, start its "
+            f"model {name!r}: a llama.cpp/ model is started by the command that calls it (--serve); here, start its "
             "server and name it openai-api/<service>/<model> (docs/local.md)"
         )
     if not rest or provider not in PROVIDERS:

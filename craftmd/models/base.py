@@ -249,10 +249,24 @@ class ChatModel(ABC):
 BODY_LIMIT: contextvars.ContextVar[int] = contextvars.ContextVar("craftmd_body_limit", default=16 << 20)
 
 
-class BodyTooLarge(CraftMDError):
+class BodyRefused(CraftMDError):
+    """A reply body :mod:`craftmd.models.body` read no further: too large once decoded (:class:`BodyTooLarge`), or sent
+    in a content encoding the request did not ask for (:class:`UnaskedEncoding`)."""
+
+
+class BodyTooLarge(BodyRefused):
     """A reply body that passed :data:`BODY_LIMIT` once decoded (read no further: :mod:`craftmd.models.body`)."""
 
     def __init__(self, limit: int, encoding: str | None):
         self.limit, self.encoding = limit, encoding
         sent = f"sent {encoding}-encoded, " if encoding else ""
         super().__init__(f"the reply's body passed {limit:,} bytes ({sent}decoded a piece at a time); read no further")
+
+
+class UnaskedEncoding(BodyRefused):
+    """A reply body in a content encoding the request did not accept (``br``, ``zstd``, ...): not one byte of it is
+    decoded (:data:`craftmd.models.body.ACCEPT_ENCODING`)."""
+
+    def __init__(self, encoding: str, accepted: str):
+        self.encoding = encoding
+        super().__init__(f"the reply's body was sent {encoding}-encoded, which the request did not accept ({accepted}); not read")

@@ -21,6 +21,7 @@ from craftmd import CraftMDError
 
 from .base import (
     BODY_LIMIT,
+    BodyRefused,
     BodyTooLarge,
     EMPTY,
     ERROR_CHARS,
@@ -32,6 +33,7 @@ from .base import (
     Message,
     Sampling,
     TransientError,
+    UnaskedEncoding,
     scrub,
     visible,
 )
@@ -191,8 +193,8 @@ class OpenAIModel(ChatModel):
             served = [str(m["id"]) for m in entries]
         except TimeoutError:
             raise CraftMDError(f"the server at {where} sent no model list within {self.timeout:g} s") from None
-        except BodyTooLarge as exc:
-            raise CraftMDError(f"{public_url(url)}: {exc}") from None
+        except BodyRefused as exc:
+            raise CraftMDError(f"{public_url(url)}: {self.scrub(str(exc))}") from None
         except (openai.APIConnectionError, openai.APITimeoutError):
             raise CraftMDError(f"cannot reach the model server at {where}") from None
         except openai.AuthenticationError:
@@ -229,6 +231,8 @@ class OpenAIModel(ChatModel):
                 BODY_LIMIT.reset(bound)
         except BodyTooLarge as exc:  # a body inflated past the bound (a gzip bomb): read no further, never an answer
             return Completion.failure("reply too long", f"{exc} under max_tokens {sampling.max_tokens}; not stored")
+        except UnaskedEncoding as exc:  # a body that cannot be read as asked: as one that is not JSON
+            raise TransientError(MALFORMED, self.scrub(str(exc))) from None
         except TimeoutError:
             raise TransientError("timeout", f"no whole answer within {self.timeout:g} s") from None
         except openai.APIConnectionError as exc:  # a timeout too (APITimeoutError)

@@ -1,4 +1,4 @@
-"""Local models the run starts itself (``craftmd generate --serve``): K replicas of a server per model, pooled.
+"""Local models the run starts itself (``--serve``, :mod:`craftmd.commands.serving`): K replicas of a server per model, pooled.
 
 A role's model may be a local model instead of a server:
 

@@ -16,7 +16,10 @@ from .records import GRADER_PREFERENCE
 
 
 def _open_releases(paths) -> list:
+    """The releases at ``paths`` (release folders or folders of them), one per id, each settled
+    (:func:`craftmd.scoring.score.check_standing`: the key's grader verdicts are made here; claims are never a verdict)."""
     from craftmd.release import find_releases, read_release
+    from craftmd.scoring.score import check_standing
 
     found = {}
     for p in paths:
@@ -26,6 +29,7 @@ def _open_releases(paths) -> list:
             raise CraftMDError(f"{p}: no release found")
         for r in rels:
             found.setdefault(r.id, r)
+    check_standing(list(found.values()))
     return [found[k] for k in sorted(found)]
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from craftmd import CraftMDError
 from craftmd.commands import cli
+from craftmd.commands.serving import add_serve_arguments
 
 
 def _extract(args) -> int:
@@ -19,12 +20,15 @@ def _extract(args) -> int:
     producing model and the prompt set's sha256. Exit status 2 when no case was extracted (the reason that failed
     most is named); 0 when some were, the failed ones counted.
     """
+    from craftmd.commands.serving import logs_folder, plan, serving
     from craftmd.generation.keyinfo import extract_keyinfo
 
     if args.base_url:
         cli.check_base_url(args.base_url)
     calls = cli.keywords(args, "base_url", "cache", "concurrency", "max_retries", "timeout")
-    report = extract_keyinfo(args.dataset, args.model, cases=args.cases, progress=not args.quiet, **calls)
+    served, called = plan(args, {"model": args.model}, logs_folder(args.dataset, "keyinfo"))
+    with serving(served):
+        report = extract_keyinfo(args.dataset, called["model"], cases=args.cases, progress=not args.quiet, **calls)
     print(report.summary(), file=sys.stderr)
     if report.cases and not report.ok:  # written, with every failure: but nothing to score against
         raise CraftMDError(
@@ -47,6 +51,7 @@ def register(sub) -> None:
     e.add_argument(
         "--base-url", metavar="URL", help="OpenAI-compatible server for openai/ models (default: OPENAI_BASE_URL or OpenAI)"
     )
+    add_serve_arguments(e, "model (--model's)", "DIR.keyinfo-servers/ beside the dataset DIR")
     cli.add_cases_argument(e, "only these case ids (of the all config)")
     e.add_argument("--cache", type=Path, metavar="PATH", help="request cache (default $CRAFTMD_CACHE/requests.sqlite)")
     e.add_argument("--concurrency", type=cli.positive_int, default=8, help="requests in flight (default 8)")
