@@ -20,7 +20,7 @@ from craftmd.dataset_builder import medqa as M
 from craftmd.dataset_builder import transform as T
 from craftmd.dataset_builder.mediq import context_text, parse_lines, strip_number
 from craftmd.release import natural_key
-from craftmd.text import LEVENSHTEIN_THRESHOLD, NGRAM, NGRAM_THRESHOLD, NgramIndex, same_case
+from craftmd.text import LEVENSHTEIN_THRESHOLD, NGRAM, NGRAM_THRESHOLD, NgramIndex, normalise, same_case  # noqa: F401 (normalise: G.normalise)
 
 CONFIG = "consult_train"
 SPLIT = "train"
@@ -216,21 +216,20 @@ def decontaminate(candidates: list[Candidate], benchmark: dict[str, str]) -> tup
     return kept, dropped
 
 
-def benchmark_texts(dataset_dir: Path | str) -> dict[str, str]:
-    """Every benchmark case's text by id, read from a built dataset (the text cases, then the image cases' texts,
-    an image case whose id is a text case's as ``nejm_image/<id>``): what the build decontaminates against."""
-    import polars as pl
+def benchmark_texts(dataset_dir: Path | str, need: str | None = None) -> dict[str, str]:
+    """Every registered task's test cases held in a built dataset folder, as one benchmark by key
+    (:func:`craftmd.overlap.benchmark`: a case's id, ``task/id`` where an earlier task gives another text under it; the
+    CRAFT-MD tasks' image cases as ``nejm_image/<id>``): what a training split is checked against. ``need``: the task
+    whose cases must be there (else any task's); one line when they are not."""
+    from craftmd.overlap import benchmark, task_cases
 
-    from craftmd.dataset import config_file
-
-    out: dict[str, str] = {}
-    for config in ("all", "nejm_image"):
-        path = config_file(dataset_dir, config)
-        if not path.exists():
-            raise CraftMDError(f"{dataset_dir}: no {config} config (expected {path}); run craftmd build --out {dataset_dir}")
-        df = pl.read_parquet(path, columns=["case_id", "vignette"])
-        out.update(((c if c not in out else f"{config}/{c}"), v or "") for c, v in zip(df["case_id"], df["vignette"]))
-    return out
+    found = task_cases([dataset_dir])
+    if (need is not None and need not in found.texts) or not found.texts:
+        why = found.missing.get(need, "") if need else "no registered task's cases are in it"
+        raise CraftMDError(
+            f"{dataset_dir}: not a built dataset of {need or 'any task'} ({why}); run craftmd build --out {dataset_dir}"
+        )
+    return benchmark(found).texts
 
 
 def check_disjoint(what: str, cases: dict[str, str], benchmark: dict[str, str]) -> None:

@@ -112,7 +112,8 @@ def test_planted_benchmark_case_is_dropped_and_listed_and_the_rebuild_is_byte_id
     section = report[report.index("## CRAFT-MD training cases") :]
     dropped = {ln.split(" | ")[0].removeprefix("| "): ln for ln in section.splitlines() if ln.startswith("| medqa-train:")}
     assert set(dropped) == {"medqa-train:1", "medqa-train:3"}
-    assert f"| {bench['case_id']} | 1.0000 | 1.0000 |" in dropped["medqa-train:1"]  # the case and both scores
+    # the case, the tasks whose test case it is (both pose the CRAFT-MD dataset), and both scores
+    assert f"| {bench['case_id']} | craftmd, consultation | 1.0000 | 1.0000 |" in dropped["medqa-train:1"]
     # the benchmark's configs are byte for byte those of the build without the file; the rebuild is identical
     base = hashes(dataset_dir)
     built = hashes(out)
