@@ -45,7 +45,7 @@ def task_cases(folders) -> TaskCases:
     out = TaskCases()
     for task in in_order(builtin_tasks()):
         if task.cases is None:
-            out.missing[task.name] = "it declares no cases (Task.cases)"
+            out.missing[task.name] = "it declares no cases"
             continue
         for folder in folders:
             got = task.cases(folder)
