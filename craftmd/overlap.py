@@ -74,11 +74,12 @@ def same_cases(cases: TaskCases) -> list[dict]:
             for ca in sorted(A.rank, key=A.rank.__getitem__):
                 ga = A.grams[ca]
                 for cb, k in sorted(B.counts(ga).items(), key=lambda kv: B.rank[kv[0]]):
+                    na, nb = A.norm[ca], B.norm[cb]
                     share_a, share_b = k / len(ga), k / len(B.grams[cb])
                     share = max(share_a, share_b)
-                    if same_case(0.0, share) or same_case(similar(A.norm[ca], B.norm[cb]), share):
-                        rows.append({"task_a": a, "case_a": ca, "task_b": b, "case_b": cb,
-                                     "similarity": round(similarity(A.norm[ca], B.norm[cb]), 4),
+                    if same_case(0.0, share) or same_case(similar(na, nb), share):
+                        sim = 1.0 if na == nb else similarity(na, nb)  # one dataset posed by two tasks: mostly equal
+                        rows.append({"task_a": a, "case_a": ca, "task_b": b, "case_b": cb, "similarity": round(sim, 4),
                                      "share_a": round(share_a, 4), "share_b": round(share_b, 4)})  # fmt: skip
     return rows
 

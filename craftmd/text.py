@@ -42,6 +42,8 @@ def grams(words: list[str]) -> set[tuple[str, ...]]:
 def similar(a: str, b: str) -> float:
     """MELD's similarity when it reaches :data:`LEVENSHTEIN_THRESHOLD`, else 0 (the edit distance stops early)."""
     longest = max(len(a), len(b), 1)
+    if min(len(a), len(b)) < LEVENSHTEIN_THRESHOLD * longest:  # the distance is at least the lengths' difference
+        return 0.0
     cut = int((1 - LEVENSHTEIN_THRESHOLD) * longest)
     d = Levenshtein.distance(a, b, score_cutoff=cut)
     return 1.0 - d / longest if d <= cut else 0.0
@@ -62,12 +64,18 @@ class NgramIndex:
         self.norm = {cid: normalise(t or "") for cid, t in texts.items()}
         order = sorted(self.norm, key=natural_key)
         self.rank = {cid: i for i, cid in enumerate(order)}
-        self.grams: dict[str, set[tuple[str, ...]]] = {}
-        self.postings: dict[tuple[str, ...], list[str]] = {}
-        for cid in order:
-            gs = self.grams[cid] = grams(self.norm[cid].split())
-            for g in gs:
-                self.postings.setdefault(g, []).append(cid)
+        self.grams = {cid: grams(self.norm[cid].split()) for cid in order}
+        self._postings: dict[tuple[str, ...], list[str]] | None = None
+
+    @property
+    def postings(self) -> dict[tuple[str, ...], list[str]]:
+        """n-gram -> the ids that have it, in natural order (made on first use)."""
+        if self._postings is None:
+            self._postings = {}
+            for cid, gs in self.grams.items():
+                for g in gs:
+                    self._postings.setdefault(g, []).append(cid)
+        return self._postings
 
     def shared(self, text: str) -> tuple[str, int, dict[str, int]]:
         """(``text`` normalised, its distinct n-grams, {id: n-grams it shares with that text}) for the ids sharing one."""
@@ -78,8 +86,9 @@ class NgramIndex:
     def counts(self, gs: set[tuple[str, ...]]) -> dict[str, int]:
         """{id: how many of the n-grams ``gs`` it has} for the ids that have one."""
         counts: dict[str, int] = {}
+        postings = self.postings
         for g in gs:
-            for cid in self.postings.get(g, ()):
+            for cid in postings.get(g, ()):
                 counts[cid] = counts.get(cid, 0) + 1
         return counts
 
