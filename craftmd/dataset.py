@@ -20,22 +20,17 @@ TEXT_CONFIGS = tuple(c for c in CRAFTMD.sample_configs() if c != "nejm_image")
 
 
 def case_texts(dataset_dir: Path | str, configs: tuple[str, ...], column: str = "vignette") -> dict[str, str] | None:
-    """The texts (``column``) of the cases of ``configs`` of a built dataset by case id, the configs in order, a case whose
-    id an earlier config has as ``<config>/<id>``: what a task gives as its test cases (:attr:`craftmd.tasks.Task.cases`).
-    None when the folder holds none of the configs; one line when it holds some of them only."""
+    """The texts (``column``) of the cases of ``configs`` of a built dataset by case id, the configs in order (those the
+    folder holds: a task poses no case of a config that is not there), a case whose id an earlier config has as
+    ``<config>/<id>``: what a task gives as its test cases (:attr:`craftmd.tasks.Task.cases`). None when the folder holds
+    none of the configs; one line naming the file when one cannot be read."""
     import polars as pl
 
-    paths = [config_file(dataset_dir, c) for c in configs]
-    have = [p.exists() for p in paths]
-    if not any(have):
+    paths = [(c, config_file(dataset_dir, c)) for c in configs if config_file(dataset_dir, c).exists()]
+    if not paths:
         return None
-    if not all(have):
-        lack = [c for c, h in zip(configs, have) if not h]
-        raise CraftMDError(
-            f"{dataset_dir}: config(s) {', '.join(lack)} missing (expected {paths[have.index(False)]}); build it again"
-        )
     out: dict[str, str] = {}
-    for config, path in zip(configs, paths):
+    for config, path in paths:
         try:
             df = pl.read_parquet(path, columns=["case_id", column])
         except (pl.exceptions.PolarsError, OSError) as exc:  # unreadable, or without the column: one line naming it

@@ -148,6 +148,17 @@ def test_one_benchmark_of_every_task_and_the_environments_check_it(tmp_path, mon
         G.benchmark_texts(tmp_path, "consultation")
 
 
+def test_a_case_file_that_cannot_be_read_is_one_line(tmp_path):
+    from craftmd.overlap import task_cases
+
+    data = write_dataset(tmp_path / "data", {"case_1": A}, {"case_1": F})
+    (data / "nejm_image" / "test-00000-of-00001.parquet").write_bytes(b"not parquet")
+    with pytest.raises(CraftMDError, match=r"nejm_image/test-00000-of-00001.parquet: cannot read its case_id and vignette"):
+        task_cases([data])
+    (data / "nejm_image" / "test-00000-of-00001.parquet").unlink()  # a folder without image cases: its text cases only
+    assert task_cases([data]).texts["craftmd"] == {"case_1": A}
+
+
 TASK_FILE = """
 \"\"\"A benchmark of one's own: its cases are a JSON file beside this file.\"\"\"
 
