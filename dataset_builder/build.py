@@ -101,7 +101,6 @@ def builder_sha256() -> str:
     checkout, another schema) is never taken for current (see ``craftmd.commands.leaderboard``).
     """
     import hashlib
-
     import inspect
 
     from craftmd import overlap, text
