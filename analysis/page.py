@@ -318,6 +318,13 @@ def _claims(a) -> list[dict]:
     return [] if claims is None else claims.to_dicts()
 
 
+def _overlap(a) -> dict | None:
+    """The overlap between benchmarks (:mod:`.overlap`): the rule, the counts per pair of tasks, the tasks not compared."""
+    from .overlap import page_section
+
+    return page_section(getattr(a, "overlap", None))
+
+
 def _other_tasks(a, v: View) -> dict:
     """Each task's own section (:attr:`craftmd.tasks.Analysis.section`: its data, and the templates in its folder that show
     it; none when the task's releases give it nothing to show), in the registry's order, and the board per task."""
@@ -626,6 +633,7 @@ def context(a, audits: list[dict] | None = None, out: Path | None = None) -> dic
         "rubric": _rubric(a),
         "claims": _claims(a),
         **_other_tasks(a, v),
+        "overlap": _overlap(a),
         "audits": [_audit(x) for x in audits],
         "fold_rows": FOLD_ROWS,
         "releases": [

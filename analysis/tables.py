@@ -73,6 +73,7 @@ class Analysis:
     order_tests: pl.DataFrame | None = None  # shuffled against upstream's answer order, per model (analysis.answer_order)
     all_pairs: bool = False  # every pair of models tested on request (--all-pairs); else as sql/comparisons says
     claims: pl.DataFrame | None = None  # scores claimed by their sender, not computed here (claims_table), when any
+    overlap: object = None  # the same cases in two registered tasks (analysis.overlap.Overlap), from the dataset folders
 
 
 @dataclass
@@ -205,7 +206,7 @@ def compute(
     if not releases and not unscored:
         raise CraftMDError(f"no graded release under {releases_dir}")
     if not any("answers" in r.task.required_tables for r in releases):  # no answers to analyse (patient-led encounters)
-        return _without_answers(unscored, packets, B, seed, t0, rubric_options, releases_dir)
+        return _with_overlap(_without_answers(unscored, packets, B, seed, t0, rubric_options, releases_dir), dataset_dir, packets)
     con = prepared_connection(releases, dataset_dir, all_pairs=all_pairs, kept=kept)
     accuracy = pl.from_arrow(runner.run(con, "accuracy"))
     comparisons = pl.from_arrow(runner.run(con, "comparisons"))
@@ -236,7 +237,16 @@ def compute(
     a.order_tests = order_tests(con, B=B, seed=seed)
     a.all_pairs = all_pairs
     a.claims = claims_table(found)
-    return _with_boards(a)
+    return _with_overlap(_with_boards(a), dataset_dir, packets)
+
+
+def _with_overlap(a: Analysis, *folders) -> Analysis:
+    """The overlap between the registered tasks' test cases, read from the analysis's dataset folders (:mod:`.overlap`)."""
+    from .overlap import overlap
+
+    a.overlap = overlap(folders)
+    a.timings["overlap_s"] = a.overlap.seconds
+    return a
 
 
 #: The columns of tables/format_tests.csv and tables/image_tests.csv.
@@ -368,6 +378,8 @@ def write_tables(a: Analysis, out: Path) -> list[Path]:
 
         written += write_rubric_tables(a.rubric, out)
     more = {name: getattr(a, name) for name in MORE_TABLES if getattr(a, name, None) is not None}  # the paper's other tests
+    if a.overlap is not None:  # the same cases in two tasks: every pair, and the counts per pair of tasks
+        more |= {"overlap": a.overlap.cases, "overlap_pairs": a.overlap.pairs}
     apart = {name: df for name, df in (("boards", a.boards), ("claims", a.claims)) if df is not None}
     own = {name: df for tables in a.tasks.values() for name, df in tables.items()}
     for name, df in {**own, **apart, **more}.items():

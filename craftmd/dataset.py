@@ -10,12 +10,33 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from craftmd import CraftMDError
 from craftmd.samples import CRAFTMD, config_file, load_config  # noqa: F401  (reading a config lives with the dataset registry)
 
 SPLIT = CRAFTMD.split
 CONFIGS = CRAFTMD.config_names
 #: The configs of text cases (every sample config but the image cases).
 TEXT_CONFIGS = tuple(c for c in CRAFTMD.sample_configs() if c != "nejm_image")
+
+
+def case_texts(dataset_dir: Path | str, configs: tuple[str, ...], column: str = "vignette") -> dict[str, str] | None:
+    """The texts (``column``) of the cases of ``configs`` of a built dataset by case id, the configs in order (those the
+    folder holds: a task poses no case of a config that is not there), a case whose id an earlier config has as
+    ``<config>/<id>``: what a task gives as its test cases (:attr:`craftmd.tasks.Task.cases`). None when the folder holds
+    none of the configs; one line naming the file when one cannot be read."""
+    import polars as pl
+
+    paths = [(c, config_file(dataset_dir, c)) for c in configs if config_file(dataset_dir, c).exists()]
+    if not paths:
+        return None
+    out: dict[str, str] = {}
+    for config, path in paths:
+        try:
+            df = pl.read_parquet(path, columns=["case_id", column])
+        except (pl.exceptions.PolarsError, OSError) as exc:  # unreadable, or without the column: one line naming it
+            raise CraftMDError(f"{path}: cannot read its case_id and {column} ({type(exc).__name__})") from None
+        out.update(((c if c not in out else f"{config}/{c}"), v or "") for c, v in zip(df["case_id"], df[column]))
+    return out
 
 
 def dataset_fingerprint(dataset_dir: Path | str, configs: tuple[str, ...]) -> str:

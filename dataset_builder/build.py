@@ -101,14 +101,21 @@ def builder_sha256() -> str:
     checkout, another schema) is never taken for current (see ``craftmd.commands.leaderboard``).
     """
     import hashlib
+    import inspect
 
+    from craftmd import overlap, text
     from craftmd.dataset_builder.golden import doctor_system_file
+    from craftmd.tasks import builtin_tasks, in_order
 
     here = Path(__file__).resolve().parent
+    hooks = {Path(inspect.getfile(t.cases)) for t in in_order(builtin_tasks()) if t.cases is not None}
     files = sorted(here.glob("*.py")) + [
         here.parent / "cards" / "dataset_card.md.j2",
         here.parent / "cards" / "render.py",
         doctor_system_file(),
+        Path(text.__file__),  # the rule that says a candidate is a benchmark case
+        Path(overlap.__file__),  # the registered tasks' cases merged into one benchmark
+        *sorted(hooks),  # what each registered task gives as its test cases: what the training configs are kept apart from
     ]
     h = hashlib.sha256()
     for f in files:
@@ -286,6 +293,7 @@ def build_dataset(
     mediq=None,
     medqa_train: Path | str | None = None,
     golden_writer=None,
+    against: list[Path | str] = (),
 ) -> BuildReport:
     """Build every config into ``out`` (atomically) and return the report.
 
@@ -296,6 +304,11 @@ def build_dataset(
     ``train``, :mod:`craftmd.dataset_builder.golden`) holds the scripted golden consultations of MediQ's MedQA lines
     and of ``medqa_train`` (a MedQA-format JSONL file), less every benchmark case; ``golden_writer`` (a callable,
     :func:`craftmd.generation.golden.writer`) adds model-written ones.
+
+    A benchmark case is a test case of any registered task (:func:`benchmark`): the test configs this build writes are
+    written first and read back through each task's :attr:`~craftmd.tasks.Task.cases`, then ``against`` (other dataset
+    folders: a task's cases built elsewhere) in order; the report names the tasks checked and those whose cases were not
+    at hand.
     """
     started = time.perf_counter()
     out = Path(out)
@@ -317,19 +330,27 @@ def build_dataset(
     cases, medqa_file = _with_medqa_file([c for c, _ in built], medqa, medqa_items)
     cases.sort(key=build_order)
     images: list[Sample] = sorted(got["images"], key=lambda c: natural_key(c.case_id))
-    table_rows, facts_info, train_info, ct_info = _table_rows(
-        cases, images, mediq_src, mediq_files, mediq_items, train_items, golden_writer
-    )
-    if medqa_train is not None:
-        train_info["inputs"] = {k if k != "--medqa-train" else Path(medqa_train).name: v for k, v in train_info["inputs"].items()}
+    table_rows, facts_info = _table_rows(cases, images, mediq_src, mediq_items)
     counts = {c: len(table_rows[c]) for c in CONFIGS}
-    train_counts = {c: len(table_rows[c]) for c in TRAIN_CONFIGS}
     source_info = source.describe()
+    against = [Path(a) for a in against]
+    for a in against:
+        if not a.is_dir():
+            raise CraftMDError(f"--against {a}: not a folder (a built dataset folder holding another task's cases)")
 
     with atomic_dir(
         out, overwrite=overwrite, owns=(MANIFEST,), holds=(MANIFEST, REPORT, CARD, *CONFIGS, *TRAIN_CONFIGS)
     ) as tmp:  # an output that appeared meanwhile is refused at the swap too
         files = _write_configs(tmp, table_rows, progress)
+        bench = benchmark([tmp, *against])
+        train_rows, train_info, ct_info = _train_rows(bench, mediq_files, train_items, golden_writer)
+        if medqa_train is not None:
+            train_info["inputs"] = {
+                k if k != "--medqa-train" else Path(medqa_train).name: v for k, v in train_info["inputs"].items()
+            }
+        table_rows |= train_rows
+        files |= _write_train_configs(tmp, table_rows)
+        train_counts = {c: len(table_rows[c]) for c in TRAIN_CONFIGS}
         sizes = {c: files[f"{c}/{SPLIT}-00000-of-00001.parquet"]["bytes"] for c in CONFIGS}
         sizes.update({c: files[f"{c}/{G.SPLIT}-00000-of-00001.parquet"]["bytes"] for c in TRAIN_CONFIGS})
         (tmp / CARD).write_text(
@@ -339,6 +360,7 @@ def build_dataset(
         report = _report(
             out, version, source_info, counts, cases, quality, images, got, medqa_file, facts_info, files, train_info, ct_info
         )
+        report.benchmark = {"tasks": bench.counts(), "not_checked": bench.missing, "against": [a.name for a in against]}
         (tmp / REPORT).write_text(report.to_markdown(), encoding="utf-8")
         files[REPORT] = {"sha256": sha256_file(tmp / REPORT), "bytes": (tmp / REPORT).stat().st_size}
         manifest = _manifest(report, version, train_counts, files)
@@ -417,8 +439,8 @@ def _source_quality(rows: list[U.UpstreamRow], refs: dict[str, U.Reference], bui
             "colon_stems": colon, "answers_renamed": renamed, "cleaned": cleaned, "paper_key": paper_key}  # fmt: skip
 
 
-def _table_rows(cases, images, mediq_src, mediq_files, mediq_items, train_items, golden_writer) -> tuple[dict, dict, dict, dict]:
-    """Every config's rows, and what the facts, ``consult_train`` and ``craftmd_train`` configs were made from."""
+def _table_rows(cases, images, mediq_src, mediq_items) -> tuple[dict, dict]:
+    """Every test config's rows, and what the facts config was made from."""
     all_rows = [text_row(c) for c in cases]
     table_rows = {
         "medqa_usmle": [r for r in all_rows if r["source"] == "medqa_usmle"],
@@ -430,22 +452,47 @@ def _table_rows(cases, images, mediq_src, mediq_files, mediq_items, train_items,
     }
     table_rows["facts"], facts_files = MQ.match(mediq_items, {c.case_id: c.vignette for c in cases})
     facts_info = {"source": mediq_src.describe(), "rule": MQ.MATCH_DOC, "files": facts_files, "cases": len(table_rows["facts"])}
-    benchmark = {c.case_id: c.vignette for c in cases}
-    benchmark.update({(c.case_id if c.case_id not in benchmark else f"nejm_image/{c.case_id}"): c.vignette for c in images})
-    table_rows[G.CONFIG], train_info = G.build_rows(mediq_files[G.MEDIQ_FILE], train_items, benchmark, golden_writer)
+    return table_rows, facts_info
+
+
+def benchmark(folders: list[Path]):
+    """Every registered task's test cases as one benchmark (:func:`craftmd.overlap.benchmark`), each task's read from the
+    first of ``folders`` holding them; one line when none is."""
+    from craftmd.overlap import benchmark as merged, task_cases
+
+    bench = merged(task_cases(folders))
+    if not bench.texts:
+        raise CraftMDError(f"no registered task's test cases in {folders[0]}: nothing to keep the training configs apart from")
+    return bench
+
+
+def _train_rows(bench, mediq_files, train_items, golden_writer) -> tuple[dict, dict, dict]:
+    """The training configs' rows (``consult_train``, ``craftmd_train``), each less every case of ``bench`` (a dropped
+    candidate listed with the tasks its case is in), and what they were made from."""
+    rows = {}
+    rows[G.CONFIG], train_info = G.build_rows(mediq_files[G.MEDIQ_FILE], train_items, bench.texts, golden_writer)
     ct_candidates = G.mediq_candidates(mediq_files[G.MEDIQ_FILE]) + (
         G.medqa_candidates(train_items) if train_items is not None else []
     )
-    table_rows[CT.CONFIG], ct_info = CT.build_rows(ct_candidates, benchmark)  # the benchmark's n-gram index is made once
-    return table_rows, facts_info, train_info, ct_info
+    rows[CT.CONFIG], ct_info = CT.build_rows(ct_candidates, bench.texts)  # the benchmark's n-gram index is made once
+    for info in (train_info, ct_info):
+        for d in info["dropped"]:
+            d["tasks"] = list(bench.tasks[d["benchmark_case"]])
+    return rows, train_info, ct_info
 
 
 def _write_configs(tmp: Path, table_rows: dict, progress: bool) -> dict[str, dict]:
-    """Write every config's parquet file into ``tmp``: relative path -> {sha256, bytes}."""
+    """Write every test config's parquet file into ``tmp``: relative path -> {sha256, bytes}."""
     files: dict[str, dict] = {}
     for c in tqdm(CONFIGS, desc="writing configs", unit="config", disable=not progress, file=sys.stderr):
         path = write_config(tmp, c, table_rows[c])
         files[path.relative_to(tmp).as_posix()] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+    return files
+
+
+def _write_train_configs(tmp: Path, table_rows: dict) -> dict[str, dict]:
+    """Write the training configs' parquet files (split ``train``) into ``tmp``: relative path -> {sha256, bytes}."""
+    files: dict[str, dict] = {}
     for c in TRAIN_CONFIGS:
         path = write_config(tmp, c, table_rows[c], G.SPLIT)
         files[path.relative_to(tmp).as_posix()] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}

@@ -18,16 +18,14 @@ from pathlib import Path
 from craftmd import CraftMDError
 from craftmd.dataset_builder import medqa as M
 from craftmd.dataset_builder import transform as T
-from craftmd.dataset_builder.mediq import context_text, normalise, parse_lines, strip_number
+from craftmd.dataset_builder.mediq import context_text, parse_lines, strip_number
 from craftmd.release import natural_key
+from craftmd.text import LEVENSHTEIN_THRESHOLD, NGRAM, NGRAM_THRESHOLD, NgramIndex, normalise, same_case  # noqa: F401 (normalise: G.normalise)
 
 CONFIG = "consult_train"
 SPLIT = "train"
 MEDIQ_FILE = "data/all_dev_good.jsonl"
 WRITER_SCRIPT = "script"
-NGRAM = 8
-LEVENSHTEIN_THRESHOLD = 0.75
-NGRAM_THRESHOLD = 0.2
 LICENCES = {"mediq": "CC BY 4.0", "medqa-train": "MIT"}
 DECONTAMINATION_DOC = (
     f"each candidate's vignette against every benchmark case's (both lower-cased, punctuation dropped, whitespace made "
@@ -158,60 +156,21 @@ def medqa_candidates(items: list[M.MedQAItem]) -> list[Candidate]:
 # -- decontamination ------------------------------------------------------------------------------
 
 
-def _grams(words: list[str]) -> set[tuple[str, ...]]:
-    """The distinct word n-grams (the whole text when it is shorter than one)."""
-    return set(zip(*(words[i:] for i in range(NGRAM)))) or ({tuple(words)} if words else set())
-
-
-def _similar(a: str, b: str) -> float:
-    """MELD's similarity when it reaches :data:`LEVENSHTEIN_THRESHOLD`, else 0 (the edit distance stops early)."""
-    import Levenshtein
-
-    longest = max(len(a), len(b), 1)
-    cut = int((1 - LEVENSHTEIN_THRESHOLD) * longest)
-    d = Levenshtein.distance(a, b, score_cutoff=cut)
-    return 1.0 - d / longest if d <= cut else 0.0
-
-
 @functools.lru_cache(maxsize=2)
-def _index(benchmark: tuple[tuple[str, str], ...]) -> tuple[dict, dict, dict]:
-    """(normalised texts, natural-order rank, n-gram -> case ids) of the benchmark, made once per benchmark (a build
-    screens two training configs against the same cases)."""
-    norm = {cid: normalise(t or "") for cid, t in benchmark}
-    rank = {cid: i for i, cid in enumerate(sorted(norm, key=natural_key))}
-    index: dict[tuple[str, ...], list[str]] = {}
-    for cid in rank:
-        for g in _grams(norm[cid].split()):
-            index.setdefault(g, []).append(cid)
-    return norm, rank, index
+def _index(benchmark: tuple[tuple[str, str], ...]) -> NgramIndex:
+    """The benchmark's n-gram index, made once per benchmark (a build screens two training configs against the same cases)."""
+    return NgramIndex(dict(benchmark))
 
 
 def nearest(candidates: list[Candidate], benchmark: dict[str, str]) -> list[tuple[str | None, float, float]]:
     """For each candidate, (the benchmark case most like it, similarity, n-gram share); (None, 0, 0) when no case
-    shares an n-gram with it. The best case is the one of highest similarity at or above the threshold, then of
-    highest share, then the first in natural id order; its similarity is MELD's, exact."""
-    from craftmd.text import similarity
-
-    norm, rank, index = _index(tuple(benchmark.items()))
-    out = []
-    for c in candidates:
-        text = normalise(c.vignette)
-        grams = _grams(text.split())
-        shared: dict[str, int] = {}
-        for g in grams:
-            for cid in index.get(g, ()):
-                shared[cid] = shared.get(cid, 0) + 1
-        best = (None, 0.0, 0.0)
-        for cid, k in sorted(shared.items(), key=lambda kv: rank[kv[0]]):
-            s, share = _similar(norm[cid], text), k / len(grams)
-            if (s, share) > best[1:]:
-                best = (cid, s, share)
-        out.append(best if best[0] is None else (best[0], similarity(norm[best[0]], text), best[2]))
-    return out
+    shares an n-gram with it (:meth:`craftmd.text.NgramIndex.nearest`)."""
+    index = _index(tuple(benchmark.items()))
+    return [index.nearest(c.vignette) for c in candidates]
 
 
 def contaminated(sim: float, share: float) -> bool:
-    return sim >= LEVENSHTEIN_THRESHOLD or share >= NGRAM_THRESHOLD
+    return same_case(sim, share)
 
 
 def prepare(candidates: list[Candidate], benchmark: dict[str, str]) -> Prepared:
@@ -237,7 +196,7 @@ def decontaminate(candidates: list[Candidate], benchmark: dict[str, str]) -> tup
     """(the candidates no benchmark case is like, the dropped ones with their nearest case and scores).
 
     Every candidate's vignette is compared with every case of the benchmark's configs (the built text cases and the
-    image cases' texts), both normalised as :func:`craftmd.dataset_builder.mediq.normalise` does. A word 8-gram index
+    image cases' texts), both normalised as :func:`craftmd.text.normalise` does. A word 8-gram index
     picks, for each candidate, the cases that share at least one 8-gram with it; for those the similarity is MELD's
     normalised Levenshtein (:func:`craftmd.text.similarity`) and the n-gram share is the share of the candidate's
     distinct 8-grams the case also has. A candidate whose best case reaches :data:`LEVENSHTEIN_THRESHOLD` or
@@ -257,21 +216,20 @@ def decontaminate(candidates: list[Candidate], benchmark: dict[str, str]) -> tup
     return kept, dropped
 
 
-def benchmark_texts(dataset_dir: Path | str) -> dict[str, str]:
-    """Every benchmark case's text by id, read from a built dataset (the text cases, then the image cases' texts,
-    an image case whose id is a text case's as ``nejm_image/<id>``): what the build decontaminates against."""
-    import polars as pl
+def benchmark_texts(dataset_dir: Path | str, need: str | None = None) -> dict[str, str]:
+    """Every registered task's test cases held in a built dataset folder, as one benchmark by key
+    (:func:`craftmd.overlap.benchmark`: a case's id, ``task/id`` where an earlier task gives another text under it; the
+    CRAFT-MD tasks' image cases as ``nejm_image/<id>``): what a training split is checked against. ``need``: the task
+    whose cases must be there (else any task's); one line when they are not."""
+    from craftmd.overlap import benchmark, task_cases
 
-    from craftmd.dataset import config_file
-
-    out: dict[str, str] = {}
-    for config in ("all", "nejm_image"):
-        path = config_file(dataset_dir, config)
-        if not path.exists():
-            raise CraftMDError(f"{dataset_dir}: no {config} config (expected {path}); run craftmd build --out {dataset_dir}")
-        df = pl.read_parquet(path, columns=["case_id", "vignette"])
-        out.update(((c if c not in out else f"{config}/{c}"), v or "") for c, v in zip(df["case_id"], df["vignette"]))
-    return out
+    found = task_cases([dataset_dir])
+    if (need is not None and need not in found.texts) or not found.texts:
+        why = found.missing.get(need, "") if need else "no registered task's cases are in it"
+        raise CraftMDError(
+            f"{dataset_dir}: not a built dataset of {need or 'any task'} ({why}); run craftmd build --out {dataset_dir}"
+        )
+    return benchmark(found).texts
 
 
 def check_disjoint(what: str, cases: dict[str, str], benchmark: dict[str, str]) -> None:

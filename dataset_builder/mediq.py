@@ -17,6 +17,7 @@ from pathlib import Path
 
 from craftmd import CraftMDError
 from craftmd.release import natural_key
+from craftmd.text import normalise  # noqa: F401  (shared with the decontamination; MQ.normalise)
 
 MEDIQ_COMMIT = "faa2ce62fef0423e35af4c31d7537aad973173eb"
 ENV_VAR = "CRAFTMD_MEDIQ"
@@ -36,8 +37,6 @@ ATTRIBUTION = (
     "github.com/stellalisy/mediQ, licensed CC BY 4.0"
 )
 _NUMBER = re.compile(r"^\s*\d+\s*[.)]\s*")
-_PUNCT = re.compile(r"[^\w\s]")
-_SPACE = re.compile(r"\s+")
 
 
 def default_location() -> Path:
@@ -112,11 +111,6 @@ def read_items(source) -> list[Item]:
     """Every MediQ line of :data:`FILES`, verified against the pin, in file then line order."""
     files = source.read_files(FILES)
     return [it for f in FILES for it in parse(f, files[f])]
-
-
-def normalise(text: str) -> str:
-    """Lower-cased, punctuation dropped, whitespace runs made one space."""
-    return _SPACE.sub(" ", _PUNCT.sub("", text.lower())).strip()
 
 
 def match(items: list[Item], vignettes: dict[str, str]) -> tuple[list[dict], dict]:

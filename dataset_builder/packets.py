@@ -495,8 +495,17 @@ OVERLAP_DOC = (
 )
 
 
-def overlap(rows: list[dict], benchmark: list[dict]) -> list[dict]:
-    """The training packets that are benchmark packets (:data:`OVERLAP_DOC`), each with the benchmark packet and why."""
+#: How a training packet is checked against the other registered tasks' test cases (``benchmark_check``'s ``other_tasks``).
+OTHERS_DOC = (
+    "; and it is dropped when its history is, by the same rule, one of the test cases of another registered task "
+    "(their texts as each task gives them, craftmd.tasks.Task.cases)"
+)
+
+
+def overlap(rows: list[dict], benchmark: list[dict], others=None) -> list[dict]:
+    """The training packets that are benchmark packets (:data:`OVERLAP_DOC`), each with the benchmark packet and why; with
+    ``others`` (the other tasks' test cases, a :class:`craftmd.overlap.Benchmark`), those whose history is one of their
+    cases too (:data:`OTHERS_DOC`), with the case's key and its tasks."""
     from craftmd.dataset_builder import golden as G
 
     ids = {b["case_id"] for b in benchmark}
@@ -505,9 +514,11 @@ def overlap(rows: list[dict], benchmark: list[dict]) -> list[dict]:
     texts = {b["case_id"]: history_text(b) for b in benchmark}
     cands = [G.Candidate(r["case_id"], "packets", history_text(r), (), "", (), "") for r in rows]
     near = dict(zip((c.case for c in cands), G.nearest(cands, texts)))
+    far = dict(zip((c.case for c in cands), G.nearest(cands, others.texts))) if others is not None and others.texts else {}
     out = []
     for r in rows:
         cid, sim, share = near[r["case_id"]]
+        oid, osim, oshare = far.get(r["case_id"], (None, 0.0, 0.0))
         if r["case_id"] in ids:
             hit = {"benchmark_case": r["case_id"], "why": "same id"}
         elif r["fhir_sha256"] in fhir:
@@ -516,6 +527,9 @@ def overlap(rows: list[dict], benchmark: list[dict]) -> list[dict]:
             hit = {"benchmark_case": person[r["name"], r["birth_date"]], "why": "same record (name and birth date)"}
         elif cid is not None and G.contaminated(sim, share):
             hit = {"benchmark_case": cid, "why": "near-identical history"}
+        elif oid is not None and G.contaminated(osim, oshare):
+            hit = {"benchmark_case": oid, "why": "another task's test case", "tasks": list(others.tasks[oid])}
+            sim, share = osim, oshare
         else:
             continue
         out.append({"case": r["case_id"], **hit, "similarity": round(sim, 4), "ngram_share": round(share, 4)})
@@ -532,6 +546,7 @@ class BuildResult:
     dropped: list[dict] | None = None  # a training build: the packets dropped as benchmark packets (None: a test build)
     simulated: int = 0  # draws simulated: the build's own and those run ahead that it did not need
     workers: int = 1
+    others: object = None  # a training build: the other tasks' test cases it was checked against (craftmd.overlap.Benchmark)
 
     def summary(self) -> str:
         lines = [
@@ -546,6 +561,14 @@ class BuildResult:
             lines.append(
                 f"checked against the benchmark's packets: {len(self.dropped)} dropped as benchmark packets (listed in build_report.json)"
             )
+        if self.others is not None:
+            tasks = ", ".join(f"{t} ({n:,})" for t, n in self.others.counts().items()) or "none"
+            lines.append(f"and against the other registered tasks' test cases: {tasks}")
+            if self.others.missing:
+                lines.append(
+                    "not checked against "
+                    + "; ".join(f"{t} ({why}: pass its folder with --against)" for t, why in self.others.missing.items())
+                )
         return "\n".join(lines)
 
 
@@ -571,14 +594,16 @@ def build_packets(
     matrix_file: Path | str = MATRIX_FILE,
     split: str = "test",
     count: int | None = None,
-    against: Path | str | None = None,
+    against: Path | str | list | None = None,
     workers: int | None = None,
 ) -> BuildResult:
     """Build the packets config (and its card, manifest and report) into ``out``; nothing is written on failure.
 
     ``split="train"``: training packets (split ``train``, ids ``medpi_train_NNNN``, seed default :data:`TRAIN_SEED`,
-    generator indices from :data:`TRAIN_INDEX_BASE`), checked against the benchmark's packets at ``against`` (required)
-    by :func:`overlap`: a training packet that is a benchmark one is dropped and listed in the build report.
+    generator indices from :data:`TRAIN_INDEX_BASE`), checked against the benchmark's packets at ``against`` (required;
+    a folder, or several: the first holding packets gives them) by :func:`overlap`, and against every other registered
+    task's test cases found in those folders (:func:`craftmd.overlap.task_cases`): a training packet that is a benchmark
+    one, or another task's case, is dropped and listed in the build report, which names the tasks not at hand.
     ``count``: that many patients spread over the cells (:func:`allocate`) instead of the matrix's counts.
     ``workers``: processes making the draws (default: one per CPU); the bytes do not depend on it.
 
@@ -602,9 +627,12 @@ def build_packets(
     import time
 
     out = Path(out)
+    folders = [Path(a) for a in ([against] if isinstance(against, (str, Path)) else against or [])]
+    against = next((f for f in folders if MEDPI.file(f, "packets").exists()), folders[0]) if folders else None
     _check_build(out, overwrite, split, against, workers)
     train = split == "train"
     benchmark = load_packets(against) if train else []
+    others = _other_tasks(folders) if train else None
     seed = (TRAIN_SEED if train else 0) if seed is None else seed
     matrix = load_matrix(matrix_file)
     chosen = select_cells(matrix, cells, scale)
@@ -619,10 +647,10 @@ def build_packets(
     finally:
         synthea.close()
     targets = [r.pop("_target") for r in rows]
-    dropped = overlap(rows, benchmark) if train else []
+    dropped = overlap(rows, benchmark, others) if train else []
     rows = [r for r in rows if r["case_id"] not in {d["case"] for d in dropped}]
     table = pa.Table.from_pylist(rows, PACKET_SCHEMA)
-    report = _packets_report(rows, targets, draws, matrix, scale, seed, split, benchmark, dropped, against)
+    report = _packets_report(rows, targets, draws, matrix, scale, seed, split, benchmark, dropped, against, others)
     with atomic_dir(out, overwrite=overwrite, owns=(MANIFEST,), holds=(MANIFEST, REPORT, CARD, "packets")) as tmp:
         path = MEDPI.file(tmp, "packets") if not train else tmp / "packets" / f"{split}-00000-of-00001.parquet"
         path.parent.mkdir(parents=True)
@@ -639,7 +667,17 @@ def build_packets(
         dropped if train else None,
         simulated,
         workers,
+        others,
     )
+
+
+def _other_tasks(folders: list[Path]):
+    """The test cases of every registered task but those posing the packets (checked by :func:`overlap`'s own rules), each
+    from the first of ``folders`` holding them (:func:`craftmd.overlap.benchmark`)."""
+    from craftmd.overlap import benchmark, task_cases
+
+    found = task_cases(folders)
+    return benchmark(found, exclude=tuple(t for t, d in found.datasets.items() if d == MEDPI.name))
 
 
 def _packets_manifest(tmp: Path, seed: int, scale: float, chosen, synthea, matrix_file, count, split, benchmark, dropped) -> dict:
@@ -878,7 +916,7 @@ def _draw_patients(
 
 
 def _packets_report(
-    rows, targets, draws, matrix: Matrix, scale: float, seed: int, split: str, benchmark, dropped, against
+    rows, targets, draws, matrix: Matrix, scale: float, seed: int, split: str, benchmark, dropped, against, others=None
 ) -> dict:
     """The build report (``build_report.json``): draws per cell, the demographics aimed at and achieved, and for a
     training build the check against the benchmark's packets."""
@@ -915,7 +953,9 @@ def _packets_report(
             "dropped": dropped,
             "rule": OVERLAP_DOC + f"MELD's normalised Levenshtein similarity >= {G.LEVENSHTEIN_THRESHOLD} or a "
             f"share of its word {G.NGRAM}-grams >= {G.NGRAM_THRESHOLD} with its nearest benchmark "
-            "packet (both lower-cased, punctuation dropped)",
+            "packet (both lower-cased, punctuation dropped)" + OTHERS_DOC,
+            "other_tasks": others.counts(),
+            "not_checked": others.missing,
         }
     return report
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +51,9 @@ class BuildReport:
     consult_train: dict | None = None
     #: the CRAFT-MD training cases (craftmd_train): {"candidates", "rows", "reasons", "dropped", "decontamination"}
     craftmd_train: dict | None = None
+    #: what the training configs were kept apart from: {"tasks": {task: its test cases}, "not_checked": {task: why},
+    #: "against": [the other dataset folders read, by name]}
+    benchmark: dict | None = None
 
     def summary(self) -> str:
         """A few lines for the terminal."""
@@ -72,18 +76,30 @@ class BuildReport:
             lines.append(
                 f"medqa_usmle from {self.medqa_file['path']}: {self.medqa_file['picked']:,} of {self.medqa_file['items']:,} items picked"
             )
+        if self.benchmark:
+            lines.append(self.benchmark_line())
         if self.consult_train:
             lines.append(self.consult_train_line())
         if self.craftmd_train:
             lines.append(self.craftmd_train_line())
         return "\n".join(lines)
 
+    def benchmark_line(self) -> str:
+        """The tasks whose test cases the training configs were kept apart from, and those not at hand, one line."""
+        b = self.benchmark
+        line = "training configs kept apart from the test cases of " + ", ".join(f"{t} ({n:,})" for t, n in b["tasks"].items())
+        if b["not_checked"]:
+            line += "; not checked against " + "; ".join(
+                f"{t} ({why}: build them and pass --against DIR)" for t, why in b["not_checked"].items()
+            )
+        return line
+
     def craftmd_train_line(self) -> str:
         """The CRAFT-MD training cases, one line."""
         t = self.craftmd_train
         return (
             f"craftmd_train (split train): {t['rows']:,} training vignettes of {t['candidates']:,} candidates; "
-            f"{len(t['dropped'])} dropped as benchmark cases (listed in build_report.md)"
+            f"{len(t['dropped'])} dropped as benchmark cases{_by_task(t['dropped'], ': ')} (listed in build_report.md)"
         )
 
     def _craftmd_train_markdown(self) -> list[str]:
@@ -104,7 +120,7 @@ class BuildReport:
         by = ", ".join(f"{w} {n:,}" for w, n in t["by_writer"].items()) or "none"
         line = (
             f"consult_train (split train): {t['rows']:,} golden consultations ({by}); "
-            f"{len(t['dropped'])} candidates dropped as benchmark cases (listed in build_report.md)"
+            f"{len(t['dropped'])} candidates dropped as benchmark cases{_by_task(t['dropped'], ': ')} (listed in build_report.md)"
         )
         w = t.get("writer")
         if w:
@@ -157,6 +173,8 @@ class BuildReport:
                 f"Source: `{self.facts['source']['location']}`, commit `{self.facts['source']['commit']}`, content sha256 "
                 f"`{self.facts['source']['content_sha256']}`. Match rule: {self.facts['rule']}.",
             ]
+        if self.benchmark:
+            md += ["", "## What the training configs are kept apart from", "", self.benchmark_line() + "."]
         if self.consult_train:
             md += self._consult_train_markdown()
         if self.craftmd_train:
@@ -298,9 +316,17 @@ def _dropped_lines(t: dict) -> list[str]:
     """A training config's decontamination and the candidates it dropped as benchmark cases (markdown lines)."""
     return [
         "",
-        f"Decontamination: {t['decontamination']}. Dropped ({len(t['dropped'])}):",
+        f"Decontamination: {t['decontamination']}. Dropped ({len(t['dropped'])}{_by_task(t['dropped'], ': ')}):",
         "",
-        "| candidate | nearest benchmark case | similarity | n-gram share |",
-        "|---|---|---:|---:|",
-        *(f"| {d['case']} | {d['benchmark_case']} | {d['similarity']:.4f} | {d['ngram_share']:.4f} |" for d in t["dropped"]),
-    ]
+        "| candidate | nearest benchmark case | its tasks | similarity | n-gram share |",
+        "|---|---|---|---:|---:|",
+        *(f"| {d['case']} | {d['benchmark_case']} | {', '.join(d.get('tasks', ()))} | {d['similarity']:.4f} | {d['ngram_share']:.4f} |"
+          for d in t["dropped"]),
+    ]  # fmt: skip
+
+
+def _by_task(dropped: list[dict], before: str = " (", after: str = "") -> str:
+    """The dropped candidates per task whose test case they are (a case two tasks pose counts for both), ``task N, ...``
+    between ``before`` and ``after``; "" when none is dropped."""
+    counts = Counter(t for d in dropped for t in d.get("tasks", ()))
+    return before + ", ".join(f"{t} {n:,}" for t, n in counts.items()) + after if counts else ""

@@ -258,7 +258,8 @@ def test_medqa_train_file_planted_case_and_model_writer(source, dataset_dir, tmp
     dropped = {d["case"]: d for d in report.consult_train["dropped"]}
     assert dropped["medqa-train:2"]["benchmark_case"] == bench["case_id"] and dropped["medqa-train:2"]["similarity"] == 1.0
     text = (out / "build_report.md").read_text()
-    assert f"| medqa-train:2 | {bench['case_id']} | 1.0000 | 1.0000 |" in text
+    assert f"| medqa-train:2 | {bench['case_id']} | craftmd, consultation | 1.0000 | 1.0000 |" in text
+    assert dropped["medqa-train:2"]["tasks"] == ["craftmd", "consultation"]  # the tasks whose test case it is
     # the writer's failure (its extraction reply does not validate) is listed, not written, not replaced
     assert report.consult_train["writer"]["failed"] == {
         "medqa-train:3": "keyinfo invalid reply: bad: Extra inputs are not permitted"

@@ -112,7 +112,8 @@ def test_planted_benchmark_case_is_dropped_and_listed_and_the_rebuild_is_byte_id
     section = report[report.index("## CRAFT-MD training cases") :]
     dropped = {ln.split(" | ")[0].removeprefix("| "): ln for ln in section.splitlines() if ln.startswith("| medqa-train:")}
     assert set(dropped) == {"medqa-train:1", "medqa-train:3"}
-    assert f"| {bench['case_id']} | 1.0000 | 1.0000 |" in dropped["medqa-train:1"]  # the case and both scores
+    # the case, the tasks whose test case it is (both pose the CRAFT-MD dataset), and both scores
+    assert f"| {bench['case_id']} | craftmd, consultation | 1.0000 | 1.0000 |" in dropped["medqa-train:1"]
     # the benchmark's configs are byte for byte those of the build without the file; the rebuild is identical
     base = hashes(dataset_dir)
     built = hashes(out)
@@ -226,6 +227,36 @@ def test_planted_duplicate_packets_are_caught(packets, tmp_path):
     assert [d["case"] for d in check["dropped"]] == [r["case_id"] for r in train] and len(result.dropped) == 3
     assert {d["why"] for d in check["dropped"]} == {"same record (fhir_sha256)"}
     assert load_packets(again, split="train") == [] and result.patients == 0
+
+
+def test_a_training_packet_that_is_another_tasks_case_is_dropped(packets, tmp_path):
+    """Training packets are kept apart from every registered task's test cases, not only the benchmark's packets: a
+    packet whose history is a CRAFT-MD case of a folder given with --against is dropped, listed with the tasks whose case
+    it is; a build given no such folder says which tasks it did not check."""
+    from craftmd.dataset_builder.packets import build_packets, history_text, load_packets
+
+    alone = json.loads((packets / "train" / "build_report.json").read_text())["benchmark_check"]
+    assert alone["other_tasks"] == {} and {"craftmd", "consultation"} <= set(alone["not_checked"])
+    train = load_packets(packets / "train", split="train")
+    craft = tmp_path / "craft"  # a dataset folder of the two configs the CRAFT-MD tasks read their cases from
+    for config, cases in (("all", {"case_1": history_text(train[0])}), ("nejm_image", {"case_9": "A woman has a lip ulcer."})):
+        (craft / config).mkdir(parents=True)
+        pl.DataFrame({"case_id": list(cases), "vignette": list(cases.values())}).write_parquet(
+            craft / config / "test-00000-of-00001.parquet"
+        )
+    again = tmp_path / "again"
+    result = build_packets(again, split="train", cells=[CELL], count=3, against=[packets / "bench", craft], progress=False)
+    check = json.loads((again / "build_report.json").read_text())["benchmark_check"]
+    assert [(d["case"], d["benchmark_case"], d["why"], d["tasks"]) for d in check["dropped"]] == [
+        (train[0]["case_id"], "case_1", "another task's test case", ["craftmd", "consultation"])
+    ]
+    assert check["dropped"][0]["similarity"] == 1.0 and check["benchmark"]["packets"] == 3  # the packets still from bench
+    assert check["other_tasks"] == {"craftmd": 2, "consultation": 1} and "craftmd" not in check["not_checked"]
+    assert "another registered task" in check["rule"]
+    assert [r["case_id"] for r in load_packets(again, split="train")] == [r["case_id"] for r in train[1:]]
+    assert result.patients == 2 and "and against the other registered tasks' test cases: craftmd (2), consultation (1)" in (
+        result.summary()
+    )
 
 
 def test_training_packets_bad_inputs_are_one_line(packets, tmp_path, capsys):

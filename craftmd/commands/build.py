@@ -44,6 +44,15 @@ def register(sub) -> None:
     b.add_argument("--golden-base-url", metavar="URL", help="with --golden-writer: the server of an openai/ model")
     b.add_argument("--cache", type=Path, metavar="FILE", help="with --golden-writer: the request cache (default: the package's)")
     add_serve_arguments(b, "writer (--golden-writer's model)", "DIR.build-servers/ beside --out")
+    b.add_argument(
+        "--against",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="another built dataset folder holding a registered task's test cases (the medpi packets, say): the training "
+        "configs are kept apart from those too (repeatable; the report names the tasks whose cases were not at hand)",
+    )
     b.add_argument("--overwrite", action="store_true", help="replace an existing build at --out (atomically)")
     add_quiet_argument(b)
 
@@ -60,6 +69,7 @@ def _build(args: argparse.Namespace) -> int:
     benchmark case is excluded (dropped candidates listed in build_report.md).
     The craftmd_train config (split train) holds the same MedQA items posed as CRAFT-MD vignettes (the columns
     of medqa_usmle, ids such as train_mediq_8), for training; every benchmark case is excluded the same way.
+    A benchmark case is a test case of any registered task: this build's own, and those of --against folders.
     Writes parquet per config, a README.md card, build_manifest.json and build_report.md into --out,
     atomically; any bad input stops the build with one line and leaves nothing at --out.
     """
@@ -91,6 +101,7 @@ def _build(args: argparse.Namespace) -> int:
             medqa=args.medqa,
             medqa_train=args.medqa_train,
             golden_writer=golden_writer,
+            against=args.against,
         )
     print(report.summary())
     print(f'dataset written to {args.out}; load it with datasets.load_dataset("{args.out}", "medqa_usmle")')

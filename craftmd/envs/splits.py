@@ -53,10 +53,11 @@ def open_split(task, split: str, dataset: Path | str) -> Split:
     ``test`` the benchmark's config (:attr:`craftmd.tasks.Environment.config`), ``train`` the task's own view
     (:attr:`craftmd.tasks.Environment.train`).
 
-    The training cases of a task that poses the benchmark's dataset are checked against the benchmark of the same
-    dataset folder when the environment is made: no training id is a benchmark id, and no training vignette is a
-    benchmark case by the golden build's decontamination rule (:func:`craftmd.dataset_builder.golden.check_disjoint`); a
-    case that is one is refused with one line naming it.
+    The training cases of a task that poses the benchmark's dataset are checked, when the environment is made, against
+    every registered task's test cases in the same dataset folder (its own required:
+    :func:`craftmd.dataset_builder.golden.benchmark_texts`): no training id is a benchmark id, and no training vignette is
+    a benchmark case by the golden build's decontamination rule (:func:`craftmd.dataset_builder.golden.check_disjoint`);
+    a case that is one is refused with one line naming it.
     """
     from craftmd.dataset import config_file
 

@@ -168,6 +168,11 @@ class Task:
     folder: Path | None = None  # its folder: its page section's templates, its SQL (None: a task file's own folder)
     analysis: Analysis = Analysis()  # what it brings to an analysis beyond the accuracy of its answers
     environment: Environment | None = None  # how it is posed as a training environment (None: it is not)
+    #: the texts of its test cases by case id, ``cases(dataset_dir) -> {case_id: text}``, or None where ``dataset_dir``
+    #: does not hold them (built elsewhere); one line where it holds them broken. What the overlap between benchmarks
+    #: compares and every training split is kept apart from (:mod:`craftmd.overlap`); a task whose cases come from a pinned
+    #: source may read them there and ignore the folder. None: it declares no cases (the overlap says so)
+    cases: Callable | None = None
     upstream: bool = False  # the pinned upstream source's recorded results are releases of it (craftmd ingest)
     submissions: bool = False  # it takes submitted answers (craftmd submit, scoring/submission.schema.json)
     #: the comparability version of its protocol, recorded in every release it makes (craftmd.release.Protocol): bumped

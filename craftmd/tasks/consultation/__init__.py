@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from craftmd.dataset import case_texts
 from craftmd.generation.questions import ConversationOptions
 from craftmd.tasks.base import Role, Task, parse_matrix, register
 
@@ -39,6 +40,12 @@ def _matrix() -> str:
 
 
 EXPERIMENTS = parse_matrix(_matrix())
+
+
+def cases(dataset_dir: Path) -> dict[str, str] | None:
+    """Its test cases' texts (:attr:`craftmd.tasks.Task.cases`): the vignettes of the text cases it poses (``all``)."""
+    return case_texts(dataset_dir, ("all",))
+
 
 ROLES = (
     Role("doctor", "the model under test: interviews the patient"),
@@ -64,6 +71,7 @@ TASK = register(
         folder=Path(__file__).parent,
         analysis=ANALYSIS,
         environment=ENVIRONMENT,
+        cases=cases,
         version=1,  # the comparability version (CHANGELOG.md, "Changes that move scores")
     )
 )

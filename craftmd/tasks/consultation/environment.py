@@ -61,7 +61,7 @@ def train_view(task, dataset: Path) -> Split:
 
     source = train_source(task, dataset, G.CONFIG)
     cases, keyinfo = consultation_cases(pq.read_table(source).to_pylist())
-    G.check_disjoint(f"{source}", {r["case_id"]: r["vignette"] for r in cases}, G.benchmark_texts(dataset))
+    G.check_disjoint(f"{source}", {r["case_id"]: r["vignette"] for r in cases}, G.benchmark_texts(dataset, task.name))
     view = new_view("consultation-train")
     root = Path(view.name)
     for config, rows, schema in (("all", cases, TEXT_FEATURES.arrow_schema), (KEYINFO, keyinfo, KEYINFO_SCHEMA)):

@@ -24,6 +24,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from craftmd.answer_order import ANSWER_ORDERS, AnswerOrder
+from craftmd.dataset import case_texts
 from craftmd.generation.questions import ConversationOptions
 from craftmd.tasks.base import Role, Task, parse_matrix, register
 
@@ -93,6 +94,12 @@ class CraftMDOptions(ConversationOptions):
         return v
 
 
+def cases(dataset_dir: Path) -> dict[str, str] | None:
+    """Its test cases' texts (:attr:`craftmd.tasks.Task.cases`): every text case's vignette, then the NEJM image cases'
+    (``nejm_image/<id>`` where a text case has the id)."""
+    return case_texts(dataset_dir, ("all", "nejm_image"))
+
+
 ROLES = (
     Role("doctor", "the model under test: interviews the patient, then answers the questions"),
     Role("patient", "the patient-AI: holds the case's vignette (or its history only) and answers the doctor"),
@@ -118,6 +125,7 @@ TASK = register(
         folder=Path(__file__).parent,
         analysis=ANALYSIS,
         environment=ENVIRONMENT,
+        cases=cases,
         version=2,  # the comparability version (CHANGELOG.md, "Changes that move scores")
     )
 )

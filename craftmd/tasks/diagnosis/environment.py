@@ -19,7 +19,7 @@ def train_view(task, dataset: Path) -> Split:
 
     source = train_source(task, dataset, CT.CONFIG)
     rows = pq.read_table(source, columns=["case_id", "vignette"]).to_pylist()
-    G.check_disjoint(f"{source}", {r["case_id"]: r["vignette"] or "" for r in rows}, G.benchmark_texts(dataset))
+    G.check_disjoint(f"{source}", {r["case_id"]: r["vignette"] or "" for r in rows}, G.benchmark_texts(dataset, task.name))
     view = new_view("craftmd-train")
     link(Path(view.name), "all", source)
     return Split(Path(view.name), "all", view, len(rows))

@@ -84,6 +84,19 @@ CLOSURES = pa.schema(
     ]
 )
 
+
+def cases(dataset_dir: Path) -> dict[str, str] | None:
+    """Its test cases' texts (:attr:`craftmd.tasks.Task.cases`): each benchmark packet's history as its patient can tell it
+    (:func:`craftmd.dataset_builder.packets.history_text`, the text the training packets are checked on); None where
+    ``dataset_dir`` holds no packets."""
+    from craftmd.dataset_builder.packets import history_text, load_packets
+    from craftmd.samples import MEDPI
+
+    if not MEDPI.file(dataset_dir, "packets").exists():
+        return None
+    return {p["case_id"]: history_text(p) for p in load_packets(dataset_dir)}
+
+
 ROLES = (
     Role("doctor", "the model under test: opens the visit and gathers the history"),
     Role("patient", "the AI patient: its emotion step and its replies"),
@@ -144,6 +157,7 @@ TASK = register(
         folder=Path(__file__).parent,
         analysis=ANALYSIS,
         environment=ENVIRONMENT,
+        cases=cases,
         version=1,  # the comparability version (CHANGELOG.md, "Changes that move scores")
     )
 )

@@ -43,9 +43,12 @@ def register(sub) -> None:
     b.add_argument(
         "--against",
         type=Path,
+        action="append",
         metavar="DIR",
         help="with --split train: the benchmark's packets folder; a training packet sharing its id, record or a "
-        "near-identical history with one of them is dropped and listed in build_report.json",
+        "near-identical history with one of them is dropped and listed in build_report.json. Repeat it with other "
+        "built dataset folders (the CRAFT-MD dataset, say): a packet whose history is another registered task's test "
+        "case is dropped too, and the report names the tasks whose cases were not at hand",
     )
     b.add_argument(
         "--workers",
