@@ -223,14 +223,17 @@ class Source:
             raise CraftMDError(f"source {self.location}: unreadable archive ({msg})") from None
 
     def _dir_root(self) -> Path:
-        # Either the unpacked top folder itself, or a folder holding it (found by the pinned files' top folder).
-        top = min(p.split("/", 1)[0] for p in self.pin if "/" in p)
-        if (self.path / top).is_dir():
+        # Either the unpacked top folder itself, or a folder holding it (found by the pinned files' first top folder, or,
+        # when every pinned file sits at the top, by the first of them).
+        dirs = sorted({p.split("/", 1)[0] for p in self.pin if "/" in p})
+        top = dirs[0] if dirs else min(self.pin)
+        found = (lambda d: (d / top).is_dir()) if dirs else (lambda d: (d / top).is_file())
+        if found(self.path):
             return self.path
-        subs = [p for p in self.path.iterdir() if p.is_dir() and (p / top).is_dir()]
+        subs = [p for p in self.path.iterdir() if p.is_dir() and found(p)]
         if len(subs) == 1:
             return subs[0]
-        raise CraftMDError(f"source {self.location}: no release folder of commit {self.commit} ({top}/) inside")
+        raise CraftMDError(f"source {self.location}: no release folder of commit {self.commit} ({top}) inside")
 
 
 def write_pin(unpacked: Path, commit: str, dest: Path) -> int:
