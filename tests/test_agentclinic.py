@@ -240,14 +240,14 @@ def test_the_nejm_cases_are_refused_without_their_image_and_shown_with_it(tmp_pa
         assert len(err.splitlines()) == 1 and server.calls == 0 and not (tmp_path / "rel").exists()
         images = tmp_path / "images"
         images.mkdir()
-        assert generate(server, tmp_path / "rel", "-T", "case_set=nejm", "-T", f"images={images}", cases=("nejm_1",)) != 0
+        assert generate(server, tmp_path / "rel", "-T", "case_set=nejm", "-T", f"image_dir={images}", cases=("nejm_1",)) != 0
         assert "no image IC20240111.* in" in capsys.readouterr().err
         from PIL import Image
 
         buf = io.BytesIO()
         Image.new("RGB", (8, 8), "brown").save(buf, "PNG")
         (images / "IC20240111.png").write_bytes(buf.getvalue())
-        assert generate(server, tmp_path / "rel", "-T", "case_set=nejm", "-T", f"images={images}", cases=("nejm_1",)) == 0
+        assert generate(server, tmp_path / "rel", "-T", "case_set=nejm", "-T", f"image_dir={images}", cases=("nejm_1",)) == 0
     first = requests(server, "doctor")[0]["messages"][1]["content"]
     assert [p["type"] for p in first] == ["text", "image_url"] and first[1]["image_url"]["url"].startswith(
         "data:image/png;base64,"
@@ -347,3 +347,41 @@ def test_the_prompts_are_the_packages_own_words():
         w = words(f.read_text())
         shared = [" ".join(g) for g in (tuple(w[i : i + 8]) for i in range(len(w) - 7)) if g in theirs]
         assert not shared, f"{f.name}: {shared[:3]}"
+
+
+def test_under_inspect_eval_it_is_the_release_generate_writes(tmp_path, monkeypatch):
+    """``inspect eval craftmd/agentclinic`` (every role on the loopback server) ingested = ``craftmd generate``'s release:
+    the conversations and the osce table; its inspect dataset is the case set's cases, each with its reference diagnosis
+    as the target; `craftmd score` scores the ingested release as the generated one."""
+    import os
+    import subprocess
+    import sys
+
+    from craftmd.inspect_bridge.tasks import inspect_task
+
+    m = "openai-api/loop/doc"
+    with LoopbackServer(Script(TRUTH), models=("doc",)) as server:
+        monkeypatch.setenv("LOOP_BASE_URL", server.base_url)
+        monkeypatch.setenv("LOOP_API_KEY", "k")
+        monkeypatch.setenv("INSPECT_EVAL_MODEL", m)  # the inspect dataset, as inspect eval gets it
+        t = inspect_task("agentclinic", dataset=str(SOURCES), cases="medqa_1,medqa_2")
+        assert [(s.id, s.target) for s in t.dataset] == [("medqa_1", "Myasthenia gravis"), ("medqa_2", t.dataset[1].target)]
+        assert t.dataset[1].target and "double vision" in t.dataset[0].input
+        inspect = str(Path(sys.executable).with_name("inspect"))
+        argv = [inspect, "eval", "craftmd/agentclinic", "--model", m, "--model-role", f"patient={m}", "-T", f"dataset={SOURCES}",
+                "-T", "cases=medqa_1,medqa_2", "-T", "budget=5", "--log-dir", str(tmp_path / "logs"), "--display", "plain",
+                "--log-format", "eval"]  # fmt: skip
+        proc = subprocess.run(argv, env=dict(os.environ), cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        argv = generate_argv(SOURCES, "-T", "budget=5", task="agentclinic", doctor=m, patient=m, cache=tmp_path / "c.sqlite",
+                             out=tmp_path / "gen")  # fmt: skip
+        assert cli_main([*argv, "--cases", "medqa_1", "medqa_2"]) == 0
+    out = tmp_path / "via-inspect"
+    assert cli_main(["ingest", "--inspect", str(next((tmp_path / "logs").glob("*.eval"))), "--out", str(out)]) == 0
+    ours, theirs = read_release(out), read_release(tmp_path / "gen")
+    assert ours.manifest.task == "agentclinic"
+    for table in ("conversations", "osce"):
+        assert ours.table(table).num_rows == 2 and ours.table(table).equals(theirs.table(table)), table
+    for rel in (out, tmp_path / "gen"):
+        assert cli_main(["score", str(rel), "--dataset", str(SOURCES), "--quiet"]) == 0
+    assert read_release(out).table("scores").equals(read_release(tmp_path / "gen").table("scores"))

@@ -93,7 +93,7 @@ class Options(BaseModel):
         "AgentClinic's MedQA shape",
         json_schema_extra={"protocol": True},
     )
-    images: str | None = Field(
+    image_dir: str | None = Field(
         None, description="a folder holding the NEJM cases' images (<id>.jpg, ...), instead of NEJM's server"
     )
 

@@ -242,7 +242,7 @@ def fetch_image(case: Case, folder: Path | None, timeout: float = 30.0) -> bytes
             why = " ".join(str(getattr(exc, "reason", exc)).split())[:120]
             raise CraftMDError(
                 f"case {case.case_id}: its image cannot be had from {host} ({why}); an NEJM case is never posed without its "
-                "image (run where NEJM's server is reachable, or give -T images=DIR)"
+                "image (run where NEJM's server is reachable, or give -T image_dir=DIR)"
             ) from None
     if not data.startswith(_MAGIC):
         raise CraftMDError(f"case {case.case_id}: the image {key} is not a JPEG, PNG, GIF or WebP file")

@@ -78,9 +78,9 @@ class AgentClinic(Runner):
         self.cases, self.origin = load_cases(spec.dataset, o.case_set, spec.cases)
         self.images = bool(self.cases) and self.cases[0].with_image
         if self.images:  # never posed without the image: every selected case's image had before any call
-            folder = Path(o.images).expanduser() if o.images else None
+            folder = Path(o.image_dir).expanduser() if o.image_dir else None
             if folder is not None and not folder.is_dir():
-                raise CraftMDError(f"-T images={o.images}: not a folder")
+                raise CraftMDError(f"-T image_dir={o.image_dir}: not a folder")
             self.cases = [Case(**{**c.__dict__, "image": fetch_image(c, folder)}) for c in self.cases]
         self.dataset_sha = self.origin["sha256"]
 
@@ -241,8 +241,8 @@ class AgentClinic(Runner):
             "markers": "REQUEST TEST: <test> (the measurement agent answers) and DIAGNOSIS READY: <diagnosis> (the end), in any case",
             "budget_rule": "every doctor message uses one of the budget's messages; a doctor with no diagnosis when it is spent ran out of budget",
         }
-        if o.images:
-            record.notes["options"]["images"] = Path(o.images).name  # a local folder: its name, never its path
+        if o.image_dir:
+            record.notes["options"]["image_dir"] = Path(o.image_dir).name  # a local folder: its name, never its path
         if own_file(o.case_set) and record.protocol is not None:  # a case file: named by its name and content, not its path
             named = f"{Path(o.case_set).name}@sha256:{self.dataset_sha[:16]}"
             record.protocol = record.protocol.model_copy(update={"options": {**record.protocol.options, "case_set": named}})
