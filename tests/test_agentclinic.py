@@ -114,6 +114,17 @@ def test_a_test_result_reaches_the_doctor_each_role_on_its_model_and_the_moderat
     assert got[("agentclinic-offline", "medqa_1")] == 1.0  # the offline grader beside it
 
 
+@pytest.mark.parametrize(
+    "reply, verdict",
+    [("Yes", "yes"), ("no.", "no"), ("**Yes**, the same disease; no doubt.", "yes"), ("The correct answer is Yes.", "yes"),
+     ("The answer to that question is no.", "no"), ("Perhaps.", None), ("It could be yes or no.", None), ("Yesterday", None)],
+)  # fmt: skip
+def test_the_moderators_verdict_is_read_from_its_reply(reply, verdict):
+    from craftmd.tasks.agentclinic.protocol import verdict_of
+
+    assert verdict_of(reply) == verdict
+
+
 def test_a_moderator_that_says_neither_yes_nor_no_gives_no_score(tmp_path):
     with LoopbackServer(Script(TRUTH, moderator="Perhaps."), models=MODELS) as server:
         assert generate(server, tmp_path / "rel", cases=("medqa_1",)) == 0

@@ -30,8 +30,9 @@ from .cases import ATTRIBUTION, COMMIT, Case, fetch_image, load_cases, own_file
 #: How the doctor asks the measurement agent, and how it ends (read in any case; the rest of the line is the value).
 TEST_MARK = re.compile(r"REQUEST\s+TEST\s*:[ \t]*(.*)", re.I)
 DIAGNOSIS_MARK = re.compile(r"DIAGNOSIS\s+READY\s*:[ \t]*(.*)", re.I)
-#: The moderator's verdict: its reply's first word.
+#: The moderator's verdict: its reply's first word when that is Yes or No, else the one of them it says as a word.
 VERDICT = re.compile(r"^\W*(yes|no)\b", re.I)
+VERDICT_WORD = re.compile(r"\b(yes|no)\b", re.I)
 #: The moderator's part of an ``osce`` row when it was not asked (no diagnosis, or an empty one).
 NOT_ASKED = {"moderator_status": "not_asked", "moderator_verdict": None, "moderator_reply": None, "error": None}
 PROTOCOL_NOTE = (
@@ -52,9 +53,13 @@ def marked(pattern: re.Pattern, text: str) -> str | None:
 
 
 def verdict_of(reply: str) -> str | None:
-    """``yes`` or ``no`` from the moderator's reply (its first word), or None when it says neither."""
+    """``yes`` or ``no`` from the moderator's reply: its first word when that is one of them, else the one of them it
+    says as a word ("The correct answer is Yes."); None when it says neither, or both after another first word."""
     m = VERDICT.match(reply or "")
-    return m.group(1).lower() if m else None
+    if m:
+        return m.group(1).lower()
+    said = {w.lower() for w in VERDICT_WORD.findall(reply or "")}
+    return said.pop() if len(said) == 1 else None
 
 
 class AgentClinic(Runner):

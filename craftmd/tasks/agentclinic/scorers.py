@@ -97,7 +97,7 @@ class Moderator(OsceScorer):
         return {
             "rule": "the moderator's recorded verdict; no or an empty diagnosis: 0; a failed call or reply: no score",
             "version": 1,
-        }
+        }  # (the verdict is read from the reply at generation: protocol.verdict_of, part of the protocol's version)
 
     def grade(self, r, ctx, keys):
         if r["moderator_status"] != "ok":
