@@ -224,7 +224,11 @@ def test_a_case_file_of_ones_own_runs_and_is_named_by_its_name_and_content(tmp_p
     }
 
 
-def test_a_source_that_is_not_the_pinned_one_is_refused_in_one_line(tmp_path):
+def test_a_source_that_is_not_the_pinned_one_is_refused_in_one_line(tmp_path, monkeypatch):
+    from craftmd.tasks.agentclinic import cases
+
+    assert cases.locate(tmp_path) == SOURCES / ARCHIVE  # another folder (a leaderboard's dataset): the shared sources
+    monkeypatch.setattr(cases, "shared_sources", lambda: ())
     with pytest.raises(CraftMDError, match="no pinned AgentClinic source in"):
         load_cases(tmp_path, "medqa")
     top = tmp_path / "src" / f"AgentClinic-{COMMIT}"

@@ -155,16 +155,25 @@ def parse_cases(data: bytes, name: str, case_set: str, prefix: str, shape: str) 
     return out
 
 
+def shared_sources() -> tuple[Path, ...]:
+    """The folders the pinned sources are kept in: ``../shared/sources`` beside the checkout, and beside the working folder."""
+    repo = Path(__file__).resolve().parents[3]
+    return (repo.parent / "shared" / "sources", Path.cwd().parent / "shared" / "sources")
+
+
 def locate(dataset: Path | str) -> Path:
     """Where the pinned source is, given the folder a run is pointed at (``--dataset``): that folder's ``ARCHIVE``, the
-    archive itself, or a folder where it was unpacked. One line when it is none of these."""
+    archive itself, or a folder where it was unpacked; else (a folder of another task's dataset, as a leaderboard of
+    several tasks gives every scorer) the archive in ``../shared/sources`` beside the checkout or the working folder.
+    One line when it is none of these."""
     path = Path(dataset).expanduser()
     if path.is_file():
         return path
-    if (path / ARCHIVE).is_file():
-        return path / ARCHIVE
     if (path / f"AgentClinic-{COMMIT}").is_dir():
         return path
+    for folder in (path, *shared_sources()):
+        if (folder / ARCHIVE).is_file():
+            return folder / ARCHIVE
     raise CraftMDError(
         f"no pinned AgentClinic source in {path}: give --dataset the folder that holds {ARCHIVE} "
         "(../shared/sources), the archive, or the folder it was unpacked in"
