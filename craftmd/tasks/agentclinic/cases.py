@@ -53,7 +53,7 @@ class Case:
 
     case_id: str
     case_set: str  # medqa, medqa_extended, nejm, nejm_extended, or the stem of a case file of one's own
-    objective: str  # what the doctor is told at the start
+    objective: str  # what the doctor is told at the start ("" for an NEJM case: the prompt set's nejm_objective.txt)
     patient: str  # what the patient holds (rendered from the case's fields)
     exam: str  # what the measurement agent holds: examination findings and test results
     answer: str  # the correct diagnosis, what the moderator compares with
@@ -62,8 +62,8 @@ class Case:
 
     @property
     def vignette(self) -> str:
-        """What the case is about, in a line or two (an inspect sample's input): the doctor's objective."""
-        return self.objective
+        """What the case is about (an inspect sample's input): the doctor's objective, else the patient's facts."""
+        return self.objective or self.patient
 
     @property
     def with_image(self) -> bool:
@@ -129,8 +129,8 @@ def nejm_case(obj, case_id: str, case_set: str, where: str) -> Case:
     url = obj["image_url"].strip()
     if urllib.parse.urlsplit(url).scheme != "https":
         raise CraftMDError(f"{where}: image_url {url[:80]!r} is not an https URL")
-    objective = "Find the most likely diagnosis."
-    return Case(case_id, case_set, objective, obj["patient_info"].strip(), obj["physical_exams"].strip(), right[0].strip(), url)
+    # no objective of its own: the doctor is given the prompt set's (nejm_objective.txt)
+    return Case(case_id, case_set, "", obj["patient_info"].strip(), obj["physical_exams"].strip(), right[0].strip(), url)
 
 
 def parse_cases(data: bytes, name: str, case_set: str, prefix: str, shape: str) -> list[Case]:

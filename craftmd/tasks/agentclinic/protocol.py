@@ -108,7 +108,8 @@ class AgentClinic(Runner):
         case, trial = job
         P, o, sampling = self.prompts, self.options, self.sampling(trial)
         key = {"case_id": case.case_id, "trial": trial}
-        system = P.text("doctor_system.txt", objective=case.objective, budget=o.budget, bias=self.bias["doctor"]).strip()
+        objective = case.objective or P.text("nejm_objective.txt").strip()
+        system = P.text("doctor_system.txt", objective=objective, budget=o.budget, bias=self.bias["doctor"]).strip()
         opening = P.text("doctor_opening.txt").strip() + "\n\n" + self.note(0)
         first: str | list = opening
         if case.image is not None:
