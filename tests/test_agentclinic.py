@@ -171,11 +171,13 @@ def test_a_bias_reaches_its_roles_prompt_and_no_other(tmp_path, option, role, te
     [(["-T", "doctor_bias=anger"], "unknown doctor bias 'anger'; known: none, recency"),
      (["-T", "patient_bias=status_quo"], "unknown patient bias 'status_quo'"),
      (["-T", "budget=0"], "option budget='0'"),
-     (["-T", "case_set=medmcqa"], "unknown case set 'medmcqa'")],
+     (["-T", "case_set=medmcqa"], "unknown case set 'medmcqa'"),
+     (["--config", "nejm_image"], "are chosen with -T case_set=NAME, not --config"),
+     (["--cases", "medqa_999"], "unknown case id(s) in case set 'medqa': medqa_999")],
 )  # fmt: skip
 def test_bad_options_are_one_line_and_nothing_is_written(tmp_path, capsys, options, line):
     with LoopbackServer(Script(), models=MODELS) as server:
-        assert generate(server, tmp_path / "rel", *options) != 0
+        assert generate(server, tmp_path / "rel", *options, cases=() if "--cases" in options else ("medqa_1",)) != 0
         assert server.calls == 0
     err = capsys.readouterr().err.strip()
     assert line in err and len(err.splitlines()) == 1 and not (tmp_path / "rel").exists()

@@ -68,6 +68,10 @@ class AgentClinic(Runner):
     unit = "conversations"
 
     def __init__(self, spec, *, calls=None):
+        if spec.config != "all":  # the dataset configs are CRAFT-MD's; a case set is an option of this task
+            raise CraftMDError(
+                f"--config {spec.config}: the agentclinic task's cases are chosen with -T case_set=NAME, not --config"
+            )
         super().__init__(spec, calls=calls)
         o = self.options
         biases = json.loads(self.prompts.text("biases.json"))
