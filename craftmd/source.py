@@ -46,9 +46,10 @@ def _pin_path(commit: str, part: str = "") -> Path:
     return Path(str(resources.files("craftmd.dataset_builder") / "pin" / name))
 
 
-def load_pin(commit: str = PINNED_COMMIT, part: str = "") -> dict[str, str]:
-    """Path -> sha256 for every pinned file of ``commit`` (``part="code"``: its code files, pinned apart)."""
-    path = _pin_path(commit, part)
+def load_pin(commit: str = PINNED_COMMIT, part: str = "", path: Path | None = None) -> dict[str, str]:
+    """Path -> sha256 for every pinned file of ``commit`` (``part="code"``: its code files, pinned apart); ``path``: a pin
+    manifest kept elsewhere (a task's folder pins the source it reads), else the one in ``dataset_builder/pin/``."""
+    path = Path(path) if path is not None else _pin_path(commit, part)
     if not path.exists():
         raise CraftMDError(f"no pin manifest for commit {commit} at {path}")
     pin: dict[str, str] = {}
@@ -129,10 +130,13 @@ class Source:
     naming it.
     """
 
-    def __init__(self, location: str | os.PathLike | None = None, commit: str = PINNED_COMMIT, part: str = ""):
+    def __init__(
+        self, location: str | os.PathLike | None = None, commit: str = PINNED_COMMIT, part: str = "", pin: Path | None = None
+    ):
+        """``pin``: the pin manifest of ``commit`` when it is not in ``dataset_builder/pin/`` (:func:`load_pin`)."""
         self.commit = commit
         self.location = str(location) if location is not None else default_location()
-        self.pin = load_pin(commit, part)
+        self.pin = load_pin(commit, part, pin)
         loc = self.location
         if loc.startswith(("http://", "https://")):
             self.path = _download(loc)
@@ -219,14 +223,17 @@ class Source:
             raise CraftMDError(f"source {self.location}: unreadable archive ({msg})") from None
 
     def _dir_root(self) -> Path:
-        # Either the unpacked top folder itself, or a folder holding it (found by the pinned files' top folder).
-        top = min(p.split("/", 1)[0] for p in self.pin if "/" in p)
-        if (self.path / top).is_dir():
+        # Either the unpacked top folder itself, or a folder holding it (found by the pinned files' first top folder, or,
+        # when every pinned file sits at the top, by the first of them).
+        dirs = sorted({p.split("/", 1)[0] for p in self.pin if "/" in p})
+        top = dirs[0] if dirs else min(self.pin)
+        found = (lambda d: (d / top).is_dir()) if dirs else (lambda d: (d / top).is_file())
+        if found(self.path):
             return self.path
-        subs = [p for p in self.path.iterdir() if p.is_dir() and (p / top).is_dir()]
+        subs = [p for p in self.path.iterdir() if p.is_dir() and found(p)]
         if len(subs) == 1:
             return subs[0]
-        raise CraftMDError(f"source {self.location}: no CRAFT-MD release folder inside")
+        raise CraftMDError(f"source {self.location}: no release folder of commit {self.commit} ({top}) inside")
 
 
 def write_pin(unpacked: Path, commit: str, dest: Path) -> int:

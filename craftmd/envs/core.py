@@ -95,6 +95,8 @@ class Options:
     memory_tags: bool = True  # encounters: the patient's memories tagged with emotions (one call per packet)
     allow_self: bool = False  # encounters: a judge of the doctor's own family may score (recorded; craftmd score --allow-self)
     judge_options: dict | None = None  # encounters: the judge's other settings, by JudgeSpec field (discussion_tokens, ...)
+    roles: dict | None = None  # the task's other roles by name -> model (those without an option of their own above)
+    task_options: dict | None = None  # the task's own options (-T key=value of craftmd generate) beyond those above
 
 
 def _runner_class(task):
@@ -225,8 +227,16 @@ class Episodes:
             from craftmd.models import check_url
 
             check_url(o.base_url if isinstance(o.base_url, str) else repr(o.base_url), "base_url", "OPENAI_API_KEY")
+        declared = [r.name for r in self.definition.roles]
+        if o.roles is not None and not isinstance(o.roles, dict):
+            raise CraftMDError(f"roles must be a mapping of role to model, not {type(o.roles).__name__}")
+        for name in o.roles or {}:
+            if name not in declared or name == "doctor":
+                others = ", ".join(n for n in declared if n != "doctor")
+                raise CraftMDError(f"roles: the {task} environment has no role {name!r} to bind; its roles: {others}")
         for role in self.definition.roles:  # its required roles bound (the doctor is the policy under training)
-            if role.name != "doctor" and role.required and not role.default and not getattr(o, role.name, None):
+            bound = getattr(o, role.name, None) or (o.roles or {}).get(role.name)
+            if role.name != "doctor" and role.required and not role.default and not bound:
                 raise CraftMDError(
                     f"the {task} environment needs its {role.name} bound: {role.name}='openai-api/<service>/<model>'"
                 )
@@ -285,8 +295,12 @@ class Episodes:
 
         declared = {r.name for r in self.definition.roles}  # an option of another task's role is not this task's role
         given = (("summarizer", o.summarizer), ("solver", o.solver), ("closer", o.closer))
-        roles = {k: v for k, v in given if v and k in declared}
+        roles = {**{k: v for k, v in given if v and k in declared}, **{k: v for k, v in (o.roles or {}).items() if v}}
         options = {k: getattr(o, k) for k in TASK_OPTIONS if k in self.definition.options.model_fields}
+        if o.task_options is not None:
+            if not isinstance(o.task_options, dict):
+                raise CraftMDError(f"task_options must be a mapping of the task's options, not {type(o.task_options).__name__}")
+            options.update(o.task_options)  # an unknown key or a bad value: one line (Task.parse_options)
         return GenerateSpec(
             dataset=self.dataset,
             out=Path(tempfile.gettempdir()) / "craftmd-env",

@@ -50,8 +50,8 @@ def environment_task(name: str):
 def open_split(task, split: str, dataset: Path | str) -> Split:
     """The folder ``task``'s (a :class:`craftmd.tasks.Task` posed as an environment, or its name) runner and scorers read
     for ``split`` (one line when it is not built or not disjoint):
-    ``test`` the benchmark's config (:attr:`craftmd.tasks.Environment.config`), ``train`` the task's own view
-    (:attr:`craftmd.tasks.Environment.train`).
+    ``test`` the benchmark's config (:attr:`craftmd.tasks.Environment.config`) or the task's own test split
+    (:attr:`craftmd.tasks.Environment.test`), ``train`` the task's own view (:attr:`craftmd.tasks.Environment.train`).
 
     The training cases of a task that poses the benchmark's dataset are checked, when the environment is made, against
     every registered task's test cases in the same dataset folder (its own required:
@@ -69,6 +69,10 @@ def open_split(task, split: str, dataset: Path | str) -> Split:
     dataset = Path(dataset)
     if not dataset.is_dir():
         raise CraftMDError(f"dataset {dataset} does not exist: run {build_command(task, split, dataset)}")
+    if split == "test" and env.test is not None:  # cases read in place (a pinned source), not a built config
+        return env.test(task, dataset)
+    if split == "train" and env.train is None:
+        raise CraftMDError(f"the {task.name} environment has no training split; its split is 'test'")
     if split == "test":
         config = env.config or "packets"
         if not config_file(dataset, config).exists():

@@ -23,6 +23,7 @@ BUILTIN = {
     "craftmd": "craftmd.tasks.diagnosis",
     "consultation": "craftmd.tasks.consultation",
     "encounters": "craftmd.tasks.encounters",
+    "agentclinic": "craftmd.tasks.agentclinic",
 }
 
 #: The task a command runs when none is named (``craftmd generate`` without ``--task``): the benchmark's own.

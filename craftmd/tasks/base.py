@@ -122,8 +122,10 @@ class Environment:
     * ``reward``: the reward's default weights by ``scorer/metric`` (``{grader}``: the grader named by ``grader=``);
     * ``judged``: its reward is the rubric judge's (``judge=``; weights ``judge/...``), not its answers' scorers';
     * ``config``: the dataset config its test split poses (None: its dataset's only one, ``packets``);
-    * ``train(dataset)``: its training split, a view of the dataset folder (a :class:`craftmd.envs.splits.Split`);
-      ``train_config``: the dataset config that view reads; ``train_prompt``: the doctor's system prompt its training
+    * ``test(dataset)``: its test split, where its cases are not a config of a built dataset (a pinned source it reads
+      in place): a :class:`craftmd.envs.splits.Split` of the folder its runner reads (None: the dataset's ``config``);
+    * ``train(dataset)``: its training split, a view of the dataset folder (a :class:`craftmd.envs.splits.Split`; None:
+      it has none); ``train_config``: the dataset config that view reads; ``train_prompt``: the doctor's system prompt its training
       dialogues carry, where the dataset's builder writes them (the golden consultations');
     * ``build``: the command that builds its data, with ``{dataset}`` and ``{train}`` (the training split's options).
     """
@@ -132,6 +134,7 @@ class Environment:
     experiment: str | None = None
     judged: bool = False
     config: str | None = None
+    test: Callable | None = None
     train: Callable | None = None
     train_config: str | None = None
     train_prompt: Path | None = None
