@@ -86,7 +86,20 @@ def by_hand(a: dict[str, str], b: dict[str, str]) -> dict[tuple[str, str], tuple
     return out
 
 
-def test_the_cases_two_tasks_share_are_exactly_what_the_rule_says(tmp_path, monkeypatch):
+@pytest.fixture
+def folder_tasks_only(tmp_path, monkeypatch):
+    """The registry without the tasks whose cases come from elsewhere than the dataset folder (a pinned source read in
+    place): these tests pose cases in a folder of their own."""
+    from craftmd.tasks import TASKS, builtin_tasks
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for task in list(builtin_tasks().values()):
+        if task.cases is not None and task.cases(empty) is not None:
+            monkeypatch.delitem(TASKS, task.name)
+
+
+def test_the_cases_two_tasks_share_are_exactly_what_the_rule_says(tmp_path, monkeypatch, folder_tasks_only):
     import craftmd.overlap as O
 
     texts = {"case_1": A, "case_2": B, "case_3": C, "case_4": D, "case_5": E}
@@ -128,7 +141,7 @@ def test_the_cases_two_tasks_share_are_exactly_what_the_rule_says(tmp_path, monk
     ]  # fmt: skip
 
 
-def test_one_benchmark_of_every_task_and_the_environments_check_it(tmp_path, monkeypatch):
+def test_one_benchmark_of_every_task_and_the_environments_check_it(tmp_path, monkeypatch, folder_tasks_only):
     """A training case that is another registered task's test case is refused where a training split is posed."""
     from craftmd.dataset_builder import golden as G
     from craftmd.tasks import TASKS, Experiment, Task
@@ -223,7 +236,10 @@ def test_a_training_candidate_that_is_another_tasks_case_is_dropped_and_counted(
     mine = _task_file(tmp_path / "mine", {"my_7": victim["vignette"], "my_8": E})
     out = tmp_path / "built"
     proc = craftmd("build", "--out", out, "--quiet", env=dict(os.environ, CRAFTMD_TASKS=str(mine)))
-    assert "training configs kept apart from the test cases of craftmd (2,037), consultation (2,004), mycases (2)" in proc.stdout
+    assert (
+        "training configs kept apart from the test cases of craftmd (2,037), consultation (2,004), agentclinic (456), mycases (2)"
+        in proc.stdout
+    )
     assert "not checked against encounters (its cases are not in the dataset folders read" in proc.stdout
     lines = [ln for ln in proc.stdout.splitlines() if "dropped as benchmark cases" in ln]
     assert len(lines) == 2 and all("mycases 1" in ln for ln in lines)

@@ -21,7 +21,7 @@ from craftmd.tasks.base import Experiment, Role, Table, Task, register
 
 from . import scorers  # noqa: F401  (registers the task's scorers)
 from .analysis import ANALYSIS
-from .cases import CASE_SETS, own_file
+from .cases import CASE_SETS, load_cases, locate, own_file
 from .environment import ENVIRONMENT
 from .protocol import AgentClinic
 
@@ -124,6 +124,20 @@ DATASET = register_dataset(
     )
 )
 
+
+def case_texts(dataset_dir: Path) -> dict[str, str] | None:
+    """Its test cases' texts (:attr:`craftmd.tasks.Task.cases`): every case of the four sets, what the patient and the
+    measurement agent hold, read from the pinned source (``dataset_dir``'s, else ``../shared/sources``); None where it
+    is not at hand (the overlap names the task as not compared)."""
+    from craftmd import CraftMDError
+
+    try:
+        locate(dataset_dir)
+    except CraftMDError:  # no pinned source at hand (a damaged one is not this: it is one line, from load_cases)
+        return None
+    return {c.case_id: f"{c.patient}\n{c.exam}" for s in CASE_SETS for c in load_cases(dataset_dir, s)[0]}
+
+
 TASK = register(
     Task(
         name="agentclinic",
@@ -152,6 +166,7 @@ TASK = register(
         folder=Path(__file__).parent,
         analysis=ANALYSIS,
         environment=ENVIRONMENT,
+        cases=case_texts,
         version=1,  # the comparability version (CHANGELOG.md, "Changes that move scores")
     )
 )
