@@ -29,7 +29,10 @@ import sys
 import time
 from pathlib import Path
 
-from finetune_train import load_model, lora_config, scratch, versions
+if __package__:  # imported as craftmd.generation.grpo_train (the docs, the import test)
+    from .finetune_train import load_model, lora_config, scratch, versions
+else:  # run as a script in the training env, beside finetune_train.py
+    from finetune_train import load_model, lora_config, scratch, versions
 
 RECORD = "craftmd-grpo.json"
 

@@ -411,7 +411,8 @@ def _serve_chat(answers: list[web.Response]):
 
 @pytest.mark.parametrize("suffix", ["", "/"])
 def test_openai_requests_go_to_the_base_url_path_with_the_key_and_no_sdk_telemetry(suffix):
-    ok = {
+    ok = {  # the reply names the model asked (a server that lists no models is believed only for that name)
+        "model": "m",
         "choices": [{"message": {"content": "Hi?"}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 3, "completion_tokens": 1},
     }
@@ -448,7 +449,7 @@ def test_openai_requests_go_to_the_base_url_path_with_the_key_and_no_sdk_telemet
 
 
 def test_a_200_answer_that_is_not_json_is_retried_not_a_crash(tmp_path):
-    ok = {"choices": [{"message": {"content": "Hi?"}, "finish_reason": "stop"}]}
+    ok = {"model": "m", "choices": [{"message": {"content": "Hi?"}, "finish_reason": "stop"}]}
     cut_off = web.Response(status=200, body=b'{"choices": [{"mess', content_type="application/json")
     proxy_page = web.Response(status=200, text="<html>gateway</html>", content_type="text/html")
     app, seen = _serve_chat([cut_off, proxy_page, web.json_response(ok)])
@@ -760,3 +761,36 @@ def test_the_progress_bar_moves_per_request_and_agrees_with_the_summary_and_mani
     assert done == total == len(read_release(out).table("answers"))
     counts = read_release(out).manifest.counts
     assert sum(counts["requests"].values()) == n and counts["failures"] == failed
+
+
+_OPEN_AND_PUT = """
+import sys
+from craftmd.models.base import Completion
+from craftmd.models.cache import RequestCache
+sys.stdin.read()  # every process waits here, then all open the one new file at once
+c = RequestCache(sys.argv[1])
+c.put(sys.argv[2], "openai", "m", "{}", Completion("ok", "ok"))
+print(len(c))
+"""
+
+
+def test_processes_opening_one_new_cache_at_once_all_get_it(tmp_path):
+    """The environment server's episodes, or several runs, open one request cache together: SQLite answers a
+    switch to WAL under contention "database is locked" without waiting, which must not fail an episode."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "c.sqlite"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPEN_AND_PUT, str(path), f"k{i}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for i in range(12)
+    ]
+    outs = [p.communicate("go", timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 12, [e for _, e in outs if e]
+    assert len(RequestCache(path)) == 12

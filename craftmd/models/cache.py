@@ -20,6 +20,7 @@ import hashlib
 import json
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 from craftmd import CraftMDError
@@ -54,6 +55,9 @@ def request_key(
     return hashlib.sha256(payload.encode()).hexdigest(), payload
 
 
+#: Seconds an opening waits for other processes that hold the cache's file.
+OPEN_WAIT = 30
+
 #: The validator of a stored reply (:meth:`RequestCache._stored`), made when first needed.
 _STORED = None
 
@@ -64,13 +68,25 @@ class RequestCache:
     def __init__(self, path: Path | str):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")  # durable against a killed process
-            self._db.execute(SCHEMA)
-        except sqlite3.DatabaseError as exc:
-            raise CraftMDError(f"{self.path}: not a usable request cache ({exc})") from None
+        deadline = time.monotonic() + OPEN_WAIT
+        while True:
+            self._db = None
+            try:
+                self._db = sqlite3.connect(self.path, timeout=OPEN_WAIT, check_same_thread=False, isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")  # durable against a killed process
+                self._db.execute(SCHEMA)
+                break
+            except sqlite3.OperationalError as exc:
+                # Processes opening one new cache at once: SQLite answers the switch to WAL "database is locked"
+                # without waiting for the busy timeout; the next try finds it done.
+                if self._db is not None:
+                    self._db.close()
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise CraftMDError(f"{self.path}: not a usable request cache ({exc})") from None
+                time.sleep(0.05)
+            except sqlite3.DatabaseError as exc:
+                raise CraftMDError(f"{self.path}: not a usable request cache ({exc})") from None
         self._lock = threading.Lock()
 
     def _sql(self, sql: str, params: tuple = (), rows: str = "") -> list | tuple | None:
