@@ -160,11 +160,12 @@ def sensitivity(
 
 def _plans(releases_dir, n: int, seed: int, dataset_dir) -> list[tuple]:
     """Each judged release's (release, scorer, its record, the sampled units, their baseline score rows)."""
-    from craftmd.release import find_releases
     from craftmd.scoring.judge import METRIC, pick_scorer, read_units
     from craftmd.scoring.score import check_standing
 
-    found = find_releases(releases_dir)
+    from ..board import Board
+
+    found = list(Board.read(releases_dir))
     check_standing(found)  # the baseline is the release's own judge scores: made here or a claim (never re-judged)
     plans = []
     for rel in found:
