@@ -13,7 +13,7 @@ from craftmd.analysis import runner
 from craftmd.analysis.tables import compute
 from craftmd.release import RunRecord, write_release
 
-from helpers import ACCURACY_HEAD, analysed_twice
+from helpers import ACCURACY_HEAD, analysed_twice, listings
 
 N_CASES, TRIALS, B = 40, 5, 2000
 
@@ -498,3 +498,16 @@ def test_the_board_by_task_never_ranks_two_protocols_together(with_protocols):
         ("CRAFT-MD diagnosis: not comparable with the paper's runs (prompt set craftmd-v1 ≠ craftmd-upstream-3bb2737; 3 trials vs 5)", ["v1a", "v1b"]),
         ("CRAFT-MD diagnosis: not comparable with the paper's runs (unknown protocol (the release states none))", ["sub"]),
     ]  # fmt: skip
+
+
+def test_craftmd_analyse_reads_the_releases_folder_once(built, tmp_path, monkeypatch):
+    """`craftmd analyse --page` lists the releases folder once (the board, analysis.board.Board.read): the tables, the
+    figures and the page are all made from that one reading."""
+    from craftmd.commands.cli import main
+
+    rel, data, _ = built
+    seen = listings(monkeypatch, rel)
+    out = tmp_path / "out"
+    assert main(["analyse", "--releases", str(rel), "--dataset", str(data), "--out", str(out), "--resamples", "200", "--page"]) == 0
+    assert (out / "index.html").is_file() and (out / "tables" / "accuracy.csv").is_file()
+    assert seen == ["find_releases"]
