@@ -182,4 +182,3 @@ def listings(monkeypatch, folder) -> list[str]:
     monkeypatch.setattr(os, "listdir", counted(listdir))
     monkeypatch.setattr(os, "scandir", counted(scandir))
     return seen
-

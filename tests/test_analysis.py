@@ -508,6 +508,8 @@ def test_craftmd_analyse_reads_the_releases_folder_once(built, tmp_path, monkeyp
     rel, data, _ = built
     seen = listings(monkeypatch, rel)
     out = tmp_path / "out"
-    assert main(["analyse", "--releases", str(rel), "--dataset", str(data), "--out", str(out), "--resamples", "200", "--page"]) == 0
+    assert (
+        main(["analyse", "--releases", str(rel), "--dataset", str(data), "--out", str(out), "--resamples", "200", "--page"]) == 0
+    )
     assert (out / "index.html").is_file() and (out / "tables" / "accuracy.csv").is_file()
     assert seen == ["find_releases"]
