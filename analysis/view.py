@@ -45,6 +45,12 @@ def main_tasks(a) -> list:
     return [t for t in in_order(a.releases["task"].to_list()) if t.analysis.main]
 
 
+def board_columns(a) -> list:
+    """The main board's columns (:attr:`craftmd.tasks.Analysis.columns`, :class:`craftmd.tasks.Measure`) of the main
+    board's tasks, in their order, each once: the first leads (it ranks the board)."""
+    return list(dict.fromkeys(c for t in main_tasks(a) for c in t.analysis.columns))
+
+
 def conversational(tasks) -> set[str]:
     """The settings of ``tasks`` whose question reads a conversation (CRAFT-MD's multiturn, singleturn, summarized, ...)."""
     return {e.setting for t in tasks for e in t.experiments if e.conversation}
@@ -143,6 +149,8 @@ class View:
             (r["model"], r["setting"], r["format"], r["grader"], r["with_image"], r["group_by"], r["group"]): r
             for r in acc.iter_rows(named=True)
         }
+        #: the main board's columns, declared by its tasks (:func:`board_columns`): the first leads and ranks the board
+        self.columns = board_columns(a)
         rel = a.releases
         self.release_info = {r["release"]: r for r in rel.iter_rows(named=True)}
         #: per release, the graders that graded its own model (allowed with --allow-self, never ranked by)
@@ -238,8 +246,12 @@ class View:
             self._history = {(r["model"], r["metric"]): r for r in mt.iter_rows(named=True)}
         return self._history.get((m, metric))
 
+    def column(self, m: str, column) -> dict | None:
+        """Release ``m``'s cell in a column of the main board (:attr:`columns`)."""
+        return self.cell(m, column.setting, column.format, grader=column.grader)
+
     def _lead(self, m: str) -> float:
-        r = self.cell(m, "multiturn", "frq")
+        r = self.column(m, self.columns[0]) if self.columns else None
         return r["accuracy"] if r else -1.0
 
     def display(self, m: str) -> str:
@@ -293,6 +305,7 @@ __all__ = [
     "describe_protocol",
     "protocol_table",
     "task_references",
+    "board_columns",
     "SETTING_LABELS",
     "SETTING_NOTES",
     "UPSTREAM_SETTINGS",

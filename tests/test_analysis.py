@@ -513,3 +513,42 @@ def test_craftmd_analyse_reads_the_releases_folder_once(built, tmp_path, monkeyp
     )
     assert (out / "index.html").is_file() and (out / "tables" / "accuracy.csv").is_file()
     assert seen == ["find_releases"]
+
+
+def test_a_column_declared_once_is_on_the_board_with_no_other_edit(built, tmp_path, monkeypatch):
+    """One more column of the main board is one more :class:`craftmd.tasks.Measure` in its task's ``Analysis.columns``:
+    the page's board and its Markdown twin show it (heading escaped, a cell in every row, the human row's span widened)
+    with no other edit, because the templates loop over the declared columns."""
+    import re
+    from dataclasses import replace
+
+    from craftmd.analysis.page import write_page
+    from craftmd.tasks import TASKS, Measure, get_task
+
+    task = get_task("craftmd")
+    declared = [c.label for c in task.analysis.columns]
+    extra = Measure("frq_vignette_offline", "Vignette FRQ <offline|rule>", setting="vignette", format="frq", grader="offline")
+    columns = (*task.analysis.columns, extra)
+    monkeypatch.setitem(TASKS, "craftmd", replace(task, analysis=replace(task.analysis, columns=columns)))
+    _, _, a = built
+    write_page(a, tmp_path)
+
+    board = (tmp_path / "index.html").read_text().split('<table id="leaderboard"', 1)[1].split("</table>", 1)[0]
+    heads = re.findall(r"<th(?: [^>]*)?>(.*?)</th>", board.split("</thead>", 1)[0])
+    assert heads == ["#", "Model", "Kind", *declared, "Vignette FRQ &lt;offline|rule&gt;", "Cases", "FRQ grader"]
+    rows = re.findall(r"<tr>(.*?)</tr>", board.split("<tbody>", 1)[1].split("</tbody>", 1)[0], re.S)
+    assert len(rows) == 3
+    for row in rows:
+        cells = re.findall(r"<td[^>]*>", row)
+        assert len(cells) == len(heads)
+        name = re.search(r'title="test/(\w+)"', row).group(1)
+        got = re.search(r'data-v="([-\d.]+)"', cells[len(heads) - 3]).group(1)
+        assert float(got) == pytest.approx(acc(a, name, "vignette")["accuracy"], abs=1e-6)
+    span = int(re.search(r'colspan="(\d+)"', board).group(1))
+    assert 3 + span == len(heads)  # the human row: three cells, then one over the rest
+
+    md = (tmp_path / "leaderboard.md").read_text().split("\n\n| # |", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert md[0].split(" | ")[2:-1] == [*declared, "Vignette FRQ &lt;offline\\|rule&gt;"]
+    assert md[1] == "|" + "---|" * len(heads[:-1])  # no Cases column in the twin
+    best = next(r for r in md[2:] if r.split(" | ")[1] == "A")
+    assert best.split(" | ")[-2].startswith("0.750 (")
