@@ -25,7 +25,7 @@ def task_boards(a) -> pl.DataFrame:
     """Every task's rows (:attr:`craftmd.tasks.Analysis.board`), the tasks in the registry's order."""
     from .view import View
 
-    v = View(a)
+    v = View.of(a)
     info = {r["release"]: r for r in a.releases.iter_rows(named=True)}
     rows = []
     for task in in_order(info[r]["task"] for r in info):
@@ -61,7 +61,7 @@ def page_section(a) -> list[dict] | None:
         sel = b.filter(pl.col("task") == task.name)
         keys = dict(sel.select("release", "protocol").iter_rows())
         label = task.analysis.label or task.name
-        whom = "the paper's runs" if task.analysis.main and View(a).reference_is_paper else "the ranked runs"
+        whom = "the paper's runs" if task.analysis.main and View.of(a).reference_is_paper else "the ranked runs"
         groups = [(refs.get(task.name), label)] + [
             (k, f"{label}: not comparable with {whom} ({'; '.join(why)})")
             for k, why in protocol_groups(keys, refs.get(task.name))

@@ -581,7 +581,7 @@ def _release_notes(v: View, m: str) -> str:
 
 def context(a, audits: list[dict] | None = None, out: Path | None = None) -> dict:
     """Everything the templates show, as plain data (``out``: the page's folder, whose drawn figures it shows)."""
-    v = View(a)
+    v = View.of(a)
     audits = audits or []
     commits = sorted(
         {json.loads(v.release_info[m]["source"]).get("commit") or "" for m in v.models + v.partial + v.image_models} - {""}

@@ -446,7 +446,7 @@ def write_all_figures(a: Analysis, figures: Path) -> None:
     from .paper_figures import write_paper_figures
     from .view import View
 
-    v = View(a)
+    v = View.of(a)
     write_figures(v, figures)
     write_paper_figures(v, figures)  # the paper's other figures, with significance brackets (each only with its data)
     if a.rubric is not None:

@@ -104,7 +104,7 @@ def task_references(a, v: View | None = None) -> dict[str, str | None]:
     out = {}
     for task in sorted({r["task"] for r in info}):
         keys = {r["release"]: r["protocol"] for r in info if r["task"] == task}
-        out[task] = ((v or View(a)).reference if task in main else None) or reference_protocol(keys)
+        out[task] = ((v or View.of(a)).reference if task in main else None) or reference_protocol(keys)
     return out
 
 
@@ -112,7 +112,7 @@ def protocol_table(a) -> pl.DataFrame:
     """``tables/protocols.csv``: each release's protocol (in words and as JSON), whether it is its task's board's (a
     CRAFT-MD run that showed the doctor images: the image table's, :attr:`View.image_reference`), and if not, why, in
     words."""
-    v = View(a)
+    v = View.of(a)
     refs = task_references(a, v)
     rows = []
     for r in a.releases.sort("release").iter_rows(named=True):
@@ -141,6 +141,14 @@ class View:
     they are listed apart as self-reported, never ranked, never the board's case set. Case
     counts per group come from the dataset (``group_sizes``), never from a release.
     """
+
+    @classmethod
+    def of(cls, a) -> View:
+        """The view of analysis ``a``, made once: the tables, the figures, the boards and the page all ask this one."""
+        v = a.__dict__.get("_view")
+        if v is None or v.a is not a:
+            v = a.__dict__["_view"] = cls(a)
+        return v
 
     def __init__(self, a):
         self.a = a
