@@ -3,14 +3,14 @@
 A command that analyses releases (``craftmd analyse``, ``craftmd leaderboard``: its scoring, analysis, audits and page)
 builds one :class:`Board` (:meth:`Board.read`, the only place the analysis lists a releases folder) and hands it on.
 Every table of the analysis names a release by its id (its ``model`` or ``release`` column); the display name and the
-run record's ``provider/model`` are looked up here (:meth:`Board.display`, :meth:`Board.frame`) and applied only where
-text is written: the page, its Markdown twin, the figures' labels, a CSV's label columns.
+run record's ``provider/model`` are the releases frame's (:meth:`Board.frame`: ``Analysis.releases``), applied only
+where text is written: the page, its Markdown twin, the figures' labels, a CSV's label columns.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -30,10 +30,6 @@ class Board:
 
     root: Path
     releases: tuple[Release, ...]
-    _by_id: dict[str, Release] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self):
-        object.__setattr__(self, "_by_id", {r.id: r for r in self.releases})
 
     @classmethod
     def read(cls, root: Path | str) -> Board:
@@ -53,15 +49,6 @@ class Board:
 
     def __iter__(self):
         return iter(self.releases)
-
-    def __len__(self) -> int:
-        return len(self.releases)
-
-    def display(self, release: str) -> str:
-        """The name a release is shown under (its run record's display name, else its id); an id not on the board as
-        it is."""
-        found = self._by_id.get(release)
-        return found.display if found is not None else release
 
     @staticmethod
     def frame(releases: list[Release] | tuple[Release, ...]) -> pl.DataFrame:
