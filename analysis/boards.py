@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from craftmd import CraftMDError
 from craftmd.tasks import in_order
 
 COLUMNS = ["task", "model", "release", "display", "measure", "value", "ci_low", "ci_high", "n_cases", "n_failed", "protocol"]
@@ -24,12 +25,16 @@ def task_boards(a) -> pl.DataFrame:
     """Every task's rows (:attr:`craftmd.tasks.Analysis.board`), the tasks in the registry's order."""
     from .view import View
 
-    v = View(a)
+    v = View.of(a)
     info = {r["release"]: r for r in a.releases.iter_rows(named=True)}
     rows = []
     for task in in_order(info[r]["task"] for r in info):
+        declared = {m.name for m in task.analysis.measures}
         for row in task.analysis.board(a, v) if task.analysis.board is not None else ():
             rel = row["release"]
+            if row["measure"] not in declared:  # a column is declared once, in the task's Analysis.measures
+                raise CraftMDError(f"task {task.name!r}: its board gives the measure {row['measure']!r}, which its "
+                                   f"Analysis.measures does not declare ({', '.join(sorted(declared)) or 'none'})")  # fmt: skip
             rows.append({"task": task.name, "model": info[rel]["model"], "release": rel, "display": info[rel]["display"],
                          "measure": row["measure"], "value": row["value"], "ci_low": row.get("ci_low"), "ci_high": row.get("ci_high"),
                          "n_cases": row.get("n_cases"), "n_failed": row.get("n_failed"), "protocol": info[rel]["protocol"]})  # fmt: skip
@@ -56,7 +61,7 @@ def page_section(a) -> list[dict] | None:
         sel = b.filter(pl.col("task") == task.name)
         keys = dict(sel.select("release", "protocol").iter_rows())
         label = task.analysis.label or task.name
-        whom = "the paper's runs" if task.analysis.main and View(a).reference_is_paper else "the ranked runs"
+        whom = "the paper's runs" if task.analysis.main and View.of(a).reference_is_paper else "the ranked runs"
         groups = [(refs.get(task.name), label)] + [
             (k, f"{label}: not comparable with {whom} ({'; '.join(why)})")
             for k, why in protocol_groups(keys, refs.get(task.name))
@@ -69,19 +74,23 @@ def page_section(a) -> list[dict] | None:
 
 
 def _board(sel: pl.DataFrame, task, label: str) -> dict | None:
-    """One table of a task's board: ``sel``'s rows (one protocol's), best first by the first measure."""
+    """One table of a task's board: ``sel``'s rows (one protocol's), a row per release; its columns the task's declared
+    measures (:attr:`craftmd.tasks.Analysis.measures`) that have a value here, in their order; best first by the first."""
     if sel.height == 0:
         return None
-    declared = {m.name: m for m in task.analysis.measures}
-    measures = sel["measure"].unique(maintain_order=True).to_list()
+    present = set(sel["measure"].to_list())
+    measures = [m for m in task.analysis.measures if m.name in present]
     rows = []
-    for (model, rel, display), g in sel.group_by("model", "release", "display", maintain_order=True):
+    for (rel,), g in sel.group_by("release", maintain_order=True):  # keyed by release id; its names are labels
         got = {r["measure"]: r for r in g.iter_rows(named=True)}
-        rows.append({"model": model, "release": rel, "display": display, "cells": [got.get(m) for m in measures]})
-    first = lambda r: (r["cells"][0] or {}).get("value")  # noqa: E731
-    rows.sort(key=lambda r: (first(r) is None, -(first(r) or 0), r["model"]))
-    return {"task": task.name, "label": label, "measures": [declared[m].label if m in declared else m for m in measures],
-            "percent": [declared[m].percent if m in declared else True for m in measures], "rows": rows}  # fmt: skip
+        first = g.row(0, named=True)
+        rows.append(
+            {"model": first["model"], "release": rel, "display": first["display"], "cells": [got.get(m.name) for m in measures]}
+        )
+    lead = lambda r: (r["cells"][0] or {}).get("value")  # noqa: E731
+    rows.sort(key=lambda r: (lead(r) is None, -(lead(r) or 0), r["model"], r["release"]))
+    return {"task": task.name, "label": label, "measures": [m.label for m in measures], "percent": [m.percent for m in measures],
+            "rows": rows}  # fmt: skip
 
 
 __all__ = ["task_boards", "page_section", "COLUMNS"]

@@ -252,7 +252,7 @@ def write_figures(a, out: Path) -> list[Path]:
     """All figures of an :class:`~craftmd.analysis.tables.Analysis` into ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    v = a if isinstance(a, View) else View(a)
+    v = a if isinstance(a, View) else View.of(a)
     # text.parse_math off: labels drawn from names (a model called "evil$\frac{$x") are plain text, never mathtext
     plt.rcParams.update({"font.family": "DejaVu Sans", "svg.hashsalt": "craftmd", "font.size": 9, "text.parse_math": False})
     paths = [

@@ -72,14 +72,14 @@ def flag_tables(judged) -> tuple[pl.DataFrame, pl.DataFrame]:
             mine = [x for x in fl if x["dimension"] == flag]
             ok = [x for x in mine if x["status"] == "ok"]
             n_flagged = sum(x["value"] == 1.0 for x in ok)
-            counts.append({"model": r.display, "scorer": scorer, "flag": flag, "n_conversations": len(ok), "n_flagged": n_flagged,
+            counts.append({"model": r.id, "scorer": scorer, "flag": flag, "n_conversations": len(ok), "n_flagged": n_flagged,
                            "n_failed": len(mine) - len(ok), "share": round(n_flagged / len(ok), 4) if ok else None})  # fmt: skip
         for x in sorted(
             (x for x in fl if x["status"] == "ok" and x["value"] == 1.0),
             key=lambda x: (*(str(x[k]) for k in KEY), x["dimension"]),
         ):
             d = json.loads(x["detail"] or "{}")
-            raised.append({"model": r.display, "scorer": scorer, **{k: x[k] for k in KEY}, "flag": x["dimension"],
+            raised.append({"model": r.id, "scorer": scorer, **{k: x[k] for k in KEY}, "flag": x["dimension"],
                            "notes": " | ".join(d.get("notes") or []), "evidence": json.dumps(d.get("evidence") or [], ensure_ascii=False),
                            "evidence_found": int(d.get("evidence_found") or 0)})  # fmt: skip
     ct = pl.DataFrame(
@@ -98,7 +98,7 @@ def evidence_table(judged) -> pl.DataFrame:
     for r, scorer, xs in judged:
         ok = xs.filter(pl.col("metric") == METRIC, pl.col("status") == "ok")
         none = ok.filter(pl.col("label") == NO_EVIDENCE).height
-        rows.append({"model": r.display, "scorer": scorer, "n_scores": ok.height, "n_evidence_found": ok.height - none, "n_no_evidence": none,
+        rows.append({"model": r.id, "scorer": scorer, "n_scores": ok.height, "n_evidence_found": ok.height - none, "n_no_evidence": none,
                      "share_found": round((ok.height - none) / ok.height, 4) if ok.height else None})  # fmt: skip
     return pl.DataFrame(
         rows, schema=dict(zip(EVIDENCE_COLUMNS, [pl.String, pl.String, pl.Int64, pl.Int64, pl.Int64, pl.Float64]))
@@ -184,7 +184,7 @@ def samples(judged, n: int = SAMPLE) -> list[dict]:
                                "score": None if x["metric"] == FLAG_METRIC else int(x["value"]),
                                "rationale": d.get("rationale") or " | ".join(d.get("notes") or []), "no_evidence": x["label"] == NO_EVIDENCE,
                                "quotes": [{"text": q, "found": quote_found(q, fold)} for q in ev]})  # fmt: skip
-            out.append({"model": r.display, "scorer": scorer, "case_id": k[0], "trial": k[1], "conversation": k[2], "with_image": k[3],
+            out.append({"model": r.id, "scorer": scorer, "case_id": k[0], "trial": k[1], "conversation": k[2], "with_image": k[3],
                         "flagged": k in flagged, "segments": segments(text, quotes), "scores": scores})  # fmt: skip
     return out
 
@@ -196,17 +196,20 @@ def judge_extras(releases) -> dict:
     return {"judge_flags": flags, "judge_flagged": flagged, "judge_evidence": evidence_table(judged), "samples": samples(judged)}
 
 
-def page_section(extras: dict | None) -> dict | None:
+def page_section(extras: dict | None, name=None) -> dict | None:
     """What the page shows: the evidence share per judge, the flag counts and flagged conversations per model, and the
-    sampled conversations with their rationales."""
+    sampled conversations with their rationales. The tables name a release by its id (``model``); ``name`` (release id
+    -> the name it is shown under; default: the id) gives each row's ``model`` here, its id kept as ``release``."""
     if not extras or extras["judge_evidence"].height == 0:
         return None
+    name = name or str
+    shown = lambda rows: [{**x, "model": name(x["model"]), "release": x["model"]} for x in rows]  # noqa: E731
     flagged: dict[str, list] = {}
     for x in extras["judge_flagged"].to_dicts():
         flagged.setdefault(x["model"], []).append({**x, "evidence": json.loads(x["evidence"])})
-    return {"evidence": extras["judge_evidence"].to_dicts(), "flags": extras["judge_flags"].to_dicts(),
-            "flagged": [{"model": m, "rows": rows} for m, rows in sorted(flagged.items())], "samples": extras["samples"],
-            "flag_names": dict(FLAGS)}  # fmt: skip
+    return {"evidence": shown(extras["judge_evidence"].to_dicts()), "flags": shown(extras["judge_flags"].to_dicts()),
+            "flagged": [{"model": name(m), "release": m, "rows": rows} for m, rows in sorted(flagged.items(), key=lambda x: (name(x[0]), x[0]))],
+            "samples": shown(extras["samples"]), "flag_names": dict(FLAGS)}  # fmt: skip
 
 
 TABLES = ("judge_flags", "judge_flagged", "judge_evidence")

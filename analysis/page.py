@@ -40,14 +40,13 @@ def _release(v: View, m: str) -> dict:
 
 
 def _row(v: View, m: str, rank: int | None = None) -> dict:
-    """A release's row of the board (or of the partial runs): the leading cell, the other settings, MCQ."""
+    """A release's row of the board (or of the partial runs): its cell in each of the board's columns (:attr:`View.columns`,
+    the leading one first)."""
     lead = v.cell(m, *LEAD) or v.cell(m, "vignette", MCQ) or {}
     return {
         **_release(v, m),
         "rank": rank,
-        "lead": _acc(v.cell(m, *LEAD)),
-        "frq": [_acc(v.cell(m, s, "frq")) for s in UPSTREAM_SETTINGS if s != "multiturn"],
-        "mcq": [_acc(v.cell(m, s, MCQ)) for s in UPSTREAM_SETTINGS],
+        "cells": [_acc(v.column(m, c)) for c in v.columns],
         "n_cases": lead.get("n_cases"),
         "coverage": v.coverage.get(m, 0),
         "frq_grader": v.grader_for(m, "frq") or "none",
@@ -589,7 +588,7 @@ def _release_notes(v: View, m: str) -> str:
 
 def context(a, audits: list[dict] | None = None, out: Path | None = None) -> dict:
     """Everything the templates show, as plain data (``out``: the page's folder, whose drawn figures it shows)."""
-    v = View(a)
+    v = View.of(a)
     audits = audits or []
     commits = sorted(
         {json.loads(v.release_info[m]["source"]).get("commit") or "" for m in v.models + v.partial + v.image_models} - {""}
@@ -608,8 +607,8 @@ def context(a, audits: list[dict] | None = None, out: Path | None = None) -> dic
             {"reasons": g["reasons"], "rows": [_row(v, m, i) for i, m in enumerate(g["models"], 1)]} for g in v.other_protocols
         ],
         "reference_is_paper": v.reference_is_paper,
+        "columns": [c.label for c in v.columns],
         "settings": [{"id": s, "label": SETTING_LABELS[s], "note": SETTING_NOTES[s]} for s in UPSTREAM_SETTINGS],
-        "other_frq_settings": [SETTING_LABELS[s] for s in UPSTREAM_SETTINGS if s != "multiturn"],
         "missing": _missing(v),
         "specialty": _specialty(v),
         "by_dataset": _by_dataset(v),

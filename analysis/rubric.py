@@ -468,9 +468,10 @@ def page_section(r: Rubric | None) -> dict | None:
         )
     dim_rows = [{"dimension": x["group"], "competency": comps[x["competency"]], "model": r.name(x["model"]), "mean": x["mean"], "ci_low": x["ci_low"],
                  "ci_high": x["ci_high"], "n_cases": x["n_cases"]} for x in detail.filter(pl.col("level") == "dimension").to_dicts()]  # fmt: skip
-    return {"meta_categories": list(META_CATEGORIES), "rows": rows, "B": r.B, "seed": r.seed, "judges": judges_section(r.extras),
+    return {"meta_categories": list(META_CATEGORIES), "rows": rows, "B": r.B, "seed": r.seed, "judges": judges_section(r.extras, r.name),
             "sensitivity": None if not r.sensitivity else {
-                "rows": [x for x in r.sensitivity["rows"] if x["level"] == "overall"], "kendall_tau": r.sensitivity["kendall_tau"],
+                "rows": [{**x, "model": r.name(x["model"]), "release": x["model"]} for x in r.sensitivity["rows"] if x["level"] == "overall"],
+                "kendall_tau": r.sensitivity["kendall_tau"],
                 "n": r.sensitivity["n"], "other_judge": r.sensitivity["other_judge"]},
             "competencies": list(comps.values()), "competency_rows": comp_rows, "dimension_rows": dim_rows,
             "unsupported": r.unsupported}  # fmt: skip

@@ -20,7 +20,9 @@ import pyarrow.parquet as pq
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file
-from craftmd.release import CLAIM_PREFIX, MAX_TRIALS, Release, find_releases, natural_key, protocol_of
+from craftmd.release import CLAIM_PREFIX, MAX_TRIALS, Release, natural_key
+
+from .board import Board, protocol_key
 
 SQL_DIR = Path(str(resources.files("craftmd.analysis") / "sql"))
 #: Families of at most this many models test every pair of them (the six upstream releases keep every pair); larger
@@ -133,7 +135,7 @@ def connect(
     * the table macros of ``sql/_macros.sql`` (McNemar's counts per case and per pair).
     """
     if not isinstance(releases, list):
-        releases = find_releases(releases)
+        releases = list(Board.read(releases))
     if not releases:
         raise CraftMDError("no releases to analyse")
     con = _open()
@@ -166,12 +168,6 @@ def connect(
     con.register("sample_order_arrow", pa.table({"case_id": ids, "position": pa.array(range(len(ids)), pa.int32())}))
     con.execute("create view sample_order as select * from sample_order_arrow")
     return con
-
-
-def protocol_key(release: Release) -> str | None:
-    """The protocol a release ran, as one line (:meth:`craftmd.release.Protocol.key`); None: unknown, equal to none."""
-    p = protocol_of(release.manifest)
-    return p.key() if p is not None else None
 
 
 def _releases_view(con, releases: list[Release]) -> None:

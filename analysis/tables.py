@@ -17,10 +17,11 @@ from pathlib import Path
 import polars as pl
 
 from craftmd import CraftMDError, __version__
-from craftmd.release import Release, find_releases
+from craftmd.release import Release
 
 from .escape import csv_safe
 from . import runner
+from .board import Board
 from .bootstrap import DEFAULT_B, DEFAULT_SEED, Memo
 from .history import history_tables
 from .stats import CELL_COLUMNS, bootstrap_all, cells_of, metric_table
@@ -74,6 +75,7 @@ class Analysis:
     all_pairs: bool = False  # every pair of models tested on request (--all-pairs); else as sql/comparisons says
     claims: pl.DataFrame | None = None  # scores claimed by their sender, not computed here (claims_table), when any
     overlap: object = None  # the same cases in two registered tasks (analysis.overlap.Overlap), from the dataset folders
+    board: Board | None = None  # the releases read for it, once (analysis.board): ``releases`` is the frame of those shown
 
 
 @dataclass
@@ -105,23 +107,6 @@ def task_tables(releases: list[Release], inputs: dict) -> dict[str, dict[str, pl
             if made:
                 out[task.name] = made
     return out
-
-
-def _releases_frame(releases: list[Release]) -> pl.DataFrame:
-    return pl.DataFrame(
-        {
-            "release": [r.id for r in releases],
-            "kind": [r.manifest.kind for r in releases],
-            "model": [r.manifest.model for r in releases],
-            "display": [r.display for r in releases],
-            "notes": [json.dumps(r.manifest.notes, sort_keys=True, ensure_ascii=False) for r in releases],
-            "counts": [json.dumps(r.manifest.counts, sort_keys=True, ensure_ascii=False) for r in releases],
-            "source": [json.dumps(r.manifest.source, sort_keys=True, ensure_ascii=False) for r in releases],
-            "scorers": [json.dumps(r.scorer_records(), sort_keys=True, ensure_ascii=False) for r in releases],
-            "task": [r.manifest.task for r in releases],
-            "protocol": [runner.protocol_key(r) for r in releases],  # tables/protocols.csv, never releases.csv
-        }
-    )
 
 
 def prepared_connection(
@@ -179,7 +164,7 @@ def _empty() -> dict[str, pl.DataFrame]:
 
 
 def compute(
-    releases_dir: Path | str,
+    releases: Board | Path | str,
     dataset_dir: Path | str,
     *,
     B: int = DEFAULT_B,
@@ -190,23 +175,25 @@ def compute(
     memo: Memo | None = None,
     kept: runner.Kept | None = None,
 ) -> Analysis:
-    """Run the named queries over the releases and add bootstrap CIs and tests. ``packets``: the built medpi folder
+    """Run the named queries over the releases and add bootstrap CIs and tests. ``releases``: the command's
+    :class:`craftmd.analysis.board.Board`, or a releases folder (read once, here). ``packets``: the built medpi folder
     whose packets give each encounter's reason and objective (the rubric by encounter needs it). ``all_pairs``: test
     every pair of models (else every pair only in families of up to :data:`.runner.ALL_PAIRS_UP_TO` models, each model
     against its neighbours in the ranking and the leader in larger ones: ``sql/comparisons``). ``memo``: the intervals
     and p-values of an earlier analysis, read back where their case vectors are the same (:class:`.bootstrap.Memo`);
     ``kept``: the per-release queries' rows, kept and read back the same way (:class:`.runner.Kept`)."""
     t0 = time.perf_counter()
-    found = find_releases(releases_dir)
+    board = Board.of(releases)
+    found = list(board.releases)
     from craftmd.scoring.score import check_standing
 
     check_standing(found)  # every score read is made here or a claim kept apart (craftmd score settles the others)
     releases = [r for r in found if r.has("scores")]
     unscored = [r for r in found if r.task.analysis.unscored]  # analysed before they are scored (their own tables)
     if not releases and not unscored:
-        raise CraftMDError(f"no graded release under {releases_dir}")
+        raise CraftMDError(f"no graded release under {board.root}")
     if not any("answers" in r.task.required_tables for r in releases):  # no answers to analyse (patient-led encounters)
-        return _with_overlap(_without_answers(unscored, packets, B, seed, t0, rubric_options, releases_dir), dataset_dir, packets)
+        return _with_overlap(_without_answers(unscored, packets, B, seed, t0, rubric_options, board), dataset_dir, packets)
     con = prepared_connection(releases, dataset_dir, all_pairs=all_pairs, kept=kept)
     accuracy = pl.from_arrow(runner.run(con, "accuracy"))
     comparisons = pl.from_arrow(runner.run(con, "comparisons"))
@@ -222,13 +209,13 @@ def compute(
     from .rubric import rubric
 
     judged = rubric(releases, B=B, seed=seed, **(rubric_options or {}))
-    _with_sensitivity(judged, releases_dir)
+    _with_sensitivity(judged, board.root)
     t3 = time.perf_counter()
     judged = judged if judged.table.height else None
     shown = sorted({r.id: r for r in [*releases, *unscored]}.values(), key=lambda r: r.id)
     tasks = task_tables(shown, dict(con=con, dataset_dir=dataset_dir, accuracy=accuracy, acc=acc, rubric=judged, packets=packets,
                                     B=B, seed=seed))  # fmt: skip
-    a = Analysis(acc, pv, status, gap, metrics, _releases_frame(shown), sizes, hist["history_tests"], hist["history_by_coverage"],
+    a = Analysis(acc, pv, status, gap, metrics, Board.frame(shown), sizes, hist["history_tests"], hist["history_by_coverage"],
                  hist["history_by_complexity"], {"sql_s": t1 - t0, "bootstrap_s": t2 - t1, "rubric_s": t3 - t2,
                  "tasks_s": time.perf_counter() - t3}, B, seed, judged, tasks)  # fmt: skip
     a.format_tests, a.image_tests = format_split(more_pv)
@@ -237,6 +224,7 @@ def compute(
     a.order_tests = order_tests(con, B=B, seed=seed)
     a.all_pairs = all_pairs
     a.claims = claims_table(found)
+    a.board = board
     return _with_overlap(_with_boards(a), dataset_dir, packets)
 
 
@@ -292,22 +280,23 @@ def _with_sensitivity(judged, releases_dir) -> None:
 
 
 def _without_answers(
-    releases, packets, B: int, seed: int, t0: float, rubric_options: dict | None = None, releases_dir=None
+    releases, packets, B: int, seed: int, t0: float, rubric_options: dict | None = None, board: Board | None = None
 ) -> Analysis:
     """An analysis of releases without answers (patient-led encounters alone): the rubric and their tasks' own tables."""
     from .rubric import rubric
 
     judged = rubric([r for r in releases if r.has("scores")], B=B, seed=seed, **(rubric_options or {}))
-    if releases_dir is not None:
-        _with_sensitivity(judged, releases_dir)
+    if board is not None:
+        _with_sensitivity(judged, board.root)
     judged = judged if judged.table.height else None
     e = _empty()
     tasks = task_tables(releases, dict(con=None, dataset_dir=None, accuracy=None, acc=None, rubric=judged, packets=packets, B=B,
                                        seed=seed))  # fmt: skip
-    a = Analysis(e["accuracy"], e["pvalues"], e["answer_status"], e["mcq_rule_gap"], e["metrics"], _releases_frame(releases),
+    a = Analysis(e["accuracy"], e["pvalues"], e["answer_status"], e["mcq_rule_gap"], e["metrics"], Board.frame(releases),
                  e["group_sizes"], e["history_tests"], e["history_by_coverage"], e["history_by_complexity"],
                  {"sql_s": time.perf_counter() - t0, "bootstrap_s": 0.0}, B, seed, judged, tasks)  # fmt: skip
     a.claims = claims_table(releases)
+    a.board = board
     return _with_boards(a)
 
 
@@ -396,7 +385,7 @@ CACHE = ".cache"
 
 
 def analyse(
-    releases_dir: Path | str,
+    releases: Board | Path | str,
     dataset_dir: Path | str,
     out_dir: Path | str,
     *,
@@ -408,7 +397,8 @@ def analyse(
     all_pairs: bool = False,
     previous: Path | str | None = None,
 ) -> Analysis:
-    """Tables (and figures) of every graded release (and every encounters release) under ``releases_dir`` into ``out_dir``.
+    """Tables (and figures) of every graded release (and every encounters release) of ``releases`` (the command's
+    :class:`craftmd.analysis.board.Board`, or a releases folder, read once) into ``out_dir``.
 
     ``out_dir`` is written into as it is: the callers (``craftmd analyse``, ``craftmd leaderboard``)
     pass the temporary sibling of :func:`craftmd.atomic.atomic_dir`, so their output appears whole.
@@ -423,7 +413,7 @@ def analyse(
     memo = Memo.load(cache / "resamples.parquet" if cache else None)
     kept = runner.Kept(out / CACHE / "queries", cache / "queries" if cache else None, dataset_dir)
     a = compute(
-        releases_dir, dataset_dir, B=B, seed=seed, packets=packets, rubric_options=rubric_options, all_pairs=all_pairs,
+        releases, dataset_dir, B=B, seed=seed, packets=packets, rubric_options=rubric_options, all_pairs=all_pairs,
         memo=memo, kept=kept,
     )  # fmt: skip
     memo.save(out / CACHE / "resamples.parquet")
@@ -468,7 +458,7 @@ def write_all_figures(a: Analysis, figures: Path) -> None:
     from .paper_figures import write_paper_figures
     from .view import View
 
-    v = View(a)
+    v = View.of(a)
     write_figures(v, figures)
     write_paper_figures(v, figures)  # the paper's other figures, with significance brackets (each only with its data)
     if a.rubric is not None:

@@ -45,6 +45,12 @@ def main_tasks(a) -> list:
     return [t for t in in_order(a.releases["task"].to_list()) if t.analysis.main]
 
 
+def board_columns(a) -> list:
+    """The main board's columns (:attr:`craftmd.tasks.Analysis.columns`, :class:`craftmd.tasks.Measure`) of the main
+    board's tasks, in their order, each once: the first leads (it ranks the board)."""
+    return list(dict.fromkeys(c for t in main_tasks(a) for c in t.analysis.columns))
+
+
 def conversational(tasks) -> set[str]:
     """The settings of ``tasks`` whose question reads a conversation (CRAFT-MD's multiturn, singleturn, summarized, ...)."""
     return {e.setting for t in tasks for e in t.experiments if e.conversation}
@@ -98,7 +104,7 @@ def task_references(a, v: View | None = None) -> dict[str, str | None]:
     out = {}
     for task in sorted({r["task"] for r in info}):
         keys = {r["release"]: r["protocol"] for r in info if r["task"] == task}
-        out[task] = ((v or View(a)).reference if task in main else None) or reference_protocol(keys)
+        out[task] = ((v or View.of(a)).reference if task in main else None) or reference_protocol(keys)
     return out
 
 
@@ -106,7 +112,7 @@ def protocol_table(a) -> pl.DataFrame:
     """``tables/protocols.csv``: each release's protocol (in words and as JSON), whether it is its task's board's (a
     CRAFT-MD run that showed the doctor images: the image table's, :attr:`View.image_reference`), and if not, why, in
     words."""
-    v = View(a)
+    v = View.of(a)
     refs = task_references(a, v)
     rows = []
     for r in a.releases.sort("release").iter_rows(named=True):
@@ -136,6 +142,14 @@ class View:
     counts per group come from the dataset (``group_sizes``), never from a release.
     """
 
+    @classmethod
+    def of(cls, a) -> View:
+        """The view of analysis ``a``, made once: the tables, the figures, the boards and the page all ask this one."""
+        v = a.__dict__.get("_view")
+        if v is None or v.a is not a:
+            v = a.__dict__["_view"] = cls(a)
+        return v
+
     def __init__(self, a):
         self.a = a
         acc = a.accuracy
@@ -143,6 +157,8 @@ class View:
             (r["model"], r["setting"], r["format"], r["grader"], r["with_image"], r["group_by"], r["group"]): r
             for r in acc.iter_rows(named=True)
         }
+        #: the main board's columns, declared by its tasks (:func:`board_columns`): the first leads and ranks the board
+        self.columns = board_columns(a)
         rel = a.releases
         self.release_info = {r["release"]: r for r in rel.iter_rows(named=True)}
         #: per release, the graders that graded its own model (allowed with --allow-self, never ranked by)
@@ -238,8 +254,12 @@ class View:
             self._history = {(r["model"], r["metric"]): r for r in mt.iter_rows(named=True)}
         return self._history.get((m, metric))
 
+    def column(self, m: str, column) -> dict | None:
+        """Release ``m``'s cell in a column of the main board (:attr:`columns`)."""
+        return self.cell(m, column.setting, column.format, grader=column.grader)
+
     def _lead(self, m: str) -> float:
-        r = self.cell(m, "multiturn", "frq")
+        r = self.column(m, self.columns[0]) if self.columns else None
         return r["accuracy"] if r else -1.0
 
     def display(self, m: str) -> str:
@@ -293,6 +313,7 @@ __all__ = [
     "describe_protocol",
     "protocol_table",
     "task_references",
+    "board_columns",
     "SETTING_LABELS",
     "SETTING_NOTES",
     "UPSTREAM_SETTINGS",

@@ -159,3 +159,26 @@ def assert_tables_documented(tables: Path) -> None:
             columns = next(csv.reader(f))
         assert table.name in documented, f"tables/{table.name} is not on docs/analysis.md"
         assert documented[table.name] == columns, table.name
+
+
+def listings(monkeypatch, folder) -> list[str]:
+    """Every listing of ``folder`` (``os.listdir``, ``os.scandir``: what ``Path.iterdir`` and ``glob`` call) from now on,
+    by the function that asked."""
+    import os
+    import sys
+    from pathlib import Path
+
+    seen, where = [], str(Path(folder).resolve())
+    listdir, scandir = os.listdir, os.scandir
+
+    def counted(real):
+        def listing(path=".", *args, **kwargs):
+            if not isinstance(path, int) and str(Path(os.fsdecode(path)).resolve()) == where:  # an int: a folder's fd
+                seen.append(sys._getframe(2).f_code.co_name)
+            return real(path, *args, **kwargs)
+
+        return listing
+
+    monkeypatch.setattr(os, "listdir", counted(listdir))
+    monkeypatch.setattr(os, "scandir", counted(scandir))
+    return seen

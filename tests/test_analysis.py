@@ -3,6 +3,9 @@ paired bootstrap, McNemar, Holm, and missing answers counted as wrong."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import polars as pl
 import pyarrow as pa
 import pytest
@@ -13,7 +16,7 @@ from craftmd.analysis import runner
 from craftmd.analysis.tables import compute
 from craftmd.release import RunRecord, write_release
 
-from helpers import ACCURACY_HEAD, analysed_twice
+from helpers import ACCURACY_HEAD, analysed_twice, listings
 
 N_CASES, TRIALS, B = 40, 5, 2000
 
@@ -498,3 +501,132 @@ def test_the_board_by_task_never_ranks_two_protocols_together(with_protocols):
         ("CRAFT-MD diagnosis: not comparable with the paper's runs (prompt set craftmd-v1 ≠ craftmd-upstream-3bb2737; 3 trials vs 5)", ["v1a", "v1b"]),
         ("CRAFT-MD diagnosis: not comparable with the paper's runs (unknown protocol (the release states none))", ["sub"]),
     ]  # fmt: skip
+
+
+def test_craftmd_analyse_reads_the_releases_folder_once(built, tmp_path, monkeypatch):
+    """`craftmd analyse --page` lists the releases folder once (the board, analysis.board.Board.read): the tables, the
+    figures and the page are all made from that one reading."""
+    from craftmd.commands.cli import main
+
+    rel, data, _ = built
+    seen = listings(monkeypatch, rel)
+    out = tmp_path / "out"
+    assert (
+        main(["analyse", "--releases", str(rel), "--dataset", str(data), "--out", str(out), "--resamples", "200", "--page"]) == 0
+    )
+    assert (out / "index.html").is_file() and (out / "tables" / "accuracy.csv").is_file()
+    assert seen == ["find_releases"]
+
+
+def test_a_column_declared_once_is_on_the_board_with_no_other_edit(built, tmp_path, monkeypatch):
+    """One more column of the main board is one more :class:`craftmd.tasks.Measure` in its task's ``Analysis.columns``:
+    the page's board and its Markdown twin show it (heading escaped, a cell in every row, the human row's span widened)
+    with no other edit, because the templates loop over the declared columns."""
+    import re
+    from dataclasses import replace
+
+    from craftmd.analysis.page import write_page
+    from craftmd.tasks import TASKS, Measure, get_task
+
+    task = get_task("craftmd")
+    declared = [c.label for c in task.analysis.columns]
+    extra = Measure("frq_vignette_offline", "Vignette FRQ <offline|rule>", setting="vignette", format="frq", grader="offline")
+    columns = (*task.analysis.columns, extra)
+    monkeypatch.setitem(TASKS, "craftmd", replace(task, analysis=replace(task.analysis, columns=columns)))
+    a = replace(built[2])  # a copy: a view of its own, made with the declared columns of now
+    write_page(a, tmp_path)
+
+    board = (tmp_path / "index.html").read_text().split('<table id="leaderboard"', 1)[1].split("</table>", 1)[0]
+    heads = re.findall(r"<th(?: [^>]*)?>(.*?)</th>", board.split("</thead>", 1)[0])
+    assert heads == ["#", "Model", "Kind", *declared, "Vignette FRQ &lt;offline|rule&gt;", "Cases", "FRQ grader"]
+    rows = re.findall(r"<tr>(.*?)</tr>", board.split("<tbody>", 1)[1].split("</tbody>", 1)[0], re.S)
+    assert len(rows) == 3
+    for row in rows:
+        cells = re.findall(r"<td[^>]*>", row)
+        assert len(cells) == len(heads)
+        name = re.search(r'title="test/(\w+)"', row).group(1)
+        got = re.search(r'data-v="([-\d.]+)"', cells[len(heads) - 3]).group(1)
+        assert float(got) == pytest.approx(acc(a, name, "vignette")["accuracy"], abs=1e-6)
+    span = int(re.search(r'colspan="(\d+)"', board).group(1))
+    assert 3 + span == len(heads)  # the human row: three cells, then one over the rest
+
+    md = (tmp_path / "leaderboard.md").read_text().split("\n\n| # |", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert md[0].split(" | ")[2:-1] == [*declared, "Vignette FRQ &lt;offline\\|rule&gt;"]
+    assert md[1] == "|" + "---|" * len(heads[:-1])  # no Cases column in the twin
+    best = next(r for r in md[2:] if r.split(" | ")[1] == "A")
+    assert best.split(" | ")[-2].startswith("0.750 (")
+
+
+BOARD_TASK = '''
+from craftmd.tasks import Analysis, Experiment, Measure, Task, register
+
+NAME, EXTRA = __NAME__, __EXTRA__
+
+
+def board(a, v):
+    """Each release's three measures."""
+    rows = []
+    for i, rel in enumerate(sorted(v.release_info)):
+        rows.append(dict(release=rel, measure="solved", value=0.5 + i / 10, ci_low=0.4, ci_high=0.9, n_cases=10))
+        rows.append(dict(release=rel, measure="turns", value=3.0 + i, ci_low=2.0, ci_high=6.0, n_cases=10))
+        rows.append(dict(release=rel, measure="polite", value=0.9 - i / 10, ci_low=0.1, ci_high=0.95, n_cases=10))
+    return rows
+
+
+MEASURES = (Measure("solved", "Solved"), Measure("turns", "Turns", percent=False))
+TASK = register(Task(name=NAME, description="a board's columns", dataset="craftmd", experiments=(Experiment("talk", "text"),),
+                     analysis=Analysis(measures=MEASURES + EXTRA, board=board, label="Board toy")))
+'''
+
+
+@pytest.mark.parametrize("extra", [False, True])
+def test_a_measure_declared_once_is_a_column_of_the_board_per_task(tmp_path, monkeypatch, extra):
+    """A task file from $CRAFTMD_TASKS whose board gives three measures: declaring the third (one more ``Measure`` in
+    its ``Analysis.measures``) is the one edit that puts it on the page's board per task and its Markdown twin, after
+    the others, in the declared order; undeclared, its rows are one line that names it, and nothing is written."""
+    import sys
+
+    from craftmd.analysis.page import write_page
+    from craftmd.analysis.tables import Analysis, _empty, _with_boards
+    from craftmd.tasks import TASK_FILES, TASKS
+
+    name = f"boardtoy{int(extra)}"
+    path = tmp_path / f"{name}.py"
+    declared = '(Measure("polite", "Polite <share>"),)' if extra else "()"
+    path.write_text(BOARD_TASK.replace("__NAME__", repr(name)).replace("__EXTRA__", declared))
+    for registry, key in ((TASKS, name), (TASK_FILES, name), (sys.modules, f"craftmd_task_{name}")):
+        monkeypatch.setitem(registry, key, None)  # taken out again when the test ends
+        del registry[key]
+    monkeypatch.setenv("CRAFTMD_TASKS", str(path))
+    ids = ["r-a", "r-b"]
+    releases = pl.DataFrame({"release": ids, "kind": ["generated"] * 2, "model": ["openai/a", "openai/b"], "display": ["A", "B"],
+                             "notes": ["{}"] * 2, "counts": ["{}"] * 2, "source": ["{}"] * 2, "scorers": ["{}"] * 2,
+                             "task": [name] * 2, "protocol": [None, None]})  # fmt: skip
+    e = _empty()
+    fields = [f.name for f in dataclasses.fields(Analysis)][:10]
+    a = Analysis(**{f: (releases if f == "releases" else e[f]) for f in fields})
+    if not extra:
+        with pytest.raises(
+            CraftMDError, match=f"task '{name}': its board gives the measure 'polite', which its Analysis.measures"
+        ):
+            _with_boards(a)
+        return
+    write_page(_with_boards(a), tmp_path / "out")
+    html = (tmp_path / "out" / "index.html").read_text()
+    table = html.split("<h3>Board toy</h3>", 1)[1].split("</table>", 1)[0]
+    assert re.findall(r"<th(?: [^>]*)?>(.*?)</th>", table) == [
+        "Model",
+        "Release",
+        "Solved",
+        "Turns",
+        "Polite &lt;share&gt;",
+        "Cases",
+    ]
+    rows = re.findall(r"<tr><td.*?</tr>", table)
+    assert [re.search(r'title="([^"]+)"', r).group(1) for r in rows] == ["r-b", "r-a"]  # best first by the first measure
+    assert [re.findall(r'data-v="([-\d.]+)"', r) for r in rows] == [
+        ["0.600000", "4.000000", "0.800000"],
+        ["0.500000", "3.000000", "0.900000"],
+    ]
+    md = (tmp_path / "out" / "leaderboard.md").read_text().split("### Board toy\n\n", 1)[1].splitlines()
+    assert md[0] == "| Model | Release | Solved | Turns | Polite &lt;share&gt; | " and md[1] == "|---|---|---|---|---|"

@@ -46,7 +46,7 @@ FLAGGED = {
 }
 
 
-def make_release(root, release="tiny"):
+def make_release(root, release="tiny", display=None):
     convs = []
     for cid, said in SAID.items():
         msgs = [{"role": "system", "content": "You are an AI doctor."},
@@ -64,6 +64,7 @@ def make_release(root, release="tiny"):
         kind="generated",
         model="openai/gpt-4-0613",
         roles={"doctor": {"model": "openai/gpt-4-0613"}},
+        display_name=display,
     )
     return write_release(root / release, rec, {"conversations": pa.Table.from_pylist(convs), "answers": answers})
 
@@ -216,6 +217,27 @@ def test_flags_evidence_and_marks_are_exactly_what_the_judge_sent_and_the_page_s
     assert (
         '{% include "judges.html.j2" %}' in (resources.files("craftmd.cards") / "leaderboard.html.j2").read_text()
     )  # on the page
+
+
+def test_the_judges_tables_key_a_release_by_its_id_and_the_page_shows_its_display_name(tmp_path, server):
+    """Two judged releases shown under one display name are two rows of the judges' tables (``model``: the release id,
+    as in tables/rubric.csv), never merged; the page names each by its display name."""
+    from craftmd.analysis.judges import page_section as judges_section
+    from craftmd.analysis.page import environment
+    from craftmd.analysis.rubric import page_section, rubric
+
+    rels = [make_release(tmp_path, release=rid, display="Same <doctor>") for rid in ("run-a", "run-b")]
+    for rel in rels:
+        judge(rel, server)
+    r = rubric([read_release(rel) for rel in rels], B=50, seed=1)
+    for name in ("judge_flags", "judge_flagged", "judge_evidence"):
+        assert set(r.extras[name]["model"]) == {"run-a", "run-b"}, name
+    assert {x["model"] for x in r.extras["samples"]} == {"run-a", "run-b"}
+    shown = judges_section(r.extras, r.name)
+    assert [(x["model"], x["release"]) for x in shown["flagged"]] == [("Same <doctor>", "run-a"), ("Same <doctor>", "run-b")]
+    assert {(x["model"], x["release"]) for x in shown["evidence"]} == {("Same <doctor>", "run-a"), ("Same <doctor>", "run-b")}
+    html = environment(True).get_template("judges.html.j2").render(rubric=page_section(r))
+    assert html.count("<summary>Same &lt;doctor&gt;: 3 flag(s) raised</summary>") == 2 and "run-a" not in html
 
 
 def test_a_flag_outside_the_list_is_one_line_and_nothing_is_written(tmp_path, server):

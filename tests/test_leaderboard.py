@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from helpers import run_leaderboard
+from helpers import listings, run_leaderboard
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROME_FLAGS = [
@@ -395,7 +395,8 @@ def test_a_dataset_built_by_other_builder_code_is_not_taken_for_current(source, 
 
 def test_a_leaderboard_with_every_score_current_reads_each_release_and_the_dataset_once(board, source, dataset_dir, monkeypatch):
     """With every score current, `craftmd leaderboard` (scoring's staleness checks, the analysis, the audits, the page)
-    reads each release's answers.parquet from disk once, and hashes each dataset file at most once."""
+    lists the releases folder once (its board, analysis.board.Board.read), reads each release's answers.parquet from disk
+    once, and hashes each dataset file at most once."""
     import collections
     import weakref
 
@@ -422,6 +423,7 @@ def test_a_leaderboard_with_every_score_current_reads_each_release_and_the_datas
     monkeypatch.setattr(craftmd.release, "_OPEN", weakref.WeakValueDictionary())  # nothing this process opened before
     monkeypatch.setattr(craftmd.dataset, "_HASHED", {})
     monkeypatch.setenv("CRAFTMD_SOURCE", str(source.path))
+    listed = listings(monkeypatch, releases)
     assert (
         main(
             [
@@ -439,6 +441,7 @@ def test_a_leaderboard_with_every_score_current_reads_each_release_and_the_datas
         )
         == 0
     )
+    assert listed == ["find_releases"], listed  # ingest opens its own releases by name; nothing else lists the folder
     answers = sorted(str(p / "answers.parquet") for p in releases.iterdir() if (p / "answers.parquet").exists())
     assert len(answers) >= 6
     assert {a: reads[a] for a in answers} == dict.fromkeys(answers, 1)

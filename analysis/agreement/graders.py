@@ -20,10 +20,10 @@ import polars as pl
 from craftmd import CraftMDError
 from craftmd.agreement import kappa
 from craftmd.atomic import atomic_write_json
-from craftmd.release import find_releases
 from craftmd.scoring.measured import held_out
 from craftmd.scoring.offline import SynonymTable, rules_sha256
 
+from ..board import Board
 from .expert import GRADER_VALIDATION_RELEASE, graders_vs_dermatologists
 
 REFERENCE = "upstream-gpt4"
@@ -31,10 +31,11 @@ GRADER = "offline"
 AUDIT_ID = "grader_agreement"
 
 
-def paired_labels(releases_dir: Path | str, grader: str = GRADER, reference: str = REFERENCE) -> pl.DataFrame:
-    """One row per recorded FRQ answer graded by both: model, case_id, setting, held_out, ref, pred."""
+def paired_labels(releases: Board | Path | str, grader: str = GRADER, reference: str = REFERENCE) -> pl.DataFrame:
+    """One row per recorded FRQ answer graded by both: model (the release id), case_id, setting, held_out, ref, pred.
+    ``releases``: a :class:`craftmd.analysis.board.Board`, or a releases folder (read here)."""
     frames = []
-    for rel in find_releases(releases_dir):
+    for rel in Board.of(releases):
         if not rel.has("scores"):
             continue
         g = rel.verdicts(format="frq")
@@ -163,15 +164,17 @@ def _description(rows: list[dict], overall: dict) -> str:
     return desc
 
 
-def grader_agreement_audit(releases_dir: Path | str, dataset_dir: Path | str | None = None, source=None) -> dict:
-    """The audit dict (id, title, description, tables, figures, data) the leaderboard renders.
+def grader_agreement_audit(releases: Board | Path | str, dataset_dir: Path | str | None = None, source=None) -> dict:
+    """The audit dict (id, title, description, tables, figures, data) the leaderboard renders, of ``releases`` (the
+    command's :class:`craftmd.analysis.board.Board`, or a releases folder, read here).
 
     ``dataset_dir`` gives each case's source (the held-out rule needs derm_private); when
     omitted, the built dataset is looked for beside the releases folder (``../data``, as
     ``make leaderboard`` lays them out). With the pinned ``source``, every FRQ grader of the
     GPT-4 release is also compared with the dermatologists' verdicts (a second table).
     """
-    releases_dir = Path(releases_dir)
+    board = Board.of(releases)
+    releases_dir = board.root
     if dataset_dir is None:
         for cand in (releases_dir.parent / "data",):
             if (cand / "all").is_dir():
@@ -181,7 +184,7 @@ def grader_agreement_audit(releases_dir: Path | str, dataset_dir: Path | str | N
         raise CraftMDError(
             f"grader agreement: no dataset beside {releases_dir}; pass dataset_dir (the held-out rule needs each case's source)"
         )
-    df = paired_labels(releases_dir)
+    df = paired_labels(board)
     if df.is_empty():
         return {
             "id": AUDIT_ID,

@@ -52,11 +52,11 @@ def variant_specs(spec, other: str) -> dict:
             "prompts": replace(spec, prompt_set="judge-v1-paraphrase")}  # fmt: skip
 
 
-def _frame(rows: list[dict], display: str, who: str) -> pl.DataFrame:
+def _frame(rows: list[dict], release: str, who: str) -> pl.DataFrame:
     from craftmd.scoring.rubric import load_catalog
 
     cat = load_catalog().by_id()
-    return pl.DataFrame([{"model": display, "scorer": who, "case_id": r["case_id"], "trial": r["trial"], "conversation": r["conversation"],
+    return pl.DataFrame([{"model": release, "scorer": who, "case_id": r["case_id"], "trial": r["trial"], "conversation": r["conversation"],
                           "with_image": r["with_image"], "dimension": r["dimension"], "value": r["value"], "status": r["status"],
                           "category": cat[r["dimension"]].category, "meta_category": cat[r["dimension"]].meta_category} for r in rows],
                         schema={"model": pl.String, "scorer": pl.String, "case_id": pl.String, "trial": pl.Int64, "conversation": pl.String,
@@ -130,20 +130,20 @@ def sensitivity(
         raise CraftMDError(f"no judged release under {releases_dir} (craftmd score RELEASE --scorer judge:PROVIDER/MODEL first)")
     rows, records_out, overall = [], {}, {}
     for rel, scorer, record, sample, base_rows in plans:
-        base = _frame(base_rows, rel.display, "baseline")
+        base = _frame(base_rows, rel.id, "baseline")
         spec = base_spec(record, base_url=base_url, cache=cache)
-        overall.setdefault("baseline", {})[rel.display] = _overall(base)
+        overall.setdefault("baseline", {})[rel.id] = _overall(base)
         for name, vs in variant_specs(spec, other).items():
             if name not in variants:
                 continue
             judge = Judge(vs)
             states, _ = judge.run(sample)
             table, _ = score_rows(sample, states, judge.dims)
-            var = _frame([r for r in table.to_pylist() if r["metric"] == METRIC], rel.display, name)
+            var = _frame([r for r in table.to_pylist() if r["metric"] == METRIC], rel.id, name)
             member = states[0].member
             records_out.setdefault(rel.id, {})[name] = judge.identity(MemberState(member, vs.response_format))
             rows += drift_rows(base, var, name, member.name, B, seed)
-            overall.setdefault(name, {})[rel.display] = _overall(var)
+            overall.setdefault(name, {})[rel.id] = _overall(var)
     models = sorted(overall["baseline"])
     tau = _kendall(overall, models, variants)
     table = pl.DataFrame(rows, schema={c: (pl.Int64 if c.startswith("n_") else pl.Float64 if c in ("baseline", "variant_mean", "drift",
@@ -160,11 +160,12 @@ def sensitivity(
 
 def _plans(releases_dir, n: int, seed: int, dataset_dir) -> list[tuple]:
     """Each judged release's (release, scorer, its record, the sampled units, their baseline score rows)."""
-    from craftmd.release import find_releases
     from craftmd.scoring.judge import METRIC, pick_scorer, read_units
     from craftmd.scoring.score import check_standing
 
-    found = find_releases(releases_dir)
+    from ..board import Board
+
+    found = list(Board.read(releases_dir))
     check_standing(found)  # the baseline is the release's own judge scores: made here or a claim (never re-judged)
     plans = []
     for rel in found:

@@ -433,14 +433,14 @@ def people_ratings(paths: list[Path | str], releases_dir: Path | str) -> tuple[P
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from craftmd.release import find_releases
+    from ..board import Board
 
     files = review_files(paths)
     units: dict = {}
     ratings, _ = read_ratings(files, units)
     if not ratings:
         raise CraftMDError("the review files hold no rating")
-    found = {r.id: r for r in find_releases(releases_dir)}
+    found = {r.id: r for r in Board.read(releases_dir)}
     table = rating_rows(ratings, units)
     rated, by_release = [], {}
     for rid in sorted(set(table.column("release").to_pylist())):

@@ -24,7 +24,6 @@ from craftmd.commands.cli import (
     seed_type,
 )
 from craftmd.commands.serving import add_serve_arguments
-from craftmd.release import find_releases
 
 
 def _say(msg: str) -> None:
@@ -57,18 +56,19 @@ def _dataset_current(data: Path, source) -> bool:
     return True
 
 
-def builtin_audits(releases: Path, data: Path, source, out: Path) -> list[dict]:
+def builtin_audits(board, data: Path, source, out: Path) -> list[dict]:
     """The audits this package computes itself (grader agreement, expert validation, the history metrics'
-    agreement with the dermatologists), written to ``out/*.json``."""
+    agreement with the dermatologists) over ``board`` (the command's :class:`craftmd.analysis.board.Board`), written to
+    ``out/*.json``."""
     from craftmd.analysis.tables import read_audits
     from craftmd.analysis.agreement.graders import grader_agreement_audit
     from craftmd.analysis.agreement.expert import upstream_expert_audit
     from craftmd.analysis.agreement.history_validity import history_validity_audit
 
     made = [
-        grader_agreement_audit(releases, data, source),
+        grader_agreement_audit(board, data, source),
         upstream_expert_audit(source),
-        history_validity_audit(releases, data, source),
+        history_validity_audit(board.root, data, source),
     ]
     out.mkdir(parents=True, exist_ok=True)
     for a in made:
@@ -89,17 +89,19 @@ def _dataset(data: Path, src, progress: bool) -> None:
         build_dataset(src, data, overwrite=True, progress=progress)
 
 
-def _score_all(releases: Path, data: Path, extra: list[str], progress: bool) -> None:
-    """Each release under ``releases`` scored by its task's default scorers and ``extra``, those that are stale."""
+def _score_all(board, data: Path, extra: list[str], progress: bool):
+    """Each release of ``board`` scored by its task's default scorers and ``extra``, those that are stale; the board
+    with its releases as they are now (:meth:`craftmd.analysis.board.Board.reopened`)."""
     from craftmd.scoring.score import claim_lines, default_scorers, score_release
 
-    for r in find_releases(releases):
+    for r in board:
         names = list(dict.fromkeys(default_scorers(r) + extra))
         done = score_release(r.path, data, names, progress=progress)
         for line in claim_lines(done):
             _say(f"score: {line}")
         current = ", ".join(done["current"]) or "none"
         _say(f"score: {r.id}: " + (f"scored {', '.join(done['scored'])}; " if done["scored"] else "") + f"current {current}")
+    return board.reopened()
 
 
 def leaderboard(
@@ -117,7 +119,9 @@ def leaderboard(
     """build -> ingest -> score -> analyse -> audits -> page. Returns the page's path.
 
     Each release gets its task's default scorers and ``scorers`` (extra ones, e.g. an ``llm:`` grader),
-    those that are stale."""
+    those that are stale. The releases folder is read once, after ingest (:class:`craftmd.analysis.board.Board`): the
+    scoring, the analysis, the audits and the page take that board."""
+    from craftmd.analysis.board import Board
     from craftmd.analysis.page import write_page
     from craftmd.analysis.tables import OWNS, analyse, read_audits
     from craftmd.generation.ingest import ingest
@@ -135,16 +139,16 @@ def leaderboard(
     ingest(src, data, releases, progress=progress, skip_existing=True)
 
     extra = check_scorers(scorers) if scorers else []
-    _score_all(releases, data, extra, progress)
+    board = _score_all(Board.read(releases), data, extra, progress)
 
     _say("analyse: accuracy, bootstrap CIs, paired tests")
     with atomic_dir(out, owns=OWNS) as tmp:
-        a = analyse(releases, data, tmp, B=B, seed=seed, previous=out)  # what out/.cache holds is read back
+        a = analyse(board, data, tmp, B=B, seed=seed, previous=out)  # what out/.cache holds is read back
         _say(
             "audits: grader agreement, expert validation, history metrics vs dermatologists"
             + (f", and {audits}" if audits else "")
         )
-        found = {a["id"]: a for a in builtin_audits(releases, data, src, tmp / "audits")}
+        found = {a["id"]: a for a in builtin_audits(board, data, src, tmp / "audits")}
         from craftmd.analysis.published import source_tables
 
         source_tables(a, src, tmp)  # the tests that need the source: the experts' McNemar, the preprint's p-values

@@ -76,11 +76,19 @@ class Role:
 
 @dataclass(frozen=True)
 class Measure:
-    """One of a task's headline measures: a column of its table on the board per task (:mod:`craftmd.analysis.boards`)."""
+    """A column of a board, declared once: the templates loop over the declared columns.
+
+    In :attr:`Analysis.measures`, one of a task's headline measures: a column of its table on the board per task
+    (:mod:`craftmd.analysis.boards`), its values the rows of :attr:`Analysis.board` that name it. In
+    :attr:`Analysis.columns`, a column of the page's main board: the accuracy of the answers in ``setting`` and
+    ``format`` graded by ``grader`` (None: the board's grader for the format, :class:`craftmd.analysis.view.View`)."""
 
     name: str
     label: str
     percent: bool = True  # a share, shown as a percentage (else a score shown as it is)
+    setting: str | None = None  # a main board column's cell: the setting, format and grader of its accuracy
+    format: str | None = None
+    grader: str | None = None
 
 
 @dataclass(frozen=True)
@@ -95,8 +103,11 @@ class Analysis:
     * ``figures(a, view, folder)``: its figures, drawn into ``folder``;
     * ``section(a, view)``: its page section's data (None: no section), filled into ``<template>.html.j2`` and
       ``<template>.md.j2`` in its folder, linked from the page's navigation as ``nav`` (anchor ``anchor``);
-    * ``measures`` and ``board(a, view)``: its columns on the board per task, and its rows there (dicts of ``release``,
-      ``measure``, ``value``, ``ci_low``, ``ci_high``, ``n_cases``, ``n_failed``), headed ``label``.
+    * ``measures`` and ``board(a, view)``: its columns on the board per task, in order (the first ranks it), and its rows
+      there (dicts of ``release``, ``measure``, ``value``, ``ci_low``, ``ci_high``, ``n_cases``, ``n_failed``; a row of
+      an undeclared measure is an error), headed ``label``;
+    * ``columns``: a ``main`` task's columns on the page's main board, in order (each a :class:`Measure` with a
+      ``setting`` and ``format``): the first is the leading one, which ranks the board.
     """
 
     main: bool = False
@@ -110,6 +121,7 @@ class Analysis:
     measures: tuple[Measure, ...] = ()
     board: Callable | None = None
     label: str | None = None
+    columns: tuple[Measure, ...] = ()
 
 
 @dataclass(frozen=True)

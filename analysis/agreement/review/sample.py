@@ -18,13 +18,15 @@ from .records import GRADER_PREFERENCE
 def _open_releases(paths) -> list:
     """The releases at ``paths`` (release folders or folders of them), one per id, each settled
     (:func:`craftmd.scoring.score.check_standing`: the key's grader verdicts are made here; claims are never a verdict)."""
-    from craftmd.release import find_releases, read_release
+    from craftmd.release import read_release
     from craftmd.scoring.score import check_standing
+
+    from ...board import Board
 
     found = {}
     for p in paths:
         p = Path(p)
-        rels = [read_release(p)] if (p / "manifest.json").exists() else find_releases(p)
+        rels = [read_release(p)] if (p / "manifest.json").exists() else list(Board.read(p))
         if not rels:
             raise CraftMDError(f"{p}: no release found")
         for r in rels:

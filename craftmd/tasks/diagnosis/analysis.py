@@ -19,12 +19,26 @@ def board(a, v) -> list[dict]:
     return rows
 
 
+#: The main board's columns: free response after the multi-turn conversation leads (the paper's recommended measure),
+#: then free response in the other settings, then the four-choice MCQ (its ``paper`` rule) in every setting.
+COLUMNS = (
+    Measure("frq_accuracy_multiturn", "Multi-turn FRQ", setting="multiturn", format="frq"),
+    Measure("frq_accuracy_vignette", "Vignette FRQ", setting="vignette", format="frq"),
+    Measure("frq_accuracy_singleturn", "Single-turn FRQ", setting="singleturn", format="frq"),
+    Measure("frq_accuracy_summarized", "Summarized FRQ", setting="summarized", format="frq"),
+    Measure("mcq_accuracy_vignette", "Vignette MCQ", setting="vignette", format="mcq4"),
+    Measure("mcq_accuracy_multiturn", "Multi-turn MCQ", setting="multiturn", format="mcq4"),
+    Measure("mcq_accuracy_singleturn", "Single-turn MCQ", setting="singleturn", format="mcq4"),
+    Measure("mcq_accuracy_summarized", "Summarized MCQ", setting="summarized", format="mcq4"),
+)
+
 #: What the diagnosis task brings to an analysis.
 ANALYSIS = Analysis(
     main=True,
     measures=(Measure("frq_accuracy_multiturn", "Multi-turn FRQ accuracy"),),
     board=board,
     label="CRAFT-MD diagnosis",
+    columns=COLUMNS,
 )
 
-__all__ = ["ANALYSIS", "board"]
+__all__ = ["ANALYSIS", "COLUMNS", "board"]
