@@ -23,18 +23,21 @@ def case_texts(dataset_dir: Path | str, configs: tuple[str, ...], column: str = 
     """The texts (``column``) of the cases of ``configs`` of a built dataset by case id, the configs in order (those the
     folder holds: a task poses no case of a config that is not there), a case whose id an earlier config has as
     ``<config>/<id>``: what a task gives as its test cases (:attr:`craftmd.tasks.Task.cases`). None when the folder holds
-    none of the configs; one line naming the file when one cannot be read."""
+    none of the configs with ``case_id`` and ``column``; one line naming the file when one cannot be read."""
     import polars as pl
 
-    paths = [(c, config_file(dataset_dir, c)) for c in configs if config_file(dataset_dir, c).exists()]
-    if not paths:
-        return None
-    out: dict[str, str] = {}
-    for config, path in paths:
+    out: dict[str, str] | None = None
+    for config in configs:
+        path = config_file(dataset_dir, config)
+        if not path.exists():
+            continue
         try:
+            if not {"case_id", column} <= set(pl.read_parquet_schema(path)):
+                continue  # a folder of other data under the config's name (a constructed one): not its cases
             df = pl.read_parquet(path, columns=["case_id", column])
-        except (pl.exceptions.PolarsError, OSError) as exc:  # unreadable, or without the column: one line naming it
+        except (pl.exceptions.PolarsError, OSError) as exc:  # unreadable: one line naming it
             raise CraftMDError(f"{path}: cannot read its case_id and {column} ({type(exc).__name__})") from None
+        out = {} if out is None else out
         out.update(((c if c not in out else f"{config}/{c}"), v or "") for c, v in zip(df["case_id"], df[column]))
     return out
 
