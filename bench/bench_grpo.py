@@ -289,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         f"losses {record['step_losses']}; groups whose rewards differ (GRPO's signal): {spread} of {groups}; "
         f"{result['wall_seconds']} s in all ({record['seconds']['train']} s training)"
     )
+    if not spread:
+        print("no group's episodes differed in reward: every advantage was 0, so the reward gave no gradient")
     print(f"held-out reward, {len(record['eval_cases'])} cases × {a.eval_trials} ({unscored} episodes unscored):")
     print_table(table, base="before", tuned="after")
     print(f"the trained doctor on {len(cases)} benchmark cases ({failed} answers not graded):")
