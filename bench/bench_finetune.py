@@ -146,29 +146,34 @@ def case_metrics(rel: Path) -> tuple[dict[str, dict[str, float]], int]:
     return out, failed
 
 
-def summarise(base: dict, tuned: dict, B: int = 2000, metrics: tuple[str, ...] = METRICS) -> list[dict]:
-    """Per metric: the means of ``base`` and ``tuned`` (case -> metric -> value) over the cases both have it for and their
-    paired difference, each with its 95% case-bootstrap CI (``B`` resamples)."""
+def case_interval(values: list[float], B: int = 2000) -> tuple[float, float, float]:
+    """(mean, 2.5th, 97.5th percentile) of ``values``, one per case: the mean with its 95% case-bootstrap CI (``B``
+    resamples of the package's draw, :func:`craftmd.analysis.bootstrap.resample_counts`)."""
     import numpy as np
 
     from craftmd.analysis.bootstrap import resample_counts
 
+    v = np.asarray(values, dtype=np.float64)
+    boot = np.asarray(resample_counts(len(v), B), dtype=np.float64) @ v / len(v)
+    return float(v.mean()), float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
+
+
+def summarise(base: dict, tuned: dict, B: int = 2000, metrics: tuple[str, ...] = METRICS) -> list[dict]:
+    """Per metric: the means of ``base`` and ``tuned`` (case -> metric -> value) over the cases both have it for and their
+    paired difference, each with its 95% case-bootstrap CI (``B`` resamples, the same draw for the three)."""
     rows = []
     for metric in metrics:
         cases = sorted(c for c in base if metric in base[c] and c in tuned and metric in tuned[c])
         if not cases:
             rows.append({"metric": metric, "n": 0})
             continue
-        w = np.asarray(resample_counts(len(cases), B), dtype=np.float64)
         row = {"metric": metric, "n": len(cases)}
         for name, values in (
             ("base", [base[c][metric] for c in cases]),
             ("tuned", [tuned[c][metric] for c in cases]),
             ("diff", [tuned[c][metric] - base[c][metric] for c in cases]),
         ):
-            v = np.asarray(values, dtype=np.float64)
-            boot = w @ v / len(cases)
-            row[name] = (float(v.mean()), float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)))
+            row[name] = case_interval(values, B)
         rows.append(row)
     return rows
 

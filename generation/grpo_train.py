@@ -13,7 +13,8 @@ are context, masked out with ``env_mask``. Generation is vLLM's (colocated, a GP
 
 TRL logs each step (the mean reward of its episodes among them). With ``--eval-cases M`` the M cases after the training
 ones (``--cases`` .. ``--cases`` + M − 1) are played ``--eval-trials`` times each before and after the training, with the
-same sampling seed, and are never trained on. The result is an ordinary transformers checkpoint (LoRA merged into the
+same sampling seed, and are never trained on (the server's split must have N + M cases: the server poses case i
+modulo its size, so a held-out case past it would be a training case again; asked by its ``GET /split``). The result is an ordinary transformers checkpoint (LoRA merged into the
 weights, safetensors, the tokenizer and chat template) with ``craftmd-grpo.json``: settings, the mean reward of each
 step, every episode (phase, step, case index, the environment's job ``case_id/trial``, reward), the held-out rewards
 before and after, seconds and versions. ``--out`` must not exist; a failed run leaves none. Imports nothing of
@@ -27,6 +28,7 @@ import contextlib
 import json
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 if __package__:  # imported as craftmd.generation.grpo_train (the docs, the import test)
@@ -97,6 +99,15 @@ def evaluate(trainer, env, cases: list[int], trials: int, seed: int, phase: str,
 def mean(rows: list[dict]) -> float | None:
     scored = [r["reward"] for r in rows if r["reward"] is not None]
     return sum(scored) / len(scored) if scored else None
+
+
+def split_cases(url: str) -> int:
+    """How many cases the environment server's split has (its ``GET /split``); one line when it does not answer."""
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/split", timeout=60) as r:
+            return len(json.load(r)["cases"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise Refused(f"the environment at {url} does not answer GET /split ({exc}): serve it with craftmd.envs.serve") from None
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -217,6 +228,13 @@ def run(a: argparse.Namespace) -> dict:
     seconds, log = {}, []
     clock = time.monotonic()
     held = list(range(a.cases, a.cases + a.eval_cases))
+    # the server poses case i modulo its split's size: past it, a held-out case would be a training case played again
+    n = split_cases(a.env)
+    if a.cases + a.eval_cases > n:
+        raise Refused(
+            f"the environment's split has {n} cases: --cases {a.cases} and --eval-cases {a.eval_cases} need "
+            f"{a.cases + a.eval_cases}, each a case of its own"
+        )
     env = GenericEnvClient(base_url=a.env, message_timeout_s=600).sync()
     try:
         env.connect()

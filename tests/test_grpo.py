@@ -148,6 +148,22 @@ def test_bad_arguments_are_one_line_and_write_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
 
 
+def test_held_out_cases_past_the_split_are_refused_before_anything_trains(data, tmp_path):
+    """The server poses case i modulo its split's size: held-out cases past it would be training cases played again."""
+    python = train_env()
+    options = {"dataset": data, "patient": "openai-api/sim/patient", "cache": tmp_path / "c.sqlite"}
+    with LoopbackServer(lambda request: COMPLAINT, models=("patient",)) as patient:
+        with EnvServer("craftmd", "train", options, env={"SIM_BASE_URL": patient.base_url}) as server:
+            res = grpo(python, "--env", server.url, "--model", tmp_path, "--out", tmp_path / "ckpt", "--cases", 2,
+                       "--eval-cases", 1)  # fmt: skip
+            assert patient.calls == 0  # no episode was played
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert one_line(res.stderr) == (
+        "grpo_train.py: error: the environment's split has 2 cases: --cases 2 and --eval-cases 1 need 3, each a case of its own"
+    )
+    assert not [p.name for p in tmp_path.iterdir() if "ckpt" in p.name]  # no checkpoint, no scratch folder beside it
+
+
 def test_the_environment_server_refuses_bad_options_in_one_line(tmp_path):
     from envserver import PROGRAM, rl_python
 
