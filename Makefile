@@ -53,7 +53,7 @@ help:
 	@echo "make build        build the Hugging Face dataset into DATA_OUT=$(DATA_OUT)"
 	@echo "make packets      build MedPI's 366 synthetic patient packets into PACKETS_OUT=$(PACKETS_OUT) (about 18 min of CPU over the cores)"
 	@echo "make quickstart   a first page from a local model: SmolLM2 on llama.cpp, a small subset of two tasks (docs/quickstart.sh)"
-	@echo "make test         run the test suite (the documentation is built first)"
+	@echo "make test         run the test suite on every core (the documentation site is built and checked by it)"
 	@echo "make docs         build the documentation site into DOCS_OUT=$(DOCS_OUT) (warnings are errors)"
 	@echo "make llm          install the real test model and its server into $(LLM_VENV) (compiles llama.cpp)"
 	@echo "make router       install vllm-router (the scaling test's router) into $(ROUTER_VENV)"
@@ -149,8 +149,12 @@ lint: install
 format: install
 	$(BIN)/ruff format .
 
-test: lint install docs browser llm router rl verifiers train-env
-	$(BIN)/python -m pytest
+# The suite on every core (pytest-xdist), each test file on one worker (its module fixtures made once); the session's
+# dataset and releases are made once and shared (tests/conftest.py). The site is built, with warnings as errors, by
+# tests/test_docs.py. Serial: `make test PYTEST_WORKERS=0`.
+PYTEST_WORKERS ?= auto
+test: lint $(VENV)/.docs browser llm router rl verifiers train-env
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 bench: install llm rl train-env
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -7,9 +7,35 @@ live here.
 
 from __future__ import annotations
 
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
 from craftmd.source import Source, default_location
+
+
+def shared(tmp_path_factory, name: str, make: Callable[[Path], object]) -> Path:
+    """A folder ``make(folder)`` fills once per test run. Under pytest-xdist (``make test`` runs the suite on every core)
+    the workers share one: the first to come makes it under a file lock, the others wait and read it. Tests never
+    write into a session fixture's folder, so sharing it is safe."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        out = tmp_path_factory.mktemp(name)
+        make(out)
+        return out
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp().parent  # the run's folder, above each worker's own
+    out, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            make(out)
+            done.touch()
+    return out
 
 
 @pytest.fixture(scope="session")
@@ -25,9 +51,7 @@ def dataset_dir(source, tmp_path_factory):
     """The full dataset built from the pinned source (all configs)."""
     from craftmd.dataset_builder.build import build_dataset
 
-    out = tmp_path_factory.mktemp("dataset") / "data"
-    build_dataset(source, out)
-    return out
+    return shared(tmp_path_factory, "dataset", lambda root: build_dataset(source, root / "data")) / "data"
 
 
 @pytest.fixture(scope="session")
@@ -35,9 +59,7 @@ def releases_dir(source, dataset_dir, tmp_path_factory):
     """Every upstream model ingested into a frozen, graded release."""
     from craftmd.generation.ingest import ingest
 
-    out = tmp_path_factory.mktemp("releases")
-    ingest(source, dataset_dir, out)
-    return out
+    return shared(tmp_path_factory, "releases", lambda root: ingest(source, dataset_dir, root))
 
 
 @pytest.fixture(scope="module")
