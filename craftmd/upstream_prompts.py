@@ -328,7 +328,7 @@ def _load(location: str, commit: str) -> UpstreamCode:
     try:
         files = src.read_files([PROMPTS_PY, CRAFTMD_PY, UTILS_PY])
     except CraftMDError as exc:
-        if "missing file" not in str(exc) and "no CRAFT-MD release folder" not in str(exc):
+        if "missing file" not in str(exc) and "no release folder of commit" not in str(exc):
             raise
         raise CraftMDError(
             f"upstream's code ({PROMPTS_PY} of commit {commit[:7]}) is not in {location}: put "

@@ -235,8 +235,14 @@ def test_a_training_packet_that_is_another_tasks_case_is_dropped(packets, tmp_pa
     it is; a build given no such folder says which tasks it did not check."""
     from craftmd.dataset_builder.packets import build_packets, history_text, load_packets
 
+    from craftmd.tasks import builtin_tasks
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    # the tasks whose cases are read from a pinned source wherever the build looks (AgentClinic's): always checked
+    anywhere = {t.name: len(t.cases(empty)) for t in builtin_tasks().values() if t.cases and t.cases(empty) is not None}
     alone = json.loads((packets / "train" / "build_report.json").read_text())["benchmark_check"]
-    assert alone["other_tasks"] == {} and {"craftmd", "consultation"} <= set(alone["not_checked"])
+    assert alone["other_tasks"] == anywhere and {"craftmd", "consultation"} <= set(alone["not_checked"])
     train = load_packets(packets / "train", split="train")
     craft = tmp_path / "craft"  # a dataset folder of the two configs the CRAFT-MD tasks read their cases from
     for config, cases in (("all", {"case_1": history_text(train[0])}), ("nejm_image", {"case_9": "A woman has a lip ulcer."})):
@@ -251,12 +257,13 @@ def test_a_training_packet_that_is_another_tasks_case_is_dropped(packets, tmp_pa
         (train[0]["case_id"], "case_1", "another task's test case", ["craftmd", "consultation"])
     ]
     assert check["dropped"][0]["similarity"] == 1.0 and check["benchmark"]["packets"] == 3  # the packets still from bench
-    assert check["other_tasks"] == {"craftmd": 2, "consultation": 1} and "craftmd" not in check["not_checked"]
+    assert check["other_tasks"] == {"craftmd": 2, "consultation": 1, **anywhere} and "craftmd" not in check["not_checked"]
     assert "another registered task" in check["rule"]
     assert [r["case_id"] for r in load_packets(again, split="train")] == [r["case_id"] for r in train[1:]]
     assert result.patients == 2 and "and against the other registered tasks' test cases: craftmd (2), consultation (1)" in (
         result.summary()
     )
+    assert all(f"{name} ({n:,})" in result.summary() for name, n in anywhere.items())
 
 
 def test_training_packets_bad_inputs_are_one_line(packets, tmp_path, capsys):
