@@ -17,28 +17,6 @@ import pytest
 from craftmd.source import Source, default_location
 
 
-#: The test files that take longest (a real model on the CPU, a training run, the whole leaderboard), slowest first. They
-#: are collected before the rest, so that under pytest-xdist (a file per worker) they start at once and the others fill
-#: the workers' time beside them, instead of one of them starting last and running alone.
-SLOWEST_FIRST = (
-    "test_local_path.py",
-    "test_real_model.py",
-    "test_environments_real_model.py",
-    "test_encounters_real_model.py",
-    "test_finetune.py",
-    "test_leaderboard.py",
-    "test_grpo.py",
-    "test_judge_real.py",
-    "test_analysis_tasks.py",
-    "test_submission_hostile.py",
-)
-
-
-def pytest_collection_modifyitems(session, config, items):
-    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: every file's tests in their order
-
-
 def shared(tmp_path_factory, name: str, make: Callable[[Path], object]) -> Path:
     """A folder ``make(folder)`` fills once per test run. Under pytest-xdist (``make test`` runs the suite on every core)
     the workers share one: the first to come makes it under a file lock, the others wait and read it. Tests never
