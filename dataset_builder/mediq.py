@@ -9,13 +9,13 @@ edited in a clinical detail (site, sex, ethnicity), so it is not used.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from craftmd import CraftMDError
+from craftmd.jsonl import json_lines
 from craftmd.release import natural_key
 from craftmd.text import normalise  # noqa: F401  (shared with the decontamination; MQ.normalise)
 
@@ -84,12 +84,10 @@ def parse_lines(path: str, data: bytes, make) -> list:
     """Each non-blank line of a MediQ JSONL file made into an item by ``make(record)``; a malformed line is one error
     naming file and line."""
     out = []
-    for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for n, rec in json_lines(data, f"MediQ {path}"):
         try:
-            out.append(make(json.loads(line)))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            out.append(make(rec))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CraftMDError(f"MediQ {path}:{n}: unreadable line ({type(exc).__name__}: {exc})") from None
     return out
 

@@ -15,12 +15,12 @@ recall on the upstream picks that the source carries.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from craftmd import CraftMDError
+from craftmd.jsonl import json_lines
 from craftmd.dataset_builder import transform as T
 from craftmd.dataset_builder.mediq import strip_number
 from craftmd.dataset_builder.schema import text_sample
@@ -79,13 +79,7 @@ def read_jsonl(path: Path | str) -> list[MedQAItem]:
     except (OSError, UnicodeDecodeError) as exc:
         raise CraftMDError(f"{path}: cannot read MedQA file ({exc})") from None
     items = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CraftMDError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+    for n, d in json_lines(text, str(path)):
         if not isinstance(d, dict):
             raise CraftMDError(f"{path}:{n}: expected a JSON object")
         q, opts, idx = d.get("question"), d.get("options"), d.get("answer_idx")

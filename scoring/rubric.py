@@ -92,14 +92,10 @@ class Catalog:
 def parse_catalog(data: bytes, where: str) -> tuple[Dimension, ...]:
     """Catalog lines -> dimensions, every field checked; a bad line is a one-line error naming it."""
     dims = []
-    for i, line in enumerate(data.decode("utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    from craftmd.jsonl import json_lines
+
+    for i, r in json_lines(data, where):
         at = f"{where}:{i}"
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CraftMDError(f"{at}: not JSON ({exc.msg})") from None
         if not isinstance(r, dict) or sorted(r) != sorted(FIELDS):
             raise CraftMDError(f"{at}: fields must be {list(FIELDS)}")
         text = ("id", "dimension", "category", "meta_category", "description")

@@ -199,11 +199,11 @@ def test_a_case_file_with_a_missing_field_is_one_line_naming_the_file_the_line_a
         assert generate(server, tmp_path / "rel", "-T", f"case_set={bad}", cases=()) != 0
         assert server.calls == 0
     err = capsys.readouterr().err.strip()
-    assert "mine.jsonl line 3: OSCE_Examination: no Correct_Diagnosis" in err and len(err.splitlines()) == 1
+    assert "mine.jsonl:3: OSCE_Examination: no Correct_Diagnosis" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "rel").exists()
-    with pytest.raises(CraftMDError, match=r"x.jsonl line 1: not JSON"):
+    with pytest.raises(CraftMDError, match=r"x.jsonl:1: not JSON"):
         parse_cases(b"{", "x.jsonl", "x", "x", "osce")
-    with pytest.raises(CraftMDError, match=r"n.jsonl line 1: answers mark 2 correct choices"):
+    with pytest.raises(CraftMDError, match=r"n.jsonl:1: answers mark 2 correct choices"):
         two = {"image_url": "https://x/y?id=A", "question": "Q?", "patient_info": "p", "physical_exams": "e",
                "answers": [{"text": "a", "correct": True}, {"text": "b", "correct": True}]}  # fmt: skip
         parse_cases(json.dumps(two).encode(), "n.jsonl", "n", "n", "nejm")

@@ -116,7 +116,7 @@ def test_rule_recall_on_the_upstream_picks(source, dataset_dir):
 @pytest.mark.parametrize(
     "line, message",
     [
-        ("{not json", "not valid JSON"),
+        ("{not json", "not JSON"),
         ('{"question": "A man?", "options": {"A": "x", "B": "y"}, "answer_idx": "C"}', "answer_idx"),
         ('{"question": "A man?", "options": {"A": "x", "B": "y"}, "answer": "y", "answer_idx": "A"}', "does not match"),
         ('{"options": {"A": "x"}}', "missing 'question'"),

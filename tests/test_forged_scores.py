@@ -421,3 +421,27 @@ def test_an_upstream_release_copied_from_elsewhere_is_ingested_again_from_the_pi
     ingest(source, dataset_dir, out, models=["gpt4v"], progress=False, skip_existing=True)
     assert (out / "gpt4v" / "scores.parquet").read_bytes() == honest
     assert "upstream-gpt4" in made_here(read_release(out / "gpt4v"))
+
+
+def test_the_grader_audits_read_no_scores_no_one_checked(dataset_dir, tmp_path, monkeypatch, capsys):
+    """``craftmd grader-agreement`` and the release a review's sheets are compared with (``craftmd review import
+    --release``) read a grader's labels only once they are made here or settled as claims: a release whose scores
+    came from elsewhere is one line naming it and ``craftmd score``, and nothing is written."""
+    from craftmd.analysis.agreement.review.write import release_case_labels
+
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "there"))
+    releases = tmp_path / "releases"
+    rel = _release(releases / "tiny", dataset_dir)
+    assert _score(rel, dataset_dir, "paper", "offline") == 0
+    _rewrite_scores(rel, _all_right)  # forged there, then sent
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "here"))
+    capsys.readouterr()
+    out = tmp_path / "audits"
+    argv = ["grader-agreement", "--releases", str(releases), "--dataset", str(dataset_dir), "--out", str(out), "--no-source"]
+    assert main(argv) == 2
+    err = _one_line(capsys)
+    assert "release tiny" in err and "offline" in err and "craftmd score" in err
+    assert not out.exists()
+    with pytest.raises(Exception, match="release tiny: its offline, paper scores were not computed or checked"):
+        release_case_labels(rel, grader="offline")
+    assert _score(rel, dataset_dir, "paper", "offline") == 2  # the forgery found where the release is settled

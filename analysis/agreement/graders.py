@@ -33,9 +33,15 @@ AUDIT_ID = "grader_agreement"
 
 def paired_labels(releases: Board | Path | str, grader: str = GRADER, reference: str = REFERENCE) -> pl.DataFrame:
     """One row per recorded FRQ answer graded by both: model (the release id), case_id, setting, held_out, ref, pred.
-    ``releases``: a :class:`craftmd.analysis.board.Board`, or a releases folder (read here)."""
+    ``releases``: a :class:`craftmd.analysis.board.Board`, or a releases folder (read here). Every release's scores are
+    made here or a claim (:func:`craftmd.scoring.score.check_standing`): a grader's labels no one checked are no
+    reference and no prediction."""
+    from craftmd.scoring.score import check_standing
+
+    board = Board.of(releases)
+    check_standing(list(board))
     frames = []
-    for rel in Board.of(releases):
+    for rel in board:
         if not rel.has("scores"):
             continue
         g = rel.verdicts(format="frq")

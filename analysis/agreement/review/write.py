@@ -44,10 +44,14 @@ def review_audit(results: dict, *, audit_id: str = "expert-review", title: str =
 
 
 def release_labels_by_grader(release_dir, setting: str = "vignette", fmt: str = "frq") -> dict[str, dict]:
-    """grader -> (case_id, trial) -> {correct, extracted}, for every grader of a release's text grades."""
+    """grader -> (case_id, trial) -> {correct, extracted}, for every grader of a release's text grades: made here or a
+    claim, never scores no one checked (:func:`craftmd.scoring.score.check_standing`: a release from elsewhere is
+    settled by ``craftmd score`` first)."""
     from craftmd.release import read_release
+    from craftmd.scoring.score import check_standing
 
     rel = read_release(release_dir)
+    check_standing([rel])
     g = rel.verdicts(setting=setting, format=fmt, with_image=False)
 
     def extracted(r) -> str | None:  # the grader's raw extraction where its detail keeps it ("none", "multiple")

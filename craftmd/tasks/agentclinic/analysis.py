@@ -48,15 +48,18 @@ def _options(release) -> dict:
 
 
 def case_scores(releases) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """``sql/agentclinic_case_scores`` and ``sql/agentclinic_verdicts`` over ``releases`` (those of this task)."""
+    """``sql/agentclinic_case_scores`` and ``sql/agentclinic_verdicts`` (the conversations both scorers scored) over
+    ``releases`` (those of this task)."""
     from craftmd.analysis import runner
 
     con = runner.connect_tables(releases, {"osce": "osce", "osce_scores": "scores"})
     if not con.execute("select 1 from duckdb_views() where view_name = 'osce_scores'").fetchall():
         con.execute(EMPTY_SCORES)  # no release scored yet: its measures of the protocol alone
+    runner.materialize(con, "agentclinic_verdicts", SQL)  # what agentclinic_case_scores reads
     cases = pl.from_arrow(runner.run(con, "agentclinic_case_scores", SQL))
     verdicts = pl.from_arrow(runner.run(con, "agentclinic_verdicts", SQL))
-    return cases.with_columns((pl.col("n_trials") - pl.col("n_failed")).alias("n_ok")), verdicts
+    both = pl.col("moderator").is_not_null() & pl.col("offline").is_not_null()  # the conversations both scored
+    return cases.with_columns((pl.col("n_trials") - pl.col("n_failed")).alias("n_ok")), verdicts.filter(both)
 
 
 def _bootstrap(vectors: list[np.ndarray], B: int, seed: int) -> list[tuple[float, float, np.ndarray]]:

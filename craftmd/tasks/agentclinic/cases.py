@@ -19,7 +19,6 @@ that is not a case of its set's shape is one line naming the file, the line and 
 from __future__ import annotations
 
 import hashlib
-import json
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
@@ -135,21 +134,10 @@ def nejm_case(obj, case_id: str, case_set: str, where: str) -> Case:
 
 def parse_cases(data: bytes, name: str, case_set: str, prefix: str, shape: str) -> list[Case]:
     """The cases of one JSON-lines file (``name``: what its errors call it), one per non-empty line, id ``<prefix>_<line>``."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CraftMDError(f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    from craftmd.jsonl import json_lines
+
     make = osce_case if shape == "osce" else nejm_case
-    out = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{name} line {n}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CraftMDError(f"{where}: not JSON ({exc.msg})") from None
-        out.append(make(obj, f"{prefix}_{n}", case_set, where))
+    out = [make(obj, f"{prefix}_{n}", case_set, f"{name}:{n}") for n, obj in json_lines(data, name)]
     if not out:
         raise CraftMDError(f"{name}: no case in it")
     return out

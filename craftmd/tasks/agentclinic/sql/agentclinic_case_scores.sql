@@ -1,29 +1,17 @@
 -- agentclinic_case_scores: per release and case, what its conversations did and how they were scored: the trials, those
 -- whose call failed (never measured), the doctor's messages and tests summed over the others, those that ran out of
 -- budget, and per scorer (the moderator, the offline grader) the scored trials and the correct ones, and the trials both
--- scored with the verdicts they agree on. Case-level means and their bootstrap CIs are made from this in analysis.py.
+-- scored with the verdicts they agree on (each conversation's verdicts: agentclinic_verdicts). Case-level means and
+-- their bootstrap CIs are made from this in analysis.py.
 with
 osce as (
     select release, case_id, trial, ended, questions_used, tests_requested
     from osce
 ),
-scores as (
-    select release, case_id, trial, scorer, value
-    from osce_scores
-    where metric = 'correct' and status = 'ok' and scorer in ('agentclinic-moderator', 'agentclinic-offline')
-),
-verdicts as (
-    select
-        release, case_id, trial,
-        max(value) filter (where scorer = 'agentclinic-moderator') as moderator,
-        max(value) filter (where scorer = 'agentclinic-offline') as offline
-    from scores
-    group by release, case_id, trial
-),
 joined as (
     select o.*, v.moderator, v.offline, o.ended in ('refusal', 'error') as failed
     from osce as o
-    left join verdicts as v using (release, case_id, trial)
+    left join agentclinic_verdicts as v using (release, case_id, trial)
 ),
 final as (
     select

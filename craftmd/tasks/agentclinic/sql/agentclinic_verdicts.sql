@@ -1,5 +1,6 @@
--- agentclinic_verdicts: every conversation both the moderator and the offline grader scored, with their two verdicts
--- (1 correct, 0 not): what their agreement beyond chance (Cohen's kappa) is computed from.
+-- agentclinic_verdicts: per release and conversation scored by the moderator or the offline grader, their two verdicts
+-- (1 correct, 0 not; null where that scorer gave none). agentclinic_case_scores sums them per case; their agreement beyond
+-- chance (Cohen's kappa) is computed from the conversations both scored.
 with
 scores as (
     select release, case_id, trial, scorer, value
@@ -13,7 +14,6 @@ final as (
         max(value) filter (where scorer = 'agentclinic-offline') as offline
     from scores
     group by release, case_id, trial
-    having count(*) filter (where scorer = 'agentclinic-moderator') > 0 and count(*) filter (where scorer = 'agentclinic-offline') > 0
 )
 select * from final
 order by release, case_id, trial
