@@ -11,7 +11,9 @@ import json
 import os
 import re
 import shutil
+import threading
 import weakref
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -805,10 +807,21 @@ class Release:
         return self.manifest.display_name or self.id
 
     def data(self, name: str) -> bytes:
-        """The bytes of the release's file ``name``, read from disk once (:func:`read_file`, the one reader)."""
-        if name not in self._data:
-            self._data[name] = read_file(self.path / name)
-        return self._data[name]
+        """The bytes of the release's file ``name`` (:func:`read_file`, the one reader), held while the process holds
+        fewer than :data:`HELD_BYTES` of releases' files (:func:`_hold`); let go beyond it, and read again and checked
+        again against the run record's sha256 when asked for (a file changed on disk since is one line)."""
+        got = self._data.get(name)
+        if got is None:
+            got = read_file(self.path / name)
+            want = (self.manifest.files.get(name) or {}).get("sha256") if self._verified else None
+            if want is not None and hashlib.sha256(got).hexdigest() != want:
+                raise CraftMDError(
+                    f"{self.path / name} changed on disk while this command read it (its sha256 is no longer the one "
+                    "manifest.json records); run the command again"
+                )
+            self._data[name] = got
+        _hold(self, name, len(got))
+        return got
 
     def table(self, name: str, columns: list[str] | None = None) -> pa.Table:
         """Release table ``name`` (only ``columns``, when given): the one way a release's parquet is read, so that a
@@ -897,6 +910,7 @@ class Release:
                 meta = (t.schema.metadata or {}).get(SCORERS_METADATA)
                 t = self._checked(p, t.replace_schema_metadata(None), SCORE_COLUMNS)
                 self._scores_cache = (self._score_rows_checked(p, t), self._records(p, meta))
+                _hold(self, _SCORES_TABLE, t.nbytes)
         return self._scores_cache
 
     def scorer_names(self) -> set[str]:
@@ -962,6 +976,38 @@ def read_file(path: Path, limit: int | None = None) -> bytes:
     """The bytes of a release's file: the one reader of a release's files (its hash and its tables come from one read),
     a regular file of bounded size (:func:`craftmd.atomic.read_regular`: a FIFO or ``/dev/zero`` is one line)."""
     return read_regular(path, limit) if limit is not None else read_regular(path)
+
+
+#: The most bytes of releases' files and decoded scores tables this process holds (:meth:`Release.data`,
+#: :meth:`Release.scores_with_records`): beyond it the least recently used are let go, and read again when asked for, so
+#: a board of a thousand releases holds a bounded part of them rather than all (a release is a few MB of them).
+HELD_BYTES = 256 << 20
+_SCORES_TABLE = "(scores table)"  # the decoded scores' entry among the files
+_HELD_LRU: OrderedDict[tuple[int, str], tuple[weakref.ref, int]] = OrderedDict()  # (id(release), file) -> (it, bytes)
+_HELD_TOTAL = [0]
+_HELD_LOCK = threading.Lock()
+
+
+def _hold(release: Release, name: str, size: int) -> None:
+    """Note that ``release`` holds ``size`` bytes of ``name`` (most recently used), and let go of the least recently
+    used bytes of any release beyond :data:`HELD_BYTES` (never the ones just noted)."""
+    key = (id(release), name)
+    with _HELD_LOCK:
+        old = _HELD_LRU.pop(key, None)
+        if old is not None:
+            _HELD_TOTAL[0] -= old[1]
+        _HELD_LRU[key] = (weakref.ref(release), size)
+        _HELD_TOTAL[0] += size
+        while _HELD_TOTAL[0] > HELD_BYTES and len(_HELD_LRU) > 1:
+            (_, gone), (ref, n) = _HELD_LRU.popitem(last=False)
+            _HELD_TOTAL[0] -= n
+            r = ref()
+            if r is None:
+                continue
+            if gone == _SCORES_TABLE:
+                r._scores_cache = None
+            else:
+                r._data.pop(gone, None)
 
 
 #: The releases open in this process, by folder: reading one again (the same command's next step) takes the one already

@@ -92,3 +92,21 @@ def test_tampered_release_is_refused_on_read(tmp_path):
         read_release(out)
     with pytest.raises(CraftMDError, match="answers.parquet is damaged"):
         find_releases(tmp_path)
+
+
+def test_a_large_board_holds_a_bounded_part_of_its_files_and_reads_the_rest_again_checked(tmp_path, monkeypatch):
+    """Beyond ``HELD_BYTES`` the least recently read files of the open releases are let go (a board of a thousand would
+    hold gigabytes): reading one again gives the same table, read again from disk and checked against the run record;
+    a file replaced on disk since it was checked is one line naming it."""
+    import craftmd.release as R
+
+    monkeypatch.setattr(R, "HELD_BYTES", 1)  # nothing but the file just read is held
+    paths = [write_release(tmp_path / f"r{i}", _manifest().model_copy(update={"release": f"r{i}"}), {"answers": _answers(ROWS[: i + 1])})
+             for i in range(3)]  # fmt: skip
+    rels = [read_release(p) for p in paths]
+    assert sum(len(r._data) for r in rels) == 1  # the other releases' bytes let go
+    assert [r.table("answers").num_rows for r in rels] == [1, 2, 3]  # read again, checked, the same
+    assert R._HELD_TOTAL[0] == len(rels[2].data("answers.parquet"))
+    (paths[0] / "answers.parquet").write_bytes((paths[1] / "answers.parquet").read_bytes())  # replaced behind its back
+    with pytest.raises(CraftMDError, match=r"r0/answers.parquet changed on disk while this command read it"):
+        rels[0].table("answers")
