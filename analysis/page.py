@@ -486,7 +486,9 @@ def _paper_tests(v: View, top: set[str]) -> dict | None:
     fmt_rows = []
     if ft is not None and ft.height:
         shown = [m for m in v.models if m in top]
-        sel = ft.filter(pl.col("model").is_in(shown), pl.col("mcq_grader") == MCQ_PRIMARY, ~pl.col("with_image"), pl.col("group_by") == "all")
+        sel = ft.filter(
+            pl.col("model").is_in(shown), pl.col("mcq_grader") == MCQ_PRIMARY, ~pl.col("with_image"), pl.col("group_by") == "all"
+        )
         tested = {(r["model"], r["frq_grader"], r["setting"], r["test"]): r for r in sel.iter_rows(named=True)}  # fmt: skip
         for m in shown:
             g = v.grader_for(m, "frq")
