@@ -158,12 +158,9 @@ def _by_dataset(v: View) -> list[dict]:
 
 def _mcq_rules(v: View) -> dict:
     """``paper`` vs ``strict`` per model and setting, and the answers that name several choices."""
-    gap = {
-        m: r
-        for m, *r in v.a.mcq_rule_gap.group_by("model")
-        .agg(pl.col("n_answers", "names_several", "paper_credits_several").sum())
-        .iter_rows()
-    }
+    g = v.a.mcq_rule_gap
+    sums = g.group_by("model").agg(pl.col("n_answers", "names_several", "paper_credits_several").sum()) if g.height else g
+    gap = {m: r for m, *r in sums.select("model", "n_answers", "names_several", "paper_credits_several").iter_rows()}
     rows, worst, worst_gap, any_higher = [], None, 0.0, False
     for m in (m for m in v.models if v.cell(m, "vignette", MCQ, grader="strict")):
         settings = []
