@@ -513,9 +513,12 @@ def _paper_tests(v: View, top: set[str]) -> dict | None:
     experts = et.to_dicts() if et is not None and et.height else []
     if not (fmt_rows or img_rows or v.image_models or experts):
         return None
-    cut = {"format": _cut(min(TOP_ROWS, len(v.models)), len(v.models), "format_tests.csv") if fmt_rows else None,
-           "image": _cut(min(TOP_ROWS, len(v.image_models)), len(v.image_models), "image_tests.csv") if img_rows else None}  # fmt: skip
-    return {"format": fmt_rows, "image": img_rows, "image_models": [v.display(m) for m in v.image_models], "published": published, "cut": cut,
+    tested = set(ft.filter(pl.col("group_by") == "all")["model"].to_list()) & set(v.models) if ft is not None else set()
+    imaged = set(it.filter(pl.col("group_by") == "all")["model"].to_list()) if it is not None else set()
+    cut = {"format": _cut(len(tested & top), len(tested), "format_tests.csv"),
+           "image": _cut(len(imaged & top), len(imaged), "image_tests.csv")}  # fmt: skip
+    return {"format": fmt_rows, "image": img_rows, "image_models": [v.display(m) for m in v.image_models[:TOP_ROWS]],
+            "image_models_more": max(0, len(v.image_models) - TOP_ROWS), "published": published, "cut": cut,
             "published_same": [r for r in published if r["same_p"]], "published_differ": [r for r in published if r["same_p"] is False],
             "experts": experts}  # fmt: skip
 
