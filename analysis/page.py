@@ -4,6 +4,14 @@ Python builds plain data (dicts and lists of numbers and strings) from a :class:
 the Jinja2 templates in ``cards/`` (``leaderboard.html.j2``, autoescaped, and
 ``leaderboard.md.j2``) format and escape it. Every figure the prose states is read from
 that data. Figures are relative PNGs under ``figures/``.
+
+The page holds a board of a thousand releases: every table with a row per release (a *board*: the leaderboard, the
+partial runs, each protocol's table, the per-task boards, the MCQ rules, the history measures, ...) can be sorted by
+any column and filtered by a search box, in the page's own few lines of JavaScript, and shows its first
+:data:`TOP_ROWS` rows until a reader searches it or asks for all (the others are in the HTML, ``hidden``). The lists
+that grow with the square of the board or with its releases times their settings (tests between models, each model's
+contrasts, the specialty and dataset tables with a column per model, the release list) hold only the rows of the
+releases at the top of their tables (:func:`_top`); every row is in the CSV under ``tables/`` that the page names.
 """
 
 from __future__ import annotations
@@ -23,6 +31,10 @@ LEAD = ("multiturn", "frq")
 MCQ = "mcq4"
 #: an audit table longer than this folds away
 FOLD_ROWS = 12
+#: A board shows its first TOP_ROWS rows until a reader searches it or asks for all; lists of pairs and of each
+#: release's settings, and the tables with a column per release, hold only the rows of the first TOP_ROWS releases of
+#: each board (:func:`_top`). Far above the six upstream releases: their page hides nothing.
+TOP_ROWS = 20
 
 
 # -- the data the templates show -----------------------------------------------------------------
@@ -81,8 +93,24 @@ def _missing(v: View) -> dict | None:
     }
 
 
+def _top(v: View) -> set[str]:
+    """The releases at the top of the page's boards: the first :data:`TOP_ROWS` of the ranked board, of the partial
+    runs, of each other protocol's table, of the self-reported ones and of the image releases. A list of pairs or of a
+    release's settings shows the rows of these releases alone (all of them on a board of up to TOP_ROWS releases)."""
+    lists = [v.models, v.partial, v.self_reported, v.image_models, *(g["models"] for g in v.other_protocols)]
+    return {m for ms in lists for m in ms[:TOP_ROWS]}
+
+
+def _cut(shown: int, total: int, table: str) -> dict | None:
+    """What a list that holds only the top releases' rows left out (None: nothing): the releases it shows, of how many,
+    and the CSV that holds every row."""
+    return {"shown": shown, "total": total, "table": table} if total > shown else None
+
+
 def _specialty(v: View) -> list[dict]:
-    """One table per setting and format (FRQ first): a row per specialty, its cases and each model's cell."""
+    """One table per setting and format (FRQ first): a row per specialty, its cases and the cell of each of the board's
+    first :data:`TOP_ROWS` models (every model's in ``tables/accuracy.csv``)."""
+    shown = v.models[:TOP_ROWS]
     tables = []
     for fmt in ("frq", MCQ):
         for s in UPSTREAM_SETTINGS:
@@ -95,7 +123,7 @@ def _specialty(v: View) -> list[dict]:
                         {
                             "specialty": sp,
                             "n_cases": v.n_cases(sp),
-                            "cells": [_acc(v.cell(m, s, fmt, group_by="specialty", group=sp)) for m in v.models],
+                            "cells": [_acc(v.cell(m, s, fmt, group_by="specialty", group=sp)) for m in shown],
                         }
                         for sp in v.specialties
                     ],
@@ -105,13 +133,15 @@ def _specialty(v: View) -> list[dict]:
 
 
 def _by_dataset(v: View) -> list[dict]:
-    """Multi-turn FRQ / vignette MCQ per source dataset and on the single-diagnosis subset."""
+    """Multi-turn FRQ / vignette MCQ per source dataset and on the single-diagnosis subset, for the board's first
+    :data:`TOP_ROWS` models (a column each; every model's in ``tables/accuracy.csv``)."""
+    shown = v.models[:TOP_ROWS]
     datasets = v.groups("dataset")
     groups = [("dataset", d, d) for d in datasets] + [("single_dx", "all", "single-diagnosis subset")]
     groups += [("single_dx", d, f"{d}, single-diagnosis") for d in datasets]
     rows = []
     for gb, g, label in groups:
-        cells = [(v.cell(m, *LEAD, group_by=gb, group=g), v.cell(m, "vignette", MCQ, group_by=gb, group=g)) for m in v.models]
+        cells = [(v.cell(m, *LEAD, group_by=gb, group=g), v.cell(m, "vignette", MCQ, group_by=gb, group=g)) for m in shown]
         if not any(lead for lead, _ in cells):
             continue
         rows.append(
@@ -128,7 +158,9 @@ def _by_dataset(v: View) -> list[dict]:
 
 def _mcq_rules(v: View) -> dict:
     """``paper`` vs ``strict`` per model and setting, and the answers that name several choices."""
-    gap = v.a.mcq_rule_gap
+    g = v.a.mcq_rule_gap
+    sums = g.group_by("model").agg(pl.col("n_answers", "names_several", "paper_credits_several").sum()) if g.height else g
+    gap = {m: r for m, *r in sums.select("model", "n_answers", "names_several", "paper_credits_several").iter_rows()}
     rows, worst, worst_gap, any_higher = [], None, 0.0, False
     for m in (m for m in v.models if v.cell(m, "vignette", MCQ, grader="strict")):
         settings = []
@@ -139,14 +171,14 @@ def _mcq_rules(v: View) -> dict:
             if d is not None and -d > worst_gap:
                 worst, worst_gap = m, -d
             any_higher = any_higher or (d is not None and d > 0)
-        g = gap.filter(pl.col("model") == m)
+        n_answers, several, credited = gap.get(m, (0, 0, 0))
         rows.append(
             {
                 "display": v.display(m),
                 "settings": settings,
-                "n_answers": int(g["n_answers"].sum()) if g.height else 0,
-                "several": int(g["names_several"].sum()) if g.height else 0,
-                "credited": int(g["paper_credits_several"].sum()) if g.height else 0,
+                "n_answers": int(n_answers or 0),
+                "several": int(several or 0),
+                "credited": int(credited or 0),
             }
         )
     return {
@@ -253,9 +285,10 @@ def _validity(audits: list[dict]) -> tuple[list[dict], dict | None]:
     return validity, q2
 
 
-def _history(v: View, audits: list[dict]) -> dict | None:
+def _history(v: View, audits: list[dict], top: set[str]) -> dict | None:
     """The "How each doctor takes a history" section: the history metrics per model with CIs, their agreement
-    with the dermatologists, paired tests, coverage against accuracy and complexity groups."""
+    with the dermatologists, paired tests (between the releases of ``top``), coverage against accuracy and complexity
+    groups."""
     models = [m for m in v.models if any(v.history_cell(m, metric) for metric, _, _ in HISTORY_COLUMNS)]
     if not models:
         return None
@@ -275,17 +308,22 @@ def _history(v: View, audits: list[dict]) -> dict | None:
     t = v.a.history_tests.filter(
         pl.col("metric") == "patient_info_recall", pl.col("model_a").is_in(models), pl.col("model_b").is_in(models)
     )
+    n_pairs = t.height
+    t = t.filter(pl.col("model_a").is_in(list(top)), pl.col("model_b").is_in(list(top)))
     tests = [{"a": v.display(r["model_a"]), "b": v.display(r["model_b"]), "diff": r["diff"], "lo": r["ci_low"], "hi": r["ci_high"],
               "p": r["p_holm"], "n": r["n_cases"]} for r in t.iter_rows(named=True)]  # fmt: skip
     n_tests = v.a.history_tests.height
     # coverage against accuracy: lowest and highest quintile per model, with the preferred FRQ grader
     cov = v.a.history_by_coverage
+    quintiles: dict[tuple[str, str], list[dict]] = {}
+    for r in cov.sort("quintile").iter_rows(named=True):
+        quintiles.setdefault((r["model"], r["grader"]), []).append(r)
     coverage = []
     for m in models:
         g = v.grader_for(m, "frq")
-        sel = cov.filter(pl.col("model") == m, pl.col("grader") == g).sort("quintile") if g else cov.clear()
-        if sel.height:
-            lo_q, hi_q = sel.row(0, named=True), sel.row(sel.height - 1, named=True)
+        sel = quintiles.get((m, g), []) if g else []
+        if sel:
+            lo_q, hi_q = sel[0], sel[-1]
             coverage.append({"display": v.display(m), "grader": g, "low": lo_q, "high": hi_q,
                              "gap_high": hi_q["vignette_accuracy"] - hi_q["multiturn_accuracy"]})  # fmt: skip
     edges = cov.unique(["quintile", "recall_low", "recall_high"]).sort("quintile")
@@ -300,6 +338,7 @@ def _history(v: View, audits: list[dict]) -> dict | None:
         "n_cases": max((c["n"] for r in rows for c in r["cells"][:1] if c), default=0),
         "best": {"display": best["display"], "recall": best["cells"][0]["mean"]} if best["cells"][0] else None,
         "validity": validity, "judge_validity": _judge_validity(audits), "raters": q2, "tests": tests, "n_tests": n_tests, "coverage": coverage,
+        "tests_cut": _cut(len(tests), n_pairs, "history_tests.csv"),
         "quintiles": [(r["recall_low"], r["recall_high"]) for r in edges.iter_rows(named=True)],
         "tertiles": [(r["words_low"], r["words_high"]) for r in cx.iter_rows(named=True)],
     }  # fmt: skip
@@ -383,34 +422,32 @@ def _grader_reliability(v: View, audits: list[dict]) -> list[dict]:
 
 
 def _tests(v: View) -> list[dict]:
-    """The headline contrast per model and format: vignette minus multi-turn, with its Holm-adjusted p-values."""
-    pv = v.a.pvalues
+    """The headline contrast per model and format, for the board's first :data:`TOP_ROWS` models: vignette minus
+    multi-turn, with its Holm-adjusted p-values (every model's in ``tables/pvalues.csv``)."""
+    pv = v.a.pvalues.filter(
+        pl.col("family") == "setting",
+        pl.col("group_by") == "all",
+        pl.col("a") == "vignette",
+        pl.col("b") == "multiturn",
+        pl.col("model").is_in(v.models[:TOP_ROWS]),
+    )
+    by = {(r["model"], r["format"], r["grader"], r["test"]): r for r in pv.iter_rows(named=True)}
     rows = []
-    for m in v.models:
+    for m in v.models[:TOP_ROWS]:
         for fmt in ("frq", MCQ):
             g = v.grader_for(m, fmt)
             if g is None:  # no grader stands behind this model's figures (graded only by itself)
                 continue
-            sel = pv.filter(
-                pl.col("family") == "setting",
-                pl.col("model") == m,
-                pl.col("format") == fmt,
-                pl.col("grader") == g,
-                pl.col("group_by") == "all",
-                pl.col("a") == "vignette",
-                pl.col("b") == "multiturn",
-            )
-            b = sel.filter(pl.col("test") == "paired-bootstrap")
-            mc = sel.filter(pl.col("test") == "mcnemar")
-            if b.height:
+            b, mc = by.get((m, fmt, g, "paired-bootstrap")), by.get((m, fmt, g, "mcnemar"))
+            if b:
                 rows.append(
                     {
                         "display": v.display(m),
                         "format": FORMAT_LABELS[fmt],
                         "grader": g,
-                        "diff": b["diff"][0],
-                        "p_bootstrap": b["p_adjusted"][0],
-                        "p_mcnemar": mc["p_adjusted"][0] if mc.height else None,
+                        "diff": b["diff"],
+                        "p_bootstrap": b["p_adjusted"],
+                        "p_mcnemar": mc["p_adjusted"] if mc else None,
                     }
                 )
     return rows
@@ -436,21 +473,25 @@ def _pairs(a) -> dict:
     }
 
 
-def _paper_tests(v: View) -> dict | None:
+def _paper_tests(v: View, top: set[str]) -> dict | None:
     """The paper's other tests: four-choice MCQ against FRQ per model and setting (``tables/format_tests.csv``), the
     preprint's p-values beside them, with against without the image (``tables/image_tests.csv``) and McNemar between
-    models on the dermatologists' labels (``tables/expert_tests.csv``); None when there is none of them."""
+    models on the dermatologists' labels (``tables/expert_tests.csv``); None when there is none of them. The tests of
+    one model's settings are those of the releases at the top of their boards (``top``): all in the CSVs."""
     a = v.a
     ft, it, et, pt = (getattr(a, k, None) for k in ("format_tests", "image_tests", "expert_tests", "published_tests"))
     fmt_rows = []
     if ft is not None and ft.height:
-        for m in v.models:
+        shown = [m for m in v.models if m in top]
+        sel = ft.filter(
+            pl.col("model").is_in(shown), pl.col("mcq_grader") == MCQ_PRIMARY, ~pl.col("with_image"), pl.col("group_by") == "all"
+        )
+        tested = {(r["model"], r["frq_grader"], r["setting"], r["test"]): r for r in sel.iter_rows(named=True)}  # fmt: skip
+        for m in shown:
             g = v.grader_for(m, "frq")
             if g is None:
                 continue
-            sel = ft.filter(pl.col("model") == m, pl.col("mcq_grader") == MCQ_PRIMARY, pl.col("frq_grader") == g, ~pl.col("with_image"),
-                            pl.col("group_by") == "all")  # fmt: skip
-            by = {(r["setting"], r["test"]): r for r in sel.iter_rows(named=True)}
+            by = {(s, t): r for (mm, gg, s, t), r in tested.items() if mm == m and gg == g}
             for s in UPSTREAM_SETTINGS:
                 b, mc = by.get((s, "paired-bootstrap")), by.get((s, "mcnemar"))
                 if b:
@@ -459,7 +500,7 @@ def _paper_tests(v: View) -> dict | None:
                                      "p_mcnemar": mc["p_adjusted"] if mc else None})  # fmt: skip
     img_rows = []
     if it is not None and it.height:
-        sel = it.filter(pl.col("group_by") == "all")
+        sel = it.filter(pl.col("group_by") == "all", pl.col("model").is_in(list(top)))
         by = {(r["model"], r["setting"], r["format"], r["grader"], r["test"]): r for r in sel.iter_rows(named=True)}
         for (m, s, f, g, t), r in by.items():
             if t != "paired-bootstrap":
@@ -472,7 +513,12 @@ def _paper_tests(v: View) -> dict | None:
     experts = et.to_dicts() if et is not None and et.height else []
     if not (fmt_rows or img_rows or v.image_models or experts):
         return None
-    return {"format": fmt_rows, "image": img_rows, "image_models": [v.display(m) for m in v.image_models], "published": published,
+    tested = set(ft.filter(pl.col("group_by") == "all")["model"].to_list()) & set(v.models) if ft is not None else set()
+    imaged = set(it.filter(pl.col("group_by") == "all")["model"].to_list()) if it is not None else set()
+    cut = {"format": _cut(len(tested & top), len(tested), "format_tests.csv"),
+           "image": _cut(len(imaged & top), len(imaged), "image_tests.csv")}  # fmt: skip
+    return {"format": fmt_rows, "image": img_rows, "image_models": [v.display(m) for m in v.image_models[:TOP_ROWS]],
+            "image_models_more": max(0, len(v.image_models) - TOP_ROWS), "published": published, "cut": cut,
             "published_same": [r for r in published if r["same_p"]], "published_differ": [r for r in published if r["same_p"] is False],
             "experts": experts}  # fmt: skip
 
@@ -590,6 +636,9 @@ def context(a, audits: list[dict] | None = None, out: Path | None = None) -> dic
     """Everything the templates show, as plain data (``out``: the page's folder, whose drawn figures it shows)."""
     v = View.of(a)
     audits = audits or []
+    top = _top(v)
+    order = _answer_order(v)
+    listed = v.models + v.partial + [m for g in v.other_protocols for m in g["models"]] + v.self_reported + v.image_models
     commits = sorted(
         {json.loads(v.release_info[m]["source"]).get("commit") or "" for m in v.models + v.partial + v.image_models} - {""}
     )
@@ -600,6 +649,10 @@ def context(a, audits: list[dict] | None = None, out: Path | None = None) -> dic
         "trials_per_case": _trials_per_case(v),
         "headline": _headline(v),
         "models": [_release(v, m) for m in v.models],
+        "top_rows": TOP_ROWS,
+        # the tables with a column per model (specialty, source dataset): the board's first TOP_ROWS models
+        "column_models": [_release(v, m) for m in v.models[:TOP_ROWS]],
+        "columns_cut": _cut(min(TOP_ROWS, len(v.models)), len(v.models), "accuracy.csv"),
         "board": [_row(v, m, i) for i, m in enumerate(v.models, 1)],
         "partial": [_row(v, m) for m in v.partial],
         "self_reported": [_row(v, m) for m in v.self_reported],
@@ -613,7 +666,8 @@ def context(a, audits: list[dict] | None = None, out: Path | None = None) -> dic
         "specialty": _specialty(v),
         "by_dataset": _by_dataset(v),
         "mcq_rules": _mcq_rules(v),
-        "answer_order": _answer_order(v),
+        "answer_order": [r for r in order if r["upstream_release"] in top],  # the releases at the top of their boards
+        "answer_order_cut": _cut(sum(r["upstream_release"] in top for r in order), len(order), "order_tests.csv"),
         "frq_graders": v.frq_graders_all,
         "frq_by_grader": [
             {
@@ -626,9 +680,10 @@ def context(a, audits: list[dict] | None = None, out: Path | None = None) -> dic
         "frq_preference": _frq_preference(),
         "reliability": _grader_reliability(v, audits),
         "tests": _tests(v),
+        "tests_cut": _cut(min(TOP_ROWS, len(v.models)), len(v.models), "pvalues.csv"),
         "pairs": _pairs(a),
         "measures": _measures(v),
-        "history": _history(v, audits),
+        "history": _history(v, audits, top),
         "rubric": _rubric(a),
         "claims": _claims(a),
         **_other_tasks(a, v),
@@ -645,11 +700,13 @@ def context(a, audits: list[dict] | None = None, out: Path | None = None) -> dic
                 "protocol": describe_protocol(v.protocol.get(m)),
                 "apart": m in v.apart,
             }
-            for m in v.models + v.partial + [m for g in v.other_protocols for m in g["models"]] + v.self_reported + v.image_models
+            for m in listed
+            if m in top
         ],
+        "releases_cut": _cut(sum(m in top for m in listed), len(listed), "protocols.csv"),
         "image": _image_rows(v),
         "image_whom": "GPT-4V's recorded run (the paper's)" if v.image_reference_is_paper else "the first releases listed",
-        "paper_tests": _paper_tests(v),
+        "paper_tests": _paper_tests(v, top),
         "human": _human(v),
         "paper_figures": _paper_figures(out),
         "exam_data": any(

@@ -154,12 +154,22 @@ def test_the_page_is_self_contained_and_names_its_graders(board):
 # -- the browser -------------------------------------------------------------------------------
 
 
+def _above_4(fd: int) -> int:
+    """``fd`` moved to a number above 4 (closed on exec)."""
+    import fcntl
+
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 5)
+    os.close(fd)
+    return high
+
+
 class DevTools:
     """A minimal Chrome DevTools protocol client over --remote-debugging-pipe."""
 
     def __init__(self, user_data: Path):
-        cmd_r, self._cmd_w = os.pipe()
-        self._out_r, out_w = os.pipe()
+        # the child's ends become its fds 3 and 4: every end is kept above them first (a process with few files
+        # open gets 3 and 4 from os.pipe, which the child's dup2 would overwrite)
+        cmd_r, self._cmd_w, self._out_r, out_w = (_above_4(fd) for fd in (*os.pipe(), *os.pipe()))
 
         def child_fds():
             os.dup2(cmd_r, 3)
