@@ -248,23 +248,34 @@ def history_complexity(v: View, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def write_figures(a, out: Path) -> list[Path]:
-    """All figures of an :class:`~craftmd.analysis.tables.Analysis` into ``out``."""
+#: The figures of :func:`write_figures`, in order: file, the function that draws it (None: no data, not drawn).
+FIGURES = (
+    ("settings.png", settings_bars),
+    ("specialty_heatmap.png", specialty_heatmap),
+    ("mcq_frq_drop.png", mcq_frq_drop),
+    ("mcq_rules.png", mcq_rules),
+    ("history_coverage_curve.png", history_coverage_curve),
+    ("history_coverage_accuracy.png", history_coverage_accuracy),
+    ("history_complexity.png", history_complexity),
+)
+
+
+def style() -> None:
+    """The figures' matplotlib style (every figure of an analysis is drawn under it)."""
+    # text.parse_math off: labels drawn from names (a model called "evil$\frac{$x") are plain text, never mathtext
+    plt.rcParams.update({"font.family": "DejaVu Sans", "svg.hashsalt": "craftmd", "font.size": 9, "text.parse_math": False})
+
+
+def write_figures(a, out: Path, only: set[str] | None = None) -> list[Path]:
+    """All figures of an :class:`~craftmd.analysis.tables.Analysis` into ``out`` (``only``: those of these files)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     v = a if isinstance(a, View) else View.of(a)
-    # text.parse_math off: labels drawn from names (a model called "evil$\frac{$x") are plain text, never mathtext
-    plt.rcParams.update({"font.family": "DejaVu Sans", "svg.hashsalt": "craftmd", "font.size": 9, "text.parse_math": False})
-    paths = [
-        settings_bars(v, out / "settings.png"),
-        specialty_heatmap(v, out / "specialty_heatmap.png"),
-        mcq_frq_drop(v, out / "mcq_frq_drop.png"),
-        mcq_rules(v, out / "mcq_rules.png"),
-        *(p for p in (history_coverage_curve(v, out / "history_coverage_curve.png"),
-                      history_coverage_accuracy(v, out / "history_coverage_accuracy.png"),
-                      history_complexity(v, out / "history_complexity.png")) if p is not None),
-    ] if v.models else []  # fmt: skip
-    return paths
+    style()
+    if not v.models:
+        return []
+    drawn = (draw(v, out / name) for name, draw in FIGURES if only is None or name in only)
+    return [p for p in drawn if p is not None]
 
 
-__all__ = ["write_figures"]
+__all__ = ["write_figures", "style", "FIGURES"]

@@ -229,21 +229,29 @@ def exam_settings(v: View, path: Path) -> Path | None:
     return _setting_panels(v, path, models, EXAM_SETTINGS, pairs, title, **EXAM_LOOK)
 
 
-def write_paper_figures(v: View, out: Path) -> list[Path]:
-    """The figures of this module that have data, into ``out`` (the caller sets matplotlib's style)."""
+SINGLE_DX_TITLE = (
+    "Single-diagnosis subset, Derm-Public and Derm-Private (Nature Medicine 2025, Extended Data Fig. 5):\n"
+    "vignette against each conversational setting (paired bootstrap, Holm)"
+)
+#: The figures of :func:`write_paper_figures`, in order: file, the function that draws it, its arguments after the path.
+DRAWN = (
+    ("settings_tests.png", settings_with_brackets, ()),
+    ("single_dx.png", settings_with_brackets, ("single_dx", "all", SINGLE_DX_TITLE)),
+    ("mcq_vs_frq.png", mcq_vs_frq, ()),
+    ("vision.png", vision, ()),
+    ("exam.png", exam_settings, ()),
+)
+
+
+def write_paper_figures(v: View, out: Path, only: set[str] | None = None) -> list[Path]:
+    """The figures of this module that have data, into ``out`` (the caller sets matplotlib's style; ``only``: those of
+    these files)."""
     out = Path(out)
-    made = (
-        settings_with_brackets(v, out / "settings_tests.png"),
-        settings_with_brackets(v, out / "single_dx.png", "single_dx", "all",
-                               "Single-diagnosis subset, Derm-Public and Derm-Private (Nature Medicine 2025, Extended Data Fig. 5):\nvignette against each conversational setting (paired bootstrap, Holm)"),
-        mcq_vs_frq(v, out / "mcq_vs_frq.png"),
-        vision(v, out / "vision.png"),
-        exam_settings(v, out / "exam.png"),
-    )  # fmt: skip
+    made = (draw(v, out / name, *args) for name, draw, args in DRAWN if only is None or name in only)
     return [p for p in made if p is not None]
 
 
 #: the figures write_paper_figures can draw (the page shows those that exist)
-PAPER_FIGURES = ("settings_tests.png", "single_dx.png", "mcq_vs_frq.png", "vision.png", "exam.png")
+PAPER_FIGURES = tuple(name for name, _, _ in DRAWN)
 
 __all__ = ["write_paper_figures", "stars", "PAPER_FIGURES"]
