@@ -419,7 +419,9 @@ def analyse(
     kept = runner.Kept(out / CACHE / "queries", cache / "queries" if cache else None, dataset_dir)
     from .draw import Workers
 
-    with Workers(None if figures else 1) as workers:  # the figures' processes, started now: they import meanwhile
+    from .bootstrap import blas_threads
+
+    with Workers(None if figures else 1) as workers, blas_threads(1):  # the figures' processes, started now
         workers.warm()
         a = compute(
             releases, dataset_dir, B=B, seed=seed, packets=packets, rubric_options=rubric_options, all_pairs=all_pairs,
