@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
-from .figures import COLORS, PNG  # noqa: E402
+from .figures import COLORS, PNG, shown  # noqa: E402
 from .view import SETTING_LABELS, UPSTREAM_SETTINGS, View  # noqa: E402
 
 #: the settings of the exam figure (the preprint's, medRxiv 2024: Fig. 2c, 3d and 4c), in order
@@ -109,6 +109,7 @@ def settings_with_brackets(v: View, path: Path, group_by: str = "all", group: st
     if not models:
         return None
     title = title or "Accuracy by setting, with the vignette against each conversational setting (paired bootstrap, Holm)"
+    models, title = shown(models, title)
     pairs = [("vignette", s) for s in UPSTREAM_SETTINGS[1:]]
     return _setting_panels(v, path, models, UPSTREAM_SETTINGS, pairs, title, group_by=group_by, group=group, **SETTINGS_LOOK)
 
@@ -153,7 +154,8 @@ def mcq_vs_frq(v: View, path: Path) -> Path | None:
     ft = v.a.format_tests
     if ft is None or not ft.height:
         return None
-    models = [m for m in v.models if ft.filter(pl.col("model") == m).height]
+    models, title = shown([m for m in v.models if ft.filter(pl.col("model") == m).height],
+                          "Four-choice MCQ against free response (paired bootstrap, Holm over each model's settings)")  # fmt: skip
     if not models:
         return None
     fig, grid = plt.subplots(2, 2, figsize=(max(9, 1.6 * len(models) + 3), 7), sharey=True)
@@ -178,7 +180,7 @@ def mcq_vs_frq(v: View, path: Path) -> Path | None:
     for ax in grid[:, 0]:
         ax.set_ylabel("accuracy")
     axes[0].legend(fontsize=7, frameon=False, loc="upper right")
-    fig.suptitle("Four-choice MCQ against free response (paired bootstrap, Holm over each model's settings)", fontsize=10)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -190,6 +192,8 @@ def vision(v: View, path: Path) -> Path | None:
               if any(v.cell(m, s, "frq", grader=g, with_image=True) for s in UPSTREAM_SETTINGS)]  # fmt: skip
     if not panels:
         return None
+    panels, title = shown(panels, "Image cases (NEJM Image Challenge): free-response accuracy, 95% CI")
+    title = title.replace(" models by rank)", " panels: models by rank)")
     it = v.a.image_tests
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 1, 3.8), sharey=True, squeeze=False)
     x = np.arange(len(UPSTREAM_SETTINGS))
@@ -212,7 +216,7 @@ def vision(v: View, path: Path) -> Path | None:
         ax.set_axisbelow(True)
         ax.legend(fontsize=7, frameon=False, loc="upper right")
     axes[0][0].set_ylabel("FRQ accuracy")
-    fig.suptitle("Image cases (NEJM Image Challenge): free-response accuracy, 95% CI", fontsize=10)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -225,6 +229,7 @@ def exam_settings(v: View, path: Path) -> Path | None:
     if not models:
         return None
     title = "The physical exam: alone, left out of the conversation, added to it (paired bootstrap, Holm)"
+    models, title = shown(models, title)
     pairs = [("exam", "vignette"), ("multiturn_no_exam", "multiturn"), ("multiturn_plus_exam", "multiturn")]
     return _setting_panels(v, path, models, EXAM_SETTINGS, pairs, title, **EXAM_LOOK)
 
