@@ -22,6 +22,7 @@ other release's intervals and pairs back instead of resampling them (``craftmd a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -43,10 +44,11 @@ _FIXED = 1e9  # the float path's grid: continuous case values are summed as inte
 _CHUNK = 2_500  # resamples drawn at a time (bounds memory to ~_CHUNK * n * 8 bytes)
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=8)
 def resample_counts(n: int, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> np.ndarray:
     """``B x n`` float32 matrix: how often each of ``n`` cases is drawn in each resample (read-only; the
-    few most recent are kept, so every table of one analysis that resamples ``n`` cases reuses one draw).
+    few most recent are kept, so every table of one analysis that resamples ``n`` cases reuses one draw: eight, as many
+    as the metrics of one board resample in turn, release after release).
 
     A draw is kept on disk too (``$CRAFTMD_CACHE/resamples/``, one byte a count, about 20 MB for 2,000 cases), so a
     later analysis reads it back instead of drawing it again (about 0.1 s instead of 1.3 s for the upstream groups);
@@ -71,6 +73,52 @@ def resample_counts(n: int, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> np.
                 pass
     out.flags.writeable = False
     return out
+
+
+def _times_counts(S: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """``S @ W.T`` in float64 (k x B), ``W`` (float32) converted a few thousand resamples at a time into one buffer: the
+    same exact sums as converting it whole, without a float64 copy of every draw."""
+    out = np.empty((S.shape[0], W.shape[0]))
+    buf = np.empty((min(_CHUNK, W.shape[0]), W.shape[1]))
+    for start in range(0, W.shape[0], _CHUNK):
+        w = buf[: min(_CHUNK, W.shape[0] - start)]
+        np.copyto(w, W[start : start + len(w)])
+        out[:, start : start + len(w)] = S @ w.T
+    return out
+
+
+@contextlib.contextmanager
+def blas_threads(n: int):
+    """NumPy's BLAS (the OpenBLAS its wheel bundles) held to ``n`` threads inside the block, as it was after. The
+    resamples' products are many and small: one thread does them about as fast as two, and spinning a second one on a
+    core that draws figures (or that another process holds) costs several times that. The sums are exact integers,
+    the same whatever the threads. Without that library (another BLAS), nothing changes."""
+    lib = _openblas()
+    if lib is None:
+        yield
+        return
+    before = lib.scipy_openblas_get_num_threads64_()
+    lib.scipy_openblas_set_num_threads64_(int(n))
+    try:
+        yield
+    finally:
+        lib.scipy_openblas_set_num_threads64_(before)
+
+
+@functools.lru_cache(maxsize=1)
+def _openblas():
+    import ctypes
+
+    folder = Path(np.__file__).parent.parent / "numpy.libs"
+    for path in sorted(folder.glob("libscipy_openblas64_*.so*")):
+        try:
+            lib = ctypes.CDLL(str(path))  # the library NumPy loaded (the same handle)
+            lib.scipy_openblas_get_num_threads64_.restype = ctypes.c_int
+            lib.scipy_openblas_set_num_threads64_.argtypes = [ctypes.c_int]
+            return lib
+        except (OSError, AttributeError):
+            return None
+    return None
 
 
 def _draws_dir() -> Path:
@@ -129,19 +177,20 @@ class Resampler:
         return len(self._handles) - 1
 
     def run(self) -> None:
+        # each column's B sums as a row (k x B: a column's sums lie together, for its quantiles and its paired tests)
         for n in sorted({n for n, _ in self._cols}):
             W = resample_counts(n, self.B, self.seed)
-            if (n, True) in self._cols:
-                self.sums[(n, True)] = (W @ np.stack(self._cols[(n, True)], axis=1)).astype(np.float64)  # B x k, exact integers
+            if (n, True) in self._cols:  # exact integers in float32, whatever the order of the sum
+                self.sums[(n, True)] = (np.stack(self._cols[(n, True)]) @ W.T).astype(np.float64)
             if (n, False) in self._cols:  # fixed-point integers: exact sums in float64, whatever the order
-                S = np.rint(np.stack(self._cols[(n, False)], axis=1) * _FIXED)
-                self.sums[(n, False)] = (W.astype(np.float64) @ S) / _FIXED
+                S = np.rint(np.stack(self._cols[(n, False)]) * _FIXED)
+                self.sums[(n, False)] = _times_counts(S, W) / _FIXED
             del W
 
     def resampled(self, handle: int) -> np.ndarray:
         """The ``B`` resampled sums of the column (exact integers as float64, or floats)."""
         key, j = self._handles[handle]
-        return self.sums[key][:, j]
+        return self.sums[key][j]
 
     def quantiles(self, handle: int, level: float = 0.95) -> tuple[float, float]:
         """Percentile interval of the column's resampled sums (computed for all columns of its kind and ``n`` at once)."""
@@ -149,7 +198,7 @@ class Resampler:
         qkey = (key, level)
         if qkey not in self._q:
             a = (1 - level) / 2
-            self._q[qkey] = np.quantile(self.sums[key], [a, 1 - a], axis=0)
+            self._q[qkey] = np.quantile(self.sums[key], [a, 1 - a], axis=1)
         q = self._q[qkey]
         return float(q[0, j]), float(q[1, j])
 

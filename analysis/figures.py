@@ -33,7 +33,56 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+#: Beyond this many models, a figure that draws one bar, column, line or panel per model draws the first :data:`TOP` of
+#: the board's ranking and says how many it leaves out (:func:`shown`), and ``settings.png`` shows every model's
+#: accuracy as a distribution (:func:`settings_distribution`): a board of a thousand models draws figures of a size
+#: that does not grow with it. The six upstream releases are far below it.
+MAX_MODELS = 30
+TOP = 20
+
+
+def shown(models: list, title: str = "") -> tuple[list, str]:
+    """The models a per-model figure draws (all, up to :data:`MAX_MODELS`; else the first :data:`TOP`, the board's
+    ranking's) and ``title`` with what is left out said, when anything is."""
+    if len(models) <= MAX_MODELS:
+        return models, title
+    return models[:TOP], f"{title} (the first {TOP} of {len(models)} models by rank)"
+
+
+def settings_distribution(v: View, path: Path) -> Path:
+    """A board above :data:`MAX_MODELS`: per format, each setting's accuracy over every model as a histogram, the
+    leader's marked."""
+    models = v.models
+    fmts = [("mcq4", "MCQ (4 choices, paper rule)"), ("frq", "Free response")]
+    fig, axes = plt.subplots(len(fmts), 1, figsize=(9, 7), sharex=True)
+    bins = np.linspace(0, 1, 51)
+    for ax, (fmt, title) in zip(axes, fmts):
+        for s in UPSTREAM_SETTINGS:
+            acc = [r["accuracy"] for m in models if (r := v.cell(m, s, fmt))]
+            if acc:
+                ax.hist(
+                    acc, bins=bins, histtype="step", linewidth=1.4, color=COLORS[s], label=f"{SETTING_LABELS[s]} ({len(acc)})"
+                )
+        lead = v.cell(models[0], "vignette", fmt)
+        if lead:
+            ax.axvline(lead["accuracy"], color="#333333", linewidth=0.8, linestyle=":")
+            ax.text(lead["accuracy"], ax.get_ylim()[1] * 0.95, f" {v.display(models[0])}", fontsize=7, va="top")
+        ax.set_ylabel("models")
+        ax.set_title(title, fontsize=10, loc="left")
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, frameon=False, loc="upper right")
+    axes[-1].set_xlim(0, 1)
+    axes[-1].set_xlabel("accuracy (the vignette's leader marked)")
+    fig.suptitle(f"Accuracy by setting across {len(models)} models", fontsize=11)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def settings_bars(v: View, path: Path) -> Path:
+    if len(v.models) > MAX_MODELS:
+        return settings_distribution(v, path)
     models = v.models
     fmts = [("mcq4", "MCQ (4 choices, paper rule)"), ("frq", "Free response")]
     fig, axes = plt.subplots(len(fmts), 1, figsize=(max(7, 1.7 * len(models) + 2), 7), sharex=True)
@@ -70,7 +119,7 @@ def settings_bars(v: View, path: Path) -> Path:
 
 
 def specialty_heatmap(v: View, path: Path, setting: str = "multiturn", fmt: str = "frq") -> Path:
-    models = v.models
+    models, note = shown(v.models)
     specs = v.specialties
     grid = np.full((len(specs), len(models)), np.nan)
     for i, sp in enumerate(specs):
@@ -95,13 +144,13 @@ def specialty_heatmap(v: View, path: Path, setting: str = "multiturn", fmt: str 
     ax.set_xticks(range(len(models)), [v.display(m) for m in models], fontsize=8)
     ax.set_yticks(range(len(specs)), [f"{s} (n={v.n_cases(s)})" for s in specs], fontsize=8)
     fig.colorbar(im, ax=ax, fraction=0.04, label="accuracy")
-    ax.set_title(f"{SETTING_LABELS[setting]} {v.format_label(fmt)} accuracy by specialty", fontsize=10)
+    ax.set_title(f"{SETTING_LABELS[setting]} {v.format_label(fmt)} accuracy by specialty{note}", fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
 
 
 def mcq_frq_drop(v: View, path: Path) -> Path:
-    models = v.models
+    models, title = shown(v.models, "Drop from four-choice MCQ (paper rule) to free response")
     fig, ax = plt.subplots(figsize=(max(7, 1.7 * len(models) + 2), 3.8))
     width = 0.8 / len(UPSTREAM_SETTINGS)
     x = np.arange(len(models))
@@ -113,7 +162,7 @@ def mcq_frq_drop(v: View, path: Path) -> Path:
         ax.bar(x + (j - 1.5) * width, drops, width, label=SETTING_LABELS[s], color=COLORS[s])
     ax.set_xticks(x, [v.display(m) for m in models])
     ax.set_ylabel("MCQ - FRQ accuracy")
-    ax.set_title("Drop from four-choice MCQ (paper rule) to free response", fontsize=10, loc="left")
+    ax.set_title(title, fontsize=10, loc="left")
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
     ax.legend(ncol=4, fontsize=8, frameon=False)
@@ -122,7 +171,8 @@ def mcq_frq_drop(v: View, path: Path) -> Path:
 
 
 def mcq_rules(v: View, path: Path) -> Path:
-    models = [m for m in v.models if v.cell(m, "vignette", "mcq4", grader="paper")]
+    models, title = shown([m for m in v.models if v.cell(m, "vignette", "mcq4", grader="paper")],
+                          "MCQ accuracy under the paper rule and the strict rule")  # fmt: skip
     fig, axes = plt.subplots(1, len(UPSTREAM_SETTINGS), figsize=(12, 3.4), sharey=True)
     x = np.arange(len(models))
     for ax, s in zip(axes, UPSTREAM_SETTINGS):
@@ -136,7 +186,7 @@ def mcq_rules(v: View, path: Path) -> Path:
         ax.set_axisbelow(True)
     axes[0].set_ylabel("MCQ accuracy")
     axes[0].legend(fontsize=8, frameon=False)
-    fig.suptitle("MCQ accuracy under the paper rule and the strict rule", fontsize=10)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -147,7 +197,8 @@ MODEL_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860"
 def history_coverage_curve(v: View, path: Path) -> Path | None:
     from craftmd.scoring.history import SHARES
 
-    models = [m for m in v.models if v.history_cell(m, "patient_info_recall")]
+    models, title = shown([m for m in v.models if v.history_cell(m, "patient_info_recall")],
+                          "How much of the case the patient has revealed, turn by turn (95% CI)")  # fmt: skip
     if not models:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -166,14 +217,15 @@ def history_coverage_curve(v: View, path: Path) -> Path | None:
     ax.grid(alpha=0.3)
     ax.set_axisbelow(True)
     ax.legend(fontsize=8, frameon=False)
-    ax.set_title("How much of the case the patient has revealed, turn by turn (95% CI)", fontsize=10, loc="left")
+    ax.set_title(title, fontsize=10, loc="left")
     fig.tight_layout()
     return _save(fig, path)
 
 
 def history_coverage_accuracy(v: View, path: Path) -> Path | None:
     cov = v.a.history_by_coverage
-    models = [m for m in v.models if v.grader_for(m, "frq") and cov.filter(cov["model"] == m).height]
+    models, title = shown([m for m in v.models if v.grader_for(m, "frq") and cov.filter(cov["model"] == m).height],
+                          "Free-response accuracy by how much of the case the conversation revealed (quintiles of patient_info_recall)")  # fmt: skip
     if not models:
         return None
     fig, axes = plt.subplots(1, len(models), figsize=(2.6 * len(models) + 1, 3.6), sharey=True)
@@ -195,16 +247,15 @@ def history_coverage_accuracy(v: View, path: Path) -> Path | None:
         ax.set_axisbelow(True)
     np.atleast_1d(axes)[0].set_ylabel("FRQ accuracy")
     np.atleast_1d(axes)[0].legend(fontsize=7, frameon=False)
-    fig.suptitle(
-        "Free-response accuracy by how much of the case the conversation revealed (quintiles of patient_info_recall)", fontsize=10
-    )
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
 
 
 def history_complexity(v: View, path: Path) -> Path | None:
     cx = v.a.history_by_complexity
-    models = [m for m in v.models if cx.filter(cx["model"] == m).height]
+    models, title = shown([m for m in v.models if cx.filter(cx["model"] == m).height],
+                          "By the length of the case's history (tertiles of its words)")  # fmt: skip
     if not models:
         return None
     panels = (("patient_info_recall", None, "patient_info_recall"), ("frq_accuracy_multiturn", "frq", "multi-turn FRQ accuracy"))
@@ -243,28 +294,39 @@ def history_complexity(v: View, path: Path) -> Path | None:
         fontsize=8,
         frameon=False,
     )
-    fig.suptitle("By the length of the case's history (tertiles of its words)", fontsize=10)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.88))
     return _save(fig, path)
 
 
-def write_figures(a, out: Path) -> list[Path]:
-    """All figures of an :class:`~craftmd.analysis.tables.Analysis` into ``out``."""
+#: The figures of :func:`write_figures`, in order: file, the function that draws it (None: no data, not drawn).
+FIGURES = (
+    ("settings.png", settings_bars),
+    ("specialty_heatmap.png", specialty_heatmap),
+    ("mcq_frq_drop.png", mcq_frq_drop),
+    ("mcq_rules.png", mcq_rules),
+    ("history_coverage_curve.png", history_coverage_curve),
+    ("history_coverage_accuracy.png", history_coverage_accuracy),
+    ("history_complexity.png", history_complexity),
+)
+
+
+def style() -> None:
+    """The figures' matplotlib style (every figure of an analysis is drawn under it)."""
+    # text.parse_math off: labels drawn from names (a model called "evil$\frac{$x") are plain text, never mathtext
+    plt.rcParams.update({"font.family": "DejaVu Sans", "svg.hashsalt": "craftmd", "font.size": 9, "text.parse_math": False})
+
+
+def write_figures(a, out: Path, only: set[str] | None = None) -> list[Path]:
+    """All figures of an :class:`~craftmd.analysis.tables.Analysis` into ``out`` (``only``: those of these files)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     v = a if isinstance(a, View) else View.of(a)
-    # text.parse_math off: labels drawn from names (a model called "evil$\frac{$x") are plain text, never mathtext
-    plt.rcParams.update({"font.family": "DejaVu Sans", "svg.hashsalt": "craftmd", "font.size": 9, "text.parse_math": False})
-    paths = [
-        settings_bars(v, out / "settings.png"),
-        specialty_heatmap(v, out / "specialty_heatmap.png"),
-        mcq_frq_drop(v, out / "mcq_frq_drop.png"),
-        mcq_rules(v, out / "mcq_rules.png"),
-        *(p for p in (history_coverage_curve(v, out / "history_coverage_curve.png"),
-                      history_coverage_accuracy(v, out / "history_coverage_accuracy.png"),
-                      history_complexity(v, out / "history_complexity.png")) if p is not None),
-    ] if v.models else []  # fmt: skip
-    return paths
+    style()
+    if not v.models:
+        return []
+    drawn = (draw(v, out / name) for name, draw in FIGURES if only is None or name in only)
+    return [p for p in drawn if p is not None]
 
 
-__all__ = ["write_figures"]
+__all__ = ["write_figures", "style", "FIGURES"]

@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
-from .figures import COLORS, PNG  # noqa: E402
+from .figures import COLORS, PNG, shown  # noqa: E402
 from .view import SETTING_LABELS, UPSTREAM_SETTINGS, View  # noqa: E402
 
 #: the settings of the exam figure (the preprint's, medRxiv 2024: Fig. 2c, 3d and 4c), in order
@@ -109,6 +109,7 @@ def settings_with_brackets(v: View, path: Path, group_by: str = "all", group: st
     if not models:
         return None
     title = title or "Accuracy by setting, with the vignette against each conversational setting (paired bootstrap, Holm)"
+    models, title = shown(models, title)
     pairs = [("vignette", s) for s in UPSTREAM_SETTINGS[1:]]
     return _setting_panels(v, path, models, UPSTREAM_SETTINGS, pairs, title, group_by=group_by, group=group, **SETTINGS_LOOK)
 
@@ -153,7 +154,8 @@ def mcq_vs_frq(v: View, path: Path) -> Path | None:
     ft = v.a.format_tests
     if ft is None or not ft.height:
         return None
-    models = [m for m in v.models if ft.filter(pl.col("model") == m).height]
+    models, title = shown([m for m in v.models if ft.filter(pl.col("model") == m).height],
+                          "Four-choice MCQ against free response (paired bootstrap, Holm over each model's settings)")  # fmt: skip
     if not models:
         return None
     fig, grid = plt.subplots(2, 2, figsize=(max(9, 1.6 * len(models) + 3), 7), sharey=True)
@@ -178,7 +180,7 @@ def mcq_vs_frq(v: View, path: Path) -> Path | None:
     for ax in grid[:, 0]:
         ax.set_ylabel("accuracy")
     axes[0].legend(fontsize=7, frameon=False, loc="upper right")
-    fig.suptitle("Four-choice MCQ against free response (paired bootstrap, Holm over each model's settings)", fontsize=10)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -190,6 +192,8 @@ def vision(v: View, path: Path) -> Path | None:
               if any(v.cell(m, s, "frq", grader=g, with_image=True) for s in UPSTREAM_SETTINGS)]  # fmt: skip
     if not panels:
         return None
+    panels, title = shown(panels, "Image cases (NEJM Image Challenge): free-response accuracy, 95% CI")
+    title = title.replace(" models by rank)", " panels: models by rank)")
     it = v.a.image_tests
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 1, 3.8), sharey=True, squeeze=False)
     x = np.arange(len(UPSTREAM_SETTINGS))
@@ -212,7 +216,7 @@ def vision(v: View, path: Path) -> Path | None:
         ax.set_axisbelow(True)
         ax.legend(fontsize=7, frameon=False, loc="upper right")
     axes[0][0].set_ylabel("FRQ accuracy")
-    fig.suptitle("Image cases (NEJM Image Challenge): free-response accuracy, 95% CI", fontsize=10)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -225,25 +229,34 @@ def exam_settings(v: View, path: Path) -> Path | None:
     if not models:
         return None
     title = "The physical exam: alone, left out of the conversation, added to it (paired bootstrap, Holm)"
+    models, title = shown(models, title)
     pairs = [("exam", "vignette"), ("multiturn_no_exam", "multiturn"), ("multiturn_plus_exam", "multiturn")]
     return _setting_panels(v, path, models, EXAM_SETTINGS, pairs, title, **EXAM_LOOK)
 
 
-def write_paper_figures(v: View, out: Path) -> list[Path]:
-    """The figures of this module that have data, into ``out`` (the caller sets matplotlib's style)."""
+SINGLE_DX_TITLE = (
+    "Single-diagnosis subset, Derm-Public and Derm-Private (Nature Medicine 2025, Extended Data Fig. 5):\n"
+    "vignette against each conversational setting (paired bootstrap, Holm)"
+)
+#: The figures of :func:`write_paper_figures`, in order: file, the function that draws it, its arguments after the path.
+DRAWN = (
+    ("settings_tests.png", settings_with_brackets, ()),
+    ("single_dx.png", settings_with_brackets, ("single_dx", "all", SINGLE_DX_TITLE)),
+    ("mcq_vs_frq.png", mcq_vs_frq, ()),
+    ("vision.png", vision, ()),
+    ("exam.png", exam_settings, ()),
+)
+
+
+def write_paper_figures(v: View, out: Path, only: set[str] | None = None) -> list[Path]:
+    """The figures of this module that have data, into ``out`` (the caller sets matplotlib's style; ``only``: those of
+    these files)."""
     out = Path(out)
-    made = (
-        settings_with_brackets(v, out / "settings_tests.png"),
-        settings_with_brackets(v, out / "single_dx.png", "single_dx", "all",
-                               "Single-diagnosis subset, Derm-Public and Derm-Private (Nature Medicine 2025, Extended Data Fig. 5):\nvignette against each conversational setting (paired bootstrap, Holm)"),
-        mcq_vs_frq(v, out / "mcq_vs_frq.png"),
-        vision(v, out / "vision.png"),
-        exam_settings(v, out / "exam.png"),
-    )  # fmt: skip
+    made = (draw(v, out / name, *args) for name, draw, args in DRAWN if only is None or name in only)
     return [p for p in made if p is not None]
 
 
 #: the figures write_paper_figures can draw (the page shows those that exist)
-PAPER_FIGURES = ("settings_tests.png", "single_dx.png", "mcq_vs_frq.png", "vision.png", "exam.png")
+PAPER_FIGURES = tuple(name for name, _, _ in DRAWN)
 
 __all__ = ["write_paper_figures", "stars", "PAPER_FIGURES"]

@@ -174,6 +174,7 @@ def compute(
     all_pairs: bool = False,
     memo: Memo | None = None,
     kept: runner.Kept | None = None,
+    workers=None,
 ) -> Analysis:
     """Run the named queries over the releases and add bootstrap CIs and tests. ``releases``: the command's
     :class:`craftmd.analysis.board.Board`, or a releases folder (read once, here). ``packets``: the built medpi folder
@@ -181,7 +182,8 @@ def compute(
     every pair of models (else every pair only in families of up to :data:`.runner.ALL_PAIRS_UP_TO` models, each model
     against its neighbours in the ranking and the leader in larger ones: ``sql/comparisons``). ``memo``: the intervals
     and p-values of an earlier analysis, read back where their case vectors are the same (:class:`.bootstrap.Memo`);
-    ``kept``: the per-release queries' rows, kept and read back the same way (:class:`.runner.Kept`)."""
+    ``kept``: the per-release queries' rows, kept and read back the same way (:class:`.runner.Kept`). ``workers``
+    (:class:`.draw.Workers`): where the overlap between the tasks' cases is worked out meanwhile (else here)."""
     t0 = time.perf_counter()
     board = Board.of(releases)
     found = list(board.releases)
@@ -192,8 +194,12 @@ def compute(
     unscored = [r for r in found if r.task.analysis.unscored]  # analysed before they are scored (their own tables)
     if not releases and not unscored:
         raise CraftMDError(f"no graded release under {board.root}")
+    from .draw import Workers
+    from .overlap import overlap
+
+    found_overlap = (workers or Workers(1)).submit(overlap, (dataset_dir, packets))  # the dataset's alone
     if not any("answers" in r.task.required_tables for r in releases):  # no answers to analyse (patient-led encounters)
-        return _with_overlap(_without_answers(unscored, packets, B, seed, t0, rubric_options, board), dataset_dir, packets)
+        return _with_overlap(_without_answers(unscored, packets, B, seed, t0, rubric_options, board), found_overlap)
     con = prepared_connection(releases, dataset_dir, all_pairs=all_pairs, kept=kept)
     accuracy = pl.from_arrow(runner.run(con, "accuracy"))
     comparisons = pl.from_arrow(runner.run(con, "comparisons"))
@@ -225,14 +231,13 @@ def compute(
     a.all_pairs = all_pairs
     a.claims = claims_table(found)
     a.board = board
-    return _with_overlap(_with_boards(a), dataset_dir, packets)
+    return _with_overlap(_with_boards(a), found_overlap)
 
 
-def _with_overlap(a: Analysis, *folders) -> Analysis:
-    """The overlap between the registered tasks' test cases, read from the analysis's dataset folders (:mod:`.overlap`)."""
-    from .overlap import overlap
-
-    a.overlap = overlap(folders)
+def _with_overlap(a: Analysis, found) -> Analysis:
+    """The overlap between the registered tasks' test cases, read from the analysis's dataset folders (:mod:`.overlap`;
+    ``found``: its future)."""
+    a.overlap = found.result()
     a.timings["overlap_s"] = a.overlap.seconds
     return a
 
@@ -412,23 +417,29 @@ def analyse(
     cache = Path(previous) / CACHE if previous is not None else None
     memo = Memo.load(cache / "resamples.parquet" if cache else None)
     kept = runner.Kept(out / CACHE / "queries", cache / "queries" if cache else None, dataset_dir)
-    a = compute(
-        releases, dataset_dir, B=B, seed=seed, packets=packets, rubric_options=rubric_options, all_pairs=all_pairs,
-        memo=memo, kept=kept,
-    )  # fmt: skip
-    memo.save(out / CACHE / "resamples.parquet")
-    a.timings["memo"] = memo.counts()
-    a.timings["kept"] = dict(kept.counts)
-    write_tables(a, out)
-    if figures:
-        t = time.perf_counter()
-        digest = _figure_inputs(a, out)
-        if cache is not None and _read(cache / "figures.sha256") == digest and (Path(previous) / "figures").is_dir():
-            shutil.copytree(Path(previous) / "figures", out / "figures")
-        else:
-            write_all_figures(a, out / "figures")
-        (out / CACHE / "figures.sha256").write_text(digest)
-        a.timings["figures_s"] = time.perf_counter() - t
+    from .draw import Workers
+
+    from .bootstrap import blas_threads
+
+    with Workers(None if figures else 1) as workers, blas_threads(1):  # the figures' processes, started now
+        workers.warm()
+        a = compute(
+            releases, dataset_dir, B=B, seed=seed, packets=packets, rubric_options=rubric_options, all_pairs=all_pairs,
+            memo=memo, kept=kept, workers=workers,
+        )  # fmt: skip
+        memo.save(out / CACHE / "resamples.parquet")
+        a.timings["memo"] = memo.counts()
+        a.timings["kept"] = dict(kept.counts)
+        write_tables(a, out)
+        if figures:
+            t = time.perf_counter()
+            digest = _figure_inputs(a, out)
+            if cache is not None and _read(cache / "figures.sha256") == digest and (Path(previous) / "figures").is_dir():
+                shutil.copytree(Path(previous) / "figures", out / "figures")
+            else:
+                write_all_figures(a, out / "figures", workers)
+            (out / CACHE / "figures.sha256").write_text(digest)
+            a.timings["figures_s"] = time.perf_counter() - t
     return a
 
 
@@ -449,25 +460,13 @@ def _figure_inputs(a: Analysis, out: Path) -> str:
     return h.hexdigest()
 
 
-def write_all_figures(a: Analysis, figures: Path) -> None:
-    """Every figure of the analysis into ``figures``: the main ones, the paper's other figures, and each other task's,
-    each only when its data is there."""
-    from craftmd.tasks import in_order
+def write_all_figures(a: Analysis, figures: Path, workers=None) -> None:
+    """Every figure of the analysis into ``figures``: the main ones, the paper's other figures (with significance
+    brackets), the rubric's and each other task's, each only when its data is there; drawn by ``workers``
+    (:class:`.draw.Workers`) when given, else here, in that order."""
+    from .draw import draw_all
 
-    from .figures import write_figures
-    from .paper_figures import write_paper_figures
-    from .view import View
-
-    v = View.of(a)
-    write_figures(v, figures)
-    write_paper_figures(v, figures)  # the paper's other figures, with significance brackets (each only with its data)
-    if a.rubric is not None:
-        from .rubric import write_figures as write_rubric_figures
-
-        write_rubric_figures(a.rubric, figures)
-    for task in in_order(a.tasks):  # each only when such releases were analysed
-        if task.analysis.figures is not None:
-            task.analysis.figures(a, v, figures)
+    draw_all(a, figures, workers)
 
 
 # -- audits ------------------------------------------------------------------------------------

@@ -135,7 +135,7 @@ def test_atomic_dir_refuses_an_output_that_appeared_meanwhile_and_cleans_killed_
 def test_analyse_failures_leave_the_previous_output_exactly_and_say_one_line(
     releases_dir, dataset_dir, tmp_path, monkeypatch, capsys
 ):
-    from craftmd.analysis import figures
+    from craftmd.analysis import draw, figures
 
     releases = tmp_path / "releases"
     for name in ("gpt4_1106", "gpt3_1106"):
@@ -153,6 +153,7 @@ def test_analyse_failures_leave_the_previous_output_exactly_and_say_one_line(
 
     with monkeypatch.context() as m:
         m.setattr(figures, "write_figures", broken)
+        m.setattr(draw, "JOBS", 1)  # drawn here, where the patch is (a worker's figures raise the same way)
         with pytest.raises(RuntimeError, match="figures broke"):
             main([*argv[:-2], "7", "--page"])  # other resamples: other tables, were they written
     assert snapshot(out) == before and leftovers(tmp_path / "board", tmp_path) == []
