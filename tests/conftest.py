@@ -17,6 +17,37 @@ import pytest
 from craftmd.source import Source, default_location
 
 
+#: The test files that start a real model: minutes each, in one or two tests. ``make test`` runs a file per worker
+#: (``--dist loadfile``), and xdist hands out the files with the most tests first, which left these for the end, run
+#: side by side after everything else. The scheduler below hands them out first, slowest first, so the many short files
+#: fill the other worker meanwhile. A name not collected is passed over.
+SLOW_FIRST = (
+    "tests/test_local_path.py",
+    "tests/test_real_model.py",
+    "tests/test_environments_real_model.py",
+    "tests/test_encounters_real_model.py",
+    "tests/test_finetune.py",
+    "tests/test_grpo.py",
+    "tests/test_judge_real.py",
+)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``--dist loadfile``: xdist's file scheduler, handing out :data:`SLOW_FIRST`'s files before any other."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SlowFirst(LoadFileScheduling):
+        def _assign_work_unit(self, node) -> None:
+            first = next((f for f in SLOW_FIRST if f in self.workqueue), None)
+            if first is not None:
+                self.workqueue.move_to_end(first, last=False)
+            super()._assign_work_unit(node)
+
+    return SlowFirst(config, log)
+
+
 def shared(tmp_path_factory, name: str, make: Callable[[Path], object]) -> Path:
     """A folder ``make(folder)`` fills once per test run. Under pytest-xdist (``make test`` runs the suite on every core)
     the workers share one: the first to come makes it under a file lock, the others wait and read it. Tests never

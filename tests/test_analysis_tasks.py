@@ -445,7 +445,11 @@ def test_reasonable_closure_is_one_number_of_the_labelled_encounters():
         '{% import "leaderboard_tasks.html.j2" as t with context %}{{ t.boards() }}{{ t.sections() }}'
     )
     where = "task:encounters/section"
-    html = page.render(task_boards=boards_section(a), task_sections=[{"data": section, "html": f"{where}.html.j2"}])
+    from craftmd.analysis.page import TOP_ROWS
+
+    html = page.render(
+        task_boards=boards_section(a), task_sections=[{"data": section, "html": f"{where}.html.j2"}], top_rows=TOP_ROWS
+    )
     assert (
         "B: 2 of the 2 encounters the closure classifier labelled reached a reasonable end (<b>100.0%</b>; 2 of 4 labels" in html
     )
