@@ -89,36 +89,14 @@ def _times_counts(S: np.ndarray, W: np.ndarray) -> np.ndarray:
 
 @contextlib.contextmanager
 def blas_threads(n: int):
-    """NumPy's BLAS (the OpenBLAS its wheel bundles) held to ``n`` threads inside the block, as it was after. The
-    resamples' products are many and small: one thread does them about as fast as two, and spinning a second one on a
-    core that draws figures (or that another process holds) costs several times that. The sums are exact integers,
-    the same whatever the threads. Without that library (another BLAS), nothing changes."""
-    lib = _openblas()
-    if lib is None:
+    """NumPy's BLAS held to ``n`` threads inside the block, as it was after (:func:`threadpoolctl.threadpool_limits`).
+    The resamples' products are many and small: one thread does them about as fast as two, and spinning a second one
+    on a core that draws figures (or that another process holds) costs several times that. The sums are exact
+    integers, the same whatever the threads."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=int(n), user_api="blas"):
         yield
-        return
-    before = lib.scipy_openblas_get_num_threads64_()
-    lib.scipy_openblas_set_num_threads64_(int(n))
-    try:
-        yield
-    finally:
-        lib.scipy_openblas_set_num_threads64_(before)
-
-
-@functools.lru_cache(maxsize=1)
-def _openblas():
-    import ctypes
-
-    folder = Path(np.__file__).parent.parent / "numpy.libs"
-    for path in sorted(folder.glob("libscipy_openblas64_*.so*")):
-        try:
-            lib = ctypes.CDLL(str(path))  # the library NumPy loaded (the same handle)
-            lib.scipy_openblas_get_num_threads64_.restype = ctypes.c_int
-            lib.scipy_openblas_set_num_threads64_.argtypes = [ctypes.c_int]
-            return lib
-        except (OSError, AttributeError):
-            return None
-    return None
 
 
 def _draws_dir() -> Path:
