@@ -17,7 +17,7 @@ import pytest
 from craftmd.source import Source, default_location
 
 
-#: The test files that start a real model: minutes each, in one or two tests. ``make test`` runs a file per worker
+#: The test files that start a real model: each spends minutes in one or two tests. ``make test`` runs a file per worker
 #: (``--dist loadfile``), and xdist hands out the files with the most tests first, which left these for the end, run
 #: side by side after everything else. The scheduler below hands them out first, slowest first, so the many short files
 #: fill the other worker meanwhile. A name not collected is passed over.
