@@ -417,9 +417,8 @@ def analyse(
     cache = Path(previous) / CACHE if previous is not None else None
     memo = Memo.load(cache / "resamples.parquet" if cache else None)
     kept = runner.Kept(out / CACHE / "queries", cache / "queries" if cache else None, dataset_dir)
-    from .draw import Workers
-
     from .bootstrap import blas_threads
+    from .draw import Workers, draw_all
 
     with Workers(None if figures else 1) as workers, blas_threads(1):  # the figures' processes, started now
         workers.warm()
@@ -437,7 +436,7 @@ def analyse(
             if cache is not None and _read(cache / "figures.sha256") == digest and (Path(previous) / "figures").is_dir():
                 shutil.copytree(Path(previous) / "figures", out / "figures")
             else:
-                write_all_figures(a, out / "figures", workers)
+                draw_all(a, out / "figures", workers)
             (out / CACHE / "figures.sha256").write_text(digest)
             a.timings["figures_s"] = time.perf_counter() - t
     return a
@@ -458,15 +457,6 @@ def _figure_inputs(a: Analysis, out: Path) -> str:
         h.update(f.read_bytes())
     h.update(a.releases.write_csv().encode())
     return h.hexdigest()
-
-
-def write_all_figures(a: Analysis, figures: Path, workers=None) -> None:
-    """Every figure of the analysis into ``figures``: the main ones, the paper's other figures (with significance
-    brackets), the rubric's and each other task's, each only when its data is there; drawn by ``workers``
-    (:class:`.draw.Workers`) when given, else here, in that order."""
-    from .draw import draw_all
-
-    draw_all(a, figures, workers)
 
 
 # -- audits ------------------------------------------------------------------------------------

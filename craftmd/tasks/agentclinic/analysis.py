@@ -55,9 +55,9 @@ def case_scores(releases) -> tuple[pl.DataFrame, pl.DataFrame]:
     con = runner.connect_tables(releases, {"osce": "osce", "osce_scores": "scores"})
     if not con.execute("select 1 from duckdb_views() where view_name = 'osce_scores'").fetchall():
         con.execute(EMPTY_SCORES)  # no release scored yet: its measures of the protocol alone
-    runner.materialize(con, "agentclinic_verdicts", SQL)  # what agentclinic_case_scores reads
+    runner.materialize(con, "agentclinic_verdicts", SQL)  # computed once: agentclinic_case_scores reads it too
     cases = pl.from_arrow(runner.run(con, "agentclinic_case_scores", SQL))
-    verdicts = pl.from_arrow(runner.run(con, "agentclinic_verdicts", SQL))
+    verdicts = pl.from_arrow(con.sql("select * from agentclinic_verdicts order by release, case_id, trial").to_arrow_table())
     both = pl.col("moderator").is_not_null() & pl.col("offline").is_not_null()  # the conversations both scored
     return cases.with_columns((pl.col("n_trials") - pl.col("n_failed")).alias("n_ok")), verdicts.filter(both)
 
