@@ -19,15 +19,12 @@ import pickle
 from concurrent.futures import Future
 from pathlib import Path
 
+from craftmd import cpus
+
 #: Worker processes at most (never more than the CPUs this process may run on); 1: all in the analysing process.
 JOBS = 2
 #: What the fork server imports once, before any worker is forked from it.
 PRELOAD = ["craftmd.analysis.figures", "craftmd.analysis.paper_figures", "craftmd.analysis.overlap"]
-
-
-def cpus() -> int:
-    """The CPUs this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class Workers:

@@ -19,3 +19,10 @@ __version__ = "0.1.0"
 
 class CraftMDError(Exception):
     """An error the user can act on. The CLI prints it as one line, no traceback."""
+
+
+def cpus() -> int:
+    """The CPUs this process may run on (its affinity: ``taskset``, a cgroup's cpuset), not the machine's count."""
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -14,7 +14,6 @@ import hashlib
 import io
 import json
 import logging
-import os
 import queue
 import tempfile
 from collections import Counter
@@ -28,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from craftmd import CraftMDError
+from craftmd import CraftMDError, cpus
 from craftmd.atomic import atomic_dir, sha256_file
 from craftmd.samples import MEDPI
 
@@ -642,7 +641,7 @@ def build_packets(
     synthea = Synthea(matrix, seed)
     try:
         first, prefix = (TRAIN_INDEX_BASE, TRAIN_PREFIX) if train else (0, "medpi_")
-        workers = workers or _cpus()
+        workers = workers or cpus()
         rows, draws, simulated = _draw_patients(synthea, matrix, chosen, seed, first, prefix, progress, workers)
     finally:
         synthea.close()
@@ -828,11 +827,6 @@ def _wanted(slots: list, key, slot: int, index: int, outcomes: dict, rate, horiz
             nxt[s] = nxt.get(s, 0.0) + p * (1 - yes)
         at = nxt
     return sorted((d for d in need if d not in outcomes), key=lambda d: (-need[d], d[0]))
-
-
-def _cpus() -> int:
-    """The CPUs this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _draw_patients(

@@ -32,6 +32,19 @@ SLOW_FIRST = (
 )
 
 
+def pytest_configure(config):
+    """Under xdist with a worker for every CPU or more (``make test``: ``-n auto``), each worker and everything it starts
+    (commands, llama.cpp servers) runs on a CPU of its own. The package's llama.cpp servers take the CPUs their process
+    may run on (:func:`craftmd.cpus`); on a machine shared by every worker, each server's prompt threads would take
+    every core and spin waiting for each other, several times slower than a server on its own share."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if not worker or not hasattr(os, "sched_setaffinity"):
+        return
+    mine = sorted(os.sched_getaffinity(0))
+    if 1 < len(mine) <= count:
+        os.sched_setaffinity(0, {mine[int(worker.removeprefix("gw")) % len(mine)]})
+
+
 def pytest_xdist_make_scheduler(config, log):
     """Under ``--dist loadfile``: xdist's file scheduler, handing out :data:`SLOW_FIRST`'s files before any other."""
     if config.getoption("dist") != "loadfile":

@@ -9,7 +9,7 @@ keeps its reason, the many-choice MCQ (~8.6k tokens, over the 6k context) fails 
 server's context-length reason, a re-run over a full cache sends nothing and writes the same
 bytes, and the API key is nowhere on disk.
 
-Sized for ~4 min on 2 cores: two short cases, two doctor turns, 32 tokens per reply.
+Sized for ~2 min on 2 cores: the shortest case (~25 requests: killed after 12), two doctor turns, 32 tokens per reply.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from craftmd.tasks import get_task
 from helpers import analyse_argv, craftmd, generate_argv
 
 MODEL = "openai/smollm2"
-N_CASES = 2
+N_CASES = 1
 KEY = "sk-craftmd-real-model-test-0123456789abcdef"  # must never reach a file
 COMMON = ["--max-turns", "2", "--max-tokens", "32", "--temperature", "1.0", "--seed", "7"]
 

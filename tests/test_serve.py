@@ -320,3 +320,23 @@ def test_every_command_that_takes_a_model_takes_serve():
     } <= set(found)
     without = {c: sorted(opts & models) for c, opts in found.items() if not {"--serve", "--serve-args"} <= opts}
     assert not without, without
+
+
+def test_llama_cpp_servers_share_the_cpus_the_run_may_use(gguf, tmp_path, monkeypatch):
+    """llama.cpp's prompt threads default to every core of the machine and spin while they wait for each other: two
+    servers that each take all of them (replicas, or a run pinned with ``taskset`` beside other work) run several times
+    slower than each on its share. Each server the package starts takes its part of the CPUs its process may use."""
+    from craftmd.models import serve
+
+    monkeypatch.setattr(serve, "cpus", lambda: 8)
+    monkeypatch.setenv("CRAFTMD_LLM_PYTHON", str(env_for_llm()["CRAFTMD_LLM_PYTHON"]))
+    threads = lambda cmd: (cmd[cmd.index("--n_threads") + 1], cmd[cmd.index("--n_threads_batch") + 1])  # noqa: E731
+    alone = serve.LlamaCppServer(gguf, alias="a", log=tmp_path / "a.log")
+    assert threads(alone.command()) == ("4", "8")  # one server: half the CPUs for its replies, all for its prompts
+    given = serve.LlamaCppServer(gguf, alias="a", options=["--n_threads_batch", "3"], log=tmp_path / "a.log").command()
+    assert threads(given) == ("4", "3") and given.count("--n_threads_batch") == 1  # the user's word stands
+    other = tmp_path / "patient.gguf"
+    other.symlink_to(gguf)
+    plan = serve.ServePlan({"doctor": f"llama.cpp/{gguf}", "patient": f"llama.cpp/{other}"}, {"doctor": 2}, {}, tmp_path)
+    servers = [x for s in plan.models for x in plan._servers(s)]
+    assert len(servers) == 3 and all(threads(x.command()) == ("1", "2") for x in servers)  # 8 CPUs over three servers

@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from craftmd import CraftMDError
+from craftmd import CraftMDError, cpus
 from craftmd.atomic import sha256_file
 
 from .local_server import LocalServer, free_port
@@ -133,8 +133,12 @@ class LlamaCppServer(ModelServer):
     """One llama.cpp server (llama-cpp-python's ``python -m llama_cpp.server``) of one GGUF file, on loopback.
 
     ``options``: the server's options as a user gives them; the model file, the name it answers to (``alias``), the
-    host and the port are put in (replacing any given), and ``--n_ctx`` (:data:`LLAMA_CPP_CONTEXT`) and ``--n_threads``
-    (``threads``; default: half the cores) unless given. ``start()`` is idempotent; ``with`` it, or ``stop()`` it."""
+    host and the port are put in (replacing any given), and, unless given, ``--n_ctx`` (:data:`LLAMA_CPP_CONTEXT`),
+    ``--n_threads`` (``threads``, for the reply; default: half the CPUs this process may run on) and ``--n_threads_batch``
+    (``batch_threads``, for the prompt; default: all of them). llama.cpp's own default for the prompt is every core of
+    the machine, whatever the process may use: its threads wait for each other by spinning, so two servers (replicas,
+    or a server beside other work pinned with ``taskset``) that each take every core run several times slower than one
+    that takes its share. ``start()`` is idempotent; ``with`` it, or ``stop()`` it."""
 
     def __init__(
         self,
@@ -144,6 +148,7 @@ class LlamaCppServer(ModelServer):
         python: Path | None = None,
         options: list[str] | tuple[str, ...] = (),
         threads: int | None = None,
+        batch_threads: int | None = None,
         log: Path,
         port: int | None = None,
         start_timeout: float = START_TIMEOUT["llama.cpp"],
@@ -152,7 +157,8 @@ class LlamaCppServer(ModelServer):
         self.alias = alias
         self.python = Path(python) if python else llm_python()
         self.options = list(options)
-        self.threads = threads or max(1, (os.cpu_count() or 2) // 2)
+        self.threads = threads or max(1, cpus() // 2)
+        self.batch_threads = batch_threads or cpus()
         self.log = Path(log)
         self.port = port
         self.start_timeout = start_timeout
@@ -168,6 +174,8 @@ class LlamaCppServer(ModelServer):
             given += ["--n_ctx", str(LLAMA_CPP_CONTEXT)]
         if _option(given, "--n_threads") is None:
             given += ["--n_threads", str(self.threads)]
+        if _option(given, "--n_threads_batch") is None:
+            given += ["--n_threads_batch", str(self.batch_threads)]
         return [str(self.python), "-m", "llama_cpp.server", *given, *(x for kv in ours.items() for x in kv)]
 
     def chat_requests(self) -> int:
@@ -360,10 +368,18 @@ class ServePlan:
     def _servers(self, s: Served) -> list[ModelServer]:
         logs = s.logs(self.logs)
         if s.engine == "llama.cpp":
-            threads = max(1, (os.cpu_count() or 2) // (2 * s.replicas))
+            # every llama.cpp server of the run (each model's replicas) takes its part of the CPUs, never all of them
+            share = max(1, cpus() // sum(m.replicas for m in self.models if m.engine == "llama.cpp"))
             return [
                 LlamaCppServer(
-                    Path(s.model), alias=s.name, python=self.python, options=s.options, threads=threads, log=log, port=p
+                    Path(s.model),
+                    alias=s.name,
+                    python=self.python,
+                    options=s.options,
+                    threads=max(1, share // 2),
+                    batch_threads=share,
+                    log=log,
+                    port=p,
                 )
                 for p, log in zip(s.ports, logs)
             ]
