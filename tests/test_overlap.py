@@ -253,3 +253,29 @@ def test_a_training_candidate_that_is_another_tasks_case_is_dropped_and_counted(
     for config in ("all", "nejm_image", "medqa_usmle"):
         path = f"{config}/test-00000-of-00001.parquet"
         assert (out / path).read_bytes() == (dataset_dir / path).read_bytes()
+
+
+def test_the_pairs_of_the_same_cases_are_read_back_and_a_change_or_a_damaged_file_computes_them_again(tmp_path, monkeypatch):
+    """Comparing every task's case texts takes seconds of every analysis; an analysis of the same cases (and the same
+    rule) reads back the pairs an earlier one kept, the same rows; another text, or a kept file that is not those
+    rows, is compared again."""
+    import craftmd.overlap
+    from craftmd.analysis.overlap import kept_same_cases
+    from craftmd.overlap import TaskCases
+
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "cache"))
+    same = "a woman of forty comes with a cough and a fever that began three days ago after a trip"
+    found = TaskCases(texts={"one": {"c1": same, "c2": "nothing alike at all here"}, "two": {"d1": same + " abroad"}})
+    calls = []
+    real = craftmd.overlap.same_cases
+    monkeypatch.setattr(craftmd.overlap, "same_cases", lambda f: calls.append(1) or real(f))
+    first = kept_same_cases(found)
+    assert first == real(found) and [(r["case_a"], r["case_b"]) for r in first] == [("c1", "d1")] and len(calls) == 1
+    assert kept_same_cases(found) == first and len(calls) == 1  # read back: nothing compared
+    (kept,) = (tmp_path / "cache" / "overlap").iterdir()
+    for damage in (b"not json", b"[{}]", json.dumps([dict(first[0], similarity="1")]).encode()):
+        kept.write_bytes(damage)
+        assert kept_same_cases(found) == first and json.loads(kept.read_text()) == first  # computed again, kept again
+    assert len(calls) == 4
+    found.texts["two"]["d1"] = "a man of ninety with a broken hip"
+    assert kept_same_cases(found) == [] and len(calls) == 5  # another text: another key
