@@ -226,9 +226,10 @@ class Memo:
     resampling is a function of exactly those. :meth:`save` writes only the entries this analysis used (read back or
     computed), so a release gone from the board takes its entries with it. A ``Memo()`` without a file starts empty."""
 
-    def __init__(self, entries: dict[bytes, tuple] | None = None):
+    def __init__(self, entries: dict[bytes, tuple] | None = None, aliases: dict[bytes, bytes] | None = None):
         self._old = entries or {}
         self._used: dict[bytes, tuple] = {}
+        self._aliases = dict(aliases or {})  # key -> the key the same result is kept under by its inputs' bytes
 
     @staticmethod
     def key(B: int, seed: int, *parts) -> bytes:
@@ -248,26 +249,42 @@ class Memo:
             self._used[key] = found
         return found
 
+    def get_via(self, key: bytes) -> tuple | None:
+        """:meth:`get`, and the key it was put with as an ``alias`` is used too (read back, with its own result): a
+        result found by a key that names its inputs (a kept file's digest) keeps, for the next analysis, the key of
+        its inputs' bytes, so this analysis keeps the entries a full one does."""
+        found = self.get(key)
+        alias = self._aliases.get(key) if found is not None else None
+        if alias is not None:
+            self.get(alias)
+        return found
+
     def counts(self) -> dict[str, int]:
         """How many distinct results this analysis read back from the earlier one, and how many it resampled."""
         old = sum(k in self._old for k in self._used)
         return {"read_back": old, "resampled": len(self._used) - old}
 
-    def put(self, key: bytes, values: tuple) -> None:
+    def put(self, key: bytes, values: tuple, alias: bytes | None = None) -> None:
         self._used[key] = tuple(values)
+        if alias is not None:
+            self._aliases[key] = alias
 
     @classmethod
     def load(cls, path: Path | str | None) -> "Memo":
         """The memo kept at ``path`` (an empty one when there is none, or when it cannot be read: it only saves work)."""
         entries: dict[bytes, tuple] = {}
+        aliases: dict[bytes, bytes] = {}
         if path is not None and Path(path).is_file():
             try:
                 t = pq.read_table(path)
                 cols = [t.column(c).to_pylist() for c in ("a", "b", "c")]
-                entries = {k: (a, b, c) for k, a, b, c in zip(t.column("key").to_pylist(), *cols)}
+                keys = t.column("key").to_pylist()
+                entries = {k: (a, b, c) for k, a, b, c in zip(keys, *cols)}
+                found = t.column("alias").to_pylist() if "alias" in t.column_names else []  # (none in a memo kept before)
+                aliases = {k: a for k, a in zip(keys, found) if a is not None}
             except (pa.ArrowException, KeyError, OSError):
-                entries = {}
-        return cls(entries)
+                entries, aliases = {}, {}
+        return cls(entries, aliases)
 
     def save(self, path: Path | str) -> None:
         """The entries this analysis used, sorted by key (the same analysis writes the same bytes)."""
@@ -277,6 +294,7 @@ class Memo:
             {
                 "key": pa.array(keys, pa.binary(16)),
                 **{c: pa.array([v[i] for v in vals], pa.float64()) for i, c in enumerate(("a", "b", "c"))},
+                "alias": pa.array([self._aliases.get(k) for k in keys], pa.binary(16)),
             }
         )
         Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -143,6 +143,7 @@ def bootstrap_all(
     B: int = DEFAULT_B,
     seed: int = DEFAULT_SEED,
     memo: Memo | None = None,
+    digests: dict[str, bytes] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None]:
     """:func:`bootstrap_tables` of the ``cells`` (:func:`cells_of` a prepared connection) and, in the same resampling run, the tests of ``more`` (``sql/more_comparisons``:
     MCQ against FRQ, image against none; :func:`more_tests`), or None when ``more`` is None. Batching them with the
@@ -152,11 +153,15 @@ def bootstrap_all(
     model): the resampled sums of its cells are held, turned into intervals and p-values, and dropped, so memory
     follows the unit and never the whole board (the numbers do not depend on it: each column's sums are exact). With
     a ``memo`` (:class:`.bootstrap.Memo`), an interval or p-value it holds for the same case vector is read back, and
-    only the rest is resampled."""
+    only the rest is resampled. ``digests``: release id -> the digest its kept case scores are filed under
+    (:class:`.runner.Kept`). A result is then kept under two keys: its release(s)' digests and its cell(s), and its case
+    vector(s) as before (:meth:`.bootstrap.Memo.put`'s ``alias``). The first is looked up first: for a release whose
+    kept files did not change nothing is digested or paired again; the second still finds a group's results that a
+    change elsewhere (a dataset's) left as they were."""
     cells, L = cells
     comp = comparisons.to_dicts()
     work = _work_units(cells, comp, more.to_dicts() if more is not None else [])
-    ci, tested = _run_units(work, cells, L, B, seed, memo if memo is not None else Memo())
+    ci, tested = _run_units(work, cells, L, B, seed, memo if memo is not None else Memo(), digests or {})
     more_pv = more_tests(more, tested[1], L) if more is not None else None
     return _accuracy_with_ci(accuracy, ci), _pvalues(comparisons, tested[0], L), more_pv
 
@@ -188,9 +193,11 @@ def _work_units(cells: dict, comp: list[dict], more_rows: list[dict]) -> dict[tu
     return work
 
 
-def _run_units(work: dict, cells: dict, L: int, B: int, seed: int, memo: Memo) -> tuple[dict, tuple[dict, dict]]:
+def _run_units(
+    work: dict, cells: dict, L: int, B: int, seed: int, memo: Memo, digests: dict[str, bytes]
+) -> tuple[dict, tuple[dict, dict]]:
     """Resample unit by unit: each cell's CI (key -> (low, high)) and each test's (observed sum, n, p-value) per table;
-    what ``memo`` holds is read back, what it lacks is resampled and put in it."""
+    what ``memo`` holds is read back, what it lacks is resampled and put in it (keyed as :func:`bootstrap_all` says)."""
     ci: dict[tuple, tuple[float, float]] = {}
     tested: tuple[dict, dict] = ({}, {})  # per table: row index -> (observed sum, n, p-value)
     for u in sorted(work, key=str):  # a group's units together: its resample matrices are drawn once
@@ -205,35 +212,52 @@ def _run_units(work: dict, cells: dict, L: int, B: int, seed: int, memo: Memo) -
 
         intervals = []  # (cell key, memo key): the unit's own cells whose interval is not in the memo
         for key in keys:
-            mk = memo.key(B, seed, "mean", L, cells[key][1])
-            if (got := memo.get(mk)) is not None:
+            kept = digests.get(key[0])
+            dk = None if kept is None else memo.key(B, seed, "mean of", L, kept, key[1:])
+            got, mk = memo.get_via(dk) if dk is not None else None, None
+            if got is None:
+                mk = memo.key(B, seed, "mean", L, cells[key][1])
+                if (got := memo.get(mk)) is not None and dk is not None:
+                    memo.put(dk, got, alias=mk)
+            if got is not None:
                 ci[key] = (got[0], got[1])
             else:
                 handle(key)
-                intervals.append((key, mk))
+                intervals.append((key, mk, dk))
         pairs = []  # (table, row index, memo key, observed sum, n, handle a, handle b); b None: a is the difference
         for t, i, ka, kb in tests:
+            da, db = digests.get(ka[0]), digests.get(kb[0])
+            dk = None if da is None or db is None else memo.key(B, seed, "paired of", da, ka[1:], db, kb[1:])
+            if dk is not None and (got := memo.get_via(dk)) is not None:  # (p, observed sum, n): nothing paired again
+                tested[t][i] = (int(got[1]), int(got[2]), got[0])
+                continue
             if (paired := _paired(cells, ka, kb)) is None:
                 continue
             d, same = paired
             mk = memo.key(B, seed, "paired", d)
             if (got := memo.get(mk)) is not None:
                 tested[t][i] = (int(d.sum()), len(d), got[0])
+                if dk is not None:
+                    memo.put(dk, (got[0], int(d.sum()), len(d)), alias=mk)
             else:
                 hs = (handle(ka), handle(kb)) if same else (R.add(d), None)
-                pairs.append((t, i, mk, int(d.sum()), len(d), *hs))
+                pairs.append((t, i, mk, dk, int(d.sum()), len(d), *hs))
         if not intervals and not pairs:
             continue
         R.run()
-        for key, mk in intervals:
+        for key, mk, dk in intervals:
             h = handles[key]
             a, b = R.quantiles(h)
             ci[key] = (a / (R.n(h) * L), b / (R.n(h) * L))
             memo.put(mk, ci[key])
-        for t, i, mk, obs, n, ha, hb in pairs:
+            if dk is not None:
+                memo.put(dk, ci[key], alias=mk)
+        for t, i, mk, dk, obs, n, ha, hb in pairs:
             sums = R.resampled(ha) if hb is None else R.resampled(ha) - R.resampled(hb)
             tested[t][i] = (obs, n, paired_p(sums, obs))
             memo.put(mk, (tested[t][i][2],))
+            if dk is not None:
+                memo.put(dk, (tested[t][i][2], obs, n), alias=mk)
     return ci, tested
 
 

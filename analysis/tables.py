@@ -208,7 +208,8 @@ def compute(
     gap = pl.from_arrow(runner.run(con, "mcq_rule_gap"))
     sizes = group_sizes(con)
     t1 = time.perf_counter()
-    acc, pv, more_pv = bootstrap_all(cells_of(con), accuracy, comparisons, more, B=B, seed=seed, memo=memo)
+    digests = kept.digests if kept is not None else None  # each release's kept case scores: the memo's first key
+    acc, pv, more_pv = bootstrap_all(cells_of(con), accuracy, comparisons, more, B=B, seed=seed, memo=memo, digests=digests)
     metrics = metric_table(runner.by_release(con, "metric_case_scores"), B=B, seed=seed, memo=memo)
     hist = history_tables(con, B=B, seed=seed, memo=memo)
     t2 = time.perf_counter()

@@ -231,3 +231,29 @@ def test_releases_computed_apart_give_what_the_whole_boards_queries_give_whateve
         assert getattr(apart, name).equals(getattr(whole, name)), name
     variants = apart.metrics.filter(pl.col("metric") == "doctor_turns")["variant"].to_list()
     assert len(variants) == 4 and all(v.endswith(", site=site-1, ward=ward-1") for v in variants)  # the board's order
+
+
+def test_a_release_whose_kept_files_did_not_change_is_neither_digested_nor_paired_again(tmp_path, monkeypatch):
+    """With a release added, the others' intervals and tests are found by their kept files' digests: their case vectors
+    are neither digested for the memo's key nor paired again; only the new release's cells and its pairs are."""
+    import craftmd.analysis.stats as stats
+    from craftmd.analysis.bootstrap import Memo
+
+    data, rel = _board(tmp_path, 4)
+    _analyse(rel, data, tmp_path / "one")
+    _add(rel, 4)
+    paired, by_vector = [], []
+    real_paired, real_key = stats._paired, Memo.key
+
+    def key(B, seed, *parts):
+        if parts[0] in ("mean", "paired"):  # keyed by a case vector's bytes
+            by_vector.append(parts[0])
+        return real_key(B, seed, *parts)
+
+    monkeypatch.setattr(stats, "_paired", lambda cells, ka, kb: paired.append({ka[0], kb[0]}) or real_paired(cells, ka, kb))
+    monkeypatch.setattr(Memo, "key", staticmethod(key))
+    inc = _analyse(rel, data, tmp_path / "inc", previous=tmp_path / "one")
+    assert paired and all("r04" in p for p in paired)  # the new release's pairs alone
+    assert by_vector.count("mean") == inc.accuracy.filter(pl.col("model") == "r04").height > 0  # its cells alone
+    assert by_vector.count("paired") == len(paired)
+    assert _files(tmp_path / "inc") == _files(_full(rel, data, tmp_path / "full"))  # and the same bytes as a full run
