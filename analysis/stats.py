@@ -210,11 +210,12 @@ def _run_units(
                 handles[k] = R.add(cells[k][1])
             return handles[k]
 
-        intervals = []  # (cell key, memo key): the unit's own cells whose interval is not in the memo
+        intervals = []  # (cell key, vector key, digest key or None): the unit's own cells whose interval is not in the memo
         for key in keys:
             kept = digests.get(key[0])
             dk = None if kept is None else memo.key(B, seed, "mean of", L, kept, key[1:])
-            got, mk = memo.get_via(dk) if dk is not None else None, None
+            got = memo.get_via(dk) if dk is not None else None
+            mk = None  # the vector key: made only when the digest key finds nothing
             if got is None:
                 mk = memo.key(B, seed, "mean", L, cells[key][1])
                 if (got := memo.get(mk)) is not None and dk is not None:
@@ -224,7 +225,8 @@ def _run_units(
             else:
                 handle(key)
                 intervals.append((key, mk, dk))
-        pairs = []  # (table, row index, memo key, observed sum, n, handle a, handle b); b None: a is the difference
+        # (table, row index, vector key, digest key or None, observed sum, n, handle a, handle b); b None: a is the difference
+        pairs = []
         for t, i, ka, kb in tests:
             da, db = digests.get(ka[0]), digests.get(kb[0])
             dk = None if da is None or db is None else memo.key(B, seed, "paired of", da, ka[1:], db, kb[1:])
