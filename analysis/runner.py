@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 
@@ -325,9 +326,9 @@ def model_comparisons(con: duckdb.DuckDBPyConnection, kept: Kept) -> None:
     old = kept.read_pairs(set(keys.values()))
     done = set(old["pair_key"].to_list()) if old is not None else set()
     missing = pair_keys.filter(~pl.col("pair_key").is_in(list(done)))
-    new = _count_pairs(con, tested.join(missing, on=["a", "b"], how="semi", maintain_order="left"), pair_keys)
+    new = _count_pairs(con, tested.join(missing, on=["a", "b"], how="semi", maintain_order="left"), pair_keys, kept)
     if old is not None and old.schema != new.schema:  # kept in another shape: every pair counted again
-        old, done, new = None, set(), _count_pairs(con, tested, pair_keys)
+        old, done, new = None, set(), _count_pairs(con, tested, pair_keys, kept)
     new = new if old is None else pl.concat([old, new])
     order = ["a", "b", *family, "group_by", "group"]
     rows = new.sort(order)
@@ -338,20 +339,27 @@ def model_comparisons(con: duckdb.DuckDBPyConnection, kept: Kept) -> None:
     con.execute("create or replace temp view model_comparisons as select * from model_comparisons_kept")
 
 
-def _count_pairs(con: duckdb.DuckDBPyConnection, tested, pair_keys):
+def _count_pairs(con: duckdb.DuckDBPyConnection, tested, pair_keys, kept: Kept):
     """``sql/model_comparisons.sql``'s rows for the pairs of ``tested`` (rows of ``sql/tested_pairs.sql``), a few
-    pairs at a time (memory follows them), each row with its pair's key (``pair_keys``)."""
+    pairs at a time (memory follows them), each row with its pair's key (``pair_keys``). Each few pairs read the case
+    scores of their own releases alone (``kept``'s files): the time follows the pairs, not the pairs times the board."""
     import polars as pl
 
     pairs = tested.select("a", "b").unique(maintain_order=True)
     made = []
-    for start in range(0, max(pairs.height, 1), PAIRS_AT_ONCE):
-        chunk = tested.join(pairs.slice(start, PAIRS_AT_ONCE), on=["a", "b"], how="semi", maintain_order="left")
-        con.register("pairs_to_test_arrow", chunk.to_arrow())
-        # a table, not the registered frame: DuckDB knows its size and joins the few pairs to the case scores first
-        con.execute("create or replace temp table pairs_to_test as select * from pairs_to_test_arrow")
-        con.unregister("pairs_to_test_arrow")
-        made.append(pl.from_arrow(run(con, "model_comparisons")))
+    try:
+        for start in range(0, max(pairs.height, 1), PAIRS_AT_ONCE):
+            few = pairs.slice(start, PAIRS_AT_ONCE)
+            chunk = tested.join(few, on=["a", "b"], how="semi", maintain_order="left")
+            ids = sorted(set(few["a"].to_list()) | set(few["b"].to_list()), key=str.encode) or kept.ids  # (none: no rows)
+            _view(con, "case_scores", [kept.path("case_scores", r) for r in ids])
+            con.register("pairs_to_test_arrow", chunk.to_arrow())
+            # a table, not the registered frame: DuckDB knows its size and joins the few pairs to the case scores first
+            con.execute("create or replace temp table pairs_to_test as select * from pairs_to_test_arrow")
+            con.unregister("pairs_to_test_arrow")
+            made.append(pl.from_arrow(run(con, "model_comparisons")))
+    finally:  # the board's case scores again
+        _view(con, "case_scores", [kept.path("case_scores", r) for r in kept.ids])
     return pl.concat(made).join(pair_keys, on=["a", "b"], how="left", maintain_order="left")
 
 
@@ -392,6 +400,8 @@ class Kept:
         self._code_and_data = h.digest()
         self.counts = {"read_back": 0, "computed": 0, "pairs_read_back": 0, "pairs_computed": 0}
         self.digests: dict[str, bytes] = {}  # release id -> the digest its files' names carry
+        self.files: dict[str, dict[str, str]] = {}  # query -> release id -> its file's name (:meth:`names`)
+        self.ids: list[str] = []  # the board's release ids, in DuckDB's order of text (:func:`keep`)
 
     def names(self, board: list[tuple[str, str]], releases: list[Release]) -> dict[str, dict[str, str]]:
         """Query -> release id -> its file's name, for ``releases`` on a board of these score columns (name, type)."""
@@ -403,7 +413,12 @@ class Kept:
             self.digests[r.id] = h.digest()
             for name in PER_RELEASE:
                 out.setdefault(name, {})[r.id] = f"{name}-{h.hexdigest()}.parquet"
+        self.files, self.ids = out, [r.id for r in releases]
         return out
+
+    def path(self, name: str, release: str) -> Path:
+        """Where query ``name``'s rows of ``release`` are kept (after :meth:`names`)."""
+        return self.out / self.files[name][release]
 
     #: The file that keeps the pairs of models' counts (:func:`model_comparisons`), beside the releases' files.
     PAIRS = "model_pairs.parquet"
@@ -448,7 +463,7 @@ KEEP_BATCH = 6
 
 
 def _progress(batches: list, n: int):
-    """The batches, with a progress bar on a board large enough to wait for."""
+    """The batches (or their futures), with a progress bar on a board large enough to wait for."""
     if n < 2 * KEEP_BATCH:
         return batches
     import sys
@@ -493,8 +508,9 @@ def keep(con: duckdb.DuckDBPyConnection, releases: list[Release], dataset_dir: P
     releases' files of ``kept`` (without it: files kept for this connection alone, in a temporary folder removed with
     it), in the order of the release ids (the queries order their rows by release first, so the view reads in the
     order the whole query gives). A release whose file is missing is computed first, a few releases at a time
-    (:data:`KEEP_BATCH`), each batch in a connection of its own that has the whole board's score columns. Returns
-    the :class:`Kept`."""
+    (:data:`KEEP_BATCH`), each batch in a connection of its own that has the whole board's score columns, as many
+    batches side by side as there are CPUs (a batch's rows depend on it alone: the files are the same bytes either
+    way). Returns the :class:`Kept`."""
     board = [(c, t) for c, t, *_ in con.execute("describe scores").fetchall()]  # the board's score columns
     names = [n for n in PER_RELEASE if set(_NEEDS.get(n, ())) <= {c for c, _ in board}]
     if kept is None:  # kept for this connection alone, in a temporary folder removed with it
@@ -502,29 +518,47 @@ def keep(con: duckdb.DuckDBPyConnection, releases: list[Release], dataset_dir: P
         weakref.finalize(con, shutil.rmtree, folder, True)
         kept = Kept(folder, None, None)
     releases = sorted(releases, key=lambda r: r.id.encode())  # DuckDB's order of text: its bytes
-    files = kept.names(board, releases)
-    todo = [r for r in releases if not all(kept.found(files[name][r.id]) for name in names)]
+    kept.names(board, releases)
+    todo = [r for r in releases if not all(kept.found(kept.files[name][r.id]) for name in names)]
     kept.counts["read_back"] += len(releases) - len(todo)
     kept.counts["computed"] += len(todo)
     kept.out.mkdir(parents=True, exist_ok=True)
     batches = [todo[i : i + KEEP_BATCH] for i in range(0, len(todo), KEEP_BATCH)]
-    for batch in _progress(batches, len(todo)):  # a few releases at a time, each batch in a connection of its own
-        part = connect(batch, dataset_dir, scores_columns=board)
+    jobs = [(batch, {name: {r.id: kept.path(name, r.id) for r in batch} for name in names}) for batch in batches]
+    from craftmd import cpus
+
+    at_once = max(1, min(cpus(), len(jobs)))  # DuckDB's threads wait on each other's small steps: batches side by side
+    with ThreadPoolExecutor(at_once) as pool:
+        done = [pool.submit(_keep_batch, batch, dataset_dir, board, paths) for batch, paths in jobs]
         try:
-            materialize(part, "case_membership")
-            materialize(part, "trial_grades")
-            _check_trials(part)
-            for name in names:
-                ours = {r.id: kept.out / files[name][r.id] for r in batch}
-                _write_each(part, name, ours)
-                paths = ", ".join(_lit(ours[r.id]) for r in batch)  # what the batch's next queries read
-                part.execute(f"create or replace temp view {name} as select * from read_parquet([{paths}])")
-        finally:
-            part.close()
+            for future in _progress(done, len(todo)):
+                future.result()
+        finally:  # a failed batch: the others are not started (what they wrote, each file whole, is kept)
+            for future in done:
+                future.cancel()
     for name in names:
-        paths = ", ".join(_lit(kept.out / files[name][r.id]) for r in releases)
-        con.execute(f"create or replace temp view {name} as select * from read_parquet([{paths}])")
+        _view(con, name, [kept.path(name, r.id) for r in releases])
     return kept
+
+
+def _keep_batch(batch: list[Release], dataset_dir: Path | str, board: list[tuple[str, str]], paths: dict) -> None:
+    """:func:`keep`'s work for one batch of releases: each query of ``paths`` (query -> release id -> file, in
+    :data:`PER_RELEASE`'s order), its rows written to its files, in a connection of its own."""
+    part = connect(batch, dataset_dir, scores_columns=board)
+    try:
+        materialize(part, "case_membership")
+        materialize(part, "trial_grades")
+        _check_trials(part)
+        for name, ours in paths.items():
+            _write_each(part, name, ours)
+            _view(part, name, [ours[r.id] for r in batch])  # what the batch's next queries read
+    finally:
+        part.close()
+
+
+def _view(con: duckdb.DuckDBPyConnection, name: str, paths: list[Path]) -> None:
+    """Temporary view ``name`` over the kept files ``paths``, in that order."""
+    con.execute(f"create or replace temp view {name} as select * from read_parquet([{', '.join(map(_lit, paths))}])")
 
 
 __all__ = [
