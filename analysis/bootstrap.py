@@ -124,6 +124,10 @@ def scale(n_trials: np.ndarray) -> int:
     return math.lcm(*u.tolist())
 
 
+#: Columns of resampled sums turned into float64 at a time for their quantiles (:meth:`Resampler.quantiles`).
+_ROWS = 256
+
+
 @dataclass
 class Resampler:
     """Collects vectors of case scores (integers, see :func:`scale`), then resamples them all.
@@ -158,25 +162,28 @@ class Resampler:
         # each column's B sums as a row (k x B: a column's sums lie together, for its quantiles and its paired tests)
         for n in sorted({n for n, _ in self._cols}):
             W = resample_counts(n, self.B, self.seed)
-            if (n, True) in self._cols:  # exact integers in float32, whatever the order of the sum
-                self.sums[(n, True)] = (np.stack(self._cols[(n, True)]) @ W.T).astype(np.float64)
+            if (n, True) in self._cols:  # exact integers in float32, whatever the order of the sum (kept so: half the bytes)
+                self.sums[(n, True)] = np.stack(self._cols[(n, True)]) @ W.T
             if (n, False) in self._cols:  # fixed-point integers: exact sums in float64, whatever the order
                 S = np.rint(np.stack(self._cols[(n, False)]) * _FIXED)
                 self.sums[(n, False)] = _times_counts(S, W) / _FIXED
             del W
 
     def resampled(self, handle: int) -> np.ndarray:
-        """The ``B`` resampled sums of the column (exact integers as float64, or floats)."""
+        """The ``B`` resampled sums of the column (exact integers as float64, or floats), a copy."""
         key, j = self._handles[handle]
-        return self.sums[key][j]
+        return self.sums[key][j].astype(np.float64)
 
     def quantiles(self, handle: int, level: float = 0.95) -> tuple[float, float]:
         """Percentile interval of the column's resampled sums (computed for all columns of its kind and ``n`` at once)."""
         key, j = self._handles[handle]
         qkey = (key, level)
         if qkey not in self._q:
-            a = (1 - level) / 2
-            self._q[qkey] = np.quantile(self.sums[key], [a, 1 - a], axis=1)
+            a, S = (1 - level) / 2, self.sums[key]
+            q = np.empty((2, len(S)))
+            for i in range(0, len(S), _ROWS):  # as float64, a few columns at a time (each column's quantiles its own)
+                q[:, i : i + _ROWS] = np.quantile(S[i : i + _ROWS].astype(np.float64), [a, 1 - a], axis=1)
+            self._q[qkey] = q
         q = self._q[qkey]
         return float(q[0, j]), float(q[1, j])
 

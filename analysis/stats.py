@@ -78,32 +78,52 @@ def _cells(case_groups: pl.DataFrame) -> tuple[dict[tuple, tuple[np.ndarray, np.
         changed[0] = True
     starts = np.flatnonzero(changed)
     sizes = np.diff([*starts.tolist(), case_groups.height])
-    cols = {c: case_groups[c].to_numpy() for c in ("case_position", "n_trials", "n_correct")}
-    return _runs(case_groups[starts].select(CELL).iter_rows(), sizes, **cols)
+    L = scale(case_groups["n_trials"].to_numpy())
+    num = _numerators(case_groups["n_trials"].to_numpy(), case_groups["n_correct"].to_numpy(), L)
+    return _runs(case_groups[starts].select(CELL).iter_rows(), sizes, case_groups["case_position"].to_numpy(), num), L
 
 
-def cells_of(con) -> tuple[dict[tuple, tuple[np.ndarray, np.ndarray]], int]:
-    """:func:`_cells` of the connection's materialised ``case_groups`` table, read as three integer columns and the
-    cells' keys with their sizes (the rows are in cell order: a cell's rows are the next ``n``), so the board's rows
-    never stand in memory as text."""
+def cells_of(con, batch_rows: int = 1 << 20) -> tuple[dict[tuple, tuple[np.ndarray, np.ndarray]], int]:
+    """:func:`_cells` of the connection's ``case_groups`` (the cells' keys with their sizes: the rows are in cell order,
+    a cell's rows are the next ``n``), its rows read ``batch_rows`` at a time into two integer arrays, so the board's
+    rows never stand in memory as text nor as more than those two."""
     quoted = ", ".join(f'"{c}"' for c in CELL)
     found = con.sql(f"select {quoted}, count(*) as n from case_groups group by all order by all").fetchall()
-    cols = con.sql("select case_position, n_trials, n_correct from case_groups").fetchnumpy()
     sizes = np.array([r[-1] for r in found], dtype=np.int64)
-    if int(sizes.sum()) != len(cols["case_position"]):
-        raise CraftMDError("case_groups: its rows do not follow its cells")  # (cannot happen: one table, one order)
-    return _runs((r[:-1] for r in found), sizes, **{c: np.asarray(v) for c, v in cols.items()})
+    L = scale(con.sql("select distinct n_trials from case_groups").fetchnumpy()["n_trials"])
+    total = int(sizes.sum())
+    positions, num = np.empty(total, np.int32), np.empty(total, _num_type(L))
+    at = 0
+    for batch in con.sql("select case_position, n_trials, n_correct from case_groups").to_arrow_reader(batch_rows):
+        p, t, c = (batch.column(i).to_numpy(zero_copy_only=False) for i in range(3))
+        if at + len(p) > total:
+            break
+        positions[at : at + len(p)], num[at : at + len(p)] = p, _numerators(t, c, L)
+        at += len(p)
+    else:
+        if at == total:
+            return _runs((r[:-1] for r in found), sizes, positions, num), L
+    raise CraftMDError("case_groups: its rows do not follow its cells")  # (cannot happen: one table, one order)
 
 
-def _runs(keys, sizes: np.ndarray, case_position: np.ndarray, n_trials: np.ndarray, n_correct: np.ndarray):
-    """Consecutive runs of ``sizes`` rows, one per key: (positions, numerators) and the scale ``L``."""
-    L = scale(n_trials)
-    num = (n_correct.astype(np.int64) * (L // n_trials.astype(np.int64))).astype(np.int64)
+def _num_type(L: int):
+    """The integer type of the numerators of scale ``L`` (at most ``L`` each): 32 bits where they fit."""
+    return np.int32 if L < 2**31 else np.int64
+
+
+def _numerators(n_trials: np.ndarray, n_correct: np.ndarray, L: int) -> np.ndarray:
+    """Each case's score on the scale ``L``: ``n_correct / n_trials * L``, an integer (``L`` is a multiple of every
+    trial count)."""
+    return (n_correct.astype(np.int64) * (L // n_trials.astype(np.int64))).astype(_num_type(L))
+
+
+def _runs(keys, sizes: np.ndarray, positions: np.ndarray, num: np.ndarray) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+    """Consecutive runs of ``sizes`` rows, one per key: (positions, numerators), views of the two arrays."""
     out, start = {}, 0
     for key, size in zip(keys, sizes.tolist()):
-        out[tuple(key)] = (case_position[start : start + size], num[start : start + size])
+        out[tuple(key)] = (positions[start : start + size], num[start : start + size])
         start += size
-    return out, L
+    return out
 
 
 def bootstrap_tables(

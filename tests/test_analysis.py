@@ -229,6 +229,24 @@ def test_mcnemar_on_paired_trials(built):
     assert r["diff"] == pytest.approx(-3 / (N_CASES * TRIALS))
 
 
+def test_the_cells_read_a_few_rows_at_a_time_are_the_cells_of_the_whole_table(built):
+    """The bootstrap's cells (case positions and scores per cell) are read from the board's case groups in batches,
+    never whole: any batch size gives the cells the whole table gives, each cell's cases in its own order."""
+    import numpy as np
+
+    from craftmd.analysis.stats import _cells, cells_of
+    from craftmd.analysis.tables import prepared_connection
+
+    rel, data, _ = built
+    con = prepared_connection(list(runner.Board.read(rel)), data)
+    whole, L = _cells(pl.from_arrow(con.sql("select * from case_groups").to_arrow_table()))
+    for rows in (1, 7, 1 << 20):
+        cells, scale = cells_of(con, batch_rows=rows)
+        assert scale == L and list(cells) == list(whole)
+        for key, (positions, scores) in whole.items():
+            assert np.array_equal(cells[key][0], positions) and np.array_equal(cells[key][1], scores), (rows, key)
+
+
 def test_tables_are_deterministic(built, tmp_path):
     rel, data, _ = built
     analysed_twice(rel, data, tmp_path, ("accuracy", "pvalues"), B=B, more_than=10)
