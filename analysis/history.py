@@ -31,22 +31,33 @@ COMPLEXITY_COLUMNS = ["model", "measure", "grader", "tertile", "words_low", "wor
 
 class _Ratios:
     """Ratios of case-vector sums (a subset's values over its count), resampled with shared draws; what ``memo`` holds
-    for the same two vectors is read back instead (:class:`.bootstrap.Memo`)."""
+    for the same two vectors is read back instead (:class:`.bootstrap.Memo`). The ratios are resampled
+    :data:`RATIOS_AT_ONCE` at a time, as they come (each column's sums are exact, whatever else is resampled with it),
+    so a board's vectors are never all held; the resampled ratios are not kept."""
 
     def __init__(self, B: int, seed: int, memo: Memo | None = None):
         self.B, self.seed = B, seed
         self.memo = memo if memo is not None else Memo()
-        self.items: list[tuple] = []
+        self.keys: list[tuple] = []  # in the order they were added
+        self.out: dict[tuple, tuple] = {}
+        self.todo: list[tuple] = []  # (key, memo key, num, den, exact, estimate, count, test): not resampled yet
 
     def add(self, key: tuple, num: np.ndarray, den: np.ndarray, exact: bool) -> None:
         if den.sum() == 0:
             return
-        total = float(den.sum())
-        self.items.append((key, num, den, exact, float(num.sum()) / total, total))
+        total, test = float(den.sum()), key[0] == "test"
+        est = float(num.sum()) / total
+        self.keys.append(key)
+        mk = self.memo.key(self.B, self.seed, "ratio", bool(exact), test, num, den)
+        if (got := self.memo.get(mk)) is not None:
+            self.out[key] = (est, got[0], got[1], got[2] if test else None, total)
+            return
+        self.todo.append((key, mk, num, den, exact, est, total, test))
+        if len(self.todo) >= RATIOS_AT_ONCE:
+            self._resample()
 
-    def results(self) -> dict[tuple, tuple[float, float, float, float | None, float]]:
-        """key -> (estimate, CI low, CI high, the paired-bootstrap p-value of a test (key ``("test", ...)``; None for the
-        others), the subset's count: the sum of its denominator). The resampled ratios are not kept (memory)."""
+    def _resample(self) -> None:
+        """Resample the ratios not resampled yet, and let go of their vectors."""
         R = Resampler(B=self.B, seed=self.seed)
         seen: dict[tuple[bytes, bool], int] = {}  # one column per distinct vector (subset counts repeat across measures)
 
@@ -56,22 +67,26 @@ class _Ratios:
                 seen[k] = R.add(v, exact=exact)
             return seen[k]
 
-        out, todo = {}, []
-        for key, num, den, exact, est, total in self.items:
-            test = key[0] == "test"
-            mk = self.memo.key(self.B, self.seed, "ratio", bool(exact), test, num, den)
-            if (got := self.memo.get(mk)) is not None:
-                out[key] = (est, got[0], got[1], got[2] if test else None, total)
-            else:
-                todo.append((key, mk, column(num, exact), column(den, True), est, total, test))
-        R.run()
-        for key, mk, hn, hd, est, total, test in todo:
+        handles = [(column(num, exact), column(den, True)) for _, _, num, den, exact, *_ in self.todo]
+        if self.todo:
+            R.run()
+        for (key, mk, _, _, _, est, total, test), (hn, hd) in zip(self.todo, handles):
             den = R.resampled(hd)
             ratio = np.divide(R.resampled(hn), den, out=np.full(len(den), np.nan), where=den > 0)
             lo, hi = np.nanquantile(ratio, [0.025, 0.975])
-            out[key] = (est, float(lo), float(hi), paired_p(ratio, est) if test else None, total)
-            self.memo.put(mk, out[key][1:4])
-        return {item[0]: out[item[0]] for item in self.items}  # in the order they were added
+            self.out[key] = (est, float(lo), float(hi), paired_p(ratio, est) if test else None, total)
+            self.memo.put(mk, self.out[key][1:4])
+        self.todo = []
+
+    def results(self) -> dict[tuple, tuple[float, float, float, float | None, float]]:
+        """key -> (estimate, CI low, CI high, the paired-bootstrap p-value of a test (key ``("test", ...)``; None for the
+        others), the subset's count: the sum of its denominator), in the order they were added."""
+        self._resample()
+        return {key: self.out[key] for key in self.keys}
+
+
+#: Ratios resampled together by :class:`_Ratios` (their sums held at once: at most twice as many columns of B).
+RATIOS_AT_ONCE = 1024
 
 
 def _round(x: float | None) -> float | None:
@@ -141,13 +156,13 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, memo: M
             )
     if not means:
         return empty
-    trials = pl.from_arrow(con.sql("select * from history_trials").to_arrow_table()).join(
-        positions, on="case_id", maintain_order="left"
-    )
     ratios = _Ratios(B, seed, memo)
     protocol = _add_tests(con, ratios, means)
-    edges, bins, trials = _add_coverage(ratios, trials, vector)
-    t_range = _add_complexity(ratios, cases.join(positions, on="case_id", maintain_order="left"), means, trials, vector)
+    edges, bins, multiturn = _coverage_edges(con), {}, []
+    for trials in runner.by_release(con, "history_trials"):  # the trials one release at a time
+        trials = trials.join(positions, on="case_id", maintain_order="left")
+        multiturn += _add_coverage(ratios, trials, edges, bins, vector)
+    t_range = _add_complexity(ratios, cases.join(positions, on="case_id", maintain_order="left"), means, multiturn, vector)
     res = ratios.results()
     return {"history_tests": _tests_frame(res, protocol), "history_by_coverage": _coverage_frame(res, bins, edges),
             "history_by_complexity": _complexity_frame(res, t_range)}  # fmt: skip
@@ -183,18 +198,22 @@ def _add_tests(con, ratios: _Ratios, means: dict) -> dict[str, str | None]:
     return protocol
 
 
-def _add_coverage(ratios: _Ratios, trials: pl.DataFrame, vector) -> tuple[np.ndarray, dict, pl.DataFrame]:
-    """2. coverage quintiles (pooled cut points) x FRQ accuracy: the cut points, each bin's counts and mean recall,
-    and the trials with their quintile."""
-    edges = (
-        np.quantile(trials.unique(["release", "case_id", "trial"])["recall"].to_numpy(), np.linspace(0, 1, QUINTILES + 1)[1:-1])
-        if trials.height
-        else np.array([])
-    )
+def _coverage_edges(con) -> np.ndarray:
+    """The coverage quintiles' cut points: quantiles of the recall of every release's conversations together (one value
+    per release, case and trial; none without trials)."""
+    recall = pl.from_arrow(con.sql("select distinct release, case_id, trial, recall from history_trials").to_arrow_table())
+    if recall.height == 0:
+        return np.array([])
+    return np.quantile(recall["recall"].to_numpy(), np.linspace(0, 1, QUINTILES + 1)[1:-1])
+
+
+def _add_coverage(ratios: _Ratios, trials: pl.DataFrame, edges: np.ndarray, bins: dict, vector) -> list[tuple]:
+    """2. coverage quintiles (pooled cut points ``edges``) x FRQ accuracy, for one release's ``trials``: each bin's
+    counts and mean recall into ``bins``; returned, each grader's multi-turn accuracy per case for the complexity
+    tertiles (release, grader, the cases' shares of correct trials, the cases that have trials)."""
     trials = trials.with_columns(
         pl.Series("quintile", np.searchsorted(edges, trials["recall"].to_numpy(), side="right") + 1, pl.Int64)
     )
-    bins = {}
     per_case = trials.group_by("release", "grader", "quintile", "pos", maintain_order=True).agg(
         pl.len().alias("k"), pl.col("multiturn_correct").fill_null(False).cast(pl.Int64).sum().alias("mt"),
         pl.col("vignette_correct").fill_null(False).cast(pl.Int64).sum().alias("vg"), pl.col("recall").sum().alias("rc"),
@@ -206,11 +225,16 @@ def _add_coverage(ratios: _Ratios, trials: pl.DataFrame, vector) -> tuple[np.nda
         ratios.add(("mt", rel, grader, q), vector(per["pos"], per["mt"].to_numpy()), den, exact=True)
         ratios.add(("vg", rel, grader, q), vector(per["pos"], per["vg"].to_numpy()), den, exact=True)
         bins[(rel, grader, q)] = (int(den.sum()), per.height, float(per["rc"].sum() / den.sum()))
-    return edges, bins, trials
+    acc = trials.group_by("release", "grader", "pos", maintain_order=True).agg(
+        pl.len().alias("k"), pl.col("multiturn_correct").fill_null(False).cast(pl.Int64).sum().alias("mt")
+    )
+    return [(rel, grader, vector(g["pos"], (g["mt"] / g["k"]).to_numpy()), vector(g["pos"], np.ones(g.height)))
+            for (rel, grader), g in acc.group_by("release", "grader", maintain_order=True)]  # fmt: skip
 
 
-def _add_complexity(ratios: _Ratios, cases: pl.DataFrame, means: dict, trials: pl.DataFrame, vector) -> dict:
-    """3. complexity tertiles of the history's length (the dataset's text cases): tertile -> its words' range."""
+def _add_complexity(ratios: _Ratios, cases: pl.DataFrame, means: dict, multiturn: list[tuple], vector) -> dict:
+    """3. complexity tertiles of the history's length (the dataset's text cases): tertile -> its words' range
+    (``multiturn``: :func:`_add_coverage`'s accuracies per case)."""
     words = vector(cases["pos"], cases["history_words"].fill_null(0).to_numpy())
     tertile, t_range = tertiles(words)
     if cases["history_words"].null_count() == cases.height:  # a dataset without histories has no complexity groups
@@ -220,12 +244,7 @@ def _add_complexity(ratios: _Ratios, cases: pl.DataFrame, means: dict, trials: p
             for t in t_range:
                 sel = has * (tertile == t)
                 ratios.add(("cx", rel, met, None, t), m * sel, sel, exact=False)
-    acc = trials.group_by("release", "grader", "pos", maintain_order=True).agg(
-        pl.len().alias("k"), pl.col("multiturn_correct").fill_null(False).cast(pl.Int64).sum().alias("mt")
-    )
-    for (rel, grader), g in acc.group_by("release", "grader", maintain_order=True):
-        frac = vector(g["pos"], (g["mt"] / g["k"]).to_numpy())
-        has = vector(g["pos"], np.ones(g.height))
+    for rel, grader, frac, has in multiturn:
         for t in t_range:
             sel = has * (tertile == t)
             ratios.add(("cx", rel, "frq_accuracy_multiturn", grader, t), frac * sel, sel, exact=False)

@@ -179,37 +179,42 @@ def bootstrap_all(
     kept files did not change nothing is digested or paired again; the second still finds a group's results that a
     change elsewhere (a dataset's) left as they were."""
     cells, L = cells
-    comp = comparisons.to_dicts()
-    work = _work_units(cells, comp, more.to_dicts() if more is not None else [])
+    work = _work_units(cells, comparisons, more)
     ci, tested = _run_units(work, cells, L, B, seed, memo if memo is not None else Memo(), digests or {})
     more_pv = more_tests(more, tested[1], L) if more is not None else None
     return _accuracy_with_ci(accuracy, ci), _pvalues(comparisons, tested[0], L), more_pv
 
 
-def _work_units(cells: dict, comp: list[dict], more_rows: list[dict]) -> dict[tuple, tuple[list, list]]:
-    """unit -> (its cells' keys, its tests: (table, row index, cell a, cell b))."""
+def _work_units(cells: dict, comp: pl.DataFrame, more: pl.DataFrame | None) -> dict[tuple, tuple[list, list]]:
+    """unit -> (its cells' keys, its tests: (table, row index, cell a, cell b)). A test's cell keys are the cells' own
+    key objects where the cell exists (a board's tests are read as rows of the frames, never as one dict a row)."""
     # The units of work: a cell's own unit (its group, grader, format and image flag: every release and setting of
     # them) holds the comparisons between its settings and between its models; the tests of ``more`` cross formats,
     # graders and image flags of one model, so they go by group and model, resampling their sides there again.
     work: dict[tuple, tuple[list, list]] = {}  # unit -> (its cells' keys, its tests: (table, row index, cell a, cell b))
+    known = {key: key for key in cells}
 
     def unit(key: tuple) -> tuple:
         return (key[5], key[6], key[1], key[3], key[4])
 
     for key in cells:
         work.setdefault(unit(key), ([], []))[0].append(key)
-    for i, r in enumerate(comp):
-        if r["family"] == "setting":
-            ka = (r["model"], r["grader"], r["a"], r["format"], r["with_image"], r["group_by"], r["group"])
-            kb = (r["model"], r["grader"], r["b"], r["format"], r["with_image"], r["group_by"], r["group"])
+    columns = ["family", "model", "setting", "grader", "format", "with_image", "group_by", "group", "a", "b"]
+    for i, (family, model, setting, *rest, a, b) in enumerate(comp.select(columns).iter_rows()):
+        grader, fmt, image, group_by, group = rest
+        if family == "setting":
+            ka, kb = (model, grader, a, fmt, image, group_by, group), (model, grader, b, fmt, image, group_by, group)
         else:
-            ka = (r["a"], r["grader"], r["setting"], r["format"], r["with_image"], r["group_by"], r["group"])
-            kb = (r["b"], r["grader"], r["setting"], r["format"], r["with_image"], r["group_by"], r["group"])
+            ka, kb = (a, grader, setting, fmt, image, group_by, group), (b, grader, setting, fmt, image, group_by, group)
+        ka, kb = known.get(ka, ka), known.get(kb, kb)
         work.setdefault(unit(ka), ([], []))[1].append((0, i, ka, kb))
-    for i, r in enumerate(more_rows):
-        ka = (r["model"], r["grader_a"], r["setting"], r["format_a"], r["image_a"], r["group_by"], r["group"])
-        kb = (r["model"], r["grader_b"], r["setting"], r["format_b"], r["image_b"], r["group_by"], r["group"])
-        work.setdefault((r["group_by"], r["group"], "more", r["model"]), ([], []))[1].append((1, i, ka, kb))
+    columns = ["model", "setting", "grader_a", "format_a", "image_a", "grader_b", "format_b", "image_b", "group_by", "group"]
+    rows = more.select(columns).iter_rows() if more is not None else ()
+    for i, (model, setting, grader_a, format_a, image_a, grader_b, format_b, image_b, group_by, group) in enumerate(rows):
+        ka = (model, grader_a, setting, format_a, image_a, group_by, group)
+        kb = (model, grader_b, setting, format_b, image_b, group_by, group)
+        ka, kb = known.get(ka, ka), known.get(kb, kb)
+        work.setdefault((group_by, group, "more", model), ([], []))[1].append((1, i, ka, kb))
     return work
 
 

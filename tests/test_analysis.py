@@ -247,6 +247,36 @@ def test_the_cells_read_a_few_rows_at_a_time_are_the_cells_of_the_whole_table(bu
             assert np.array_equal(cells[key][0], positions) and np.array_equal(cells[key][1], scores), (rows, key)
 
 
+def test_ratios_resampled_a_few_at_a_time_are_the_ratios_resampled_all_together(monkeypatch):
+    """The history tables' ratios (integer and continuous case values, some of them paired tests) are resampled a
+    batch at a time as they are added, so a board's vectors are never all held: any batch size gives the same
+    estimates, intervals and p-values, in the order the ratios were added."""
+    import numpy as np
+
+    from craftmd.analysis import history
+
+    rng = np.random.default_rng(3)
+    items = []
+    for i in range(11):
+        has = (rng.random(40) < 0.8).astype(float)
+        exact = i % 2 == 0
+        num = (rng.integers(0, 5, 40) if exact else rng.random(40)) * has
+        items.append((("test" if i % 3 == 0 else "cx", i), num, has, exact))
+
+    def resampled() -> dict:
+        ratios = history._Ratios(B=300, seed=7)
+        for key, num, den, exact in items:
+            ratios.add(key, num, den, exact)
+        return ratios.results()
+
+    together = resampled()
+    assert list(together) == [key for key, *_ in items]
+    assert all((p is not None) == (key[0] == "test") for key, (_, _, _, p, _) in together.items())
+    for size in (1, 2, 5):
+        monkeypatch.setattr(history, "RATIOS_AT_ONCE", size)
+        assert resampled() == together, size
+
+
 def test_tables_are_deterministic(built, tmp_path):
     rel, data, _ = built
     analysed_twice(rel, data, tmp_path, ("accuracy", "pvalues"), B=B, more_than=10)
