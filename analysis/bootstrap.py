@@ -170,9 +170,9 @@ class Resampler:
             del W
 
     def resampled(self, handle: int) -> np.ndarray:
-        """The ``B`` resampled sums of the column (exact integers as float64, or floats), a copy."""
+        """The ``B`` resampled sums of the column as float64 (exact integers, kept as float32: a copy; or floats)."""
         key, j = self._handles[handle]
-        return self.sums[key][j].astype(np.float64)
+        return self.sums[key][j].astype(np.float64, copy=False)
 
     def quantiles(self, handle: int, level: float = 0.95) -> tuple[float, float]:
         """Percentile interval of the column's resampled sums (computed for all columns of its kind and ``n`` at once)."""

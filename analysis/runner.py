@@ -403,8 +403,9 @@ class Kept:
         self.files: dict[str, dict[str, str]] = {}  # query -> release id -> its file's name (:meth:`names`)
         self.ids: list[str] = []  # the board's release ids, in DuckDB's order of text (:func:`keep`)
 
-    def names(self, board: list[tuple[str, str]], releases: list[Release]) -> dict[str, dict[str, str]]:
-        """Query -> release id -> its file's name, for ``releases`` on a board of these score columns (name, type)."""
+    def names(self, board: list[tuple[str, str]], releases: list[Release]) -> None:
+        """Name each query's file of each of ``releases`` on a board of these score columns (name, type): :attr:`files`
+        (query -> release id -> its file's name), :attr:`ids` (the releases, in their order) and :attr:`digests`."""
         columns = repr(board).encode()
         out: dict[str, dict[str, str]] = {}
         for r in releases:
@@ -414,7 +415,6 @@ class Kept:
             for name in PER_RELEASE:
                 out.setdefault(name, {})[r.id] = f"{name}-{h.hexdigest()}.parquet"
         self.files, self.ids = out, [r.id for r in releases]
-        return out
 
     def path(self, name: str, release: str) -> Path:
         """Where query ``name``'s rows of ``release`` are kept (after :meth:`names`)."""

@@ -79,8 +79,9 @@ def _cells(case_groups: pl.DataFrame) -> tuple[dict[tuple, tuple[np.ndarray, np.
         changed[0] = True
     starts = np.flatnonzero(changed)
     sizes = np.diff([*starts.tolist(), case_groups.height])
-    L = scale(case_groups["n_trials"].to_numpy())
-    num = _numerators(case_groups["n_trials"].to_numpy(), case_groups["n_correct"].to_numpy(), L)
+    n_trials = case_groups["n_trials"].to_numpy()
+    L = scale(n_trials)
+    num = _numerators(n_trials, case_groups["n_correct"].to_numpy(), L)
     return _runs(case_groups[starts].select(CELL).iter_rows(), sizes, case_groups["case_position"].to_numpy(), num), L
 
 
@@ -97,14 +98,12 @@ def cells_of(con, batch_rows: int = 1 << 20) -> tuple[dict[tuple, tuple[np.ndarr
     at = 0
     for batch in con.sql("select case_position, n_trials, n_correct from case_groups").to_arrow_reader(batch_rows):
         p, t, c = (batch.column(i).to_numpy(zero_copy_only=False) for i in range(3))
-        if at + len(p) > total:
-            break
-        positions[at : at + len(p)], num[at : at + len(p)] = p, _numerators(t, c, L)
+        if at + len(p) <= total:
+            positions[at : at + len(p)], num[at : at + len(p)] = p, _numerators(t, c, L)
         at += len(p)
-    else:
-        if at == total:
-            return _runs((r[:-1] for r in found), sizes, positions, num), L
-    raise CraftMDError("case_groups: its rows do not follow its cells")  # (cannot happen: one table, one order)
+    if at != total:
+        raise CraftMDError("case_groups: its rows do not follow its cells")  # (cannot happen: one table, one order)
+    return _runs((r[:-1] for r in found), sizes, positions, num), L
 
 
 def _num_type(L: int):
