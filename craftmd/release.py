@@ -200,6 +200,12 @@ def _codes(column: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
     return col.dictionary, col.indices
 
 
+def _words(column: pa.ChunkedArray) -> frozenset[str]:
+    """The distinct texts of a text column (nulls left out)."""
+    words, at = _codes(column)
+    return frozenset(w for w in words.take(pc.unique(at)).to_pylist() if isinstance(w, str))
+
+
 def score_row_problem(table: pa.Table) -> str | None:
     """The first row of a scores table that no scorer writes, said in words (``row 7: ...``), or None: a status
     outside :data:`SCORE_STATUS` (``OK`` is not ``ok``), a value that is not there exactly when the status is ``ok``,
@@ -792,6 +798,7 @@ class Release:
     _data: dict = field(default_factory=dict, repr=False, compare=False)  # file name -> its bytes, read once (:meth:`data`)
     _signature: tuple = field(default=(), repr=False, compare=False)  # its files on disk when read (:func:`_signature`)
     _verified: bool = field(default=False, repr=False, compare=False)
+    _names: frozenset | None = field(default=None, repr=False, compare=False)  # its scorer names (:meth:`scorer_names`)
 
     @property
     def id(self) -> str:
@@ -916,11 +923,13 @@ class Release:
     def scorer_names(self) -> set[str]:
         """Every scorer name of the release's scores: its records' and its rows' (a row may name a scorer no record
         speaks for)."""
-        if not self.has("scores"):
-            return set()
-        p = self.path / SCORES_FILE
-        column = self._read(p, lambda f: pq.read_table(self._buffer(f), columns=["scorer"])).column("scorer")
-        return set(self.scorer_records()) | {n for n in pc.unique(column).to_pylist() if isinstance(n, str)}
+        if self._names is None:
+            if not self.has("scores"):
+                return set()
+            p = self.path / SCORES_FILE
+            column = self._read(p, lambda f: pq.read_table(self._buffer(f), columns=["scorer"])).column("scorer")
+            self._names = frozenset(self.scorer_records()) | {n for n in pc.unique(column).to_pylist() if isinstance(n, str)}
+        return set(self._names)
 
     def scorer_records(self) -> dict[str, dict]:
         """Each scorer's record (identity, inputs, counts), read from the scores file's metadata alone."""
@@ -1084,7 +1093,9 @@ def read_release(path: Path | str, verify: bool = True) -> Release:
     release_task(manifest, path)  # its task known (never a file it names) before anything reads it
     release = Release(path, manifest)
     if verify:
-        _verify(release)
+        found = _signature(path, manifest.files)
+        if not _noted_checked(release, found):
+            _note_checked(release, found, _verify(release))
     release._verified = verify
     _remember(release)
     return release
@@ -1102,9 +1113,11 @@ def _file_sha256(release: Release, name: str) -> str:
     return hashlib.sha256(release.data(name)).hexdigest()
 
 
-def _verify(release: Release) -> None:
-    """Read every file the run record lists, once, and check it against the sha256 recorded there."""
+def _verify(release: Release) -> set[str]:
+    """Read every file the run record lists, once, and check it against the sha256 recorded there; the scores' rows are
+    checked too (:func:`score_row_problem`), and their scorer names noted. The names of the metrics checked."""
     path, manifest = release.path, release.manifest
+    metrics: set[str] = set()
     for name, info in manifest.files.items():
         f = inside(path, name, "file name")
         if not f.exists():
@@ -1117,14 +1130,73 @@ def _verify(release: Release) -> None:
                 f"{f} is damaged (its sha256 is not the one manifest.json records); {rebuild_hint(manifest.kind, name, path)}"
             )
         if name == SCORES_FILE:  # its rows are checked where it is read: the analysis reads it from disk, not from here
-            cols, words = ["status", "value", "metric"], ["status", "metric"]
-            read = lambda p: pq.read_table(release._buffer(p), columns=cols, read_dictionary=words)  # noqa: E731
-            release._score_rows_checked(f, release._read(f, read))
+            cols = ["status", "value", "metric", "scorer"]
+            read = lambda p: pq.read_table(release._buffer(p), columns=cols, read_dictionary=cols[:1] + cols[2:])  # noqa: E731
+            rows = release._score_rows_checked(f, release._read(f, read))
+            release._names = frozenset(release.scorer_records()) | _words(rows.column("scorer"))
+            metrics = _words(rows.column("metric"))
     if SCORES_FILE not in manifest.files and (path / SCORES_FILE).exists():
         raise CraftMDError(
             f"{path / SCORES_FILE} is not in manifest.json's checksums (written by an older craftmd, or added by hand); "
             f"{rebuild_hint(manifest.kind, SCORES_FILE, path)}"
         )
+    return metrics
+
+
+#: This machine's notes of the releases it checked: ``$CRAFTMD_CACHE/releases-checked/<digest>.json``, the digest of a
+#: release folder's path and of its files' inodes, sizes and times (:func:`_signature`) when every file was hashed
+#: against the run record and the scores' rows were checked (:func:`_verify`). A release whose files are those same
+#: files is not hashed again: a file written, replaced or linked since has another time of change, so it is. Held
+#: where :data:`MADE_HERE` is held, and trusted as those notes are.
+CHECKED = "releases-checked"
+#: A file changed this recently is hashed each time, never noted: a write in the same tick of the file system's clock
+#: would leave its times as they were.
+SETTLED_NS = 2_000_000_000
+
+
+def _checked_path(release: Release, signature: tuple) -> Path:
+    from craftmd.source import cache_dir
+
+    key = repr((str(release.path.resolve()), signature, SCHEMA_VERSION, __version__)).encode()
+    return cache_dir() / CHECKED / f"{hashlib.blake2b(key, digest_size=20).hexdigest()}.json"
+
+
+def _metric_terms(names) -> dict[str, list]:
+    """Each metric's kind and range, as the scores' rows were checked against them (:func:`score_row_problem`)."""
+    from craftmd.metrics import metric
+
+    return {m: [metric(m).kind, float(metric(m).low), float(metric(m).high)] for m in sorted(names)}
+
+
+def _noted_checked(release: Release, signature: tuple) -> bool:
+    """Whether this machine checked ``release``'s files as they are (:data:`CHECKED`), against the metrics as they are
+    declared now; its scorer names then come from the note."""
+    try:
+        note = json.loads(_checked_path(release, signature).read_bytes())
+        names, terms = note["scorer_names"], note["metrics"]
+        if not (isinstance(names, list) and all(isinstance(n, str) for n in names) and isinstance(terms, dict)):
+            return False
+        if _metric_terms(terms) != terms:
+            return False
+    except (OSError, ValueError, KeyError, TypeError, CraftMDError):
+        return False
+    release._names = frozenset(names)
+    return True
+
+
+def _note_checked(release: Release, signature: tuple, metrics: set[str]) -> None:
+    """Note that ``release``'s files, as ``signature`` found them before :func:`_verify` read them, were checked
+    (against ``metrics``' terms): only when they are still those files and none changed within :data:`SETTLED_NS`."""
+    import time
+
+    changed = [entry[4] for entry in signature if entry[1] is not None]
+    if not changed or time.time_ns() - max(changed) < SETTLED_NS or _signature(release.path, release.manifest.files) != signature:
+        return
+    try:
+        atomic_write_json(_checked_path(release, signature), {"scorer_names": sorted(release.scorer_names()),
+                                                              "metrics": _metric_terms(metrics)})  # fmt: skip
+    except OSError:
+        pass  # (a cache that cannot be written: the next command hashes again)
 
 
 def rebuild_hint(kind: str, name: str, path: Path | str) -> str:

@@ -445,3 +445,41 @@ def test_the_grader_audits_read_no_scores_no_one_checked(dataset_dir, tmp_path, 
     with pytest.raises(Exception, match="release tiny: its offline, paper scores were not computed or checked"):
         release_case_labels(rel, grader="offline")
     assert _score(rel, dataset_dir, "paper", "offline") == 2  # the forgery found where the release is settled
+
+
+def test_a_release_checked_once_is_not_hashed_again_until_one_of_its_files_changes(dataset_dir, tmp_path, monkeypatch):
+    """A board of a thousand is read by every analysis: this machine notes each release whose files it hashed and whose
+    scores' rows it checked, and reads those files as they are without hashing them again (their scorer names from the
+    note), until a file is written, replaced or linked; a file changed since is refused as before, and a note made
+    against other metric terms is not taken."""
+    import craftmd.release as R
+    from craftmd import CraftMDError
+
+    monkeypatch.setenv("CRAFTMD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(R, "SETTLED_NS", 0)  # (the files were written a moment ago)
+    rel = _release(tmp_path / "r1", dataset_dir)
+    assert _score(rel, dataset_dir, "paper", "strict") == 0
+    hashed = []
+    verify = R._verify
+    monkeypatch.setattr(R, "_verify", lambda release: hashed.append(release.id) or verify(release))
+
+    def fresh():  # as a new command would (the releases open in this process forgotten)
+        R._OPEN.clear()
+        return R.read_release(rel)
+
+    names = fresh().scorer_names()
+    assert hashed == ["r1"] and names >= {"paper", "strict"}
+    again = fresh()
+    assert hashed == ["r1"] and again._data == {} and again.scorer_names() == names  # not read, not hashed
+    assert again.table("scores").num_rows > 0  # (a file read later is still checked against the run record)
+    note = R._checked_path(again, R._signature(rel, again.manifest.files))
+    terms = json.loads(note.read_text())
+    note.write_text(json.dumps(terms | {"metrics": {m: [k, lo, hi + 1] for m, (k, lo, hi) in terms["metrics"].items()}}))
+    fresh()
+    assert hashed == ["r1", "r1"]  # a metric's range changed: hashed and checked again
+    fresh()
+    assert hashed == ["r1", "r1"]
+    data = (rel / "answers.parquet").read_bytes()
+    (rel / "answers.parquet").write_bytes(data[:-9] + bytes([data[-9] ^ 1]) + data[-8:])  # one bit, the size unchanged
+    with pytest.raises(CraftMDError, match="answers.parquet is damaged"):
+        fresh()
