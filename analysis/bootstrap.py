@@ -181,8 +181,12 @@ class Resampler:
         if qkey not in self._q:
             a, S = (1 - level) / 2, self.sums[key]
             q = np.empty((2, len(S)))
-            for i in range(0, len(S), _ROWS):  # as float64, a few columns at a time (each column's quantiles its own)
-                q[:, i : i + _ROWS] = np.quantile(S[i : i + _ROWS].astype(np.float64), [a, 1 - a], axis=1)
+            # a few columns at a time (each column's quantiles its own): the exact path's sums as the integers they are
+            # (np.quantile partitions int32 faster than float64 and interpolates its order statistics in float64 alike:
+            # the same bits), the float path's as float64
+            as_type = np.int32 if key[1] else np.float64
+            for i in range(0, len(S), _ROWS):
+                q[:, i : i + _ROWS] = np.quantile(S[i : i + _ROWS].astype(as_type), [a, 1 - a], axis=1)
             self._q[qkey] = q
         q = self._q[qkey]
         return float(q[0, j]), float(q[1, j])

@@ -298,6 +298,28 @@ def test_holm_is_statsmodels_holm_family_by_family_and_the_collector_is_left_as_
     assert gc.collect is collect
 
 
+@pytest.mark.parametrize("B", [9, 100, 2_000])
+def test_the_exact_paths_intervals_are_numpys_percentiles_of_the_resampled_sums(B):
+    """An interval of the exact path is numpy's linear-interpolated percentile of the column's B resampled sums taken as
+    float64, to the bit (the sums are read as the integers they are, which numpy partitions faster), at every level."""
+    import numpy as np
+
+    from craftmd.analysis.bootstrap import Resampler
+
+    rng = np.random.default_rng(B)
+    columns = [rng.integers(0, 7, 300), rng.integers(-6, 7, 300), np.zeros(300, np.int64), rng.integers(0, 55_000, 300)]
+    R = Resampler(B=B, seed=3)
+    handles = [R.add(c) for c in columns]
+    R.run()
+    for h in handles:
+        sums = R.resampled(h)
+        assert np.array_equal(sums, np.rint(sums))  # (exact integers)
+        for level in (0.5, 0.9, 0.95, 0.99):
+            a = (1 - level) / 2
+            want = np.quantile(sums, [a, 1 - a])
+            assert np.array(R.quantiles(h, level)).tobytes() == want.tobytes()
+
+
 def test_tables_are_deterministic(built, tmp_path):
     rel, data, _ = built
     analysed_twice(rel, data, tmp_path, ("accuracy", "pvalues"), B=B, more_than=10)
