@@ -244,6 +244,12 @@ class Memo:
 
     @staticmethod
     def key(B: int, seed: int, *parts) -> bytes:
+        return Memo.begun(B, seed, *parts).digest()
+
+    @staticmethod
+    def begun(B: int, seed: int, *parts):
+        """The hash state of a key whose first parts are ``parts``: :meth:`then` finishes it (many keys that begin
+        alike digest their common parts once)."""
         h = _key_prefix(int(B), int(seed)).copy()
         for part in parts:
             if isinstance(part, np.ndarray):
@@ -252,6 +258,15 @@ class Memo:
                 h.update(a.data)
             else:
                 h.update(f"{part!r}\0".encode())
+        return h
+
+    @staticmethod
+    def then(begun, *parts) -> bytes:
+        """The key of ``begun``'s parts (:meth:`begun`) followed by ``parts``, which are not arrays: the bytes
+        :meth:`key` gives for all of them."""
+        h = begun.copy()
+        for part in parts:
+            h.update(f"{part!r}\0".encode())
         return h.digest()
 
     def get(self, key: bytes) -> tuple | None:

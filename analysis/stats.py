@@ -225,6 +225,9 @@ def _run_units(
     what ``memo`` holds is read back, what it lacks is resampled and put in it (keyed as :func:`bootstrap_all` says)."""
     ci: dict[tuple, tuple[float, float]] = {}
     tested: tuple[dict, dict] = ({}, {})  # per table: row index -> (observed sum, n, p-value)
+    # each release's digest keys begin alike (the release's kept files): that part digested once a release
+    mean_of = {rid: memo.begun(B, seed, "mean of", L, d) for rid, d in digests.items()}
+    paired_of = {rid: memo.begun(B, seed, "paired of", d) for rid, d in digests.items()}
     for u in sorted(work, key=str):  # a group's units together: its resample matrices are drawn once
         keys, tests = work[u]
         R = Resampler(B=B, seed=seed)
@@ -237,8 +240,8 @@ def _run_units(
 
         intervals = []  # (cell key, vector key, digest key or None): the unit's own cells whose interval is not in the memo
         for key in keys:
-            kept = digests.get(key[0])
-            dk = None if kept is None else memo.key(B, seed, "mean of", L, kept, key[1:])
+            begun = mean_of.get(key[0])
+            dk = None if begun is None else memo.then(begun, key[1:])
             got = memo.get_via(dk) if dk is not None else None
             mk = None  # the vector key: made only when the digest key finds nothing
             if got is None:
@@ -253,8 +256,8 @@ def _run_units(
         # (table, row index, vector key, digest key or None, observed sum, n, handle a, handle b); b None: a is the difference
         pairs = []
         for t, i, ka, kb in tests:
-            da, db = digests.get(ka[0]), digests.get(kb[0])
-            dk = None if da is None or db is None else memo.key(B, seed, "paired of", da, ka[1:], db, kb[1:])
+            begun, db = paired_of.get(ka[0]), digests.get(kb[0])
+            dk = None if begun is None or db is None else memo.then(begun, ka[1:], db, kb[1:])
             if dk is not None and (got := memo.get_via(dk)) is not None:  # (p, observed sum, n): nothing paired again
                 tested[t][i] = (int(got[1]), int(got[2]), got[0])
                 continue

@@ -257,3 +257,20 @@ def test_a_release_whose_kept_files_did_not_change_is_neither_digested_nor_paire
     assert by_vector.count("mean") == inc.accuracy.filter(pl.col("model") == "r04").height > 0  # its cells alone
     assert by_vector.count("paired") == len(paired)
     assert _files(tmp_path / "inc") == _files(_full(rel, data, tmp_path / "full"))  # and the same bytes as a full run
+
+
+def test_a_key_begun_once_and_finished_many_times_is_the_key_of_all_its_parts():
+    """Memo keys that begin alike (a release's kept files) digest that beginning once: finished, each is the key of all
+    its parts, so results kept under keys made either way are found either way."""
+    import numpy as np
+
+    from craftmd.analysis.bootstrap import Memo
+
+    digest = bytes(range(16))
+    for head, tail in ((("mean of", 60, digest), (("gpt4", "vignette", "frq", False, "all", "all"),)),
+                       (("paired of", digest), (("paper", "vignette"), digest[::-1], ("paper", "multiturn"))),
+                       (("sum", True, np.arange(7)), ())):  # fmt: skip
+        begun = Memo.begun(10_000, 3, *head)
+        assert Memo.then(begun, *tail) == Memo.key(10_000, 3, *head, *tail)
+        assert Memo.then(begun, *tail) == Memo.then(begun, *tail)  # (the begun state is left as it was)
+    assert Memo.then(Memo.begun(10_000, 3, "a"), "b") != Memo.key(10_000, 4, "a", "b")
