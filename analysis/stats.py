@@ -8,9 +8,12 @@ McNemar's test (statsmodels) and the Holm-Bonferroni adjustment (statsmodels).
 from __future__ import annotations
 
 import gc
+import hashlib
+import os
 from collections.abc import Iterable
 from contextlib import contextmanager
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -424,8 +427,20 @@ METRIC_COLUMNS = [
 FLOAT_DECIMALS = 10
 
 
+#: The metric table's columns and types, and the memo key of each row's interval (:func:`_metric_rows`; kept beside a
+#: release's case scores, :func:`_kept_metric_rows`).
+_METRIC_SCHEMA = {"model": pl.String, "scorer": pl.String, "metric": pl.String, "variant": pl.String, "kind": pl.String,
+                  "higher_is_better": pl.Boolean, "n_cases": pl.Int64, "n_failed": pl.Int64, "mean": pl.Float64,
+                  "ci_low": pl.Float64, "ci_high": pl.Float64, "memo_key": pl.Binary}  # fmt: skip
+
+
 def metric_table(
-    case_scores: pl.DataFrame | Iterable[pl.DataFrame], *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, memo: Memo | None = None
+    case_scores: pl.DataFrame | Iterable[pl.DataFrame] | None,
+    *,
+    B: int = DEFAULT_B,
+    seed: int = DEFAULT_SEED,
+    memo: Memo | None = None,
+    kept=None,
 ) -> pl.DataFrame:
     """Every metric other than ``correct`` (``sql/metric_case_scores``; its rows, or an iterable of one frame per
     release: :func:`.runner.by_release`): per release, scorer, metric and variant, the mean over cases of each case's
@@ -434,21 +449,59 @@ def metric_table(
     Binary and ordinal metrics take the exact-integer path (a case's value sum scaled by the
     least common multiple of the cell's trial counts); continuous metrics the float path. A
     case whose every score failed has no value: it is counted in ``n_failed``, not in the mean. ``memo``: as in
-    :func:`bootstrap_all`."""
+    :func:`bootstrap_all`. ``kept`` (:class:`.runner.Kept`, instead of ``case_scores``): each release's case scores
+    are read from its kept file, and its rows are kept beside it and read back while neither its kept files nor this
+    code changed (:func:`_kept_metric_rows`)."""
     memo = memo if memo is not None else Memo()
     key = ["release", "scorer", "metric", "variant"]
-    parts = case_scores.partition_by("release", maintain_order=True) if isinstance(case_scores, pl.DataFrame) else case_scores
-    rows = []
-    for of_release in parts:  # one release at a time: memory follows it, not the board
-        rows += _metric_rows(of_release, key, B, seed, memo)
-    schema = {"model": pl.String, "scorer": pl.String, "metric": pl.String, "variant": pl.String, "kind": pl.String,
-              "higher_is_better": pl.Boolean, "n_cases": pl.Int64, "n_failed": pl.Int64, "mean": pl.Float64,
-              "ci_low": pl.Float64, "ci_high": pl.Float64}  # fmt: skip
-    return pl.DataFrame(rows, schema=schema).select(METRIC_COLUMNS).sort("model", "scorer", "metric", "variant")
+    if kept is not None:
+        per_release = (_kept_metric_rows(kept, rid, key, B, seed, memo) for rid in kept.ids)
+    else:
+        parts = case_scores.partition_by("release", maintain_order=True) if isinstance(case_scores, pl.DataFrame) else case_scores
+        per_release = (_metric_rows(of_release, key, B, seed, memo) for of_release in parts)
+    rows = [row for made in per_release for row in made]  # one release at a time: memory follows it, not the board
+    return pl.DataFrame(rows, schema=_METRIC_SCHEMA).select(METRIC_COLUMNS).sort("model", "scorer", "metric", "variant")
+
+
+@lru_cache(maxsize=1)
+def _metric_code() -> bytes:
+    """What a release's metric rows are made by, besides its case scores: this module's and the bootstrap's code."""
+    h = hashlib.blake2b(b"metric rows", digest_size=16)
+    for f in ("stats.py", "bootstrap.py"):
+        h.update((Path(__file__).parent / f).read_bytes())
+    return h.digest()
+
+
+def _kept_metric_rows(kept, rid: str, key: list[str], B: int, seed: int, memo: Memo) -> list[dict]:
+    """Release ``rid``'s metric rows: read back from the file kept under its kept files' digest, this code's, ``B`` and
+    the seed, where the metrics they name are declared as they were (kind, direction) and the memo holds each row's
+    interval (it is marked used, as a full analysis uses it); else made from its kept case scores, and kept."""
+    from craftmd.metrics import metric
+
+    h = hashlib.blake2b(kept.digests[rid] + _metric_code() + f"{B}\0{seed}".encode(), digest_size=16)
+    name = f"metric_rows-{h.hexdigest()}.parquet"
+    if kept.found(name):
+        try:
+            got = pl.read_parquet(kept.out / name)
+            rows = got.to_dicts() if got.schema == pl.Schema(_METRIC_SCHEMA) else None
+        except (pl.exceptions.PolarsError, OSError):
+            rows = None
+        if rows is not None and all(
+            (metric(r["metric"]).kind, metric(r["metric"]).higher_is_better) == (r["kind"], r["higher_is_better"])
+            and (r["memo_key"] is None or memo.get(r["memo_key"]) is not None)
+            for r in rows
+        ):
+            return rows
+    rows = _metric_rows(pl.read_parquet(kept.path("metric_case_scores", rid)), key, B, seed, memo)
+    part = kept.out / f"{name}.part"
+    pl.DataFrame(rows, schema=_METRIC_SCHEMA).write_parquet(part)
+    os.replace(part, kept.out / name)
+    return rows
 
 
 def _metric_rows(of_release: pl.DataFrame, key: list[str], B: int, seed: int, memo: Memo) -> list[dict]:
-    """:func:`metric_table`'s rows of one release's cells (those where nothing could be scored with their failures)."""
+    """:func:`metric_table`'s rows of one release's cells (those where nothing could be scored with their failures),
+    each with the memo key of its interval."""
     from craftmd.metrics import metric
 
     failed = of_release.group_by(key, maintain_order=True).agg(pl.col("n_failed").sum())
@@ -481,6 +534,7 @@ def _metric_rows(of_release: pl.DataFrame, key: list[str], B: int, seed: int, me
             "model": k[0], "scorer": k[1], "metric": k[2], "variant": k[3], "kind": m.kind,
             "higher_is_better": m.higher_is_better, "n_cases": n, "n_failed": int(n_failed.get(tuple(k), 0)),
             "mean": round(total / (n * L), d), "ci_low": round(lo / (n * L), d), "ci_high": round(hi / (n * L), d),
+            "memo_key": mk,
         })  # fmt: skip
     done = {tuple(c[0]) for c in mine}  # the cells with a value
     for k, nf in n_failed.items():  # cells where nothing could be scored still show their failures
@@ -488,7 +542,7 @@ def _metric_rows(of_release: pl.DataFrame, key: list[str], B: int, seed: int, me
             m = metric(k[2])
             rows.append({"model": k[0], "scorer": k[1], "metric": k[2], "variant": k[3], "kind": m.kind,
                          "higher_is_better": m.higher_is_better, "n_cases": 0, "n_failed": int(nf),
-                         "mean": None, "ci_low": None, "ci_high": None})  # fmt: skip
+                         "mean": None, "ci_low": None, "ci_high": None, "memo_key": None})  # fmt: skip
     return rows
 
 

@@ -210,7 +210,8 @@ def compute(
     t1 = time.perf_counter()
     digests = kept.digests if kept is not None else None  # each release's kept case scores: the memo's first key
     acc, pv, more_pv = bootstrap_all(cells_of(con), accuracy, comparisons, more, B=B, seed=seed, memo=memo, digests=digests)
-    metrics = metric_table(runner.by_release(con, "metric_case_scores"), B=B, seed=seed, memo=memo)
+    by_release = None if kept is not None else runner.by_release(con, "metric_case_scores")
+    metrics = metric_table(by_release, B=B, seed=seed, memo=memo, kept=kept)
     hist = history_tables(con, B=B, seed=seed, memo=memo)
     t2 = time.perf_counter()
     from .rubric import rubric

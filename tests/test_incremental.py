@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 from test_analysis import _all_trials, _dataset, _release
 
@@ -274,3 +275,45 @@ def test_a_key_begun_once_and_finished_many_times_is_the_key_of_all_its_parts():
         assert Memo.then(begun, *tail) == Memo.key(10_000, 3, *head, *tail)
         assert Memo.then(begun, *tail) == Memo.then(begun, *tail)  # (the begun state is left as it was)
     assert Memo.then(Memo.begun(10_000, 3, "a"), "b") != Memo.key(10_000, 4, "a", "b")
+
+
+def test_a_release_whose_kept_files_did_not_change_has_its_metric_rows_read_back_not_made_again(tmp_path, monkeypatch):
+    """Each release's rows of the metrics table are kept beside its case scores: with a release added, only its rows
+    are made from case scores; a kept rows file that is damaged, or that names a metric declared otherwise now, is made
+    again; and the output is the bytes a full analysis writes."""
+    import craftmd.analysis.stats as stats
+    from craftmd.metrics import metric
+
+    from craftmd.release import read_release, write_scores
+
+    def meld(i: int):  # a release's MELD similarity of each case (a metric of the metrics table)
+        rows = [{"case_id": f"case_{c}", "trial": 0, "scorer": "meld", "metric": "meld_similarity", "value": (c * i % 7) / 7,
+                 "label": None, "detail": None, "status": "ok"} for c in range(12)]  # fmt: skip
+        write_scores(read_release(rel / f"r{i:02d}"), pa.Table.from_pylist(rows), {"meld": {}})
+
+    data, rel = _board(tmp_path, 3)
+    for i in range(3):
+        meld(i)
+    _analyse(rel, data, tmp_path / "one")
+    _add(rel, 3)
+    meld(3)
+    made, real = [], stats._metric_rows
+    monkeypatch.setattr(stats, "_metric_rows", lambda frame, *a: made.append(set(frame["release"])) or real(frame, *a))
+    inc = _analyse(rel, data, tmp_path / "inc", previous=tmp_path / "one")
+    assert made == [{"r03"}] and inc.metrics.filter(pl.col("model") == "r03").height > 0
+    assert _files(tmp_path / "inc") == _files(_full(rel, data, tmp_path / "full"))
+    kept = sorted((tmp_path / "inc" / CACHE / "queries").glob("metric_rows-*.parquet"))
+    assert len(kept) == 4
+    kept[0].write_bytes(b"PAR1 not a parquet file PAR1")  # damaged: made again
+    made.clear()
+    _analyse(rel, data, tmp_path / "again", previous=tmp_path / "inc")
+    assert len(made) == 1 and _files(tmp_path / "again") == _files(tmp_path / "full")
+    import dataclasses
+
+    import craftmd.metrics
+
+    turned = dataclasses.replace(metric("meld_similarity"), higher_is_better=not metric("meld_similarity").higher_is_better)
+    monkeypatch.setattr(craftmd.metrics, "metric", lambda name: turned if name == "meld_similarity" else metric(name))
+    made.clear()
+    _analyse(rel, data, tmp_path / "declared", previous=tmp_path / "again")
+    assert len(made) == 4  # every release names it: every release's rows made again
