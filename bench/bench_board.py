@@ -6,9 +6,11 @@ Each board is made of copies of the given releases (default: out/releases and ou
 them) under new ids, cycling through them: a copy is a folder whose parquet files are hard links to the original's
 (a real copy where the file system refuses) and whose manifest names the new id, so the copies cost no disk. Each size
 is analysed in a fresh process (``craftmd.analysis.tables.analyse``, tables only unless --figures, 10,000
-resamples), which reports its wall time and its peak resident memory (``ru_maxrss``); then one more release is
-added and the board analysed again, in another fresh process, reading back what the first analysis kept
-(``previous=``: its ``.cache``), as `craftmd analyse` into the same folder does ("+1"). Printed: one row per size and
+resamples), which reports its wall time and its peak resident memory (``ru_maxrss``); then one more release (a copy
+with files of its own, as a new release has) is added to the board and the board analysed again, in another fresh
+process, reading back what the first analysis kept (``previous=``: its ``.cache``), as `craftmd analyse` into the same
+folder does ("+1"). The board is analysed two seconds after it is made (``craftmd.release.SETTLED_NS``): a file
+younger than that is hashed each time it is read, and a board's releases are older. Printed: one row per size and
 the growth exponent of the time between consecutive sizes and between the first size of at least 10 and the last
 (1.0: linear). By default models are paired as ``craftmd analyse`` pairs them (every pair up to
 ``runner.ALL_PAIRS_UP_TO`` models per family, else neighbours in the ranking and the leader); --all-pairs tests every
@@ -35,23 +37,33 @@ def make_board(sources: list[Path], n: int, root: Path) -> Path:
     out = root / "releases"
     out.mkdir(parents=True)
     for i in range(n):
-        src = sources[i % len(sources)]
-        manifest = json.loads((src / "manifest.json").read_text())
-        new = f"{manifest['release']}-{i:03d}"
-        manifest["release"] = new
-        if manifest.get("display_name"):
-            manifest["display_name"] = f"{manifest['display_name']} #{i:03d}"
-        dst = out / new
-        dst.mkdir()
-        for f in src.iterdir():
-            if f.name == "manifest.json" or not f.is_file():
-                continue
-            try:
-                os.link(f, dst / f.name)
-            except OSError:
-                shutil.copy2(f, dst / f.name)
-        (dst / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+        add_copy(sources[i % len(sources)], i, out)
     return out
+
+
+def add_copy(src: Path, i: int, out: Path, link: bool = True) -> Path:
+    """Copy ``i`` of release ``src`` in the releases folder ``out``, under the id ``<id>-<i>``: its parquet files
+    hard-linked (or copied, ``link=False``: a release added to a board has files of its own, and a new link to a file
+    is a change of it, which the releases already checked on this machine would be hashed again for), a new
+    manifest."""
+    manifest = json.loads((src / "manifest.json").read_text())
+    new = f"{manifest['release']}-{i:03d}"
+    manifest["release"] = new
+    if manifest.get("display_name"):
+        manifest["display_name"] = f"{manifest['display_name']} #{i:03d}"
+    dst = out / new
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name == "manifest.json" or not f.is_file():
+            continue
+        try:
+            if not link:
+                raise OSError
+            os.link(f, dst / f.name)
+        except OSError:
+            shutil.copy2(f, dst / f.name)
+    (dst / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    return dst
 
 
 def one(releases: Path, dataset: Path, out: Path, all_pairs: bool, figures: bool, previous: Path | None = None) -> dict:
@@ -67,6 +79,8 @@ def one(releases: Path, dataset: Path, out: Path, all_pairs: bool, figures: bool
 
 
 def main(argv=None) -> int:
+    from craftmd.release import SETTLED_NS
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--releases", type=Path)
     p.add_argument("--dataset", type=Path)
@@ -91,9 +105,12 @@ def main(argv=None) -> int:
     print(f"{'releases':>8} {'seconds':>8} {'peak MB':>8} {'p-values':>9} {'+1 s':>7} {'+1 MB':>7}  (sql / bootstrap+tests s)")
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix="bench-board-") as tmp:
-            full = _child(make_board(sources, n, Path(tmp) / "a"), dataset, Path(tmp) / "out", args)
-            # one more release on the board just analysed: analysed into a new folder, reading back the first's .cache
-            grown = _child(make_board(sources, n + 1, Path(tmp) / "b"), dataset, Path(tmp) / "out2", args, Path(tmp) / "out")
+            board = make_board(sources, n, Path(tmp) / "a")
+            time.sleep(SETTLED_NS / 1e9)  # a board's releases are older than this (younger files are hashed every time)
+            full = _child(board, dataset, Path(tmp) / "out", args)
+            # one more release added to the board just analysed: analysed into a new folder, reading back the first's .cache
+            add_copy(sources[n % len(sources)], n, board, link=False)
+            grown = _child(board, dataset, Path(tmp) / "out2", args, Path(tmp) / "out")
         if full is None or grown is None:
             return 1
         rows.append((n, full))
