@@ -5,6 +5,8 @@ grades: paired tests between releases, FRQ accuracy by coverage quintile, and th
 
 from __future__ import annotations
 
+import hashlib
+import json
 from functools import partial
 
 import numpy as np
@@ -40,6 +42,7 @@ class _Ratios:
         self.memo = memo if memo is not None else Memo()
         self.keys: list[tuple] = []  # in the order they were added
         self.out: dict[tuple, tuple] = {}
+        self.memo_keys: dict[tuple, bytes] = {}  # key -> the memo key of its vectors
         self.todo: list[tuple] = []  # (key, memo key, num, den, exact, estimate, count, test): not resampled yet
 
     def add(self, key: tuple, num: np.ndarray, den: np.ndarray, exact: bool) -> None:
@@ -49,6 +52,7 @@ class _Ratios:
         est = float(num.sum()) / total
         self.keys.append(key)
         mk = self.memo.key(self.B, self.seed, "ratio", bool(exact), test, num, den)
+        self.memo_keys[key] = mk
         if (got := self.memo.get(mk)) is not None:
             self.out[key] = (est, got[0], got[1], got[2] if test else None, total)
             return
@@ -105,7 +109,9 @@ def tertiles(values: np.ndarray) -> tuple[np.ndarray, dict[int, tuple[int, int]]
     }
 
 
-def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, memo: Memo | None = None) -> dict[str, pl.DataFrame]:
+def history_tables(
+    con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, memo: Memo | None = None, kept=None
+) -> dict[str, pl.DataFrame]:
     """The three tables, from a prepared connection (:func:`craftmd.analysis.tables.prepared_connection`);
     empty tables when no release has history scores.
 
@@ -127,7 +133,12 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, memo: M
     Every interval resamples cases (a case's conversations together), with the one resample matrix of
     :mod:`craftmd.analysis.bootstrap` for the dataset's text cases: a statistic over a subset of cases is a ratio of
     two resampled sums (the subset's values, and its count), so subsets and pairs share the draws and the sums stay
-    exact (integers; continuous values on the fixed-point grid)."""
+    exact (integers; continuous values on the fixed-point grid).
+
+    ``kept`` (:class:`.runner.Kept`): each release's rows of the coverage and complexity tables are kept beside its case
+    scores, under its kept files' digest, the coverage cut points, this code's and ``B`` and the seed, and read back
+    while those are unchanged (:func:`_kept_rows`): its trials are then not read. The tests between releases are made
+    every time (a new release changes the ranking, and the memo holds their results)."""
     cols = {r[0] for r in con.execute("describe scores").fetchall()}
     empty = {
         "history_tests": pl.DataFrame(schema=dict.fromkeys(TEST_COLUMNS, pl.String)),
@@ -159,13 +170,77 @@ def history_tables(con, *, B: int = DEFAULT_B, seed: int = DEFAULT_SEED, memo: M
     ratios = _Ratios(B, seed, memo)
     protocol = _add_tests(con, ratios, means)
     edges, bins, multiturn = _coverage_edges(con), {}, []
-    for trials in runner.by_release(con, "history_trials"):  # the trials one release at a time
+    found = _kept_rows(kept, edges, ratios.memo, B, seed)  # release -> its coverage and complexity rows, read back
+    if kept is None:
+        per_release = runner.by_release(con, "history_trials")  # the trials one release at a time
+    else:
+        per_release = (pl.read_parquet(kept.path("history_trials", rid)) for rid in kept.ids if rid not in found)
+    for trials in per_release:
         trials = trials.join(positions, on="case_id", maintain_order="left")
         multiturn += _add_coverage(ratios, trials, edges, bins, vector)
-    t_range = _add_complexity(ratios, cases.join(positions, on="case_id", maintain_order="left"), means, multiturn, vector)
+    made = {key: value for key, value in means.items() if key[0] not in found}
+    t_range = _add_complexity(ratios, cases.join(positions, on="case_id", maintain_order="left"), made, multiturn, vector)
     res = ratios.results()
-    return {"history_tests": _tests_frame(res, protocol), "history_by_coverage": _coverage_frame(res, bins, edges),
-            "history_by_complexity": _complexity_frame(res, t_range)}  # fmt: skip
+    coverage, complexity = _coverage_rows(res, bins, edges), _complexity_rows(res, t_range)
+    if kept is not None:
+        _keep_rows(kept, found, coverage, complexity, ratios.memo_keys, (edges, B, seed))
+    for rows in found.values():
+        coverage += rows["coverage"]
+        complexity += rows["complexity"]
+    return {"history_tests": _tests_frame(res, protocol), "history_by_coverage": _coverage_frame(coverage),
+            "history_by_complexity": _complexity_frame(complexity)}  # fmt: skip
+
+
+def _rows_file(kept, rid: str, edges: np.ndarray, B: int, seed: int) -> str:
+    """The name release ``rid``'s coverage and complexity rows are kept under (:func:`_kept_rows`)."""
+    from pathlib import Path
+
+    h = hashlib.blake2b(kept.digests[rid] + np.ascontiguousarray(edges, np.float64).tobytes(), digest_size=16)
+    for f in ("history.py", "bootstrap.py"):
+        h.update((Path(__file__).parent / f).read_bytes())
+    h.update(f"{B}\0{seed}".encode())
+    return f"history_rows-{h.hexdigest()}.json"
+
+
+def _kept_rows(kept, edges: np.ndarray, memo: Memo, B: int, seed: int) -> dict[str, dict]:
+    """Each release's coverage and complexity rows that ``kept`` holds for it as it is now (:func:`_rows_file`) and whose
+    intervals the memo holds (marked used, as a full analysis uses them); a damaged file is left to be made again."""
+    found: dict[str, dict] = {}
+    for rid in kept.ids if kept is not None else ():
+        name = _rows_file(kept, rid, edges, B, seed)
+        if not kept.found(name, _json_rows):
+            continue
+        rows = json.loads((kept.out / name).read_bytes())
+        if all(memo.get(bytes.fromhex(k)) is not None for k in rows["memo"]):
+            found[rid] = rows
+    return found
+
+
+def _json_rows(path) -> bool:
+    """Whether ``path`` holds a release's kept history rows (a JSON object of three lists)."""
+    try:
+        rows = json.loads(path.read_bytes())
+        return isinstance(rows, dict) and all(isinstance(rows.get(k), list) for k in ("coverage", "complexity", "memo"))
+    except (OSError, ValueError, RecursionError):
+        return False
+
+
+def _keep_rows(kept, found: dict, coverage: list[dict], complexity: list[dict], memo_keys: dict[tuple, bytes], named) -> None:
+    """Keep each release's coverage and complexity rows made now (not ``found``), with the memo keys of their
+    intervals, written whole (``named``: :func:`_rows_file`'s cut points, ``B`` and seed)."""
+    from craftmd.atomic import atomic_write_json
+
+    mine: dict[str, dict] = {}
+    for table, rows in (("coverage", coverage), ("complexity", complexity)):
+        for row in rows:
+            mine.setdefault(row["model"], {"coverage": [], "complexity": [], "memo": []})[table].append(row)
+    for key, mk in memo_keys.items():
+        if key[0] in ("mt", "vg", "cx") and key[1] in mine:
+            mine[key[1]]["memo"].append(mk.hex())
+    for rid in kept.ids:  # (a release without rows has a file of none: its trials are not read again either)
+        if rid not in found:
+            rows = mine.get(rid) or {"coverage": [], "complexity": [], "memo": []}
+            atomic_write_json(kept.out / _rows_file(kept, rid, *named), rows)
 
 
 def _vector(n: int, at: pl.Series, values) -> np.ndarray:
@@ -276,7 +351,8 @@ def _tests_frame(res: dict, protocol: dict[str, str | None]) -> pl.DataFrame:
                                        "p_holm": pl.Float64}).sort("metric", "model_a", "model_b")  # fmt: skip
 
 
-def _coverage_frame(res: dict, bins: dict, edges: np.ndarray) -> pl.DataFrame:
+def _coverage_rows(res: dict, bins: dict, edges: np.ndarray) -> list[dict]:
+    """The coverage table's rows of the releases whose trials were read (``bins``)."""
     cov = []
     for (rel, grader, q), (k, ncases, rmean) in bins.items():
         mt, vg = res.get(("mt", rel, grader, q)), res.get(("vg", rel, grader, q))
@@ -286,13 +362,18 @@ def _coverage_frame(res: dict, bins: dict, edges: np.ndarray) -> pl.DataFrame:
                     "n_conversations": k, "n_cases": ncases, "recall_mean": _round(rmean),
                     "multiturn_accuracy": _round(mt[0]), "multiturn_ci_low": _round(mt[1]), "multiturn_ci_high": _round(mt[2]),
                     "vignette_accuracy": _round(vg[0]), "vignette_ci_low": _round(vg[1]), "vignette_ci_high": _round(vg[2])})  # fmt: skip
+    return cov
+
+
+def _coverage_frame(cov: list[dict]) -> pl.DataFrame:
     return pl.DataFrame(cov, schema={"model": pl.String, "grader": pl.String, "quintile": pl.Int64,
                                      "recall_low": pl.Float64, "recall_high": pl.Float64,
                                      "n_conversations": pl.Int64, "n_cases": pl.Int64, "recall_mean": pl.Float64,
                                      **{c: pl.Float64 for c in COVERAGE_COLUMNS[8:]}}).sort("model", "grader", "quintile")  # fmt: skip
 
 
-def _complexity_frame(res: dict, t_range: dict) -> pl.DataFrame:
+def _complexity_rows(res: dict, t_range: dict) -> list[dict]:
+    """The complexity table's rows of the ratios resampled or read back now."""
     cx = []
     for key, (est, lo, hi, _, n_t) in res.items():  # n_t: the tertile's cases that have the measure
         if key[0] != "cx":
@@ -300,6 +381,10 @@ def _complexity_frame(res: dict, t_range: dict) -> pl.DataFrame:
         _, rel, measure, grader, t = key
         cx.append({"model": rel, "measure": measure, "grader": grader, "tertile": t, "words_low": t_range[t][0],
                    "words_high": t_range[t][1], "n_cases": int(n_t), "mean": _round(est), "ci_low": _round(lo), "ci_high": _round(hi)})  # fmt: skip
+    return cx
+
+
+def _complexity_frame(cx: list[dict]) -> pl.DataFrame:
     return pl.DataFrame(cx, schema={"model": pl.String, "measure": pl.String, "grader": pl.String, "tertile": pl.Int64,
                                     "words_low": pl.Int64, "words_high": pl.Int64, "n_cases": pl.Int64,
                                     "mean": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64}

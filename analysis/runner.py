@@ -441,13 +441,15 @@ class Kept:
         self.out.mkdir(parents=True, exist_ok=True)
         rows.write_parquet(self.out / self.PAIRS)
 
-    def found(self, file: str) -> bool:
-        """Whether ``file`` is kept in :attr:`out`, first linked (or copied) from :attr:`previous` when only it has it."""
+    def found(self, file: str, readable=None) -> bool:
+        """Whether ``file`` is kept in :attr:`out`, first linked (or copied) from :attr:`previous` when only it has it
+        (``readable(path)``: whether a file is whole; default: a parquet file whose footer reads)."""
+        readable = readable or _readable
         here = self.out / file
-        if _readable(here):
+        if readable(here):
             return True
         there = self.previous / file if self.previous is not None else None
-        if there is None or not _readable(there):
+        if there is None or not readable(there):
             return False
         self.out.mkdir(parents=True, exist_ok=True)
         try:

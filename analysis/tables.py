@@ -212,7 +212,7 @@ def compute(
     acc, pv, more_pv = bootstrap_all(cells_of(con), accuracy, comparisons, more, B=B, seed=seed, memo=memo, digests=digests)
     by_release = None if kept is not None else runner.by_release(con, "metric_case_scores")
     metrics = metric_table(by_release, B=B, seed=seed, memo=memo, kept=kept)
-    hist = history_tables(con, B=B, seed=seed, memo=memo)
+    hist = history_tables(con, B=B, seed=seed, memo=memo, kept=kept)
     t2 = time.perf_counter()
     from .rubric import rubric
 

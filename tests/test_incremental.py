@@ -317,3 +317,40 @@ def test_a_release_whose_kept_files_did_not_change_has_its_metric_rows_read_back
     made.clear()
     _analyse(rel, data, tmp_path / "declared", previous=tmp_path / "again")
     assert len(made) == 4  # every release names it: every release's rows made again
+
+
+def test_a_release_whose_kept_files_did_not_change_has_its_coverage_rows_read_back_not_its_trials(tmp_path, monkeypatch):
+    """Each release's rows of the history-by-coverage table are kept beside its case scores, under the coverage cut
+    points too: with a release added (the cut points unchanged), only its trials are read and cut into quintiles; a
+    damaged kept file is made again; and the output is the bytes a full analysis writes."""
+    import craftmd.analysis.history as history
+    from craftmd.release import read_release, write_scores
+    from test_analysis import N_CASES, TRIALS
+
+    def scored(i: int):  # history scores: every trial the same recall (the cut points stay as releases come), its turns
+        rows = [{"case_id": f"case_{c}", "trial": t, "conversation": "standard", "with_image": False, "scorer": "history",
+                 "metric": m, "value": 0.5 if m == "patient_info_recall" else float(c % 4 + i), "label": None,
+                 "detail": None, "status": "ok"}
+                for c in range(N_CASES) for t in range(TRIALS) for m in ("patient_info_recall", "doctor_turns")]  # fmt: skip
+        write_scores(read_release(rel / f"r{i:02d}"), pa.Table.from_pylist(rows), {"history": {}})
+
+    data, rel = _board(tmp_path, 3)
+    for i in range(3):
+        scored(i)
+    one = _analyse(rel, data, tmp_path / "one")
+    _add(rel, 3)
+    scored(3)
+    cut, real = [], history._add_coverage
+    monkeypatch.setattr(
+        history, "_add_coverage", lambda ratios, trials, *a: cut.append(set(trials["release"])) or real(ratios, trials, *a)
+    )
+    inc = _analyse(rel, data, tmp_path / "inc", previous=tmp_path / "one")
+    assert cut == [{"r03"}] and one.history_by_coverage.height > 0
+    assert inc.history_by_coverage.filter(pl.col("model") != "r03").equals(one.history_by_coverage)
+    assert _files(tmp_path / "inc") == _files(_full(rel, data, tmp_path / "full"))
+    kept = sorted((tmp_path / "inc" / CACHE / "queries").glob("history_rows-*.json"))
+    assert len(kept) == 4
+    kept[0].write_text('{"coverage": [')  # damaged: made again
+    cut.clear()
+    _analyse(rel, data, tmp_path / "again", previous=tmp_path / "inc")
+    assert len(cut) == 1 and _files(tmp_path / "again") == _files(tmp_path / "full")
