@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import partial
+from functools import lru_cache, partial
 
 import numpy as np
 import polars as pl
@@ -191,13 +191,19 @@ def history_tables(
             "history_by_complexity": _complexity_frame(complexity)}  # fmt: skip
 
 
-def _rows_file(kept, rid: str, edges: np.ndarray, B: int, seed: int) -> str:
-    """The name release ``rid``'s coverage and complexity rows are kept under (:func:`_kept_rows`)."""
+@lru_cache(maxsize=1)
+def _code() -> bytes:
+    """What a release's coverage and complexity rows are made by, besides its trials: this module's and the
+    bootstrap's code."""
     from pathlib import Path
 
+    return b"".join((Path(__file__).parent / f).read_bytes() for f in ("history.py", "bootstrap.py"))
+
+
+def _rows_file(kept, rid: str, edges: np.ndarray, B: int, seed: int) -> str:
+    """The name release ``rid``'s coverage and complexity rows are kept under (:func:`_kept_rows`)."""
     h = hashlib.blake2b(kept.digests[rid] + np.ascontiguousarray(edges, np.float64).tobytes(), digest_size=16)
-    for f in ("history.py", "bootstrap.py"):
-        h.update((Path(__file__).parent / f).read_bytes())
+    h.update(_code())
     h.update(f"{B}\0{seed}".encode())
     return f"history_rows-{h.hexdigest()}.json"
 
@@ -217,10 +223,17 @@ def _kept_rows(kept, edges: np.ndarray, memo: Memo, B: int, seed: int) -> dict[s
 
 
 def _json_rows(path) -> bool:
-    """Whether ``path`` holds a release's kept history rows (a JSON object of three lists)."""
+    """Whether ``path`` holds a release's kept history rows: a JSON object of the two tables' rows (each with the
+    table's columns) and the memo keys of their intervals (hex digests)."""
     try:
         rows = json.loads(path.read_bytes())
-        return isinstance(rows, dict) and all(isinstance(rows.get(k), list) for k in ("coverage", "complexity", "memo"))
+        return (
+            isinstance(rows, dict)
+            and all(isinstance(rows.get(k), list) for k in ("coverage", "complexity", "memo"))
+            and all(isinstance(r, dict) and r.keys() == set(COVERAGE_COLUMNS) for r in rows["coverage"])
+            and all(isinstance(r, dict) and r.keys() == set(COMPLEXITY_COLUMNS) for r in rows["complexity"])
+            and all(isinstance(k, str) and len(bytes.fromhex(k)) == 16 for k in rows["memo"])
+        )
     except (OSError, ValueError, RecursionError):
         return False
 

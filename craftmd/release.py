@@ -755,7 +755,7 @@ def write_scores(release: Release, new: pa.Table, records: dict[str, dict], drop
             (tmp / SCORES_FILE).write_bytes(data)
             (tmp / "manifest.json").write_text(manifest.to_json())
         release.manifest = manifest
-        release._scores_cache = None
+        release._scores_cache, release._names = None, None
         release._data = {**current._data, SCORES_FILE: data}
         release._verified = current._verified
         _remember(release)  # under the lock: as the files are now, no other writer between
@@ -1178,7 +1178,7 @@ def _noted_checked(release: Release, signature: tuple) -> bool:
             return False
         if _metric_terms(terms) != terms:
             return False
-    except (OSError, ValueError, KeyError, TypeError, CraftMDError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, CraftMDError):
         return False
     release._names = frozenset(names)
     return True

@@ -351,6 +351,7 @@ def test_a_release_whose_kept_files_did_not_change_has_its_coverage_rows_read_ba
     kept = sorted((tmp_path / "inc" / CACHE / "queries").glob("history_rows-*.json"))
     assert len(kept) == 4
     kept[0].write_text('{"coverage": [')  # damaged: made again
+    kept[1].write_text('{"coverage": [], "complexity": [], "memo": ["not a digest"]}')  # JSON, but not the rows kept
     cut.clear()
     _analyse(rel, data, tmp_path / "again", previous=tmp_path / "inc")
-    assert len(cut) == 1 and _files(tmp_path / "again") == _files(tmp_path / "full")
+    assert len(cut) == 2 and _files(tmp_path / "again") == _files(tmp_path / "full")
