@@ -21,8 +21,12 @@ COMMAND_WORD = re.compile(r"[a-z][a-z0-9-]*(/[a-z][a-z0-9-]*)*")  # a subcommand
 
 
 def documents() -> list[Path]:
-    """The README, the documentation site's pages and the task pages kept in the tasks' folders."""
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "craftmd" / "tasks").glob("*/README.md"))]
+    """The README, the documentation site's pages and the task pages kept in the tasks' folders (not what the docs
+    build writes, ``docs/_generated`` and ``docs/_build``: the tests collected are the same before a build and after)."""
+    pages = [
+        p for p in sorted((ROOT / "docs").rglob("*.md")) if not {"_generated", "_build"} & set(p.relative_to(ROOT / "docs").parts)
+    ]
+    return [ROOT / "README.md", *pages, *sorted((ROOT / "craftmd" / "tasks").glob("*/README.md"))]
 
 
 def code_lines(text: str) -> list[tuple[int, str]]:
