@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from functools import lru_cache, partial
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -195,8 +196,6 @@ def history_tables(
 def _code() -> bytes:
     """What a release's coverage and complexity rows are made by, besides its trials: this module's and the
     bootstrap's code."""
-    from pathlib import Path
-
     return b"".join((Path(__file__).parent / f).read_bytes() for f in ("history.py", "bootstrap.py"))
 
 
@@ -214,20 +213,18 @@ def _kept_rows(kept, edges: np.ndarray, memo: Memo, B: int, seed: int) -> dict[s
     found: dict[str, dict] = {}
     for rid in kept.ids if kept is not None else ():
         name = _rows_file(kept, rid, edges, B, seed)
-        if not kept.found(name, _json_rows):
-            continue
-        rows = json.loads((kept.out / name).read_bytes())
-        if all(memo.get(bytes.fromhex(k)) is not None for k in rows["memo"]):
+        rows = _json_rows(kept.out / name) if kept.found(name, Path.is_file) else None  # (checked once, below)
+        if rows is not None and all(memo.get(bytes.fromhex(k)) is not None for k in rows["memo"]):
             found[rid] = rows
     return found
 
 
-def _json_rows(path) -> bool:
-    """Whether ``path`` holds a release's kept history rows: a JSON object of the two tables' rows (each with the
-    table's columns) and the memo keys of their intervals (hex digests)."""
+def _json_rows(path: Path) -> dict | None:
+    """A release's kept history rows at ``path``: a JSON object of the two tables' rows (each with the table's
+    columns) and the memo keys of their intervals (hex digests); None for anything else (made again)."""
     try:
         rows = json.loads(path.read_bytes())
-        return (
+        whole = (
             isinstance(rows, dict)
             and all(isinstance(rows.get(k), list) for k in ("coverage", "complexity", "memo"))
             and all(isinstance(r, dict) and r.keys() == set(COVERAGE_COLUMNS) for r in rows["coverage"])
@@ -235,7 +232,8 @@ def _json_rows(path) -> bool:
             and all(isinstance(k, str) and len(bytes.fromhex(k)) == 16 for k in rows["memo"])
         )
     except (OSError, ValueError, RecursionError):
-        return False
+        return None
+    return rows if whole else None
 
 
 def _keep_rows(kept, found: dict, coverage: list[dict], complexity: list[dict], memo_keys: dict[tuple, bytes], named) -> None:
