@@ -56,12 +56,13 @@ def add_copy(src: Path, i: int, out: Path, link: bool = True) -> Path:
     for f in src.iterdir():
         if f.name == "manifest.json" or not f.is_file():
             continue
-        try:
-            if not link:
-                raise OSError
-            os.link(f, dst / f.name)
-        except OSError:
-            shutil.copy2(f, dst / f.name)
+        if link:
+            try:
+                os.link(f, dst / f.name)
+                continue
+            except OSError:
+                pass  # (a file system that refuses links: a copy)
+        shutil.copy2(f, dst / f.name)
     (dst / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
     return dst
 
