@@ -137,9 +137,11 @@ def history_tables(
     exact (integers; continuous values on the fixed-point grid).
 
     ``kept`` (:class:`.runner.Kept`): each release's rows of the coverage and complexity tables are kept beside its case
-    scores, under its kept files' digest, the coverage cut points, this code's and ``B`` and the seed, and read back
-    while those are unchanged (:func:`_kept_rows`): its trials are then not read. The tests between releases are made
-    every time (a new release changes the ranking, and the memo holds their results)."""
+    scores, under its kept files' digest, how many of its trials fall below each coverage cut point, this code's and
+    ``B`` and the seed, and read back while those are unchanged (:func:`_kept_rows`): its trials are then not read. A
+    new release moves the pooled cut points a little, but not, as a rule, any other release's conversation into another
+    quintile: those releases' rows are read back with the new cut points. The tests between releases are made every
+    time (a new release changes the ranking, and the memo holds their results)."""
     cols = {r[0] for r in con.execute("describe scores").fetchall()}
     empty = {
         "history_tests": pl.DataFrame(schema=dict.fromkeys(TEST_COLUMNS, pl.String)),
@@ -171,7 +173,8 @@ def history_tables(
     ratios = _Ratios(B, seed, memo)
     protocol = _add_tests(con, ratios, means)
     edges, bins, multiturn = _coverage_edges(con), {}, []
-    found = _kept_rows(kept, edges, ratios.memo, B, seed)  # release -> its coverage and complexity rows, read back
+    below = _below(con, edges) if kept is not None else {}
+    found = _kept_rows(kept, below, ratios.memo, B, seed)  # release -> its coverage and complexity rows, read back
     if kept is None:
         per_release = runner.by_release(con, "history_trials")  # the trials one release at a time
     else:
@@ -184,9 +187,9 @@ def history_tables(
     res = ratios.results()
     coverage, complexity = _coverage_rows(res, bins, edges), _complexity_rows(res, t_range)
     if kept is not None:
-        _keep_rows(kept, found, coverage, complexity, ratios.memo_keys, (edges, B, seed))
+        _keep_rows(kept, found, coverage, complexity, ratios.memo_keys, (below, B, seed))
     for rows in found.values():
-        coverage += rows["coverage"]
+        coverage += [{**row, **_quintile_range(row["quintile"], edges)} for row in rows["coverage"]]
         complexity += rows["complexity"]
     return {"history_tests": _tests_frame(res, protocol), "history_by_coverage": _coverage_frame(coverage),
             "history_by_complexity": _complexity_frame(complexity)}  # fmt: skip
@@ -199,20 +202,33 @@ def _code() -> bytes:
     return b"".join((Path(__file__).parent / f).read_bytes() for f in ("history.py", "bootstrap.py"))
 
 
-def _rows_file(kept, rid: str, edges: np.ndarray, B: int, seed: int) -> str:
-    """The name release ``rid``'s coverage and complexity rows are kept under (:func:`_kept_rows`)."""
-    h = hashlib.blake2b(kept.digests[rid] + np.ascontiguousarray(edges, np.float64).tobytes(), digest_size=16)
+def _below(con, edges: np.ndarray) -> dict[str, tuple[int, ...]]:
+    """Release -> how many of its trials' rows have a recall below each cut point of ``edges``: with its trials (which
+    its kept files' digest fixes), these say which quintile each of its conversations falls in."""
+    if len(edges) == 0:
+        return {}
+    counts = ", ".join(f"count(*) filter (where recall < ${j + 1})" for j in range(len(edges)))
+    found = con.execute(f"select release, {counts} from history_trials group by release", [float(e) for e in edges])
+    return {rid: tuple(n) for rid, *n in found.fetchall()}
+
+
+def _rows_file(kept, rid: str, below: dict[str, tuple[int, ...]], B: int, seed: int) -> str:
+    """The name release ``rid``'s coverage and complexity rows are kept under (:func:`_kept_rows`; ``below``:
+    :func:`_below`)."""
+    h = hashlib.blake2b(kept.digests[rid] + repr(below.get(rid, ())).encode(), digest_size=16)
     h.update(_code())
     h.update(f"{B}\0{seed}".encode())
     return f"history_rows-{h.hexdigest()}.json"
 
 
-def _kept_rows(kept, edges: np.ndarray, memo: Memo, B: int, seed: int) -> dict[str, dict]:
+def _kept_rows(kept, below: dict[str, tuple[int, ...]], memo: Memo, B: int, seed: int) -> dict[str, dict]:
     """Each release's coverage and complexity rows that ``kept`` holds for it as it is now (:func:`_rows_file`) and whose
-    intervals the memo holds (marked used, as a full analysis uses them); a damaged file is left to be made again."""
+    intervals the memo holds (marked used, as a full analysis uses them); a damaged file is left to be made again. A
+    coverage row is kept without its quintile's range (:data:`RANGE`: :func:`history_tables` gives it the board's
+    cut points)."""
     found: dict[str, dict] = {}
     for rid in kept.ids if kept is not None else ():
-        name = _rows_file(kept, rid, edges, B, seed)
+        name = _rows_file(kept, rid, below, B, seed)
         rows = _json_rows(kept.out / name) if kept.found(name, Path.is_file) else None  # (checked once, below)
         if rows is not None and all(memo.get(bytes.fromhex(k)) is not None for k in rows["memo"]):
             found[rid] = rows
@@ -221,13 +237,14 @@ def _kept_rows(kept, edges: np.ndarray, memo: Memo, B: int, seed: int) -> dict[s
 
 def _json_rows(path: Path) -> dict | None:
     """A release's kept history rows at ``path``: a JSON object of the two tables' rows (each with the table's
-    columns) and the memo keys of their intervals (hex digests); None for anything else (made again)."""
+    columns, but a coverage row without its quintile's :data:`RANGE`, which the board's cut points give) and the memo
+    keys of their intervals (hex digests); None for anything else (made again)."""
     try:
         rows = json.loads(path.read_bytes())
         whole = (
             isinstance(rows, dict)
             and all(isinstance(rows.get(k), list) for k in ("coverage", "complexity", "memo"))
-            and all(isinstance(r, dict) and r.keys() == set(COVERAGE_COLUMNS) for r in rows["coverage"])
+            and all(isinstance(r, dict) and r.keys() == set(COVERAGE_COLUMNS) - set(RANGE) for r in rows["coverage"])
             and all(isinstance(r, dict) and r.keys() == set(COMPLEXITY_COLUMNS) for r in rows["complexity"])
             and all(isinstance(k, str) and len(bytes.fromhex(k)) == 16 for k in rows["memo"])
         )
@@ -238,12 +255,13 @@ def _json_rows(path: Path) -> dict | None:
 
 def _keep_rows(kept, found: dict, coverage: list[dict], complexity: list[dict], memo_keys: dict[tuple, bytes], named) -> None:
     """Keep each release's coverage and complexity rows made now (not ``found``), with the memo keys of their
-    intervals, written whole (``named``: :func:`_rows_file`'s cut points, ``B`` and seed)."""
+    intervals, written whole (``named``: :func:`_rows_file`'s counts below the cut points, ``B`` and seed)."""
     from craftmd.atomic import atomic_write_json
 
     mine: dict[str, dict] = {}
     for table, rows in (("coverage", coverage), ("complexity", complexity)):
-        for row in rows:
+        for row in rows:  # (a coverage row without its quintile's range: the next board's cut points give it)
+            row = {k: v for k, v in row.items() if k not in RANGE}
             mine.setdefault(row["model"], {"coverage": [], "complexity": [], "memo": []})[table].append(row)
     for key, mk in memo_keys.items():
         if key[0] in ("mt", "vg", "cx") and key[1] in mine:
@@ -287,10 +305,13 @@ def _add_tests(con, ratios: _Ratios, means: dict) -> dict[str, str | None]:
 def _coverage_edges(con) -> np.ndarray:
     """The coverage quintiles' cut points: quantiles of the recall of every release's conversations together (one value
     per release, case and trial; none without trials)."""
-    recall = pl.from_arrow(con.sql("select distinct release, case_id, trial, recall from history_trials").to_arrow_table())
-    if recall.height == 0:
+    found = con.sql(
+        "select recall, count(*) as n from (select distinct release, case_id, trial, recall from history_trials) group by recall"
+    ).to_arrow_table()  # (each recall once, with its count: the same quantiles as the values one by one)
+    if found.num_rows == 0:
         return np.array([])
-    return np.quantile(recall["recall"].to_numpy(), np.linspace(0, 1, QUINTILES + 1)[1:-1])
+    recall = np.repeat(found["recall"].to_numpy(zero_copy_only=False), found["n"].to_numpy())
+    return np.quantile(recall, np.linspace(0, 1, QUINTILES + 1)[1:-1])
 
 
 def _add_coverage(ratios: _Ratios, trials: pl.DataFrame, edges: np.ndarray, bins: dict, vector) -> list[tuple]:
@@ -367,13 +388,21 @@ def _coverage_rows(res: dict, bins: dict, edges: np.ndarray) -> list[dict]:
     cov = []
     for (rel, grader, q), (k, ncases, rmean) in bins.items():
         mt, vg = res.get(("mt", rel, grader, q)), res.get(("vg", rel, grader, q))
-        lo_e = float(edges[q - 2]) if q > 1 else 0.0
-        hi_e = float(edges[q - 1]) if q <= len(edges) else 1.0
-        cov.append({"model": rel, "grader": grader, "quintile": q, "recall_low": _round(lo_e), "recall_high": _round(hi_e),
-                    "n_conversations": k, "n_cases": ncases, "recall_mean": _round(rmean),
+        cov.append({"model": rel, "grader": grader, "quintile": q, **_quintile_range(q, edges), "n_conversations": k, "n_cases": ncases, "recall_mean": _round(rmean),
                     "multiturn_accuracy": _round(mt[0]), "multiturn_ci_low": _round(mt[1]), "multiturn_ci_high": _round(mt[2]),
                     "vignette_accuracy": _round(vg[0]), "vignette_ci_low": _round(vg[1]), "vignette_ci_high": _round(vg[2])})  # fmt: skip
     return cov
+
+
+#: A coverage row's quintile's range of recall: the board's cut points, not the release's (:func:`_quintile_range`).
+RANGE = ("recall_low", "recall_high")
+
+
+def _quintile_range(q: int, edges: np.ndarray) -> dict[str, float | None]:
+    """Quintile ``q``'s :data:`RANGE` (its cut points of ``edges``; 0 and 1 at the ends), rounded."""
+    low = float(edges[q - 2]) if q > 1 else 0.0
+    high = float(edges[q - 1]) if q <= len(edges) else 1.0
+    return dict(zip(RANGE, (_round(low), _round(high))))
 
 
 def _coverage_frame(cov: list[dict]) -> pl.DataFrame:

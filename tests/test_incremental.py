@@ -355,3 +355,46 @@ def test_a_release_whose_kept_files_did_not_change_has_its_coverage_rows_read_ba
     cut.clear()
     _analyse(rel, data, tmp_path / "again", previous=tmp_path / "inc")
     assert len(cut) == 2 and _files(tmp_path / "again") == _files(tmp_path / "full")
+
+
+def test_a_release_that_moves_the_coverage_cut_points_has_the_others_rows_read_back_with_the_new_ones(tmp_path, monkeypatch):
+    """The coverage quintiles are cut at quantiles of every release's conversations together, so a new release moves
+    the cut points; where no other release's conversation changes quintile, only the new release's trials are read and
+    the others' kept rows are read back with the new cut points: the bytes a full analysis writes. Where the new cut
+    points move another release's conversation into another quintile, its trials are read again."""
+    import craftmd.analysis.history as history
+    from craftmd.release import read_release, write_scores
+    from test_analysis import N_CASES, TRIALS
+
+    def scored(i: int, recall):  # history scores: the recall of case c is recall(c), its turns
+        rows = [{"case_id": f"case_{c}", "trial": t, "conversation": "standard", "with_image": False, "scorer": "history",
+                 "metric": m, "value": recall(c) if m == "patient_info_recall" else float(c % 4 + i), "label": None,
+                 "detail": None, "status": "ok"}
+                for c in range(N_CASES) for t in range(TRIALS) for m in ("patient_info_recall", "doctor_turns")]  # fmt: skip
+        write_scores(read_release(rel / f"r{i:02d}"), pa.Table.from_pylist(rows), {"history": {}})
+
+    def spread(c: int) -> float:
+        return 0.05 + 0.1 * (c % 10)
+
+    data, rel = _board(tmp_path, 3)
+    for i in range(3):
+        scored(i, spread)
+    one = _analyse(rel, data, tmp_path / "one")
+    cut, real = [], history._add_coverage
+    monkeypatch.setattr(
+        history, "_add_coverage", lambda ratios, trials, *a: cut.append(set(trials["release"])) or real(ratios, trials, *a)
+    )
+    for i, recall, read in ((3, lambda c: spread(c) + 0.01, [{"r03"}]), (4, lambda c: 0.95, None)):
+        _add(rel, i)
+        scored(i, recall)
+        cut.clear()
+        inc = _analyse(rel, data, tmp_path / f"inc{i}", previous=tmp_path / ("one" if i == 3 else "inc3"))
+        ranges = [
+            a.history_by_coverage.select("quintile", "recall_low", "recall_high").unique().sort("quintile") for a in (one, inc)
+        ]
+        assert not ranges[0].equals(ranges[1])  # the cut points moved
+        if read is not None:
+            assert cut == read  # no other release's conversation changed quintile: its rows read back
+        else:
+            assert len(cut) > 1  # some did: their trials are read again
+        assert _files(tmp_path / f"inc{i}") == _files(_full(rel, data, tmp_path / f"full{i}"))
