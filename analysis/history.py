@@ -5,9 +5,8 @@ grades: paired tests between releases, FRQ accuracy by coverage quintile, and th
 
 from __future__ import annotations
 
-import hashlib
 import json
-from functools import lru_cache, partial
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -195,13 +194,6 @@ def history_tables(
             "history_by_complexity": _complexity_frame(complexity)}  # fmt: skip
 
 
-@lru_cache(maxsize=1)
-def _code() -> bytes:
-    """What a release's coverage and complexity rows are made by, besides its trials: this module's and the
-    bootstrap's code."""
-    return b"".join((Path(__file__).parent / f).read_bytes() for f in ("history.py", "bootstrap.py"))
-
-
 def _below(con, edges: np.ndarray) -> dict[str, tuple[int, ...]]:
     """Release -> how many of its trials' rows have a recall below each cut point of ``edges``: with its trials (which
     its kept files' digest fixes), these say which quintile each of its conversations falls in."""
@@ -215,10 +207,7 @@ def _below(con, edges: np.ndarray) -> dict[str, tuple[int, ...]]:
 def _rows_file(kept, rid: str, below: dict[str, tuple[int, ...]], B: int, seed: int) -> str:
     """The name release ``rid``'s coverage and complexity rows are kept under (:func:`_kept_rows`; ``below``:
     :func:`_below`)."""
-    h = hashlib.blake2b(kept.digests[rid] + repr(below.get(rid, ())).encode(), digest_size=16)
-    h.update(_code())
-    h.update(f"{B}\0{seed}".encode())
-    return f"history_rows-{h.hexdigest()}.json"
+    return kept.derived("history_rows", rid, ("history.py", "bootstrap.py"), below.get(rid, ()), B, seed, suffix=".json")
 
 
 def _kept_rows(kept, below: dict[str, tuple[int, ...]], memo: Memo, B: int, seed: int) -> dict[str, dict]:

@@ -12,6 +12,7 @@ import shutil
 import tempfile
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -420,6 +421,15 @@ class Kept:
         """Where query ``name``'s rows of ``release`` are kept (after :meth:`names`)."""
         return self.out / self.files[name][release]
 
+    def derived(self, name: str, release: str, made_by: tuple[str, ...], *settings, suffix: str = ".parquet") -> str:
+        """The name of a file of rows derived from ``release``'s kept files alone, by this package's analysis modules
+        ``made_by`` (file names) with ``settings`` (by ``repr``): a digest of those, so that such rows are read back
+        (:meth:`found`) while none of them changed, and made again, under a new name, when one did."""
+        h = hashlib.blake2b(self.digests[release], digest_size=16)
+        h.update(_code_of(made_by))
+        h.update(repr(settings).encode())
+        return f"{name}-{h.hexdigest()}{suffix}"
+
     #: The file that keeps the pairs of models' counts (:func:`model_comparisons`), beside the releases' files.
     PAIRS = "model_pairs.parquet"
 
@@ -457,6 +467,15 @@ class Kept:
         except OSError:
             shutil.copyfile(there, here)
         return True
+
+
+@lru_cache(maxsize=None)
+def _code_of(modules: tuple[str, ...]) -> bytes:
+    """A digest of the analysis modules ``modules`` (file names beside this one)."""
+    h = hashlib.blake2b(digest_size=16)
+    for m in modules:
+        h.update(f"\0{m}\0".encode() + (Path(__file__).parent / m).read_bytes())
+    return h.digest()
 
 
 #: Releases computed together by :func:`keep` (in a connection of their own, dropped before the next): memory follows

@@ -8,12 +8,10 @@ McNemar's test (statsmodels) and the Holm-Bonferroni adjustment (statsmodels).
 from __future__ import annotations
 
 import gc
-import hashlib
 import os
 from collections.abc import Iterable
 from contextlib import contextmanager
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -463,23 +461,13 @@ def metric_table(
     return pl.DataFrame(rows, schema=_METRIC_SCHEMA).select(METRIC_COLUMNS).sort("model", "scorer", "metric", "variant")
 
 
-@lru_cache(maxsize=1)
-def _metric_code() -> bytes:
-    """What a release's metric rows are made by, besides its case scores: this module's and the bootstrap's code."""
-    h = hashlib.blake2b(b"metric rows", digest_size=16)
-    for f in ("stats.py", "bootstrap.py"):
-        h.update((Path(__file__).parent / f).read_bytes())
-    return h.digest()
-
-
 def _kept_metric_rows(kept, rid: str, key: list[str], B: int, seed: int, memo: Memo) -> list[dict]:
     """Release ``rid``'s metric rows: read back from the file kept under its kept files' digest, this code's, ``B`` and
     the seed, where the metrics they name are declared as they were (kind, direction) and the memo holds each row's
     interval (it is marked used, as a full analysis uses it); else made from its kept case scores, and kept."""
     from craftmd.metrics import metric
 
-    h = hashlib.blake2b(kept.digests[rid] + _metric_code() + f"{B}\0{seed}".encode(), digest_size=16)
-    name = f"metric_rows-{h.hexdigest()}.parquet"
+    name = kept.derived("metric_rows", rid, ("stats.py", "bootstrap.py"), B, seed)
     if kept.found(name):
         try:
             got = pl.read_parquet(kept.out / name)
