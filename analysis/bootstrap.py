@@ -257,16 +257,26 @@ class Memo:
                 h.update(f"{a.dtype.str}{a.shape}\0".encode())
                 h.update(a.data)
             else:
-                h.update(f"{part!r}\0".encode())
+                h.update(Memo.encoded(part))
         return h
+
+    @staticmethod
+    def encoded(part) -> bytes:
+        """A part of a key that is not an array, as :meth:`key` digests it (its ``repr``)."""
+        return f"{part!r}\0".encode()
 
     @staticmethod
     def then(begun, *parts) -> bytes:
         """The key of ``begun``'s parts (:meth:`begun`) followed by ``parts``, which are not arrays: the bytes
         :meth:`key` gives for all of them."""
+        return Memo.then_encoded(begun, b"".join(map(Memo.encoded, parts)))
+
+    @staticmethod
+    def then_encoded(begun, encoded: bytes) -> bytes:
+        """:meth:`then` of parts already :meth:`encoded` and joined (a caller that finishes many keys with parts that
+        repeat encodes each part once)."""
         h = begun.copy()
-        for part in parts:
-            h.update(f"{part!r}\0".encode())
+        h.update(encoded)
         return h.digest()
 
     def get(self, key: bytes) -> tuple | None:

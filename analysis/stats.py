@@ -229,6 +229,14 @@ def _run_units(
     # each release's digest keys begin alike (the release's kept files): that part digested once a release
     mean_of = {rid: memo.begun(B, seed, "mean of", L, d) for rid, d in digests.items()}
     paired_of = {rid: memo.begun(B, seed, "paired of", d) for rid, d in digests.items()}
+    digest_of = {rid: Memo.encoded(d) for rid, d in digests.items()}
+    encoded: dict[tuple, bytes] = {}  # a cell key's tail -> its part of a key (every release's cells share the tails)
+
+    def tail(key: tuple) -> bytes:
+        if (got := encoded.get(key[1:])) is None:
+            got = encoded[key[1:]] = Memo.encoded(key[1:])
+        return got
+
     for u in sorted(work, key=str):  # a group's units together: its resample matrices are drawn once
         keys, tests = work[u]
         R = Resampler(B=B, seed=seed)
@@ -242,7 +250,7 @@ def _run_units(
         intervals = []  # (cell key, vector key, digest key or None): the unit's own cells whose interval is not in the memo
         for key in keys:
             begun = mean_of.get(key[0])
-            dk = None if begun is None else memo.then(begun, key[1:])
+            dk = None if begun is None else memo.then_encoded(begun, tail(key))
             got = memo.get_via(dk) if dk is not None else None
             mk = None  # the vector key: made only when the digest key finds nothing
             if got is None:
@@ -257,8 +265,8 @@ def _run_units(
         # (table, row index, vector key, digest key or None, observed sum, n, handle a, handle b); b None: a is the difference
         pairs = []
         for t, i, ka, kb in tests:
-            begun, db = paired_of.get(ka[0]), digests.get(kb[0])
-            dk = None if begun is None or db is None else memo.then(begun, ka[1:], db, kb[1:])
+            begun, db = paired_of.get(ka[0]), digest_of.get(kb[0])
+            dk = None if begun is None or db is None else memo.then_encoded(begun, tail(ka) + db + tail(kb))
             if dk is not None and (got := memo.get_via(dk)) is not None:  # (p, observed sum, n): nothing paired again
                 tested[t][i] = (int(got[1]), int(got[2]), got[0])
                 continue

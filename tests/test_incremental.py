@@ -273,6 +273,7 @@ def test_a_key_begun_once_and_finished_many_times_is_the_key_of_all_its_parts():
                        (("sum", True, np.arange(7)), ())):  # fmt: skip
         begun = Memo.begun(10_000, 3, *head)
         assert Memo.then(begun, *tail) == Memo.key(10_000, 3, *head, *tail)
+        assert Memo.then_encoded(begun, b"".join(Memo.encoded(p) for p in tail)) == Memo.key(10_000, 3, *head, *tail)
         assert Memo.then(begun, *tail) == Memo.then(begun, *tail)  # (the begun state is left as it was)
     assert Memo.then(Memo.begun(10_000, 3, "a"), "b") != Memo.key(10_000, 4, "a", "b")
 
