@@ -159,9 +159,9 @@ def history_tables(
     positions = pl.DataFrame({"case_id": ids, "pos": np.arange(len(ids))})
     vector = partial(_vector, len(ids))
     # per release and metric: each case's mean over its trials, as a vector over the dataset's text cases (the case
-    # scores read a few releases at a time)
+    # scores read one release at a time)
     means: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
-    for per_case in _together(runner.by_release(con, "history_case_scores")):
+    for per_case in runner.by_release(con, "history_case_scores"):
         per_case = per_case.join(positions, on="case_id", maintain_order="left")
         for (rel, met), g in per_case.group_by("release", "metric", maintain_order=True):
             means[(rel, met)] = (
@@ -195,14 +195,15 @@ def history_tables(
             "history_by_complexity": _complexity_frame(complexity)}  # fmt: skip
 
 
-#: Releases whose case scores, or trials, are read and cut together (:func:`_together`).
+#: Releases whose trials are read and cut into quintiles together (:func:`_together`).
 RELEASES_AT_ONCE = 32
 
 
 def _together(frames, n: int | None = None):
     """``frames`` (one release's rows each, in order), ``n`` at a time (default :data:`RELEASES_AT_ONCE`) as one frame:
-    polars groups and cuts a few hundred thousand rows in one step, where one release's took nearly as long; each
-    release's rows keep their order and their groups their own, so every vector is the same."""
+    polars groups and cuts a few hundred thousand rows in one step in less time than it takes one release's at a time
+    (about 1.7 s against 2.1-3.3 s for the trials of 200); each release's rows keep their order and their groups their
+    own, so every vector is the same."""
     frames = iter(frames)
     while chunk := list(islice(frames, n or RELEASES_AT_ONCE)):
         yield pl.concat(chunk)

@@ -402,7 +402,7 @@ def test_a_release_that_moves_the_coverage_cut_points_has_the_others_rows_read_b
 
 
 def test_the_history_tables_are_the_same_whatever_the_releases_read_together(tmp_path, monkeypatch):
-    """The history's case scores and trials are read and cut a few releases at a time (``RELEASES_AT_ONCE``): one at a
+    """The history's trials are read and cut into quintiles a few releases at a time (``RELEASES_AT_ONCE``): one at a
     time, or three (a board of four: a chunk of three and one of one), the folders are the same bytes."""
     import craftmd.analysis.history as history
     from craftmd.release import read_release, write_scores
