@@ -139,9 +139,10 @@ def history_tables(
     ``kept`` (:class:`.runner.Kept`): each release's rows of the coverage and complexity tables are kept beside its case
     scores, under its kept files' digest, how many of its trials fall below each coverage cut point, this code's and
     ``B`` and the seed, and read back while those are unchanged (:func:`_kept_rows`): its trials are then not read. A
-    new release moves the pooled cut points a little, but not, as a rule, any other release's conversation into another
-    quintile: those releases' rows are read back with the new cut points. The tests between releases are made every
-    time (a new release changes the ranking, and the memo holds their results)."""
+    new release moves the pooled cut points; a release none of whose conversations changes quintile has its rows read
+    back with the new cut points, one whose conversations do is read again (where recall values are dense, as in the
+    upstream runs, a move crosses a value of nearly every release). The tests between releases are made every time (a
+    new release changes the ranking, and the memo holds their results)."""
     cols = {r[0] for r in con.execute("describe scores").fetchall()}
     empty = {
         "history_tests": pl.DataFrame(schema=dict.fromkeys(TEST_COLUMNS, pl.String)),
