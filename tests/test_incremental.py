@@ -320,20 +320,27 @@ def test_a_release_whose_kept_files_did_not_change_has_its_metric_rows_read_back
     assert len(made) == 4  # every release names it: every release's rows made again
 
 
+def _history_scored(rel, i: int, recall) -> None:
+    """Release r<i>'s history scores: trial t of case c recalls ``recall(c, t)`` of the patient's information, and its
+    doctor took ``c % 4 + i`` turns."""
+    from craftmd.release import read_release, write_scores
+    from test_analysis import N_CASES, TRIALS
+
+    rows = [{"case_id": f"case_{c}", "trial": t, "conversation": "standard", "with_image": False, "scorer": "history",
+             "metric": m, "value": recall(c, t) if m == "patient_info_recall" else float(c % 4 + i), "label": None,
+             "detail": None, "status": "ok"}
+            for c in range(N_CASES) for t in range(TRIALS) for m in ("patient_info_recall", "doctor_turns")]  # fmt: skip
+    write_scores(read_release(rel / f"r{i:02d}"), pa.Table.from_pylist(rows), {"history": {}})
+
+
 def test_a_release_whose_kept_files_did_not_change_has_its_coverage_rows_read_back_not_its_trials(tmp_path, monkeypatch):
     """Each release's rows of the history-by-coverage table are kept beside its case scores, under the coverage cut
     points too: with a release added (the cut points unchanged), only its trials are read and cut into quintiles; a
     damaged kept file is made again; and the output is the bytes a full analysis writes."""
     import craftmd.analysis.history as history
-    from craftmd.release import read_release, write_scores
-    from test_analysis import N_CASES, TRIALS
 
-    def scored(i: int):  # history scores: every trial the same recall (the cut points stay as releases come), its turns
-        rows = [{"case_id": f"case_{c}", "trial": t, "conversation": "standard", "with_image": False, "scorer": "history",
-                 "metric": m, "value": 0.5 if m == "patient_info_recall" else float(c % 4 + i), "label": None,
-                 "detail": None, "status": "ok"}
-                for c in range(N_CASES) for t in range(TRIALS) for m in ("patient_info_recall", "doctor_turns")]  # fmt: skip
-        write_scores(read_release(rel / f"r{i:02d}"), pa.Table.from_pylist(rows), {"history": {}})
+    def scored(i: int):  # every trial the same recall (the cut points stay as releases come)
+        _history_scored(rel, i, lambda c, t: 0.5)
 
     data, rel = _board(tmp_path, 3)
     for i in range(3):
@@ -364,15 +371,9 @@ def test_a_release_that_moves_the_coverage_cut_points_has_the_others_rows_read_b
     the others' kept rows are read back with the new cut points: the bytes a full analysis writes. Where the new cut
     points move another release's conversation into another quintile, its trials are read again."""
     import craftmd.analysis.history as history
-    from craftmd.release import read_release, write_scores
-    from test_analysis import N_CASES, TRIALS
 
-    def scored(i: int, recall):  # history scores: the recall of case c is recall(c), its turns
-        rows = [{"case_id": f"case_{c}", "trial": t, "conversation": "standard", "with_image": False, "scorer": "history",
-                 "metric": m, "value": recall(c) if m == "patient_info_recall" else float(c % 4 + i), "label": None,
-                 "detail": None, "status": "ok"}
-                for c in range(N_CASES) for t in range(TRIALS) for m in ("patient_info_recall", "doctor_turns")]  # fmt: skip
-        write_scores(read_release(rel / f"r{i:02d}"), pa.Table.from_pylist(rows), {"history": {}})
+    def scored(i: int, recall):  # the recall of case c is recall(c), in every trial
+        _history_scored(rel, i, lambda c, t: recall(c))
 
     def spread(c: int) -> float:
         return 0.05 + 0.1 * (c % 10)
@@ -405,16 +406,10 @@ def test_the_history_tables_are_the_same_whatever_the_releases_read_together(tmp
     """The history's trials are read and cut into quintiles a few releases at a time (``RELEASES_AT_ONCE``): one at a
     time, or three (a board of four: a chunk of three and one of one), the folders are the same bytes."""
     import craftmd.analysis.history as history
-    from craftmd.release import read_release, write_scores
-    from test_analysis import N_CASES, TRIALS
 
     data, rel = _board(tmp_path, 4)
     for i in range(4):
-        rows = [{"case_id": f"case_{c}", "trial": t, "conversation": "standard", "with_image": False, "scorer": "history",
-                 "metric": m, "value": (0.03 * i + 0.1 * ((c + t) % 9)) if m == "patient_info_recall" else float(c % 4 + i),
-                 "label": None, "detail": None, "status": "ok"}
-                for c in range(N_CASES) for t in range(TRIALS) for m in ("patient_info_recall", "doctor_turns")]  # fmt: skip
-        write_scores(read_release(rel / f"r{i:02d}"), pa.Table.from_pylist(rows), {"history": {}})
+        _history_scored(rel, i, lambda c, t, i=i: 0.03 * i + 0.1 * ((c + t) % 9))
     made = {}
     for n in (1, 3):
         monkeypatch.setattr(history, "RELEASES_AT_ONCE", n)
