@@ -149,7 +149,7 @@ class Resampler:
         n = len(v)
         if n == 0:
             raise CraftMDError("cannot bootstrap an empty group")
-        if exact and np.abs(v).max(initial=0) * n >= _EXACT:
+        if exact and int(np.abs(v).max(initial=0)) * n >= _EXACT:  # (as a Python int: no overflow of a narrow vector)
             raise CraftMDError("case scores too fine-grained for the exact bootstrap")
         if not exact and np.abs(v).max(initial=0) * _FIXED * n >= 2**53:
             raise CraftMDError("case values too large for the float path's exact sums")

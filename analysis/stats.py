@@ -91,11 +91,14 @@ def cells_of(con, batch_rows: int = 1 << 20) -> tuple[dict[tuple, tuple[np.ndarr
     a cell's rows are the next ``n``), its rows read ``batch_rows`` at a time into two integer arrays, so the board's
     rows never stand in memory as text nor as more than those two."""
     quoted = ", ".join(f'"{c}"' for c in CELL)
-    found = con.sql(f"select {quoted}, count(*) as n from case_groups group by all order by all").fetchall()
-    sizes = np.array([r[-1] for r in found], dtype=np.int64)
+    found = con.sql(
+        f"select {quoted}, count(*) as n, max(case_position) as last from case_groups group by all order by all"
+    ).fetchall()
+    sizes = np.array([r[-2] for r in found], dtype=np.int64)
     L = scale(con.sql("select distinct n_trials from case_groups").fetchnumpy()["n_trials"])
     total = int(sizes.sum())
-    positions, num = np.empty(total, np.int32), np.empty(total, _num_type(L))
+    positions = np.empty(total, _num_type(max((r[-1] for r in found), default=0)))
+    num = np.empty(total, _num_type(L))
     at = 0
     for batch in con.sql("select case_position, n_trials, n_correct from case_groups").to_arrow_reader(batch_rows):
         p, t, c = (batch.column(i).to_numpy(zero_copy_only=False) for i in range(3))
@@ -104,12 +107,14 @@ def cells_of(con, batch_rows: int = 1 << 20) -> tuple[dict[tuple, tuple[np.ndarr
         at += len(p)
     if at != total:
         raise CraftMDError("case_groups: its rows do not follow its cells")  # (cannot happen: one table, one order)
-    return _runs((r[:-1] for r in found), sizes, positions, num), L
+    return _runs((r[:-2] for r in found), sizes, positions, num), L
 
 
-def _num_type(L: int):
-    """The integer type of the numerators of scale ``L`` (at most ``L`` each): 32 bits where they fit."""
-    return np.int32 if L < 2**31 else np.int64
+def _num_type(top: int):
+    """The narrowest integer type of 16, 32 or 64 bits that holds the integers from ``-top`` to ``top`` (the numerators
+    of scale ``L`` are at most ``L`` each, and the differences of two of them as large; case positions): at 1,000
+    releases the cells hold 85 million of each, 16 bits each where they fit."""
+    return np.int16 if top < 2**15 else np.int32 if top < 2**31 else np.int64
 
 
 def _numerators(n_trials: np.ndarray, n_correct: np.ndarray, L: int) -> np.ndarray:
@@ -119,10 +124,12 @@ def _numerators(n_trials: np.ndarray, n_correct: np.ndarray, L: int) -> np.ndarr
 
 
 def _runs(keys, sizes: np.ndarray, positions: np.ndarray, num: np.ndarray) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
-    """Consecutive runs of ``sizes`` rows, one per key: (positions, numerators), views of the two arrays."""
-    out, start = {}, 0
+    """Consecutive runs of ``sizes`` rows, one per key: (positions, numerators), views of the two arrays. The keys share
+    their values (one object for each release id, grader, setting ...: a board of 1,000 has 250,000 cells' keys, 100 MB
+    with a copy of each name in each)."""
+    out, start, same = {}, 0, {}
     for key, size in zip(keys, sizes.tolist()):
-        out[tuple(key)] = (positions[start : start + size], num[start : start + size])
+        out[tuple(same.setdefault(v, v) for v in key)] = (positions[start : start + size], num[start : start + size])
         start += size
     return out
 
@@ -178,10 +185,13 @@ def bootstrap_all(
     (:class:`.runner.Kept`). A result is then kept under two keys: its release(s)' digests and its cell(s), and its case
     vector(s) as before (:meth:`.bootstrap.Memo.put`'s ``alias``). The first is looked up first: for a release whose
     kept files did not change nothing is digested or paired again; the second still finds a group's results that a
-    change elsewhere (a dataset's) left as they were."""
+    change elsewhere (a dataset's) left as they were. The ``cells`` dict is emptied once every unit is resampled."""
     cells, L = cells
     work = _work_units(cells, comparisons, more)
-    ci, tested = _run_units(work, cells, L, B, seed, memo if memo is not None else Memo(), digests or {})
+    rows = (comparisons.height, more.height if more is not None else 0)
+    ci, tested = _run_units(work, cells, L, B, seed, memo if memo is not None else Memo(), digests or {}, rows)
+    del work
+    cells.clear()  # (its arrays let go of before the tables are made: a third of a gigabyte at 1,000 releases)
     more_pv = more_tests(more, tested[1], L) if more is not None else None
     return _accuracy_with_ci(accuracy, ci), _pvalues(comparisons, tested[0], L), more_pv
 
@@ -219,13 +229,33 @@ def _work_units(cells: dict, comp: pl.DataFrame, more: pl.DataFrame | None) -> d
     return work
 
 
+class Tested:
+    """The paired bootstraps of a table of tests, by row: each tested row's observed sum of differences, its number of
+    cases and its p-value, in three arrays (a board of 1,000 tests about 900,000 rows: 25 MB, where a dict of tuples
+    held 200)."""
+
+    def __init__(self, rows: int):
+        self.done = np.zeros(rows, bool)
+        self.obs, self.n, self.p = np.zeros(rows, np.int64), np.zeros(rows, np.int64), np.zeros(rows)
+
+    def put(self, i: int, obs: int, n: int, p: float) -> None:
+        self.done[i], self.obs[i], self.n[i], self.p[i] = True, obs, n, p
+
+    def __contains__(self, i: int) -> bool:
+        return bool(self.done[i])
+
+    def __getitem__(self, i: int) -> tuple[int, int, float]:
+        return int(self.obs[i]), int(self.n[i]), float(self.p[i])
+
+
 def _run_units(
-    work: dict, cells: dict, L: int, B: int, seed: int, memo: Memo, digests: dict[str, bytes]
-) -> tuple[dict, tuple[dict, dict]]:
-    """Resample unit by unit: each cell's CI (key -> (low, high)) and each test's (observed sum, n, p-value) per table;
-    what ``memo`` holds is read back, what it lacks is resampled and put in it (keyed as :func:`bootstrap_all` says)."""
+    work: dict, cells: dict, L: int, B: int, seed: int, memo: Memo, digests: dict[str, bytes], rows: tuple[int, int]
+) -> tuple[dict, tuple["Tested", "Tested"]]:
+    """Resample unit by unit: each cell's CI (key -> (low, high)) and each test's (observed sum, n, p-value) per table
+    (:class:`Tested`, of ``rows`` rows each); what ``memo`` holds is read back, what it lacks is resampled and put in it
+    (keyed as :func:`bootstrap_all` says)."""
     ci: dict[tuple, tuple[float, float]] = {}
-    tested: tuple[dict, dict] = ({}, {})  # per table: row index -> (observed sum, n, p-value)
+    tested = (Tested(rows[0]), Tested(rows[1]))  # per table: row index -> (observed sum, n, p-value)
     # each release's digest keys begin alike (the release's kept files): that part digested once a release
     mean_of = {rid: memo.begun(B, seed, "mean of", L, d) for rid, d in digests.items()}
     paired_of = {rid: memo.begun(B, seed, "paired of", d) for rid, d in digests.items()}
@@ -268,14 +298,14 @@ def _run_units(
             begun, db = paired_of.get(ka[0]), digest_of.get(kb[0])
             dk = None if begun is None or db is None else memo.then_encoded(begun, tail(ka) + db + tail(kb))
             if dk is not None and (got := memo.get_via(dk)) is not None:  # (p, observed sum, n): nothing paired again
-                tested[t][i] = (int(got[1]), int(got[2]), got[0])
+                tested[t].put(i, int(got[1]), int(got[2]), got[0])
                 continue
             if (paired := _paired(cells, ka, kb)) is None:
                 continue
             d, same = paired
             mk = memo.key(B, seed, "paired", d)
             if (got := memo.get(mk)) is not None:
-                tested[t][i] = (int(d.sum()), len(d), got[0])
+                tested[t].put(i, int(d.sum()), len(d), got[0])
                 if dk is not None:
                     memo.put(dk, (got[0], int(d.sum()), len(d)), alias=mk)
             else:
@@ -293,10 +323,11 @@ def _run_units(
                 memo.put(dk, ci[key], alias=mk)
         for t, i, mk, dk, obs, n, ha, hb in pairs:
             sums = R.resampled(ha) if hb is None else R.resampled(ha) - R.resampled(hb)
-            tested[t][i] = (obs, n, paired_p(sums, obs))
-            memo.put(mk, (tested[t][i][2],))
+            p = paired_p(sums, obs)
+            tested[t].put(i, obs, n, p)
+            memo.put(mk, (p,))
             if dk is not None:
-                memo.put(dk, (tested[t][i][2], obs, n), alias=mk)
+                memo.put(dk, (p, obs, n), alias=mk)
     return ci, tested
 
 
@@ -313,33 +344,55 @@ def _accuracy_with_ci(accuracy: pl.DataFrame, ci: dict) -> pl.DataFrame:
     return acc.select(ACCURACY_COLUMNS).sort(["model", "format", "grader", "setting", "with_image", "group_by", "group"])
 
 
-def _pvalues(comp: pl.DataFrame, tested: dict, L: int) -> pl.DataFrame:
+def _pvalues(comp: pl.DataFrame, tested: Tested, L: int) -> pl.DataFrame:
     """P-values: paired bootstrap and McNemar (after its paired bootstrap, in the groups of :data:`MCNEMAR_GROUPS`), in
-    the comparisons' order, Holm within each family (:data:`FAMILY`: never across protocols)."""
+    the comparisons' order, Holm within each family (:data:`FAMILY`: never across protocols).
+
+    The table is one gather of the comparisons' rows (a tested row once, or twice where McNemar follows) with its
+    numbers beside them, and Holm's families are numbered on the comparisons, not on the table's text: at 1,000
+    releases the comparisons hold 900,000 rows, and frames of them made, filtered, joined and sorted in turn held
+    1.5 GB more than the table."""
     if "protocol" not in comp.columns:
         raise CraftMDError("comparisons: no protocol column (each test's protocol keeps Holm's families apart)")
-    base = ["family", "protocol", "model", "setting", "format", "grader", "with_image", "group_by", "group", "a", "b"]
-    idx = sorted(tested)
-    rows = comp.select([*base, "n_cases", "n_trials", "n10", "n01"])[idx].with_columns(pl.Series("_i", idx, pl.Int64))
-    obs, n, p = (list(x) for x in zip(*(tested[i] for i in idx))) if idx else ([], [], [])
-    boot = rows.select([*base, "_i"]).with_columns(
-        pl.Series("n_cases", n, pl.Int64),
-        pl.Series("diff", [round(o / (k * L), DECIMALS) for o, k in zip(obs, n)], pl.Float64),
-        pl.Series("p_value", p, pl.Float64),
-        pl.lit("paired-bootstrap").alias("test"),
-        pl.lit(0).alias("_k"),
-    )
-    mc = rows.filter(pl.col("group_by").is_in(MCNEMAR_GROUPS))
-    counts = list(zip(mc["n10"].to_list(), mc["n01"].to_list(), mc["n_trials"].to_list()))
-    mc = mc.select([*base, "_i"]).with_columns(
-        mc["n_cases"].cast(pl.Int64),
-        pl.Series("diff", [round((x - y) / t, DECIMALS) if t else 0.0 for x, y, t in counts], pl.Float64),
-        pl.Series("p_value", [min(mcnemar_p(x, y), 1.0) for x, y, _ in counts], pl.Float64),
-        pl.lit("mcnemar").alias("test"),
-        pl.lit(1).alias("_k"),
-    )
-    pv = pl.concat([boot, mc]).sort("_i", "_k").drop("_i", "_k")
-    return pv.with_columns(pl.Series("p_adjusted", holm(pv, FAMILY))).select(PVALUE_COLUMNS)
+    tested_rows = np.flatnonzero(tested.done)
+    both = comp["group_by"].is_in(MCNEMAR_GROUPS).to_numpy()[tested_rows]
+    src = np.repeat(tested_rows, 1 + both)  # each table row's comparison
+    k = np.ones(len(src), bool)  # McNemar's row (after the bootstrap's of the same comparison)
+    k[np.cumsum(1 + both) - (1 + both)] = False
+    boot = src[~k]
+    mc = src[k]
+    n10, n01, n_trials = (comp[c].to_numpy().astype(np.int64) for c in ("n10", "n01", "n_trials"))
+    n_cases = np.empty(len(src), np.int64)
+    n_cases[~k] = tested.n[boot]
+    n_cases[k] = comp["n_cases"].to_numpy()[mc]
+    diff = np.empty(len(src))
+    diff[~k] = [round(o / (n * L), DECIMALS) for o, n in zip(tested.obs[boot].tolist(), tested.n[boot].tolist())]
+    discordant = list(zip(n10[mc].tolist(), n01[mc].tolist(), n_trials[mc].tolist()))
+    diff[k] = [round((x - y) / t, DECIMALS) if t else 0.0 for x, y, t in discordant]
+    p_value = np.empty(len(src))
+    p_value[~k] = tested.p[boot]
+    p_value[k] = [min(mcnemar_p(x, y), 1.0) for x, y, _ in discordant]
+    family = _family_codes(comp, FAMILY[:-1])[src] * 2 + k  # FAMILY's last column: the test
+    pv = comp.select(c for c in PVALUE_COLUMNS if c in comp.columns and c != "n_cases")[src]
+    return pv.with_columns(
+        pl.col(pl.Categorical).cast(pl.String),  # (comparisons read as codes: :func:`coded`)
+        pl.Series("n_cases", n_cases),
+        pl.Series("diff", diff),
+        pl.Series("p_value", p_value),
+        pl.Series("p_adjusted", holm_coded(p_value, family)),
+        pl.Series("test", np.where(k, "mcnemar", "paired-bootstrap"), pl.String),
+    ).select(PVALUE_COLUMNS)
+
+
+def coded(table) -> pl.DataFrame:
+    """A query's rows (an Arrow table) as a polars frame whose text columns are categorical: the comparisons of a board
+    of 1,000 repeat a few hundred names in 900,000 rows, 360 MB as text and a fifth of that as codes."""
+    import pyarrow as pa
+
+    columns = [
+        c.dictionary_encode() if pa.types.is_string(c.type) or pa.types.is_large_string(c.type) else c for c in table.columns
+    ]
+    return pl.from_arrow(pa.Table.from_arrays(columns, names=table.column_names))
 
 
 #: The columns of the MCQ-vs-FRQ and image tests (:func:`more_tests`): side a and side b are cells of one model in one
@@ -362,13 +415,25 @@ MORE_COLUMNS = [*MORE_KEY, "n_cases", "diff", "p_value", "p_adjusted", "test"]
 
 def holm(pv: pl.DataFrame, family: list[str]) -> np.ndarray:
     """Holm-adjusted p-values within each family (rows sharing the ``family`` columns)."""
-    adjusted = np.empty(pv.height)
-    if pv.height:
-        fam = pv.select(family).with_row_index("i").group_by(family, maintain_order=True).agg(pl.col("i"))
-        pvals = pv["p_value"].to_numpy()
-        families = fam["i"].to_list()
-        for idx, adj in zip(families, holm_of([pvals[idx] for idx in families])):
-            adjusted[idx] = adj
+    return holm_coded(pv["p_value"].to_numpy(), _family_codes(pv, family))
+
+
+def _family_codes(frame: pl.DataFrame, columns: list[str]) -> np.ndarray:
+    """A number for each row, the same where the rows hold the same ``columns`` (nulls equal to nulls)."""
+    if frame.height == 0:
+        return np.zeros(0, np.int64)
+    return frame.select(pl.struct(columns).rank("dense")).to_series().to_numpy().astype(np.int64)
+
+
+def holm_coded(p_values: np.ndarray, family: np.ndarray) -> np.ndarray:
+    """Holm-adjusted ``p_values`` within each family: the rows of one number in ``family`` (:func:`holm_of` of each,
+    its p-values in row order)."""
+    adjusted = np.empty(len(p_values))
+    order = np.argsort(family, kind="stable")
+    cuts = np.flatnonzero(np.diff(family[order])) + 1
+    runs = np.split(order, cuts) if len(order) else []
+    for idx, adj in zip(runs, holm_of([p_values[idx] for idx in runs])):
+        adjusted[idx] = adj
     return adjusted
 
 
@@ -392,7 +457,7 @@ def _collect_later():
         gc.collect = collect
 
 
-def more_tests(more: pl.DataFrame, tested: dict[int, tuple[int, int, float]], L: int) -> pl.DataFrame:
+def more_tests(more: pl.DataFrame, tested: Tested, L: int) -> pl.DataFrame:
     """The paired bootstrap (difference a - b, over the cases both sides have) and McNemar's test (discordant trial
     pairs) of every row of ``sql/more_comparisons`` (``tested``: row index -> the paired bootstrap's observed sum,
     cases and p-value, from :func:`bootstrap_all`); Holm within each family of one model, pair of sides and group,
@@ -546,6 +611,7 @@ __all__ = [
     "bootstrap_tables",
     "cells_of",
     "bootstrap_all",
+    "coded",
     "more_tests",
     "mcnemar_p",
     "holm",

@@ -245,6 +245,7 @@ def test_the_cells_read_a_few_rows_at_a_time_are_the_cells_of_the_whole_table(bu
         assert scale == L and list(cells) == list(whole)
         for key, (positions, scores) in whole.items():
             assert np.array_equal(cells[key][0], positions) and np.array_equal(cells[key][1], scores), (rows, key)
+            assert cells[key][0].dtype == cells[key][1].dtype == np.int16  # (a few cases, a few trials: 16 bits each)
 
 
 def test_ratios_resampled_a_few_at_a_time_are_the_ratios_resampled_all_together(monkeypatch):
@@ -296,6 +297,46 @@ def test_holm_is_statsmodels_holm_family_by_family_and_the_collector_is_left_as_
     with pytest.raises(TypeError):
         holm_of([np.array(["not a p-value"])])
     assert gc.collect is collect
+
+
+def test_holm_by_family_numbers_is_holm_of_each_familys_rows_in_their_order():
+    """The p-value table's Holm adjustment numbers its families from the comparisons' columns (nulls equal to nulls):
+    rows of a family far apart, interleaved with others, are adjusted together, and each family alone."""
+    import numpy as np
+    from statsmodels.stats.multitest import multipletests
+
+    from craftmd.analysis.stats import _family_codes, holm, holm_coded
+
+    frame = pl.DataFrame(
+        {
+            "family": ["model", "setting", "model", "setting", "model", "model", "setting"],
+            "model": [None, "a", None, "a", None, None, "b"],
+            "setting": ["vignette", None, "vignette", None, "multiturn", "vignette", None],
+            "p_value": [0.01, 0.04, 0.03, 0.02, 0.5, 0.002, 0.3],
+        }
+    )
+    codes = _family_codes(frame, ["family", "model", "setting"])
+    assert len(set(codes.tolist())) == 4 and codes[0] == codes[2] == codes[5] and codes[1] == codes[3]
+    p = frame["p_value"].to_numpy()
+    want = np.empty(len(p))
+    for rows in ([0, 2, 5], [1, 3], [4], [6]):
+        want[rows] = multipletests(p[rows], method="holm")[1]
+    assert np.array_equal(holm_coded(p, codes), want)
+    assert np.array_equal(holm(frame, ["family", "model", "setting"]), want)
+    assert holm_coded(np.zeros(0), np.zeros(0, np.int64)).shape == (0,)
+
+
+def test_a_narrow_case_vector_too_fine_for_the_exact_path_is_refused():
+    """The cells hold their scores in 16 bits where they fit: the exact path's bound on the sums is checked on the
+    scores as integers (a 16-bit product would wrap around and let a vector through whose sums float32 cannot hold)."""
+    import numpy as np
+
+    from craftmd import CraftMDError
+    from craftmd.analysis.bootstrap import Resampler
+
+    with pytest.raises(CraftMDError, match="too fine-grained"):
+        Resampler(B=9).add(np.full(1_000, 30_000, np.int16))
+    Resampler(B=9).add(np.full(500, 30_000, np.int16))  # (500 x 30,000 < 2**24)
 
 
 @pytest.mark.parametrize("B", [9, 100, 2_000])
