@@ -21,6 +21,8 @@ HEADLINE = (
     "patient_info_recall", "patient_info_precision", "patient_fact_recall", "doctor_turns", "doctor_words_per_turn",
     "patient_words_per_turn", "question_similarity_rouge1", "question_similarity_rougeL",
 )  # fmt: skip
+#: The measures of the complexity table's tertiles besides multi-turn accuracy (headline metrics: only theirs are held).
+COMPLEXITY_MEASURES = ("patient_info_recall", "patient_fact_recall", "doctor_turns")
 QUINTILES = 5
 TERTILES = 3
 DECIMALS = 6
@@ -158,18 +160,18 @@ def history_tables(
 
     ids = sorted(cases["case_id"].to_list(), key=natural_key)
     positions = pl.DataFrame({"case_id": ids, "pos": np.arange(len(ids))})
-    vector = partial(_vector, len(ids))
-    # per release and metric: each case's mean over its trials, as a vector over the dataset's text cases (the case
-    # scores read one release at a time)
+    vector, has = partial(_vector, len(ids)), partial(_has, len(ids))
+    # per release and headline metric: each case's mean over its trials, as a vector over the dataset's text cases, and
+    # which cases it has (the case scores read one release at a time; the other metrics' are never held: at 1,000
+    # releases, 20 metrics' vectors would be half a gigabyte)
     means: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+    scored = False
     for per_case in runner.by_release(con, "history_case_scores"):
-        per_case = per_case.join(positions, on="case_id", maintain_order="left")
+        scored = scored or per_case.height > 0
+        per_case = per_case.filter(pl.col("metric").is_in(HEADLINE)).join(positions, on="case_id", maintain_order="left")
         for (rel, met), g in per_case.group_by("release", "metric", maintain_order=True):
-            means[(rel, met)] = (
-                vector(g["pos"], (g["value_sum"] / g["n_trials"]).to_numpy()),
-                vector(g["pos"], np.ones(g.height)),
-            )
-    if not means:
+            means[(rel, met)] = (vector(g["pos"], (g["value_sum"] / g["n_trials"]).to_numpy()), has(g["pos"]))
+    if not scored:
         return empty
     ratios = _Ratios(B, seed, memo)
     protocol = _add_tests(con, ratios, means)
@@ -284,6 +286,19 @@ def _vector(n: int, at: pl.Series, values) -> np.ndarray:
     return v
 
 
+def _has(n: int, at: pl.Series) -> np.ndarray:
+    """Which of the dataset's ``n`` text cases are at the case positions ``at`` (a bool vector: an eighth of the 0-1
+    floats the ratios read, :func:`_share`)."""
+    v = np.zeros(n, bool)
+    v[at.to_numpy()] = True
+    return v
+
+
+def _share(*has: np.ndarray) -> np.ndarray:
+    """The cases all of ``has`` hold, as the 0-1 floats a ratio's denominator is (:class:`_Ratios`)."""
+    return np.logical_and.reduce(has).astype(np.float64)
+
+
 def _add_tests(con, ratios: _Ratios, means: dict) -> dict[str, str | None]:
     """1. paired tests between releases of one protocol (as sql/tested_pairs pairs models): every pair up to
     ALL_PAIRS_UP_TO releases (or with --all-pairs), else each release against its neighbours in the metric's ranking
@@ -302,7 +317,7 @@ def _add_tests(con, ratios: _Ratios, means: dict) -> dict[str, str | None]:
             for b in have[i + 1 :]:
                 if keep is None or frozenset((a, b)) in keep:
                     (ma, ha), (mb, hb) = means[(a, met)], means[(b, met)]
-                    common = ha * hb
+                    common = _share(ha, hb)
                     ratios.add(("test", met, a, b), (ma - mb) * common, common, exact=False)
     return protocol
 
@@ -340,7 +355,7 @@ def _add_coverage(ratios: _Ratios, trials: pl.DataFrame, edges: np.ndarray, bins
     acc = trials.group_by("release", "grader", "pos", maintain_order=True).agg(
         pl.len().alias("k"), pl.col("multiturn_correct").fill_null(False).cast(pl.Int64).sum().alias("mt")
     )
-    return [(rel, grader, vector(g["pos"], (g["mt"] / g["k"]).to_numpy()), vector(g["pos"], np.ones(g.height)))
+    return [(rel, grader, vector(g["pos"], (g["mt"] / g["k"]).to_numpy()), vector(g["pos"], 1.0).astype(bool))
             for (rel, grader), g in acc.group_by("release", "grader", maintain_order=True)]  # fmt: skip
 
 
@@ -352,13 +367,13 @@ def _add_complexity(ratios: _Ratios, cases: pl.DataFrame, means: dict, multiturn
     if cases["history_words"].null_count() == cases.height:  # a dataset without histories has no complexity groups
         t_range = {}
     for (rel, met), (m, has) in means.items():
-        if met in ("patient_info_recall", "patient_fact_recall", "doctor_turns"):
+        if met in COMPLEXITY_MEASURES:
             for t in t_range:
-                sel = has * (tertile == t)
+                sel = _share(has, tertile == t)
                 ratios.add(("cx", rel, met, None, t), m * sel, sel, exact=False)
     for rel, grader, frac, has in multiturn:
         for t in t_range:
-            sel = has * (tertile == t)
+            sel = _share(has, tertile == t)
             ratios.add(("cx", rel, "frq_accuracy_multiturn", grader, t), frac * sel, sel, exact=False)
     return t_range
 
