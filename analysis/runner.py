@@ -34,6 +34,10 @@ ALL_PAIRS_UP_TO = 8
 #: the connection. The tables that grow with the board (trial grades, case scores and groups) are made a few releases at
 #: a time (:func:`keep`) and read from their kept files, so the board's size no longer sets what a query holds.
 MEMORY_LIMIT = "1GB"
+#: DuckDB's allocator hands its freed memory back to the system after a task that held more than this (its default,
+#: 128 MiB, keeps up to that much of every query's memory after it, for each of its threads), with its background
+#: threads returning the rest: at 1,000 releases that is half a gigabyte the analysis would hold while it resamples.
+ALLOCATOR_FLUSH = "16MB"
 #: The release tables DuckDB reads from disk itself (:func:`_union`).
 FROM_DISK = ("conversations", "scores")
 
@@ -94,12 +98,15 @@ def _answers_view(con: duckdb.DuckDBPyConnection, releases: list[Release]) -> No
 
 
 def _open() -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB held to :data:`MEMORY_LIMIT`, spilling into a temporary folder of its own."""
+    """An in-memory DuckDB held to :data:`MEMORY_LIMIT`, spilling into a temporary folder of its own, its allocator
+    giving memory back as :data:`ALLOCATOR_FLUSH` says."""
     con = duckdb.connect(":memory:")
     spill = tempfile.mkdtemp(prefix="craftmd-duckdb-")
     weakref.finalize(con, shutil.rmtree, spill, True)
     con.execute(f"set temp_directory = {_lit(Path(spill))}")
     con.execute(f"set memory_limit = '{MEMORY_LIMIT}'")
+    con.execute(f"set allocator_flush_threshold = '{ALLOCATOR_FLUSH}'")
+    con.execute("set allocator_background_threads = true")
     return con
 
 
@@ -336,8 +343,9 @@ def model_comparisons(con: duckdb.DuckDBPyConnection, kept: Kept) -> None:
     kept.counts["pairs_read_back"] += len(done)
     kept.counts["pairs_computed"] += len(keys) - len(done)
     kept.write_pairs(rows)
-    con.register("model_comparisons_kept", rows.drop("pair_key").to_arrow())
-    con.execute("create or replace temp view model_comparisons as select * from model_comparisons_kept")
+    del tested, old, new, rows  # (read from the kept file: the frames are not held while the rest is analysed)
+    pairs = _lit(kept.out / kept.PAIRS)
+    con.execute(f"create or replace temp view model_comparisons as select * exclude (pair_key) from read_parquet({pairs})")
 
 
 def _count_pairs(con: duckdb.DuckDBPyConnection, tested, pair_keys, kept: Kept):

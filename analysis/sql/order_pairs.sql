@@ -22,6 +22,8 @@ scores as (
     select release, grader, setting, format, case_id, n_trials, n_correct
     from case_scores
     where format in ('mcq4', 'mcq_many') and not with_image
+        -- (the paired releases' alone: the board's case scores are never all held for a join)
+        and release in (select upstream_release from pairs union all select other_release from pairs)
 ),
 final as (
     select
