@@ -184,7 +184,7 @@ def history_tables(
         per_release = (pl.read_parquet(kept.path("history_trials", rid)) for rid in kept.ids if rid not in found)
     for trials in _together(per_release):
         trials = trials.join(positions, on="case_id", maintain_order="left")
-        multiturn += _add_coverage(ratios, trials, edges, bins, vector)
+        multiturn += _add_coverage(ratios, trials, edges, bins, vector, has)
     made = {key: value for key, value in means.items() if key[0] not in found}
     t_range = _add_complexity(ratios, cases.join(positions, on="case_id", maintain_order="left"), made, multiturn, vector)
     res = ratios.results()
@@ -294,9 +294,9 @@ def _has(n: int, at: pl.Series) -> np.ndarray:
     return v
 
 
-def _share(*has: np.ndarray) -> np.ndarray:
-    """The cases all of ``has`` hold, as the 0-1 floats a ratio's denominator is (:class:`_Ratios`)."""
-    return np.logical_and.reduce(has).astype(np.float64)
+def _share(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The cases both ``a`` and ``b`` hold, as the 0-1 floats a ratio's denominator is (:class:`_Ratios`)."""
+    return np.logical_and(a, b).astype(np.float64)
 
 
 def _add_tests(con, ratios: _Ratios, means: dict) -> dict[str, str | None]:
@@ -334,7 +334,7 @@ def _coverage_edges(con) -> np.ndarray:
     return np.quantile(recall, np.linspace(0, 1, QUINTILES + 1)[1:-1])
 
 
-def _add_coverage(ratios: _Ratios, trials: pl.DataFrame, edges: np.ndarray, bins: dict, vector) -> list[tuple]:
+def _add_coverage(ratios: _Ratios, trials: pl.DataFrame, edges: np.ndarray, bins: dict, vector, has) -> list[tuple]:
     """2. coverage quintiles (pooled cut points ``edges``) x FRQ accuracy, for some releases' ``trials``: each bin's
     counts and mean recall into ``bins``; returned, each grader's multi-turn accuracy per case for the complexity
     tertiles (release, grader, the cases' shares of correct trials, the cases that have trials)."""
@@ -355,7 +355,7 @@ def _add_coverage(ratios: _Ratios, trials: pl.DataFrame, edges: np.ndarray, bins
     acc = trials.group_by("release", "grader", "pos", maintain_order=True).agg(
         pl.len().alias("k"), pl.col("multiturn_correct").fill_null(False).cast(pl.Int64).sum().alias("mt")
     )
-    return [(rel, grader, vector(g["pos"], (g["mt"] / g["k"]).to_numpy()), vector(g["pos"], 1.0).astype(bool))
+    return [(rel, grader, vector(g["pos"], (g["mt"] / g["k"]).to_numpy()), has(g["pos"]))
             for (rel, grader), g in acc.group_by("release", "grader", maintain_order=True)]  # fmt: skip
 
 
