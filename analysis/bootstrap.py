@@ -46,9 +46,11 @@ _CHUNK = 2_500  # resamples drawn at a time (bounds memory to ~_CHUNK * n * 8 by
 
 @functools.lru_cache(maxsize=8)
 def resample_counts(n: int, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> np.ndarray:
-    """``B x n`` float32 matrix: how often each of ``n`` cases is drawn in each resample (read-only; the
-    few most recent are kept, so every table of one analysis that resamples ``n`` cases reuses one draw: eight, as many
-    as the metrics of one board resample in turn, release after release).
+    """``B x n`` matrix: how often each of ``n`` cases is drawn in each resample, as one byte a count (uint8; float32
+    where a count passes 255, never seen), read-only. The few most recent are kept, so every table of one analysis that
+    resamples ``n`` cases reuses one draw: eight, as many as the metrics of one board resample in turn, release after
+    release (as bytes: eight draws of 2,000 cases held 0.6 GB as float32; :func:`_times_counts` converts a few thousand
+    resamples at a time).
 
     A draw is kept on disk too (``$CRAFTMD_CACHE/resamples/``, one byte a count, about 20 MB for 2,000 cases), so a
     later analysis reads it back instead of drawing it again (about 0.1 s instead of 1.3 s for the upstream groups);
@@ -61,12 +63,13 @@ def resample_counts(n: int, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> np.
     except (OSError, ValueError, EOFError):
         kept = None
     if kept is not None and kept.shape == (B, n) and kept.dtype == np.uint8:
-        out = kept.astype(np.float32)
+        out = kept
     else:
         out = _draw(n, B, seed)
         if out.max(initial=0) < 256:  # (a count above 255 in n draws of n: never seen; then it is not kept)
+            out = out.astype(np.uint8)
             buf = io.BytesIO()
-            np.save(buf, out.astype(np.uint8), allow_pickle=False)
+            np.save(buf, out, allow_pickle=False)
             try:
                 atomic_write_bytes(path, buf.getvalue())
             except OSError:
@@ -76,10 +79,11 @@ def resample_counts(n: int, B: int = DEFAULT_B, seed: int = DEFAULT_SEED) -> np.
 
 
 def _times_counts(S: np.ndarray, W: np.ndarray) -> np.ndarray:
-    """``S @ W.T`` in float64 (k x B), ``W`` (float32) converted a few thousand resamples at a time into one buffer: the
-    same exact sums as converting it whole, without a float64 copy of every draw."""
-    out = np.empty((S.shape[0], W.shape[0]))
-    buf = np.empty((min(_CHUNK, W.shape[0]), W.shape[1]))
+    """``S @ W.T`` (k x B) in ``S``'s type (float32 or float64), ``W`` (:func:`resample_counts`) converted a few
+    thousand resamples at a time into one buffer: the same exact sums as converting it whole, without a float copy of
+    every draw."""
+    out = np.empty((S.shape[0], W.shape[0]), S.dtype)
+    buf = np.empty((min(_CHUNK, W.shape[0]), W.shape[1]), S.dtype)
     for start in range(0, W.shape[0], _CHUNK):
         w = buf[: min(_CHUNK, W.shape[0] - start)]
         np.copyto(w, W[start : start + len(w)])
@@ -163,7 +167,7 @@ class Resampler:
         for n in sorted({n for n, _ in self._cols}):
             W = resample_counts(n, self.B, self.seed)
             if (n, True) in self._cols:  # exact integers in float32, whatever the order of the sum (kept so: half the bytes)
-                self.sums[(n, True)] = np.stack(self._cols[(n, True)]) @ W.T
+                self.sums[(n, True)] = _times_counts(np.stack(self._cols[(n, True)]), W)
             if (n, False) in self._cols:  # fixed-point integers: exact sums in float64, whatever the order
                 S = np.rint(np.stack(self._cols[(n, False)]) * _FIXED)
                 self.sums[(n, False)] = _times_counts(S, W) / _FIXED

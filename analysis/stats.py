@@ -386,12 +386,12 @@ def _pvalues(comp: pl.DataFrame, tested: Tested, L: int) -> pl.DataFrame:
 
 def coded(table) -> pl.DataFrame:
     """A query's rows (an Arrow table) as a polars frame whose text columns are categorical: the comparisons of a board
-    of 1,000 repeat a few hundred names in 900,000 rows, 360 MB as text and a fifth of that as codes."""
+    of 1,000 repeat a few hundred names in 900,000 rows, 360 MB as text and a fifth of that as codes. The other columns
+    are copied: a column taken as it is would hold its batch, the text included, as long as the frame lives."""
     import pyarrow as pa
 
-    columns = [
-        c.dictionary_encode() if pa.types.is_string(c.type) or pa.types.is_large_string(c.type) else c for c in table.columns
-    ]
+    text = (pa.types.is_string, pa.types.is_large_string)
+    columns = [c.dictionary_encode() if any(t(c.type) for t in text) else c.combine_chunks() for c in table.columns]
     return pl.from_arrow(pa.Table.from_arrays(columns, names=table.column_names))
 
 

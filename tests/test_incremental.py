@@ -403,8 +403,9 @@ def test_a_release_that_moves_the_coverage_cut_points_has_the_others_rows_read_b
 
 
 def test_the_history_tables_are_the_same_whatever_the_releases_read_together(tmp_path, monkeypatch):
-    """The history's trials are read and cut into quintiles a few releases at a time (``RELEASES_AT_ONCE``): one at a
-    time, or three (a board of four: a chunk of three and one of one), the folders are the same bytes."""
+    """The history's trials are read and cut into quintiles, and their conversations told apart for the cut points, a
+    few releases at a time (``RELEASES_AT_ONCE``): one at a time, or three (a board of four: a chunk of three and one
+    of one), the folders are the same bytes."""
     import craftmd.analysis.history as history
 
     data, rel = _board(tmp_path, 4)
@@ -417,3 +418,24 @@ def test_the_history_tables_are_the_same_whatever_the_releases_read_together(tmp
         assert a.history_by_coverage["model"].n_unique() == 4 and a.history_tests.height > 0
         made[n] = _files(tmp_path / f"at{n}")
     assert made[1] == made[3]
+
+
+def test_the_coverage_cut_points_read_from_the_kept_files_a_few_releases_at_a_time_are_the_board_tables(tmp_path, monkeypatch):
+    """The cut points counted in the releases' kept files, three releases at a time (the whole board's distinct
+    conversations are never one table), are the ones the board's ``history_trials`` gives as one query."""
+    import numpy as np
+
+    import craftmd.analysis.history as history
+    from craftmd.analysis import runner
+    from craftmd.analysis.tables import prepared_connection
+    from craftmd.release import find_releases
+
+    data, rel = _board(tmp_path, 4)
+    for i in range(4):
+        _history_scored(rel, i, lambda c, t, i=i: 0.03 * i + 0.1 * ((c + t) % 9))
+    kept = runner.Kept(tmp_path / "kept", None, data)
+    con = prepared_connection(find_releases(rel), data, kept=kept)
+    monkeypatch.setattr(history, "RELEASES_AT_ONCE", 3)
+    edges = history._coverage_edges(con, kept)
+    assert len(edges) == history.QUINTILES - 1 and len(set(edges.tolist())) > 1
+    assert np.array_equal(edges, history._coverage_edges(con))
