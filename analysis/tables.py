@@ -118,6 +118,7 @@ def prepared_connection(
     runner.materialize(con, "case_membership")
     kept = runner.keep(con, releases, dataset_dir, kept)
     runner.model_comparisons(con, kept)
+    runner.let_go(con)
     return con
 
 
@@ -208,8 +209,10 @@ def compute(
     gap = pl.from_arrow(runner.run(con, "mcq_rule_gap"))
     sizes = group_sizes(con)
     t1 = time.perf_counter()
+    cells = cells_of(con)
+    runner.let_go(con)
     digests = kept.digests if kept is not None else None  # each release's kept case scores: the memo's first key
-    acc, pv, more_pv = bootstrap_all(cells_of(con), accuracy, comparisons, more, B=B, seed=seed, memo=memo, digests=digests)
+    acc, pv, more_pv = bootstrap_all(cells, accuracy, comparisons, more, B=B, seed=seed, memo=memo, digests=digests)
     del comparisons, more  # (the tests' inputs, 0.4 GB at 1,000 releases, not held while the other tables are made)
     by_release = None if kept is not None else runner.by_release(con, "metric_case_scores")
     metrics = metric_table(by_release, B=B, seed=seed, memo=memo, kept=kept)

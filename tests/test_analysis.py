@@ -762,3 +762,19 @@ def test_a_measure_declared_once_is_a_column_of_the_board_per_task(tmp_path, mon
     ]
     md = (tmp_path / "out" / "leaderboard.md").read_text().split("### Board toy\n\n", 1)[1].splitlines()
     assert md[0] == "| Model | Release | Solved | Turns | Polite &lt;share&gt; | " and md[1] == "|---|---|---|---|---|"
+
+
+def test_letting_go_of_duckdbs_thread_memory_keeps_the_connection_and_its_threads(tmp_path):
+    """``runner.let_go`` ends DuckDB's worker threads and starts them again (what they kept of their tasks' memory is
+    given back): the connection answers as before, with as many threads as it had."""
+    import duckdb
+
+    from craftmd.analysis import runner
+
+    con = duckdb.connect(":memory:")
+    con.execute("set threads = 3")
+    con.execute("create table t as select range as x from range(100000)")
+    before = con.sql("select sum(x) from t").fetchall()
+    runner.let_go(con)
+    assert con.sql("select current_setting('threads')").fetchall() == [(3,)]
+    assert con.sql("select sum(x) from t").fetchall() == before
