@@ -213,7 +213,7 @@ def compute(
     runner.let_go(con)
     digests = kept.digests if kept is not None else None  # each release's kept case scores: the memo's first key
     acc, pv, more_pv = bootstrap_all(cells, accuracy, comparisons, more, B=B, seed=seed, memo=memo, digests=digests)
-    del comparisons, more  # (the tests' inputs, 0.4 GB at 1,000 releases, not held while the other tables are made)
+    del comparisons, more  # (the tests' inputs, not held while the other tables are made)
     by_release = None if kept is not None else runner.by_release(con, "metric_case_scores")
     metrics = metric_table(by_release, B=B, seed=seed, memo=memo, kept=kept)
     hist = history_tables(con, B=B, seed=seed, memo=memo, kept=kept)

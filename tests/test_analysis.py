@@ -764,7 +764,7 @@ def test_a_measure_declared_once_is_a_column_of_the_board_per_task(tmp_path, mon
     assert md[0] == "| Model | Release | Solved | Turns | Polite &lt;share&gt; | " and md[1] == "|---|---|---|---|---|"
 
 
-def test_letting_go_of_duckdbs_thread_memory_keeps_the_connection_and_its_threads(tmp_path):
+def test_letting_go_of_duckdbs_thread_memory_keeps_the_connection_and_its_threads():
     """``runner.let_go`` ends DuckDB's worker threads and starts them again (what they kept of their tasks' memory is
     given back): the connection answers as before, with as many threads as it had."""
     import duckdb
