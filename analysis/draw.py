@@ -3,8 +3,9 @@
 An analysis draws a dozen matplotlib figures, each from its finished tables, each on its own (a figure reads the
 analysis, never another figure). :class:`Workers` starts up to :data:`JOBS` processes when the analysis starts: they
 import matplotlib and work out the overlap between the tasks' cases (:mod:`.overlap`: the dataset alone) while the
-main process runs the SQL and the bootstrap; once the tables are written, each figure (:func:`jobs`) is drawn by
-whichever worker is free. A figure is the same bytes whoever draws it: the same function, the same data (the analysis,
+main process runs the SQL and the bootstrap; they run the per-release queries (:func:`.runner.keep`), and are then
+renewed (:meth:`Workers.renew`), so that what those queries' allocators kept goes with their processes; once the tables
+are written, each figure (:func:`jobs`) is drawn by whichever worker is free. A figure is the same bytes whoever draws it: the same function, the same data (the analysis,
 pickled), the same style (:func:`craftmd.analysis.figures.style`) and matplotlib's Agg, whose PNGs carry no date.
 
 The workers come from a fork server (a fresh interpreter that imported the figure modules once, forked for each
@@ -24,7 +25,7 @@ from craftmd import cpus
 #: Worker processes at most (never more than the CPUs this process may run on); 1: all in the analysing process.
 JOBS = 2
 #: What the fork server imports once, before any worker is forked from it.
-PRELOAD = ["craftmd.analysis.figures", "craftmd.analysis.paper_figures", "craftmd.analysis.overlap"]
+PRELOAD = ["craftmd.analysis.figures", "craftmd.analysis.paper_figures", "craftmd.analysis.overlap", "craftmd.analysis.runner"]
 
 
 class Workers:
@@ -36,14 +37,23 @@ class Workers:
         self._pool = None
         if self.jobs > 1:
             import multiprocessing as mp
-            from concurrent.futures import ProcessPoolExecutor
 
             if "forkserver" in mp.get_all_start_methods():
-                ctx = mp.get_context("forkserver")
-                ctx.set_forkserver_preload(PRELOAD)
-                self._pool = ProcessPoolExecutor(self.jobs, mp_context=ctx)
+                self._ctx = mp.get_context("forkserver")
+                self._ctx.set_forkserver_preload(PRELOAD)
+                self._start()
             else:
                 self.jobs = 1
+
+    def _start(self) -> None:
+        from concurrent.futures import ProcessPoolExecutor
+
+        self._pool = ProcessPoolExecutor(self.jobs, mp_context=self._ctx)
+
+    @property
+    def apart(self) -> bool:
+        """Whether :meth:`submit` runs its function in a worker process (else here, at once)."""
+        return self._pool is not None
 
     def submit(self, fn, *args) -> Future:
         if self._pool is not None:
@@ -60,6 +70,15 @@ class Workers:
         if self._pool is not None:
             for f in [self._pool.submit(os.getpid) for _ in range(self.jobs)]:
                 f.add_done_callback(lambda _: None)
+
+    def renew(self) -> None:
+        """End the workers once what was submitted to them is done, and start new ones (forked from the fork server,
+        warm at once): what a step's work left in their memory goes with them (DuckDB's allocator and polars' keep
+        what a query freed, about 0.2 GB a worker after a board of 1,000's per-release queries)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._start()
+            self.warm()
 
     def close(self) -> None:
         if self._pool is not None:

@@ -6,6 +6,7 @@ keeps a query's result as a table of that name, for later queries to read.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -22,7 +23,7 @@ import pyarrow.parquet as pq
 
 from craftmd import CraftMDError
 from craftmd.dataset import config_file
-from craftmd.release import CLAIM_PREFIX, MAX_TRIALS, Release, natural_key
+from craftmd.release import CLAIM_PREFIX, MAX_TRIALS, Release, natural_key, read_release
 
 from .board import Board, protocol_key
 
@@ -542,14 +543,18 @@ def _write_each(con: duckdb.DuckDBPyConnection, name: str, paths: dict[str, Path
         os.replace(part, path)
 
 
-def keep(con: duckdb.DuckDBPyConnection, releases: list[Release], dataset_dir: Path | str, kept: Kept | None = None) -> Kept:
+def keep(
+    con: duckdb.DuckDBPyConnection, releases: list[Release], dataset_dir: Path | str, kept: Kept | None = None, workers=None
+) -> Kept:
     """Every :data:`PER_RELEASE` query (that the board's scores can answer) as a view of its name in ``con``: over the
     releases' files of ``kept`` (without it: files kept for this connection alone, in a temporary folder removed with
     it), in the order of the release ids (the queries order their rows by release first, so the view reads in the
     order the whole query gives). A release whose file is missing is computed first, a few releases at a time
     (:data:`KEEP_BATCH`), each batch in a connection of its own that has the whole board's score columns, as many
     batches side by side as there are CPUs (a batch's rows depend on it alone: the files are the same bytes either
-    way). Returns the :class:`Kept`."""
+    way). ``workers`` (:class:`.draw.Workers`, with processes): the batches run in them, and the workers are renewed
+    afterwards, so that what DuckDB's and polars' allocators keep of the batches' memory is given back with their
+    processes (else in threads of this process, which keeps it). Returns the :class:`Kept`."""
     board = [(c, t) for c, t, *_ in con.execute("describe scores").fetchall()]  # the board's score columns
     names = [n for n in PER_RELEASE if set(_NEEDS.get(n, ())) <= {c for c, _ in board}]
     if kept is None:  # kept for this connection alone, in a temporary folder removed with it
@@ -562,34 +567,50 @@ def keep(con: duckdb.DuckDBPyConnection, releases: list[Release], dataset_dir: P
     kept.counts["read_back"] += len(releases) - len(todo)
     kept.counts["computed"] += len(todo)
     kept.out.mkdir(parents=True, exist_ok=True)
+    apart = workers is not None and workers.apart and bool(todo)
     batches = [todo[i : i + KEEP_BATCH] for i in range(0, len(todo), KEEP_BATCH)]
-    jobs = [(batch, {name: {r.id: kept.path(name, r.id) for r in batch} for name in names}) for batch in batches]
+    jobs = [
+        (
+            [os.path.abspath(r.path) for r in batch] if apart else batch,  # a worker opens the releases by their paths
+            os.path.abspath(dataset_dir),
+            board,
+            {name: {r.id: os.path.abspath(kept.path(name, r.id)) for r in batch} for name in names},
+        )
+        for batch in batches
+    ]
     from craftmd import cpus
 
-    at_once = max(1, min(cpus(), len(jobs)))  # DuckDB's threads wait on each other's small steps: batches side by side
-    with ThreadPoolExecutor(at_once) as pool:
-        done = [pool.submit(_keep_batch, batch, dataset_dir, board, paths) for batch, paths in jobs]
+    with contextlib.ExitStack() as stack:
+        if apart:
+            submit = workers.submit
+        else:  # DuckDB's threads wait on each other's small steps: batches side by side
+            submit = stack.enter_context(ThreadPoolExecutor(max(1, min(cpus(), len(jobs))))).submit
+        done = [submit(_keep_batch, *job) for job in jobs]
         try:
             for future in _progress(done, len(todo)):
                 future.result()
         finally:  # a failed batch: the others are not started (what they wrote, each file whole, is kept)
             for future in done:
                 future.cancel()
+    if apart:
+        workers.renew()
     for name in names:
         _view(con, name, [kept.path(name, r.id) for r in releases])
     return kept
 
 
-def _keep_batch(batch: list[Release], dataset_dir: Path | str, board: list[tuple[str, str]], paths: dict) -> None:
-    """:func:`keep`'s work for one batch of releases: each query of ``paths`` (query -> release id -> file, in
+def _keep_batch(batch: list[Release] | list[str], dataset_dir: str, board: list[tuple[str, str]], paths: dict) -> None:
+    """:func:`keep`'s work for one batch of releases (or their folders, opened here: in a worker process, checked
+    against their run records as this process's are): each query of ``paths`` (query -> release id -> file, in
     :data:`PER_RELEASE`'s order), its rows written to its files, in a connection of its own."""
+    batch = [r if isinstance(r, Release) else read_release(r) for r in batch]
     part = connect(batch, dataset_dir, scores_columns=board)
     try:
         materialize(part, "case_membership")
         materialize(part, "trial_grades")
         _check_trials(part)
         for name, ours in paths.items():
-            _write_each(part, name, ours)
+            _write_each(part, name, {rid: Path(p) for rid, p in ours.items()})
             _view(part, name, [ours[r.id] for r in batch])  # what the batch's next queries read
     finally:
         part.close()

@@ -110,13 +110,19 @@ def task_tables(releases: list[Release], inputs: dict) -> dict[str, dict[str, pl
 
 
 def prepared_connection(
-    releases: list[Release], dataset_dir: Path | str, *, all_pairs: bool = False, kept: runner.Kept | None = None
+    releases: list[Release],
+    dataset_dir: Path | str,
+    *,
+    all_pairs: bool = False,
+    kept: runner.Kept | None = None,
+    workers=None,
 ):
     """A DuckDB connection with the inputs registered and the shared models made, in order (``all_pairs``:
-    :func:`.runner.connect`; ``kept``: the per-release queries' rows kept and read back, :func:`.runner.keep`)."""
+    :func:`.runner.connect`; ``kept``, ``workers``: the per-release queries' rows kept and read back, and where they
+    are computed, :func:`.runner.keep`)."""
     con = runner.connect(releases, dataset_dir, all_pairs=all_pairs, answers=[])
     runner.materialize(con, "case_membership")
-    kept = runner.keep(con, releases, dataset_dir, kept)
+    kept = runner.keep(con, releases, dataset_dir, kept, workers)
     runner.model_comparisons(con, kept)
     runner.let_go(con)
     return con
@@ -201,7 +207,7 @@ def compute(
     found_overlap = (workers or Workers(1)).submit(overlap, (dataset_dir, packets))  # the dataset's alone
     if not any("answers" in r.task.required_tables for r in releases):  # no answers to analyse (patient-led encounters)
         return _with_overlap(_without_answers(unscored, packets, B, seed, t0, rubric_options, board), found_overlap)
-    con = prepared_connection(releases, dataset_dir, all_pairs=all_pairs, kept=kept)
+    con = prepared_connection(releases, dataset_dir, all_pairs=all_pairs, kept=kept, workers=workers)
     accuracy = pl.from_arrow(runner.run(con, "accuracy"))
     comparisons = coded(runner.run(con, "comparisons"))
     more = pl.from_arrow(runner.run(con, "more_comparisons"))
@@ -426,7 +432,7 @@ def analyse(
     from .bootstrap import blas_threads
     from .draw import Workers, draw_all
 
-    with Workers(None if figures else 1) as workers, blas_threads(1):  # the figures' processes, started now
+    with Workers() as workers, blas_threads(1):  # the processes of the per-release queries and the figures, started now
         workers.warm()
         a = compute(
             releases, dataset_dir, B=B, seed=seed, packets=packets, rubric_options=rubric_options, all_pairs=all_pairs,

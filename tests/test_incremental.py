@@ -439,3 +439,30 @@ def test_the_coverage_cut_points_read_from_the_kept_files_a_few_releases_at_a_ti
     edges = history._coverage_edges(con, kept)
     assert len(edges) == history.QUINTILES - 1 and len(set(edges.tolist())) > 1
     assert np.array_equal(edges, history._coverage_edges(con))
+
+
+def test_the_per_release_queries_run_in_worker_processes_write_the_same_files_and_the_workers_are_renewed(tmp_path):
+    """With the analysis's worker processes, the per-release queries' files are the bytes this process's threads write,
+    and the workers that ran them have ended afterwards (what their allocators kept of the queries' memory with them),
+    new ones serving what comes next."""
+    import os
+
+    from craftmd.analysis import runner
+    from craftmd.analysis.draw import Workers
+    from craftmd.analysis.tables import prepared_connection
+    from craftmd.release import find_releases
+
+    data, rel = _board(tmp_path, 4)
+    releases = find_releases(rel)
+    here = runner.Kept(tmp_path / "here", None, data)
+    prepared_connection(releases, data, kept=here)
+    with Workers(2) as workers:
+        assert workers.apart  # (two CPUs at least: the machines this suite runs on)
+        before = {workers.submit(os.getpid).result() for _ in range(4)}
+        apart = runner.Kept(tmp_path / "apart", None, data)
+        con = prepared_connection(releases, data, kept=apart, workers=workers)
+        after = {workers.submit(os.getpid).result() for _ in range(4)}
+    assert apart.counts["computed"] == here.counts["computed"] == 4
+    assert _files(tmp_path / "apart") == _files(tmp_path / "here") != {}
+    assert before and after and not before & after and os.getpid() not in before | after
+    assert con.sql("select count(distinct release) from case_scores").fetchall()[0][0] == 4
