@@ -6,7 +6,8 @@ Each board is made of copies of the given releases (default: out/releases and ou
 them) under new ids, cycling through them: a copy is a folder whose parquet files are hard links to the original's
 (a real copy where the file system refuses) and whose manifest names the new id, so the copies cost no disk. Each size
 is analysed in a fresh process (``craftmd.analysis.tables.analyse``, tables only unless --figures, 10,000
-resamples), which reports its wall time and its peak resident memory (``ru_maxrss``); then one more release (a copy
+resamples), which reports its wall time, its peak resident memory (``ru_maxrss``: "peak MB") and the peak of its
+memory and its worker processes' together ("all MB": their proportional set sizes summed, sampled every 0.2 s); then one more release (a copy
 with files of its own, as a new release has) is added to the board and the board analysed again, in another fresh
 process, reading back what the first analysis kept (``previous=``: its ``.cache``), as `craftmd analyse` into the same
 folder does ("+1"). The board is analysed two seconds after it is made (``craftmd.release.SETTLED_NS``): a file
@@ -28,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -67,16 +69,66 @@ def add_copy(src: Path, i: int, out: Path, link: bool = True) -> Path:
     return dst
 
 
+def _tree(root: int) -> list[int]:
+    """``root`` and the processes below it (its workers, their fork server), from ``/proc``."""
+    kids: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])  # "pid (name) state ppid ..."
+        except (OSError, IndexError, ValueError):
+            continue  # (a process that ended meanwhile)
+        kids.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [root]
+    while todo:
+        found.append(todo.pop())
+        todo.extend(kids.get(found[-1], []))
+    return found
+
+
+def _pss_kb(pid: int) -> int:
+    """A process's proportional set size: its pages, those shared with others divided among them (0 once it ended)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class TreePeak(threading.Thread):
+    """The most memory this process and its descendants held together (their summed proportional set sizes: pages
+    they share counted once), sampled every ``every`` seconds while it runs (a shorter peak between samples is missed)."""
+
+    def __init__(self, every: float = 0.2):
+        super().__init__(daemon=True)
+        self.every, self.peak_kb, self._stop = every, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.peak_kb = max(self.peak_kb, sum(map(_pss_kb, _tree(os.getpid()))))
+
+    def __enter__(self) -> TreePeak:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self.join()
+
+
 def one(releases: Path, dataset: Path, out: Path, all_pairs: bool, figures: bool, previous: Path | None = None) -> dict:
     """Analyse one board in this process (into ``out``, reading back what ``previous`` kept): wall seconds, peak RSS
-    (MB), rows of pvalues.csv, the stages' timings."""
+    (MB) of this process, peak memory (MB) of this process and its workers together (:class:`TreePeak`), rows of
+    pvalues.csv, the stages' timings."""
     from craftmd.analysis.tables import analyse
 
     t = time.perf_counter()
-    a = analyse(releases, dataset, out, figures=figures, all_pairs=all_pairs, previous=previous)
+    with TreePeak() as tree:
+        a = analyse(releases, dataset, out, figures=figures, all_pairs=all_pairs, previous=previous)
     wall = time.perf_counter() - t
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    return {"wall_s": wall, "peak_mb": peak_mb, "pvalues": a.pvalues.height, "timings": a.timings}
+    return {"wall_s": wall, "peak_mb": peak_mb, "all_mb": tree.peak_kb / 1024, "pvalues": a.pvalues.height, "timings": a.timings}
 
 
 def main(argv=None) -> int:
@@ -103,7 +155,10 @@ def main(argv=None) -> int:
         return 2
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
-    print(f"{'releases':>8} {'seconds':>8} {'peak MB':>8} {'p-values':>9} {'+1 s':>7} {'+1 MB':>7}  (sql / bootstrap+tests s)")
+    print(
+        f"{'releases':>8} {'seconds':>8} {'peak MB':>8} {'all MB':>7} {'p-values':>9} {'+1 s':>7} {'+1 MB':>7} {'+1 all':>7}"
+        "  (sql / bootstrap+tests s)"
+    )
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix="bench-board-") as tmp:
             board = make_board(sources, n, Path(tmp) / "a")
@@ -117,8 +172,9 @@ def main(argv=None) -> int:
         rows.append((n, full))
         t = full["timings"]
         print(
-            f"{n:>8} {full['wall_s']:>8.2f} {full['peak_mb']:>8.0f} {full['pvalues']:>9} {grown['wall_s']:>7.2f} "
-            f"{grown['peak_mb']:>7.0f}  ({t.get('sql_s', 0):.2f} / {t.get('bootstrap_s', 0):.2f})",
+            f"{n:>8} {full['wall_s']:>8.2f} {full['peak_mb']:>8.0f} {full['all_mb']:>7.0f} {full['pvalues']:>9} "
+            f"{grown['wall_s']:>7.2f} {grown['peak_mb']:>7.0f} {grown['all_mb']:>7.0f}  "
+            f"({t.get('sql_s', 0):.2f} / {t.get('bootstrap_s', 0):.2f})",
             flush=True,
         )
     for (n0, r0), (n1, r1) in zip(rows, rows[1:]):
