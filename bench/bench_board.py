@@ -102,10 +102,10 @@ class TreePeak(threading.Thread):
 
     def __init__(self, every: float = 0.2):
         super().__init__(daemon=True)
-        self.every, self.peak_kb, self._stop = every, 0, threading.Event()
+        self.every, self.peak_kb, self._done = every, 0, threading.Event()
 
     def run(self) -> None:
-        while not self._stop.wait(self.every):
+        while not self._done.wait(self.every):
             self.peak_kb = max(self.peak_kb, sum(map(_pss_kb, _tree(os.getpid()))))
 
     def __enter__(self) -> TreePeak:
@@ -113,7 +113,7 @@ class TreePeak(threading.Thread):
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
+        self._done.set()
         self.join()
 
 
