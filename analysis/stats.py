@@ -193,7 +193,9 @@ def bootstrap_all(
     del work
     cells.clear()  # (its arrays let go of before the tables are made: a third of a gigabyte at 1,000 releases)
     more_pv = more_tests(more, tested[1], L) if more is not None else None
-    return _accuracy_with_ci(accuracy, ci), _pvalues(comparisons, tested[0], L), more_pv
+    with_ci = _accuracy_with_ci(accuracy, ci)
+    del ci  # (its keys and intervals let go of before the p-value table is made, the analysis's peak)
+    return with_ci, _pvalues(comparisons, tested[0], L), more_pv
 
 
 def _work_units(cells: dict, comp: pl.DataFrame, more: pl.DataFrame | None) -> dict[tuple, tuple[list, list]]:
