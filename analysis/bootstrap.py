@@ -27,6 +27,7 @@ import functools
 import hashlib
 import io
 import math
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -239,12 +240,23 @@ class Memo:
     :meth:`key` digests the resampling's ``B`` and seed and its parts (arrays by dtype, shape and bytes; the rest by
     ``repr``) with :data:`ALGORITHM`; a result found under its key is the one a fresh resampling would give, to the bit, since the
     resampling is a function of exactly those. :meth:`save` writes only the entries this analysis used (read back or
-    computed), so a release gone from the board takes its entries with it. A ``Memo()`` without a file starts empty."""
+    computed), so a release gone from the board takes its entries with it. A ``Memo()`` without a file starts empty.
 
-    def __init__(self, entries: dict[bytes, tuple] | None = None, aliases: dict[bytes, bytes] | None = None):
-        self._old = entries or {}
-        self._used: dict[bytes, tuple] = {}
-        self._aliases = dict(aliases or {})  # key -> the key the same result is kept under by its inputs' bytes
+    Held as rows of arrays: a dict from each key to its row, the rows' numbers (three a row), their length and which
+    are None, whether this analysis used them, and the row of the key their result is also kept under (the 1.25 million
+    entries of a board of 1,000 held 0.3 GB as dicts of tuples). A number comes back as a float (an ``int`` put in it
+    too, as it does from the file)."""
+
+    _NO_RESULT = 0xFF  # a row's shape when only its key is known (the alias of another row)
+
+    def __init__(self):
+        self._row: dict[bytes, int] = {}
+        self._keys: list[bytes] = []
+        self._values = array("d")  # three a row
+        self._shape = bytearray()  # a row's length (bits 0-1) and which of its numbers are None (bits 2-4)
+        self._alias = array("q")  # the row of the key the same result is kept under by its inputs' bytes, or -1
+        self._used = bytearray()
+        self._old = 0  # the rows read back come first
 
     @staticmethod
     def key(B: int, seed: int, *parts) -> bytes:
@@ -283,58 +295,98 @@ class Memo:
         h.update(encoded)
         return h.digest()
 
+    def _at(self, key: bytes) -> int:
+        """``key``'s row, a new one (without a result) when it has none."""
+        row = self._row.get(key)
+        if row is None:
+            row = self._row[key] = len(self._keys)
+            self._keys.append(key)
+            self._values.extend((0.0, 0.0, 0.0))
+            self._shape.append(self._NO_RESULT)
+            self._alias.append(-1)
+            self._used.append(0)
+        return row
+
+    def _use(self, row: int) -> tuple | None:
+        """Row ``row``'s result, the row marked used; None when it has none."""
+        shape = self._shape[row]
+        if shape == self._NO_RESULT:
+            return None
+        self._used[row] = 1
+        at = 3 * row
+        return tuple(None if shape >> (2 + i) & 1 else self._values[at + i] for i in range(shape & 3))
+
     def get(self, key: bytes) -> tuple | None:
-        found = self._used.get(key) or self._old.get(key)
-        if found is not None:
-            self._used[key] = found
-        return found
+        row = self._row.get(key)
+        return None if row is None else self._use(row)
 
     def get_via(self, key: bytes) -> tuple | None:
         """:meth:`get`, and the key it was put with as an ``alias`` is used too (read back, with its own result): a
         result found by a key that names its inputs (a kept file's digest) keeps, for the next analysis, the key of
         its inputs' bytes, so this analysis keeps the entries a full one does."""
-        found = self.get(key)
-        alias = self._aliases.get(key) if found is not None else None
-        if alias is not None:
-            self.get(alias)
+        row = self._row.get(key)
+        found = None if row is None else self._use(row)
+        if found is not None and self._alias[row] >= 0:
+            self._use(self._alias[row])
         return found
 
     def counts(self) -> dict[str, int]:
         """How many distinct results this analysis read back from the earlier one, and how many it resampled."""
-        old = sum(k in self._old for k in self._used)
-        return {"read_back": old, "resampled": len(self._used) - old}
+        used = np.frombuffer(self._used, np.uint8)
+        old = int(np.count_nonzero(used[: self._old]))
+        return {"read_back": old, "resampled": int(np.count_nonzero(used)) - old}
 
     def put(self, key: bytes, values: tuple, alias: bytes | None = None) -> None:
-        self._used[key] = tuple(values)
+        values = tuple(values)
+        if len(values) > 3:
+            raise ValueError(f"a memo entry holds up to three numbers, not {len(values)}")
+        row = self._at(key)
+        self._shape[row] = len(values) | sum(1 << (2 + i) for i, v in enumerate(values) if v is None)
+        for i, v in enumerate(values):
+            self._values[3 * row + i] = 0.0 if v is None else float(v)
+        self._used[row] = 1
         if alias is not None:
-            self._aliases[key] = alias
+            self._alias[row] = self._at(alias)
 
     @classmethod
     def load(cls, path: Path | str | None) -> "Memo":
         """The memo kept at ``path`` (an empty one when there is none, or when it cannot be read: it only saves work)."""
-        entries: dict[bytes, tuple] = {}
-        aliases: dict[bytes, bytes] = {}
-        if path is not None and Path(path).is_file():
-            try:
-                t = pq.read_table(path)
-                cols = [t.column(c).to_pylist() for c in ("a", "b", "c")]
-                keys = t.column("key").to_pylist()
-                entries = {k: (a, b, c) for k, a, b, c in zip(keys, *cols)}
-                found = t.column("alias").to_pylist() if "alias" in t.column_names else []  # (none in a memo kept before)
-                aliases = {k: a for k, a in zip(keys, found) if a is not None}
-            except (pa.ArrowException, KeyError, OSError):
-                entries, aliases = {}, {}
-        return cls(entries, aliases)
+        memo = cls()
+        if path is None or not Path(path).is_file():
+            return memo
+        try:
+            t = pq.read_table(path)
+            keys = t.column("key").to_pylist()
+            columns = [t.column(c) for c in ("a", "b", "c")]
+            if len(set(keys)) != len(keys) or not all(isinstance(k, bytes) for k in keys):
+                return memo
+            values = np.column_stack([c.to_numpy(zero_copy_only=False).astype(np.float64) for c in columns])
+            nulls = sum(c.is_null().to_numpy(zero_copy_only=False).astype(np.uint8) << (2 + i) for i, c in enumerate(columns))
+            found = t.column("alias").to_pylist() if "alias" in t.column_names else []  # (none in a memo kept before)
+        except (pa.ArrowException, KeyError, OSError, TypeError, ValueError):
+            return memo
+        memo._keys, memo._row = keys, dict(zip(keys, range(len(keys))))
+        memo._values = array("d", values.tobytes()) if len(keys) else array("d")
+        memo._shape = bytearray((3 | np.asarray(nulls, np.uint8)).tobytes()) if len(keys) else bytearray()
+        memo._alias, memo._used, memo._old = array("q", [-1]) * len(keys), bytearray(len(keys)), len(keys)
+        for row, alias in enumerate(found):
+            if alias is not None:
+                memo._alias[row] = memo._at(alias)
+        return memo
 
     def save(self, path: Path | str) -> None:
         """The entries this analysis used, sorted by key (the same analysis writes the same bytes)."""
-        keys = sorted(self._used)
-        vals = [tuple(self._used[k]) + (None,) * (3 - len(self._used[k])) for k in keys]
+        keys = sorted(k for k, row in self._row.items() if self._used[row])
+        rows = np.fromiter(map(self._row.__getitem__, keys), np.int64, len(keys))
+        values = np.frombuffer(self._values, np.float64).reshape(-1, 3)[rows]
+        shape = np.frombuffer(self._shape, np.uint8)[rows]
+        absent = [(i >= (shape & 3)) | ((shape >> (2 + i)) & 1).astype(bool) for i in range(3)]  # past its length, or None
+        aliases = np.frombuffer(self._alias, np.int64)[rows].tolist()
         table = pa.table(
             {
                 "key": pa.array(keys, pa.binary(16)),
-                **{c: pa.array([v[i] for v in vals], pa.float64()) for i, c in enumerate(("a", "b", "c"))},
-                "alias": pa.array([self._aliases.get(k) for k in keys], pa.binary(16)),
+                **{c: pa.array(values[:, i], pa.float64(), mask=absent[i]) for i, c in enumerate(("a", "b", "c"))},
+                "alias": pa.array([self._keys[a] if a >= 0 else None for a in aliases], pa.binary(16)),
             }
         )
         Path(path).parent.mkdir(parents=True, exist_ok=True)

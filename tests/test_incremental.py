@@ -466,3 +466,38 @@ def test_the_per_release_queries_run_in_worker_processes_write_the_same_files_an
     assert _files(tmp_path / "apart") == _files(tmp_path / "here") != {}
     assert before and after and not before & after and os.getpid() not in before | after
     assert con.sql("select count(distinct release) from case_scores").fetchall()[0][0] == 4
+
+
+def test_the_memo_gives_back_what_was_put_and_what_it_kept_and_writes_only_what_was_used(tmp_path):
+    """Results of one, two and three numbers (None among them) come back as they were put, and as the file gives them
+    back (three numbers, None where there was none); a key put with an alias marks the alias used when it is found;
+    only the entries used are written, sorted, each with its alias; a damaged file is an empty memo."""
+    from craftmd.analysis.bootstrap import Memo
+
+    k = [Memo.key(10, 0, "part", i) for i in range(6)]
+    memo = Memo()
+    memo.put(k[0], (0.25,))
+    memo.put(k[1], (0.1, 0.9))
+    memo.put(k[2], (0.5, 7, 12), alias=k[0])
+    memo.put(k[3], (0.2, 0.3, None))
+    assert memo.get(k[0]) == (0.25,) and memo.get(k[1]) == (0.1, 0.9) and memo.get(k[3]) == (0.2, 0.3, None)
+    assert memo.get(k[2]) == (0.5, 7.0, 12.0) and memo.get(k[5]) is None
+    assert memo.counts() == {"read_back": 0, "resampled": 4}
+    memo.save(tmp_path / "m.parquet")
+    kept = pq.read_table(tmp_path / "m.parquet").to_pylist()
+    assert [r["key"] for r in kept] == sorted(k[:4])
+    assert {r["key"]: r["alias"] for r in kept} == {k[0]: None, k[1]: None, k[2]: k[0], k[3]: None}
+
+    back = Memo.load(tmp_path / "m.parquet")
+    assert back.counts() == {"read_back": 0, "resampled": 0}
+    assert back.get_via(k[2]) == (0.5, 7.0, 12.0)  # its alias k[0] is used with it
+    assert back.get(k[1]) == (0.1, 0.9, None)
+    back.put(k[4], (1.0, None))
+    assert back.counts() == {"read_back": 3, "resampled": 1}
+    back.save(tmp_path / "again.parquet")
+    assert [r["key"] for r in pq.read_table(tmp_path / "again.parquet").to_pylist()] == sorted([k[0], k[1], k[2], k[4]])
+    assert back.get(k[3]) == (0.2, 0.3, None)  # read back and not used before: still there
+
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not a parquet file")
+    empty = Memo.load(tmp_path / "bad.parquet")
+    assert empty.get(k[0]) is None and empty.counts() == {"read_back": 0, "resampled": 0}
