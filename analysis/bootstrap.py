@@ -314,6 +314,8 @@ class Memo:
             return None
         self._used[row] = 1
         at = 3 * row
+        if shape < 4:  # no None among them
+            return tuple(self._values[at : at + shape])
         return tuple(None if shape >> (2 + i) & 1 else self._values[at + i] for i in range(shape & 3))
 
     def get(self, key: bytes) -> tuple | None:
@@ -325,9 +327,11 @@ class Memo:
         result found by a key that names its inputs (a kept file's digest) keeps, for the next analysis, the key of
         its inputs' bytes, so this analysis keeps the entries a full one does."""
         row = self._row.get(key)
-        found = None if row is None else self._use(row)
-        if found is not None and self._alias[row] >= 0:
-            self._use(self._alias[row])
+        if row is None:
+            return None
+        found = self._use(row)
+        if found is not None and (alias := self._alias[row]) >= 0:
+            self._use(alias)
         return found
 
     def counts(self) -> dict[str, int]:
@@ -340,10 +344,16 @@ class Memo:
         values = tuple(values)
         if len(values) > 3:
             raise ValueError(f"a memo entry holds up to three numbers, not {len(values)}")
-        row = self._at(key)
-        self._shape[row] = len(values) | sum(1 << (2 + i) for i, v in enumerate(values) if v is None)
+        row = self._row.get(key)
+        if row is None:
+            row = self._at(key)
+        shape, at = len(values), 3 * row
         for i, v in enumerate(values):
-            self._values[3 * row + i] = 0.0 if v is None else float(v)
+            if v is None:
+                shape |= 4 << i
+            else:
+                self._values[at + i] = v
+        self._shape[row] = shape
         self._used[row] = 1
         if alias is not None:
             self._alias[row] = self._at(alias)
