@@ -4,9 +4,9 @@ An analysis draws a dozen matplotlib figures, each from its finished tables, eac
 analysis, never another figure). :class:`Workers` starts up to :data:`JOBS` processes when the analysis starts: they
 import matplotlib and work out the overlap between the tasks' cases (:mod:`.overlap`: the dataset alone) while the
 main process runs the SQL and the bootstrap; they run the per-release queries (:func:`.runner.keep`), and are then
-renewed (:meth:`Workers.renew`), so that what those queries' allocators kept goes with their processes; once the tables
-are written, each figure (:func:`jobs`) is drawn by whichever worker is free. A figure is the same bytes whoever draws it: the same function, the same data (the analysis,
-pickled), the same style (:func:`craftmd.analysis.figures.style`) and matplotlib's Agg, whose PNGs carry no date.
+renewed (:meth:`Workers.renew`), so that what those queries' allocators kept goes with their processes; once the
+tables are written, each figure (:func:`jobs`) is drawn by whichever worker is free. A figure is the same bytes
+whoever draws it: the same function, the same data (the analysis, pickled), the same style (:func:`craftmd.analysis.figures.style`) and matplotlib's Agg, whose PNGs carry no date.
 
 The workers come from a fork server (a fresh interpreter that imported the figure modules once, forked for each
 worker), never from a fork of the analysing process, whose DuckDB and polars threads a fork would copy mid-flight.
@@ -74,7 +74,8 @@ class Workers:
     def renew(self) -> None:
         """End the workers once what was submitted to them is done, and start new ones (forked from the fork server,
         warm at once): what a step's work left in their memory goes with them (DuckDB's allocator and polars' keep
-        what a query freed, about 0.2 GB a worker after a board of 1,000's per-release queries)."""
+        what a query freed: 0.35-0.5 GB stayed with the analysing process after a board of 1,000's per-release queries
+        ran in its threads)."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._start()
