@@ -6,7 +6,8 @@ import matplotlib and work out the overlap between the tasks' cases (:mod:`.over
 main process runs the SQL and the bootstrap; they run the per-release queries (:func:`.runner.keep`), and are then
 renewed (:meth:`Workers.renew`), so that what those queries' allocators kept goes with their processes; once the
 tables are written, each figure (:func:`jobs`) is drawn by whichever worker is free. A figure is the same bytes
-whoever draws it: the same function, the same data (the analysis, pickled), the same style (:func:`craftmd.analysis.figures.style`) and matplotlib's Agg, whose PNGs carry no date.
+whoever draws it: the same function, the same data (the analysis, pickled), the same style
+(:func:`craftmd.analysis.figures.style`) and matplotlib's Agg, whose PNGs carry no date.
 
 The workers come from a fork server (a fresh interpreter that imported the figure modules once, forked for each
 worker), never from a fork of the analysing process, whose DuckDB and polars threads a fork would copy mid-flight.
