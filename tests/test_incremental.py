@@ -441,10 +441,10 @@ def test_the_coverage_cut_points_read_from_the_kept_files_a_few_releases_at_a_ti
     assert np.array_equal(edges, history._coverage_edges(con))
 
 
-def test_the_per_release_queries_run_in_worker_processes_write_the_same_files_and_the_workers_are_renewed(tmp_path):
-    """With the analysis's worker processes, the per-release queries' files are the bytes this process's threads write,
-    and the workers that ran them have ended afterwards (what their allocators kept of the queries' memory with them),
-    new ones serving what comes next."""
+def test_the_per_release_queries_run_in_worker_processes_write_the_same_files_and_the_workers_are_renewed(tmp_path, monkeypatch):
+    """With the analysis's worker processes (a board of at least ``APART_FROM`` releases to compute), the per-release
+    queries' files are the bytes this process's threads write, and the workers that ran them have ended afterwards
+    (what their allocators kept of the queries' memory with them), new ones serving what comes next."""
     import os
 
     from craftmd.analysis import runner
@@ -456,6 +456,7 @@ def test_the_per_release_queries_run_in_worker_processes_write_the_same_files_an
     releases = find_releases(rel)
     here = runner.Kept(tmp_path / "here", None, data)
     prepared_connection(releases, data, kept=here)
+    monkeypatch.setattr(runner, "APART_FROM", 4)
     with Workers(2) as workers:
         assert workers.apart  # (two CPUs at least: the machines this suite runs on)
         before = {workers.submit(os.getpid).result() for _ in range(4)}
