@@ -989,9 +989,9 @@ def read_file(path: Path, limit: int | None = None) -> bytes:
 
 #: The most bytes of releases' files and decoded scores tables this process holds (:meth:`Release.data`,
 #: :meth:`Release.scores_with_records`): beyond it the least recently used are let go, and read again when asked for, so
-#: a board of a thousand releases holds a bounded part of them rather than all (a release is a few MB of them: the six
-#: upstream releases hold about 10 MB; an analysis reads a release's files together, once).
-HELD_BYTES = 64 << 20
+#: a board of a thousand releases holds a bounded part of them rather than all (a release is a few MB of them, and its
+#: decoded scores table tens: `make leaderboard` over the six upstream releases holds 248 MB, and reads each once).
+HELD_BYTES = 256 << 20
 _SCORES_TABLE = "(scores table)"  # the decoded scores' entry among the files
 _HELD_LRU: OrderedDict[tuple[int, str], tuple[weakref.ref, int]] = OrderedDict()  # (id(release), file) -> (it, bytes)
 _HELD_TOTAL = [0]
