@@ -344,9 +344,7 @@ class Memo:
         values = tuple(values)
         if len(values) > 3:
             raise ValueError(f"a memo entry holds up to three numbers, not {len(values)}")
-        row = self._row.get(key)
-        if row is None:
-            row = self._at(key)
+        row = self._at(key)
         shape, at = len(values), 3 * row
         for i, v in enumerate(values):
             if v is None:

@@ -504,11 +504,13 @@ KEEP_BATCH = 3
 #: Releases computed from which :func:`keep` runs its batches in the worker processes it is given: fewer leave little
 #: memory behind, and a worker's round trip cost the six upstream releases a tenth of their analysis's time.
 APART_FROM = 24
+#: Releases computed from which :func:`keep` shows a progress bar.
+PROGRESS_FROM = 12
 
 
 def _progress(batches: list, n: int):
     """The batches (or their futures), with a progress bar on a board large enough to wait for."""
-    if n < 12:
+    if n < PROGRESS_FROM:
         return batches
     import sys
 
@@ -556,9 +558,10 @@ def keep(
     order the whole query gives). A release whose file is missing is computed first, a few releases at a time
     (:data:`KEEP_BATCH`), each batch in a connection of its own that has the whole board's score columns, as many
     batches side by side as there are CPUs (a batch's rows depend on it alone: the files are the same bytes either
-    way). ``workers`` (:class:`.draw.Workers`, with processes): the batches run in them, and the workers are renewed
-    afterwards, so that what DuckDB's and polars' allocators keep of the batches' memory is given back with their
-    processes (else in threads of this process, which keeps it). Returns the :class:`Kept`."""
+    way). ``workers`` (:class:`.draw.Workers`, with processes), from :data:`APART_FROM` releases to compute: the
+    batches run in them, and the workers are renewed afterwards, so that what DuckDB's and polars' allocators keep of
+    the batches' memory is given back with their processes (else in threads of this process, which keeps it). Returns
+    the :class:`Kept`."""
     board = [(c, t) for c, t, *_ in con.execute("describe scores").fetchall()]  # the board's score columns
     names = [n for n in PER_RELEASE if set(_NEEDS.get(n, ())) <= {c for c, _ in board}]
     if kept is None:  # kept for this connection alone, in a temporary folder removed with it

@@ -7,8 +7,8 @@ them) under new ids, cycling through them: a copy is a folder whose parquet file
 (a real copy where the file system refuses) and whose manifest names the new id, so the copies cost no disk. Each size
 is analysed in a fresh process (``craftmd.analysis.tables.analyse``, tables only unless --figures, 10,000
 resamples), which reports its wall time, its peak resident memory (``ru_maxrss``: "peak MB") and the peak of its
-memory and its worker processes' together ("all MB": their proportional set sizes summed, sampled every 0.2 s); then one more release (a copy
-with files of its own, as a new release has) is added to the board and the board analysed again, in another fresh
+memory and its worker processes' together ("all MB": their proportional set sizes summed, sampled every 0.2 s); then
+one more release (a copy with files of its own, as a new release has) is added to the board and the board analysed again, in another fresh
 process, reading back what the first analysis kept (``previous=``: its ``.cache``), as `craftmd analyse` into the same
 folder does ("+1"). The board is analysed two seconds after it is made (``craftmd.release.SETTLED_NS``): a file
 younger than that is hashed each time it is read, and a board's releases are older. Printed: one row per size and
